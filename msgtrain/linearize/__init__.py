@@ -1,0 +1,1 @@
+"""linearize stage."""

@@ -1,0 +1,572 @@
+"""MessageGraph: a DAG of immutable, content-addressed messages with transparent edits (seed 000).
+
+Invariants:
+- A :class:`Node` never changes once created (the one exception is record-keeping: a node that was first seen as
+  carried over and is later reported as sampled in exactly that context is upgraded to ``sampled``; its content
+  and id do not change).
+- ``Node.id`` = hash(parent id — or the environment id at a root —, canonical message). Equal prefixes are equal
+  nodes, so branches that share history share storage; the environment (tool schemas and chat-template kwargs
+  the policy was given) is part of what it saw, so a new environment starts new nodes.
+- Sequential edges are parent pointers. Parallel edges (:class:`ParallelEdge`) record versions: an edit, a
+  compaction that replaced a range, a deletion, a tool/kwargs change, a rewind recorded by an agent.
+- The graph is usable as the plain list of OpenAI dicts of its *current branch* (the head). Assigning into it
+  before or at an already-sampled assistant turn forks: history is kept, a new branch is made and a parallel
+  edge records why. Assigning after the last sampled turn (nobody saw it yet) just replaces, as the seed says.
+- Only nodes with origin ``sampled`` are ever trained: an assistant message appended to the graph is a policy
+  sample unless marked otherwise; assistant messages re-created on a new branch are ``carried``; assistant text
+  written by hand (an edit) is ``edited``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any, overload
+
+from msgtrain.errors import ValidationError
+from msgtrain.model.message import (
+    DEFAULT_POLICY,
+    AnyMessage,
+    Generation,
+    OptionCallMessage,
+    OptionResultMessage,
+    PartsMessage,
+    parse_message,
+)
+from msgtrain.model.openai import from_openai_message, to_openai_message
+
+GRAPH_LOG_FORMAT = "msgtrain.graph"
+GRAPH_LOG_VERSION = 1
+
+
+class Origin(StrEnum):
+    """How a node came to be in its context. Only ``SAMPLED`` assistant nodes are trained."""
+
+    SAMPLED = "sampled"  # the policy generated it in exactly this context
+    CONTEXT = "context"  # system / user / tool input
+    CARRIED = "carried"  # an assistant message re-created on a new branch (it was sampled elsewhere, if at all)
+    EDITED = "edited"  # assistant text written or changed by hand
+    INJECTED = "injected"  # inserted by the framework or another model (e.g. a compaction summary, a demo turn)
+    PREFILL = "prefill"  # a forced assistant prefix
+
+
+class EdgeKind(StrEnum):
+    EDIT = "edit"
+    COMPACTION = "compaction"
+    DELETE = "delete"
+    ENV_CHANGE = "env_change"
+    REWIND = "rewind"
+
+
+def _hash(*chunks: str) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    for c in chunks:
+        h.update(c.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Env:
+    """What the policy was given besides messages: tool schemas and chat-template kwargs."""
+
+    tools: tuple[Any, ...] = ()
+    template_kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def make(cls, tools: Iterable[Any] | None = None, template_kwargs: dict[str, Any] | None = None) -> Env:
+        return cls(tuple(tools or ()), tuple(sorted((template_kwargs or {}).items())))
+
+    @property
+    def id(self) -> str:
+        return _hash("env", canonical({"tools": list(self.tools), "kwargs": dict(self.template_kwargs)}))
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.template_kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: str
+    parent: str | None
+    env_id: str
+    message: AnyMessage
+    origin: Origin
+    depth: int
+
+    @property
+    def sampled(self) -> bool:
+        return self.origin is Origin.SAMPLED
+
+    @property
+    def is_assistant(self) -> bool:
+        return self.message.role == "assistant"
+
+
+@dataclass(frozen=True)
+class ParallelEdge:
+    """A version edge: the nodes ``old`` (a contiguous run on the old branch) were replaced by ``new``.
+
+    ``anchor`` is the parent both runs hang from (None at the root); ``new`` may be empty (a deletion).
+    """
+
+    kind: EdgeKind
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    anchor: str | None = None
+
+
+def node_id(parent: str | None, env_id: str, message: AnyMessage) -> str:
+    return _hash(parent if parent is not None else f"env:{env_id}", message.canonical_json())
+
+
+def _coerce(message: AnyMessage | dict[str, Any], policy: str) -> AnyMessage:
+    if isinstance(message, PartsMessage | OptionCallMessage | OptionResultMessage):
+        return message
+    if isinstance(message, dict):
+        if "kind" in message:
+            return parse_message(message)
+        return from_openai_message(message, policy=policy)
+    raise TypeError(f"expected a Message or an OpenAI-style dict, got {type(message).__name__}")
+
+
+class MessageView(dict[str, Any]):
+    """The OpenAI dict of one message of the current branch; item assignment edits the graph."""
+
+    def __init__(self, graph: MessageGraph, index: int, data: dict[str, Any]):
+        super().__init__(data)
+        self._graph = graph
+        self._index = index
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._graph[self._index] = dict(self)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._graph[self._index] = dict(self)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A root-to-leaf path."""
+
+    nodes: tuple[Node, ...]
+
+    @property
+    def leaf(self) -> Node:
+        return self.nodes[-1]
+
+    @property
+    def messages(self) -> list[AnyMessage]:
+        return [n.message for n in self.nodes]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+class MessageGraph:
+    """A conversation as a DAG of immutable messages, used like a list of OpenAI message dicts."""
+
+    graph_id: str
+    policy: str
+    metadata: dict[str, Any]
+    nodes: dict[str, Node]
+    children: dict[str | None, list[str]]
+    edges: list[ParallelEdge]
+    envs: dict[str, Env]
+    generations: dict[str, Generation]
+    head: list[str]
+    env: Env
+    _log: IO[str] | None
+
+    def __init__(
+        self,
+        messages: Iterable[AnyMessage | dict[str, Any]] = (),
+        *,
+        tools: Iterable[Any] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        graph_id: str | None = None,
+        policy: str = DEFAULT_POLICY,
+        metadata: dict[str, Any] | None = None,
+        log: str | Path | None = None,
+    ):
+        self.graph_id = graph_id or uuid.uuid4().hex
+        self.policy = policy
+        self.metadata = dict(metadata or {})
+        self.nodes = {}
+        self.children = {}
+        self.edges = []
+        self.envs = {}
+        self.generations = {}
+        self.head = []
+        self.env = Env.make(tools, template_kwargs)
+        self.envs[self.env.id] = self.env
+        self._log = None
+        if log is not None:
+            self._log = open(log, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the graph
+            self._write_header()
+            self._write({"type": "env", "env_id": self.env.id, **_env_json(self.env)})
+        for m in messages:
+            self.append(m)
+
+    # ----------------------------------------------------------------- building
+    def _add(
+        self,
+        parent: str | None,
+        message: AnyMessage,
+        origin: Origin,
+        env_id: str,
+        generation: Generation | None = None,
+    ) -> str:
+        nid = node_id(parent, env_id, message)
+        existing = self.nodes.get(nid)
+        if existing is None:
+            depth = 0 if parent is None else self.nodes[parent].depth + 1
+            node = Node(nid, parent, env_id, message, origin, depth)
+            self.nodes[nid] = node
+            self.children.setdefault(parent, []).append(nid)
+            self._write_node(node)
+        elif origin is Origin.SAMPLED and existing.origin is not Origin.SAMPLED:
+            # Record-keeping upgrade: the same message in the same context was in fact sampled there.
+            self.nodes[nid] = replace(existing, origin=Origin.SAMPLED)
+            self._write_node(self.nodes[nid])
+        gen = generation or message.generation
+        if gen is not None and origin is Origin.SAMPLED and nid not in self.generations:
+            self.generations[nid] = gen
+            if self._log is not None:
+                self._write({"type": "generation", "id": nid, "generation": gen.model_dump(mode="json")})
+        return nid
+
+    def add_node(
+        self,
+        parent: str | None,
+        message: AnyMessage | dict[str, Any],
+        *,
+        origin: Origin | str | None = None,
+        env: Env | None = None,
+        generation: Generation | None = None,
+    ) -> str:
+        """Add a node under any parent (readers rebuilding a logged graph use this). Returns its id."""
+        msg = _coerce(message, self.policy)
+        env = env or (self.envs[self.nodes[parent].env_id] if parent is not None else self.env)
+        if env.id not in self.envs:
+            self.envs[env.id] = env
+            self._write({"type": "env", "env_id": env.id, **_env_json(env)})
+        if parent is not None and parent not in self.nodes:
+            raise ValidationError(f"parent {parent} is not in the graph", where=f"graph {self.graph_id}", code="dangling_parent")
+        org = Origin(origin) if origin is not None else _default_origin(msg)
+        return self._add(parent, msg, org, env.id, generation)
+
+    def append(
+        self,
+        message: AnyMessage | dict[str, Any],
+        *,
+        origin: Origin | str | None = None,
+        generation: Generation | None = None,
+    ) -> str:
+        """Append to the current branch. An assistant message is a policy sample unless ``origin`` says else."""
+        parent = self.head[-1] if self.head else None
+        env = self.envs[self.nodes[parent].env_id] if parent is not None else self.env
+        nid = self.add_node(parent, message, origin=origin, env=env, generation=generation)
+        self.head.append(nid)
+        return nid
+
+    def extend(self, messages: Iterable[AnyMessage | dict[str, Any]]) -> None:
+        for m in messages:
+            self.append(m)
+
+    def record_edge(self, kind: EdgeKind | str, old: Sequence[str], new: Sequence[str], anchor: str | None) -> None:
+        edge = ParallelEdge(EdgeKind(kind), tuple(old), tuple(new), anchor)
+        self.edges.append(edge)
+        self._write({"type": "edge", "kind": edge.kind.value, "old": list(edge.old), "new": list(edge.new), "anchor": anchor})
+
+    # ----------------------------------------------------------------- list interface
+    def __len__(self) -> int:
+        return len(self.head)
+
+    @overload
+    def __getitem__(self, index: int) -> MessageView: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[MessageView]: ...
+    def __getitem__(self, index: int | slice) -> MessageView | list[MessageView]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self.head)))]
+        i = self._norm(index)
+        return MessageView(self, i, to_openai_message(self.nodes[self.head[i]].message))
+
+    def __iter__(self) -> Iterator[MessageView]:
+        for i in range(len(self.head)):
+            yield self[i]
+
+    def message(self, index: int) -> AnyMessage:
+        return self.nodes[self.head[self._norm(index)]].message
+
+    def messages(self) -> list[AnyMessage]:
+        return [self.nodes[n].message for n in self.head]
+
+    def _norm(self, index: int) -> int:
+        n = len(self.head)
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError(f"message index {index} out of range for a branch of {n} messages")
+        return i
+
+    def __setitem__(self, index: int | slice, value: Any) -> None:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self.head))
+            if step != 1:
+                raise ValueError("only contiguous slices can be replaced")
+            stop = max(stop, start)
+            new = [_coerce(v, self.policy) for v in value]
+            kind = EdgeKind.COMPACTION if stop - start != len(new) or stop - start > 1 else EdgeKind.EDIT
+            self._replace(start, stop, new, kind)
+        else:
+            i = self._norm(index)
+            new_msg = _coerce(value, self.policy)
+            if new_msg.canonical_json() == self.message(i).canonical_json():
+                return  # the seed's no-op: assigning what is already there changes nothing
+            self._replace(i, i + 1, [new_msg], EdgeKind.EDIT)
+
+    def __delitem__(self, index: int | slice) -> None:
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(len(self.head))
+        else:
+            start = self._norm(index)
+            stop = start + 1
+        self._replace(start, max(stop, start), [], EdgeKind.DELETE)
+
+    def set_env(self, tools: Iterable[Any] | None = None, template_kwargs: dict[str, Any] | None = None) -> None:
+        """Change the tools / template kwargs offered from now on. Seen history is kept: a new version."""
+        env = Env.make(tools, template_kwargs)
+        if env.id == self.current_env.id:
+            return
+        self.envs.setdefault(env.id, env)
+        self._write({"type": "env", "env_id": env.id, **_env_json(env)})
+        self.env = env
+        self._replace(0, 0, [], EdgeKind.ENV_CHANGE, env=env)
+
+    @property
+    def current_env(self) -> Env:
+        return self.envs[self.nodes[self.head[-1]].env_id] if self.head else self.env
+
+    def _replace(
+        self, start: int, stop: int, new: Sequence[AnyMessage], kind: EdgeKind, env: Env | None = None
+    ) -> None:
+        old = list(self.head)
+        seen = any(self.nodes[n].sampled for n in old[start:])
+        env = env or self.current_env
+        prefix = old[:start] if kind is not EdgeKind.ENV_CHANGE else []
+        parent = prefix[-1] if prefix else None
+        new_ids: list[str] = []
+        for m in new:
+            origin = Origin.EDITED if m.role == "assistant" else Origin.CONTEXT
+            parent = self._add(parent, m, origin, env.id)
+            new_ids.append(parent)
+        rest_ids: list[str] = []
+        carried_from = old[stop:] if kind is not EdgeKind.ENV_CHANGE else old
+        for nid in carried_from:
+            node = self.nodes[nid]
+            origin = Origin.CARRIED if node.origin is Origin.SAMPLED else node.origin
+            parent = self._add(parent, node.message, origin, env.id)
+            rest_ids.append(parent)
+        new_head = prefix + new_ids + rest_ids
+        if seen:
+            if kind is EdgeKind.ENV_CHANGE:
+                self.record_edge(kind, old, new_head, None)
+            else:
+                self.record_edge(kind, old[start:stop], new_ids, prefix[-1] if prefix else None)
+        else:
+            self.head = new_head
+            self._retract(old)
+        self.head = new_head
+
+    def _retract(self, old: list[str]) -> None:
+        """Drop nodes of an unseen, replaced tail that no branch uses any more."""
+        keep = set(self.head)
+        dropped = []
+        for nid in reversed(old):
+            if nid in keep or self.children.get(nid):
+                continue
+            node = self.nodes.pop(nid)
+            self.children[node.parent].remove(nid)
+            self.generations.pop(nid, None)
+            dropped.append(nid)
+        if dropped:
+            self._write({"type": "retract", "ids": dropped})
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MessageGraph):
+            return [m.canonical_json() for m in self.messages()] == [m.canonical_json() for m in other.messages()]
+        if isinstance(other, list):
+            return list(self) == [dict(o) for o in other]
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable container semantics, like list
+
+    # ----------------------------------------------------------------- structure
+    def path(self, nid: str) -> list[Node]:
+        """Root-to-node path (inclusive)."""
+        out: list[Node] = []
+        cur: str | None = nid
+        while cur is not None:
+            node = self.nodes[cur]
+            out.append(node)
+            cur = node.parent
+        out.reverse()
+        return out
+
+    def leaves(self) -> list[str]:
+        return [nid for nid in self.nodes if not self.children.get(nid)]
+
+    def branches(self) -> list[Branch]:
+        """Every root-to-leaf path, in creation order of their leaves."""
+        return [Branch(tuple(self.path(leaf))) for leaf in self.leaves()]
+
+    def sampled_nodes(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.sampled and n.is_assistant]
+
+    def generation(self, nid: str) -> Generation | None:
+        return self.generations.get(nid)
+
+    def env_of(self, nid: str) -> Env:
+        return self.envs[self.nodes[nid].env_id]
+
+    def edge_into(self, nid: str) -> ParallelEdge | None:
+        """The parallel edge whose new side created this node's branch point, if any (nearest ancestor)."""
+        index = self._edge_index()
+        for node in reversed(self.path(nid)):
+            if node.id in index:
+                return index[node.id]
+        return None
+
+    def _edge_index(self) -> dict[str, ParallelEdge]:
+        idx: dict[str, ParallelEdge] = {}
+        for e in self.edges:
+            for n in e.new:
+                idx.setdefault(n, e)
+            if not e.new and e.old:
+                # A deletion: the first node after the anchor on the new branch carries the edge.
+                for child in self.children.get(e.anchor, []):
+                    if child not in e.old:
+                        idx.setdefault(child, e)
+        return idx
+
+    def subgraphs(self) -> list[MessageGraph]:
+        """Nested sub-agent graphs held by option results, one level down."""
+        out = []
+        for n in self.nodes.values():
+            if isinstance(n.message, OptionResultMessage) and n.message.subgraph is not None:
+                out.append(graph_from_data(n.message.subgraph))
+        return out
+
+    # ----------------------------------------------------------------- persistence
+    def to_data(self) -> dict[str, Any]:
+        """The whole graph as plain JSON data (what a sub-agent result nests)."""
+        return {"records": list(self.records())}
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        yield self._header()
+        for env_id, env in self.envs.items():
+            yield {"type": "env", "graph": self.graph_id, "env_id": env_id, **_env_json(env)}
+        for node in self.nodes.values():
+            yield self._node_record(node)
+            gen = self.generations.get(node.id)
+            if gen is not None:
+                yield {"type": "generation", "graph": self.graph_id, "id": node.id, "generation": gen.model_dump(mode="json")}
+        for e in self.edges:
+            yield {"type": "edge", "graph": self.graph_id, "kind": e.kind.value, "old": list(e.old), "new": list(e.new), "anchor": e.anchor}
+        yield {"type": "head", "graph": self.graph_id, "ids": list(self.head)}
+
+    def save(self, path: str | Path, *, append: bool = False) -> None:
+        """Write the graph as a native graph log (see docs/graph-log.md)."""
+        with open(path, "a" if append else "w", encoding="utf-8") as f:
+            for rec in self.records():
+                f.write(canonical(rec) + "\n")
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "type": "graph",
+            "format": GRAPH_LOG_FORMAT,
+            "version": GRAPH_LOG_VERSION,
+            "graph": self.graph_id,
+            "policy": self.policy,
+            "metadata": self.metadata,
+        }
+
+    def _node_record(self, node: Node) -> dict[str, Any]:
+        return {
+            "type": "node",
+            "graph": self.graph_id,
+            "id": node.id,
+            "parent": node.parent,
+            "env_id": node.env_id,
+            "origin": node.origin.value,
+            "message": compact_message_json(node.message),
+        }
+
+    def _write_header(self) -> None:
+        if self._log is not None:
+            self._log.write(canonical(self._header()) + "\n")
+
+    def _write_node(self, node: Node) -> None:
+        if self._log is not None:
+            self._write(self._node_record(node))
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._log is not None:
+            record.setdefault("graph", self.graph_id)
+            self._log.write(canonical(record) + "\n")
+            self._log.flush()  # a crashed agent must leave a readable log
+
+    # ----------------------------------------------------------------- display
+    def __str__(self) -> str:
+        from msgtrain.model.pretty import format_graph
+
+        return format_graph(self)
+
+    def __rich__(self) -> Any:
+        from msgtrain.model.pretty import rich_tree
+
+        return rich_tree(self)
+
+
+def compact_message_json(message: AnyMessage) -> dict[str, Any]:
+    """Message JSON without empty optional fields (``kind`` tags are always kept: they discriminate)."""
+    data = message.model_dump(mode="json")
+    for key in ("metadata", "generation", "step_num", "name", "subgraph"):
+        if data.get(key) in (None, {}):
+            data.pop(key, None)
+    return data
+
+
+def _default_origin(message: AnyMessage) -> Origin:
+    return Origin.SAMPLED if message.role == "assistant" else Origin.CONTEXT
+
+
+def _env_json(env: Env) -> dict[str, Any]:
+    return {"tools": list(env.tools), "template_kwargs": env.kwargs}
+
+
+def graph_from_data(data: dict[str, Any]) -> MessageGraph:
+    from msgtrain.model.graphlog import graphs_from_records
+
+    graphs = list(graphs_from_records(data.get("records", []), source="<subgraph>"))
+    if len(graphs) != 1:
+        raise ValidationError(f"a nested sub-agent graph must hold exactly one graph, found {len(graphs)}")
+    return graphs[0]

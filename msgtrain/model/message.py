@@ -1,0 +1,230 @@
+"""The typed message model (seed 003: parts, option calls, option results).
+
+Invariants:
+- Every type is a frozen pydantic model; inputs are parsed with ``extra="forbid"`` so a typo in a log field is an
+  error, not a silently dropped value.
+- A :data:`Message` is exactly one of three kinds, discriminated by ``kind``:
+  ``parts`` (text / media / reasoning), ``option_call`` (the policy chose one or more options, optionally with
+  text or reasoning before the calls), ``option_result`` (the outcome of one invocation).
+- One message is one provider-level chat message: an assistant reply that says something and calls two tools is a
+  single ``option_call`` message carrying its preamble parts and two calls. That keeps ``MessageGraph`` indexable
+  like the OpenAI message list it came from, and makes "one sampled message" the unit of training.
+- ``policy`` says which policy created a message; ``"runtime"`` is reserved for executor-made results and errors.
+  ``role_hint_for_llm`` is only a hint for adapters; the core never branches on it except to find what a policy
+  sampled (assistant) and what is context.
+- ``generation`` holds what the engine reported when it sampled the message (token ids, logprobs, model, sampling
+  parameters, finish reason). It is *not* part of a message's identity: the same message re-sent by a client
+  without engine facts is the same message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+RUNTIME_POLICY = "runtime"
+DEFAULT_POLICY = "policy"
+
+Role = Literal["system", "user", "assistant", "tool"]
+Modality = Literal["image", "audio", "video", "document"]
+
+
+class Frozen(BaseModel):
+    """Base of every model type: immutable, strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextPart(Frozen):
+    kind: Literal["text"] = "text"
+    text: str
+
+
+class MediaPart(Frozen):
+    """A media reference. URL-only: msgtrain never downloads media.
+
+    ``url`` is a string rather than an HTTP URL type because real logs also carry ``data:`` URIs, provider file
+    ids and local references; all are kept verbatim as references.
+    """
+
+    kind: Literal["media"] = "media"
+    modality: Modality
+    url: str
+    mime: str | None = None
+    prompt_hint: str | None = None
+    id: str | None = None
+
+
+class ReasoningPart(Frozen):
+    """Model thinking. ``redacted``/``encrypted`` reasoning keeps its opaque payload in ``signature``."""
+
+    kind: Literal["reasoning"] = "reasoning"
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+
+
+Part = Annotated[TextPart | MediaPart | ReasoningPart, Field(discriminator="kind")]
+
+
+class OptionCallPayload(Frozen):
+    """One option (tool) invocation chosen by a policy.
+
+    ``raw_arguments`` keeps the exact argument text the model emitted, when known, because re-serialising the
+    parsed ``arguments`` can change whitespace or key order and thus tokens.
+    """
+
+    kind: Literal["option_call"] = "option_call"
+    invocation_id: str
+    option_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    raw_arguments: str | None = None
+
+
+class OptionResultPayload(Frozen):
+    kind: Literal["option_result"] = "option_result"
+    invocation_id: str
+    option_name: str
+    result: Any = None
+    is_error: bool = False
+    error_type: str | None = None
+    error_message: str | None = None
+    retryable: bool | None = None
+
+
+class Generation(Frozen):
+    """What the engine reported for a sampled message. All optional.
+
+    ``token_ids`` are the sampled ids (verbatim, the truth for training); ``logprobs`` align with them.
+    ``prompt_token_ids`` are the ids of the context the engine actually saw, when it returned them.
+    """
+
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    model: str | None = None
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    finish_reason: str | None = None
+    created: int | None = None
+
+    @model_validator(mode="after")
+    def _logprobs_align(self) -> Generation:
+        if self.token_ids is not None and self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(
+                f"generation has {len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs; they must align"
+            )
+        return self
+
+
+class _MessageBase(Frozen):
+    policy: str = DEFAULT_POLICY
+    role_hint_for_llm: Role | None = None
+    step_num: int | None = None
+    name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    generation: Generation | None = None
+
+    @property
+    def role(self) -> Role:
+        """The chat role adapters render this message with."""
+        raise NotImplementedError
+
+    def identity(self) -> dict[str, Any]:
+        """The canonical content that defines this message: everything but engine facts and metadata."""
+        return self.model_dump(mode="json", exclude={"generation", "metadata", "step_num"})
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def text(self) -> str:
+        """All text parts joined (empty for results)."""
+        parts = getattr(self, "parts", ())
+        return "\n".join(p.text for p in parts if isinstance(p, TextPart))
+
+    @property
+    def reasoning(self) -> str | None:
+        parts = getattr(self, "parts", ())
+        chunks = [p.text for p in parts if isinstance(p, ReasoningPart) and not p.redacted]
+        return "\n".join(chunks) if chunks else None
+
+
+class PartsMessage(_MessageBase):
+    """Natural language and media: prompts, observations, answers."""
+
+    kind: Literal["parts"] = "parts"
+    parts: tuple[Part, ...] = ()
+
+    @property
+    def role(self) -> Role:
+        return self.role_hint_for_llm or "user"
+
+
+class OptionCallMessage(_MessageBase):
+    """A policy's decision to invoke one or more options, with any text/reasoning it emitted first."""
+
+    kind: Literal["option_call"] = "option_call"
+    parts: tuple[Part, ...] = ()
+    calls: tuple[OptionCallPayload, ...]
+
+    @field_validator("calls")
+    @classmethod
+    def _at_least_one(cls, calls: tuple[OptionCallPayload, ...]) -> tuple[OptionCallPayload, ...]:
+        if not calls:
+            raise ValueError("an option_call message needs at least one call")
+        ids = [c.invocation_id for c in calls]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate invocation ids in one message: {ids}")
+        return calls
+
+    @property
+    def role(self) -> Role:
+        return "assistant"
+
+
+class OptionResultMessage(_MessageBase):
+    """The outcome of one invocation. ``subgraph`` holds a sub-agent's own conversation, when there was one."""
+
+    kind: Literal["option_result"] = "option_result"
+    result: OptionResultPayload
+    subgraph: dict[str, Any] | None = None
+
+    @property
+    def role(self) -> Role:
+        return "tool"
+
+    def identity(self) -> dict[str, Any]:
+        data = super().identity()
+        # The nested graph is provenance, not context the policy read: only the result text reached it.
+        data.pop("subgraph", None)
+        return data
+
+
+Message = Annotated[PartsMessage | OptionCallMessage | OptionResultMessage, Field(discriminator="kind")]
+AnyMessage = PartsMessage | OptionCallMessage | OptionResultMessage
+
+MESSAGE_ADAPTER: TypeAdapter[AnyMessage] = TypeAdapter(Message)
+
+
+def parse_message(data: Any) -> AnyMessage:
+    """Validate a JSON-like object as one of the three message kinds."""
+    return MESSAGE_ADAPTER.validate_python(data)
+
+
+def message_from_json(text: str | bytes) -> AnyMessage:
+    return MESSAGE_ADAPTER.validate_json(text)
+
+
+def message_to_json(message: AnyMessage) -> str:
+    return message.model_dump_json(exclude_defaults=False)
+
+
+def is_assistant(message: AnyMessage) -> bool:
+    return message.role == "assistant"
+
+
+def text_message(role: Role, text: str, *, policy: str = DEFAULT_POLICY, **kw: Any) -> PartsMessage:
+    """Shorthand for a one-text-part message."""
+    return PartsMessage(parts=(TextPart(text=text),), role_hint_for_llm=role, policy=policy, **kw)
