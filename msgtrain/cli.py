@@ -1,0 +1,62 @@
+"""The msgtrain command line: a thin layer over the stage modules.
+
+It parses options, builds a config, calls the stages, and turns msgtrain's own exceptions into one red,
+actionable line and a non-zero exit code, in one place (:func:`main`). Nothing imports this module.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from msgtrain.errors import MsgtrainError
+
+app = typer.Typer(
+    name="msgtrain",
+    help="Turn logged LLM-agent conversations into token-exact SFT / RL training data.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err_console = Console(stderr=True)
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_USAGE = 2
+EXIT_WITH_REJECTS = 3
+
+
+def _register_commands() -> None:
+    from msgtrain import cli_convert, cli_tools
+
+    cli_convert.register(app)
+    cli_tools.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, map MsgtrainError to one red line and exit code 1."""
+    _register_commands()
+    try:
+        app(args=argv, standalone_mode=False)
+    except MsgtrainError as e:
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return EXIT_FATAL
+    except typer.Exit as e:
+        return int(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("[yellow]interrupted[/]")
+        return 130
+    except Exception as e:  # click's usage errors arrive here in standalone_mode=False
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return EXIT_USAGE
+        raise
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The canonical sample: the one record every export target is a view of.
+
+Invariants (checked by :func:`check_sample`):
+- ``len(input_ids) == len(loss_mask) == len(logprobs) == num_tokens``.
+- ``loss_mask[i] == 1`` exactly on completion tokens of the sample's trained turns, i.e. inside ``turn_spans``;
+  spans are disjoint, sorted, and ``num_trained_tokens == sum(loss_mask)``.
+- ``logprobs[i]`` is the engine logprob of token i when it is trained and the engine reported it, else null.
+- ``sample_id`` is deterministic: a hash of graph id, trained turn ids and tokens, so reruns give equal ids.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+SPAN = pa.struct([("start", pa.int32()), ("end", pa.int32())])
+
+CANONICAL_SCHEMA = pa.schema(
+    [
+        ("sample_id", pa.string()),
+        ("graph_id", pa.string()),
+        ("source", pa.string()),
+        ("policy", pa.string()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("logprobs", pa.list_(pa.float32())),
+        ("turn_ids", pa.list_(pa.string())),
+        ("turn_spans", pa.list_(SPAN)),
+        ("turn_group_ids", pa.list_(pa.string())),
+        ("group_id", pa.string()),
+        ("cut_reason", pa.string()),
+        ("num_tokens", pa.int32()),
+        ("num_trained_tokens", pa.int32()),
+        ("num_turns", pa.int32()),
+        ("engine_tokens", pa.int32()),
+        ("token_source", pa.string()),
+        ("reward", pa.float64()),
+        ("flags", pa.list_(pa.string())),
+        ("metadata", pa.string()),
+    ]
+)
+
+
+@dataclass
+class Sample:
+    """One training row before it becomes Arrow. Arrays are numpy (int32 ids, int8 mask, float32 logprobs)."""
+
+    sample_id: str
+    graph_id: str
+    source: str
+    policy: str
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+    logprobs: np.ndarray  # float32, NaN where unknown (becomes null in Arrow)
+    turn_ids: list[str]
+    turn_spans: list[tuple[int, int]]
+    turn_group_ids: list[str]
+    group_id: str
+    cut_reason: str
+    engine_tokens: int
+    reward: float | None = None
+    flags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_trained_tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+    @property
+    def token_source(self) -> str:
+        if self.engine_tokens == 0:
+            return "rendered"
+        return "engine" if self.engine_tokens == self.num_tokens else "mixed"
+
+
+def samples_to_table(samples: list[Sample]) -> pa.Table:
+    """Build the canonical Arrow table without Python loops over tokens."""
+    def list_col(arrays: list[np.ndarray], typ: pa.DataType, nan_to_null: bool = False) -> pa.Array:
+        lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=typ.to_pandas_dtype())
+        mask = np.isnan(flat) if nan_to_null else None
+        values = pa.array(flat, type=typ, mask=mask, from_pandas=False)
+        return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
+
+    cols: dict[str, Any] = {
+        "sample_id": [s.sample_id for s in samples],
+        "graph_id": [s.graph_id for s in samples],
+        "source": [s.source for s in samples],
+        "policy": [s.policy for s in samples],
+        "input_ids": list_col([s.input_ids.astype(np.int32, copy=False) for s in samples], pa.int32()),
+        "loss_mask": list_col([s.loss_mask.astype(np.int8, copy=False) for s in samples], pa.int8()),
+        "logprobs": list_col([s.logprobs.astype(np.float32, copy=False) for s in samples], pa.float32(), nan_to_null=True),
+        "turn_ids": [s.turn_ids for s in samples],
+        "turn_spans": [[{"start": a, "end": b} for a, b in s.turn_spans] for s in samples],
+        "turn_group_ids": [s.turn_group_ids for s in samples],
+        "group_id": [s.group_id for s in samples],
+        "cut_reason": [s.cut_reason for s in samples],
+        "num_tokens": [s.num_tokens for s in samples],
+        "num_trained_tokens": [s.num_trained_tokens for s in samples],
+        "num_turns": [len(s.turn_ids) for s in samples],
+        "engine_tokens": [s.engine_tokens for s in samples],
+        "token_source": [s.token_source for s in samples],
+        "reward": [s.reward for s in samples],
+        "flags": [s.flags for s in samples],
+        "metadata": [json.dumps(s.metadata, sort_keys=True, ensure_ascii=False) for s in samples],
+    }
+    arrays = [cols[f.name] if isinstance(cols[f.name], pa.Array) else pa.array(cols[f.name], type=f.type) for f in CANONICAL_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=CANONICAL_SCHEMA)
+
+
+def check_sample(row: dict[str, Any]) -> None:
+    """Assert the canonical invariants on one row (as ``to_pylist`` gives it). Raises AssertionError."""
+    n = len(row["input_ids"])
+    assert len(row["loss_mask"]) == n == len(row["logprobs"]) == row["num_tokens"]
+    mask = np.zeros(n, dtype=np.int8)
+    prev_end = 0
+    for span in row["turn_spans"]:
+        assert prev_end <= span["start"] < span["end"] <= n, f"bad span {span}"
+        mask[span["start"] : span["end"]] = 1
+        prev_end = span["end"]
+    assert mask.tolist() == list(row["loss_mask"]), "loss_mask must be 1 exactly inside turn_spans"
+    assert int(mask.sum()) == row["num_trained_tokens"]
+    assert len(row["turn_ids"]) == len(row["turn_spans"]) == row["num_turns"]
+    for i, lp in enumerate(row["logprobs"]):
+        assert lp is None or mask[i] == 1, "logprobs only on trained tokens"

@@ -1,0 +1,167 @@
+"""The reader interface every input format implements, the registry, and per-file detection.
+
+Invariants:
+- A reader turns one file into a stream of events: :class:`ReadGraph` (a message graph built from one or more
+  input records), :class:`ReadReject` (a bad record, with the error and a bounded excerpt of the raw bytes), and
+  :class:`ReadSkip` (records that carry no conversation, e.g. telemetry lines, counted with a reason).
+- Accounting: every input record of a file is counted exactly once, in ``ReadGraph.records``,
+  ``ReadReject`` (one each) or ``ReadSkip.count``; the pipeline asserts records read = converted + rejected +
+  skipped.
+- A bad record never stops the file: readers yield a reject and go on; only an unreadable file (missing, not the
+  format at all) raises.
+- Readers stream: JSONL is read line by line; a single JSON document is bounded by its file.
+- Ingest knows nothing of tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from msgtrain.errors import FormatError, MsgtrainError, ParseError
+from msgtrain.model.graph import MessageGraph
+
+EXCERPT_BYTES = 2048
+HEAD_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """Where something came from: the file and the record inside it (``line 12``, ``item 3``, ``file``)."""
+
+    file: str
+    record: str = "file"
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.record.removeprefix('line ')}" if self.record.startswith("line ") else f"{self.file} ({self.record})"
+
+
+@dataclass
+class ReadGraph:
+    graph: MessageGraph
+    source: SourceRef
+    records: int = 1
+    # Extra per-graph fields carried to every sample (reward, task id, ...): JSON-serialisable values.
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReadReject:
+    source: SourceRef
+    error: MsgtrainError
+    excerpt: str = ""
+
+
+@dataclass
+class ReadSkip:
+    source: SourceRef
+    reason: str
+    count: int = 1
+
+
+ReadEvent = ReadGraph | ReadReject | ReadSkip
+
+
+class Reader(Protocol):
+    """One input format. ``detect`` must be cheap (it sees the file's first 64 KiB); ``read`` streams."""
+
+    name: str
+    description: str
+    example: str  # a path under sample_logs/
+
+    def detect(self, path: Path, head: bytes) -> bool: ...
+
+    def read(self, path: Path) -> Iterator[ReadEvent]: ...
+
+
+REGISTRY: dict[str, Reader] = {}
+
+
+def register(reader: Reader) -> Reader:
+    if reader.name in REGISTRY:
+        raise ValueError(f"reader {reader.name!r} registered twice")
+    REGISTRY[reader.name] = reader
+    return reader
+
+
+def excerpt(raw: bytes | str, limit: int = EXCERPT_BYTES) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return text if len(text) <= limit else text[:limit] + f"…(+{len(text) - limit} chars)"
+
+
+def read_head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(HEAD_BYTES)
+
+
+def first_json_value(head: bytes) -> Any:
+    """Parse the first JSON line of a head (JSONL), or None. Used by detectors."""
+    line = head.split(b"\n", 1)[0].strip()
+    if not line:
+        return None
+    try:
+        return json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def detect_format(path: Path) -> Reader:
+    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
+
+    head = read_head(path)
+    for reader in REGISTRY.values():
+        if reader.detect(path, head):
+            return reader
+    known = ", ".join(REGISTRY)
+    raise FormatError(
+        "no reader recognises this file",
+        where=str(path),
+        hint=f"force one with --input-format NAME; known formats: {known}",
+    )
+
+
+def get_reader(name: str) -> Reader:
+    from msgtrain.ingest import registry  # noqa: F401
+
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise FormatError(f"unknown input format {name!r}", hint=f"known formats: {', '.join(REGISTRY)}") from None
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainError]]:
+    """(line number, raw bytes, parsed object or the ParseError) for each non-blank line; streams."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                yield lineno, raw, json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                yield lineno, raw, ParseError(f"invalid UTF-8 at byte {e.start}", where=where, code="bad_utf8")
+            except json.JSONDecodeError as e:
+                truncated = not raw.endswith(b"\n")
+                yield lineno, raw, ParseError(
+                    ("truncated last line: " if truncated else "invalid JSON: ") + e.msg,
+                    where=where,
+                    code="truncated_line" if truncated else "bad_json",
+                )
+            except RecursionError:
+                yield lineno, raw, ParseError("JSON nested too deeply", where=where, code="too_deep")
+
+
+def load_json_document(path: Path) -> Any:
+    """A whole-file JSON document (formats that are one document are bounded by their file)."""
+    raw = path.read_bytes()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ParseError(f"invalid UTF-8 at byte {e.start}", where=str(path), code="bad_utf8") from e
+    except json.JSONDecodeError as e:
+        raise ParseError(f"invalid JSON at line {e.lineno}: {e.msg}", where=str(path), code="bad_json") from e
+    except RecursionError as e:
+        raise ParseError("JSON nested too deeply", where=str(path), code="too_deep") from e
