@@ -130,13 +130,15 @@ def node_id(parent: str | None, env_id: str, message: AnyMessage) -> str:
     return _hash(parent if parent is not None else f"env:{env_id}", message.canonical_json())
 
 
-def _coerce(message: AnyMessage | dict[str, Any], policy: str) -> AnyMessage:
+def _coerce(
+    message: AnyMessage | dict[str, Any], policy: str, call_names: dict[str, str] | None = None
+) -> AnyMessage:
     if isinstance(message, PartsMessage | OptionCallMessage | OptionResultMessage):
         return message
     if isinstance(message, dict):
         if "kind" in message:
             return parse_message(message)
-        return from_openai_message(message, policy=policy)
+        return from_openai_message(message, policy=policy, call_names=call_names)
     raise TypeError(f"expected a Message or an OpenAI-style dict, got {type(message).__name__}")
 
 
@@ -189,6 +191,7 @@ class MessageGraph:
     head: list[str]
     env: Env
     _log: IO[str] | None
+    _call_names: dict[str, str]
 
     def __init__(
         self,
@@ -213,6 +216,7 @@ class MessageGraph:
         self.env = Env.make(tools, template_kwargs)
         self.envs[self.env.id] = self.env
         self._log = None
+        self._call_names: dict[str, str] = {}
         if log is not None:
             self._log = open(log, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the graph
             self._write_header()
@@ -230,6 +234,9 @@ class MessageGraph:
         generation: Generation | None = None,
     ) -> str:
         nid = node_id(parent, env_id, message)
+        if isinstance(message, OptionCallMessage):
+            # Tool-result dicts often omit the tool name; resolve it from the call it answers.
+            self._call_names.update({c.invocation_id: c.option_name for c in message.calls})
         existing = self.nodes.get(nid)
         if existing is None:
             depth = 0 if parent is None else self.nodes[parent].depth + 1
@@ -258,7 +265,7 @@ class MessageGraph:
         generation: Generation | None = None,
     ) -> str:
         """Add a node under any parent (readers rebuilding a logged graph use this). Returns its id."""
-        msg = _coerce(message, self.policy)
+        msg = _coerce(message, self.policy, self._call_names)
         env = env or (self.envs[self.nodes[parent].env_id] if parent is not None else self.env)
         if env.id not in self.envs:
             self.envs[env.id] = env
@@ -328,12 +335,12 @@ class MessageGraph:
             if step != 1:
                 raise ValueError("only contiguous slices can be replaced")
             stop = max(stop, start)
-            new = [_coerce(v, self.policy) for v in value]
+            new = [_coerce(v, self.policy, self._call_names) for v in value]
             kind = EdgeKind.COMPACTION if stop - start != len(new) or stop - start > 1 else EdgeKind.EDIT
             self._replace(start, stop, new, kind)
         else:
             i = self._norm(index)
-            new_msg = _coerce(value, self.policy)
+            new_msg = _coerce(value, self.policy, self._call_names)
             if new_msg.canonical_json() == self.message(i).canonical_json():
                 return  # the seed's no-op: assigning what is already there changes nothing
             self._replace(i, i + 1, [new_msg], EdgeKind.EDIT)

@@ -26,7 +26,7 @@ from msgtrain.model.graph import (
     Origin,
     ParallelEdge,
 )
-from msgtrain.model.message import Generation, parse_message
+from msgtrain.model.message import Generation, OptionCallMessage, parse_message
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -147,6 +147,8 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
             origin = Origin(rec.get("origin", "context"))
         except (ValueError, KeyError) as e:
             raise ValidationError(f"node {nid}: invalid message: {e}", where=f"{source}:{lineno}", code="bad_message") from e
+        if isinstance(msg, OptionCallMessage):
+            g._call_names.update({c.invocation_id: c.option_name for c in msg.calls})
         g.nodes[nid] = Node(nid, rec.get("parent"), str(rec.get("env_id")), msg, origin, depth[nid])
         g.children.setdefault(rec.get("parent"), []).append(nid)
     for gid_ in list(g.generations):

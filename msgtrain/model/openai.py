@@ -233,6 +233,17 @@ def arguments_text(call: OptionCallPayload) -> str:
     return call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments, ensure_ascii=False)
 
 
+def template_arguments(call: OptionCallPayload) -> dict[str, Any] | str:
+    """Arguments as a serving engine hands them to a chat template: a dict when the text is a JSON object."""
+    if call.raw_arguments is None:
+        return call.arguments
+    try:
+        parsed = json.loads(call.raw_arguments)
+    except json.JSONDecodeError:
+        return call.raw_arguments
+    return parsed if isinstance(parsed, dict) else call.raw_arguments
+
+
 def result_text(payload: OptionResultPayload) -> str:
     if payload.result is None and payload.is_error:
         return payload.error_message or payload.error_type or "error"
@@ -298,9 +309,9 @@ def to_openai_message(
                 "function": {"name": c.option_name, "arguments": arguments_text(c)},
             }
             if for_template:
-                # Templates that `tojson` the arguments need the dict; templates that print strings get the
-                # verbatim text through `function.arguments` when they test `is string`.
-                tc["function"]["arguments"] = c.raw_arguments if c.raw_arguments is not None else c.arguments
+                # Serving engines (vLLM, SGLang) parse argument JSON into a dict before applying the template, so
+                # the dict is what the policy's prompt was rendered from; unparseable text stays a string.
+                tc["function"]["arguments"] = template_arguments(c)
                 tc["name"] = c.option_name
                 tc["arguments"] = c.arguments
             tool_calls.append(tc)

@@ -1,0 +1,403 @@
+"""Sampled turns → token-exact samples: prompt/completion ids per turn, the prefix tree, leaves, cut reasons.
+
+The spec (issue 3), as invariants of :func:`linearize_graph`:
+- ``P(t)`` (prompt ids of turn t) = the logged ``prompt_token_ids`` when present, else the chat template applied to
+  exactly t's context with the generation prompt, tokenized. ``C(t)`` (completion ids) = the logged sampled ids when
+  present (verbatim), else the ids the template renders for t right after the generation prompt, up to and including
+  the end-of-turn token (never the trailing newline or the next header). ``F(t) = P(t) + C(t)``.
+- Turn u *extends* t when ``P(u)`` starts with ``F(t)``; t's prefix parent is the longest such t. Nothing else joins
+  turns: edits, compactions, forks, templates that re-render history, token drift and logged ids that differ all
+  show up as a failed prefix test, generically, with no per-model case.
+- One sample per leaf (a turn no other turn extends): its ids are ``F(leaf)``; it trains the leaf and every turn of
+  its prefix chain not already trained by an earlier sample. Each sampled turn is trained exactly once; ``loss_mask``
+  is 1 exactly on the trained turns' completion ids; every other token (system, user, tool, generation prompts,
+  carried or edited assistant text, turns trained elsewhere) is 0.
+- Every sample records why it could not continue an earlier one (``CutReason``); every turn not trained is dropped
+  with a reason. Sub-agent graphs nested in tool results are linearized as their own conversations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from msgtrain.errors import MsgtrainError
+from msgtrain.export.schema import Sample
+from msgtrain.linearize.render import Renderer
+from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle
+from msgtrain.linearize.turns import Turn, collect_turns
+from msgtrain.model.graph import MessageGraph
+
+
+class CutReason(StrEnum):
+    START = "start"  # the first sample of a conversation: nothing was cut
+    FORK = "fork"  # shares a prefix with another sample that trains it (n>1 samples, a branch)
+    EDIT = "edit"
+    COMPACTION = "compaction"
+    DELETE = "delete"
+    ENV_CHANGE = "env_change"  # tools or template kwargs changed
+    REWIND = "rewind"
+    TEMPLATE_RERENDER = "template_rerender"  # the template renders earlier turns differently later
+    TOKEN_DRIFT = "token_drift"  # same text, other tokens at a boundary
+    LOGGED_IDS_DIFFER = "logged_ids_differ"  # engine ids disagree with a later prompt
+
+
+class DropReason(StrEnum):
+    POLICY_NOT_SELECTED = "policy_not_selected"
+    NO_TRAINABLE_TOKENS = "no_trainable_tokens"
+    RENDER_ERROR = "render_error"
+    COMPLETION_NOT_RENDERABLE = "completion_not_renderable"
+
+
+@dataclass
+class TurnTokens:
+    turn: Turn
+    prompt: np.ndarray
+    completion: np.ndarray
+    logprobs: np.ndarray | None
+    prompt_engine: bool
+    completion_engine: bool
+    prompt_text: str | None = None
+    full_text: str | None = None  # prompt text + completion text (rendered turns only)
+    full_enc: Encoded | None = None
+    prompt_enc: Encoded | None = None
+    flags: list[str] = field(default_factory=list)
+    _full: np.ndarray | None = None
+
+    @property
+    def full(self) -> np.ndarray:
+        if self._full is None:
+            self._full = np.concatenate([self.prompt, self.completion])
+        return self._full
+
+
+@dataclass
+class TurnOutcome:
+    node_id: str
+    graph_id: str
+    policy: str
+    status: str  # "trained" | "dropped"
+    reason: str | None = None
+    sample_id: str | None = None
+    message: str | None = None
+
+
+@dataclass
+class LinearizeResult:
+    samples: list[Sample] = field(default_factory=list)
+    turns: list[TurnOutcome] = field(default_factory=list)
+    cuts: Counter[str] = field(default_factory=Counter)
+    drops: Counter[str] = field(default_factory=Counter)
+    flags: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: LinearizeResult) -> None:
+        self.samples.extend(other.samples)
+        self.turns.extend(other.turns)
+        self.cuts.update(other.cuts)
+        self.drops.update(other.drops)
+        self.flags.update(other.flags)
+
+
+@dataclass(frozen=True)
+class LinearizeOptions:
+    policies: frozenset[str] = frozenset()  # empty = all
+    render_date: str | None = None
+
+
+def _h(*parts: str) -> str:
+    return hashlib.blake2b("\0".join(parts).encode(), digest_size=12).hexdigest()
+
+
+def _is_prefix(prefix: np.ndarray, seq: np.ndarray) -> bool:
+    n = prefix.shape[0]
+    return n <= seq.shape[0] and bool(np.array_equal(seq[:n], prefix))
+
+
+class _GraphLinearizer:
+    def __init__(self, graph: MessageGraph, tok: TokenizerBundle, renderer: Renderer, opts: LinearizeOptions):
+        self.g = graph
+        self.tok = tok
+        self.r = renderer
+        self.opts = opts
+        self.stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
+        self.tt: dict[str, TurnTokens] = {}
+        self.parent: dict[str, str | None] = {}
+        self.recent: list[Encoded] = []
+        self.result = LinearizeResult()
+
+    # ------------------------------------------------------------ per-turn tokens
+    def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
+        if marked:
+            ids = self.tok.encode_marked(text)
+            return Encoded(text, ids, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        best: Encoded | None = None
+        best_len = -1
+        for b in bases:
+            if b is None:
+                continue
+            n = len(b.text) if text.startswith(b.text) else _lcp(b.text, text)
+            if n > best_len:
+                best, best_len = b, n
+        return self.tok.encode_from(best, text)
+
+    def _trim_completion(self, raw: np.ndarray) -> np.ndarray:
+        """Up to and including the first stop token after which only template trailer follows."""
+        if raw.shape[0] == 0:
+            return raw
+        stops = np.nonzero(np.isin(raw, self.stop))[0]
+        for p in stops:
+            rest = raw[p + 1 :]
+            rest = rest[~np.isin(rest, self.stop)]
+            if rest.shape[0] == 0 or self.tok.decode(rest.tolist()).strip() == "":
+                return raw[: p + 1]
+        # No stop token (a template whose turns end in plain text): drop trailing whitespace only.
+        end = raw.shape[0]
+        while end > 0 and self.tok.decode([int(raw[end - 1])]).strip() == "":
+            end -= 1
+        return raw[:end]
+
+    def _tokens(self, t: Turn, anc: TurnTokens | None) -> TurnTokens:
+        gen = t.generation
+        ctx = t.context
+        flags: list[str] = []
+        marked = self.r.needs_marking(t.path, t.env)
+        created = gen.created if gen is not None else None
+        prompt_text = prompt_enc = None
+        if gen is not None and gen.prompt_token_ids is not None:
+            prompt = np.asarray(gen.prompt_token_ids, dtype=np.int32)
+            prompt_engine = True
+            if marked:
+                safe = self.tok.encode_marked(self.r.render(ctx, t.env, add_generation_prompt=True, marked=True, created=created))
+                if not np.array_equal(safe, prompt):
+                    flags.append("engine_parsed_special_tokens")
+        else:
+            prompt_text = self.r.render(ctx, t.env, add_generation_prompt=True, marked=marked, created=created)
+            bases = [anc.full_enc if anc else None, *self.recent[-3:]]
+            prompt_enc = self._encode(prompt_text, marked, bases)
+            prompt = prompt_enc.ids
+            prompt_engine = False
+        full_text = full_enc = None
+        logprobs = None
+        if gen is not None and gen.token_ids is not None:
+            completion = np.asarray(gen.token_ids, dtype=np.int32)
+            completion_engine = True
+            if gen.logprobs is not None:
+                logprobs = np.asarray(gen.logprobs, dtype=np.float32)
+        else:
+            completion_engine = False
+            text = self.r.render(t.path, t.env, add_generation_prompt=False, marked=marked, created=created)
+            if prompt_text is None:
+                prompt_text = self.r.render(ctx, t.env, add_generation_prompt=True, marked=marked, created=created)
+            if not text.startswith(prompt_text):
+                raise _Drop(DropReason.COMPLETION_NOT_RENDERABLE,
+                            "the template does not render this turn right after its generation prompt")
+            base = prompt_enc or self._encode(prompt_text, marked, [anc.full_enc if anc else None])
+            full_enc = self._encode(text, marked, [base])
+            joint = full_enc.ids
+            if _is_prefix(prompt, joint):
+                raw = joint[prompt.shape[0] :]
+            else:
+                # The boundary between prompt and completion tokenizes differently when joined: the policy
+                # generated after the prompt ids, so its completion is the completion text tokenized on its own.
+                raw = self.tok.encode(text[len(prompt_text) :]) if not marked else self.tok.encode_marked(text[len(prompt_text) :])
+                flags.append("boundary_drift")
+            completion = self._trim_completion(raw)
+            full_text = text
+        if completion.shape[0] == 0:
+            raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
+        tt = TurnTokens(t, prompt, completion, logprobs, prompt_engine, completion_engine, prompt_text, full_text,
+                        full_enc, prompt_enc, flags)
+        for enc in (prompt_enc, full_enc):
+            if enc is not None and enc.char_marks.shape[0]:
+                self.recent.append(enc)
+        del self.recent[:-4]
+        return tt
+
+    # ------------------------------------------------------------ structure
+    def _nearest_turn_ancestor(self, t: Turn) -> TurnTokens | None:
+        for node in reversed(t.context):
+            tt = self.tt.get(node.id)
+            if tt is not None:
+                return tt
+        return None
+
+    def _find_parent(self, tt: TurnTokens, anc: TurnTokens | None) -> str | None:
+        prompt = tt.prompt
+        cur = anc.turn.node_id if anc else None
+        while cur is not None:
+            if _is_prefix(self.tt[cur].full, prompt):
+                return cur
+            cur = self.parent.get(cur)
+        # Other branches can render to the same tokens (e.g. a client dropped reasoning the template strips anyway).
+        cands = [o for nid, o in self.tt.items() if nid != tt.turn.node_id and o.full.shape[0] <= prompt.shape[0]]
+        cands.sort(key=lambda o: (-o.full.shape[0], o.turn.index))
+        for o in cands:
+            f = o.full
+            if f.shape[0] and f[0] == prompt[0] and f[-1] == prompt[f.shape[0] - 1] and _is_prefix(f, prompt):
+                return o.turn.node_id
+        return None
+
+    def _cut_reason(self, tt: TurnTokens) -> CutReason:
+        t = tt.turn
+        anc = self._nearest_turn_ancestor(t)
+        below = t.context[anc.turn.node.depth + 1 :] if anc else t.context
+        edge_index = self.g._edge_index()
+        for node in reversed(below):
+            e = edge_index.get(node.id)
+            if e is not None:
+                return CutReason(e.kind.value)
+        if anc is not None:
+            if anc.prompt_engine or anc.completion_engine or tt.prompt_engine:
+                return CutReason.LOGGED_IDS_DIFFER
+            if tt.prompt_text is not None and anc.full_text is not None:
+                anc_text = anc.full_text[: self._completion_text_end(anc)]
+                if tt.prompt_text.startswith(anc_text):
+                    return CutReason.TOKEN_DRIFT
+            return CutReason.TEMPLATE_RERENDER
+        # No earlier turn on this path: did this path leave a branch where turns were sampled?
+        for node in below:
+            siblings = self.g.children.get(node.parent, [])
+            # Only versions that existed before this node can have been replaced by it.
+            for sib in siblings[: siblings.index(node.id)]:
+                if self._subtree_has_turn(sib):
+                    same = self.g.nodes[sib].message.canonical_json() == node.message.canonical_json()
+                    return CutReason.ENV_CHANGE if same else CutReason.EDIT
+        return CutReason.START
+
+    def _completion_text_end(self, tt: TurnTokens) -> int:
+        assert tt.full_text is not None and tt.prompt_text is not None
+        # The F text ends where the trimmed completion ends; decode length is exact for rendered ids.
+        return len(tt.prompt_text) + len(self.tok.decode(tt.completion.tolist()))
+
+    def _subtree_has_turn(self, nid: str) -> bool:
+        stack = [nid]
+        while stack:
+            cur = stack.pop()
+            if cur in self.tt:
+                return True
+            stack.extend(self.g.children.get(cur, []))
+        return False
+
+    # ------------------------------------------------------------ driver
+    def run(self, source: str, extras: dict[str, Any]) -> LinearizeResult:
+        res = self.result
+        turns = collect_turns(self.g)
+        for t in turns:
+            if self.opts.policies and t.policy not in self.opts.policies:
+                self._drop(t, DropReason.POLICY_NOT_SELECTED, None)
+                continue
+            anc = self._nearest_turn_ancestor(t)
+            try:
+                tt = self._tokens(t, anc)
+            except _Drop as d:
+                self._drop(t, d.reason, d.message)
+                continue
+            except MsgtrainError as e:
+                self._drop(t, DropReason.RENDER_ERROR, str(e))
+                continue
+            self.tt[t.node_id] = tt
+            self.parent[t.node_id] = self._find_parent(tt, anc)
+        self._emit_samples(source, extras)
+        return res
+
+    def _drop(self, t: Turn, reason: DropReason, message: str | None) -> None:
+        self.result.turns.append(TurnOutcome(t.node_id, self.g.graph_id, t.policy, "dropped", reason.value, None, message))
+        self.result.drops[reason.value] += 1
+
+    def _emit_samples(self, source: str, extras: dict[str, Any]) -> None:
+        res = self.result
+        has_child = {p for p in self.parent.values() if p is not None}
+        trained: dict[str, str] = {}
+        reward = extras.get("reward")
+        metadata = {k: v for k, v in extras.items() if k != "reward"}
+        for nid, leaf in self.tt.items():
+            if nid in has_child:
+                continue
+            chain = [nid]
+            while (p := self.parent.get(chain[-1])) is not None:
+                chain.append(p)
+            chain.reverse()
+            todo = [c for c in chain if c not in trained]
+            ids = leaf.full
+            n = ids.shape[0]
+            mask = np.zeros(n, dtype=np.int8)
+            lp = np.full(n, np.nan, dtype=np.float32)
+            spans: list[tuple[int, int]] = []
+            flags: set[str] = set()
+            for c in todo:
+                ct = self.tt[c]
+                a = ct.prompt.shape[0]
+                b = a + ct.completion.shape[0]
+                mask[a:b] = 1
+                if ct.logprobs is not None:
+                    lp[a:b] = ct.logprobs
+                spans.append((a, b))
+                flags.update(ct.flags)
+            first = self.tt[todo[0]]
+            cut = CutReason.FORK if chain.index(todo[0]) > 0 else self._cut_reason(first)
+            engine = (leaf.prompt.shape[0] if leaf.prompt_engine else 0) + (
+                leaf.completion.shape[0] if leaf.completion_engine else 0
+            )
+            sid = _h(self.g.graph_id, nid, *todo)
+            sample = Sample(
+                sample_id=sid,
+                graph_id=self.g.graph_id,
+                source=source,
+                policy=leaf.turn.policy,
+                input_ids=ids,
+                loss_mask=mask,
+                logprobs=lp,
+                turn_ids=list(todo),
+                turn_spans=spans,
+                turn_group_ids=[self.tt[c].turn.group_id for c in todo],
+                group_id=leaf.turn.group_id,
+                cut_reason=cut.value,
+                engine_tokens=engine,
+                reward=float(reward) if isinstance(reward, int | float) and not isinstance(reward, bool) else None,
+                flags=sorted(flags),
+                metadata=metadata,
+            )
+            res.samples.append(sample)
+            if cut is not CutReason.START:
+                res.cuts[cut.value] += 1
+            res.flags.update(flags)
+            for c in todo:
+                trained[c] = sid
+                ct = self.tt[c]
+                res.turns.append(TurnOutcome(c, self.g.graph_id, ct.turn.policy, "trained", None, sid))
+
+
+class _Drop(Exception):
+    def __init__(self, reason: DropReason, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _lcp(a: str, b: str) -> int:
+    from msgtrain.linearize.tokenizer import common_prefix_len
+
+    return common_prefix_len(a, b)
+
+
+def linearize_graph(
+    graph: MessageGraph,
+    tok: TokenizerBundle,
+    *,
+    options: LinearizeOptions | None = None,
+    source: str = "",
+    extras: dict[str, Any] | None = None,
+    renderer: Renderer | None = None,
+) -> LinearizeResult:
+    """Linearize one graph (and, recursively, the sub-agent graphs nested in its tool results)."""
+    opts = options or LinearizeOptions()
+    r = renderer or Renderer(tok, opts.render_date)
+    result = _GraphLinearizer(graph, tok, r, opts).run(source, extras or {})
+    for sub in graph.subgraphs():
+        result.merge(linearize_graph(sub, tok, options=opts, source=source, extras=extras, renderer=r))
+    return result

@@ -1,0 +1,135 @@
+"""Rendering a turn's context with the chat template: the text the policy was shown.
+
+Invariants:
+- The context is rendered exactly as logged: every message on the path, no pairing filter (a client that sent an
+  unanswered call sent it), with the env's tools and template kwargs.
+- Content carrying added-token text (``<|im_start|>`` typed by a user, returned by a tool) is rendered with that
+  text wrapped in private markers so the encoder keeps it plain text; everything else renders untouched.
+- Templates run in transformers' sandboxed Jinja environment, bounded in wall time (main thread) and output size.
+- Templates that print today's date see the date of the logged call when known, else ``render_date`` when set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from msgtrain.errors import RenderError
+from msgtrain.linearize.tokenizer import TokenizerBundle
+from msgtrain.model.graph import Env, Node
+from msgtrain.model.openai import to_openai_message
+
+MAX_RENDER_SECONDS = 20.0
+MAX_RENDER_CHARS = 256 * 1024 * 1024
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_bound(seconds: float) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise _Timeout
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def _pinned_date(tok: TokenizerBundle, when: dt.datetime | None) -> Iterator[None]:
+    """Make ``strftime_now`` in the template return ``when`` (the compiled template is cached per text)."""
+    if when is None or "strftime_now" not in tok.chat_template:
+        yield
+        return
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # older transformers: the date cannot be pinned; rendering still works
+        yield
+        return
+    env = _compile_jinja_template(tok.chat_template).environment
+    old = env.globals.get("strftime_now")
+    env.globals["strftime_now"] = lambda fmt: when.strftime(fmt)
+    try:
+        yield
+    finally:
+        env.globals["strftime_now"] = old
+
+
+def _has_added(tok: TokenizerBundle, value: Any) -> bool:
+    if isinstance(value, str):
+        return tok.has_added_text(value)
+    if isinstance(value, dict):
+        return any(_has_added(tok, v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_added(tok, v) for v in value)
+    return False
+
+
+class Renderer:
+    """Renders node paths; caches each node's template dict and whether it carries control-token text."""
+
+    def __init__(self, tok: TokenizerBundle, render_date: str | None = None):
+        self.tok = tok
+        self.render_date = dt.datetime.fromisoformat(render_date) if render_date else None
+        self._dicts: dict[str, dict[str, Any]] = {}
+        self._unsafe: dict[str, bool] = {}
+        self.renders = 0
+
+    def message_dict(self, node: Node) -> dict[str, Any]:
+        d = self._dicts.get(node.id)
+        if d is None:
+            d = to_openai_message(node.message, for_template=True)
+            self._dicts[node.id] = d
+            self._unsafe[node.id] = _has_added(self.tok, d)
+        return d
+
+    def needs_marking(self, nodes: Sequence[Node], env: Env) -> bool:
+        for n in nodes:
+            self.message_dict(n)
+        return any(self._unsafe[n.id] for n in nodes) or _has_added(self.tok, list(env.tools))
+
+    def render(
+        self,
+        nodes: Sequence[Node],
+        env: Env,
+        *,
+        add_generation_prompt: bool,
+        marked: bool = False,
+        created: int | None = None,
+    ) -> str:
+        msgs: list[Any] = [self.message_dict(n) for n in nodes]
+        tools: list[Any] = list(env.tools)
+        if marked:
+            msgs = self.tok.mark_content(msgs)
+            tools = self.tok.mark_content(tools)
+        when = dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else self.render_date
+        self.renders += 1
+        try:
+            with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
+                text = self.tok.render(msgs, tools=tools or None, add_generation_prompt=add_generation_prompt,
+                                       template_kwargs=env.kwargs)
+        except _Timeout:
+            raise RenderError(f"chat template ran longer than {MAX_RENDER_SECONDS:.0f} s", code="template_timeout",
+                              hint="the template loops on this input; check it with msgtrain audit-template") from None
+        except RenderError:
+            raise
+        except Exception as e:  # jinja TemplateError, TypeError inside templates, raise_exception(...)
+            raise RenderError(f"chat template failed: {type(e).__name__}: {e}", code="template_error",
+                              hint="the template cannot render this conversation (unsupported role or feature?)") from e
+        if len(text) > MAX_RENDER_CHARS:
+            raise RenderError(f"chat template output exceeds {MAX_RENDER_CHARS} characters", code="template_output_too_large")
+        return text

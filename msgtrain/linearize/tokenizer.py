@@ -1,0 +1,349 @@
+"""Tokenizer bundle: one loaded tokenizer + chat template, with exact and injection-safe encoding.
+
+Invariants:
+- ``encode(text)`` equals ``hf.encode(text, add_special_tokens=False)`` — the ids ``apply_chat_template`` produces
+  for a rendered text — whenever no *content* carries added-token text.
+- ``encode_from(base, text)`` reuses the ids of an already-encoded text up to the last added-token boundary they
+  share and encodes only the rest. HF tokenizers split on added tokens before anything else, so ids never cross
+  such a boundary; ``_check_boundary_split`` verifies that property once per tokenizer and disables reuse if the
+  tokenizer breaks it (e.g. a normalizer that looks across tokens).
+- ``encode_marked(text)`` encodes a rendering whose user-supplied added-token text was wrapped in private markers:
+  the template's own control tokens stay control tokens, marked ones become plain text (no control id inside
+  content). Templates that split a marker pair leave lone markers, which only break the text.
+- The embedded demo tokenizer is built in code (byte-level, ChatML): no files, no network. It exists so a fresh
+  offline machine can run the pipeline end to end; it is not a model's tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msgtrain.errors import TokenizerError
+
+DEMO_TOKENIZER = "msgtrain-demo-bytes-chatml"
+MARK_START = "\ue000"
+MARK_END = "\ue001"
+
+CHATML_TEMPLATE = (
+    "{%- if tools -%}"
+    "{{ '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{ messages[0].content + '\\n\\n' }}{% endif -%}"
+    "{{ '# Tools\\n' }}{%- for tool in tools %}{{ tool | tojson + '\\n' }}{% endfor -%}"
+    "{{ '<|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' -%}"
+    "{{ '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if not (message.role == 'system' and loop.first) -%}"
+    "{{ '<|im_start|>' + message.role + '\\n' }}"
+    "{%- if message.role == 'assistant' and message.reasoning_content -%}"
+    "{{ '<think>\\n' + message.reasoning_content + '\\n</think>\\n' }}"
+    "{%- endif -%}"
+    "{%- if message.content is string -%}{{ message.content }}"
+    "{%- elif message.content -%}{%- for part in message.content -%}"
+    "{%- if part.type == 'text' %}{{ part.text }}{% else %}{{ '<' + part.type + '>' }}{% endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- for call in message.tool_calls or [] -%}"
+    "{{ '\\n<tool_call>' + {'name': call.function.name, 'arguments': call.function.arguments} | tojson + '</tool_call>' }}"
+    "{%- endfor -%}"
+    "{{ '<|im_end|>\\n' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif -%}"
+)
+
+
+def _build_demo_tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_chars = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(byte_chars))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    hf.chat_template = CHATML_TEMPLATE
+    hf.name_or_path = DEMO_TOKENIZER
+    return hf
+
+
+def _load_hf(name: str | None, chat_template: str | None) -> Any:
+    if name is None or name == DEMO_TOKENIZER:
+        hf = _build_demo_tokenizer()
+    else:
+        try:
+            from transformers import AutoTokenizer
+
+            hf = AutoTokenizer.from_pretrained(name)
+        except Exception as e:  # transformers raises OSError/ValueError/HF errors; all mean "cannot load"
+            raise TokenizerError(
+                f"cannot load tokenizer {name!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                hint="pass a local Hugging Face tokenizer folder (tokenizer.json + tokenizer_config.json); hub ids need"
+                " network access or a warm cache",
+            ) from e
+    if chat_template is not None:
+        path = Path(chat_template)
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            if path.suffix == ".json":
+                text = json.loads(text).get("chat_template", text)
+            hf.chat_template = text
+        else:
+            raise TokenizerError(f"chat template file {chat_template!r} not found", hint="pass a .jinja or tokenizer_config.json")
+    if not getattr(hf, "chat_template", None):
+        raise TokenizerError(
+            f"tokenizer {name!r} has no chat template",
+            hint="pass --chat-template FILE (a .jinja file or a tokenizer_config.json with chat_template)",
+        )
+    return hf
+
+
+@dataclass
+class Encoded:
+    """A text with its ids and the (char_end, token_end) checkpoints after each added token in it."""
+
+    text: str
+    ids: np.ndarray
+    char_marks: np.ndarray  # int64, sorted
+    tok_marks: np.ndarray  # int64, aligned with char_marks
+
+
+class TokenizerBundle:
+    """A loaded HF tokenizer plus everything the linearizer needs from it."""
+
+    def __init__(self, hf: Any, name: str):
+        self.hf = hf
+        self.name = name
+        self.chat_template: str = hf.chat_template
+        self.backend = hf.backend_tokenizer
+        added = hf.added_tokens_encoder  # content -> id, special and non-special added tokens
+        self.added_strings = sorted(added, key=len, reverse=True)
+        self.added_ids = np.array(sorted(added.values()), dtype=np.int64)
+        self.special_ids = set(int(i) for i in hf.all_special_ids)
+        self._added_re = re.compile("|".join(map(re.escape, self.added_strings)) or "(?!)")
+        self.stop_ids = self._stop_ids()
+        self.whitespace_ids = self._whitespace_ids()
+        self.fingerprint = self._fingerprint()
+        self.boundary_reuse = self._check_boundary_split()
+        self.encode_calls = 0
+        self.encoded_chars = 0
+        self.encoded_tokens = 0
+        self._plain: Any = None
+
+    # -------------------------------------------------------------- facts
+    def _stop_ids(self) -> set[int]:
+        """Tokens that end a sampled turn: EOS, generation-config EOS ids, and the token the template writes
+        right after an assistant message's content (found by probing the template, not per model)."""
+        ids: set[int] = set()
+        if self.hf.eos_token_id is not None:
+            ids.add(int(self.hf.eos_token_id))
+        folder = Path(str(getattr(self.hf, "name_or_path", "")))
+        gen_cfg = folder / "generation_config.json"
+        if gen_cfg.is_file():
+            try:
+                eos = json.loads(gen_cfg.read_text()).get("eos_token_id")
+                ids.update(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
+            except (ValueError, OSError):
+                pass
+        probe = "msgtrainprobe"
+        for msgs in (
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}],
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}, {"role": "user", "content": "r"}],
+        ):
+            try:
+                text = self.render(msgs, add_generation_prompt=False)
+            except Exception:  # noqa: S112 - a template that cannot render the probe simply teaches us nothing
+                continue
+            pos = text.find(probe)
+            if pos < 0:
+                continue
+            m = self._added_re.search(text, pos + len(probe))
+            if m is not None and text[pos + len(probe) : m.start()].strip() == "":
+                ids.add(int(self.hf.added_tokens_encoder[m.group(0)]))
+        return ids
+
+    def _whitespace_ids(self) -> set[int]:
+        out = set()
+        for s in (" ", "\n", "\n\n", "\t", "  ", "\r\n", " \n"):
+            enc = self.hf.encode(s, add_special_tokens=False)
+            if len(enc) == 1:
+                out.add(int(enc[0]))
+        return out
+
+    def _fingerprint(self) -> str:
+        h = hashlib.blake2b(digest_size=12)
+        h.update(self.backend.to_str().encode())
+        h.update(b"\0" + self.chat_template.encode())
+        return h.hexdigest()
+
+    def _check_boundary_split(self) -> bool:
+        samples = [
+            "<|im_start|>user\nHello world<|im_end|>\n<|im_start|>assistant\n Sure, here it is.",
+            "alpha beta" + (self.added_strings[0] if self.added_strings else "") + "\n  gamma delta  \n",
+        ]
+        for text in samples:
+            whole = self.hf.encode(text, add_special_tokens=False)
+            for m in self._added_re.finditer(text):
+                left = self.hf.encode(text[: m.end()], add_special_tokens=False)
+                right = self.hf.encode(text[m.end() :], add_special_tokens=False)
+                if left + right != whole:
+                    return False
+        return True
+
+    # -------------------------------------------------------------- rendering
+    def render(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: Sequence[Any] | None = None,
+        add_generation_prompt: bool,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        """Apply the chat template (transformers' sandboxed Jinja environment) and return text."""
+        out = self.hf.apply_chat_template(
+            list(messages),
+            tools=list(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **(template_kwargs or {}),
+        )
+        return str(out)
+
+    # -------------------------------------------------------------- encoding
+    def has_added_text(self, text: str) -> bool:
+        return self._added_re.search(text) is not None
+
+    def encode(self, text: str) -> np.ndarray:
+        self.encode_calls += 1
+        self.encoded_chars += len(text)
+        ids = np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+        self.encoded_tokens += int(ids.shape[0])
+        return ids
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        self.encode_calls += 1
+        self.encoded_chars += sum(map(len, texts))
+        outs = self.backend.encode_batch(texts, add_special_tokens=False)
+        arrays = [np.asarray(o.ids, dtype=np.int32) for o in outs]
+        self.encoded_tokens += sum(int(a.shape[0]) for a in arrays)
+        return arrays
+
+    def _marks(self, text: str, ids: np.ndarray, char_offset: int = 0, tok_offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        ends = np.fromiter((m.end() for m in self._added_re.finditer(text)), dtype=np.int64)
+        pos = np.nonzero(np.isin(ids, self.added_ids))[0].astype(np.int64) + 1
+        if ends.shape[0] != pos.shape[0]:
+            # Added-token text that did not become an added id (or vice versa): no safe checkpoints here.
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return ends + char_offset, pos + tok_offset
+
+    def encode_full(self, text: str) -> Encoded:
+        ids = self.encode(text)
+        cm, tm = self._marks(text, ids)
+        return Encoded(text, ids, cm, tm)
+
+    def encode_from(self, base: Encoded | None, text: str) -> Encoded:
+        """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix."""
+        if base is None or not self.boundary_reuse or base.char_marks.shape[0] == 0:
+            return self.encode_full(text)
+        lcp = common_prefix_len(base.text, text)
+        k = int(np.searchsorted(base.char_marks, lcp, side="right"))
+        if k == 0:
+            return self.encode_full(text)
+        c, t = int(base.char_marks[k - 1]), int(base.tok_marks[k - 1])
+        rest = text[c:]
+        rest_ids = self.encode(rest)
+        cm, tm = self._marks(rest, rest_ids, c, t)
+        ids = np.concatenate([base.ids[:t], rest_ids])
+        return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))
+
+    def _plain_tokenizer(self) -> Any:
+        """The same tokenizer with no added tokens: encodes control-token text as ordinary text."""
+        if self._plain is None:
+            from tokenizers import Tokenizer
+
+            spec = json.loads(self.backend.to_str())
+            spec["added_tokens"] = []
+            self._plain = Tokenizer.from_str(json.dumps(spec))
+        return self._plain
+
+    def encode_marked(self, text: str) -> np.ndarray:
+        """Encode a rendering whose content control tokens are wrapped in MARK_START/MARK_END (see module doc)."""
+        pieces = re.split(f"{MARK_START}(.*?){MARK_END}|[{MARK_START}{MARK_END}]", text, flags=re.S)
+        out: list[np.ndarray] = []
+        plain = self._plain_tokenizer()
+        newline = plain.encode("\n", add_special_tokens=False).ids
+        for i, piece in enumerate(pieces):
+            if not piece:
+                continue
+            if i % 2 == 0:
+                out.append(self.encode(piece))
+                continue
+            # Encode after a newline so SentencePiece-style tokenizers do not add a word-start prefix mid-text.
+            ids = plain.encode("\n" + piece, add_special_tokens=False).ids
+            ids = ids[len(newline) :] if ids[: len(newline)] == newline else plain.encode(piece, add_special_tokens=False).ids
+            out.append(np.asarray(ids, dtype=np.int32))
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
+
+    def mark_content(self, value: Any) -> Any:
+        """Wrap added-token text inside user-supplied strings (recursively) with private markers."""
+        if isinstance(value, str):
+            value = value.replace(MARK_START, "").replace(MARK_END, "")
+            return self._added_re.sub(lambda m: f"{MARK_START}{m.group(0)}{MARK_END}", value)
+        if isinstance(value, dict):
+            return {k: self.mark_content(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.mark_content(v) for v in value]
+        return value
+
+    # -------------------------------------------------------------- decoding
+    def decode(self, ids: Iterable[int]) -> str:
+        return str(self.hf.decode(list(map(int, ids)), skip_special_tokens=False))
+
+    def decode_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.decode([i]) for i in ids]
+
+
+def common_prefix_len(a: str, b: str) -> int:
+    """Length of the longest common prefix, by galloping + binary search over C-level slice compares."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    step = 256
+    while step < hi and a[:step] == b[:step]:
+        lo = step
+        step *= 4
+    hi = min(hi, step)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+_CACHE: dict[tuple[str | None, str | None], TokenizerBundle] = {}
+
+
+def load_tokenizer(name: str | None = None, chat_template: str | None = None) -> TokenizerBundle:
+    """Load (once per process) a tokenizer folder / hub id, or the embedded demo tokenizer when ``name`` is None."""
+    key = (name, chat_template)
+    if key not in _CACHE:
+        hf = _load_hf(name, chat_template)
+        _CACHE[key] = TokenizerBundle(hf, name or DEMO_TOKENIZER)
+    return _CACHE[key]
