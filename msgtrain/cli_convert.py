@@ -1,9 +1,129 @@
-"""CLI command ``convert``: logs → token-exact training data."""
+"""CLI command ``convert``: logs → token-exact training data (options → ConvertConfig → run.pipeline)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from msgtrain.errors import ConfigError
+
+EXIT_WITH_REJECTS = 3
+
+
+def _summary(data: dict[str, Any], console: Console) -> None:
+    t = Table(title="msgtrain convert", show_header=False, title_justify="left")
+    r, tu, s, tok = data["records"], data["turns"], data["samples"], data["tokens"]
+    t.add_row("records", f"{r['read']} read = {r['converted']} converted + {r['rejected']} rejected + {r['skipped']} skipped")
+    t.add_row("graphs", str(data["graphs"]))
+    t.add_row("turns", f"{tu['found']} found = {tu['trained']} trained + {tu['dropped']} dropped")
+    t.add_row("samples", f"{s['written']} " + " ".join(f"{k}={v}" for k, v in s["by_split"].items()))
+    t.add_row("tokens", f"{tok['total']} total, {tok['trained']} trained, engine share {tok['engine_share']:.1%}")
+    for title, key in (("cuts", "cuts_by_reason"), ("rejected", None), ("dropped turns", None), ("dropped samples", None)):
+        if key:
+            items = data[key]
+        elif title == "rejected":
+            items = r["rejected_by_reason"]
+        elif title == "dropped turns":
+            items = tu["dropped_by_reason"]
+        else:
+            items = s["dropped_by_reason"]
+        if items:
+            t.add_row(title, ", ".join(f"{k}={v}" for k, v in items.items()))
+    if data["tokenizer"].get("demo"):
+        t.add_row("tokenizer", "[yellow]embedded demo tokenizer (byte-level ChatML) — pass --tokenizer for real data[/]")
+    else:
+        t.add_row("tokenizer", str(data["tokenizer"].get("name")))
+    console.print(t)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the convert command to the app."""
+    @app.command()
+    def convert(
+        inputs: list[Path] = typer.Argument(..., help="Log files or directories (searched recursively)."),
+        output: Path = typer.Option(None, "-o", "--output", help="Output directory (published atomically)."),
+        tokenizer: str = typer.Option(None, "--tokenizer", help="Local HF tokenizer folder or hub id; default: embedded demo."),
+        chat_template: str = typer.Option(None, "--chat-template", help="A .jinja file or tokenizer_config.json to use."),
+        policy: list[str] = typer.Option(None, "--policy", help="Train only these policies (repeatable); default all."),
+        input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
+        fmt: str = typer.Option(None, "--format", help="parquet (default) | hf | jsonl"),
+        target: str = typer.Option(None, "--target", help="canonical (default) | labels | trl | packed | rl"),
+        max_length: int = typer.Option(None, "--max-length", help="Longest sample in tokens."),
+        overflow: str = typer.Option(None, "--overflow", help="drop (default) | truncate | split"),
+        split: list[str] = typer.Option(None, "--split", help="e.g. validation=0.05 (by conversation)."),
+        pack_length: int = typer.Option(None, "--pack-length", help="Row length for --target packed."),
+        rejects: Path = typer.Option(None, "--rejects", help="Where bad records go (default OUT/rejects.jsonl)."),
+        strict: bool = typer.Option(None, "--strict/--no-strict", help="Fail on the first bad record."),
+        max_reject_rate: float = typer.Option(None, "--max-reject-rate", help="Abort when more records than this are bad."),
+        render_date: str = typer.Option(None, "--render-date", help="YYYY-MM-DD for templates that print today's date."),
+        config: Path = typer.Option(None, "--config", help="YAML config; CLI flags override it."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars, no summary."),
+    ) -> int:
+        """Convert agent logs into token-exact training samples (Parquet by default)."""
+        from msgtrain.run.config import ConvertConfig, load_config_data
+        from msgtrain.run.pipeline import convert as run_convert
+
+        given: dict[str, Any] = {
+            "inputs": [str(p) for p in inputs],
+            "output": str(output) if output is not None else None,
+            "tokenizer": tokenizer,
+            "chat_template": chat_template,
+            "policies": list(policy) if policy else None,
+            "input_format": input_format,
+            "format": fmt,
+            "target": target,
+            "max_length": max_length,
+            "overflow": overflow,
+            "split": _parse_split(split) if split else None,
+            "pack_length": pack_length,
+            "rejects": str(rejects) if rejects is not None else None,
+            "strict": strict,
+            "max_reject_rate": max_reject_rate,
+            "render_date": render_date,
+            "quiet": quiet or None,
+        }
+        data = load_config_data(config) if config is not None else {}
+        data.update({k: v for k, v in given.items() if v is not None})
+        if not data.get("output"):
+            raise ConfigError("no output directory", hint="pass -o OUT or set output: in the config")
+        cfg = ConvertConfig(**data)
+        console = Console(stderr=True)
+        show = not cfg.quiet and sys.stderr.isatty()
+        if show:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("{task.fields[info]}"), console=console, transient=True) as bar:
+                task = bar.add_task("files", total=None, info="")
+
+                def hook(kind: str, info: dict[str, Any]) -> None:
+                    if kind == "file":
+                        bar.update(task, total=info["total"], completed=info["index"], info=Path(info["path"]).name)
+                    else:
+                        bar.update(task, info=f"{info['samples']} samples, {info['tokens']} tokens")
+
+                report = run_convert(cfg, progress=hook)
+        else:
+            report = run_convert(cfg)
+        if not cfg.quiet:
+            _summary(report, Console(stderr=True) if not sys.stdout.isatty() else Console())
+        if report["records"]["rejected"]:
+            if not cfg.quiet:
+                console.print(f"[yellow]{report['records']['rejected']} records rejected: see {report['outputs'].get('rejects')}[/]")
+            raise typer.Exit(EXIT_WITH_REJECTS)
+        return 0
+
+
+def _parse_split(items: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        name, _, frac = item.partition("=")
+        try:
+            out[name.strip()] = float(frac)
+        except ValueError:
+            raise ConfigError(f"bad --split {item!r}", hint="use NAME=FRACTION, e.g. validation=0.05") from None
+    return out

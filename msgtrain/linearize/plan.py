@@ -227,20 +227,29 @@ class _GraphLinearizer:
         return None
 
     def _find_parent(self, tt: TurnTokens, anc: TurnTokens | None) -> str | None:
+        """The turn with the longest full ids that the prompt starts with (None: this turn starts a sample)."""
         prompt = tt.prompt
+        found: str | None = None
         cur = anc.turn.node_id if anc else None
         while cur is not None:
             if _is_prefix(self.tt[cur].full, prompt):
-                return cur
+                found = cur
+                break
             cur = self.parent.get(cur)
-        # Other branches can render to the same tokens (e.g. a client dropped reasoning the template strips anyway).
-        cands = [o for nid, o in self.tt.items() if nid != tt.turn.node_id and o.full.shape[0] <= prompt.shape[0]]
+        # Other branches can render to the same tokens and reach further (e.g. a client dropped reasoning that the
+        # template strips anyway): any longer full-ids prefix wins.
+        floor = self.tt[found].full.shape[0] if found else 0
+        cands = [
+            o for nid, o in self.tt.items()
+            if nid != tt.turn.node_id and floor < o.full.shape[0] <= prompt.shape[0]
+        ]
         cands.sort(key=lambda o: (-o.full.shape[0], o.turn.index))
         for o in cands:
             f = o.full
-            if f.shape[0] and f[0] == prompt[0] and f[-1] == prompt[f.shape[0] - 1] and _is_prefix(f, prompt):
+            n = f.shape[0]
+            if f[0] == prompt[0] and f[-1] == prompt[n - 1] and f[n // 2] == prompt[n // 2] and _is_prefix(f, prompt):
                 return o.turn.node_id
-        return None
+        return found
 
     def _cut_reason(self, tt: TurnTokens) -> CutReason:
         t = tt.turn
