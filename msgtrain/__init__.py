@@ -13,4 +13,11 @@ from msgtrain.model import (
 )
 
 __version__ = "0.1.0"
-__all__ = ["MessageBuilder", "MessageGraph", "MsgtrainError", "OptionResultBuilder", "__version__", "load_graphs"]
+__all__ = [
+    "MessageBuilder",
+    "MessageGraph",
+    "MsgtrainError",
+    "OptionResultBuilder",
+    "__version__",
+    "load_graphs",
+]

@@ -18,12 +18,20 @@ EXIT_WITH_REJECTS = 3
 def _summary(data: dict[str, Any], console: Console) -> None:
     t = Table(title="msgtrain convert", show_header=False, title_justify="left")
     r, tu, s, tok = data["records"], data["turns"], data["samples"], data["tokens"]
-    t.add_row("records", f"{r['read']} read = {r['converted']} converted + {r['rejected']} rejected + {r['skipped']} skipped")
+    t.add_row(
+        "records",
+        f"{r['read']} read = {r['converted']} converted + {r['rejected']} rejected + {r['skipped']} skipped",
+    )
     t.add_row("graphs", str(data["graphs"]))
     t.add_row("turns", f"{tu['found']} found = {tu['trained']} trained + {tu['dropped']} dropped")
     t.add_row("samples", f"{s['written']} " + " ".join(f"{k}={v}" for k, v in s["by_split"].items()))
     t.add_row("tokens", f"{tok['total']} total, {tok['trained']} trained, engine share {tok['engine_share']:.1%}")
-    for title, key in (("cuts", "cuts_by_reason"), ("rejected", None), ("dropped turns", None), ("dropped samples", None)):
+    for title, key in (
+        ("cuts", "cuts_by_reason"),
+        ("rejected", None),
+        ("dropped turns", None),
+        ("dropped samples", None),
+    ):
         if key:
             items = data[key]
         elif title == "rejected":
@@ -35,7 +43,10 @@ def _summary(data: dict[str, Any], console: Console) -> None:
         if items:
             t.add_row(title, ", ".join(f"{k}={v}" for k, v in items.items()))
     if data["tokenizer"].get("demo"):
-        t.add_row("tokenizer", "[yellow]embedded demo tokenizer (byte-level ChatML) — pass --tokenizer for real data[/]")
+        t.add_row(
+            "tokenizer",
+            "[yellow]embedded demo tokenizer (byte-level ChatML) — pass --tokenizer for real data[/]",
+        )
     else:
         t.add_row("tokenizer", str(data["tokenizer"].get("name")))
     console.print(t)
@@ -46,8 +57,12 @@ def register(app: typer.Typer) -> None:
     def convert(
         inputs: list[Path] = typer.Argument(..., help="Log files or directories (searched recursively)."),
         output: Path = typer.Option(None, "-o", "--output", help="Output directory (published atomically)."),
-        tokenizer: str = typer.Option(None, "--tokenizer", help="Local HF tokenizer folder or hub id; default: embedded demo."),
-        chat_template: str = typer.Option(None, "--chat-template", help="A .jinja file or tokenizer_config.json to use."),
+        tokenizer: str = typer.Option(
+            None, "--tokenizer", help="Local HF tokenizer folder or hub id; default: embedded demo."
+        ),
+        chat_template: str = typer.Option(
+            None, "--chat-template", help="A .jinja file or tokenizer_config.json to use."
+        ),
         policy: list[str] = typer.Option(None, "--policy", help="Train only these policies (repeatable); default all."),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
         fmt: str = typer.Option(None, "--format", help="parquet (default) | hf | jsonl"),
@@ -58,8 +73,12 @@ def register(app: typer.Typer) -> None:
         pack_length: int = typer.Option(None, "--pack-length", help="Row length for --target packed."),
         rejects: Path = typer.Option(None, "--rejects", help="Where bad records go (default OUT/rejects.jsonl)."),
         strict: bool = typer.Option(None, "--strict/--no-strict", help="Fail on the first bad record."),
-        max_reject_rate: float = typer.Option(None, "--max-reject-rate", help="Abort when more records than this are bad."),
-        render_date: str = typer.Option(None, "--render-date", help="YYYY-MM-DD for templates that print today's date."),
+        max_reject_rate: float = typer.Option(
+            None, "--max-reject-rate", help="Abort when more records than this are bad."
+        ),
+        render_date: str = typer.Option(
+            None, "--render-date", help="YYYY-MM-DD for templates that print today's date."
+        ),
         config: Path = typer.Option(None, "--config", help="YAML config; CLI flags override it."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars, no summary."),
     ) -> int:
@@ -96,8 +115,15 @@ def register(app: typer.Typer) -> None:
         if show:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TextColumn("{task.fields[info]}"), console=console, transient=True) as bar:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}"),
+                console=console,
+                transient=True,
+            ) as bar:
                 task = bar.add_task("files", total=None, info="")
 
                 def hook(kind: str, info: dict[str, Any]) -> None:
@@ -113,7 +139,8 @@ def register(app: typer.Typer) -> None:
             _summary(report, Console(stderr=True) if not sys.stdout.isatty() else Console())
         if report["records"]["rejected"]:
             if not cfg.quiet:
-                console.print(f"[yellow]{report['records']['rejected']} records rejected: see {report['outputs'].get('rejects')}[/]")
+                n_rejected, where = report["records"]["rejected"], report["outputs"].get("rejects")
+                console.print(f"[yellow]{n_rejected} records rejected: see {where}[/]")
             raise typer.Exit(EXIT_WITH_REJECTS)
         return 0
 

@@ -15,7 +15,9 @@ def shared_path(*parts: str) -> Path:
     """A path under ../shared, or skip the test with a reason when the materials are not present."""
     p = SHARED.joinpath(*parts)
     if not p.exists():
-        pytest.skip(f"../shared/{'/'.join(parts)} not present (it ships beside the checkout in CI, not with the package)")
+        pytest.skip(
+            f"../shared/{'/'.join(parts)} not present (it ships beside the checkout in CI, not with the package)"
+        )
     return p
 
 

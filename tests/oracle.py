@@ -24,17 +24,86 @@ END_OF_TURN = {
     "gpt-oss": (["<|end|>", "<|return|>", "<|call|>"], "last"),
 }
 
-WORDS = (
-    "the weather in Paris is mild today and the forecast says light rain later this evening so bring a jacket "
-    "tokens trains samples graph branch policy search results file main.py returns status ok value number 42 "
-    "naïve café résumé 東京 emoji 🎉 code `x = 1` JSON {\"a\": [1, 2]} path /tmp/a_b-c.txt"
-).split()
+WORDS = [
+    "the",
+    "weather",
+    "in",
+    "Paris",
+    "is",
+    "mild",
+    "today",
+    "and",
+    "the",
+    "forecast",
+    "says",
+    "light",
+    "rain",
+    "later",
+    "this",
+    "evening",
+    "so",
+    "bring",
+    "a",
+    "jacket",
+    "tokens",
+    "trains",
+    "samples",
+    "graph",
+    "branch",
+    "policy",
+    "search",
+    "results",
+    "file",
+    "main.py",
+    "returns",
+    "status",
+    "ok",
+    "value",
+    "number",
+    "42",
+    "naïve",
+    "café",
+    "résumé",
+    "東京",
+    "emoji",
+    "🎉",
+    "code",
+    "`x",
+    "=",
+    "1`",
+    "JSON",
+    '{"a":',
+    "[1,",
+    "2]}",
+    "path",
+    "/tmp/a_b-c.txt",
+]
 
 TOOLS = [
-    {"type": "function", "function": {"name": "search", "description": "Search the web",
-     "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "what to look for"}}, "required": ["query"]}}},
-    {"type": "function", "function": {"name": "read_file", "description": "Read a file",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "absolute path"}}, "required": ["path"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "what to look for"}},
+                "required": ["query"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "absolute path"}},
+                "required": ["path"],
+            },
+        },
+    },
 ]
 
 
@@ -79,8 +148,15 @@ class RunGenerator:
                 args = {"query": _text(rng, 1, 4)} if name == "search" else {"path": f"/tmp/{rng.randint(1, 99)}.txt"}
                 raw = json.dumps(args, ensure_ascii=False)
                 # Both the OpenAI shape and the flat name/arguments some templates (harmony) read.
-                calls.append({"id": self._call_id(), "type": "function", "name": name, "arguments": args,
-                              "function": {"name": name, "arguments": raw}})
+                calls.append(
+                    {
+                        "id": self._call_id(),
+                        "type": "function",
+                        "name": name,
+                        "arguments": args,
+                        "function": {"name": name, "arguments": raw},
+                    }
+                )
             msg["tool_calls"] = calls
             if rng.random() < 0.3:
                 msg["content"] = ""
@@ -104,7 +180,14 @@ class RunGenerator:
                 kept.pop("reasoning_content")  # a client that drops reasoning from history
             history.append(kept)
             for tc in chosen.get("tool_calls", []):
-                history.append({"role": "tool", "tool_call_id": tc["id"], "name": tc["name"], "content": _text(rng, 1, 8)})
+                history.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": tc["id"],
+                        "name": tc["name"],
+                        "content": _text(rng, 1, 8),
+                    }
+                )
             if not chosen.get("tool_calls"):
                 history.append({"role": "user", "content": _text(rng)})
             r = rng.random()
@@ -140,7 +223,9 @@ def oracle_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def expected_turn(hf: Any, template: str, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+def expected_turn(
+    hf: Any, template: str, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any]
+) -> tuple[list[int], list[int]] | None:
     """(prompt ids, completion ids) per the spec, or None when the template cannot render the turn after its prompt."""
     p = render_ids(hf, oracle_messages(ctx), tools, True)
     full = render_ids(hf, oracle_messages([*ctx, msg]), tools, False)
@@ -167,7 +252,9 @@ def non_canonical(hf: Any, ids: list[int]) -> list[int]:
     return ids
 
 
-def to_records(hf: Any, template: str, calls: list[Call], rng: random.Random, engine_share: float) -> list[dict[str, Any]]:
+def to_records(
+    hf: Any, template: str, calls: list[Call], rng: random.Random, engine_share: float
+) -> list[dict[str, Any]]:
     """Per-call JSONL records; some carry vLLM engine ids (sometimes non-canonical) and logprobs."""
     records = []
     now = int(time.time())
@@ -179,19 +266,22 @@ def to_records(hf: Any, template: str, calls: list[Call], rng: random.Random, en
         c.engine = engine
         c.prompt_ids = prompt
         for j, msg in enumerate(c.choices):
-            wire = {key: v for key, v in msg.items()}
+            wire = dict(msg)
             if "tool_calls" in wire:
-                wire["tool_calls"] = [{"id": tc["id"], "type": "function", "function": tc["function"]} for tc in wire["tool_calls"]]
+                wire["tool_calls"] = [
+                    {"id": tc["id"], "type": "function", "function": tc["function"]} for tc in wire["tool_calls"]
+                ]
             choice: dict[str, Any] = {"index": j, "message": wire, "finish_reason": "stop"}
             if engine:
                 exp = expected_turn(hf, template, c.context, c.tools, msg)
-                if exp is None:
-                    ids = []
-                else:
-                    ids = exp[1] if rng.random() < 0.7 else non_canonical(hf, exp[1])
+                ids: list[int] = [] if exp is None else exp[1]
+                if ids and rng.random() < 0.3:
+                    ids = non_canonical(hf, ids)
                 lps = [round(-rng.random(), 4) for _ in ids]
                 choice["token_ids"] = ids
-                choice["logprobs"] = {"content": [{"token": str(t), "logprob": lp} for t, lp in zip(ids, lps, strict=True)]}
+                choice["logprobs"] = {
+                    "content": [{"token": str(t), "logprob": lp} for t, lp in zip(ids, lps, strict=True)]
+                }
                 c.choice_ids.append(ids)
                 c.choice_logprobs.append(lps)
             choices.append(choice)
@@ -207,7 +297,9 @@ def to_records(hf: Any, template: str, calls: list[Call], rng: random.Random, en
 def _wire(m: dict[str, Any]) -> dict[str, Any]:
     out = dict(m)
     if out.get("tool_calls"):
-        out["tool_calls"] = [{"id": tc["id"], "type": "function", "function": tc["function"]} for tc in out["tool_calls"]]
+        out["tool_calls"] = [
+            {"id": tc["id"], "type": "function", "function": tc["function"]} for tc in out["tool_calls"]
+        ]
     return out
 
 

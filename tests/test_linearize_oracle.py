@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from msgtrain import MessageGraph
-from msgtrain.export.schema import samples_to_table, check_sample
-from msgtrain.ingest.calls import READER as CALLS
+from msgtrain.export.schema import check_sample, samples_to_table
 from msgtrain.ingest.base import ReadGraph
+from msgtrain.ingest.calls import READER as CALLS
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import Origin
 from tests.conftest import load_named_tokenizer
@@ -65,7 +65,9 @@ def _graphs_from_records(records: list[dict[str, Any]], tmp_path: Path) -> list[
 
 @pytest.mark.parametrize("template", TEMPLATES)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_per_call_logs_train_every_sampled_turn_once_after_exactly_its_prompt(template: str, seed: int, tmp_path: Path) -> None:
+def test_per_call_logs_train_every_sampled_turn_once_after_exactly_its_prompt(
+    template: str, seed: int, tmp_path: Path
+) -> None:
     tok = load_named_tokenizer(template)
     rng = random.Random(1000 + seed)
     calls = RunGenerator(seed, template).run(n_turns=7)

@@ -83,6 +83,7 @@ class Sample:
 
 def samples_to_table(samples: list[Sample]) -> pa.Table:
     """Build the canonical Arrow table without Python loops over tokens."""
+
     def list_col(arrays: list[np.ndarray], typ: pa.DataType, nan_to_null: bool = False) -> pa.Array:
         lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
         offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
@@ -99,7 +100,9 @@ def samples_to_table(samples: list[Sample]) -> pa.Table:
         "policy": [s.policy for s in samples],
         "input_ids": list_col([s.input_ids.astype(np.int32, copy=False) for s in samples], pa.int32()),
         "loss_mask": list_col([s.loss_mask.astype(np.int8, copy=False) for s in samples], pa.int8()),
-        "logprobs": list_col([s.logprobs.astype(np.float32, copy=False) for s in samples], pa.float32(), nan_to_null=True),
+        "logprobs": list_col(
+            [s.logprobs.astype(np.float32, copy=False) for s in samples], pa.float32(), nan_to_null=True
+        ),
         "turn_ids": [s.turn_ids for s in samples],
         "turn_spans": [[{"start": a, "end": b} for a, b in s.turn_spans] for s in samples],
         "turn_group_ids": [s.turn_group_ids for s in samples],
@@ -114,7 +117,10 @@ def samples_to_table(samples: list[Sample]) -> pa.Table:
         "flags": [s.flags for s in samples],
         "metadata": [json.dumps(s.metadata, sort_keys=True, ensure_ascii=False) for s in samples],
     }
-    arrays = [cols[f.name] if isinstance(cols[f.name], pa.Array) else pa.array(cols[f.name], type=f.type) for f in CANONICAL_SCHEMA]
+    arrays = [
+        cols[f.name] if isinstance(cols[f.name], pa.Array) else pa.array(cols[f.name], type=f.type)
+        for f in CANONICAL_SCHEMA
+    ]
     return pa.Table.from_arrays(arrays, schema=CANONICAL_SCHEMA)
 
 

@@ -36,7 +36,11 @@ class SourceRef:
     record: str = "file"
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.record.removeprefix('line ')}" if self.record.startswith("line ") else f"{self.file} ({self.record})"
+        return (
+            f"{self.file}:{self.record.removeprefix('line ')}"
+            if self.record.startswith("line ")
+            else f"{self.file} ({self.record})"
+        )
 
 
 @dataclass
@@ -142,13 +146,21 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
             try:
                 yield lineno, raw, json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
-                yield lineno, raw, ParseError(f"invalid UTF-8 at byte {e.start}", where=where, code="bad_utf8")
+                yield (
+                    lineno,
+                    raw,
+                    ParseError(f"invalid UTF-8 at byte {e.start}", where=where, code="bad_utf8"),
+                )
             except json.JSONDecodeError as e:
                 truncated = not raw.endswith(b"\n")
-                yield lineno, raw, ParseError(
-                    ("truncated last line: " if truncated else "invalid JSON: ") + e.msg,
-                    where=where,
-                    code="truncated_line" if truncated else "bad_json",
+                yield (
+                    lineno,
+                    raw,
+                    ParseError(
+                        ("truncated last line: " if truncated else "invalid JSON: ") + e.msg,
+                        where=where,
+                        code="truncated_line" if truncated else "bad_json",
+                    ),
                 )
             except RecursionError:
                 yield lineno, raw, ParseError("JSON nested too deeply", where=where, code="too_deep")

@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, first_json_value, iter_json_lines
+from msgtrain.ingest.base import (
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    first_json_value,
+    iter_json_lines,
+)
 from msgtrain.model.graph import Env, MessageGraph, Origin, canonical
 from msgtrain.model.openai import from_openai_message, from_openai_messages, generation_from_choice
 
@@ -82,16 +90,31 @@ class CallsReader:
             except MsgtrainError as e:
                 yield ReadReject(src, e, excerpt(raw))
         for key, g in graphs.items():
-            yield ReadGraph(g, SourceRef(str(path), f"line {first_line[key]}"), records=counts[key], extras=extras.get(key, {}))
+            yield ReadGraph(
+                g,
+                SourceRef(str(path), f"line {first_line[key]}"),
+                records=counts[key],
+                extras=extras.get(key, {}),
+            )
 
     def _plan(self, rec: Any, where: str) -> tuple[str, Any]:
         """Validate one record fully before touching any graph, so a bad record leaves no partial nodes."""
-        if not isinstance(rec, dict) or not isinstance(rec.get("request"), dict) or not isinstance(rec.get("response"), dict):
-            raise ValidationError("record needs 'request' and 'response' objects", where=where, code="bad_record",
-                                  hint='one line per call: {"request": {...}, "response": {...}}')
+        if (
+            not isinstance(rec, dict)
+            or not isinstance(rec.get("request"), dict)
+            or not isinstance(rec.get("response"), dict)
+        ):
+            raise ValidationError(
+                "record needs 'request' and 'response' objects",
+                where=where,
+                code="bad_record",
+                hint='one line per call: {"request": {...}, "response": {...}}',
+            )
         request, response = rec["request"], rec["response"]
         if "error" in response and not response.get("choices"):
-            raise ValidationError(f"the call failed: {str(response['error'])[:200]}", where=where, code="error_response")
+            raise ValidationError(
+                f"the call failed: {str(response['error'])[:200]}", where=where, code="error_response"
+            )
         messages = request.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ValidationError("request.messages must be a non-empty list", where=where, code="bad_record")
@@ -114,7 +137,11 @@ class CallsReader:
                     raise ValidationError(f"choices[{i}] has no message", where=where, code="bad_record")
                 msg = from_openai_message({**choice["message"], "role": "assistant"}, index=i, call_names=names)
                 # vLLM puts prompt ids on the response; some proxies put them on each choice.
-                resp = response if prompt_ids is not None else {**response, "prompt_token_ids": choice.get("prompt_token_ids")}
+                resp = (
+                    response
+                    if prompt_ids is not None
+                    else {**response, "prompt_token_ids": choice.get("prompt_token_ids")}
+                )
                 sampled.append((msg, generation_from_choice(choice, resp)))
         except MsgtrainError as e:
             raise e.located(where) from None
@@ -127,7 +154,9 @@ class CallsReader:
         def build(g: MessageGraph) -> None:
             parent = None
             for m in context:
-                parent = g.add_node(parent, m, env=env, origin=Origin.CARRIED if m.role == "assistant" else Origin.CONTEXT)
+                parent = g.add_node(
+                    parent, m, env=env, origin=Origin.CARRIED if m.role == "assistant" else Origin.CONTEXT
+                )
             for msg, gen in sampled:
                 g.add_node(parent, msg, env=env, origin=Origin.SAMPLED, generation=gen)
             g.head = [n.id for n in g.path(parent)] if parent else []

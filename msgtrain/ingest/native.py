@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt, first_json_value, iter_json_lines
+from msgtrain.ingest.base import (
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    SourceRef,
+    excerpt,
+    first_json_value,
+    iter_json_lines,
+)
 from msgtrain.model.graph import GRAPH_LOG_FORMAT
 from msgtrain.model.graphlog import graphs_from_records
 
@@ -34,8 +43,12 @@ class NativeGraphReader:
                 continue
             gid = obj.get("graph") if isinstance(obj, dict) else None
             if not isinstance(gid, str):
-                err = ValidationError("record has no graph id", where=f"{path}:{lineno}", code="bad_record",
-                                      hint='every graph-log record carries "graph": "<id>"')
+                err = ValidationError(
+                    "record has no graph id",
+                    where=f"{path}:{lineno}",
+                    code="bad_record",
+                    hint='every graph-log record carries "graph": "<id>"',
+                )
                 yield ReadReject(SourceRef(str(path), f"line {lineno}"), err, excerpt(raw))
                 continue
             groups.setdefault(gid, []).append((lineno, obj))

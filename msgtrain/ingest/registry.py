@@ -6,9 +6,9 @@ Order matters for detection: more specific detectors come first; generic ones (p
 from __future__ import annotations
 
 from msgtrain.ingest import calls, native
-from msgtrain.ingest.base import REGISTRY, register
+from msgtrain.ingest.base import REGISTRY, Reader, register
 
-_READERS = [
+_READERS: list[Reader] = [
     native.READER,
     calls.READER,
 ]

@@ -15,6 +15,13 @@ from msgtrain.linearize.plan import (
 from msgtrain.linearize.tokenizer import DEMO_TOKENIZER, TokenizerBundle, load_tokenizer
 
 __all__ = [
-    "DEMO_TOKENIZER", "CutReason", "DropReason", "LinearizeOptions", "LinearizeResult", "TokenizerBundle",
-    "TurnOutcome", "linearize_graph", "load_tokenizer",
+    "DEMO_TOKENIZER",
+    "CutReason",
+    "DropReason",
+    "LinearizeOptions",
+    "LinearizeResult",
+    "TokenizerBundle",
+    "TurnOutcome",
+    "linearize_graph",
+    "load_tokenizer",
 ]

@@ -172,7 +172,9 @@ class _GraphLinearizer:
             prompt = np.asarray(gen.prompt_token_ids, dtype=np.int32)
             prompt_engine = True
             if marked:
-                safe = self.tok.encode_marked(self.r.render(ctx, t.env, add_generation_prompt=True, marked=True, created=created))
+                safe = self.tok.encode_marked(
+                    self.r.render(ctx, t.env, add_generation_prompt=True, marked=True, created=created)
+                )
                 if not np.array_equal(safe, prompt):
                     flags.append("engine_parsed_special_tokens")
         else:
@@ -194,8 +196,10 @@ class _GraphLinearizer:
             if prompt_text is None:
                 prompt_text = self.r.render(ctx, t.env, add_generation_prompt=True, marked=marked, created=created)
             if not text.startswith(prompt_text):
-                raise _Drop(DropReason.COMPLETION_NOT_RENDERABLE,
-                            "the template does not render this turn right after its generation prompt")
+                raise _Drop(
+                    DropReason.COMPLETION_NOT_RENDERABLE,
+                    "the template does not render this turn right after its generation prompt",
+                )
             base = prompt_enc or self._encode(prompt_text, marked, [anc.full_enc if anc else None])
             full_enc = self._encode(text, marked, [base])
             joint = full_enc.ids
@@ -204,14 +208,29 @@ class _GraphLinearizer:
             else:
                 # The boundary between prompt and completion tokenizes differently when joined: the policy
                 # generated after the prompt ids, so its completion is the completion text tokenized on its own.
-                raw = self.tok.encode(text[len(prompt_text) :]) if not marked else self.tok.encode_marked(text[len(prompt_text) :])
+                raw = (
+                    self.tok.encode(text[len(prompt_text) :])
+                    if not marked
+                    else self.tok.encode_marked(text[len(prompt_text) :])
+                )
                 flags.append("boundary_drift")
             completion = self._trim_completion(raw)
             full_text = text
         if completion.shape[0] == 0:
             raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
-        tt = TurnTokens(t, prompt, completion, logprobs, prompt_engine, completion_engine, prompt_text, full_text,
-                        full_enc, prompt_enc, flags)
+        tt = TurnTokens(
+            t,
+            prompt,
+            completion,
+            logprobs,
+            prompt_engine,
+            completion_engine,
+            prompt_text,
+            full_text,
+            full_enc,
+            prompt_enc,
+            flags,
+        )
         for enc in (prompt_enc, full_enc):
             if enc is not None and enc.char_marks.shape[0]:
                 self.recent.append(enc)
@@ -240,8 +259,7 @@ class _GraphLinearizer:
         # template strips anyway): any longer full-ids prefix wins.
         floor = self.tt[found].full.shape[0] if found else 0
         cands = [
-            o for nid, o in self.tt.items()
-            if nid != tt.turn.node_id and floor < o.full.shape[0] <= prompt.shape[0]
+            o for nid, o in self.tt.items() if nid != tt.turn.node_id and floor < o.full.shape[0] <= prompt.shape[0]
         ]
         cands.sort(key=lambda o: (-o.full.shape[0], o.turn.index))
         for o in cands:
@@ -315,7 +333,9 @@ class _GraphLinearizer:
         return res
 
     def _drop(self, t: Turn, reason: DropReason, message: str | None) -> None:
-        self.result.turns.append(TurnOutcome(t.node_id, self.g.graph_id, t.policy, "dropped", reason.value, None, message))
+        self.result.turns.append(
+            TurnOutcome(t.node_id, self.g.graph_id, t.policy, "dropped", reason.value, None, message)
+        )
         self.result.drops[reason.value] += 1
 
     def _emit_samples(self, source: str, extras: dict[str, Any]) -> None:

@@ -120,16 +120,29 @@ class Renderer:
         self.renders += 1
         try:
             with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
-                text = self.tok.render(msgs, tools=tools or None, add_generation_prompt=add_generation_prompt,
-                                       template_kwargs=env.kwargs)
+                text = self.tok.render(
+                    msgs,
+                    tools=tools or None,
+                    add_generation_prompt=add_generation_prompt,
+                    template_kwargs=env.kwargs,
+                )
         except _Timeout:
-            raise RenderError(f"chat template ran longer than {MAX_RENDER_SECONDS:.0f} s", code="template_timeout",
-                              hint="the template loops on this input; check it with msgtrain audit-template") from None
+            raise RenderError(
+                f"chat template ran longer than {MAX_RENDER_SECONDS:.0f} s",
+                code="template_timeout",
+                hint="the template loops on this input; check it with msgtrain audit-template",
+            ) from None
         except RenderError:
             raise
         except Exception as e:  # jinja TemplateError, TypeError inside templates, raise_exception(...)
-            raise RenderError(f"chat template failed: {type(e).__name__}: {e}", code="template_error",
-                              hint="the template cannot render this conversation (unsupported role or feature?)") from e
+            raise RenderError(
+                f"chat template failed: {type(e).__name__}: {e}",
+                code="template_error",
+                hint="the template cannot render this conversation (unsupported role or feature?)",
+            ) from e
         if len(text) > MAX_RENDER_CHARS:
-            raise RenderError(f"chat template output exceeds {MAX_RENDER_CHARS} characters", code="template_output_too_large")
+            raise RenderError(
+                f"chat template output exceeds {MAX_RENDER_CHARS} characters",
+                code="template_output_too_large",
+            )
         return text

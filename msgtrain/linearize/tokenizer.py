@@ -52,7 +52,8 @@ CHATML_TEMPLATE = (
     "{%- if part.type == 'text' %}{{ part.text }}{% else %}{{ '<' + part.type + '>' }}{% endif -%}"
     "{%- endfor -%}{%- endif -%}"
     "{%- for call in message.tool_calls or [] -%}"
-    "{{ '\\n<tool_call>' + {'name': call.function.name, 'arguments': call.function.arguments} | tojson + '</tool_call>' }}"
+    "{{ '\\n<tool_call>' + {'name': call.function.name, 'arguments': call.function.arguments} | tojson"
+    " + '</tool_call>' }}"
     "{%- endfor -%}"
     "{{ '<|im_end|>\\n' }}"
     "{%- endif -%}"
@@ -103,7 +104,10 @@ def _load_hf(name: str | None, chat_template: str | None) -> Any:
                 text = json.loads(text).get("chat_template", text)
             hf.chat_template = text
         else:
-            raise TokenizerError(f"chat template file {chat_template!r} not found", hint="pass a .jinja or tokenizer_config.json")
+            raise TokenizerError(
+                f"chat template file {chat_template!r} not found",
+                hint="pass a .jinja or tokenizer_config.json",
+            )
     if not getattr(hf, "chat_template", None):
         raise TokenizerError(
             f"tokenizer {name!r} has no chat template",
@@ -133,7 +137,7 @@ class TokenizerBundle:
         added = hf.added_tokens_encoder  # content -> id, special and non-special added tokens
         self.added_strings = sorted(added, key=len, reverse=True)
         self.added_ids = np.array(sorted(added.values()), dtype=np.int64)
-        self.special_ids = set(int(i) for i in hf.all_special_ids)
+        self.special_ids = {int(i) for i in hf.all_special_ids}
         self._added_re = re.compile("|".join(map(re.escape, self.added_strings)) or "(?!)")
         self.stop_ids = self._stop_ids()
         self.whitespace_ids = self._whitespace_ids()
@@ -162,11 +166,15 @@ class TokenizerBundle:
         probe = "msgtrainprobe"
         for msgs in (
             [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}],
-            [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}, {"role": "user", "content": "r"}],
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": probe},
+                {"role": "user", "content": "r"},
+            ],
         ):
             try:
                 text = self.render(msgs, add_generation_prompt=False)
-            except Exception:  # noqa: S112 - a template that cannot render the probe simply teaches us nothing
+            except Exception:
                 continue
             pos = text.find(probe)
             if pos < 0:
@@ -242,7 +250,9 @@ class TokenizerBundle:
         self.encoded_tokens += sum(int(a.shape[0]) for a in arrays)
         return arrays
 
-    def _marks(self, text: str, ids: np.ndarray, char_offset: int = 0, tok_offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def _marks(
+        self, text: str, ids: np.ndarray, char_offset: int = 0, tok_offset: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         ends = np.fromiter((m.end() for m in self._added_re.finditer(text)), dtype=np.int64)
         pos = np.nonzero(np.isin(ids, self.added_ids))[0].astype(np.int64) + 1
         if ends.shape[0] != pos.shape[0]:
@@ -294,7 +304,11 @@ class TokenizerBundle:
                 continue
             # Encode after a newline so SentencePiece-style tokenizers do not add a word-start prefix mid-text.
             ids = plain.encode("\n" + piece, add_special_tokens=False).ids
-            ids = ids[len(newline) :] if ids[: len(newline)] == newline else plain.encode(piece, add_special_tokens=False).ids
+            ids = (
+                ids[len(newline) :]
+                if ids[: len(newline)] == newline
+                else plain.encode(piece, add_special_tokens=False).ids
+            )
             out.append(np.asarray(ids, dtype=np.int32))
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
 

@@ -50,6 +50,14 @@ def collect_turns(graph: MessageGraph) -> list[Turn]:
         env = graph.env_of(node.id)
         group = hashlib.blake2b(f"{graph.graph_id}\0{node.parent}\0{env.id}".encode(), digest_size=8).hexdigest()
         turns.append(
-            Turn(i, node, tuple(graph.path(node.id)), env, graph.generation(node.id), turn_policy(graph, node), group)
+            Turn(
+                i,
+                node,
+                tuple(graph.path(node.id)),
+                env,
+                graph.generation(node.id),
+                turn_policy(graph, node),
+                group,
+            )
         )
     return turns

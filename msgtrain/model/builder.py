@@ -73,9 +73,13 @@ class MessageBuilder:
         self._parts.append(ReasoningPart(text=text))
         return self
 
-    def add_media(self, modality: Modality, url: str, prompt_hint: str | None = None, mime: str | None = None) -> MessageBuilder:
+    def add_media(
+        self, modality: Modality, url: str, prompt_hint: str | None = None, mime: str | None = None
+    ) -> MessageBuilder:
         self._media += 1
-        self._parts.append(MediaPart(modality=modality, url=url, prompt_hint=prompt_hint, mime=mime, id=f"media_{self._media}"))
+        self._parts.append(
+            MediaPart(modality=modality, url=url, prompt_hint=prompt_hint, mime=mime, id=f"media_{self._media}")
+        )
         return self
 
     def add_image(self, prompt_hint: str | None, url: str, mime: str | None = None) -> MessageBuilder:
@@ -100,15 +104,25 @@ class MessageBuilder:
         """The most recent call as a stand-alone message (what an executor answers)."""
         if not self._calls:
             raise ValidationError("no option call has been added to this builder", code="no_call")
-        return OptionCallMessage(calls=(self._calls[-1],), policy=self.policy, role_hint_for_llm="assistant", step_num=self.step_num)
+        return OptionCallMessage(
+            calls=(self._calls[-1],),
+            policy=self.policy,
+            role_hint_for_llm="assistant",
+            step_num=self.step_num,
+        )
 
     def to_message(self) -> AnyMessage:
         if self._calls:
             return OptionCallMessage(
-                parts=tuple(self._parts), calls=tuple(self._calls), policy=self.policy,
-                role_hint_for_llm="assistant", step_num=self.step_num,
+                parts=tuple(self._parts),
+                calls=tuple(self._calls),
+                policy=self.policy,
+                role_hint_for_llm="assistant",
+                step_num=self.step_num,
             )
-        return PartsMessage(parts=tuple(self._parts), policy=self.policy, role_hint_for_llm=self.role, step_num=self.step_num)
+        return PartsMessage(
+            parts=tuple(self._parts), policy=self.policy, role_hint_for_llm=self.role, step_num=self.step_num
+        )
 
 
 class OptionResultBuilder:
@@ -121,43 +135,67 @@ class OptionResultBuilder:
 
     @classmethod
     def response_to(
-        cls, call: OptionCallMessage | OptionCallPayload, *, invocation_id: str | None = None,
-        option_name: str | None = None, policy: str | None = None,
+        cls,
+        call: OptionCallMessage | OptionCallPayload,
+        *,
+        invocation_id: str | None = None,
+        option_name: str | None = None,
+        policy: str | None = None,
     ) -> OptionResultBuilder:
         if isinstance(call, OptionCallMessage):
             chosen = [c for c in call.calls if invocation_id is None or c.invocation_id == invocation_id]
             if invocation_id is None and len(call.calls) > 1:
                 raise ValidationError(
-                    f"message has {len(call.calls)} calls; say which one", hint="pass invocation_id=", code="ambiguous_call"
+                    f"message has {len(call.calls)} calls; say which one",
+                    hint="pass invocation_id=",
+                    code="ambiguous_call",
                 )
             step = call.step_num
         else:
             chosen = [call] if invocation_id in (None, call.invocation_id) else []
             step = None
         if not chosen:
-            raise ValidationError(f"invocation id {invocation_id!r} does not match the call", code="mismatched_id",
-                                  hint="a result must answer the call it was built from")
+            raise ValidationError(
+                f"invocation id {invocation_id!r} does not match the call",
+                code="mismatched_id",
+                hint="a result must answer the call it was built from",
+            )
         payload = chosen[0]
         if option_name is not None and option_name != payload.option_name:
             raise ValidationError(
-                f"option name {option_name!r} does not match the call's {payload.option_name!r}", code="mismatched_name"
+                f"option name {option_name!r} does not match the call's {payload.option_name!r}",
+                code="mismatched_name",
             )
         return cls(payload, step, policy or payload.option_name)
 
     def _message(self, payload: OptionResultPayload, subgraph: Any = None) -> OptionResultMessage:
         data = subgraph.to_data() if subgraph is not None and hasattr(subgraph, "to_data") else subgraph
-        return OptionResultMessage(result=payload, policy=self.policy, role_hint_for_llm="tool", step_num=self.step_num, subgraph=data)
+        return OptionResultMessage(
+            result=payload,
+            policy=self.policy,
+            role_hint_for_llm="tool",
+            step_num=self.step_num,
+            subgraph=data,
+        )
 
     def success(self, result: Any, *, subgraph: Any = None) -> OptionResultMessage:
         """The option ran. ``subgraph`` may hold the sub-agent conversation that produced the result."""
         return self._message(
-            OptionResultPayload(invocation_id=self.call.invocation_id, option_name=self.call.option_name, result=result),
+            OptionResultPayload(
+                invocation_id=self.call.invocation_id, option_name=self.call.option_name, result=result
+            ),
             subgraph,
         )
 
     def error(self, error_type: str, error_message: str, retryable: bool = False) -> OptionResultMessage:
         payload = OptionResultPayload(
-            invocation_id=self.call.invocation_id, option_name=self.call.option_name, is_error=True,
-            error_type=error_type, error_message=error_message, retryable=retryable,
+            invocation_id=self.call.invocation_id,
+            option_name=self.call.option_name,
+            is_error=True,
+            error_type=error_type,
+            error_message=error_message,
+            retryable=retryable,
         )
-        return OptionResultMessage(result=payload, policy=RUNTIME_POLICY, role_hint_for_llm="tool", step_num=self.step_num)
+        return OptionResultMessage(
+            result=payload, policy=RUNTIME_POLICY, role_hint_for_llm="tool", step_num=self.step_num
+        )

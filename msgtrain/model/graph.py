@@ -23,7 +23,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, overload
@@ -130,9 +130,7 @@ def node_id(parent: str | None, env_id: str, message: AnyMessage) -> str:
     return _hash(parent if parent is not None else f"env:{env_id}", message.canonical_json())
 
 
-def _coerce(
-    message: AnyMessage | dict[str, Any], policy: str, call_names: dict[str, str] | None = None
-) -> AnyMessage:
+def _coerce(message: AnyMessage | dict[str, Any], policy: str, call_names: dict[str, str] | None = None) -> AnyMessage:
     if isinstance(message, PartsMessage | OptionCallMessage | OptionResultMessage):
         return message
     if isinstance(message, dict):
@@ -271,7 +269,9 @@ class MessageGraph:
             self.envs[env.id] = env
             self._write({"type": "env", "env_id": env.id, **_env_json(env)})
         if parent is not None and parent not in self.nodes:
-            raise ValidationError(f"parent {parent} is not in the graph", where=f"graph {self.graph_id}", code="dangling_parent")
+            raise ValidationError(
+                f"parent {parent} is not in the graph", where=f"graph {self.graph_id}", code="dangling_parent"
+            )
         org = Origin(origin) if origin is not None else _default_origin(msg)
         return self._add(parent, msg, org, env.id, generation)
 
@@ -296,7 +296,15 @@ class MessageGraph:
     def record_edge(self, kind: EdgeKind | str, old: Sequence[str], new: Sequence[str], anchor: str | None) -> None:
         edge = ParallelEdge(EdgeKind(kind), tuple(old), tuple(new), anchor)
         self.edges.append(edge)
-        self._write({"type": "edge", "kind": edge.kind.value, "old": list(edge.old), "new": list(edge.new), "anchor": anchor})
+        self._write(
+            {
+                "type": "edge",
+                "kind": edge.kind.value,
+                "old": list(edge.old),
+                "new": list(edge.new),
+                "anchor": anchor,
+            }
+        )
 
     # ----------------------------------------------------------------- list interface
     def __len__(self) -> int:
@@ -490,9 +498,21 @@ class MessageGraph:
             yield self._node_record(node)
             gen = self.generations.get(node.id)
             if gen is not None:
-                yield {"type": "generation", "graph": self.graph_id, "id": node.id, "generation": gen.model_dump(mode="json")}
+                yield {
+                    "type": "generation",
+                    "graph": self.graph_id,
+                    "id": node.id,
+                    "generation": gen.model_dump(mode="json"),
+                }
         for e in self.edges:
-            yield {"type": "edge", "graph": self.graph_id, "kind": e.kind.value, "old": list(e.old), "new": list(e.new), "anchor": e.anchor}
+            yield {
+                "type": "edge",
+                "graph": self.graph_id,
+                "kind": e.kind.value,
+                "old": list(e.old),
+                "new": list(e.new),
+                "anchor": e.anchor,
+            }
         yield {"type": "head", "graph": self.graph_id, "ids": list(self.head)}
 
     def save(self, path: str | Path, *, append: bool = False) -> None:

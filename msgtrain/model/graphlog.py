@@ -46,7 +46,9 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise ParseError(
                     ("truncated last line: " if truncated else "invalid JSON: ") + e.msg,
                     where=f"{path}:{lineno}",
-                    hint="the writer was probably killed mid-line; earlier records are still read" if truncated else None,
+                    hint="the writer was probably killed mid-line; earlier records are still read"
+                    if truncated
+                    else None,
                     code="truncated_line" if truncated else "bad_json",
                 ) from e
             if not isinstance(obj, dict):
@@ -68,8 +70,12 @@ def graphs_from_records(
         lineno, rec = item if isinstance(item, tuple) else (n, item)
         gid = rec.get("graph")
         if not isinstance(gid, str):
-            raise ValidationError("record has no graph id", where=f"{source}:{lineno}", code="bad_record",
-                                  hint='every graph-log record carries "graph": "<id>"')
+            raise ValidationError(
+                "record has no graph id",
+                where=f"{source}:{lineno}",
+                code="bad_record",
+                hint='every graph-log record carries "graph": "<id>"',
+            )
         if gid not in pending:
             pending[gid] = []
             order.append(gid)
@@ -81,8 +87,12 @@ def graphs_from_records(
 def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> MessageGraph:
     header = next((r for _, r in recs if r.get("type") == "graph"), None)
     if header is None:
-        raise ValidationError(f"graph {gid} has no header record", where=source, code="bad_record",
-                              hint='the first record of a graph is {"type": "graph", ...}')
+        raise ValidationError(
+            f"graph {gid} has no header record",
+            where=source,
+            code="bad_record",
+            hint='the first record of a graph is {"type": "graph", ...}',
+        )
     if header.get("format") != GRAPH_LOG_FORMAT or header.get("version") != GRAPH_LOG_VERSION:
         raise ValidationError(
             f"unsupported graph log {header.get('format')!r} version {header.get('version')!r}",
@@ -105,8 +115,12 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
             elif kind == "node":
                 nid = str(rec["id"])
                 if nid in node_recs and node_recs[nid][1].get("message") != rec.get("message"):
-                    raise ValidationError(f"duplicate node id {nid} with different content", where=where, code="duplicate_id",
-                                          hint="node ids must be unique; regenerate the log")
+                    raise ValidationError(
+                        f"duplicate node id {nid} with different content",
+                        where=where,
+                        code="duplicate_id",
+                        hint="node ids must be unique; regenerate the log",
+                    )
                 prev_origin = node_recs.get(nid, (0, {}))[1].get("origin")
                 if prev_origin == "sampled":
                     rec = {**rec, "origin": "sampled"}
@@ -115,14 +129,25 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
             elif kind == "generation":
                 g.generations[str(rec["id"])] = Generation.model_validate(rec["generation"])
             elif kind == "edge":
-                g.edges.append(ParallelEdge(EdgeKind(rec["kind"]), tuple(rec.get("old", ())), tuple(rec.get("new", ())), rec.get("anchor")))
+                g.edges.append(
+                    ParallelEdge(
+                        EdgeKind(rec["kind"]),
+                        tuple(rec.get("old", ())),
+                        tuple(rec.get("new", ())),
+                        rec.get("anchor"),
+                    )
+                )
             elif kind == "retract":
                 retracted.update(rec.get("ids", ()))
             elif kind == "head":
                 head = list(rec.get("ids", ()))
             elif kind != "graph":
-                raise ValidationError(f"unknown record type {kind!r}", where=where, code="bad_record",
-                                      hint="record types: graph, env, node, generation, edge, retract, head")
+                raise ValidationError(
+                    f"unknown record type {kind!r}",
+                    where=where,
+                    code="bad_record",
+                    hint="record types: graph, env, node, generation, edge, retract, head",
+                )
         except (KeyError, ValueError, TypeError) as e:
             if isinstance(e, ValidationError):
                 raise
@@ -133,8 +158,12 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
     for nid, (lineno, rec) in node_recs.items():
         parent = rec.get("parent")
         if parent is not None and parent not in node_recs:
-            raise ValidationError(f"node {nid} has a dangling parent {parent}", where=f"{source}:{lineno}",
-                                  code="dangling_parent", hint="the parent node record is missing from the log")
+            raise ValidationError(
+                f"node {nid} has a dangling parent {parent}",
+                where=f"{source}:{lineno}",
+                code="dangling_parent",
+                hint="the parent node record is missing from the log",
+            )
         if rec.get("env_id") not in g.envs:
             g.envs.setdefault(str(rec.get("env_id")), Env())
     depth: dict[str, int] = {}
@@ -146,7 +175,9 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
             msg = parse_message(rec["message"])
             origin = Origin(rec.get("origin", "context"))
         except (ValueError, KeyError) as e:
-            raise ValidationError(f"node {nid}: invalid message: {e}", where=f"{source}:{lineno}", code="bad_message") from e
+            raise ValidationError(
+                f"node {nid}: invalid message: {e}", where=f"{source}:{lineno}", code="bad_message"
+            ) from e
         if isinstance(msg, OptionCallMessage):
             g._call_names.update({c.invocation_id: c.option_name for c in msg.calls})
         g.nodes[nid] = Node(nid, rec.get("parent"), str(rec.get("env_id")), msg, origin, depth[nid])
@@ -174,8 +205,12 @@ def _depth(nid: str, recs: dict[str, tuple[int, dict[str, Any]]], memo: dict[str
     cur: str | None = nid
     while cur is not None and cur not in memo:
         if cur in seen:
-            raise ValidationError(f"node {cur} is its own ancestor (cycle)", where=f"{source}:{recs[cur][0]}",
-                                  code="cycle", hint="parent links must form a tree")
+            raise ValidationError(
+                f"node {cur} is its own ancestor (cycle)",
+                where=f"{source}:{recs[cur][0]}",
+                code="cycle",
+                hint="parent links must form a tree",
+            )
         seen.add(cur)
         chain.append(cur)
         cur = recs[cur][1].get("parent")

@@ -63,9 +63,11 @@ def _content_parts(content: Any, where: str) -> list[Part]:
         elif kind in _MEDIA_KEYS or kind in ("image", "input_image"):
             modality = _MEDIA_KEYS.get(str(kind), "image")
             ref = item.get(kind) if kind in _MEDIA_KEYS else item
-            url = ref.get("url") or ref.get("image_url") or ref.get("file_id") or ref.get("data") if isinstance(
-                ref, dict
-            ) else ref
+            url = (
+                ref.get("url") or ref.get("image_url") or ref.get("file_id") or ref.get("data")
+                if isinstance(ref, dict)
+                else ref
+            )
             if not isinstance(url, str) or not url:
                 raise ValidationError(f"content[{j}] {kind} part has no url", where=where, code="bad_content")
             parts.append(MediaPart(modality=modality, url=url))
@@ -122,7 +124,9 @@ def from_openai_message(
         call_id = data.get("tool_call_id") or (data.get("name") if role == "function" else None)
         if not call_id:
             raise ValidationError(
-                "tool message missing tool_call_id", where=where, hint="set tool_call_id to the id of the call it answers",
+                "tool message missing tool_call_id",
+                where=where,
+                hint="set tool_call_id to the id of the call it answers",
                 code="missing_tool_call_id",
             )
         option_name = name or (call_names or {}).get(call_id)
@@ -134,8 +138,8 @@ def from_openai_message(
                 code="unpaired_result",
             )
         content = data.get("content")
-        result: Any = content if isinstance(content, str) else "\n".join(
-            p.text for p in parts if isinstance(p, TextPart)
+        result: Any = (
+            content if isinstance(content, str) else "\n".join(p.text for p in parts if isinstance(p, TextPart))
         )
         return OptionResultMessage(
             result=OptionResultPayload(invocation_id=str(call_id), option_name=option_name, result=result),
@@ -158,7 +162,7 @@ def from_openai_message(
         for k, call in enumerate(raw_calls):
             if not isinstance(call, dict):
                 raise ValidationError(f"tool_calls[{k}] is not an object", where=where, code="bad_tool_call")
-            fn = call.get("function") if isinstance(call.get("function"), dict) else call
+            fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
             call_id, call_name = call.get("id"), fn.get("name")
             if not call_id or not call_name:
                 raise ValidationError(
@@ -169,10 +173,16 @@ def from_openai_message(
                 )
             args, raw = parse_arguments(fn.get("arguments", fn.get("args")))
             calls.append(
-                OptionCallPayload(invocation_id=str(call_id), option_name=str(call_name), arguments=args, raw_arguments=raw)
+                OptionCallPayload(
+                    invocation_id=str(call_id), option_name=str(call_name), arguments=args, raw_arguments=raw
+                )
             )
         return OptionCallMessage(
-            parts=tuple(parts), calls=tuple(calls), policy=policy, role_hint_for_llm="assistant", name=name,
+            parts=tuple(parts),
+            calls=tuple(calls),
+            policy=policy,
+            role_hint_for_llm="assistant",
+            name=name,
             metadata=metadata,
         )
     return PartsMessage(

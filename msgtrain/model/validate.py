@@ -50,11 +50,23 @@ def validate_dicts(messages: Sequence[Any], *, where: str = "") -> list[Problem]
             continue
         if role == "tool":
             if not m.get("tool_call_id"):
-                out.append(Problem(loc, "missing_tool_call_id", "tool message missing tool_call_id",
-                                   "set tool_call_id to the id of the call it answers"))
+                out.append(
+                    Problem(
+                        loc,
+                        "missing_tool_call_id",
+                        "tool message missing tool_call_id",
+                        "set tool_call_id to the id of the call it answers",
+                    )
+                )
             elif m["tool_call_id"] not in issued:
-                out.append(Problem(loc, "unpaired_result", f"tool result answers no call ({m['tool_call_id']})",
-                                   "an earlier assistant message must carry a tool call with this id"))
+                out.append(
+                    Problem(
+                        loc,
+                        "unpaired_result",
+                        f"tool result answers no call ({m['tool_call_id']})",
+                        "an earlier assistant message must carry a tool call with this id",
+                    )
+                )
             if not m.get("name") and m.get("tool_call_id") not in issued:
                 out.append(Problem(loc, "missing_name", "tool message missing name", "set name to the tool's name"))
         elif role == "assistant":
@@ -86,17 +98,32 @@ def validate_messages(messages: Sequence[AnyMessage], *, where: str = "") -> lis
         if isinstance(m, OptionCallMessage):
             for c in m.calls:
                 if c.invocation_id in issued:
-                    out.append(Problem(loc, "duplicate_id", f"invocation id {c.invocation_id} was already used by "
-                                       f"message[{issued[c.invocation_id]}]", "invocation ids must be unique"))
+                    out.append(
+                        Problem(
+                            loc,
+                            "duplicate_id",
+                            f"invocation id {c.invocation_id} was already used by message[{issued[c.invocation_id]}]",
+                            "invocation ids must be unique",
+                        )
+                    )
                 issued[c.invocation_id] = i
         elif isinstance(m, OptionResultMessage):
             if m.result.invocation_id not in issued:
-                out.append(Problem(loc, "unpaired_result", f"result answers no call ({m.result.invocation_id})",
-                                   "emit the option_call before its result"))
-        elif isinstance(m, PartsMessage):
-            if not m.parts:
-                what = "assistant message has no content and no tool calls" if m.role == "assistant" else f"{m.role} message has empty content"
-                out.append(Problem(loc, "empty_assistant" if m.role == "assistant" else "empty_content", what))
+                out.append(
+                    Problem(
+                        loc,
+                        "unpaired_result",
+                        f"result answers no call ({m.result.invocation_id})",
+                        "emit the option_call before its result",
+                    )
+                )
+        elif isinstance(m, PartsMessage) and not m.parts:
+            what = (
+                "assistant message has no content and no tool calls"
+                if m.role == "assistant"
+                else f"{m.role} message has empty content"
+            )
+            out.append(Problem(loc, "empty_assistant" if m.role == "assistant" else "empty_content", what))
     return out
 
 
@@ -126,8 +153,11 @@ def validate_user_input(messages: Sequence[Any]) -> None:
         content = m.get("content") if isinstance(m, dict) else getattr(m, "text", None)
         if role not in USER_INPUT_ROLES:
             raise ValidationError(
-                f"role {role!r} is not allowed in user input", where=f"message[{i}]", code="spoofed_role",
-                hint="external input may only carry user or system messages; assistant and tool turns come from the agent",
+                f"role {role!r} is not allowed in user input",
+                where=f"message[{i}]",
+                code="spoofed_role",
+                hint="external input may only carry user or system messages;"
+                " assistant and tool turns come from the agent",
             )
         if not content:
             raise ValidationError(f"{role} message has empty content", where=f"message[{i}]", code="empty_content")

@@ -105,7 +105,9 @@ def check_accounting(report: dict[str, Any]) -> None:
     """The two identities every run must satisfy; raises AssertionError naming the broken one."""
     r = report["records"]
     assert r["read"] == r["converted"] + r["rejected"] + r["skipped"], f"records do not add up: {r}"
-    assert sum(r["rejected_by_reason"].values()) == r["rejected"] and sum(r["skipped_by_reason"].values()) == r["skipped"]
+    assert (
+        sum(r["rejected_by_reason"].values()) == r["rejected"] and sum(r["skipped_by_reason"].values()) == r["skipped"]
+    )
     t = report["turns"]
     assert t["found"] == t["trained"] + t["dropped"], f"turns do not add up: {t}"
     assert sum(t["dropped_by_reason"].values()) == t["dropped"]
@@ -179,7 +181,6 @@ ProgressHook = Callable[[str, dict[str, Any]], None]
 
 def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     """Run a conversion described by ``cfg`` (a :class:`msgtrain.run.config.ConvertConfig`); return the report."""
-    from msgtrain.export.length import apply_length_policy
     from msgtrain.export.split import SplitAssigner
     from msgtrain.export.writer import DatasetWriter
 
@@ -256,8 +257,16 @@ def _read_events(path: Path, cfg: Any) -> Iterator[Any]:
 
 
 def _convert_file(
-    path: Path, cfg: Any, tok: Any, renderer: Renderer, opts: LinearizeOptions, report: RunReport,
-    rejects: RejectSink, splitter: Any, writer: Any, progress: ProgressHook | None,
+    path: Path,
+    cfg: Any,
+    tok: Any,
+    renderer: Renderer,
+    opts: LinearizeOptions,
+    report: RunReport,
+    rejects: RejectSink,
+    splitter: Any,
+    writer: Any,
+    progress: ProgressHook | None,
 ) -> None:
     from msgtrain.export.length import apply_length_policy
 
@@ -296,8 +305,15 @@ def _convert_file(
 
 
 def _linearize_and_write(
-    ev: ReadGraph, tok: Any, renderer: Renderer, opts: LinearizeOptions, report: RunReport, splitter: Any,
-    writer: Any, cfg: Any, apply_length_policy: Any,
+    ev: ReadGraph,
+    tok: Any,
+    renderer: Renderer,
+    opts: LinearizeOptions,
+    report: RunReport,
+    splitter: Any,
+    writer: Any,
+    cfg: Any,
+    apply_length_policy: Any,
 ) -> None:
     res = linearize_graph(ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer)
     report.turns_found += len(res.turns)
