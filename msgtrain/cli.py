@@ -26,28 +26,40 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_WITH_REJECTS = 3
+EXIT_INTERRUPTED = 130
+
+
+_registered = False
 
 
 def _register_commands() -> None:
+    """Attach every command to ``app`` (once; the command modules stay importable on their own)."""
+    global _registered
+    if _registered:
+        return
     from msgtrain import cli_convert, cli_tools
 
     cli_convert.register(app)
     cli_tools.register(app)
+    _registered = True
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, map MsgtrainError to one red line and exit code 1."""
     _register_commands()
     try:
-        app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False)
     except MsgtrainError as e:
+        if e.code == "interrupted":
+            err_console.print(f"[yellow]{e}[/]", highlight=False, soft_wrap=True)
+            return EXIT_INTERRUPTED
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return EXIT_FATAL
     except typer.Exit as e:
         return int(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("[yellow]interrupted[/]")
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # click's usage errors arrive here in standalone_mode=False
         import click
 
@@ -55,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return EXIT_USAGE
         raise
-    return EXIT_OK
+    return rv if isinstance(rv, int) else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def _summary(data: dict[str, Any], console: Console) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def convert(
-        inputs: list[Path] = typer.Argument(..., help="Log files or directories (searched recursively)."),
+        inputs: list[Path] = typer.Argument(None, help="Log files or directories (searched recursively)."),
         output: Path = typer.Option(None, "-o", "--output", help="Output directory (published atomically)."),
         tokenizer: str = typer.Option(
             None, "--tokenizer", help="Local HF tokenizer folder or hub id; default: embedded demo."
@@ -79,15 +79,22 @@ def register(app: typer.Typer) -> None:
         render_date: str = typer.Option(
             None, "--render-date", help="YYYY-MM-DD for templates that print today's date."
         ),
+        workers: int = typer.Option(
+            None, "--workers", "-j", help="Worker processes (default 1; one per core is best)."
+        ),
+        resume: bool = typer.Option(
+            None, "--resume/--no-resume", help="Reuse files already converted with the same settings."
+        ),
+        engine: str = typer.Option(None, "--engine", help="local (default) | ray"),
         config: Path = typer.Option(None, "--config", help="YAML config; CLI flags override it."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars, no summary."),
     ) -> int:
         """Convert agent logs into token-exact training samples (Parquet by default)."""
-        from msgtrain.run.config import ConvertConfig, load_config_data
+        from msgtrain.run.config import load_config_data, merge_cli
         from msgtrain.run.pipeline import convert as run_convert
 
         given: dict[str, Any] = {
-            "inputs": [str(p) for p in inputs],
+            "inputs": [str(p) for p in inputs] if inputs else None,
             "output": str(output) if output is not None else None,
             "tokenizer": tokenizer,
             "chat_template": chat_template,
@@ -104,12 +111,15 @@ def register(app: typer.Typer) -> None:
             "max_reject_rate": max_reject_rate,
             "render_date": render_date,
             "quiet": quiet or None,
+            "workers": workers,
+            "resume": resume,
+            "engine": engine,
         }
-        data = load_config_data(config) if config is not None else {}
-        data.update({k: v for k, v in given.items() if v is not None})
-        if not data.get("output"):
-            raise ConfigError("no output directory", hint="pass -o OUT or set output: in the config")
-        cfg = ConvertConfig(**data)
+        cfg = merge_cli(load_config_data(config) if config is not None else None, given)
+        if cfg.output is None or not cfg.inputs:
+            raise ConfigError(
+                "convert needs inputs and an output", hint="pass INPUT... -o OUT (or set them in --config)"
+            )
         console = Console(stderr=True)
         show = not cfg.quiet and sys.stderr.isatty()
         if show:

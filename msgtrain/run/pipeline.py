@@ -1,15 +1,18 @@
-"""The convert pipeline: files → readers → graphs → linearizer → length policy / split → writer → OUT.
+"""The convert pipeline: input files → parts (read + linearize, in workers) → assembly (length policy, splits,
+target, writer) → atomic publish of OUT with ``report.json`` and ``rejects.jsonl``.
 
 Invariants:
 - Accounting: records read = converted + rejected + skipped (per reason); sampled turns found = trained + dropped
-  (per reason). :func:`check_accounting` asserts both on every report; the pipeline refuses to publish a report
-  that breaks them.
-- Output is atomic: everything is written into a private sibling directory and published with a rename; a reader
-  of OUT sees the previous dataset or the new one, never a partial one.
-- Deterministic: files are processed in sorted order, graphs in file order, samples in linearizer order, so the
-  same inputs and settings give the same rows in the same order.
-- A bad record or file never stops the run (unless ``strict``): it is written to the rejects file with its source,
-  reason code, message and a bounded excerpt, and the rest is still converted.
+  (per reason). :func:`check_accounting` asserts both before anything is published.
+- Atomic output: OUT is assembled in a private sibling directory and published with a rename: readers see the
+  previous dataset or the new one, never a partial one. A killed run leaves OUT untouched plus its finished parts
+  in the state directory (``.OUT.msgtrain-state``), which ``--resume`` reuses.
+- Deterministic: parts are assembled in sorted (source path, content hash) order whatever the number of workers or
+  the order they finished in, so the same inputs and settings give byte-identical output.
+- Resumable / incremental: a part is keyed by file content + linearization settings + tokenizer; with
+  ``--resume`` finished parts are reused and the published dataset is the union of every part converted under the
+  same settings in this state directory (nightly runs over a growing log folder convert only new files).
+- A bad record or file never stops the run (unless ``strict``); it lands in the rejects file.
 """
 
 from __future__ import annotations
@@ -17,104 +20,54 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.export.schema import samples_to_table
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef, detect_format, get_reader
-from msgtrain.linearize import DEMO_TOKENIZER, LinearizeOptions, linearize_graph, load_tokenizer
-from msgtrain.linearize.render import Renderer
+from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
+from msgtrain.run.parts import (
+    LinearizeSettings,
+    PartStats,
+    convert_file,
+    file_digest,
+    is_complete,
+    part_key,
+    read_part,
+    write_part,
+)
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
+MANIFEST = "manifest.json"
+
+ProgressHook = Callable[[str, dict[str, Any]], None]
 
 
-@dataclass
-class RunReport:
-    """What a run did, in numbers. Serialised as OUT/report.json."""
-
-    files_read: int = 0
-    files_ignored: list[str] = field(default_factory=list)
-    records_read: int = 0
-    records_converted: int = 0
-    records_rejected: Counter[str] = field(default_factory=Counter)
-    records_skipped: Counter[str] = field(default_factory=Counter)
-    graphs: int = 0
-    turns_found: int = 0
-    turns_trained: int = 0
-    turns_dropped: Counter[str] = field(default_factory=Counter)
-    samples_written: int = 0
-    samples_dropped: Counter[str] = field(default_factory=Counter)
-    samples_by_split: Counter[str] = field(default_factory=Counter)
-    cuts: Counter[str] = field(default_factory=Counter)
-    flags: Counter[str] = field(default_factory=Counter)
-    tokens: int = 0
-    trained_tokens: int = 0
-    engine_tokens: int = 0
-    by_policy: dict[str, Counter[str]] = field(default_factory=dict)
-    by_source: dict[str, Counter[str]] = field(default_factory=dict)
-    outputs: dict[str, Any] = field(default_factory=dict)
-    tokenizer: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "files": {"read": self.files_read, "ignored": self.files_ignored},
-            "records": {
-                "read": self.records_read,
-                "converted": self.records_converted,
-                "rejected": sum(self.records_rejected.values()),
-                "skipped": sum(self.records_skipped.values()),
-                "rejected_by_reason": dict(sorted(self.records_rejected.items())),
-                "skipped_by_reason": dict(sorted(self.records_skipped.items())),
-            },
-            "graphs": self.graphs,
-            "turns": {
-                "found": self.turns_found,
-                "trained": self.turns_trained,
-                "dropped": sum(self.turns_dropped.values()),
-                "dropped_by_reason": dict(sorted(self.turns_dropped.items())),
-            },
-            "samples": {
-                "written": self.samples_written,
-                "by_split": dict(sorted(self.samples_by_split.items())),
-                "dropped_by_reason": dict(sorted(self.samples_dropped.items())),
-            },
-            "cuts_by_reason": dict(sorted(self.cuts.items())),
-            "flags": dict(sorted(self.flags.items())),
-            "tokens": {
-                "total": self.tokens,
-                "trained": self.trained_tokens,
-                "engine": self.engine_tokens,
-                "rendered": self.tokens - self.engine_tokens,
-                "engine_share": round(self.engine_tokens / self.tokens, 6) if self.tokens else 0.0,
-            },
-            "by_policy": {k: dict(sorted(v.items())) for k, v in sorted(self.by_policy.items())},
-            "by_source": {k: dict(sorted(v.items())) for k, v in sorted(self.by_source.items())},
-            "tokenizer": self.tokenizer,
-            "outputs": self.outputs,
-        }
+class Interrupted(MsgtrainError):
+    code = "interrupted"
 
 
 def check_accounting(report: dict[str, Any]) -> None:
     """The two identities every run must satisfy; raises AssertionError naming the broken one."""
     r = report["records"]
     assert r["read"] == r["converted"] + r["rejected"] + r["skipped"], f"records do not add up: {r}"
-    assert (
-        sum(r["rejected_by_reason"].values()) == r["rejected"] and sum(r["skipped_by_reason"].values()) == r["skipped"]
-    )
+    assert sum(r["rejected_by_reason"].values()) == r["rejected"], r
+    assert sum(r["skipped_by_reason"].values()) == r["skipped"], r
     t = report["turns"]
     assert t["found"] == t["trained"] + t["dropped"], f"turns do not add up: {t}"
-    assert sum(t["dropped_by_reason"].values()) == t["dropped"]
+    assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
 
 
 def discover_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
-    """Expand files and directories (recursive, sorted, hidden files skipped). Returns (files, ignored)."""
+    """Expand files and directories (recursive, sorted, hidden files skipped). Returns (files, ignored files)."""
     files: list[Path] = []
     ignored: list[str] = []
     for item in inputs:
@@ -123,45 +76,19 @@ def discover_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
             for f in sorted(p.rglob("*")):
                 if not f.is_file() or any(part.startswith(".") for part in f.relative_to(p).parts):
                     continue
-                if f.suffix.lower() in LOG_SUFFIXES:
-                    files.append(f)
-                else:
-                    ignored.append(str(f))
+                (files if f.suffix.lower() in LOG_SUFFIXES else ignored).append(f)  # type: ignore[arg-type]
         elif p.is_file():
             files.append(p)
         else:
             raise ConfigError(f"input {item!r} does not exist", hint="pass log files or directories")
-    return files, ignored
+    return files, [str(f) for f in ignored]
 
 
-class RejectSink:
-    """Appends rejects as JSONL (source, record, graph, reason code, message, hint, bounded excerpt)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self.count = 0
-
-    def add(self, source: SourceRef, error: MsgtrainError, excerpt: str = "", graph: str | None = None) -> None:
-        rec = {
-            "file": source.file,
-            "record": source.record,
-            "graph": graph,
-            "reason": error.code,
-            "message": error.message,
-            "where": error.where,
-            "hint": error.hint,
-            "excerpt": excerpt,
-        }
-        self._f.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
-        self.count += 1
-
-    def close(self) -> None:
-        self._f.close()
+def state_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}.msgtrain-state"
 
 
-def _tmp_sibling(out: Path, tag: str) -> Path:
+def _sibling(out: Path, tag: str) -> Path:
     return out.parent / f".{out.name}.{tag}-{os.getpid()}"
 
 
@@ -169,185 +96,296 @@ def publish(tmp: Path, out: Path) -> None:
     """Atomically replace OUT with TMP (rename; the previous dataset is removed only after the swap)."""
     old = None
     if out.exists():
-        old = _tmp_sibling(out, "old")
+        old = _sibling(out, "old")
         os.replace(out, old)
     os.replace(tmp, out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-ProgressHook = Callable[[str, dict[str, Any]], None]
+def _write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
+# ---------------------------------------------------------------------------------------------------- workers
+def _worker_init() -> None:
+    # One process per core: keep the tokenizer's own thread pool to one thread so workers do not oversubscribe.
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _convert_to_part(
+    path: str, settings: LinearizeSettings, parts_dir: str, key: str, meta: dict[str, Any]
+) -> dict[str, Any]:
+    samples, stats, rejects = convert_file(Path(path), settings)
+    write_part(Path(parts_dir), key, meta, samples, stats, rejects)
+    return stats.to_json()
+
+
+def _run_parts(
+    jobs: list[tuple[Path, str, dict[str, Any]]],
+    settings: LinearizeSettings,
+    parts_dir: Path,
+    workers: int,
+    on_done: Callable[[Path, PartStats], None],
+) -> None:
+    if workers <= 1 or len(jobs) <= 1:
+        for path, key, meta in jobs:
+            on_done(path, PartStats.from_json(_convert_to_part(str(path), settings, str(parts_dir), key, meta)))
+        return
+    ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
+        pending: dict[Future[dict[str, Any]], Path] = {}
+        queue = list(jobs)
+        try:
+            while queue or pending:
+                while queue and len(pending) < workers * 2:
+                    path, key, meta = queue.pop(0)
+                    pending[pool.submit(_convert_to_part, str(path), settings, str(parts_dir), key, meta)] = path
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    path = pending.pop(fut)
+                    on_done(path, PartStats.from_json(fut.result()))
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+
+
+# ---------------------------------------------------------------------------------------------------- convert
 def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
-    """Run a conversion described by ``cfg`` (a :class:`msgtrain.run.config.ConvertConfig`); return the report."""
-    from msgtrain.export.split import SplitAssigner
-    from msgtrain.export.writer import DatasetWriter
-
+    """Run a conversion described by a :class:`msgtrain.run.config.ConvertConfig`; return the report."""
     started = time.perf_counter()
+    if cfg.output is None:
+        raise ConfigError("no output directory", hint="pass -o OUT")
     out = Path(cfg.output)
     if out.exists() and not out.is_dir():
         raise OutputError(f"output {out} exists and is not a directory", hint="choose another -o")
     out.parent.mkdir(parents=True, exist_ok=True)
-    files, ignored = discover_inputs(list(cfg.inputs))
+    files, ignored = discover_inputs([str(p) for p in cfg.inputs])
     tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-    renderer = Renderer(tok, cfg.render_date)
-    opts = LinearizeOptions(policies=frozenset(cfg.policies), render_date=cfg.render_date)
-    report = RunReport(files_ignored=ignored)
-    report.tokenizer = {
-        "name": tok.name,
-        "fingerprint": tok.fingerprint,
-        "demo": tok.name == DEMO_TOKENIZER,
-        "boundary_reuse": tok.boundary_reuse,
-    }
-    tmp = _tmp_sibling(out, "tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    rejects = RejectSink(Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl")
-    splitter = SplitAssigner(cfg.split)
-    writer = DatasetWriter(tmp, format=cfg.format, target=cfg.target, decode=tok.decode, **_writer_kwargs(cfg))
+    settings = LinearizeSettings(
+        tokenizer=cfg.tokenizer,
+        chat_template=cfg.chat_template,
+        policies=tuple(cfg.policies),
+        render_date=cfg.render_date,
+        input_format=cfg.input_format,
+        strict=cfg.strict,
+    )
+    skey = settings.key(tok.fingerprint)
+    state = state_dir(out)
+    parts_dir = state / "parts"
+    manifest_path = state / MANIFEST
+    manifest: dict[str, dict[str, Any]] = {}
+    if cfg.resume and manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8")).get("parts", {})
+    elif parts_dir.exists():
+        shutil.rmtree(parts_dir)
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    for stray in parts_dir.glob(".tmp-*"):
+        shutil.rmtree(stray, ignore_errors=True)
+
+    jobs: list[tuple[Path, str, dict[str, Any]]] = []
+    reused = 0
+    for f in files:
+        digest = file_digest(f)
+        key = part_key(f, digest, skey)
+        meta = {"source": str(f), "digest": digest, "settings": skey, "version": __version__}
+        manifest[key] = meta
+        if cfg.resume and is_complete(parts_dir / key):
+            reused += 1
+        else:
+            jobs.append((f, key, meta))
+    running = PartStats()
+    done_files = reused
+
+    def on_done(path: Path, stats: PartStats) -> None:
+        nonlocal done_files
+        done_files += 1
+        running.add(stats)
+        # The manifest is rewritten as parts finish so a killed run can resume from here.
+        _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
+        if progress:
+            progress("file", {"index": done_files, "total": len(files), "path": str(path)})
+        _check_reject_rate(cfg, running)
+
+    _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
     try:
-        for fi, path in enumerate(files):
-            if progress:
-                progress("file", {"index": fi, "total": len(files), "path": str(path)})
-            _convert_file(path, cfg, tok, renderer, opts, report, rejects, splitter, writer, progress)
-            report.files_read += 1
-            _check_reject_rate(cfg, report)
-        report.outputs = writer.close()
-    except BaseException:
-        rejects.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    rejects.close()
-    report.seconds = round(time.perf_counter() - started, 3)
-    data = report.to_json()
-    data["outputs"]["rejects"] = str(rejects.path) if rejects.count else None
-    check_accounting(data)
-    (tmp / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    publish(tmp, out)
-    if data["outputs"].get("rejects") and not cfg.rejects:
-        data["outputs"]["rejects"] = str(out / "rejects.jsonl")
+        _run_parts(jobs, settings, parts_dir, cfg.workers, on_done)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted after {done_files} of {len(files)} files; finished files are kept",
+            hint="run the same command with --resume to finish",
+        ) from None
+    keys = sorted(
+        (k for k, m in manifest.items() if m["settings"] == skey and is_complete(parts_dir / k)),
+        key=lambda k: (manifest[k]["source"], manifest[k]["digest"]),
+    )
+    data = _assemble(cfg, out, tok, parts_dir, keys, ignored, progress)
+    data["resume"] = {"parts": len(keys), "reused": reused, "converted": len(jobs)}
+    data["seconds"] = round(time.perf_counter() - started, 3)
+    data["outputs"]["rejects"] = (
+        (str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")) if data["records"]["rejected"] else None
+    )
     return data
 
 
-def _writer_kwargs(cfg: Any) -> dict[str, Any]:
-    kw: dict[str, Any] = {}
-    for name in ("pack_length", "rows_per_shard", "row_group_size"):
-        if hasattr(cfg, name) and getattr(cfg, name) is not None:
-            kw[name] = getattr(cfg, name)
-    return kw
-
-
-def _check_reject_rate(cfg: Any, report: RunReport) -> None:
-    limit = getattr(cfg, "max_reject_rate", None)
-    rejected = sum(report.records_rejected.values())
-    if limit is not None and report.records_read >= 20 and rejected / report.records_read > limit:
+def _check_reject_rate(cfg: Any, stats: PartStats) -> None:
+    limit = cfg.max_reject_rate
+    rejected = sum(stats.records_rejected.values())
+    if limit is not None and stats.records_read >= 20 and rejected / stats.records_read > limit:
         raise MsgtrainError(
-            f"{rejected} of {report.records_read} records rejected ({rejected / report.records_read:.1%}), above"
+            f"{rejected} of {stats.records_read} records rejected ({rejected / stats.records_read:.1%}), above"
             f" --max-reject-rate {limit:.1%}; stopping",
-            hint="look at the rejects file; the inputs may be the wrong format",
+            hint="look at the rejects of the state directory's parts; the inputs may be the wrong format",
             code="reject_rate",
         )
 
 
-def _read_events(path: Path, cfg: Any) -> Iterator[Any]:
-    reader = get_reader(cfg.input_format) if cfg.input_format else detect_format(path)
-    yield from reader.read(path)
-
-
-def _convert_file(
-    path: Path,
-    cfg: Any,
-    tok: Any,
-    renderer: Renderer,
-    opts: LinearizeOptions,
-    report: RunReport,
-    rejects: RejectSink,
-    splitter: Any,
-    writer: Any,
-    progress: ProgressHook | None,
-) -> None:
-    from msgtrain.export.length import apply_length_policy
-
-    try:
-        events = list(_read_events(path, cfg)) if cfg.strict else _read_events(path, cfg)
-        for ev in events:
-            if isinstance(ev, ReadReject):
-                report.records_read += 1
-                report.records_rejected[ev.error.code] += 1
-                rejects.add(ev.source, ev.error, ev.excerpt)
-                if cfg.strict:
-                    raise ev.error
-            elif isinstance(ev, ReadSkip):
-                report.records_read += ev.count
-                report.records_skipped[ev.reason] += ev.count
-            elif isinstance(ev, ReadGraph):
-                report.records_read += ev.records
-                report.records_converted += ev.records
-                report.graphs += 1
-                _linearize_and_write(ev, tok, renderer, opts, report, splitter, writer, cfg, apply_length_policy)
-                if progress:
-                    progress("graph", {"samples": report.samples_written, "tokens": report.tokens})
-    except MsgtrainError as e:
-        if cfg.strict:
-            raise
-        # The file as a whole could not be read (unknown format, unreadable): one reject for the file.
-        report.records_read += 1
-        report.records_rejected[e.code] += 1
-        rejects.add(SourceRef(str(path), "file"), e)
-    except OSError as e:
-        if cfg.strict:
-            raise
-        report.records_read += 1
-        report.records_rejected["unreadable_file"] += 1
-        rejects.add(SourceRef(str(path), "file"), MsgtrainError(str(e), code="unreadable_file"))
-
-
-def _linearize_and_write(
-    ev: ReadGraph,
-    tok: Any,
-    renderer: Renderer,
-    opts: LinearizeOptions,
-    report: RunReport,
-    splitter: Any,
-    writer: Any,
-    cfg: Any,
-    apply_length_policy: Any,
-) -> None:
-    res = linearize_graph(ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer)
-    report.turns_found += len(res.turns)
-    report.turns_dropped.update(res.drops)
-    report.flags.update(res.flags)
-    if not res.samples:
-        return
-    table = samples_to_table(res.samples)
-    table, sample_drops, turn_drops = apply_length_policy(
-        table, max_length=cfg.max_length, overflow=cfg.overflow, allow_partial_turns=cfg.allow_partial_turns
-    )
-    report.samples_dropped.update(sample_drops)
-    report.turns_dropped.update(turn_drops)
-    trained_turns = sum(len(r) for r in table.column("turn_ids").to_pylist())
-    report.turns_trained += trained_turns
-    report.cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
+def _group_counts(table: pa.Table, column: str) -> dict[str, Counter[str]]:
     if table.num_rows == 0:
-        return
-    split = splitter.split_of(ev.graph.graph_id)
-    writer.write(split, table)
-    n_tokens = int(sum(table.column("num_tokens").to_pylist()))
-    n_trained = int(sum(table.column("num_trained_tokens").to_pylist()))
-    report.samples_written += table.num_rows
-    report.samples_by_split[split] += table.num_rows
-    report.tokens += n_tokens
-    report.trained_tokens += n_trained
-    report.engine_tokens += int(sum(table.column("engine_tokens").to_pylist()))
-    for key, bucket in ((ev.graph.policy, report.by_policy), (ev.source.file, report.by_source)):
-        c = bucket.setdefault(key, Counter())
-        c["samples"] += table.num_rows
-        c["tokens"] += n_tokens
-        c["trained_tokens"] += n_trained
-        c["turns"] += trained_turns
+        return {}
+    agg = table.group_by(column).aggregate(
+        [("num_tokens", "sum"), ("num_trained_tokens", "sum"), ("num_turns", "sum"), ("sample_id", "count")]
+    )
+    out: dict[str, Counter[str]] = {}
+    for row in agg.to_pylist():
+        out[str(row[column])] = Counter(
+            samples=row["sample_id_count"],
+            tokens=row["num_tokens_sum"],
+            trained_tokens=row["num_trained_tokens_sum"],
+            turns=row["num_turns_sum"],
+        )
+    return out
 
 
-def stderr_is_tty() -> bool:
-    return sys.stderr.isatty()
+def _assemble(
+    cfg: Any,
+    out: Path,
+    tok: Any,
+    parts_dir: Path,
+    keys: list[str],
+    ignored: list[str],
+    progress: ProgressHook | None,
+) -> dict[str, Any]:
+    from msgtrain.export.length import LengthStats, apply_length_policy
+    from msgtrain.export.split import SplitAssigner
+    from msgtrain.export.writer import DatasetWriter
+
+    tmp = _sibling(out, "tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        splitter = SplitAssigner(cfg.split)
+        writer = DatasetWriter(
+            tmp,
+            format=cfg.format,
+            target=cfg.target,
+            pack_length=cfg.pack_length,
+            rows_per_shard=cfg.rows_per_shard,
+            row_group_size=cfg.row_group_size,
+            splits=splitter.names,
+            decode=tok.decode,
+        )
+        rejects_path = Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl"
+        rejects_path.parent.mkdir(parents=True, exist_ok=True)
+        stats = PartStats()
+        length = LengthStats()
+        cuts: Counter[str] = Counter()
+        by_split: Counter[str] = Counter()
+        by_policy: dict[str, Counter[str]] = {}
+        by_source: dict[str, Counter[str]] = {}
+        tokens = trained_tokens = engine_tokens = samples = 0
+        length_dropped_turns: Counter[str] = Counter()
+        with open(rejects_path, "w", encoding="utf-8") as rejects:
+            for i, key in enumerate(keys):
+                meta, table, rejected = read_part(parts_dir / key)
+                stats.add(PartStats.from_json(meta["stats"]))
+                rejects.write(rejected)
+                table, _, dropped_turns = apply_length_policy(
+                    table,
+                    max_length=cfg.max_length,
+                    overflow=cfg.overflow,
+                    allow_partial_turns=cfg.allow_partial_turns,
+                    stats=length,
+                )
+                length_dropped_turns.update(dropped_turns)
+                if table.num_rows == 0:
+                    continue
+                cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
+                for split, part in splitter.split_table(table).items():
+                    if part.num_rows:
+                        writer.write(split, part)
+                        by_split[split] += part.num_rows
+                samples += table.num_rows
+                tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
+                trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
+                engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
+                for bucket, column in ((by_policy, "policy"), (by_source, "source")):
+                    for name, c in _group_counts(table, column).items():
+                        if column == "source":
+                            name = name.rsplit(":", 1)[0].split(" (")[0]
+                        bucket.setdefault(name, Counter()).update(c)
+                if progress:
+                    progress("assemble", {"index": i + 1, "total": len(keys), "samples": samples, "tokens": tokens})
+        outputs = writer.close()
+        turns_dropped = stats.turns_dropped + length_dropped_turns
+        data = {
+            "msgtrain_version": __version__,
+            "files": {"read": len(keys), "ignored": ignored},
+            "records": {
+                "read": stats.records_read,
+                "converted": stats.records_converted,
+                "rejected": sum(stats.records_rejected.values()),
+                "skipped": sum(stats.records_skipped.values()),
+                "rejected_by_reason": dict(sorted(stats.records_rejected.items())),
+                "skipped_by_reason": dict(sorted(stats.records_skipped.items())),
+            },
+            "graphs": stats.graphs,
+            "turns": {
+                "found": stats.turns_found,
+                "trained": stats.turns_trained - sum(length_dropped_turns.values()),
+                "dropped": sum(turns_dropped.values()),
+                "dropped_by_reason": dict(sorted(turns_dropped.items())),
+            },
+            "samples": {
+                "written": samples,
+                "by_split": dict(sorted(by_split.items())),
+                "dropped_by_reason": dict(sorted(length.dropped_samples.items())),
+                "length_policy": length.to_dict(),
+            },
+            "cuts_by_reason": dict(sorted(cuts.items())),
+            "flags": dict(sorted(stats.flags.items())),
+            "tokens": {
+                "total": tokens,
+                "trained": trained_tokens,
+                "engine": engine_tokens,
+                "rendered": tokens - engine_tokens,
+                "engine_share": round(engine_tokens / tokens, 6) if tokens else 0.0,
+            },
+            "by_policy": {k: dict(sorted(v.items())) for k, v in sorted(by_policy.items())},
+            "by_source": {k: dict(sorted(v.items())) for k, v in sorted(by_source.items())},
+            "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER},
+            "config": {
+                "format": cfg.format,
+                "target": cfg.target,
+                "max_length": cfg.max_length,
+                "overflow": cfg.overflow,
+                "split": dict(cfg.split),
+                "policies": list(cfg.policies),
+            },
+            "outputs": outputs,
+        }
+        check_accounting(data)
+        if cfg.rejects is None and rejects_path.stat().st_size == 0:
+            rejects_path.unlink()
+        # report.json must not change between identical runs: timings live only in the returned report.
+        (tmp / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return data

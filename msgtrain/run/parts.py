@@ -1,0 +1,201 @@
+"""One input file → one *part*: its canonical samples, its accounting, its rejects. The unit of work and of resume.
+
+Invariants:
+- A part depends only on the file's bytes and the linearization settings (tokenizer fingerprint, chat template,
+  policies, render date, forced input format, msgtrain version); its key is a hash of exactly those, so a rerun
+  with the same key can reuse it and any change recomputes it. Export settings (target, length policy, splits) are
+  applied later, at assembly, and never invalidate parts.
+- A part is published into the state directory with one rename of a complete directory: a killed worker leaves a
+  stray temp directory (removed later), never a half part.
+- Accounting inside a part already satisfies: records read = converted + rejected + skipped and
+  turns found = trained + dropped (trained counted before the length policy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from msgtrain import __version__
+from msgtrain.errors import MsgtrainError
+from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef, detect_format, get_reader
+from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
+from msgtrain.linearize.render import Renderer
+
+SAMPLES_FILE = "samples.arrow"
+PART_FILE = "part.json"
+REJECTS_FILE = "rejects.jsonl"
+
+
+@dataclass(frozen=True)
+class LinearizeSettings:
+    """Everything that changes what a file linearizes to."""
+
+    tokenizer: str | None
+    chat_template: str | None
+    policies: tuple[str, ...]
+    render_date: str | None
+    input_format: str | None
+    strict: bool = False
+
+    def key(self, tokenizer_fingerprint: str) -> str:
+        data = {
+            "tokenizer": tokenizer_fingerprint,
+            "policies": sorted(self.policies),
+            "render_date": self.render_date,
+            "input_format": self.input_format,
+            "version": __version__,
+        }
+        return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=12).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def part_key(path: Path, digest: str, settings_key: str) -> str:
+    return hashlib.blake2b(f"{path}\0{digest}\0{settings_key}".encode(), digest_size=16).hexdigest()
+
+
+@dataclass
+class PartStats:
+    """Counters of one part (and, summed, of a run)."""
+
+    records_read: int = 0
+    records_converted: int = 0
+    records_rejected: Counter[str] = field(default_factory=Counter)
+    records_skipped: Counter[str] = field(default_factory=Counter)
+    graphs: int = 0
+    turns_found: int = 0
+    turns_trained: int = 0
+    turns_dropped: Counter[str] = field(default_factory=Counter)
+    flags: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: PartStats) -> None:
+        for name, value in other.__dict__.items():
+            mine = getattr(self, name)
+            if isinstance(value, Counter):
+                mine.update(value)
+            else:
+                setattr(self, name, mine + value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (dict(sorted(v.items())) if isinstance(v, Counter) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PartStats:
+        s = cls()
+        for k, v in data.items():
+            setattr(s, k, Counter(v) if isinstance(getattr(s, k), Counter) else v)
+        return s
+
+
+def _reject_line(source: SourceRef, error: MsgtrainError, excerpt: str = "", graph: str | None = None) -> str:
+    rec = {
+        "file": source.file,
+        "record": source.record,
+        "graph": graph,
+        "reason": error.code,
+        "message": error.message,
+        "where": error.where,
+        "hint": error.hint,
+        "excerpt": excerpt,
+    }
+    return json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def convert_file(path: Path, settings: LinearizeSettings) -> tuple[list[Sample], PartStats, list[str]]:
+    """Read and linearize one file. Never raises for bad content (unless ``strict``): it rejects and goes on."""
+    tok = load_tokenizer(settings.tokenizer, settings.chat_template)
+    renderer = Renderer(tok, settings.render_date)
+    opts = LinearizeOptions(policies=frozenset(settings.policies), render_date=settings.render_date)
+    stats = PartStats()
+    samples: list[Sample] = []
+    rejects: list[str] = []
+    try:
+        reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
+        for ev in reader.read(path):
+            if isinstance(ev, ReadReject):
+                stats.records_read += 1
+                stats.records_rejected[ev.error.code] += 1
+                rejects.append(_reject_line(ev.source, ev.error, ev.excerpt))
+                if settings.strict:
+                    raise ev.error
+            elif isinstance(ev, ReadSkip):
+                stats.records_read += ev.count
+                stats.records_skipped[ev.reason] += ev.count
+            elif isinstance(ev, ReadGraph):
+                stats.records_read += ev.records
+                stats.records_converted += ev.records
+                stats.graphs += 1
+                res = linearize_graph(
+                    ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer
+                )
+                stats.turns_found += len(res.turns)
+                stats.turns_dropped.update(res.drops)
+                stats.turns_trained += sum(len(s.turn_ids) for s in res.samples)
+                stats.flags.update(res.flags)
+                samples.extend(res.samples)
+    except MsgtrainError as e:
+        if settings.strict:
+            raise
+        # The file as a whole could not be read (unknown format, unreadable): one reject stands for it.
+        stats.records_read += 1
+        stats.records_rejected[e.code] += 1
+        rejects.append(_reject_line(SourceRef(str(path), "file"), e))
+    except (OSError, RecursionError, MemoryError) as e:
+        if settings.strict:
+            raise
+        stats.records_read += 1
+        stats.records_rejected["unreadable_file"] += 1
+        rejects.append(
+            _reject_line(
+                SourceRef(str(path), "file"), MsgtrainError(f"{type(e).__name__}: {e}", code="unreadable_file")
+            )
+        )
+    return samples, stats, rejects
+
+
+def write_part(
+    parts_dir: Path, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
+) -> Path:
+    """Publish a part atomically (complete directory, then one rename)."""
+    final = parts_dir / key
+    tmp = parts_dir / f".tmp-{key}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    table = samples_to_table(samples) if samples else CANONICAL_SCHEMA.empty_table()
+    with pa.OSFile(str(tmp / SAMPLES_FILE), "wb") as sink, ipc.new_file(sink, CANONICAL_SCHEMA) as w:
+        w.write_table(table)
+    (tmp / REJECTS_FILE).write_text("".join(rejects), encoding="utf-8")
+    (tmp / PART_FILE).write_text(json.dumps({**meta, "stats": stats.to_json()}, sort_keys=True), encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def read_part(part: Path) -> tuple[dict[str, Any], pa.Table, str]:
+    meta = json.loads((part / PART_FILE).read_text(encoding="utf-8"))
+    with pa.memory_map(str(part / SAMPLES_FILE)) as src:
+        table = ipc.open_file(src).read_all()
+    return meta, table, (part / REJECTS_FILE).read_text(encoding="utf-8")
+
+
+def is_complete(part: Path) -> bool:
+    return (part / PART_FILE).is_file() and (part / SAMPLES_FILE).is_file()
