@@ -26,6 +26,9 @@ from msgtrain.model.graph import MessageGraph
 
 EXCERPT_BYTES = 2048
 HEAD_BYTES = 64 * 1024
+# Absurd sizes are rejected, not attempted: a record larger than this is a bug in the writer, not a conversation.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+MAX_DOCUMENT_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -101,15 +104,51 @@ def read_head(path: Path) -> bytes:
         return f.read(HEAD_BYTES)
 
 
+def head_objects(head: bytes, limit: int = 16) -> list[dict[str, Any]]:
+    """Up to ``limit`` JSON-object lines parsed from a head (JSONL), skipping lines that do not parse.
+
+    Detectors accept a file when any of these looks like their format: a broken or foreign first record must not
+    make a whole file unrecognisable (the reader then rejects just that record).
+    """
+    lines = head.split(b"\n")
+    if len(head) >= HEAD_BYTES:
+        lines = lines[:-1]  # the head may end mid-line
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith(b"{"):
+            continue
+        try:
+            value = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+            if len(out) >= limit:
+                break
+    return out
+
+
 def first_json_value(head: bytes) -> Any:
-    """Parse the first JSON line of a head (JSONL), or None. Used by detectors."""
-    line = head.split(b"\n", 1)[0].strip()
-    if not line:
-        return None
-    try:
-        return json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
+    """The first line of a head (JSONL) that parses as a JSON object, or None. Used by detectors.
+
+    Garbage lines before it are skipped, so a file whose first record is broken is still recognised (and that
+    record rejected by the reader) instead of the whole file being rejected as an unknown format.
+    """
+    lines = head.split(b"\n")
+    if len(head) >= HEAD_BYTES:
+        lines = lines[:-1]  # the head may end mid-line
+    for line in lines[:64]:
+        line = line.strip()
+        if not line or not line.startswith(b"{"):
+            continue
+        try:
+            value = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
 
 
 def detect_format(path: Path) -> Reader:
@@ -143,6 +182,17 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
             if not raw.strip():
                 continue
             where = f"{path}:{lineno}"
+            if len(raw) > MAX_RECORD_BYTES:
+                yield (
+                    lineno,
+                    raw[:EXCERPT_BYTES],
+                    ParseError(
+                        f"record of {len(raw)} bytes exceeds the {MAX_RECORD_BYTES} byte limit",
+                        where=where,
+                        code="record_too_large",
+                    ),
+                )
+                continue
             try:
                 yield lineno, raw, json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
@@ -168,6 +218,14 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
 
 def load_json_document(path: Path) -> Any:
     """A whole-file JSON document (formats that are one document are bounded by their file)."""
+    size = path.stat().st_size
+    if size > MAX_DOCUMENT_BYTES:
+        raise ParseError(
+            f"JSON document of {size} bytes exceeds the {MAX_DOCUMENT_BYTES} byte limit",
+            where=str(path),
+            hint="split it into JSONL records",
+            code="record_too_large",
+        )
     raw = path.read_bytes()
     try:
         return json.loads(raw.decode("utf-8"))

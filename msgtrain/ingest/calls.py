@@ -31,7 +31,7 @@ from msgtrain.ingest.base import (
     ReadReject,
     SourceRef,
     excerpt,
-    first_json_value,
+    head_objects,
     iter_json_lines,
 )
 from msgtrain.model.graph import Env, MessageGraph, Origin, canonical
@@ -55,13 +55,12 @@ class CallsReader:
     example = "sample_logs/calls/agent_calls.jsonl"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        first = first_json_value(head)
-        return (
-            isinstance(first, dict)
-            and isinstance(first.get("request"), dict)
-            and "messages" in first["request"]
-            and isinstance(first.get("response"), dict)
-            and "choices" in first["response"]
+        return any(
+            isinstance(o.get("request"), dict)
+            and "messages" in o["request"]
+            and isinstance(o.get("response"), dict)
+            and "choices" in o["response"]
+            for o in head_objects(head)
         )
 
     def read(self, path: Path) -> Iterator[ReadEvent]:

@@ -18,7 +18,7 @@ from msgtrain.ingest.base import (
     ReadSkip,
     SourceRef,
     excerpt,
-    first_json_value,
+    head_objects,
     iter_json_lines,
 )
 from msgtrain.model.graph import GRAPH_LOG_FORMAT
@@ -31,8 +31,7 @@ class NativeGraphReader:
     example = "sample_logs/native/edit_and_compaction.graph.jsonl"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        first = first_json_value(head)
-        return isinstance(first, dict) and first.get("format") == GRAPH_LOG_FORMAT
+        return any(o.get("format") == GRAPH_LOG_FORMAT and o.get("type") == "graph" for o in head_objects(head))
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}

@@ -32,6 +32,7 @@ from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef, det
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.render import Renderer
 
+MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
 SAMPLES_FILE = "samples.arrow"
 PART_FILE = "part.json"
 REJECTS_FILE = "rejects.jsonl"
@@ -140,11 +141,30 @@ def convert_file(path: Path, settings: LinearizeSettings) -> tuple[list[Sample],
                 stats.records_skipped[ev.reason] += ev.count
             elif isinstance(ev, ReadGraph):
                 stats.records_read += ev.records
+                error = _graph_error(ev)
+                res = None
+                if error is None:
+                    try:
+                        res = linearize_graph(
+                            ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer
+                        )
+                    except MsgtrainError as e:
+                        error = e
+                    except Exception as e:  # a bug or an input nobody foresaw must not end a nightly run
+                        error = MsgtrainError(
+                            f"{type(e).__name__}: {e}",
+                            code="internal_error",
+                            hint="please report this with the rejected record",
+                        )
+                if res is None:
+                    assert error is not None
+                    if settings.strict:
+                        raise error
+                    stats.records_rejected[error.code] += ev.records
+                    rejects.append(_reject_line(ev.source, error, graph=ev.graph.graph_id))
+                    continue
                 stats.records_converted += ev.records
                 stats.graphs += 1
-                res = linearize_graph(
-                    ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer
-                )
                 stats.turns_found += len(res.turns)
                 stats.turns_dropped.update(res.drops)
                 stats.turns_trained += sum(len(s.turn_ids) for s in res.samples)
@@ -168,6 +188,17 @@ def convert_file(path: Path, settings: LinearizeSettings) -> tuple[list[Sample],
             )
         )
     return samples, stats, rejects
+
+
+def _graph_error(ev: ReadGraph) -> MsgtrainError | None:
+    n = len(ev.graph.nodes)
+    if n > MAX_GRAPH_NODES:
+        return MsgtrainError(
+            f"conversation has {n} messages, above the {MAX_GRAPH_NODES} limit",
+            code="conversation_too_large",
+            hint="split the log into conversations",
+        )
+    return None
 
 
 def write_part(

@@ -193,6 +193,10 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         digest = file_digest(f)
         key = part_key(f, digest, skey)
         meta = {"source": str(f), "digest": digest, "settings": skey, "version": __version__}
+        # A file that changed since it was converted replaces its old part; files that disappeared (rotated
+        # logs) keep theirs, so the published dataset stays the union of everything converted.
+        for old in [k for k, m in manifest.items() if m["source"] == str(f) and k != key]:
+            del manifest[old]
         manifest[key] = meta
         if cfg.resume and is_complete(parts_dir / key):
             reused += 1
