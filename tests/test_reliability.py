@@ -123,6 +123,7 @@ def test_absurd_sizes_are_rejected_not_attempted(tmp_path: Path) -> None:
     _write(path, [GOOD_CALLS[0], big, deep, GOOD_CALLS[1]])
     samples, stats, rejects = convert_file(path, SETTINGS)
     _check_books(stats)
+    assert len(rejects) == 2
     assert stats.records_rejected["record_too_large"] == 1
     assert sum(stats.records_rejected.values()) == 2 and samples
 
