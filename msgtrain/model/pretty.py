@@ -69,22 +69,25 @@ def format_graph(g: MessageGraph, width: int = 100) -> str:
 
 
 def rich_tree(g: MessageGraph) -> Any:
+    """The same tree as :func:`format_graph`, as a rich Tree: a chain stays flat, each fork opens branches."""
+    from rich.markup import escape
     from rich.tree import Tree
 
-    tree = Tree(f"[bold]MessageGraph[/] {g.graph_id}")
+    tree = Tree(f"[bold]MessageGraph[/] {escape(g.graph_id)}")
     edge_of = g._edge_index()
-    stack: list[tuple[str, Any]] = [(r, tree) for r in reversed(g.children.get(None, []))]
-    while stack:
-        nid, parent = stack.pop()
-        kids = g.children.get(nid, [])
-        mark = f"[magenta][{edge_of[nid].kind.value}][/] " if nid in edge_of else ""
-        from rich.markup import escape
 
-        label = mark + escape(_node_line(g, nid, 100))
-        # Chains stay flat (one branch per fork) so long conversations do not nest hundreds deep.
-        branch = parent.add(label) if len(g.children.get(g.nodes[nid].parent, [])) > 1 or parent is tree else None
-        target = branch if branch is not None else parent
-        if branch is None:
-            parent.add(label)
-        stack.extend((k, target) for k in reversed(kids))
+    def label(nid: str) -> str:
+        mark = f"[magenta]{escape(f'[{edge_of[nid].kind.value}]')}[/] " if nid in edge_of else ""
+        return mark + escape(_node_line(g, nid, 100))
+
+    # Iterative walk (long conversations must not hit the recursion limit).
+    stack: list[tuple[str, Any, bool]] = [(r, tree, True) for r in reversed(g.children.get(None, []))]
+    while stack:
+        nid, holder, own_branch = stack.pop()
+        container = holder.add(label(nid)) if own_branch else holder
+        if not own_branch:
+            container.add(label(nid))
+        kids = g.children.get(nid, [])
+        fork = len(kids) > 1
+        stack.extend((k, container, fork) for k in reversed(kids))
     return tree
