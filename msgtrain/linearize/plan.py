@@ -129,6 +129,8 @@ class _GraphLinearizer:
         self.parent: dict[str, str | None] = {}
         self.recent: list[Encoded] = []
         self.result = LinearizeResult()
+        self._edges = graph._edge_index()  # computed once per graph: cut reasons look it up per sample
+        self._has_turn: dict[str, bool] = {}
 
     # ------------------------------------------------------------ per-turn tokens
     def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
@@ -273,9 +275,8 @@ class _GraphLinearizer:
         t = tt.turn
         anc = self._nearest_turn_ancestor(t)
         below = t.context[anc.turn.node.depth + 1 :] if anc else t.context
-        edge_index = self.g._edge_index()
         for node in reversed(below):
-            e = edge_index.get(node.id)
+            e = self._edges.get(node.id)
             if e is not None:
                 return CutReason(e.kind.value)
         if anc is not None:
@@ -302,13 +303,23 @@ class _GraphLinearizer:
         return len(tt.prompt_text) + len(self.tok.decode(tt.completion.tolist()))
 
     def _subtree_has_turn(self, nid: str) -> bool:
+        """Whether any node under ``nid`` is a kept turn (memoised: each node is visited once per graph)."""
+        known = self._has_turn.get(nid)
+        if known is not None:
+            return known
+        order: list[str] = []
         stack = [nid]
-        while stack:
+        while stack:  # post-order without recursion: long chains must not hit the recursion limit
             cur = stack.pop()
-            if cur in self.tt:
-                return True
+            if cur in self._has_turn:
+                continue
+            order.append(cur)
             stack.extend(self.g.children.get(cur, []))
-        return False
+        for cur in reversed(order):
+            self._has_turn[cur] = cur in self.tt or any(
+                self._has_turn.get(k, False) for k in self.g.children.get(cur, [])
+            )
+        return self._has_turn[nid]
 
     # ------------------------------------------------------------ driver
     def run(self, source: str, extras: dict[str, Any]) -> LinearizeResult:

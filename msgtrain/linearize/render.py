@@ -87,6 +87,8 @@ class Renderer:
         self.render_date = dt.datetime.fromisoformat(render_date) if render_date else None
         self._dicts: dict[str, dict[str, Any]] = {}
         self._unsafe: dict[str, bool] = {}
+        self._unsafe_path: dict[str, bool] = {}
+        self._unsafe_env: dict[str, bool] = {}
         self.renders = 0
 
     def message_dict(self, node: Node) -> dict[str, Any]:
@@ -98,9 +100,23 @@ class Renderer:
         return d
 
     def needs_marking(self, nodes: Sequence[Node], env: Env) -> bool:
-        for n in nodes:
+        """Whether any message on the path (or a tool schema) carries added-token text.
+
+        Amortised O(1) per turn: a path is unsafe when its parent's path is or its last node is, and paths are
+        memoised by node, so only nodes not seen before are scanned.
+        """
+        i = len(nodes)
+        while i > 0 and nodes[i - 1].id not in self._unsafe_path:
+            i -= 1
+        unsafe = self._unsafe_path[nodes[i - 1].id] if i > 0 else False
+        for n in nodes[i:]:
             self.message_dict(n)
-        return any(self._unsafe[n.id] for n in nodes) or _has_added(self.tok, list(env.tools))
+            unsafe = unsafe or self._unsafe[n.id]
+            self._unsafe_path[n.id] = unsafe
+        tools_unsafe = self._unsafe_env.get(env.id)
+        if tools_unsafe is None:
+            tools_unsafe = self._unsafe_env[env.id] = _has_added(self.tok, list(env.tools))
+        return unsafe or tools_unsafe
 
     def render(
         self,
