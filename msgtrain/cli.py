@@ -10,6 +10,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from msgtrain.errors import MsgtrainError
 
@@ -44,6 +45,24 @@ def _register_commands() -> None:
     _registered = True
 
 
+def _click_exceptions() -> tuple[type[Exception], ...]:
+    """Usage-error classes: click's, and the copy of click that typer >= 0.20 vendors as ``typer._click``."""
+    classes: list[type[Exception]] = []
+    try:
+        import click
+
+        classes.append(click.ClickException)
+    except ImportError:
+        pass
+    try:
+        from typer._click.exceptions import ClickException  # type: ignore[import-not-found,unused-ignore]
+
+        classes.append(ClickException)
+    except ImportError:
+        pass
+    return tuple(classes)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, map MsgtrainError to one red line and exit code 1."""
     _register_commands()
@@ -51,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         rv = app(args=argv, standalone_mode=False)
     except MsgtrainError as e:
         if e.code == "interrupted":
-            err_console.print(f"[yellow]{e}[/]", highlight=False, soft_wrap=True)
+            err_console.print(f"[yellow]{escape(str(e))}[/]", highlight=False, soft_wrap=True)
             return EXIT_INTERRUPTED
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        # escape: messages quote user text and hints like "pip install 'msgtrain[plot]'"; rich would eat "[plot]".
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_FATAL
     except typer.Exit as e:
         return int(e.exit_code)
@@ -61,10 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print("[yellow]interrupted[/]")
         return EXIT_INTERRUPTED
     except Exception as e:  # click's usage errors arrive here in standalone_mode=False
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
+        if isinstance(e, _click_exceptions()):
+            e.show()  # type: ignore[attr-defined]
             return EXIT_USAGE
         raise
     return rv if isinstance(rv, int) else EXIT_OK

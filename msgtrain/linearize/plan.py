@@ -271,7 +271,14 @@ class _GraphLinearizer:
                 return o.turn.node_id
         return found
 
-    def _cut_reason(self, tt: TurnTokens) -> CutReason:
+    def _cut_reason(self, tt: TurnTokens, chain_parent: str | None) -> CutReason:
+        """Why the sample whose first trained turn is ``tt`` does not continue the previous turn of its branch.
+
+        A version edge between the previous sampled turn and this one names the reason (edit, compaction, rewind,
+        ...); a sample that continues its branch's previous turn, trained by another sample, is a fork; otherwise
+        the tokens disagree with the previous turn (a re-rendering template, drifting tokenization, or engine ids)
+        — even when an older prefix still matched — or there is no previous turn.
+        """
         t = tt.turn
         anc = self._nearest_turn_ancestor(t)
         below = t.context[anc.turn.node.depth + 1 :] if anc else t.context
@@ -279,6 +286,8 @@ class _GraphLinearizer:
             e = self._edges.get(node.id)
             if e is not None:
                 return CutReason(e.kind.value)
+        if chain_parent is not None and (anc is None or anc.turn.node_id == chain_parent):
+            return CutReason.FORK
         if anc is not None:
             if anc.prompt_engine or anc.completion_engine or tt.prompt_engine:
                 return CutReason.LOGGED_IDS_DIFFER
@@ -379,7 +388,8 @@ class _GraphLinearizer:
                 spans.append((a, b))
                 flags.update(ct.flags)
             first = self.tt[todo[0]]
-            cut = CutReason.FORK if chain.index(todo[0]) > 0 else self._cut_reason(first)
+            pos = chain.index(todo[0])
+            cut = self._cut_reason(first, chain[pos - 1] if pos > 0 else None)
             engine = (leaf.prompt.shape[0] if leaf.prompt_engine else 0) + (
                 leaf.completion.shape[0] if leaf.completion_engine else 0
             )

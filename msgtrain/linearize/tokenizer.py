@@ -86,6 +86,14 @@ def _load_hf(name: str | None, chat_template: str | None) -> Any:
     if name is None or name == DEMO_TOKENIZER:
         hf = _build_demo_tokenizer()
     else:
+        folder = Path(name)
+        vocab_files = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+        if folder.is_dir() and not any((folder / f).is_file() for f in vocab_files):
+            raise TokenizerError(
+                f"{name} has no vocabulary (none of {', '.join(vocab_files)})",
+                hint="it may hold only a chat template: pass the model's tokenizer with --tokenizer and this folder's"
+                " tokenizer_config.json with --chat-template",
+            )
         try:
             from transformers import AutoTokenizer
 
