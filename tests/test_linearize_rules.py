@@ -114,3 +114,14 @@ def test_logged_ids_that_a_later_prompt_re_tokenizes_differently_cut_with_logged
     g.append({"role": "assistant", "content": "Sure"})
     res = linearize_graph(g, tok)
     assert sorted(s.cut_reason for s in res.samples) == ["logged_ids_differ", "start"]
+
+
+def test_engine_ids_from_another_tokenizer_are_not_trained_and_are_flagged() -> None:
+    tok = load_named_tokenizer("demo")
+    for gen in (Generation(token_ids=(5, 6, 7), tokenizer="gemini"), Generation(token_ids=(10**7,))):
+        g = _chat()
+        g.append({"role": "assistant", "content": "Hello"}, generation=gen)
+        res = linearize_graph(g, tok)
+        (sample,) = res.samples
+        assert tok.decode(sample.input_ids[sample.loss_mask == 1].tolist()) == "Hello<|im_end|>"
+        assert sample.flags == ["foreign_engine_ids"] and sample.engine_tokens == 0

@@ -32,6 +32,7 @@ from msgtrain.linearize.render import Renderer
 from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle
 from msgtrain.linearize.turns import Turn, collect_turns
 from msgtrain.model.graph import MessageGraph
+from msgtrain.model.message import Generation
 
 
 class CutReason(StrEnum):
@@ -125,6 +126,7 @@ class _GraphLinearizer:
         self.r = renderer
         self.opts = opts
         self.stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
+        self.vocab_size = len(tok.hf)
         self.tt: dict[str, TurnTokens] = {}
         self.parent: dict[str, str | None] = {}
         self.recent: list[Encoded] = []
@@ -163,10 +165,20 @@ class _GraphLinearizer:
             end -= 1
         return raw[:end]
 
+    def _usable(self, gen: Generation | None, flags: list[str]) -> Generation | None:
+        """Engine facts whose ids belong to this tokenizer; foreign or out-of-vocabulary ids are not used."""
+        if gen is None or (gen.token_ids is None and gen.prompt_token_ids is None):
+            return gen
+        ids = [*(gen.token_ids or ()), *(gen.prompt_token_ids or ())]
+        if gen.tokenizer is not None or (ids and (max(ids) >= self.vocab_size or min(ids) < 0)):
+            flags.append("foreign_engine_ids")
+            return None
+        return gen
+
     def _tokens(self, t: Turn, anc: TurnTokens | None) -> TurnTokens:
-        gen = t.generation
-        ctx = t.context
         flags: list[str] = []
+        gen = self._usable(t.generation, flags)
+        ctx = t.context
         marked = self.r.needs_marking(t.path, t.env)
         created = gen.created if gen is not None else None
         prompt_text = prompt_enc = None
@@ -303,7 +315,10 @@ class _GraphLinearizer:
             for sib in siblings[: siblings.index(node.id)]:
                 if self._subtree_has_turn(sib):
                     same = self.g.nodes[sib].message.canonical_json() == node.message.canonical_json()
-                    return CutReason.ENV_CHANGE if same else CutReason.EDIT
+                    if same:
+                        return CutReason.ENV_CHANGE
+                    if node.parent is not None:  # two unrelated roots are two conversations, not an edit
+                        return CutReason.EDIT
         return CutReason.START
 
     def _completion_text_end(self, tt: TurnTokens) -> int:

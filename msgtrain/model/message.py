@@ -105,6 +105,9 @@ class Generation(Frozen):
     logprobs: tuple[float, ...] | None = None
     prompt_token_ids: tuple[int, ...] | None = None
     model: str | None = None
+    # Whose tokenizer the ids come from when it is not the trained policy's own (e.g. "gemini" for ids a
+    # provider reported): such ids are kept for the record but never used as training tokens.
+    tokenizer: str | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
     finish_reason: str | None = None
     created: int | None = None
