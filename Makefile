@@ -5,7 +5,7 @@ install:
 	$(PY) -m pip install -e .
 
 install-test:
-	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip install -e '.[test,trainers]'
 
 demo: install
 	msgtrain convert sample_logs -o out/demo

@@ -79,6 +79,13 @@ def register(app: typer.Typer) -> None:
         render_date: str = typer.Option(
             None, "--render-date", help="YYYY-MM-DD for templates that print today's date."
         ),
+        allow_partial_turns: bool = typer.Option(
+            None,
+            "--allow-partial-turns/--no-allow-partial-turns",
+            help="With --overflow truncate, train a cut turn's start.",
+        ),
+        rows_per_shard: int = typer.Option(None, "--rows-per-shard", help="Rows per output file (default 100000)."),
+        row_group_size: int = typer.Option(None, "--row-group-size", help="Rows per Parquet row group (default 1000)."),
         workers: int = typer.Option(
             None, "--workers", "-j", help="Worker processes (default 1; one per core is best)."
         ),
@@ -90,6 +97,7 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars, no summary."),
     ) -> int:
         """Convert agent logs into token-exact training samples (Parquet by default)."""
+        from msgtrain.export.split import parse_split_spec
         from msgtrain.run.config import load_config_data, merge_cli
         from msgtrain.run.pipeline import convert as run_convert
 
@@ -104,13 +112,16 @@ def register(app: typer.Typer) -> None:
             "target": target,
             "max_length": max_length,
             "overflow": overflow,
-            "split": _parse_split(split) if split else None,
+            "split": parse_split_spec(",".join(split)) if split else None,
             "pack_length": pack_length,
             "rejects": str(rejects) if rejects is not None else None,
             "strict": strict,
             "max_reject_rate": max_reject_rate,
             "render_date": render_date,
             "quiet": quiet or None,
+            "allow_partial_turns": allow_partial_turns,
+            "rows_per_shard": rows_per_shard,
+            "row_group_size": row_group_size,
             "workers": workers,
             "resume": resume,
             "engine": engine,
@@ -153,14 +164,3 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[yellow]{n_rejected} records rejected: see {where}[/]")
             raise typer.Exit(EXIT_WITH_REJECTS)
         return 0
-
-
-def _parse_split(items: list[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in items:
-        name, _, frac = item.partition("=")
-        try:
-            out[name.strip()] = float(frac)
-        except ValueError:
-            raise ConfigError(f"bad --split {item!r}", hint="use NAME=FRACTION, e.g. validation=0.05") from None
-    return out

@@ -1,9 +1,163 @@
-"""CLI commands for looking at data: inspect, stats, validate, audit-template, formats."""
+"""CLI commands for looking at data: inspect, stats, validate, audit-template, formats.
+
+Each command parses its options, calls one function of :mod:`msgtrain.tools`, prints what it returns (rich for a
+terminal, ``--json`` for machines) and maps the outcome to an exit code. msgtrain's own errors propagate to
+:func:`msgtrain.cli.main`, which prints them as one red line.
+
+Exit codes: 0 fine; 1 an error, or ``audit-template`` found a property training relies on failing;
+3 ``validate`` found problems in the input (as ``convert`` exits 3 when it rejected records).
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+from rich.console import Console
+
+EXIT_CHECK_FAILED = 1
+EXIT_PROBLEMS = 3
+
+
+def _console() -> Console:
+    # Wide enough that token windows and file:line locations do not wrap mid-token when piped to a file.
+    return Console(width=None if sys.stdout.isatty() else 140, highlight=False, soft_wrap=False)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def register(app: typer.Typer) -> None:
     """Add the tool commands to the app."""
+
+    @app.command("audit-template")
+    def audit_template_cmd(
+        tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Local tokenizer folder (or a cached hub id)."),
+        chat_template: Path = typer.Option(
+            None,
+            "--chat-template",
+            help="A .jinja file or a tokenizer_config.json whose template replaces the tokenizer's.",
+        ),
+        feature: list[str] = typer.Option(
+            None, "--feature", "-f", help="Probe only these features (repeatable); default: all of them."
+        ),
+        template_kwarg: list[str] = typer.Option(
+            None, "--template-kwarg", help="KEY=VALUE handed to the template (JSON values), e.g. enable_thinking=false."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    ) -> None:
+        """Probe a chat template: prefix stability per feature, end-of-turn training, masks, special-token safety.
+
+        Exits 1 when a property training relies on fails (not prefix-stable, no trained end-of-turn token,
+        content control-token text not kept plain).
+        """
+        from msgtrain.tools.audit import audit_template, parse_template_kwargs, render_audit
+
+        report = audit_template(
+            tokenizer,
+            chat_template,
+            features=list(feature or ()),
+            template_kwargs=parse_template_kwargs(template_kwarg or ()),
+        )
+        if as_json:
+            _print_json(report.to_json())
+        else:
+            _console().print(render_audit(report))
+        if not report.ok:
+            raise typer.Exit(EXIT_CHECK_FAILED)
+
+    @app.command("validate")
+    def validate_cmd(
+        inputs: list[Path] = typer.Argument(..., help="Log files or directories (searched recursively)."),
+        input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the problems as JSON."),
+    ) -> None:
+        """Check logs without converting: every problem with file:line, message index, reason code and fix.
+
+        Exits 3 when any problem is found.
+        """
+        from msgtrain.tools.validate_cmd import render_validation, validate_inputs
+
+        report = validate_inputs(inputs, input_format)
+        if as_json:
+            _print_json(report.to_json())
+        else:
+            _console().print(render_validation(report), soft_wrap=True)  # one line per problem, for grep
+        if not report.ok:
+            raise typer.Exit(EXIT_PROBLEMS)
+
+    @app.command("formats")
+    def formats_cmd(as_json: bool = typer.Option(False, "--json", help="Print the formats as JSON.")) -> None:
+        """List the input formats msgtrain reads, in detection order, with an example file for each."""
+        from rich.table import Table
+
+        from msgtrain.ingest import registry  # noqa: F401 - importing it registers the built-in readers
+        from msgtrain.ingest.base import REGISTRY
+
+        rows = [{"name": r.name, "description": r.description, "example": r.example} for r in REGISTRY.values()]
+        if as_json:
+            _print_json(rows)
+            return
+        table = Table(title="input formats (detection order)", title_justify="left")
+        for col in ("name", "description", "example"):
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(row["name"], row["description"], row["example"])
+        _console().print(table)
+
+    @app.command("stats")
+    def stats_cmd(
+        out: Path = typer.Argument(..., help="An exported dataset directory (msgtrain convert -o OUT)."),
+        plot: Path = typer.Option(None, "--plot", help="Also write length histograms to this PNG (needs matplotlib)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
+    ) -> None:
+        """Samples, tokens, trained tokens, turns, cut and drop reasons, engine share, per policy and source."""
+        from msgtrain.tools.stats import dataset_stats, plot_stats, render_stats
+
+        stats = dataset_stats(out)
+        if plot is not None:
+            stats["plot"] = str(plot_stats(stats, plot))
+        if as_json:
+            _print_json(stats)
+        else:
+            console = _console()
+            console.print(render_stats(stats))
+            if plot is not None:
+                console.print(f"plot written to {stats['plot']}")
+
+    @app.command("inspect")
+    def inspect_cmd(
+        input_path: Path = typer.Argument(..., help="A log file, a directory of logs, or an exported dataset OUT."),
+        graph: str = typer.Option(None, "--graph", "-g", help="Graph id (or a unique prefix); default: the first."),
+        tokenizer: str = typer.Option(
+            None,
+            "--tokenizer",
+            "-t",
+            help="Local tokenizer folder; default: the embedded demo tokenizer (logs) or the dataset's (OUT).",
+        ),
+        chat_template: Path = typer.Option(None, "--chat-template", help="A .jinja file or tokenizer_config.json."),
+        sample: str = typer.Option(
+            None, "--sample", "-s", help="Show only sample N (index) or the sample with this id."
+        ),
+        html: Path = typer.Option(None, "--html", help="Also write the view as a self-contained HTML page."),
+        input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
+    ) -> None:
+        """Show a graph as a tree and its samples with trained tokens highlighted per turn and cuts marked."""
+        from msgtrain.tools.inspect_cmd import inspect_input, render_inspection, write_html
+
+        ins = inspect_input(
+            input_path,
+            graph=graph,
+            sample=sample,
+            tokenizer=tokenizer,
+            chat_template=str(chat_template) if chat_template is not None else None,
+            input_format=input_format,
+        )
+        console = _console()
+        console.print(render_inspection(ins))
+        if html is not None:
+            console.print(f"HTML written to {write_html(ins, html)}")

@@ -5,12 +5,49 @@ Order matters for detection: more specific detectors come first; generic ones (p
 
 from __future__ import annotations
 
-from msgtrain.ingest import calls, native
+from msgtrain.ingest import (
+    anthropic,
+    calls,
+    cassettes,
+    claude_code,
+    codex,
+    gemini_cli,
+    go_agent,
+    lionagi,
+    marsys,
+    native,
+    openai_chat,
+    openai_responses,
+    openhands,
+    options,
+    otel,
+    sharegpt,
+    swe_agent,
+)
 from msgtrain.ingest.base import REGISTRY, Reader, register
 
 _READERS: list[Reader] = [
     native.READER,
+    # Conversation formats with a marker no other format has (kind tags, interactions:, lion_class, MARSYS roles,
+    # Go AgentState, Anthropic-only blocks, Responses item types) go before the per-call OpenAI logs.
+    options.READER,
+    cassettes.READER,
+    lionagi.READER,
+    marsys.READER,
+    go_agent.READER,
+    anthropic.READER,
+    openai_responses.READER,
     calls.READER,
+    # Agent sessions and traces: their detectors key on format-specific fields, so they go before generic lists.
+    claude_code.READER,
+    codex.READER,
+    gemini_cli.READER,
+    swe_agent.READER,
+    openhands.READER,
+    otel.READER,
+    # The generic conversation lists last: ShareGPT turns, then any list of OpenAI-role messages.
+    sharegpt.READER,
+    openai_chat.READER,
 ]
 
 if not REGISTRY:

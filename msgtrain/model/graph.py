@@ -147,14 +147,27 @@ class MessageView(dict[str, Any]):
         super().__init__(data)
         self._graph = graph
         self._index = index
+        self._shown_name = data.get("name")
 
     def __setitem__(self, key: str, value: Any) -> None:
         super().__setitem__(key, value)
-        self._graph[self._index] = dict(self)
+        self._commit()
 
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
-        self._graph[self._index] = dict(self)
+        self._commit()
+
+    def _commit(self) -> None:
+        # The dict shows what a provider sees; an item edit keeps what it does not show (step, policy, metadata).
+        graph = self._graph
+        old = graph.message(self._index)
+        new = _coerce(dict(self), graph.policy, graph._call_names)
+        if new.role == old.role:
+            keep: dict[str, Any] = {"policy": old.policy, "step_num": old.step_num, "metadata": old.metadata}
+            if self.get("name") == self._shown_name:
+                keep["name"] = old.name
+            new = new.model_copy(update=keep)
+        graph[self._index] = new
 
 
 @dataclass(frozen=True)
@@ -214,6 +227,7 @@ class MessageGraph:
         self.env = Env.make(tools, template_kwargs)
         self.envs[self.env.id] = self.env
         self._log = None
+        self._last_logged: str | None = None
         self._call_names: dict[str, str] = {}
         if log is not None:
             self._log = open(log, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the graph
@@ -264,14 +278,14 @@ class MessageGraph:
     ) -> str:
         """Add a node under any parent (readers rebuilding a logged graph use this). Returns its id."""
         msg = _coerce(message, self.policy, self._call_names)
-        env = env or (self.envs[self.nodes[parent].env_id] if parent is not None else self.env)
-        if env.id not in self.envs:
-            self.envs[env.id] = env
-            self._write({"type": "env", "env_id": env.id, **_env_json(env)})
         if parent is not None and parent not in self.nodes:
             raise ValidationError(
                 f"parent {parent} is not in the graph", where=f"graph {self.graph_id}", code="dangling_parent"
             )
+        env = env or (self.envs[self.nodes[parent].env_id] if parent is not None else self.env)
+        if env.id not in self.envs:
+            self.envs[env.id] = env
+            self._write({"type": "env", "env_id": env.id, **_env_json(env)})
         org = Origin(origin) if origin is not None else _default_origin(msg)
         return self._add(parent, msg, org, env.id, generation)
 
@@ -287,6 +301,7 @@ class MessageGraph:
         env = self.envs[self.nodes[parent].env_id] if parent is not None else self.env
         nid = self.add_node(parent, message, origin=origin, env=env, generation=generation)
         self.head.append(nid)
+        self._log_head_leaf()
         return nid
 
     def extend(self, messages: Iterable[AnyMessage | dict[str, Any]]) -> None:
@@ -379,7 +394,9 @@ class MessageGraph:
         self, start: int, stop: int, new: Sequence[AnyMessage], kind: EdgeKind, env: Env | None = None
     ) -> None:
         old = list(self.head)
-        seen = any(self.nodes[n].sampled for n in old[start:])
+        # History that was seen (a sampled turn) or recorded (named by a version edge) is never dropped.
+        versioned = {n for e in self.edges for n in (*e.old, *e.new)}
+        seen = any(self.nodes[n].sampled or n in versioned for n in old[start:])
         env = env or self.current_env
         prefix = old[:start] if kind is not EdgeKind.ENV_CHANGE else []
         parent = prefix[-1] if prefix else None
@@ -405,6 +422,12 @@ class MessageGraph:
             self.head = new_head
             self._retract(old)
         self.head = new_head
+        self._log_head_leaf()
+
+    def _log_head_leaf(self) -> None:
+        """Keep the running log's last node record on the head's leaf: readers take the head from it."""
+        if self._log is not None and self.head and self._last_logged != self.head[-1]:
+            self._write_node(self.nodes[self.head[-1]])
 
     def _retract(self, old: list[str]) -> None:
         """Drop nodes of an unseen, replaced tail that no branch uses any more."""
@@ -479,11 +502,13 @@ class MessageGraph:
 
     def subgraphs(self) -> list[MessageGraph]:
         """Nested sub-agent graphs held by option results, one level down."""
-        out = []
+        out: dict[str, MessageGraph] = {}
         for n in self.nodes.values():
             if isinstance(n.message, OptionResultMessage) and n.message.subgraph is not None:
-                out.append(graph_from_data(n.message.subgraph))
-        return out
+                key = canonical(n.message.subgraph)  # a fork carries the same result (and sub-agent) over
+                if key not in out:
+                    out[key] = graph_from_data(n.message.subgraph)
+        return list(out.values())
 
     # ----------------------------------------------------------------- persistence
     def to_data(self) -> dict[str, Any]:
@@ -554,6 +579,7 @@ class MessageGraph:
     def _write_node(self, node: Node) -> None:
         if self._log is not None:
             self._write(self._node_record(node))
+            self._last_logged = node.id
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._log is not None:

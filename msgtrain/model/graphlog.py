@@ -85,7 +85,7 @@ def graphs_from_records(
 
 
 def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> MessageGraph:
-    header = next((r for _, r in recs if r.get("type") == "graph"), None)
+    header_line, header = next(((n, r) for n, r in recs if r.get("type") == "graph"), (0, None))
     if header is None:
         raise ValidationError(
             f"graph {gid} has no header record",
@@ -96,7 +96,7 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
     if header.get("format") != GRAPH_LOG_FORMAT or header.get("version") != GRAPH_LOG_VERSION:
         raise ValidationError(
             f"unsupported graph log {header.get('format')!r} version {header.get('version')!r}",
-            where=source,
+            where=f"{source}:{header_line}",
             hint=f"this msgtrain reads {GRAPH_LOG_FORMAT} version {GRAPH_LOG_VERSION}; upgrade msgtrain",
             code="unsupported_version",
         )
@@ -104,6 +104,7 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
     g.envs.clear()
     node_recs: dict[str, tuple[int, dict[str, Any]]] = {}
     retracted: set[str] = set()
+    first_seen: dict[str, int] = {}  # creation order: the line a node was (re-)added on
     head: list[str] | None = None
     for lineno, rec in recs:
         where = f"{source}:{lineno}"
@@ -125,6 +126,7 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
                 if prev_origin == "sampled":
                     rec = {**rec, "origin": "sampled"}
                 node_recs[nid] = (lineno, rec)
+                first_seen.setdefault(nid, lineno)
                 retracted.discard(nid)
             elif kind == "generation":
                 g.generations[str(rec["id"])] = Generation.model_validate(rec["generation"])
@@ -139,6 +141,8 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
                 )
             elif kind == "retract":
                 retracted.update(rec.get("ids", ()))
+                for rid in rec.get("ids", ()):
+                    first_seen.pop(rid, None)
             elif kind == "head":
                 head = list(rec.get("ids", ()))
             elif kind != "graph":
@@ -169,7 +173,7 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
     depth: dict[str, int] = {}
     for nid in node_recs:
         _depth(nid, node_recs, depth, source)
-    for nid in sorted(node_recs, key=lambda k: (depth[k], node_recs[k][0])):
+    for nid in sorted(node_recs, key=lambda k: (depth[k], first_seen[k])):
         lineno, rec = node_recs[nid]
         try:
             msg = parse_message(rec["message"])
@@ -182,6 +186,7 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str) -> Mes
             g._call_names.update({c.invocation_id: c.option_name for c in msg.calls})
         g.nodes[nid] = Node(nid, rec.get("parent"), str(rec.get("env_id")), msg, origin, depth[nid])
         g.children.setdefault(rec.get("parent"), []).append(nid)
+    g.nodes = {nid: g.nodes[nid] for nid in sorted(g.nodes, key=first_seen.__getitem__)}
     for gid_ in list(g.generations):
         if gid_ not in g.nodes:
             del g.generations[gid_]

@@ -113,7 +113,7 @@ def from_openai_message(
     role = data.get("role")
     if role not in KNOWN_ROLES:
         raise ValidationError(
-            f"unknown role {role!r}",
+            f"unknown role {json.dumps(role, default=str)}",
             where=where,
             hint=f"use one of {', '.join(KNOWN_ROLES)}",
             code="unknown_role",
@@ -334,7 +334,14 @@ def to_openai_messages(messages: Iterable[AnyMessage], *, complete_pairs_only: b
     """Project a message sequence to OpenAI dicts (seed 003's pairing rule by default)."""
     msgs = list(messages)
     proj = Projection()
-    answered = {m.result.invocation_id for m in msgs if isinstance(m, OptionResultMessage)}
+    # A pair is a call and a result *after* it; a result logged before its call answers nothing.
+    answered: set[str] = set()
+    called: set[str] = set()
+    for m in msgs:
+        if isinstance(m, OptionCallMessage):
+            called.update(c.invocation_id for c in m.calls)
+        elif isinstance(m, OptionResultMessage) and m.result.invocation_id in called:
+            answered.add(m.result.invocation_id)
     issued: set[str] = set()
     for m in msgs:
         if isinstance(m, OptionCallMessage):

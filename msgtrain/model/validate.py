@@ -6,6 +6,7 @@ it. ``validate_*`` functions return all problems; ``raise_for_problems`` turns t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,8 @@ def validate_dicts(messages: Sequence[Any], *, where: str = "") -> list[Problem]
         role = m.get("role")
         content = m.get("content")
         if role not in (*VALID_ROLES, "developer"):
-            out.append(Problem(loc, "unknown_role", f"unknown role {role!r}", f"use one of {', '.join(VALID_ROLES)}"))
+            hint = f"use one of {', '.join(VALID_ROLES)}"
+            out.append(Problem(loc, "unknown_role", f"unknown role {_quote(role)}", hint))
             continue
         if role == "tool":
             if not m.get("tool_call_id"):
@@ -71,7 +73,7 @@ def validate_dicts(messages: Sequence[Any], *, where: str = "") -> list[Problem]
                 out.append(Problem(loc, "missing_name", "tool message missing name", "set name to the tool's name"))
         elif role == "assistant":
             calls = m.get("tool_calls") or []
-            if (content is None or content == "") and not calls and not m.get("reasoning_content"):
+            if content in (None, "", []) and not calls and not m.get("reasoning_content"):
                 out.append(Problem(loc, "empty_assistant", "assistant message has no content and no tool calls"))
             for k, c in enumerate(calls):
                 fn = c.get("function", c) if isinstance(c, dict) else {}
@@ -127,13 +129,37 @@ def validate_messages(messages: Sequence[AnyMessage], *, where: str = "") -> lis
     return out
 
 
-def validate_graph(g: MessageGraph) -> list[Problem]:
-    """Structure (parents, cycles) and every branch's messages."""
+def _quote(value: Any) -> str:
+    """Quote a found value the way seed 004 (Go's %q) does: ``unknown role "hacker"``."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _structure_problems(g: MessageGraph, where: str) -> list[Problem]:
     out: list[Problem] = []
-    where = f"graph {g.graph_id}"
     for nid, node in g.nodes.items():
         if node.parent is not None and node.parent not in g.nodes:
             out.append(Problem(f"{where} node {nid}", "dangling_parent", f"parent {node.parent} is missing"))
+    done: set[str] = set()
+    for start in g.nodes:
+        chain: set[str] = set()
+        cur: str | None = start
+        while cur is not None and cur in g.nodes and cur not in done:
+            if cur in chain:
+                cycle = f"node {cur} is its own ancestor (cycle)"
+                out.append(Problem(f"{where} node {cur}", "cycle", cycle, "parent links must form a tree"))
+                break
+            chain.add(cur)
+            cur = g.nodes[cur].parent
+        done |= chain
+    return out
+
+
+def validate_graph(g: MessageGraph) -> list[Problem]:
+    """Structure (parents, cycles) and every branch's messages."""
+    where = f"graph {g.graph_id}"
+    out = _structure_problems(g, where)
+    if out:
+        return out  # branches cannot be walked through a broken structure
     seen: set[tuple[str, str]] = set()
     for b, branch in enumerate(g.branches()):
         for p in validate_messages(branch.messages, where=f"{where} branch {b}"):
@@ -153,7 +179,7 @@ def validate_user_input(messages: Sequence[Any]) -> None:
         content = m.get("content") if isinstance(m, dict) else getattr(m, "text", None)
         if role not in USER_INPUT_ROLES:
             raise ValidationError(
-                f"role {role!r} is not allowed in user input",
+                f"role {_quote(role)} is not allowed in user input",
                 where=f"message[{i}]",
                 code="spoofed_role",
                 hint="external input may only carry user or system messages;"

@@ -1,0 +1,401 @@
+"""VCR-style YAML cassettes of recorded provider HTTP calls (pydantic-ai's test cassettes and the like).
+
+A cassette is ``{"interactions": [{"request": {...}, "response": {...}}, ...]}``; bodies are either
+``parsed_body`` (pydantic-ai) or a JSON ``body`` string (``{"string": ...}`` in plain VCR). Each interaction
+whose URI is a generation endpoint is one call: the request is the context, the response the turn(s) sampled
+in exactly that context. All interactions of a cassette build ONE graph (:mod:`msgtrain.ingest.call_log`), so
+calls whose histories share a prefix share nodes, and history turns no recorded response produced are
+``carried``.
+
+Providers (by URI, then body shape): OpenAI ``/chat/completions`` (n > 1 choices become sibling samples),
+OpenAI ``/responses`` (``previous_response_id`` continues the recorded response), Anthropic ``/messages``, and
+Google Gemini ``:generateContent`` (``contents[].parts`` with ``text``, ``thought``, ``functionCall``,
+``functionResponse``, ``inlineData``/``fileData``; each ``candidates[]`` entry is a sample).
+
+Safe readings:
+- Gemini function calls without an ``id`` get ``gemini_call_<content index>_<part index>``: the position in
+  the history, which is the same in every later request that repeats it, so repeated history maps to the same
+  node. A ``functionResponse`` without an id answers the oldest unanswered call of the same name.
+- Gemini ``logprobsResult`` token ids are ids of Gemini's own tokenizer. They are kept in the sampled
+  message's ``metadata["engine_tokens"]`` and deliberately NOT in ``Generation.token_ids``: the linearizer
+  takes logged ids verbatim, and splicing another model's ids into a sample rendered with the target
+  tokenizer would corrupt it.
+- Interactions that are not generation calls (model lists, token counting) and non-2xx responses are skipped
+  with a reason; streamed responses (SSE bodies) are rejected as unsupported rather than half-read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationError
+from msgtrain.ingest import anthropic, openai_responses
+from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
+from msgtrain.ingest.call_log import Call, CallLogGraph
+from msgtrain.ingest.conversation_files import Step, as_text
+from msgtrain.ingest.openai_chat import chat_steps
+from msgtrain.ingest.tool_schemas import openai_tools
+from msgtrain.model.graph import Env
+from msgtrain.model.message import (
+    DEFAULT_POLICY,
+    RUNTIME_POLICY,
+    AnyMessage,
+    Generation,
+    MediaPart,
+    Modality,
+    OptionCallMessage,
+    OptionCallPayload,
+    OptionResultMessage,
+    OptionResultPayload,
+    Part,
+    PartsMessage,
+    ReasoningPart,
+    TextPart,
+)
+from msgtrain.model.openai import from_openai_message, generation_from_choice
+
+_CHAT_SAMPLING = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "seed", "stop")
+
+
+class CassettesReader:
+    name = "cassettes"
+    description = "VCR YAML cassettes of OpenAI chat / Responses, Anthropic and Gemini generateContent calls"
+    example = "sample_logs/cassettes/weather_tools.yaml"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        if path.suffix.lower() not in (".yaml", ".yml"):
+            return False
+        return any(line.rstrip() == b"interactions:" for line in head.splitlines())
+
+    def read(self, path: Path) -> Iterator[ReadEvent]:
+        interactions = _load(path)
+        log = CallLogGraph(path.name, metadata={"source_format": self.name})
+        by_response: dict[str, str] = {}
+        for i, interaction in enumerate(interactions):
+            ref = SourceRef(str(path), f"interaction {i}")
+            try:
+                outcome = self._call(interaction, log, by_response)
+            except MsgtrainError as e:
+                yield ReadReject(ref, e.located(str(ref)), excerpt(as_text(interaction)))
+                continue
+            if isinstance(outcome, str):
+                yield ReadSkip(ref, outcome)
+                continue
+            call, response_id = outcome
+            try:
+                added = log.add(call)
+            except MsgtrainError as e:
+                yield ReadReject(ref, e.located(str(ref)), excerpt(as_text(interaction)))
+                continue
+            if response_id is not None and added:
+                by_response[response_id] = added[-1]
+        if log.calls:
+            yield ReadGraph(log.finish(), SourceRef(str(path), "file"), records=log.calls)
+
+    def _call(self, interaction: Any, log: CallLogGraph, by_response: dict[str, str]) -> tuple[Call, str | None] | str:
+        """The call of one interaction, or the reason to skip it."""
+        if not isinstance(interaction, dict):
+            raise ValidationError("interaction is not a mapping", code="bad_interaction")
+        request, response = interaction.get("request") or {}, interaction.get("response") or {}
+        uri = str(request.get("uri", ""))
+        endpoint = _endpoint(uri)
+        if endpoint is None:
+            return "not_a_generation_call"
+        status = response.get("status")
+        code = status.get("code") if isinstance(status, dict) else status
+        if isinstance(code, int) and not 200 <= code < 300:
+            return "error_response"
+        req_body = _body(request, "request")
+        resp_body = _body(response, "response")
+        if endpoint == "gemini_stream" or not isinstance(resp_body, dict):
+            raise ValidationError(
+                "streamed response bodies are not supported",
+                where="response",
+                code="unsupported_stream",
+                hint="record the call without streaming (the non-streamed body holds the whole turn)",
+            )
+        if not isinstance(req_body, dict):
+            raise ValidationError("request body is not a JSON object", where="request", code="bad_request")
+        if endpoint == "openai_chat":
+            return openai_chat_call(req_body, resp_body), None
+        if endpoint == "anthropic":
+            return anthropic.request_call(req_body, resp_body), None
+        if endpoint == "openai_responses":
+            call = openai_responses.responses_call(req_body, resp_body, log.history, by_response)
+            rid = resp_body.get("id")
+            return call, rid if isinstance(rid, str) else None
+        return gemini_call(req_body, resp_body), None
+
+
+def _load(path: Path) -> list[Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ParseError(f"not valid YAML: {e}", where=str(path), code="bad_yaml") from e
+    if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
+        raise FormatError(
+            "no interactions list",
+            where=str(path),
+            code="unknown_format",
+            hint="a cassette is a YAML mapping with an 'interactions' list of request/response pairs",
+        )
+    return data["interactions"]
+
+
+def _endpoint(uri: str) -> str | None:
+    path = uri.split("?", 1)[0].rstrip("/")
+    if path.endswith(":streamGenerateContent"):
+        return "gemini_stream"
+    if path.endswith(":generateContent"):
+        return "gemini"
+    if path.endswith("/chat/completions"):
+        return "openai_chat"
+    if path.endswith("/responses"):
+        return "openai_responses"
+    if path.endswith("/messages"):
+        return "anthropic"
+    return None
+
+
+def _body(part: dict[str, Any], where: str) -> Any:
+    """The JSON body of a recorded request/response: ``parsed_body``, or a ``body`` string to decode."""
+    if "parsed_body" in part:
+        return part["parsed_body"]
+    body = part.get("body")
+    if isinstance(body, dict) and "string" in body:
+        body = body["string"]
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            return json.loads(body) if body.strip() else None
+        except json.JSONDecodeError:
+            return body  # an SSE stream or other non-JSON text: the caller decides
+    return body
+
+
+# --------------------------------------------------------------------------- OpenAI chat completions
+
+
+def openai_chat_call(request: dict[str, Any], response: dict[str, Any]) -> Call:
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        raise ValidationError("request has no messages list", where="request", code="bad_request")
+    context = chat_steps(messages)
+    names = {
+        c.invocation_id: c.option_name
+        for s in context
+        if isinstance(s.message, OptionCallMessage)
+        for c in s.message.calls
+    }
+    sampling = {k: request[k] for k in _CHAT_SAMPLING if request.get(k) is not None}
+    samples: list[Step] = []
+    choices = response.get("choices")
+    if not isinstance(choices, list):
+        raise ValidationError("response has no choices", where="response", code="bad_response")
+    for choice in sorted((c for c in choices if isinstance(c, dict)), key=lambda c: c.get("index", 0)):
+        data = choice.get("message")
+        if not isinstance(data, dict):
+            continue
+        data = {**data, "role": data.get("role") or "assistant"}
+        if data.get("content") in (None, "") and isinstance(data.get("refusal"), str):
+            data["content"] = data["refusal"]
+        msg = from_openai_message(data, call_names=names, policy=DEFAULT_POLICY)
+        if isinstance(msg, OptionResultMessage) or msg.role != "assistant":
+            raise ValidationError(
+                "a choice's message is not an assistant message", where="response", code="bad_response"
+            )
+        if isinstance(msg, PartsMessage) and not msg.parts:
+            continue  # nothing was sampled (e.g. a filtered choice)
+        gen = generation_from_choice(choice, response) or Generation()
+        samples.append(Step(msg, generation=gen.model_copy(update={"sampling": sampling})))
+    kwargs = request.get("chat_template_kwargs")
+    env = Env.make(
+        openai_tools(request.get("tools") or request.get("functions"), where="request.tools"),
+        kwargs if isinstance(kwargs, dict) else None,
+    )
+    return Call(context, samples, env)
+
+
+# --------------------------------------------------------------------------- Gemini generateContent
+
+
+class GeminiConverter:
+    """``contents[]`` → messages. Pairs ``functionResponse`` parts with earlier ``functionCall`` parts."""
+
+    def __init__(self) -> None:
+        self.open_calls: list[tuple[str, str]] = []  # (invocation id, name) not answered yet, oldest first
+        self.names: dict[str, str] = {}
+
+    def content(self, content: Any, index: int) -> list[AnyMessage]:
+        where = f"contents[{index}]"
+        if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+            raise ValidationError("content has no parts list", where=where, code="bad_content")
+        role = content.get("role", "user")
+        if role == "model":
+            return [self._model(content["parts"], index, where)]
+        if role not in ("user", "function", "tool"):
+            raise ValidationError(
+                f"unknown role {role!r}",
+                where=where,
+                code="unknown_role",
+                hint="Gemini content roles are 'user' and 'model'",
+            )
+        return self._user(content["parts"], where)
+
+    def _model(self, parts: list[Any], index: int, where: str) -> AnyMessage:
+        out: list[Part] = []
+        calls: list[OptionCallPayload] = []
+        for k, part in enumerate(parts):
+            if not isinstance(part, dict):
+                raise ValidationError(f"parts[{k}] is not an object", where=where, code="bad_content")
+            call = part.get("functionCall")
+            if isinstance(call, dict):
+                name = call.get("name")
+                if not name:
+                    raise ValidationError(f"parts[{k}] functionCall has no name", where=where, code="bad_tool_call")
+                call_id = str(call.get("id") or f"gemini_call_{index}_{k}")
+                args = call.get("args")
+                calls.append(
+                    OptionCallPayload(
+                        invocation_id=call_id, option_name=str(name), arguments=args if isinstance(args, dict) else {}
+                    )
+                )
+                self.open_calls.append((call_id, str(name)))
+                self.names[call_id] = str(name)
+            elif part.get("thought") is True:
+                out.append(ReasoningPart(text=str(part.get("text", "")), signature=part.get("thoughtSignature")))
+            else:
+                out.append(_gemini_part(part, k, where))
+        if calls:
+            return OptionCallMessage(
+                parts=tuple(out), calls=tuple(calls), policy=DEFAULT_POLICY, role_hint_for_llm="assistant"
+            )
+        return PartsMessage(parts=tuple(out), role_hint_for_llm="assistant", policy=DEFAULT_POLICY)
+
+    def _user(self, parts: list[Any], where: str) -> list[AnyMessage]:
+        out: list[AnyMessage] = []
+        pending: list[Part] = []
+        for k, part in enumerate(parts):
+            if not isinstance(part, dict):
+                raise ValidationError(f"parts[{k}] is not an object", where=where, code="bad_content")
+            answer = part.get("functionResponse")
+            if not isinstance(answer, dict):
+                pending.append(_gemini_part(part, k, where))
+                continue
+            if pending:
+                out.append(PartsMessage(parts=tuple(pending), role_hint_for_llm="user", policy="user"))
+                pending = []
+            call_id = self._answer(answer, k, where)
+            out.append(
+                OptionResultMessage(
+                    result=OptionResultPayload(
+                        invocation_id=call_id, option_name=self.names[call_id], result=answer.get("response")
+                    ),
+                    policy=RUNTIME_POLICY,
+                    role_hint_for_llm="tool",
+                )
+            )
+        if pending or not out:
+            out.append(PartsMessage(parts=tuple(pending), role_hint_for_llm="user", policy="user"))
+        return out
+
+    def _answer(self, answer: dict[str, Any], k: int, where: str) -> str:
+        """The call a functionResponse answers: its own id, else the oldest open call of that name."""
+        wanted = answer.get("id")
+        name = answer.get("name")
+        for pos, (call_id, call_name) in enumerate(self.open_calls):
+            if (wanted and call_id == wanted) or (not wanted and call_name == name):
+                del self.open_calls[pos]
+                return call_id
+        raise ValidationError(
+            f"parts[{k}] functionResponse {name!r} answers no earlier functionCall",
+            where=where,
+            code="unpaired_result",
+            hint="each functionResponse must follow a model functionCall of that name",
+        )
+
+
+def _gemini_part(part: dict[str, Any], k: int, where: str) -> Part:
+    if "text" in part:
+        return TextPart(text=str(part["text"]))
+    inline = part.get("inlineData") or part.get("inline_data")
+    if isinstance(inline, dict) and isinstance(inline.get("data"), str):
+        mime = str(inline.get("mimeType") or inline.get("mime_type") or "application/octet-stream")
+        return MediaPart(modality=_modality(mime), url=f"data:{mime};base64,{inline['data']}", mime=mime)
+    ref = part.get("fileData") or part.get("file_data")
+    if isinstance(ref, dict) and isinstance(ref.get("fileUri") or ref.get("file_uri"), str):
+        ref_mime = ref.get("mimeType") or ref.get("mime_type")
+        url = str(ref.get("fileUri") or ref.get("file_uri"))
+        return MediaPart(modality=_modality(str(ref_mime or "")), url=url, mime=ref_mime)
+    kinds = ", ".join(sorted(k2 for k2 in part if k2 != "thoughtSignature")) or "empty"
+    raise ValidationError(
+        f"parts[{k}] is not supported ({kinds})",
+        where=where,
+        code="unsupported_part",
+        hint="supported parts: text, thought, functionCall, functionResponse, inlineData, fileData",
+    )
+
+
+def _modality(mime: str) -> Modality:
+    top = mime.split("/", 1)[0]
+    if top == "image":
+        return "image"
+    if top == "audio":
+        return "audio"
+    if top == "video":
+        return "video"
+    return "document"
+
+
+def gemini_call(request: dict[str, Any], response: dict[str, Any]) -> Call:
+    contents = request.get("contents")
+    if not isinstance(contents, list):
+        raise ValidationError("request has no contents list", where="request", code="bad_request")
+    conv = GeminiConverter()
+    context: list[Step] = []
+    system = request.get("systemInstruction", request.get("system_instruction"))
+    if isinstance(system, dict) and isinstance(system.get("parts"), list):
+        parts = tuple(_gemini_part(p, k, "systemInstruction") for k, p in enumerate(system["parts"]))
+        context.append(Step(PartsMessage(parts=parts, role_hint_for_llm="system", policy="system")))
+    for i, content in enumerate(contents):
+        context.extend(Step(m, index=i) for m in conv.content(content, i))
+    config = request.get("generationConfig", request.get("generation_config"))
+    sampling = dict(config) if isinstance(config, dict) else {}
+    samples: list[Step] = []
+    for candidate in response.get("candidates") or []:
+        content = candidate.get("content") if isinstance(candidate, dict) else None
+        if not isinstance(content, dict) or not content.get("parts"):
+            continue  # blocked or empty candidate: nothing was sampled
+        msg = conv.content({**content, "role": "model"}, len(contents))[0]
+        engine = _engine_tokens(candidate)
+        if engine is not None:
+            msg = msg.model_copy(update={"metadata": {**msg.metadata, "engine_tokens": engine}})
+        generation = Generation(
+            model=response.get("modelVersion"), finish_reason=candidate.get("finishReason"), sampling=sampling
+        )
+        samples.append(Step(msg, generation=generation))
+    env = Env.make(openai_tools(request.get("tools"), where="request.tools"))
+    return Call(context, samples, env)
+
+
+def _engine_tokens(candidate: dict[str, Any]) -> dict[str, Any] | None:
+    chosen = (candidate.get("logprobsResult") or {}).get("chosenCandidates")
+    if not isinstance(chosen, list) or not chosen:
+        return None
+    if not all(isinstance(c, dict) and "tokenId" in c for c in chosen):
+        return None
+    return {
+        "tokenizer": "gemini",
+        "token_ids": [int(c["tokenId"]) for c in chosen],
+        "logprobs": [float(c.get("logProbability", 0.0)) for c in chosen],
+    }
+
+
+READER = CassettesReader()

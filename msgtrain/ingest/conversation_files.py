@@ -1,0 +1,424 @@
+"""Shared plumbing for readers of conversation-list formats: file layouts, record accounting, linear graphs.
+
+Conversation-list formats (OpenAI chat, ShareGPT, the seed frameworks...) all come in the same few layouts:
+
+- one JSON document holding one conversation (a list of messages, or an object with a message-list key);
+- one JSON document holding a list of conversations (each a list of messages or a record around one);
+- JSONL with one conversation record per line, or one *message* per line (then the lines form one
+  conversation).
+
+Invariants:
+- Every record of the file is accounted for exactly once: a conversation's ``records`` counts the lines or
+  items it was built from; a record that is not a conversation, or cannot be converted, is one
+  :class:`ReadReject`; an empty one is a :class:`ReadSkip` with a reason.
+- JSONL is streamed line by line; a JSON document is loaded whole (it is bounded by its file).
+- A conversion error never stops the file: it becomes a reject located at ``file:line`` / ``file (item i)``.
+  In a message-per-line JSONL conversation a rejected line leaves the later turns without their full context:
+  those assistant turns are kept as ``carried`` context, never trained.
+- Graph ids are deterministic: ``<file name>#<record>:<hash of the graph's leaf ids>``. Node ids are content
+  hashes of the whole path, so the suffix distinguishes same-named files with different content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from msgtrain.errors import MsgtrainError, ParseError, ValidationError
+from msgtrain.ingest.base import (
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    SourceRef,
+    excerpt,
+    iter_json_lines,
+    load_json_document,
+)
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.message import (
+    DEFAULT_POLICY,
+    AnyMessage,
+    Generation,
+    OptionCallMessage,
+    OptionResultMessage,
+)
+
+
+@dataclass
+class RawRecord:
+    """One record of a file: a JSONL line or the whole JSON document. ``value`` is the parse error if bad."""
+
+    ref: SourceRef
+    value: Any
+    raw: bytes | None = None
+
+
+def iter_raw_records(path: Path) -> Iterator[RawRecord]:
+    """Records of a JSON or JSONL file.
+
+    The layout is decided from the first two non-blank lines: if the first is a complete JSON value and more
+    follow, the file is JSONL and is streamed; a corrupt first line followed by a complete JSON object or
+    array is still JSONL (the bad line is one reject). Otherwise the file is one JSON document. A single line
+    that does not parse is one bad record (a truncated one-record JSONL), not an unreadable file.
+    """
+    first = second = b""
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            if first:
+                second = line
+                break
+            first = line
+    if not first:
+        return
+    parsed = _parse(first)
+    if second and (parsed is not _UNPARSED or isinstance(_parse(second), dict | list)):
+        for lineno, raw, obj in iter_json_lines(path):
+            yield RawRecord(SourceRef(str(path), f"line {lineno}"), obj, raw)
+        return
+    if parsed is _UNPARSED and not second:
+        err = ParseError("invalid or truncated JSON", where=f"{path}:1", code="bad_json")
+        yield RawRecord(SourceRef(str(path), "line 1"), err, first)
+        return
+    document = parsed if parsed is not _UNPARSED else load_json_document(path)
+    yield RawRecord(SourceRef(str(path), "file"), document)
+
+
+_UNPARSED = object()
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return _UNPARSED
+
+
+@dataclass
+class Conversation:
+    """One conversation found in a file, before format-specific conversion.
+
+    ``messages`` are the format's raw message objects; ``container`` is the record around them (other fields
+    such as ``tools``, ``reward``, ``system``), empty when the record was a bare list; ``key`` is the field
+    the messages came from (``None`` for a bare list). ``incomplete_from`` is the index of the first message
+    whose context lost a rejected line (message-per-line JSONL only).
+    """
+
+    ref: SourceRef
+    records: int
+    messages: list[Any]
+    container: dict[str, Any]
+    key: str | None
+    source: Any = None
+    raw: bytes | None = None
+    incomplete_from: int | None = None
+
+    def excerpt(self) -> str:
+        if self.raw is not None:
+            return excerpt(self.raw)
+        return excerpt(_short_json(self.source if self.source is not None else self.messages))
+
+
+def _short_json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)[: 4 * 2048]
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)[: 4 * 2048]
+
+
+@dataclass
+class ConversationLayout:
+    """How a format marks conversations: the record keys holding the message list, and what a message is."""
+
+    is_message: Callable[[Any], bool]
+    message_keys: Sequence[str]
+
+    def messages_of(self, record: dict[str, Any]) -> tuple[str, list[Any]] | None:
+        for key in self.message_keys:
+            value = record.get(key)
+            if isinstance(value, list):
+                return key, value
+        return None
+
+
+def iter_conversations(
+    path: Path, layout: ConversationLayout, records: Iterable[RawRecord] | None = None
+) -> Iterator[Conversation | ReadReject | ReadSkip]:
+    """Split a file into conversations (see the module docstring for the layouts).
+
+    ``records`` lets a reader that already started :func:`iter_raw_records` (to look at the first record) hand
+    the same stream on instead of reading the file twice.
+    """
+    pending: list[Any] = []  # message-per-line JSONL: messages waiting to form one conversation
+    pending_ref: SourceRef | None = None
+    # Where a rejected line cut the message-per-line run: from that message on, the context is incomplete.
+    gap: int | None = None
+    gap_before_run = False
+    for rec in records if records is not None else iter_raw_records(path):
+        value = rec.value
+        if not isinstance(value, MsgtrainError) and rec.ref.record == "file":
+            yield from _document_conversations(path, value, layout)
+            return
+        if isinstance(value, dict) and layout.is_message(value):
+            if not pending and gap_before_run:
+                gap = 0
+            pending_ref = pending_ref or rec.ref
+            pending.append(value)
+            continue
+        found = None if isinstance(value, MsgtrainError) else _conversation_in(value, layout)
+        if found is None:
+            err = value if isinstance(value, MsgtrainError) else _not_a_conversation(rec.ref, layout)
+            yield ReadReject(rec.ref, err, excerpt(rec.raw or b""))
+            if pending:
+                gap = len(pending) if gap is None else gap
+            else:
+                gap_before_run = True
+            continue
+        if pending and pending_ref is not None:
+            yield Conversation(pending_ref, len(pending), pending, {}, None, incomplete_from=gap)
+            pending, pending_ref = [], None
+        gap, gap_before_run = None, False
+        key, messages, container = found
+        if not messages:
+            yield ReadSkip(rec.ref, "empty_conversation")
+            continue
+        yield Conversation(rec.ref, 1, messages, container, key, raw=rec.raw)
+    if pending and pending_ref is not None:
+        yield Conversation(pending_ref, len(pending), pending, {}, None, incomplete_from=gap)
+
+
+def _document_conversations(
+    path: Path, value: Any, layout: ConversationLayout
+) -> Iterator[Conversation | ReadReject | ReadSkip]:
+    file_ref = SourceRef(str(path), "file")
+    if isinstance(value, list):
+        if not value:
+            yield ReadSkip(file_ref, "empty_file")
+            return
+        # The first element decides: a list of messages is one conversation (a malformed message inside it is
+        # that conversation's problem, not a record of its own); otherwise every element is a record.
+        if layout.is_message(value[0]):
+            yield Conversation(file_ref, 1, value, {}, None, source=value)
+            return
+        for i, item in enumerate(value):
+            ref = SourceRef(str(path), f"item {i}")
+            found = _conversation_in(item, layout)
+            if found is None:
+                yield ReadReject(ref, _not_a_conversation(ref, layout), excerpt(_short_json(item)))
+                continue
+            key, messages, container = found
+            if not messages:
+                yield ReadSkip(ref, "empty_conversation")
+                continue
+            yield Conversation(ref, 1, messages, container, key, source=item)
+        return
+    found = _conversation_in(value, layout)
+    if found is None and isinstance(value, dict) and layout.is_message(value):
+        found = (None, [value], {})
+    if found is None:
+        yield ReadReject(file_ref, _not_a_conversation(file_ref, layout), excerpt(_short_json(value)))
+        return
+    key, messages, container = found
+    if not messages:
+        yield ReadSkip(file_ref, "empty_conversation")
+        return
+    yield Conversation(file_ref, 1, messages, container, key, source=value)
+
+
+def _conversation_in(value: Any, layout: ConversationLayout) -> tuple[str | None, list[Any], dict[str, Any]] | None:
+    if isinstance(value, list):
+        if not value or layout.is_message(value[0]):
+            return None, value, {}
+        return None
+    if isinstance(value, dict):
+        hit = layout.messages_of(value)
+        if hit is not None:
+            key, messages = hit
+            return key, messages, {k: v for k, v in value.items() if k != key}
+    return None
+
+
+def _not_a_conversation(ref: SourceRef, layout: ConversationLayout) -> ValidationError:
+    keys = " or ".join(f'"{k}"' for k in layout.message_keys)
+    return ValidationError(
+        "record is not a conversation",
+        where=str(ref),
+        hint=f"expected a list of messages or an object with a {keys} list",
+        code="not_a_conversation",
+    )
+
+
+# --------------------------------------------------------------------------- building graphs
+
+
+@dataclass
+class Step:
+    """One message of a linear conversation with how it came to be there.
+
+    ``origin`` None means the graph's default (assistant = sampled, everything else = context). ``index`` is
+    the message's position in the source list, used to locate errors.
+    """
+
+    message: AnyMessage
+    origin: Origin | None = None
+    generation: Generation | None = None
+    index: int | None = None
+
+
+def check_pairing(steps: Sequence[Step]) -> None:
+    """Refuse a tool result that answers no earlier call (dangling *calls* are fine: they are kept)."""
+    seen: set[str] = set()
+    for pos, step in enumerate(steps):
+        msg = step.message
+        if isinstance(msg, OptionCallMessage):
+            seen.update(c.invocation_id for c in msg.calls)
+        elif isinstance(msg, OptionResultMessage) and msg.result.invocation_id not in seen:
+            where = f"message[{step.index if step.index is not None else pos}]"
+            raise ValidationError(
+                f"tool result answers no call (id {msg.result.invocation_id!r})",
+                where=where,
+                hint="every tool result must follow an assistant message that issued a call with the same id",
+                code="unpaired_result",
+            )
+
+
+def build_linear_graph(
+    steps: Sequence[Step],
+    *,
+    base_id: str,
+    tools: Sequence[Any] = (),
+    metadata: dict[str, Any] | None = None,
+    policy: str = DEFAULT_POLICY,
+    template_kwargs: dict[str, Any] | None = None,
+    incomplete_from: int | None = None,
+) -> MessageGraph:
+    """A one-branch graph from ``steps`` (pairing checked first), with a deterministic id (see module doc).
+
+    Assistant turns at or after source index ``incomplete_from`` were sampled in a context the file no longer
+    holds completely (a line of it was rejected), so they are kept as ``carried`` context, never trained.
+    """
+    check_pairing(steps)
+    graph = MessageGraph(
+        graph_id=base_id, tools=tools, metadata=metadata, policy=policy, template_kwargs=template_kwargs
+    )
+    for step in steps:
+        origin = step.origin
+        after_gap = incomplete_from is not None and step.index is not None and step.index >= incomplete_from
+        if after_gap and step.message.role == "assistant" and origin in (None, Origin.SAMPLED):
+            origin = Origin.CARRIED
+        graph.append(step.message, origin=origin, generation=step.generation)
+    graph.graph_id = content_graph_id(base_id, graph)
+    return graph
+
+
+def chain_records(first: RawRecord, rest: Iterator[RawRecord]) -> Iterator[RawRecord]:
+    """Put a record taken off the front of a stream back in front of it."""
+    yield first
+    yield from rest
+
+
+def iter_call_records(path: Path, records: Iterable[RawRecord]) -> Iterator[tuple[SourceRef, Any, bytes | str]]:
+    """(ref, value, raw text for excerpts) per call record: JSONL lines, or a JSON array's items."""
+    for rec in records:
+        if rec.ref.record == "file" and isinstance(rec.value, list):
+            for i, item in enumerate(rec.value):
+                yield SourceRef(str(path), f"item {i}"), item, _short_json(item)
+        else:
+            yield rec.ref, rec.value, rec.raw if rec.raw is not None else _short_json(rec.value)
+
+
+def content_graph_id(base_id: str, graph: MessageGraph) -> str:
+    digest = hashlib.blake2b(digest_size=4)
+    for leaf in sorted(graph.leaves()):
+        digest.update(leaf.encode())
+    return f"{base_id}:{digest.hexdigest()}"
+
+
+def base_graph_id(path: Path, ref: SourceRef) -> str:
+    record = ref.record
+    if record == "file":
+        return path.name
+    return f"{path.name}#{record.split(' ', 1)[-1]}"
+
+
+# --------------------------------------------------------------------------- the reader driver
+
+
+@dataclass
+class Converted:
+    graph: MessageGraph
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def read_conversation_file(
+    path: Path,
+    layout: ConversationLayout,
+    convert: Callable[[Conversation], Converted],
+    records: Iterable[RawRecord] | None = None,
+) -> Iterator[ReadEvent]:
+    """Split ``path`` into conversations and convert each; failures become rejects, never exceptions."""
+    for item in iter_conversations(path, layout, records):
+        if not isinstance(item, Conversation):
+            yield item
+            continue
+        try:
+            converted = convert(item)
+        except MsgtrainError as e:
+            yield ReadReject(item.ref, e.located(str(item.ref)), item.excerpt())
+            continue
+        except pydantic.ValidationError as e:
+            err = ValidationError(_pydantic_message(e), where=str(item.ref), code="bad_message")
+            yield ReadReject(item.ref, err, item.excerpt())
+            continue
+        yield ReadGraph(converted.graph, item.ref, records=item.records, extras=converted.extras)
+
+
+def _pydantic_message(e: pydantic.ValidationError) -> str:
+    errors = e.errors()
+    if not errors:
+        return f"invalid message: {e}"
+    loc = ".".join(str(x) for x in errors[0]["loc"])
+    return f"invalid message{f' at {loc}' if loc else ''}: {errors[0]['msg']}"
+
+
+# --------------------------------------------------------------------------- small shared helpers
+
+
+def as_text(value: Any) -> str:
+    """A field that should be text: strings verbatim, anything else as compact JSON (never ``repr``)."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def dict_field(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """``record[key]`` when it is an object, else an empty dict (optional nested objects in logs)."""
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def parse_json_field(value: Any, *, what: str, where: str) -> Any:
+    """A field that may hold JSON as a string (ShareGPT ``tools``, LLaMA-Factory ``tool_call`` values)."""
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValidationError(
+            f"{what} is not valid JSON: {e.msg} at char {e.pos}",
+            where=where,
+            code="bad_json_field",
+            hint=f"{what} must be a JSON string",
+        ) from e

@@ -1,0 +1,147 @@
+"""OpenAI chat-completions message lists (the most common conversation format).
+
+Reads: a JSON array of messages (one conversation); a JSON array of conversations (lists, or records holding
+``messages``); JSONL of ``{"messages": [...], "tools": [...]}`` records; JSONL with one message per line (one
+conversation); records with other fields around the messages, e.g. tau-bench's ``{"task_id", "reward", "info",
+"traj", "trial"}`` where ``traj`` is the message list.
+
+Mapping (see docs/formats.md, "openai_chat"):
+- Messages go through :func:`msgtrain.model.openai.from_openai_message`: content strings or parts (``text``,
+  ``image_url``, ``input_audio``, ``file``), ``tool_calls`` with JSON-string (kept verbatim) or dict
+  arguments, ``tool`` results, ``developer`` (a system message that remembers its role),
+  ``reasoning_content``.
+- Legacy ``function_call`` / ``function`` messages get a synthetic call id (``function_call_<i>``) so they
+  pair.
+- A ``refusal`` (field or content part) is the assistant's visible text.
+- Every assistant message is sampled in the context before it, except ``"weight": 0`` (OpenAI fine-tuning
+  format: "do not train") which is carried context.
+- ``tools`` / legacy ``functions`` become the graph's environment; ``chat_template_kwargs`` its template
+  kwargs; every other field of the record (``reward``, ``task_id``, ``info``...) is carried to the samples as
+  extras.
+- A tool result that answers no earlier call rejects the record (``unpaired_result``); calls without a result
+  are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import ValidationError
+from msgtrain.ingest.base import ReadEvent
+from msgtrain.ingest.conversation_files import (
+    Conversation,
+    ConversationLayout,
+    Converted,
+    Step,
+    base_graph_id,
+    build_linear_graph,
+    read_conversation_file,
+)
+from msgtrain.ingest.head_shape import HeadShape, head_shape
+from msgtrain.ingest.tool_schemas import openai_tools
+from msgtrain.model.graph import Origin
+from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
+from msgtrain.model.openai import KNOWN_ROLES, from_openai_message
+
+MESSAGE_KEYS = ("messages", "traj")
+_NOT_EXTRAS = frozenset({"tools", "functions", "chat_template_kwargs"})
+
+
+def is_chat_message(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("role"), str) and "kind" not in value
+
+
+LAYOUT = ConversationLayout(is_message=is_chat_message, message_keys=MESSAGE_KEYS)
+
+
+def chat_steps(messages: list[Any], *, policy: str = DEFAULT_POLICY) -> list[Step]:
+    """Convert an OpenAI message list to steps (origins per the module doc); raises ValidationError."""
+    steps: list[Step] = []
+    names: dict[str, str] = {}
+    legacy_calls: dict[str, list[str]] = {}  # function name -> synthetic ids awaiting a `function` result
+    for i, raw in enumerate(messages):
+        if not isinstance(raw, dict):
+            raise ValidationError(
+                f"message is a {type(raw).__name__}, not an object",
+                where=f"message[{i}]",
+                code="bad_message",
+                hint='each message is an object like {"role": "user", "content": "..."}',
+            )
+        data = _normalise(raw, i, legacy_calls)
+        msg = from_openai_message(data, index=i, call_names=names, policy=policy)
+        if isinstance(msg, OptionCallMessage):
+            names.update({c.invocation_id: c.option_name for c in msg.calls})
+        origin = Origin.CARRIED if msg.role == "assistant" and raw.get("weight") == 0 else None
+        steps.append(Step(msg, origin=origin, index=i))
+    return steps
+
+
+def _normalise(raw: dict[str, Any], index: int, legacy_calls: dict[str, list[str]]) -> dict[str, Any]:
+    """Rewrite the few legacy / optional shapes ``from_openai_message`` does not read into ones it does."""
+    data = dict(raw)
+    role = data.get("role")
+    if isinstance(data.get("content"), list):
+        data["content"] = [
+            {"type": "text", "text": part.get("refusal", "")}
+            if isinstance(part, dict) and part.get("type") == "refusal"
+            else part
+            for part in data["content"]
+        ]
+    if role == "assistant":
+        if data.get("content") in (None, "") and isinstance(data.get("refusal"), str):
+            data["content"] = data["refusal"]
+        call = data.get("function_call")
+        if isinstance(call, dict) and not data.get("tool_calls"):
+            call_id = f"function_call_{index}"
+            legacy_calls.setdefault(str(call.get("name")), []).append(call_id)
+            data["tool_calls"] = [{"id": call_id, "type": "function", "function": call}]
+    elif role == "function" and not data.get("tool_call_id"):
+        waiting = legacy_calls.get(str(data.get("name")))
+        if waiting:
+            data["tool_call_id"] = waiting.pop(0)
+    return data
+
+
+class OpenAIChatReader:
+    name = "openai_chat"
+    description = "OpenAI chat messages: JSON list(s) of messages, JSONL of {messages, tools}, tau-bench traj records"
+    example = "sample_logs/openai_chat/conversations.jsonl"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        del path
+        shape = head_shape(head)
+        return any(_has_chat_roles(shape, p) for p in (".role", "[].role", ".messages[].role", ".traj[].role"))
+
+    def read(self, path: Path) -> Iterator[ReadEvent]:
+        def convert(conv: Conversation) -> Converted:
+            return self.convert(path, conv)
+
+        yield from read_conversation_file(path, LAYOUT, convert)
+
+    def convert(self, path: Path, conv: Conversation) -> Converted:
+        container = conv.container
+        tools = openai_tools(container.get("tools") or container.get("functions"))
+        kwargs = container.get("chat_template_kwargs")
+        graph = build_linear_graph(
+            chat_steps(conv.messages),
+            base_id=base_graph_id(path, conv.ref),
+            incomplete_from=conv.incomplete_from,
+            tools=tools,
+            metadata={"source_format": self.name, "messages_key": conv.key},
+            template_kwargs=kwargs if isinstance(kwargs, dict) else None,
+        )
+        extras = {k: v for k, v in container.items() if k not in _NOT_EXTRAS}
+        return Converted(graph, extras)
+
+
+def _has_chat_roles(shape: HeadShape, path: str) -> bool:
+    """Messages at ``path`` whose roles are all OpenAI roles (and no seed-003 ``kind`` tag next to them)."""
+    roles = shape.values_at(path)
+    if not roles or not roles <= set(KNOWN_ROLES):
+        return False
+    return (path.rsplit(".", 1)[0] + ".kind") not in shape.paths
+
+
+READER = OpenAIChatReader()

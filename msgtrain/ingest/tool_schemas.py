@@ -1,0 +1,87 @@
+"""Tool schemas from any provider, as the OpenAI function-tool dicts chat templates are written for.
+
+Chat templates receive ``tools`` verbatim and most read ``tool.function.name`` / ``.parameters`` (the shape
+``transformers`` documents), so every reader normalises what its format logged to that one shape:
+
+- OpenAI chat ``{"type": "function", "function": {...}}``: kept as is.
+- OpenAI Responses ``{"type": "function", "name", "description", "parameters", "strict"}``: wrapped.
+- Anthropic ``{"name", "description", "input_schema"}``: wrapped, ``input_schema`` becomes ``parameters``.
+- Gemini ``{"functionDeclarations" | "function_declarations": [...]}``: one function per declaration
+  (``parameters`` or ``parametersJsonSchema``).
+- Bare ``{"name", "description", "parameters"}`` (ShareGPT / Glaive, LLaMA-Factory): wrapped.
+
+Invariant: a schema is never invented or dropped. Provider built-in tools that are not functions (Anthropic
+``web_search_*``, Responses ``web_search``...) are kept verbatim; key order inside a function is preserved.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from msgtrain.errors import ValidationError
+
+_FUNCTION_KEYS = ("name", "description", "parameters")
+
+
+def openai_tools(raw: Any, *, where: str = "tools") -> list[Any]:
+    """Normalise a logged ``tools`` field (a list, one dict, or a JSON string of either)."""
+    if raw is None or raw == "" or raw == []:
+        return []
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValidationError(
+                f"tools is not valid JSON: {e.msg}",
+                where=where,
+                code="bad_tools",
+                hint="tools must be a list of tool schemas or a JSON string of one",
+            ) from e
+        if raw is None:
+            return []
+    items = raw if isinstance(raw, list) else [raw]
+    out: list[Any] = []
+    for i, tool in enumerate(items):
+        if not isinstance(tool, dict):
+            raise ValidationError(
+                f"tools[{i}] is not an object",
+                where=where,
+                code="bad_tools",
+                hint="each tool is a JSON object with a name and a parameter schema",
+            )
+        out.extend(_one_tool(tool))
+    return out
+
+
+def _one_tool(tool: dict[str, Any]) -> list[Any]:
+    declarations = tool.get("functionDeclarations", tool.get("function_declarations"))
+    if isinstance(declarations, list):
+        return [_wrap(_gemini_declaration(d)) for d in declarations if isinstance(d, dict)]
+    kind = tool.get("type")
+    if kind == "function" and isinstance(tool.get("function"), dict):
+        return [tool]
+    if kind not in (None, "function", "custom"):
+        return [tool]  # a provider built-in tool (web search, code execution...): nothing to normalise
+    if "input_schema" in tool:
+        fn: dict[str, Any] = {k: tool[k] for k in ("name", "description") if k in tool}
+        fn["parameters"] = tool["input_schema"]
+        return [_wrap(fn)]
+    if "name" in tool:
+        bare: dict[str, Any] = {k: tool[k] for k in _FUNCTION_KEYS if k in tool}
+        if "strict" in tool:
+            bare["strict"] = tool["strict"]
+        return [_wrap(bare)]
+    return [tool]
+
+
+def _gemini_declaration(decl: dict[str, Any]) -> dict[str, Any]:
+    fn: dict[str, Any] = {k: decl[k] for k in ("name", "description") if k in decl}
+    params = decl.get("parameters", decl.get("parametersJsonSchema"))
+    if params is not None:
+        fn["parameters"] = params
+    return fn
+
+
+def _wrap(fn: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": fn}

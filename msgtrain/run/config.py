@@ -1,0 +1,287 @@
+"""``ConvertConfig``: every ``msgtrain convert`` option, from a YAML file, CLI flags, or both.
+
+Invariants:
+- One frozen, validated object (pydantic, ``extra="forbid"``) holds every option; the CLI and YAML keys share
+  the field names (``max_length``; ``max-length`` is accepted in YAML too).
+- Every mistake is a :class:`~msgtrain.errors.ConfigError` naming the key, what was wrong, and the valid
+  choices: an unknown key lists the valid keys (and the closest one), a bad value says what was expected.
+- Precedence: built-in defaults < the config file < CLI flags the user actually gave (:func:`merge_cli`).
+- :meth:`ConvertConfig.config_hash` is a stable hash of exactly the settings that change the written data
+  (:data:`OUTPUT_SETTINGS`); every field is classified as output-changing or run-only (:data:`RUN_SETTINGS`),
+  and a test fails when a new field is in neither set.
+- Relative paths are kept as given and resolved against the working directory at run time, like CLI paths.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from msgtrain.errors import ConfigError, MsgtrainError
+from msgtrain.export.length import Overflow
+from msgtrain.export.split import parse_split_spec
+from msgtrain.export.targets import TARGETS
+from msgtrain.export.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_ROWS_PER_SHARD, Format
+
+CONFIG_VERSION = "msgtrain-convert-config/1"
+
+
+class ConvertConfig(BaseModel):
+    """All options of ``msgtrain convert``: keyword arguments, :func:`load_config` or :func:`merge_cli`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # inputs and outputs
+    inputs: tuple[Path, ...] = Field((), description="log files or directories (searched recursively)")
+    output: Path | None = Field(None, description="output directory, published atomically")
+    rejects: Path | None = Field(None, description="where bad records go (default OUT/rejects.jsonl)")
+    input_format: str | None = Field(None, description="force a reader instead of detecting per file")
+    # tokens
+    tokenizer: str | None = Field(None, description="HF tokenizer folder or hub id; None = embedded demo")
+    chat_template: str | None = Field(None, description="a .jinja file or tokenizer_config.json")
+    render_date: str | None = Field(None, description="YYYY-MM-DD for templates that print today's date")
+    policies: tuple[str, ...] = Field((), description="train only these policies; empty = all")
+    # what to write
+    format: Format = "parquet"
+    target: str = Field("canonical", description="one of the export targets")
+    max_length: int | None = Field(None, gt=0, description="longest row in tokens")
+    overflow: Overflow = "drop"
+    allow_partial_turns: bool = Field(False, description="with overflow=truncate, train the first part of a cut turn")
+    split: dict[str, float] = Field(default_factory=dict, description="held-out splits, e.g. {validation: 0.05}")
+    pack_length: int | None = Field(None, gt=0, description="row length for target=packed")
+    rows_per_shard: int = Field(DEFAULT_ROWS_PER_SHARD, gt=0)
+    row_group_size: int = Field(DEFAULT_ROW_GROUP_SIZE, gt=0)
+    # how to run
+    workers: int = Field(1, gt=0)
+    engine: Literal["local", "ray"] = "local"
+    strict: bool = False
+    max_reject_rate: float | None = Field(None, ge=0.0, le=1.0)
+    resume: bool = False
+    quiet: bool = False
+
+    def __init__(self, **data: Any) -> None:
+        # Keyword construction (the CLI's path) reports problems as ConfigError, like load_config does.
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as e:
+            raise _config_error(e, where=None) from None
+
+    @field_validator("target")
+    @classmethod
+    def _known_target(cls, value: str) -> str:
+        if value not in TARGETS:
+            raise ConfigError(f"unknown target {value!r}", hint=f"choose one of: {', '.join(TARGETS)}")
+        return value
+
+    @field_validator("split", mode="before")
+    @classmethod
+    def _parse_split(cls, value: Any) -> dict[str, float]:
+        return parse_split_spec(value)
+
+    @field_validator("render_date", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> str | None:
+        if value is None or isinstance(value, dt.date):  # YAML reads an unquoted 2025-01-31 as a date
+            return value.isoformat() if value is not None else None
+        try:
+            return dt.date.fromisoformat(str(value)).isoformat()
+        except ValueError:
+            raise ConfigError(
+                f"render_date {value!r} is not a date", hint="write YYYY-MM-DD, e.g. 2025-01-31"
+            ) from None
+
+    @field_validator("inputs", "policies", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str | Path) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_pack_and_max_length(cls, data: Any) -> Any:
+        # Packed rows need a length; either of max_length / pack_length implies the other, so samples longer
+        # than a pack go through the overflow policy instead of failing the packer.
+        if isinstance(data, dict) and data.get("target") == "packed":
+            data = dict(data)
+            if data.get("pack_length") is None and data.get("max_length") is not None:
+                data["pack_length"] = data["max_length"]
+            if data.get("max_length") is None and data.get("pack_length") is not None:
+                data["max_length"] = data["pack_length"]
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ConvertConfig:
+        if self.target == "packed" and self.pack_length is None:
+            raise ConfigError(
+                "target packed needs a row length",
+                hint="set pack_length (or max_length), e.g. --pack-length 4096",
+            )
+        if self.target != "packed" and self.pack_length is not None:
+            raise ConfigError(
+                "pack_length only applies to target packed", hint="drop pack_length or use --target packed"
+            )
+        if self.pack_length is not None and self.max_length is not None and self.max_length > self.pack_length:
+            raise ConfigError(
+                f"max_length {self.max_length} is longer than pack_length {self.pack_length}",
+                hint="a sample longer than a pack cannot be packed; make max_length <= pack_length",
+            )
+        if self.overflow != "drop" and self.max_length is None:
+            raise ConfigError(
+                f"overflow {self.overflow!r} needs max_length", hint="set max_length, e.g. --max-length 8192"
+            )
+        if self.allow_partial_turns and self.overflow != "truncate":
+            raise ConfigError(
+                "allow_partial_turns only applies to overflow truncate",
+                hint="set overflow: truncate or drop the option",
+            )
+        return self
+
+    def require_io(self) -> None:
+        """Raise unless the config names inputs and an output (shipped configs leave both to the CLI)."""
+        if not self.inputs:
+            raise ConfigError("no inputs", hint="pass log files or directories, or set inputs: in the config")
+        if self.output is None:
+            raise ConfigError("no output directory", hint="pass -o OUT or set output: in the config")
+
+    def output_settings(self) -> dict[str, Any]:
+        """The settings that change the written data, JSON-ready (what :meth:`config_hash` hashes)."""
+        data = self.model_dump(mode="json")
+        settings = {name: data[name] for name in sorted(OUTPUT_SETTINGS)}
+        # Split order decides the hash intervals (parse_split_spec), so it must survive sort_keys; the policy
+        # filter is a set, so its order must not count.
+        settings["split"] = [[name, fraction] for name, fraction in self.split.items()]
+        settings["policies"] = sorted(self.policies)
+        return settings
+
+    def config_hash(self) -> str:
+        """SHA-256 (hex) of :meth:`output_settings` plus the config version: equal settings, equal hash.
+
+        Inputs, output paths and run-only settings (workers, engine, quiet...) do not enter the hash: the
+        manifest records input files by content separately. The tokenizer and chat template enter by name/path
+        as given.
+        """
+        payload = json.dumps({"version": CONFIG_VERSION, **self.output_settings()}, sort_keys=True)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+OUTPUT_SETTINGS = frozenset(
+    {
+        "input_format",
+        "tokenizer",
+        "chat_template",
+        "render_date",
+        "policies",
+        "format",
+        "target",
+        "max_length",
+        "overflow",
+        "allow_partial_turns",
+        "split",
+        "pack_length",
+        "rows_per_shard",
+        "row_group_size",
+    }
+)
+RUN_SETTINGS = frozenset(
+    {"inputs", "output", "rejects", "workers", "engine", "strict", "max_reject_rate", "resume", "quiet"}
+)
+
+
+def _field_names() -> list[str]:
+    return list(ConvertConfig.model_fields)
+
+
+def _unknown_key_error(key: str, where: str | None) -> ConfigError:
+    names = _field_names()
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = (f"did you mean {close[0]!r}? " if close else "") + f"valid keys: {', '.join(names)}"
+    return ConfigError(f"unknown key {key!r}", where=where, hint=hint, code="unknown_key")
+
+
+def _config_error(error: pydantic.ValidationError, where: str | None) -> MsgtrainError:
+    """The first validation problem as one actionable ConfigError (``key: what was wrong``)."""
+    first = error.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "config"
+    original = (first.get("ctx") or {}).get("error")
+    if isinstance(original, MsgtrainError):
+        located = " ".join(part for part in (where, ".".join(str(p) for p in first["loc"])) if part) or None
+        return type(original)(original.message, where=located, hint=original.hint, code=original.code)
+    if first["type"] == "extra_forbidden":
+        return _unknown_key_error(key, where)
+    if first["type"] == "literal_error":
+        expected = (first.get("ctx") or {}).get("expected", "")
+        return ConfigError(f"{key}: {first['msg']}", where=where, hint=f"choose one of {expected}")
+    return ConfigError(f"{key}: {first['msg']} (got {first.get('input')!r})", where=where)
+
+
+def _normalise_keys(data: Mapping[str, Any], where: str | None) -> dict[str, Any]:
+    names = set(_field_names())
+    out: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = str(raw_key).replace("-", "_")
+        if key not in names:
+            raise _unknown_key_error(str(raw_key), where)
+        out[key] = value
+    return out
+
+
+def load_config_data(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config into a dict of known keys (unknown keys are a ConfigError listing the valid ones).
+
+    Values are validated when the dict becomes a :class:`ConvertConfig` (:func:`merge_cli`,
+    :func:`load_config`).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(
+            f"cannot read config: {e.strerror or e}", where=str(path), hint="check the --config path"
+        ) from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"not valid YAML: {getattr(e, 'problem', None) or e}", where=where) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"a config file must be a mapping of option: value, got {type(data).__name__}", where=str(path)
+        )
+    return _normalise_keys(data, str(path))
+
+
+def _build(data: Mapping[str, Any], where: str | None) -> ConvertConfig:
+    try:
+        return ConvertConfig.model_validate(dict(data))
+    except pydantic.ValidationError as e:
+        raise _config_error(e, where) from None
+
+
+def load_config(path: str | Path) -> ConvertConfig:
+    """Load and validate a YAML config file."""
+    return _build(load_config_data(path), str(path))
+
+
+def merge_cli(file_data: Mapping[str, Any] | ConvertConfig | None, given: Mapping[str, Any]) -> ConvertConfig:
+    """Defaults < config file < CLI: ``given`` holds only the flags the user actually passed.
+
+    ``None`` values in ``given`` mean "not given" and never override the file (CLI layers that cannot tell an
+    absent flag from its default should pass ``None`` for absent ones).
+    """
+    if isinstance(file_data, ConvertConfig):
+        base: dict[str, Any] = file_data.model_dump(exclude_unset=True)
+    else:
+        base = dict(file_data or {})
+    overrides = _normalise_keys({k: v for k, v in given.items() if v is not None}, "command line")
+    return _build({**base, **overrides}, None)

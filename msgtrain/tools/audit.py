@@ -1,0 +1,608 @@
+"""``audit-template``: probe a chat template for the properties token-exact training relies on.
+
+What is checked, per probe conversation of :mod:`msgtrain.tools.battery` and per sampled assistant turn ``k``:
+
+- *Prefix stability (append-only).* ``P_k`` = tokens of ``render(messages[:k], add_generation_prompt=True)``
+  (what the policy saw); ``S_k`` = tokens of ``render(messages[: k + 1])`` up to and including the turn's
+  end-of-turn token (what it saw plus what it sampled). ``P_k`` must open ``render(messages[: k + 1])``, and
+  ``S_k`` must be a prefix of every later render (``messages[:j]`` + generation prompt for each later assistant
+  turn ``j``, and the whole conversation). When it is not, one sample cannot hold both turns: the first
+  differing tokens are reported, decoded, with a likely cause.
+- *End of turn.* The first control token after the turn's content in its own render is its end-of-turn token;
+  it lies inside the completion, so it is trained. A turn with none never teaches the model to stop.
+- *Generation masks.* Whether the template has ``{% generation %}`` blocks, i.e. whether transformers'
+  ``return_assistant_tokens_mask`` works (informational: msgtrain finds trained spans by prefix rendering).
+- *Special-token text in content.* A plain encode of the rendered text turns control-token text inside message
+  content into control tokens; msgtrain tokenizes content with special tokens split, which must leave none.
+
+A probe whose conversation the template cannot render is ``unsupported`` (not an error); one that renders but
+loses a message's text, reasoning or a call is ``dropped``. Renders use a frozen clock, so reports do not depend
+on the day they are made; the ``date`` probe re-renders on a later day to find templates that print the date.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from msgtrain.errors import ConfigError
+from msgtrain.tools.battery import FEATURES, MULTI_TURN, PROBES, Probe
+from msgtrain.tools.tokenizer import added_token_ids, control_token_ids, load_bundle, stop_token_ids
+
+if TYPE_CHECKING:
+    from msgtrain.linearize.tokenizer import TokenizerBundle
+
+# The day probe turns are "sampled" on, and the later day they are re-rendered on (date probe only).
+SAMPLED_AT = datetime(2025, 3, 14, 9, 30)
+RERENDERED_AT = datetime(2025, 4, 15, 10, 0)
+WINDOW = 8  # tokens shown on each side of a divergence
+GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+# A template that mentions any of these handles reasoning; one that then renders none of it drops it.
+REASONING_FIELDS = re.compile(r"reasoning_content|\bthinking\b|<think>|analysis")
+
+Status = Literal["stable", "breaks", "dropped", "unsupported"]
+
+
+@dataclass
+class Divergence:
+    """Where a sampled turn's tokens stop being a prefix of a later render."""
+
+    turn: int  # message index of the sampled assistant turn
+    later: str  # which later render, e.g. "messages[:5] + generation prompt"
+    position: int  # token index of the first difference
+    context: list[str]  # decoded tokens just before it
+    expected: list[str]  # the turn's own render from there (what the policy saw / sampled)
+    found: list[str]  # the later render from there
+    cause: str
+
+
+@dataclass
+class ProbeResult:
+    feature: str
+    description: str
+    status: Status
+    detail: str
+    turns: int = 0  # assistant turns checked
+    divergence: Divergence | None = None
+    dropped: list[str] = field(default_factory=list)  # texts missing from the render of their own turn
+    end_of_turn: list[str] = field(default_factory=list)  # per turn: its end-of-turn token ("" if none)
+
+
+@dataclass
+class EndOfTurn:
+    ok: bool
+    tokens: list[str]  # distinct end-of-turn tokens found
+    stop_tokens: list[str]  # what generation stops on (eos, generation_config)
+    missing: list[str]  # "feature message[k]" of turns without one
+    detail: str
+
+
+@dataclass
+class GenerationMasks:
+    supported: bool
+    detail: str
+    masked_tokens: int = 0
+    includes_end_of_turn: bool | None = None
+
+
+@dataclass
+class SpecialTokenSafety:
+    """Content holding control-token text: what a plain encode does, and what msgtrain's split encode does."""
+
+    injected_text: str
+    naive_control_tokens: int  # control tokens a plain encode makes out of the content text
+    split_safe: bool  # msgtrain's encode (content's added-token text kept plain) made no control token of it
+    detail: str
+    nonspecial_added: list[str] = field(default_factory=list)  # added tokens that still match inside content
+
+
+@dataclass
+class AuditReport:
+    tokenizer: str
+    chat_template: str | None
+    template_kwargs: dict[str, Any]
+    probes: list[ProbeResult]
+    prefix_stable: bool
+    end_of_turn: EndOfTurn
+    generation_masks: GenerationMasks
+    special_tokens: SpecialTokenSafety
+    failures: list[str]  # properties training relies on that fail; empty means the template is fine
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def probe(self, feature: str) -> ProbeResult:
+        return next(p for p in self.probes if p.feature == feature)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, **asdict(self)}
+
+
+class _Unsupported(Exception):
+    """A render raised: the template cannot render this conversation."""
+
+
+@contextmanager
+def frozen_clock(when: datetime) -> Iterator[None]:
+    """Make templates' ``strftime_now`` read ``when``.
+
+    transformers builds ``strftime_now`` on ``datetime.now()`` looked up in its chat-template module at call
+    time, so swapping that name is enough; if a future transformers moves it, renders use the real clock and
+    only the ``date`` probe loses its meaning (it then reports the template's static use of the clock).
+    """
+    from transformers.utils import chat_template_utils as ctu
+
+    real = getattr(ctu, "datetime", None)
+    if real is None:
+        yield
+        return
+
+    class _Frozen(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> _Frozen:
+            return cls(when.year, when.month, when.day, when.hour, when.minute, tzinfo=tz)
+
+    ctu.datetime = _Frozen  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        ctu.datetime = real  # type: ignore[misc]
+
+
+@dataclass
+class _Render:
+    text: str
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+
+
+class TemplateAuditor:
+    """Renders probes with one tokenizer + template and checks them.
+
+    Probes are independent; the only state carried between them is ``seen_added``, the added tokens the template
+    itself writes, which the special-token check injects into content.
+    """
+
+    def __init__(
+        self, bundle: TokenizerBundle, template_kwargs: dict[str, Any] | None = None, folder: str | Path | None = None
+    ):
+        self.bundle = bundle
+        self.tok = tok = bundle.hf
+        self.kwargs = dict(template_kwargs or {})
+        self.control = control_token_ids(tok)
+        self.added = added_token_ids(tok)
+        self.stops = stop_token_ids(tok, folder)
+        self.seen_added: set[int] = set()  # added tokens the template itself writes (collected over renders)
+        template = tok.chat_template if isinstance(tok.chat_template, str) else ""
+        self.reads_reasoning = bool(REASONING_FIELDS.search(template))
+
+    # ------------------------------------------------------------------ rendering
+    def render(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        *,
+        prompt: bool,
+        when: datetime = SAMPLED_AT,
+    ) -> _Render:
+        try:
+            with frozen_clock(when):
+                text = self.tok.apply_chat_template(
+                    [dict(m) for m in messages],
+                    tools=list(tools) or None,
+                    add_generation_prompt=prompt,
+                    tokenize=False,
+                    **self.kwargs,
+                )
+        except Exception as e:  # jinja raises TemplateError, TypeError, UndefinedError... for what it cannot render
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise _Unsupported(f"{type(e).__name__}: {first}") from e
+        ids, offsets = self.encode(text)
+        self.seen_added.update(i for i in ids if i in self.added)
+        return _Render(text, ids, offsets)
+
+    def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Plain encode of rendered text (what a chat template's output becomes) with character offsets."""
+        enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+    def show(self, ids: Sequence[int], start: int, end: int) -> list[str]:
+        """Tokens ``ids[start:end]`` as text, each decoded after a few predecessors (SentencePiece spaces and
+        split UTF-8 bytes need them)."""
+        from msgtrain.tools.sample_view import token_pieces
+
+        ctx = max(0, start - 4)
+        return token_pieces(lambda x: str(self.tok.decode(x)), ids[ctx:end])[start - ctx :]
+
+    # ------------------------------------------------------------------ one probe
+    def run_probe(self, probe: Probe) -> ProbeResult:
+        try:
+            if probe.later_day:
+                return self._date_probe(probe)
+            return self._turn_probe(probe)
+        except _Unsupported as e:
+            return ProbeResult(probe.feature, probe.description, "unsupported", f"the template cannot render it ({e})")
+
+    def _turn_probe(self, probe: Probe) -> ProbeResult:
+        msgs, tools = probe.messages, probe.tools
+        result = ProbeResult(probe.feature, probe.description, "stable", "append-only")
+        dropped = self._dropped(probe)
+        result.dropped = dropped
+        sampled: list[tuple[int, list[int], str]] = []  # (k, S_k ids, S_k text)
+        for k in probe.assistant_indices:
+            seen = self.render(msgs[:k], tools, prompt=True)
+            turn = self.render(msgs[: k + 1], tools, prompt=False)
+            result.turns += 1
+            eot = self._end_of_turn(probe, k, seen, turn)
+            result.end_of_turn.append(self.tok.decode([turn.ids[eot]]) if eot is not None else "")
+            if turn.ids[: len(seen.ids)] != seen.ids:
+                # Every later check assumes the turn starts where the prompt ends; report the first such turn
+                # but keep collecting the end-of-turn tokens of the others.
+                if result.divergence is None:
+                    name = f"messages[:{k + 1}] (the turn itself)"
+                    result.divergence = self._divergence(k, name, seen.ids, turn.ids, seen.text, turn.text, probe)
+                    if not turn.text.startswith(seen.text):
+                        result.divergence.cause = "the generation prompt is not how the template opens the turn"
+                continue
+            cut = eot + 1 if eot is not None else len(turn.ids)
+            sampled.append((k, turn.ids[:cut], turn.text[: turn.offsets[cut - 1][1]] if cut else ""))
+        if result.divergence is None:
+            result.divergence = self._first_break(probe, sampled)
+        if result.divergence is not None:
+            result.status = "breaks"
+            result.detail = result.divergence.cause
+            return result
+        if dropped:
+            lost_reasoning = [d for d in dropped if d in self._reasoning_texts(probe)]
+            if lost_reasoning and self.reads_reasoning:
+                # The template knows about reasoning yet never renders it, not even in the turn that produced it:
+                # the reasoning a policy sampled can never be a prefix of any render of the conversation.
+                result.status = "breaks"
+                result.detail = (
+                    "the template reads reasoning but never renders it, not even in the turn that "
+                    "sampled it (e.g. a dropped analysis channel): sampled reasoning is in no render"
+                )
+            else:
+                result.status = "dropped"
+                result.detail = "renders without " + ", ".join(repr(d) for d in dropped)
+        return result
+
+    def _first_break(self, probe: Probe, sampled: list[tuple[int, list[int], str]]) -> Divergence | None:
+        """The first sampled turn whose tokens are not a prefix of a later render, if any."""
+        msgs, tools = probe.messages, probe.tools
+        later = [
+            (j, f"messages[:{j}] + generation prompt", self.render(msgs[:j], tools, prompt=True))
+            for j in probe.assistant_indices[1:]
+        ]
+        later.append((len(msgs), f"messages[:{len(msgs)}]", self.render(msgs, tools, prompt=False)))
+        for k, s_ids, s_text in sampled:
+            for j, name, r in later:
+                if j <= k:
+                    continue  # renders of the messages before turn k do not hold it
+                if r.ids[: len(s_ids)] != s_ids:
+                    return self._divergence(k, name, s_ids, r.ids, s_text, r.text, probe)
+        return None
+
+    @staticmethod
+    def _reasoning_texts(probe: Probe) -> set[str]:
+        return {str(m["reasoning_content"]) for m in probe.messages if m.get("reasoning_content")}
+
+    def _date_probe(self, probe: Probe) -> ProbeResult:
+        """Render the same conversation on two days; any difference is the template printing the date."""
+        msgs, tools = probe.messages, probe.tools
+        first = self.render(msgs, tools, prompt=False, when=SAMPLED_AT)
+        again = self.render(msgs, tools, prompt=False, when=RERENDERED_AT)
+        result = ProbeResult(
+            probe.feature,
+            probe.description,
+            "stable",
+            "the render does not depend on the date",
+            turns=len(probe.assistant_indices),
+        )
+        if first.ids != again.ids:
+            result.status = "breaks"
+            result.divergence = self._divergence(
+                probe.assistant_indices[0],
+                "the same messages a month later",
+                first.ids,
+                again.ids,
+                first.text,
+                again.text,
+                probe,
+            )
+            result.divergence.cause = (
+                "the template writes the current date (strftime_now): a turn sampled on one "
+                "day does not re-render the same on another"
+            )
+            result.detail = result.divergence.cause
+        return result
+
+    def _dropped(self, probe: Probe) -> list[str]:
+        """Marker texts missing from the render of the message that carries them (rendered as the last one)."""
+        out: list[str] = []
+        for i, markers in probe.markers.items():
+            text = self.render(probe.messages[: i + 1], probe.tools, prompt=False).text
+            out.extend(m for m in markers if m not in text and m not in out)
+        return out
+
+    def _end_of_turn(self, probe: Probe, k: int, seen: _Render, turn: _Render) -> int | None:
+        """Index in ``turn.ids`` of the first control token after turn k's content, or None."""
+        content_end = len(seen.text)
+        for marker in probe.markers.get(k, ()):
+            pos = turn.text.rfind(marker)
+            if pos >= len(seen.text):
+                content_end = max(content_end, pos + len(marker))
+        for t in range(len(seen.ids), len(turn.ids)):
+            if turn.ids[t] in self.control and turn.offsets[t][0] >= content_end:
+                return t
+        return None
+
+    def _divergence(
+        self,
+        k: int,
+        later: str,
+        expected: list[int],
+        found: list[int],
+        expected_text: str,
+        found_text: str,
+        probe: Probe,
+    ) -> Divergence:
+        n = min(len(expected), len(found))
+        diff = np.flatnonzero(np.asarray(expected[:n], dtype=np.int64) != np.asarray(found[:n], dtype=np.int64))
+        pos = int(diff[0]) if diff.size else n
+        return Divergence(
+            turn=k,
+            later=later,
+            position=pos,
+            context=self.show(expected, max(0, pos - 4), pos),
+            expected=self.show(expected, pos, pos + WINDOW),
+            found=self.show(found, pos, pos + WINDOW),
+            cause=self._cause(
+                probe,
+                self.tok.decode(expected[pos : pos + 64]),
+                self.tok.decode(found[pos : pos + 64]),
+                found_text.startswith(expected_text),
+            ),
+        )
+
+    @staticmethod
+    def _cause(probe: Probe, expected: str, found: str, text_is_prefix: bool) -> str:
+        if text_is_prefix:
+            return "the text is append-only but tokens merge across the turn boundary (BPE)"
+        reasoning = [str(m["reasoning_content"]) for m in probe.messages if m.get("reasoning_content")]
+        empty_think = re.match(r"\s*<think>\s*</think>", expected)
+        if empty_think and not any(r in expected for r in reasoning):
+            return (
+                "the empty <think></think> block the template writes into the latest assistant turn is removed "
+                "from earlier turns (reasoning removal)"
+            )
+        if "<think>" in expected or "</think>" in expected or any(r in expected for r in reasoning):
+            return "reasoning of an earlier turn is removed once later messages are rendered"
+        if "analysis" in expected and "analysis" not in found:
+            return "the analysis channel of an earlier turn is dropped once later messages are rendered"
+        return "an earlier message renders differently once later messages exist"
+
+    # ------------------------------------------------------------------ template-wide checks
+    def end_of_turn(self, results: list[ProbeResult]) -> EndOfTurn:
+        tokens = sorted({t for r in results for t in r.end_of_turn if t})
+        missing = [f"{r.feature} turn {n}" for r in results for n, t in enumerate(r.end_of_turn, 1) if not t]
+        stops = sorted(self.tok.decode([i]) for i in self.stops)
+        if missing:
+            detail = (
+                "no control token follows the assistant content inside its own turn ("
+                + ", ".join(missing)
+                + "): the model never learns to stop"
+            )
+        elif not tokens:
+            detail = "no turn could be rendered"
+        else:
+            detail = f"turns end with {', '.join(tokens)}, inside the completion: it is trained"
+            off = [t for t in tokens if t not in stops]
+            if off and stops:
+                detail += (
+                    f"; generation stops on {', '.join(stops)}, so make sure the engine also stops on {', '.join(off)}"
+                )
+        return EndOfTurn(
+            ok=not missing and bool(tokens), tokens=tokens, stop_tokens=stops, missing=missing, detail=detail
+        )
+
+    def generation_masks(self) -> GenerationMasks:
+        template = self.tok.chat_template if isinstance(self.tok.chat_template, str) else ""
+        if not GENERATION_TAG.search(template):
+            return GenerationMasks(
+                False,
+                "no {% generation %} blocks: return_assistant_tokens_mask is all zeros; "
+                "msgtrain finds trained spans by prefix rendering instead",
+            )
+        try:
+            with frozen_clock(SAMPLED_AT):
+                enc = self.tok.apply_chat_template(
+                    list(MULTI_TURN), tokenize=True, return_dict=True, return_assistant_tokens_mask=True, **self.kwargs
+                )
+        except Exception as e:  # a template with generation blocks can still fail to render
+            return GenerationMasks(False, f"has {{% generation %}} blocks but rendering with masks failed: {e}")
+        ids = np.asarray(enc["input_ids"])
+        mask = np.asarray(enc["assistant_masks"], dtype=bool)
+        masked = int(mask.sum())
+        includes = bool(np.isin(ids[mask], list(self.control)).any()) if masked else None
+        detail = f"{{% generation %}} masks {masked} tokens of the multi-turn probe"
+        if includes is False:
+            detail += "; the end-of-turn token is outside the mask, so mask-based trainers never train it"
+        return GenerationMasks(masked > 0, detail, masked, includes)
+
+    def special_tokens(self) -> SpecialTokenSafety:
+        """Render a conversation whose content spells the template's own control tokens, and encode it twice:
+        plainly (what ``apply_chat_template(tokenize=True)`` does) and the way msgtrain does (content's added-token
+        text marked, then encoded as plain text: :meth:`TokenizerBundle.encode_marked`)."""
+        written = sorted(self.seen_added)
+        if not written:
+            return SpecialTokenSafety("", 0, True, "the template writes no added tokens")
+        chosen = [i for i in written if i in self.control][:3] + [i for i in written if i not in self.control][:2]
+        texts = [self.tok.decode([i]) for i in chosen]
+        injected = "Repeat this literally: " + " ".join(texts)
+        benign = "Repeat this literally: nothing special"
+        convo = [{"role": "user", "content": injected}, {"role": "assistant", "content": "I will not. (a1)"}]
+        plain_convo = [{"role": "user", "content": benign}, convo[1]]
+        with frozen_clock(SAMPLED_AT):
+            text = self.tok.apply_chat_template(convo, tokenize=False, **self.kwargs)
+            baseline = self.tok.apply_chat_template(plain_convo, tokenize=False, **self.kwargs)
+            bundle = self.bundle
+            marked_text = self.tok.apply_chat_template(bundle.mark_content(convo), tokenize=False, **self.kwargs)
+        added = np.asarray(sorted(self.added))
+
+        def count_added(ids: Sequence[int]) -> int:
+            return int(np.isin(np.asarray(ids), added).sum())
+
+        expected = count_added(self.encode(baseline)[0])
+        naive = count_added(self.encode(text)[0]) - expected
+        ours = bundle.encode_marked(marked_text)
+        # Decoding is not a check here: SentencePiece tokenizers strip spaces around added tokens when decoding.
+        leaked = count_added(ours.tolist()) - expected
+        safe = leaked == 0
+        example = f"{texts[0]!r} → id {chosen[0]}"
+        detail = (
+            f"a plain encode of the rendered text turns {naive} added-token texts in content into control "
+            f"tokens (e.g. {example}); msgtrain marks added-token text in content and encodes it as plain "
+            "text: " + ("none left" if safe else f"{leaked} still became added tokens")
+        )
+        nonspecial = sorted({self.tok.decode([i]) for i in written if i not in self.control})
+        return SpecialTokenSafety(injected, naive, safe, detail, nonspecial)
+
+
+def parse_template_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; VALUE is JSON when it parses (``false``, ``3``, ``"x"``), else a plain string."""
+    import json
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(
+                f"template kwarg {item!r} is not KEY=VALUE", hint="e.g. --template-kwarg enable_thinking=false"
+            )
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def audit_template(
+    tokenizer: str | Path,
+    chat_template: str | Path | None = None,
+    *,
+    features: Sequence[str] = (),
+    template_kwargs: dict[str, Any] | None = None,
+) -> AuditReport:
+    """Load the tokenizer (local folder) and audit its chat template over the probe battery (or ``features``)."""
+    unknown = [f for f in features if f not in FEATURES]
+    if unknown:
+        raise ConfigError(f"unknown feature(s) {', '.join(unknown)}", hint=f"features: {', '.join(FEATURES)}")
+    bundle = load_bundle(tokenizer, chat_template)
+    folder = Path(tokenizer) if Path(tokenizer).is_dir() else None
+    auditor = TemplateAuditor(bundle, template_kwargs, folder)
+    probes = [p for p in PROBES if not features or p.feature in features]
+    results = [auditor.run_probe(p) for p in probes]
+    if not any(r.status != "unsupported" for r in results):
+        # Nothing rendered: every later check would be vacuous, so say so rather than pass.
+        results_note = "; ".join(f"{r.feature}: {r.detail}" for r in results)
+        raise ConfigError(
+            f"the template rendered none of the probes ({results_note})",
+            where=str(chat_template or tokenizer),
+            hint="check the template with a plain conversation",
+        )
+    prefix_stable = all(r.status != "breaks" for r in results)
+    eot = auditor.end_of_turn(results)
+    masks = auditor.generation_masks()
+    special = auditor.special_tokens()
+    failures = []
+    if not prefix_stable:
+        failures.append("prefix_stable: " + ", ".join(r.feature for r in results if r.status == "breaks"))
+    if not eot.ok:
+        failures.append("end_of_turn: " + eot.detail)
+    if not special.split_safe:
+        failures.append("special_tokens: " + special.detail)
+    return AuditReport(
+        tokenizer=str(tokenizer),
+        chat_template=str(chat_template) if chat_template is not None else None,
+        template_kwargs=dict(template_kwargs or {}),
+        probes=results,
+        prefix_stable=prefix_stable,
+        end_of_turn=eot,
+        generation_masks=masks,
+        special_tokens=special,
+        failures=failures,
+    )
+
+
+# ---------------------------------------------------------------------- terminal rendering
+_STATUS_STYLE = {"stable": "green", "breaks": "bold red", "dropped": "yellow", "unsupported": "dim"}
+
+
+def _tokens_text(tokens: Sequence[str]) -> str:
+    return " ".join(repr(t) for t in tokens)
+
+
+def render_audit(report: AuditReport) -> Any:
+    """The report as rich renderables (a probe table, then one line per template-wide property)."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    source = f"template from {report.chat_template}" if report.chat_template else "the tokenizer's own template"
+    kwargs = f", kwargs {report.template_kwargs}" if report.template_kwargs else ""
+    header = Text.from_markup(f"[bold]audit-template[/] {escape(report.tokenizer)} ({escape(source)}{escape(kwargs)})")
+    table = Table(show_lines=False, title_justify="left", expand=False)
+    table.add_column("feature")
+    table.add_column("status")
+    table.add_column("detail", overflow="fold")
+    for r in report.probes:
+        detail = Text(r.detail)
+        if r.divergence is not None:
+            d = r.divergence
+            detail.append(f"\n  message[{d.turn}] vs {d.later}, token {d.position}:", style="dim")
+            detail.append(f"\n  …{_tokens_text(d.context)}", style="dim")
+            detail.append(f"\n  expected {_tokens_text(d.expected)}", style="green")
+            detail.append(f"\n  found    {_tokens_text(d.found)}", style="red")
+        table.add_row(r.feature, Text(r.status, style=_STATUS_STYLE[r.status]), detail)
+
+    def verdict(ok: bool | None, label: str, detail: str) -> Text:
+        mark = {True: ("yes", "green"), False: ("NO", "bold red"), None: ("no", "yellow")}[ok]
+        line = Text(f"{label}: ", style="bold")
+        line.append(mark[0], style=mark[1])
+        line.append(f" — {detail}")
+        return line
+
+    breaking = [r.feature for r in report.probes if r.status == "breaks"]
+    stable_detail = (
+        "every rendered probe is append-only"
+        if report.prefix_stable
+        else f"breaks on {', '.join(breaking)}; samples are cut where a later render differs"
+    )
+    unsupported = [r.feature for r in report.probes if r.status == "unsupported"]
+    if unsupported:
+        stable_detail += f" (cannot render: {', '.join(unsupported)})"
+    lines = [
+        verdict(report.prefix_stable, "prefix-stable (append-only)", stable_detail),
+        verdict(report.end_of_turn.ok, "end-of-turn token trained", report.end_of_turn.detail),
+        verdict(
+            True if report.generation_masks.supported else None,
+            "{% generation %} masks",
+            report.generation_masks.detail,
+        ),
+        verdict(report.special_tokens.split_safe, "special-token text in content safe", report.special_tokens.detail),
+    ]
+    result = Text("result: ", style="bold")
+    result.append("OK" if report.ok else "FAIL", style="bold green" if report.ok else "bold red")
+    if report.failures:
+        result.append(" (" + "; ".join(f.split(":", 1)[0] for f in report.failures) + ")")
+    return Group(header, table, *lines, result)

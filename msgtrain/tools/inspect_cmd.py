@@ -1,0 +1,383 @@
+"""``inspect``: a graph as a tree, then its samples with trained tokens highlighted — from logs or a dataset.
+
+Two inputs, one view:
+- *Logs* (files or directories any reader reads): the chosen graph is read, linearized on the fly with the given
+  tokenizer (the embedded demo tokenizer by default), and shown as an annotated tree followed by every sample it
+  produced (or ``--sample N`` of them). Each sampled turn in the tree says which sample trains it or why it
+  was dropped.
+- *An exported dataset* (``OUT`` with ``data/*.parquet``): ``--sample N`` (row index) or ``--sample ID`` (a
+  sample id prefix) is read back and decoded with ``--tokenizer`` (default: the tokenizer ``OUT/report.json``
+  names). Without ``--sample``, the rows are listed. The graph structure is not stored in a dataset, so there
+  is no tree.
+
+Invariants:
+- Both paths build the same :class:`~msgtrain.tools.sample_view.SampleView` from canonical columns, so the
+  same sample looks the same whether it was linearized now or read back.
+- Reading a dataset never loads the token lists of rows it does not show: the row is located from Parquet
+  metadata and the ``sample_id`` column, and only its file's rows of the same graph are read (for the cut point).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from msgtrain.errors import ConfigError
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, detect_format, get_reader
+from msgtrain.tools.sample_view import Decode, SampleView, mark_cuts, plural
+from msgtrain.tools.tree import TreeLine, TurnNote, graph_lines
+
+LISTING_ROWS = 50
+VIEW_COLUMNS = (
+    "sample_id",
+    "graph_id",
+    "source",
+    "policy",
+    "input_ids",
+    "logprobs",
+    "turn_ids",
+    "turn_spans",
+    "cut_reason",
+    "engine_tokens",
+    "flags",
+)
+
+
+@dataclass
+class Inspection:
+    """Everything a renderer (terminal or HTML) shows."""
+
+    title: str
+    decode: Decode
+    control_ids: set[int]
+    trees: list[list[TreeLine]] = field(default_factory=list)
+    views: list[SampleView] = field(default_factory=list)
+    total: int = 0  # samples of the graph (logs) or rows of the dataset
+    notes: list[str] = field(default_factory=list)
+    listing: list[dict[str, Any]] = field(default_factory=list)  # dataset rows, when no sample was asked for
+
+
+def is_dataset(path: Path) -> bool:
+    return path.is_dir() and any((path / "data").glob("*.parquet"))
+
+
+def inspect_input(
+    input_path: str | Path,
+    *,
+    graph: str | None = None,
+    sample: str | None = None,
+    tokenizer: str | None = None,
+    chat_template: str | None = None,
+    input_format: str | None = None,
+) -> Inspection:
+    path = Path(input_path)
+    if not path.exists():
+        raise ConfigError(f"input {path} does not exist", hint="pass a log file, a directory of logs, or a dataset OUT")
+    if is_dataset(path):
+        if graph is not None:
+            raise ConfigError(
+                "--graph selects a graph in logs; a dataset is inspected by --sample",
+                hint=f"msgtrain inspect {path} --sample N",
+            )
+        return inspect_dataset(path, sample=sample, tokenizer=tokenizer, chat_template=chat_template)
+    return inspect_logs(
+        path, graph=graph, sample=sample, tokenizer=tokenizer, chat_template=chat_template, input_format=input_format
+    )
+
+
+# ---------------------------------------------------------------------- logs
+@dataclass
+class _Found:
+    event: ReadGraph
+    ids: list[str]  # ids of every graph read
+    rejects: int
+    unread_files: int  # files not opened: the graph was found before them
+
+
+def _find_graph(path: Path, graph: str | None, input_format: str | None) -> _Found:
+    """The graph with id ``graph`` (or a unique id prefix; the first graph when None).
+
+    Files are read in ``convert``'s order and reading stops after the file where the choice is settled (the
+    first graph, or an exact id), so inspecting a large directory does not read all of it.
+    """
+    from msgtrain.run.pipeline import discover_inputs
+
+    files, _ = discover_inputs([str(path)])
+    reader = get_reader(input_format) if input_format else None
+    chosen: list[ReadGraph] = []
+    ids: list[str] = []
+    rejects = 0
+    skipped: Counter[str] = Counter()
+    read = 0
+    for f in files:
+        read += 1
+        for ev in (reader or detect_format(f)).read(f):
+            if isinstance(ev, ReadReject):
+                rejects += 1
+            elif isinstance(ev, ReadSkip):
+                skipped[ev.reason] += ev.count
+            elif isinstance(ev, ReadGraph):
+                ids.append(ev.graph.graph_id)
+                if graph is None and not chosen:
+                    chosen.append(ev)
+                elif graph is not None and ev.graph.graph_id == graph:
+                    chosen.insert(0, ev)  # an exact id wins over prefix matches
+                elif graph is not None and ev.graph.graph_id.startswith(graph):
+                    chosen.append(ev)
+        if chosen and (graph is None or chosen[0].graph.graph_id == graph):
+            break
+    known = ", ".join(ids[:20]) + (f" … (+{len(ids) - 20})" if len(ids) > 20 else "")
+    if not chosen:
+        what = f"no graph with id {graph!r}" if graph is not None else "no conversation"
+        if ids:
+            hint = f"graphs in it: {known}"
+        elif skipped and not rejects:
+            hint = "its records carry no conversation (skipped: " + ", ".join(f"{k}={v}" for k, v in skipped.items())
+            hint += "); inspect the file that holds the conversation"
+        else:
+            hint = "run `msgtrain validate` on it to see why nothing was read"
+        raise ConfigError(f"{what} in {path}", hint=hint)
+    if graph is not None and len(chosen) > 1 and chosen[0].graph.graph_id != graph:
+        matches = ", ".join(ev.graph.graph_id for ev in chosen[:10])
+        raise ConfigError(
+            f"graph id prefix {graph!r} matches {len(chosen)} graphs", hint=f"be more specific: {matches}"
+        )
+    return _Found(chosen[0], ids, rejects, len(files) - read)
+
+
+def inspect_logs(
+    path: Path,
+    *,
+    graph: str | None,
+    sample: str | None,
+    tokenizer: str | None,
+    chat_template: str | None,
+    input_format: str | None,
+) -> Inspection:
+    from msgtrain.linearize import linearize_graph
+    from msgtrain.tools.tokenizer import load_bundle
+
+    found = _find_graph(path, graph, input_format)
+    ev = found.event
+    tok = load_bundle(tokenizer, chat_template)
+    res = linearize_graph(ev.graph, tok, source=str(ev.source), extras=ev.extras)
+    views = []
+    for i, s in enumerate(res.samples):
+        views.append(
+            SampleView(
+                index=i,
+                sample_id=s.sample_id,
+                graph_id=s.graph_id,
+                source=s.source,
+                policy=s.policy,
+                input_ids=s.input_ids.astype("int64"),
+                turn_spans=list(s.turn_spans),
+                turn_ids=list(s.turn_ids),
+                cut_reason=s.cut_reason,
+                engine_tokens=s.engine_tokens,
+                logprobs=s.logprobs,
+                flags=list(s.flags),
+            )
+        )
+    mark_cuts(views)
+    notes: dict[str, TurnNote] = {}
+    for v in views:
+        for t, nid in enumerate(v.turn_ids):
+            notes[nid] = TurnNote(True, v.index, t)
+    for outcome in res.turns:
+        if outcome.status == "dropped":
+            notes[outcome.node_id] = TurnNote(False, reason=outcome.reason)
+    out = Inspection(
+        title=f"msgtrain inspect {path} · graph {ev.graph.graph_id} ({ev.source})",
+        decode=tok.decode,
+        control_ids=set(tok.special_ids) | set(tok.added_ids.tolist()),
+        trees=[graph_lines(ev.graph, notes)],
+        total=len(views),
+    )
+    out.views = _select(views, sample)
+    if tok.name == _demo_name():
+        out.notes.append(
+            "tokenized with the embedded demo tokenizer (byte-level ChatML): pass --tokenizer for a model's tokens"
+        )
+    others = [i for i in found.ids if i != ev.graph.graph_id]
+    if others:
+        shown = ", ".join(others[:10]) + (" …" if len(others) > 10 else "")
+        out.notes.append(f"{plural(len(others), 'other graph')} read (pick one with --graph ID): {shown}")
+    if found.unread_files:
+        out.notes.append(f"{plural(found.unread_files, 'more file')} not read: pass --graph ID to look further")
+    if found.rejects:
+        out.notes.append(f"{found.rejects} records could not be read (see `msgtrain validate {path}`)")
+    dropped = [o for o in res.turns if o.status == "dropped"]
+    for o in dropped:
+        out.notes.append(f"dropped turn {o.node_id}: {o.reason}" + (f" ({o.message})" if o.message else ""))
+    return out
+
+
+def _select(views: list[SampleView], sample: str | None) -> list[SampleView]:
+    if sample is None:
+        return views
+    if not sample.isdigit():
+        chosen = [v for v in views if v.sample_id.startswith(sample)]
+        if not chosen:
+            raise ConfigError(f"no sample with id {sample!r}", hint="ids: " + ", ".join(v.sample_id for v in views))
+        return chosen
+    n = int(sample)
+    if n >= len(views):
+        raise ConfigError(
+            f"--sample {n} is out of range: the graph has {len(views)} samples",
+            hint=f"use 0..{len(views) - 1}" if views else "no turn of this graph was trained",
+        )
+    return [views[n]]
+
+
+def _demo_name() -> str:
+    from msgtrain.linearize import DEMO_TOKENIZER
+
+    return DEMO_TOKENIZER
+
+
+# ---------------------------------------------------------------------- datasets
+def inspect_dataset(path: Path, *, sample: str | None, tokenizer: str | None, chat_template: str | None) -> Inspection:
+    from msgtrain.tools.stats import dataset_files
+    from msgtrain.tools.tokenizer import load_bundle
+
+    files = dataset_files(path)
+    counts = [pq.ParquetFile(f).metadata.num_rows for f in files]
+    total = sum(counts)
+    report_path = path / "report.json"
+    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.is_file() else {}
+    logged = report.get("tokenizer") or {}
+    notes: list[str] = []
+    if tokenizer is None and not logged.get("demo") and logged.get("name"):
+        tokenizer = str(logged["name"])
+    tok = load_bundle(tokenizer, chat_template)
+    if logged.get("fingerprint") and logged["fingerprint"] != tok.fingerprint:
+        notes.append(
+            f"warning: this tokenizer ({tok.name}) is not the one that wrote the dataset "
+            f"({logged.get('name')}): decoded text may be wrong"
+        )
+    notes.append("a dataset stores samples, not graphs: inspect the source log to see the tree")
+    out = Inspection(
+        title=f"msgtrain inspect {path}",
+        decode=tok.decode,
+        control_ids=set(tok.special_ids) | set(tok.added_ids.tolist()),
+        total=total,
+        notes=notes,
+    )
+    if sample is None:
+        out.listing = _listing(files)
+        if not out.listing:
+            out.notes.append("the dataset holds no samples")
+        return out
+    file_index, row = _locate(files, counts, sample)
+    f = files[file_index]
+    ids = pq.read_table(f, columns=["sample_id", "graph_id"])
+    gid = ids["graph_id"][row].as_py()
+    same_graph = pc.equal(ids["graph_id"], gid)
+    rows = pq.read_table(f, columns=list(VIEW_COLUMNS)).filter(same_graph).to_pylist()
+    positions = [i for i, keep in enumerate(same_graph.to_pylist()) if keep]
+    global_index = sum(counts[:file_index])
+    views = [SampleView.from_row(global_index + p, r) for p, r in zip(positions, rows, strict=True)]
+    mark_cuts(views)
+    out.views = [v for v in views if v.index == global_index + row]
+    return out
+
+
+def _locate(files: list[Path], counts: list[int], sample: str) -> tuple[int, int]:
+    """(file index, row in file) of a row index or a sample id prefix."""
+    total = sum(counts)
+    if sample.isdigit():
+        n = int(sample)
+        if n >= total:
+            raise ConfigError(
+                f"--sample {n} is out of range: the dataset has {total} rows",
+                hint=f"use 0..{total - 1}" if total else "the dataset is empty",
+            )
+        for i, c in enumerate(counts):
+            if n < c:
+                return i, n
+            n -= c
+    matches: list[tuple[int, int]] = []
+    for i, f in enumerate(files):
+        col = pq.read_table(f, columns=["sample_id"])["sample_id"]
+        hits = pc.indices_nonzero(pc.starts_with(col, sample)).to_pylist()
+        matches.extend((i, int(h)) for h in hits)
+    if len(matches) != 1:
+        what = "no sample" if not matches else f"{len(matches)} samples"
+        raise ConfigError(
+            f"{what} with an id starting with {sample!r}",
+            hint="pass a row index or a longer sample id prefix (see `msgtrain inspect OUT`)",
+        )
+    return matches[0]
+
+
+def _listing(files: list[Path]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    cols = ["sample_id", "graph_id", "num_tokens", "num_trained_tokens", "num_turns", "cut_reason", "source"]
+    for f in files:
+        need = LISTING_ROWS - len(rows)
+        if need <= 0:
+            break
+        pf = pq.ParquetFile(f)
+        batch = next(pf.iter_batches(batch_size=need, columns=cols), None)
+        if batch is not None:
+            rows.extend(batch.to_pylist())
+    for i, r in enumerate(rows):
+        r["index"] = i
+    return rows
+
+
+# ---------------------------------------------------------------------- terminal rendering
+def render_inspection(ins: Inspection) -> Any:
+    from rich.console import Group
+    from rich.rule import Rule
+    from rich.table import Table
+    from rich.text import Text
+
+    from msgtrain.tools.sample_view import TURN_STYLES, render_sample
+    from msgtrain.tools.tree import rich_lines
+
+    parts: list[Any] = [Text(ins.title, style="bold")]
+    parts.extend(Text(n, style="yellow" if n.startswith(("warning", "dropped")) else "dim") for n in ins.notes)
+    for tree in ins.trees:
+        parts.append(rich_lines(tree, list(TURN_STYLES)))
+    if ins.listing:
+        t = Table(
+            title=f"{ins.total} samples"
+            + (f" (first {len(ins.listing)})" if ins.total > len(ins.listing) else "")
+            + " · show one with --sample N",
+            title_justify="left",
+        )
+        for col in ("#", "sample_id", "graph", "tokens", "trained", "turns", "cut", "source"):
+            t.add_column(col, overflow="fold")
+        for r in ins.listing:
+            t.add_row(
+                str(r["index"]),
+                r["sample_id"],
+                r["graph_id"],
+                str(r["num_tokens"]),
+                str(r["num_trained_tokens"]),
+                str(r["num_turns"]),
+                r["cut_reason"],
+                r["source"],
+            )
+        parts.append(t)
+    for v in ins.views:
+        parts.append(Rule(style="dim"))
+        parts.append(render_sample(v, ins.total, ins.decode, ins.control_ids))
+    return Group(*parts)
+
+
+def write_html(ins: Inspection, path: str | Path) -> Path:
+    from msgtrain.tools.html_page import write_page
+
+    notes = list(ins.notes)
+    if ins.listing:
+        notes.append(f"{ins.total} samples; pick one with --sample N to see its tokens")
+    return write_page(path, ins.title, ins.trees, ins.views, ins.total, ins.decode, ins.control_ids, notes)

@@ -1,0 +1,240 @@
+"""One training sample as text people can read: tokens decoded, trained tokens highlighted per turn, cuts marked.
+
+Invariants:
+- A :class:`SampleView` is built from canonical columns only (``input_ids``, ``turn_spans``, ``cut_reason``...),
+  so a sample linearized on the fly and a row read back from an exported dataset render identically.
+- Token ``i`` is trained exactly when it lies in a turn span (the canonical invariant ``loss_mask == spans``);
+  its colour is its turn's index in the sample.
+- Token texts concatenate to the tokenizer's decoding of the sample: each token's text is what decoding it adds
+  after its predecessors (a window of earlier tokens gives SentencePiece spaces and split UTF-8 bytes their
+  context); bytes that only become a character with the next token are shown on that token.
+- The cut point of a sample that was cut (any reason but ``start``) is the first token where it differs from the
+  other samples of its graph that it could have continued (the longest prefix it shares with one of them); it is
+  marked there with the sample's cut reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.text import Text
+
+Decode = Callable[[list[int]], str]
+
+# Per-turn highlight colours (terminal); html_page has the same palette as CSS.
+TURN_STYLES = (
+    "black on green3",
+    "black on deep_sky_blue1",
+    "black on gold1",
+    "black on orchid1",
+    "black on dark_orange",
+    "black on aquamarine1",
+    "black on light_pink1",
+    "black on khaki1",
+)
+CUT_TEXT = {
+    "start": "first sample of its conversation: nothing was cut",
+    "fork": "continues a prefix another sample trains (a branch, or n>1 samples)",
+    "edit": "an earlier message was edited after it was seen",
+    "compaction": "earlier messages were replaced by a summary",
+    "delete": "earlier messages were deleted",
+    "env_change": "the tools or template kwargs changed",
+    "rewind": "the agent rewound to an earlier point",
+    "template_rerender": "the chat template renders earlier turns differently once later ones exist",
+    "token_drift": "the same text tokenizes differently at a turn boundary",
+    "logged_ids_differ": "the engine's logged ids disagree with the later prompt",
+}
+_WINDOW = 4  # earlier tokens decoded with each token, for spaces and multi-byte characters
+
+
+@dataclass
+class SampleView:
+    """The columns of one canonical row that the viewer needs (ids as numpy, spans as (start, end) pairs)."""
+
+    index: int
+    sample_id: str
+    graph_id: str
+    source: str
+    policy: str
+    input_ids: np.ndarray
+    turn_spans: list[tuple[int, int]]
+    turn_ids: list[str]
+    cut_reason: str
+    engine_tokens: int
+    logprobs: np.ndarray | None = None
+    flags: list[str] = field(default_factory=list)
+    cut_at: int | None = None  # token index of the cut point; None when nothing was cut
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_trained(self) -> int:
+        return sum(b - a for a, b in self.turn_spans)
+
+    @classmethod
+    def from_row(cls, index: int, row: dict[str, Any]) -> SampleView:
+        """From a canonical row as ``Table.to_pylist()`` or a :class:`~msgtrain.export.schema.Sample` gives it."""
+        spans = [
+            (int(s["start"]), int(s["end"])) if isinstance(s, dict) else (int(s[0]), int(s[1]))
+            for s in row["turn_spans"]
+        ]
+        lp = row.get("logprobs")
+        logprobs = None if lp is None else np.asarray([np.nan if x is None else x for x in lp], dtype=np.float32)
+        return cls(
+            index=index,
+            sample_id=str(row["sample_id"]),
+            graph_id=str(row["graph_id"]),
+            source=str(row["source"]),
+            policy=str(row["policy"]),
+            input_ids=np.asarray(row["input_ids"], dtype=np.int64),
+            turn_spans=spans,
+            turn_ids=[str(t) for t in row["turn_ids"]],
+            cut_reason=str(row["cut_reason"]),
+            engine_tokens=int(row["engine_tokens"]),
+            logprobs=logprobs,
+            flags=list(row.get("flags") or []),
+        )
+
+
+def mark_cuts(views: Sequence[SampleView]) -> None:
+    """Set ``cut_at`` on every view whose cut reason is not ``start`` (see module invariants).
+
+    The cut point is the longest prefix shared with another sample of the same graph that leaves that sample
+    before this one's first trained turn: a sample that continues or forks *this* one shares more than that and
+    says nothing about where this one was cut.
+    """
+    by_graph: dict[str, list[SampleView]] = {}
+    for v in views:
+        by_graph.setdefault(v.graph_id, []).append(v)
+    for group in by_graph.values():
+        for v in group:
+            if v.cut_reason == "start":
+                continue
+            first_trained = v.turn_spans[0][0] if v.turn_spans else v.num_tokens
+            shared = [common_prefix(v.input_ids, o.input_ids) for o in group if o is not v]
+            before = [n for n in shared if n < first_trained]
+            v.cut_at = max(before) if before else None
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(a.shape[0], b.shape[0])
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
+
+
+def token_pieces(decode: Decode, ids: Sequence[int]) -> list[str]:
+    """Each token's share of the decoded text (see module invariants); ``"".join`` gives the decoded text."""
+    ids = [int(i) for i in ids]
+    pieces: list[str] = []
+    start = 0  # first token whose text has not been emitted yet
+    for i in range(len(ids)):
+        ctx = max(0, start - _WINDOW)
+        before = decode(ids[ctx:start]) if ctx < start else ""
+        full = decode(ids[ctx : i + 1])
+        if full.endswith("\ufffd") and i + 1 < len(ids) and i + 1 - start < 8:
+            pieces.append("")  # an incomplete UTF-8 sequence: the next token completes the character
+            continue
+        pieces.append(full[len(before) :] if full.startswith(before) else full)
+        start = i + 1
+    return pieces
+
+
+def turn_of_tokens(n: int, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Per token: the index of the turn span holding it, or -1 (context)."""
+    out = np.full(n, -1, dtype=np.int64)
+    for t, (a, b) in enumerate(spans):
+        out[a:b] = t
+    return out
+
+
+@dataclass
+class Segment:
+    """A run of tokens shown alike: same turn (-1 = context), both control tokens or both not."""
+
+    text: str
+    turn: int
+    control: bool
+    start: int  # token index of the first token
+    end: int
+
+
+def segments(view: SampleView, pieces: Sequence[str], control_ids: set[int]) -> list[Segment]:
+    turns = turn_of_tokens(view.num_tokens, view.turn_spans)
+    ctrl = (
+        np.isin(view.input_ids, np.fromiter(control_ids, dtype=np.int64))
+        if control_ids
+        else np.zeros(view.num_tokens, dtype=bool)
+    )
+    # Boundaries: where the turn or the control flag changes, and at the cut point.
+    change = np.flatnonzero((turns[1:] != turns[:-1]) | (ctrl[1:] != ctrl[:-1])) + 1
+    cuts = {view.cut_at} if view.cut_at is not None and 0 < view.cut_at < view.num_tokens else set()
+    bounds = sorted({0, view.num_tokens, *change.tolist(), *cuts})
+    return [Segment("".join(pieces[a:b]), int(turns[a]), bool(ctrl[a]), a, b) for a, b in itertools.pairwise(bounds)]
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def describe_cut(reason: str) -> str:
+    return CUT_TEXT.get(reason, reason)
+
+
+def header_text(view: SampleView, total: int) -> Text:
+    t = Text()
+    t.append(
+        f"sample {view.index} (of {total}) · {view.sample_id} · graph {view.graph_id} · policy {view.policy}\n",
+        style="bold",
+    )
+    t.append(
+        f"{view.num_tokens} tokens, {view.num_trained} trained in {plural(len(view.turn_spans), 'turn')} · "
+        f"engine tokens {view.engine_tokens} · source {view.source}"
+    )
+    if view.flags:
+        t.append(f" · flags {', '.join(view.flags)}", style="yellow")
+    t.append("\ncut: ", style="bold")
+    t.append(view.cut_reason, style="bold red" if view.cut_reason not in ("start", "fork") else "bold")
+    t.append(f" — {describe_cut(view.cut_reason)}")
+    if view.cut_at is not None:
+        t.append(f" (at token {view.cut_at}, where it leaves the other samples of this graph)")
+    return t
+
+
+def legend_text(view: SampleView) -> Text:
+    t = Text("turns: ")
+    for k, ((a, b), nid) in enumerate(zip(view.turn_spans, view.turn_ids, strict=True)):
+        t.append(f" turn {k} ", style=TURN_STYLES[k % len(TURN_STYLES)])
+        t.append(f" {nid[:12]} tokens {a}–{b - 1}  ")
+    t.append(" context ", style="dim")
+    t.append(" control token ", style="bold magenta")
+    return t
+
+
+def tokens_text(view: SampleView, segs: Sequence[Segment]) -> Text:
+    t = Text()
+    for s in segs:
+        if view.cut_at is not None and s.start == view.cut_at:
+            t.append(f"✂ {view.cut_reason} ", style="bold white on red")
+        if s.turn >= 0:
+            style = TURN_STYLES[s.turn % len(TURN_STYLES)] + (" bold" if s.control else "")
+        else:
+            style = "bold magenta" if s.control else "dim"
+        t.append(s.text, style=style)
+    return t
+
+
+def render_sample(view: SampleView, total: int, decode: Decode, control_ids: set[int]) -> Text:
+    """Header, turn legend and the token text of one sample, for a terminal."""
+    segs = segments(view, token_pieces(decode, view.input_ids.tolist()), control_ids)
+    out = header_text(view, total)
+    out.append("\n")
+    out.append_text(legend_text(view))
+    out.append("\n")
+    out.append_text(tokens_text(view, segs))
+    return out

@@ -1,0 +1,331 @@
+"""``stats``: what an exported dataset holds — samples, tokens, trained tokens, turns, cuts, drops, token sources.
+
+Invariants:
+- Reads the canonical Parquet files ``OUT/data/*.parquet`` (only the scalar columns: never the token lists) and
+  ``OUT/report.json`` when present (drop and reject reasons live only there: dropped things are not rows).
+- Everything is computed with pyarrow compute and numpy over whole columns; no Python loop runs per token or per
+  sample.
+- Shares are of tokens: ``engine_share`` = engine tokens / all tokens, ``trained_share`` = trained / all.
+- Per-source figures group by file: a sample's ``source`` is ``file:line`` (or ``file (record)``), and the
+  record part is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from msgtrain.errors import ConfigError
+
+STATS_COLUMNS = (
+    "source",
+    "policy",
+    "cut_reason",
+    "num_tokens",
+    "num_trained_tokens",
+    "num_turns",
+    "engine_tokens",
+    "token_source",
+)
+# data/{split}-{i:05d}-of-{n:05d}.parquet, the layout the writer uses and the Hub recognises.
+SHARD_NAME = re.compile(r"^(?P<split>.+?)-\d{5}-of-\d{5}\.parquet$")
+SOURCE_RECORD = r"(:\d+| \([^)]*\))$"  # the record part of "file:12" / "file (item 3)"
+BAR_WIDTH = 40
+
+
+@dataclass
+class Distribution:
+    """Summary of one per-sample quantity, with a histogram as (low, high, count) bins (high exclusive)."""
+
+    count: int
+    total: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    min: int
+    max: int
+    bins: list[tuple[int, int, int]]
+
+
+def distribution(values: np.ndarray, *, integer_bins: bool = False) -> Distribution:
+    """Quantiles plus a histogram: one bin per value for small counts, else power-of-two bins."""
+    if values.size == 0:
+        return Distribution(0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, [])
+    lo, hi = int(values.min()), int(values.max())
+    if integer_bins and hi - lo < 16:
+        edges = np.arange(lo, hi + 2)
+    else:
+        first = 0 if lo <= 0 else math.floor(math.log2(lo))
+        last = math.floor(math.log2(max(hi, 1))) + 1
+        edges = np.concatenate([[0] if lo <= 0 else [], 2 ** np.arange(first, last + 1)]).astype(np.int64)
+    counts, _ = np.histogram(values, bins=edges)
+    # np.histogram closes the last bin on the right; bins here are [low, high), so the max lands in the last one.
+    bins = [(int(a), int(b), int(c)) for a, b, c in zip(edges[:-1], edges[1:], counts, strict=True)]
+    q = np.quantile(values, [0.5, 0.9, 0.99])
+    return Distribution(
+        count=int(values.size),
+        total=int(values.sum()),
+        mean=round(float(values.mean()), 3),
+        p50=float(q[0]),
+        p90=float(q[1]),
+        p99=float(q[2]),
+        min=lo,
+        max=hi,
+        bins=bins,
+    )
+
+
+def dataset_files(out: Path) -> list[Path]:
+    files = sorted((out / "data").glob("*.parquet"))
+    if not files:
+        hint = (
+            "this looks like a log file: run `msgtrain convert` first, or `msgtrain inspect` it"
+            if out.is_file()
+            else "pass the output directory of `msgtrain convert -o OUT` (written with --format parquet)"
+        )
+        raise ConfigError("no Parquet files under data/", where=str(out), hint=hint)
+    return files
+
+
+def read_scalar_columns(out: Path) -> pa.Table:
+    """The scalar canonical columns of every shard, plus ``split`` (from the shard name)."""
+    tables = []
+    for f in dataset_files(out):
+        names = pq.read_schema(f).names
+        missing = [c for c in STATS_COLUMNS if c not in names]
+        if missing:
+            raise ConfigError(
+                f"not a canonical dataset: columns {', '.join(missing)} are missing",
+                where=str(f),
+                hint="stats reads datasets written with the canonical target (convert --target canonical, the default)",
+            )
+        t = pq.read_table(f, columns=list(STATS_COLUMNS))
+        m = SHARD_NAME.match(f.name)
+        split = m.group("split") if m else f.stem
+        tables.append(t.append_column("split", pa.array([split] * t.num_rows, type=pa.string())))
+    return pa.concat_tables(tables)
+
+
+def _group(table: pa.Table, key: str) -> dict[str, dict[str, Any]]:
+    sums = ["num_tokens", "num_trained_tokens", "num_turns", "engine_tokens"]
+    agg = table.group_by(key).aggregate([(c, "sum") for c in sums] + [(key, "count")])
+    out: dict[str, dict[str, Any]] = {}
+    for row in agg.sort_by(key).to_pylist():
+        tokens = int(row["num_tokens_sum"] or 0)
+        out[str(row[key])] = {
+            "samples": int(row[f"{key}_count"]),
+            "tokens": tokens,
+            "trained_tokens": int(row["num_trained_tokens_sum"] or 0),
+            "turns": int(row["num_turns_sum"] or 0),
+            "engine_share": round(int(row["engine_tokens_sum"] or 0) / tokens, 6) if tokens else 0.0,
+        }
+    return out
+
+
+def _counts(column: pa.ChunkedArray) -> dict[str, int]:
+    vc = pc.value_counts(column)
+    pairs = zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True)
+    return dict(sorted(((str(v), int(c)) for v, c in pairs), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _sum(column: pa.ChunkedArray) -> int:
+    value = pc.sum(column).as_py()
+    return int(value) if value is not None else 0
+
+
+def dataset_stats(out: str | Path) -> dict[str, Any]:
+    """All statistics of the dataset at ``out`` as JSON-ready data."""
+    out = Path(out)
+    table = read_scalar_columns(out)
+    tokens = _sum(table["num_tokens"])
+    trained = _sum(table["num_trained_tokens"])
+    engine = _sum(table["engine_tokens"])
+    by_file = table.set_column(
+        table.schema.get_field_index("source"),
+        "source",
+        pc.replace_substring_regex(table["source"], pattern=SOURCE_RECORD, replacement=""),
+    )
+    report_path = out / "report.json"
+    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.is_file() else None
+    return {
+        "dataset": str(out),
+        "files": len(dataset_files(out)),
+        "samples": table.num_rows,
+        "splits": _counts(table["split"]),
+        "tokens": tokens,
+        "trained_tokens": trained,
+        "trained_share": round(trained / tokens, 6) if tokens else 0.0,
+        "turns": _sum(table["num_turns"]),
+        "engine_tokens": engine,
+        "rendered_tokens": tokens - engine,
+        "engine_share": round(engine / tokens, 6) if tokens else 0.0,
+        "samples_by_token_source": _counts(table["token_source"]),
+        "cut_reasons": _counts(table["cut_reason"]),
+        "lengths": {
+            "tokens": asdict(distribution(table["num_tokens"].to_numpy())),
+            "trained_tokens": asdict(distribution(table["num_trained_tokens"].to_numpy())),
+            "turns": asdict(distribution(table["num_turns"].to_numpy(), integer_bins=True)),
+        },
+        "by_policy": _group(table, "policy"),
+        "by_source": _group(by_file, "source"),
+        "drops": _drops(report) if report is not None else None,
+    }
+
+
+def _drops(report: dict[str, Any]) -> dict[str, Any]:
+    """The reasons things did not become samples, from report.json (whatever parts of it are present)."""
+    records = report.get("records") or {}
+    turns = report.get("turns") or {}
+    samples = report.get("samples") or {}
+    return {
+        "records_read": records.get("read"),
+        "records_rejected": records.get("rejected_by_reason") or {},
+        "records_skipped": records.get("skipped_by_reason") or {},
+        "turns_found": turns.get("found"),
+        "turns_dropped": turns.get("dropped_by_reason") or {},
+        "samples_dropped": samples.get("dropped_by_reason") or {},
+    }
+
+
+# ---------------------------------------------------------------------- terminal rendering
+def _fmt_range(lo: int, hi: int) -> str:
+    return str(lo) if hi - lo == 1 else f"{lo}–{hi - 1}"
+
+
+def histogram_table(title: str, dist: dict[str, Any]) -> Any:
+    """A histogram as a rich table of bars, scaled to the fullest bin."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    t.add_column(justify="right", style="dim")
+    t.add_column(justify="right")
+    t.add_column(style="cyan")
+    peak = max((c for _, _, c in dist["bins"]), default=0)
+    for lo, hi, count in dist["bins"]:
+        width = round(BAR_WIDTH * count / peak) if peak else 0
+        bar = "█" * width if width or not count else "▏"
+        t.add_row(_fmt_range(lo, hi), str(count), bar)
+    return t
+
+
+def _reason_line(counts: dict[str, int]) -> str:
+    total = sum(counts.values())
+    return f"{total} (" + ", ".join(f"{k}={v}" for k, v in counts.items()) + ")" if total else "0"
+
+
+def render_stats(stats: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    n = stats["samples"]
+    lengths = stats["lengths"]
+    overview = Table(title=f"msgtrain stats {stats['dataset']}", title_justify="left", show_header=False)
+    overview.add_column(style="bold")
+    overview.add_column()
+    splits = ", ".join(f"{k}={v}" for k, v in stats["splits"].items())
+    overview.add_row("samples", f"{n} ({splits})" if splits else str(n))
+    tok = lengths["tokens"]
+    overview.add_row(
+        "tokens",
+        f"{stats['tokens']} (per sample: mean {tok['mean']:g}, p50 {tok['p50']:g}, "
+        f"p90 {tok['p90']:g}, max {tok['max']})",
+    )
+    overview.add_row("trained tokens", f"{stats['trained_tokens']} ({stats['trained_share']:.1%} of tokens)")
+    turns = lengths["turns"]
+    overview.add_row("turns", f"{stats['turns']} trained (per sample: mean {turns['mean']:g}, max {turns['max']})")
+    sources = ", ".join(f"{k}={v}" for k, v in stats["samples_by_token_source"].items())
+    overview.add_row(
+        "token source",
+        f"engine {stats['engine_share']:.1%}, rendered {1 - stats['engine_share']:.1%} of tokens (samples: {sources})"
+        if n
+        else "-",
+    )
+    overview.add_row("cut reasons", ", ".join(f"{k}={v}" for k, v in stats["cut_reasons"].items()) or "-")
+    drops = stats["drops"]
+    if drops is None:
+        overview.add_row("drops", Text("no report.json: drop and reject reasons unknown", style="yellow"))
+    else:
+        for label, key in (
+            ("rejected records", "records_rejected"),
+            ("skipped records", "records_skipped"),
+            ("dropped turns", "turns_dropped"),
+            ("dropped samples", "samples_dropped"),
+        ):
+            overview.add_row(label, _reason_line(drops[key]))
+    parts: list[Any] = [overview]
+    for key, title in (("by_policy", "per policy"), ("by_source", "per source file")):
+        t = Table(title=title, title_justify="left")
+        for col in (key.removeprefix("by_"), "samples", "tokens", "trained", "turns", "engine"):
+            t.add_column(col, justify="left" if col in ("policy", "source") else "right", overflow="fold")
+        for name, row in stats[key].items():
+            t.add_row(
+                name,
+                str(row["samples"]),
+                str(row["tokens"]),
+                str(row["trained_tokens"]),
+                str(row["turns"]),
+                f"{row['engine_share']:.1%}",
+            )
+        parts.append(t)
+    if n:
+        parts.append(histogram_table("tokens per sample", lengths["tokens"]))
+        parts.append(histogram_table("trained tokens per sample", lengths["trained_tokens"]))
+        parts.append(histogram_table("turns per sample", lengths["turns"]))
+    return Group(*parts)
+
+
+def plot_stats(stats: dict[str, Any], path: str | Path) -> Path:
+    """Length histograms as a PNG (matplotlib, the optional ``plot`` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display needed; must precede pyplot
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as e:
+        raise ConfigError(
+            "--plot needs matplotlib, which is not installed",
+            hint="pip install matplotlib (msgtrain's optional 'plot' extra), or drop --plot",
+        ) from e
+    path = Path(path)
+    panels = (
+        ("tokens", "tokens per sample"),
+        ("trained_tokens", "trained tokens per sample"),
+        ("turns", "turns per sample"),
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        bins = stats["lengths"][key]["bins"]
+        labels = [_fmt_range(lo, hi) for lo, hi, _ in bins]
+        ax.bar(range(len(bins)), [c for _, _, c in bins], color="#3b82f6")
+        ax.set_xticks(range(len(bins)), labels, rotation=45, ha="right", fontsize=7)
+        ax.set_title(title)
+        ax.set_ylabel("samples")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # sample counts are whole numbers
+    fig.suptitle(
+        f"{stats['dataset']}: {stats['samples']} samples, {stats['tokens']} tokens "
+        f"({stats['trained_share']:.0%} trained, {stats['engine_share']:.0%} from the engine)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        from msgtrain.errors import OutputError
+
+        raise OutputError(f"cannot write the plot: {e.strerror or e}", where=str(path)) from e
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,193 @@
+"""``validate``: run the readers and the model's validation rules over logs, without converting anything.
+
+Invariants:
+- Every input file is looked at: its format is detected (or forced), its reader runs to the end, and every record
+  is accounted for as part of a graph, a reject, or a skip, exactly as ``convert`` would count it.
+- Every problem is reported, not only the first: a reject from a reader (bad JSON, unknown role, unpaired tool
+  result...), a rule broken inside a graph that did load (:func:`msgtrain.model.validate.validate_graph`), or a
+  file no reader can read. Each carries file:line, where inside the record (graph, branch, ``message[i]``), a
+  stable reason code, the message and a fix hint.
+- Warnings (a graph with no sampled assistant turn: nothing in it would be trained) are listed but are not
+  problems: they do not change the exit code.
+- Directories are walked like ``convert`` walks them (recursive, sorted, hidden files skipped).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group
+from rich.text import Text
+
+from msgtrain.errors import MsgtrainError
+from msgtrain.ingest.base import Reader, ReadGraph, ReadReject, ReadSkip, detect_format, get_reader
+from msgtrain.model.validate import validate_graph
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or warning), located."""
+
+    source: str  # file:line, or "file (record)" for non-line records
+    where: str  # inside the record: graph, branch, message index ("" when the source says it all)
+    code: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        inner = f" {self.where}:" if self.where else ""
+        fix = f" (fix: {self.hint})" if self.hint else ""
+        return f"{self.source}:{inner} [{self.code}] {self.message}{fix}"
+
+
+@dataclass
+class ValidationReport:
+    files: list[str] = field(default_factory=list)
+    formats: Counter[str] = field(default_factory=Counter)
+    ignored: list[str] = field(default_factory=list)  # files in walked directories with no log suffix
+    graphs: int = 0
+    records: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    problems: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "files": self.files,
+            "formats": dict(sorted(self.formats.items())),
+            "ignored": self.ignored,
+            "graphs": self.graphs,
+            "records": self.records,
+            "skipped_by_reason": dict(sorted(self.skipped.items())),
+            "problems": [asdict(p) for p in self.problems],
+            "problems_by_code": dict(sorted(Counter(p.code for p in self.problems).items())),
+            "warnings": [asdict(w) for w in self.warnings],
+        }
+
+
+def _locate(where: str | None, source: str, path: str) -> tuple[str, str]:
+    """(file:line, inner location) of an error found while reading ``source``.
+
+    ``where`` may repeat the source (``file:3``), point at a more precise line of the same record (``file:12``
+    inside a graph whose records start at line 3: that line wins), or add an inner location (``file:3
+    message[2]``, ``graph g message[1]``).
+    """
+    if not where or where == source:
+        return source, ""
+    if where.startswith(source + " "):
+        return source, where[len(source) + 1 :]
+    if where.startswith(path + ":"):
+        line, _, tail = where[len(path) + 1 :].partition(" ")
+        if line.isdigit():
+            return f"{path}:{line}", tail
+    if where.startswith(path + " "):
+        return source, where[len(path) + 1 :]
+    return source, where
+
+
+def validate_file(path: Path, reader: Reader | None, report: ValidationReport) -> None:
+    """Read one file with ``reader`` (or the detected one) and add what it finds to ``report``."""
+    report.files.append(str(path))
+    try:
+        reader = reader or detect_format(path)
+    except MsgtrainError as e:
+        report.records += 1
+        report.problems.append(Finding(str(path), "", e.code, e.message, e.hint or ""))
+        return
+    report.formats[reader.name] += 1
+    try:
+        for ev in reader.read(path):
+            source = str(ev.source)
+            if isinstance(ev, ReadReject):
+                report.records += 1
+                err = ev.error
+                at, where = _locate(err.where, source, str(path))
+                report.problems.append(Finding(at, where, err.code, err.message, err.hint or ""))
+            elif isinstance(ev, ReadSkip):
+                report.records += ev.count
+                report.skipped[ev.reason] += ev.count
+            elif isinstance(ev, ReadGraph):
+                report.records += ev.records
+                report.graphs += 1
+                for p in validate_graph(ev.graph):
+                    report.problems.append(Finding(source, p.where, p.code, p.message, p.hint))
+                if not ev.graph.sampled_nodes():
+                    report.warnings.append(
+                        Finding(
+                            source,
+                            f"graph {ev.graph.graph_id}",
+                            "no_sampled_turns",
+                            "no assistant message in this graph was sampled by a policy: nothing in it is trained",
+                            "assistant turns re-sent as history are 'carried'; log the calls that produced them",
+                        )
+                    )
+    except MsgtrainError as e:  # the file as a whole is unreadable as this format
+        report.records += 1
+        report.problems.append(Finding(*_locate(e.where, str(path), str(path)), e.code, e.message, e.hint or ""))
+    except OSError as e:
+        report.records += 1
+        report.problems.append(
+            Finding(str(path), "", "unreadable_file", e.strerror or str(e), "check the path and its permissions")
+        )
+
+
+def validate_inputs(inputs: Sequence[str | Path], input_format: str | None = None) -> ValidationReport:
+    """Validate files and directories; ``input_format`` forces one reader for every file."""
+    from msgtrain.run.pipeline import discover_inputs
+
+    files, ignored = discover_inputs([str(i) for i in inputs])
+    reader = get_reader(input_format) if input_format else None
+    report = ValidationReport(ignored=ignored)
+    for path in files:
+        validate_file(path, reader, report)
+    return report
+
+
+def render_validation(report: ValidationReport) -> Group:
+    """Problems one per line (file:line: where: [code] message (fix: hint)), then a one-line summary."""
+    lines: list[Text] = []
+    for p in report.problems:
+        lines.append(_finding_text(p, "red"))
+    for w in report.warnings:
+        lines.append(_finding_text(w, "yellow", prefix="warning: "))
+    formats = ", ".join(f"{k}={v}" for k, v in sorted(report.formats.items())) or "none"
+    summary = Text(
+        f"{_n(len(report.files), 'file')} ({formats}), {_n(report.records, 'record')}, {_n(report.graphs, 'graph')}: "
+    )
+    if report.ok:
+        summary.append("no problems", style="bold green")
+    else:
+        codes = Counter(p.code for p in report.problems)
+        summary.append(_n(len(report.problems), "problem"), style="bold red")
+        summary.append(" (" + ", ".join(f"{c}={n}" for c, n in codes.most_common()) + ")")
+    if report.warnings:
+        summary.append(", " + _n(len(report.warnings), "warning"), style="yellow")
+    if report.ignored:
+        summary.append(f"; {_n(len(report.ignored), 'file')} without a log suffix ignored", style="dim")
+    return Group(*lines, summary)
+
+
+def _finding_text(f: Finding, colour: str, prefix: str = "") -> Text:
+    t = Text(prefix, style=colour)
+    t.append(f.source, style="bold")
+    t.append(":")
+    if f.where:
+        t.append(f" {f.where}:", style="cyan")
+    t.append(f" [{f.code}]", style=colour)
+    t.append(f" {f.message}")
+    if f.hint:
+        t.append(f" (fix: {f.hint})", style="dim")
+    return t
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -1,0 +1,210 @@
+"""`msgtrain audit-template` on real templates (../shared) and on small hand-written ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.cli import main
+from msgtrain.errors import ConfigError, TokenizerError
+from msgtrain.tools.audit import audit_template, parse_template_kwargs
+from tests.conftest import shared_path
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = main(["audit-template", *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def probe(report: dict[str, Any], feature: str) -> dict[str, Any]:
+    return next(p for p in report["probes"] if p["feature"] == feature)
+
+
+@pytest.fixture(scope="module")
+def qwen3() -> Path:
+    return shared_path("tokenizers", "qwen3")
+
+
+@pytest.fixture(scope="module")
+def phi3() -> Path:
+    return shared_path("tokenizers", "phi-3-mini-instruct")
+
+
+def test_qwen3_is_not_prefix_stable_because_earlier_reasoning_is_removed(
+    capsys: pytest.CaptureFixture[str], qwen3: Path
+) -> None:
+    code, report = run_json(capsys, "--tokenizer", str(qwen3))
+    assert code == 1 and not report["ok"] and not report["prefix_stable"]
+    reasoning = probe(report, "reasoning")
+    assert reasoning["status"] == "breaks"
+    assert "reasoning" in reasoning["divergence"]["cause"]
+    # The turn as sampled opened with its thinking; the later render goes straight to the answer.
+    assert reasoning["divergence"]["expected"][0] == "<think>"
+    assert "<think>" not in reasoning["divergence"]["found"]
+    # Plain multi-turn breaks too: the empty think block of the latest turn disappears from earlier ones.
+    assert probe(report, "multi_turn")["status"] == "breaks"
+    assert "empty <think></think>" in probe(report, "multi_turn")["detail"]
+    # Within one user query Qwen3 keeps reasoning, so reasoning + tool calls there is append-only.
+    assert probe(report, "reasoning_tools")["status"] == "stable"
+    assert report["end_of_turn"]["ok"] and report["end_of_turn"]["tokens"] == ["<|im_end|>"]
+    assert any(f.startswith("prefix_stable") for f in report["failures"])
+
+
+def test_gpt_oss_is_not_prefix_stable_because_of_the_date_and_the_dropped_analysis_channel(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, report = run_json(capsys, "--tokenizer", str(shared_path("tokenizers", "gpt-oss")))
+    assert code == 1 and not report["prefix_stable"]
+    date = probe(report, "date")
+    assert date["status"] == "breaks" and "date" in date["detail"]
+    # The frozen clocks (2025-03-14 sampled, 2025-04-15 re-rendered) make the difference visible and stable.
+    assert "".join(date["divergence"]["expected"]).startswith("03-14")
+    assert "".join(date["divergence"]["found"]).startswith("04-15")
+    reasoning = probe(report, "reasoning")
+    assert reasoning["status"] == "breaks" and "analysis channel" in reasoning["detail"]
+    assert "17 has no divisor between 2 and 4. (t1)" in reasoning["dropped"]
+    # The render ends turns with <|end|> while generation stops on <|return|>: reported, not a failure.
+    assert report["end_of_turn"]["ok"] and "<|return|>" in report["end_of_turn"]["detail"]
+
+
+def test_qwen25_template_is_prefix_stable_for_tools_and_multi_turn(
+    capsys: pytest.CaptureFixture[str], qwen3: Path
+) -> None:
+    template = shared_path("tokenizers", "qwen2.5-instruct", "tokenizer_config.json")
+    features = ["multi_turn", "system_prompt", "multi_user", "tool_calls", "parallel_tool_calls"]
+    args = ["--tokenizer", str(qwen3), "--chat-template", str(template)]
+    code, report = run_json(capsys, *args, *(a for f in features for a in ("--feature", f)))
+    assert code == 0 and report["ok"] and report["prefix_stable"]
+    assert [p["feature"] for p in report["probes"]] == features
+    assert all(p["status"] == "stable" for p in report["probes"])
+    # Every sampled turn of every probe ends with a trained <|im_end|>.
+    assert all(t == "<|im_end|>" for p in report["probes"] for t in p["end_of_turn"])
+
+
+def test_features_a_template_cannot_render_are_reported_not_raised(
+    capsys: pytest.CaptureFixture[str], qwen3: Path
+) -> None:
+    template = shared_path("tokenizers", "qwen2.5-instruct", "tokenizer_config.json")
+    code, report = run_json(capsys, "--tokenizer", str(qwen3), "--chat-template", str(template))
+    images = probe(report, "images")
+    assert images["status"] == "unsupported" and "cannot render" in images["detail"]
+    # Qwen2.5 knows nothing of reasoning: it is dropped, which is not a prefix failure for a non-reasoning model.
+    assert probe(report, "reasoning")["status"] == "dropped"
+    assert code == 0 and report["ok"]
+
+
+def test_terminal_report_names_the_breaking_features_and_the_differing_tokens(
+    capsys: pytest.CaptureFixture[str], qwen3: Path
+) -> None:
+    assert main(["audit-template", "--tokenizer", str(qwen3), "-f", "reasoning", "-f", "date"]) == 1
+    out = capsys.readouterr().out
+    assert "prefix-stable (append-only): NO" in out
+    assert "breaks on reasoning" in out
+    assert "expected '<think>'" in out
+    assert "result: FAIL (prefix_stable)" in out
+
+
+def test_phi3_trains_its_end_token_and_warns_that_eos_is_a_different_token(
+    capsys: pytest.CaptureFixture[str], phi3: Path
+) -> None:
+    code, report = run_json(capsys, "--tokenizer", str(phi3), "-f", "multi_turn", "-f", "tool_calls")
+    assert code == 0
+    assert report["end_of_turn"]["tokens"] == ["<|end|>"]
+    assert report["end_of_turn"]["stop_tokens"] == ["<|endoftext|>"]
+    assert "also stops on <|end|>" in report["end_of_turn"]["detail"]
+    # Phi-3's template has no tool role: the tool results vanish from the render.
+    assert probe(report, "tool_calls")["status"] == "dropped"
+    assert "Sunny, 21 C (r1)" in probe(report, "tool_calls")["dropped"]
+
+
+def test_a_template_without_an_end_of_turn_token_fails_the_audit(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, phi3: Path
+) -> None:
+    template = tmp_path / "plain.jinja"
+    template.write_text(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    code, report = run_json(capsys, "--tokenizer", str(phi3), "--chat-template", str(template), "-f", "multi_turn")
+    assert code == 1
+    assert not report["end_of_turn"]["ok"]
+    assert report["end_of_turn"]["missing"] == ["multi_turn turn 1", "multi_turn turn 2", "multi_turn turn 3"]
+    assert any(f.startswith("end_of_turn") for f in report["failures"])
+
+
+def test_generation_blocks_are_detected_and_their_mask_checked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, phi3: Path
+) -> None:
+    template = tmp_path / "masked.jinja"
+    template.write_text(
+        "{% for m in messages %}{% if m.role == 'assistant' %}<|assistant|>\n"
+        "{% generation %}{{ m.content }}<|end|>{% endgeneration %}\n"
+        "{% else %}<|user|>\n{{ m.content }}<|end|>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    )
+    code, report = run_json(capsys, "--tokenizer", str(phi3), "--chat-template", str(template), "-f", "multi_turn")
+    masks = report["generation_masks"]
+    assert masks["supported"] and masks["masked_tokens"] > 0 and masks["includes_end_of_turn"] is True
+    assert code == 0 and report["prefix_stable"]
+
+    code, report = run_json(capsys, "--tokenizer", str(phi3), "-f", "multi_turn")
+    assert report["generation_masks"]["supported"] is False
+    assert "no {% generation %} blocks" in report["generation_masks"]["detail"]
+
+
+def test_content_spelling_control_tokens_is_encoded_as_text_by_msgtrain(qwen3: Path) -> None:
+    report = audit_template(qwen3, features=["multi_turn"])
+    special = report.special_tokens
+    assert special.naive_control_tokens > 0, "a plain encode must turn the injected text into control tokens"
+    assert special.split_safe
+    assert "<|im_start|>" in special.injected_text
+
+
+def test_a_template_only_folder_is_refused_with_the_command_that_works(capsys: pytest.CaptureFixture[str]) -> None:
+    folder = shared_path("tokenizers", "qwen2.5-instruct")
+    with pytest.raises(TokenizerError, match="no tokenizer vocabulary") as err:
+        audit_template(folder)
+    assert "--chat-template" in (err.value.hint or "")
+    assert main(["audit-template", "--tokenizer", str(folder)]) == 1
+    assert "no tokenizer vocabulary" in capsys.readouterr().err
+
+
+def test_a_missing_tokenizer_is_not_looked_up_on_the_network(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError, match="cannot load tokenizer") as err:
+        audit_template(str(tmp_path / "no-such-tokenizer"))
+    assert "never downloads" in (err.value.hint or "")
+
+
+def test_unknown_features_are_a_config_error_listing_the_known_ones(phi3: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown feature") as err:
+        audit_template(phi3, features=["telepathy"])
+    assert "reasoning_tools" in (err.value.hint or "")
+
+
+def test_template_kwargs_parse_json_values_and_keep_other_text() -> None:
+    assert parse_template_kwargs(["enable_thinking=false", "reasoning_effort=high", "n=3"]) == {
+        "enable_thinking": False,
+        "reasoning_effort": "high",
+        "n": 3,
+    }
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_template_kwargs(["enable_thinking"])
+
+
+def test_template_kwargs_reach_the_template(capsys: pytest.CaptureFixture[str], tmp_path: Path, phi3: Path) -> None:
+    template = tmp_path / "kw.jinja"
+    template.write_text(
+        "{% if stamp is not defined %}{{ raise_exception('this template needs stamp') }}{% endif %}"
+        "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}<|end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    )
+    with pytest.raises(ConfigError, match="this template needs stamp"):
+        audit_template(phi3, template, features=["multi_turn"])
+    args = ["--tokenizer", str(phi3), "--chat-template", str(template), "-f", "multi_turn"]
+    code, report = run_json(capsys, *args, "--template-kwarg", 'stamp="v2"')
+    assert code == 0 and report["template_kwargs"] == {"stamp": "v2"}
+    assert probe(report, "multi_turn")["status"] == "stable"
