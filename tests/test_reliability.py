@@ -172,3 +172,34 @@ def test_sigkill_mid_run_leaves_the_previous_output_and_resume_finishes_byte_ide
         assert (out / "data" / f.name).read_bytes() == f.read_bytes()
     assert pq.read_table(out / "data" / "train-00000-of-00001.parquet").num_rows > 0
     assert (reference / "data").exists()
+
+
+def test_max_reject_rate_aborts_a_run_drowning_in_garbage_and_publishes_nothing(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _write(logs / "junk.jsonl", [GOOD_CALLS[0]] + ["{broken"] * 30)
+    out = tmp_path / "out"
+    assert main(["convert", str(logs), "-o", str(out), "-q", "--max-reject-rate", "0.5"]) == 1
+    assert not out.exists()
+    assert main(["convert", str(logs), "-o", str(out), "-q", "--max-reject-rate", "0.99"]) == 3
+
+
+def test_ctrl_c_stops_cleanly_says_what_was_done_and_resume_finishes(tmp_path: Path) -> None:
+    logs = _make_logs(tmp_path, 40)
+    out = tmp_path / "out"
+    state = tmp_path / ".out.msgtrain-state" / "parts"
+    proc = subprocess.Popen(_convert_cmd(logs, out, "--resume"), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if state.exists() and len([p for p in state.iterdir() if not p.name.startswith(".")]) >= 2:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted after" in err and "--resume" in err and "Traceback" not in err
+    assert not out.exists()
+    subprocess.run(_convert_cmd(logs, out, "--resume"), check=True, cwd=ROOT)
+    assert pq.read_table(out / "data" / "train-00000-of-00001.parquet").num_rows > 0
