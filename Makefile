@@ -1,4 +1,6 @@
 PY ?= python3
+# benchmarks/ is linted when present
+LINT_PATHS := $(wildcard msgtrain tests benchmarks)
 .PHONY: install install-test demo test lint typecheck bench all
 
 install:
@@ -11,8 +13,8 @@ demo: install
 	msgtrain convert sample_logs -o out/demo
 
 lint:
-	ruff check msgtrain tests benchmarks
-	ruff format --check msgtrain tests benchmarks
+	ruff check $(LINT_PATHS)
+	ruff format --check $(LINT_PATHS)
 
 typecheck:
 	mypy
