@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +137,9 @@ def register(app: typer.Typer) -> None:
         if show:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+            started = time.perf_counter()
             with Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description:<9}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -145,13 +147,28 @@ def register(app: typer.Typer) -> None:
                 console=console,
                 transient=True,
             ) as bar:
-                task = bar.add_task("files", total=None, info="")
+                # read + linearize happen per file (in workers); write happens at assembly, per part.
+                read = bar.add_task("linearize", total=None, info="")
+                write = bar.add_task("write", total=None, info="", visible=False)
 
                 def hook(kind: str, info: dict[str, Any]) -> None:
                     if kind == "file":
-                        bar.update(task, total=info["total"], completed=info["index"], info=Path(info["path"]).name)
+                        bar.update(
+                            read,
+                            total=info["total"],
+                            completed=info["index"],
+                            info=f"{info['records']} records, {info['turns']} turns, {info['rejected']} rejected"
+                            f" · {Path(info['path']).name}",
+                        )
                     else:
-                        bar.update(task, info=f"{info['samples']} samples, {info['tokens']} tokens")
+                        rate = info["tokens"] / max(time.perf_counter() - started, 1e-9)
+                        bar.update(
+                            write,
+                            total=info["total"],
+                            completed=info["index"],
+                            visible=True,
+                            info=f"{info['samples']} samples, {info['tokens']} tokens ({rate:,.0f} tokens/s)",
+                        )
 
                 report = run_convert(cfg, progress=hook)
         else:

@@ -212,7 +212,17 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         # The manifest is rewritten as parts finish so a killed run can resume from here.
         _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
         if progress:
-            progress("file", {"index": done_files, "total": len(files), "path": str(path)})
+            progress(
+                "file",
+                {
+                    "index": done_files,
+                    "total": len(files),
+                    "path": str(path),
+                    "records": running.records_read,
+                    "rejected": sum(running.records_rejected.values()),
+                    "turns": running.turns_trained,
+                },
+            )
         _check_reject_rate(cfg, running)
 
     _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
