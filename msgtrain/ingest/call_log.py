@@ -40,10 +40,13 @@ class Call:
 class CallLogGraph:
     """Accumulates calls into one graph; :meth:`finish` fixes the deterministic graph id."""
 
-    def __init__(self, base_id: str, metadata: dict[str, Any] | None = None):
+    def __init__(self, base_id: str, metadata: dict[str, Any] | None = None, policy: str | None = None):
         self.base_id = base_id
         self.graph = MessageGraph(graph_id=base_id, metadata=metadata)
+        if policy:
+            self.graph.policy = policy
         self.calls = 0
+        self.extras: dict[str, Any] = {}
         self._first_env: Env | None = None
 
     def add(self, call: Call) -> list[str]:
@@ -104,13 +107,27 @@ class CallLogGroups:
         self.logs: dict[str, CallLogGraph] = {}
         self.first_ref: dict[str, SourceRef] = {}
 
-    def add(self, call: Call, ref: SourceRef, session: str | None = None) -> list[str]:
+    def add(
+        self,
+        call: Call,
+        ref: SourceRef,
+        session: str | None = None,
+        *,
+        policy: str | None = None,
+        extras: dict[str, Any] | None = None,
+    ) -> list[str]:
+        """Add a call to its conversation. ``policy`` names the graph's policy when the conversation is new;
+        ``extras`` (e.g. a reward logged with the call) are carried to the conversation's samples, later
+        calls overriding earlier ones."""
         key = self._key(call, session)
         log = self.logs.get(key)
         if log is None:
-            base = f"{self.path.name}#{ref.record.split(' ', 1)[-1]}"
-            log = CallLogGraph(base, metadata={**(self.metadata or {}), "conversation_key": key})
+            # Named by file and conversation key, not by line: records around it (even garbage) do not move it.
+            conv = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+            base = f"{self.path.name}#{conv}"
+            log = CallLogGraph(base, metadata={**(self.metadata or {}), "conversation_key": key}, policy=policy)
         added = log.add(call)  # raises before anything is registered when the call is invalid
+        log.extras.update(extras or {})
         self.logs.setdefault(key, log)
         self.first_ref.setdefault(key, ref)
         return added
@@ -128,13 +145,13 @@ class CallLogGroups:
 
     def events(self) -> Iterator[ReadGraph]:
         for key, log in self.logs.items():
-            yield ReadGraph(log.finish(), self.first_ref[key], records=log.calls)
+            yield ReadGraph(log.finish(), self.first_ref[key], records=log.calls, extras=log.extras)
 
 
 def session_of(record: dict[str, Any], request: dict[str, Any]) -> str | None:
     """A conversation id logged next to the call (never a user id: one user has many conversations)."""
     for source in (record, dict_field(request, "metadata")):
-        for key in ("session_id", "conversation_id", "thread_id"):
+        for key in ("session_id", "conversation_id", "thread_id", "trajectory_id"):
             value = source.get(key)
             if isinstance(value, str | int) and str(value):
                 return str(value)

@@ -11,15 +11,15 @@ Invariants:
   assistant message in a request is ``carried`` unless the same message was sampled in that same context by an
   earlier call. A later call whose history differs from what was sampled (edited, compacted, reasoning dropped,
   tool-call JSON rewritten, other tools) lands on another branch; the linearizer finds the cut.
-- Records are grouped into conversations by ``session_id`` (top level or ``request.metadata``/``request.user``)
-  when present, else by the first two request messages. A file's graphs stay in memory until the file ends
-  (calls of one conversation may be spread over it); files are read line by line.
+- Records are grouped into conversations by a session id (``session_id`` / ``conversation_id`` / ``thread_id`` /
+  ``trajectory_id``, top level or in ``request.metadata``) when present, else by the first two request messages
+  (``ingest/call_log.py``, shared with the other request/response readers). A file's graphs stay in memory until
+  the file ends (calls of one conversation may be spread over it); files are read line by line.
 - A bad record is rejected with a reason; the rest of the file is still read.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,26 +27,16 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.base import (
     ReadEvent,
-    ReadGraph,
     ReadReject,
     SourceRef,
     excerpt,
     head_objects,
     iter_json_lines,
 )
-from msgtrain.model.graph import Env, MessageGraph, Origin, canonical
+from msgtrain.ingest.call_log import Call, CallLogGroups, session_of
+from msgtrain.ingest.conversation_files import Step
+from msgtrain.model.graph import Env
 from msgtrain.model.openai import from_openai_message, from_openai_messages, generation_from_choice
-
-_RESERVED_KWARGS = ("chat_template_kwargs",)
-
-
-def _session_of(rec: dict[str, Any], request: dict[str, Any]) -> str | None:
-    for holder in (rec, request.get("metadata") or {}):
-        if isinstance(holder, dict):
-            for key in ("session_id", "conversation_id", "trajectory_id"):
-                if isinstance(holder.get(key), str | int):
-                    return str(holder[key])
-    return None
 
 
 class CallsReader:
@@ -64,40 +54,21 @@ class CallsReader:
         )
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
-        graphs: dict[str, MessageGraph] = {}
-        counts: dict[str, int] = {}
-        first_line: dict[str, int] = {}
-        extras: dict[str, dict[str, Any]] = {}
+        groups = CallLogGroups(path)
         for lineno, raw, obj in iter_json_lines(path):
             src = SourceRef(str(path), f"line {lineno}")
             if isinstance(obj, MsgtrainError):
                 yield ReadReject(src, obj, excerpt(raw))
                 continue
             try:
-                key, build = self._plan(obj, f"{path}:{lineno}")
-                g = graphs.get(key)
-                if g is None:
-                    gid = hashlib.blake2b(f"{path.name}\0{key}".encode(), digest_size=12).hexdigest()
-                    g = MessageGraph(graph_id=gid, policy=str(obj["request"].get("model") or "policy"))
-                    graphs[key] = g
-                    counts[key] = 0
-                    first_line[key] = lineno
-                build(g)
-                counts[key] += 1
-                if isinstance(obj.get("reward"), int | float):
-                    extras.setdefault(key, {})["reward"] = obj["reward"]
+                call, model, extras = self._call(obj, f"{path}:{lineno}")
+                groups.add(call, src, session_of(obj, obj["request"]), policy=model, extras=extras)
             except MsgtrainError as e:
-                yield ReadReject(src, e, excerpt(raw))
-        for key, g in graphs.items():
-            yield ReadGraph(
-                g,
-                SourceRef(str(path), f"line {first_line[key]}"),
-                records=counts[key],
-                extras=extras.get(key, {}),
-            )
+                yield ReadReject(src, e if e.where else e.located(f"{path}:{lineno}"), excerpt(raw))
+        yield from groups.events()
 
-    def _plan(self, rec: Any, where: str) -> tuple[str, Any]:
-        """Validate one record fully before touching any graph, so a bad record leaves no partial nodes."""
+    def _call(self, rec: Any, where: str) -> tuple[Call, str | None, dict[str, Any]]:
+        """Validate one record fully before it touches any graph, so a bad record leaves no partial nodes."""
         if (
             not isinstance(rec, dict)
             or not isinstance(rec.get("request"), dict)
@@ -129,7 +100,7 @@ class CallsReader:
         try:
             context = from_openai_messages(messages)
             names = {c.invocation_id: c.option_name for m in context for c in getattr(m, "calls", ())}
-            sampled = []
+            samples = []
             prompt_ids = response.get("prompt_token_ids")
             for i, choice in enumerate(choices):
                 if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
@@ -141,26 +112,17 @@ class CallsReader:
                     if prompt_ids is not None
                     else {**response, "prompt_token_ids": choice.get("prompt_token_ids")}
                 )
-                sampled.append((msg, generation_from_choice(choice, resp)))
+                samples.append(Step(msg, generation=generation_from_choice(choice, resp)))
         except MsgtrainError as e:
             raise e.located(where) from None
         except ValueError as e:  # pydantic validation of a field (e.g. logprobs not aligned with ids)
             raise ValidationError(str(e).splitlines()[0], where=where, code="bad_record") from None
-        env = Env.make(tools, kwargs)
-        session = _session_of(rec, request)
-        key = session if session is not None else canonical([m.canonical_json() for m in context[:2]])
-
-        def build(g: MessageGraph) -> None:
-            parent = None
-            for m in context:
-                parent = g.add_node(
-                    parent, m, env=env, origin=Origin.CARRIED if m.role == "assistant" else Origin.CONTEXT
-                )
-            for msg, gen in sampled:
-                g.add_node(parent, msg, env=env, origin=Origin.SAMPLED, generation=gen)
-            g.head = [n.id for n in g.path(parent)] if parent else []
-
-        return key, build
+        call = Call(
+            context=[Step(m, index=i) for i, m in enumerate(context)], samples=samples, env=Env.make(tools, kwargs)
+        )
+        model = request.get("model") if isinstance(request.get("model"), str) else None
+        extras = {"reward": rec["reward"]} if isinstance(rec.get("reward"), int | float) else {}
+        return call, model, extras
 
 
 READER = CallsReader()
