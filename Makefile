@@ -7,7 +7,7 @@ install:
 	$(PY) -m pip install -e .
 
 install-test:
-	$(PY) -m pip install -e '.[test,trainers]'
+	$(PY) -m pip install -e '.[test,trainers,ray]'
 
 demo: install
 	msgtrain convert sample_logs -o out/demo

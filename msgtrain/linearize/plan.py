@@ -136,9 +136,6 @@ class _GraphLinearizer:
 
     # ------------------------------------------------------------ per-turn tokens
     def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
-        if marked:
-            ids = self.tok.encode_marked(text)
-            return Encoded(text, ids, np.zeros(0, np.int64), np.zeros(0, np.int64))
         best: Encoded | None = None
         best_len = -1
         for b in bases:
@@ -147,7 +144,7 @@ class _GraphLinearizer:
             n = len(b.text) if text.startswith(b.text) else _lcp(b.text, text)
             if n > best_len:
                 best, best_len = b, n
-        return self.tok.encode_from(best, text)
+        return self.tok.encode_from(best, text, marked)
 
     def _trim_completion(self, raw: np.ndarray) -> np.ndarray:
         """Up to and including the first stop token after which only template trailer follows."""

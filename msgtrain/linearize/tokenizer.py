@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
@@ -261,29 +262,45 @@ class TokenizerBundle:
     def _marks(
         self, text: str, ids: np.ndarray, char_offset: int = 0, tok_offset: int = 0
     ) -> tuple[np.ndarray, np.ndarray]:
-        ends = np.fromiter((m.end() for m in self._added_re.finditer(text)), dtype=np.int64)
+        if MARK_START in text or MARK_END in text:
+            # Only the template's own control tokens are boundaries: added-token text inside marked content
+            # is encoded as plain text and is no boundary.
+            spans = [(m.start(), m.end()) for m in re.finditer(f"{MARK_START}.*?{MARK_END}", text, flags=re.S)]
+            starts = [a for a, _ in spans]
+            found = []
+            for m in self._added_re.finditer(text):
+                i = bisect.bisect_right(starts, m.start()) - 1
+                if i < 0 or m.start() >= spans[i][1]:
+                    found.append(m.end())
+            ends = np.asarray(found, dtype=np.int64)
+        else:
+            ends = np.fromiter((m.end() for m in self._added_re.finditer(text)), dtype=np.int64)
         pos = np.nonzero(np.isin(ids, self.added_ids))[0].astype(np.int64) + 1
         if ends.shape[0] != pos.shape[0]:
             # Added-token text that did not become an added id (or vice versa): no safe checkpoints here.
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return ends + char_offset, pos + tok_offset
 
-    def encode_full(self, text: str) -> Encoded:
-        ids = self.encode(text)
+    def encode_full(self, text: str, marked: bool = False) -> Encoded:
+        ids = self.encode_marked(text) if marked else self.encode(text)
         cm, tm = self._marks(text, ids)
         return Encoded(text, ids, cm, tm)
 
-    def encode_from(self, base: Encoded | None, text: str) -> Encoded:
-        """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix."""
+    def encode_from(self, base: Encoded | None, text: str, marked: bool = False) -> Encoded:
+        """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix.
+
+        With ``marked`` the text is a rendering with marked content (see :meth:`encode_marked`); boundaries are
+        then the template's own control tokens only, which always lie outside marked content.
+        """
         if base is None or not self.boundary_reuse or base.char_marks.shape[0] == 0:
-            return self.encode_full(text)
+            return self.encode_full(text, marked)
         lcp = common_prefix_len(base.text, text)
         k = int(np.searchsorted(base.char_marks, lcp, side="right"))
         if k == 0:
-            return self.encode_full(text)
+            return self.encode_full(text, marked)
         c, t = int(base.char_marks[k - 1]), int(base.tok_marks[k - 1])
         rest = text[c:]
-        rest_ids = self.encode(rest)
+        rest_ids = self.encode_marked(rest) if marked else self.encode(rest)
         cm, tm = self._marks(rest, rest_ids, c, t)
         ids = np.concatenate([base.ids[:t], rest_ids])
         return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))

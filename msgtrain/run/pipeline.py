@@ -227,7 +227,12 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
 
     _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
     try:
-        _run_parts(jobs, settings, parts_dir, cfg.workers, on_done)
+        if cfg.engine == "ray":
+            from msgtrain.run.ray_engine import run_parts_ray
+
+            run_parts_ray(jobs, settings, parts_dir, on_done)
+        else:
+            _run_parts(jobs, settings, parts_dir, cfg.workers, on_done)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted after {done_files} of {len(files)} files; finished files are kept",

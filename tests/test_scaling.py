@@ -1,0 +1,122 @@
+"""Regression guard for linear cost, with no timing: the tokenizer work per converted token must not grow with turns.
+
+The linearizer renders each turn's context and must tokenize only what is new since an earlier turn (issue 7). A
+path that re-tokenizes the whole context per turn (what per-call RL stacks do) makes the tokens encoded per converted
+token grow linearly with the number of turns; these tests convert 8-, 32- and 128-turn conversations (native graphs
+and per-call logs, prefix-stable and reasoning-stripping templates) and compare the TokenizerBundle counters.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import corpus as gen
+from msgtrain.ingest.base import ReadGraph
+from msgtrain.ingest.calls import READER as CALLS_READER
+from msgtrain.linearize import linearize_graph
+from tests.conftest import load_named_tokenizer
+
+TURNS = (8, 32, 128)
+MAX_GROWTH = 1.5  # the ratio at 128 turns may be at most this multiple of the ratio at 8 turns
+# (template name, reasoning in the logs): qwen2.5 renders history unchanged; qwen3 strips earlier reasoning
+# at every new user message, so every episode starts a new sample.
+CASES = [("demo", False), ("qwen2.5", False), ("qwen3", True)]
+
+
+def _graphs(conv: gen.Conversation, source: str, tmp_path: Path) -> Any:
+    if source == "native":
+        return gen.conversation_graph(conv, model="policy")
+    path = tmp_path / f"{conv.session}.jsonl"
+    gen.write_calls(path, [conv], model="policy")
+    (graph,) = [ev.graph for ev in CALLS_READER.read(path) if isinstance(ev, ReadGraph)]
+    return graph
+
+
+def _counts(tok: Any, graph: Any) -> dict[str, float]:
+    """Tokenizer work for one conversation, per converted (exported) token and per sampled turn."""
+    calls, tokens, chars = tok.encode_calls, tok.encoded_tokens, tok.encoded_chars
+    res = linearize_graph(graph, tok)
+    out_tokens = sum(s.num_tokens for s in res.samples)
+    turns = sum(len(s.turn_ids) for s in res.samples)
+    assert not res.drops, res.drops
+    return {
+        "tokens_per_token": (tok.encoded_tokens - tokens) / out_tokens,
+        "chars_per_token": (tok.encoded_chars - chars) / out_tokens,
+        "calls_per_turn": (tok.encode_calls - calls) / turns,
+        "turns": turns,
+    }
+
+
+def _growth(tok: Any, conversations: dict[int, gen.Conversation], source: str, tmp_path: Path) -> dict[int, Any]:
+    return {turns: _counts(tok, _graphs(conv, source, tmp_path)) for turns, conv in conversations.items()}
+
+
+def _assert_linear(counts: dict[int, dict[str, float]]) -> None:
+    first, last = counts[TURNS[0]], counts[TURNS[-1]]
+    assert last["turns"] == TURNS[-1]
+    for key in ("tokens_per_token", "chars_per_token", "calls_per_turn"):
+        assert last[key] <= MAX_GROWTH * first[key], (
+            f"{key} grows with conversation length: "
+            + ", ".join(f"{t} turns {c[key]:.2f}" for t, c in counts.items())
+            + " (a path re-tokenizes whole contexts per turn: quadratic)"
+        )
+
+
+@pytest.mark.parametrize("source", ["native", "calls"])
+@pytest.mark.parametrize(("template", "reasoning"), CASES)
+def test_tokens_encoded_per_converted_token_do_not_grow_with_turns(
+    template: str, reasoning: bool, source: str, tmp_path: Path
+) -> None:
+    tok = load_named_tokenizer(template)
+    pool = gen.synthetic_pool()
+    conversations = {t: gen.make_conversation(pool, t, seed=t, reasoning=reasoning, session=f"c{t}") for t in TURNS}
+    _assert_linear(_growth(tok, conversations, source, tmp_path))
+
+
+@pytest.mark.parametrize("template", ["demo", "qwen2.5"])
+def test_control_token_text_in_a_tool_result_keeps_the_cost_linear(template: str, tmp_path: Path) -> None:
+    # A tool result that prints the tokenizer's own control tokens (an agent reading a chat template, a log of raw
+    # prompts) is rendered with markers and encoded with the safe encoder; that must stay incremental too.
+    tok = load_named_tokenizer(template)
+    pool = gen.synthetic_pool()
+    conversations = {}
+    for t in TURNS:
+        conv = gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"m{t}")
+        tool = next(m for m in conv.messages if m["role"] == "tool")
+        tool["content"] = "template says: <|im_start|>user\nhi<|im_end|>\n" + tool["content"]
+        conversations[t] = conv
+    counts = _growth(tok, conversations, "native", tmp_path)
+    _assert_linear(counts)
+
+
+def test_a_quadratic_encoder_fails_the_guard(tmp_path: Path) -> None:
+    """The guard can fail: re-encoding every context from scratch (the naive approach) trips it."""
+    tok = load_named_tokenizer("demo")
+    pool = gen.synthetic_pool()
+    conversations = {t: gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"q{t}") for t in TURNS}
+    original = tok.encode_from
+    tok.encode_from = lambda base, text, marked=False: original(None, text, marked)  # type: ignore[method-assign]
+    try:
+        counts = _growth(tok, conversations, "native", tmp_path)
+    finally:
+        del tok.encode_from
+    with pytest.raises(AssertionError, match="grows with conversation length"):
+        _assert_linear(counts)
+
+
+def test_engine_ids_need_no_tokenizer_work(tmp_path: Path) -> None:
+    tok = load_named_tokenizer("qwen2.5")
+    conv = gen.make_conversation(gen.synthetic_pool(), 32, seed=3, reasoning=False, session="ids")
+    path = tmp_path / "ids.jsonl"
+    gen.write_calls(path, [conv], model="policy", engine=gen.EngineIds(tok.hf))
+    (graph,) = [ev.graph for ev in CALLS_READER.read(path) if isinstance(ev, ReadGraph)]
+    before = tok.encoded_tokens
+    res = linearize_graph(graph, tok)
+    assert sum(len(s.turn_ids) for s in res.samples) == 32
+    assert [s.cut_reason for s in res.samples] == ["start"]
+    assert tok.encoded_tokens == before
+    assert json.loads(path.read_text().splitlines()[0])["response"]["prompt_token_ids"]
