@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, overload
 
@@ -86,8 +87,9 @@ class Env:
     def make(cls, tools: Iterable[Any] | None = None, template_kwargs: dict[str, Any] | None = None) -> Env:
         return cls(tuple(tools or ()), tuple(sorted((template_kwargs or {}).items())))
 
-    @property
+    @cached_property
     def id(self) -> str:
+        # Cached: readers ask for it once per message, and hashing a large tool list each time was measurable.
         return _hash("env", canonical({"tools": list(self.tools), "kwargs": dict(self.template_kwargs)}))
 
     @property
