@@ -66,7 +66,8 @@ class CorpusSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.template}-{self.fmt.replace('+', '-')}-{self.turns}t"
+        # The conversation count is part of the name: the naive baseline's subset is a corpus of its own.
+        return f"{self.template}-{self.fmt.replace('+', '-')}-{self.turns}t-{self.conversations}c"
 
 
 def _generator_digest() -> str:
@@ -298,6 +299,7 @@ class Row:
     mb_in: float
     samples: int = 0
     tokens_out: int = 0
+    records: int = 0  # records msgtrain read (native logs: the turns, as the floor counts them)
     floor_s: float = 0.0
     floor_tokens: int = 0
     naive_s: float | None = None  # scaled to the whole corpus when measured on a subset
@@ -533,7 +535,10 @@ def main(argv: list[str] | None = None) -> int:
                     row.tree_rss_mb[w] = max(r.tree_rss_mb for r in runs)
                     rep = runs[0].report
                     row.samples, row.tokens_out = rep["samples"]["written"], rep["tokens"]["total"]
+                    row.records = rep["records"]["read"] if fmt != "native" else fl.calls
                 row.identical = len(digests) == 1
+                if row.records != fl.calls:
+                    print(f"  WARNING: {spec.name}: msgtrain read {row.records} records, the floor {fl.calls} calls")
                 rows.append(row)
                 print(
                     f"  {spec.name}: built {built:.1f} s, floor {row.floor_s:.2f} s, naive {_f(row.naive_s)} s, "
