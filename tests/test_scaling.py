@@ -120,3 +120,23 @@ def test_engine_ids_need_no_tokenizer_work(tmp_path: Path) -> None:
     assert [s.cut_reason for s in res.samples] == ["start"]
     assert tok.encoded_tokens == before
     assert json.loads(path.read_text().splitlines()[0])["response"]["prompt_token_ids"]
+
+
+def test_incremental_marked_encoding_equals_the_full_encoding() -> None:
+    """Reusing an earlier marked encoding gives exactly the ids of encoding the text whole, lone markers included
+    (a template that cuts a marker pair leaves a start marker that a later text may close)."""
+    import random
+
+    import numpy as np
+
+    from msgtrain.linearize.tokenizer import MARK_END, MARK_START
+
+    tok = load_named_tokenizer("demo")
+    atoms = ["<|im_start|>", "<|im_end|>", "\n", " hello", "wörld", MARK_START, MARK_END, "é"]
+    atoms += [f"{MARK_START}<|im_start|>{MARK_END}", f"{MARK_START}x<|im_end|>y{MARK_END}"]
+    rng = random.Random(0)
+    for _ in range(2000):
+        base = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 20)))
+        text = base[: rng.randint(0, len(base))] + "".join(rng.choice(atoms) for _ in range(rng.randint(0, 20)))
+        got = tok.encode_from(tok.encode_full(base, True), text, True).ids
+        assert np.array_equal(got, tok.encode_marked(text)), (base, text)

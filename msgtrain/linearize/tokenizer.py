@@ -267,8 +267,18 @@ class TokenizerBundle:
             # is encoded as plain text and is no boundary.
             spans = [(m.start(), m.end()) for m in re.finditer(f"{MARK_START}.*?{MARK_END}", text, flags=re.S)]
             starts = [a for a, _ in spans]
+            # A start marker outside every pair (a template cut a pair) may pair with an end marker that a later
+            # text adds: no boundary after it is safe to reuse.
+            limit = next(
+                (
+                    m.start()
+                    for m in re.finditer(MARK_START, text)
+                    if (i := bisect.bisect_right(starts, m.start()) - 1) < 0 or m.start() >= spans[i][1]
+                ),
+                len(text),
+            )
             found = []
-            for m in self._added_re.finditer(text):
+            for m in self._added_re.finditer(text, 0, limit):
                 i = bisect.bisect_right(starts, m.start()) - 1
                 if i < 0 or m.start() >= spans[i][1]:
                     found.append(m.end())
