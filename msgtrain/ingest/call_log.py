@@ -10,6 +10,8 @@ Invariants:
 - An assistant message that appears only in a request's history is ``carried``: it is context, and it is
   trained only if some recorded response produced it in that very context (then its node is upgraded to
   ``sampled``).
+- Adding a call costs what is new in it: context steps that are the very objects of the previous call's (a
+  reader that reuses parsed history passes them again) map to the same nodes and are not added again.
 - A call is checked before it touches the graph (a tool result must answer a call issued earlier on its path),
   so a rejected call leaves no partial nodes behind.
 """
@@ -48,17 +50,21 @@ class CallLogGraph:
         self.calls = 0
         self.extras: dict[str, Any] = {}
         self._first_env: Env | None = None
+        self._last: tuple[str, list[Step], list[str]] | None = None  # env id, context steps, their node ids
 
     def add(self, call: Call) -> list[str]:
         """Add one call; returns the node ids of its sampled responses, in order."""
         check_pairing(call.context)
         graph = self.graph
-        parent: str | None = None
         env = call.env
         self._first_env = self._first_env or env
-        for step in call.context:
+        ids = self._reusable_prefix(call)
+        parent: str | None = ids[-1] if ids else None
+        for step in call.context[len(ids) :]:
             origin = step.origin or (Origin.CARRIED if step.message.role == "assistant" else Origin.CONTEXT)
             parent = graph.add_node(parent, step.message, origin=origin, env=env, generation=step.generation)
+            ids.append(parent)
+        self._last = (env.id, list(call.context), ids)
         samples = [
             graph.add_node(
                 parent,
@@ -73,6 +79,19 @@ class CallLogGraph:
         graph.head = [n.id for n in graph.path(last)] if last is not None else []
         self.calls += 1
         return samples
+
+    def _reusable_prefix(self, call: Call) -> list[str]:
+        """Node ids of the leading context steps that are the very steps (same objects) of the previous call, in
+        the same environment: adding them again would find the same nodes and change nothing."""
+        if self._last is None or self._last[0] != call.env.id:
+            return []
+        _, steps, ids = self._last
+        n = 0
+        for new, old in zip(call.context, steps, strict=False):
+            if new.message is not old.message or new.origin != old.origin or new.generation is not old.generation:
+                break
+            n += 1
+        return ids[:n]
 
     def history(self, node_id: str) -> list[AnyMessage]:
         """The messages from the root to ``node_id`` (what a call continuing that node was given)."""

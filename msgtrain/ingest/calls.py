@@ -15,12 +15,15 @@ Invariants:
   ``trajectory_id``, top level or in ``request.metadata``) when present, else by the first two request messages
   (``ingest/call_log.py``, shared with the other request/response readers). A file's graphs stay in memory until
   the file ends (calls of one conversation may be spread over it); files are read line by line.
+- Linear in what is new: a request that re-sends the previous request of its session (or, without sessions, of
+  the previous record) reuses that request's parsed messages for the shared prefix; only the rest is parsed.
 - A bad record is rejected with a reason; the rest of the file is still read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,44 @@ from msgtrain.ingest.base import (
 from msgtrain.ingest.call_log import Call, CallLogGroups, session_of
 from msgtrain.ingest.conversation_files import Step
 from msgtrain.model.graph import Env
-from msgtrain.model.openai import from_openai_message, from_openai_messages, generation_from_choice
+from msgtrain.model.message import AnyMessage
+from msgtrain.model.openai import from_openai_message, generation_from_choice
+
+
+@dataclass
+class _Parsed:
+    """A request's messages as logged and as parsed, with the tool names its calls issued."""
+
+    raw: list[Any]
+    messages: list[AnyMessage]
+    names: dict[str, str]
+
+
+def _parse_history(raw: list[Any], prev: _Parsed | None) -> tuple[list[AnyMessage], dict[str, str]]:
+    """Parse a request's messages, reusing the parsed messages of ``prev`` for the prefix it shares (a call
+    re-sends the previous call's history): the same objects, so graph building can skip them too."""
+    shared = 0
+    if prev is not None:
+        n = len(prev.raw)
+        if n <= len(raw) and raw[:n] == prev.raw:  # the usual case, compared in one C-level pass
+            shared = n
+        else:
+            while shared < min(n, len(raw)) and raw[shared] == prev.raw[shared]:
+                shared += 1
+    messages: list[AnyMessage] = []
+    names: dict[str, str] = {}
+    if prev is not None and shared:
+        messages = prev.messages[:shared]
+        names = dict(prev.names) if shared == len(prev.messages) else _call_names(messages)
+    for i in range(shared, len(raw)):
+        msg = from_openai_message(raw[i], index=i, call_names=names)
+        names.update(_call_names([msg]))
+        messages.append(msg)
+    return messages, names
+
+
+def _call_names(messages: list[AnyMessage]) -> dict[str, str]:
+    return {c.invocation_id: c.option_name for m in messages for c in getattr(m, "calls", ())}
 
 
 class CallsReader:
@@ -55,19 +95,22 @@ class CallsReader:
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         groups = CallLogGroups(path)
+        seen: dict[str | None, _Parsed] = {}  # session (None: records without one) -> its last parsed request
         for lineno, raw, obj in iter_json_lines(path):
             src = SourceRef(str(path), f"line {lineno}")
             if isinstance(obj, MsgtrainError):
                 yield ReadReject(src, obj, excerpt(raw))
                 continue
             try:
-                call, model, extras = self._call(obj, f"{path}:{lineno}")
+                call, model, extras = self._call(obj, f"{path}:{lineno}", seen)
                 groups.add(call, src, session_of(obj, obj["request"]), policy=model, extras=extras)
             except MsgtrainError as e:
                 yield ReadReject(src, e if e.where else e.located(f"{path}:{lineno}"), excerpt(raw))
         yield from groups.events()
 
-    def _call(self, rec: Any, where: str) -> tuple[Call, str | None, dict[str, Any]]:
+    def _call(
+        self, rec: Any, where: str, seen: dict[str | None, _Parsed] | None = None
+    ) -> tuple[Call, str | None, dict[str, Any]]:
         """Validate one record fully before it touches any graph, so a bad record leaves no partial nodes."""
         if (
             not isinstance(rec, dict)
@@ -97,9 +140,10 @@ class CallsReader:
         kwargs = request.get("chat_template_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise ValidationError("request.chat_template_kwargs must be an object", where=where, code="bad_record")
+        session = session_of(rec, request)
+        prev = seen.get(session) if seen is not None else None
         try:
-            context = from_openai_messages(messages)
-            names = {c.invocation_id: c.option_name for m in context for c in getattr(m, "calls", ())}
+            context, names = _parse_history(messages, prev)
             samples = []
             prompt_ids = response.get("prompt_token_ids")
             for i, choice in enumerate(choices):
@@ -120,6 +164,8 @@ class CallsReader:
         call = Call(
             context=[Step(m, index=i) for i, m in enumerate(context)], samples=samples, env=Env.make(tools, kwargs)
         )
+        if seen is not None:
+            seen[session] = _Parsed(messages, context, names)
         model = request.get("model") if isinstance(request.get("model"), str) else None
         extras = {"reward": rec["reward"]} if isinstance(rec.get("reward"), int | float) else {}
         return call, model, extras

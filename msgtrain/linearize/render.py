@@ -89,6 +89,8 @@ class Renderer:
         self._unsafe: dict[str, bool] = {}
         self._unsafe_path: dict[str, bool] = {}
         self._unsafe_env: dict[str, bool] = {}
+        self._prepared: dict[str, dict[str, Any]] = {}  # node id -> template-ready copy of its message
+        self._prepared_env: dict[str, list[Any]] = {}
         self.renders = 0
 
     def message_dict(self, node: Node) -> dict[str, Any]:
@@ -98,6 +100,18 @@ class Renderer:
             self._dicts[node.id] = d
             self._unsafe[node.id] = _has_added(self.tok, d)
         return d
+
+    def _prepared_message(self, node: Node) -> dict[str, Any]:
+        d = self._prepared.get(node.id)
+        if d is None:
+            d = self._prepared[node.id] = self.tok.prepare([self.message_dict(node)])[0]
+        return d
+
+    def _prepared_tools(self, env: Env) -> list[Any]:
+        tools = self._prepared_env.get(env.id)
+        if tools is None:
+            tools = self._prepared_env[env.id] = self.tok.prepare(list(env.tools))
+        return tools
 
     def needs_marking(self, nodes: Sequence[Node], env: Env) -> bool:
         """Whether any message on the path (or a tool schema) carries added-token text.
@@ -127,11 +141,12 @@ class Renderer:
         marked: bool = False,
         created: int | None = None,
     ) -> str:
-        msgs: list[Any] = [self.message_dict(n) for n in nodes]
-        tools: list[Any] = list(env.tools)
         if marked:
-            msgs = self.tok.mark_content(msgs)
-            tools = self.tok.mark_content(tools)
+            msgs = self.tok.prepare(self.tok.mark_content([self.message_dict(n) for n in nodes]))
+            tools = self.tok.prepare(self.tok.mark_content(list(env.tools)))
+        else:
+            msgs = [self._prepared_message(n) for n in nodes]
+            tools = self._prepared_tools(env)
         when = dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else self.render_date
         self.renders += 1
         try:
@@ -141,6 +156,7 @@ class Renderer:
                     tools=tools or None,
                     add_generation_prompt=add_generation_prompt,
                     template_kwargs=env.kwargs,
+                    prepared=True,
                 )
         except _Timeout:
             raise RenderError(

@@ -142,6 +142,7 @@ class TokenizerBundle:
         self.hf = hf
         self.name = name
         self.chat_template: str = hf.chat_template
+        self._fast: Any = None
         self.backend = hf.backend_tokenizer
         added = hf.added_tokens_encoder  # content -> id, special and non-special added tokens
         self.added_strings = sorted(added, key=len, reverse=True)
@@ -229,16 +230,59 @@ class TokenizerBundle:
         tools: Sequence[Any] | None = None,
         add_generation_prompt: bool,
         template_kwargs: dict[str, Any] | None = None,
+        prepared: bool = False,
     ) -> str:
-        """Apply the chat template (transformers' sandboxed Jinja environment) and return text."""
-        out = self.hf.apply_chat_template(
-            list(messages),
-            tools=list(tools) if tools else None,
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-            **(template_kwargs or {}),
+        """Apply the chat template (transformers' sandboxed Jinja environment) and return text.
+
+        ``prepared``: ``messages`` and ``tools`` already went through :meth:`prepare` (the Renderer does that once
+        per node), so the per-call deep copy ``apply_chat_template`` makes is skipped; the text is the same.
+        """
+        fast = self._fast_render()
+        if fast is None:
+            out = self.hf.apply_chat_template(
+                list(messages),
+                tools=list(tools) if tools else None,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **(template_kwargs or {}),
+            )
+            return str(out)
+        compile_template, plain, _ = fast
+        # Looked up per call (a cached dict hit): the same object whose globals render._pinned_date patches.
+        compiled = compile_template(self.chat_template)
+        chat = list(messages) if prepared else self.prepare(messages)
+        schemas = (list(tools) if prepared else plain(list(tools))) if tools else None
+        kwargs = plain({**self.hf.special_tokens_map, **(template_kwargs or {})})
+        return str(
+            compiled.render(
+                messages=chat, tools=schemas, documents=None, add_generation_prompt=add_generation_prompt, **kwargs
+            )
         )
-        return str(out)
+
+    def prepare(self, values: Sequence[Any]) -> list[Any]:
+        """Messages (or tool schemas) as ``apply_chat_template`` hands them to the template: plain JSON copies,
+        reasoning under each name templates read. Templates run in an immutable sandbox, so copies can be shared."""
+        fast = self._fast_render()
+        if fast is None:
+            return list(values)
+        _, plain, alias = fast
+        return list(alias(plain(list(values))))
+
+    def _fast_render(self) -> tuple[Any, Any, Any] | None:
+        """transformers' template compiler and data helpers, when this transformers has them (else None: then
+        rendering goes through ``apply_chat_template``)."""
+        if self._fast is None:
+            try:
+                from transformers.utils.chat_template_utils import (
+                    _alias_reasoning_fields,
+                    _compile_jinja_template,
+                    _plain_template_data,
+                )
+
+                self._fast = (_compile_jinja_template, _plain_template_data, _alias_reasoning_fields)
+            except ImportError:
+                self._fast = False
+        return self._fast or None
 
     # -------------------------------------------------------------- encoding
     def has_added_text(self, text: str) -> bool:

@@ -219,10 +219,11 @@ def generation_from_choice(choice: dict[str, Any], response: dict[str, Any] | No
     if token_ids is None:
         logprobs = None  # logprobs without ids cannot be placed on tokens
     prompt_ids = response.get("prompt_token_ids")
+    # Ids are validated as integers by the model (in pydantic's core), not converted one by one in Python.
     gen = Generation(
-        token_ids=tuple(int(t) for t in token_ids) if token_ids is not None else None,
+        token_ids=tuple(token_ids) if token_ids is not None else None,
         logprobs=logprobs,
-        prompt_token_ids=tuple(int(t) for t in prompt_ids) if prompt_ids is not None else None,
+        prompt_token_ids=tuple(prompt_ids) if prompt_ids is not None else None,
         model=response.get("model"),
         finish_reason=choice.get("finish_reason"),
         created=response.get("created") if isinstance(response.get("created"), int) else None,
