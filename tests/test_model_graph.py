@@ -743,3 +743,53 @@ def test_rich_rendering_marks_the_version_edge_like_str_does() -> None:
     g = _chat(USER, ANSWER)
     g[0] = FOLLOW_UP
     assert "[edit] [Human] And 3+3?" in _rich_text(g)
+
+
+def test_a_saved_graph_renders_the_same_tokens_after_reloading(tmp_path: Path) -> None:
+    """Tool schemas and call arguments keep their key order through save/load: templates render them with
+    ``tojson`` in that order, so sorting them on write would change the tokens of the reloaded graph."""
+    import json
+
+    from msgtrain.linearize import linearize_graph
+    from tests.conftest import load_named_tokenizer
+
+    tok = load_named_tokenizer("qwen2.5")
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}},
+        },
+    }
+    g = MessageGraph(tools=[tool])
+    g.append({"role": "user", "content": "find it"})
+    g.append(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "search", "arguments": {"query": "x", "limit": 3}}}
+            ],
+        }
+    )
+    g.append({"role": "tool", "tool_call_id": "c1", "content": "found"})
+    g.append({"role": "assistant", "content": "done"})
+    path = tmp_path / "g.graph.jsonl"
+    g.save(path)
+    (back,) = msgtrain.load_graphs(path)
+    assert json.dumps(list(back.env.tools)) == json.dumps([tool])  # same keys in the same order
+    before = [s.input_ids.tolist() for s in linearize_graph(g, tok).samples]
+    after = [s.input_ids.tolist() for s in linearize_graph(back, tok).samples]
+    assert before and before == after
+    assert '"properties": {"query"' in tok.decode(after[0])
+
+
+def test_environments_that_differ_only_in_key_order_have_distinct_ids() -> None:
+    from msgtrain.model.graph import Env, _hash, canonical
+
+    a = Env.make([{"name": "t", "description": "d"}])
+    b = Env.make([{"description": "d", "name": "t"}])
+    assert a.id != b.id
+    # Sorted content keeps its version-1 id (logs written before stay comparable).
+    assert b.id == _hash("env", canonical({"tools": [{"description": "d", "name": "t"}], "kwargs": {}}))

@@ -76,6 +76,13 @@ def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def record_json(record: dict[str, Any]) -> str:
+    """One log line: the record's own fields in sorted order, its content (messages, tool schemas, kwargs) in the
+    order it was given. Templates render tool schemas and arguments with ``tojson`` in their key order, so sorting
+    them would make a reloaded graph render other tokens than the policy saw."""
+    return json.dumps({k: record[k] for k in sorted(record)}, separators=(",", ":"), ensure_ascii=False)
+
+
 @dataclass(frozen=True)
 class Env:
     """What the policy was given besides messages: tool schemas and chat-template kwargs."""
@@ -90,7 +97,12 @@ class Env:
     @cached_property
     def id(self) -> str:
         # Cached: readers ask for it once per message, and hashing a large tool list each time was measurable.
-        return _hash("env", canonical({"tools": list(self.tools), "kwargs": dict(self.template_kwargs)}))
+        data = {"kwargs": dict(self.template_kwargs), "tools": list(self.tools)}  # top level in sorted order
+        sorted_form = canonical(data)
+        given = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        # Version-1 ids hash the sorted form. Schemas whose keys are not in sorted order hash their given order
+        # too, so two environments that differ only in key order (and so render differently) get distinct ids.
+        return _hash("env", sorted_form if given == sorted_form else sorted_form + "\n" + given)
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -546,7 +558,7 @@ class MessageGraph:
         """Write the graph as a native graph log (see docs/graph-log.md)."""
         with open(path, "a" if append else "w", encoding="utf-8") as f:
             for rec in self.records():
-                f.write(canonical(rec) + "\n")
+                f.write(record_json(rec) + "\n")
 
     def close(self) -> None:
         if self._log is not None:
@@ -576,7 +588,7 @@ class MessageGraph:
 
     def _write_header(self) -> None:
         if self._log is not None:
-            self._log.write(canonical(self._header()) + "\n")
+            self._log.write(record_json(self._header()) + "\n")
 
     def _write_node(self, node: Node) -> None:
         if self._log is not None:
@@ -586,7 +598,7 @@ class MessageGraph:
     def _write(self, record: dict[str, Any]) -> None:
         if self._log is not None:
             record.setdefault("graph", self.graph_id)
-            self._log.write(canonical(record) + "\n")
+            self._log.write(record_json(record) + "\n")
             self._log.flush()  # a crashed agent must leave a readable log
 
     # ----------------------------------------------------------------- display
