@@ -769,7 +769,11 @@ def test_a_saved_graph_renders_the_same_tokens_after_reloading(tmp_path: Path) -
             "role": "assistant",
             "content": "",
             "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "search", "arguments": {"query": "x", "limit": 3}}}
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": {"query": "x", "limit": 3}},
+                }
             ],
         }
     )
