@@ -110,6 +110,13 @@ def _write_json_atomic(path: Path, data: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- workers
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _worker_init() -> None:
     # One process per core: keep the tokenizer's own thread pool to one thread so workers do not oversubscribe.
     os.environ["RAYON_NUM_THREADS"] = "1"
@@ -138,7 +145,9 @@ def _run_parts(
     ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
         pending: dict[Future[dict[str, Any]], Path] = {}
-        queue = list(jobs)
+        # Largest files first (longest-processing-time order): a big file started last would leave the other
+        # workers idle at the end. Output order does not depend on it: parts are assembled in sorted order.
+        queue = sorted(jobs, key=lambda job: -_size(job[0]))
         try:
             while queue or pending:
                 while queue and len(pending) < workers * 2:
