@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# Every rendering that replays loop iterations of an earlier one is also rendered in full and compared
+# (msgtrain.linearize.render.VERIFY_REPLAY): the whole suite doubles as an oracle for replay. Set before msgtrain is
+# imported; subprocesses inherit it.
+os.environ.setdefault("MSGTRAIN_VERIFY_REPLAY", "1")
 
 import pytest
 

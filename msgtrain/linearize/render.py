@@ -13,17 +13,25 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import signal
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from msgtrain.errors import RenderError
+from msgtrain.linearize.template import RenderTrace
 from msgtrain.linearize.tokenizer import TokenizerBundle
 from msgtrain.model.graph import Env, Node
 from msgtrain.model.openai import to_openai_message
 
 MAX_RENDER_SECONDS = 20.0
+MAX_TRACES = 16
+# MSGTRAIN_REPLAY=0 renders every context in full; MSGTRAIN_VERIFY_REPLAY=1 renders in full as well and fails on any
+# difference (the test suite runs with it).
+REPLAY = os.environ.get("MSGTRAIN_REPLAY", "1") != "0"
+VERIFY_REPLAY = os.environ.get("MSGTRAIN_VERIFY_REPLAY") == "1"
 MAX_RENDER_CHARS = 256 * 1024 * 1024
 
 
@@ -56,11 +64,12 @@ def _pinned_date(tok: TokenizerBundle, when: dt.datetime | None) -> Iterator[Non
         yield
         return
     try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
+        from msgtrain.linearize.template import compile_chat_template
+
+        env = compile_chat_template(tok.chat_template).environment
     except ImportError:  # older transformers: the date cannot be pinned; rendering still works
         yield
         return
-    env = _compile_jinja_template(tok.chat_template).environment
     old = env.globals.get("strftime_now")
     env.globals["strftime_now"] = lambda fmt: when.strftime(fmt)
     try:
@@ -91,7 +100,12 @@ class Renderer:
         self._unsafe_env: dict[str, bool] = {}
         self._prepared: dict[str, dict[str, Any]] = {}  # node id -> template-ready copy of its message
         self._prepared_env: dict[str, list[Any]] = {}
+        # The latest traced rendering per (generation flag, env, date): the next rendering of a longer path replays
+        # its loop iterations over the messages they share (msgtrain.linearize.template).
+        self._traces: OrderedDict[tuple[bool, str, Any], RenderTrace] = OrderedDict()
         self.renders = 0
+        self.iterations_run = 0  # the template's loop iterations over messages actually executed
+        self.iterations_replayed = 0
 
     def message_dict(self, node: Node) -> dict[str, Any]:
         d = self._dicts.get(node.id)
@@ -151,12 +165,21 @@ class Renderer:
         self.renders += 1
         try:
             with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
-                text = self.tok.render(
-                    msgs,
-                    tools=tools or None,
-                    add_generation_prompt=add_generation_prompt,
-                    template_kwargs=env.kwargs,
-                    prepared=True,
+                traced = (
+                    None
+                    if marked or not REPLAY
+                    else self._render_traced(nodes, msgs, tools, env, add_generation_prompt, when)
+                )
+                text = (
+                    traced
+                    if traced is not None
+                    else self.tok.render(
+                        msgs,
+                        tools=tools or None,
+                        add_generation_prompt=add_generation_prompt,
+                        template_kwargs=env.kwargs,
+                        prepared=True,
+                    )
                 )
         except _Timeout:
             raise RenderError(
@@ -177,4 +200,48 @@ class Renderer:
                 f"chat template output exceeds {MAX_RENDER_CHARS} characters",
                 code="template_output_too_large",
             )
+        return text
+
+    def _render_traced(
+        self,
+        nodes: Sequence[Node],
+        msgs: list[dict[str, Any]],
+        tools: list[Any],
+        env: Env,
+        add_generation_prompt: bool,
+        when: dt.datetime | None,
+    ) -> str | None:
+        # The date only matters to templates that print it; other renderings of one env share traces.
+        key = (add_generation_prompt, env.id, when if "strftime_now" in self.tok.chat_template else None)
+        ref = self._traces.pop(key, None)
+        out = self.tok.render_traced(
+            msgs,
+            [n.id for n in nodes],
+            ref,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            template_kwargs=env.kwargs,
+        )
+        if out is None:
+            return None
+        text, trace = out
+        self._traces[key] = trace
+        if len(self._traces) > MAX_TRACES:
+            self._traces.popitem(last=False)
+        self.iterations_replayed += trace.replayed
+        self.iterations_run += len(trace.starts) - trace.replayed
+        if VERIFY_REPLAY and trace.replayed:
+            plain = self.tok.render(
+                msgs,
+                tools=tools or None,
+                add_generation_prompt=add_generation_prompt,
+                template_kwargs=env.kwargs,
+                prepared=True,
+            )
+            if plain != text:
+                raise RenderError(
+                    "a replayed rendering differs from a full one",
+                    code="replay_mismatch",
+                    hint="a msgtrain bug: please report it with this log; set MSGTRAIN_REPLAY=0 to render in full",
+                )
         return text

@@ -23,11 +23,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from msgtrain.errors import TokenizerError
+
+if TYPE_CHECKING:
+    from msgtrain.linearize.template import RenderTrace
 
 DEMO_TOKENIZER = "msgtrain-demo-bytes-chatml"
 MARK_START = "\ue000"
@@ -83,6 +86,36 @@ def _build_demo_tokenizer() -> Any:
     return hf
 
 
+def auto_tokenizer(source: str, **kwargs: Any) -> Any:
+    """``AutoTokenizer.from_pretrained(source)``, without importing torch when it can be avoided.
+
+    ``AutoTokenizer`` imports transformers' model configuration code, which imports torch when torch is installed
+    (2–3 s per process, and each worker is a process). A local folder whose ``tokenizer_config.json`` names its
+    ``tokenizer_class`` is loaded with that class directly — the class ``AutoTokenizer`` resolves the same name to;
+    ``tests/test_tokenizer_load.py`` checks both give the same vocabulary, special tokens and template. Anything
+    else (a hub id, no or unknown class) goes through ``AutoTokenizer``.
+    """
+    folder = Path(source)
+    cls: Any = None
+    config = folder / "tokenizer_config.json"
+    if folder.is_dir() and config.is_file():
+        try:
+            name = json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class")
+        except (ValueError, OSError):
+            name = None
+        if isinstance(name, str) and name.isidentifier():
+            import transformers
+
+            cls = getattr(transformers, name, None)
+            if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedTokenizerBase)):
+                cls = None
+    if cls is None:
+        from transformers import AutoTokenizer
+
+        cls = AutoTokenizer
+    return cls.from_pretrained(source, **kwargs)
+
+
 def _load_hf(name: str | None, chat_template: str | None) -> Any:
     if name is None or name == DEMO_TOKENIZER:
         hf = _build_demo_tokenizer()
@@ -96,9 +129,7 @@ def _load_hf(name: str | None, chat_template: str | None) -> Any:
                 " tokenizer_config.json with --chat-template",
             )
         try:
-            from transformers import AutoTokenizer
-
-            hf = AutoTokenizer.from_pretrained(name)
+            hf = auto_tokenizer(name)
         except Exception as e:  # transformers raises OSError/ValueError/HF errors; all mean "cannot load"
             raise TokenizerError(
                 f"cannot load tokenizer {name!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
@@ -248,7 +279,7 @@ class TokenizerBundle:
             )
             return str(out)
         compile_template, plain, _ = fast
-        # Looked up per call (a cached dict hit): the same object whose globals render._pinned_date patches.
+        # Looked up per call (a cached hit): the same object whose globals render._pinned_date patches.
         compiled = compile_template(self.chat_template)
         chat = list(messages) if prepared else self.prepare(messages)
         schemas = (list(tools) if prepared else plain(list(tools))) if tools else None
@@ -258,6 +289,36 @@ class TokenizerBundle:
                 messages=chat, tools=schemas, documents=None, add_generation_prompt=add_generation_prompt, **kwargs
             )
         )
+
+    def render_traced(
+        self,
+        messages: list[dict[str, Any]],
+        ids: list[str],
+        ref: RenderTrace | None,
+        *,
+        tools: list[Any] | None,
+        add_generation_prompt: bool,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[str, RenderTrace] | None:
+        """:meth:`render` of prepared ``messages`` that replays what an earlier rendering ``ref`` (same tools,
+        kwargs and generation flag; ``ids`` name the messages) allows (see ``msgtrain.linearize.template``), with
+        the trace of this rendering. None when this template or transformers cannot be traced."""
+        fast = self._fast_render()
+        if fast is None:
+            return None
+        from msgtrain.linearize.template import compile_traced_template, render_traced
+
+        template = compile_traced_template(self.chat_template)
+        if template is None:
+            return None
+        _, plain, _ = fast
+        variables = {
+            "tools": tools or None,
+            "documents": None,
+            "add_generation_prompt": add_generation_prompt,
+            **plain({**self.hf.special_tokens_map, **(template_kwargs or {})}),
+        }
+        return render_traced(template, messages, ids, ref, variables)
 
     def prepare(self, values: Sequence[Any]) -> list[Any]:
         """Messages (or tool schemas) as ``apply_chat_template`` hands them to the template: plain JSON copies,
@@ -273,13 +334,12 @@ class TokenizerBundle:
         rendering goes through ``apply_chat_template``)."""
         if self._fast is None:
             try:
-                from transformers.utils.chat_template_utils import (
-                    _alias_reasoning_fields,
-                    _compile_jinja_template,
-                    _plain_template_data,
-                )
+                from transformers.utils.chat_template_utils import _alias_reasoning_fields, _plain_template_data
 
-                self._fast = (_compile_jinja_template, _plain_template_data, _alias_reasoning_fields)
+                from msgtrain.linearize.template import compile_chat_template
+
+                compile_chat_template(self.chat_template)  # ImportError here too when transformers lacks it
+                self._fast = (compile_chat_template, _plain_template_data, _alias_reasoning_fields)
             except ImportError:
                 self._fast = False
         return self._fast or None

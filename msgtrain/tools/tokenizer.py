@@ -71,8 +71,9 @@ def load_hf_tokenizer(tokenizer: str | Path, chat_template: str | Path | None = 
     Raises :class:`TokenizerError` naming the folder and how to fix it when loading fails or the folder has no
     vocabulary.
     """
-    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
+
+    from msgtrain.linearize.tokenizer import auto_tokenizer
 
     hf_logging.set_verbosity_error()  # "PyTorch was not found" and similar banners are noise for a CLI tool
     path = Path(tokenizer).expanduser()
@@ -96,7 +97,7 @@ def load_hf_tokenizer(tokenizer: str | Path, chat_template: str | Path | None = 
     else:
         source, local_only = str(tokenizer), True
     try:
-        tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        tok = auto_tokenizer(source, local_files_only=local_only)
     except Exception as e:  # transformers raises OSError, ValueError, KeyError... depending on what is missing
         hint = (
             "msgtrain never downloads tokenizers: pass a local folder (e.g. one made with "
