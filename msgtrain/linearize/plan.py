@@ -18,7 +18,9 @@ The spec (issue 3), as invariants of :func:`linearize_graph`:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -133,6 +135,7 @@ class _GraphLinearizer:
         self.result = LinearizeResult()
         self._edges = graph._edge_index()  # computed once per graph: cut reasons look it up per sample
         self._has_turn: dict[str, bool] = {}
+        self._by_len: list[tuple[int, int, str]] = []  # (full length, turn index, node id) of kept turns, sorted
 
     # ------------------------------------------------------------ per-turn tokens
     def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
@@ -150,7 +153,7 @@ class _GraphLinearizer:
         """Up to and including the first stop token after which only template trailer follows."""
         if raw.shape[0] == 0:
             return raw
-        stops = np.nonzero(np.isin(raw, self.stop))[0]
+        stops = np.flatnonzero(np.isin(raw, self.stop))
         for p in stops:
             rest = raw[p + 1 :]
             rest = rest[~np.isin(rest, self.stop)]
@@ -269,9 +272,11 @@ class _GraphLinearizer:
         # Other branches can render to the same tokens and reach further (e.g. a client dropped reasoning that the
         # template strips anyway): any longer full-ids prefix wins.
         floor = self.tt[found].full.shape[0] if found else 0
-        cands = [
-            o for nid, o in self.tt.items() if nid != tt.turn.node_id and floor < o.full.shape[0] <= prompt.shape[0]
-        ]
+        # Turns by full length, so only those between ``floor`` and the prompt's length are looked at (scanning all
+        # turns here made long conversations quadratic).
+        lo = bisect.bisect_right(self._by_len, (floor, sys.maxsize))
+        hi = bisect.bisect_right(self._by_len, (prompt.shape[0], sys.maxsize))
+        cands = [self.tt[nid] for _, _, nid in self._by_len[lo:hi] if nid != tt.turn.node_id]
         cands.sort(key=lambda o: (-o.full.shape[0], o.turn.index))
         for o in cands:
             f = o.full
@@ -361,6 +366,7 @@ class _GraphLinearizer:
                 continue
             self.tt[t.node_id] = tt
             self.parent[t.node_id] = self._find_parent(tt, anc)
+            bisect.insort(self._by_len, (tt.full.shape[0], t.index, t.node_id))
         self._emit_samples(source, extras)
         return res
 

@@ -74,6 +74,32 @@ class _FastSandbox(ImmutableSandboxedEnvironment):
         return self.undefined(obj=obj, name=attribute)
 
 
+def _memo_tojson(tojson: Any) -> Any:
+    """transformers' ``tojson`` with the text of each container kept while the container lives.
+
+    Templates dump every tool schema and every call's arguments on every rendering. The containers they see are
+    msgtrain's prepared copies (made once per node and env, never mutated; the sandbox cannot mutate them either),
+    or literals the template builds. Each entry holds its object, so its id cannot be reused while it is cached.
+    """
+    memo: dict[tuple[int, Any], tuple[Any, str]] = {}
+
+    @functools.wraps(tojson)
+    def cached(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(x) not in (dict, list):
+            return tojson(x, *args, **kwargs)
+        key = (id(x), (args, tuple(sorted(kwargs.items()))) if args or kwargs else None)
+        hit = memo.get(key)
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        text = tojson(x, *args, **kwargs)
+        if len(memo) >= 8192:
+            memo.clear()
+        memo[key] = (x, text)
+        return text
+
+    return cached
+
+
 @functools.lru_cache(maxsize=16)
 def compile_chat_template(source: str) -> Any:
     """The template compiled in a :class:`_FastSandbox` configured as transformers configures its own.
@@ -93,6 +119,7 @@ def compile_chat_template(source: str) -> Any:
     # transformers' own filters and globals (tojson without HTML escaping, raise_exception, strftime_now, its
     # guarded dict and namespace), so the template sees exactly what apply_chat_template gives it.
     env.filters.update(reference.filters)
+    env.filters["tojson"] = _memo_tojson(reference.filters["tojson"])
     env.tests.update(reference.tests)
     env.globals.update(reference.globals)
     return env.from_string(source)

@@ -174,10 +174,14 @@ class TokenizerBundle:
         self.name = name
         self.chat_template: str = hf.chat_template
         self._fast: Any = None
+        self._kwargs_cache: dict[str, dict[str, Any]] = {}  # before _stop_ids(), which renders probes
         self.backend = hf.backend_tokenizer
         added = hf.added_tokens_encoder  # content -> id, special and non-special added tokens
         self.added_strings = sorted(added, key=len, reverse=True)
         self.added_ids = np.array(sorted(added.values()), dtype=np.int64)
+        # ids -> "is an added token" by one gather (np.isin sorts on every call)
+        self._is_added = np.zeros(max(len(hf), int(self.added_ids.max(initial=0)) + 1), dtype=bool)
+        self._is_added[self.added_ids] = True
         self.special_ids = {int(i) for i in hf.all_special_ids}
         self._added_re = re.compile("|".join(map(re.escape, self.added_strings)) or "(?!)")
         self.stop_ids = self._stop_ids()
@@ -283,7 +287,7 @@ class TokenizerBundle:
         compiled = compile_template(self.chat_template)
         chat = list(messages) if prepared else self.prepare(messages)
         schemas = (list(tools) if prepared else plain(list(tools))) if tools else None
-        kwargs = plain({**self.hf.special_tokens_map, **(template_kwargs or {})})
+        kwargs = self._template_kwargs(template_kwargs)
         return str(
             compiled.render(
                 messages=chat, tools=schemas, documents=None, add_generation_prompt=add_generation_prompt, **kwargs
@@ -311,14 +315,26 @@ class TokenizerBundle:
         template = compile_traced_template(self.chat_template)
         if template is None:
             return None
-        _, plain, _ = fast
         variables = {
             "tools": tools or None,
             "documents": None,
             "add_generation_prompt": add_generation_prompt,
-            **plain({**self.hf.special_tokens_map, **(template_kwargs or {})}),
+            **self._template_kwargs(template_kwargs),
         }
         return render_traced(template, messages, ids, ref, variables)
+
+    def _template_kwargs(self, template_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        """Special tokens and template kwargs as the template sees them, made once per kwargs (envs repeat)."""
+        key = json.dumps(template_kwargs or {}, sort_keys=True, default=repr)
+        out = self._kwargs_cache.get(key)
+        if out is None:
+            fast = self._fast_render()
+            merged = {**self.hf.special_tokens_map, **(template_kwargs or {})}
+            out = fast[1](merged) if fast is not None else merged
+            if len(self._kwargs_cache) > 64:
+                self._kwargs_cache.clear()
+            self._kwargs_cache[key] = out
+        return out
 
     def prepare(self, values: Sequence[Any]) -> list[Any]:
         """Messages (or tool schemas) as ``apply_chat_template`` hands them to the template: plain JSON copies,
@@ -345,6 +361,16 @@ class TokenizerBundle:
         return self._fast or None
 
     # -------------------------------------------------------------- encoding
+    def is_added(self, ids: np.ndarray) -> np.ndarray:
+        """Which of ``ids`` are added (control) tokens; ids outside the vocabulary are not."""
+        table = self._is_added
+        inside = (ids >= 0) & (ids < table.shape[0])
+        if inside.all():
+            return table[ids]
+        out = np.zeros(ids.shape[0], dtype=bool)
+        out[inside] = table[ids[inside]]
+        return out
+
     def has_added_text(self, text: str) -> bool:
         return self._added_re.search(text) is not None
 
@@ -389,7 +415,7 @@ class TokenizerBundle:
             ends = np.asarray(found, dtype=np.int64)
         else:
             ends = np.fromiter((m.end() for m in self._added_re.finditer(text)), dtype=np.int64)
-        pos = np.nonzero(np.isin(ids, self.added_ids))[0].astype(np.int64) + 1
+        pos = np.flatnonzero(self.is_added(ids)).astype(np.int64) + 1
         if ends.shape[0] != pos.shape[0]:
             # Added-token text that did not become an added id (or vice versa): no safe checkpoints here.
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
