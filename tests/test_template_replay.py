@@ -154,3 +154,31 @@ def test_replay_keeps_work_per_rendering_constant_on_a_real_template() -> None:
     assert text == transformers_templates._compile_jinja_template(tok.chat_template).render(messages=msgs, **variables)
     # Each rendering runs the template's loop only over the last few messages, however long the list is.
     assert max(executed[10:]) <= 3, executed
+
+
+@pytest.mark.parametrize("where", ["before_loop", "in_loop"])
+def test_a_printed_date_is_never_replayed_from_another_day(where: str) -> None:
+    dated = "{{ strftime_now('%d') }}|" if where == "before_loop" else ""
+    body = "{{ strftime_now('%d') }}" if where == "in_loop" else ""
+    source = dated + "{%- for m in messages %}<{{ m.role }}>" + body + "{{ m.content }}{% endfor %}" + GEN
+    traced = compile_traced_template(source)
+    assert traced is not None
+    reference = transformers_templates._compile_jinja_template(source)
+    envs = [compile_chat_template(source).environment, reference.environment]
+    saved = [env.globals["strftime_now"] for env in envs]
+    day = ["01"]
+    try:
+        for env in envs:
+            env.globals["strftime_now"] = lambda fmt: day[0]
+        msgs = [{"role": "user" if i % 2 else "assistant", "content": f"m{i}"} for i in range(12)]
+        ref: RenderTrace | None = None
+        variables = {"tools": None, "documents": None, "add_generation_prompt": True}
+        for k in range(2, 12):
+            day[0] = f"{k // 3:02d}"  # the day changes every third rendering
+            text, ref = render_traced(traced, msgs[:k], _ids(msgs[:k]), ref, variables)
+            assert text == reference.render(messages=msgs[:k], **variables)
+            if where == "in_loop":
+                assert ref.replayed == 0
+    finally:
+        for env, fn in zip(envs, saved, strict=True):
+            env.globals["strftime_now"] = fn

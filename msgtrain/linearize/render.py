@@ -100,9 +100,10 @@ class Renderer:
         self._unsafe_env: dict[str, bool] = {}
         self._prepared: dict[str, dict[str, Any]] = {}  # node id -> template-ready copy of its message
         self._prepared_env: dict[str, list[Any]] = {}
-        # The latest traced rendering per (generation flag, env, date): the next rendering of a longer path replays
+        self._recent_paths: list[tuple[list[dict[str, Any]], list[str]]] = []
+        # The latest traced rendering per (generation flag, env): the next rendering of a longer path replays
         # its loop iterations over the messages they share (msgtrain.linearize.template).
-        self._traces: OrderedDict[tuple[bool, str, Any], RenderTrace] = OrderedDict()
+        self._traces: OrderedDict[tuple[bool, str], RenderTrace] = OrderedDict()
         self.renders = 0
         self.iterations_run = 0  # the template's loop iterations over messages actually executed
         self.iterations_replayed = 0
@@ -120,6 +121,27 @@ class Renderer:
         if d is None:
             d = self._prepared[node.id] = self.tok.prepare([self.message_dict(node)])[0]
         return d
+
+    def _path_lists(self, nodes: Sequence[Node]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The prepared messages and node ids of a path, extending a recent path that is its prefix (building them
+        per rendering, node by node, was quadratic in Python calls). Only a few recent paths are kept."""
+        n = len(nodes)
+        best: tuple[list[dict[str, Any]], list[str]] | None = None
+        for msgs, ids in self._recent_paths:
+            k = len(ids)
+            # Node ids name their whole path: equal ids at k-1 mean equal paths up to k.
+            if k <= n and (best is None or k > len(best[1])) and nodes[k - 1].id == ids[-1]:
+                best = (msgs, ids)
+        if best is None:
+            msgs, ids = [], []
+        else:
+            msgs, ids = list(best[0]), list(best[1])
+        for node in nodes[len(ids) :]:
+            msgs.append(self._prepared_message(node))
+            ids.append(node.id)
+        self._recent_paths.append((msgs, ids))
+        del self._recent_paths[:-4]
+        return msgs, ids
 
     def _prepared_tools(self, env: Env) -> list[Any]:
         tools = self._prepared_env.get(env.id)
@@ -159,7 +181,7 @@ class Renderer:
             msgs = self.tok.prepare(self.tok.mark_content([self.message_dict(n) for n in nodes]))
             tools = self.tok.prepare(self.tok.mark_content(list(env.tools)))
         else:
-            msgs = [self._prepared_message(n) for n in nodes]
+            msgs, ids = self._path_lists(nodes)
             tools = self._prepared_tools(env)
         when = dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else self.render_date
         self.renders += 1
@@ -168,7 +190,7 @@ class Renderer:
                 traced = (
                     None
                     if marked or not REPLAY
-                    else self._render_traced(nodes, msgs, tools, env, add_generation_prompt, when)
+                    else self._render_traced(ids, msgs, tools, env, add_generation_prompt)
                 )
                 text = (
                     traced
@@ -204,19 +226,19 @@ class Renderer:
 
     def _render_traced(
         self,
-        nodes: Sequence[Node],
+        ids: list[str],
         msgs: list[dict[str, Any]],
         tools: list[Any],
         env: Env,
         add_generation_prompt: bool,
-        when: dt.datetime | None,
     ) -> str | None:
-        # The date only matters to templates that print it; other renderings of one env share traces.
-        key = (add_generation_prompt, env.id, when if "strftime_now" in self.tok.chat_template else None)
+        # Not keyed by date: a template that prints it does so before the loop (compared before any replay) or in
+        # an iteration (which is then never replayed).
+        key = (add_generation_prompt, env.id)
         ref = self._traces.pop(key, None)
         out = self.tok.render_traced(
             msgs,
-            [n.id for n in nodes],
+            ids,
             ref,
             tools=tools,
             add_generation_prompt=add_generation_prompt,

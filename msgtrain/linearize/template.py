@@ -19,6 +19,7 @@ import bisect
 import functools
 import sys
 import threading
+import types
 from collections import ChainMap
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,8 @@ from jinja2.visitor import NodeTransformer
 # Names a plain dict instance resolves as attributes (its methods and object's): any other name raises
 # AttributeError on ``getattr(d, name)``, which is the case the sandbox then answers with ``d[name]``.
 _DICT_NAMES = frozenset(dir(dict))
+_METHOD_TYPES = (types.MethodType, types.BuiltinMethodType)
+_FORMAT_NAMES = ("format", "format_map")
 
 
 class _FastSandbox(ImmutableSandboxedEnvironment):
@@ -61,9 +64,11 @@ class _FastSandbox(ImmutableSandboxedEnvironment):
             except (TypeError, LookupError):
                 pass
         else:
-            fmt = self.wrap_str_format(value)
-            if fmt is not None:
-                return fmt
+            # wrap_str_format only ever wraps str.format / str.format_map; skip the call for everything else.
+            if type(value) in _METHOD_TYPES and getattr(value, "__name__", None) in _FORMAT_NAMES:
+                fmt = self.wrap_str_format(value)
+                if fmt is not None:
+                    return fmt
             key = (type(obj), attribute)
             safe = self._safe.get(key)
             if safe is None:
@@ -358,6 +363,8 @@ class _Recorder:
         return j
 
     def _snapshot(self, index: int) -> tuple[dict[str, Any], ...]:
+        if not self.namespaces:
+            return ()
         snap = tuple(dict(ns._Namespace__attrs) for ns in self.namespaces)
         if any(isinstance(v, Namespace) for d in snap for v in d.values()):
             self.blocked = min(self.blocked, index)  # a namespace inside a namespace: not copied deeply enough
@@ -502,7 +509,16 @@ def compile_traced_template(source: str) -> Any | None:
         rec = _recorder()
         return rec.made_namespace(ns) if rec is not None else ns
 
-    overrides: dict[str, Any] = {"namespace": namespace}
+    def strftime_now(*args: Any, **kwargs: Any) -> Any:
+        # Looked up at call time: the render date is pinned by patching the plain environment's globals. Before the
+        # loop the result is part of the output compared before a replay; inside it, the iteration is not replayed
+        # (another rendering may have another date).
+        rec = _recorder()
+        if rec is not None:
+            rec.observe_all()
+        return env.globals["strftime_now"](*args, **kwargs)
+
+    overrides: dict[str, Any] = {"namespace": namespace, "strftime_now": strftime_now}
     for name in ("cycler", "joiner"):
         if name in env.globals:
             overrides[name] = _stateful_global(env.globals[name])
