@@ -188,9 +188,7 @@ class Renderer:
         try:
             with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
                 traced = (
-                    None
-                    if marked or not REPLAY
-                    else self._render_traced(ids, msgs, tools, env, add_generation_prompt)
+                    None if marked or not REPLAY else self._render_traced(ids, msgs, tools, env, add_generation_prompt)
                 )
                 text = (
                     traced
