@@ -157,7 +157,12 @@ class _GraphLinearizer:
         for p in stops:
             rest = raw[p + 1 :]
             rest = rest[~np.isin(rest, self.stop)]
-            if rest.shape[0] == 0 or self.tok.decode(rest.tolist()).strip() == "":
+            # Usually the trailer is one newline token: known whitespace ids decide without decoding.
+            if (
+                rest.shape[0] == 0
+                or (rest.shape[0] <= 8 and all(int(i) in self.tok.whitespace_ids for i in rest))
+                or self.tok.decode(rest.tolist()).strip() == ""
+            ):
                 return raw[: p + 1]
         # No stop token (a template whose turns end in plain text): drop trailing whitespace only.
         end = raw.shape[0]
