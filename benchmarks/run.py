@@ -346,7 +346,7 @@ def render_table(rows: list[Row], workers: Sequence[int]) -> str:
 
 
 def check_targets(rows: list[Row], workers: Sequence[int]) -> list[str]:
-    """One line per target of issue 7: met / missed, with the numbers that decide it."""
+    """One line per performance target: met / missed, with the numbers that decide it."""
     out: list[str] = []
     w1 = workers[0]
     worst = max(rows, key=lambda r: r.ratio_floor(w1))

@@ -140,3 +140,43 @@ def test_incremental_marked_encoding_equals_the_full_encoding() -> None:
         text = base[: rng.randint(0, len(base))] + "".join(rng.choice(atoms) for _ in range(rng.randint(0, 20)))
         got = tok.encode_from(tok.encode_full(base, True), text, True).ids
         assert np.array_equal(got, tok.encode_marked(text)), (base, text)
+
+
+def _template_iterations(template: str, source: str, tmp_path: Path) -> dict[int, float]:
+    """Loop iterations the chat template ran per rendering, for 8-, 32- and 128-turn conversations."""
+    from msgtrain.linearize.render import Renderer
+
+    tok = load_named_tokenizer(template)
+    pool = gen.synthetic_pool()
+    out = {}
+    for t in TURNS:
+        conv = gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"r{t}")
+        renderer = Renderer(tok)
+        res = linearize_graph(_graphs(conv, source, tmp_path), tok, renderer=renderer)
+        assert not res.drops
+        out[t] = renderer.iterations_run / renderer.renders
+    return out
+
+
+def _assert_constant(per_render: dict[int, float]) -> None:
+    assert per_render[TURNS[-1]] <= MAX_GROWTH * per_render[TURNS[0]], (
+        f"template loop iterations per rendering grow with conversation length: {per_render}"
+    )
+
+
+@pytest.mark.parametrize("source", ["native", "calls"])
+@pytest.mark.parametrize("template", ["demo", "qwen2.5"])
+def test_template_work_per_rendering_does_not_grow_with_turns(template: str, source: str, tmp_path: Path) -> None:
+    # Replayed rendering runs the template's loop only over the messages a context adds to the previous one's
+    # (msgtrain.linearize.template): a path that renders every context in full makes this grow with the turns.
+    # Prefix-stable templates only: Qwen3's template changes its state at every user message, so there the
+    # loop runs in full once per episode.
+    _assert_constant(_template_iterations(template, source, tmp_path))
+
+
+def test_rendering_every_context_in_full_fails_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from msgtrain.linearize.template import RenderTrace
+
+    monkeypatch.setattr(RenderTrace, "replay_limit", lambda self, shared: 0)
+    with pytest.raises(AssertionError, match="grow with conversation length"):
+        _assert_constant(_template_iterations("qwen2.5", "native", tmp_path))
