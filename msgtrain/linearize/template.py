@@ -240,8 +240,9 @@ class RenderTrace:
     its output started, the highest message index it looked at (the loop's step to ``i + 1`` included), and the
     namespace state it began with. ``blocked`` is the first iteration that looked at the length or did something
     that cannot be replayed (``_NEVER``: none). ``loop_state`` is what the loop could read when it started (the
-    template's top-level variables, namespaces by content), ``pre_end`` where the output before the loop ends.
-    ``ids`` names the rendered messages, so a later list knows how many first messages it shares."""
+    template's top-level variables, namespaces by content; None: never replay from this trace); ``starts[0]`` is
+    where the output before the loop ends. ``ids`` names the rendered messages, so a later list knows how many
+    first messages it shares."""
 
     ids: list[str]
     text: str
