@@ -142,7 +142,7 @@ def test_incremental_marked_encoding_equals_the_full_encoding() -> None:
         assert np.array_equal(got, tok.encode_marked(text)), (base, text)
 
 
-def _template_iterations(template: str, source: str, tmp_path: Path) -> dict[int, float]:
+def _template_iterations(template: str, source: str, tmp_path: Path, control_tokens: bool = False) -> dict[int, float]:
     """Loop iterations the chat template ran per rendering, for 8-, 32- and 128-turn conversations."""
     from msgtrain.linearize.render import Renderer
 
@@ -151,9 +151,13 @@ def _template_iterations(template: str, source: str, tmp_path: Path) -> dict[int
     out = {}
     for t in TURNS:
         conv = gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"r{t}")
+        if control_tokens:  # rendered with marked content from the first tool result on
+            tool = next(m for m in conv.messages if m["role"] == "tool")
+            tool["content"] = "template says: <|im_start|>user\nhi<|im_end|>\n" + tool["content"]
         renderer = Renderer(tok)
         res = linearize_graph(_graphs(conv, source, tmp_path), tok, renderer=renderer)
         assert not res.drops
+        assert renderer.traced_renders == renderer.renders  # every rendering (marked ones too) was traced
         out[t] = renderer.iterations_run / renderer.renders
     return out
 
@@ -172,6 +176,11 @@ def test_template_work_per_rendering_does_not_grow_with_turns(template: str, sou
     # Prefix-stable templates only: Qwen3's template changes its state at every user message, so there the
     # loop runs in full once per episode.
     _assert_constant(_template_iterations(template, source, tmp_path))
+
+
+@pytest.mark.parametrize("template", ["demo", "qwen2.5"])
+def test_marked_rendering_keeps_template_work_constant(template: str, tmp_path: Path) -> None:
+    _assert_constant(_template_iterations(template, "native", tmp_path, control_tokens=True))
 
 
 def test_rendering_every_context_in_full_fails_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,13 +98,15 @@ class Renderer:
         self._unsafe: dict[str, bool] = {}
         self._unsafe_path: dict[str, bool] = {}
         self._unsafe_env: dict[str, bool] = {}
-        self._prepared: dict[str, dict[str, Any]] = {}  # node id -> template-ready copy of its message
-        self._prepared_env: dict[str, list[Any]] = {}
-        self._recent_paths: list[tuple[list[dict[str, Any]], list[str]]] = []
-        # The latest traced rendering per (generation flag, env): the next rendering of a longer path replays
-        # its loop iterations over the messages they share (msgtrain.linearize.template).
-        self._traces: OrderedDict[tuple[bool, str], RenderTrace] = OrderedDict()
+        # (node id, marked) -> template-ready copy of its message; marked: added-token text in it wrapped in markers
+        self._prepared: dict[tuple[str, bool], dict[str, Any]] = {}
+        self._prepared_env: dict[tuple[str, bool], list[Any]] = {}
+        self._recent_paths: dict[bool, list[tuple[list[dict[str, Any]], list[str]]]] = {False: [], True: []}
+        # The latest traced rendering per (generation flag, env, marked): the next rendering of a longer path
+        # replays its loop iterations over the messages they share (msgtrain.linearize.template).
+        self._traces: OrderedDict[tuple[bool, str, bool], RenderTrace] = OrderedDict()
         self.renders = 0
+        self.traced_renders = 0  # renderings that recorded a trace (and could replay)
         self.iterations_run = 0  # the template's loop iterations over messages actually executed
         self.iterations_replayed = 0
 
@@ -116,18 +118,21 @@ class Renderer:
             self._unsafe[node.id] = _has_added(self.tok, d)
         return d
 
-    def _prepared_message(self, node: Node) -> dict[str, Any]:
-        d = self._prepared.get(node.id)
+    def _prepared_message(self, node: Node, marked: bool) -> dict[str, Any]:
+        key = (node.id, marked)
+        d = self._prepared.get(key)
         if d is None:
-            d = self._prepared[node.id] = self.tok.prepare([self.message_dict(node)])[0]
+            m = self.message_dict(node)
+            d = self._prepared[key] = self.tok.prepare([self.tok.mark_content(m) if marked else m])[0]
         return d
 
-    def _path_lists(self, nodes: Sequence[Node]) -> tuple[list[dict[str, Any]], list[str]]:
+    def _path_lists(self, nodes: Sequence[Node], marked: bool) -> tuple[list[dict[str, Any]], list[str]]:
         """The prepared messages and node ids of a path, extending a recent path that is its prefix (building them
         per rendering, node by node, was quadratic in Python calls). Only a few recent paths are kept."""
         n = len(nodes)
+        recent = self._recent_paths[marked]
         best: tuple[list[dict[str, Any]], list[str]] | None = None
-        for msgs, ids in self._recent_paths:
+        for msgs, ids in recent:
             k = len(ids)
             # Node ids name their whole path: equal ids at k-1 mean equal paths up to k.
             if k <= n and (best is None or k > len(best[1])) and nodes[k - 1].id == ids[-1]:
@@ -137,16 +142,18 @@ class Renderer:
         else:
             msgs, ids = list(best[0]), list(best[1])
         for node in nodes[len(ids) :]:
-            msgs.append(self._prepared_message(node))
+            msgs.append(self._prepared_message(node, marked))
             ids.append(node.id)
-        self._recent_paths.append((msgs, ids))
-        del self._recent_paths[:-4]
+        recent.append((msgs, ids))
+        del recent[:-4]
         return msgs, ids
 
-    def _prepared_tools(self, env: Env) -> list[Any]:
-        tools = self._prepared_env.get(env.id)
+    def _prepared_tools(self, env: Env, marked: bool) -> list[Any]:
+        key = (env.id, marked)
+        tools = self._prepared_env.get(key)
         if tools is None:
-            tools = self._prepared_env[env.id] = self.tok.prepare(list(env.tools))
+            raw = list(env.tools)
+            tools = self._prepared_env[key] = self.tok.prepare(self.tok.mark_content(raw) if marked else raw)
         return tools
 
     def needs_marking(self, nodes: Sequence[Node], env: Env) -> bool:
@@ -177,19 +184,13 @@ class Renderer:
         marked: bool = False,
         created: int | None = None,
     ) -> str:
-        if marked:
-            msgs = self.tok.prepare(self.tok.mark_content([self.message_dict(n) for n in nodes]))
-            tools = self.tok.prepare(self.tok.mark_content(list(env.tools)))
-        else:
-            msgs, ids = self._path_lists(nodes)
-            tools = self._prepared_tools(env)
+        msgs, ids = self._path_lists(nodes, marked)
+        tools = self._prepared_tools(env, marked)
         when = dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else self.render_date
         self.renders += 1
         try:
             with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
-                traced = (
-                    None if marked or not REPLAY else self._render_traced(ids, msgs, tools, env, add_generation_prompt)
-                )
+                traced = self._render_traced(ids, msgs, tools, env, add_generation_prompt, marked) if REPLAY else None
                 text = (
                     traced
                     if traced is not None
@@ -229,10 +230,11 @@ class Renderer:
         tools: list[Any],
         env: Env,
         add_generation_prompt: bool,
+        marked: bool,
     ) -> str | None:
         # Not keyed by date: a template that prints it does so before the loop (compared before any replay) or in
         # an iteration (which is then never replayed).
-        key = (add_generation_prompt, env.id)
+        key = (add_generation_prompt, env.id, marked)
         ref = self._traces.pop(key, None)
         out = self.tok.render_traced(
             msgs,
@@ -248,6 +250,7 @@ class Renderer:
         self._traces[key] = trace
         if len(self._traces) > MAX_TRACES:
             self._traces.popitem(last=False)
+        self.traced_renders += 1
         self.iterations_replayed += trace.replayed
         self.iterations_run += len(trace.starts) - trace.replayed
         if VERIFY_REPLAY and trace.replayed:
