@@ -63,6 +63,12 @@ TEMPLATES: dict[str, str] = {
     + GEN,
     "captured": HEAD + "{%- set out %}{% for m in messages %}{{ m.content }}{% endfor %}{% endset %}"
     "{{ out | upper }}" + GEN,
+    # a namespace held by a namespace: restoring the outer one would hand over the earlier rendering's inner one
+    "nested_namespace": HEAD + "{%- set outer = namespace(box=none) %}{%- for m in messages %}"
+    "{% if outer.box is none and m.role == 'user' %}{% set outer.box = namespace(c=0) %}{% endif %}"
+    "{% if outer.box is not none %}{% set b = outer.box %}{% set b.c = b.c + 1 %}{{ b.c }}{% endif %}"
+    "{{ m.content }}{% endfor %}" + GEN,
+    "dumps_messages": HEAD + "{%- for m in messages %}{{ m.content }}{% endfor %}{{ messages | tojson }}" + GEN,
     "whole_list_filters": HEAD + "{%- for m in messages %}{{ m.content }}{% if messages|selectattr('role', "
     "'equalto', 'user')|list|length > 2 %}!{% endif %}{% endfor %}" + GEN,
 }

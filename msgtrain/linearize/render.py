@@ -191,17 +191,7 @@ class Renderer:
         try:
             with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
                 traced = self._render_traced(ids, msgs, tools, env, add_generation_prompt, marked) if REPLAY else None
-                text = (
-                    traced
-                    if traced is not None
-                    else self.tok.render(
-                        msgs,
-                        tools=tools or None,
-                        add_generation_prompt=add_generation_prompt,
-                        template_kwargs=env.kwargs,
-                        prepared=True,
-                    )
-                )
+                text = traced if traced is not None else self._render_full(msgs, tools, env, add_generation_prompt)
         except _Timeout:
             raise RenderError(
                 f"chat template ran longer than {MAX_RENDER_SECONDS:.0f} s",
@@ -222,6 +212,15 @@ class Renderer:
                 code="template_output_too_large",
             )
         return text
+
+    def _render_full(self, msgs: list[dict[str, Any]], tools: list[Any], env: Env, add_generation_prompt: bool) -> str:
+        return self.tok.render(
+            msgs,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            template_kwargs=env.kwargs,
+            prepared=True,
+        )
 
     def _render_traced(
         self,
@@ -253,18 +252,10 @@ class Renderer:
         self.traced_renders += 1
         self.iterations_replayed += trace.replayed
         self.iterations_run += len(trace.starts) - trace.replayed
-        if VERIFY_REPLAY and trace.replayed:
-            plain = self.tok.render(
-                msgs,
-                tools=tools or None,
-                add_generation_prompt=add_generation_prompt,
-                template_kwargs=env.kwargs,
-                prepared=True,
+        if VERIFY_REPLAY and trace.replayed and self._render_full(msgs, tools, env, add_generation_prompt) != text:
+            raise RenderError(
+                "a replayed rendering differs from a full one",
+                code="replay_mismatch",
+                hint="a msgtrain bug: please report it with this log; set MSGTRAIN_REPLAY=0 to render in full",
             )
-            if plain != text:
-                raise RenderError(
-                    "a replayed rendering differs from a full one",
-                    code="replay_mismatch",
-                    hint="a msgtrain bug: please report it with this log; set MSGTRAIN_REPLAY=0 to render in full",
-                )
         return text

@@ -238,8 +238,9 @@ class _Messages:
 class RenderTrace:
     """What one traced rendering showed: its text and, per iteration ``i`` of the loop over ``messages``, where
     its output started, the highest message index it looked at (the loop's step to ``i + 1`` included), and the
-    namespace state it began with. ``blocked`` is the first iteration that looked at the length or did something
-    that cannot be replayed (``_NEVER``: none). ``loop_state`` is what the loop could read when it started (the
+    namespace state it began with. ``blocked`` is the latest iteration a replay may start at: the first one that
+    looked at the length or did something that cannot be replayed, or the one before a namespace snapshot that
+    cannot be restored (``_NEVER``: no limit). ``loop_state`` is what the loop could read when it started (the
     template's top-level variables, namespaces by content; None: never replay from this trace); ``starts[0]`` is
     where the output before the loop ends. ``ids`` names the rendered messages, so a later list knows how many
     first messages it shares."""
@@ -368,7 +369,9 @@ class _Recorder:
             return ()
         snap = tuple(dict(ns._Namespace__attrs) for ns in self.namespaces)
         if any(isinstance(v, Namespace) for d in snap for v in d.values()):
-            self.blocked = min(self.blocked, index)  # a namespace inside a namespace: not copied deeply enough
+            # A namespace held by a namespace: restoring this snapshot would hand over the other rendering's inner
+            # namespace, so no replay may start here or later.
+            self.blocked = min(self.blocked, index - 1)
         return snap
 
     def begin(self, index: int) -> None:
@@ -563,6 +566,13 @@ def render_traced(
         for chunk in template.generate(messages=rec.proxy, **variables):
             rec.chunks.append(chunk)
             rec.out_len += len(chunk)
+    except Exception:
+        # The proxy is not a list: code that needs a real one (``messages | tojson``) fails where a full rendering
+        # would not. Render untraced with the real list (a genuine template error raises again there) and leave a
+        # trace nothing replays from.
+        _active.rec = None
+        text = template.render(messages=items, **variables)
+        return text, RenderTrace(ids, text, [], [], [], [], 0, None)
     finally:
         _active.rec = previous
     skip_to = rec.skip_to if rec.main_started else 0

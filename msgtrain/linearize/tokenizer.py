@@ -287,12 +287,7 @@ class TokenizerBundle:
         compiled = compile_template(self.chat_template)
         chat = list(messages) if prepared else self.prepare(messages)
         schemas = (list(tools) if prepared else plain(list(tools))) if tools else None
-        kwargs = self._template_kwargs(template_kwargs)
-        return str(
-            compiled.render(
-                messages=chat, tools=schemas, documents=None, add_generation_prompt=add_generation_prompt, **kwargs
-            )
-        )
+        return str(compiled.render(messages=chat, **self._variables(schemas, add_generation_prompt, template_kwargs)))
 
     def render_traced(
         self,
@@ -315,13 +310,19 @@ class TokenizerBundle:
         template = compile_traced_template(self.chat_template)
         if template is None:
             return None
-        variables = {
-            "tools": tools or None,
+        variables = self._variables(tools or None, add_generation_prompt, template_kwargs)
+        return render_traced(template, messages, ids, ref, variables)
+
+    def _variables(
+        self, tools: list[Any] | None, add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Everything but ``messages`` a template is rendered with, as ``apply_chat_template`` passes it."""
+        return {
+            "tools": tools,
             "documents": None,
             "add_generation_prompt": add_generation_prompt,
             **self._template_kwargs(template_kwargs),
         }
-        return render_traced(template, messages, ids, ref, variables)
 
     def _template_kwargs(self, template_kwargs: dict[str, Any] | None) -> dict[str, Any]:
         """Special tokens and template kwargs as the template sees them, made once per kwargs (envs repeat)."""
