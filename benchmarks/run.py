@@ -257,9 +257,9 @@ def child_convert(timing: Path, argv: list[str]) -> int:
     return rc
 
 
-def run_convert(inputs: Path, out: Path, template: str, workers: int) -> ProcResult:
+def run_convert(inputs: Path, out: Path, template: str, workers: int, extra: Sequence[str] = ()) -> ProcResult:
     tpl = TEMPLATES[template][0]
-    args = [str(inputs), "-o", str(out), "-q", "--tokenizer", str(TOKENIZER), "--workers", str(workers)]
+    args = [str(inputs), "-o", str(out), "-q", "--tokenizer", str(TOKENIZER), "--workers", str(workers), *extra]
     if tpl is not None:
         args += ["--chat-template", str(tpl)]
     timing = out.with_name(out.name + ".timing.json")
@@ -432,6 +432,48 @@ def big_run(root: Path, pool: gen.ContentPool, gigabytes: float, workers: Sequen
     return lines
 
 
+# ------------------------------------------------------------------------------------------------ huge (one file)
+def huge_run(root: Path, pool: gen.ContentPool, megabytes: float, workers: Sequence[int]) -> list[str]:
+    """One per-call log of ``megabytes`` (concurrent sessions interleaved), converted whole and in chunks."""
+    base = gen.make_conversations(pool, 32, 16, reasoning=False, seed=13)
+    records = [[json.dumps(r, ensure_ascii=False) for r in gen.call_records(c, model=MODEL, engine=None)] for c in base]
+    per_copy = sum(len(line) + 1 for conv in records for line in conv)
+    copies = max(2, round(megabytes * 2**20 / per_copy))
+    path = root / f"huge-{megabytes:g}mb" / "calls.jsonl"
+    if not path.is_file() or path.stat().st_size != copies * per_copy:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            # Copy k renames the sessions; copies are written 4 at a time, call by call, so sessions interleave.
+            for first in range(0, copies, 4):
+                group = range(first, min(first + 4, copies))
+                for i, conv in enumerate(records):
+                    for line in conv:
+                        for k in group:
+                            f.write(line.replace(f'"session_id": "{base[i].session}"', f'"session_id": "c{k}-{i}"'))
+                            f.write("\n")
+    size_mb = path.stat().st_size / 2**20
+    chunk = max(1, round(size_mb / 4))
+    lines = [
+        f"one per-call log of {size_mb:.0f} MB ({copies * len(base)} conversations of 32 turns, qwen2.5):",
+        "| chunks | workers | wall s | RSS largest process MB | RSS process tree MB | output |",
+        "|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
+    digests: dict[str, str] = {}
+    for label, extra in (("whole", ["--chunk-mb", "0"]), (f"{chunk} MB", ["--chunk-mb", str(chunk)])):
+        for w in workers:
+            with tempfile.TemporaryDirectory(dir=root) as tmp:
+                res = run_convert(path.parent, Path(tmp) / "out", "qwen2.5", w, extra)
+            digests[f"{label} j{w}"] = res.digest
+            same = "same as whole j1" if res.digest == next(iter(digests.values())) else "DIFFERS"
+            lines.append(
+                f"| {label} ({res.report['files']['parts']}) | {w} | {res.seconds:.1f} | {res.max_rss_mb:.0f} |"
+                f" {res.tree_rss_mb:.0f} | {same} |"
+            )
+            print(lines[-1], flush=True)
+    return lines
+
+
 # ------------------------------------------------------------------------------------------------ main
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -456,6 +498,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         metavar="GB",
         help="also measure peak RSS converting GB/4, GB/2 and GB of per-call logs (default 2 GB; slow)",
+    )
+    ap.add_argument(
+        "--huge",
+        type=float,
+        nargs="?",
+        const=256.0,
+        default=None,
+        metavar="MB",
+        help="also convert one per-call log of MB (default 256) whole and in chunks (--chunk-mb), j1 and j2",
     )
     ap.add_argument("--corpus-dir", type=Path, default=ROOT / "benchmarks" / ".corpus")
     ap.add_argument("--json", type=Path, default=None, help="also write every measurement as JSON here")
@@ -570,6 +621,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.big:
         print(f"\n## peak RSS on growing inputs (up to {args.big:g} GB of per-call logs, qwen2.5)", flush=True)
         big_lines = big_run(root, pool, args.big, args.workers)
+    huge_lines: list[str] = []
+    if args.huge:
+        print(f"\n## one huge file ({args.huge:g} MB), whole and in chunks", flush=True)
+        huge_lines = huge_run(root, pool, args.huge, args.workers)
     print(
         f"\ntotal {time.perf_counter() - began:.0f} s; load average now {os.getloadavg()[0]:.1f}"
         f" (numbers are only comparable on a quiet machine)"
@@ -581,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             "pool_start": {f"{t} j{w}": s for (t, w), s in pool_start.items()},
             "fixed": {f"{t} j{w}": s for (t, w), s in fixed.items()},
             "big": big_lines,
+            "huge": huge_lines,
         }
         args.json.write_text(json.dumps(data, indent=1))
     return 0

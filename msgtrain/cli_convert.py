@@ -90,6 +90,11 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(
             None, "--workers", "-j", help="Worker processes (default 1; one per core is best)."
         ),
+        chunk_mb: float = typer.Option(
+            None,
+            "--chunk-mb",
+            help="Cut a JSONL log larger than this (MiB) into chunks of whole conversations (default 64; 0 = never).",
+        ),
         resume: bool = typer.Option(
             None, "--resume/--no-resume", help="Reuse files already converted with the same settings."
         ),
@@ -124,6 +129,7 @@ def register(app: typer.Typer) -> None:
             "rows_per_shard": rows_per_shard,
             "row_group_size": row_group_size,
             "workers": workers,
+            "chunk_mb": chunk_mb,
             "resume": resume,
             "engine": engine,
         }

@@ -12,7 +12,7 @@ from benchmarks import corpus as gen
 from msgtrain.errors import ConfigError, MsgtrainError
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.parts import LinearizeSettings
+from msgtrain.run.parts import Job, LinearizeSettings
 from tests.conftest import SAMPLE_LOGS
 
 
@@ -67,8 +67,12 @@ def _convert_with_ray(monkeypatch: pytest.MonkeyPatch, cfg: ConvertConfig) -> di
 def test_ray_engine_output_is_byte_identical_to_the_local_engine(
     ray_local: Any, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    local = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "local", workers=1))
-    report = _convert_with_ray(monkeypatch, ConvertConfig(inputs=(inputs,), output=tmp_path / "ray", engine="ray"))
+    # Tiny chunks: big files' chunks (line ranges) travel through Ray Data as jobs too.
+    local = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "local", workers=1, chunk_mb=0.004))
+    report = _convert_with_ray(
+        monkeypatch, ConvertConfig(inputs=(inputs,), output=tmp_path / "ray", engine="ray", chunk_mb=0.004)
+    )
+    assert report["files"]["parts"] > report["files"]["read"]
     assert report["records"] == local["records"]
     assert report["samples"]["written"] > 0
     assert report["records"]["rejected"] >= 2  # bad records travel through Ray as rejects too
@@ -84,7 +88,7 @@ def test_strict_errors_come_back_as_msgtrain_errors(ray_local: Any, tmp_path: Pa
     parts = tmp_path / "parts"
     parts.mkdir()
     with pytest.raises(MsgtrainError) as err:
-        run_parts_ray([(bad, "k", {"source": str(bad)})], settings, parts, lambda path, stats: None)
+        run_parts_ray([Job(bad, "k", {"source": str(bad)})], settings, parts, lambda job, stats: None)
     assert type(err.value).__module__.startswith("msgtrain")
 
 
@@ -96,4 +100,4 @@ def test_a_missing_ray_is_a_config_error_with_the_install_command(
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` raise ImportError
     settings = LinearizeSettings(None, None, (), None, None)
     with pytest.raises(ConfigError, match=r"msgtrain\[ray\]"):
-        run_parts_ray([(tmp_path / "x.jsonl", "k", {})], settings, tmp_path, lambda path, stats: None)
+        run_parts_ray([Job(tmp_path / "x.jsonl", "k", {})], settings, tmp_path, lambda job, stats: None)

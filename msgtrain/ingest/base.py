@@ -73,7 +73,14 @@ ReadEvent = ReadGraph | ReadReject | ReadSkip
 
 
 class Reader(Protocol):
-    """One input format. ``detect`` must be cheap (it sees the file's first 64 KiB); ``read`` streams."""
+    """One input format. ``detect`` must be cheap (it sees the file's first 64 KiB); ``read`` streams.
+
+    Optional: ``chunk_key(record) -> tuple[str, ...] | None`` names the conversation(s) a parsed JSONL record
+    belongs to, with exactly the keys ``read`` groups records by (``None``: keep it with the line before it).
+    A reader that has it lets huge JSONL files be cut into chunks of whole conversations
+    (:mod:`msgtrain.ingest.chunks`); ``read`` must then read via :func:`iter_json_lines` or
+    ``iter_raw_records``, which honour the active chunk.
+    """
 
     name: str
     description: str
@@ -176,9 +183,15 @@ def get_reader(name: str) -> Reader:
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainError]]:
-    """(line number, raw bytes, parsed object or the ParseError) for each non-blank line; streams."""
+    """(line number, raw bytes, parsed object or the ParseError) for each non-blank line; streams.
+
+    Inside :func:`msgtrain.ingest.chunks.reading_chunk` only the chunk's lines are read (original line numbers).
+    """
+    from msgtrain.ingest.chunks import active_chunk, iter_chunk_lines
+
+    chunk = active_chunk(path)
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in iter_chunk_lines(path, chunk) if chunk is not None else enumerate(f, 1):
             if not raw.strip():
                 continue
             where = f"{path}:{lineno}"

@@ -157,14 +157,20 @@ class CallLogGroups:
         return log.history(node_id) if log is not None else None
 
     def _key(self, call: Call, session: str | None) -> str:
-        if session:
-            return f"session:{session}"
-        head = "\x00".join(step.message.canonical_json() for step in list(call.context)[:2])
-        return "prefix:" + hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+        return conversation_key([step.message for step in list(call.context)[:2]], session)
 
     def events(self) -> Iterator[ReadGraph]:
         for key, log in self.logs.items():
             yield ReadGraph(log.finish(), self.first_ref[key], records=log.calls, extras=log.extras)
+
+
+def conversation_key(first_messages: Sequence[AnyMessage], session: str | None) -> str:
+    """The conversation a call belongs to: its session id, else its first two context messages. The splitter of
+    huge files (``chunk_key``) uses this very function, so it never separates calls that the reader joins."""
+    if session:
+        return f"session:{session}"
+    head = "\x00".join(m.canonical_json() for m in list(first_messages)[:2])
+    return "prefix:" + hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def session_of(record: dict[str, Any], request: dict[str, Any]) -> str | None:

@@ -36,7 +36,8 @@ from msgtrain.ingest.base import (
     head_objects,
     iter_json_lines,
 )
-from msgtrain.ingest.call_log import Call, CallLogGroups, session_of
+from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
+from msgtrain.ingest.chunks import ChunkKey
 from msgtrain.ingest.conversation_files import Step
 from msgtrain.model.graph import Env
 from msgtrain.model.message import AnyMessage
@@ -107,6 +108,24 @@ class CallsReader:
             except MsgtrainError as e:
                 yield ReadReject(src, e if e.where else e.located(f"{path}:{lineno}"), excerpt(raw))
         yield from groups.events()
+
+    def chunk_key(self, rec: Any) -> ChunkKey:
+        """The conversation key :meth:`read` files this record under (see :mod:`msgtrain.ingest.chunks`); a record
+        it would reject stands alone."""
+        if not isinstance(rec, dict) or not isinstance(rec.get("request"), dict):
+            return ()
+        request = rec["request"]
+        session = session_of(rec, request)
+        if session:
+            return (conversation_key((), session),)
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return ()
+        try:
+            first, _ = _parse_history(messages[:2], None)
+        except (MsgtrainError, ValueError):
+            return ()
+        return (conversation_key(first, None),)
 
     def _call(
         self, rec: Any, where: str, seen: dict[str | None, _Parsed] | None = None

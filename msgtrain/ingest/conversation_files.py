@@ -41,6 +41,7 @@ from msgtrain.ingest.base import (
     iter_json_lines,
     load_json_document,
 )
+from msgtrain.ingest.chunks import ChunkKey, active_chunk
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -68,6 +69,11 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
     array is still JSONL (the bad line is one reject). Otherwise the file is one JSON document. A single line
     that does not parse is one bad record (a truncated one-record JSONL), not an unreadable file.
     """
+    if active_chunk(path) is not None:
+        # A chunk is only ever cut from a file already found to be JSONL (see msgtrain.ingest.chunks).
+        for lineno, raw, obj in iter_json_lines(path):
+            yield RawRecord(SourceRef(str(path), f"line {lineno}"), obj, raw)
+        return
     first = second = b""
     with open(path, "rb") as f:
         for line in f:
@@ -243,6 +249,17 @@ def _conversation_in(value: Any, layout: ConversationLayout) -> tuple[str | None
         if hit is not None:
             key, messages = hit
             return key, messages, {k: v for k, v in value.items() if k != key}
+    return None
+
+
+def conversation_chunk_key(layout: ConversationLayout, value: Any) -> ChunkKey:
+    """Splitting key of a conversation-file record: a whole conversation on one line stands alone; a message line
+    (part of a message-per-line run) or a line that is not a conversation (it marks a gap in such a run) stays
+    with the line before it, as :func:`iter_conversations` reads them together."""
+    if isinstance(value, dict) and layout.is_message(value):
+        return None
+    if not isinstance(value, MsgtrainError) and _conversation_in(value, layout) is not None:
+        return ()
     return None
 
 

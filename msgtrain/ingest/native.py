@@ -21,6 +21,7 @@ from msgtrain.ingest.base import (
     head_objects,
     iter_json_lines,
 )
+from msgtrain.ingest.chunks import ChunkKey
 from msgtrain.model.graph import GRAPH_LOG_FORMAT
 from msgtrain.model.graphlog import graphs_from_records
 
@@ -32,6 +33,11 @@ class NativeGraphReader:
 
     def detect(self, path: Path, head: bytes) -> bool:
         return any(o.get("format") == GRAPH_LOG_FORMAT and o.get("type") == "graph" for o in head_objects(head))
+
+    def chunk_key(self, obj: Any) -> ChunkKey:
+        """A graph's records go together (see :mod:`msgtrain.ingest.chunks`); bad records stand alone."""
+        gid = obj.get("graph") if isinstance(obj, dict) else None
+        return (gid,) if isinstance(gid, str) else ()
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}

@@ -30,6 +30,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.base import ReadEvent
+from msgtrain.ingest.chunks import ChunkKey
 from msgtrain.ingest.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -37,6 +38,7 @@ from msgtrain.ingest.conversation_files import (
     Step,
     base_graph_id,
     build_linear_graph,
+    conversation_chunk_key,
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import HeadShape, head_shape
@@ -113,6 +115,9 @@ class OpenAIChatReader:
         del path
         shape = head_shape(head)
         return any(_has_chat_roles(shape, p) for p in (".role", "[].role", ".messages[].role", ".traj[].role"))
+
+    def chunk_key(self, value: Any) -> ChunkKey:
+        return conversation_chunk_key(LAYOUT, value)
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         def convert(conv: Conversation) -> Converted:

@@ -35,6 +35,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.base import ReadEvent
+from msgtrain.ingest.chunks import ChunkKey
 from msgtrain.ingest.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -43,6 +44,7 @@ from msgtrain.ingest.conversation_files import (
     as_text,
     base_graph_id,
     build_linear_graph,
+    conversation_chunk_key,
     parse_json_field,
     read_conversation_file,
 )
@@ -363,6 +365,9 @@ class ShareGPTReader:
         types = shape.values_at(".messages[].content[].type") | shape.values_at(".content[].type")
         lf_parts = shape.has(".messages[].content[].value") or shape.has(".content[].value")
         return lf_parts and bool(types) and types <= LF_CONTENT_TYPES
+
+    def chunk_key(self, value: Any) -> ChunkKey:
+        return conversation_chunk_key(LAYOUT, value)
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         yield from read_conversation_file(path, LAYOUT, lambda conv: self.convert(path, conv))

@@ -62,6 +62,11 @@ class ConvertConfig(BaseModel):
     row_group_size: int = Field(DEFAULT_ROW_GROUP_SIZE, gt=0)
     # how to run
     workers: int = Field(1, gt=0)
+    chunk_mb: float = Field(
+        64,
+        ge=0,
+        description="cut a JSONL log larger than this (MiB) into chunks of whole conversations; 0 = never",
+    )
     engine: Literal["local", "ray"] = "local"
     strict: bool = False
     max_reject_rate: float | None = Field(None, ge=0.0, le=1.0)
@@ -188,6 +193,7 @@ OUTPUT_SETTINGS = frozenset(
         "pack_length",
         "rows_per_shard",
         "row_group_size",
+        "chunk_mb",  # rows of a cut file come chunk by chunk: the same rows, another order
     }
 )
 RUN_SETTINGS = frozenset(

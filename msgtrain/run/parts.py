@@ -1,7 +1,9 @@
-"""One input file → one *part*: its canonical samples, its accounting, its rejects. The unit of work and of resume.
+"""One input file (or one chunk of a huge file) → one *part*: its canonical samples, its accounting, its rejects.
+The unit of work and of resume.
 
 Invariants:
-- A part depends only on the file's bytes and the linearization settings (tokenizer fingerprint, chat template,
+- A part depends only on the file's bytes (and which chunk of it: :mod:`msgtrain.ingest.chunks`) and the
+  linearization settings (tokenizer fingerprint, chat template,
   policies, render date, forced input format, msgtrain version); its key is a hash of exactly those, so a rerun
   with the same key can reuse it and any change recomputes it. Export settings (target, length policy, splits) are
   applied later, at assembly, and never invalidate parts.
@@ -29,6 +31,7 @@ from msgtrain import __version__
 from msgtrain.errors import MsgtrainError
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
 from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef, detect_format, get_reader
+from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.render import Renderer
 
@@ -68,8 +71,29 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def part_key(path: Path, digest: str, settings_key: str) -> str:
-    return hashlib.blake2b(f"{path}\0{digest}\0{settings_key}".encode(), digest_size=16).hexdigest()
+def part_key(path: Path, digest: str, settings_key: str, chunk: str = "") -> str:
+    """``chunk`` names the chunk and the plan it came from (index, count, target size); empty for a whole file."""
+    text = f"{path}\0{digest}\0{settings_key}" + (f"\0{chunk}" if chunk else "")
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work: a file, or one chunk of it, and the part it becomes."""
+
+    path: Path
+    key: str
+    meta: dict[str, Any]
+    chunk: Chunk | None = None
+
+    @property
+    def size(self) -> int:
+        if self.chunk is not None:
+            return self.chunk.bytes
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
 
 
 @dataclass
@@ -119,8 +143,11 @@ def _reject_line(source: SourceRef, error: MsgtrainError, excerpt: str = "", gra
     return json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def convert_file(path: Path, settings: LinearizeSettings) -> tuple[list[Sample], PartStats, list[str]]:
-    """Read and linearize one file. Never raises for bad content (unless ``strict``): it rejects and goes on."""
+def convert_file(
+    path: Path, settings: LinearizeSettings, chunk: Chunk | None = None
+) -> tuple[list[Sample], PartStats, list[str]]:
+    """Read and linearize one file, or only the lines of ``chunk``. Never raises for bad content (unless
+    ``strict``): it rejects and goes on."""
     tok = load_tokenizer(settings.tokenizer, settings.chat_template)
     renderer = Renderer(tok, settings.render_date)
     opts = LinearizeOptions(policies=frozenset(settings.policies), render_date=settings.render_date)
@@ -129,47 +156,48 @@ def convert_file(path: Path, settings: LinearizeSettings) -> tuple[list[Sample],
     rejects: list[str] = []
     try:
         reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
-        for ev in reader.read(path):
-            if isinstance(ev, ReadReject):
-                stats.records_read += 1
-                stats.records_rejected[ev.error.code] += 1
-                rejects.append(_reject_line(ev.source, ev.error, ev.excerpt))
-                if settings.strict:
-                    raise ev.error
-            elif isinstance(ev, ReadSkip):
-                stats.records_read += ev.count
-                stats.records_skipped[ev.reason] += ev.count
-            elif isinstance(ev, ReadGraph):
-                stats.records_read += ev.records
-                error = _graph_error(ev)
-                res = None
-                if error is None:
-                    try:
-                        res = linearize_graph(
-                            ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer
-                        )
-                    except MsgtrainError as e:
-                        error = e
-                    except Exception as e:  # a bug or an input nobody foresaw must not end a nightly run
-                        error = MsgtrainError(
-                            f"{type(e).__name__}: {e}",
-                            code="internal_error",
-                            hint="please report this with the rejected record",
-                        )
-                if res is None:
-                    assert error is not None
+        with reading_chunk(path, chunk):
+            for ev in reader.read(path):
+                if isinstance(ev, ReadReject):
+                    stats.records_read += 1
+                    stats.records_rejected[ev.error.code] += 1
+                    rejects.append(_reject_line(ev.source, ev.error, ev.excerpt))
                     if settings.strict:
-                        raise error
-                    stats.records_rejected[error.code] += ev.records
-                    rejects.append(_reject_line(ev.source, error, graph=ev.graph.graph_id))
-                    continue
-                stats.records_converted += ev.records
-                stats.graphs += 1
-                stats.turns_found += len(res.turns)
-                stats.turns_dropped.update(res.drops)
-                stats.turns_trained += sum(len(s.turn_ids) for s in res.samples)
-                stats.flags.update(res.flags)
-                samples.extend(res.samples)
+                        raise ev.error
+                elif isinstance(ev, ReadSkip):
+                    stats.records_read += ev.count
+                    stats.records_skipped[ev.reason] += ev.count
+                elif isinstance(ev, ReadGraph):
+                    stats.records_read += ev.records
+                    error = _graph_error(ev)
+                    res = None
+                    if error is None:
+                        try:
+                            res = linearize_graph(
+                                ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer
+                            )
+                        except MsgtrainError as e:
+                            error = e
+                        except Exception as e:  # a bug or an input nobody foresaw must not end a nightly run
+                            error = MsgtrainError(
+                                f"{type(e).__name__}: {e}",
+                                code="internal_error",
+                                hint="please report this with the rejected record",
+                            )
+                    if res is None:
+                        assert error is not None
+                        if settings.strict:
+                            raise error
+                        stats.records_rejected[error.code] += ev.records
+                        rejects.append(_reject_line(ev.source, error, graph=ev.graph.graph_id))
+                        continue
+                    stats.records_converted += ev.records
+                    stats.graphs += 1
+                    stats.turns_found += len(res.turns)
+                    stats.turns_dropped.update(res.drops)
+                    stats.turns_trained += sum(len(s.turn_ids) for s in res.samples)
+                    stats.flags.update(res.flags)
+                    samples.extend(res.samples)
     except MsgtrainError as e:
         if settings.strict:
             raise

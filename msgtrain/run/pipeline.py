@@ -7,8 +7,11 @@ Invariants:
 - Atomic output: OUT is assembled in a private sibling directory and published with a rename: readers see the
   previous dataset or the new one, never a partial one. A killed run leaves OUT untouched plus its finished parts
   in the state directory (``.OUT.msgtrain-state``), which ``--resume`` reuses.
-- Deterministic: parts are assembled in sorted (source path, content hash) order whatever the number of workers or
-  the order they finished in, so the same inputs and settings give byte-identical output.
+- Deterministic: parts are assembled in sorted (source path, content hash, chunk) order whatever the number of
+  workers or the order they finished in, so the same inputs and settings give byte-identical output.
+- Work is split by input file, and a JSONL log larger than ``chunk_mb`` into chunks of whole conversations
+  (:mod:`msgtrain.ingest.chunks`): the same samples and accounting as the whole file, in parallel and in memory
+  bounded by the chunk, not the file.
 - Resumable / incremental: a part is keyed by file content + linearization settings + tokenizer; with
   ``--resume`` finished parts are reused and the published dataset is the union of every part converted under the
   same settings in this state directory (nightly runs over a growing log folder convert only new files).
@@ -33,8 +36,11 @@ import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
+from msgtrain.ingest.base import detect_format, get_reader
+from msgtrain.ingest.chunks import Chunk, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.parts import (
+    Job,
     LinearizeSettings,
     PartStats,
     convert_file,
@@ -110,53 +116,44 @@ def _write_json_atomic(path: Path, data: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- workers
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 def _worker_init() -> None:
     # One process per core: keep the tokenizer's own thread pool to one thread so workers do not oversubscribe.
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
-def _convert_to_part(
-    path: str, settings: LinearizeSettings, parts_dir: str, key: str, meta: dict[str, Any]
-) -> dict[str, Any]:
-    samples, stats, rejects = convert_file(Path(path), settings)
-    write_part(Path(parts_dir), key, meta, samples, stats, rejects)
+def _convert_to_part(job: Job, settings: LinearizeSettings, parts_dir: str) -> dict[str, Any]:
+    samples, stats, rejects = convert_file(job.path, settings, job.chunk)
+    write_part(Path(parts_dir), job.key, job.meta, samples, stats, rejects)
     return stats.to_json()
 
 
 def _run_parts(
-    jobs: list[tuple[Path, str, dict[str, Any]]],
+    jobs: list[Job],
     settings: LinearizeSettings,
     parts_dir: Path,
     workers: int,
-    on_done: Callable[[Path, PartStats], None],
+    on_done: Callable[[Job, PartStats], None],
 ) -> None:
     if workers <= 1 or len(jobs) <= 1:
-        for path, key, meta in jobs:
-            on_done(path, PartStats.from_json(_convert_to_part(str(path), settings, str(parts_dir), key, meta)))
+        for job in jobs:
+            on_done(job, PartStats.from_json(_convert_to_part(job, settings, str(parts_dir))))
         return
     ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
-        pending: dict[Future[dict[str, Any]], Path] = {}
-        # Largest files first (longest-processing-time order): a big file started last would leave the other
-        # workers idle at the end. Output order does not depend on it: parts are assembled in sorted order.
-        queue = sorted(jobs, key=lambda job: -_size(job[0]))
+        pending: dict[Future[dict[str, Any]], Job] = {}
+        # Largest first (longest-processing-time order): a big file started last would leave the other workers
+        # idle at the end. Output order does not depend on it: parts are assembled in sorted order.
+        queue = sorted(jobs, key=lambda job: -job.size)
         try:
             while queue or pending:
                 while queue and len(pending) < workers * 2:
-                    path, key, meta = queue.pop(0)
-                    pending[pool.submit(_convert_to_part, str(path), settings, str(parts_dir), key, meta)] = path
+                    job = queue.pop(0)
+                    pending[pool.submit(_convert_to_part, job, settings, str(parts_dir))] = job
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    path = pending.pop(fut)
-                    on_done(path, PartStats.from_json(fut.result()))
+                    job = pending.pop(fut)
+                    on_done(job, PartStats.from_json(fut.result()))
         except BaseException:
             for fut in pending:
                 fut.cancel()
@@ -196,26 +193,37 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     for stray in parts_dir.glob(".tmp-*"):
         shutil.rmtree(stray, ignore_errors=True)
 
-    jobs: list[tuple[Path, str, dict[str, Any]]] = []
+    jobs: list[Job] = []
     reused = 0
+    total_parts = 0
+    chunk_bytes = int(cfg.chunk_mb * (1 << 20))
     for f in files:
         digest = file_digest(f)
-        key = part_key(f, digest, skey)
-        meta = {"source": str(f), "digest": digest, "settings": skey, "version": __version__}
-        # A file that changed since it was converted replaces its old part; files that disappeared (rotated
+        units: list[Chunk | None] = [*_plan_chunks(f, settings, chunk_bytes)] or [None]
+        keys_of_file = set()
+        for chunk in units:
+            label = f"{chunk.index}/{chunk.count}/{chunk_bytes}" if chunk is not None else ""
+            key = part_key(f, digest, skey, label)
+            meta: dict[str, Any] = {"source": str(f), "digest": digest, "settings": skey, "version": __version__}
+            if chunk is not None:
+                meta["chunk"] = [chunk.index, chunk.count]
+            keys_of_file.add(key)
+            manifest[key] = meta
+            total_parts += 1
+            if cfg.resume and is_complete(parts_dir / key):
+                reused += 1
+            else:
+                jobs.append(Job(f, key, meta, chunk))
+        # A file that changed since it was converted replaces its old parts; files that disappeared (rotated
         # logs) keep theirs, so the published dataset stays the union of everything converted.
-        for old in [k for k, m in manifest.items() if m["source"] == str(f) and k != key]:
+        for old in [k for k, m in manifest.items() if m["source"] == str(f) and k not in keys_of_file]:
             del manifest[old]
-        manifest[key] = meta
-        if cfg.resume and is_complete(parts_dir / key):
-            reused += 1
-        else:
-            jobs.append((f, key, meta))
     running = PartStats()
     done_files = reused
 
-    def on_done(path: Path, stats: PartStats) -> None:
+    def on_done(job: Job, stats: PartStats) -> None:
         nonlocal done_files
+        path = job.path
         done_files += 1
         running.add(stats)
         # The manifest is rewritten as parts finish so a killed run can resume from here.
@@ -225,7 +233,7 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
                 "file",
                 {
                     "index": done_files,
-                    "total": len(files),
+                    "total": total_parts,
                     "path": str(path),
                     "records": running.records_read,
                     "rejected": sum(running.records_rejected.values()),
@@ -244,12 +252,12 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
             _run_parts(jobs, settings, parts_dir, cfg.workers, on_done)
     except KeyboardInterrupt:
         raise Interrupted(
-            f"interrupted after {done_files} of {len(files)} files; finished files are kept",
+            f"interrupted after {done_files} of {total_parts} parts; finished parts are kept",
             hint="run the same command with --resume to finish",
         ) from None
     keys = sorted(
         (k for k, m in manifest.items() if m["settings"] == skey and is_complete(parts_dir / k)),
-        key=lambda k: (manifest[k]["source"], manifest[k]["digest"]),
+        key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
     )
     data = _assemble(cfg, out, tok, parts_dir, keys, ignored, progress)
     data["resume"] = {"parts": len(keys), "reused": reused, "converted": len(jobs)}
@@ -258,6 +266,23 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         (str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")) if data["records"]["rejected"] else None
     )
     return data
+
+
+def _plan_chunks(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list[Chunk]:
+    """Chunks of a JSONL log above ``chunk_bytes`` whose reader can key its records; [] = one unit of work.
+
+    A file that cannot be planned (no reader recognises it, unreadable) is left whole: its worker reports it.
+    """
+    try:
+        if chunk_bytes <= 0 or path.stat().st_size <= chunk_bytes:
+            return []
+        reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
+        keys = key_function(reader)
+        if keys is None or not is_jsonl(path):
+            return []
+        return plan_chunks(path, keys, chunk_bytes)
+    except (MsgtrainError, OSError):
+        return []
 
 
 def _check_reject_rate(cfg: Any, stats: PartStats) -> None:
@@ -328,9 +353,11 @@ def _assemble(
         by_source: dict[str, Counter[str]] = {}
         tokens = trained_tokens = engine_tokens = samples = 0
         length_dropped_turns: Counter[str] = Counter()
+        sources: set[str] = set()
         with open(rejects_path, "w", encoding="utf-8") as rejects:
             for i, key in enumerate(keys):
                 meta, table, rejected = read_part(parts_dir / key)
+                sources.add(meta["source"])
                 stats.add(PartStats.from_json(meta["stats"]))
                 rejects.write(rejected)
                 table, _, dropped_turns = apply_length_policy(
@@ -363,7 +390,7 @@ def _assemble(
         turns_dropped = stats.turns_dropped + length_dropped_turns
         data = {
             "msgtrain_version": __version__,
-            "files": {"read": len(keys), "ignored": ignored},
+            "files": {"read": len(sources), "parts": len(keys), "ignored": ignored},
             "records": {
                 "read": stats.records_read,
                 "converted": stats.records_converted,

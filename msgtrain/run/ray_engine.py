@@ -1,45 +1,79 @@
-"""``--engine ray``: the per-file conversion of the local engine, run as Ray tasks on a local or remote cluster.
+"""``--engine ray``: the local engine's per-part conversion, run as a Ray Data pipeline on a local or remote cluster.
 
 Invariants:
-- Same work, same parts: each task runs :func:`msgtrain.run.parts.convert_file` and
-  :func:`msgtrain.run.parts.write_part` on one input file, exactly as the local engine's workers do, so the pipeline's
-  deterministic assembly gives output byte-identical to ``--engine local`` (whatever the order tasks finish in).
-- Ray never sees the logs' contents as data: a task receives a file *path* and parses the file itself, with the
-  same readers as the local engine. No Ray Data schema inference runs on mixed-shape JSON.
+- Same work, same parts: each job (an input file, or one chunk of a huge one) runs
+  :func:`msgtrain.run.parts.convert_file` and :func:`msgtrain.run.parts.write_part` exactly as the local engine's
+  workers do, so the pipeline's deterministic assembly gives output byte-identical to ``--engine local`` (whatever
+  the order jobs finish in).
+- Ray Data never infers a schema from the logs: the dataset's rows are the jobs (a pickled :class:`Job`: a path
+  and, for a chunk, its line ranges), and ``map_batches`` reads and parses the log inside the task with msgtrain's
+  own readers (Arrow schema inference on mixed-shape JSON breaks). Each output row is one finished part's files as
+  bytes plus its accounting.
 - Inputs are read by the workers at their path (a shared filesystem on a multi-node cluster); parts come back to
-  the driver through Ray's object store as the files of a finished part and are published into ``parts_dir`` with
-  one rename each, so the output and state directories need not be shared.
-- Work is split by input file: one file is one task (a conversation's records may be spread over its file).
-- Each task holds one CPU and keeps the tokenizer's own thread pool to one thread (``RAYON_NUM_THREADS=1``); a
-  worker process keeps its loaded tokenizer across tasks. At most ``2 × cluster CPUs`` tasks are in flight.
+  the driver through Ray's object store and are published into ``parts_dir`` with one rename each, so the output
+  and state directories need not be shared.
+- Each task holds one CPU and keeps the tokenizer's own thread pool to one thread (``RAYON_NUM_THREADS=1``); Ray
+  reuses worker processes, which keep their loaded tokenizer across jobs.
 - A bad file never stops the run (its rejects are in its part); with ``strict`` the first error is raised as the
   original :class:`~msgtrain.errors.MsgtrainError`, not wrapped in Ray's error type.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from msgtrain.errors import ConfigError
-from msgtrain.run.parts import LinearizeSettings, PartStats, convert_file, write_part
+import numpy as np
+
+from msgtrain.errors import ConfigError, MsgtrainError
+from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_file, write_part
 
 TASK_ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 
 
-def _convert_part_files(
-    path: str, settings: LinearizeSettings, key: str, meta: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """Inside a Ray worker: convert one file and return (stats, {file name: bytes}) of its finished part."""
-    samples, stats, rejects = convert_file(Path(path), settings)
+def convert_job_to_files(job: Job, settings: LinearizeSettings) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """Convert one job and return (stats, {file name: bytes}) of its finished part."""
+    samples, stats, rejects = convert_file(job.path, settings, job.chunk)
     with tempfile.TemporaryDirectory(prefix="msgtrain-ray-") as tmp:
-        part = write_part(Path(tmp), key, meta, samples, stats, rejects)
+        part = write_part(Path(tmp), job.key, job.meta, samples, stats, rejects)
         files = {p.name: p.read_bytes() for p in sorted(part.iterdir()) if p.is_file()}
     return stats.to_json(), files
+
+
+class _ConvertBatch:
+    """The ``map_batches`` function: rows of pickled jobs in, rows of finished parts (or a strict error) out."""
+
+    def __init__(self, settings: LinearizeSettings):
+        self.settings = settings
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for name, value in TASK_ENV.items():  # before the first tokenizer call of this worker process
+            os.environ.setdefault(name, value)
+        out: dict[str, list[Any]] = {"index": [], "stats": [], "files": [], "error": []}
+        for index, payload in zip(batch["index"], batch["job"], strict=True):
+            job: Job = pickle.loads(payload)
+            try:
+                stats, files = convert_job_to_files(job, self.settings)
+                out["stats"].append(json.dumps(stats))
+                out["files"].append(pickle.dumps(files))
+                out["error"].append(b"")
+            except MsgtrainError as e:  # only with strict: a bad record otherwise becomes a reject in the part
+                out["stats"].append("")
+                out["files"].append(b"")
+                out["error"].append(pickle.dumps(e))
+            out["index"].append(int(index))
+        return {
+            "index": np.asarray(out["index"], dtype=np.int64),
+            "stats": np.asarray(out["stats"], dtype=object),
+            "files": np.asarray(out["files"], dtype=object),
+            "error": np.asarray(out["error"], dtype=object),
+        }
 
 
 def _publish_part(parts_dir: Path, key: str, files: dict[str, bytes]) -> None:
@@ -59,22 +93,23 @@ def _publish_part(parts_dir: Path, key: str, files: dict[str, bytes]) -> None:
 def _import_ray() -> Any:
     try:
         import ray
+        import ray.data  # the Data library is part of the extra
     except ImportError as e:
         raise ConfigError(
-            "--engine ray needs Ray, which is not installed",
+            "--engine ray needs Ray Data, which is not installed",
             hint="pip install 'msgtrain[ray]' (or use --engine local)",
         ) from e
     return ray
 
 
 def run_parts_ray(
-    jobs: list[tuple[Path, str, dict[str, Any]]],
+    jobs: list[Job],
     settings: LinearizeSettings,
     parts_dir: Path,
-    on_done: Callable[[Path, PartStats], None],
+    on_done: Callable[[Job, PartStats], None],
     address: str | None = None,
 ) -> None:
-    """Convert ``jobs`` (path, part key, part meta) on Ray; call ``on_done`` on the driver as each part lands.
+    """Convert ``jobs`` on Ray Data; call ``on_done`` on the driver as each part lands.
 
     Connects to ``address`` (``"auto"``, ``"ray://host:10001"``, ...) or, when None, to ``RAY_ADDRESS`` if set, else
     starts a local Ray instance for the run. An already initialised Ray (``ray.init`` by the caller) is reused.
@@ -86,31 +121,25 @@ def run_parts_ray(
     if started_here:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        task = ray.remote(num_cpus=1, max_retries=1)(_convert_part_files).options(runtime_env={"env_vars": TASK_ENV})
-        window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-        queue = list(jobs)
-        pending: dict[Any, tuple[Path, str]] = {}
-        try:
-            while queue or pending:
-                while queue and len(pending) < window:
-                    path, key, meta = queue.pop(0)
-                    pending[task.remote(str(path), settings, key, meta)] = (path, key)
-                done, _ = ray.wait(list(pending), num_returns=1)
-                for ref in done:
-                    path, key = pending.pop(ref)
-                    try:
-                        stats, files = ray.get(ref)
-                    except ray.exceptions.RayTaskError as e:
-                        cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else None
-                        if cause is not None:
-                            raise cause from None
-                        raise
-                    _publish_part(parts_dir, key, files)
-                    on_done(path, PartStats.from_json(stats))
-        except BaseException:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
+        # Largest first, as the local engine, so a big file does not start last; one block per job so jobs
+        # spread over the cluster's CPUs.
+        order = sorted(jobs, key=lambda job: -job.size)
+        items = [{"index": i, "job": pickle.dumps(job)} for i, job in enumerate(order)]
+        ds = ray.data.from_items(items, override_num_blocks=len(items))
+        parts = ds.map_batches(
+            _ConvertBatch,
+            fn_constructor_args=(settings,),
+            batch_size=1,
+            num_cpus=1,
+            concurrency=(1, max(1, int(ray.cluster_resources().get("CPU", 1)))),
+            runtime_env={"env_vars": TASK_ENV},
+        )
+        for row in parts.iter_rows():
+            if row["error"]:
+                raise pickle.loads(row["error"])
+            job = order[int(row["index"])]
+            _publish_part(parts_dir, job.key, pickle.loads(row["files"]))
+            on_done(job, PartStats.from_json(json.loads(row["stats"])))
     finally:
         if started_here:
             ray.shutdown()

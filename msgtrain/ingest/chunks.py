@@ -1,0 +1,231 @@
+"""Record-range splitting of huge JSONL logs: one file becomes several *chunks** that convert independently (in
+parallel, in bounded memory) and together give exactly the conversations of the whole file.
+
+A chunk is a set of whole lines of the file — byte runs with their original line numbers — and a reader reads
+it as if the file held only those lines (:func:`reading_chunk`; :func:`msgtrain.ingest.base.iter_json_lines`
+honours it), so rejects and sample sources still name the file's real line numbers.
+
+Invariants:
+- No conversation is split. A reader that supports splitting says, per record, which conversation keys the record
+  carries (``chunk_key``: session id, first-messages key, graph id, response-id chain links); records sharing
+  a key are grouped (union-find, so chains such as ``previous_response_id`` join transitively). A record whose
+  meaning depends on the line before it (a message-per-line run, a line after a corrupt one) returns ``None``
+  and stays with the previous line's group. A chunk holds whole groups.
+- Order: groups are ordered by their first line and cut into consecutive chunks, so concatenating the chunks'
+  outputs in chunk order gives the whole file's conversations in first-line order.
+- Chunks of a file are disjoint and cover every line (blank lines included): records read add up to the file's.
+- The plan depends only on the file's bytes, the reader and the target size: reruns give the same chunks.
+- Cost: one pass over the file parsing each line once (no message model, no graph); memory O(lines) integers.
+- Only line-oriented files (JSONL) are split, and only by readers that define ``chunk_key``; any other file is
+  one unit of work.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import MsgtrainError, ParseError
+from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader
+
+# What ``chunk_key`` returns: the record's conversation keys (``()``: a record independent of all others), or
+# ``None``: keep this record with the line before it.
+ChunkKey = tuple[str, ...] | None
+KeyFunction = Callable[[Any], ChunkKey]
+
+_BAD_LINE = ParseError("unparseable line", code="bad_json")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Lines ``runs`` of one file: ``(start byte, end byte, line number of the first line)``, ascending."""
+
+    index: int
+    count: int
+    runs: tuple[tuple[int, int, int], ...]
+    bytes: int
+
+    @property
+    def label(self) -> str:
+        return f"chunk {self.index + 1} of {self.count}"
+
+
+_ACTIVE: ContextVar[tuple[str, Chunk] | None] = ContextVar("msgtrain_active_chunk", default=None)
+
+
+@contextmanager
+def reading_chunk(path: Path, chunk: Chunk | None) -> Iterator[None]:
+    """While active, line readers of ``path`` see only the chunk's lines (with their original numbers)."""
+    if chunk is None:
+        yield
+        return
+    token = _ACTIVE.set((str(path), chunk))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_chunk(path: Path | str) -> Chunk | None:
+    active = _ACTIVE.get()
+    return active[1] if active is not None and active[0] == str(path) else None
+
+
+def iter_chunk_lines(path: Path | str, chunk: Chunk) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of the chunk's lines, in file order."""
+    with open(path, "rb") as f:
+        for start, end, first in chunk.runs:
+            f.seek(start)
+            pos, lineno = start, first
+            while pos < end:
+                raw = f.readline()
+                if not raw:
+                    break
+                yield lineno, raw
+                pos += len(raw)
+                lineno += 1
+
+
+def key_function(reader: Reader) -> KeyFunction | None:
+    fn = getattr(reader, "chunk_key", None)
+    return fn if callable(fn) else None
+
+
+def is_jsonl(path: Path) -> bool:
+    """The same rule as the readers: the file is JSONL when its first two non-blank lines are separate records."""
+    first = second = b""
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            if first:
+                second = line
+                break
+            first = line
+    if not second:
+        return False
+    try:
+        json.loads(first)
+        return True
+    except (ValueError, RecursionError):
+        try:
+            return isinstance(json.loads(second), dict | list)
+        except (ValueError, RecursionError):
+            return False
+
+
+class _Groups:
+    """Union-find over groups numbered in creation order; the root of a set is its oldest (smallest) group."""
+
+    def __init__(self) -> None:
+        self.parent = array("q")
+
+    def new(self) -> int:
+        self.parent.append(len(self.parent))
+        return len(self.parent) - 1
+
+    def find(self, g: int) -> int:
+        parent = self.parent
+        root = g
+        while parent[root] != root:
+            root = parent[root]
+        while parent[g] != root:  # path compression keeps later finds O(1)
+            parent[g], g = root, parent[g]
+        return root
+
+    def union(self, a: int, b: int) -> int:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return ra
+        lo, hi = (ra, rb) if ra < rb else (rb, ra)
+        self.parent[hi] = lo
+        return lo
+
+
+def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]:
+    """Cut ``path`` into chunks of about ``target_bytes`` holding whole conversations (see the module docstring).
+
+    Returns ``[]`` when the file is not worth splitting (at most one chunk would come out).
+    """
+    size = path.stat().st_size
+    if target_bytes <= 0 or size <= target_bytes:
+        return []
+    offsets = array("q")
+    line_group = array("q")
+    groups = _Groups()
+    by_key: dict[str, int] = {}
+    prev = -1
+    pos = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            offsets.append(pos)
+            pos += len(raw)
+            if not raw.strip():
+                key: ChunkKey = None  # blank lines carry nothing; keep runs unbroken
+            elif len(raw) > MAX_RECORD_BYTES:
+                key = keys(_BAD_LINE)
+            else:
+                try:
+                    value: Any = json.loads(raw)
+                except (ValueError, RecursionError):
+                    value = _BAD_LINE
+                try:
+                    key = keys(value)
+                except MsgtrainError:
+                    key = ()  # the reader will reject this record on its own
+            if key is None and prev >= 0:
+                g = prev
+            else:
+                g = groups.new()
+                for k in key or ():
+                    other = by_key.get(k)
+                    if other is None:
+                        by_key[k] = g
+                    else:
+                        g = groups.union(g, other)
+            line_group.append(g)
+            prev = g
+    offsets.append(pos)
+    n_lines = len(line_group)
+    # Bytes per root group, roots in order of their first line.
+    order: list[int] = []
+    group_bytes: dict[int, int] = {}
+    for i in range(n_lines):
+        root = groups.find(line_group[i])
+        line_group[i] = root
+        length = offsets[i + 1] - offsets[i]
+        if root in group_bytes:
+            group_bytes[root] += length
+        else:
+            group_bytes[root] = length
+            order.append(root)
+    count = -(-pos // target_bytes)
+    chunk_of: dict[int, int] = {}
+    done = 0
+    for root in order:
+        # A group goes to the chunk its first byte falls in, on an even grid of the file's bytes: chunks end up
+        # near target size unless one conversation is larger than that (it is never cut).
+        chunk_of[root] = min(count - 1, done * count // pos)
+        done += group_bytes[root]
+    used = sorted(set(chunk_of.values()))
+    if len(used) <= 1:
+        return []
+    renumber = {s: i for i, s in enumerate(used)}
+    runs: list[list[tuple[int, int, int]]] = [[] for _ in used]
+    sizes = [0] * len(used)
+    i = 0
+    while i < n_lines:
+        s = renumber[chunk_of[line_group[i]]]
+        j = i + 1
+        while j < n_lines and renumber[chunk_of[line_group[j]]] == s:
+            j += 1
+        runs[s].append((offsets[i], offsets[j], i + 1))
+        sizes[s] += offsets[j] - offsets[i]
+        i = j
+    return [Chunk(k, len(used), tuple(r), sizes[k]) for k, r in enumerate(runs)]

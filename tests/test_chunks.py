@@ -1,0 +1,264 @@
+"""Huge JSONL logs cut into chunks of whole conversations give exactly the samples of the whole file.
+
+The reference is the whole file converted in one piece; every check compares the chunks' outputs, concatenated in
+chunk order, against it (same samples in the same order, same accounting, same rejects).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from benchmarks import corpus as gen
+from msgtrain.errors import MsgtrainError
+from msgtrain.export.schema import samples_to_table
+from msgtrain.ingest.base import detect_format
+from msgtrain.ingest.chunks import ChunkKey, is_jsonl, iter_chunk_lines, key_function, plan_chunks
+from msgtrain.run import pipeline
+from msgtrain.run.config import ConvertConfig
+from msgtrain.run.parts import LinearizeSettings, PartStats, convert_file
+from tests.conftest import shared_path
+
+SETTINGS = LinearizeSettings(tokenizer=None, chat_template=None, policies=(), render_date=None, input_format=None)
+
+
+# ------------------------------------------------------------------------------------------------ the planner
+def _fake_key(value: Any) -> ChunkKey:
+    if isinstance(value, MsgtrainError):
+        return ()
+    if value.get("sticky"):
+        return None
+    return tuple(value["k"])
+
+
+line_specs = st.lists(
+    st.one_of(
+        st.just("blank"),
+        st.just("bad"),
+        st.just("sticky"),
+        st.lists(st.integers(0, 12), min_size=0, max_size=3),
+    ),
+    min_size=1,
+    max_size=80,
+)
+
+
+def _write_spec(path: Path, spec: list[Any], pad: int) -> list[bytes]:
+    lines = []
+    for i, item in enumerate(spec):
+        if item == "blank":
+            raw = b"\n"
+        elif item == "bad":
+            raw = b'{"k": [\n'
+        elif item == "sticky":
+            raw = json.dumps({"sticky": True, "i": i, "pad": "x" * pad}).encode() + b"\n"
+        else:
+            raw = json.dumps({"k": [f"key{k}" for k in item], "i": i, "pad": "x" * pad}).encode() + b"\n"
+        lines.append(raw)
+    path.write_bytes(b"".join(lines))
+    return lines
+
+
+def _reference_groups(spec: list[Any]) -> list[int]:
+    """Group of each line by a plain fixed-point computation (no union-find): the planner's contract."""
+    group = list(range(len(spec)))
+    changed = True
+    while changed:
+        changed = False
+        for i, item in enumerate(spec):
+            if item in ("blank", "sticky") and i > 0 and group[i] != group[i - 1]:
+                lo = min(group[i], group[i - 1])
+                group[i] = group[i - 1] = lo
+                changed = True
+            if isinstance(item, list):
+                for j in range(i):
+                    if isinstance(spec[j], list) and set(spec[j]) & set(item) and group[i] != group[j]:
+                        lo = min(group[i], group[j])
+                        group[i] = group[j] = lo
+                        changed = True
+    return group
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=line_specs, pad=st.integers(0, 300), target=st.integers(50, 3000))
+def test_chunks_cover_every_line_once_and_never_split_a_group(
+    tmp_path_factory: pytest.TempPathFactory, spec: list[Any], pad: int, target: int
+) -> None:
+    path = tmp_path_factory.mktemp("plan") / "log.jsonl"
+    lines = _write_spec(path, spec, pad)
+    chunks = plan_chunks(path, _fake_key, target)
+    event(f"chunks: {min(len(chunks), 3)}")
+    if not chunks:
+        return
+    assert [c.index for c in chunks] == list(range(len(chunks))) and all(c.count == len(chunks) for c in chunks)
+    chunk_of: dict[int, int] = {}
+    for c in chunks:
+        got = list(iter_chunk_lines(path, c))
+        assert sum(len(raw) for _, raw in got) == c.bytes
+        for lineno, raw in got:
+            assert raw == lines[lineno - 1]  # the original line under its original number
+            assert lineno not in chunk_of, "a line is in two chunks"
+            chunk_of[lineno] = c.index
+    assert sorted(chunk_of) == list(range(1, len(lines) + 1)), "a line is in no chunk"
+    groups = _reference_groups(spec)
+    by_group: dict[int, set[int]] = {}
+    for i, g in enumerate(groups):
+        by_group.setdefault(g, set()).add(chunk_of[i + 1])
+    assert all(len(s) == 1 for s in by_group.values()), "a conversation was split"
+    # Chunks hold consecutive groups in first-line order: concatenating them keeps the whole file's order.
+    first_line = {g: groups.index(g) for g in by_group}
+    ordered = sorted(by_group, key=lambda g: first_line[g])
+    assert [next(iter(by_group[g])) for g in ordered] == sorted(next(iter(by_group[g])) for g in ordered)
+
+
+def test_small_files_and_one_conversation_files_are_not_cut(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    _write_spec(path, [["a"]] * 50, 100)
+    assert plan_chunks(path, _fake_key, 500) == []  # one conversation: never cut, whatever the size
+    _write_spec(path, [["a"], ["b"]], 10)
+    assert plan_chunks(path, _fake_key, 10_000) == []  # under the target
+
+
+# ------------------------------------------------------------------------------------------------ conversions
+def _whole_vs_chunks(path: Path, target: int, min_chunks: int = 3) -> tuple[list[Any], PartStats, list[str]]:
+    whole_samples, whole_stats, whole_rejects = convert_file(path, SETTINGS)
+    reader = detect_format(path)
+    keys = key_function(reader)
+    assert keys is not None and is_jsonl(path)
+    chunks = plan_chunks(path, keys, target)
+    assert len(chunks) >= min_chunks
+    samples: list[Any] = []
+    stats = PartStats()
+    rejects: list[str] = []
+    for chunk in chunks:
+        s, st_, r = convert_file(path, SETTINGS, chunk)
+        samples += s
+        stats.add(st_)
+        rejects += r
+    assert stats.to_json() == whole_stats.to_json()
+    assert sorted(rejects) == sorted(whole_rejects)
+    got, want = samples_to_table(samples).to_pylist(), samples_to_table(whole_samples).to_pylist()
+    assert got == want  # the same samples, in the same order
+    return whole_samples, whole_stats, whole_rejects
+
+
+def _interleave(per_conversation: list[list[str]], seed: int) -> list[str]:
+    """Records of several conversations mixed as concurrent sessions write them (each one's order kept)."""
+    rng = random.Random(seed)
+    queues = [list(q) for q in per_conversation]
+    out = []
+    while any(queues):
+        out.append(rng.choice([q for q in queues if q]).pop(0))
+    return out
+
+
+def test_per_call_logs_of_interleaved_sessions(tmp_path: Path) -> None:
+    convs = gen.make_conversations(gen.synthetic_pool(), 8, 12, reasoning=True)
+    per_conv = []
+    for k, conv in enumerate(convs):
+        records = list(gen.call_records(conv, model="policy", engine=None))
+        if k % 3 == 0:  # no session id: grouped by the first two request messages
+            for r in records:
+                del r["session_id"]
+        per_conv.append([json.dumps(r) for r in records])
+    lines = _interleave(per_conv, seed=1)
+    lines.insert(7, '{"request": {"messages": [{"role": "user"')  # corrupt
+    lines.insert(20, "")
+    lines.insert(31, '{"request": 1, "response": {}}')  # not a call
+    path = tmp_path / "calls.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    samples, stats, rejects = _whole_vs_chunks(path, path.stat().st_size // 6)
+    assert stats.graphs == 12 and len(rejects) == 2 and samples
+
+
+def test_native_graph_logs_with_interleaved_graphs(tmp_path: Path) -> None:
+    convs = gen.make_conversations(gen.synthetic_pool(), 6, 8, reasoning=False)
+    per_graph = []
+    for conv in convs:
+        one = tmp_path / f"{conv.session}.jsonl"
+        gen.write_native(one, [conv], model="policy")
+        per_graph.append(one.read_text(encoding="utf-8").splitlines())
+    path = tmp_path / "graphs.jsonl"
+    lines = _interleave(per_graph, seed=2)
+    lines.insert(5, '{"type": "node"')
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _, stats, _ = _whole_vs_chunks(path, path.stat().st_size // 5)
+    assert stats.graphs == 8
+
+
+def test_message_per_line_runs_stay_whole(tmp_path: Path) -> None:
+    """ShareGPT/OpenAI files mix one-conversation lines with runs of one-message lines; a corrupt line inside or
+    before a run changes how the run is read, so it stays with its run."""
+    lines: list[str] = []
+    for k in range(30):
+        user = {"role": "user", "content": f"question {k} " + "pad " * 40}
+        answer = {"role": "assistant", "content": f"answer {k} " + "pad " * 40}
+        if k % 4 == 1:
+            lines += [json.dumps(user), json.dumps(answer)]
+            if k % 8 == 1:
+                lines.append("{broken")
+                lines.append(json.dumps({"role": "user", "content": "more"}))
+                lines.append(json.dumps({"role": "assistant", "content": "and more"}))
+        elif k % 7 == 3:
+            lines.append("{broken")
+            lines += [json.dumps(user), json.dumps(answer)]
+        else:
+            lines.append(json.dumps({"messages": [user, answer], "id": k}))
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert detect_format(path).name == "openai_chat"
+    _whole_vs_chunks(path, path.stat().st_size // 8)
+
+
+def test_real_sharegpt_log_in_chunks() -> None:
+    path = shared_path("real_logs", "sharegpt_llamafactory", "reason_tool_use_demo_50.jsonl")
+    samples, stats, _ = _whole_vs_chunks(path, path.stat().st_size // 5, min_chunks=4)
+    assert stats.records_read == 50 and samples
+
+
+# ------------------------------------------------------------------------------------------------ the pipeline
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _rows(out: Path) -> list[dict[str, Any]]:
+    return pq.read_table(sorted((out / "data").glob("*.parquet"))).to_pylist()
+
+
+def test_pipeline_cuts_big_files_deterministically_and_resumes(tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    convs = gen.make_conversations(gen.synthetic_pool(), 6, 10, reasoning=True)
+    gen.write_calls(inputs / "big.jsonl", convs, model="policy")
+    gen.write_calls(inputs / "small.jsonl", convs[:1], model="policy")
+    chunk_mb = ((inputs / "big.jsonl").stat().st_size // 4 + 2) / (1 << 20)
+
+    whole = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "whole", chunk_mb=0))
+    one = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "one", chunk_mb=chunk_mb))
+    two = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "two", chunk_mb=chunk_mb, workers=2))
+    assert one["files"]["read"] == 2 and one["files"]["parts"] >= 4 and whole["files"]["parts"] == 2
+    assert two["records"] == one["records"] and two["files"] == one["files"]
+    parts = one["files"]["parts"]
+    assert _tree(tmp_path / "one") == _tree(tmp_path / "two")  # byte-identical whatever the workers
+    for section in ("records", "turns", "tokens", "graphs", "samples"):
+        assert one[section] == whole[section], section
+    assert _rows(tmp_path / "one") == _rows(tmp_path / "whole")  # conversations of a file are kept in order
+
+    again = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "one", chunk_mb=chunk_mb, resume=True))
+    assert again["resume"] == {"parts": parts, "reused": parts, "converted": 0}
+    assert _tree(tmp_path / "one") == _tree(tmp_path / "two")
+    # Another chunk size is another plan: its parts are converted, the old chunks' parts are not mixed in.
+    other = pipeline.convert(
+        ConvertConfig(inputs=(inputs,), output=tmp_path / "one", chunk_mb=chunk_mb * 2, resume=True)
+    )
+    assert 2 < other["files"]["parts"] < parts and other["records"] == whole["records"]
+    assert other["resume"]["reused"] == 1  # the small file's part
+    shutil.rmtree(tmp_path / "whole")
