@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import event, given, settings
@@ -19,12 +19,18 @@ from hypothesis import strategies as st
 
 from benchmarks import corpus as gen
 from msgtrain.errors import MsgtrainError
-from msgtrain.export.schema import samples_to_table
+from msgtrain.export.schema import CANONICAL_SCHEMA, samples_to_table
 from msgtrain.ingest.base import detect_format
 from msgtrain.ingest.chunks import ChunkKey, is_jsonl, iter_chunk_lines, key_function, plan_chunks
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.parts import LinearizeSettings, PartStats, convert_file
+from msgtrain.run.parts import (
+    LinearizeSettings,
+    PartStats,
+    convert_file,
+    merge_chunk_rejects,
+    merge_chunk_tables,
+)
 from tests.conftest import shared_path
 
 SETTINGS = LinearizeSettings(tokenizer=None, chat_template=None, policies=(), render_date=None, input_format=None)
@@ -131,22 +137,23 @@ def test_small_files_and_one_conversation_files_are_not_cut(tmp_path: Path) -> N
 def _whole_vs_chunks(path: Path, target: int, min_chunks: int = 3) -> tuple[list[Any], PartStats, list[str]]:
     whole_samples, whole_stats, whole_rejects = convert_file(path, SETTINGS)
     reader = detect_format(path)
-    keys = key_function(reader)
-    assert keys is not None and is_jsonl(path)
+    assert is_jsonl(path)
+    keys = key_function(reader, path)
+    assert keys is not None
     chunks = plan_chunks(path, keys, target)
     assert len(chunks) >= min_chunks
-    samples: list[Any] = []
+    tables: list[pa.Table] = []
     stats = PartStats()
     rejects: list[str] = []
     for chunk in chunks:
         s, st_, r = convert_file(path, SETTINGS, chunk)
-        samples += s
+        tables.append(samples_to_table(s) if s else CANONICAL_SCHEMA.empty_table())
         stats.add(st_)
-        rejects += r
+        rejects.append("".join(r))
     assert stats.to_json() == whole_stats.to_json()
-    assert sorted(rejects) == sorted(whole_rejects)
-    got, want = samples_to_table(samples).to_pylist(), samples_to_table(whole_samples).to_pylist()
-    assert got == want  # the same samples, in the same order
+    assert list(merge_chunk_rejects(rejects)) == whole_rejects  # the same rejects, in file order
+    got = [row for t in merge_chunk_tables(tables, 7) for row in t.to_pylist()]
+    assert got == samples_to_table(whole_samples).to_pylist()  # the same samples, in the same order
     return whole_samples, whole_stats, whole_rejects
 
 
@@ -233,32 +240,84 @@ def _rows(out: Path) -> list[dict[str, Any]]:
     return pq.read_table(sorted((out / "data").glob("*.parquet"))).to_pylist()
 
 
-def test_pipeline_cuts_big_files_deterministically_and_resumes(tmp_path: Path) -> None:
+def test_pipeline_output_does_not_depend_on_chunks_or_workers(tmp_path: Path) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
     convs = gen.make_conversations(gen.synthetic_pool(), 6, 10, reasoning=True)
-    gen.write_calls(inputs / "big.jsonl", convs, model="policy")
+    per_conv = [[json.dumps(r) for r in gen.call_records(c, model="policy", engine=None)] for c in convs]
+    lines = _interleave(per_conv, seed=5)
+    lines.insert(3, "{not json")
+    lines.insert(40, '{"request": {"messages": []}, "response": {"choices": []}}')
+    (inputs / "big.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     gen.write_calls(inputs / "small.jsonl", convs[:1], model="policy")
     chunk_mb = ((inputs / "big.jsonl").stat().st_size // 4 + 2) / (1 << 20)
 
-    whole = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "whole", chunk_mb=0))
-    one = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "one", chunk_mb=chunk_mb))
-    two = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "two", chunk_mb=chunk_mb, workers=2))
-    assert one["files"]["read"] == 2 and one["files"]["parts"] >= 4 and whole["files"]["parts"] == 2
-    assert two["records"] == one["records"] and two["files"] == one["files"]
-    parts = one["files"]["parts"]
-    assert _tree(tmp_path / "one") == _tree(tmp_path / "two")  # byte-identical whatever the workers
-    for section in ("records", "turns", "tokens", "graphs", "samples"):
-        assert one[section] == whole[section], section
-    assert _rows(tmp_path / "one") == _rows(tmp_path / "whole")  # conversations of a file are kept in order
+    def run(out: str, **kw: Any) -> dict[str, Any]:
+        return pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / out, **kw))
 
-    again = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "one", chunk_mb=chunk_mb, resume=True))
+    for extra in ({}, {"target": "packed", "pack_length": 4096, "split": {"validation": 0.3}}):
+        whole = run("whole", chunk_mb=0, **extra)
+        one = run("one", chunk_mb=chunk_mb, **extra)
+        two = run("two", chunk_mb=chunk_mb, workers=2, **extra)
+        assert whole["resume"]["parts"] == 2 and one["resume"]["parts"] >= 4 and two["resume"] == one["resume"]
+        assert whole["records"]["rejected"] == 2
+        # Byte-identical datasets, reports and rejects: chunks change how the work is spread, not its result.
+        assert _tree(tmp_path / "one") == _tree(tmp_path / "whole") == _tree(tmp_path / "two")
+    parts = one["resume"]["parts"]
+
+    again = run("one", chunk_mb=chunk_mb, resume=True, **extra)
     assert again["resume"] == {"parts": parts, "reused": parts, "converted": 0}
-    assert _tree(tmp_path / "one") == _tree(tmp_path / "two")
-    # Another chunk size is another plan: its parts are converted, the old chunks' parts are not mixed in.
-    other = pipeline.convert(
-        ConvertConfig(inputs=(inputs,), output=tmp_path / "one", chunk_mb=chunk_mb * 2, resume=True)
-    )
-    assert 2 < other["files"]["parts"] < parts and other["records"] == whole["records"]
-    assert other["resume"]["reused"] == 1  # the small file's part
-    shutil.rmtree(tmp_path / "whole")
+    assert _tree(tmp_path / "one") == _tree(tmp_path / "whole")
+    # Another chunk size is another plan: its parts are converted, the old plan's parts are not mixed in.
+    other = run("one", chunk_mb=chunk_mb * 2, resume=True, **extra)
+    assert 2 < other["resume"]["parts"] < parts and other["resume"]["reused"] == 1  # the small file's part
+    assert _tree(tmp_path / "one") == _tree(tmp_path / "whole")
+
+
+def _copies(path: Path, n: int, vary: Any) -> list[list[str]]:
+    """``n`` copies of a sample log's records, each passed through ``vary(text, k)`` (renamed ids, other texts)."""
+    text = path.read_text(encoding="utf-8")
+    return [vary(text, k).splitlines() for k in range(n)]
+
+
+def test_responses_call_chains_in_chunks(tmp_path: Path) -> None:
+    """``previous_response_id`` chains: a call's history lives in an earlier response, so chains stay together,
+    and calls land in the graph of their conversation key even when their instructions changed mid-chain."""
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "openai_responses" / "calls.jsonl"
+
+    def vary(text: str, k: int) -> str:
+        text = text.replace('"resp_a1"', f'"resp_a1_{k}"').replace('"resp_a2"', f'"resp_a2_{k}"')
+        text = text.replace('"resp_b1"', f'"resp_b1_{k}"').replace("call_lh", f"call_lh_{k}")
+        if k % 3 == 1:  # another conversation: other first user message
+            text = text.replace("Is LH1172 on time?", f"Is LH{1000 + k} on time?")
+        if k % 4 == 2:  # instructions changed in the continuing call only
+            lines = text.splitlines()
+            lines[1] = lines[1].replace("You are a flight-status bot.", "Be brief.")
+            text = "\n".join(lines) + "\n"
+        return text  # k % 3 != 1: the same conversation key as copy 0, so the reader joins them in one graph
+
+    lines = _interleave(_copies(sample, 24, vary), seed=3)
+    lines.insert(9, '{"request": {"input": [')
+    path = tmp_path / "responses.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert detect_format(path).name == "openai_responses"
+    samples, stats, rejects = _whole_vs_chunks(path, path.stat().st_size // 6, min_chunks=2)
+    assert len(rejects) == 1 and stats.records_read == 73 and samples
+
+
+def test_anthropic_request_response_pairs_in_chunks(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "anthropic" / "request_response.jsonl"
+    first_user = json.loads(sample.read_text().splitlines()[0])["request"]["messages"][0]["content"]
+    assert isinstance(first_user, str)
+
+    def vary(text: str, k: int) -> str:
+        if k % 2:
+            text = text.replace(json.dumps(first_user)[1:-1], f"{first_user} (case {k})")
+        return text.replace('"session_id": "', f'"session_id": "{k}-')
+
+    lines = _interleave(_copies(sample, 20, vary), seed=4)
+    path = tmp_path / "anthropic.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert detect_format(path).name == "anthropic"
+    samples, stats, _ = _whole_vs_chunks(path, path.stat().st_size // 6)
+    assert stats.records_read == 80 and samples

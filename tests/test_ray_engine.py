@@ -72,7 +72,7 @@ def test_ray_engine_output_is_byte_identical_to_the_local_engine(
     report = _convert_with_ray(
         monkeypatch, ConvertConfig(inputs=(inputs,), output=tmp_path / "ray", engine="ray", chunk_mb=0.004)
     )
-    assert report["files"]["parts"] > report["files"]["read"]
+    assert report["resume"]["parts"] > report["files"]["read"]
     assert report["records"] == local["records"]
     assert report["samples"]["written"] > 0
     assert report["records"]["rejected"] >= 2  # bad records travel through Ray as rejects too

@@ -26,7 +26,8 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.base import ReadEvent, ReadReject, excerpt
-from msgtrain.ingest.call_log import Call, CallLogGroups, session_of
+from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
+from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -36,9 +37,9 @@ from msgtrain.ingest.conversation_files import (
     as_text,
     base_graph_id,
     build_linear_graph,
-    chain_records,
+    conversation_chunk_key,
     iter_call_records,
-    iter_raw_records,
+    peek_records,
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import HeadShape, head_shape
@@ -325,13 +326,21 @@ class AnthropicReader:
                 return True
         return _request_body(shape)
 
+    def chunk_keys(self, path: Path) -> KeyFunction | None:
+        """Keys for cutting a huge JSONL file (see :mod:`msgtrain.ingest.chunks`): request/response pairs by the
+        conversation key :meth:`read` groups them by; message lists by their conversation layout."""
+        first, _ = peek_records(path)
+        if first is None:
+            return None
+        if _pairs_layout(first.value):
+            return _pair_chunk_key
+        return lambda value: conversation_chunk_key(LAYOUT, value)
+
     def read(self, path: Path) -> Iterator[ReadEvent]:
-        records = iter_raw_records(path)
-        first = next(records, None)
+        first, stream = peek_records(path)
         if first is None:
             return
-        stream = chain_records(first, records)
-        if _is_pair(first.value) or (isinstance(first.value, list) and first.value and _is_pair(first.value[0])):
+        if _pairs_layout(first.value):
             yield from self._read_pairs(path, stream)
             return
         yield from read_conversation_file(path, LAYOUT, lambda conv: self.convert(path, conv), stream)
@@ -372,6 +381,38 @@ class AnthropicReader:
             except MsgtrainError as e:
                 yield ReadReject(ref, e.located(str(ref)), excerpt(raw))
         yield from groups.events()
+
+
+def _pairs_layout(first: Any) -> bool:
+    return _is_pair(first) or (isinstance(first, list) and bool(first) and _is_pair(first[0]))
+
+
+def _pair_chunk_key(value: Any) -> ChunkKey:
+    """The conversation key :class:`CallLogGroups` files a pair under: its session, else its first two context
+    messages (the system prompt and the first message), converted as :func:`request_call` converts them."""
+    if not _is_pair(value) or not isinstance(value["request"], dict):
+        return ()  # rejected on its own
+    request = value["request"]
+    session = session_of(value, request)
+    if session:
+        return (conversation_key((), session),)
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return ()
+    try:
+        conv = AnthropicConverter()
+        first: list[AnyMessage] = []
+        system = conv.system(request.get("system"))
+        if system is not None:
+            first.append(system)
+        for i, data in enumerate(messages[:2]):
+            if len(first) >= 2:
+                break
+            converted, _ = conv.message(data, i)
+            first.extend(converted)
+    except (MsgtrainError, ValueError):
+        return ()
+    return (conversation_key(first[:2], None),)
 
 
 def _is_pair(value: Any) -> bool:

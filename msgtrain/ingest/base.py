@@ -75,11 +75,12 @@ ReadEvent = ReadGraph | ReadReject | ReadSkip
 class Reader(Protocol):
     """One input format. ``detect`` must be cheap (it sees the file's first 64 KiB); ``read`` streams.
 
-    Optional: ``chunk_key(record) -> tuple[str, ...] | None`` names the conversation(s) a parsed JSONL record
-    belongs to, with exactly the keys ``read`` groups records by (``None``: keep it with the line before it).
-    A reader that has it lets huge JSONL files be cut into chunks of whole conversations
-    (:mod:`msgtrain.ingest.chunks`); ``read`` must then read via :func:`iter_json_lines` or
-    ``iter_raw_records``, which honour the active chunk.
+    Optional: ``chunk_keys(path)`` returns, for one JSONL file, a function naming the conversation(s) each parsed
+    record belongs to, with exactly the keys ``read`` groups records by (``None``: keep it with the line before
+    it), or None when the file cannot be cut. A reader that has it lets huge JSONL files be cut into chunks of
+    whole conversations (:mod:`msgtrain.ingest.chunks`); ``read`` must then read via :func:`iter_json_lines` or
+    ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
+    the chunk's (``first_file_record``).
     """
 
     name: str

@@ -37,7 +37,7 @@ from msgtrain.ingest.base import (
     iter_json_lines,
 )
 from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
-from msgtrain.ingest.chunks import ChunkKey
+from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import Step
 from msgtrain.model.graph import Env
 from msgtrain.model.message import AnyMessage
@@ -109,7 +109,11 @@ class CallsReader:
                 yield ReadReject(src, e if e.where else e.located(f"{path}:{lineno}"), excerpt(raw))
         yield from groups.events()
 
-    def chunk_key(self, rec: Any) -> ChunkKey:
+    def chunk_keys(self, path: Path) -> KeyFunction:
+        """Every record of this format is keyed alike (see :mod:`msgtrain.ingest.chunks`)."""
+        return self._chunk_key
+
+    def _chunk_key(self, rec: Any) -> ChunkKey:
         """The conversation key :meth:`read` files this record under (see :mod:`msgtrain.ingest.chunks`); a record
         it would reject stands alone."""
         if not isinstance(rec, dict) or not isinstance(rec.get("request"), dict):

@@ -7,7 +7,7 @@ honours it), so rejects and sample sources still name the file's real line numbe
 
 Invariants:
 - No conversation is split. A reader that supports splitting says, per record, which conversation keys the record
-  carries (``chunk_key``: session id, first-messages key, graph id, response-id chain links); records sharing
+  carries (``chunk_keys``: session id, first-messages key, graph id, response-id chain links); records sharing
   a key are grouped (union-find, so chains such as ``previous_response_id`` join transitively). A record whose
   meaning depends on the line before it (a message-per-line run, a line after a corrupt one) returns ``None``
   and stays with the previous line's group. A chunk holds whole groups.
@@ -16,7 +16,7 @@ Invariants:
 - Chunks of a file are disjoint and cover every line (blank lines included): records read add up to the file's.
 - The plan depends only on the file's bytes, the reader and the target size: reruns give the same chunks.
 - Cost: one pass over the file parsing each line once (no message model, no graph); memory O(lines) integers.
-- Only line-oriented files (JSONL) are split, and only by readers that define ``chunk_key``; any other file is
+- Only line-oriented files (JSONL) are split, and only by readers that define ``chunk_keys``; any other file is
   one unit of work.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ParseError
 from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader
 
-# What ``chunk_key`` returns: the record's conversation keys (``()``: a record independent of all others), or
+# What a reader's key function returns: the record's conversation keys (``()``: a record independent of all others), or
 # ``None``: keep this record with the line before it.
 ChunkKey = tuple[str, ...] | None
 KeyFunction = Callable[[Any], ChunkKey]
@@ -92,9 +92,20 @@ def iter_chunk_lines(path: Path | str, chunk: Chunk) -> Iterator[tuple[int, byte
                 lineno += 1
 
 
-def key_function(reader: Reader) -> KeyFunction | None:
-    fn = getattr(reader, "chunk_key", None)
-    return fn if callable(fn) else None
+def key_function(reader: Reader, path: Path) -> KeyFunction | None:
+    """The reader's key function for this file, or None when the reader (or this file) cannot be cut."""
+    keys_for = getattr(reader, "chunk_keys", None)
+    return keys_for(path) if callable(keys_for) else None
+
+
+@contextmanager
+def whole_file(path: Path) -> Iterator[None]:
+    """Line readers see the whole file again, even inside :func:`reading_chunk` (to look at its first record)."""
+    token = _ACTIVE.set(None)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
 
 
 def is_jsonl(path: Path) -> bool:

@@ -41,7 +41,7 @@ from msgtrain.ingest.base import (
     iter_json_lines,
     load_json_document,
 )
-from msgtrain.ingest.chunks import ChunkKey, active_chunk
+from msgtrain.ingest.chunks import ChunkKey, active_chunk, whole_file
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -340,6 +340,22 @@ def chain_records(first: RawRecord, rest: Iterator[RawRecord]) -> Iterator[RawRe
     """Put a record taken off the front of a stream back in front of it."""
     yield first
     yield from rest
+
+
+def peek_records(path: Path) -> tuple[RawRecord | None, Iterator[RawRecord]]:
+    """(the file's first record, the records to read) for readers that pick their layout from the first record.
+
+    Reading a whole file, the stream is the same one (the first record is not read twice). Reading a chunk
+    (:mod:`msgtrain.ingest.chunks`), the layout still comes from the file's first record, which may not be in the
+    chunk, and the stream is the chunk's records.
+    """
+    if active_chunk(path) is None:
+        records = iter_raw_records(path)
+        first = next(records, None)
+        return first, (chain_records(first, records) if first is not None else iter(()))
+    with whole_file(path):
+        first = next(iter_raw_records(path), None)
+    return first, iter_raw_records(path)
 
 
 def iter_call_records(path: Path, records: Iterable[RawRecord]) -> Iterator[tuple[SourceRef, Any, bytes | str]]:

@@ -21,7 +21,7 @@ from msgtrain.ingest.base import (
     head_objects,
     iter_json_lines,
 )
-from msgtrain.ingest.chunks import ChunkKey
+from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.model.graph import GRAPH_LOG_FORMAT
 from msgtrain.model.graphlog import graphs_from_records
 
@@ -34,7 +34,11 @@ class NativeGraphReader:
     def detect(self, path: Path, head: bytes) -> bool:
         return any(o.get("format") == GRAPH_LOG_FORMAT and o.get("type") == "graph" for o in head_objects(head))
 
-    def chunk_key(self, obj: Any) -> ChunkKey:
+    def chunk_keys(self, path: Path) -> KeyFunction:
+        """Every record of this format is keyed alike (see :mod:`msgtrain.ingest.chunks`)."""
+        return self._chunk_key
+
+    def _chunk_key(self, obj: Any) -> ChunkKey:
         """A graph's records go together (see :mod:`msgtrain.ingest.chunks`); bad records stand alone."""
         gid = obj.get("graph") if isinstance(obj, dict) else None
         return (gid,) if isinstance(gid, str) else ()

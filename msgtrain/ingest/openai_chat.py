@@ -30,7 +30,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.base import ReadEvent
-from msgtrain.ingest.chunks import ChunkKey
+from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -116,7 +116,11 @@ class OpenAIChatReader:
         shape = head_shape(head)
         return any(_has_chat_roles(shape, p) for p in (".role", "[].role", ".messages[].role", ".traj[].role"))
 
-    def chunk_key(self, value: Any) -> ChunkKey:
+    def chunk_keys(self, path: Path) -> KeyFunction:
+        """Every record of this format is keyed alike (see :mod:`msgtrain.ingest.chunks`)."""
+        return self._chunk_key
+
+    def _chunk_key(self, value: Any) -> ChunkKey:
         return conversation_chunk_key(LAYOUT, value)
 
     def read(self, path: Path) -> Iterator[ReadEvent]:

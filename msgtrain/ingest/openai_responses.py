@@ -29,7 +29,8 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.base import ReadEvent, ReadReject, excerpt
-from msgtrain.ingest.call_log import Call, CallLogGroups, session_of
+from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
+from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -38,9 +39,9 @@ from msgtrain.ingest.conversation_files import (
     Step,
     base_graph_id,
     build_linear_graph,
-    chain_records,
+    conversation_chunk_key,
     iter_call_records,
-    iter_raw_records,
+    peek_records,
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import head_shape
@@ -338,14 +339,21 @@ class OpenAIResponsesReader:
                 return True
         return False
 
+    def chunk_keys(self, path: Path) -> KeyFunction | None:
+        """Keys for cutting a huge JSONL file (see :mod:`msgtrain.ingest.chunks`): call records by the conversation
+        key :meth:`read` groups them by plus their ``previous_response_id`` links; item lists by their layout."""
+        first, _ = peek_records(path)
+        if first is None:
+            return None
+        if _calls_layout(first.value):
+            return _ChainKeys()
+        return lambda value: conversation_chunk_key(LAYOUT, value)
+
     def read(self, path: Path) -> Iterator[ReadEvent]:
-        records = iter_raw_records(path)
-        first = next(records, None)
+        first, stream = peek_records(path)
         if first is None:
             return
-        stream = chain_records(first, records)
-        head = first.value[0] if isinstance(first.value, list) and first.value else first.value
-        if isinstance(head, dict) and _call_parts(head) is not None:
+        if _calls_layout(first.value):
             yield from self._read_calls(path, stream)
             return
         yield from read_conversation_file(path, LAYOUT, lambda conv: self.convert(path, conv), stream)
@@ -385,6 +393,55 @@ class OpenAIResponsesReader:
             if isinstance(response.get("id"), str) and added:
                 by_response[response["id"]] = added[-1]
         yield from groups.events()
+
+
+def _calls_layout(first: Any) -> bool:
+    head = first[0] if isinstance(first, list) and first else first
+    return isinstance(head, dict) and _call_parts(head) is not None
+
+
+class _ChainKeys:
+    """Chunk keys of a Responses call log, computed as :meth:`OpenAIResponsesReader._read_calls` groups calls.
+
+    A call is filed under :func:`conversation_key` of its first two context messages, and a call continuing a
+    ``previous_response_id`` takes its history from that response, wherever it was filed. So each call carries
+    its conversation key (computed from the chain: the first two non-instruction messages of a recorded
+    response's path are remembered by response id) and links to its own and its previous response id. Records
+    are fed in file order, as the reader reads them.
+    """
+
+    def __init__(self) -> None:
+        self.heads: dict[str, list[AnyMessage]] = {}  # response id -> first two non-instruction path messages
+
+    def __call__(self, value: Any) -> ChunkKey:
+        parts = _call_parts(value) if isinstance(value, dict) else None
+        if parts is None:
+            return ()  # rejected on its own
+        request, response = parts
+        previous = request.get("previous_response_id")
+        own = response.get("id") if isinstance(response.get("id"), str) else None
+        # Links first: whatever else happens, a call stays with the response it continues.
+        links = [f"response:{x}" for x in (previous, own) if x]
+        history: list[AnyMessage] = []
+        if previous:
+            found = self.heads.get(str(previous))
+            if found is None:
+                return tuple(links)  # the reader rejects it: its context is not in the file
+            history = found
+        converter = ResponsesConverter()
+        for m in history:  # tool outputs in the new input are named by the calls of the history
+            if isinstance(m, OptionCallMessage):
+                converter.call_names.update({c.invocation_id: c.option_name for c in m.calls})
+        try:
+            steps = converter.request_context(request)
+            sample = converter.response_sample(response, request)
+        except (MsgtrainError, ValueError):
+            return tuple(links)
+        instructions = [s.message for s in steps if _from_instructions(s.message)]
+        path = [*history, *(s.message for s in steps[len(instructions) :])]
+        if own is not None and sample is not None:
+            self.heads[own] = [*path, sample.message][:2]
+        return (conversation_key([*instructions, *path][:2], session_of(value, request)), *links)
 
 
 def responses_call(

@@ -35,7 +35,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.base import ReadEvent
-from msgtrain.ingest.chunks import ChunkKey
+from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -366,7 +366,11 @@ class ShareGPTReader:
         lf_parts = shape.has(".messages[].content[].value") or shape.has(".content[].value")
         return lf_parts and bool(types) and types <= LF_CONTENT_TYPES
 
-    def chunk_key(self, value: Any) -> ChunkKey:
+    def chunk_keys(self, path: Path) -> KeyFunction:
+        """Every record of this format is keyed alike (see :mod:`msgtrain.ingest.chunks`)."""
+        return self._chunk_key
+
+    def _chunk_key(self, value: Any) -> ChunkKey:
         return conversation_chunk_key(LAYOUT, value)
 
     def read(self, path: Path) -> Iterator[ReadEvent]:

@@ -193,11 +193,10 @@ OUTPUT_SETTINGS = frozenset(
         "pack_length",
         "rows_per_shard",
         "row_group_size",
-        "chunk_mb",  # rows of a cut file come chunk by chunk: the same rows, another order
     }
 )
 RUN_SETTINGS = frozenset(
-    {"inputs", "output", "rejects", "workers", "engine", "strict", "max_reject_rate", "resume", "quiet"}
+    {"inputs", "output", "rejects", "workers", "chunk_mb", "engine", "strict", "max_reject_rate", "resume", "quiet"}
 )
 
 

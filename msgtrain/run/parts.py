@@ -9,6 +9,9 @@ Invariants:
   applied later, at assembly, and never invalidate parts.
 - A part is published into the state directory with one rename of a complete directory: a killed worker leaves a
   stray temp directory (removed later), never a half part.
+- Order: a part's rejects are in file order (:func:`reject_order`); its samples are in the reader's order, which
+  for every reader that can be cut into chunks is the order of each conversation's first line. So a file's chunks
+  merge back into exactly the whole file's part (:func:`merge_chunk_tables`, :func:`merge_chunk_rejects`).
 - Accounting inside a part already satisfies: records read = converted + rejected + skipped and
   turns found = trained + dropped (trained counted before the length policy).
 """
@@ -16,14 +19,17 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -215,7 +221,47 @@ def convert_file(
                 SourceRef(str(path), "file"), MsgtrainError(f"{type(e).__name__}: {e}", code="unreadable_file")
             )
         )
+    rejects.sort(key=reject_order)
     return samples, stats, rejects
+
+
+def reject_order(line: str) -> tuple[int, int, str]:
+    """Rejects of one file in file order: the file itself, then lines (by number), then items and the rest."""
+    record = str(json.loads(line).get("record", ""))
+    kind, _, number = record.partition(" ")
+    if record == "file":
+        return 0, 0, ""
+    if number.isdigit():
+        return (1 if kind == "line" else 2), int(number), kind
+    return 3, 0, record
+
+
+def source_line(source: str) -> int:
+    """The line number in a sample's source (``path:17``; 0 when it names no line)."""
+    tail = source.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+def merge_chunk_tables(tables: list[pa.Table], batch_rows: int) -> Iterator[pa.Table]:
+    """The samples of a file's chunks (given in chunk order) in the order of the whole file, ``batch_rows`` at a time.
+
+    Converting a whole file gives its conversations in the order of their first line, each conversation's samples
+    together; a chunk does the same for its conversations. A stable sort of the chunks' samples by first line
+    therefore gives the whole file's order. Only the (memory-mapped) tables' source column is read to sort; rows
+    are taken a batch at a time.
+    """
+    merged = pa.concat_tables(tables)
+    lines = np.fromiter(
+        (source_line(s) for s in merged.column("source").to_pylist()), dtype=np.int64, count=merged.num_rows
+    )
+    order = np.argsort(lines, kind="stable")
+    for start in range(0, len(order), batch_rows):
+        yield merged.take(pa.array(order[start : start + batch_rows]))
+
+
+def merge_chunk_rejects(texts: list[str]) -> Iterator[str]:
+    """The rejects of a file's chunks (each in file order) merged into file order."""
+    return heapq.merge(*(text.splitlines(keepends=True) for text in texts), key=reject_order)
 
 
 def _graph_error(ev: ReadGraph) -> MsgtrainError | None:

@@ -25,7 +25,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
@@ -40,12 +40,15 @@ from msgtrain.ingest.base import detect_format, get_reader
 from msgtrain.ingest.chunks import Chunk, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.parts import (
+    PART_FILE,
     Job,
     LinearizeSettings,
     PartStats,
     convert_file,
     file_digest,
     is_complete,
+    merge_chunk_rejects,
+    merge_chunk_tables,
     part_key,
     read_part,
     write_part,
@@ -268,6 +271,22 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     return data
 
 
+def _file_groups(parts_dir: Path, keys: list[str]) -> Iterator[list[str]]:
+    """Consecutive keys of one input file (its chunks, in chunk order; ``keys`` are sorted that way)."""
+    group: list[str] = []
+    current: tuple[str, str] | None = None
+    for key in keys:
+        meta = json.loads((parts_dir / key / PART_FILE).read_text(encoding="utf-8"))
+        ident = (meta["source"], meta["digest"])
+        if group and ident != current:
+            yield group
+            group = []
+        group.append(key)
+        current = ident
+    if group:
+        yield group
+
+
 def _plan_chunks(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list[Chunk]:
     """Chunks of a JSONL log above ``chunk_bytes`` whose reader can key its records; [] = one unit of work.
 
@@ -277,8 +296,8 @@ def _plan_chunks(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> l
         if chunk_bytes <= 0 or path.stat().st_size <= chunk_bytes:
             return []
         reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
-        keys = key_function(reader)
-        if keys is None or not is_jsonl(path):
+        keys = key_function(reader, path) if is_jsonl(path) else None
+        if keys is None:
             return []
         return plan_chunks(path, keys, chunk_bytes)
     except (MsgtrainError, OSError):
@@ -354,43 +373,54 @@ def _assemble(
         tokens = trained_tokens = engine_tokens = samples = 0
         length_dropped_turns: Counter[str] = Counter()
         sources: set[str] = set()
+        done_parts = 0
         with open(rejects_path, "w", encoding="utf-8") as rejects:
-            for i, key in enumerate(keys):
-                meta, table, rejected = read_part(parts_dir / key)
-                sources.add(meta["source"])
-                stats.add(PartStats.from_json(meta["stats"]))
-                rejects.write(rejected)
-                table, _, dropped_turns = apply_length_policy(
-                    table,
-                    max_length=cfg.max_length,
-                    overflow=cfg.overflow,
-                    allow_partial_turns=cfg.allow_partial_turns,
-                    stats=length,
-                )
-                length_dropped_turns.update(dropped_turns)
-                if table.num_rows == 0:
-                    continue
-                cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
-                for split, part in splitter.split_table(table).items():
-                    if part.num_rows:
-                        writer.write(split, part)
-                        by_split[split] += part.num_rows
-                samples += table.num_rows
-                tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
-                trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
-                engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
-                for bucket, column in ((by_policy, "policy"), (by_source, "source")):
-                    for name, c in _group_counts(table, column).items():
-                        if column == "source":
-                            name = name.rsplit(":", 1)[0].split(" (")[0]
-                        bucket.setdefault(name, Counter()).update(c)
+            for group in _file_groups(parts_dir, keys):
+                read = [read_part(parts_dir / key) for key in group]
+                for meta, _, _ in read:
+                    sources.add(meta["source"])
+                    stats.add(PartStats.from_json(meta["stats"]))
+                done_parts += len(group)
+                if len(group) == 1:
+                    rejects.write(read[0][2])
+                    tables: Iterable[pa.Table] = [read[0][1]]
+                else:  # the chunks of one file, put back in the order converting the whole file gives
+                    rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
+                    tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
+                for table in tables:
+                    table, _, dropped_turns = apply_length_policy(
+                        table,
+                        max_length=cfg.max_length,
+                        overflow=cfg.overflow,
+                        allow_partial_turns=cfg.allow_partial_turns,
+                        stats=length,
+                    )
+                    length_dropped_turns.update(dropped_turns)
+                    if table.num_rows == 0:
+                        continue
+                    cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
+                    for split, part in splitter.split_table(table).items():
+                        if part.num_rows:
+                            writer.write(split, part)
+                            by_split[split] += part.num_rows
+                    samples += table.num_rows
+                    tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
+                    trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
+                    engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
+                    for bucket, column in ((by_policy, "policy"), (by_source, "source")):
+                        for name, c in _group_counts(table, column).items():
+                            if column == "source":
+                                name = name.rsplit(":", 1)[0].split(" (")[0]
+                            bucket.setdefault(name, Counter()).update(c)
                 if progress:
-                    progress("assemble", {"index": i + 1, "total": len(keys), "samples": samples, "tokens": tokens})
+                    progress(
+                        "assemble", {"index": done_parts, "total": len(keys), "samples": samples, "tokens": tokens}
+                    )
         outputs = writer.close()
         turns_dropped = stats.turns_dropped + length_dropped_turns
         data = {
             "msgtrain_version": __version__,
-            "files": {"read": len(sources), "parts": len(keys), "ignored": ignored},
+            "files": {"read": len(sources), "ignored": ignored},
             "records": {
                 "read": stats.records_read,
                 "converted": stats.records_converted,
