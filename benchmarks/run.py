@@ -452,7 +452,6 @@ def huge_run(root: Path, pool: gen.ContentPool, megabytes: float, workers: Seque
                             f.write(line.replace(f'"session_id": "{base[i].session}"', f'"session_id": "c{k}-{i}"'))
                             f.write("\n")
     size_mb = path.stat().st_size / 2**20
-    chunk = max(1, round(size_mb / 4))
     lines = [
         f"one per-call log of {size_mb:.0f} MB ({copies * len(base)} conversations of 32 turns, qwen2.5):",
         "| chunks | workers | wall s | RSS largest process MB | RSS process tree MB | output |",
@@ -460,14 +459,17 @@ def huge_run(root: Path, pool: gen.ContentPool, megabytes: float, workers: Seque
     ]
     print("\n".join(lines), flush=True)
     digests: dict[str, str] = {}
-    for label, extra in (("whole", ["--chunk-mb", "0"]), (f"{chunk} MB", ["--chunk-mb", str(chunk)])):
+    sizes = [("whole", "0")] + [(f"{size_mb / n:.0f} MB", f"{size_mb / n + 0.5:.1f}") for n in (4, 8)]
+    for label, chunk_mb in sizes:
+        extra = ["--chunk-mb", chunk_mb]
         for w in workers:
             with tempfile.TemporaryDirectory(dir=root) as tmp:
                 res = run_convert(path.parent, Path(tmp) / "out", "qwen2.5", w, extra)
+                parts = len(list((Path(tmp) / ".out.msgtrain-state" / "parts").iterdir()))
             digests[f"{label} j{w}"] = res.digest
             same = "same as whole j1" if res.digest == next(iter(digests.values())) else "DIFFERS"
             lines.append(
-                f"| {label} ({res.report['files']['parts']}) | {w} | {res.seconds:.1f} | {res.max_rss_mb:.0f} |"
+                f"| {label} ({parts}) | {w} | {res.seconds:.1f} | {res.max_rss_mb:.0f} |"
                 f" {res.tree_rss_mb:.0f} | {same} |"
             )
             print(lines[-1], flush=True)

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from msgtrain.errors import MsgtrainError, ParseError
 from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader
 
@@ -203,40 +205,34 @@ def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]
             line_group.append(g)
             prev = g
     offsets.append(pos)
-    n_lines = len(line_group)
-    # Bytes per root group, roots in order of their first line.
-    order: list[int] = []
-    group_bytes: dict[int, int] = {}
-    for i in range(n_lines):
-        root = groups.find(line_group[i])
-        line_group[i] = root
-        length = offsets[i + 1] - offsets[i]
-        if root in group_bytes:
-            group_bytes[root] += length
-        else:
-            group_bytes[root] = length
-            order.append(root)
+    # Every line's group → its root. A root is the oldest group of its set, and groups are created in line order,
+    # so ordering roots by number orders conversations by their first line.
+    parent = np.frombuffer(groups.parent, dtype=np.int64).copy()
+    while True:  # pointer jumping until every group points at its root (union-find left short paths)
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            break
+        parent = grand
+    root = parent[np.frombuffer(line_group, dtype=np.int64)]
+    bounds = np.frombuffer(offsets, dtype=np.int64)
+    group_bytes = np.bincount(root, weights=np.diff(bounds), minlength=len(parent)).astype(np.int64)
+    # A conversation goes to the chunk its first byte falls in, on an even grid of the file's bytes (conversations
+    # laid end to end in first-line order): chunks end up near the target size unless one conversation is larger
+    # (it is never cut).
     count = -(-pos // target_bytes)
-    chunk_of: dict[int, int] = {}
-    done = 0
-    for root in order:
-        # A group goes to the chunk its first byte falls in, on an even grid of the file's bytes: chunks end up
-        # near target size unless one conversation is larger than that (it is never cut).
-        chunk_of[root] = min(count - 1, done * count // pos)
-        done += group_bytes[root]
-    used = sorted(set(chunk_of.values()))
+    before = np.cumsum(group_bytes) - group_bytes
+    chunk_of_group = np.minimum(count - 1, before * count // pos)
+    line_chunk = chunk_of_group[root]
+    used, line_chunk = np.unique(line_chunk, return_inverse=True)
     if len(used) <= 1:
         return []
-    renumber = {s: i for i, s in enumerate(used)}
+    # Runs of consecutive lines in the same chunk become (start byte, end byte, first line number).
+    starts = np.flatnonzero(np.diff(line_chunk, prepend=-1))
+    ends = np.append(starts[1:], len(line_chunk))
     runs: list[list[tuple[int, int, int]]] = [[] for _ in used]
     sizes = [0] * len(used)
-    i = 0
-    while i < n_lines:
-        s = renumber[chunk_of[line_group[i]]]
-        j = i + 1
-        while j < n_lines and renumber[chunk_of[line_group[j]]] == s:
-            j += 1
-        runs[s].append((offsets[i], offsets[j], i + 1))
-        sizes[s] += offsets[j] - offsets[i]
-        i = j
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        c = int(line_chunk[a])
+        runs[c].append((int(bounds[a]), int(bounds[b]), a + 1))
+        sizes[c] += int(bounds[b] - bounds[a])
     return [Chunk(k, len(used), tuple(r), sizes[k]) for k, r in enumerate(runs)]

@@ -25,7 +25,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.base import detect_format, get_reader
-from msgtrain.ingest.chunks import Chunk, is_jsonl, key_function, plan_chunks
+from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.parts import (
     PART_FILE,
@@ -137,26 +137,40 @@ def _run_parts(
     parts_dir: Path,
     workers: int,
     on_done: Callable[[Job, PartStats], None],
+    plans: Sequence[tuple[Path, str]] = (),
+    chunk_bytes: int = 0,
+    on_plan: Callable[[Path, str, list[Chunk]], list[Job]] | None = None,
 ) -> None:
-    if workers <= 1 or len(jobs) <= 1:
+    """Convert ``jobs``; files in ``plans`` are first cut into chunks by a worker (``on_plan`` registers them and
+    returns the chunk jobs still to convert), then their chunks convert like any job."""
+    if workers <= 1 or (len(jobs) <= 1 and not plans):
         for job in jobs:
             on_done(job, PartStats.from_json(_convert_to_part(job, settings, str(parts_dir))))
         return
     ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
-        pending: dict[Future[dict[str, Any]], Job] = {}
-        # Largest first (longest-processing-time order): a big file started last would leave the other workers
-        # idle at the end. Output order does not depend on it: parts are assembled in sorted order.
-        queue = sorted(jobs, key=lambda job: -job.size)
+        pending: dict[Future[Any], Job | tuple[Path, str]] = {}
+        # Plans first (their chunks are the biggest work), then largest first (longest-processing-time order): a
+        # big file started last would leave the other workers idle at the end. Output order does not depend on
+        # it: parts are assembled in sorted order.
+        queue: list[Job | tuple[Path, str]] = [*plans, *sorted(jobs, key=lambda job: -job.size)]
         try:
             while queue or pending:
                 while queue and len(pending) < workers * 2:
-                    job = queue.pop(0)
-                    pending[pool.submit(_convert_to_part, job, settings, str(parts_dir))] = job
+                    item = queue.pop(0)
+                    if isinstance(item, Job):
+                        pending[pool.submit(_convert_to_part, item, settings, str(parts_dir))] = item
+                    else:
+                        pending[pool.submit(plan_file, item[0], settings, chunk_bytes)] = item
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    job = pending.pop(fut)
-                    on_done(job, PartStats.from_json(fut.result()))
+                for fut in sorted(done, key=lambda f: isinstance(pending[f], Job)):
+                    item = pending.pop(fut)
+                    if isinstance(item, Job):
+                        on_done(item, PartStats.from_json(fut.result()))
+                    else:
+                        assert on_plan is not None
+                        chunk_jobs: list[Job] = sorted(on_plan(*item, fut.result()), key=lambda job: -job.size)
+                        queue[:0] = chunk_jobs
         except BaseException:
             for fut in pending:
                 fut.cancel()
@@ -197,13 +211,17 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         shutil.rmtree(stray, ignore_errors=True)
 
     jobs: list[Job] = []
-    reused = 0
+    plans: list[tuple[Path, str]] = []
+    reused = converted = 0
     total_parts = 0
     chunk_bytes = int(cfg.chunk_mb * (1 << 20))
-    for f in files:
-        digest = file_digest(f)
-        units: list[Chunk | None] = [*_plan_chunks(f, settings, chunk_bytes)] or [None]
+
+    def add_jobs(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
+        """Register the parts of one file (whole, or its chunks); return those still to convert."""
+        nonlocal reused, converted, total_parts
+        units: list[Chunk | None] = [*chunks] or [None]
         keys_of_file = set()
+        todo = []
         for chunk in units:
             label = f"{chunk.index}/{chunk.count}/{chunk_bytes}" if chunk is not None else ""
             key = part_key(f, digest, skey, label)
@@ -216,11 +234,29 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
             if cfg.resume and is_complete(parts_dir / key):
                 reused += 1
             else:
-                jobs.append(Job(f, key, meta, chunk))
+                todo.append(Job(f, key, meta, chunk))
+        converted += len(todo)
         # A file that changed since it was converted replaces its old parts; files that disappeared (rotated
         # logs) keep theirs, so the published dataset stays the union of everything converted.
         for old in [k for k, m in manifest.items() if m["source"] == str(f) and k not in keys_of_file]:
             del manifest[old]
+        return todo
+
+    # With a local worker pool, huge files are planned by the workers (planning is a pass over the file), while
+    # other files convert; otherwise here.
+    plan_in_workers = cfg.engine == "local" and cfg.workers > 1
+    for f in files:
+        digest = file_digest(f)
+        if plan_in_workers and _chunkable(f, settings, chunk_bytes):
+            plans.append((f, digest))
+        else:
+            jobs += add_jobs(f, digest, plan_file(f, settings, chunk_bytes))
+
+    def on_plan(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
+        todo = add_jobs(f, digest, chunks)
+        _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
+        return todo
+
     running = PartStats()
     done_files = reused
 
@@ -252,7 +288,7 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
 
             run_parts_ray(jobs, settings, parts_dir, on_done)
         else:
-            _run_parts(jobs, settings, parts_dir, cfg.workers, on_done)
+            _run_parts(jobs, settings, parts_dir, cfg.workers, on_done, plans, chunk_bytes, on_plan)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted after {done_files} of {total_parts} parts; finished parts are kept",
@@ -263,7 +299,7 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
     )
     data = _assemble(cfg, out, tok, parts_dir, keys, ignored, progress)
-    data["resume"] = {"parts": len(keys), "reused": reused, "converted": len(jobs)}
+    data["resume"] = {"parts": len(keys), "reused": reused, "converted": converted}
     data["seconds"] = round(time.perf_counter() - started, 3)
     data["outputs"]["rejects"] = (
         (str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")) if data["records"]["rejected"] else None
@@ -287,18 +323,30 @@ def _file_groups(parts_dir: Path, keys: list[str]) -> Iterator[list[str]]:
         yield group
 
 
-def _plan_chunks(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list[Chunk]:
-    """Chunks of a JSONL log above ``chunk_bytes`` whose reader can key its records; [] = one unit of work.
+def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> KeyFunction | None:
+    """The reader's chunk keys for a JSONL log above ``chunk_bytes``; None when the file stays one unit of work.
 
-    A file that cannot be planned (no reader recognises it, unreadable) is left whole: its worker reports it.
+    A file that cannot be looked at (no reader recognises it, unreadable) is left whole: its worker reports it.
     """
     try:
-        if chunk_bytes <= 0 or path.stat().st_size <= chunk_bytes:
-            return []
+        if chunk_bytes <= 0 or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
+            return None
         reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
-        keys = key_function(reader, path) if is_jsonl(path) else None
-        if keys is None:
-            return []
+        return key_function(reader, path)
+    except (MsgtrainError, OSError):
+        return None
+
+
+def _chunkable(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> bool:
+    return _key_function(path, settings, chunk_bytes) is not None
+
+
+def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list[Chunk]:
+    """Chunks of a JSONL log above ``chunk_bytes`` whose reader can key its records; [] = one unit of work."""
+    keys = _key_function(path, settings, chunk_bytes)
+    if keys is None:
+        return []
+    try:
         return plan_chunks(path, keys, chunk_bytes)
     except (MsgtrainError, OSError):
         return []
