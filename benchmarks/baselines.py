@@ -72,14 +72,14 @@ def read_native(path: Path) -> Iterator[Call]:
                 if rec["origin"] == "sampled" and msg["role"] == "assistant":
                     turns.append((rec["graph"], rec["id"], rec["env_id"]))
     for graph, nid, env_id in turns:
-        path: list[dict[str, Any]] = []
+        chain: list[dict[str, Any]] = []
         cur: str | None = nid
         while cur is not None:
             parent, msg = nodes[cur]
-            path.append(msg)
+            chain.append(msg)
             cur = parent
-        path.reverse()
-        yield Call(graph, path, envs.get(env_id, []))
+        chain.reverse()
+        yield Call(graph, chain, envs.get(env_id, []))
 
 
 def read_any(path: Path) -> Iterator[Call]:

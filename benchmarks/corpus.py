@@ -155,7 +155,7 @@ def load_pool(real_logs: Path) -> ContentPool:
             blocks = msg.get("content") if isinstance(msg, dict) else None
             for b in blocks if isinstance(blocks, list) else []:
                 kind = b.get("type") if isinstance(b, dict) else None
-                if kind == "text" and msg.get("role") == "assistant":
+                if kind == "text" and isinstance(msg, dict) and msg.get("role") == "assistant":
                     pool.add("assistant", b.get("text"))
                 elif kind == "thinking":
                     pool.add("reasoning", b.get("thinking"))

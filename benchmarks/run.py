@@ -21,6 +21,7 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")  # before tokenizers is imported
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse
+import functools
 import hashlib
 import itertools
 import json
@@ -215,11 +216,12 @@ def _warm_worker(tokenizer: str | None, template: str | None) -> int:
     return os.getpid()
 
 
-def child_convert(timing: Path, argv: list[str]) -> int:
+def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
     """``msgtrain convert ARGV`` in this process, timing the command apart from process and worker-pool start.
 
     With ``--workers N > 1`` the pool the pipeline would start is started here first and warmed (each worker loads
     the tokenizer) before the clock starts; the pipeline then gets that pool. Its start is quoted separately.
+    With ``warm=False`` the command runs as a user would run it (the pipeline starts its own pool).
     """
     import importlib
     from concurrent.futures import ProcessPoolExecutor
@@ -237,7 +239,7 @@ def child_convert(timing: Path, argv: list[str]) -> int:
     workers = int(opts.get("--workers", "1"))
     pool_start = 0.0
     used: list[bool] = []
-    if workers > 1:
+    if workers > 1 and warm:
         t = time.perf_counter()
         pool = ProcessPoolExecutor(
             max_workers=workers, mp_context=get_context("spawn"), initializer=pipeline._worker_init
@@ -249,7 +251,7 @@ def child_convert(timing: Path, argv: list[str]) -> int:
             used.append(len(pids) == workers)
             return pool
 
-        pipeline.ProcessPoolExecutor = warm_pool  # type: ignore[attr-defined,assignment]
+        vars(pipeline)["ProcessPoolExecutor"] = warm_pool  # the pipeline's next pool is this warm one
     started = time.perf_counter()
     rc = cli_main(["convert", *argv])
     data = {"convert": time.perf_counter() - started, "pool_start": pool_start, "warm_pool": all(used) and bool(used)}
@@ -257,13 +259,16 @@ def child_convert(timing: Path, argv: list[str]) -> int:
     return rc
 
 
-def run_convert(inputs: Path, out: Path, template: str, workers: int, extra: Sequence[str] = ()) -> ProcResult:
+def run_convert(
+    inputs: Path, out: Path, template: str, workers: int, extra: Sequence[str] = (), warm: bool = True
+) -> ProcResult:
     tpl = TEMPLATES[template][0]
     args = [str(inputs), "-o", str(out), "-q", "--tokenizer", str(TOKENIZER), "--workers", str(workers), *extra]
     if tpl is not None:
         args += ["--chat-template", str(tpl)]
     timing = out.with_name(out.name + ".timing.json")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child-convert", str(timing), "--", *args]
+    child = "--child-convert" if warm else "--child-convert-cold"
+    cmd = [sys.executable, str(Path(__file__).resolve()), child, str(timing), "--", *args]
     seconds, max_rss, tree_rss = run_measured(cmd)
     report = json.loads((out / "report.json").read_text())
     inner = json.loads(timing.read_text())
@@ -464,7 +469,8 @@ def huge_run(root: Path, pool: gen.ContentPool, megabytes: float, workers: Seque
         extra = ["--chunk-mb", chunk_mb]
         for w in workers:
             with tempfile.TemporaryDirectory(dir=root) as tmp:
-                res = run_convert(path.parent, Path(tmp) / "out", "qwen2.5", w, extra)
+                # As a user runs it: the pool starts while the parent reads, and a worker plans the file.
+                res = run_convert(path.parent, Path(tmp) / "out", "qwen2.5", w, extra, warm=False)
                 parts = len(list((Path(tmp) / ".out.msgtrain-state" / "parts").iterdir()))
             digests[f"{label} j{w}"] = res.digest
             same = "same as whole j1" if res.digest == next(iter(digests.values())) else "DIFFERS"
@@ -517,8 +523,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--child-convert"]:
-        return child_convert(Path(argv[1]), argv[3:])
+    if argv[:1] in (["--child-convert"], ["--child-convert-cold"]):
+        return child_convert(Path(argv[1]), argv[3:], warm=argv[0] == "--child-convert")
     args = _parse(argv)
     real_logs = SHARED / "real_logs"
     if not real_logs.is_dir() or not TOKENIZER.is_dir():
@@ -563,16 +569,16 @@ def main(argv: list[str] | None = None) -> int:
                 built = time.perf_counter() - t0
                 row = Row(spec.name, template, fmt, turns, spec.conversations, len(list(path.glob("*.jsonl"))), 0.0)
                 row.mb_in = dir_bytes(path) / 2**20
-                row.floor_s, fl = median_time(lambda p=path, h=hf: floor(p, h), args.repeat)
+                row.floor_s, fl = median_time(functools.partial(floor, path, hf), args.repeat)
                 row.floor_tokens = fl.tokens
                 if not args.no_naive and (template, turns) not in naive_cache:
                     subset = min(spec.conversations, max(1, args.naive_budget // turns))
                     calls_path = build_corpus(CorpusSpec(template, "calls", turns, subset), root, pool, tokenizers)
-                    naive_s, _ = median_time(lambda p=calls_path, h=hf: naive(p, h), args.repeat)
+                    naive_s, _ = median_time(functools.partial(naive, calls_path, hf), args.repeat)
                     naive_cache[(template, turns)] = (naive_s * spec.conversations / subset, subset)
                 if (template, turns) in naive_cache:
                     row.naive_s, row.naive_measured_on = naive_cache[(template, turns)]
-                digests = set()
+                digests: set[str] = set()
                 for w in args.workers:
                     runs = []
                     for _ in range(args.repeat):
