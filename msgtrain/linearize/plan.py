@@ -147,7 +147,7 @@ class _GraphLinearizer:
             n = len(b.text) if text.startswith(b.text) else _lcp(b.text, text)
             if n > best_len:
                 best, best_len = b, n
-        return self.tok.encode_from(best, text, marked)
+        return self.tok.encode_from(best, text, marked, lcp=best_len if best is not None else None)
 
     def _trim_completion(self, raw: np.ndarray) -> np.ndarray:
         """Up to and including the first stop token after which only template trailer follows."""

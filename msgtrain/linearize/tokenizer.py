@@ -427,15 +427,17 @@ class TokenizerBundle:
         cm, tm = self._marks(text, ids)
         return Encoded(text, ids, cm, tm)
 
-    def encode_from(self, base: Encoded | None, text: str, marked: bool = False) -> Encoded:
+    def encode_from(self, base: Encoded | None, text: str, marked: bool = False, lcp: int | None = None) -> Encoded:
         """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix.
 
         With ``marked`` the text is a rendering with marked content (see :meth:`encode_marked`); boundaries are
-        then the template's own control tokens only, which always lie outside marked content.
+        then the template's own control tokens only, which always lie outside marked content. ``lcp``, when the
+        caller already knows it, is the length of the common prefix of ``base.text`` and ``text``.
         """
         if base is None or not self.boundary_reuse or base.char_marks.shape[0] == 0:
             return self.encode_full(text, marked)
-        lcp = common_prefix_len(base.text, text)
+        if lcp is None:
+            lcp = common_prefix_len(base.text, text)
         k = int(np.searchsorted(base.char_marks, lcp, side="right"))
         if k == 0:
             return self.encode_full(text, marked)
@@ -499,18 +501,21 @@ class TokenizerBundle:
 
 def common_prefix_len(a: str, b: str) -> int:
     """Length of the longest common prefix, by galloping + binary search over C-level slice compares."""
+    # The usual case, one text extending the other, compared in place (a slice would copy the text first).
+    if len(a) <= len(b) and b.startswith(a):
+        return len(a)
+    if len(b) < len(a) and a.startswith(b):
+        return len(b)
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
     lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
     step = 256
-    while step < hi and a[:step] == b[:step]:
+    while step < hi and b.startswith(a[:step]):
         lo = step
         step *= 4
     hi = min(hi, step)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
+        if b.startswith(a[lo:mid], lo):
             lo = mid
         else:
             hi = mid
