@@ -23,6 +23,6 @@ test: install-test lint typecheck
 	$(PY) -m pytest
 
 bench:
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/run.py --repeat 1
 
 all: test

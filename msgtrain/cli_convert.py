@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         chunk_mb: float = typer.Option(
             None,
             "--chunk-mb",
-            help="Cut a JSONL log larger than this (MiB) into chunks of whole conversations (default 64; 0 = never).",
+            help="Cut a JSONL log larger than this (MiB) into chunks of whole conversations (default 32; 0 = never).",
         ),
         resume: bool = typer.Option(
             None, "--resume/--no-resume", help="Reuse files already converted with the same settings."

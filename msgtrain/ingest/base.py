@@ -112,6 +112,19 @@ def read_head(path: Path) -> bytes:
         return f.read(HEAD_BYTES)
 
 
+def first_two_lines(path: Path) -> tuple[bytes, bytes]:
+    """The first two non-blank lines of a file (``b""`` where there is none): what decides JSONL or one document."""
+    first = second = b""
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            if first:
+                return first, line
+            first = line
+    return first, second
+
+
 def head_objects(head: bytes, limit: int = 16) -> list[dict[str, Any]]:
     """Up to ``limit`` JSON-object lines parsed from a head (JSONL), skipping lines that do not parse.
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from msgtrain.errors import MsgtrainError, ParseError
-from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader
+from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader, first_two_lines
 
 # What a reader's key function returns: the record's conversation keys (``()``: a record independent of all others), or
 # ``None``: keep this record with the line before it.
@@ -112,15 +112,7 @@ def whole_file(path: Path) -> Iterator[None]:
 
 def is_jsonl(path: Path) -> bool:
     """The same rule as the readers: the file is JSONL when its first two non-blank lines are separate records."""
-    first = second = b""
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            if first:
-                second = line
-                break
-            first = line
+    first, second = first_two_lines(path)
     if not second:
         return False
     try:

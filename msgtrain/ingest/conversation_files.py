@@ -38,6 +38,7 @@ from msgtrain.ingest.base import (
     ReadSkip,
     SourceRef,
     excerpt,
+    first_two_lines,
     iter_json_lines,
     load_json_document,
 )
@@ -74,15 +75,7 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
         for lineno, raw, obj in iter_json_lines(path):
             yield RawRecord(SourceRef(str(path), f"line {lineno}"), obj, raw)
         return
-    first = second = b""
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            if first:
-                second = line
-                break
-            first = line
+    first, second = first_two_lines(path)
     if not first:
         return
     parsed = _parse(first)

@@ -63,7 +63,7 @@ class ConvertConfig(BaseModel):
     # how to run
     workers: int = Field(1, gt=0)
     chunk_mb: float = Field(
-        64,
+        32,
         ge=0,
         description="cut a JSONL log larger than this (MiB) into chunks of whole conversations; 0 = never",
     )
