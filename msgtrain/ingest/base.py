@@ -196,6 +196,11 @@ def get_reader(name: str) -> Reader:
         raise FormatError(f"unknown input format {name!r}", hint=f"known formats: {', '.join(REGISTRY)}") from None
 
 
+def _numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    with open(path, "rb") as f:
+        yield from enumerate(f, 1)
+
+
 def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainError]]:
     """(line number, raw bytes, parsed object or the ParseError) for each non-blank line; streams.
 
@@ -204,43 +209,42 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
     from msgtrain.ingest.chunks import active_chunk, iter_chunk_lines
 
     chunk = active_chunk(path)
-    with open(path, "rb") as f:
-        for lineno, raw in iter_chunk_lines(path, chunk) if chunk is not None else enumerate(f, 1):
-            if not raw.strip():
-                continue
-            where = f"{path}:{lineno}"
-            if len(raw) > MAX_RECORD_BYTES:
-                yield (
-                    lineno,
-                    raw[:EXCERPT_BYTES],
-                    ParseError(
-                        f"record of {len(raw)} bytes exceeds the {MAX_RECORD_BYTES} byte limit",
-                        where=where,
-                        code="record_too_large",
-                    ),
-                )
-                continue
-            try:
-                yield lineno, raw, json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                yield (
-                    lineno,
-                    raw,
-                    ParseError(f"invalid UTF-8 at byte {e.start}", where=where, code="bad_utf8"),
-                )
-            except json.JSONDecodeError as e:
-                truncated = not raw.endswith(b"\n")
-                yield (
-                    lineno,
-                    raw,
-                    ParseError(
-                        ("truncated last line: " if truncated else "invalid JSON: ") + e.msg,
-                        where=where,
-                        code="truncated_line" if truncated else "bad_json",
-                    ),
-                )
-            except RecursionError:
-                yield lineno, raw, ParseError("JSON nested too deeply", where=where, code="too_deep")
+    for lineno, raw in iter_chunk_lines(path, chunk) if chunk is not None else _numbered_lines(path):
+        if not raw.strip():
+            continue
+        where = f"{path}:{lineno}"
+        if len(raw) > MAX_RECORD_BYTES:
+            yield (
+                lineno,
+                raw[:EXCERPT_BYTES],
+                ParseError(
+                    f"record of {len(raw)} bytes exceeds the {MAX_RECORD_BYTES} byte limit",
+                    where=where,
+                    code="record_too_large",
+                ),
+            )
+            continue
+        try:
+            yield lineno, raw, json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            yield (
+                lineno,
+                raw,
+                ParseError(f"invalid UTF-8 at byte {e.start}", where=where, code="bad_utf8"),
+            )
+        except json.JSONDecodeError as e:
+            truncated = not raw.endswith(b"\n")
+            yield (
+                lineno,
+                raw,
+                ParseError(
+                    ("truncated last line: " if truncated else "invalid JSON: ") + e.msg,
+                    where=where,
+                    code="truncated_line" if truncated else "bad_json",
+                ),
+            )
+        except RecursionError:
+            yield lineno, raw, ParseError("JSON nested too deeply", where=where, code="too_deep")
 
 
 def load_json_document(path: Path) -> Any:

@@ -1,4 +1,4 @@
-"""Record-range splitting of huge JSONL logs: one file becomes several *chunks** that convert independently (in
+"""Record-range splitting of huge JSONL logs: one file becomes several *chunks* that convert independently (in
 parallel, in bounded memory) and together give exactly the conversations of the whole file.
 
 A chunk is a set of whole lines of the file — byte runs with their original line numbers — and a reader reads
@@ -11,8 +11,9 @@ Invariants:
   a key are grouped (union-find, so chains such as ``previous_response_id`` join transitively). A record whose
   meaning depends on the line before it (a message-per-line run, a line after a corrupt one) returns ``None``
   and stays with the previous line's group. A chunk holds whole groups.
-- Order: groups are ordered by their first line and cut into consecutive chunks, so concatenating the chunks'
-  outputs in chunk order gives the whole file's conversations in first-line order.
+- Order: groups are ordered by their first line and cut into consecutive chunks; a chunk's conversations come
+  out in first-line order, as the whole file's do, so a stable sort by first line merges the chunks' outputs back
+  into the whole file's (``msgtrain.run.parts.merge_chunk_tables``).
 - Chunks of a file are disjoint and cover every line (blank lines included): records read add up to the file's.
 - The plan depends only on the file's bytes, the reader and the target size: reruns give the same chunks.
 - Cost: one pass over the file parsing each line once (no message model, no graph); memory O(lines) integers.
@@ -36,8 +37,8 @@ import numpy as np
 from msgtrain.errors import MsgtrainError, ParseError
 from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader, first_two_lines
 
-# What a reader's key function returns: the record's conversation keys (``()``: a record independent of all others), or
-# ``None``: keep this record with the line before it.
+# What a reader's key function returns: the record's conversation keys (``()``: a record independent of all
+# others), or ``None``: keep this record with the line before it.
 ChunkKey = tuple[str, ...] | None
 KeyFunction = Callable[[Any], ChunkKey]
 
@@ -52,10 +53,6 @@ class Chunk:
     count: int
     runs: tuple[tuple[int, int, int], ...]
     bytes: int
-
-    @property
-    def label(self) -> str:
-        return f"chunk {self.index + 1} of {self.count}"
 
 
 _ACTIVE: ContextVar[tuple[str, Chunk] | None] = ContextVar("msgtrain_active_chunk", default=None)
