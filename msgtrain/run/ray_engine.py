@@ -6,14 +6,14 @@ Invariants:
   workers do, so the pipeline's deterministic assembly gives output byte-identical to ``--engine local`` (whatever
   the order jobs finish in).
 - Ray Data never infers a schema from the logs: the dataset's rows are the jobs (a pickled :class:`Job`: a path
-  and, for a chunk, its line ranges), and ``map_batches`` reads and parses the log inside the task with msgtrain's
-  own readers (Arrow schema inference on mixed-shape JSON breaks). Each output row is one finished part's files as
-  bytes plus its accounting.
+  and, for a chunk, its line ranges), and ``map_batches`` (tasks of one CPU) reads and parses the log inside the
+  task with msgtrain's own readers (Arrow schema inference on mixed-shape JSON breaks). Each output row is one
+  finished part's files as bytes plus its accounting.
 - Inputs are read by the workers at their path (a shared filesystem on a multi-node cluster); parts come back to
   the driver through Ray's object store and are published into ``parts_dir`` with one rename each, so the output
   and state directories need not be shared.
 - Each task holds one CPU and keeps the tokenizer's own thread pool to one thread (``RAYON_NUM_THREADS=1``); Ray
-  reuses worker processes, which keep their loaded tokenizer across jobs.
+  reuses worker processes, which keep their loaded tokenizer (cached per process) across jobs.
 - A bad file never stops the run (its rejects are in its part); with ``strict`` the first error is raised as the
   original :class:`~msgtrain.errors.MsgtrainError`, not wrapped in Ray's error type.
 """
@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -46,34 +47,30 @@ def convert_job_to_files(job: Job, settings: LinearizeSettings) -> tuple[dict[st
     return stats.to_json(), files
 
 
-class _ConvertBatch:
-    """The ``map_batches`` function: rows of pickled jobs in, rows of finished parts (or a strict error) out."""
-
-    def __init__(self, settings: LinearizeSettings):
-        self.settings = settings
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        for name, value in TASK_ENV.items():  # before the first tokenizer call of this worker process
-            os.environ.setdefault(name, value)
-        out: dict[str, list[Any]] = {"index": [], "stats": [], "files": [], "error": []}
-        for index, payload in zip(batch["index"], batch["job"], strict=True):
-            job: Job = pickle.loads(payload)
-            try:
-                stats, files = convert_job_to_files(job, self.settings)
-                out["stats"].append(json.dumps(stats))
-                out["files"].append(pickle.dumps(files))
-                out["error"].append(b"")
-            except MsgtrainError as e:  # only with strict: a bad record otherwise becomes a reject in the part
-                out["stats"].append("")
-                out["files"].append(b"")
-                out["error"].append(pickle.dumps(e))
-            out["index"].append(int(index))
-        return {
-            "index": np.asarray(out["index"], dtype=np.int64),
-            "stats": np.asarray(out["stats"], dtype=object),
-            "files": np.asarray(out["files"], dtype=object),
-            "error": np.asarray(out["error"], dtype=object),
-        }
+def _convert_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The ``map_batches`` function: rows of pickled (job, settings) in, rows of finished parts (or a strict error)
+    out. Ray reuses worker processes, and the tokenizer is cached per process, so it is loaded once per worker."""
+    for name, value in TASK_ENV.items():  # before the first tokenizer call of this worker process
+        os.environ.setdefault(name, value)
+    out: dict[str, list[Any]] = {"index": [], "stats": [], "files": [], "error": []}
+    for index, payload in zip(batch["index"], batch["job"], strict=True):
+        job, settings = pickle.loads(payload)
+        try:
+            stats, files = convert_job_to_files(job, settings)
+            out["stats"].append(json.dumps(stats))
+            out["files"].append(pickle.dumps(files))
+            out["error"].append(b"")
+        except MsgtrainError as e:  # only with strict: a bad record otherwise becomes a reject in the part
+            out["stats"].append("")
+            out["files"].append(b"")
+            out["error"].append(pickle.dumps(e))
+        out["index"].append(int(index))
+    return {
+        "index": np.asarray(out["index"], dtype=np.int64),
+        "stats": np.asarray(out["stats"], dtype=object),
+        "files": np.asarray(out["files"], dtype=object),
+        "error": np.asarray(out["error"], dtype=object),
+    }
 
 
 def _publish_part(parts_dir: Path, key: str, files: dict[str, bytes]) -> None:
@@ -124,16 +121,15 @@ def run_parts_ray(
         # Largest first, as the local engine, so a big file does not start last; one block per job so jobs
         # spread over the cluster's CPUs.
         order = sorted(jobs, key=lambda job: -job.size)
-        items = [{"index": i, "job": pickle.dumps(job)} for i, job in enumerate(order)]
+        items = [{"index": i, "job": pickle.dumps((job, settings))} for i, job in enumerate(order)]
+        context = ray.data.DataContext.get_current()
+        # msgtrain reports progress itself; Ray Data's progress bars and execution logs (and its notice that the
+        # bars are off) would interleave with it. Its errors still show.
+        context.enable_progress_bars = False
+        context.print_on_execution_start = False
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        parts = ds.map_batches(
-            _ConvertBatch,
-            fn_constructor_args=(settings,),
-            batch_size=1,
-            num_cpus=1,
-            concurrency=(1, max(1, int(ray.cluster_resources().get("CPU", 1)))),
-            runtime_env={"env_vars": TASK_ENV},
-        )
+        parts = ds.map_batches(_convert_batch, batch_size=1, num_cpus=1, runtime_env={"env_vars": TASK_ENV})
         for row in parts.iter_rows():
             if row["error"]:
                 raise pickle.loads(row["error"])
