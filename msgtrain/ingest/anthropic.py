@@ -290,6 +290,21 @@ def _request_env(request: dict[str, Any]) -> Env:
     return Env.make(openai_tools(request.get("tools"), where="request.tools"))
 
 
+def request_context(request: dict[str, Any], conv: AnthropicConverter, at_least: int | None = None) -> list[Step]:
+    """A request's context: its system prompt, then its messages converted in order. With ``at_least``, stop once
+    that many steps exist: a prefix of the full context, since conversion is sequential (the chunk keys use it)."""
+    context: list[Step] = []
+    system = conv.system(request.get("system"))
+    if system is not None:
+        context.append(Step(system))
+    for i, data in enumerate(request["messages"]):
+        if at_least is not None and len(context) >= at_least:
+            break
+        converted, _ = conv.message(data, i)
+        context.extend(Step(m, index=i) for m in converted)
+    return context
+
+
 def request_call(request: Any, response: Any) -> Call:
     """One request/response pair as a :class:`Call` (also used for cassettes)."""
     if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
@@ -300,13 +315,7 @@ def request_call(request: Any, response: Any) -> Call:
             hint="an Anthropic request body carries 'messages'",
         )
     conv = AnthropicConverter()
-    context: list[Step] = []
-    system = conv.system(request.get("system"))
-    if system is not None:
-        context.append(Step(system))
-    for i, data in enumerate(request["messages"]):
-        converted, _ = conv.message(data, i)
-        context.extend(Step(m, index=i) for m in converted)
+    context = request_context(request, conv)
     sample = conv.response(response, request)
     return Call(context, [sample] if sample is not None else [], _request_env(request))
 
@@ -400,19 +409,10 @@ def _pair_chunk_key(value: Any) -> ChunkKey:
     if not isinstance(messages, list):
         return ()
     try:
-        conv = AnthropicConverter()
-        first: list[AnyMessage] = []
-        system = conv.system(request.get("system"))
-        if system is not None:
-            first.append(system)
-        for i, data in enumerate(messages[:2]):
-            if len(first) >= 2:
-                break
-            converted, _ = conv.message(data, i)
-            first.extend(converted)
+        first = request_context(request, AnthropicConverter(), at_least=2)[:2]
     except (MsgtrainError, ValueError):
         return ()
-    return (conversation_key(first[:2], None),)
+    return (conversation_key([s.message for s in first], None),)
 
 
 def _is_pair(value: Any) -> bool:

@@ -428,20 +428,29 @@ class _ChainKeys:
             if found is None:
                 return tuple(links)  # the reader rejects it: its context is not in the file
             history = found
-        converter = ResponsesConverter()
-        for m in history:  # tool outputs in the new input are named by the calls of the history
-            if isinstance(m, OptionCallMessage):
-                converter.call_names.update({c.invocation_id: c.option_name for c in m.calls})
         try:
-            steps = converter.request_context(request)
-            sample = converter.response_sample(response, request)
+            instructions, new_input, sample = _call_pieces(history, request, response)
         except (MsgtrainError, ValueError):
             return tuple(links)
-        instructions = [s.message for s in steps if _from_instructions(s.message)]
-        path = [*history, *(s.message for s in steps[len(instructions) :])]
+        path = [*history, *(s.message for s in new_input)]
         if own is not None and sample is not None:
             self.heads[own] = [*path, sample.message][:2]
-        return (conversation_key([*instructions, *path][:2], session_of(value, request)), *links)
+        first = [*(s.message for s in instructions), *path][:2]
+        return (conversation_key(first, session_of(value, request)), *links)
+
+
+def _call_pieces(
+    history: list[AnyMessage], request: dict[str, Any], response: dict[str, Any]
+) -> tuple[list[Step], list[Step], Step | None]:
+    """(instruction steps, new input steps, sampled step) of a call continuing ``history`` (its earlier path with
+    instructions dropped). The one conversion both :func:`responses_call` and the chunk keys use."""
+    converter = ResponsesConverter()
+    for m in history:  # tool outputs in the new input are named by the calls of the history
+        if isinstance(m, OptionCallMessage):
+            converter.call_names.update({c.invocation_id: c.option_name for c in m.calls})
+    steps = converter.request_context(request)
+    instructions = [s for s in steps if _from_instructions(s.message)]
+    return instructions, steps[len(instructions) :], converter.response_sample(response, request)
 
 
 def responses_call(
@@ -457,7 +466,6 @@ def responses_call(
     ``instructions`` over, so they are dropped from that history and this request's instructions lead the
     context; when they are unchanged the path is the same one and the nodes are shared.
     """
-    converter = ResponsesConverter()
     history: list[AnyMessage] = []
     previous = request.get("previous_response_id")
     if previous:
@@ -471,14 +479,8 @@ def responses_call(
                 hint="the context of this call lives in a response that was not logged; log the whole chain",
             )
         history = [m for m in found if not _from_instructions(m)]
-        for m in history:
-            if isinstance(m, OptionCallMessage):
-                converter.call_names.update({c.invocation_id: c.option_name for c in m.calls})
-    steps = converter.request_context(request)
-    instructions = [s for s in steps if _from_instructions(s.message)]
-    new_input = steps[len(instructions) :]
+    instructions, new_input, sample = _call_pieces(history, request, response)
     context = [*instructions, *(Step(m) for m in history), *new_input]
-    sample = converter.response_sample(response, request)
     env = Env.make(openai_tools(request.get("tools") or response.get("tools"), where="request.tools"))
     return Call(context, [sample] if sample is not None else [], env)
 

@@ -20,12 +20,13 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
@@ -40,7 +41,6 @@ from msgtrain.ingest.base import detect_format, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.parts import (
-    PART_FILE,
     Job,
     LinearizeSettings,
     PartStats,
@@ -298,29 +298,15 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         (k for k, m in manifest.items() if m["settings"] == skey and is_complete(parts_dir / k)),
         key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
     )
-    data = _assemble(cfg, out, tok, parts_dir, keys, ignored, progress)
+    # The parts of one input file (its chunks, in chunk order) are assembled together.
+    groups = [list(g) for _, g in itertools.groupby(keys, key=lambda k: (manifest[k]["source"], manifest[k]["digest"]))]
+    data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
     data["resume"] = {"parts": len(keys), "reused": reused, "converted": converted}
     data["seconds"] = round(time.perf_counter() - started, 3)
     data["outputs"]["rejects"] = (
         (str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")) if data["records"]["rejected"] else None
     )
     return data
-
-
-def _file_groups(parts_dir: Path, keys: list[str]) -> Iterator[list[str]]:
-    """Consecutive keys of one input file (its chunks, in chunk order; ``keys`` are sorted that way)."""
-    group: list[str] = []
-    current: tuple[str, str] | None = None
-    for key in keys:
-        meta = json.loads((parts_dir / key / PART_FILE).read_text(encoding="utf-8"))
-        ident = (meta["source"], meta["digest"])
-        if group and ident != current:
-            yield group
-            group = []
-        group.append(key)
-        current = ident
-    if group:
-        yield group
 
 
 def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> KeyFunction | None:
@@ -386,10 +372,12 @@ def _assemble(
     out: Path,
     tok: Any,
     parts_dir: Path,
-    keys: list[str],
+    groups: list[list[str]],
     ignored: list[str],
     progress: ProgressHook | None,
 ) -> dict[str, Any]:
+    """Write OUT from the parts: ``groups`` are the part keys of each input file (a file's chunks merge back
+    into its order), in the deterministic assembly order."""
     from msgtrain.export.length import LengthStats, apply_length_policy
     from msgtrain.export.split import SplitAssigner
     from msgtrain.export.writer import DatasetWriter
@@ -421,9 +409,9 @@ def _assemble(
         tokens = trained_tokens = engine_tokens = samples = 0
         length_dropped_turns: Counter[str] = Counter()
         sources: set[str] = set()
-        done_parts = 0
+        done_parts, total = 0, sum(map(len, groups))
         with open(rejects_path, "w", encoding="utf-8") as rejects:
-            for group in _file_groups(parts_dir, keys):
+            for group in groups:
                 read = [read_part(parts_dir / key) for key in group]
                 for meta, _, _ in read:
                     sources.add(meta["source"])
@@ -461,9 +449,7 @@ def _assemble(
                                 name = name.rsplit(":", 1)[0].split(" (")[0]
                             bucket.setdefault(name, Counter()).update(c)
                 if progress:
-                    progress(
-                        "assemble", {"index": done_parts, "total": len(keys), "samples": samples, "tokens": tokens}
-                    )
+                    progress("assemble", {"index": done_parts, "total": total, "samples": samples, "tokens": tokens})
         outputs = writer.close()
         turns_dropped = stats.turns_dropped + length_dropped_turns
         data = {
