@@ -15,6 +15,7 @@ from msgtrain.ingest import (
     go_agent,
     lionagi,
     marsys,
+    mini_swe_agent,
     native,
     openai_chat,
     openai_responses,
@@ -23,6 +24,8 @@ from msgtrain.ingest import (
     otel,
     sharegpt,
     swe_agent,
+    tau2_bench,
+    toolbench,
 )
 from msgtrain.ingest.base import REGISTRY, Reader, register
 
@@ -43,6 +46,9 @@ _READERS: list[Reader] = [
     codex.READER,
     gemini_cli.READER,
     swe_agent.READER,
+    mini_swe_agent.READER,
+    tau2_bench.READER,
+    toolbench.READER,
     openhands.READER,
     otel.READER,
     # The generic conversation lists last: ShareGPT turns, then any list of OpenAI-role messages.
