@@ -9,16 +9,29 @@ of trained turns is recounted from the raw JSON with a few lines per format, ind
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from msgtrain.ingest.base import REGISTRY, ReadEvent, ReadGraph, ReadReject, ReadSkip, detect_format, read_head
+from msgtrain.errors import MsgtrainError
+from msgtrain.ingest.base import (
+    REGISTRY,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    detect_format,
+    directory_reader,
+    read_head,
+    unit_directories,
+)
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.validate import validate_graph
-from msgtrain.run.parts import LinearizeSettings, convert_file
+from msgtrain.run.parts import LinearizeSettings, convert_file, file_digest
+from msgtrain.run.pipeline import discover_inputs
 from tests.conftest import shared_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,6 +100,34 @@ GOLDEN: dict[str, tuple[str, list[tuple[str, list[str]]], dict[str, int], int]] 
         {},
         1,
     ),
+    "gemini_cli/session.jsonl": (
+        "gemini_cli",
+        # g1 is logged twice (its tool call finishing); the last copy, with the result, is the message. The
+        # rewound question and answer stay as a branch: the answer was sampled there.
+        [("gemini-cli", ["U A* T A* U A*", "U A* T A* U A*"])],
+        {"metadata_update": 1, "non_message_record:info": 1},
+        12,
+    ),
+    "copilot_cli/session.jsonl": (
+        "copilot_cli",
+        [("copilot-cli", ["S U A* T A* U A* T A*"])],
+        {
+            "non_message_record:session.model_change": 1,
+            "non_message_record:assistant.turn_start": 3,
+            "non_message_record:tool.execution_start": 2,
+            "non_message_record:assistant.turn_end": 3,
+            "repeated_system_message": 1,
+            "non_message_record:session.shutdown": 1,
+        },
+        21,
+    ),
+    "openhands_v1/conv0001": (
+        "openhands_v1",
+        # Two actions of one response (same llm_response_id) are one message with parallel calls.
+        [("openhands", ["S U A* T T A*"])],
+        {"non_message_record:ConversationStateUpdateEvent": 1},
+        9,
+    ),
 }
 
 
@@ -106,12 +147,125 @@ def test_each_new_sample_reads_into_its_reviewed_graphs_and_accounts_every_recor
         assert validate_graph(g.graph) == []
 
 
-@pytest.mark.parametrize("sample", sorted(GOLDEN))
+@pytest.mark.parametrize("sample", sorted(s for s in GOLDEN if (SAMPLES / s).is_file()))
 def test_each_new_sample_is_claimed_by_its_own_reader_and_no_other(sample: str) -> None:
     detect_format(SAMPLES / sample)  # imports the registry
     path = SAMPLES / sample
     head = read_head(path)
     assert [r.name for r in REGISTRY.values() if r.detect(path, head)] == [GOLDEN[sample][0]]
+    assert directory_reader(path.parent) is None
+
+
+def test_a_conversation_folder_is_one_input_and_its_event_files_are_claimed_by_no_reader(tmp_path: Path) -> None:
+    folder = SAMPLES / "openhands_v1/conv0001"
+    assert directory_reader(folder) is not None and directory_reader(folder).name == "openhands_v1"  # type: ignore[union-attr]
+    for event in sorted((folder / "events").iterdir()):
+        assert [r.name for r in REGISTRY.values() if r.detect(event, read_head(event))] == []
+    # Discovery hands the folder over once, from any directory above it, next to ordinary log files.
+    files, ignored = discover_inputs([str(SAMPLES / "openhands_v1")])
+    assert (files, ignored) == ([folder], [])
+    files, _ = discover_inputs([str(SAMPLES)])
+    assert folder in files
+    assert not [f for f in files if folder in f.parents]
+    assert SAMPLES / "copilot_cli/session.jsonl" in files
+    # A folder no reader takes is not a log.
+    with pytest.raises(MsgtrainError, match="no reader takes this directory"):
+        detect_format(SAMPLES / "copilot_cli")
+
+
+def test_a_conversation_folder_digest_changes_with_any_event_file(tmp_path: Path) -> None:
+    folder = tmp_path / "conv"
+    shutil.copytree(SAMPLES / "openhands_v1/conv0001", folder)
+    before = file_digest(folder)
+    last = sorted((folder / "events").iterdir())[-1]
+    last.write_text(last.read_text().replace("timed out", "failed"))
+    assert file_digest(folder) != before
+
+
+def test_convert_validate_and_inspect_take_a_conversation_folder(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    out = tmp_path / "out"
+    assert main(["convert", str(SAMPLES / "openhands_v1"), "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["records"]["read"] == 9 and report["turns"]["trained"] == 2
+    assert main(["validate", str(SAMPLES / "openhands_v1")]) == 0
+    assert main(["inspect", str(SAMPLES / "openhands_v1/conv0001")]) == 0
+
+
+def test_a_bad_event_file_is_one_reject_and_taints_what_follows(tmp_path: Path) -> None:
+    folder = tmp_path / "conv"
+    shutil.copytree(SAMPLES / "openhands_v1/conv0001", folder)
+    bad = sorted((folder / "events").iterdir())[4]  # the first observation
+    bad.write_text("{not json")
+    graphs, rejects, skips = read_all(folder)
+    assert [r.error.code for r in rejects] == ["bad_json"]
+    assert branch_codes(graphs[0].graph) == ["S U A* T A~"]
+    assert sum(g.records for g in graphs) + len(rejects) + sum(skips.values()) == 9
+
+
+def test_gemini_jsonl_keeps_the_last_copy_of_a_message_in_the_place_of_the_first() -> None:
+    (g,), _, _ = read_all(SAMPLES / "gemini_cli/session.jsonl")
+    branch = max(g.graph.branches(), key=lambda b: len(b.nodes))
+    tool = branch.messages[2]
+    assert tool.role == "tool" and tool.result.result == "3 notes.txt"  # type: ignore[union-attr]
+    assert g.graph.graph_id == "gemini-cli:demo-jsonl-1"
+
+
+def test_gemini_jsonl_set_messages_replaces_the_list_and_keeps_the_old_one_as_a_compacted_branch(
+    tmp_path: Path,
+) -> None:
+    lines = [
+        {"sessionId": "s", "projectHash": "p", "startTime": "t"},
+        {"id": "u1", "type": "user", "content": "first question"},
+        {"id": "g1", "type": "gemini", "content": "first answer", "model": "m"},
+        # Compression: the model's context becomes a summary plus the last answer, re-sent as history.
+        {
+            "$set": {
+                "messages": [
+                    {"id": "s1", "type": "user", "content": "Summary: asked a question, got an answer."},
+                    {"id": "g1", "type": "gemini", "content": "first answer", "model": "m"},
+                ]
+            }
+        },
+        {"id": "u2", "type": "user", "content": "second question"},
+        {"id": "g2", "type": "gemini", "content": "second answer", "model": "m"},
+    ]
+    path = tmp_path / "session-x.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (g,), rejects, skips = read_all(path)
+    assert not rejects and not skips and g.records == 6
+    assert sorted(branch_codes(g.graph)) == ["U A*", "U A~ U A*"]
+    assert [e.kind.value for e in g.graph.edges] == ["compaction"]
+
+
+def test_copilot_reads_transformed_user_content_reasoning_and_error_results() -> None:
+    (g,), _, _ = read_all(SAMPLES / "copilot_cli/session.jsonl")
+    (branch,) = g.graph.branches()
+    user, first = branch.messages[1], branch.messages[2]
+    assert user.text.startswith("<current_datetime>")
+    assert first.reasoning == "I should run ls."  # type: ignore[union-attr]
+    assert branch.messages[-2].result.is_error  # type: ignore[union-attr]
+    assert g.graph.graph_id == "copilot-cli:demo-copilot-1"
+    gen = g.graph.generations[branch.nodes[2].id]
+    assert gen.model == "demo-model" and gen.sampling == {"reasoning_effort": "medium"}
+
+
+def test_a_copilot_tool_execution_nobody_requested_makes_later_turns_carried(tmp_path: Path) -> None:
+    lines = (SAMPLES / "copilot_cli/session.jsonl").read_text().splitlines()
+    stray = {
+        "type": "tool.execution_complete",
+        "data": {"toolCallId": "unrequested", "success": True, "result": {"content": "x"}},
+        "id": "stray",
+        "timestamp": "2026-01-03T09:00:09.500Z",
+        "parentId": "e08",
+    }
+    lines.insert(9, json.dumps(stray))
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    (g,), _, skips = read_all(path)
+    assert skips["tool_execution_without_request"] == 1
+    assert branch_codes(g.graph) == ["S U A* T A~ U A~ T A~"]
 
 
 def test_tau2_results_carry_reward_task_and_trial_and_pair_a_reused_call_id_with_its_own_call() -> None:
@@ -191,11 +345,43 @@ def _toolbench_count(doc: dict[str, Any]) -> int:
     return len(lists) + len(first_chain) - shared
 
 
+def _gemini_jsonl_count(path: Path) -> int:
+    # Message lines fold by id (the last copy wins); no $rewindTo or $set.messages in this log.
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert not any("$rewindTo" in x or "messages" in x.get("$set", {}) for x in lines)
+    return len({x["id"] for x in lines if x.get("type") == "gemini"})
+
+
+def _copilot_count(path: Path) -> int:
+    # Model responses up to the first tool execution no response requested (after it the context is unknown).
+    requested: set[str] = set()
+    count = 0
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        if event["type"] == "assistant.message":
+            count += 1
+            requested.update(r["toolCallId"] for r in event["data"]["toolRequests"])
+        elif event["type"] == "tool.execution_complete" and event["data"]["toolCallId"] not in requested:
+            return count
+    return count
+
+
+def _openhands_v1_count(path: Path) -> int:
+    # One turn per model response: actions grouped by llm_response_id, plus the agent's plain messages.
+    events = [json.loads(p.read_text()) for p in sorted((path / "events").glob("event-*.json"))]
+    responses = {e["llm_response_id"] for e in events if e["kind"] == "ActionEvent"}
+    replies = [e for e in events if e["kind"] == "MessageEvent" and e["source"] == "agent"]
+    return len(responses) + len(replies)
+
+
 REAL_NEW: dict[str, tuple[str, Any, int]] = {
     "tau2_bench/airline_run1.first10.json": ("tau2_bench", _tau2_count, 100),
     "mini_swe_agent/pvlib__pvlib-python-1072.traj.json": ("mini_swe_agent", _mini_count, 74),
     "toolbench_dfs/G1_answer_10_ChatGPT_DFS_woFilter_w2.json": ("toolbench", _toolbench_count, 3),
     "toolbench_dfs/G2_answer_127_ChatGPT_DFS_woFilter_w2.json": ("toolbench", _toolbench_count, 5),
+    "gemini_cli_jsonl_vct/gemini.jsonl": ("gemini_cli", _gemini_jsonl_count, 6),
+    "copilot_cli_vct/copilot.jsonl": ("copilot_cli", _copilot_count, 3),
+    "openhands_v1_sdk/cd94562403b9487ebdd4018e3f531dfd": ("openhands_v1", _openhands_v1_count, 3),
 }
 
 
@@ -208,7 +394,8 @@ def test_real_new_format_logs_train_the_independently_counted_number_of_turns(re
     assert not rejects, [str(r.error) for r in rejects]
     for g in graphs:
         assert validate_graph(g.graph) == []
-    assert count(json.loads(path.read_text())) == pinned
+    doc = path if path.is_dir() or path.suffix == ".jsonl" else json.loads(path.read_text())
+    assert count(doc) == pinned
     assert trained_turns(path) == pinned
 
 
@@ -222,6 +409,8 @@ EXPECTED_FOLDER_FORMAT: dict[str, str] = {
     "codex_codemie": "codex",
     "codex_localpush_redacted": "codex",
     "gemini_cli_codemie": "gemini_cli",
+    "gemini_cli_jsonl_vct": "gemini_cli",
+    "copilot_cli_vct": "copilot_cli",
     "mini_swe_agent": "mini_swe_agent",
     "openhands": "openhands",
     "otel_genai_any_agent": "otel",
@@ -251,3 +440,11 @@ def test_every_real_log_file_is_detected_as_exactly_its_folders_format() -> None
             if not claimed or claimed[0] != expected or mine not in ([], [expected]):
                 wrong.append(f"{path.relative_to(real)}: {claimed}")
     assert not wrong, wrong
+
+
+def test_the_real_openhands_v1_folder_is_one_input_and_nothing_else_under_real_logs_is_a_folder_log() -> None:
+    real = shared_path("real_logs")
+    folder = real / "openhands_v1_sdk/cd94562403b9487ebdd4018e3f531dfd"
+    assert unit_directories(real) == [folder]
+    files, _ = discover_inputs([str(real)])
+    assert folder in files and not [f for f in files if folder in f.parents]
