@@ -325,7 +325,10 @@ def request_call(request: Any, response: Any) -> Call:
 
 class AnthropicReader:
     name = "anthropic"
-    description = "Anthropic Messages: message lists with system, or request/response pairs (content blocks)"
+    description = (
+        "Anthropic Messages: message lists with system, or request/response pairs (content blocks; streamed"
+        " responses as event lists)"
+    )
     example = "sample_logs/anthropic/request_response.jsonl"
 
     def detect(self, path: Path, head: bytes) -> bool:

@@ -85,7 +85,10 @@ def _call_names(messages: list[AnyMessage]) -> dict[str, str]:
 
 class CallsReader:
     name = "calls"
-    description = "per-call API logs: JSONL of {request, response} chat-completions bodies (vLLM token ids optional)"
+    description = (
+        "per-call API logs: JSONL of {request, response} chat-completions bodies or streamed chunk lists"
+        " (vLLM token ids optional)"
+    )
     example = "sample_logs/calls/agent_calls.jsonl"
 
     def detect(self, path: Path, head: bytes) -> bool:

@@ -1,16 +1,24 @@
-"""VCR-style YAML cassettes of recorded provider HTTP calls (pydantic-ai's test cassettes and the like).
+"""VCR-style YAML cassettes of recorded provider HTTP calls (VCR.py, pydantic-ai, crewAI, simonw/llm...).
 
-A cassette is ``{"interactions": [{"request": {...}, "response": {...}}, ...]}``; bodies are either
-``parsed_body`` (pydantic-ai) or a JSON ``body`` string (``{"string": ...}`` in plain VCR). Each interaction
-whose URI is a generation endpoint is one call: the request is the context, the response the turn(s) sampled
-in exactly that context. All interactions of a cassette build ONE graph (:mod:`msgtrain.ingest.call_log`), so
-calls whose histories share a prefix share nodes, and history turns no recorded response produced are
-``carried``.
+A cassette is ``{"interactions": [{"request": {...}, "response": {...}}, ...]}``. Bodies are ``parsed_body``
+(pydantic-ai, already JSON), VCR.py's ``body: {string: ...}`` or plain ``body``, or the ``content`` field of older
+httpx recorders; a body may be YAML ``!!binary`` bytes, text, or Ruby VCR's ``base64_string``, and is decoded
+from its ``Content-Encoding`` (gzip, deflate; br and zstd with the optional ``compression`` extra) before it is
+parsed (:mod:`msgtrain.ingest.http_bodies`). Each interaction whose URI is a generation endpoint is one call:
+the request is the context, the response the turn(s) sampled in exactly that context. All interactions of a
+cassette build ONE graph (:mod:`msgtrain.ingest.call_log`), so calls whose histories share a prefix share nodes,
+and history turns no recorded response produced are ``carried``.
 
-Providers (by URI, then body shape): OpenAI ``/chat/completions`` (n > 1 choices become sibling samples),
-OpenAI ``/responses`` (``previous_response_id`` continues the recorded response), Anthropic ``/messages``, and
-Google Gemini ``:generateContent`` (``contents[].parts`` with ``text``, ``thought``, ``functionCall``,
-``functionResponse``, ``inlineData``/``fileData``; each ``candidates[]`` entry is a sample).
+Providers (the table ``_ENDPOINTS``, by URI path, then body shape): OpenAI ``/chat/completions`` (n > 1 choices
+become sibling samples), OpenAI ``/responses`` (``previous_response_id`` continues the recorded response),
+Anthropic ``/messages``, Google Gemini ``:generateContent`` / ``:streamGenerateContent`` (``contents[].parts``
+with ``text``, ``thought``, ``functionCall``, ``functionResponse`` — camelCase or snake_case —,
+``inlineData``/``fileData``; each ``candidates[]`` entry is a sample), AWS Bedrock ``/model/{id}/converse`` and
+``converse-stream`` (:mod:`msgtrain.ingest.bedrock`), and Bedrock ``/model/{id}/invoke`` /
+``invoke-with-response-stream`` whose body is an Anthropic Messages body (read as Anthropic).
+
+Streamed responses (SSE text, a Gemini JSON array, AWS event-stream bytes) are reassembled into the body the same
+call returns without streaming, by the provider SDK's accumulation rules (:mod:`msgtrain.ingest.streams`).
 
 Safe readings:
 - Gemini function calls without an ``id`` get ``gemini_call_<content index>_<part index>``: the position in
@@ -20,8 +28,9 @@ Safe readings:
   message's ``metadata["engine_tokens"]`` and deliberately NOT in ``Generation.token_ids``: the linearizer
   takes logged ids verbatim, and splicing another model's ids into a sample rendered with the target
   tokenizer would corrupt it.
-- Interactions that are not generation calls (model lists, token counting) and non-2xx responses are skipped
-  with a reason; streamed responses (SSE bodies) are rejected as unsupported rather than half-read.
+- Interactions that are not generation calls (model lists, token counting), non-2xx responses and streams that
+  report an error are skipped with a reason (nothing was sampled); an InvokeModel body of another model family is
+  rejected (``unsupported_body``).
 """
 
 from __future__ import annotations
@@ -67,7 +76,10 @@ _CHAT_SAMPLING = ("temperature", "top_p", "max_tokens", "max_completion_tokens",
 
 class CassettesReader:
     name = "cassettes"
-    description = "VCR YAML cassettes of OpenAI chat / Responses, Anthropic and Gemini generateContent calls"
+    description = (
+        "VCR YAML cassettes of OpenAI chat / Responses, Anthropic, Gemini and Bedrock Converse / InvokeModel calls"
+        " (streamed and compressed bodies too)"
+    )
     example = "sample_logs/cassettes/weather_tools.yaml"
 
     def detect(self, path: Path, head: bytes) -> bool:

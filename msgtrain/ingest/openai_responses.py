@@ -328,7 +328,10 @@ def _call_parts(record: dict[str, Any]) -> tuple[dict[str, Any], Any] | None:
 
 class OpenAIResponsesReader:
     name = "openai_responses"
-    description = "OpenAI Responses API items (message, function_call, reasoning...) or request/response records"
+    description = (
+        "OpenAI Responses API items (message, function_call, reasoning...) or request/response records"
+        " (streamed responses as event lists)"
+    )
     example = "sample_logs/openai_responses/items.jsonl"
 
     def detect(self, path: Path, head: bytes) -> bool:

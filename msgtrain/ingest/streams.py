@@ -22,7 +22,8 @@ Rules, per stream:
   ``.failed``) carries the whole response, and wins. Without it the response is rebuilt from
   ``response.created``, ``output_item.added`` / ``.done`` (a done item replaces the partial one),
   ``content_part.added``, and the ``output_text`` / ``refusal`` / ``function_call_arguments`` /
-  ``reasoning_text`` / ``reasoning_summary_text`` deltas, each by ``output_index`` and part index.
+  ``reasoning_text`` / ``reasoning_summary_text`` deltas, each by ``output_index`` and part index; its status
+  (the finish reason) is then unknown, not ``in_progress``.
 - Anthropic Messages (anthropic-sdk-python ``accumulate_event``): ``message_start`` gives the message;
   ``content_block_start`` appends a block; ``content_block_delta`` extends the block at ``index`` (``text_delta``
   → text, ``input_json_delta`` → the tool input's JSON text, parsed at the end, the start block's input kept when
@@ -311,6 +312,9 @@ def responses_response(events: Iterable[Any], where: str = "response") -> dict[s
         raise _bad("the Responses stream holds no response events", where)
     snapshot["output"] = [items[i] for i in sorted(items)]
     snapshot.setdefault("object", "response")
+    if snapshot.get("status") in ("in_progress", "queued"):
+        snapshot["status"] = None  # the stream ended without saying how the response finished
+
     return snapshot
 
 
