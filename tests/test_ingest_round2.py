@@ -25,6 +25,7 @@ from msgtrain.ingest.base import (
     ReadSkip,
     detect_format,
     directory_reader,
+    read_events,
     read_head,
     unit_directories,
 )
@@ -42,7 +43,7 @@ SETTINGS = LinearizeSettings(None, None, (), None, None)
 
 
 def read_all(path: Path) -> tuple[list[ReadGraph], list[ReadReject], Counter[str]]:
-    events: list[ReadEvent] = list(detect_format(path).read(path))
+    events: list[ReadEvent] = list(read_events(detect_format(path), path))
     graphs = [e for e in events if isinstance(e, ReadGraph)]
     rejects = [e for e in events if isinstance(e, ReadReject)]
     skips: Counter[str] = Counter()
@@ -283,6 +284,20 @@ def test_tau2_results_carry_reward_task_and_trial_and_pair_a_reused_call_id_with
     # get_loan_0 is called, answered, then called again after an answer: two calls, two results, no problem.
     assert [i for r, i, _ in ids if r == "assistant" and i] == ["get_loan_0", "renew_0", "get_loan_0"]
     assert validate_graph(first.graph) == []
+
+
+def test_a_tau2_simulation_that_cannot_be_read_is_one_reject_and_the_others_convert(tmp_path: Path) -> None:
+    doc = json.loads((SAMPLES / "tau2_bench/results.json").read_text())
+    doc["simulations"][0]["messages"][2]["tool_calls"] = [{"name": "no id"}]
+    doc["simulations"].append({"id": "broken", "messages": "not a list"})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    graphs, rejects, _ = read_all(path)
+    assert [g.extras["simulation_id"] for g in graphs] == ["sim-2"]
+    assert [(str(r.source).split("(")[-1], r.error.code) for r in rejects] == [
+        ("simulations[0])", "bad_tool_call"),
+        ("simulations[2])", "bad_record"),
+    ]
 
 
 def test_a_mini_swe_agent_run_without_model_calls_is_injected_not_sampled(tmp_path: Path) -> None:

@@ -22,8 +22,10 @@ What is read, in event-file order (``NNNNN``):
   ``execution_status`` and usage stats as metadata.
 
 Skipped: ``ConversationStateUpdateEvent``, ``PauseEvent``, ``TokenEvent`` and other events that carry no message
-(``non_message_record:<kind>``). A ``Condensation`` (events forgotten, a summary inserted) taints the branch: later
-responses are ``carried`` (the condensed view the model saw is not rebuilt here).
+(``non_message_record:<kind>``). An error event without a ``tool_call_id`` (a restart, a failed LLM call) answers no
+call: skipped (``error_without_call:<kind>``), and it taints the branch (whether the model saw it is unknown). A
+``Condensation`` (events forgotten, a summary inserted) taints the branch: later responses are ``carried`` (the
+condensed view the model saw is not rebuilt here).
 
 Safe readings: tool-specific observation renderings beyond the base rule (some SDK versions add lines such as the
 exit code) may differ from what the model saw; the observation content is used, as for the V0 reader.
@@ -169,6 +171,11 @@ class _Build:
         elif kind == "ActionEvent":
             self.records += 1
             self._action(event)
+        elif kind in _RESULT_KINDS and not isinstance(event.get("tool_call_id"), str):
+            # An agent error that answers no call (a restart, an LLM failure): the SDK reports it to the user, and
+            # whether the model saw it is unknown, so what follows is not trained.
+            self.skips.add(f"error_without_call:{kind}", name)
+            self.chain.taint = self.chain.taint or f"{kind} without a call"
         elif kind in _RESULT_KINDS:
             self.records += 1
             self._result(event, kind)

@@ -26,13 +26,13 @@ Safe readings:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
+from msgtrain.errors import ValidationError
+from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadItem, RecordTask, SourceRef, load_json_document
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import as_dict, as_list, graph_id_for
 from msgtrain.model.graph import MessageGraph, Origin
@@ -57,7 +57,7 @@ class Tau2BenchReader:
             or shape.has(".simulations[].reward_info", ".simulations[].messages")
         )
 
-    def read(self, path: Path) -> Iterator[ReadEvent]:
+    def read(self, path: Path) -> Iterator[ReadItem]:
         doc = load_json_document(path)
         sims = doc.get("simulations") if isinstance(doc, dict) else None
         if not isinstance(sims, list):
@@ -69,13 +69,14 @@ class Tau2BenchReader:
             )
         info = as_dict(doc.get("info"))
         for i, sim in enumerate(sims):
+            # Each simulation is parsed inside the fault boundary: a bad one is one reject, the others go on.
             ref = SourceRef(str(path), f"simulations[{i}]")
-            try:
-                graph, extras = _simulation(path, sim, info)
-            except MsgtrainError as e:
-                yield ReadReject(ref, e.located(str(ref)), excerpt(json.dumps(sim, default=str)[:8192]))
-                continue
-            yield ReadGraph(graph, ref, records=1, extras=extras)
+            yield RecordTask(ref, partial(_simulation_events, path, ref, sim, info), raw=sim)
+
+
+def _simulation_events(path: Path, ref: SourceRef, sim: Any, info: dict[str, Any]) -> list[ReadEvent]:
+    graph, extras = _simulation(path, sim, info)
+    return [ReadGraph(graph, ref, records=1, extras=extras)]
 
 
 def _simulation(path: Path, sim: Any, info: dict[str, Any]) -> tuple[MessageGraph, dict[str, Any]]:
