@@ -409,6 +409,7 @@ def _assemble(
             format=cfg.format,
             target=cfg.target,
             pack_length=cfg.pack_length,
+            tree_scope=cfg.tree_scope,
             rows_per_shard=cfg.rows_per_shard,
             row_group_size=cfg.row_group_size,
             splits=splitter.names,
