@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from msgtrain.errors import MsgtrainError, ParseError
 from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader, first_two_lines
 
@@ -196,6 +194,8 @@ def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]
     offsets.append(pos)
     # Every line's group → its root. A root is the oldest group of its set, and groups are created in line order,
     # so ordering roots by number orders conversations by their first line.
+    import numpy as np  # here, not at module level: listing formats or --help need no numpy
+
     parent = np.frombuffer(groups.parent, dtype=np.int64).copy()
     while True:  # pointer jumping until every group points at its root (union-find left short paths)
         grand = parent[parent]
