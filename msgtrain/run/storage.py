@@ -116,6 +116,7 @@ class Store:
     def list_files(self, prefix: str) -> list[tuple[str, int]]:
         """Every object under ``prefix`` (recursively) as (url, size), sorted; a URL naming one object gives it."""
         path = self._path(prefix)
+        self._fresh(path)
         try:
             found = self.fs.find(path, detail=True)
             if not found and self.fs.isfile(path):
@@ -125,7 +126,13 @@ class Store:
         return sorted((self.url(p), int(info.get("size") or 0)) for p, info in found.items() if info["type"] == "file")
 
     def exists(self, url: str) -> bool:
-        return bool(self.fs.exists(self._path(url)))
+        path = self._path(url)
+        self._fresh(path)
+        return bool(self.fs.exists(path))
+
+    def _fresh(self, path: str) -> None:
+        # Other processes (workers, a previous run) write here: a listing cached by this process may be stale.
+        self.fs.invalidate_cache(path)
 
     def read_bytes(self, url: str) -> bytes:
         return bytes(self.fs.cat_file(self._path(url)))
@@ -169,8 +176,10 @@ class Store:
 
     def children(self, url: str) -> list[str]:
         """Names directly under a prefix (objects and sub-prefixes)."""
+        path = self._path(url)
+        self._fresh(path)
         try:
-            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self._path(url), detail=False))
+            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
         except FileNotFoundError:
             return []
 
