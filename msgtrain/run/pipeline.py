@@ -307,6 +307,8 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
     data["resume"] = {"parts": len(keys), "reused": reused, "converted": converted}
     data["seconds"] = round(time.perf_counter() - started, 3)
+    faults = data["records"]["rejected_by_reason"].get("reader_error", 0)
+    data["outputs"]["debug_log"] = str(state / DEBUG_LOG) if faults else None
     data["outputs"]["rejects"] = (
         (str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")) if data["records"]["rejected"] else None
     )
