@@ -82,6 +82,11 @@ GOLDEN: dict[str, tuple[str, list[list[str]]]] = {
         "cassettes",
         [["S U A*", "S U A* T A*", "S U A* T A*", "S U A*", "S U A*"]],
     ),
+    # Streamed, compressed and Bedrock calls (issue 15): reassembled, each response sampled in its request.
+    "cassettes/streamed_and_compressed.yaml": ("cassettes", [["S U A* T A*", "S U A*", "U A*", "S U A*"]]),
+    "cassettes/bedrock_converse.yaml": ("cassettes", [["S U A* T A*", "U A*"]]),
+    "anthropic/streamed_events.jsonl": ("anthropic", [["S U A*"]]),
+    "openai_responses/streamed_events.jsonl": ("openai_responses", [["S U A*"]]),
     "sharegpt/glaive_style.json": ("sharegpt", [["S U A* T A* U A* T T A*"], ["U A* U A*"], ["U A*"]]),
     "sharegpt/llamafactory_messages.jsonl": ("sharegpt", [["S U A* T T A*"], ["U A~ U A*"]]),
     "options/research_agent.jsonl": ("options", [["S U A* T A* T T A*"], ["U A*"]]),
