@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.base import detect_format, get_reader
+from msgtrain.ingest.base import detect_format, get_reader, unit_directories
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.parts import (
@@ -77,16 +77,28 @@ def check_accounting(report: dict[str, Any]) -> None:
 
 
 def discover_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
-    """Expand files and directories (recursive, sorted, hidden files skipped). Returns (files, ignored files)."""
+    """Expand files and directories (recursive, sorted, hidden files skipped). Returns (inputs, ignored files).
+
+    A directory that a reader takes as one log (``unit_directories``, e.g. an OpenHands V1 conversation folder) is
+    one input, handed over whole; the files inside it are not inputs of their own.
+    """
     files: list[Path] = []
     ignored: list[str] = []
     for item in inputs:
         p = Path(item)
         if p.is_dir():
+            units = unit_directories(p)
+            found: list[Path] = list(units)
             for f in sorted(p.rglob("*")):
                 if not f.is_file() or any(part.startswith(".") for part in f.relative_to(p).parts):
                     continue
-                (files if f.suffix.lower() in LOG_SUFFIXES else ignored).append(f)  # type: ignore[arg-type]
+                if any(u in f.parents for u in units):
+                    continue
+                if f.suffix.lower() in LOG_SUFFIXES:
+                    found.append(f)
+                else:
+                    ignored.append(f)  # type: ignore[arg-type]
+            files.extend(sorted(found))
         elif p.is_file():
             files.append(p)
         else:
@@ -321,7 +333,7 @@ def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> 
     A file that cannot be looked at (no reader recognises it, unreadable) is left whole: its worker reports it.
     """
     try:
-        if chunk_bytes <= 0 or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
+        if chunk_bytes <= 0 or path.is_dir() or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
             return None
         reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
         return key_function(reader, path)
@@ -399,6 +411,7 @@ def _assemble(
             format=cfg.format,
             target=cfg.target,
             pack_length=cfg.pack_length,
+            tree_scope=cfg.tree_scope,
             rows_per_shard=cfg.rows_per_shard,
             row_group_size=cfg.row_group_size,
             splits=splitter.names,
