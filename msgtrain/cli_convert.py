@@ -50,6 +50,10 @@ def _summary(data: dict[str, Any], console: Console) -> None:
             items = s["dropped_by_reason"]
         if items:
             t.add_row(title, ", ".join(f"{k}={v}" for k, v in items.items()))
+    # Always shown: a nightly job's operator looks for this number (readers that failed on input, see README).
+    faults = r["rejected_by_reason"].get("reader_error", 0)
+    debug_log = data["outputs"].get("debug_log")
+    t.add_row("reader errors", f"{faults}" + (f" (tracebacks in {debug_log})" if faults and debug_log else ""))
     if data["tokenizer"].get("demo"):
         t.add_row(
             "tokenizer",

@@ -120,6 +120,13 @@ class CassettesReader:
         uri = str(request.get("uri", ""))
         endpoint = endpoint_of(uri)
         if endpoint is None:
+            if _unread_generation_call(request):
+                raise ValidationError(
+                    f"a generation call to an API this reader does not read ({uri.split('?', 1)[0]})",
+                    where="request",
+                    code="unsupported_api",
+                    hint="read: OpenAI chat / responses, Anthropic messages, Gemini generateContent, Bedrock",
+                )
             return "not_a_generation_call"
         status = response.get("status")
         code = status.get("code") if isinstance(status, dict) else status
@@ -200,6 +207,26 @@ def endpoint_of(uri: str) -> Endpoint | None:
                 return None  # /invoke or /converse outside a Bedrock /model/{id}/ path
             return endpoint
     return None
+
+
+# Endpoints that take a message-like body but generate no turn (embeddings, token counting, moderation...).
+_NOT_GENERATION = ("embed", "count", "token", "moderation", "models", "files", "batches")
+# Request fields that carry a conversation or prompt to generate from.
+_PROMPT_FIELDS = ("messages", "contents", "prompt", "input", "inputText", "system")
+
+
+def _unread_generation_call(request: dict[str, Any]) -> bool:
+    """True for a call that generated a turn but hits an endpoint no branch here reads (Bedrock Converse, ...): it
+    must be rejected as unsupported, not skipped as if it held nothing trainable."""
+    path = str(request.get("uri", "")).split("?", 1)[0].lower()
+    tail = "/".join(path.replace(":", "/").rstrip("/").split("/")[-2:])
+    if any(word in tail for word in _NOT_GENERATION) or request.get("method", "POST") == "GET":
+        return False
+    try:
+        body = _json_body(request, "request")
+    except Exception:  # an undecodable body says nothing either way
+        return False
+    return isinstance(body, dict) and any(k in body for k in _PROMPT_FIELDS)
 
 
 def _raw_body(part: dict[str, Any], where: str) -> Any:

@@ -394,6 +394,9 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
             rejects_at = str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")
     data["resume"] = {"parts": len(keys), "reused": reused, "converted": converted}
     data["seconds"] = round(time.perf_counter() - started, 3)
+    faults = data["records"]["rejected_by_reason"].get("reader_error", 0)
+    debug_log = settings.debug_log
+    data["outputs"]["debug_log"] = debug_log if faults else None
     data["outputs"]["rejects"] = rejects_at if data["records"]["rejected"] else None
     return data
 
