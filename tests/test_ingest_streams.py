@@ -653,3 +653,8 @@ def test_a_plain_text_body_of_an_unstreamed_endpoint_is_a_bad_response_not_a_str
     path.write_text(yaml.safe_dump({"interactions": [interaction]}))
     (event,) = list(cassettes.READER.read(path))
     assert isinstance(event, ReadReject) and event.error.code == "bad_response"
+
+
+def test_an_sse_stream_with_a_stray_leading_space_before_data_still_reads_every_event() -> None:
+    body = " " + _sse(CHAT_CHUNKS).replace("\ndata:", "\n  data:") + "data: [DONE]\n"
+    assert streams.assemble("openai_chat", body) == CHAT_EXPECTED
