@@ -47,7 +47,7 @@ from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationEr
 from msgtrain.ingest import anthropic, bedrock, openai_responses, streams
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGraph
-from msgtrain.ingest.conversation_files import Step, as_text
+from msgtrain.ingest.conversation_files import Step
 from msgtrain.ingest.http_bodies import decode_content, header, is_sse, recorded_bytes
 from msgtrain.ingest.openai_chat import chat_steps
 from msgtrain.ingest.streams import StreamFailed
@@ -96,7 +96,7 @@ class CassettesReader:
             try:
                 outcome = self._call(interaction, log, by_response)
             except MsgtrainError as e:
-                yield ReadReject(ref, e.located(str(ref)), excerpt(as_text(interaction)))
+                yield ReadReject(ref, e.located(str(ref)), excerpt(interaction))
                 continue
             if isinstance(outcome, str):
                 yield ReadSkip(ref, outcome)
@@ -105,7 +105,7 @@ class CassettesReader:
             try:
                 added = log.add(call)
             except MsgtrainError as e:
-                yield ReadReject(ref, e.located(str(ref)), excerpt(as_text(interaction)))
+                yield ReadReject(ref, e.located(str(ref)), excerpt(interaction))
                 continue
             if response_id is not None and added:
                 by_response[response_id] = added[-1]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadReject, excerpt
+from msgtrain.ingest.base import ReadEvent, ReadItem, ReadReject, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
@@ -358,7 +358,7 @@ class OpenAIResponsesReader:
             return _ChainKeys()
         return lambda value: conversation_chunk_key(LAYOUT, value)
 
-    def read(self, path: Path) -> Iterator[ReadEvent]:
+    def read(self, path: Path) -> Iterator[ReadItem]:
         first, stream = peek_records(path)
         if first is None:
             return
