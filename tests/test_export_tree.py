@@ -334,3 +334,65 @@ def _compare(model: Any, canonical: pa.Table, tree: pa.Table, trained_tokens: in
     assert abs(summed.item() - canonical_loss.item()) <= 1e-3 * max(1.0, abs(canonical_loss.item()))
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, canonical_grad[name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
+def test_trl_sft_trainer_with_the_tree_collator_and_loss_optimises_the_canonical_objective(tmp_path: Path) -> None:
+    trl = pytest.importorskip("trl")
+    import datasets
+    import torch
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from msgtrain.trainers.tree import TreeCollator, trainer_loss
+
+    class TreeSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
+            return trainer_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    vocab = 512
+    canonical = _convert([str(ROOT / "sample_logs")], tmp_path / "c")
+    canonical = canonical.filter(pc.equal(canonical["graph_id"], "weather_tools.yaml:a0b7d323"))
+    tree, stats = _tree(canonical, None)
+    assert stats.samples > 1 and tree.num_rows == 1
+    rows = tree.to_pylist()
+    for r in rows:
+        r["input_ids"] = [i % vocab for i in r["input_ids"]]
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0")),
+        pad_token="t0",
+        eos_token="t0",
+    )
+    model = _tiny_qwen2(vocab, "sdpa")
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path / "trainer"),
+        report_to=[],
+        per_device_train_batch_size=1,
+        max_steps=1,
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+        max_length=None,
+        disable_tqdm=True,
+        remove_unused_columns=False,  # keep position_ids / parent_index / subtree_end / loss_mask for the collator
+        dataset_kwargs={"skip_prepare_dataset": True},  # rows are final: no tokenizing, truncating or label building
+    )
+    trainer = TreeSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=tokenizer,
+        data_collator=TreeCollator(),
+    )
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, batch).item()
+        nll, count = 0.0, 0
+        for c in canonical.to_pylist():
+            ids = torch.tensor([c["input_ids"]]) % vocab
+            lp = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+            mask = torch.tensor(c["loss_mask"][1:], dtype=torch.bool)
+            nll -= lp[mask].sum().item()
+            count += int(mask.sum())
+    assert abs(loss - nll / count) <= 1e-5
+    trainer.train()  # one CPU step through TRL's own loop

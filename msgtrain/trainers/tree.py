@@ -185,3 +185,28 @@ def weighted_nll(logprobs: torch.Tensor, loss_mask: torch.Tensor, weights: torch
 def tree_loss(model: Any, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None) -> torch.Tensor:
     """Negative log-likelihood of the trained tokens of a collated batch (see :func:`weighted_nll`)."""
     return weighted_nll(tree_logprobs(model, batch), batch["loss_mask"], weights)
+
+
+class TreeCollator:
+    """``data_collator`` for Hugging Face / TRL trainers: tree rows in, :func:`collate` batches out."""
+
+    def __init__(self, pad_id: int = 0, multiple_of: int = 1) -> None:
+        self.pad_id, self.multiple_of = pad_id, multiple_of
+
+    def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        return collate(features, self.pad_id, self.multiple_of)
+
+
+def trainer_loss(
+    model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None
+) -> Any:
+    """Body of a ``compute_loss`` override for ``transformers.Trainer`` / ``trl.SFTTrainer`` on tree batches.
+
+    The mean over the batch's trained tokens; with ``num_items_in_batch`` (the trainer's count across gradient
+    accumulation steps, which it derives from a ``labels`` key, so only when the caller supplies it) the sum over
+    that count instead, as the trainers do for canonical rows."""
+    lp = tree_logprobs(model, inputs)
+    trained = inputs["loss_mask"].bool()
+    total = -(lp * trained).sum()
+    loss = total / (num_items_in_batch if num_items_in_batch is not None else trained.sum().clamp(min=1))
+    return (loss, {"logprobs": lp}) if return_outputs else loss
