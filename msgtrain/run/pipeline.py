@@ -56,6 +56,7 @@ from msgtrain.run.parts import (
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
+DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 
 ProgressHook = Callable[[str, dict[str, Any]], None]
 
@@ -196,6 +197,7 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         render_date=cfg.render_date,
         input_format=cfg.input_format,
         strict=cfg.strict,
+        debug_log=str(state_dir(out) / DEBUG_LOG),
     )
     skey = settings.key(tok.fingerprint)
     state = state_dir(out)
@@ -207,6 +209,8 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     elif parts_dir.exists():
         shutil.rmtree(parts_dir)
     parts_dir.mkdir(parents=True, exist_ok=True)
+    if not cfg.resume:
+        (state / DEBUG_LOG).unlink(missing_ok=True)
     for stray in parts_dir.glob(".tmp-*"):
         shutil.rmtree(stray, ignore_errors=True)
 
