@@ -57,12 +57,14 @@ class LinearizeSettings:
     render_date: str | None
     input_format: str | None
     strict: bool = False
+    content_special_tokens: str = "plain"
 
     def key(self, tokenizer_fingerprint: str) -> str:
         data = {
             "tokenizer": tokenizer_fingerprint,
             "policies": sorted(self.policies),
             "render_date": self.render_date,
+            "content_special_tokens": self.content_special_tokens,
             "input_format": self.input_format,
             "version": __version__,
         }
@@ -156,7 +158,11 @@ def convert_file(
     ``strict``): it rejects and goes on."""
     tok = load_tokenizer(settings.tokenizer, settings.chat_template)
     renderer = Renderer(tok, settings.render_date)
-    opts = LinearizeOptions(policies=frozenset(settings.policies), render_date=settings.render_date)
+    opts = LinearizeOptions(
+        policies=frozenset(settings.policies),
+        render_date=settings.render_date,
+        content_special_tokens=settings.content_special_tokens,
+    )
     stats = PartStats()
     samples: list[Sample] = []
     rejects: list[str] = []

@@ -195,6 +195,7 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         policies=tuple(cfg.policies),
         render_date=cfg.render_date,
         input_format=cfg.input_format,
+        content_special_tokens=cfg.content_special_tokens,
         strict=cfg.strict,
     )
     skey = settings.key(tok.fingerprint)
