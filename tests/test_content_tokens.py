@@ -164,3 +164,26 @@ def test_private_use_characters_in_content_come_back_unchanged_next_to_control_t
     assert content in tok.decode(ids)
     baseline = linearize_graph(_graph([{"role": "user", "content": "x"}, {"role": "assistant", "content": "ok"}]), tok)
     assert _control_count(tok, res.samples[0].input_ids) == _control_count(tok, baseline.samples[0].input_ids)
+
+
+def test_the_cli_opt_in_parses_content_control_text_and_flags_the_samples(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    record = {
+        "request": {"model": "m", "messages": [{"role": "user", "content": "see <|im_start|>) thanks"}]},
+        "response": {"choices": [{"message": {"role": "assistant", "content": "ok"}}]},
+    }
+    (logs / "calls.jsonl").write_text(json.dumps(record) + "\n")
+
+    def flags(*extra: str) -> list[str]:
+        out = tmp_path / f"out{len(extra)}"
+        assert main(["convert", str(logs), "-o", str(out), "-q", *extra]) == 0
+        import pyarrow.parquet as pq
+
+        (row,) = [r for f in sorted((out / "data").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+        return list(row["flags"])
+
+    assert flags() == []
+    assert flags("--content-special-tokens", "parse") == ["content_special_tokens_parsed"]

@@ -225,11 +225,12 @@ class TokenizerBundle:
         self.encoded_chars = 0
         self.encoded_tokens = 0
         self._plain: dict[str | None, Any] = {}
+        self._plain_spec: str | None = None  # the tokenizer's JSON without added tokens, once one is needed
         # added-token text -> whether the tokenizer strips whitespace before it (lstrip) / after it (rstrip)
-        spec_added = json.loads(self.backend.to_str()).get("added_tokens", [])
+        decoder = hf.added_tokens_decoder.values()
         self._strips: tuple[dict[str, bool], dict[str, bool]] = (
-            {t["content"]: bool(t.get("lstrip")) for t in spec_added},
-            {t["content"]: bool(t.get("rstrip")) for t in spec_added},
+            {t.content: bool(t.lstrip) for t in decoder},
+            {t.content: bool(t.rstrip) for t in decoder},
         )
 
     # -------------------------------------------------------------- facts
@@ -511,8 +512,11 @@ class TokenizerBundle:
         if tok is None:
             from tokenizers import Tokenizer
 
-            spec = json.loads(self.backend.to_str())
-            spec["added_tokens"] = []
+            if self._plain_spec is None:
+                spec = json.loads(self.backend.to_str())
+                spec["added_tokens"] = []
+                self._plain_spec = json.dumps(spec)
+            spec = json.loads(self._plain_spec)
             if sentinel is not None:
                 free = self.backend.get_vocab_size(with_added_tokens=True)
                 spec["added_tokens"] = [
