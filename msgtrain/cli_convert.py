@@ -98,6 +98,12 @@ def register(app: typer.Typer) -> None:
         render_date: str = typer.Option(
             None, "--render-date", help="YYYY-MM-DD for templates that print today's date."
         ),
+        content_special_tokens: str = typer.Option(
+            None,
+            "--content-special-tokens",
+            help="Control-token text in log content: plain (default, encoded as text) | parse (as a serving engine"
+            " does; samples flagged).",
+        ),
         allow_partial_turns: bool = typer.Option(
             None,
             "--allow-partial-turns/--no-allow-partial-turns",
@@ -143,6 +149,7 @@ def register(app: typer.Typer) -> None:
             "strict": strict,
             "max_reject_rate": max_reject_rate,
             "render_date": render_date,
+            "content_special_tokens": content_special_tokens,
             "quiet": quiet or None,
             "allow_partial_turns": allow_partial_turns,
             "rows_per_shard": rows_per_shard,

@@ -260,6 +260,7 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         policies=tuple(cfg.policies),
         render_date=cfg.render_date,
         input_format=cfg.input_format,
+        content_special_tokens=cfg.content_special_tokens,
         strict=cfg.strict,
         # On an object store the workers' tracebacks stay on the machine that hit them (a local temp file).
         debug_log=str(state / DEBUG_LOG) if isinstance(state, Path) else str(default_debug_log()),
