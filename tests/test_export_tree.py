@@ -24,7 +24,10 @@ from msgtrain.export.schema import samples_to_table
 from msgtrain.export.tree import TREE_SCHEMA, TreeStats, tree_table
 from msgtrain.linearize import linearize_graph
 from tests.conftest import load_named_tokenizer, shared_path
-from tests.oracle import RunGenerator, to_records
+from tests.oracle import Oracle, RunGenerator, to_records
+
+# The oracle corpora's templates; these cannot represent tools and are replayed without tool turns.
+NO_TOOLS = {"phi3", "smollm3", "deepseek-r1-distill"}
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,8 +106,9 @@ def _canonical_of_oracle(template: str, seed: int, tmp_path: Path) -> pa.Table:
     from msgtrain.ingest.calls import READER as CALLS
 
     tok = load_named_tokenizer(template)
-    calls = RunGenerator(seed, template).run(n_turns=7)
-    records = to_records(tok.hf, template, calls, random.Random(seed), 0.5)
+    # Hard cases (inline reasoning, control-token text, mid-run changes) on half the sessions, as the oracle tests do.
+    calls = RunGenerator(seed, template, with_tools=template not in NO_TOOLS, hard=0.5).run(n_turns=7)
+    records = to_records(Oracle(tok.hf, template), calls, random.Random(seed), 0.5)
     path = tmp_path / "calls.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     samples = []
@@ -114,7 +118,7 @@ def _canonical_of_oracle(template: str, seed: int, tmp_path: Path) -> pa.Table:
     return samples_to_table(samples)
 
 
-@pytest.mark.parametrize("template", ["demo", "qwen3", "qwen2.5", "gpt-oss"])
+@pytest.mark.parametrize("template", ["demo", "qwen3", "qwen2.5", "phi3", "gpt-oss", "smollm3", "deepseek-r1-distill"])
 @pytest.mark.parametrize("seed", range(2))
 def test_oracle_runs_keep_every_trained_tokens_context_in_tree_rows(template: str, seed: int, tmp_path: Path) -> None:
     canonical = _canonical_of_oracle(template, seed, tmp_path)
