@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.base import detect_format, get_reader
+from msgtrain.ingest.base import default_debug_log, detect_format, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.parts import (
@@ -70,6 +70,7 @@ from msgtrain.run.storage import (
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
 STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
+DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 
 ProgressHook = Callable[[str, dict[str, Any]], None]
 
@@ -248,13 +249,18 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         render_date=cfg.render_date,
         input_format=cfg.input_format,
         strict=cfg.strict,
+        # A log is appended to, which a store cannot do: with an object-store OUT each worker keeps its own.
+        debug_log=str(default_debug_log() if isinstance(state, str) else state / DEBUG_LOG),
     )
     skey = settings.key(tok.fingerprint)
     manifest: dict[str, dict[str, Any]] = _load_manifest(state) if cfg.resume else {}
     if not cfg.resume:
         _clear_parts(parts_dir)
     if isinstance(parts_dir, Path):
+        assert isinstance(state, Path)
         parts_dir.mkdir(parents=True, exist_ok=True)
+        if not cfg.resume:
+            (state / DEBUG_LOG).unlink(missing_ok=True)
         for stray in parts_dir.glob(".tmp-*"):
             shutil.rmtree(stray, ignore_errors=True)
     # On a store, which parts are complete is one listing, not a request per part.
