@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -133,11 +134,16 @@ class Reader(Protocol):
     whole conversations (:mod:`msgtrain.ingest.chunks`); ``read`` must then read via :func:`iter_json_lines` or
     ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
     the chunk's (``first_file_record``).
+
+    Optional: ``detect_directory(path)`` makes the reader's unit a *directory* (a log written as a folder, one file
+    per event): it says, cheaply (a few ``stat`` calls), whether ``path`` is one of its folders. Input discovery
+    then hands the folder to ``read`` once and does not look at the files inside it
+    (:func:`unit_directories`); ``detect`` is still asked about single files and should claim none of them.
     """
 
     name: str
     description: str
-    example: str  # a path under sample_logs/
+    example: str  # a path under sample_logs/ (a folder for a directory reader)
 
     def detect(self, path: Path, head: bytes) -> bool: ...
 
@@ -293,6 +299,33 @@ def first_json_value(head: bytes) -> Any:
     return None
 
 
+def directory_reader(path: Path) -> Reader | None:
+    """The reader whose unit is the directory ``path`` (see ``Reader.detect_directory``), or None."""
+    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
+
+    for reader in REGISTRY.values():
+        detect_directory = getattr(reader, "detect_directory", None)
+        if detect_directory is not None and detect_directory(path):
+            return reader
+    return None
+
+
+def unit_directories(root: Path) -> list[Path]:
+    """The directories under ``root`` (itself included) that a directory reader claims, sorted.
+
+    The walk does not descend into a claimed directory (its files belong to it) nor into hidden ones.
+    """
+    found: list[Path] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        here = Path(dirpath)
+        if directory_reader(here) is not None:
+            found.append(here)
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return sorted(found)
+
+
 VOTE_RECORDS = 32  # records of the head that vote when no reader accepts the head as a whole
 
 
@@ -300,6 +333,15 @@ def detect_format(path: Path) -> Reader:
     """The reader for ``path`` (see the module docstring); raises :class:`FormatError` with an explaining hint."""
     from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
 
+    if path.is_dir():
+        reader = directory_reader(path)
+        if reader is not None:
+            return reader
+        raise FormatError(
+            "no reader takes this directory as one log",
+            where=str(path),
+            hint="pass the log files inside it, or a folder a directory reader knows (see msgtrain formats)",
+        )
     head = read_head(path)
     for reader in REGISTRY.values():
         if _accepts(reader, path, head):

@@ -83,10 +83,15 @@ class LinearizeSettings:
 
 
 def file_digest(path: Path) -> str:
+    """A hash of a file's bytes; for a directory log, of every file in it (relative names and bytes, sorted)."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for member in members:
+        if member is not path:
+            h.update(str(member.relative_to(path)).encode("utf-8", "surrogatepass") + b"\0")
+        with open(member, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
     return h.hexdigest()
 
 
@@ -112,6 +117,8 @@ class Job:
         if isinstance(self.path, str):
             return int(self.meta.get("size", 0))
         try:
+            if self.path.is_dir():
+                return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
             return self.path.stat().st_size
         except OSError:
             return 0

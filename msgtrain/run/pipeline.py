@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.base import default_debug_log, detect_format, get_reader
+from msgtrain.ingest.base import default_debug_log, detect_format, get_reader, unit_directories
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.parts import (
@@ -69,8 +69,8 @@ from msgtrain.run.storage import (
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
-STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
 DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
+STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
 
 ProgressHook = Callable[[str, dict[str, Any]], None]
 
@@ -115,16 +115,28 @@ def discover_locations(inputs: list[str]) -> tuple[list[Path | str], list[str]]:
 
 
 def discover_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
-    """Expand files and directories (recursive, sorted, hidden files skipped). Returns (files, ignored files)."""
+    """Expand files and directories (recursive, sorted, hidden files skipped). Returns (inputs, ignored files).
+
+    A directory that a reader takes as one log (``unit_directories``, e.g. an OpenHands V1 conversation folder) is
+    one input, handed over whole; the files inside it are not inputs of their own.
+    """
     files: list[Path] = []
     ignored: list[str] = []
     for item in inputs:
         p = Path(item)
         if p.is_dir():
+            units = unit_directories(p)
+            found: list[Path] = list(units)
             for f in sorted(p.rglob("*")):
                 if not f.is_file() or any(part.startswith(".") for part in f.relative_to(p).parts):
                     continue
-                (files if f.suffix.lower() in LOG_SUFFIXES else ignored).append(f)  # type: ignore[arg-type]
+                if any(u in f.parents for u in units):
+                    continue
+                if f.suffix.lower() in LOG_SUFFIXES:
+                    found.append(f)
+                else:
+                    ignored.append(f)  # type: ignore[arg-type]
+            files.extend(sorted(found))
         elif p.is_file():
             files.append(p)
         else:
@@ -249,22 +261,21 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         render_date=cfg.render_date,
         input_format=cfg.input_format,
         strict=cfg.strict,
-        # A log is appended to, which a store cannot do: with an object-store OUT each worker keeps its own.
-        debug_log=str(default_debug_log() if isinstance(state, str) else state / DEBUG_LOG),
+        # On an object store the workers' tracebacks stay on the machine that hit them (a local temp file).
+        debug_log=str(state / DEBUG_LOG) if isinstance(state, Path) else str(default_debug_log()),
     )
     skey = settings.key(tok.fingerprint)
     manifest: dict[str, dict[str, Any]] = _load_manifest(state) if cfg.resume else {}
     if not cfg.resume:
         _clear_parts(parts_dir)
     if isinstance(parts_dir, Path):
-        assert isinstance(state, Path)
         parts_dir.mkdir(parents=True, exist_ok=True)
-        if not cfg.resume:
-            (state / DEBUG_LOG).unlink(missing_ok=True)
         for stray in parts_dir.glob(".tmp-*"):
             shutil.rmtree(stray, ignore_errors=True)
     # On a store, which parts are complete is one listing, not a request per part.
     complete = _completeness(parts_dir)
+    if not cfg.resume and isinstance(state, Path):
+        (state / DEBUG_LOG).unlink(missing_ok=True)
 
     jobs: list[Job] = []
     plans: list[tuple[Path, str]] = []
@@ -425,7 +436,7 @@ def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> 
     A file that cannot be looked at (no reader recognises it, unreadable) is left whole: its worker reports it.
     """
     try:
-        if chunk_bytes <= 0 or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
+        if chunk_bytes <= 0 or path.is_dir() or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
             return None
         reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
         return key_function(reader, path)
@@ -558,6 +569,7 @@ def _write_dataset(
         format=cfg.format,
         target=cfg.target,
         pack_length=cfg.pack_length,
+        tree_scope=cfg.tree_scope,
         rows_per_shard=cfg.rows_per_shard,
         row_group_size=cfg.row_group_size,
         splits=splitter.names,
