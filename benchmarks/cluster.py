@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 env = {**os.environ, "RAY_ADDRESS": cluster.address}
                 started = time.perf_counter()
                 done = subprocess.run(
-                    [sys.executable, "-c", PEAK, *cmd], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+                    [sys.executable, "-c", PEAK, *cmd], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True
                 )
                 seconds = time.perf_counter() - started
                 in_bytes, part_bytes = _prefix_bytes(store, logs), _prefix_bytes(store, f"{out}/_state/parts")

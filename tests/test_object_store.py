@@ -136,16 +136,19 @@ def test_bucket_to_bucket_on_two_nodes_is_byte_identical_to_the_local_engine(
     assert pointer["path"] == report["published"]["path"] == version_url(out, pointer["version"])
 
 
-def _ray_task_pids(name: str) -> list[int]:
-    """Worker processes running a task of this name (Ray titles a busy worker ``ray::<task>``)."""
+def _ray_task_pids(cluster: Any, name: str) -> list[int]:
+    """This cluster's worker processes running a task of this name (Ray titles a busy worker ``ray::<task>``;
+    workers are children of their node's raylet)."""
+    raylets = {node.all_processes["raylet"][0].process.pid for node in cluster.list_all_nodes()}
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
                 cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
+                parent = int((proc / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if cmdline.startswith(f"ray::{name}".encode()):
+            if cmdline.startswith(f"ray::{name}".encode()) and parent in raylets:
                 pids.append(int(proc.name))
     return pids
 
@@ -167,7 +170,7 @@ def test_a_worker_killed_mid_run_is_retried_and_the_output_is_unchanged(
     killed: list[int] = []
     deadline = time.time() + 120
     while not killed and driver.is_alive() and time.time() < deadline:
-        for pid in _ray_task_pids("_convert_task")[:1]:
+        for pid in _ray_task_pids(ray_cluster, "_convert_task")[:1]:
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
         time.sleep(0.005)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -203,3 +204,22 @@ def test_ctrl_c_stops_cleanly_says_what_was_done_and_resume_finishes(tmp_path: P
     assert not out.exists()
     subprocess.run(_convert_cmd(logs, out, "--resume"), check=True, cwd=ROOT)
     assert pq.read_table(out / "data" / "train-00000-of-00001.parquet").num_rows > 0
+
+
+def test_a_part_reported_done_but_not_visible_to_the_driver_stops_the_run_instead_of_dropping_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a local OUT on a multi-node Ray cluster would do: the worker writes its part where only it can see it.
+    from msgtrain.errors import OutputError
+    from msgtrain.run import pipeline
+    from msgtrain.run.config import ConvertConfig
+    from msgtrain.run.parts import convert_job
+
+    def convert_elsewhere(job: Any, settings: Any, parts_dir: Any) -> dict[str, Any]:
+        return convert_job(job, settings)[1].to_json()
+
+    monkeypatch.setattr(pipeline, "_convert_to_part", convert_elsewhere)
+    logs = _make_logs(tmp_path, 2)
+    with pytest.raises(OutputError, match="2 parts reported done are not in"):
+        pipeline.convert(ConvertConfig(inputs=(logs,), output=tmp_path / "out", quiet=True))
+    assert not (tmp_path / "out").exists()

@@ -370,6 +370,14 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
                 hint="run the same command with --resume to finish",
             ) from None
         complete = _completeness(parts_dir)
+        lost = [job for job in jobs if not complete(job.key)]
+        if lost:
+            # Every job reported its part done: a part the driver cannot see was written where only its worker
+            # sees it (a local OUT on another node). Publishing without it would silently drop its samples.
+            raise OutputError(
+                f"{len(lost)} parts reported done are not in {parts_dir} (first: {lost[0].path})",
+                hint="with --engine ray on several nodes, write OUT to an object store (s3://...) or shared storage",
+            )
         keys = sorted(
             (k for k, m in manifest.items() if m["settings"] == skey and complete(k)),
             key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
