@@ -4,26 +4,34 @@ target, writer) → atomic publish of OUT with ``report.json`` and ``rejects.jso
 Invariants:
 - Accounting: records read = converted + rejected + skipped (per reason); sampled turns found = trained + dropped
   (per reason). :func:`check_accounting` asserts both before anything is published.
-- Atomic output: OUT is assembled in a private sibling directory and published with a rename: readers see the
-  previous dataset or the new one, never a partial one. A killed run leaves OUT untouched plus its finished parts
-  in the state directory (``.OUT.msgtrain-state``), which ``--resume`` reuses.
+- Safe output (:mod:`msgtrain.run.publish`): OUT is checked before anything is written (never an input, ``.`` or
+  ``/``, never a directory msgtrain did not write unless ``overwrite``); OUT exists at every instant and shows the
+  previous dataset or the new one, never a partial one. One run at a time per OUT (:mod:`msgtrain.run.lock`).
+  A killed run leaves OUT untouched plus its finished parts in the state directory (``.OUT.msgtrain-state``),
+  which ``--resume`` reuses.
 - Deterministic: parts are assembled in sorted (source path, content hash, chunk) order whatever the number of
   workers or the order they finished in, so the same inputs and settings give byte-identical output.
 - Work is split by input file, and a JSONL log larger than ``chunk_mb`` into chunks of whole conversations
   (:mod:`msgtrain.ingest.chunks`): the same samples and accounting as the whole file, in parallel and in memory
   bounded by the chunk, not the file.
-- Resumable / incremental: a part is keyed by file content + linearization settings + tokenizer; with
-  ``--resume`` finished parts are reused and the published dataset is the union of every part converted under the
-  same settings in this state directory (nightly runs over a growing log folder convert only new files).
+- Resumable / incremental: a part is keyed by file content + linearization settings + tokenizer (never the path:
+  the same bytes are converted once however they are named, and once per run); with ``--resume`` finished parts
+  are reused. The published dataset is exactly this run's inputs; ``keep_missing`` also keeps the parts of
+  earlier inputs that are no longer inputs (rotated logs). A corrupt or partial part or manifest is recomputed.
 - A bad record or file never stops the run (unless ``strict``); it lands in the rejects file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import json
 import os
 import shutil
+import signal
+import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +48,7 @@ from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.base import detect_format, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
+from msgtrain.run.lock import exclusive_lock
 from msgtrain.run.parts import (
     Job,
     LinearizeSettings,
@@ -53,9 +62,19 @@ from msgtrain.run.parts import (
     read_part,
     write_part,
 )
+from msgtrain.run.publish import (
+    check_output,
+    clean_litter,
+    hidden_siblings,
+    previous_report,
+    publish,
+    staging_dir,
+    state_dir,
+)
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
+MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
 
 ProgressHook = Callable[[str, dict[str, Any]], None]
 
@@ -75,41 +94,87 @@ def check_accounting(report: dict[str, Any]) -> None:
     assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
 
 
-def discover_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
-    """Expand files and directories (recursive, sorted, hidden files skipped). Returns (files, ignored files)."""
+NOT_A_LOG = "not a log file suffix"
+
+
+def discover_inputs(
+    inputs: Sequence[str | Path], exclude: Sequence[Path] = ()
+) -> tuple[list[Path], list[dict[str, str]]]:
+    """Expand files and directories: recursive, sorted, hidden entries skipped, each real file once (overlapping
+    inputs such as ``logs`` and ``logs/sub`` name it once), symlinked directories followed once.
+
+    Returns (files, ignored): ``ignored`` lists what was passed over, each with its reason (no log suffix,
+    unreadable directory, dangling link, symlink loop). Paths under ``exclude`` (OUT and its hidden siblings)
+    are never inputs.
+    """
     files: list[Path] = []
-    ignored: list[str] = []
+    ignored: list[dict[str, str]] = []
+    seen_files: set[str] = set()
+    skip = {os.path.realpath(p) for p in exclude}
+
+    def add_file(f: Path) -> None:
+        real = os.path.realpath(f)
+        if real in seen_files or real in skip:
+            return
+        seen_files.add(real)
+        if f.suffix.lower() in LOG_SUFFIXES:
+            files.append(f)
+        else:
+            ignored.append({"path": str(f), "reason": NOT_A_LOG})
+
+    def walk(directory: Path, active: tuple[str, ...]) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as e:
+            ignored.append({"path": str(directory), "reason": f"unreadable directory: {e.strerror or e}"})
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            real = os.path.realpath(path)
+            if real in skip:
+                continue
+            try:
+                is_dir, is_file = entry.is_dir(), entry.is_file()
+            except OSError as e:
+                loop = e.errno == errno.ELOOP
+                ignored.append({"path": str(path), "reason": "symlink loop" if loop else f"unreadable: {e.strerror}"})
+                continue
+            if entry.is_symlink() and not os.path.exists(path):
+                reason = "symlink loop" if _is_link_loop(path) else "dangling symlink"
+                ignored.append({"path": str(path), "reason": reason})
+            elif is_dir:
+                if real in active:  # a link back to a directory being walked
+                    ignored.append({"path": str(path), "reason": "symlink loop"})
+                else:
+                    walk(path, (*active, real))
+            elif is_file:
+                add_file(path)
+            else:
+                ignored.append({"path": str(path), "reason": "not a regular file"})
+
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            for f in sorted(p.rglob("*")):
-                if not f.is_file() or any(part.startswith(".") for part in f.relative_to(p).parts):
-                    continue
-                (files if f.suffix.lower() in LOG_SUFFIXES else ignored).append(f)  # type: ignore[arg-type]
+            walk(p, (os.path.realpath(p),))
         elif p.is_file():
-            files.append(p)
+            add_file(p)
         else:
-            raise ConfigError(f"input {item!r} does not exist", hint="pass log files or directories")
-    return files, [str(f) for f in ignored]
+            raise MsgtrainError(
+                f"input {str(item)!r} does not exist", hint="pass log files or directories", code="missing_input"
+            )
+    return files, ignored
 
 
-def state_dir(out: Path) -> Path:
-    return out.parent / f".{out.name}.msgtrain-state"
-
-
-def _sibling(out: Path, tag: str) -> Path:
-    return out.parent / f".{out.name}.{tag}-{os.getpid()}"
-
-
-def publish(tmp: Path, out: Path) -> None:
-    """Atomically replace OUT with TMP (rename; the previous dataset is removed only after the swap)."""
-    old = None
-    if out.exists():
-        old = _sibling(out, "old")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _is_link_loop(path: Path) -> bool:
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13 reports a loop as RuntimeError
+        return True
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -118,11 +183,56 @@ def _write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def _load_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """The parts a previous run recorded; a missing, truncated or foreign manifest counts as empty (parts are
+    found again by key: their keys depend on content and settings only)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        parts = data.get("parts", {}) if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(parts, dict):
+        return {}
+    return {k: m for k, m in parts.items() if isinstance(m, dict) and {"source", "digest", "settings"} <= set(m)}
+
+
 # ---------------------------------------------------------------------------------------------------- workers
-def _worker_init() -> None:
+def _worker_init(parent: int) -> None:
     # One process per core: keep the tokenizer's own thread pool to one thread so workers do not oversubscribe.
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # Ctrl-C reaches the whole process group: the main process alone handles it (and stops the workers), so no
+    # worker prints a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """A worker must not outlive the run: a SIGKILLed main process cannot stop its workers itself."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    # Everywhere (and in case the parent died before prctl took effect): watch the parent's pid.
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="msgtrain-parent-watch", daemon=True).start()
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool's workers now (interrupt, error): waiting for their running conversions could take minutes."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    # ProcessPoolExecutor has no public way to stop running tasks; its worker processes are in ``_processes``.
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            process.kill()
 
 
 def _convert_to_part(job: Job, settings: LinearizeSettings, parts_dir: str) -> dict[str, Any]:
@@ -148,7 +258,9 @@ def _run_parts(
             on_done(job, PartStats.from_json(_convert_to_part(job, settings, str(parts_dir))))
         return
     ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
+    ) as pool:
         pending: dict[Future[Any], Job | tuple[Path, str]] = {}
         # Plans first (their chunks are the biggest work), then largest first (longest-processing-time order): a
         # big file started last would leave the other workers idle at the end. Output order does not depend on
@@ -172,23 +284,54 @@ def _run_parts(
                         chunk_jobs: list[Job] = sorted(on_plan(*item, fut.result()), key=lambda job: -job.size)
                         queue[:0] = chunk_jobs
         except BaseException:
-            for fut in pending:
-                fut.cancel()
+            _stop_workers(pool)
             raise
 
 
 # ---------------------------------------------------------------------------------------------------- convert
 def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
-    """Run a conversion described by a :class:`msgtrain.run.config.ConvertConfig`; return the report."""
+    """Run a conversion described by a :class:`msgtrain.run.config.ConvertConfig`; return the report.
+
+    OUT is checked (:func:`check_output`) before anything is written, and everything beside it is changed under
+    its lock (:func:`exclusive_lock`), starting with the litter of dead runs."""
     started = time.perf_counter()
     if cfg.output is None:
         raise ConfigError("no output directory", hint="pass -o OUT")
+    if getattr(cfg, "keep_missing", False) and not cfg.resume:
+        raise ConfigError("--keep-missing keeps parts of earlier runs: it needs --resume", hint="add --resume")
     out = Path(cfg.output)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"output {out} exists and is not a directory", hint="choose another -o")
+    check_output(out, cfg.inputs, overwrite=getattr(cfg, "overwrite", False))
     out.parent.mkdir(parents=True, exist_ok=True)
-    files, ignored = discover_inputs([str(p) for p in cfg.inputs])
+    state = state_dir(out)
+    with exclusive_lock(state):
+        clean_litter(out)
+        return _convert_locked(cfg, out, state, started, progress)
+
+
+def _check_chat_template(tok: Any, source: str) -> None:
+    """A --chat-template that does not render a conversation is a usage error, found before any work."""
+    probe = [{"role": "user", "content": "msgtrain-probe-user"}, {"role": "assistant", "content": "msgtrain-probe-ok"}]
+    try:
+        text = tok.hf.apply_chat_template(probe, tokenize=False)
+    except Exception as e:  # a template that fails on the simplest conversation is not a chat template
+        raise ConfigError(
+            f"--chat-template {source} does not render a conversation: {type(e).__name__}: {e}",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        ) from None
+    if not isinstance(text, str) or "msgtrain-probe-user" not in text or "msgtrain-probe-ok" not in text:
+        raise ConfigError(
+            f"--chat-template {source} is not a chat template (it does not print the messages)",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        )
+
+
+def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: ProgressHook | None) -> dict[str, Any]:
+    files, ignored = discover_inputs(list(cfg.inputs), exclude=[out, *hidden_siblings(out)])
     tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    if cfg.chat_template is not None:
+        _check_chat_template(tok, cfg.chat_template)
     settings = LinearizeSettings(
         tokenizer=cfg.tokenizer,
         chat_template=cfg.chat_template,
@@ -198,12 +341,11 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         strict=cfg.strict,
     )
     skey = settings.key(tok.fingerprint)
-    state = state_dir(out)
     parts_dir = state / "parts"
     manifest_path = state / MANIFEST
     manifest: dict[str, dict[str, Any]] = {}
-    if cfg.resume and manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8")).get("parts", {})
+    if cfg.resume:
+        manifest = _load_manifest(manifest_path)
     elif parts_dir.exists():
         shutil.rmtree(parts_dir)
     parts_dir.mkdir(parents=True, exist_ok=True)
@@ -215,38 +357,56 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     reused = converted = 0
     total_parts = 0
     chunk_bytes = int(cfg.chunk_mb * (1 << 20))
+    run_keys: dict[str, None] = {}  # this run's parts, in registration order: exactly what is published
+    run_digests: set[str] = set()
+    run_paths: set[str] = set()
+
+    def save_manifest() -> None:
+        _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 2, "parts": manifest})
 
     def add_jobs(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
         """Register the parts of one file (whole, or its chunks); return those still to convert."""
         nonlocal reused, converted, total_parts
         units: list[Chunk | None] = [*chunks] or [None]
-        keys_of_file = set()
         todo = []
         for chunk in units:
             label = f"{chunk.index}/{chunk.count}/{chunk_bytes}" if chunk is not None else ""
-            key = part_key(f, digest, skey, label)
-            meta: dict[str, Any] = {"source": str(f), "digest": digest, "settings": skey, "version": __version__}
+            key = part_key(digest, skey, label)
+            meta: dict[str, Any] = {
+                "source": str(f),
+                "real": os.path.realpath(f),
+                "digest": digest,
+                "settings": skey,
+                "version": __version__,
+            }
             if chunk is not None:
                 meta["chunk"] = [chunk.index, chunk.count]
-            keys_of_file.add(key)
             manifest[key] = meta
+            run_keys[key] = None
             total_parts += 1
             if cfg.resume and is_complete(parts_dir / key):
                 reused += 1
             else:
                 todo.append(Job(f, key, meta, chunk))
         converted += len(todo)
-        # A file that changed since it was converted replaces its old parts; files that disappeared (rotated
-        # logs) keep theirs, so the published dataset stays the union of everything converted.
-        for old in [k for k, m in manifest.items() if m["source"] == str(f) and k not in keys_of_file]:
-            del manifest[old]
         return todo
 
     # With a local worker pool, huge files are planned by the workers (planning is a pass over the file), while
     # other files convert; otherwise here.
     plan_in_workers = cfg.engine == "local" and cfg.workers > 1
+    first_with_digest: dict[str, Path] = {}
     for f in files:
-        digest = file_digest(f)
+        try:
+            digest = file_digest(f)
+        except OSError as e:
+            ignored.append({"path": str(f), "reason": f"unreadable: {e.strerror or e}"})
+            continue
+        if digest in first_with_digest:  # the same bytes under another name: converted once
+            ignored.append({"path": str(f), "reason": f"same content as {first_with_digest[digest]}"})
+            continue
+        first_with_digest[digest] = f
+        run_digests.add(digest)
+        run_paths.add(os.path.realpath(f))
         if plan_in_workers and _chunkable(f, settings, chunk_bytes):
             plans.append((f, digest))
         else:
@@ -254,7 +414,7 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
 
     def on_plan(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
         todo = add_jobs(f, digest, chunks)
-        _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
+        save_manifest()
         return todo
 
     running = PartStats()
@@ -266,7 +426,7 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         done_files += 1
         running.add(stats)
         # The manifest is rewritten as parts finish so a killed run can resume from here.
-        _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
+        save_manifest()
         if progress:
             progress(
                 "file",
@@ -279,9 +439,11 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
                     "turns": running.turns_trained,
                 },
             )
-        _check_reject_rate(cfg, running)
+        # Mid-run, the rate is judged only on a sample large enough to speak for the run (not the first bad file).
+        if running.records_read >= MIN_RECORDS_FOR_RATE and done_files * 10 >= total_parts + len(plans):
+            _check_reject_rate(cfg, running)
 
-    _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 1, "parts": manifest})
+    save_manifest()
     try:
         if cfg.engine == "ray":
             from msgtrain.run.ray_engine import run_parts_ray
@@ -294,13 +456,40 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
             f"interrupted after {done_files} of {total_parts} parts; finished parts are kept",
             hint="run the same command with --resume to finish",
         ) from None
+    published = [k for k in run_keys if is_complete(parts_dir / k)]
+    if len(published) != len(run_keys):  # a part vanished or broke after it was written (disk, hand edits)
+        raise OutputError(
+            f"{len(run_keys) - len(published)} parts are missing or corrupt after conversion",
+            where=str(parts_dir),
+            hint="run the same command with --resume to recompute them",
+        )
+    if getattr(cfg, "keep_missing", False):
+        # Parts of earlier inputs that are not inputs now (rotated logs); a file that is an input now with other
+        # bytes replaces its old parts.
+        published += sorted(
+            k
+            for k, m in manifest.items()
+            if k not in run_keys
+            and m["settings"] == skey
+            and m["digest"] not in run_digests
+            and m.get("real", m["source"]) not in run_paths
+            and is_complete(parts_dir / k)
+        )
     keys = sorted(
-        (k for k, m in manifest.items() if m["settings"] == skey and is_complete(parts_dir / k)),
+        published,
         key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
     )
     # The parts of one input file (its chunks, in chunk order) are assembled together.
     groups = [list(g) for _, g in itertools.groupby(keys, key=lambda k: (manifest[k]["source"], manifest[k]["digest"]))]
     data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
+    # The state now describes exactly the published dataset; other parts are garbage.
+    kept = set(keys)
+    for key in [k for k in manifest if k not in kept]:
+        del manifest[key]
+    save_manifest()
+    for part in parts_dir.iterdir():
+        if part.name not in kept:
+            shutil.rmtree(part, ignore_errors=True)
     data["resume"] = {"parts": len(keys), "reused": reused, "converted": converted}
     data["seconds"] = round(time.perf_counter() - started, 3)
     data["outputs"]["rejects"] = (
@@ -338,10 +527,24 @@ def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list
         return []
 
 
+def _refuse_empty_replacement(cfg: Any, out: Path, samples: int) -> None:
+    """An empty result does not silently replace a dataset that has samples (a wrong template, a wrong folder)."""
+    if samples or getattr(cfg, "allow_empty", False):
+        return
+    previous = previous_report(out)
+    had = ((previous or {}).get("samples") or {}).get("written") or 0
+    if had:
+        raise OutputError(
+            f"this run produced no samples; refusing to replace the {had} samples in {out}",
+            hint="check the inputs and the report's rejects; pass --allow-empty to publish an empty dataset",
+            code="empty_result",
+        )
+
+
 def _check_reject_rate(cfg: Any, stats: PartStats) -> None:
     limit = cfg.max_reject_rate
     rejected = sum(stats.records_rejected.values())
-    if limit is not None and stats.records_read >= 20 and rejected / stats.records_read > limit:
+    if limit is not None and stats.records_read and rejected / stats.records_read > limit:
         raise MsgtrainError(
             f"{rejected} of {stats.records_read} records rejected ({rejected / stats.records_read:.1%}), above"
             f" --max-reject-rate {limit:.1%}; stopping",
@@ -373,7 +576,7 @@ def _assemble(
     tok: Any,
     parts_dir: Path,
     groups: list[list[str]],
-    ignored: list[str],
+    ignored: list[dict[str, str]],
     progress: ProgressHook | None,
 ) -> dict[str, Any]:
     """Write OUT from the parts: ``groups`` are the part keys of each input file (a file's chunks merge back
@@ -382,10 +585,7 @@ def _assemble(
     from msgtrain.export.split import SplitAssigner
     from msgtrain.export.writer import DatasetWriter
 
-    tmp = _sibling(out, "tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    tmp = staging_dir(out)
     try:
         splitter = SplitAssigner(cfg.split)
         writer = DatasetWriter(
@@ -499,6 +699,8 @@ def _assemble(
             "outputs": outputs,
         }
         check_accounting(data)
+        _check_reject_rate(cfg, stats)  # on every record of the run, whatever was judged mid-run
+        _refuse_empty_replacement(cfg, out, samples)
         if cfg.rejects is None and rejects_path.stat().st_size == 0:
             rejects_path.unlink()
         # report.json must not change between identical runs: timings live only in the returned report.
