@@ -29,6 +29,13 @@ def _summary(data: dict[str, Any], console: Console) -> None:
     t.add_row("turns", f"{tu['found']} found = {tu['trained']} trained + {tu['dropped']} dropped")
     t.add_row("samples", f"{s['written']} " + " ".join(f"{k}={v}" for k, v in s["by_split"].items()))
     t.add_row("tokens", f"{tok['total']} total, {tok['trained']} trained, engine share {tok['engine_share']:.1%}")
+    tree = data.get("outputs", {}).get("tree")
+    if tree:
+        t.add_row(
+            "tree",
+            f"{tree['tokens']} tokens written for {tree['flat_tokens']} flat "
+            f"({tree['flat_per_tree_token']}x fewer; trie {tree['trie_tokens']}), {tree['rows']} rows",
+        )
     for title, key in (
         ("cuts", "cuts_by_reason"),
         ("rejected", None),
@@ -79,11 +86,14 @@ def register(app: typer.Typer) -> None:
         policy: list[str] = typer.Option(None, "--policy", help="Train only these policies (repeatable); default all."),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
         fmt: str = typer.Option(None, "--format", help="parquet (default) | hf | jsonl"),
-        target: str = typer.Option(None, "--target", help="canonical (default) | labels | trl | packed | rl"),
+        target: str = typer.Option(None, "--target", help="canonical (default) | labels | trl | packed | rl | tree"),
         max_length: int = typer.Option(None, "--max-length", help="Longest sample in tokens."),
         overflow: str = typer.Option(None, "--overflow", help="drop (default) | truncate | split"),
         split: list[str] = typer.Option(None, "--split", help="e.g. validation=0.05 (by conversation)."),
-        pack_length: int = typer.Option(None, "--pack-length", help="Row length for --target packed."),
+        pack_length: int = typer.Option(None, "--pack-length", help="Row length for --target packed / tree."),
+        tree_scope: str = typer.Option(
+            None, "--tree-scope", help="--target tree: graph (default, a trie per graph) | split (merge graphs)."
+        ),
         rejects: Path = typer.Option(None, "--rejects", help="Where bad records go (default OUT/rejects.jsonl)."),
         strict: bool = typer.Option(None, "--strict/--no-strict", help="Fail on the first bad record."),
         max_reject_rate: float = typer.Option(
@@ -143,6 +153,7 @@ def register(app: typer.Typer) -> None:
             "overflow": overflow,
             "split": parse_split_spec(",".join(split)) if split else None,
             "pack_length": pack_length,
+            "tree_scope": tree_scope,
             "rejects": str(rejects) if rejects is not None else None,
             "strict": strict,
             "max_reject_rate": max_reject_rate,

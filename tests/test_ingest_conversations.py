@@ -27,7 +27,16 @@ from msgtrain.ingest import (
     options,
     sharegpt,
 )
-from msgtrain.ingest.base import REGISTRY, ReadEvent, ReadGraph, ReadReject, ReadSkip, detect_format, read_head
+from msgtrain.ingest.base import (
+    REGISTRY,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    detect_format,
+    read_events,
+    read_head,
+)
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.graphlog import load_graphs
@@ -73,6 +82,11 @@ GOLDEN: dict[str, tuple[str, list[list[str]]]] = {
         "cassettes",
         [["S U A*", "S U A* T A*", "S U A* T A*", "S U A*", "S U A*"]],
     ),
+    # Streamed, compressed and Bedrock calls (issue 15): reassembled, each response sampled in its request.
+    "cassettes/streamed_and_compressed.yaml": ("cassettes", [["S U A* T A*", "S U A*", "U A*", "S U A*"]]),
+    "cassettes/bedrock_converse.yaml": ("cassettes", [["S U A* T A*", "U A*"]]),
+    "anthropic/streamed_events.jsonl": ("anthropic", [["S U A*"]]),
+    "openai_responses/streamed_events.jsonl": ("openai_responses", [["S U A*"]]),
     "sharegpt/glaive_style.json": ("sharegpt", [["S U A* T A* U A* T T A*"], ["U A* U A*"], ["U A*"]]),
     "sharegpt/llamafactory_messages.jsonl": ("sharegpt", [["S U A* T T A*"], ["U A~ U A*"]]),
     "options/research_agent.jsonl": ("options", [["S U A* T A* T T A*"], ["U A*"]]),
@@ -83,7 +97,7 @@ GOLDEN: dict[str, tuple[str, list[list[str]]]] = {
 
 
 def _events(reader_name: str, path: Path) -> list[ReadEvent]:
-    return list(MY_READERS[reader_name].read(path))
+    return list(read_events(MY_READERS[reader_name], path))
 
 
 def _graphs(events: list[ReadEvent]) -> list[MessageGraph]:
@@ -413,7 +427,7 @@ def test_a_malformed_mixed_openai_file_rejects_each_bad_record_and_accounts_for_
     ]
     path = _write_lines(tmp_path / "mixed.jsonl", lines)
     path.write_bytes(path.read_bytes() + b'{"messages": [{"role": "user"')  # a truncated last line
-    events = list(openai_chat.READER.read(path))
+    events = list(read_events(openai_chat.READER, path))
     codes = [(e.source.record, e.error.code) for e in events if isinstance(e, ReadReject)]
     assert codes == [
         ("line 2", "bad_json"),
@@ -457,7 +471,7 @@ def test_sharegpt_rejects_ambiguous_results_media_mismatches_and_preference_pair
     ]
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(records), encoding="utf-8")
-    events = list(sharegpt.READER.read(path))
+    events = list(read_events(sharegpt.READER, path))
     assert [(e.source.record, e.error.code) for e in events if isinstance(e, ReadReject)] == [
         ("item 0", "ambiguous_results"),
         ("item 1", "media_mismatch"),
@@ -492,7 +506,7 @@ def test_a_cassette_interaction_with_an_unpaired_result_is_rejected_and_the_rest
     data = {"interactions": [chat([user], "hello"), chat([user, orphan], "?"), chat([user], "hello")]}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    events = list(cassettes.READER.read(path))
+    events = list(read_events(cassettes.READER, path))
     rejects = [e for e in events if isinstance(e, ReadReject)]
     assert [(e.source.record, e.error.code) for e in rejects] == [("interaction 1", "unpaired_result")]
     (graph_event,) = [e for e in events if isinstance(e, ReadGraph)]
@@ -508,7 +522,7 @@ def test_a_responses_call_whose_previous_response_was_not_logged_is_rejected(tmp
         },
     }
     path = _write_lines(tmp_path / "calls.jsonl", [json.dumps(record)])
-    (event,) = list(openai_responses.READER.read(path))
+    (event,) = list(read_events(openai_responses.READER, path))
     assert isinstance(event, ReadReject) and event.error.code == "missing_context"
 
 
@@ -522,16 +536,16 @@ def test_anthropic_and_options_and_go_rejects_name_the_rule_that_failed(tmp_path
         "system": "s",
     }
     a = _write_lines(tmp_path / "a.jsonl", [json.dumps(orphan), json.dumps(server_tool)])
-    assert [e.error.code for e in anthropic.READER.read(a) if isinstance(e, ReadReject)] == [
+    assert [e.error.code for e in read_events(anthropic.READER, a) if isinstance(e, ReadReject)] == [
         "unpaired_result",
         "unsupported_block",
     ]
     typo = {"messages": [{"kind": "parts", "parts": [{"kind": "text", "txt": "hi"}]}]}
     o = _write_lines(tmp_path / "o.jsonl", [json.dumps(typo), json.dumps(typo)])
-    assert {e.error.code for e in options.READER.read(o) if isinstance(e, ReadReject)} == {"bad_message"}
+    assert {e.error.code for e in read_events(options.READER, o) if isinstance(e, ReadReject)} == {"bad_message"}
     state = {"thread_id": "t", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]}
     g = _write_lines(tmp_path / "g.json", [json.dumps(state)])
-    (event,) = list(go_agent.READER.read(g))
+    (event,) = list(read_events(go_agent.READER, g))
     assert isinstance(event, ReadReject) and event.error.code == "empty_assistant"
 
 
@@ -542,7 +556,7 @@ def test_message_per_line_jsonl_is_one_conversation_counting_every_line(tmp_path
         json.dumps({"role": "user", "content": "c"}),
         json.dumps({"role": "assistant", "content": "d"}),
     ]
-    events = list(openai_chat.READER.read(_write_lines(tmp_path / "m.jsonl", lines)))
+    events = list(read_events(openai_chat.READER, _write_lines(tmp_path / "m.jsonl", lines)))
     (event,) = events
     assert isinstance(event, ReadGraph) and event.records == 4 and len(event.graph.sampled_nodes()) == 2
 
@@ -554,7 +568,7 @@ def test_a_rejected_line_inside_a_message_per_line_run_keeps_later_assistant_tur
         '{"role": "user", "content": "lost',
         json.dumps({"role": "assistant", "content": "d"}),
     ]
-    events = list(openai_chat.READER.read(_write_lines(tmp_path / "gap.jsonl", lines)))
+    events = list(read_events(openai_chat.READER, _write_lines(tmp_path / "gap.jsonl", lines)))
     assert [type(e).__name__ for e in events] == ["ReadReject", "ReadGraph"]
     graph_event = events[1]
     assert isinstance(graph_event, ReadGraph) and graph_event.records == 3
@@ -579,13 +593,13 @@ _RECORD = st.one_of(
 def test_every_non_blank_line_of_a_jsonl_file_is_accounted_for_exactly_once(tmp_path: Path, lines: list[str]) -> None:
     first = json.dumps({"messages": [{"role": "user", "content": "start"}]})
     path = _write_lines(tmp_path / "h.jsonl", [first, *lines])
-    events = list(openai_chat.READER.read(path))
+    events = list(read_events(openai_chat.READER, path))
     assert _account(events) == 1 + sum(1 for line in lines if line.strip())
 
 
 def test_a_corrupt_first_jsonl_line_is_one_reject_and_the_rest_is_still_read(tmp_path: Path) -> None:
     good = json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})
-    events = list(openai_chat.READER.read(_write_lines(tmp_path / "c.jsonl", ['{"messages": [', good, good])))
+    events = list(read_events(openai_chat.READER, _write_lines(tmp_path / "c.jsonl", ['{"messages": [', good, good])))
     assert [type(e).__name__ for e in events] == ["ReadReject", "ReadGraph", "ReadGraph"]
 
 
@@ -593,7 +607,7 @@ def test_a_pretty_printed_document_is_read_whole_not_line_by_line(tmp_path: Path
     doc = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     path = tmp_path / "one.json"
     path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
-    (event,) = list(openai_chat.READER.read(path))
+    (event,) = list(read_events(openai_chat.READER, path))
     assert isinstance(event, ReadGraph) and event.source.record == "file" and event.records == 1
 
 
@@ -607,7 +621,7 @@ def test_tau_bench_trajectories_give_one_graph_each_with_reward_and_every_assist
     expected_sampled = sum(1 for r in raw for m in r["traj"] if m["role"] == "assistant")
     assert (len(raw), expected_sampled) == (20, 285)  # pinned: a changed file must fail loudly
     assert detect_format(path).name == "openai_chat"
-    events = list(openai_chat.READER.read(path))
+    events = list(read_events(openai_chat.READER, path))
     graphs = _graphs(events)
     assert len(graphs) == 20 and _account(events) == 20
     assert sum(len(g.branches()) for g in graphs) == 20
@@ -624,7 +638,7 @@ def test_glaive_sharegpt_demo_gives_one_graph_per_record_with_every_gpt_and_call
     expected_sampled = sum(1 for r in raw for t in r["conversations"] if t["from"] in ("gpt", "function_call"))
     results = sum(1 for r in raw for t in r["conversations"] if t["from"] == "observation")
     assert (len(raw), expected_sampled, results) == (300, 957, 211)
-    events = list(sharegpt.READER.read(path))
+    events = list(read_events(sharegpt.READER, path))
     graphs = _graphs(events)
     assert len(graphs) == 300 and not [e for e in events if isinstance(e, ReadReject)]
     assert sum(len(g.branches()) for g in graphs) == 300
@@ -647,7 +661,7 @@ def test_llamafactory_reasoning_demo_splits_parallel_observations_onto_their_cal
             if m["role"] == "tool":
                 expected_results += sum(1 for p in msgs[i - 1]["content"] if p["type"] == "tool_call")
     assert (len(raw), expected_sampled) == (50, 112)
-    events = list(sharegpt.READER.read(path))
+    events = list(read_events(sharegpt.READER, path))
     graphs = _graphs(events)
     assert len(graphs) == 50 and sum(len(g.branches()) for g in graphs) == 50
     assert sum(len(g.sampled_nodes()) for g in graphs) == expected_sampled
@@ -724,7 +738,7 @@ def test_real_cassette_builds_one_graph_with_the_independently_counted_branches_
     assert len(yaml.safe_load(path.read_text(encoding="utf-8"))["interactions"]) == interactions
     assert _cassette_counts(path) == (branches, sampled)
     assert detect_format(path).name == "cassettes"
-    events = list(cassettes.READER.read(path))
+    events = list(read_events(cassettes.READER, path))
     (graph,) = _graphs(events)
     assert not [e for e in events if not isinstance(e, ReadGraph)] and _account(events) == interactions
     assert len(graph.branches()) == branches
@@ -734,7 +748,7 @@ def test_real_cassette_builds_one_graph_with_the_independently_counted_branches_
 @needs_shared
 def test_real_compaction_cassette_keeps_the_unrecorded_history_turn_as_carried_context() -> None:
     path = REAL / "api_cassettes_pydantic_ai/test_anthropic_compaction_round_trip.yaml"
-    (graph,) = _graphs(list(cassettes.READER.read(path)))
+    (graph,) = _graphs(list(read_events(cassettes.READER, path)))
     (branch,) = graph.branches()
     history = [n for n in branch.nodes if n.is_assistant and not n.sampled]
     assert [n.origin for n in history] == [Origin.CARRIED]
@@ -745,7 +759,7 @@ def test_real_compaction_cassette_keeps_the_unrecorded_history_turn_as_carried_c
 @needs_shared
 def test_real_mixed_provider_cassette_shares_repeated_history_and_separates_providers() -> None:
     path = REAL / "api_cassettes_pydantic_ai/test_multiple_agent_tool_calls.yaml"
-    (graph,) = _graphs(list(cassettes.READER.read(path)))
+    (graph,) = _graphs(list(read_events(cassettes.READER, path)))
     roots = [n for n in graph.nodes.values() if n.parent is None]
     assert len(roots) == 2 and len({n.env_id for n in roots}) == 2  # Gemini and OpenAI tool schemas differ
     origins = Counter(n.origin for n in graph.nodes.values() if n.is_assistant)
@@ -782,5 +796,5 @@ def test_every_real_conversation_list_file_is_read_without_a_reject() -> None:
     for path in files:
         reader = detect_format(path)
         assert reader.name in MY_READERS
-        bad = [str(e.error) for e in reader.read(path) if isinstance(e, ReadReject)]
+        bad = [str(e.error) for e in read_events(reader, path) if isinstance(e, ReadReject)]
         assert bad == [], path.name

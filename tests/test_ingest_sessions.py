@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from msgtrain.ingest import claude_code, codex, gemini_cli, openhands, otel, swe_agent
-from msgtrain.ingest.base import REGISTRY, Reader, ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
+from msgtrain.ingest.base import REGISTRY, Reader, ReadEvent, ReadGraph, ReadReject, ReadSkip, read_events, read_head
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import MediaPart, OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart
 
@@ -36,7 +36,7 @@ _MARK = {"sampled": "*", "carried": "~", "injected": "!", "context": "", "edited
 
 
 def read_all(reader: Reader, path: Path) -> tuple[list[ReadGraph], list[ReadReject], Counter[str]]:
-    events: list[ReadEvent] = list(reader.read(path))
+    events: list[ReadEvent] = list(read_events(reader, path))
     graphs = [e for e in events if isinstance(e, ReadGraph)]
     rejects = [e for e in events if isinstance(e, ReadReject)]
     skips: Counter[str] = Counter()

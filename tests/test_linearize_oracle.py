@@ -18,7 +18,7 @@ import pytest
 
 from msgtrain import MessageGraph
 from msgtrain.export.schema import check_sample, samples_to_table
-from msgtrain.ingest.base import ReadGraph
+from msgtrain.ingest.base import ReadGraph, read_events
 from msgtrain.ingest.calls import READER as CALLS
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import Origin
@@ -58,7 +58,7 @@ def _check(samples: list[Any], expected: list[Any], *, engine_logprobs: bool) ->
 def _graphs_from_records(records: list[dict[str, Any]], tmp_path: Path) -> list[Any]:
     path = tmp_path / "calls.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    events = list(CALLS.read(path))
+    events = list(read_events(CALLS, path))
     assert all(isinstance(e, ReadGraph) for e in events), [e for e in events if not isinstance(e, ReadGraph)]
     return [e.graph for e in events]
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from benchmarks import corpus as gen
-from msgtrain.ingest.base import ReadGraph
+from msgtrain.ingest.base import ReadGraph, read_events
 from msgtrain.ingest.calls import READER as CALLS_READER
 from msgtrain.linearize import linearize_graph
 from tests.conftest import load_named_tokenizer
@@ -32,7 +32,7 @@ def _graphs(conv: gen.Conversation, source: str, tmp_path: Path) -> Any:
         return gen.conversation_graph(conv, model="policy")
     path = tmp_path / f"{conv.session}.jsonl"
     gen.write_calls(path, [conv], model="policy")
-    (graph,) = [ev.graph for ev in CALLS_READER.read(path) if isinstance(ev, ReadGraph)]
+    (graph,) = [ev.graph for ev in read_events(CALLS_READER, path) if isinstance(ev, ReadGraph)]
     return graph
 
 
@@ -113,7 +113,7 @@ def test_engine_ids_need_no_tokenizer_work(tmp_path: Path) -> None:
     conv = gen.make_conversation(gen.synthetic_pool(), 32, seed=3, reasoning=False, session="ids")
     path = tmp_path / "ids.jsonl"
     gen.write_calls(path, [conv], model="policy", engine=gen.EngineIds(tok.hf))
-    (graph,) = [ev.graph for ev in CALLS_READER.read(path) if isinstance(ev, ReadGraph)]
+    (graph,) = [ev.graph for ev in read_events(CALLS_READER, path) if isinstance(ev, ReadGraph)]
     before = tok.encoded_tokens
     res = linearize_graph(graph, tok)
     assert sum(len(s.turn_ids) for s in res.samples) == 32

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgtrain.ingest.base import ReadGraph
+from msgtrain.ingest.base import ReadGraph, read_events
 from msgtrain.ingest.calls import READER
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import MessageGraph
@@ -56,7 +56,7 @@ def test_logged_engine_ids_that_parsed_content_as_control_tokens_are_kept_and_fl
     }
     path = tmp_path / "calls.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    (ev,) = list(READER.read(path))
+    (ev,) = list(read_events(READER, path))
     assert isinstance(ev, ReadGraph)
     res = linearize_graph(ev.graph, tok)
     (sample,) = res.samples

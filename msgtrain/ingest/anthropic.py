@@ -6,7 +6,9 @@ Reads:
   assistant message is sampled in the context before it.
 - request/response pairs: records ``{"request": <Messages request body>, "response": <Message>}``. All pairs
   of a file form one graph (:mod:`msgtrain.ingest.call_log`): the response is sampled in its request's
-  context, history assistant turns that no recorded response produced are carried context.
+  context, history assistant turns that no recorded response produced are carried context. A streamed call may
+  log its response as the list of stream events (``message_start`` … ``message_stop``); it is reassembled as the
+  Anthropic SDK accumulates it (:mod:`msgtrain.ingest.streams`).
 
 Content blocks: ``text`` → text; ``image`` / ``document`` (``base64`` → ``data:`` URI, ``url``, ``file`` id,
 plain ``text`` source → ``data:text/plain`` URI) → media references; ``thinking`` → reasoning with its
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadReject, excerpt
+from msgtrain.ingest.base import ReadEvent, ReadItem, ReadReject, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
@@ -43,6 +45,7 @@ from msgtrain.ingest.conversation_files import (
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import HeadShape, head_shape
+from msgtrain.ingest.streams import response_body
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Env, Origin
 from msgtrain.model.message import (
@@ -316,13 +319,16 @@ def request_call(request: Any, response: Any) -> Call:
         )
     conv = AnthropicConverter()
     context = request_context(request, conv)
-    sample = conv.response(response, request)
+    sample = conv.response(response_body("anthropic", response), request)
     return Call(context, [sample] if sample is not None else [], _request_env(request))
 
 
 class AnthropicReader:
     name = "anthropic"
-    description = "Anthropic Messages: message lists with system, or request/response pairs (content blocks)"
+    description = (
+        "Anthropic Messages: message lists with system, or request/response pairs (content blocks; streamed"
+        " responses as event lists)"
+    )
     example = "sample_logs/anthropic/request_response.jsonl"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -330,6 +336,8 @@ class AnthropicReader:
         shape = head_shape(head)
         if shape.any_value(".response.type", {"message"}) or shape.has(".request.messages", ".response.stop_reason"):
             return True
+        if shape.has(".request.messages") and shape.any_value(".response[].type", {"message_start"}):
+            return True  # a streamed call logged as its list of events
         for prefix in ("", ".messages[]", ".request.messages[]"):
             if shape.any_value(f"{prefix}.content[].type", ANTHROPIC_ONLY_BLOCKS):
                 return True
@@ -345,7 +353,7 @@ class AnthropicReader:
             return _pair_chunk_key
         return lambda value: conversation_chunk_key(LAYOUT, value)
 
-    def read(self, path: Path) -> Iterator[ReadEvent]:
+    def read(self, path: Path) -> Iterator[ReadItem]:
         first, stream = peek_records(path)
         if first is None:
             return

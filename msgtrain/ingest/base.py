@@ -11,12 +11,41 @@ Invariants:
   format at all) raises.
 - Readers stream: JSONL is read line by line; a single JSON document is bounded by its file.
 - Ingest knows nothing of tokens.
+
+The fault boundary (one place, :func:`read_events`; every consumer — convert, validate, inspect — reads through it,
+never through ``Reader.read`` directly):
+- Whatever escapes a reader becomes a reject and the batch goes on. A reader's own :class:`MsgtrainError` keeps its
+  code; any other exception (a reader bug, or input nobody foresaw) is a ``reader_error`` reject carrying the
+  exception type and message, the record it was reading and a bounded excerpt made by :func:`excerpt`, which
+  cannot fail on any value. The traceback rides on the reject (``ReadReject.detail``) for the caller's debug log;
+  it is never printed.
+- Per record: a reader may yield a :class:`RecordTask` (a record's location, its raw value and a callable that
+  parses it into events) instead of parsing inside its generator. The driver calls it inside the boundary, so a
+  fault costs exactly that record and the reader's generator (which a raised exception would end for good) goes
+  on. :func:`msgtrain.ingest.conversation_files.read_conversation_file` does this for every conversation-list
+  format.
+- Per group of lines: when an exception escapes the generator itself while reading a JSONL file whose reader has
+  ``chunk_keys``, the driver drops the events of that read, rejects the conversation group of the line being
+  read (the last line :func:`iter_json_lines` handed out) and reads the file again without it — exactly as it
+  would read a chunk without that group (:mod:`msgtrain.ingest.chunks`), so every other record yields what it
+  would have yielded. After :data:`MAX_RETRIES` faults, or for other files, the rest of the file is one reject
+  standing for every record not yet accounted (``ReadReject.count``: the file's non-blank lines minus those
+  accounted, for a line-oriented reader; 1 otherwise).
+- Detection (:func:`detect_format`) survives bad records: when no reader accepts the file's head as a whole, each
+  parseable record of the head votes and the reader accepting most of them (more than half; ties by registry
+  order) reads the file, rejecting the records it cannot read one by one. When none does, the ``unknown_format``
+  reject says what the file looks like and why the closest readers refused (their optional ``explain``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+import os
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,9 +86,15 @@ class ReadGraph:
 
 @dataclass
 class ReadReject:
+    """A bad record. ``count`` is how many input records it stands for (more than one only when a reader failed
+    part-way through a file and the rest of it is rejected as a unit); ``detail`` is the full traceback of a
+    ``reader_error``, for a debug log, never for the terminal."""
+
     source: SourceRef
     error: MsgtrainError
     excerpt: str = ""
+    count: int = 1
+    detail: str = ""
 
 
 @dataclass
@@ -72,6 +107,24 @@ class ReadSkip:
 ReadEvent = ReadGraph | ReadReject | ReadSkip
 
 
+@dataclass
+class RecordTask:
+    """One record's parsing, deferred so that :func:`read_events` runs it inside the fault boundary.
+
+    ``parse()`` returns the events of exactly ``records`` input records (a graph, a reject, a skip...). If it
+    raises, those records become one ``reader_error`` reject at ``source`` with an excerpt of ``raw``.
+    """
+
+    source: SourceRef
+    parse: Callable[[], Iterable[ReadEvent]]
+    records: int = 1
+    raw: Any = None
+
+
+# What a reader's ``read`` yields: events, or record tasks the driver runs inside the boundary.
+ReadItem = ReadEvent | RecordTask
+
+
 class Reader(Protocol):
     """One input format. ``detect`` must be cheap (it sees the file's first 64 KiB); ``read`` streams.
 
@@ -81,15 +134,26 @@ class Reader(Protocol):
     whole conversations (:mod:`msgtrain.ingest.chunks`); ``read`` must then read via :func:`iter_json_lines` or
     ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
     the chunk's (``first_file_record``).
+
+    Optional: ``detect_directory(path)`` makes the reader's unit a *directory* (a log written as a folder, one file
+    per event): it says, cheaply (a few ``stat`` calls), whether ``path`` is one of its folders. Input discovery
+    then hands the folder to ``read`` once and does not look at the files inside it
+    (:func:`unit_directories`); ``detect`` is still asked about single files and should claim none of them.
     """
 
     name: str
     description: str
-    example: str  # a path under sample_logs/
+    example: str  # a path under sample_logs/ (a folder for a directory reader)
 
     def detect(self, path: Path, head: bytes) -> bool: ...
 
-    def read(self, path: Path) -> Iterator[ReadEvent]: ...
+    def read(self, path: Path) -> Iterator[ReadItem]: ...
+
+
+# Optional reader methods (looked up with getattr, so a reader without them still works):
+# - ``chunk_keys(path)``: see :class:`Reader`; also lets the fault boundary re-read a file without a failing group.
+# - ``explain(path, head) -> str | None``: why this reader refuses a file it was closest to, in one phrase
+#   ("messages are under `simulations[].messages`"); shown in the ``unknown_format`` hint.
 
 
 REGISTRY: dict[str, Reader] = {}
@@ -102,9 +166,72 @@ def register(reader: Reader) -> Reader:
     return reader
 
 
-def excerpt(raw: bytes | str, limit: int = EXCERPT_BYTES) -> str:
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    return text if len(text) <= limit else text[:limit] + f"…(+{len(text) - limit} chars)"
+def excerpt(raw: Any, limit: int = EXCERPT_BYTES) -> str:
+    """A bounded, printable, JSON-safe excerpt of any value; never raises.
+
+    Bytes are decoded as UTF-8 with replacement; strings lose lone surrogates (they cannot be written as UTF-8);
+    any other value is rendered as compact JSON-like text by :func:`_render`, which bounds depth and size and
+    falls back to the type name for objects it does not know. Only the first ``limit`` characters are kept.
+    """
+    try:
+        if isinstance(raw, bytes | bytearray | memoryview):
+            text = bytes(raw[: 4 * limit]).decode("utf-8", "replace")
+            total = len(raw)
+        elif isinstance(raw, str):
+            text, total = raw[: limit + 1], len(raw)
+        else:
+            parts: list[str] = []
+            _render(raw, parts, 0, [4 * limit])
+            text = "".join(parts)
+            total = len(text)
+        text = text.encode("utf-8", "replace").decode("utf-8")
+        if len(text) <= limit and total <= limit:
+            return text
+        return text[:limit] + f"…(+{max(total - limit, 0)} more)"
+    except Exception:  # a value whose __len__ or slicing misbehaves: the excerpt is a courtesy, never a new fault
+        return f"<{type(raw).__name__}>"
+
+
+_MAX_RENDER_DEPTH = 20
+
+
+def _render(value: Any, out: list[str], depth: int, budget: list[int]) -> None:
+    """Append a compact JSON-like rendering of ``value`` to ``out`` until ``budget[0]`` characters are spent."""
+    if budget[0] <= 0:
+        return
+    if isinstance(value, str):
+        piece = json.dumps(value[: budget[0]], ensure_ascii=False)
+    elif value is None or isinstance(value, bool | int | float):
+        piece = json.dumps(value) if not isinstance(value, int) or abs(value) < 10**30 else "<big int>"
+    elif isinstance(value, bytes | bytearray):
+        piece = json.dumps(bytes(value[: budget[0]]).decode("utf-8", "replace"), ensure_ascii=False)
+    elif depth >= _MAX_RENDER_DEPTH:
+        piece = "…"
+    elif isinstance(value, dict):
+        out.append("{")
+        budget[0] -= 1
+        for i, (k, v) in enumerate(value.items()):
+            if budget[0] <= 0:
+                break
+            key = json.dumps(k if isinstance(k, str) else str(k)[:64], ensure_ascii=False)
+            out.append(("," if i else "") + key + ":")
+            budget[0] -= len(key) + 2
+            _render(v, out, depth + 1, budget)
+        piece = "}"
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        budget[0] -= 1
+        for i, v in enumerate(value):
+            if budget[0] <= 0:
+                break
+            if i:
+                out.append(",")
+            _render(v, out, depth + 1, budget)
+        piece = "]"
+    else:
+        piece = f"<{type(value).__name__}>"
+    out.append(piece)
+    budget[0] -= len(piece)
 
 
 def read_head(path: Path) -> bytes:
@@ -172,19 +299,138 @@ def first_json_value(head: bytes) -> Any:
     return None
 
 
-def detect_format(path: Path) -> Reader:
+def directory_reader(path: Path) -> Reader | None:
+    """The reader whose unit is the directory ``path`` (see ``Reader.detect_directory``), or None."""
     from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
 
+    for reader in REGISTRY.values():
+        detect_directory = getattr(reader, "detect_directory", None)
+        if detect_directory is not None and detect_directory(path):
+            return reader
+    return None
+
+
+def unit_directories(root: Path) -> list[Path]:
+    """The directories under ``root`` (itself included) that a directory reader claims, sorted.
+
+    The walk does not descend into a claimed directory (its files belong to it) nor into hidden ones.
+    """
+    found: list[Path] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        here = Path(dirpath)
+        if directory_reader(here) is not None:
+            found.append(here)
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return sorted(found)
+
+
+VOTE_RECORDS = 32  # records of the head that vote when no reader accepts the head as a whole
+
+
+def detect_format(path: Path) -> Reader:
+    """The reader for ``path`` (see the module docstring); raises :class:`FormatError` with an explaining hint."""
+    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
+
+    if path.is_dir():
+        reader = directory_reader(path)
+        if reader is not None:
+            return reader
+        raise FormatError(
+            "no reader takes this directory as one log",
+            where=str(path),
+            hint="pass the log files inside it, or a folder a directory reader knows (see msgtrain formats)",
+        )
     head = read_head(path)
     for reader in REGISTRY.values():
-        if reader.detect(path, head):
+        if _accepts(reader, path, head):
             return reader
-    known = ", ".join(REGISTRY)
-    raise FormatError(
-        "no reader recognises this file",
-        where=str(path),
-        hint=f"force one with --input-format NAME; known formats: {known}",
-    )
+    voted = _majority_reader(path, head)
+    if voted is not None:
+        return voted
+    raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
+
+
+def _accepts(reader: Reader, path: Path, head: bytes) -> bool:
+    try:
+        return bool(reader.detect(path, head))
+    except Exception:  # a detector that trips on odd bytes has not recognised the file; the others still look
+        return False
+
+
+def head_records(head: bytes, limit: int = VOTE_RECORDS) -> list[bytes]:
+    """The first ``limit`` lines of a JSONL head that parse as JSON objects (raw, newline-terminated)."""
+    lines = head.split(b"\n")
+    if len(head) >= HEAD_BYTES:
+        lines = lines[:-1]  # the head may end mid-line
+    out: list[bytes] = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith(b"{"):
+            continue
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            out.append(line + b"\n")
+            if len(out) >= limit:
+                break
+    return out
+
+
+def _majority_reader(path: Path, head: bytes) -> Reader | None:
+    """The reader accepting most of the head's parseable records, if it accepts more than half (ties: registry
+    order). Each record is shown to the detectors alone, as a one-record file would be."""
+    records = head_records(head)
+    if len(records) < 2:
+        return None
+    best: Reader | None = None
+    best_votes = 0
+    for reader in REGISTRY.values():
+        votes = sum(_accepts(reader, path, record) for record in records)
+        if votes > best_votes:
+            best, best_votes = reader, votes
+    return best if best_votes * 2 > len(records) else None
+
+
+def describe_head(head: bytes) -> str:
+    """What a file looks like, in one phrase, from its head (``JSONL of objects with keys a, b, c``)."""
+    from msgtrain.ingest.head_shape import head_shape
+
+    shape = head_shape(head)
+    if shape.layout == "other":
+        text = head[:40].decode("utf-8", "replace").strip()
+        return f"not JSON (it starts with {text!r})" if text else "an empty file"
+    top = sorted({p.split(".")[1].split("[")[0] for p in shape.paths if p.count(".") == 1})
+    what = {"jsonl": "JSONL of objects", "array": "a JSON array of objects", "object": "a JSON object"}[shape.layout]
+    if not top:
+        return what
+    shown = ", ".join(top[:12]) + (f" (+{len(top) - 12} more)" if len(top) > 12 else "")
+    return f"{what} with keys {shown}"
+
+
+def unknown_format_hint(path: Path, head: bytes) -> str:
+    """The hint of an ``unknown_format`` reject: what the file looks like, and why the closest readers refused."""
+    reasons: list[str] = []
+    for reader in REGISTRY.values():
+        explain = getattr(reader, "explain", None)
+        if not callable(explain):
+            continue
+        try:
+            why = explain(path, head)
+        except Exception:
+            why = None
+        if why:
+            reasons.append(f"{reader.name}: {why}")
+    text = f"the file looks like {describe_head(head)}"
+    if reasons:
+        text += "; closest readers: " + "; ".join(reasons[:3])
+        text += " (fix the records, or force a reader with --input-format NAME)"
+    else:
+        text += f"; no reader comes close (known formats: {', '.join(REGISTRY)})"
+    return text
 
 
 def get_reader(name: str) -> Reader:
@@ -209,9 +455,14 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
     from msgtrain.ingest.chunks import active_chunk, iter_chunk_lines
 
     chunk = active_chunk(path)
+    trace = _TRACE.get()
+    if trace is not None and trace.path != str(path):
+        trace = None
     for lineno, raw in iter_chunk_lines(path, chunk) if chunk is not None else _numbered_lines(path):
         if not raw.strip():
             continue
+        if trace is not None:
+            trace.line, trace.raw = lineno, raw
         where = f"{path}:{lineno}"
         if len(raw) > MAX_RECORD_BYTES:
             yield (
@@ -266,3 +517,233 @@ def load_json_document(path: Path) -> Any:
         raise ParseError(f"invalid JSON at line {e.lineno}: {e.msg}", where=str(path), code="bad_json") from e
     except RecursionError as e:
         raise ParseError("JSON nested too deeply", where=str(path), code="too_deep") from e
+
+
+# --------------------------------------------------------------------------------------------- the fault boundary
+MAX_RETRIES = 16  # faults per file the boundary isolates by re-reading; after that the rest is one reject
+
+
+@dataclass
+class _LineTrace:
+    """The line a reader is reading: the last one :func:`iter_json_lines` handed out for ``path``."""
+
+    path: str
+    line: int | None = None
+    raw: bytes = b""
+
+
+_TRACE: ContextVar[_LineTrace | None] = ContextVar("msgtrain_line_trace", default=None)
+
+
+@dataclass
+class _Fault:
+    """An exception that escaped a reader's generator (which cannot go on after it)."""
+
+    error: BaseException
+    detail: str
+    line: int | None
+    raw: bytes
+
+
+def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject:
+    """The reader for ``path`` (``forced``, or detected), or the reject that stands for the whole file."""
+    if forced is not None:
+        return forced
+    file_ref = SourceRef(str(path), "file")
+    try:
+        return detect_format(path)
+    except MsgtrainError as e:
+        return ReadReject(file_ref, e)
+    except OSError as e:
+        return ReadReject(file_ref, unreadable_file_error(path, e))
+    except Exception as e:
+        return fault_reject(file_ref, e, "format detection", traceback.format_exc(), path)
+
+
+def unreadable_file_error(path: Path, e: OSError) -> MsgtrainError:
+    return MsgtrainError(
+        f"{type(e).__name__}: {e.strerror or e}",
+        where=str(path),
+        code="unreadable_file",
+        hint="check the path and its permissions",
+    )
+
+
+def fault_reject(
+    source: SourceRef, e: BaseException, who: str, detail: str, raw: Any = None, count: int = 1
+) -> ReadReject:
+    """The ``reader_error`` reject for an exception that escaped a reader (never raises)."""
+    try:
+        text = str(e)
+    except Exception:
+        text = ""
+    message = excerpt(f"{type(e).__name__}: {text}" if text else type(e).__name__, 500)
+    err = MsgtrainError(
+        message,
+        where=str(source),
+        code="reader_error",
+        hint=f"{who} failed on this record (input it does not expect, or a bug in it); traceback in the debug log",
+    )
+    return ReadReject(source, err, excerpt(raw) if raw is not None else "", count=count, detail=detail)
+
+
+def log_traceback(debug_log: str | Path | None, reject: ReadReject) -> None:
+    """Append a reader_error's traceback to the debug log (best effort: a log that cannot be written loses the
+    traceback, never the run). One ``write`` per entry, so entries of parallel workers do not interleave."""
+    if not debug_log:
+        return
+    entry = f"--- {reject.source} [{reject.error.code}] {reject.error.message}\n{reject.detail.rstrip()}\n"
+    try:
+        with open(debug_log, "a", encoding="utf-8", errors="replace") as f:
+            f.write(entry)
+    except OSError:
+        pass
+
+
+def default_debug_log() -> Path:
+    """The debug log of commands without a state directory (validate, inspect, stats): one file in the temp dir."""
+    return Path(tempfile.gettempdir()) / "msgtrain-debug.log"
+
+
+def read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
+    """Every event of ``path`` read by ``reader``, inside the fault boundary (module docstring); never raises for
+    anything a reader does (only ``KeyboardInterrupt`` and the like pass)."""
+    keys = _retry_keys(reader, path)
+    if keys is None:
+        yield from _read_streaming(reader, path)
+    else:
+        yield from _read_isolating(reader, path, keys)
+
+
+def _read_once(reader: Reader, path: Path) -> Iterator[ReadEvent | _Fault]:
+    trace = _LineTrace(str(path))
+    token = _TRACE.set(trace)
+    try:
+        items = iter(reader.read(path))
+        while True:
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            except Exception as e:
+                yield _Fault(e, traceback.format_exc(), trace.line, trace.raw)
+                return
+            if isinstance(item, RecordTask):
+                yield from _run_task(reader, item)
+            else:
+                yield item
+    finally:
+        # A generator closed from another context cannot reset; that context never saw the trace anyway.
+        with contextlib.suppress(ValueError):
+            _TRACE.reset(token)
+
+
+def _run_task(reader: Reader, task: RecordTask) -> list[ReadEvent]:
+    try:
+        return list(task.parse())
+    except MsgtrainError as e:
+        err = e if e.where else e.located(str(task.source))
+        return [ReadReject(task.source, err, excerpt(task.raw), count=task.records)]
+    except Exception as e:
+        return [
+            fault_reject(task.source, e, f"the {reader.name} reader", traceback.format_exc(), task.raw, task.records)
+        ]
+
+
+def records_of(event: ReadEvent) -> int:
+    """How many input records an event accounts for."""
+    if isinstance(event, ReadGraph):
+        return event.records
+    return event.count
+
+
+def _fault_to_reject(reader: Reader, path: Path, fault: _Fault, count: int) -> ReadReject:
+    """The reject for a fault: located at the line being read when known, else at the file."""
+    source = SourceRef(str(path), f"line {fault.line}") if fault.line is not None else SourceRef(str(path), "file")
+    e = fault.error
+    if isinstance(e, MsgtrainError):
+        err = e if e.where else e.located(str(source))
+        return ReadReject(source, err, excerpt(fault.raw) if fault.raw else "", count=count)
+    if isinstance(e, OSError):
+        return ReadReject(source, unreadable_file_error(path, e), count=count)
+    return fault_reject(source, e, f"the {reader.name} reader", fault.detail, fault.raw or None, count)
+
+
+def _read_streaming(reader: Reader, path: Path) -> Iterator[ReadEvent]:
+    accounted = 0
+    for item in _read_once(reader, path):
+        if isinstance(item, _Fault):
+            rest = _unaccounted(path, accounted) if item.line is not None else 1
+            yield _fault_to_reject(reader, path, item, max(rest, 1))
+            return
+        accounted += records_of(item)
+        yield item
+
+
+def _unaccounted(path: Path, accounted: int) -> int:
+    """Non-blank lines of ``path`` (or of its active chunk) not yet accounted by ``accounted`` records."""
+    from msgtrain.ingest.chunks import active_chunk, iter_chunk_lines
+
+    chunk = active_chunk(path)
+    try:
+        lines = iter_chunk_lines(path, chunk) if chunk is not None else _numbered_lines(path)
+        total = sum(1 for _, raw in lines if raw.strip())
+    except OSError:
+        return 1
+    return total - accounted
+
+
+def _retry_keys(reader: Reader, path: Path) -> Any:
+    """The reader's chunk key function when a failing group of this file can be isolated by re-reading."""
+    from msgtrain.ingest.chunks import is_jsonl, key_function
+
+    try:
+        return key_function(reader, path) if is_jsonl(path) else None
+    except Exception:
+        return None
+
+
+def _read_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[ReadEvent]:
+    """Read a JSONL file, re-reading it without the conversation group of each line a fault escaped from.
+
+    Events are held back until a read completes, since a fault may invalidate what came before it (a reader that
+    groups lines emits its conversations at the end)."""
+    from msgtrain.ingest.chunks import active_chunk, chunk_without, reading_chunk
+
+    base = active_chunk(path)
+    failed: list[int] = []
+    rejects: list[ReadReject] = []
+    chunk = base
+    for attempt in range(MAX_RETRIES + 1):
+        events: list[ReadEvent] = []
+        fault: _Fault | None = None
+        with reading_chunk(path, chunk):
+            for item in _read_once(reader, path):
+                if isinstance(item, _Fault):
+                    fault = item
+                    break
+                events.append(item)
+            if fault is not None and (
+                fault.line is None or attempt == MAX_RETRIES or isinstance(fault.error, MsgtrainError)
+            ):
+                accounted = sum(records_of(ev) for ev in events)
+                rest = _unaccounted(path, accounted) if fault.line is not None else 1
+                events.append(_fault_to_reject(reader, path, fault, max(rest, 1)))
+                fault = None
+        if fault is None:
+            yield from rejects
+            yield from events
+            return
+        assert fault.line is not None
+        failed.append(fault.line)
+        try:
+            chunk, counts = chunk_without(path, keys, base, failed)
+        except Exception as e:  # the file cannot be regrouped: what is left is one reject
+            yield from rejects
+            rest = max(_unaccounted(path, sum(r.count for r in rejects)), 1)
+            yield fault_reject(SourceRef(str(path), "file"), e, "regrouping", traceback.format_exc(), count=rest)
+            return
+        rejects.append(_fault_to_reject(reader, path, fault, counts[fault.line]))
+        if chunk is None:  # nothing left to read
+            yield from rejects
+            return

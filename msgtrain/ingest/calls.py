@@ -3,7 +3,9 @@
 The request is an OpenAI ``/v1/chat/completions`` body (``model``, ``messages``, ``tools``,
 ``chat_template_kwargs`` …); the response is the body returned (``choices[].message`` with content, tool_calls,
 ``reasoning_content``/``reasoning``; vLLM's ``prompt_token_ids``, ``choices[].token_ids``,
-``choices[].logprobs.content[].logprob`` when the engine returned them).
+``choices[].logprobs.content[].logprob`` when the engine returned them). A streamed call may log its response as
+the list of ``chat.completion.chunk`` objects received; it is reassembled as the OpenAI SDK accumulates it
+(:mod:`msgtrain.ingest.streams`).
 
 Invariants:
 - Calls are rebuilt into message graphs: calls whose messages share a prefix share nodes (content addressing);
@@ -39,6 +41,7 @@ from msgtrain.ingest.base import (
 from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import Step
+from msgtrain.ingest.streams import is_chunk_list, response_body
 from msgtrain.model.graph import Env
 from msgtrain.model.message import AnyMessage
 from msgtrain.model.openai import from_openai_message, generation_from_choice
@@ -82,15 +85,20 @@ def _call_names(messages: list[AnyMessage]) -> dict[str, str]:
 
 class CallsReader:
     name = "calls"
-    description = "per-call API logs: JSONL of {request, response} chat-completions bodies (vLLM token ids optional)"
+    description = (
+        "per-call API logs: JSONL of {request, response} chat-completions bodies or streamed chunk lists"
+        " (vLLM token ids optional)"
+    )
     example = "sample_logs/calls/agent_calls.jsonl"
 
     def detect(self, path: Path, head: bytes) -> bool:
         return any(
             isinstance(o.get("request"), dict)
             and "messages" in o["request"]
-            and isinstance(o.get("response"), dict)
-            and "choices" in o["response"]
+            and (
+                (isinstance(o.get("response"), dict) and "choices" in o["response"])
+                or is_chunk_list("openai_chat", o.get("response"))
+            )
             for o in head_objects(head)
         )
 
@@ -138,15 +146,19 @@ class CallsReader:
         if (
             not isinstance(rec, dict)
             or not isinstance(rec.get("request"), dict)
-            or not isinstance(rec.get("response"), dict)
+            or not isinstance(rec.get("response"), dict | list)
         ):
             raise ValidationError(
                 "record needs 'request' and 'response' objects",
                 where=where,
                 code="bad_record",
-                hint='one line per call: {"request": {...}, "response": {...}}',
+                hint='one line per call: {"request": {...}, "response": {...} or [stream chunks...]}',
             )
-        request, response = rec["request"], rec["response"]
+        request = rec["request"]
+        try:
+            response = response_body("openai_chat", rec["response"])
+        except MsgtrainError as e:
+            raise e.located(where) from None
         if "error" in response and not response.get("choices"):
             raise ValidationError(
                 f"the call failed: {str(response['error'])[:200]}", where=where, code="error_response"

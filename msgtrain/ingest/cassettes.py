@@ -1,16 +1,24 @@
-"""VCR-style YAML cassettes of recorded provider HTTP calls (pydantic-ai's test cassettes and the like).
+"""VCR-style YAML cassettes of recorded provider HTTP calls (VCR.py, pydantic-ai, crewAI, simonw/llm...).
 
-A cassette is ``{"interactions": [{"request": {...}, "response": {...}}, ...]}``; bodies are either
-``parsed_body`` (pydantic-ai) or a JSON ``body`` string (``{"string": ...}`` in plain VCR). Each interaction
-whose URI is a generation endpoint is one call: the request is the context, the response the turn(s) sampled
-in exactly that context. All interactions of a cassette build ONE graph (:mod:`msgtrain.ingest.call_log`), so
-calls whose histories share a prefix share nodes, and history turns no recorded response produced are
-``carried``.
+A cassette is ``{"interactions": [{"request": {...}, "response": {...}}, ...]}``. Bodies are ``parsed_body``
+(pydantic-ai, already JSON), VCR.py's ``body: {string: ...}`` or plain ``body``, or the ``content`` field of older
+httpx recorders; a body may be YAML ``!!binary`` bytes, text, or Ruby VCR's ``base64_string``, and is decoded
+from its ``Content-Encoding`` (gzip, deflate; br and zstd with the optional ``compression`` extra) before it is
+parsed (:mod:`msgtrain.ingest.http_bodies`). Each interaction whose URI is a generation endpoint is one call:
+the request is the context, the response the turn(s) sampled in exactly that context. All interactions of a
+cassette build ONE graph (:mod:`msgtrain.ingest.call_log`), so calls whose histories share a prefix share nodes,
+and history turns no recorded response produced are ``carried``.
 
-Providers (by URI, then body shape): OpenAI ``/chat/completions`` (n > 1 choices become sibling samples),
-OpenAI ``/responses`` (``previous_response_id`` continues the recorded response), Anthropic ``/messages``, and
-Google Gemini ``:generateContent`` (``contents[].parts`` with ``text``, ``thought``, ``functionCall``,
-``functionResponse``, ``inlineData``/``fileData``; each ``candidates[]`` entry is a sample).
+Providers (the table ``_ENDPOINTS``, by URI path, then body shape): OpenAI ``/chat/completions`` (n > 1 choices
+become sibling samples), OpenAI ``/responses`` (``previous_response_id`` continues the recorded response),
+Anthropic ``/messages``, Google Gemini ``:generateContent`` / ``:streamGenerateContent`` (``contents[].parts``
+with ``text``, ``thought``, ``functionCall``, ``functionResponse`` — camelCase or snake_case —,
+``inlineData``/``fileData``; each ``candidates[]`` entry is a sample), AWS Bedrock ``/model/{id}/converse`` and
+``converse-stream`` (:mod:`msgtrain.ingest.bedrock`), and Bedrock ``/model/{id}/invoke`` /
+``invoke-with-response-stream`` whose body is an Anthropic Messages body (read as Anthropic).
+
+Streamed responses (SSE text, a Gemini JSON array, AWS event-stream bytes) are reassembled into the body the same
+call returns without streaming, by the provider SDK's accumulation rules (:mod:`msgtrain.ingest.streams`).
 
 Safe readings:
 - Gemini function calls without an ``id`` get ``gemini_call_<content index>_<part index>``: the position in
@@ -20,25 +28,29 @@ Safe readings:
   message's ``metadata["engine_tokens"]`` and deliberately NOT in ``Generation.token_ids``: the linearizer
   takes logged ids verbatim, and splicing another model's ids into a sample rendered with the target
   tokenizer would corrupt it.
-- Interactions that are not generation calls (model lists, token counting) and non-2xx responses are skipped
-  with a reason; streamed responses (SSE bodies) are rejected as unsupported rather than half-read.
+- Interactions that are not generation calls (model lists, token counting), non-2xx responses and streams that
+  report an error are skipped with a reason (nothing was sampled); an InvokeModel body of another model family is
+  rejected (``unsupported_body``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationError
-from msgtrain.ingest import anthropic, openai_responses
+from msgtrain.ingest import anthropic, bedrock, openai_responses, streams
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGraph
-from msgtrain.ingest.conversation_files import Step, as_text
+from msgtrain.ingest.conversation_files import Step
+from msgtrain.ingest.http_bodies import decode_content, header, recorded_bytes
 from msgtrain.ingest.openai_chat import chat_steps
+from msgtrain.ingest.streams import StreamFailed
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
@@ -64,7 +76,10 @@ _CHAT_SAMPLING = ("temperature", "top_p", "max_tokens", "max_completion_tokens",
 
 class CassettesReader:
     name = "cassettes"
-    description = "VCR YAML cassettes of OpenAI chat / Responses, Anthropic and Gemini generateContent calls"
+    description = (
+        "VCR YAML cassettes of OpenAI chat / Responses, Anthropic, Gemini and Bedrock Converse / InvokeModel calls"
+        " (streamed and compressed bodies too)"
+    )
     example = "sample_logs/cassettes/weather_tools.yaml"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -81,7 +96,7 @@ class CassettesReader:
             try:
                 outcome = self._call(interaction, log, by_response)
             except MsgtrainError as e:
-                yield ReadReject(ref, e.located(str(ref)), excerpt(as_text(interaction)))
+                yield ReadReject(ref, e.located(str(ref)), excerpt(interaction))
                 continue
             if isinstance(outcome, str):
                 yield ReadSkip(ref, outcome)
@@ -90,7 +105,7 @@ class CassettesReader:
             try:
                 added = log.add(call)
             except MsgtrainError as e:
-                yield ReadReject(ref, e.located(str(ref)), excerpt(as_text(interaction)))
+                yield ReadReject(ref, e.located(str(ref)), excerpt(interaction))
                 continue
             if response_id is not None and added:
                 by_response[response_id] = added[-1]
@@ -103,32 +118,38 @@ class CassettesReader:
             raise ValidationError("interaction is not a mapping", code="bad_interaction")
         request, response = interaction.get("request") or {}, interaction.get("response") or {}
         uri = str(request.get("uri", ""))
-        endpoint = _endpoint(uri)
+        endpoint = endpoint_of(uri)
         if endpoint is None:
             return "not_a_generation_call"
         status = response.get("status")
         code = status.get("code") if isinstance(status, dict) else status
         if isinstance(code, int) and not 200 <= code < 300:
             return "error_response"
-        req_body = _body(request, "request")
-        resp_body = _body(response, "response")
-        if endpoint == "gemini_stream" or not isinstance(resp_body, dict):
-            raise ValidationError(
-                "streamed response bodies are not supported",
-                where="response",
-                code="unsupported_stream",
-                hint="record the call without streaming (the non-streamed body holds the whole turn)",
-            )
+        req_body = _json_body(request, "request")
         if not isinstance(req_body, dict):
             raise ValidationError("request body is not a JSON object", where="request", code="bad_request")
-        if endpoint == "openai_chat":
+        try:
+            resp_body = _response_body(response, endpoint)
+        except StreamFailed:
+            return "error_response"
+        if not isinstance(resp_body, dict):
+            raise ValidationError("response body is not a JSON object", where="response", code="bad_response")
+        if isinstance(resp_body.get("error"), dict) and not (
+            resp_body.get("choices") or resp_body.get("output") or resp_body.get("content")
+        ):
+            return "error_response"  # a 200 that carries only an error (some proxies)
+        if endpoint.kind == "openai_chat":
             return openai_chat_call(req_body, resp_body), None
-        if endpoint == "anthropic":
+        if endpoint.kind == "anthropic":
             return anthropic.request_call(req_body, resp_body), None
-        if endpoint == "openai_responses":
+        if endpoint.kind == "openai_responses":
             call = openai_responses.responses_call(req_body, resp_body, log.history, by_response)
             rid = resp_body.get("id")
             return call, rid if isinstance(rid, str) else None
+        if endpoint.kind == "bedrock_converse":
+            return bedrock.converse_call(req_body, resp_body, bedrock.model_id(uri)), None
+        if endpoint.kind == "bedrock_invoke":
+            return _invoke_call(req_body, resp_body), None
         return gemini_call(req_body, resp_body), None
 
 
@@ -148,36 +169,90 @@ def _load(path: Path) -> list[Any]:
     return data["interactions"]
 
 
-def _endpoint(uri: str) -> str | None:
+@dataclass(frozen=True)
+class Endpoint:
+    """A generation endpoint: the provider ``kind`` (a :mod:`msgtrain.ingest.streams` kind) and whether the URI
+    itself says the response is streamed (otherwise the body says: an SSE text or a JSON array)."""
+
+    kind: str
+    streamed: bool = False
+
+
+# The provider table: URI path suffix → endpoint, most specific first.
+_ENDPOINTS: tuple[tuple[str, Endpoint], ...] = (
+    (":streamGenerateContent", Endpoint("gemini", streamed=True)),
+    (":generateContent", Endpoint("gemini")),
+    ("/chat/completions", Endpoint("openai_chat")),
+    ("/responses", Endpoint("openai_responses")),
+    ("/messages", Endpoint("anthropic")),
+    ("/converse-stream", Endpoint("bedrock_converse", streamed=True)),
+    ("/converse", Endpoint("bedrock_converse")),
+    ("/invoke-with-response-stream", Endpoint("bedrock_invoke", streamed=True)),
+    ("/invoke", Endpoint("bedrock_invoke")),
+)
+
+
+def endpoint_of(uri: str) -> Endpoint | None:
     path = uri.split("?", 1)[0].rstrip("/")
-    if path.endswith(":streamGenerateContent"):
-        return "gemini_stream"
-    if path.endswith(":generateContent"):
-        return "gemini"
-    if path.endswith("/chat/completions"):
-        return "openai_chat"
-    if path.endswith("/responses"):
-        return "openai_responses"
-    if path.endswith("/messages"):
-        return "anthropic"
+    for suffix, endpoint in _ENDPOINTS:
+        if path.endswith(suffix):
+            if endpoint.kind.startswith("bedrock") and bedrock.model_id(path) is None:
+                return None  # /invoke or /converse outside a Bedrock /model/{id}/ path
+            return endpoint
     return None
 
 
-def _body(part: dict[str, Any], where: str) -> Any:
-    """The JSON body of a recorded request/response: ``parsed_body``, or a ``body`` string to decode."""
+def _raw_body(part: dict[str, Any], where: str) -> Any:
+    """A recorded body as stored: ``parsed_body`` (pydantic-ai, already JSON), else the bytes of VCR.py's
+    ``body.string`` / ``body`` or of the ``content`` field older httpx recorders write, decoded from its
+    ``Content-Encoding``."""
     if "parsed_body" in part:
         return part["parsed_body"]
-    body = part.get("body")
+    body = part.get("body", part.get("content"))
     if isinstance(body, dict) and "string" in body:
         body = body["string"]
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str):
-        try:
-            return json.loads(body) if body.strip() else None
-        except json.JSONDecodeError:
-            return body  # an SSE stream or other non-JSON text: the caller decides
+    raw = recorded_bytes(body, where)
+    if raw is None:
+        return body
+    return decode_content(raw, header(part.get("headers"), "content-encoding"), where)
+
+
+def _json_body(part: dict[str, Any], where: str) -> Any:
+    """A body parsed as JSON; text that is not JSON (an SSE stream...) is returned as text."""
+    body = _raw_body(part, where)
+    if not isinstance(body, bytes):
+        return body
+    text = body.decode("utf-8", "replace")
+    try:
+        return json.loads(text) if text.strip() else None
+    except json.JSONDecodeError:
+        return text
+
+
+def _response_body(response: dict[str, Any], endpoint: Endpoint) -> Any:
+    """The response as the non-streamed body: streamed bodies reassembled (:mod:`msgtrain.ingest.streams`)."""
+    if endpoint.kind.startswith("bedrock") and endpoint.streamed:
+        raw = _raw_body(response, "response")
+        if isinstance(raw, bytes | list):
+            return streams.assemble(endpoint.kind, raw, "response")
+    body = _json_body(response, "response")
+    if isinstance(body, dict) and not endpoint.streamed:
+        return body
+    if isinstance(body, str | list | dict):
+        return streams.assemble(endpoint.kind, body if not isinstance(body, dict) else [body], "response")
     return body
+
+
+def _invoke_call(request: dict[str, Any], response: dict[str, Any]) -> Call:
+    """Bedrock ``InvokeModel``: the body is the model provider's own; Anthropic bodies are read as Messages."""
+    if "anthropic_version" in request or isinstance(request.get("messages"), list):
+        return anthropic.request_call(request, response)
+    raise ValidationError(
+        "InvokeModel body is not an Anthropic Messages body",
+        where="request",
+        code="unsupported_body",
+        hint="InvokeModel bodies are read when they are Anthropic Messages requests; use Converse for other models",
+    )
 
 
 # --------------------------------------------------------------------------- OpenAI chat completions
@@ -255,7 +330,7 @@ class GeminiConverter:
         for k, part in enumerate(parts):
             if not isinstance(part, dict):
                 raise ValidationError(f"parts[{k}] is not an object", where=where, code="bad_content")
-            call = part.get("functionCall")
+            call = part.get("functionCall", part.get("function_call"))
             if isinstance(call, dict):
                 name = call.get("name")
                 if not name:
@@ -285,7 +360,7 @@ class GeminiConverter:
         for k, part in enumerate(parts):
             if not isinstance(part, dict):
                 raise ValidationError(f"parts[{k}] is not an object", where=where, code="bad_content")
-            answer = part.get("functionResponse")
+            answer = part.get("functionResponse", part.get("function_response"))
             if not isinstance(answer, dict):
                 pending.append(_gemini_part(part, k, where))
                 continue

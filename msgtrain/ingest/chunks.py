@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from msgtrain.errors import MsgtrainError, ParseError
+from msgtrain.errors import ParseError
 from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader, first_two_lines
 
 # What a reader's key function returns: the record's conversation keys (``()``: a record independent of all
@@ -150,14 +150,9 @@ class _Groups:
         return lo
 
 
-def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]:
-    """Cut ``path`` into chunks of about ``target_bytes`` holding whole conversations (see the module docstring).
-
-    Returns ``[]`` when the file is not worth splitting (at most one chunk would come out).
-    """
-    size = path.stat().st_size
-    if target_bytes <= 0 or size <= target_bytes:
-        return []
+def line_groups(path: Path, keys: KeyFunction) -> tuple[Any, Any, Any]:
+    """One pass over ``path``: (line bounds in bytes, ``len(lines) + 1`` of them; each line's conversation group,
+    numbered by the group's first line order; which lines are not blank), as numpy arrays."""
     offsets = array("q")
     line_group = array("q")
     groups = _Groups()
@@ -179,8 +174,8 @@ def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]
                     value = _BAD_LINE
                 try:
                     key = keys(value)
-                except MsgtrainError:
-                    key = ()  # the reader will reject this record on its own
+                except Exception:
+                    key = ()  # the reader will reject this record on its own (or the fault boundary will)
             if key is None and prev >= 0:
                 g = prev
             else:
@@ -203,8 +198,57 @@ def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]
             break
         parent = grand
     root = parent[np.frombuffer(line_group, dtype=np.int64)]
-    bounds = np.frombuffer(offsets, dtype=np.int64)
-    group_bytes = np.bincount(root, weights=np.diff(bounds), minlength=len(parent)).astype(np.int64)
+    blank = array("b")
+    with open(path, "rb") as f:
+        blank.extend(0 if raw.strip() else 1 for raw in f)
+    nonblank = np.frombuffer(blank, dtype=np.int8) == 0
+    return np.frombuffer(offsets, dtype=np.int64), root, nonblank
+
+
+def chunk_without(
+    path: Path, keys: KeyFunction, within: Chunk | None, failed_lines: list[int]
+) -> tuple[Chunk | None, dict[int, int]]:
+    """The lines of ``within`` (the whole file when None) minus the conversation groups of ``failed_lines``, as a
+    chunk (None when no line is left), and for each failed line how many non-blank lines its group loses.
+
+    Used by the fault boundary (:func:`msgtrain.ingest.base.read_events`) to read a file again without a group a
+    reader failed on: whole groups are left out, exactly as a chunk leaves out the groups of other chunks.
+    """
+    bounds, root, nonblank = line_groups(path, keys)
+    n = len(root)
+    keep = np.zeros(n, dtype=bool)
+    if within is None:
+        keep[:] = True
+    else:
+        for _, end, first in within.runs:
+            last = int(np.searchsorted(bounds, end, side="left"))  # lines first-1 .. last-1 lie in this run
+            keep[first - 1 : last] = True
+    counts: dict[int, int] = {}
+    for line in failed_lines:
+        group = root[line - 1]
+        in_group = keep & (root == group)
+        counts[line] = int(np.count_nonzero(in_group & nonblank))
+        keep &= root != group
+    if not np.any(keep & nonblank):
+        return None, counts
+    starts = np.flatnonzero(keep & ~np.concatenate(([False], keep[:-1])))
+    ends = np.flatnonzero(keep & ~np.concatenate((keep[1:], [False]))) + 1
+    runs = tuple((int(bounds[a]), int(bounds[b]), int(a) + 1) for a, b in zip(starts, ends, strict=True))
+    return Chunk(0, 1, runs, sum(e - s for s, e, _ in runs)), counts
+
+
+def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]:
+    """Cut ``path`` into chunks of about ``target_bytes`` holding whole conversations (see the module docstring).
+
+    Returns ``[]`` when the file is not worth splitting (at most one chunk would come out).
+    """
+    size = path.stat().st_size
+    if target_bytes <= 0 or size <= target_bytes:
+        return []
+    bounds, root, _ = line_groups(path, keys)
+    parent_len = int(root.max()) + 1 if len(root) else 0
+    pos = int(bounds[-1])
+    group_bytes = np.bincount(root, weights=np.diff(bounds), minlength=parent_len).astype(np.int64)
     # A conversation goes to the chunk its first byte falls in, on an even grid of the file's bytes (conversations
     # laid end to end in first-line order): chunks end up near the target size unless one conversation is larger
     # (it is never cut).

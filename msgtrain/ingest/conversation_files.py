@@ -36,6 +36,7 @@ from msgtrain.ingest.base import (
     ReadGraph,
     ReadReject,
     ReadSkip,
+    RecordTask,
     SourceRef,
     excerpt,
     first_two_lines,
@@ -389,22 +390,32 @@ def read_conversation_file(
     layout: ConversationLayout,
     convert: Callable[[Conversation], Converted],
     records: Iterable[RawRecord] | None = None,
-) -> Iterator[ReadEvent]:
-    """Split ``path`` into conversations and convert each; failures become rejects, never exceptions."""
+) -> Iterator[ReadEvent | RecordTask]:
+    """Split ``path`` into conversations; each is converted by a :class:`RecordTask`, so the fault boundary
+    (:func:`msgtrain.ingest.base.read_events`) turns whatever a conversion raises into that record's reject."""
     for item in iter_conversations(path, layout, records):
         if not isinstance(item, Conversation):
             yield item
             continue
+        yield RecordTask(item.ref, _conversion(item, convert), records=item.records, raw=_task_raw(item))
+
+
+def _task_raw(conv: Conversation) -> Any:
+    return conv.raw if conv.raw is not None else (conv.source if conv.source is not None else conv.messages)
+
+
+def _conversion(conv: Conversation, convert: Callable[[Conversation], Converted]) -> Callable[[], list[ReadEvent]]:
+    def parse() -> list[ReadEvent]:
         try:
-            converted = convert(item)
+            converted = convert(conv)
         except MsgtrainError as e:
-            yield ReadReject(item.ref, e.located(str(item.ref)), item.excerpt())
-            continue
+            return [ReadReject(conv.ref, e.located(str(conv.ref)), conv.excerpt(), count=conv.records)]
         except pydantic.ValidationError as e:
-            err = ValidationError(_pydantic_message(e), where=str(item.ref), code="bad_message")
-            yield ReadReject(item.ref, err, item.excerpt())
-            continue
-        yield ReadGraph(converted.graph, item.ref, records=item.records, extras=converted.extras)
+            err = ValidationError(_pydantic_message(e), where=str(conv.ref), code="bad_message")
+            return [ReadReject(conv.ref, err, conv.excerpt(), count=conv.records)]
+        return [ReadGraph(converted.graph, conv.ref, records=conv.records, extras=converted.extras)]
+
+    return parse
 
 
 def _pydantic_message(e: pydantic.ValidationError) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.base import ReadEvent
+from msgtrain.ingest.base import ReadItem
 from msgtrain.ingest.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -170,7 +170,7 @@ class MarsysReader:
                 return True
         return False
 
-    def read(self, path: Path) -> Iterator[ReadEvent]:
+    def read(self, path: Path) -> Iterator[ReadItem]:
         yield from read_conversation_file(path, LAYOUT, lambda conv: self.convert(path, conv))
 
     def convert(self, path: Path, conv: Conversation) -> Converted:

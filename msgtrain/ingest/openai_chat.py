@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.base import ReadEvent
+from msgtrain.ingest.base import ReadItem
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
     Conversation,
@@ -123,7 +123,7 @@ class OpenAIChatReader:
     def _chunk_key(self, value: Any) -> ChunkKey:
         return conversation_chunk_key(LAYOUT, value)
 
-    def read(self, path: Path) -> Iterator[ReadEvent]:
+    def read(self, path: Path) -> Iterator[ReadItem]:
         def convert(conv: Conversation) -> Converted:
             return self.convert(path, conv)
 

@@ -6,7 +6,9 @@ Reads:
 - call records (one graph per file, :mod:`msgtrain.ingest.call_log`): ``{"request": {...}, "response":
   {...}}`` or ``{"input": ..., "output": [...]}``. The request's ``instructions`` and ``input`` are the
   context, the response's ``output`` is the one sampled turn; ``previous_response_id`` continues from that
-  response's node.
+  response's node. A streamed call may log its response as the list of stream events; the
+  ``response.completed`` event's response is used, else it is rebuilt from the deltas
+  (:mod:`msgtrain.ingest.streams`).
 
 Items: ``message`` (``input_text`` / ``output_text`` / ``refusal`` text, ``input_image`` / ``input_file`` /
 ``input_audio`` media references), ``function_call`` and ``custom_tool_call`` (paired by ``call_id``,
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadReject, excerpt
+from msgtrain.ingest.base import ReadEvent, ReadItem, ReadReject, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
@@ -45,6 +47,7 @@ from msgtrain.ingest.conversation_files import (
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import head_shape
+from msgtrain.ingest.streams import is_chunk_list, response_body
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
@@ -312,10 +315,11 @@ def _output_value(output: Any) -> Any:
     return "" if output is None else output
 
 
-def _call_parts(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(request, response) of a call record, or None if the record is not one."""
+def _call_parts(record: dict[str, Any]) -> tuple[dict[str, Any], Any] | None:
+    """(request, response) of a call record, or None if the record is not one. The response is a body, or the
+    list of stream events of a streamed call."""
     request, response = record.get("request"), record.get("response")
-    if isinstance(request, dict) and isinstance(response, dict):
+    if isinstance(request, dict) and (isinstance(response, dict) or is_chunk_list("openai_responses", response)):
         return request, response
     if "output" in record and "input" in record:
         return record, record
@@ -324,7 +328,10 @@ def _call_parts(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
 
 class OpenAIResponsesReader:
     name = "openai_responses"
-    description = "OpenAI Responses API items (message, function_call, reasoning...) or request/response records"
+    description = (
+        "OpenAI Responses API items (message, function_call, reasoning...) or request/response records"
+        " (streamed responses as event lists)"
+    )
     example = "sample_logs/openai_responses/items.jsonl"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -332,6 +339,8 @@ class OpenAIResponsesReader:
         shape = head_shape(head)
         if shape.any_value(".object", {"response"}) or shape.any_value(".response.object", {"response"}):
             return True
+        if shape.has(".request.input") and shape.any_value(".response[].type", {"response.created"}):
+            return True  # a streamed call logged as its list of events
         for prefix in ("", ".items[]", ".input[]", ".output[]", ".request.input[]", ".response.output[]"):
             if shape.any_value(f"{prefix}.type", ASSISTANT_ITEMS | RESULT_ITEMS):
                 return True
@@ -349,7 +358,7 @@ class OpenAIResponsesReader:
             return _ChainKeys()
         return lambda value: conversation_chunk_key(LAYOUT, value)
 
-    def read(self, path: Path) -> Iterator[ReadEvent]:
+    def read(self, path: Path) -> Iterator[ReadItem]:
         first, stream = peek_records(path)
         if first is None:
             return
@@ -384,7 +393,7 @@ class OpenAIResponsesReader:
                         code="not_a_call",
                         hint='each record is {"request": {...}, "response": {...}}',
                     )
-                request, response = parts
+                request, response = parts[0], response_body("openai_responses", parts[1])
                 call = responses_call(request, response, groups.history, by_response)
                 added = groups.add(call, ref, session_of(value, request))
             except MsgtrainError as e:
@@ -417,7 +426,11 @@ class _ChainKeys:
         parts = _call_parts(value) if isinstance(value, dict) else None
         if parts is None:
             return ()  # rejected on its own
-        request, response = parts
+        request = parts[0]
+        try:
+            response = response_body("openai_responses", parts[1])
+        except (MsgtrainError, ValueError):
+            return ()  # rejected on its own
         previous = request.get("previous_response_id")
         own = response.get("id") if isinstance(response.get("id"), str) else None
         # Links first: whatever else happens, a call stays with the response it continues.

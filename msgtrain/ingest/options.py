@@ -26,7 +26,7 @@ from typing import Any
 import pydantic
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.base import ReadEvent
+from msgtrain.ingest.base import ReadItem
 from msgtrain.ingest.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -81,7 +81,7 @@ class OptionsReader:
             return False  # native graph-log records carry messages too, inside node records
         return any(shape.values_at(p) and shape.values_at(p) <= KINDS for p in (".kind", "[].kind", ".messages[].kind"))
 
-    def read(self, path: Path) -> Iterator[ReadEvent]:
+    def read(self, path: Path) -> Iterator[ReadItem]:
         yield from read_conversation_file(path, LAYOUT, lambda conv: self.convert(path, conv))
 
     def convert(self, path: Path, conv: Conversation) -> Converted:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.base import ReadEvent
+from msgtrain.ingest.base import ReadItem
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
     Conversation,
@@ -373,7 +373,7 @@ class ShareGPTReader:
     def _chunk_key(self, value: Any) -> ChunkKey:
         return conversation_chunk_key(LAYOUT, value)
 
-    def read(self, path: Path) -> Iterator[ReadEvent]:
+    def read(self, path: Path) -> Iterator[ReadItem]:
         yield from read_conversation_file(path, LAYOUT, lambda conv: self.convert(path, conv))
 
     def convert(self, path: Path, conv: Conversation) -> Converted:

@@ -335,20 +335,22 @@ def to_openai_messages(messages: Iterable[AnyMessage], *, complete_pairs_only: b
     """Project a message sequence to OpenAI dicts (seed 003's pairing rule by default)."""
     msgs = list(messages)
     proj = Projection()
-    # A pair is a call and a result *after* it; a result logged before its call answers nothing.
-    answered: set[str] = set()
-    called: set[str] = set()
-    for m in msgs:
+    # A pair is a call and a result *after* it; a result logged before its call answers nothing. Ids are unique
+    # among open calls only (an agent may reuse an id once its call was answered), so a result answers the latest
+    # open call with its id.
+    answered: set[tuple[int, int]] = set()  # (message index, call index)
+    open_calls: dict[str, tuple[int, int]] = {}
+    for i, m in enumerate(msgs):
         if isinstance(m, OptionCallMessage):
-            called.update(c.invocation_id for c in m.calls)
-        elif isinstance(m, OptionResultMessage) and m.result.invocation_id in called:
-            answered.add(m.result.invocation_id)
+            open_calls.update({c.invocation_id: (i, k) for k, c in enumerate(m.calls)})
+        elif isinstance(m, OptionResultMessage) and m.result.invocation_id in open_calls:
+            answered.add(open_calls.pop(m.result.invocation_id))
     issued: set[str] = set()
-    for m in msgs:
+    for i, m in enumerate(msgs):
         if isinstance(m, OptionCallMessage):
             issued.update(c.invocation_id for c in m.calls)
             if complete_pairs_only:
-                keep = [c for c in m.calls if c.invocation_id in answered]
+                keep = [c for k, c in enumerate(m.calls) if (i, k) in answered]
                 proj.skipped_calls += len(m.calls) - len(keep)
                 if not keep and _content_value(m.parts, flat=False) is None and m.reasoning is None:
                     continue

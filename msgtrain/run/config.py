@@ -57,7 +57,10 @@ class ConvertConfig(BaseModel):
     overflow: Overflow = "drop"
     allow_partial_turns: bool = Field(False, description="with overflow=truncate, train the first part of a cut turn")
     split: dict[str, float] = Field(default_factory=dict, description="held-out splits, e.g. {validation: 0.05}")
-    pack_length: int | None = Field(None, gt=0, description="row length for target=packed")
+    pack_length: int | None = Field(None, gt=0, description="row length for target=packed (and target=tree)")
+    tree_scope: Literal["graph", "split"] = Field(
+        "graph", description="target=tree: one trie per graph, or one per split buffer (merges shared prompts)"
+    )
     rows_per_shard: int = Field(DEFAULT_ROWS_PER_SHARD, gt=0)
     row_group_size: int = Field(DEFAULT_ROW_GROUP_SIZE, gt=0)
     # how to run
@@ -134,10 +137,13 @@ class ConvertConfig(BaseModel):
                 "target packed needs a row length",
                 hint="set pack_length (or max_length), e.g. --pack-length 4096",
             )
-        if self.target != "packed" and self.pack_length is not None:
+        if self.target not in ("packed", "tree") and self.pack_length is not None:
             raise ConfigError(
-                "pack_length only applies to target packed", hint="drop pack_length or use --target packed"
+                "pack_length only applies to targets packed and tree",
+                hint="drop pack_length or use --target packed / --target tree",
             )
+        if self.target != "tree" and self.tree_scope != "graph":
+            raise ConfigError("tree_scope only applies to target tree", hint="drop tree_scope or use --target tree")
         if self.pack_length is not None and self.max_length is not None and self.max_length > self.pack_length:
             raise ConfigError(
                 f"max_length {self.max_length} is longer than pack_length {self.pack_length}",
@@ -196,6 +202,7 @@ OUTPUT_SETTINGS = frozenset(
         "allow_partial_turns",
         "split",
         "pack_length",
+        "tree_scope",
         "rows_per_shard",
         "row_group_size",
     }

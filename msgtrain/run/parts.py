@@ -36,7 +36,16 @@ import pyarrow.ipc as ipc
 from msgtrain import __version__
 from msgtrain.errors import MsgtrainError, reject_hint
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef, detect_format, get_reader
+from msgtrain.ingest.base import (
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    SourceRef,
+    get_reader,
+    log_traceback,
+    open_reader,
+    read_events,
+)
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.render import Renderer
@@ -57,6 +66,8 @@ class LinearizeSettings:
     render_date: str | None
     input_format: str | None
     strict: bool = False
+    # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
+    debug_log: str | None = None
 
     def key(self, tokenizer_fingerprint: str) -> str:
         data = {
@@ -70,10 +81,15 @@ class LinearizeSettings:
 
 
 def file_digest(path: Path) -> str:
+    """A hash of a file's bytes; for a directory log, of every file in it (relative names and bytes, sorted)."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for member in members:
+        if member is not path:
+            h.update(str(member.relative_to(path)).encode("utf-8", "surrogatepass") + b"\0")
+        with open(member, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
     return h.hexdigest()
 
 
@@ -99,6 +115,8 @@ class Job:
         if self.chunk is not None:
             return self.chunk.bytes
         try:
+            if self.path.is_dir():
+                return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
             return self.path.stat().st_size
         except OSError:
             return 0
@@ -163,13 +181,16 @@ def convert_file(
     samples: list[Sample] = []
     rejects: list[str] = []
     try:
-        reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
+        opened = open_reader(path, get_reader(settings.input_format) if settings.input_format else None)
+        events = iter([opened]) if isinstance(opened, ReadReject) else read_events(opened, path)
         with reading_chunk(path, chunk):
-            for ev in reader.read(path):
+            for ev in events:
                 if isinstance(ev, ReadReject):
-                    stats.records_read += 1
-                    stats.records_rejected[ev.error.code] += 1
+                    stats.records_read += ev.count
+                    stats.records_rejected[ev.error.code] += ev.count
                     rejects.append(_reject_line(ev.source, ev.error, ev.excerpt))
+                    if ev.detail:
+                        log_traceback(settings.debug_log, ev)
                     if settings.strict:
                         raise ev.error
                 elif isinstance(ev, ReadSkip):
@@ -209,7 +230,8 @@ def convert_file(
     except MsgtrainError as e:
         if settings.strict:
             raise
-        # The file as a whole could not be read (unknown format, unreadable): one reject stands for it.
+        # Not a reader's fault (the boundary turns those into rejects): the forced format is unknown, or the
+        # tokenizer failed. One reject stands for the file.
         stats.records_read += 1
         stats.records_rejected[e.code] += 1
         rejects.append(_reject_line(SourceRef(str(path), "file"), e))

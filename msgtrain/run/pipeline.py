@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.base import detect_format, get_reader
+from msgtrain.ingest.base import detect_format, directory_reader, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.lock import exclusive_lock
@@ -75,6 +75,7 @@ from msgtrain.run.publish import (
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
 MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
+DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 
 ProgressHook = Callable[[str, dict[str, Any]], None]
 
@@ -103,7 +104,10 @@ def discover_inputs(
     """Expand files and directories: recursive, sorted, hidden entries skipped, each real file once (overlapping
     inputs such as ``logs`` and ``logs/sub`` name it once), symlinked directories followed once.
 
-    Returns (files, ignored): ``ignored`` lists what was passed over, each with its reason (no log suffix,
+    A directory that a reader takes as one log (:func:`~msgtrain.ingest.base.directory_reader`, e.g. an OpenHands
+    V1 conversation folder) is one input, handed over whole; the files inside it are not inputs of their own.
+
+    Returns (inputs, ignored): ``ignored`` lists what was passed over, each with its reason (no log suffix,
     unreadable directory, dangling link, symlink loop). Paths under ``exclude`` (OUT and its hidden siblings)
     are never inputs.
     """
@@ -112,18 +116,21 @@ def discover_inputs(
     seen_files: set[str] = set()
     skip = {os.path.realpath(p) for p in exclude}
 
-    def add_file(f: Path) -> None:
+    def add_file(f: Path, found: list[Path], unit: bool = False) -> None:
         real = os.path.realpath(f)
         if real in seen_files or real in skip:
             return
         seen_files.add(real)
-        if f.suffix.lower() in LOG_SUFFIXES:
-            files.append(f)
+        if unit or f.suffix.lower() in LOG_SUFFIXES:
+            found.append(f)
         else:
             ignored.append({"path": str(f), "reason": NOT_A_LOG})
 
-    def walk(directory: Path, active: tuple[str, ...]) -> None:
+    def walk(directory: Path, active: tuple[str, ...], found: list[Path]) -> None:
         try:
+            if directory_reader(directory) is not None:
+                add_file(directory, found, unit=True)
+                return
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError as e:
             ignored.append({"path": str(directory), "reason": f"unreadable directory: {e.strerror or e}"})
@@ -148,18 +155,20 @@ def discover_inputs(
                 if real in active:  # a link back to a directory being walked
                     ignored.append({"path": str(path), "reason": "symlink loop"})
                 else:
-                    walk(path, (*active, real))
+                    walk(path, (*active, real), found)
             elif is_file:
-                add_file(path)
+                add_file(path, found)
             else:
                 ignored.append({"path": str(path), "reason": "not a regular file"})
 
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            walk(p, (os.path.realpath(p),))
+            found: list[Path] = []
+            walk(p, (os.path.realpath(p),), found)
+            files.extend(sorted(found))
         elif p.is_file():
-            add_file(p)
+            add_file(p, files)
         else:
             raise MsgtrainError(
                 f"input {str(item)!r} does not exist", hint="pass log files or directories", code="missing_input"
@@ -339,6 +348,7 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
         render_date=cfg.render_date,
         input_format=cfg.input_format,
         strict=cfg.strict,
+        debug_log=str(state_dir(out) / DEBUG_LOG),
     )
     skey = settings.key(tok.fingerprint)
     parts_dir = state / "parts"
@@ -349,6 +359,8 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
     elif parts_dir.exists():
         shutil.rmtree(parts_dir)
     parts_dir.mkdir(parents=True, exist_ok=True)
+    if not cfg.resume:
+        (state / DEBUG_LOG).unlink(missing_ok=True)
     for stray in parts_dir.glob(".tmp-*"):
         shutil.rmtree(stray, ignore_errors=True)
 
@@ -504,7 +516,7 @@ def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> 
     A file that cannot be looked at (no reader recognises it, unreadable) is left whole: its worker reports it.
     """
     try:
-        if chunk_bytes <= 0 or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
+        if chunk_bytes <= 0 or path.is_dir() or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
             return None
         reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
         return key_function(reader, path)
@@ -593,6 +605,7 @@ def _assemble(
             format=cfg.format,
             target=cfg.target,
             pack_length=cfg.pack_length,
+            tree_scope=cfg.tree_scope,
             rows_per_shard=cfg.rows_per_shard,
             row_group_size=cfg.row_group_size,
             splits=splitter.names,

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msgtrain.errors import ConfigError
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, detect_format, get_reader
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, get_reader, open_reader, read_events
 from msgtrain.tools.sample_view import Decode, SampleView, mark_cuts, plural
 from msgtrain.tools.tree import TreeLine, TurnNote, graph_lines
 
@@ -117,9 +117,10 @@ def _find_graph(path: Path, graph: str | None, input_format: str | None) -> _Fou
     read = 0
     for f in files:
         read += 1
-        for ev in (reader or detect_format(f)).read(f):
+        opened = open_reader(f, reader)
+        for ev in [opened] if isinstance(opened, ReadReject) else read_events(opened, f):
             if isinstance(ev, ReadReject):
-                rejects += 1
+                rejects += ev.count
             elif isinstance(ev, ReadSkip):
                 skipped[ev.reason] += ev.count
             elif isinstance(ev, ReadGraph):

@@ -23,8 +23,17 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from msgtrain.errors import MsgtrainError
-from msgtrain.ingest.base import Reader, ReadGraph, ReadReject, ReadSkip, detect_format, get_reader
+from msgtrain.ingest.base import (
+    Reader,
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    default_debug_log,
+    get_reader,
+    log_traceback,
+    open_reader,
+    read_events,
+)
 from msgtrain.model.validate import validate_graph
 
 
@@ -97,47 +106,43 @@ def _locate(where: str | None, source: str, path: str) -> tuple[str, str]:
 def validate_file(path: Path, reader: Reader | None, report: ValidationReport) -> None:
     """Read one file with ``reader`` (or the detected one) and add what it finds to ``report``."""
     report.files.append(str(path))
-    try:
-        reader = reader or detect_format(path)
-    except MsgtrainError as e:
-        report.records += 1
-        report.problems.append(Finding(str(path), "", e.code, e.message, e.hint or ""))
+    opened = open_reader(path, reader)
+    if isinstance(opened, ReadReject):
+        _add_reject(report, opened, str(path))
         return
-    report.formats[reader.name] += 1
-    try:
-        for ev in reader.read(path):
-            source = str(ev.source)
-            if isinstance(ev, ReadReject):
-                report.records += 1
-                err = ev.error
-                at, where = _locate(err.where, source, str(path))
-                report.problems.append(Finding(at, where, err.code, err.message, err.hint or ""))
-            elif isinstance(ev, ReadSkip):
-                report.records += ev.count
-                report.skipped[ev.reason] += ev.count
-            elif isinstance(ev, ReadGraph):
-                report.records += ev.records
-                report.graphs += 1
-                for p in validate_graph(ev.graph):
-                    report.problems.append(Finding(source, p.where, p.code, p.message, p.hint))
-                if not ev.graph.sampled_nodes():
-                    report.warnings.append(
-                        Finding(
-                            source,
-                            f"graph {ev.graph.graph_id}",
-                            "no_sampled_turns",
-                            "no assistant message in this graph was sampled by a policy: nothing in it is trained",
-                            "assistant turns re-sent as history are 'carried'; log the calls that produced them",
-                        )
+    report.formats[opened.name] += 1
+    for ev in read_events(opened, path):
+        source = str(ev.source)
+        if isinstance(ev, ReadReject):
+            _add_reject(report, ev, str(path))
+        elif isinstance(ev, ReadSkip):
+            report.records += ev.count
+            report.skipped[ev.reason] += ev.count
+        elif isinstance(ev, ReadGraph):
+            report.records += ev.records
+            report.graphs += 1
+            for p in validate_graph(ev.graph):
+                report.problems.append(Finding(source, p.where, p.code, p.message, p.hint))
+            if not ev.graph.sampled_nodes():
+                report.warnings.append(
+                    Finding(
+                        source,
+                        f"graph {ev.graph.graph_id}",
+                        "no_sampled_turns",
+                        "no assistant message in this graph was sampled by a policy: nothing in it is trained",
+                        "assistant turns re-sent as history are 'carried'; log the calls that produced them",
                     )
-    except MsgtrainError as e:  # the file as a whole is unreadable as this format
-        report.records += 1
-        report.problems.append(Finding(*_locate(e.where, str(path), str(path)), e.code, e.message, e.hint or ""))
-    except OSError as e:
-        report.records += 1
-        report.problems.append(
-            Finding(str(path), "", "unreadable_file", e.strerror or str(e), "check the path and its permissions")
-        )
+                )
+
+
+def _add_reject(report: ValidationReport, ev: ReadReject, path: str) -> None:
+    report.records += ev.count
+    err = ev.error
+    # A reject of the whole file is located at the file itself (``path:``), like convert's "file" record.
+    at, where = _locate(err.where, path if ev.source.record == "file" else str(ev.source), path)
+    report.problems.append(Finding(at, where, err.code, err.message, err.hint or ""))
+    if ev.detail:
+        log_traceback(default_debug_log(), ev)
 
 
 def validate_inputs(inputs: Sequence[str | Path], input_format: str | None = None) -> ValidationReport:
