@@ -442,3 +442,44 @@ def test_sigkill_of_the_main_process_leaves_no_worker_alive(tmp_path: Path) -> N
     proc.kill()
     proc.communicate(timeout=30)
     assert _gone_within(workers, 10), "workers outlived the killed run"
+
+
+# ------------------------------------------------------------------------------------------------ absurd inputs
+def _alias_bomb(levels: int) -> str:
+    lines = [
+        "interactions:",
+        "- request:",
+        "    method: POST",
+        "    uri: https://api.openai.com/v1/chat/completions",
+        "    body: &a0 [" + ",".join(['"lol"'] * 9) + "]",
+    ]
+    lines += [f"    h{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    lines.append(f"  response: {{status: {{code: 200}}, body: *a{levels - 1}}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(tmp_path: Path) -> None:
+    from msgtrain.run.parts import LinearizeSettings, convert_file
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_alias_bomb(10))  # ~660 bytes naming 9**10 (3.5 billion) strings
+    for forced in (None, "cassettes"):
+        settings = LinearizeSettings(None, None, (), None, forced)
+        started = time.process_time()
+        _, stats, rejects = convert_file(bomb, settings)
+        assert time.process_time() - started < 10
+        assert stats.records_rejected == {"yaml_alias_bomb": 1}, rejects
+
+
+def test_yaml_with_ordinary_aliases_loads_as_safe_load_does() -> None:
+    import io
+
+    import yaml
+
+    from msgtrain.ingest.cassettes import load_yaml_bounded
+
+    text = "common: &h {accept: json}\na: {headers: *h}\nb: {headers: *h, list: [*h, *h]}\nself: &s [1, 2]\n"
+    assert load_yaml_bounded(io.StringIO(text), "t") == yaml.safe_load(text)
+    recursive = "a: &r [1, *r]\n"
+    with pytest.raises(Exception, match="infinitely many"):
+        load_yaml_bounded(io.StringIO(recursive), "t")
