@@ -88,8 +88,8 @@ def test_an_empty_directory_or_an_older_msgtrain_output_is_replaced(tmp_path: Pa
     assert legacy.is_symlink() and (legacy / MARKER).is_file() and samples(legacy) > 0
 
 
-@pytest.mark.parametrize("where", ["input", "ancestor", "dot", "root", "cwd"])
-def test_out_is_never_an_input_an_ancestor_of_one_the_working_directory_or_the_root(
+@pytest.mark.parametrize("where", ["input", "ancestor", "dot", "root", "cwd", "above cwd"])
+def test_out_is_never_an_input_an_ancestor_of_one_the_working_directory_or_above_or_the_root(
     tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logs = make_logs(tmp_path / "work", 1)
@@ -100,6 +100,7 @@ def test_out_is_never_an_input_an_ancestor_of_one_the_working_directory_or_the_r
         "dot": ".",
         "root": "/",
         "cwd": str(tmp_path / "work"),
+        "above cwd": str(tmp_path),
     }[where]
     before = sorted(p.name for p in (tmp_path / "work").iterdir())
     assert run("logs", "-o", out, "--overwrite") == 2
@@ -282,12 +283,22 @@ def test_a_second_run_on_the_same_out_exits_1_naming_the_holder_and_a_dead_holde
         ["IN", "-o", "OUT", "--split", "validation=2"],
         ["IN", "-o", "OUT", "--keep-missing"],
         ["IN", "-o", "OUT", "--chat-template", "NOT_A_TEMPLATE"],
+        ["IN", "-o", "OUT", "--chat-template", "JSON_LIST"],
+        ["IN", "-o", "OUT", "--chat-template", "BINARY"],
     ],
 )
 def test_usage_errors_exit_2_with_one_line(tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     logs = make_logs(tmp_path, 1)
     (tmp_path / "notes.txt").write_text("just some notes, not a template\n")
-    names = {"IN": str(logs), "OUT": str(tmp_path / "out"), "NOT_A_TEMPLATE": str(tmp_path / "notes.txt")}
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "blob.jinja").write_bytes(b"\xff\xfe\x00garbage")
+    names = {
+        "IN": str(logs),
+        "OUT": str(tmp_path / "out"),
+        "NOT_A_TEMPLATE": str(tmp_path / "notes.txt"),
+        "JSON_LIST": str(tmp_path / "list.json"),
+        "BINARY": str(tmp_path / "blob.jinja"),
+    }
     assert run(*[names.get(a, a) for a in args]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip()

@@ -163,6 +163,8 @@ def discover_inputs(
 
     for item in inputs:
         p = Path(item)
+        if os.path.realpath(p) in skip:
+            continue
         if p.is_dir():
             found: list[Path] = []
             walk(p, (os.path.realpath(p),), found)
@@ -338,8 +340,19 @@ def _check_chat_template(tok: Any, source: str) -> None:
 
 def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: ProgressHook | None) -> dict[str, Any]:
     files, ignored = discover_inputs(list(cfg.inputs), exclude=[out, *hidden_siblings(out)])
-    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-    if cfg.chat_template is not None:
+    if cfg.chat_template is None:
+        tok = load_tokenizer(cfg.tokenizer, None)
+    else:
+        try:
+            tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+        except MsgtrainError:
+            raise
+        except (ValueError, AttributeError, TypeError, OSError) as e:  # not JSON, not a mapping, not UTF-8...
+            raise ConfigError(
+                f"--chat-template {cfg.chat_template} cannot be read as a chat template: {type(e).__name__}: {e}",
+                hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+                code="bad_chat_template",
+            ) from None
         _check_chat_template(tok, cfg.chat_template)
     settings = LinearizeSettings(
         tokenizer=cfg.tokenizer,

@@ -102,9 +102,16 @@ def _own_link(out: Path) -> bool:
 def check_output(out: Path, inputs: Iterable[Path], *, overwrite: bool) -> None:
     """Refuse an OUT that would destroy something msgtrain did not write or that is one of the inputs."""
     out_abs = absolute(out)
-    if out.name in ("", ".", "..") or out_abs == Path(out_abs.anchor) or out_abs == Path.cwd().resolve():
+    cwd = Path.cwd().resolve()
+    if (
+        out.name in ("", ".", "..")
+        or out_abs == Path(out_abs.anchor)
+        or out_abs == cwd
+        or out_abs in cwd.parents
+        or out_abs == Path.home().resolve()
+    ):
         raise UnsafeOutputError(
-            f"-o {out} is the current or the root directory: msgtrain replaces OUT as a whole",
+            f"-o {out} is the root, the home, the current directory or one above it: msgtrain replaces OUT as a whole",
             hint="pass a new directory for the dataset, e.g. -o out/sft",
         )
     for item in inputs:
