@@ -75,8 +75,12 @@ def _interrupt_on_sigterm() -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def convert(
-        inputs: list[Path] = typer.Argument(None, help="Log files or directories (searched recursively)."),
-        output: Path = typer.Option(None, "-o", "--output", help="Output directory (published atomically)."),
+        inputs: list[str] = typer.Argument(
+            None, help="Log files or directories (searched recursively), or URLs (s3://bucket/logs/)."
+        ),
+        output: str = typer.Option(
+            None, "-o", "--output", help="Output directory or URL (s3://bucket/dataset), published atomically."
+        ),
         tokenizer: str = typer.Option(
             None, "--tokenizer", help="Local HF tokenizer folder or hub id; default: embedded demo."
         ),
@@ -141,8 +145,8 @@ def register(app: typer.Typer) -> None:
         from msgtrain.run.pipeline import convert as run_convert
 
         given: dict[str, Any] = {
-            "inputs": [str(p) for p in inputs] if inputs else None,
-            "output": str(output) if output is not None else None,
+            "inputs": list(inputs) if inputs else None,
+            "output": output,
             "tokenizer": tokenizer,
             "chat_template": chat_template,
             "policies": list(policy) if policy else None,

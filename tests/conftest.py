@@ -43,3 +43,24 @@ def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
         return load_tokenizer(None)
     folder, template = TEMPLATES[name]
     return load_tokenizer(str(shared_path(folder)), str(shared_path(template)) if template else None)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():  # type: ignore[no-untyped-def]
+    """A Ray cluster of two nodes (one CPU each) on this machine, shared by every Ray test of the session: Ray's
+    start-up costs tens of seconds on a small machine. The test process is connected to it as a driver."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'msgtrain[ray]')")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -99,7 +99,8 @@ def test_a_quadratic_encoder_fails_the_guard(tmp_path: Path) -> None:
     pool = gen.synthetic_pool()
     conversations = {t: gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"q{t}") for t in TURNS}
     original = tok.encode_from
-    tok.encode_from = lambda base, text, marked=False, lcp=None: original(None, text, marked)  # type: ignore[method-assign]
+    # No reuse of any kind: neither an earlier text's ids nor the conversation's segment cache.
+    tok.encode_from = lambda base, text, marked=False, lcp=None, segments=None: original(None, text, marked)  # type: ignore[method-assign]
     try:
         counts = _growth(tok, conversations, "native", tmp_path)
     finally:

@@ -128,6 +128,8 @@ class _GraphLinearizer:
         self.r = renderer
         self.opts = opts
         self.stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
+        self._stop_table = np.zeros(int(self.stop.max()) + 1 if self.stop.shape[0] else 0, dtype=bool)
+        self._stop_table[self.stop] = True
         self.vocab_size = len(tok.hf)
         self.tt: dict[str, TurnTokens] = {}
         self.parent: dict[str, str | None] = {}
@@ -136,6 +138,9 @@ class _GraphLinearizer:
         self._edges = graph._edge_index()  # computed once per graph: cut reasons look it up per sample
         self._has_turn: dict[str, bool] = {}
         self._by_len: list[tuple[int, int, str]] = []  # (full length, turn index, node id) of kept turns, sorted
+        # Segment ids of this conversation's renderings (see TokenizerBundle.encode_segments): one conversation
+        # only, so work is shared between its turns, never between conversations.
+        self.segments: dict[tuple[bool, str], np.ndarray] = {}
 
     # ------------------------------------------------------------ per-turn tokens
     def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
@@ -147,16 +152,16 @@ class _GraphLinearizer:
             n = len(b.text) if text.startswith(b.text) else _lcp(b.text, text)
             if n > best_len:
                 best, best_len = b, n
-        return self.tok.encode_from(best, text, marked, lcp=best_len if best is not None else None)
+        lcp = best_len if best is not None else None
+        return self.tok.encode_from(best, text, marked, lcp=lcp, segments=self.segments)
 
     def _trim_completion(self, raw: np.ndarray) -> np.ndarray:
         """Up to and including the first stop token after which only template trailer follows."""
         if raw.shape[0] == 0:
             return raw
-        stops = np.flatnonzero(np.isin(raw, self.stop))
-        for p in stops:
-            rest = raw[p + 1 :]
-            rest = rest[~np.isin(rest, self.stop)]
+        is_stop = self._is_stop(raw)
+        for p in np.flatnonzero(is_stop):
+            rest = raw[p + 1 :][~is_stop[p + 1 :]]
             # Usually the trailer is one newline token: known whitespace ids decide without decoding.
             if (
                 rest.shape[0] == 0
@@ -169,6 +174,16 @@ class _GraphLinearizer:
         while end > 0 and self.tok.decode([int(raw[end - 1])]).strip() == "":
             end -= 1
         return raw[:end]
+
+    def _is_stop(self, ids: np.ndarray) -> np.ndarray:
+        """``np.isin(ids, self.stop)`` by a table lookup (a few stop ids against each completion, every turn)."""
+        table = self._stop_table
+        inside = (ids >= 0) & (ids < table.shape[0])
+        if inside.all():
+            return table[ids]
+        out = np.zeros(ids.shape[0], dtype=bool)
+        out[inside] = table[ids[inside]]
+        return out
 
     def _usable(self, gen: Generation | None, flags: list[str]) -> Generation | None:
         """Engine facts whose ids belong to this tokenizer; foreign or out-of-vocabulary ids are not used."""

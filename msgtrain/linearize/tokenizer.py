@@ -326,7 +326,7 @@ class TokenizerBundle:
 
     def _template_kwargs(self, template_kwargs: dict[str, Any] | None) -> dict[str, Any]:
         """Special tokens and template kwargs as the template sees them, made once per kwargs (envs repeat)."""
-        key = json.dumps(template_kwargs or {}, sort_keys=True, default=repr)
+        key = json.dumps(template_kwargs, sort_keys=True, default=repr) if template_kwargs else ""
         out = self._kwargs_cache.get(key)
         if out is None:
             fast = self._fast_render()
@@ -422,28 +422,88 @@ class TokenizerBundle:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return ends + char_offset, pos + tok_offset
 
-    def encode_full(self, text: str, marked: bool = False) -> Encoded:
-        ids = self.encode_marked(text) if marked else self.encode(text)
+    def encode_segments(self, text: str, cache: dict[tuple[bool, str], np.ndarray], at_start: bool) -> np.ndarray:
+        """``encode(text)``, a segment at a time through ``cache``, new segments in one batched call.
+
+        A segment is the text up to and including the next added token (the last one: the rest). HF tokenizers
+        split on added tokens before anything else, so a text's ids are its segments' ids end to end — the same
+        fact :meth:`encode_from` relies on, and only used when :attr:`boundary_reuse` confirmed it for this
+        tokenizer. Each newly encoded segment is checked to hold exactly the added token it ends with (none for
+        the rest); otherwise the whole text is encoded at once. ``at_start``: the text starts a rendering (its first
+        segment is cached apart: some tokenizers treat the start of the input specially). The cache lives as long as
+        its owner wants (the linearizer keeps one per conversation, whose renderings repeat segments: a template
+        that re-renders history, a prompt and the same prompt with the turn)."""
+        if not self.boundary_reuse:
+            return self.encode(text)
+        cuts = [m.end() for m in self._added_re.finditer(text)]
+        if not cuts or cuts[-1] != len(text):
+            cuts.append(len(text))
+        keys: list[tuple[bool, str]] = []
+        missing: dict[tuple[bool, str], None] = {}
+        start = 0
+        for end in cuts:
+            key = (at_start and start == 0, text[start:end])
+            keys.append(key)
+            if key not in cache:
+                missing[key] = None
+            start = end
+        if missing:
+            new = list(missing)
+            self.encode_calls += 1
+            self.encoded_chars += sum(len(k[1]) for k in new)
+            # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on.
+            batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+            outs = batch([k[1] for k in new], add_special_tokens=False)
+            table = self._is_added
+            for key, out in zip(new, outs, strict=True):
+                ids = np.asarray(out.ids, dtype=np.int32)
+                self.encoded_tokens += int(ids.shape[0])
+                inside = (ids >= 0) & (ids < table.shape[0])
+                added = int(np.count_nonzero(table[ids[inside]]))
+                ends_added = self._added_re.search(key[1]) is not None
+                if added != int(ends_added) or (ends_added and not (ids.shape[0] and table[ids[-1]])):
+                    return self.encode(text)  # a segment that does not split as expected: no shortcut here
+                cache[key] = ids
+        return np.concatenate([cache[k] for k in keys]) if keys else np.zeros(0, dtype=np.int32)
+
+    def encode_full(
+        self, text: str, marked: bool = False, segments: dict[tuple[bool, str], np.ndarray] | None = None
+    ) -> Encoded:
+        if marked:
+            ids = self.encode_marked(text)
+        else:
+            ids = self.encode(text) if segments is None else self.encode_segments(text, segments, at_start=True)
         cm, tm = self._marks(text, ids)
         return Encoded(text, ids, cm, tm)
 
-    def encode_from(self, base: Encoded | None, text: str, marked: bool = False, lcp: int | None = None) -> Encoded:
+    def encode_from(
+        self,
+        base: Encoded | None,
+        text: str,
+        marked: bool = False,
+        lcp: int | None = None,
+        segments: dict[tuple[bool, str], np.ndarray] | None = None,
+    ) -> Encoded:
         """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix.
 
         With ``marked`` the text is a rendering with marked content (see :meth:`encode_marked`); boundaries are
         then the template's own control tokens only, which always lie outside marked content. ``lcp``, when the
-        caller already knows it, is the length of the common prefix of ``base.text`` and ``text``.
+        caller already knows it, is the length of the common prefix of ``base.text`` and ``text``. ``segments``:
+        a cache for :meth:`encode_segments` (unmarked text only).
         """
         if base is None or not self.boundary_reuse or base.char_marks.shape[0] == 0:
-            return self.encode_full(text, marked)
+            return self.encode_full(text, marked, segments)
         if lcp is None:
             lcp = common_prefix_len(base.text, text)
         k = int(np.searchsorted(base.char_marks, lcp, side="right"))
         if k == 0:
-            return self.encode_full(text, marked)
+            return self.encode_full(text, marked, segments)
         c, t = int(base.char_marks[k - 1]), int(base.tok_marks[k - 1])
         rest = text[c:]
-        rest_ids = self.encode_marked(rest) if marked else self.encode(rest)
+        if marked:
+            rest_ids = self.encode_marked(rest)
+        else:
+            rest_ids = self.encode(rest) if segments is None else self.encode_segments(rest, segments, at_start=False)
         cm, tm = self._marks(rest, rest_ids, c, t)
         ids = np.concatenate([base.ids[:t], rest_ids])
         return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))

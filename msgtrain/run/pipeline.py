@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -45,22 +46,24 @@ import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.base import detect_format, directory_reader, get_reader
+from msgtrain.ingest.base import default_debug_log, detect_format, directory_reader, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.lock import exclusive_lock
 from msgtrain.run.parts import (
+    PART_FILE,
     Job,
     LinearizeSettings,
     PartStats,
-    convert_file,
+    convert_job,
+    fetch_part,
     file_digest,
     is_complete,
     merge_chunk_rejects,
     merge_chunk_tables,
     part_key,
     read_part,
-    write_part,
+    write_part_to,
 )
 from msgtrain.run.publish import (
     check_output,
@@ -71,11 +74,21 @@ from msgtrain.run.publish import (
     staging_dir,
     state_dir,
 )
+from msgtrain.run.storage import (
+    Store,
+    is_remote,
+    iter_parts_complete,
+    join,
+    new_version,
+    publish_pointer,
+    version_url,
+)
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
 MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
 DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
+STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
 
 ProgressHook = Callable[[str, dict[str, Any]], None]
 
@@ -93,6 +106,35 @@ def check_accounting(report: dict[str, Any]) -> None:
     t = report["turns"]
     assert t["found"] == t["trained"] + t["dropped"], f"turns do not add up: {t}"
     assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
+
+
+def discover_locations(
+    inputs: list[str], exclude: Sequence[Path] = ()
+) -> tuple[list[Path | str], list[dict[str, str]]]:
+    """:func:`discover_inputs`, and URLs: an object, or every object under a prefix (sorted; hidden names and
+    names without a log suffix skipped likewise). Returns (files and object URLs, ignored)."""
+    files: list[Path | str] = []
+    ignored: list[dict[str, str]] = []
+    for item in inputs:
+        if not is_remote(item):
+            local, skipped = discover_inputs([item], exclude)
+            files += local
+            ignored += skipped
+            continue
+        found = Store.of(item).list_files(item)
+        if not found:
+            raise ConfigError(f"input {item!r} names no object", hint="check the bucket and prefix")
+        for url, _ in found:
+            rel = url[len(item.rstrip("/")) :].strip("/").split("/")
+            if any(part.startswith(".") for part in rel if part):
+                continue
+            name = url.rpartition("/")[2]
+            suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
+            if suffix in LOG_SUFFIXES or url == item.rstrip("/"):
+                files.append(url)
+            else:
+                ignored.append({"path": url, "reason": NOT_A_LOG})
+    return files, ignored
 
 
 NOT_A_LOG = "not a log file suffix"
@@ -194,19 +236,6 @@ def _write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _load_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """The parts a previous run recorded; a missing, truncated or foreign manifest counts as empty (parts are
-    found again by key: their keys depend on content and settings only)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        parts = data.get("parts", {}) if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(parts, dict):
-        return {}
-    return {k: m for k, m in parts.items() if isinstance(m, dict) and {"source", "digest", "settings"} <= set(m)}
-
-
 # ---------------------------------------------------------------------------------------------------- workers
 def _worker_init(parent: int) -> None:
     # One process per core: keep the tokenizer's own thread pool to one thread so workers do not oversubscribe.
@@ -246,16 +275,16 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             process.kill()
 
 
-def _convert_to_part(job: Job, settings: LinearizeSettings, parts_dir: str) -> dict[str, Any]:
-    samples, stats, rejects = convert_file(job.path, settings, job.chunk)
-    write_part(Path(parts_dir), job.key, job.meta, samples, stats, rejects)
+def _convert_to_part(job: Job, settings: LinearizeSettings, parts_dir: Path | str) -> dict[str, Any]:
+    samples, stats, rejects = convert_job(job, settings)
+    write_part_to(parts_dir, job.key, job.meta, samples, stats, rejects)
     return stats.to_json()
 
 
 def _run_parts(
     jobs: list[Job],
     settings: LinearizeSettings,
-    parts_dir: Path,
+    parts_dir: Path | str,
     workers: int,
     on_done: Callable[[Job, PartStats], None],
     plans: Sequence[tuple[Path, str]] = (),
@@ -266,7 +295,7 @@ def _run_parts(
     returns the chunk jobs still to convert), then their chunks convert like any job."""
     if workers <= 1 or (len(jobs) <= 1 and not plans):
         for job in jobs:
-            on_done(job, PartStats.from_json(_convert_to_part(job, settings, str(parts_dir))))
+            on_done(job, PartStats.from_json(_convert_to_part(job, settings, parts_dir)))
         return
     ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
     with ProcessPoolExecutor(
@@ -282,7 +311,7 @@ def _run_parts(
                 while queue and len(pending) < workers * 2:
                     item = queue.pop(0)
                     if isinstance(item, Job):
-                        pending[pool.submit(_convert_to_part, item, settings, str(parts_dir))] = item
+                        pending[pool.submit(_convert_to_part, item, settings, parts_dir)] = item
                     else:
                         pending[pool.submit(plan_file, item[0], settings, chunk_bytes)] = item
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -303,20 +332,30 @@ def _run_parts(
 def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     """Run a conversion described by a :class:`msgtrain.run.config.ConvertConfig`; return the report.
 
-    OUT is checked (:func:`check_output`) before anything is written, and everything beside it is changed under
-    its lock (:func:`exclusive_lock`), starting with the litter of dead runs."""
+    A local OUT is checked (:func:`check_output`) before anything is written, and everything beside it is changed
+    under its lock (:func:`exclusive_lock`), starting with the litter of dead runs."""
     started = time.perf_counter()
     if cfg.output is None:
         raise ConfigError("no output directory", hint="pass -o OUT")
     if getattr(cfg, "keep_missing", False) and not cfg.resume:
         raise ConfigError("--keep-missing keeps parts of earlier runs: it needs --resume", hint="add --resume")
+    if is_remote(cfg.output):
+        if cfg.rejects is not None:
+            raise ConfigError(
+                "--rejects cannot be used with an object-store OUT",
+                hint="the rejects are published with the dataset (OUT/_versions/<version>/rejects.jsonl)",
+            )
+        state = join(str(cfg.output), STATE_PREFIX)
+        return _convert_in(cfg, None, state, join(state, "parts"), started, progress)
     out = Path(cfg.output)
-    check_output(out, cfg.inputs, overwrite=getattr(cfg, "overwrite", False))
+    check_output(
+        out, [Path(p) for p in cfg.inputs if not is_remote(str(p))], overwrite=getattr(cfg, "overwrite", False)
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    state = state_dir(out)
-    with exclusive_lock(state):
+    local_state = state_dir(out)
+    with exclusive_lock(local_state):
         clean_litter(out)
-        return _convert_locked(cfg, out, state, started, progress)
+        return _convert_in(cfg, out, local_state, local_state / "parts", started, progress)
 
 
 def _check_chat_template(tok: Any, source: str) -> None:
@@ -338,22 +377,36 @@ def _check_chat_template(tok: Any, source: str) -> None:
         )
 
 
-def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: ProgressHook | None) -> dict[str, Any]:
-    files, ignored = discover_inputs(list(cfg.inputs), exclude=[out, *hidden_siblings(out)])
+def _load_tokenizer_checked(cfg: Any) -> Any:
     if cfg.chat_template is None:
-        tok = load_tokenizer(cfg.tokenizer, None)
-    else:
-        try:
-            tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-        except MsgtrainError:
-            raise
-        except (ValueError, AttributeError, TypeError, OSError) as e:  # not JSON, not a mapping, not UTF-8...
-            raise ConfigError(
-                f"--chat-template {cfg.chat_template} cannot be read as a chat template: {type(e).__name__}: {e}",
-                hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
-                code="bad_chat_template",
-            ) from None
-        _check_chat_template(tok, cfg.chat_template)
+        return load_tokenizer(cfg.tokenizer, None)
+    try:
+        tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    except MsgtrainError:
+        raise
+    except (ValueError, AttributeError, TypeError, OSError) as e:  # not JSON, not a mapping, not UTF-8...
+        raise ConfigError(
+            f"--chat-template {cfg.chat_template} cannot be read as a chat template: {type(e).__name__}: {e}",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        ) from None
+    _check_chat_template(tok, cfg.chat_template)
+    return tok
+
+
+def _convert_in(
+    cfg: Any,
+    out: Path | None,
+    state: Path | str,
+    parts_dir: Path | str,
+    started: float,
+    progress: ProgressHook | None,
+) -> dict[str, Any]:
+    """The run itself; ``out`` is None for an object-store OUT (``cfg.output``)."""
+    remote = out is None
+    exclude = [out, *hidden_siblings(out)] if out is not None else []
+    files, ignored = discover_locations([str(p) for p in cfg.inputs], exclude)
+    tok = _load_tokenizer_checked(cfg)
     settings = LinearizeSettings(
         tokenizer=cfg.tokenizer,
         chat_template=cfg.chat_template,
@@ -361,21 +414,21 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
         render_date=cfg.render_date,
         input_format=cfg.input_format,
         strict=cfg.strict,
-        debug_log=str(state_dir(out) / DEBUG_LOG),
+        # On an object store the workers' tracebacks stay on the machine that hit them (a local temp file).
+        debug_log=str(state / DEBUG_LOG) if isinstance(state, Path) else str(default_debug_log()),
     )
     skey = settings.key(tok.fingerprint)
-    parts_dir = state / "parts"
-    manifest_path = state / MANIFEST
-    manifest: dict[str, dict[str, Any]] = {}
-    if cfg.resume:
-        manifest = _load_manifest(manifest_path)
-    elif parts_dir.exists():
-        shutil.rmtree(parts_dir)
-    parts_dir.mkdir(parents=True, exist_ok=True)
+    manifest: dict[str, dict[str, Any]] = _load_manifest(state) if cfg.resume else {}
     if not cfg.resume:
+        _clear_parts(parts_dir)
+    if isinstance(parts_dir, Path):
+        parts_dir.mkdir(parents=True, exist_ok=True)
+        for stray in parts_dir.glob(".tmp-*"):
+            shutil.rmtree(stray, ignore_errors=True)
+    # On a store, which parts are complete is one listing, not a request per part.
+    complete = _completeness(parts_dir)
+    if not cfg.resume and isinstance(state, Path):
         (state / DEBUG_LOG).unlink(missing_ok=True)
-    for stray in parts_dir.glob(".tmp-*"):
-        shutil.rmtree(stray, ignore_errors=True)
 
     jobs: list[Job] = []
     plans: list[tuple[Path, str]] = []
@@ -386,10 +439,7 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
     run_digests: set[str] = set()
     run_paths: set[str] = set()
 
-    def save_manifest() -> None:
-        _write_json_atomic(manifest_path, {"format": "msgtrain.state", "version": 2, "parts": manifest})
-
-    def add_jobs(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
+    def add_jobs(f: Path | str, digest: str, chunks: list[Chunk]) -> list[Job]:
         """Register the parts of one file (whole, or its chunks); return those still to convert."""
         nonlocal reused, converted, total_parts
         units: list[Chunk | None] = [*chunks] or [None]
@@ -399,7 +449,7 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
             key = part_key(digest, skey, label)
             meta: dict[str, Any] = {
                 "source": str(f),
-                "real": os.path.realpath(f),
+                "real": _real(f),
                 "digest": digest,
                 "settings": skey,
                 "version": __version__,
@@ -409,7 +459,7 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
             manifest[key] = meta
             run_keys[key] = None
             total_parts += 1
-            if cfg.resume and is_complete(parts_dir / key):
+            if cfg.resume and complete(key):
                 reused += 1
             else:
                 todo.append(Job(f, key, meta, chunk))
@@ -419,10 +469,11 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
     # With a local worker pool, huge files are planned by the workers (planning is a pass over the file), while
     # other files convert; otherwise here.
     plan_in_workers = cfg.engine == "local" and cfg.workers > 1
-    first_with_digest: dict[str, Path] = {}
+    first_with_digest: dict[str, Path | str] = {}
     for f in files:
         try:
-            digest = file_digest(f)
+            # An object on a store is hashed by the store and converted whole.
+            digest = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
         except OSError as e:
             ignored.append({"path": str(f), "reason": f"unreadable: {e.strerror or e}"})
             continue
@@ -431,15 +482,17 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
             continue
         first_with_digest[digest] = f
         run_digests.add(digest)
-        run_paths.add(os.path.realpath(f))
-        if plan_in_workers and _chunkable(f, settings, chunk_bytes):
+        run_paths.add(_real(f))
+        if isinstance(f, str):
+            jobs += add_jobs(f, digest, [])
+        elif plan_in_workers and _chunkable(f, settings, chunk_bytes):
             plans.append((f, digest))
         else:
             jobs += add_jobs(f, digest, plan_file(f, settings, chunk_bytes))
 
     def on_plan(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
         todo = add_jobs(f, digest, chunks)
-        save_manifest()
+        _save_manifest(state, manifest)
         return todo
 
     running = PartStats()
@@ -451,7 +504,7 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
         done_files += 1
         running.add(stats)
         # The manifest is rewritten as parts finish so a killed run can resume from here.
-        save_manifest()
+        _save_manifest(state, manifest)
         if progress:
             progress(
                 "file",
@@ -464,63 +517,129 @@ def _convert_locked(cfg: Any, out: Path, state: Path, started: float, progress: 
                     "turns": running.turns_trained,
                 },
             )
-        # Mid-run, the rate is judged only on a sample large enough to speak for the run (not the first bad file).
+        # Mid-run, the rate is judged only on a sample large enough to speak for the run (not the first bad file);
+        # the whole run is judged before publishing.
         if running.records_read >= MIN_RECORDS_FOR_RATE and done_files * 10 >= total_parts + len(plans):
             _check_reject_rate(cfg, running)
 
-    save_manifest()
-    try:
+    _save_manifest(state, manifest)
+    with contextlib.ExitStack() as stack:
         if cfg.engine == "ray":
-            from msgtrain.run.ray_engine import run_parts_ray
+            from msgtrain.run.ray_engine import ray_session, run_parts_ray, run_task_ray
 
-            run_parts_ray(jobs, settings, parts_dir, on_done)
+            stack.enter_context(ray_session())
+        try:
+            if cfg.engine == "ray":
+                run_parts_ray(jobs, settings, parts_dir, on_done)
+            else:
+                _run_parts(jobs, settings, parts_dir, cfg.workers, on_done, plans, chunk_bytes, on_plan)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"interrupted after {done_files} of {total_parts} parts; finished parts are kept",
+                hint="run the same command with --resume to finish",
+            ) from None
+        complete = _completeness(parts_dir)
+        published = [k for k in run_keys if complete(k)]
+        if len(published) != len(run_keys):  # a part vanished or broke after it was written (disk, hand edits)
+            raise OutputError(
+                f"{len(run_keys) - len(published)} parts are missing or corrupt after conversion",
+                where=str(parts_dir),
+                hint="run the same command with --resume to recompute them",
+            )
+        if getattr(cfg, "keep_missing", False):
+            # Parts of earlier inputs that are not inputs now (rotated logs); a file that is an input now with
+            # other bytes replaces its old parts.
+            published += sorted(
+                k
+                for k, m in manifest.items()
+                if k not in run_keys
+                and m["settings"] == skey
+                and m["digest"] not in run_digests
+                and m.get("real", m["source"]) not in run_paths
+                and complete(k)
+            )
+        keys = sorted(
+            published,
+            key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
+        )
+        # The parts of one input file (its chunks, in chunk order) are assembled together.
+        groups = [
+            list(g) for _, g in itertools.groupby(keys, key=lambda k: (manifest[k]["source"], manifest[k]["digest"]))
+        ]
+        if remote:
+            # A new version under OUT/_versions/, made current by one small pointer written last. With Ray the
+            # assembly is a task on a worker: the driver never holds a part's or a shard's bytes.
+            assert isinstance(parts_dir, str)
+            version = new_version()
+            target = version_url(str(cfg.output), version)
+            args = (cfg, parts_dir, groups, ignored, target)
+            data = run_task_ray(assemble_to_store, *args) if cfg.engine == "ray" else assemble_to_store(*args)
+            publish_pointer(str(cfg.output), version)
+            data["published"] = {"version": version, "path": target}
+            rejects_at = join(target, "rejects.jsonl")
         else:
-            _run_parts(jobs, settings, parts_dir, cfg.workers, on_done, plans, chunk_bytes, on_plan)
-    except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted after {done_files} of {total_parts} parts; finished parts are kept",
-            hint="run the same command with --resume to finish",
-        ) from None
-    published = [k for k in run_keys if is_complete(parts_dir / k)]
-    if len(published) != len(run_keys):  # a part vanished or broke after it was written (disk, hand edits)
-        raise OutputError(
-            f"{len(run_keys) - len(published)} parts are missing or corrupt after conversion",
-            where=str(parts_dir),
-            hint="run the same command with --resume to recompute them",
-        )
-    if getattr(cfg, "keep_missing", False):
-        # Parts of earlier inputs that are not inputs now (rotated logs); a file that is an input now with other
-        # bytes replaces its old parts.
-        published += sorted(
-            k
-            for k, m in manifest.items()
-            if k not in run_keys
-            and m["settings"] == skey
-            and m["digest"] not in run_digests
-            and m.get("real", m["source"]) not in run_paths
-            and is_complete(parts_dir / k)
-        )
-    keys = sorted(
-        published,
-        key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
-    )
-    # The parts of one input file (its chunks, in chunk order) are assembled together.
-    groups = [list(g) for _, g in itertools.groupby(keys, key=lambda k: (manifest[k]["source"], manifest[k]["digest"]))]
-    data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
-    # The state now describes exactly the published dataset; other parts are garbage.
-    kept = set(keys)
-    for key in [k for k in manifest if k not in kept]:
-        del manifest[key]
-    save_manifest()
-    for part in parts_dir.iterdir():
-        if part.name not in kept:
-            shutil.rmtree(part, ignore_errors=True)
+            assert isinstance(parts_dir, Path) and out is not None
+            data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
+            rejects_at = str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")
+            # The state now describes exactly the published dataset; other parts are garbage.
+            kept = set(keys)
+            for key in [k for k in manifest if k not in kept]:
+                del manifest[key]
+            _save_manifest(state, manifest)
+            for part in parts_dir.iterdir():
+                if part.name not in kept:
+                    shutil.rmtree(part, ignore_errors=True)
     data["resume"] = {"parts": len(keys), "reused": reused, "converted": converted}
     data["seconds"] = round(time.perf_counter() - started, 3)
-    data["outputs"]["rejects"] = (
-        (str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")) if data["records"]["rejected"] else None
-    )
+    data["outputs"]["rejects"] = rejects_at if data["records"]["rejected"] else None
     return data
+
+
+def _real(f: Path | str) -> str:
+    """A location's identity for --keep-missing: a local file's real path, an object's URL."""
+    return f if isinstance(f, str) else os.path.realpath(f)
+
+
+def _load_manifest(state: Path | str) -> dict[str, dict[str, Any]]:
+    """The parts a previous run recorded; a missing, truncated or foreign manifest counts as empty (parts are
+    found again by key: their keys depend on content and settings only)."""
+    try:
+        if isinstance(state, str):
+            store, url = Store.of(state), join(state, MANIFEST)
+            data = json.loads(store.read_bytes(url)) if store.exists(url) else {}
+        else:
+            path = state / MANIFEST
+            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        parts = data.get("parts", {}) if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(parts, dict):
+        return {}
+    return {k: m for k, m in parts.items() if isinstance(m, dict) and {"source", "digest", "settings"} <= set(m)}
+
+
+def _save_manifest(state: Path | str, manifest: dict[str, dict[str, Any]]) -> None:
+    data = {"format": "msgtrain.state", "version": 2, "parts": manifest}
+    if isinstance(state, str):  # one PUT: the previous manifest or this one, never half of one
+        Store.of(state).put_bytes(join(state, MANIFEST), (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        return
+    state.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(state / MANIFEST, data)
+
+
+def _clear_parts(parts_dir: Path | str) -> None:
+    if isinstance(parts_dir, str):
+        Store.of(parts_dir).remove(parts_dir)
+    elif parts_dir.exists():
+        shutil.rmtree(parts_dir)
+
+
+def _completeness(parts_dir: Path | str) -> Callable[[str], bool]:
+    """Whether a part (by key) is complete: its marker is there."""
+    if isinstance(parts_dir, str):
+        done = set(iter_parts_complete(Store.of(parts_dir), parts_dir, PART_FILE))
+        return done.__contains__
+    return lambda key: is_complete(parts_dir / key)
 
 
 def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> KeyFunction | None:
@@ -606,133 +725,187 @@ def _assemble(
 ) -> dict[str, Any]:
     """Write OUT from the parts: ``groups`` are the part keys of each input file (a file's chunks merge back
     into its order), in the deterministic assembly order."""
-    from msgtrain.export.length import LengthStats, apply_length_policy
-    from msgtrain.export.split import SplitAssigner
-    from msgtrain.export.writer import DatasetWriter
-
     tmp = staging_dir(out)
     try:
-        splitter = SplitAssigner(cfg.split)
-        writer = DatasetWriter(
-            tmp,
-            format=cfg.format,
-            target=cfg.target,
-            pack_length=cfg.pack_length,
-            tree_scope=cfg.tree_scope,
-            rows_per_shard=cfg.rows_per_shard,
-            row_group_size=cfg.row_group_size,
-            splits=splitter.names,
-            decode=tok.decode,
-        )
         rejects_path = Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl"
-        rejects_path.parent.mkdir(parents=True, exist_ok=True)
-        stats = PartStats()
-        length = LengthStats()
-        cuts: Counter[str] = Counter()
-        by_split: Counter[str] = Counter()
-        by_policy: dict[str, Counter[str]] = {}
-        by_source: dict[str, Counter[str]] = {}
-        tokens = trained_tokens = engine_tokens = samples = 0
-        length_dropped_turns: Counter[str] = Counter()
-        sources: set[str] = set()
-        done_parts, total = 0, sum(map(len, groups))
-        with open(rejects_path, "w", encoding="utf-8") as rejects:
-            for group in groups:
-                read = [read_part(parts_dir / key) for key in group]
-                for meta, _, _ in read:
-                    sources.add(meta["source"])
-                    stats.add(PartStats.from_json(meta["stats"]))
-                done_parts += len(group)
-                if len(group) == 1:
-                    rejects.write(read[0][2])
-                    tables: Iterable[pa.Table] = [read[0][1]]
-                else:  # the chunks of one file, put back in the order converting the whole file gives
-                    rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
-                    tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
-                for table in tables:
-                    table, _, dropped_turns = apply_length_policy(
-                        table,
-                        max_length=cfg.max_length,
-                        overflow=cfg.overflow,
-                        allow_partial_turns=cfg.allow_partial_turns,
-                        stats=length,
-                    )
-                    length_dropped_turns.update(dropped_turns)
-                    if table.num_rows == 0:
-                        continue
-                    cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
-                    for split, part in splitter.split_table(table).items():
-                        if part.num_rows:
-                            writer.write(split, part)
-                            by_split[split] += part.num_rows
-                    samples += table.num_rows
-                    tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
-                    trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
-                    engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
-                    for bucket, column in ((by_policy, "policy"), (by_source, "source")):
-                        for name, c in _group_counts(table, column).items():
-                            if column == "source":
-                                name = name.rsplit(":", 1)[0].split(" (")[0]
-                            bucket.setdefault(name, Counter()).update(c)
-                if progress:
-                    progress("assemble", {"index": done_parts, "total": total, "samples": samples, "tokens": tokens})
-        outputs = writer.close()
-        turns_dropped = stats.turns_dropped + length_dropped_turns
-        data = {
-            "msgtrain_version": __version__,
-            "files": {"read": len(sources), "ignored": ignored},
-            "records": {
-                "read": stats.records_read,
-                "converted": stats.records_converted,
-                "rejected": sum(stats.records_rejected.values()),
-                "skipped": sum(stats.records_skipped.values()),
-                "rejected_by_reason": dict(sorted(stats.records_rejected.items())),
-                "skipped_by_reason": dict(sorted(stats.records_skipped.items())),
-            },
-            "graphs": stats.graphs,
-            "turns": {
-                "found": stats.turns_found,
-                "trained": stats.turns_trained - sum(length_dropped_turns.values()),
-                "dropped": sum(turns_dropped.values()),
-                "dropped_by_reason": dict(sorted(turns_dropped.items())),
-            },
-            "samples": {
-                "written": samples,
-                "by_split": dict(sorted(by_split.items())),
-                "dropped_by_reason": dict(sorted(length.dropped_samples.items())),
-                "length_policy": length.to_dict(),
-            },
-            "cuts_by_reason": dict(sorted(cuts.items())),
-            "flags": dict(sorted(stats.flags.items())),
-            "tokens": {
-                "total": tokens,
-                "trained": trained_tokens,
-                "engine": engine_tokens,
-                "rendered": tokens - engine_tokens,
-                "engine_share": round(engine_tokens / tokens, 6) if tokens else 0.0,
-            },
-            "by_policy": {k: dict(sorted(v.items())) for k, v in sorted(by_policy.items())},
-            "by_source": {k: dict(sorted(v.items())) for k, v in sorted(by_source.items())},
-            "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER},
-            "config": {
-                "format": cfg.format,
-                "target": cfg.target,
-                "max_length": cfg.max_length,
-                "overflow": cfg.overflow,
-                "split": dict(cfg.split),
-                "policies": list(cfg.policies),
-            },
-            "outputs": outputs,
-        }
-        check_accounting(data)
-        _check_reject_rate(cfg, stats)  # on every record of the run, whatever was judged mid-run
-        _refuse_empty_replacement(cfg, out, samples)
-        if cfg.rejects is None and rejects_path.stat().st_size == 0:
-            rejects_path.unlink()
-        # report.json must not change between identical runs: timings live only in the returned report.
-        (tmp / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        data = _write_dataset(
+            cfg,
+            tmp,
+            tok,
+            lambda group: [read_part(parts_dir / key) for key in group],
+            groups,
+            ignored,
+            progress,
+            rejects_path,
+        )
+        # The rate on every record of the run, whatever was judged mid-run.
+        records = data["records"]
+        _check_reject_rate(
+            cfg, PartStats(records_read=records["read"], records_rejected=Counter(records["rejected_by_reason"]))
+        )
+        _refuse_empty_replacement(cfg, out, data["samples"]["written"])
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return data
+
+
+def assemble_to_store(
+    cfg: Any, parts_url: str, groups: list[list[str]], ignored: list[dict[str, str]], target: str
+) -> dict[str, Any]:
+    """Assemble the dataset from parts on a store into the prefix ``target`` (a fresh version; publishing its
+    pointer is the caller's job). Runs where it is called: on the driver, or as a Ray task on a worker.
+
+    Parts are copied to local disk one input file at a time and memory-mapped, as local parts are; the dataset is
+    written to local disk (the writer needs files it can rename) and uploaded with ``report.json`` last.
+    """
+    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    store = Store.of(target)
+    with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
+        root = Path(scratch)
+        dataset, cache = root / "dataset", root / "parts"
+        dataset.mkdir()
+
+        def read_group(group: list[str]) -> list[tuple[dict[str, Any], pa.Table, str]]:
+            # The previous file's copies are no longer needed (tables already written keep their mapping).
+            shutil.rmtree(cache, ignore_errors=True)
+            return [read_part(fetch_part(parts_url, key, cache)) for key in group]
+
+        data = _write_dataset(cfg, dataset, tok, read_group, groups, ignored, None, dataset / "rejects.jsonl")
+        store.upload_tree(dataset, target, last=("report.json",))
+    return data
+
+
+def _write_dataset(
+    cfg: Any,
+    tmp: Path,
+    tok: Any,
+    read_group: Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]],
+    groups: list[list[str]],
+    ignored: list[dict[str, str]],
+    progress: ProgressHook | None,
+    rejects_path: Path,
+) -> dict[str, Any]:
+    """Write the dataset, its rejects and ``report.json`` into ``tmp`` (not published); return the report."""
+    from msgtrain.export.length import LengthStats, apply_length_policy
+    from msgtrain.export.split import SplitAssigner
+    from msgtrain.export.writer import DatasetWriter
+
+    splitter = SplitAssigner(cfg.split)
+    writer = DatasetWriter(
+        tmp,
+        format=cfg.format,
+        target=cfg.target,
+        pack_length=cfg.pack_length,
+        tree_scope=cfg.tree_scope,
+        rows_per_shard=cfg.rows_per_shard,
+        row_group_size=cfg.row_group_size,
+        splits=splitter.names,
+        decode=tok.decode,
+    )
+    rejects_path.parent.mkdir(parents=True, exist_ok=True)
+    stats = PartStats()
+    length = LengthStats()
+    cuts: Counter[str] = Counter()
+    by_split: Counter[str] = Counter()
+    by_policy: dict[str, Counter[str]] = {}
+    by_source: dict[str, Counter[str]] = {}
+    tokens = trained_tokens = engine_tokens = samples = 0
+    length_dropped_turns: Counter[str] = Counter()
+    sources: set[str] = set()
+    done_parts, total = 0, sum(map(len, groups))
+    with open(rejects_path, "w", encoding="utf-8") as rejects:
+        for group in groups:
+            read = read_group(group)
+            for meta, _, _ in read:
+                sources.add(meta["source"])
+                stats.add(PartStats.from_json(meta["stats"]))
+            done_parts += len(group)
+            if len(group) == 1:
+                rejects.write(read[0][2])
+                tables: Iterable[pa.Table] = [read[0][1]]
+            else:  # the chunks of one file, put back in the order converting the whole file gives
+                rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
+                tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
+            for table in tables:
+                table, _, dropped_turns = apply_length_policy(
+                    table,
+                    max_length=cfg.max_length,
+                    overflow=cfg.overflow,
+                    allow_partial_turns=cfg.allow_partial_turns,
+                    stats=length,
+                )
+                length_dropped_turns.update(dropped_turns)
+                if table.num_rows == 0:
+                    continue
+                cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
+                for split, part in splitter.split_table(table).items():
+                    if part.num_rows:
+                        writer.write(split, part)
+                        by_split[split] += part.num_rows
+                samples += table.num_rows
+                tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
+                trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
+                engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
+                for bucket, column in ((by_policy, "policy"), (by_source, "source")):
+                    for name, c in _group_counts(table, column).items():
+                        if column == "source":
+                            name = name.rsplit(":", 1)[0].split(" (")[0]
+                        bucket.setdefault(name, Counter()).update(c)
+            if progress:
+                progress("assemble", {"index": done_parts, "total": total, "samples": samples, "tokens": tokens})
+    outputs = writer.close()
+    turns_dropped = stats.turns_dropped + length_dropped_turns
+    data = {
+        "msgtrain_version": __version__,
+        "files": {"read": len(sources), "ignored": ignored},
+        "records": {
+            "read": stats.records_read,
+            "converted": stats.records_converted,
+            "rejected": sum(stats.records_rejected.values()),
+            "skipped": sum(stats.records_skipped.values()),
+            "rejected_by_reason": dict(sorted(stats.records_rejected.items())),
+            "skipped_by_reason": dict(sorted(stats.records_skipped.items())),
+        },
+        "graphs": stats.graphs,
+        "turns": {
+            "found": stats.turns_found,
+            "trained": stats.turns_trained - sum(length_dropped_turns.values()),
+            "dropped": sum(turns_dropped.values()),
+            "dropped_by_reason": dict(sorted(turns_dropped.items())),
+        },
+        "samples": {
+            "written": samples,
+            "by_split": dict(sorted(by_split.items())),
+            "dropped_by_reason": dict(sorted(length.dropped_samples.items())),
+            "length_policy": length.to_dict(),
+        },
+        "cuts_by_reason": dict(sorted(cuts.items())),
+        "flags": dict(sorted(stats.flags.items())),
+        "tokens": {
+            "total": tokens,
+            "trained": trained_tokens,
+            "engine": engine_tokens,
+            "rendered": tokens - engine_tokens,
+            "engine_share": round(engine_tokens / tokens, 6) if tokens else 0.0,
+        },
+        "by_policy": {k: dict(sorted(v.items())) for k, v in sorted(by_policy.items())},
+        "by_source": {k: dict(sorted(v.items())) for k, v in sorted(by_source.items())},
+        "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER},
+        "config": {
+            "format": cfg.format,
+            "target": cfg.target,
+            "max_length": cfg.max_length,
+            "overflow": cfg.overflow,
+            "split": dict(cfg.split),
+            "policies": list(cfg.policies),
+        },
+        "outputs": outputs,
+    }
+    check_accounting(data)
+    if cfg.rejects is None and rejects_path.stat().st_size == 0:
+        rejects_path.unlink()
+    # report.json must not change between identical runs: timings live only in the returned report.
+    (tmp / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return data
