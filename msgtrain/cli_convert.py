@@ -52,6 +52,10 @@ def _summary(data: dict[str, Any], console: Console) -> None:
             items = s["dropped_by_reason"]
         if items:
             t.add_row(title, ", ".join(f"{k}={v}" for k, v in items.items()))
+    # Always shown: a nightly job's operator looks for this number (readers that failed on input, see README).
+    faults = r["rejected_by_reason"].get("reader_error", 0)
+    debug_log = data["outputs"].get("debug_log")
+    t.add_row("reader errors", f"{faults}" + (f" (tracebacks in {debug_log})" if faults and debug_log else ""))
     if data["tokenizer"].get("demo"):
         t.add_row(
             "tokenizer",
@@ -105,6 +109,12 @@ def register(app: typer.Typer) -> None:
         ),
         render_date: str = typer.Option(
             None, "--render-date", help="YYYY-MM-DD for templates that print today's date."
+        ),
+        content_special_tokens: str = typer.Option(
+            None,
+            "--content-special-tokens",
+            help="Control-token text in log content: plain (default, encoded as text) | parse (as a serving engine"
+            " does; samples flagged).",
         ),
         allow_partial_turns: bool = typer.Option(
             None,
@@ -162,6 +172,7 @@ def register(app: typer.Typer) -> None:
             "strict": strict,
             "max_reject_rate": max_reject_rate,
             "render_date": render_date,
+            "content_special_tokens": content_special_tokens,
             "quiet": quiet or None,
             "allow_partial_turns": allow_partial_turns,
             "rows_per_shard": rows_per_shard,

@@ -352,6 +352,20 @@ def detect_format(path: Path) -> Reader:
     raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
 
 
+EXPLAIN_BYTES = 4 * 1024 * 1024  # how much of an unrecognised file the explanations look at
+
+
+def _explain_head(path: Path, head: bytes) -> bytes:
+    """More of the file than detection saw, so an explanation can find messages nested deep in a document."""
+    if len(head) < HEAD_BYTES:
+        return head
+    try:
+        with open(path, "rb") as f:
+            return f.read(EXPLAIN_BYTES)
+    except OSError:
+        return head
+
+
 def _accepts(reader: Reader, path: Path, head: bytes) -> bool:
     try:
         return bool(reader.detect(path, head))
@@ -414,20 +428,21 @@ def describe_head(head: bytes) -> str:
 def unknown_format_hint(path: Path, head: bytes) -> str:
     """The hint of an ``unknown_format`` reject: what the file looks like, and why the closest readers refused."""
     reasons: list[str] = []
+    wide = _explain_head(path, head)
     for reader in REGISTRY.values():
         explain = getattr(reader, "explain", None)
         if not callable(explain):
             continue
         try:
-            why = explain(path, head)
+            why = explain(path, wide)
         except Exception:
             why = None
         if why:
             reasons.append(f"{reader.name}: {why}")
-    text = f"the file looks like {describe_head(head)}"
+    text = f"the file looks like {describe_head(wide)}"
     if reasons:
         text += "; closest readers: " + "; ".join(reasons[:3])
-        text += " (fix the records, or force a reader with --input-format NAME)"
+        text += "; fix those records, or force a reader with --input-format NAME"
     else:
         text += f"; no reader comes close (known formats: {', '.join(REGISTRY)})"
     return text
@@ -673,11 +688,21 @@ def _read_streaming(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     accounted = 0
     for item in _read_once(reader, path):
         if isinstance(item, _Fault):
-            rest = _unaccounted(path, accounted) if item.line is not None else 1
+            rest = _unaccounted(path, accounted) if item.line is not None else _unaccounted_items(path, accounted)
             yield _fault_to_reject(reader, path, item, max(rest, 1))
             return
         accounted += records_of(item)
         yield item
+
+
+def _unaccounted_items(path: Path, accounted: int) -> int:
+    """Records of a one-document file not yet accounted: a top-level list's items count one each (the readers of
+    such files account per item), any other document is one record."""
+    try:
+        value = load_json_document(path)
+    except (MsgtrainError, OSError, MemoryError):
+        return 1
+    return len(value) - accounted if isinstance(value, list) else 1 - accounted
 
 
 def _unaccounted(path: Path, accounted: int) -> int:

@@ -194,6 +194,25 @@ def from_openai_message(
     )
 
 
+def check_reply_present(data: dict[str, Any], where: str, *, engine_ids: bool = False) -> None:
+    """Refuse an assistant reply that holds nothing: no ``content`` key (or null content), no tool or function call,
+    no reasoning, no refusal. Trained as is it would teach a bare end-of-turn; OpenAI's fine-tuning data checks
+    count a message without content as a format error. Logged engine ids (``engine_ids``) prove the policy really
+    emitted nothing, and then it is a real sample."""
+    if engine_ids or data.get("content") is not None:
+        return
+    if data.get("tool_calls") or data.get("function_call") or data.get("refusal"):
+        return
+    if data.get("reasoning_content") or data.get("reasoning"):
+        return
+    raise ValidationError(
+        "assistant reply has no content, no tool call and no engine token ids",
+        where=where,
+        hint="log the reply's content (an empty reply is content \"\"), or the engine's token ids",
+        code="empty_reply",
+    )
+
+
 def from_openai_messages(messages: Iterable[dict[str, Any]], *, policy: str = DEFAULT_POLICY) -> list[AnyMessage]:
     """Convert a whole OpenAI message list, resolving tool-result names from earlier calls."""
     names: dict[str, str] = {}

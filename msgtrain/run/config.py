@@ -59,6 +59,11 @@ class ConvertConfig(BaseModel):
     chat_template: str | None = Field(None, description="a .jinja file or tokenizer_config.json")
     render_date: str | None = Field(None, description="YYYY-MM-DD for templates that print today's date")
     policies: tuple[str, ...] = Field((), description="train only these policies; empty = all")
+    content_special_tokens: Literal["plain", "parse"] = Field(
+        "plain",
+        description="control-token text in log content: plain = encoded as plain text (safe); parse = as a serving"
+        " engine parses it (control tokens; samples flagged content_special_tokens_parsed)",
+    )
     # what to write
     format: Format = "parquet"
     target: str = Field("canonical", description="one of the export targets")
@@ -215,6 +220,7 @@ OUTPUT_SETTINGS = frozenset(
         "tokenizer",
         "chat_template",
         "render_date",
+        "content_special_tokens",
         "policies",
         "format",
         "target",

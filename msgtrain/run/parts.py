@@ -68,6 +68,7 @@ class LinearizeSettings:
     render_date: str | None
     input_format: str | None
     strict: bool = False
+    content_special_tokens: str = "plain"
     # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
     debug_log: str | None = None
 
@@ -76,6 +77,7 @@ class LinearizeSettings:
             "tokenizer": tokenizer_fingerprint,
             "policies": sorted(self.policies),
             "render_date": self.render_date,
+            "content_special_tokens": self.content_special_tokens,
             "input_format": self.input_format,
             "version": __version__,
         }
@@ -180,7 +182,11 @@ def convert_file(
     ``strict``): it rejects and goes on."""
     tok = load_tokenizer(settings.tokenizer, settings.chat_template)
     renderer = Renderer(tok, settings.render_date)
-    opts = LinearizeOptions(policies=frozenset(settings.policies), render_date=settings.render_date)
+    opts = LinearizeOptions(
+        policies=frozenset(settings.policies),
+        render_date=settings.render_date,
+        content_special_tokens=settings.content_special_tokens,
+    )
     stats = PartStats()
     samples: list[Sample] = []
     rejects: list[str] = []

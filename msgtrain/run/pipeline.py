@@ -413,6 +413,7 @@ def _convert_in(
         policies=tuple(cfg.policies),
         render_date=cfg.render_date,
         input_format=cfg.input_format,
+        content_special_tokens=cfg.content_special_tokens,
         strict=cfg.strict,
         # On an object store the workers' tracebacks stay on the machine that hit them (a local temp file).
         debug_log=str(state / DEBUG_LOG) if isinstance(state, Path) else str(default_debug_log()),
@@ -591,6 +592,9 @@ def _convert_in(
                     shutil.rmtree(part, ignore_errors=True)
     data["resume"] = {"parts": len(keys), "reused": reused, "converted": converted}
     data["seconds"] = round(time.perf_counter() - started, 3)
+    faults = data["records"]["rejected_by_reason"].get("reader_error", 0)
+    debug_log = settings.debug_log
+    data["outputs"]["debug_log"] = debug_log if faults else None
     data["outputs"]["rejects"] = rejects_at if data["records"]["rejected"] else None
     return data
 
