@@ -242,7 +242,10 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
     if workers > 1 and warm:
         t = time.perf_counter()
         pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=get_context("spawn"), initializer=pipeline._worker_init
+            max_workers=workers,
+            mp_context=get_context("spawn"),
+            initializer=pipeline._worker_init,
+            initargs=(os.getpid(),),
         )
         pids = set(pool.map(_warm_worker, [tokenizer] * workers * 2, [template] * workers * 2))
         pool_start = time.perf_counter() - t

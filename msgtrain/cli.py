@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from msgtrain.errors import MsgtrainError
+from msgtrain.errors import ConfigError, MsgtrainError, os_error_line
 
 app = typer.Typer(
     name="msgtrain",
@@ -74,12 +74,16 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INTERRUPTED
         # escape: messages quote user text and hints like "pip install 'msgtrain[plot]'"; rich would eat "[plot]".
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        return EXIT_FATAL
+        # A bad option or config value, or an OUT that must not be replaced, is the user's call to fix: usage.
+        return EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FATAL
     except typer.Exit as e:
         return int(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("[yellow]interrupted[/]")
         return EXIT_INTERRUPTED
+    except OSError as e:  # the system refused (disk full, read-only, permission): one line, not a traceback
+        err_console.print(f"[bold red]error:[/] {escape(os_error_line(e))}", highlight=False, soft_wrap=True)
+        return EXIT_FATAL
     except Exception as e:  # click's usage errors arrive here in standalone_mode=False
         if isinstance(e, _click_exceptions()):
             e.show()  # type: ignore[attr-defined]

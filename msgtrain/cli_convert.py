@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,16 @@ def _summary(data: dict[str, Any], console: Console) -> None:
     console.print(t)
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (a scheduler's stop, ``kill``) ends a run like Ctrl-C: workers stopped, staging removed, exit 130."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def convert(
@@ -122,6 +134,17 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(
             None, "--resume/--no-resume", help="Reuse files already converted with the same settings."
         ),
+        keep_missing: bool = typer.Option(
+            None,
+            "--keep-missing/--no-keep-missing",
+            help="With --resume, keep publishing earlier inputs that are gone (rotated logs).",
+        ),
+        overwrite: bool = typer.Option(
+            None, "--overwrite", help="Replace an OUT that msgtrain did not write (deletes its files)."
+        ),
+        allow_empty: bool = typer.Option(
+            None, "--allow-empty", help="Publish an empty result over a dataset that has samples."
+        ),
         engine: str = typer.Option(None, "--engine", help="local (default) | ray"),
         config: Path = typer.Option(None, "--config", help="YAML config; CLI flags override it."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars, no summary."),
@@ -157,6 +180,9 @@ def register(app: typer.Typer) -> None:
             "workers": workers,
             "chunk_mb": chunk_mb,
             "resume": resume,
+            "keep_missing": keep_missing,
+            "overwrite": overwrite,
+            "allow_empty": allow_empty,
             "engine": engine,
         }
         cfg = merge_cli(load_config_data(config) if config is not None else None, given)
@@ -165,6 +191,7 @@ def register(app: typer.Typer) -> None:
                 "convert needs inputs and an output", hint="pass INPUT... -o OUT (or set them in --config)"
             )
         console = Console(stderr=True)
+        _interrupt_on_sigterm()
         show = not cfg.quiet and sys.stderr.isatty()
         if show:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

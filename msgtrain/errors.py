@@ -92,3 +92,76 @@ class OutputError(MsgtrainError, OSError):
     """The output location cannot be written or published."""
 
     code = "output_error"
+
+
+# Fix hints for reject reasons whose raising site gives none: every line of ``rejects.jsonl`` carries a hint.
+REJECT_HINTS: dict[str, str] = {
+    "parse_error": "the record is not valid for its format; fix or drop the line",
+    "bad_json": "the line is not valid JSON (often a log cut mid-write): fix or drop it",
+    "bad_json_field": "a field that should hold JSON text does not parse: fix the field",
+    "truncated_line": "the line was cut mid-write (a crashed logger); drop it or re-export the log",
+    "record_too_large": "the record is above the size limit; split it or drop it",
+    "too_deep": "the record nests deeper than any conversation needs; drop it",
+    "unknown_format": "no reader recognises this file; force one with --input-format (see `msgtrain formats`)",
+    "unreadable_file": "check the file's permissions and that it is not being written",
+    "empty_input": "the file holds no records; drop it from the inputs",
+    "bad_yaml": "the YAML does not parse (or expands beyond the limits); fix or drop the file",
+    "bad_document": "the JSON document does not have the shape its format expects; check --input-format",
+    "unknown_role": "use one of the roles the format defines (system, user, assistant, tool)",
+    "spoofed_role": "a record claims a role its source cannot produce; check where the log came from",
+    "bad_message": "the message lacks a field its format requires or has one of the wrong type; fix the record",
+    "bad_content": "the message content has an unexpected type or part; fix the record",
+    "bad_record": "the record lacks a field its format requires or has one of the wrong type; fix the record",
+    "bad_tool_call": "a tool call needs an id, a name and arguments (a JSON object); fix the record",
+    "bad_tools": "tool schemas must be a list of function definitions; fix the record",
+    "unpaired_result": "a tool result must follow the assistant call with the same tool_call_id; fix the ids",
+    "missing_tool_call_id": "give the tool message the tool_call_id of the call it answers",
+    "dangling_parent": "a node names a parent that is not in the log; the log may be cut: re-export it",
+    "cycle": "the parent links form a loop; fix the log's parent ids",
+    "duplicate_id": "two nodes share one id; make ids unique",
+    "conversation_too_large": "split the log into conversations",
+    "internal_error": "please report this with the rejected record",
+    "template_error": "the chat template failed on this conversation; check the template or the record",
+    "template_timeout": "the chat template ran too long on this conversation; check the template",
+    "template_output_too_large": "the rendering is above the size limit; split the conversation",
+    "render_error": "the conversation cannot be rendered token-exactly with this template; check the template",
+    "replay_mismatch": "the logged engine ids do not match the rendering; check the tokenizer matches the run",
+}
+
+
+def reject_hint(error: MsgtrainError) -> str:
+    """The hint a reject is shown with: the error's own, else one for its reason, else a general one."""
+    if error.hint:
+        return error.hint
+    if error.code in REJECT_HINTS:
+        return REJECT_HINTS[error.code]
+    if isinstance(error, ValidationError):
+        return "the record breaks the format's rules (see message and where); fix or drop the record"
+    if isinstance(error, ParseError | FormatError):
+        return "the record does not parse as its format; check --input-format or drop the record"
+    return "see message and where; fix or drop the record, or report it if it is valid for its format"
+
+
+_OS_HINTS = {
+    "ENOSPC": "free disk space (or point -o / TMPDIR elsewhere) and rerun with --resume",
+    "EDQUOT": "free space in your quota and rerun with --resume",
+    "EROFS": "the file system is read-only: choose another -o",
+    "EACCES": "check the permissions of that path, or choose another -o",
+    "EPERM": "check the permissions of that path, or choose another -o",
+    "ENOTDIR": "a part of that path is a file, not a directory: choose another -o",
+    "EMFILE": "raise the open-file limit (ulimit -n) or lower --workers",
+}
+
+
+def os_error_line(error: OSError) -> str:
+    """An OSError the system raised (disk full, read-only, permission) as one line: what, where, how to fix."""
+    import errno as _errno
+
+    name = _errno.errorcode.get(error.errno or 0, "")
+    where = error.filename if error.filename is not None else None
+    text = f"{where}: " if where else ""
+    text += error.strerror or str(error)
+    if name:
+        text += f" ({name})"
+    hint = _OS_HINTS.get(name)
+    return text + (f" (fix: {hint})" if hint else "")

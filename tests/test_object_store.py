@@ -128,7 +128,9 @@ def test_bucket_to_bucket_on_two_nodes_is_byte_identical_to_the_local_engine(
     assert {"report.json", "dataset_info.json", "rejects.jsonl"} <= set(tree)
     assert any(name.startswith("data/train-") for name in tree)
     # Only logs are read (README.txt is listed as ignored), and bad records name the object they came from.
-    assert report["files"]["read"] == 6 and report["files"]["ignored"] == [f"{logs}/README.txt"]
+    assert report["files"]["read"] == 6 and report["files"]["ignored"] == [
+        {"path": f"{logs}/README.txt", "reason": "not a log file suffix"}
+    ]
     rejects = [json.loads(line) for line in tree["rejects.jsonl"].decode().splitlines()]
     assert {r["file"] for r in rejects} == {f"{logs}/calls-00.jsonl"}
     assert report["outputs"]["rejects"] == join(report["published"]["path"], "rejects.jsonl")

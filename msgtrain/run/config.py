@@ -88,6 +88,11 @@ class ConvertConfig(BaseModel):
     strict: bool = False
     max_reject_rate: float | None = Field(None, ge=0.0, le=1.0)
     resume: bool = False
+    keep_missing: bool = Field(
+        False, description="with resume, also publish the parts of earlier inputs that are gone (rotated logs)"
+    )
+    overwrite: bool = Field(False, description="replace an OUT that msgtrain did not write (its files are deleted)")
+    allow_empty: bool = Field(False, description="publish an empty result over a dataset that has samples")
     quiet: bool = False
 
     def __init__(self, **data: Any) -> None:
@@ -230,7 +235,21 @@ OUTPUT_SETTINGS = frozenset(
     }
 )
 RUN_SETTINGS = frozenset(
-    {"inputs", "output", "rejects", "workers", "chunk_mb", "engine", "strict", "max_reject_rate", "resume", "quiet"}
+    {
+        "inputs",
+        "output",
+        "rejects",
+        "workers",
+        "chunk_mb",
+        "engine",
+        "strict",
+        "max_reject_rate",
+        "resume",
+        "keep_missing",
+        "overwrite",
+        "allow_empty",
+        "quiet",
+    }
 )
 
 

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from msgtrain import __version__
-from msgtrain.errors import MsgtrainError
+from msgtrain.errors import MsgtrainError, reject_hint
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
 from msgtrain.ingest.base import (
     ReadGraph,
@@ -97,9 +97,11 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def part_key(path: Path | str, digest: str, settings_key: str, chunk: str = "") -> str:
-    """``chunk`` names the chunk and the plan it came from (index, count, target size); empty for a whole file."""
-    text = f"{path}\0{digest}\0{settings_key}" + (f"\0{chunk}" if chunk else "")
+def part_key(digest: str, settings_key: str, chunk: str = "") -> str:
+    """The key of a part: the file's content digest, the settings, and ``chunk`` (the chunk and the plan it came
+    from: index, count, target size; empty for a whole file). Not the path: the same bytes are one part whatever
+    the path is spelled (relative, absolute, through a symlink, after a move)."""
+    text = f"{digest}\0{settings_key}" + (f"\0{chunk}" if chunk else "")
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -167,7 +169,7 @@ def _reject_line(source: SourceRef, error: MsgtrainError, excerpt: str = "", gra
         "reason": error.code,
         "message": error.message,
         "where": error.where,
-        "hint": error.hint,
+        "hint": reject_hint(error),
         "excerpt": excerpt,
     }
     return json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n"
@@ -383,4 +385,16 @@ def read_part(part: Path) -> tuple[dict[str, Any], pa.Table, str]:
 
 
 def is_complete(part: Path) -> bool:
-    return (part / PART_FILE).is_file() and (part / SAMPLES_FILE).is_file()
+    """True when ``part`` can be assembled: its metadata parses and its samples file is a whole Arrow file of the
+    canonical schema (a truncated or corrupt part, e.g. from a full disk or a hand edit, is recomputed)."""
+    try:
+        meta = json.loads((part / PART_FILE).read_text(encoding="utf-8"))
+        if not isinstance(meta, dict) or not isinstance(meta.get("stats"), dict) or "source" not in meta:
+            return False
+        PartStats.from_json(meta["stats"])
+        if not (part / REJECTS_FILE).is_file():
+            return False
+        with pa.memory_map(str(part / SAMPLES_FILE)) as src:
+            return bool(ipc.open_file(src).schema.equals(CANONICAL_SCHEMA))
+    except (OSError, ValueError, TypeError, AttributeError, pa.ArrowException):
+        return False

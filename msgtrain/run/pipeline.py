@@ -4,28 +4,35 @@ target, writer) → atomic publish of OUT with ``report.json`` and ``rejects.jso
 Invariants:
 - Accounting: records read = converted + rejected + skipped (per reason); sampled turns found = trained + dropped
   (per reason). :func:`check_accounting` asserts both before anything is published.
-- Atomic output: OUT is assembled in a private sibling directory and published with a rename: readers see the
-  previous dataset or the new one, never a partial one. A killed run leaves OUT untouched plus its finished parts
-  in the state directory (``.OUT.msgtrain-state``), which ``--resume`` reuses.
+- Safe output (:mod:`msgtrain.run.publish`): OUT is checked before anything is written (never an input, ``.`` or
+  ``/``, never a directory msgtrain did not write unless ``overwrite``); OUT exists at every instant and shows the
+  previous dataset or the new one, never a partial one. One run at a time per OUT (:mod:`msgtrain.run.lock`).
+  A killed run leaves OUT untouched plus its finished parts in the state directory (``.OUT.msgtrain-state``),
+  which ``--resume`` reuses.
 - Deterministic: parts are assembled in sorted (source path, content hash, chunk) order whatever the number of
   workers or the order they finished in, so the same inputs and settings give byte-identical output.
 - Work is split by input file, and a JSONL log larger than ``chunk_mb`` into chunks of whole conversations
   (:mod:`msgtrain.ingest.chunks`): the same samples and accounting as the whole file, in parallel and in memory
   bounded by the chunk, not the file.
-- Resumable / incremental: a part is keyed by file content + linearization settings + tokenizer; with
-  ``--resume`` finished parts are reused and the published dataset is the union of every part converted under the
-  same settings in this state directory (nightly runs over a growing log folder convert only new files).
+- Resumable / incremental: a part is keyed by file content + linearization settings + tokenizer (never the path:
+  the same bytes are converted once however they are named, and once per run); with ``--resume`` finished parts
+  are reused. The published dataset is exactly this run's inputs; ``keep_missing`` also keeps the parts of
+  earlier inputs that are no longer inputs (rotated logs). A corrupt or partial part or manifest is recomputed.
 - A bad record or file never stops the run (unless ``strict``); it lands in the rejects file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -39,9 +46,10 @@ import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.base import default_debug_log, detect_format, get_reader, unit_directories
+from msgtrain.ingest.base import default_debug_log, detect_format, directory_reader, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
+from msgtrain.run.lock import exclusive_lock
 from msgtrain.run.parts import (
     PART_FILE,
     Job,
@@ -57,6 +65,15 @@ from msgtrain.run.parts import (
     read_part,
     write_part_to,
 )
+from msgtrain.run.publish import (
+    check_output,
+    clean_litter,
+    hidden_siblings,
+    previous_report,
+    publish,
+    staging_dir,
+    state_dir,
+)
 from msgtrain.run.storage import (
     Store,
     is_remote,
@@ -69,6 +86,7 @@ from msgtrain.run.storage import (
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
+MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
 DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
 
@@ -90,14 +108,16 @@ def check_accounting(report: dict[str, Any]) -> None:
     assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
 
 
-def discover_locations(inputs: list[str]) -> tuple[list[Path | str], list[str]]:
+def discover_locations(
+    inputs: list[str], exclude: Sequence[Path] = ()
+) -> tuple[list[Path | str], list[dict[str, str]]]:
     """:func:`discover_inputs`, and URLs: an object, or every object under a prefix (sorted; hidden names and
     names without a log suffix skipped likewise). Returns (files and object URLs, ignored)."""
     files: list[Path | str] = []
-    ignored: list[str] = []
+    ignored: list[dict[str, str]] = []
     for item in inputs:
         if not is_remote(item):
-            local, skipped = discover_inputs([item])
+            local, skipped = discover_inputs([item], exclude)
             files += local
             ignored += skipped
             continue
@@ -110,57 +130,104 @@ def discover_locations(inputs: list[str]) -> tuple[list[Path | str], list[str]]:
                 continue
             name = url.rpartition("/")[2]
             suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
-            (files if suffix in LOG_SUFFIXES or url == item.rstrip("/") else ignored).append(url)
+            if suffix in LOG_SUFFIXES or url == item.rstrip("/"):
+                files.append(url)
+            else:
+                ignored.append({"path": url, "reason": NOT_A_LOG})
     return files, ignored
 
 
-def discover_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
-    """Expand files and directories (recursive, sorted, hidden files skipped). Returns (inputs, ignored files).
+NOT_A_LOG = "not a log file suffix"
 
-    A directory that a reader takes as one log (``unit_directories``, e.g. an OpenHands V1 conversation folder) is
-    one input, handed over whole; the files inside it are not inputs of their own.
+
+def discover_inputs(
+    inputs: Sequence[str | Path], exclude: Sequence[Path] = ()
+) -> tuple[list[Path], list[dict[str, str]]]:
+    """Expand files and directories: recursive, sorted, hidden entries skipped, each real file once (overlapping
+    inputs such as ``logs`` and ``logs/sub`` name it once), symlinked directories followed once.
+
+    A directory that a reader takes as one log (:func:`~msgtrain.ingest.base.directory_reader`, e.g. an OpenHands
+    V1 conversation folder) is one input, handed over whole; the files inside it are not inputs of their own.
+
+    Returns (inputs, ignored): ``ignored`` lists what was passed over, each with its reason (no log suffix,
+    unreadable directory, dangling link, symlink loop). Paths under ``exclude`` (OUT and its hidden siblings)
+    are never inputs.
     """
     files: list[Path] = []
-    ignored: list[str] = []
+    ignored: list[dict[str, str]] = []
+    seen_files: set[str] = set()
+    skip = {os.path.realpath(p) for p in exclude}
+
+    def add_file(f: Path, found: list[Path], unit: bool = False) -> None:
+        real = os.path.realpath(f)
+        if real in seen_files or real in skip:
+            return
+        seen_files.add(real)
+        if unit or f.suffix.lower() in LOG_SUFFIXES:
+            found.append(f)
+        else:
+            ignored.append({"path": str(f), "reason": NOT_A_LOG})
+
+    def walk(directory: Path, active: tuple[str, ...], found: list[Path]) -> None:
+        try:
+            if directory_reader(directory) is not None:
+                add_file(directory, found, unit=True)
+                return
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as e:
+            ignored.append({"path": str(directory), "reason": f"unreadable directory: {e.strerror or e}"})
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            real = os.path.realpath(path)
+            if real in skip:
+                continue
+            try:
+                is_dir, is_file = entry.is_dir(), entry.is_file()
+            except OSError as e:
+                loop = e.errno == errno.ELOOP
+                ignored.append({"path": str(path), "reason": "symlink loop" if loop else f"unreadable: {e.strerror}"})
+                continue
+            if entry.is_symlink() and not os.path.exists(path):
+                reason = "symlink loop" if _is_link_loop(path) else "dangling symlink"
+                ignored.append({"path": str(path), "reason": reason})
+            elif is_dir:
+                if real in active:  # a link back to a directory being walked
+                    ignored.append({"path": str(path), "reason": "symlink loop"})
+                else:
+                    walk(path, (*active, real), found)
+            elif is_file:
+                add_file(path, found)
+            else:
+                ignored.append({"path": str(path), "reason": "not a regular file"})
+
     for item in inputs:
         p = Path(item)
+        if os.path.realpath(p) in skip:
+            continue
         if p.is_dir():
-            units = unit_directories(p)
-            found: list[Path] = list(units)
-            for f in sorted(p.rglob("*")):
-                if not f.is_file() or any(part.startswith(".") for part in f.relative_to(p).parts):
-                    continue
-                if any(u in f.parents for u in units):
-                    continue
-                if f.suffix.lower() in LOG_SUFFIXES:
-                    found.append(f)
-                else:
-                    ignored.append(f)  # type: ignore[arg-type]
+            found: list[Path] = []
+            walk(p, (os.path.realpath(p),), found)
             files.extend(sorted(found))
         elif p.is_file():
-            files.append(p)
+            add_file(p, files)
         else:
-            raise ConfigError(f"input {item!r} does not exist", hint="pass log files or directories")
-    return files, [str(f) for f in ignored]
+            raise MsgtrainError(
+                f"input {str(item)!r} does not exist", hint="pass log files or directories", code="missing_input"
+            )
+    return files, ignored
 
 
-def state_dir(out: Path) -> Path:
-    return out.parent / f".{out.name}.msgtrain-state"
-
-
-def _sibling(out: Path, tag: str) -> Path:
-    return out.parent / f".{out.name}.{tag}-{os.getpid()}"
-
-
-def publish(tmp: Path, out: Path) -> None:
-    """Atomically replace OUT with TMP (rename; the previous dataset is removed only after the swap)."""
-    old = None
-    if out.exists():
-        old = _sibling(out, "old")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _is_link_loop(path: Path) -> bool:
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13 reports a loop as RuntimeError
+        return True
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -170,10 +237,42 @@ def _write_json_atomic(path: Path, data: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- workers
-def _worker_init() -> None:
+def _worker_init(parent: int) -> None:
     # One process per core: keep the tokenizer's own thread pool to one thread so workers do not oversubscribe.
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # Ctrl-C reaches the whole process group: the main process alone handles it (and stops the workers), so no
+    # worker prints a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """A worker must not outlive the run: a SIGKILLed main process cannot stop its workers itself."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    # Everywhere (and in case the parent died before prctl took effect): watch the parent's pid.
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="msgtrain-parent-watch", daemon=True).start()
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool's workers now (interrupt, error): waiting for their running conversions could take minutes."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    # ProcessPoolExecutor has no public way to stop running tasks; its worker processes are in ``_processes``.
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            process.kill()
 
 
 def _convert_to_part(job: Job, settings: LinearizeSettings, parts_dir: Path | str) -> dict[str, Any]:
@@ -199,7 +298,9 @@ def _run_parts(
             on_done(job, PartStats.from_json(_convert_to_part(job, settings, parts_dir)))
         return
     ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
+    ) as pool:
         pending: dict[Future[Any], Job | tuple[Path, str]] = {}
         # Plans first (their chunks are the biggest work), then largest first (longest-processing-time order): a
         # big file started last would leave the other workers idle at the end. Output order does not depend on
@@ -223,37 +324,89 @@ def _run_parts(
                         chunk_jobs: list[Job] = sorted(on_plan(*item, fut.result()), key=lambda job: -job.size)
                         queue[:0] = chunk_jobs
         except BaseException:
-            for fut in pending:
-                fut.cancel()
+            _stop_workers(pool)
             raise
 
 
 # ---------------------------------------------------------------------------------------------------- convert
 def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
-    """Run a conversion described by a :class:`msgtrain.run.config.ConvertConfig`; return the report."""
+    """Run a conversion described by a :class:`msgtrain.run.config.ConvertConfig`; return the report.
+
+    A local OUT is checked (:func:`check_output`) before anything is written, and everything beside it is changed
+    under its lock (:func:`exclusive_lock`), starting with the litter of dead runs."""
     started = time.perf_counter()
     if cfg.output is None:
         raise ConfigError("no output directory", hint="pass -o OUT")
-    remote = is_remote(cfg.output)
-    out = Path(cfg.output)  # only used for a local OUT
-    state: Path | str
-    parts_dir: Path | str
-    if remote:
+    if getattr(cfg, "keep_missing", False) and not cfg.resume:
+        raise ConfigError("--keep-missing keeps parts of earlier runs: it needs --resume", hint="add --resume")
+    if is_remote(cfg.output):
         if cfg.rejects is not None:
             raise ConfigError(
                 "--rejects cannot be used with an object-store OUT",
                 hint="the rejects are published with the dataset (OUT/_versions/<version>/rejects.jsonl)",
             )
         state = join(str(cfg.output), STATE_PREFIX)
-        parts_dir = join(state, "parts")
-    else:
-        if out.exists() and not out.is_dir():
-            raise OutputError(f"output {out} exists and is not a directory", hint="choose another -o")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        state = state_dir(out)
-        parts_dir = state / "parts"
-    files, ignored = discover_locations([str(p) for p in cfg.inputs])
-    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+        return _convert_in(cfg, None, state, join(state, "parts"), started, progress)
+    out = Path(cfg.output)
+    check_output(
+        out, [Path(p) for p in cfg.inputs if not is_remote(str(p))], overwrite=getattr(cfg, "overwrite", False)
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    local_state = state_dir(out)
+    with exclusive_lock(local_state):
+        clean_litter(out)
+        return _convert_in(cfg, out, local_state, local_state / "parts", started, progress)
+
+
+def _check_chat_template(tok: Any, source: str) -> None:
+    """A --chat-template that does not render a conversation is a usage error, found before any work."""
+    probe = [{"role": "user", "content": "msgtrain-probe-user"}, {"role": "assistant", "content": "msgtrain-probe-ok"}]
+    try:
+        text = tok.hf.apply_chat_template(probe, tokenize=False)
+    except Exception as e:  # a template that fails on the simplest conversation is not a chat template
+        raise ConfigError(
+            f"--chat-template {source} does not render a conversation: {type(e).__name__}: {e}",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        ) from None
+    if not isinstance(text, str) or "msgtrain-probe-user" not in text or "msgtrain-probe-ok" not in text:
+        raise ConfigError(
+            f"--chat-template {source} is not a chat template (it does not print the messages)",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        )
+
+
+def _load_tokenizer_checked(cfg: Any) -> Any:
+    if cfg.chat_template is None:
+        return load_tokenizer(cfg.tokenizer, None)
+    try:
+        tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    except MsgtrainError:
+        raise
+    except (ValueError, AttributeError, TypeError, OSError) as e:  # not JSON, not a mapping, not UTF-8...
+        raise ConfigError(
+            f"--chat-template {cfg.chat_template} cannot be read as a chat template: {type(e).__name__}: {e}",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        ) from None
+    _check_chat_template(tok, cfg.chat_template)
+    return tok
+
+
+def _convert_in(
+    cfg: Any,
+    out: Path | None,
+    state: Path | str,
+    parts_dir: Path | str,
+    started: float,
+    progress: ProgressHook | None,
+) -> dict[str, Any]:
+    """The run itself; ``out`` is None for an object-store OUT (``cfg.output``)."""
+    remote = out is None
+    exclude = [out, *hidden_siblings(out)] if out is not None else []
+    files, ignored = discover_locations([str(p) for p in cfg.inputs], exclude)
+    tok = _load_tokenizer_checked(cfg)
     settings = LinearizeSettings(
         tokenizer=cfg.tokenizer,
         chat_template=cfg.chat_template,
@@ -283,43 +436,57 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     reused = converted = 0
     total_parts = 0
     chunk_bytes = int(cfg.chunk_mb * (1 << 20))
+    run_keys: dict[str, None] = {}  # this run's parts, in registration order: exactly what is published
+    run_digests: set[str] = set()
+    run_paths: set[str] = set()
 
     def add_jobs(f: Path | str, digest: str, chunks: list[Chunk]) -> list[Job]:
         """Register the parts of one file (whole, or its chunks); return those still to convert."""
         nonlocal reused, converted, total_parts
         units: list[Chunk | None] = [*chunks] or [None]
-        keys_of_file = set()
         todo = []
         for chunk in units:
             label = f"{chunk.index}/{chunk.count}/{chunk_bytes}" if chunk is not None else ""
-            key = part_key(f, digest, skey, label)
-            meta: dict[str, Any] = {"source": str(f), "digest": digest, "settings": skey, "version": __version__}
+            key = part_key(digest, skey, label)
+            meta: dict[str, Any] = {
+                "source": str(f),
+                "real": _real(f),
+                "digest": digest,
+                "settings": skey,
+                "version": __version__,
+            }
             if chunk is not None:
                 meta["chunk"] = [chunk.index, chunk.count]
-            keys_of_file.add(key)
             manifest[key] = meta
+            run_keys[key] = None
             total_parts += 1
             if cfg.resume and complete(key):
                 reused += 1
             else:
                 todo.append(Job(f, key, meta, chunk))
         converted += len(todo)
-        # A file that changed since it was converted replaces its old parts; files that disappeared (rotated
-        # logs) keep theirs, so the published dataset stays the union of everything converted.
-        for old in [k for k, m in manifest.items() if m["source"] == str(f) and k not in keys_of_file]:
-            del manifest[old]
         return todo
 
     # With a local worker pool, huge files are planned by the workers (planning is a pass over the file), while
     # other files convert; otherwise here.
     plan_in_workers = cfg.engine == "local" and cfg.workers > 1
+    first_with_digest: dict[str, Path | str] = {}
     for f in files:
-        if isinstance(f, str):  # an object on a store: hashed by the store, converted whole
-            digest = Store.of(f).content_hash(f)
-            jobs += add_jobs(f, digest, [])
+        try:
+            # An object on a store is hashed by the store and converted whole.
+            digest = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
+        except OSError as e:
+            ignored.append({"path": str(f), "reason": f"unreadable: {e.strerror or e}"})
             continue
-        digest = file_digest(f)
-        if plan_in_workers and _chunkable(f, settings, chunk_bytes):
+        if digest in first_with_digest:  # the same bytes under another name: converted once
+            ignored.append({"path": str(f), "reason": f"same content as {first_with_digest[digest]}"})
+            continue
+        first_with_digest[digest] = f
+        run_digests.add(digest)
+        run_paths.add(_real(f))
+        if isinstance(f, str):
+            jobs += add_jobs(f, digest, [])
+        elif plan_in_workers and _chunkable(f, settings, chunk_bytes):
             plans.append((f, digest))
         else:
             jobs += add_jobs(f, digest, plan_file(f, settings, chunk_bytes))
@@ -351,7 +518,10 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
                     "turns": running.turns_trained,
                 },
             )
-        _check_reject_rate(cfg, running)
+        # Mid-run, the rate is judged only on a sample large enough to speak for the run (not the first bad file);
+        # the whole run is judged before publishing.
+        if running.records_read >= MIN_RECORDS_FOR_RATE and done_files * 10 >= total_parts + len(plans):
+            _check_reject_rate(cfg, running)
 
     _save_manifest(state, manifest)
     with contextlib.ExitStack() as stack:
@@ -378,8 +548,27 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
                 f"{len(lost)} parts reported done are not in {parts_dir} (first: {lost[0].path})",
                 hint="with --engine ray on several nodes, write OUT to an object store (s3://...) or shared storage",
             )
+        published = [k for k in run_keys if complete(k)]
+        if len(published) != len(run_keys):  # a part vanished or broke after it was written (disk, hand edits)
+            raise OutputError(
+                f"{len(run_keys) - len(published)} parts are missing or corrupt after conversion",
+                where=str(parts_dir),
+                hint="run the same command with --resume to recompute them",
+            )
+        if getattr(cfg, "keep_missing", False):
+            # Parts of earlier inputs that are not inputs now (rotated logs); a file that is an input now with
+            # other bytes replaces its old parts.
+            published += sorted(
+                k
+                for k, m in manifest.items()
+                if k not in run_keys
+                and m["settings"] == skey
+                and m["digest"] not in run_digests
+                and m.get("real", m["source"]) not in run_paths
+                and complete(k)
+            )
         keys = sorted(
-            (k for k, m in manifest.items() if m["settings"] == skey and complete(k)),
+            published,
             key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
         )
         # The parts of one input file (its chunks, in chunk order) are assembled together.
@@ -398,9 +587,17 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
             data["published"] = {"version": version, "path": target}
             rejects_at = join(target, "rejects.jsonl")
         else:
-            assert isinstance(parts_dir, Path)
+            assert isinstance(parts_dir, Path) and out is not None
             data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
             rejects_at = str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")
+            # The state now describes exactly the published dataset; other parts are garbage.
+            kept = set(keys)
+            for key in [k for k in manifest if k not in kept]:
+                del manifest[key]
+            _save_manifest(state, manifest)
+            for part in parts_dir.iterdir():
+                if part.name not in kept:
+                    shutil.rmtree(part, ignore_errors=True)
     data["resume"] = {"parts": len(keys), "reused": reused, "converted": converted}
     data["seconds"] = round(time.perf_counter() - started, 3)
     faults = data["records"]["rejected_by_reason"].get("reader_error", 0)
@@ -410,16 +607,31 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     return data
 
 
+def _real(f: Path | str) -> str:
+    """A location's identity for --keep-missing: a local file's real path, an object's URL."""
+    return f if isinstance(f, str) else os.path.realpath(f)
+
+
 def _load_manifest(state: Path | str) -> dict[str, dict[str, Any]]:
-    if isinstance(state, str):
-        store, url = Store.of(state), join(state, MANIFEST)
-        return json.loads(store.read_bytes(url)).get("parts", {}) if store.exists(url) else {}
-    path = state / MANIFEST
-    return json.loads(path.read_text(encoding="utf-8")).get("parts", {}) if path.is_file() else {}
+    """The parts a previous run recorded; a missing, truncated or foreign manifest counts as empty (parts are
+    found again by key: their keys depend on content and settings only)."""
+    try:
+        if isinstance(state, str):
+            store, url = Store.of(state), join(state, MANIFEST)
+            data = json.loads(store.read_bytes(url)) if store.exists(url) else {}
+        else:
+            path = state / MANIFEST
+            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        parts = data.get("parts", {}) if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(parts, dict):
+        return {}
+    return {k: m for k, m in parts.items() if isinstance(m, dict) and {"source", "digest", "settings"} <= set(m)}
 
 
 def _save_manifest(state: Path | str, manifest: dict[str, dict[str, Any]]) -> None:
-    data = {"format": "msgtrain.state", "version": 1, "parts": manifest}
+    data = {"format": "msgtrain.state", "version": 2, "parts": manifest}
     if isinstance(state, str):  # one PUT: the previous manifest or this one, never half of one
         Store.of(state).put_bytes(join(state, MANIFEST), (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
         return
@@ -471,10 +683,24 @@ def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list
         return []
 
 
+def _refuse_empty_replacement(cfg: Any, out: Path, samples: int) -> None:
+    """An empty result does not silently replace a dataset that has samples (a wrong template, a wrong folder)."""
+    if samples or getattr(cfg, "allow_empty", False):
+        return
+    previous = previous_report(out)
+    had = ((previous or {}).get("samples") or {}).get("written") or 0
+    if had:
+        raise OutputError(
+            f"this run produced no samples; refusing to replace the {had} samples in {out}",
+            hint="check the inputs and the report's rejects; pass --allow-empty to publish an empty dataset",
+            code="empty_result",
+        )
+
+
 def _check_reject_rate(cfg: Any, stats: PartStats) -> None:
     limit = cfg.max_reject_rate
     rejected = sum(stats.records_rejected.values())
-    if limit is not None and stats.records_read >= 20 and rejected / stats.records_read > limit:
+    if limit is not None and stats.records_read and rejected / stats.records_read > limit:
         raise MsgtrainError(
             f"{rejected} of {stats.records_read} records rejected ({rejected / stats.records_read:.1%}), above"
             f" --max-reject-rate {limit:.1%}; stopping",
@@ -506,15 +732,12 @@ def _assemble(
     tok: Any,
     parts_dir: Path,
     groups: list[list[str]],
-    ignored: list[str],
+    ignored: list[dict[str, str]],
     progress: ProgressHook | None,
 ) -> dict[str, Any]:
     """Write OUT from the parts: ``groups`` are the part keys of each input file (a file's chunks merge back
     into its order), in the deterministic assembly order."""
-    tmp = _sibling(out, "tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    tmp = staging_dir(out)
     try:
         rejects_path = Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl"
         data = _write_dataset(
@@ -527,6 +750,12 @@ def _assemble(
             progress,
             rejects_path,
         )
+        # The rate on every record of the run, whatever was judged mid-run.
+        records = data["records"]
+        _check_reject_rate(
+            cfg, PartStats(records_read=records["read"], records_rejected=Counter(records["rejected_by_reason"]))
+        )
+        _refuse_empty_replacement(cfg, out, data["samples"]["written"])
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -535,7 +764,7 @@ def _assemble(
 
 
 def assemble_to_store(
-    cfg: Any, parts_url: str, groups: list[list[str]], ignored: list[str], target: str
+    cfg: Any, parts_url: str, groups: list[list[str]], ignored: list[dict[str, str]], target: str
 ) -> dict[str, Any]:
     """Assemble the dataset from parts on a store into the prefix ``target`` (a fresh version; publishing its
     pointer is the caller's job). Runs where it is called: on the driver, or as a Ray task on a worker.
@@ -566,7 +795,7 @@ def _write_dataset(
     tok: Any,
     read_group: Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]],
     groups: list[list[str]],
-    ignored: list[str],
+    ignored: list[dict[str, str]],
     progress: ProgressHook | None,
     rejects_path: Path,
 ) -> dict[str, Any]:

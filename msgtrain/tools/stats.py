@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from msgtrain.errors import ConfigError
+from msgtrain.errors import ConfigError, MsgtrainError
 
 STATS_COLUMNS = (
     "source",
@@ -365,9 +365,11 @@ def plot_stats(stats: dict[str, Any], path: str | Path) -> Path:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
     except ImportError as e:
-        raise ConfigError(
+        # The installation lacks an optional extra: an environment problem (exit 1), not a usage error.
+        raise MsgtrainError(
             "--plot needs matplotlib, which is not installed",
             hint="pip install matplotlib (msgtrain's optional 'plot' extra), or drop --plot",
+            code="missing_dependency",
         ) from e
     path = Path(path)
     panels: tuple[tuple[str, str], ...] = (

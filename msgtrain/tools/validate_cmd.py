@@ -147,11 +147,11 @@ def _add_reject(report: ValidationReport, ev: ReadReject, path: str) -> None:
 
 def validate_inputs(inputs: Sequence[str | Path], input_format: str | None = None) -> ValidationReport:
     """Validate files and directories; ``input_format`` forces one reader for every file."""
-    from msgtrain.run.pipeline import discover_inputs
+    from msgtrain.run.pipeline import NOT_A_LOG, discover_inputs
 
     files, ignored = discover_inputs([str(i) for i in inputs])
     reader = get_reader(input_format) if input_format else None
-    report = ValidationReport(ignored=ignored)
+    report = ValidationReport(ignored=[i["path"] for i in ignored if i["reason"] == NOT_A_LOG])
     for path in files:
         validate_file(path, reader, report)
     return report
