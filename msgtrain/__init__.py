@@ -2,15 +2,19 @@
 
 Pipeline: ``ingest`` (logs → MessageGraph) → ``linearize`` (graphs → token-exact samples) → ``export``
 (samples → Parquet / HF datasets for trainers). ``model`` is the typed core they share; ``cli`` sits on top.
+
+The public names below are imported on first use (PEP 562), so ``msgtrain --help`` does not pay for building
+the pydantic models.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from msgtrain.errors import MsgtrainError
-from msgtrain.model import (
-    MessageBuilder,
-    MessageGraph,
-    OptionResultBuilder,
-    load_graphs,
-)
+
+if TYPE_CHECKING:
+    from msgtrain.model import MessageBuilder, MessageGraph, OptionResultBuilder, load_graphs
 
 __version__ = "0.1.0"
 __all__ = [
@@ -21,3 +25,13 @@ __all__ = [
     "__version__",
     "load_graphs",
 ]
+
+_FROM_MODEL = frozenset({"MessageBuilder", "MessageGraph", "OptionResultBuilder", "load_graphs"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_MODEL:
+        from msgtrain import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module 'msgtrain' has no attribute {name!r}")

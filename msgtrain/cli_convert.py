@@ -67,8 +67,12 @@ def _summary(data: dict[str, Any], console: Console) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def convert(
-        inputs: list[Path] = typer.Argument(None, help="Log files or directories (searched recursively)."),
-        output: Path = typer.Option(None, "-o", "--output", help="Output directory (published atomically)."),
+        inputs: list[str] = typer.Argument(
+            None, help="Log files or directories (searched recursively), or URLs (s3://bucket/logs/)."
+        ),
+        output: str = typer.Option(
+            None, "-o", "--output", help="Output directory or URL (s3://bucket/dataset), published atomically."
+        ),
         tokenizer: str = typer.Option(
             None, "--tokenizer", help="Local HF tokenizer folder or hub id; default: embedded demo."
         ),
@@ -93,6 +97,12 @@ def register(app: typer.Typer) -> None:
         ),
         render_date: str = typer.Option(
             None, "--render-date", help="YYYY-MM-DD for templates that print today's date."
+        ),
+        content_special_tokens: str = typer.Option(
+            None,
+            "--content-special-tokens",
+            help="Control-token text in log content: plain (default, encoded as text) | parse (as a serving engine"
+            " does; samples flagged).",
         ),
         allow_partial_turns: bool = typer.Option(
             None,
@@ -122,8 +132,8 @@ def register(app: typer.Typer) -> None:
         from msgtrain.run.pipeline import convert as run_convert
 
         given: dict[str, Any] = {
-            "inputs": [str(p) for p in inputs] if inputs else None,
-            "output": str(output) if output is not None else None,
+            "inputs": list(inputs) if inputs else None,
+            "output": output,
             "tokenizer": tokenizer,
             "chat_template": chat_template,
             "policies": list(policy) if policy else None,
@@ -139,6 +149,7 @@ def register(app: typer.Typer) -> None:
             "strict": strict,
             "max_reject_rate": max_reject_rate,
             "render_date": render_date,
+            "content_special_tokens": content_special_tokens,
             "quiet": quiet or None,
             "allow_partial_turns": allow_partial_turns,
             "rows_per_shard": rows_per_shard,

@@ -317,6 +317,29 @@ def test_mini_swe_agent_info_goes_to_the_graph_metadata() -> None:
     assert meta["instance_id"] == "demo__x-1"
 
 
+def test_a_toolbench_thought_without_an_action_is_a_text_answer_and_the_steps_after_it_hang_below(
+    tmp_path: Path,
+) -> None:
+    doc = json.loads((SAMPLES / "toolbench/answer_DFS.json").read_text())
+    give_up = doc["tree"]["tree"]["children"][0]["children"][0]["children"][0]  # Finish under the first try
+    then = {"node_type": "Thought", "description": "I give up.", "children": [give_up]}
+    text = {"node_type": "Thought", "description": "Let me think about the city name.", "children": [then]}
+    doc["tree"]["tree"]["children"][0]["children"][0]["children"][0] = text
+    path = tmp_path / "answer.json"
+    path.write_text(json.dumps(doc))
+    (g,), _, _ = read_all(path)
+    assert "S U A* T A* A*" in branch_codes(g.graph)
+
+
+def test_a_toolbench_run_marked_invalid_without_messages_is_skipped_not_rejected(tmp_path: Path) -> None:
+    doc = json.loads((SAMPLES / "toolbench/answer_DFS.json").read_text())
+    doc["answer_generation"].update(valid_data=False, train_messages=[])
+    path = tmp_path / "answer.json"
+    path.write_text(json.dumps(doc))
+    graphs, rejects, skips = read_all(path)
+    assert (graphs, rejects, dict(skips)) == ([], [], {"no_valid_data": 1})
+
+
 def test_toolbench_reward_is_the_win_flag_and_functions_are_the_environment() -> None:
     (g,), _, _ = read_all(SAMPLES / "toolbench/answer_DFS.json")
     assert g.extras == {"reward": 1.0}

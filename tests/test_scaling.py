@@ -99,7 +99,8 @@ def test_a_quadratic_encoder_fails_the_guard(tmp_path: Path) -> None:
     pool = gen.synthetic_pool()
     conversations = {t: gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"q{t}") for t in TURNS}
     original = tok.encode_from
-    tok.encode_from = lambda base, text, marked=False, lcp=None: original(None, text, marked)  # type: ignore[method-assign]
+    # No reuse of any kind: neither an earlier text's ids nor the conversation's segment cache.
+    tok.encode_from = lambda base, text, marked=False, lcp=None, segments=None: original(None, text, marked)  # type: ignore[method-assign]
     try:
         counts = _growth(tok, conversations, "native", tmp_path)
     finally:
@@ -129,11 +130,12 @@ def test_incremental_marked_encoding_equals_the_full_encoding() -> None:
 
     import numpy as np
 
-    from msgtrain.linearize.tokenizer import MARK_END, MARK_START
+    from msgtrain.linearize.tokenizer import MARK_END, MARK_ESC, MARK_START
 
     tok = load_named_tokenizer("demo")
-    atoms = ["<|im_start|>", "<|im_end|>", "\n", " hello", "wörld", MARK_START, MARK_END, "é"]
+    atoms = ["<|im_start|>", "<|im_end|>", "\n", " hello", "wörld", MARK_START, MARK_END, MARK_ESC, "é"]
     atoms += [f"{MARK_START}<|im_start|>{MARK_END}", f"{MARK_START}x<|im_end|>y{MARK_END}"]
+    atoms += [f"{MARK_ESC}{MARK_START}", f"{MARK_ESC}{MARK_ESC}", f"{MARK_ESC}{MARK_END}"]
     rng = random.Random(0)
     for _ in range(2000):
         base = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 20)))

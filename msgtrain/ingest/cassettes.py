@@ -48,7 +48,7 @@ from msgtrain.ingest import anthropic, bedrock, openai_responses, streams
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGraph
 from msgtrain.ingest.conversation_files import Step
-from msgtrain.ingest.http_bodies import decode_content, header, recorded_bytes
+from msgtrain.ingest.http_bodies import decode_content, header, is_sse, recorded_bytes
 from msgtrain.ingest.openai_chat import chat_steps
 from msgtrain.ingest.streams import StreamFailed
 from msgtrain.ingest.tool_schemas import openai_tools
@@ -156,6 +156,8 @@ class CassettesReader:
         if endpoint.kind == "bedrock_converse":
             return bedrock.converse_call(req_body, resp_body, bedrock.model_id(uri)), None
         if endpoint.kind == "bedrock_invoke":
+            if _is_embedding(resp_body):
+                return "not_a_generation_call"  # InvokeModel also serves embedding models
             return _invoke_call(req_body, resp_body), None
         return gemini_call(req_body, resp_body), None
 
@@ -265,9 +267,18 @@ def _response_body(response: dict[str, Any], endpoint: Endpoint) -> Any:
     body = _json_body(response, "response")
     if isinstance(body, dict) and not endpoint.streamed:
         return body
+    if isinstance(body, str) and not endpoint.streamed and not is_sse(body):
+        return body  # not JSON and not a stream: the caller rejects it as a bad response
     if isinstance(body, str | list | dict):
         return streams.assemble(endpoint.kind, body if not isinstance(body, dict) else [body], "response")
     return body
+
+
+def _is_embedding(response: dict[str, Any]) -> bool:
+    """An embedding model's answer (Titan ``embedding``, Cohere ``embeddings``): vectors, nothing sampled."""
+    return ("embedding" in response or "embeddings" in response) and not (
+        response.get("content") or response.get("choices") or response.get("output")
+    )
 
 
 def _invoke_call(request: dict[str, Any], response: dict[str, Any]) -> Call:

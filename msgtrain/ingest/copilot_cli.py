@@ -9,14 +9,17 @@ What is read (one graph per file, ``copilot-cli:<sessionId>``, policy ``copilot-
   the date and any expansion Copilot adds), else ``content``.
 - ``assistant.message``: one model response: ``reasoningText`` as reasoning (``reasoningOpaque``, the provider's
   encrypted reasoning, as its signature), ``content`` as text, ``toolRequests`` ``{toolCallId, name, arguments}`` as
-  parallel calls. The model is the session's current one (``session.model_change``), with the reasoning effort.
+  parallel calls. The model is the message's ``model`` when logged, else the session's current one
+  (``session.model_change``), with the reasoning effort.
 - ``tool.execution_complete``: the result of the call with that ``toolCallId``: ``result.content`` (the text Copilot
-  returns to the model; ``detailedContent`` is the terminal's display form), an error when ``success`` is false.
+  returns to the model; ``detailedContent`` is the terminal's display form; older builds log the text itself as
+  ``result``), an error (``error.message``) when ``success`` is false.
 - ``session.shutdown``: per-model request counts and token usage (metadata).
 
 Skipped (no conversation content): ``assistant.turn_start`` / ``turn_end``, ``tool.execution_start`` (the call is in
-the assistant message), ``session.info`` / ``mode_changed`` / ``model_change`` / ``task_complete`` / ``shutdown``
-and other ``session.*`` events: ``non_message_record:<type>``.
+the assistant message), ``session.info`` / ``mode_changed`` / ``model_change`` / ``task_complete`` / ``shutdown``,
+other ``session.*`` events and streaming/ephemeral events (``assistant.reasoning``, deltas, ``permission.*``):
+``non_message_record:<type>``.
 
 What the log cannot tell, and the safe readings chosen:
 - The tool definitions sent with each request are not in the file (only their token count): the graph has none,
@@ -69,7 +72,7 @@ class CopilotCliReader:
         types = shape.values_at(".type")
         return (
             shape.layout in ("jsonl", "object")
-            and shape.has(".type", ".data", ".id")
+            and shape.has(".type", ".data")
             and bool(types & {"session.start", "user.message", "assistant.message", "tool.execution_complete"})
         )
 
@@ -189,7 +192,8 @@ class _Build:
             raise ValidationError("assistant.message has no content and no tool requests", code="empty_assistant")
         self.records += 1
         sampling = {"reasoning_effort": self.effort} if self.effort else {}
-        generation = Generation(model=self.model, sampling=sampling) if self.model else None
+        model = data.get("model") if isinstance(data.get("model"), str) else self.model
+        generation = Generation(model=model, sampling=sampling) if model else None
         self.chain.append(message, Origin.SAMPLED, generation)
 
     def _result(self, data: dict[str, Any], ref: str) -> None:
@@ -199,8 +203,9 @@ class _Build:
             self.skips.add("tool_execution_without_request", ref)
             self.chain.taint = self.chain.taint or "tool execution without request"
             return
-        result = as_dict(data.get("result"))
-        content = result.get("content")
+        raw_result = data.get("result")
+        # Older builds log the result text itself; newer ones {content, detailedContent}.
+        content = raw_result if isinstance(raw_result, str) else as_dict(raw_result).get("content")
         ok = data.get("success") is not False
         error = as_dict(data.get("error"))
         text = content if content is not None else (error.get("message") or "")

@@ -87,7 +87,13 @@ class OpenHandsV1Reader:
         return False
 
     def detect_directory(self, path: Path) -> bool:
-        return (path / "base_state.json").is_file() and (path / "events").is_dir()
+        # A few stat calls and one directory entry: discovery asks this of every folder it walks.
+        events = path / "events"
+        return (
+            (path / "base_state.json").is_file()
+            and events.is_dir()
+            and next(events.glob("event-*.json"), None) is not None
+        )
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         if not path.is_dir() or not self.detect_directory(path):

@@ -24,9 +24,10 @@ Safe readings:
   the first child of its node was sampled in a context the file does not hold, so it is ``carried``, and so is
   every step below it. First children on such a path from the root are ``sampled``; where they are also
   train-message steps they are the same nodes.
-- Without ``train_messages`` there is no system/user context to hang the tree on: the file is rejected
-  (``no_train_messages``); a tree node that does not fit the Thought/Action/Action Input grammar is rejected with
-  the file.
+- A ``Thought`` without an ``Action`` is an answer in text only; the steps after it hang below it.
+- Without ``train_messages`` there is no system/user context to hang the tree on: a run ToolBench itself marks
+  ``valid_data: false`` is skipped (``no_valid_data``); otherwise the file is rejected (``no_train_messages``). A
+  tree node that does not fit the Thought/Action/Action Input grammar rejects the file (``bad_tree``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
+from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt, load_json_document
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.openai_chat import chat_steps
 from msgtrain.ingest.session_common import as_dict, as_list, graph_id_for
@@ -72,6 +73,12 @@ class ToolBenchReader:
     def read(self, path: Path) -> Iterator[ReadEvent]:
         doc = load_json_document(path)
         ref = SourceRef(str(path), "file")
+        answer = as_dict(doc.get("answer_generation")) if isinstance(doc, dict) else {}
+        if answer.get("valid_data") is False and not as_list(answer.get("train_messages")):
+            # ToolBench marks the run unusable and keeps no messages: only the tree, without its system and user
+            # messages, so nothing in it can be placed in an exact context.
+            yield ReadSkip(ref, "no_valid_data")
+            return
         try:
             graph = _graph(path, doc)
         except MsgtrainError as e:
@@ -111,7 +118,7 @@ def _graph(path: Path, doc: Any) -> MessageGraph:
     paths: list[list[_Step]] = []
     tree = as_dict(as_dict(doc.get("tree")).get("tree"))
     if tree:
-        _tree_paths(tree, list(prompt), paths)
+        _tree_paths(_kids(tree), list(prompt), paths)
     # The train messages hold the final chain with the diversity prompts it was sampled after: exact contexts.
     paths.extend([_Step(m) for m in messages if isinstance(m, dict)] for messages in lists)
     for steps in paths:
@@ -129,52 +136,66 @@ def _add_path(graph: MessageGraph, steps: list[_Step]) -> None:
         parent = graph.add_node(parent, conv.message, origin=origin)
 
 
-def _tree_paths(node: dict[str, Any], prefix: list[_Step], out: list[list[_Step]], lost: bool = False) -> None:
-    """Walk from an ``Action Input`` node (the root is one): each child chain is one assistant step.
+def _tree_paths(
+    children: list[dict[str, Any]], prefix: list[_Step], out: list[list[_Step]], lost: bool = False
+) -> None:
+    """Walk the nodes that follow the end of one assistant step (the root, an ``Action Input``, or a ``Thought``
+    the model answered with text only): each child starts a new step.
 
     ``lost``: a step above was sampled after a diversity prompt the tree does not hold, so every step below lacks
     part of its context too.
     """
-    children = [c for c in as_list(node.get("children")) if isinstance(c, dict)]
     if not children:
-        if len(prefix) > 0 and prefix[-1].data.get("role") != "user":
+        if prefix and prefix[-1].data.get("role") != "user":
             out.append(prefix)
         return
     for k, child in enumerate(children):
-        for thought, action, action_input, diverse in _steps_from(child, lost or k > 0):
-            call = {"name": action.get("description"), "arguments": str(action_input.get("description", ""))}
-            assistant = {"role": "assistant", "content": thought, "function_call": call}
-            steps = [*prefix, _Step(assistant, diverse)]
-            if call["name"] != _FINISH and isinstance(action_input.get("observation"), str):
-                steps.append(_Step({"role": "function", "name": call["name"], "content": action_input["observation"]}))
-            _tree_paths(action_input, steps, out, diverse)
+        for steps, end, diverse in _steps_from(child, lost or k > 0):
+            _tree_paths(_kids(end), [*prefix, *steps], out, diverse)
 
 
-def _steps_from(
-    node: dict[str, Any], diverse: bool
-) -> Iterator[tuple[str | None, dict[str, Any], dict[str, Any], bool]]:
-    """(thought text, Action node, Action Input node, diverse) for each assistant step starting at ``node``."""
-    thought: str | None = None
-    if node.get("node_type") == "Thought":
-        thought = str(node.get("description", ""))
-        actions = [c for c in as_list(node.get("children")) if isinstance(c, dict)]
+def _kids(node: dict[str, Any], types: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    kids = [c for c in as_list(node.get("children")) if isinstance(c, dict)]
+    return kids if types is None else [c for c in kids if c.get("node_type") in types]
+
+
+def _steps_from(node: dict[str, Any], diverse: bool) -> Iterator[tuple[list[_Step], dict[str, Any], bool]]:
+    """(messages, the node they end at, diverse) for each assistant step starting at ``node``.
+
+    A step is ``Thought``? + ``Action`` + ``Action Input`` (text and a call, then the call's observation), or a
+    ``Thought`` alone (the model answered with text only; the steps after it hang below that Thought).
+    """
+    kind = node.get("node_type")
+    if kind == "Thought":
+        thought: str | None = str(node.get("description", ""))
+        actions = _kids(node, ("Action",))
+        others = [c for c in _kids(node) if c.get("node_type") != "Action"]
+        if others or not actions:
+            text_only = {"role": "assistant", "content": thought}
+            end = {"children": others}
+            yield [_Step(text_only, diverse)], end, diverse
+    elif kind == "Action":
+        thought, actions = None, [node]
     else:
-        actions = [node]
+        raise ValidationError(
+            f"tree node of type {kind!r} where a Thought or an Action was expected",
+            code="bad_tree",
+            hint="ToolBench trees alternate Thought?, Action, Action Input",
+        )
     for j, action in enumerate(actions):
-        if action.get("node_type") != "Action":
-            raise ValidationError(
-                f"tree node of type {action.get('node_type')!r} where an Action was expected",
-                code="bad_tree",
-                hint="ToolBench trees alternate Thought?, Action, Action Input",
-            )
-        inputs = [c for c in as_list(action.get("children")) if isinstance(c, dict)]
-        for i, action_input in enumerate(inputs):
+        for i, action_input in enumerate(_kids(action)):
             if action_input.get("node_type") != "Action Input":
                 raise ValidationError(
                     f"tree node of type {action_input.get('node_type')!r} where an Action Input was expected",
                     code="bad_tree",
                 )
-            yield thought, action, action_input, diverse or j > 0 or i > 0
+            step_diverse = diverse or j > 0 or i > 0
+            call = {"name": action.get("description"), "arguments": str(action_input.get("description", ""))}
+            steps = [_Step({"role": "assistant", "content": thought, "function_call": call}, step_diverse)]
+            if call["name"] != _FINISH and isinstance(action_input.get("observation"), str):
+                result = {"role": "function", "name": call["name"], "content": action_input["observation"]}
+                steps.append(_Step(result))
+            yield steps, action_input, step_diverse
 
 
 READER = ToolBenchReader()

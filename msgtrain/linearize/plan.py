@@ -110,6 +110,10 @@ class LinearizeResult:
 class LinearizeOptions:
     policies: frozenset[str] = frozenset()  # empty = all
     render_date: str | None = None
+    # Control-token text in log content (not the policy's own text): "plain" encodes it as plain text (content
+    # never becomes a control token); "parse" renders it as a serving engine does (control tokens) and flags the
+    # sample ``content_special_tokens_parsed``. Logged engine ids are the truth either way.
+    content_special_tokens: str = "plain"
 
 
 def _h(*parts: str) -> str:
@@ -128,6 +132,8 @@ class _GraphLinearizer:
         self.r = renderer
         self.opts = opts
         self.stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
+        self._stop_table = np.zeros(int(self.stop.max()) + 1 if self.stop.shape[0] else 0, dtype=bool)
+        self._stop_table[self.stop] = True
         self.vocab_size = len(tok.hf)
         self.tt: dict[str, TurnTokens] = {}
         self.parent: dict[str, str | None] = {}
@@ -136,6 +142,9 @@ class _GraphLinearizer:
         self._edges = graph._edge_index()  # computed once per graph: cut reasons look it up per sample
         self._has_turn: dict[str, bool] = {}
         self._by_len: list[tuple[int, int, str]] = []  # (full length, turn index, node id) of kept turns, sorted
+        # Segment ids of this conversation's renderings (see TokenizerBundle.encode_segments): one conversation
+        # only, so work is shared between its turns, never between conversations.
+        self.segments: dict[tuple[bool, str], np.ndarray] = {}
 
     # ------------------------------------------------------------ per-turn tokens
     def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
@@ -147,16 +156,16 @@ class _GraphLinearizer:
             n = len(b.text) if text.startswith(b.text) else _lcp(b.text, text)
             if n > best_len:
                 best, best_len = b, n
-        return self.tok.encode_from(best, text, marked, lcp=best_len if best is not None else None)
+        lcp = best_len if best is not None else None
+        return self.tok.encode_from(best, text, marked, lcp=lcp, segments=self.segments)
 
     def _trim_completion(self, raw: np.ndarray) -> np.ndarray:
         """Up to and including the first stop token after which only template trailer follows."""
         if raw.shape[0] == 0:
             return raw
-        stops = np.flatnonzero(np.isin(raw, self.stop))
-        for p in stops:
-            rest = raw[p + 1 :]
-            rest = rest[~np.isin(rest, self.stop)]
+        is_stop = self._is_stop(raw)
+        for p in np.flatnonzero(is_stop):
+            rest = raw[p + 1 :][~is_stop[p + 1 :]]
             # Usually the trailer is one newline token: known whitespace ids decide without decoding.
             if (
                 rest.shape[0] == 0
@@ -169,6 +178,16 @@ class _GraphLinearizer:
         while end > 0 and self.tok.decode([int(raw[end - 1])]).strip() == "":
             end -= 1
         return raw[:end]
+
+    def _is_stop(self, ids: np.ndarray) -> np.ndarray:
+        """``np.isin(ids, self.stop)`` by a table lookup (a few stop ids against each completion, every turn)."""
+        table = self._stop_table
+        inside = (ids >= 0) & (ids < table.shape[0])
+        if inside.all():
+            return table[ids]
+        out = np.zeros(ids.shape[0], dtype=bool)
+        out[inside] = table[ids[inside]]
+        return out
 
     def _usable(self, gen: Generation | None, flags: list[str]) -> Generation | None:
         """Engine facts whose ids belong to this tokenizer; foreign or out-of-vocabulary ids are not used."""
@@ -184,13 +203,14 @@ class _GraphLinearizer:
         flags: list[str] = []
         gen = self._usable(t.generation, flags)
         ctx = t.context
-        marked = self.r.needs_marking(t.path, t.env)
+        carries = self.r.needs_marking(t.path, t.env)
+        marked = carries and self.opts.content_special_tokens != "parse"
         created = gen.created if gen is not None else None
         prompt_text = prompt_enc = None
         if gen is not None and gen.prompt_token_ids is not None:
             prompt = np.asarray(gen.prompt_token_ids, dtype=np.int32)
             prompt_engine = True
-            if marked:
+            if carries:
                 safe = self.tok.encode_marked(
                     self.r.render(ctx, t.env, add_generation_prompt=True, marked=True, created=created)
                 )
@@ -237,6 +257,8 @@ class _GraphLinearizer:
             full_text = text
         if completion.shape[0] == 0:
             raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
+        if carries and not marked and not (prompt_engine and completion_engine):
+            flags.append("content_special_tokens_parsed")
         tt = TurnTokens(
             t,
             prompt,

@@ -34,7 +34,9 @@ Modality = Literal["image", "audio", "video", "document"]
 class Frozen(BaseModel):
     """Base of every model type: immutable, strict about unknown fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: the validators are built on first use, so commands that validate no message (--help,
+    # formats) do not pay for them.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class TextPart(Frozen):

@@ -147,20 +147,66 @@ def loss_weights(rows: Sequence[dict[str, Any]], length: int, normalization: Nor
     return weights
 
 
-def tree_loss(
-    model: Any, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None, attention: str = "bool"
-) -> torch.Tensor:
-    """Negative log-likelihood of the trained tokens of a collated batch (``weights`` from
-    :func:`loss_weights`, default: mean over trained tokens).
+def model_mask(model: Any, mask: torch.Tensor) -> torch.Tensor:
+    """The 4D mask in the form ``model``'s attention takes.
 
-    Hugging Face causal LMs (e.g. Qwen2/Qwen3, transformers >= 4.53) take a 4D mask as is: pass a boolean
-    mask for ``sdpa`` / ``flex``-free paths, or ``attention="float"`` for the additive 0/-inf form."""
-    mask = batch["attention_mask"]
-    if attention == "float":
-        mask = additive_mask(mask)
+    Hugging Face causal LMs (Qwen2/Qwen3 in transformers >= 4.53, checked on 5.x) return a 4D
+    ``attention_mask`` from mask creation as is. ``sdpa`` passes it to ``scaled_dot_product_attention``, which
+    takes a boolean mask (True = attend); ``eager`` *adds* the mask to the scores, so it needs the 0/-inf float
+    form (a boolean mask would add 0/1 and attend everywhere)."""
+    config = getattr(model, "config", None)
+    implementation = getattr(config, "_attn_implementation", None)
+    return additive_mask(mask, _float_dtype(model)) if implementation == "eager" else mask
+
+
+def _float_dtype(model: Any) -> torch.dtype:
+    try:
+        return next(p.dtype for p in model.parameters() if p.is_floating_point())
+    except (StopIteration, AttributeError):
+        return torch.float32
+
+
+def tree_logprobs(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Forward a collated batch; the log-probability of every token given its root path, ``[B, L]``."""
+    mask = model_mask(model, batch["attention_mask"])
     out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask)
-    lp = token_logprobs(out.logits, batch["input_ids"], batch["parent_index"])
-    trained = batch["loss_mask"].bool()
+    return token_logprobs(out.logits, batch["input_ids"], batch["parent_index"])
+
+
+def weighted_nll(logprobs: torch.Tensor, loss_mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """``-sum(weights * logprobs)`` over trained tokens (``weights`` from :func:`loss_weights`; default: the
+    mean over the batch's trained tokens)."""
+    trained = loss_mask.bool()
     if weights is None:
-        return -(lp * trained).sum() / trained.sum().clamp(min=1)
-    return -(lp * weights).sum()
+        return -(logprobs * trained).sum() / trained.sum().clamp(min=1)
+    return -(logprobs * weights * trained).sum()
+
+
+def tree_loss(model: Any, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Negative log-likelihood of the trained tokens of a collated batch (see :func:`weighted_nll`)."""
+    return weighted_nll(tree_logprobs(model, batch), batch["loss_mask"], weights)
+
+
+class TreeCollator:
+    """``data_collator`` for Hugging Face / TRL trainers: tree rows in, :func:`collate` batches out."""
+
+    def __init__(self, pad_id: int = 0, multiple_of: int = 1) -> None:
+        self.pad_id, self.multiple_of = pad_id, multiple_of
+
+    def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        return collate(features, self.pad_id, self.multiple_of)
+
+
+def trainer_loss(
+    model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None
+) -> Any:
+    """Body of a ``compute_loss`` override for ``transformers.Trainer`` / ``trl.SFTTrainer`` on tree batches.
+
+    The mean over the batch's trained tokens; with ``num_items_in_batch`` (the trainer's count across gradient
+    accumulation steps, which it derives from a ``labels`` key, so only when the caller supplies it) the sum over
+    that count instead, as the trainers do for canonical rows."""
+    lp = tree_logprobs(model, inputs)
+    trained = inputs["loss_mask"].bool()
+    total = -(lp * trained).sum()
+    loss = total / (num_items_in_batch if num_items_in_batch is not None else trained.sum().clamp(min=1))
+    return (loss, {"logprobs": lp}) if return_outputs else loss

@@ -1,0 +1,299 @@
+"""msgtrain convert against TRL's own dataset preparation, on the same real conversations, in one run.
+
+Usage: ``python3 benchmarks/vs_trl.py`` (scales 1, 10, 50; both templates; 1 and 2 workers); ``--help`` for options.
+benchmarks/README.md explains the columns.
+
+The conversations: the 370 real ones of ``../shared/real_logs`` that TRL can take as they are (glaive tool calling
+in ShareGPT form, the LLaMA-Factory reasoning + tool-use demo, tau-bench airline trajectories), repeated ``×K``
+with distinct ids (``K`` copies of each file under its own name: msgtrain's graph ids start with the file name).
+
+Invariants:
+- Both sides start from the same conversations. msgtrain converts the log files as a user runs it; TRL gets, per
+  conversation, the OpenAI messages and tools msgtrain's own readers produced from those files (what a TRL user
+  would have had to write themselves: that conversion is not timed), as a JSONL file it reads itself.
+- TRL's preparation is TRL's code, not a copy: an ``SFTTrainer(assistant_only_loss=True, max_length=None)`` is built
+  on a tiny random model (not timed), then the timed part is what the trainer does with a user's data:
+  ``json.loads`` of each line, ``Dataset.from_list`` with ``List(Json())`` features for ``messages`` and ``tools``,
+  and ``trainer._prepare_dataset`` (TRL's training chat template with generation markers, ``apply_chat_template``
+  with ``return_assistant_tokens_mask``, labels). ``dataset_num_proc`` is the worker count.
+- Each side runs in its own subprocess; the time quoted is after imports and tokenizer load (process start is
+  quoted apart). msgtrain with ``--workers 2`` starts its own pool inside the clock, as a user runs it (TRL's
+  ``num_proc=2`` forks inside its clock too).
+- One run on one machine: every ratio compares numbers measured in this run.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one core per worker on both sides
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.run import SHARED, TEMPLATES, TOKENIZER, output_digest, run_convert  # noqa: E402
+
+SOURCES = (
+    "sharegpt_llamafactory/glaive_toolcall_en_demo.json",
+    "sharegpt_llamafactory/reason_tool_use_demo_50.jsonl",
+    "tau_bench/gpt-4o-airline.first20.json",
+)
+
+
+def build_corpus(root: Path, scale: int) -> Path:
+    """``scale`` copies of each source file under distinct names (hard links where the filesystem allows)."""
+    out = root / f"trl-x{scale}"
+    marker = out / ".complete"
+    if marker.exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for rel in SOURCES:
+        src = SHARED / "real_logs" / rel
+        for k in range(scale):
+            dst = out / f"{src.stem}-{k:03d}{src.suffix}"
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copyfile(src, dst)
+    marker.write_text("")
+    return out
+
+
+def conversation_records(corpus: Path) -> list[dict[str, Any]]:
+    """Per conversation of the corpus, ``{"messages", "tools"}`` as msgtrain's readers and renderer see it."""
+    from msgtrain.ingest.base import ReadGraph, detect_format
+    from msgtrain.ingest.registry import REGISTRY  # noqa: F401 - fills the registry
+    from msgtrain.model.openai import to_openai_message
+
+    records = []
+    for path in sorted(p for p in corpus.iterdir() if not p.name.startswith(".")):
+        for event in detect_format(path).read(path):
+            if not isinstance(event, ReadGraph):
+                continue
+            graph = event.graph
+            for branch in graph.branches():
+                messages = [to_openai_message(n.message, for_template=True) for n in branch.nodes]
+                tools = list(graph.env_of(branch.leaf.id).tools)
+                records.append({"messages": messages, "tools": tools})
+    return records
+
+
+def write_trl_input(root: Path, scale: int, base: list[dict[str, Any]]) -> Path:
+    path = root / f"trl-x{scale}.messages.jsonl"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for _ in range(scale):
+                for rec in base:
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        tmp.replace(path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ TRL side
+def child_trl(timing: Path, data: Path, template: str, num_proc: int) -> int:
+    """TRL's preparation of ``data`` in this process; writes its timings and output counts to ``timing``."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    t0 = time.perf_counter()
+    import datasets
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    datasets.disable_progress_bars()
+    imported = time.perf_counter() - t0
+    tokenizer = AutoTokenizer.from_pretrained(str(TOKENIZER))
+    override = TEMPLATES[template][0]
+    if override is not None:
+        tokenizer.chat_template = json.loads(Path(override).read_text())["chat_template"]
+    loaded = time.perf_counter() - t0 - imported
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+    )
+    features = datasets.Features({"messages": datasets.List(datasets.Json()), "tools": datasets.List(datasets.Json())})
+    with open(data, encoding="utf-8") as f:
+        first = json.loads(f.readline())
+    with tempfile.TemporaryDirectory() as out:
+        args = SFTConfig(
+            output_dir=out,
+            assistant_only_loss=True,
+            max_length=None,  # msgtrain writes whole conversations; so does TRL without truncation
+            dataset_num_proc=num_proc,
+            use_cpu=True,
+            bf16=False,
+            report_to=[],
+        )
+        trainer = SFTTrainer(
+            model=Qwen2ForCausalLM(config),
+            args=args,
+            train_dataset=datasets.Dataset.from_list([first], features=features),
+            processing_class=tokenizer,
+        )
+        started = time.perf_counter()
+        with open(data, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f]
+        dataset = datasets.Dataset.from_list(rows, features=features)
+        built = time.perf_counter() - started
+        prepared = trainer._prepare_dataset(dataset, tokenizer, args, False, None, "train")
+        seconds = time.perf_counter() - started
+    lengths = prepared.map(
+        lambda b: {"n": [len(x) for x in b["input_ids"]], "t": [sum(v != -100 for v in x) for x in b["labels"]]},
+        batched=True,
+        remove_columns=prepared.column_names,
+    )
+    result = {
+        "seconds": seconds,
+        "from_list": built,
+        "import": imported,
+        "tokenizer_load": loaded,
+        "rows": len(prepared),
+        "tokens": int(sum(lengths["n"])),
+        "trained": int(sum(lengths["t"])),
+    }
+    timing.write_text(json.dumps(result))
+    return 0
+
+
+def run_trl(data: Path, template: str, num_proc: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        timing = Path(tmp) / "timing.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child-trl", str(timing), str(data), template]
+        started = time.perf_counter()
+        subprocess.run([*cmd, str(num_proc)], check=True)
+        result: dict[str, Any] = json.loads(timing.read_text())
+        result["wall"] = time.perf_counter() - started
+        return result
+
+
+# ------------------------------------------------------------------------------------------------ main
+@dataclass
+class Row:
+    template: str
+    scale: int
+    conversations: int
+    workers: int
+    msgtrain_s: float
+    msgtrain_wall: float
+    trl_s: float
+    trl_wall: float
+    msgtrain_tokens: int
+    msgtrain_trained: int
+    trl_tokens: int
+    trl_trained: int
+    digest: str
+
+    @property
+    def ratio(self) -> float:
+        return self.msgtrain_s / self.trl_s
+
+
+def render(rows: list[Row]) -> str:
+    head = (
+        "| template | conversations | workers | msgtrain s | TRL s | msgtrain / TRL | ms/conv msgtrain | ms/conv TRL "
+        "| msgtrain tokens (trained) | TRL tokens (trained) |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r.template} | {r.conversations} | {r.workers} | {r.msgtrain_s:.2f} | {r.trl_s:.2f} | {r.ratio:.2f} "
+            f"| {1000 * r.msgtrain_s / r.conversations:.2f} | {1000 * r.trl_s / r.conversations:.2f} "
+            f"| {r.msgtrain_tokens} ({r.msgtrain_trained}) | {r.trl_tokens} ({r.trl_trained}) |"
+        )
+    return "\n".join(lines)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--scales", type=int, nargs="+", default=[1, 10, 50], help="copies of the 370 conversations")
+    ap.add_argument("--templates", nargs="+", default=list(TEMPLATES), choices=list(TEMPLATES))
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="msgtrain --workers = TRL num_proc")
+    ap.add_argument(
+        "--workers-scales", type=int, nargs="+", default=[10], help="scales at which workers > 1 are measured"
+    )
+    ap.add_argument("--corpus-dir", type=Path, default=ROOT / "benchmarks" / ".corpus")
+    ap.add_argument("--json", type=Path, default=None, help="also write every measurement as JSON here")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child-trl"]:
+        return child_trl(Path(argv[1]), Path(argv[2]), argv[3], int(argv[4]))
+    args = _parse(argv)
+    if not all((SHARED / "real_logs" / rel).is_file() for rel in SOURCES) or not TOKENIZER.is_dir():
+        print(f"skipped: {SHARED} (real logs and tokenizers) is not present beside the checkout")
+        return 0
+    root = args.corpus_dir
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"# msgtrain vs TRL · {os.cpu_count()} cpus · python {platform.python_version()} · load {os.getloadavg()}")
+    base = conversation_records(build_corpus(root, 1))
+    rows: list[Row] = []
+    for scale in args.scales:
+        corpus = build_corpus(root, scale)
+        data = write_trl_input(root, scale, base)
+        for template in args.templates:
+            for w in args.workers:
+                if w > 1 and scale not in args.workers_scales:
+                    continue
+                with tempfile.TemporaryDirectory(dir=root) as tmp:
+                    out = Path(tmp) / "out"
+                    # -j N as a user runs it: the pool starts inside the clock (TRL's num_proc forks inside its own)
+                    m = run_convert(corpus, out, template, w, warm=False)
+                    digest = output_digest(out)
+                t = run_trl(data, template, w)
+                tokens = m.report["tokens"]
+                row = Row(
+                    template,
+                    scale,
+                    len(base) * scale,
+                    w,
+                    m.convert_seconds,
+                    m.seconds,
+                    t["seconds"],
+                    t["wall"],
+                    tokens["total"],
+                    tokens["trained"],
+                    t["tokens"],
+                    t["trained"],
+                    digest,
+                )
+                rows.append(row)
+                print(
+                    f"{template} x{scale} ({row.conversations} conversations) -j{w}: msgtrain {row.msgtrain_s:.2f} s "
+                    f"(wall {row.msgtrain_wall:.1f}), TRL {row.trl_s:.2f} s (from_list {t['from_list']:.2f}; "
+                    f"wall {row.trl_wall:.1f}, imports {t['import']:.1f}), ratio {row.ratio:.2f}",
+                    flush=True,
+                )
+    print()
+    print(render(rows))
+    print(f"\nload average now {os.getloadavg()[0]:.1f}")
+    if args.json:
+        args.json.write_text(json.dumps([{**vars(r), "ratio": r.ratio} for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
