@@ -86,12 +86,14 @@ def test_a_file_whose_records_mostly_fail_is_unknown_and_the_hint_says_why(tmp_p
     assert "openai_chat: roles 'hacker' at `messages[].role` are not OpenAI roles" in hint
 
 
-def test_unknown_format_hint_names_where_the_messages_are() -> None:
-    path = shared_path("real_logs", "tau2_bench", "airline_run1.first10.json")
+def test_unknown_format_hint_names_where_the_messages_are(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"meta": {"v": 1}, "episodes": [_chat_record(0), _chat_record(1)]}), encoding="utf-8")
     report = validate_inputs([path])
     (problem,) = report.problems
     assert problem.code == "unknown_format"
-    assert "openai_chat: messages are under `simulations[].messages`" in problem.hint
+    assert "a JSON object with keys episodes, meta" in problem.hint
+    assert "openai_chat: messages are under `episodes[].messages`" in problem.hint
 
 
 # ------------------------------------------------------------------------------------------ the boundary
@@ -196,15 +198,32 @@ def test_a_gzip_binary_cassette_is_read_without_a_crash() -> None:
         json.loads(line)
 
 
-def test_a_generation_call_no_branch_reads_is_rejected_not_skipped() -> None:
-    path = shared_path("real_logs", "cassettes_crewai")
-    bedrock = next(path.glob("TestBedrock*.yaml"))
-    _, stats, _ = convert_file(bedrock, SETTINGS)
+def test_a_generation_call_no_branch_reads_is_rejected_not_skipped(tmp_path: Path) -> None:
+    def interaction(uri: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "request": {"method": "POST", "uri": uri, "body": json.dumps(body)},
+            "response": {"status": {"code": 200}, "body": {"string": json.dumps({"text": "hello"})}},
+        }
+
+    chat = {"model": "command-r", "messages": [{"role": "user", "content": "hi"}]}
+    cassette = {
+        "interactions": [
+            interaction("https://api.cohere.com/v2/chat", chat),
+            interaction("https://api.cohere.com/v2/embed", {"texts": ["hi"], "input_type": "search_document"}),
+            interaction("https://api.openai.com/v1/embeddings", {"model": "e", "input": "hi"}),
+        ]
+    }
+    import yaml
+
+    path = tmp_path / "cohere.yaml"
+    path.write_text(yaml.safe_dump(cassette), encoding="utf-8")
+    assert detect_format(path).name == "cassettes"
+    _, stats, rejects = convert_file(path, SETTINGS)
     _books(stats)
-    assert "not_a_generation_call" not in stats.records_skipped
-    assert stats.records_rejected.get("unsupported_api", 0) + stats.records_converted == stats.records_read
-    report = validate_inputs([bedrock])
-    assert not report.ok
+    assert dict(stats.records_rejected) == {"unsupported_api": 1}
+    assert dict(stats.records_skipped) == {"not_a_generation_call": 2}
+    assert json.loads(rejects[0])["record"] == "interaction 0"
+    assert not validate_inputs([path]).ok
 
 
 def test_an_assistant_reply_with_nothing_in_it_is_rejected_unless_engine_ids_prove_it(tmp_path: Path) -> None:
