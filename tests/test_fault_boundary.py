@@ -86,8 +86,10 @@ def test_a_file_whose_records_mostly_fail_is_unknown_and_the_hint_says_why(tmp_p
     assert "openai_chat: roles 'hacker' at `messages[].role` are not OpenAI roles" in hint
 
 
-def test_unknown_format_hint_names_where_the_messages_are() -> None:
-    path = shared_path("real_logs", "tau2_bench", "airline_run1.first10.json")
+def test_unknown_format_hint_names_where_the_messages_are(tmp_path: Path) -> None:
+    # Shaped like a benchmark results file no reader knows (tau2-bench's own files have their reader).
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"simulations": [{"messages": [{"role": "user", "content": "hi"}]}]}))
     report = validate_inputs([path])
     (problem,) = report.problems
     assert problem.code == "unknown_format"

@@ -35,7 +35,8 @@ REAL_LIMIT = 150_000  # bytes: real logs small enough to fuzz many times over
 
 
 def _inputs() -> list[Path]:
-    files = [ROOT / reader.example for reader in REGISTRY.values()]
+    # Byte mutation needs a file: a directory reader's example (a folder log) is not fuzzed here.
+    files = [ROOT / reader.example for reader in REGISTRY.values() if (ROOT / reader.example).is_file()]
     real = SHARED / "real_logs"
     if real.is_dir():  # one small file per folder, whatever folders there are
         for folder in sorted(p for p in real.iterdir() if p.is_dir()):
