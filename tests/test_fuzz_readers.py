@@ -35,6 +35,7 @@ REAL_LIMIT = 150_000  # bytes: real logs small enough to fuzz many times over
 
 
 def _inputs() -> list[Path]:
+    # Byte mutation needs a file: a directory reader's example (a folder log) is not fuzzed here.
     files = [ROOT / reader.example for reader in REGISTRY.values() if (ROOT / reader.example).is_file()]
     real = SHARED / "real_logs"
     if real.is_dir():  # one small file per folder, whatever folders there are
