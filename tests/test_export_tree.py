@@ -23,7 +23,7 @@ from msgtrain.export.schema import samples_to_table
 from msgtrain.export.tree import TREE_SCHEMA, TreeStats, tree_table
 from msgtrain.linearize import linearize_graph
 from tests.conftest import load_named_tokenizer, shared_path
-from tests.oracle import RunGenerator, to_records
+from tests.oracle import Oracle, RunGenerator, to_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ def _canonical_of_oracle(template: str, seed: int, tmp_path: Path) -> pa.Table:
 
     tok = load_named_tokenizer(template)
     calls = RunGenerator(seed, template).run(n_turns=7)
-    records = to_records(tok.hf, template, calls, random.Random(seed), 0.5)
+    records = to_records(Oracle(tok.hf, template), calls, random.Random(seed), 0.5)
     path = tmp_path / "calls.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     samples = []
