@@ -7,7 +7,7 @@ install:
 	$(PY) -m pip install -e .
 
 install-test:
-	$(PY) -m pip install -e '.[test,trainers,ray,compression]'
+	$(PY) -m pip install -e '.[test,trainers,ray,compression,tree,store-test]'
 
 demo: install
 	msgtrain convert sample_logs -o out/demo

@@ -84,8 +84,27 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, _click_exceptions()):
             e.show()  # type: ignore[attr-defined]
             return EXIT_USAGE
-        raise
+        return _internal_error(e)
     return rv if isinstance(rv, int) else EXIT_OK
+
+
+def _internal_error(e: Exception) -> int:
+    """A bug escaped every stage: one red line pointing at the traceback, which goes to the debug log, never to
+    the terminal."""
+    import traceback
+
+    from msgtrain.ingest.base import default_debug_log
+
+    log = default_debug_log()
+    try:
+        with open(log, "a", encoding="utf-8", errors="replace") as f:
+            f.write(f"--- internal error\n{traceback.format_exc()}")
+        where = f"traceback in {log}"
+    except OSError:
+        where = "the traceback could not be written"
+    text = f"internal error: {type(e).__name__}: {e} ({where}; please report it with the input that caused it)"
+    err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+    return EXIT_FATAL
 
 
 if __name__ == "__main__":

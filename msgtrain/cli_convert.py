@@ -27,6 +27,13 @@ def _summary(data: dict[str, Any], console: Console) -> None:
     t.add_row("turns", f"{tu['found']} found = {tu['trained']} trained + {tu['dropped']} dropped")
     t.add_row("samples", f"{s['written']} " + " ".join(f"{k}={v}" for k, v in s["by_split"].items()))
     t.add_row("tokens", f"{tok['total']} total, {tok['trained']} trained, engine share {tok['engine_share']:.1%}")
+    tree = data.get("outputs", {}).get("tree")
+    if tree:
+        t.add_row(
+            "tree",
+            f"{tree['tokens']} tokens written for {tree['flat_tokens']} flat "
+            f"({tree['flat_per_tree_token']}x fewer; trie {tree['trie_tokens']}), {tree['rows']} rows",
+        )
     for title, key in (
         ("cuts", "cuts_by_reason"),
         ("rejected", None),
@@ -43,6 +50,10 @@ def _summary(data: dict[str, Any], console: Console) -> None:
             items = s["dropped_by_reason"]
         if items:
             t.add_row(title, ", ".join(f"{k}={v}" for k, v in items.items()))
+    # Always shown: a nightly job's operator looks for this number (readers that failed on input, see README).
+    faults = r["rejected_by_reason"].get("reader_error", 0)
+    debug_log = data["outputs"].get("debug_log")
+    t.add_row("reader errors", f"{faults}" + (f" (tracebacks in {debug_log})" if faults and debug_log else ""))
     if data["tokenizer"].get("demo"):
         t.add_row(
             "tokenizer",
@@ -56,8 +67,12 @@ def _summary(data: dict[str, Any], console: Console) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def convert(
-        inputs: list[Path] = typer.Argument(None, help="Log files or directories (searched recursively)."),
-        output: Path = typer.Option(None, "-o", "--output", help="Output directory (published atomically)."),
+        inputs: list[str] = typer.Argument(
+            None, help="Log files or directories (searched recursively), or URLs (s3://bucket/logs/)."
+        ),
+        output: str = typer.Option(
+            None, "-o", "--output", help="Output directory or URL (s3://bucket/dataset), published atomically."
+        ),
         tokenizer: str = typer.Option(
             None, "--tokenizer", help="Local HF tokenizer folder or hub id; default: embedded demo."
         ),
@@ -67,11 +82,14 @@ def register(app: typer.Typer) -> None:
         policy: list[str] = typer.Option(None, "--policy", help="Train only these policies (repeatable); default all."),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
         fmt: str = typer.Option(None, "--format", help="parquet (default) | hf | jsonl"),
-        target: str = typer.Option(None, "--target", help="canonical (default) | labels | trl | packed | rl"),
+        target: str = typer.Option(None, "--target", help="canonical (default) | labels | trl | packed | rl | tree"),
         max_length: int = typer.Option(None, "--max-length", help="Longest sample in tokens."),
         overflow: str = typer.Option(None, "--overflow", help="drop (default) | truncate | split"),
         split: list[str] = typer.Option(None, "--split", help="e.g. validation=0.05 (by conversation)."),
-        pack_length: int = typer.Option(None, "--pack-length", help="Row length for --target packed."),
+        pack_length: int = typer.Option(None, "--pack-length", help="Row length for --target packed / tree."),
+        tree_scope: str = typer.Option(
+            None, "--tree-scope", help="--target tree: graph (default, a trie per graph) | split (merge graphs)."
+        ),
         rejects: Path = typer.Option(None, "--rejects", help="Where bad records go (default OUT/rejects.jsonl)."),
         strict: bool = typer.Option(None, "--strict/--no-strict", help="Fail on the first bad record."),
         max_reject_rate: float = typer.Option(
@@ -79,6 +97,12 @@ def register(app: typer.Typer) -> None:
         ),
         render_date: str = typer.Option(
             None, "--render-date", help="YYYY-MM-DD for templates that print today's date."
+        ),
+        content_special_tokens: str = typer.Option(
+            None,
+            "--content-special-tokens",
+            help="Control-token text in log content: plain (default, encoded as text) | parse (as a serving engine"
+            " does; samples flagged).",
         ),
         allow_partial_turns: bool = typer.Option(
             None,
@@ -108,8 +132,8 @@ def register(app: typer.Typer) -> None:
         from msgtrain.run.pipeline import convert as run_convert
 
         given: dict[str, Any] = {
-            "inputs": [str(p) for p in inputs] if inputs else None,
-            "output": str(output) if output is not None else None,
+            "inputs": list(inputs) if inputs else None,
+            "output": output,
             "tokenizer": tokenizer,
             "chat_template": chat_template,
             "policies": list(policy) if policy else None,
@@ -120,10 +144,12 @@ def register(app: typer.Typer) -> None:
             "overflow": overflow,
             "split": parse_split_spec(",".join(split)) if split else None,
             "pack_length": pack_length,
+            "tree_scope": tree_scope,
             "rejects": str(rejects) if rejects is not None else None,
             "strict": strict,
             "max_reject_rate": max_reject_rate,
             "render_date": render_date,
+            "content_special_tokens": content_special_tokens,
             "quiet": quiet or None,
             "allow_partial_turns": allow_partial_turns,
             "rows_per_shard": rows_per_shard,

@@ -27,13 +27,39 @@ def shared_path(*parts: str) -> Path:
     return p
 
 
-# name -> (tokenizer folder, chat template override or None)
+# name -> (tokenizer folder, chat template override or None). SmolLM3 and the DeepSeek-R1-Distill-Qwen template ship
+# without a vocabulary here: they are paired with qwen3's (SmolLM3's template writes <|im_start|>/<|im_end|>/<think>,
+# which that vocabulary has; DeepSeek's full-width tokens it lacks are added, see ADDED_TOKENS).
 TEMPLATES = {
     "qwen3": ("tokenizers/qwen3", None),
     "qwen2.5": ("tokenizers/qwen3", "tokenizers/qwen2.5-instruct/tokenizer_config.json"),
     "phi3": ("tokenizers/phi-3-mini-instruct", None),
     "gpt-oss": ("tokenizers/gpt-oss", None),
+    "smollm3": ("tokenizers/qwen3", "tokenizers/smollm3/chat_template.jinja"),
+    "deepseek-r1-distill": ("tokenizers/qwen3", "tokenizers/deepseek-r1-distill-qwen-32b/tokenizer_config.json"),
 }
+
+# Special tokens a template writes that its paired vocabulary lacks: added as special added tokens (bos/eos first).
+ADDED_TOKENS = {
+    "deepseek-r1-distill": {
+        "bos_token": "<｜begin▁of▁sentence｜>",
+        "eos_token": "<｜end▁of▁sentence｜>",
+        "additional": [
+            "<｜User｜>",
+            "<｜Assistant｜>",
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁calls▁end｜>",
+            "<｜tool▁call▁begin｜>",
+            "<｜tool▁call▁end｜>",
+            "<｜tool▁sep｜>",
+            "<｜tool▁outputs▁begin｜>",
+            "<｜tool▁outputs▁end｜>",
+            "<｜tool▁output▁begin｜>",
+            "<｜tool▁output▁end｜>",
+        ],
+    }
+}
+_BUILT: dict[str, object] = {}
 
 
 def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
@@ -42,4 +68,40 @@ def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
     if name == "demo":
         return load_tokenizer(None)
     folder, template = TEMPLATES[name]
-    return load_tokenizer(str(shared_path(folder)), str(shared_path(template)) if template else None)
+    if name not in ADDED_TOKENS:
+        return load_tokenizer(str(shared_path(folder)), str(shared_path(template)) if template else None)
+    if name not in _BUILT:
+        import json
+
+        from tokenizers import AddedToken
+
+        from msgtrain.linearize.tokenizer import TokenizerBundle, auto_tokenizer
+
+        hf = auto_tokenizer(str(shared_path(folder)))
+        extra = ADDED_TOKENS[name]
+        hf.add_tokens([AddedToken(t, special=True, normalized=False) for t in extra["additional"]], special_tokens=True)
+        hf.add_special_tokens({"bos_token": extra["bos_token"], "eos_token": extra["eos_token"]})
+        hf.chat_template = json.loads(shared_path(template).read_text(encoding="utf-8"))["chat_template"]
+        _BUILT[name] = TokenizerBundle(hf, f"{folder}+{name}")
+    return _BUILT[name]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():  # type: ignore[no-untyped-def]
+    """A Ray cluster of two nodes (one CPU each) on this machine, shared by every Ray test of the session: Ray's
+    start-up costs tens of seconds on a small machine. The test process is connected to it as a driver."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'msgtrain[ray]')")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -1,17 +1,29 @@
 """An independent oracle for token-exactness: seeded random agent runs and what each trained turn must look like.
 
-Nothing here uses msgtrain's linearizer. A run is replayed as the calls an agent made (context, tools, sampled
-choices, optional engine ids); the expected prompt ids come from ``apply_chat_template`` (or the logged ids), the
-expected completion ids from the template's rendering of the turn after its generation prompt up to the
-template's end-of-turn token (a per-template table that this file owns), or the logged ids.
+Nothing here uses msgtrain's linearizer, renderer or encoder. A run is replayed as the calls an agent made
+(context, tools, sampled choices, the call's time, optional engine ids); the expected prompt ids come from
+``apply_chat_template`` (or the logged ids), the expected completion ids from the template's rendering of the turn
+after its generation prompt up to the template's end-of-turn token (a per-template table that this file owns), or
+the logged ids.
+
+Control-token text in a log string that the policy did not write (user, system and tool content, tool-call
+argument keys and values, tool schemas) is content: the oracle renders the conversation with each such string's
+added-token text replaced by a placeholder, so every added token in that rendering is the template's own; it
+encodes the rendering as the tokenizer does, then re-encodes each stretch between two template tokens that held a
+placeholder as the plain text it stands for (no added token recognised; whitespace a neighbouring template token
+strips stripped; a word-start prefix only at the very start of the input). What an assistant wrote in its content
+is rendered as is (templates parse inline ``<think>``). The clock templates read is pinned to the call's time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import datetime as dt
 import json
 import random
-import time
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +34,19 @@ END_OF_TURN = {
     "qwen2.5": (["<|im_end|>"], "first"),
     "phi3": (["<|end|>"], "first"),
     "gpt-oss": (["<|end|>", "<|return|>", "<|call|>"], "last"),
+    "smollm3": (["<|im_end|>"], "first"),
+    "deepseek-r1-distill": (["<｜end▁of▁sentence｜>"], "first"),
+}
+
+# Control-token text a user, a tool or a schema may carry, per template (its own tokens and some of its vocabulary's).
+INJECT = {
+    "demo": ["<|im_start|>", "<|im_end|>"],
+    "qwen3": ["<|im_start|>", "<|im_end|>", "</think>", "<tool_call>", "<|endoftext|>"],
+    "qwen2.5": ["<|im_start|>", "<|im_end|>", "</tool_response>", "<think>"],
+    "phi3": ["<|end|>", "<|user|>", "<|assistant|>"],
+    "gpt-oss": ["<|start|>", "<|end|>", "<|message|>", "<|call|>", "<|return|>"],
+    "smollm3": ["<|im_start|>", "<|im_end|>", "<think>"],
+    "deepseek-r1-distill": ["<｜User｜>", "<｜end▁of▁sentence｜>", "</think>", "<｜Assistant｜>"],
 }
 
 WORDS = [
@@ -112,40 +137,73 @@ class Call:
     context: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
     choices: list[dict[str, Any]]
+    created: int | None = None  # the call's time (templates that print the date see its UTC date)
     engine: bool = False
     prompt_ids: list[int] | None = None
     choice_ids: list[list[int]] = field(default_factory=list)
     choice_logprobs: list[list[float]] = field(default_factory=list)
+    parsed_content: bool = False  # the engine's prompt parsed control text in content (it differs from plain)
 
 
 def _text(rng: random.Random, lo: int = 2, hi: int = 12) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
 
 
-class RunGenerator:
-    """Random agent runs: tool calls (parallel too), reasoning, edits, compactions, n>1 samples."""
+# 2025-03-01 23:40 UTC: a run of calls a few minutes apart crosses midnight.
+START = int(dt.datetime(2025, 3, 1, 23, 40, tzinfo=dt.UTC).timestamp())
 
-    def __init__(self, seed: int, template: str, *, with_tools: bool = True):
+
+class RunGenerator:
+    """Random agent runs: tool calls (parallel too), reasoning, edits, compactions, n>1 samples; with ``hard`` a
+    share of the sessions also carries the hard cases: reasoning inline in assistant content, control-token text in
+    user, system and tool content, in tool-call argument keys and tool-schema property names, private-use
+    characters, null content and calls whose times cross midnight."""
+
+    def __init__(self, seed: int, template: str, *, with_tools: bool = True, hard: float = 0.0):
         self.rng = random.Random(seed)
         self.template = template
         self.with_tools = with_tools
         self.ids = 0
+        r = self.rng
+        self.inline = r.random() < hard
+        self.inject = r.random() < hard
+        self.keys = r.random() < hard
+        self.private = r.random() < hard
 
     def _call_id(self) -> str:
         self.ids += 1
         return f"call_{self.ids}"
 
+    def _control(self) -> str:
+        return self.rng.choice(INJECT[self.template])
+
+    def _content(self, lo: int = 2, hi: int = 12) -> str:
+        """User, system or tool text, sometimes carrying control-token text or private-use characters."""
+        rng = self.rng
+        words = _text(rng, lo, hi).split(" ")
+        if self.inject and rng.random() < 0.5:
+            words.insert(rng.randint(0, len(words)), rng.choice(["", "x", "see "]) + self._control() + ")")
+        if self.private and rng.random() < 0.4:
+            words.insert(rng.randint(0, len(words)), "keep\ue000these\ue001\ue002")
+        return " ".join(words)
+
     def assistant(self, *, allow_tools: bool) -> dict[str, Any]:
         rng = self.rng
         msg: dict[str, Any] = {"role": "assistant", "content": _text(rng)}
-        if rng.random() < 0.5:
+        if self.inline and rng.random() < 0.5:
+            # What a server without a reasoning parser returns: the reasoning inline in content.
+            msg["content"] = f"<think>\n{_text(rng, 3, 10)}\n</think>\n\n{msg['content']}"
+        elif rng.random() < 0.5:
             msg["reasoning_content"] = _text(rng, 3, 15)
         if allow_tools and self.with_tools and rng.random() < 0.45:
             n = 1 if self.template == "gpt-oss" else rng.choice([1, 1, 2])
             calls = []
             for _ in range(n):
                 name = rng.choice(["search", "read_file"])
-                args = {"query": _text(rng, 1, 4)} if name == "search" else {"path": f"/tmp/{rng.randint(1, 99)}.txt"}
+                key = "query" if name == "search" else "path"
+                if self.keys and rng.random() < 0.5:
+                    key += self._control()
+                args = {key: _text(rng, 1, 4)} if name == "search" else {key: f"/tmp/{rng.randint(1, 99)}.txt"}
                 raw = json.dumps(args, ensure_ascii=False)
                 # Both the OpenAI shape and the flat name/arguments some templates (harmony) read.
                 calls.append(
@@ -162,18 +220,27 @@ class RunGenerator:
                 msg["content"] = ""
         return msg
 
+    def _tools(self) -> list[dict[str, Any]]:
+        tools = copy.deepcopy(TOOLS)
+        if self.keys:
+            props = tools[0]["function"]["parameters"]["properties"]
+            props["filter" + self._control()] = {"type": "string", "description": "a schema key with control text"}
+        return tools
+
     def run(self, n_turns: int) -> list[Call]:
         rng = self.rng
-        tools = TOOLS if self.with_tools and rng.random() < 0.8 else None
+        tools = self._tools() if self.with_tools and rng.random() < 0.8 else None
         history: list[dict[str, Any]] = []
         if rng.random() < 0.8:
-            history.append({"role": "system", "content": "You are an agent. " + _text(rng)})
-        history.append({"role": "user", "content": _text(rng)})
+            history.append({"role": "system", "content": "You are an agent. " + self._content()})
+        history.append({"role": "user", "content": self._content()})
         calls: list[Call] = []
+        when = START - rng.randint(0, 3600)
         for _ in range(n_turns):
             n = rng.choice([1, 1, 1, 2])
             choices = [self.assistant(allow_tools=True) for _ in range(n)]
-            calls.append(Call(copy.deepcopy(history), tools, choices))
+            when += rng.randint(60, 900)
+            calls.append(Call(copy.deepcopy(history), tools, choices, when))
             chosen = choices[0]
             kept = dict(chosen)
             if "reasoning_content" in kept and rng.random() < 0.3:
@@ -185,11 +252,11 @@ class RunGenerator:
                         "role": "tool",
                         "tool_call_id": tc["id"],
                         "name": tc["name"],
-                        "content": _text(rng, 1, 8),
+                        "content": self._content(1, 8),
                     }
                 )
             if not chosen.get("tool_calls"):
-                history.append({"role": "user", "content": _text(rng)})
+                history.append({"role": "user", "content": self._content()})
             r = rng.random()
             if r < 0.12 and len(history) > 3:
                 # Edit an earlier user message: later calls see the new version.
@@ -204,9 +271,28 @@ class RunGenerator:
         return calls
 
 
-def render_ids(hf: Any, messages: list[dict[str, Any]], tools: Any, gen: bool) -> list[int]:
-    out = hf.apply_chat_template(messages, tools=tools, add_generation_prompt=gen, tokenize=True, return_dict=False)
-    return list(out)
+@contextlib.contextmanager
+def pinned_clock(created: int | None) -> Iterator[None]:
+    """Templates' ``strftime_now`` reads the call's UTC time (transformers looks ``datetime`` up in its chat-template
+    module when the template calls it)."""
+    if created is None:
+        yield
+        return
+    from transformers.utils import chat_template_utils as ctu
+
+    real = ctu.datetime
+    when = dt.datetime.fromtimestamp(created, tz=dt.UTC)
+
+    class _Pinned(dt.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return when if tz is None else when.astimezone(tz)
+
+    ctu.datetime = _Pinned  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        ctu.datetime = real  # type: ignore[misc]
 
 
 def oracle_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -223,22 +309,156 @@ def oracle_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def expected_turn(
-    hf: Any, template: str, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any]
-) -> tuple[list[int], list[int]] | None:
-    """(prompt ids, completion ids) per the spec, or None when the template cannot render the turn after its prompt."""
-    p = render_ids(hf, oracle_messages(ctx), tools, True)
-    full = render_ids(hf, oracle_messages([*ctx, msg]), tools, False)
-    if full[: len(p)] != p:
-        return None
-    rest = full[len(p) :]
-    ends, which = END_OF_TURN[template]
-    end_ids = {hf.convert_tokens_to_ids(t) for t in ends}
-    pos = [i for i, t in enumerate(rest) if t in end_ids]
-    if not pos:
-        return None
-    cut = pos[0] if which == "first" else pos[-1]
-    return p, rest[: cut + 1]
+_PLAIN: dict[str, tuple[Any, Any, int]] = {}
+
+
+class Oracle:
+    """Expected ids for one template (see the module docstring)."""
+
+    def __init__(self, hf: Any, template: str):
+        self.hf = hf
+        self.template = template
+        added = hf.added_tokens_encoder
+        self.added = added
+        self.added_re = re.compile("|".join(map(re.escape, sorted(added, key=len, reverse=True))))
+        decoder = hf.added_tokens_decoder
+        self.lstrip = {t.content: bool(t.lstrip) for t in decoder.values()}
+        self.rstrip = {t.content: bool(t.rstrip) for t in decoder.values()}
+        self.sentinel = "⟪oracle-sentinel⟫"
+        self._plain: tuple[Any, Any, int] | None = None
+        self._memo: dict[str, list[int]] = {}
+
+    def _plain_tokenizers(self) -> tuple[Any, Any, int]:
+        """The vocabulary with no added token (plain text), the same with only a sentinel added token, its id."""
+        if self._plain is None:
+            # Shared by templates over one vocabulary folder (added tokens, the only difference, are removed).
+            key = str(self.hf.name_or_path)
+            if key not in _PLAIN:
+                from tokenizers import AddedToken, Tokenizer
+
+                spec = json.loads(self.hf.backend_tokenizer.to_str())
+                spec["added_tokens"] = []
+                text = json.dumps(spec)
+                plain, after = Tokenizer.from_str(text), Tokenizer.from_str(text)
+                after.add_special_tokens([AddedToken(self.sentinel, special=True, normalized=False)])
+                _PLAIN[key] = (plain, after, after.token_to_id(self.sentinel))
+            self._plain = _PLAIN[key]
+        return self._plain
+
+    # ------------------------------------------------------------------ rendering
+    def _protect(self, value: Any, table: dict[str, str]) -> Any:
+        if isinstance(value, str):
+
+            def place(m: re.Match[str]) -> str:
+                key = f"ZQX{len(table)}XQZ"
+                table[key] = m.group(0)
+                return key
+
+            return self.added_re.sub(place, value)
+        if isinstance(value, dict):
+            return {self._protect(k, table): self._protect(v, table) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._protect(v, table) for v in value]
+        return value
+
+    def _placeheld(
+        self, messages: list[dict[str, Any]], tools: Any, table: dict[str, str]
+    ) -> tuple[list[dict[str, Any]], Any]:
+        out = []
+        for m in oracle_messages(messages):
+            if m["role"] == "assistant":
+                # The policy's own text stays; what it called (names, ids, argument keys and values) is content.
+                m = {
+                    k: (v if k in ("role", "content", "reasoning_content") else self._protect(v, table))
+                    for k, v in m.items()
+                }
+            else:
+                m = self._protect(m, table)
+            out.append(m)
+        return out, self._protect(tools, table) if tools else tools
+
+    def text(self, messages: list[dict[str, Any]], tools: Any, gen: bool, created: int | None) -> str:
+        with pinned_clock(created):
+            return str(self.hf.apply_chat_template(messages, tools=tools, add_generation_prompt=gen, tokenize=False))
+
+    def engine_ids(self, messages: list[dict[str, Any]], tools: Any, gen: bool, created: int | None) -> list[int]:
+        """What a serving engine feeds the policy: the rendering tokenized, control-token text parsed wherever."""
+        with pinned_clock(created):
+            out = self.hf.apply_chat_template(
+                oracle_messages(messages), tools=tools, add_generation_prompt=gen, tokenize=True, return_dict=False
+            )
+        return list(out)
+
+    def ids(self, messages: list[dict[str, Any]], tools: Any, gen: bool, created: int | None) -> list[int]:
+        """The contract: content's control-token text is plain text of its stretch (memoised per input)."""
+        key = json.dumps([messages, tools, gen, created], sort_keys=True)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._ids(messages, tools, gen, created)
+        return list(hit)
+
+    def _ids(self, messages: list[dict[str, Any]], tools: Any, gen: bool, created: int | None) -> list[int]:
+        table: dict[str, str] = {}
+        msgs, schemas = self._placeheld(messages, tools, table)
+        text = self.text(msgs, schemas, gen, created)
+        whole = list(self.hf.encode(text, add_special_tokens=False))
+        if not table:
+            return whole
+        controls = list(self.added_re.finditer(text))
+        added_ids = set(self.added.values())
+        # The template's own tokens split both the text and its ids (HF splits on added tokens first).
+        cuts = [i for i, t in enumerate(whole) if t in added_ids]
+        assert len(cuts) == len(controls), "placeholders must leave only the template's own added tokens"
+        out: list[int] = []
+        pos = 0
+        prev_cut = -1
+        holder = re.compile("|".join(map(re.escape, table)))
+        for k in range(len(controls) + 1):
+            end = controls[k].start() if k < len(controls) else len(text)
+            stretch = text[pos:end]
+            ids = whole[prev_cut + 1 : cuts[k] if k < len(cuts) else len(whole)]
+            if holder.search(stretch):
+                real = holder.sub(lambda m: table[m.group(0)], stretch)
+                if k > 0 and self.rstrip[controls[k - 1].group(0)]:
+                    real = real.lstrip()
+                if k < len(controls) and self.lstrip[controls[k].group(0)]:
+                    real = real.rstrip()
+                ids = self._plain_ids(real, initial=pos == 0)
+            out.extend(ids)
+            if k < len(controls):
+                out.append(whole[cuts[k]])
+                pos = controls[k].end()
+                prev_cut = cuts[k]
+        return out
+
+    def _plain_ids(self, text: str, *, initial: bool) -> list[int]:
+        if not text:
+            return []
+        plain, after, sentinel_id = self._plain_tokenizers()
+        if initial:
+            return list(plain.encode(text, add_special_tokens=False).ids)
+        ids = after.encode(self.sentinel + text, add_special_tokens=False).ids
+        assert ids[0] == sentinel_id
+        return list(ids[1:])
+
+    # ------------------------------------------------------------------ turns
+    def expected_turn(
+        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None
+    ) -> tuple[list[int], list[int]] | None:
+        """(prompt ids, completion ids) per the spec, or None when the template cannot render the turn after its
+        prompt."""
+        p = self.ids(ctx, tools, True, created)
+        full = self.ids([*ctx, msg], tools, False, created)
+        if full[: len(p)] != p:
+            return None
+        rest = full[len(p) :]
+        ends, which = END_OF_TURN[self.template]
+        end_ids = {self.hf.convert_tokens_to_ids(t) for t in ends}
+        pos = [i for i, t in enumerate(rest) if t in end_ids]
+        if not pos:
+            return None
+        cut = pos[0] if which == "first" else pos[-1]
+        return p, rest[: cut + 1]
 
 
 def non_canonical(hf: Any, ids: list[int]) -> list[int]:
@@ -252,19 +472,19 @@ def non_canonical(hf: Any, ids: list[int]) -> list[int]:
     return ids
 
 
-def to_records(
-    hf: Any, template: str, calls: list[Call], rng: random.Random, engine_share: float
-) -> list[dict[str, Any]]:
-    """Per-call JSONL records; some carry vLLM engine ids (sometimes non-canonical) and logprobs."""
+def to_records(oracle: Oracle, calls: list[Call], rng: random.Random, engine_share: float) -> list[dict[str, Any]]:
+    """Per-call JSONL records; some carry vLLM engine ids (sometimes non-canonical; gpt-oss ends its sampled turns
+    in ``<|return|>``/``<|call|>`` where the template re-renders ``<|end|>``) and logprobs."""
+    hf = oracle.hf
     records = []
-    now = int(time.time())
     for k, c in enumerate(calls):
         engine = rng.random() < engine_share
         choices = []
-        resp: dict[str, Any] = {"id": f"r{k}", "model": "m", "created": now, "choices": choices}
-        prompt = render_ids(hf, oracle_messages(c.context), c.tools, True) if engine else None
+        resp: dict[str, Any] = {"id": f"r{k}", "model": "m", "created": c.created, "choices": choices}
+        prompt = oracle.engine_ids(c.context, c.tools, True, c.created) if engine else None
         c.engine = engine
         c.prompt_ids = prompt
+        c.parsed_content = engine and prompt != oracle.ids(c.context, c.tools, True, c.created)
         for j, msg in enumerate(c.choices):
             wire = dict(msg)
             if "tool_calls" in wire:
@@ -273,8 +493,10 @@ def to_records(
                 ]
             choice: dict[str, Any] = {"index": j, "message": wire, "finish_reason": "stop"}
             if engine:
-                exp = expected_turn(hf, template, c.context, c.tools, msg)
+                exp = oracle.expected_turn(c.context, c.tools, msg, c.created)
                 ids: list[int] = [] if exp is None else exp[1]
+                if ids and oracle.template == "gpt-oss" and ids[-1] == hf.convert_tokens_to_ids("<|end|>"):
+                    ids = [*ids[:-1], hf.convert_tokens_to_ids("<|call|>" if msg.get("tool_calls") else "<|return|>")]
                 if ids and rng.random() < 0.3:
                     ids = non_canonical(hf, ids)
                 lps = [round(-rng.random(), 4) for _ in ids]
@@ -308,13 +530,14 @@ class ExpectedTurn:
     prompt: list[int]
     completion: list[int]
     logprobs: list[float] | None
+    flag: str | None = None  # the flag its samples must carry
 
     @property
     def full(self) -> list[int]:
         return self.prompt + self.completion
 
 
-def expected_turns(hf: Any, template: str, calls: list[Call]) -> list[ExpectedTurn]:
+def expected_turns(oracle: Oracle, calls: list[Call]) -> list[ExpectedTurn]:
     """Every distinct sampled turn with its expected ids (duplicates — same context, same message — once)."""
     seen: set[str] = set()
     out = []
@@ -328,9 +551,10 @@ def expected_turns(hf: Any, template: str, calls: list[Call]) -> list[ExpectedTu
                 assert c.prompt_ids is not None
                 if not c.choice_ids[j]:
                     continue
-                out.append(ExpectedTurn(c.prompt_ids, c.choice_ids[j], c.choice_logprobs[j]))
+                flag = "engine_parsed_special_tokens" if c.parsed_content else None
+                out.append(ExpectedTurn(c.prompt_ids, c.choice_ids[j], c.choice_logprobs[j], flag))
             else:
-                exp = expected_turn(hf, template, c.context, c.tools, msg)
+                exp = oracle.expected_turn(c.context, c.tools, msg, c.created)
                 if exp is not None:
                     out.append(ExpectedTurn(exp[0], exp[1], None))
     return out

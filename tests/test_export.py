@@ -141,7 +141,7 @@ def test_every_target_produces_exactly_its_declared_schema(target: str) -> None:
     table = samples_to_table(fixed_samples())
     out = convert_all(target, table, pack_length=256)
     assert out.schema.equals(TARGETS[target].schema)
-    assert out.num_rows == (table.num_rows if target != "packed" else out.num_rows)
+    assert out.num_rows == (table.num_rows if target not in ("packed", "tree") else out.num_rows)
     assert out.num_rows > 0
 
 
@@ -449,6 +449,13 @@ def _check_loaded(target: str, rows: list[dict[str, Any]], samples: list[Sample]
                 row["seq_start_id"], row["seq_lengths"], row["sample_ids"], strict=True
             ):
                 assert row["input_ids"][start : start + length] == by_id[sample_id].input_ids.tolist()
+    elif target == "tree":  # each sample is the root path of its last token (tests/test_export_tree.py: more)
+        for row in rows:
+            for last, sample_id in zip(row["sample_last_index"], row["sample_ids"], strict=True):
+                path = [last]
+                while row["parent_index"][path[-1]] >= 0:
+                    path.append(row["parent_index"][path[-1]])
+                assert [row["input_ids"][i] for i in reversed(path)] == by_id[sample_id].input_ids.tolist()
     else:
         for row in rows:
             mask = row["completion_mask"] if target == "trl" else row["loss_mask"]
@@ -788,7 +795,7 @@ def test_unknown_config_key_is_named_with_a_suggestion_and_the_valid_keys(tmp_pa
         ("overflow: truncate\n", "needs max_length"),
         ("split: validation=2\n", "outside (0, 1)"),
         ("render_date: tomorrow\n", "YYYY-MM-DD"),
-        ("target: labels\npack_length: 512\n", "only applies to target packed"),
+        ("target: labels\npack_length: 512\n", "only applies to targets packed and tree"),
         ("target: packed\n", "needs a row length"),
         ("target: packed\npack_length: 512\nmax_length: 1024\n", "longer than pack_length"),
         ("allow_partial_turns: true\n", "only applies to overflow truncate"),

@@ -628,3 +628,33 @@ def test_the_real_streamed_tool_call_is_reassembled_with_its_whole_arguments() -
     assert isinstance(node.message, OptionCallMessage)
     (call,) = node.message.calls
     assert (call.option_name, call.arguments) == ("get_weather", {"location": "New York, NY"})
+
+
+def test_list_entries_a_provider_sends_whole_without_an_index_are_appended() -> None:
+    note = {"type": "url_citation", "url": "https://example.org"}
+    chunks = [
+        _chunk([{"index": 0, "delta": {"role": "assistant", "content": "See", "annotations": [note]}}]),
+        _chunk([{"index": 0, "delta": {"content": " this.", "annotations": [{**note, "url": "https://example.com"}]}}]),
+    ]
+    message = streams.chat_completion(chunks)["choices"][0]["message"]
+    assert message["content"] == "See this."
+    assert [a["url"] for a in message["annotations"]] == ["https://example.org", "https://example.com"]
+
+
+def test_a_plain_text_body_of_an_unstreamed_endpoint_is_a_bad_response_not_a_stream(tmp_path: Path) -> None:
+    interaction = {
+        "request": {
+            "uri": "https://x/v1/chat/completions",
+            "body": json.dumps({"messages": [{"role": "user", "content": "a"}]}),
+        },
+        "response": {"status": {"code": 200}, "body": {"string": "method=POST pathname=/v1/chat/completions"}},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"interactions": [interaction]}))
+    (event,) = list(cassettes.READER.read(path))
+    assert isinstance(event, ReadReject) and event.error.code == "bad_response"
+
+
+def test_an_sse_stream_with_a_stray_leading_space_before_data_still_reads_every_event() -> None:
+    body = " " + _sse(CHAT_CHUNKS).replace("\ndata:", "\n  data:") + "data: [DONE]\n"
+    assert streams.assemble("openai_chat", body) == CHAT_EXPECTED

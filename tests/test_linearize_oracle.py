@@ -1,19 +1,23 @@
 """Token-exactness against an independent oracle (apply_chat_template + logged engine ids), on real templates.
 
 For seeded random agent runs (tool calls, reasoning, edits, compactions, n>1 samples, engine ids that are
-sometimes non-canonical), logged as per-call records and replayed as native graphs, every sampled turn must be
-trained exactly once, right after exactly its prompt; no other token is trained; logprobs are carried; the number
-of samples is the minimum.
+sometimes non-canonical; on a share of sessions reasoning inline in content, control-token text in user, system and
+tool content, in argument keys and schema property names, private-use characters, calls crossing midnight), logged
+as per-call records and replayed as native graphs, every sampled turn must be trained exactly once, right after
+exactly its prompt; no other token is trained; logprobs are carried; the number of samples is the minimum; a sample
+is flagged ``engine_parsed_special_tokens`` exactly when one of its turns' logged prompt parsed content's control
+text. Six template families: Qwen3, Qwen2.5, gpt-oss, Phi-3, SmolLM3, DeepSeek-R1-Distill (plus the demo).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from msgtrain import MessageGraph
@@ -23,36 +27,59 @@ from msgtrain.ingest.calls import READER as CALLS
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import Origin
 from tests.conftest import load_named_tokenizer
-from tests.oracle import Call, RunGenerator, expected_turns, minimal_sample_count, to_records
+from tests.oracle import Call, ExpectedTurn, Oracle, RunGenerator, expected_turns, minimal_sample_count, to_records
 
-TEMPLATES = ["demo", "qwen3", "qwen2.5", "phi3", "gpt-oss"]
+TEMPLATES = ["demo", "qwen3", "qwen2.5", "phi3", "gpt-oss", "smollm3", "deepseek-r1-distill"]
+# Templates that cannot represent tool calls (Phi-3 and SmolLM3 render content only; the DeepSeek distill template
+# concatenates arguments as a string, which serving engines hand it as a dict): replayed without tool turns.
+NO_TOOLS = {"phi3", "smollm3", "deepseek-r1-distill"}
 SEEDS = range(6)
+HARD = 0.5  # share of sessions with each hard case
 
 
-def _check(samples: list[Any], expected: list[Any], *, engine_logprobs: bool) -> None:
-    rows = samples_to_table(samples).to_pylist()
-    for row in rows:
-        check_sample(row)
+_ORACLES: dict[str, Oracle] = {}
+
+
+def _oracle(template: str) -> tuple[Any, Oracle]:
+    tok = load_named_tokenizer(template)
+    if template not in _ORACLES:
+        _ORACLES[template] = Oracle(tok.hf, template)
+    return tok, _ORACLES[template]
+
+
+def check_rows(rows: list[dict[str, Any]], expected: list[ExpectedTurn], *, engine_logprobs: bool) -> None:
+    """Every expected turn trained as often as it occurs, right after exactly its prompt; loss_mask 1 exactly on
+    trained turns; logprobs carried; flags as expected; the minimal number of rows. Raises AssertionError."""
     spans = [(row, s["start"], s["end"]) for row in rows for s in row["turn_spans"]]
     assert len(spans) == len(expected), f"{len(spans)} trained turns, expected {len(expected)}"
+    for row in rows:
+        trained = {i for s in row["turn_spans"] for i in range(s["start"], s["end"])}
+        assert {i for i, m in enumerate(row["loss_mask"]) if m} == trained, "loss_mask differs from trained turns"
     # Distinct turns can have identical ids (a template that drops what made them differ): match by multiplicity.
     multiplicity: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     for exp in expected:
         key = (tuple(exp.prompt), tuple(exp.completion))
         multiplicity[key] = multiplicity.get(key, 0) + 1
+    flagged: dict[int, bool] = {}
     for exp in expected:
         p, c = exp.prompt, exp.completion
         hits = [
             (row, a, b)
             for row, a, b in spans
-            if a == len(p) and row["input_ids"][:a] == p and row["input_ids"][a:b] == c
+            if a == len(p) and b == a + len(c) and row["input_ids"][:a] == p and row["input_ids"][a:b] == c
         ]
         want = multiplicity[(tuple(p), tuple(c))]
         assert len(hits) == want, f"turn trained {len(hits)} times, expected {want} (completion {c[:8]}…)"
+        for row, _, _ in hits:
+            flagged[id(row)] = flagged.get(id(row), False) or exp.flag is not None
         row, a, b = hits[0]
         if engine_logprobs and exp.logprobs is not None and want == 1:
-            np.testing.assert_allclose(row["logprobs"][a:b], exp.logprobs, rtol=1e-6)
-    assert len(rows) == minimal_sample_count(expected)
+            got = row["logprobs"][a:b]
+            assert all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(got, exp.logprobs, strict=True)), "logprobs"
+    for row in rows:
+        assert ("engine_parsed_special_tokens" in row["flags"]) == flagged.get(id(row), False), row["flags"]
+        assert "content_special_tokens_parsed" not in row["flags"]
+    assert len(rows) == minimal_sample_count(expected), f"{len(rows)} rows, minimum {minimal_sample_count(expected)}"
 
 
 def _graphs_from_records(records: list[dict[str, Any]], tmp_path: Path) -> list[Any]:
@@ -63,21 +90,81 @@ def _graphs_from_records(records: list[dict[str, Any]], tmp_path: Path) -> list[
     return [e.graph for e in events]
 
 
+def run_per_call(template: str, seed: int, tmp_path: Path, engine_share: float, n_turns: int = 7) -> tuple:
+    """(rows, expected turns) of one seeded per-call log replayed through msgtrain."""
+    tok, oracle = _oracle(template)
+    rng = random.Random(1000 + seed)
+    calls = RunGenerator(seed, template, with_tools=template not in NO_TOOLS, hard=HARD).run(n_turns=n_turns)
+    records = to_records(oracle, calls, rng, engine_share)
+    expected = expected_turns(oracle, calls)
+    samples = []
+    for g in _graphs_from_records(records, tmp_path):
+        samples.extend(linearize_graph(g, tok).samples)
+    rows = samples_to_table(samples).to_pylist() if samples else []
+    for row in rows:
+        check_sample(row)
+    return rows, expected
+
+
 @pytest.mark.parametrize("template", TEMPLATES)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_per_call_logs_train_every_sampled_turn_once_after_exactly_its_prompt(
     template: str, seed: int, tmp_path: Path
 ) -> None:
-    tok = load_named_tokenizer(template)
-    rng = random.Random(1000 + seed)
-    calls = RunGenerator(seed, template).run(n_turns=7)
     engine_share = 0.0 if seed % 3 == 0 else (1.0 if seed % 3 == 1 else 0.5)
-    records = to_records(tok.hf, template, calls, rng, engine_share)
-    expected = expected_turns(tok.hf, template, calls)
-    samples = []
-    for g in _graphs_from_records(records, tmp_path):
-        samples.extend(linearize_graph(g, tok).samples)
-    _check(samples, expected, engine_logprobs=True)
+    rows, expected = run_per_call(template, seed, tmp_path, engine_share)
+    check_rows(rows, expected, engine_logprobs=True)
+
+
+def _corruptions(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each a copy of ``rows`` with one defect of the kind a linearizer could make."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    row_i = max(range(len(rows)), key=lambda i: len(rows[i]["turn_spans"]))
+    span = rows[row_i]["turn_spans"][-1]
+
+    def edit(name: str, fn: Any) -> None:
+        copied = copy.deepcopy(rows)
+        fn(copied[row_i])
+        out[name] = copied
+
+    edit("mask bit 1 -> 0", lambda r: r["loss_mask"].__setitem__(span["start"], 0))
+    edit("mask bit 0 -> 1", lambda r: r["loss_mask"].__setitem__(span["start"] - 1, 1))
+
+    def drop_context(r: dict[str, Any]) -> None:
+        del r["input_ids"][0], r["loss_mask"][0], r["logprobs"][0]
+        for s in r["turn_spans"]:
+            s["start"] -= 1
+            s["end"] -= 1
+
+    edit("a context token dropped", drop_context)
+    edit("a trained token replaced", lambda r: r["input_ids"].__setitem__(span["end"] - 1, r["input_ids"][0]))
+    out["a sample duplicated"] = [*copy.deepcopy(rows), copy.deepcopy(rows[row_i])]
+    out["a sample missing"] = [r for i, r in enumerate(copy.deepcopy(rows)) if i != row_i]
+    with_lp = [
+        (i, k)
+        for i, r in enumerate(rows)
+        for s in r["turn_spans"]
+        for k in range(s["start"], s["end"])
+        if r["logprobs"][k] is not None and not math.isnan(r["logprobs"][k])
+    ]
+    if with_lp:
+        i, k = with_lp[0]
+        copied = copy.deepcopy(rows)
+        copied[i]["logprobs"][k] -= 0.5
+        out["a logprob changed"] = copied
+    return out
+
+
+@pytest.mark.parametrize("template", ["qwen3", "phi3"])
+def test_the_oracle_flags_every_kind_of_corrupted_output(template: str, tmp_path: Path) -> None:
+    rows, expected = run_per_call(template, 4, tmp_path, engine_share=0.5)
+    check_rows(rows, expected, engine_logprobs=True)  # the uncorrupted output passes
+    corrupted = _corruptions(rows)
+    assert len(corrupted) == 7
+    for name, bad in corrupted.items():
+        with pytest.raises(AssertionError):
+            check_rows(bad, expected, engine_logprobs=True)
+            pytest.fail(f"the oracle accepted: {name}")
 
 
 def _replay_native(calls: list[Call]) -> MessageGraph:
@@ -109,14 +196,15 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
 @pytest.mark.parametrize("template", TEMPLATES)
 @pytest.mark.parametrize("seed", SEEDS[:3])
 def test_native_graphs_built_with_the_list_api_are_token_exact(template: str, seed: int) -> None:
-    tok = load_named_tokenizer(template)
-    calls = RunGenerator(100 + seed, template).run(n_turns=6)
+    tok, oracle = _oracle(template)
+    calls = RunGenerator(100 + seed, template, with_tools=template not in NO_TOOLS, hard=HARD).run(n_turns=6)
     for c in calls:
         c.engine = False
-    expected = expected_turns(tok.hf, template, calls)
+        c.created = None  # a native graph has no call times: templates see today's date, as msgtrain renders them
+    expected = expected_turns(oracle, calls)
     g = _replay_native(calls)
     res = linearize_graph(g, tok)
-    _check(res.samples, expected, engine_logprobs=False)
+    check_rows(samples_to_table(res.samples).to_pylist(), expected, engine_logprobs=False)
     found = len(res.turns)
     assert found == sum(1 for t in res.turns if t.status == "trained") + sum(res.drops.values())
 

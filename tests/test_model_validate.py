@@ -19,6 +19,7 @@ from msgtrain import MessageGraph
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.model import OptionCallMessage, OptionCallPayload, OptionResultMessage, OptionResultPayload
 from msgtrain.model.message import AnyMessage, PartsMessage, text_message
+from msgtrain.model.openai import to_openai_messages
 from msgtrain.model.validate import (
     Problem,
     raise_for_problems,
@@ -121,13 +122,28 @@ def test_a_tool_result_may_leave_out_the_name_of_a_known_call() -> None:
     assert validate_dicts(chain) == []
 
 
-def test_a_tool_call_id_used_twice_is_reported_where_it_repeats() -> None:
+def test_a_tool_call_id_reused_while_its_call_is_open_is_reported_where_it_repeats() -> None:
+    chain = [
+        {"role": "assistant", "content": "", "tool_calls": [_call("a")]},
+        {"role": "assistant", "content": "", "tool_calls": [_call("a")]},
+        {"role": "tool", "content": "4", "tool_call_id": "a", "name": "calculate"},
+    ]
+    assert _only(validate_dicts(chain)) == (
+        "message[1]",
+        "duplicate_id",
+        "tool call id a is used twice while the first call is unanswered",
+    )
+
+
+def test_a_tool_call_id_reused_after_its_call_was_answered_is_a_new_call() -> None:
+    # tau2-bench agents name calls <tool>_0 again once the earlier call was answered.
     chain = [
         {"role": "assistant", "content": "", "tool_calls": [_call("a")]},
         {"role": "tool", "content": "4", "tool_call_id": "a", "name": "calculate"},
         {"role": "assistant", "content": "", "tool_calls": [_call("a")]},
+        {"role": "tool", "content": "5", "tool_call_id": "a", "name": "calculate"},
     ]
-    assert _only(validate_dicts(chain)) == ("message[2]", "duplicate_id", "tool call id a is used twice")
+    assert validate_dicts(chain) == []
 
 
 def test_a_tool_call_without_id_or_name_is_reported() -> None:
@@ -189,13 +205,26 @@ def _result(call_id: str) -> OptionResultMessage:
     return OptionResultMessage(result=OptionResultPayload(invocation_id=call_id, option_name="f", result="r"))
 
 
-def test_typed_messages_reuse_of_an_invocation_id_names_the_first_use() -> None:
-    messages: list[AnyMessage] = [text_message("user", "go"), _calls("c1"), _result("c1"), _calls("c1")]
+def test_typed_messages_reuse_of_an_open_invocation_id_names_the_first_use() -> None:
+    messages: list[AnyMessage] = [text_message("user", "go"), _calls("c1"), _calls("c1"), _result("c1")]
     assert _only(validate_messages(messages)) == (
-        "message[3]",
+        "message[2]",
         "duplicate_id",
-        "invocation id c1 was already used by message[1]",
+        "invocation id c1 is still open from message[1]",
     )
+
+
+def test_typed_messages_may_reuse_an_invocation_id_once_its_call_was_answered() -> None:
+    messages: list[AnyMessage] = [text_message("user", "go"), _calls("c1"), _result("c1"), _calls("c1"), _result("c1")]
+    assert validate_messages(messages) == []
+
+
+def test_projection_pairs_a_reused_id_with_the_call_it_follows() -> None:
+    # The second call with id c1 has no result: it is dropped as unanswered, the first pair is kept.
+    messages: list[AnyMessage] = [text_message("user", "go"), _calls("c1"), _result("c1"), _calls("c1")]
+    projected = to_openai_messages(messages)
+    assert [m["role"] for m in projected.messages] == ["user", "assistant", "tool"]
+    assert projected.skipped_calls == 1
 
 
 def test_typed_results_answering_no_earlier_call_are_reported() -> None:

@@ -1,4 +1,4 @@
-"""``--engine ray`` gives the local engine's output byte for byte (a local Ray instance with 2 CPUs)."""
+"""``--engine ray`` gives the local engine's output byte for byte (a Ray cluster of two one-CPU nodes)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,11 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def ray_local() -> Any:
-    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'msgtrain[ray]')")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
+@pytest.fixture
+def ray_local(ray_cluster: Any) -> Any:
+    import ray
+
+    return ray
 
 
 @pytest.fixture

@@ -130,11 +130,12 @@ def test_incremental_marked_encoding_equals_the_full_encoding() -> None:
 
     import numpy as np
 
-    from msgtrain.linearize.tokenizer import MARK_END, MARK_START
+    from msgtrain.linearize.tokenizer import MARK_END, MARK_ESC, MARK_START
 
     tok = load_named_tokenizer("demo")
-    atoms = ["<|im_start|>", "<|im_end|>", "\n", " hello", "wörld", MARK_START, MARK_END, "é"]
+    atoms = ["<|im_start|>", "<|im_end|>", "\n", " hello", "wörld", MARK_START, MARK_END, MARK_ESC, "é"]
     atoms += [f"{MARK_START}<|im_start|>{MARK_END}", f"{MARK_START}x<|im_end|>y{MARK_END}"]
+    atoms += [f"{MARK_ESC}{MARK_START}", f"{MARK_ESC}{MARK_ESC}", f"{MARK_ESC}{MARK_END}"]
     rng = random.Random(0)
     for _ in range(2000):
         base = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 20)))

@@ -28,13 +28,16 @@ from msgtrain.errors import ConfigError
 from msgtrain.export import arrays
 from msgtrain.export.pack import IGNORE_INDEX, PACKED_SCHEMA, Packer
 from msgtrain.export.schema import CANONICAL_SCHEMA, SPAN
+from msgtrain.export.tree import TREE_SCHEMA, TreeConverter
 
 
 @dataclass(frozen=True)
 class TargetOptions:
-    """Target knobs. ``pack_length`` is required by ``packed`` and ignored elsewhere."""
+    """Target knobs. ``pack_length`` is required by ``packed``, optional for ``tree`` (row length; without it
+    one tree per row) and ignored elsewhere; ``tree_scope`` is read by ``tree`` only."""
 
     pack_length: int | None = None
+    tree_scope: str = "graph"
     pack_buffer_rows: int = 16384
     pack_buffer_tokens: int = 32 * 1024 * 1024
 
@@ -243,6 +246,16 @@ class _CheckedPacker(Packer):
         return super().convert(table)
 
 
+class _CheckedTree(TreeConverter):
+    def convert(self, table: pa.Table) -> pa.Table:
+        _check_canonical(table)
+        return super().convert(table)
+
+
+def _tree_converter(options: TargetOptions) -> Converter:
+    return _CheckedTree(options.pack_length, options.tree_scope, options.pack_buffer_rows, options.pack_buffer_tokens)
+
+
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in [
@@ -285,6 +298,15 @@ TARGETS: dict[str, Target] = {
             trainers="GRPO/PPO-style trainers (verl, OpenRLHF, SkyRL, custom loops)",
             schema=RL_SCHEMA,
             make_converter=lambda _options: _RowWise(to_rl, RL_SCHEMA),
+            train_mask=lambda table: _mask_list(table, "loss_mask"),
+        ),
+        Target(
+            name="tree",
+            description="prefix-tree rows: each graph's samples as one trie, shared prefixes once, with "
+            "position_ids, parent_index and subtree_end for the tree attention mask",
+            trainers="trainers with tree attention (msgtrain.trainers.tree: 4D mask / FlexAttention)",
+            schema=TREE_SCHEMA,
+            make_converter=_tree_converter,
             train_mask=lambda table: _mask_list(table, "loss_mask"),
         ),
     ]

@@ -247,6 +247,7 @@ class DatasetWriter:
         target: str = "canonical",
         *,
         pack_length: int | None = None,
+        tree_scope: str = "graph",
         pack_buffer_rows: int = 16384,
         pack_buffer_tokens: int = 32 * 1024 * 1024,
         rows_per_shard: int = DEFAULT_ROWS_PER_SHARD,
@@ -275,7 +276,10 @@ class DatasetWriter:
         self.format = format
         self.target = get_target(target)
         self.options = TargetOptions(
-            pack_length=pack_length, pack_buffer_rows=pack_buffer_rows, pack_buffer_tokens=pack_buffer_tokens
+            pack_length=pack_length,
+            tree_scope=tree_scope,
+            pack_buffer_rows=pack_buffer_rows,
+            pack_buffer_tokens=pack_buffer_tokens,
         )
         self.rows_per_shard, self.row_group_size = rows_per_shard, row_group_size
         self.row_group_tokens = row_group_tokens
@@ -469,4 +473,25 @@ class DatasetWriter:
                 "efficiency": round(tokens / capacity, 6) if capacity else 0.0,
                 "by_split": by_split,
             }
+        if self.target.name == "tree":
+            summary["tree"] = _tree_summary(
+                {name: state.converter.stats() for name, state in self._splits.items()},
+                self.options.pack_length,
+                self.options.tree_scope,
+            )
         return summary
+
+
+def _tree_summary(by_split: dict[str, dict[str, Any]], pack_length: int | None, scope: str) -> dict[str, Any]:
+    """Totals of the tree converters: tokens written vs the tokens the flat samples would have had."""
+    keys = ("samples", "trees", "split_trees", "blocks", "rows", "tokens", "flat_tokens", "trie_tokens")
+    total = {key: sum(int(s.get(key, 0)) for s in by_split.values()) for key in keys}
+    tokens, flat, trie = total["tokens"], total["flat_tokens"], total["trie_tokens"]
+    return {
+        "pack_length": pack_length,
+        "scope": scope,
+        **total,
+        "flat_per_tree_token": round(flat / tokens, 4) if tokens else 0.0,
+        "tree_per_trie_token": round(tokens / trie, 4) if trie else 0.0,
+        "by_split": by_split,
+    }

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -133,11 +134,16 @@ class Reader(Protocol):
     whole conversations (:mod:`msgtrain.ingest.chunks`); ``read`` must then read via :func:`iter_json_lines` or
     ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
     the chunk's (``first_file_record``).
+
+    Optional: ``detect_directory(path)`` makes the reader's unit a *directory* (a log written as a folder, one file
+    per event): it says, cheaply (a few ``stat`` calls), whether ``path`` is one of its folders. Input discovery
+    then hands the folder to ``read`` once and does not look at the files inside it
+    (:func:`unit_directories`); ``detect`` is still asked about single files and should claim none of them.
     """
 
     name: str
     description: str
-    example: str  # a path under sample_logs/
+    example: str  # a path under sample_logs/ (a folder for a directory reader)
 
     def detect(self, path: Path, head: bytes) -> bool: ...
 
@@ -293,6 +299,33 @@ def first_json_value(head: bytes) -> Any:
     return None
 
 
+def directory_reader(path: Path) -> Reader | None:
+    """The reader whose unit is the directory ``path`` (see ``Reader.detect_directory``), or None."""
+    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
+
+    for reader in REGISTRY.values():
+        detect_directory = getattr(reader, "detect_directory", None)
+        if detect_directory is not None and detect_directory(path):
+            return reader
+    return None
+
+
+def unit_directories(root: Path) -> list[Path]:
+    """The directories under ``root`` (itself included) that a directory reader claims, sorted.
+
+    The walk does not descend into a claimed directory (its files belong to it) nor into hidden ones.
+    """
+    found: list[Path] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        here = Path(dirpath)
+        if directory_reader(here) is not None:
+            found.append(here)
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return sorted(found)
+
+
 VOTE_RECORDS = 32  # records of the head that vote when no reader accepts the head as a whole
 
 
@@ -300,6 +333,15 @@ def detect_format(path: Path) -> Reader:
     """The reader for ``path`` (see the module docstring); raises :class:`FormatError` with an explaining hint."""
     from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
 
+    if path.is_dir():
+        reader = directory_reader(path)
+        if reader is not None:
+            return reader
+        raise FormatError(
+            "no reader takes this directory as one log",
+            where=str(path),
+            hint="pass the log files inside it, or a folder a directory reader knows (see msgtrain formats)",
+        )
     head = read_head(path)
     for reader in REGISTRY.values():
         if _accepts(reader, path, head):
@@ -308,6 +350,20 @@ def detect_format(path: Path) -> Reader:
     if voted is not None:
         return voted
     raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
+
+
+EXPLAIN_BYTES = 4 * 1024 * 1024  # how much of an unrecognised file the explanations look at
+
+
+def _explain_head(path: Path, head: bytes) -> bytes:
+    """More of the file than detection saw, so an explanation can find messages nested deep in a document."""
+    if len(head) < HEAD_BYTES:
+        return head
+    try:
+        with open(path, "rb") as f:
+            return f.read(EXPLAIN_BYTES)
+    except OSError:
+        return head
 
 
 def _accepts(reader: Reader, path: Path, head: bytes) -> bool:
@@ -372,20 +428,21 @@ def describe_head(head: bytes) -> str:
 def unknown_format_hint(path: Path, head: bytes) -> str:
     """The hint of an ``unknown_format`` reject: what the file looks like, and why the closest readers refused."""
     reasons: list[str] = []
+    wide = _explain_head(path, head)
     for reader in REGISTRY.values():
         explain = getattr(reader, "explain", None)
         if not callable(explain):
             continue
         try:
-            why = explain(path, head)
+            why = explain(path, wide)
         except Exception:
             why = None
         if why:
             reasons.append(f"{reader.name}: {why}")
-    text = f"the file looks like {describe_head(head)}"
+    text = f"the file looks like {describe_head(wide)}"
     if reasons:
         text += "; closest readers: " + "; ".join(reasons[:3])
-        text += " (fix the records, or force a reader with --input-format NAME)"
+        text += "; fix those records, or force a reader with --input-format NAME"
     else:
         text += f"; no reader comes close (known formats: {', '.join(REGISTRY)})"
     return text
@@ -631,11 +688,21 @@ def _read_streaming(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     accounted = 0
     for item in _read_once(reader, path):
         if isinstance(item, _Fault):
-            rest = _unaccounted(path, accounted) if item.line is not None else 1
+            rest = _unaccounted(path, accounted) if item.line is not None else _unaccounted_items(path, accounted)
             yield _fault_to_reject(reader, path, item, max(rest, 1))
             return
         accounted += records_of(item)
         yield item
+
+
+def _unaccounted_items(path: Path, accounted: int) -> int:
+    """Records of a one-document file not yet accounted: a top-level list's items count one each (the readers of
+    such files account per item), any other document is one record."""
+    try:
+        value = load_json_document(path)
+    except (MsgtrainError, OSError, MemoryError):
+        return 1
+    return len(value) - accounted if isinstance(value, list) else 1 - accounted
 
 
 def _unaccounted(path: Path, accounted: int) -> int:

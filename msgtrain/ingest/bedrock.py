@@ -115,6 +115,13 @@ class ConverseConverter:
                 arguments = raw if isinstance(raw, dict) else {"value": raw}
                 calls.append(OptionCallPayload(invocation_id=str(call_id), option_name=str(name), arguments=arguments))
                 self.call_names[str(call_id)] = str(name)
+            elif isinstance(block.get("toolResult"), dict):
+                raise ValidationError(
+                    f"content[{j}] is a server-side tool result inside an assistant turn",
+                    where=where,
+                    code="unsupported_block",
+                    hint="server tools (systemTool, e.g. a code interpreter) run inside the model's turn; not read",
+                )
             elif not set(block) & _MARKERS:
                 parts.append(_part(block, j, where))
         if calls:

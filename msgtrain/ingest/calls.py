@@ -44,7 +44,7 @@ from msgtrain.ingest.conversation_files import Step
 from msgtrain.ingest.streams import is_chunk_list, response_body
 from msgtrain.model.graph import Env
 from msgtrain.model.message import AnyMessage
-from msgtrain.model.openai import from_openai_message, generation_from_choice
+from msgtrain.model.openai import check_reply_present, from_openai_message, generation_from_choice
 
 
 @dataclass
@@ -184,6 +184,9 @@ class CallsReader:
             for i, choice in enumerate(choices):
                 if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
                     raise ValidationError(f"choices[{i}] has no message", where=where, code="bad_record")
+                check_reply_present(
+                    choice["message"], f"choices[{i}].message", engine_ids=choice.get("token_ids") is not None
+                )
                 msg = from_openai_message({**choice["message"], "role": "assistant"}, index=i, call_names=names)
                 # vLLM puts prompt ids on the response; some proxies put them on each choice.
                 resp = (

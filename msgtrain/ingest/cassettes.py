@@ -48,7 +48,7 @@ from msgtrain.ingest import anthropic, bedrock, openai_responses, streams
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGraph
 from msgtrain.ingest.conversation_files import Step
-from msgtrain.ingest.http_bodies import decode_content, header, recorded_bytes
+from msgtrain.ingest.http_bodies import decode_content, header, is_sse, recorded_bytes
 from msgtrain.ingest.openai_chat import chat_steps
 from msgtrain.ingest.streams import StreamFailed
 from msgtrain.ingest.tool_schemas import openai_tools
@@ -120,6 +120,13 @@ class CassettesReader:
         uri = str(request.get("uri", ""))
         endpoint = endpoint_of(uri)
         if endpoint is None:
+            if _unread_generation_call(request):
+                raise ValidationError(
+                    f"a generation call to an API this reader does not read ({uri.split('?', 1)[0]})",
+                    where="request",
+                    code="unsupported_api",
+                    hint="read: OpenAI chat / responses, Anthropic messages, Gemini generateContent, Bedrock",
+                )
             return "not_a_generation_call"
         status = response.get("status")
         code = status.get("code") if isinstance(status, dict) else status
@@ -149,6 +156,8 @@ class CassettesReader:
         if endpoint.kind == "bedrock_converse":
             return bedrock.converse_call(req_body, resp_body, bedrock.model_id(uri)), None
         if endpoint.kind == "bedrock_invoke":
+            if _is_embedding(resp_body):
+                return "not_a_generation_call"  # InvokeModel also serves embedding models
             return _invoke_call(req_body, resp_body), None
         return gemini_call(req_body, resp_body), None
 
@@ -202,6 +211,26 @@ def endpoint_of(uri: str) -> Endpoint | None:
     return None
 
 
+# Endpoints that take a message-like body but generate no turn (embeddings, token counting, moderation...).
+_NOT_GENERATION = ("embed", "count", "token", "moderation", "models", "files", "batches")
+# Request fields that carry a conversation or prompt to generate from.
+_PROMPT_FIELDS = ("messages", "contents", "prompt", "input", "inputText", "system")
+
+
+def _unread_generation_call(request: dict[str, Any]) -> bool:
+    """True for a call that generated a turn but hits an endpoint no branch here reads (Bedrock Converse, ...): it
+    must be rejected as unsupported, not skipped as if it held nothing trainable."""
+    path = str(request.get("uri", "")).split("?", 1)[0].lower()
+    tail = "/".join(path.replace(":", "/").rstrip("/").split("/")[-2:])
+    if any(word in tail for word in _NOT_GENERATION) or request.get("method", "POST") == "GET":
+        return False
+    try:
+        body = _json_body(request, "request")
+    except Exception:  # an undecodable body says nothing either way
+        return False
+    return isinstance(body, dict) and any(k in body for k in _PROMPT_FIELDS)
+
+
 def _raw_body(part: dict[str, Any], where: str) -> Any:
     """A recorded body as stored: ``parsed_body`` (pydantic-ai, already JSON), else the bytes of VCR.py's
     ``body.string`` / ``body`` or of the ``content`` field older httpx recorders write, decoded from its
@@ -238,9 +267,18 @@ def _response_body(response: dict[str, Any], endpoint: Endpoint) -> Any:
     body = _json_body(response, "response")
     if isinstance(body, dict) and not endpoint.streamed:
         return body
+    if isinstance(body, str) and not endpoint.streamed and not is_sse(body):
+        return body  # not JSON and not a stream: the caller rejects it as a bad response
     if isinstance(body, str | list | dict):
         return streams.assemble(endpoint.kind, body if not isinstance(body, dict) else [body], "response")
     return body
+
+
+def _is_embedding(response: dict[str, Any]) -> bool:
+    """An embedding model's answer (Titan ``embedding``, Cohere ``embeddings``): vectors, nothing sampled."""
+    return ("embedding" in response or "embeddings" in response) and not (
+        response.get("content") or response.get("choices") or response.get("output")
+    )
 
 
 def _invoke_call(request: dict[str, Any], response: dict[str, Any]) -> Call:

@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from msgtrain.errors import ParseError
 from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader, first_two_lines
 
@@ -191,6 +189,8 @@ def line_groups(path: Path, keys: KeyFunction) -> tuple[Any, Any, Any]:
     offsets.append(pos)
     # Every line's group → its root. A root is the oldest group of its set, and groups are created in line order,
     # so ordering roots by number orders conversations by their first line.
+    import numpy as np  # here, not at module level: listing formats or --help need no numpy
+
     parent = np.frombuffer(groups.parent, dtype=np.int64).copy()
     while True:  # pointer jumping until every group points at its root (union-find left short paths)
         grand = parent[parent]
@@ -214,6 +214,8 @@ def chunk_without(
     Used by the fault boundary (:func:`msgtrain.ingest.base.read_events`) to read a file again without a group a
     reader failed on: whole groups are left out, exactly as a chunk leaves out the groups of other chunks.
     """
+    import numpy as np  # lazily, as in line_groups
+
     bounds, root, nonblank = line_groups(path, keys)
     n = len(root)
     keep = np.zeros(n, dtype=bool)
@@ -245,6 +247,8 @@ def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]
     size = path.stat().st_size
     if target_bytes <= 0 or size <= target_bytes:
         return []
+    import numpy as np  # lazily, as in line_groups
+
     bounds, root, _ = line_groups(path, keys)
     parent_len = int(root.max()) + 1 if len(root) else 0
     pos = int(bounds[-1])

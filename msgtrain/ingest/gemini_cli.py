@@ -1,5 +1,7 @@
 """Gemini CLI chat sessions: ``~/.gemini/tmp/<project hash>/chats/session-*.json``, one JSON document
-``{"sessionId", "projectHash", "startTime", "lastUpdated", "messages": [...]}``.
+``{"sessionId", "projectHash", "startTime", "lastUpdated", "messages": [...]}``, or the newer append-only
+``session-*.jsonl`` log (a header line, message lines re-appended as they change, ``$set`` / ``$rewindTo`` lines),
+folded as Gemini CLI folds it (see :func:`_read_jsonl`); its messages are then read as below.
 
 What is read:
 - ``messages[]`` in order, one record each: ``user`` messages are context; each ``gemini`` message is one model
@@ -22,15 +24,25 @@ Safe readings:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
+from msgtrain.ingest.base import (
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    first_two_lines,
+    iter_json_lines,
+    load_json_document,
+)
 from msgtrain.ingest.head_shape import head_shape
-from msgtrain.ingest.session_common import Chain, SkipTally, graph_id_for
-from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.ingest.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for, has_any
+from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
     AnyMessage,
@@ -52,7 +64,10 @@ _UI_TYPES = {"info", "error", "warning"}
 
 class GeminiCliReader:
     name = "gemini_cli"
-    description = "Gemini CLI chat sessions (session-*.json with messages[] of user/gemini; logs.json skipped)"
+    description = (
+        "Gemini CLI chat sessions (session-*.json with messages[] of user/gemini, or the append-only JSONL layout;"
+        " logs.json skipped)"
+    )
     example = "sample_logs/gemini_cli/session.json"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -63,9 +78,17 @@ class GeminiCliReader:
             )
         if shape.layout == "array":
             return shape.has(".sessionId", ".messageId", ".type", ".message")
+        if shape.layout == "jsonl":
+            # The header line names the session; message lines are typed user/gemini with their own ids.
+            header = shape.has(".sessionId", ".projectHash", ".startTime")
+            messages = shape.has(".id", ".type") and shape.any_value(".type", {"user", "gemini"})
+            return messages and (header or shape.has(".$set") or has_any(shape, ".toolCalls", ".thoughts"))
         return False
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
+        if _is_jsonl(path):
+            yield from _read_jsonl(path)
+            return
         doc = load_json_document(path)
         skips = SkipTally(path)
         if isinstance(doc, list):
@@ -114,6 +137,162 @@ class GeminiCliReader:
         if graph.nodes:
             yield ReadGraph(graph, SourceRef(str(path), "file"), records=records)
         yield from skips.events()
+
+
+def _is_jsonl(path: Path) -> bool:
+    """A session log whose first line is a whole JSON object followed by more lines (a pretty-printed session
+    document's first line is a lone ``{``)."""
+    first, second = first_two_lines(path)
+    if not second.strip():
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return False
+
+
+def _read_jsonl(path: Path) -> Iterator[ReadEvent]:
+    """The JSONL layout: an append-only log folded the way Gemini CLI folds it when it resumes a session.
+
+    Lines: a header ``{sessionId, projectHash, startTime, ...}``; message records ``{id, type, ...}``, where a
+    message is re-appended in full each time it changes (its tool calls finish, its tokens arrive) and the last copy
+    wins, keeping the place of the first; ``{"$rewindTo": id}``, which drops that message and everything after it;
+    ``{"$set": {...}}`` metadata patches, where ``$set.messages`` replaces the whole message list (session start,
+    compression, a rolled-back turn). What a rewind or a replacement drops was still sampled where it stood: each
+    state of the list before such a cut is kept as a branch, with a ``rewind`` / ``compaction`` edge to the next.
+    """
+    skips = SkipTally(path)
+    meta: dict[str, Any] = {"format": "gemini_cli", "layout": "jsonl"}
+    latest: dict[str, tuple[Any, str]] = {}  # message id -> (last copy, ref of its first line)
+    order: list[str] = []
+    states: list[tuple[list[tuple[Any, str]], EdgeKind | None]] = []  # list states before each cut, and the cut
+    records = 0
+    bad_before: str | None = None  # a rejected line: what was built after it lacks part of its context
+    taint_from: dict[int, str] = {}  # state index -> why its later turns are carried
+
+    def snapshot(kind: EdgeKind | None) -> None:
+        states.append(([latest[i] for i in order], kind))
+
+    for lineno, raw, value in iter_json_lines(path):
+        ref = f"line {lineno}"
+        if isinstance(value, MsgtrainError):
+            bad_before = bad_before or ref
+            taint_from.setdefault(len(states), ref)
+            yield ReadReject(SourceRef(str(path), ref), value, excerpt(raw))
+            continue
+        if not isinstance(value, dict):
+            yield ReadReject(
+                SourceRef(str(path), ref),
+                ValidationError("line is not a JSON object", where=f"{path}:{lineno}", code="bad_record"),
+                excerpt(raw),
+            )
+            taint_from.setdefault(len(states), ref)
+            continue
+        if isinstance(value.get("$rewindTo"), str):
+            target = value["$rewindTo"]
+            records += 1
+            snapshot(EdgeKind.REWIND)
+            cut = order.index(target) if target in order else 0
+            for mid in order[cut:]:
+                latest.pop(mid, None)
+            del order[cut:]
+            continue
+        if "$set" in value:
+            patch = as_dict(value.get("$set"))
+            if isinstance(patch.get("messages"), list):
+                records += 1
+                snapshot(EdgeKind.COMPACTION)
+                order.clear()
+                latest.clear()
+                for k, item in enumerate(patch["messages"]):
+                    given = item.get("id") if isinstance(item, dict) else None
+                    key = given if isinstance(given, str) else f"{ref}#{k}"
+                    if key not in latest:
+                        order.append(key)
+                    latest[key] = (item, f"{ref} $set.messages[{k}]")
+            else:
+                skips.add("metadata_update", ref)
+            continue
+        mtype = value.get("type")
+        if "type" not in value and isinstance(value.get("sessionId"), str):
+            records += 1
+            for key, name in (
+                ("sessionId", "session_id"),
+                ("projectHash", "project_hash"),
+                ("startTime", "start_time"),
+            ):
+                if value.get(key) is not None:
+                    meta[name] = value[key]
+            # A header may carry the messages it starts with (a resumed session).
+            for k, item in enumerate(as_list(value.get("messages"))):
+                given = item.get("id") if isinstance(item, dict) else None
+                key = given if isinstance(given, str) else f"{ref}#{k}"
+                if key not in latest:
+                    order.append(key)
+                latest[key] = (item, f"{ref} messages[{k}]")
+            continue
+        if mtype in _UI_TYPES:
+            skips.add(f"non_message_record:{mtype}", ref)
+            continue
+        message_id = value.get("id")
+        if not isinstance(message_id, str):
+            yield ReadReject(
+                SourceRef(str(path), ref),
+                ValidationError("message line has no id", where=f"{path}:{lineno}", code="bad_record"),
+                excerpt(raw),
+            )
+            taint_from.setdefault(len(states), ref)
+            continue
+        records += 1
+        if message_id not in latest:
+            order.append(message_id)
+            latest[message_id] = (value, ref)
+        else:
+            latest[message_id] = (value, latest[message_id][1])  # the last copy wins; the message keeps its first place
+    snapshot(None)
+    sid = meta.get("session_id")
+    graph = MessageGraph(
+        graph_id=graph_id_for("gemini-cli", sid if isinstance(sid, str) else None, path), policy=POLICY, metadata=meta
+    )
+    converted: dict[str, list[tuple[AnyMessage, Origin, Generation | None]] | None] = {}
+    previous: list[str] | None = None
+    for k, (items, _) in enumerate(states):
+        chain = Chain(graph)
+        for item, ref in items:
+            if k in taint_from or any(i < k for i in taint_from):
+                chain.taint = chain.taint or "rejected line"
+            key = f"{ref}:{id(item)}"
+            if key not in converted:
+                try:
+                    converted[key] = _message(item, ref)
+                except MsgtrainError as e:
+                    converted[key] = None
+                    yield ReadReject(SourceRef(str(path), ref), e.located(f"{path} ({ref})"), excerpt(str(item)))
+            built = converted[key]
+            if built is None:
+                chain.taint = chain.taint or f"rejected {ref}"
+                continue
+            # A list given whole (``$set.messages``, a header's messages) is history re-sent as context: its model
+            # messages were sampled elsewhere (where they are the same node, that node stays sampled).
+            given_whole = "messages[" in ref
+            for message, origin, generation in built:
+                if given_whole and origin is Origin.SAMPLED:
+                    chain.append(message, Origin.CARRIED)
+                else:
+                    chain.append(message, origin, generation)
+        if previous is not None:
+            kind = states[k - 1][1] or EdgeKind.REWIND
+            same = 0
+            while same < min(len(previous), len(chain.path)) and previous[same] == chain.path[same]:
+                same += 1
+            if previous[same:]:
+                graph.record_edge(kind, previous[same:], chain.path[same:], previous[same - 1] if same else None)
+        previous = chain.path
+    if graph.nodes:
+        yield ReadGraph(graph, SourceRef(str(path), "line 1"), records=records)
+    elif records:
+        skips.add("session_without_messages", "line 1", records)
+    yield from skips.events()
 
 
 def _message(item: Any, ref: str) -> list[tuple[AnyMessage, Origin, Generation | None]]:

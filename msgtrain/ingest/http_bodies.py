@@ -167,17 +167,20 @@ def is_sse(text: str) -> bool:
     comment."""
     for line in text.splitlines():
         if line.strip():
-            return line.startswith(("data:", "event:", "id:", "retry:", ":"))
+            return line.lstrip(" \t").startswith(("data:", "event:", "id:", "retry:", ":"))
     return False
 
 
 def sse_events(text: str) -> list[SSEvent]:
     """Parse an SSE stream as the WHATWG rules say: fields per line, one optional space after the colon, ``data``
-    lines of one event joined with newlines, an event dispatched at a blank line (and at the end of the text)."""
+    lines of one event joined with newlines, an event dispatched at a blank line (and at the end of the text).
+    One leniency: indentation before a field name is ignored (the spec would read `` data`` as an unknown field and
+    drop the event; recorded streams with a stray leading space exist, and no real field starts with a blank)."""
     events: list[SSEvent] = []
     name: str | None = None
     data: list[str] = []
-    for line in [*text.splitlines(), ""]:
+    for raw in [*text.splitlines(), ""]:
+        line = raw.lstrip(" \t")
         if not line:
             if data:
                 events.append(SSEvent(name, "\n".join(data)))

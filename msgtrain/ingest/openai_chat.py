@@ -45,9 +45,10 @@ from msgtrain.ingest.head_shape import HeadShape, head_shape
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
-from msgtrain.model.openai import KNOWN_ROLES, from_openai_message
+from msgtrain.model.openai import KNOWN_ROLES, check_reply_present, from_openai_message
 
 MESSAGE_KEYS = ("messages", "traj")
+_READ_PATHS = (".role", "[].role", ".messages[].role", ".traj[].role")  # where detection looks for roles
 _NOT_EXTRAS = frozenset({"tools", "functions", "chat_template_kwargs"})
 
 
@@ -72,6 +73,8 @@ def chat_steps(messages: list[Any], *, policy: str = DEFAULT_POLICY) -> list[Ste
                 hint='each message is an object like {"role": "user", "content": "..."}',
             )
         data = _normalise(raw, i, legacy_calls)
+        if data.get("role") == "assistant" and raw.get("weight") != 0:
+            check_reply_present(data, f"message[{i}]")
         msg = from_openai_message(data, index=i, call_names=names, policy=policy)
         if isinstance(msg, OptionCallMessage):
             names.update({c.invocation_id: c.option_name for c in msg.calls})
@@ -114,7 +117,24 @@ class OpenAIChatReader:
     def detect(self, path: Path, head: bytes) -> bool:
         del path
         shape = head_shape(head)
-        return any(_has_chat_roles(shape, p) for p in (".role", "[].role", ".messages[].role", ".traj[].role"))
+        return any(_has_chat_roles(shape, p) for p in _READ_PATHS)
+
+    def explain(self, path: Path, head: bytes) -> str | None:
+        """Why a file with OpenAI-role messages somewhere is not read (shown in the unknown_format hint)."""
+        del path
+        shape = head_shape(head)
+        for where in sorted(p for p in shape.values if p.endswith(".role")):
+            roles = shape.values_at(where)
+            if not roles & {"user", "assistant"}:
+                continue
+            unknown = sorted(roles - set(KNOWN_ROLES))
+            if where in _READ_PATHS:
+                if unknown:
+                    return f"roles {', '.join(map(repr, unknown))} at `{where[1:]}` are not OpenAI roles"
+                continue
+            place = where[1:].removesuffix(".role").removesuffix("[]")
+            return f"messages are under `{place}`, not at the top or under `messages` / `traj`"
+        return None
 
     def chunk_keys(self, path: Path) -> KeyFunction:
         """Every record of this format is keyed alike (see :mod:`msgtrain.ingest.chunks`)."""

@@ -11,18 +11,23 @@ from msgtrain.ingest import (
     cassettes,
     claude_code,
     codex,
+    copilot_cli,
     gemini_cli,
     go_agent,
     lionagi,
     marsys,
+    mini_swe_agent,
     native,
     openai_chat,
     openai_responses,
     openhands,
+    openhands_v1,
     options,
     otel,
     sharegpt,
     swe_agent,
+    tau2_bench,
+    toolbench,
 )
 from msgtrain.ingest.base import REGISTRY, Reader, register
 
@@ -41,9 +46,14 @@ _READERS: list[Reader] = [
     # Agent sessions and traces: their detectors key on format-specific fields, so they go before generic lists.
     claude_code.READER,
     codex.READER,
+    copilot_cli.READER,
     gemini_cli.READER,
     swe_agent.READER,
+    mini_swe_agent.READER,
+    tau2_bench.READER,
+    toolbench.READER,
     openhands.READER,
+    openhands_v1.READER,
     otel.READER,
     # The generic conversation lists last: ShareGPT turns, then any list of OpenAI-role messages.
     sharegpt.READER,

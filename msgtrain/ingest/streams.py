@@ -10,7 +10,8 @@ Rules, per stream:
 - OpenAI chat completions (openai-python ``ChatCompletionStreamState``): choices are kept by ``index`` (n > 1
   streams interleave them); each ``delta`` is merged into the choice's message with ``accumulate_delta``'s
   rules: strings concatenate, objects merge, lists of objects merge entry by entry by their ``index``
-  (``tool_calls``), ``index``/``type`` are replaced. Per-chunk ``logprobs.content`` (and ``refusal``) lists are
+  (``tool_calls``; entries without an index, which some providers send whole, are appended), ``index``/``type``
+  are replaced. Per-chunk ``logprobs.content`` (and ``refusal``) lists are
   appended, ``finish_reason`` is the last one sent, ``usage`` comes from the chunk that carries it (the last,
   choice-less chunk with ``stream_options.include_usage``), vLLM's per-chunk ``token_ids`` are appended and its
   ``prompt_token_ids`` kept. One deliberate difference: identifier fields (``role``, ``id``, ``name``) are set
@@ -213,7 +214,10 @@ def accumulate_delta(acc: dict[str, Any], delta: dict[str, Any]) -> dict[str, An
             for entry in value:
                 index = entry.get("index") if isinstance(entry, dict) else None
                 if not isinstance(index, int):
-                    raise _bad(f"a {key!r} delta entry has no integer index", "delta")
+                    # Whole entries (OpenRouter annotations, Groq executed tools) arrive once, without an index:
+                    # appended. openai-python raises here; the entries are complete, so nothing is guessed.
+                    current.append(copy.deepcopy(entry))
+                    continue
                 found = next((x for x in current if isinstance(x, dict) and x.get("index") == index), None)
                 if found is None:
                     current.append(copy.deepcopy(entry))

@@ -110,6 +110,10 @@ class LinearizeResult:
 class LinearizeOptions:
     policies: frozenset[str] = frozenset()  # empty = all
     render_date: str | None = None
+    # Control-token text in log content (not the policy's own text): "plain" encodes it as plain text (content
+    # never becomes a control token); "parse" renders it as a serving engine does (control tokens) and flags the
+    # sample ``content_special_tokens_parsed``. Logged engine ids are the truth either way.
+    content_special_tokens: str = "plain"
 
 
 def _h(*parts: str) -> str:
@@ -199,13 +203,14 @@ class _GraphLinearizer:
         flags: list[str] = []
         gen = self._usable(t.generation, flags)
         ctx = t.context
-        marked = self.r.needs_marking(t.path, t.env)
+        carries = self.r.needs_marking(t.path, t.env)
+        marked = carries and self.opts.content_special_tokens != "parse"
         created = gen.created if gen is not None else None
         prompt_text = prompt_enc = None
         if gen is not None and gen.prompt_token_ids is not None:
             prompt = np.asarray(gen.prompt_token_ids, dtype=np.int32)
             prompt_engine = True
-            if marked:
+            if carries:
                 safe = self.tok.encode_marked(
                     self.r.render(ctx, t.env, add_generation_prompt=True, marked=True, created=created)
                 )
@@ -252,6 +257,8 @@ class _GraphLinearizer:
             full_text = text
         if completion.shape[0] == 0:
             raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
+        if carries and not marked and not (prompt_engine and completion_engine):
+            flags.append("content_special_tokens_parsed")
         tt = TurnTokens(
             t,
             prompt,

@@ -3,8 +3,11 @@
 Invariants:
 - The context is rendered exactly as logged: every message on the path, no pairing filter (a client that sent an
   unanswered call sent it), with the env's tools and template kwargs.
-- Content carrying added-token text (``<|im_start|>`` typed by a user, returned by a tool) is rendered with that
-  text wrapped in private markers so the encoder keeps it plain text; everything else renders untouched.
+- A path whose log strings carry added-token text where the policy did not write it (``<|im_start|>`` typed by a
+  user, returned by a tool, in a tool schema's property name or a call's argument key) is rendered with that text
+  wrapped in private markers so the encoder keeps it plain text (``TokenizerBundle.mark_message``); an
+  assistant's own content and reasoning are never wrapped (templates parse inline ``<think>``). Every other path
+  renders untouched.
 - Templates run in transformers' sandboxed Jinja environment, bounded in wall time (main thread) and output size.
 - Templates that print today's date see the date of the logged call when known, else ``render_date`` when set.
 """
@@ -78,16 +81,6 @@ def _pinned_date(tok: TokenizerBundle, when: dt.datetime | None) -> Iterator[Non
         env.globals["strftime_now"] = old
 
 
-def _has_added(tok: TokenizerBundle, value: Any) -> bool:
-    if isinstance(value, str):
-        return tok.has_added_text(value)
-    if isinstance(value, dict):
-        return any(_has_added(tok, v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_has_added(tok, v) for v in value)
-    return False
-
-
 class Renderer:
     """Renders node paths; caches each node's template dict and whether it carries control-token text."""
 
@@ -101,6 +94,7 @@ class Renderer:
         # (node id, marked) -> template-ready copy of its message; marked: added-token text in it wrapped in markers
         self._prepared: dict[tuple[str, bool], dict[str, Any]] = {}
         self._prepared_env: dict[tuple[str, bool], list[Any]] = {}
+        self._marked_kwargs: dict[tuple[str, bool], dict[str, Any]] = {}
         self._recent_paths: dict[bool, list[tuple[list[dict[str, Any]], list[str]]]] = {False: [], True: []}
         # The latest traced rendering per (generation flag, env, marked): the next rendering of a longer path
         # replays its loop iterations over the messages they share (msgtrain.linearize.template).
@@ -115,7 +109,7 @@ class Renderer:
         if d is None:
             d = to_openai_message(node.message, for_template=True)
             self._dicts[node.id] = d
-            self._unsafe[node.id] = _has_added(self.tok, d)
+            self._unsafe[node.id] = self.tok.content_has_control_text(d, assistant=d.get("role") == "assistant")
         return d
 
     def _prepared_message(self, node: Node, marked: bool) -> dict[str, Any]:
@@ -123,7 +117,7 @@ class Renderer:
         d = self._prepared.get(key)
         if d is None:
             m = self.message_dict(node)
-            d = self._prepared[key] = self.tok.prepare([self.tok.mark_content(m) if marked else m])[0]
+            d = self._prepared[key] = self.tok.prepare([self.tok.mark_message(m) if marked else m])[0]
         return d
 
     def _path_lists(self, nodes: Sequence[Node], marked: bool) -> tuple[list[dict[str, Any]], list[str]]:
@@ -157,7 +151,8 @@ class Renderer:
         return tools
 
     def needs_marking(self, nodes: Sequence[Node], env: Env) -> bool:
-        """Whether any message on the path (or a tool schema) carries added-token text.
+        """Whether any log string on the path (messages, tool schemas, template kwargs; keys included) carries
+        added-token text that :meth:`TokenizerBundle.mark_message` would wrap.
 
         Amortised O(1) per turn: a path is unsafe when its parent's path is or its last node is, and paths are
         memoised by node, so only nodes not seen before are scanned.
@@ -172,7 +167,7 @@ class Renderer:
             self._unsafe_path[n.id] = unsafe
         tools_unsafe = self._unsafe_env.get(env.id)
         if tools_unsafe is None:
-            tools_unsafe = self._unsafe_env[env.id] = _has_added(self.tok, list(env.tools))
+            tools_unsafe = self._unsafe_env[env.id] = self.tok.content_has_control_text([list(env.tools), env.kwargs])
         return unsafe or tools_unsafe
 
     def render(
@@ -191,7 +186,9 @@ class Renderer:
         try:
             with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
                 traced = self._render_traced(ids, msgs, tools, env, add_generation_prompt, marked) if REPLAY else None
-                text = traced if traced is not None else self._render_full(msgs, tools, env, add_generation_prompt)
+                text = (
+                    traced if traced is not None else self._render_full(msgs, tools, env, add_generation_prompt, marked)
+                )
         except _Timeout:
             raise RenderError(
                 f"chat template ran longer than {MAX_RENDER_SECONDS:.0f} s",
@@ -213,12 +210,24 @@ class Renderer:
             )
         return text
 
-    def _render_full(self, msgs: list[dict[str, Any]], tools: list[Any], env: Env, add_generation_prompt: bool) -> str:
+    def _kwargs(self, env: Env, marked: bool) -> dict[str, Any]:
+        """The env's template kwargs (log strings too: a marked rendering gets them marked)."""
+        if not marked or not env.kwargs:
+            return env.kwargs
+        key = (env.id, True)
+        out = self._marked_kwargs.get(key)
+        if out is None:
+            out = self._marked_kwargs[key] = self.tok.mark_content(dict(env.kwargs))
+        return out
+
+    def _render_full(
+        self, msgs: list[dict[str, Any]], tools: list[Any], env: Env, add_generation_prompt: bool, marked: bool
+    ) -> str:
         return self.tok.render(
             msgs,
             tools=tools or None,
             add_generation_prompt=add_generation_prompt,
-            template_kwargs=env.kwargs,
+            template_kwargs=self._kwargs(env, marked),
             prepared=True,
         )
 
@@ -241,7 +250,7 @@ class Renderer:
             ref,
             tools=tools,
             add_generation_prompt=add_generation_prompt,
-            template_kwargs=env.kwargs,
+            template_kwargs=self._kwargs(env, marked),
         )
         if out is None:
             return None
@@ -252,7 +261,11 @@ class Renderer:
         self.traced_renders += 1
         self.iterations_replayed += trace.replayed
         self.iterations_run += len(trace.starts) - trace.replayed
-        if VERIFY_REPLAY and trace.replayed and self._render_full(msgs, tools, env, add_generation_prompt) != text:
+        if (
+            VERIFY_REPLAY
+            and trace.replayed
+            and self._render_full(msgs, tools, env, add_generation_prompt, marked) != text
+        ):
             raise RenderError(
                 "a replayed rendering differs from a full one",
                 code="replay_mismatch",

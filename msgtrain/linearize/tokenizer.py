@@ -7,9 +7,12 @@ Invariants:
   share and encodes only the rest. HF tokenizers split on added tokens before anything else, so ids never cross
   such a boundary; ``_check_boundary_split`` verifies that property once per tokenizer and disables reuse if the
   tokenizer breaks it (e.g. a normalizer that looks across tokens).
-- ``encode_marked(text)`` encodes a rendering whose user-supplied added-token text was wrapped in private markers:
-  the template's own control tokens stay control tokens, marked ones become plain text (no control id inside
-  content). Templates that split a marker pair leave lone markers, which only break the text.
+- ``encode_marked(text)`` encodes a rendering whose log strings were marked (:meth:`TokenizerBundle.mark_content`):
+  the template's own control tokens stay control tokens, and every stretch between two of them that holds
+  content's added-token text is encoded as that stretch's plain text (every added token split, SentencePiece
+  word-start rules as at that position), so content never becomes a control token and the text is unchanged.
+  Marker characters a log holds are escaped, so they come back as themselves. Templates that split a marker pair
+  leave lone markers, which only break the text.
 - The embedded demo tokenizer is built in code (byte-level, ChatML): no files, no network. It exists so a fresh
   offline machine can run the pipeline end to end; it is not a model's tokenizer.
 """
@@ -33,8 +36,38 @@ if TYPE_CHECKING:
     from msgtrain.linearize.template import RenderTrace
 
 DEMO_TOKENIZER = "msgtrain-demo-bytes-chatml"
+# Private markers in a marked rendering (see :meth:`TokenizerBundle.mark_content`). A log may hold these characters
+# too: in marked strings every one of them is escaped (MARK_ESC + the character), so a marker in a rendering is
+# always msgtrain's and a logged one always comes back as itself.
 MARK_START = "\ue000"
 MARK_END = "\ue001"
+MARK_ESC = "\ue002"
+_MARKER_CHARS = re.compile("[\ue000-\ue002]")
+# One item of marked text: an escaped character, a marked pair (content's added-token text), or a lone marker (a
+# template cut a pair or an escape: the marker is dropped, the text is kept).
+_MARKUP = re.compile("\ue002(.)|\ue000([^\ue000-\ue002]*)\ue001|[\ue000-\ue002]", re.S)
+# Assistant fields that are the policy's own text: templates parse them (inline ``<think>`` split at ``</think>``),
+# and what the policy wrote as control tokens it generated as control tokens, so they are never wrapped.
+_GENERATED_FIELDS = frozenset({"content", "reasoning_content", "thinking", "reasoning"})
+
+
+def unmark(text: str) -> tuple[str, bool]:
+    """The text a marked rendering stands for, and whether it held a marked pair (content's added-token text)."""
+    if _MARKER_CHARS.search(text) is None:
+        return text, False
+    pairs = False
+
+    def plain(m: re.Match[str]) -> str:
+        nonlocal pairs
+        if m.group(1) is not None:
+            return m.group(1)
+        if m.group(2) is not None:
+            pairs = True
+            return m.group(2)
+        return ""
+
+    return _MARKUP.sub(plain, text), pairs
+
 
 CHATML_TEMPLATE = (
     "{%- if tools -%}"
@@ -191,7 +224,14 @@ class TokenizerBundle:
         self.encode_calls = 0
         self.encoded_chars = 0
         self.encoded_tokens = 0
-        self._plain: Any = None
+        self._plain: dict[str | None, Any] = {}
+        self._plain_spec: str | None = None  # the tokenizer's JSON without added tokens, once one is needed
+        # added-token text -> whether the tokenizer strips whitespace before it (lstrip) / after it (rstrip)
+        decoder = hf.added_tokens_decoder.values()
+        self._strips: tuple[dict[str, bool], dict[str, bool]] = (
+            {t.content: bool(t.lstrip) for t in decoder},
+            {t.content: bool(t.rstrip) for t in decoder},
+        )
 
     # -------------------------------------------------------------- facts
     def _stop_ids(self) -> set[int]:
@@ -372,11 +412,18 @@ class TokenizerBundle:
         out[inside] = table[ids[inside]]
         return out
 
+    def _unsplit(self) -> None:
+        # transformers 5 leaves ``encode_special_tokens`` set on the shared backend after any call with
+        # ``split_special_tokens=True`` (audit code, a user's own call): then no control token would be found.
+        if self.backend.encode_special_tokens:
+            self.backend.encode_special_tokens = False
+
     def has_added_text(self, text: str) -> bool:
         return self._added_re.search(text) is not None
 
     def encode(self, text: str) -> np.ndarray:
         self.encode_calls += 1
+        self._unsplit()
         self.encoded_chars += len(text)
         ids = np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int32)
         self.encoded_tokens += int(ids.shape[0])
@@ -384,43 +431,45 @@ class TokenizerBundle:
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         self.encode_calls += 1
+        self._unsplit()
         self.encoded_chars += sum(map(len, texts))
         outs = self.backend.encode_batch(texts, add_special_tokens=False)
         arrays = [np.asarray(o.ids, dtype=np.int32) for o in outs]
         self.encoded_tokens += sum(int(a.shape[0]) for a in arrays)
         return arrays
 
+    def _control_matches(self, text: str) -> list[re.Match[str]]:
+        """The template's own control tokens in a marked rendering: added-token text outside marked pairs, up to the
+        first lone start marker (a template that cut a pair leaves one; a later text may close it, so nothing
+        after it is a safe boundary)."""
+        if _MARKER_CHARS.search(text) is None:
+            return list(self._added_re.finditer(text))
+        owned: list[tuple[int, int]] = []  # marked pairs, in order
+        limit = len(text)
+        for m in _MARKUP.finditer(text):
+            if m.group(2) is not None:
+                owned.append((m.start(), m.end()))
+            elif m.group(1) is None and m.group(0) == MARK_START:
+                limit = m.start()
+                break
+        starts = [a for a, _ in owned]
+        out = []
+        for m in self._added_re.finditer(text, 0, limit):
+            i = bisect.bisect_right(starts, m.start()) - 1
+            if i < 0 or m.start() >= owned[i][1]:
+                out.append(m)
+        return out
+
     def _marks(
         self, text: str, ids: np.ndarray, char_offset: int = 0, tok_offset: int = 0
     ) -> tuple[np.ndarray, np.ndarray]:
-        if MARK_START in text or MARK_END in text:
-            # Only the template's own control tokens are boundaries: added-token text inside marked content
-            # is encoded as plain text and is no boundary.
-            spans = [(m.start(), m.end()) for m in re.finditer(f"{MARK_START}.*?{MARK_END}", text, flags=re.S)]
-            starts = [a for a, _ in spans]
-            # A start marker outside every pair (a template cut a pair) may pair with an end marker that a later
-            # text adds: no boundary after it is safe to reuse.
-            limit = next(
-                (
-                    m.start()
-                    for m in re.finditer(MARK_START, text)
-                    if (i := bisect.bisect_right(starts, m.start()) - 1) < 0 or m.start() >= spans[i][1]
-                ),
-                len(text),
-            )
-            found = []
-            for m in self._added_re.finditer(text, 0, limit):
-                i = bisect.bisect_right(starts, m.start()) - 1
-                if i < 0 or m.start() >= spans[i][1]:
-                    found.append(m.end())
-            ends = np.asarray(found, dtype=np.int64)
-        else:
-            ends = np.fromiter((m.end() for m in self._added_re.finditer(text)), dtype=np.int64)
+        # Only the template's own control tokens are boundaries: content's added-token text is plain text.
         pos = np.flatnonzero(self.is_added(ids)).astype(np.int64) + 1
-        if ends.shape[0] != pos.shape[0]:
+        if len(self._control_matches_all(text)) != pos.shape[0]:
             # Added-token text that did not become an added id (or vice versa): no safe checkpoints here.
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        return ends + char_offset, pos + tok_offset
+        ends = np.fromiter((m.end() for m in self._control_matches(text)), dtype=np.int64)
+        return ends + char_offset, pos[: ends.shape[0]] + tok_offset
 
     def encode_segments(self, text: str, cache: dict[tuple[bool, str], np.ndarray], at_start: bool) -> np.ndarray:
         """``encode(text)``, a segment at a time through ``cache``, new segments in one batched call.
@@ -451,6 +500,7 @@ class TokenizerBundle:
             new = list(missing)
             self.encode_calls += 1
             self.encoded_chars += sum(len(k[1]) for k in new)
+            self._unsplit()
             # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on.
             batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
             outs = batch([k[1] for k in new], add_special_tokens=False)
@@ -501,55 +551,153 @@ class TokenizerBundle:
         c, t = int(base.char_marks[k - 1]), int(base.tok_marks[k - 1])
         rest = text[c:]
         if marked:
-            rest_ids = self.encode_marked(rest)
+            rest_ids = self.encode_marked(rest, after=self._control_ending_at(text, c))
         else:
             rest_ids = self.encode(rest) if segments is None else self.encode_segments(rest, segments, at_start=False)
         cm, tm = self._marks(rest, rest_ids, c, t)
         ids = np.concatenate([base.ids[:t], rest_ids])
         return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))
 
-    def _plain_tokenizer(self) -> Any:
-        """The same tokenizer with no added tokens: encodes control-token text as ordinary text."""
-        if self._plain is None:
+    def _control_ending_at(self, text: str, end: int) -> str | None:
+        for s in self.added_strings:  # longest first, as the tokenizer matches
+            if text.startswith(s, end - len(s)) and end >= len(s):
+                return s
+        return None
+
+    def _plain_tokenizer(self, sentinel: str | None = None) -> Any:
+        """The same tokenizer with no added tokens (control-token text is ordinary text), or with one added token
+        ``sentinel`` only: encoding ``sentinel + text`` then encodes ``text`` as a stretch that follows a control
+        token, the way the tokenizer encodes what follows one (SentencePiece word-start rules apply to the start
+        of the input only)."""
+        tok = self._plain.get(sentinel)
+        if tok is None:
             from tokenizers import Tokenizer
 
-            spec = json.loads(self.backend.to_str())
-            spec["added_tokens"] = []
-            self._plain = Tokenizer.from_str(json.dumps(spec))
-        return self._plain
+            if self._plain_spec is None:
+                spec = json.loads(self.backend.to_str())
+                spec["added_tokens"] = []
+                self._plain_spec = json.dumps(spec)
+            spec = json.loads(self._plain_spec)
+            if sentinel is not None:
+                free = self.backend.get_vocab_size(with_added_tokens=True)
+                spec["added_tokens"] = [
+                    {
+                        "id": free,
+                        "content": sentinel,
+                        "single_word": False,
+                        "lstrip": False,
+                        "rstrip": False,
+                        "normalized": False,
+                        "special": True,
+                    }
+                ]
+            tok = self._plain[sentinel] = Tokenizer.from_str(json.dumps(spec))
+        return tok
 
-    def encode_marked(self, text: str) -> np.ndarray:
-        """Encode a rendering whose content control tokens are wrapped in MARK_START/MARK_END (see module doc)."""
-        pieces = re.split(f"{MARK_START}(.*?){MARK_END}|[{MARK_START}{MARK_END}]", text, flags=re.S)
+    def encode_plain(self, text: str, *, initial: bool) -> np.ndarray:
+        """``text`` encoded with every added token split (plain text), as a stretch that begins the input
+        (``initial``) or that follows a control token."""
+        self.encode_calls += 1
+        self.encoded_chars += len(text)
+        if not text:
+            return np.zeros(0, dtype=np.int32)
+        if initial:
+            ids = self._plain_tokenizer().encode(text, add_special_tokens=False).ids
+        else:
+            k = 0
+            while (sentinel := f"\ue003{k}\ue003") in text:
+                k += 1
+            ids = self._plain_tokenizer(sentinel).encode(sentinel + text, add_special_tokens=False).ids[1:]
+        return np.asarray(ids, dtype=np.int32)
+
+    def encode_marked(self, text: str, after: str | None = None) -> np.ndarray:
+        """Encode a rendering whose content strings were marked (:meth:`mark_content`).
+
+        The rendering is split at the template's own control tokens (added-token text outside marked pairs). A
+        stretch between two of them that holds content's added-token text is encoded as plain text
+        (:meth:`encode_plain`: every added token split, the stretch's position respected), without the whitespace
+        a neighbouring control token strips; every other stretch is encoded as usual. Content thus never becomes a
+        control token, and a rendering without such text encodes exactly as :meth:`encode` does. ``after``: the
+        control token that precedes ``text`` (``text`` continues an encoding cut after it), None when ``text``
+        begins the input.
+        """
+        if _MARKER_CHARS.search(text) is None:
+            return self.encode(text)
         out: list[np.ndarray] = []
-        plain = self._plain_tokenizer()
-        newline = plain.encode("\n", add_special_tokens=False).ids
-        for i, piece in enumerate(pieces):
-            if not piece:
-                continue
-            if i % 2 == 0:
-                out.append(self.encode(piece))
-                continue
-            # Encode after a newline so SentencePiece-style tokenizers do not add a word-start prefix mid-text.
-            ids = plain.encode("\n" + piece, add_special_tokens=False).ids
-            ids = (
-                ids[len(newline) :]
-                if ids[: len(newline)] == newline
-                else plain.encode(piece, add_special_tokens=False).ids
-            )
-            out.append(np.asarray(ids, dtype=np.int32))
+        buf: list[str] = []  # stretches encoded as usual, joined (each after a control token or at the start)
+        pos = 0
+        prev = after
+        for m in [*self._control_matches_all(text), None]:
+            end = m.start() if m is not None else len(text)
+            clean, pairs = unmark(text[pos:end])
+            if pairs:
+                if buf:
+                    out.append(self.encode("".join(buf)))
+                    buf = []
+                if prev is not None and self._strips[1].get(prev):
+                    clean = clean.lstrip()
+                if m is not None and self._strips[0].get(m.group(0)):
+                    clean = clean.rstrip()
+                out.append(self.encode_plain(clean, initial=prev is None and pos == 0))
+            elif clean:
+                buf.append(clean)
+            if m is not None:
+                buf.append(m.group(0))
+                prev = m.group(0)
+                pos = m.end()
+        if buf:
+            out.append(self.encode("".join(buf)))
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
 
-    def mark_content(self, value: Any) -> Any:
-        """Wrap added-token text inside user-supplied strings (recursively) with private markers."""
+    def _control_matches_all(self, text: str) -> list[re.Match[str]]:
+        """Every template control token of a marked rendering (lone markers only break the text, not this)."""
+        if _MARKER_CHARS.search(text) is None:
+            return list(self._added_re.finditer(text))
+        owned = [(m.start(), m.end()) for m in _MARKUP.finditer(text) if m.group(2) is not None]
+        starts = [a for a, _ in owned]
+        out = []
+        for m in self._added_re.finditer(text):
+            i = bisect.bisect_right(starts, m.start()) - 1
+            if i < 0 or m.start() >= owned[i][1]:
+                out.append(m)
+        return out
+
+    def mark_content(self, value: Any, *, wrap: bool = True) -> Any:
+        """A log's value (a string, or lists and dicts of them — keys included) made safe to render: marker
+        characters escaped and, with ``wrap``, added-token text wrapped in MARK_START/MARK_END so
+        :meth:`encode_marked` keeps it plain text."""
         if isinstance(value, str):
-            value = value.replace(MARK_START, "").replace(MARK_END, "")
-            return self._added_re.sub(lambda m: f"{MARK_START}{m.group(0)}{MARK_END}", value)
+            if _MARKER_CHARS.search(value) is not None:
+                value = _MARKER_CHARS.sub(lambda m: MARK_ESC + m.group(0), value)
+            if wrap:
+                value = self._added_re.sub(lambda m: f"{MARK_START}{m.group(0)}{MARK_END}", value)
+            return value
         if isinstance(value, dict):
-            return {k: self.mark_content(v) for k, v in value.items()}
+            return {self.mark_content(k, wrap=wrap): self.mark_content(v, wrap=wrap) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [self.mark_content(v) for v in value]
+            return [self.mark_content(v, wrap=wrap) for v in value]
         return value
+
+    def mark_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`mark_content` of one template message: an assistant's own text (content, reasoning) has its
+        marker characters escaped but its added-token text left as is — the policy generated it, and templates
+        parse it (``content.split('</think>')``); everything else from the log is wrapped, names, ids, tool-call
+        arguments and their keys included."""
+        if message.get("role") != "assistant":
+            return dict(self.mark_content(message))
+        return {self.mark_content(k): self.mark_content(v, wrap=k not in _GENERATED_FIELDS) for k, v in message.items()}
+
+    def content_has_control_text(self, value: Any, *, assistant: bool = False) -> bool:
+        """Whether a log's value carries added-token text where :meth:`mark_message` would wrap it."""
+        if isinstance(value, str):
+            return self.has_added_text(value)
+        if isinstance(value, dict):
+            return any(self.has_added_text(k) if isinstance(k, str) else False for k in value) or any(
+                self.content_has_control_text(v) for k, v in value.items() if not (assistant and k in _GENERATED_FIELDS)
+            )
+        if isinstance(value, list | tuple):
+            return any(self.content_has_control_text(v) for v in value)
+        return False
 
     # -------------------------------------------------------------- decoding
     def decode(self, ids: Iterable[int]) -> str:

@@ -194,6 +194,25 @@ def from_openai_message(
     )
 
 
+def check_reply_present(data: dict[str, Any], where: str, *, engine_ids: bool = False) -> None:
+    """Refuse an assistant reply that holds nothing: no ``content`` key (or null content), no tool or function call,
+    no reasoning, no refusal. Trained as is it would teach a bare end-of-turn; OpenAI's fine-tuning data checks
+    count a message without content as a format error. Logged engine ids (``engine_ids``) prove the policy really
+    emitted nothing, and then it is a real sample."""
+    if engine_ids or data.get("content") is not None:
+        return
+    if data.get("tool_calls") or data.get("function_call") or data.get("refusal"):
+        return
+    if data.get("reasoning_content") or data.get("reasoning"):
+        return
+    raise ValidationError(
+        "assistant reply has no content, no tool call and no engine token ids",
+        where=where,
+        hint="log the reply's content (an empty reply is content \"\"), or the engine's token ids",
+        code="empty_reply",
+    )
+
+
 def from_openai_messages(messages: Iterable[dict[str, Any]], *, policy: str = DEFAULT_POLICY) -> list[AnyMessage]:
     """Convert a whole OpenAI message list, resolving tool-result names from earlier calls."""
     names: dict[str, str] = {}
@@ -335,20 +354,22 @@ def to_openai_messages(messages: Iterable[AnyMessage], *, complete_pairs_only: b
     """Project a message sequence to OpenAI dicts (seed 003's pairing rule by default)."""
     msgs = list(messages)
     proj = Projection()
-    # A pair is a call and a result *after* it; a result logged before its call answers nothing.
-    answered: set[str] = set()
-    called: set[str] = set()
-    for m in msgs:
+    # A pair is a call and a result *after* it; a result logged before its call answers nothing. Ids are unique
+    # among open calls only (an agent may reuse an id once its call was answered), so a result answers the latest
+    # open call with its id.
+    answered: set[tuple[int, int]] = set()  # (message index, call index)
+    open_calls: dict[str, tuple[int, int]] = {}
+    for i, m in enumerate(msgs):
         if isinstance(m, OptionCallMessage):
-            called.update(c.invocation_id for c in m.calls)
-        elif isinstance(m, OptionResultMessage) and m.result.invocation_id in called:
-            answered.add(m.result.invocation_id)
+            open_calls.update({c.invocation_id: (i, k) for k, c in enumerate(m.calls)})
+        elif isinstance(m, OptionResultMessage) and m.result.invocation_id in open_calls:
+            answered.add(open_calls.pop(m.result.invocation_id))
     issued: set[str] = set()
-    for m in msgs:
+    for i, m in enumerate(msgs):
         if isinstance(m, OptionCallMessage):
             issued.update(c.invocation_id for c in m.calls)
             if complete_pairs_only:
-                keep = [c for c in m.calls if c.invocation_id in answered]
+                keep = [c for k, c in enumerate(m.calls) if (i, k) in answered]
                 proj.skipped_calls += len(m.calls) - len(keep)
                 if not keep and _content_value(m.parts, flat=False) is None and m.reasoning is None:
                     continue

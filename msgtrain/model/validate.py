@@ -37,7 +37,9 @@ def validate_dicts(messages: Sequence[Any], *, where: str = "") -> list[Problem]
     """Seed 004's Validate() over raw OpenAI-style dicts."""
     out: list[Problem] = []
     pre = f"{where} " if where else ""
-    ids_seen: set[str] = set()
+    # Call ids must be unique among *open* calls only: once a result answered a call, its id may be used again
+    # (tau2-bench agents name calls ``<tool>_0`` afresh after each answer). ``issued`` is every id ever called.
+    open_ids: set[str] = set()
     issued: set[str] = set()
     for i, m in enumerate(messages):
         loc = f"{pre}message[{i}]"
@@ -71,6 +73,7 @@ def validate_dicts(messages: Sequence[Any], *, where: str = "") -> list[Problem]
                 )
             if not m.get("name") and m.get("tool_call_id") not in issued:
                 out.append(Problem(loc, "missing_name", "tool message missing name", "set name to the tool's name"))
+            open_ids.discard(m.get("tool_call_id"))
         elif role == "assistant":
             calls = m.get("tool_calls") or []
             if content in (None, "", []) and not calls and not m.get("reasoning_content"):
@@ -81,9 +84,16 @@ def validate_dicts(messages: Sequence[Any], *, where: str = "") -> list[Problem]
                 if not cid or not fn.get("name"):
                     out.append(Problem(loc, "bad_tool_call", f"tool_calls[{k}] missing id or name"))
                     continue
-                if cid in ids_seen:
-                    out.append(Problem(loc, "duplicate_id", f"tool call id {cid} is used twice", "ids must be unique"))
-                ids_seen.add(cid)
+                if cid in open_ids:
+                    out.append(
+                        Problem(
+                            loc,
+                            "duplicate_id",
+                            f"tool call id {cid} is used twice while the first call is unanswered",
+                            "ids must be unique among calls that have no result yet",
+                        )
+                    )
+                open_ids.add(cid)
                 issued.add(cid)
         elif content is None or content == "" or content == []:
             out.append(Problem(loc, "empty_content", f"{role} message has empty content"))
@@ -94,22 +104,28 @@ def validate_messages(messages: Sequence[AnyMessage], *, where: str = "") -> lis
     """The same rules over typed messages (pairing of calls and results by invocation id)."""
     out: list[Problem] = []
     pre = f"{where} " if where else ""
-    issued: dict[str, int] = {}
+    # Invocation ids are unique among *open* calls: a result closes its call and the id may then be reused by a
+    # new call (a new call, not a duplicate). ``issued`` is every id ever called, for pairing results.
+    open_calls: dict[str, int] = {}
+    issued: set[str] = set()
     for i, m in enumerate(messages):
         loc = f"{pre}message[{i}]"
         if isinstance(m, OptionCallMessage):
             for c in m.calls:
-                if c.invocation_id in issued:
+                if c.invocation_id in open_calls:
+                    first = open_calls[c.invocation_id]
                     out.append(
                         Problem(
                             loc,
                             "duplicate_id",
-                            f"invocation id {c.invocation_id} was already used by message[{issued[c.invocation_id]}]",
-                            "invocation ids must be unique",
+                            f"invocation id {c.invocation_id} is still open from message[{first}]",
+                            "invocation ids must be unique among calls that have no result yet",
                         )
                     )
-                issued[c.invocation_id] = i
+                open_calls[c.invocation_id] = i
+                issued.add(c.invocation_id)
         elif isinstance(m, OptionResultMessage):
+            open_calls.pop(m.result.invocation_id, None)
             if m.result.invocation_id not in issued:
                 out.append(
                     Problem(

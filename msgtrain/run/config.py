@@ -31,8 +31,16 @@ from msgtrain.export.length import Overflow
 from msgtrain.export.split import parse_split_spec
 from msgtrain.export.targets import TARGETS
 from msgtrain.export.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_ROWS_PER_SHARD, Format
+from msgtrain.run.storage import is_remote, local_path
 
 CONFIG_VERSION = "msgtrain-convert-config/1"
+
+
+def _location(value: Any) -> Any:
+    """A URL stays a string (``Path`` would fold ``s3://b`` into ``s3:/b``); a local path becomes a Path."""
+    if isinstance(value, str):
+        return value.rstrip("/") if is_remote(value) else local_path(value)
+    return value
 
 
 class ConvertConfig(BaseModel):
@@ -41,8 +49,9 @@ class ConvertConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
     # inputs and outputs
-    inputs: tuple[Path, ...] = Field((), description="log files or directories (searched recursively)")
-    output: Path | None = Field(None, description="output directory, published atomically")
+    # A location is a local Path or, for object storage, a URL kept as a string (``s3://bucket/logs/``).
+    inputs: tuple[Path | str, ...] = Field((), description="log files or directories (searched recursively), or URLs")
+    output: Path | str | None = Field(None, description="output directory or URL, published atomically")
     rejects: Path | None = Field(None, description="where bad records go (default OUT/rejects.jsonl)")
     input_format: str | None = Field(None, description="force a reader instead of detecting per file")
     # tokens
@@ -50,6 +59,11 @@ class ConvertConfig(BaseModel):
     chat_template: str | None = Field(None, description="a .jinja file or tokenizer_config.json")
     render_date: str | None = Field(None, description="YYYY-MM-DD for templates that print today's date")
     policies: tuple[str, ...] = Field((), description="train only these policies; empty = all")
+    content_special_tokens: Literal["plain", "parse"] = Field(
+        "plain",
+        description="control-token text in log content: plain = encoded as plain text (safe); parse = as a serving"
+        " engine parses it (control tokens; samples flagged content_special_tokens_parsed)",
+    )
     # what to write
     format: Format = "parquet"
     target: str = Field("canonical", description="one of the export targets")
@@ -57,7 +71,10 @@ class ConvertConfig(BaseModel):
     overflow: Overflow = "drop"
     allow_partial_turns: bool = Field(False, description="with overflow=truncate, train the first part of a cut turn")
     split: dict[str, float] = Field(default_factory=dict, description="held-out splits, e.g. {validation: 0.05}")
-    pack_length: int | None = Field(None, gt=0, description="row length for target=packed")
+    pack_length: int | None = Field(None, gt=0, description="row length for target=packed (and target=tree)")
+    tree_scope: Literal["graph", "split"] = Field(
+        "graph", description="target=tree: one trie per graph, or one per split buffer (merges shared prompts)"
+    )
     rows_per_shard: int = Field(DEFAULT_ROWS_PER_SHARD, gt=0)
     row_group_size: int = Field(DEFAULT_ROW_GROUP_SIZE, gt=0)
     # how to run
@@ -109,6 +126,18 @@ class ConvertConfig(BaseModel):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str | Path) else value
 
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _locations(cls, value: Any) -> Any:
+        if isinstance(value, str | Path):
+            value = [value]
+        return [_location(v) for v in value] if isinstance(value, list | tuple) else value
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _output_location(cls, value: Any) -> Any:
+        return _location(value)
+
     @model_validator(mode="before")
     @classmethod
     def _derive_pack_and_max_length(cls, data: Any) -> Any:
@@ -129,10 +158,13 @@ class ConvertConfig(BaseModel):
                 "target packed needs a row length",
                 hint="set pack_length (or max_length), e.g. --pack-length 4096",
             )
-        if self.target != "packed" and self.pack_length is not None:
+        if self.target not in ("packed", "tree") and self.pack_length is not None:
             raise ConfigError(
-                "pack_length only applies to target packed", hint="drop pack_length or use --target packed"
+                "pack_length only applies to targets packed and tree",
+                hint="drop pack_length or use --target packed / --target tree",
             )
+        if self.target != "tree" and self.tree_scope != "graph":
+            raise ConfigError("tree_scope only applies to target tree", hint="drop tree_scope or use --target tree")
         if self.pack_length is not None and self.max_length is not None and self.max_length > self.pack_length:
             raise ConfigError(
                 f"max_length {self.max_length} is longer than pack_length {self.pack_length}",
@@ -183,6 +215,7 @@ OUTPUT_SETTINGS = frozenset(
         "tokenizer",
         "chat_template",
         "render_date",
+        "content_special_tokens",
         "policies",
         "format",
         "target",
@@ -191,6 +224,7 @@ OUTPUT_SETTINGS = frozenset(
         "allow_partial_turns",
         "split",
         "pack_length",
+        "tree_scope",
         "rows_per_shard",
         "row_group_size",
     }

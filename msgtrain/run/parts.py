@@ -23,9 +23,10 @@ import heapq
 import json
 import os
 import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from msgtrain.ingest.base import (
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.render import Renderer
+from msgtrain.run.storage import Store, join
 
 MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
 SAMPLES_FILE = "samples.arrow"
@@ -66,6 +68,7 @@ class LinearizeSettings:
     render_date: str | None
     input_format: str | None
     strict: bool = False
+    content_special_tokens: str = "plain"
     # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
     debug_log: str | None = None
 
@@ -74,6 +77,7 @@ class LinearizeSettings:
             "tokenizer": tokenizer_fingerprint,
             "policies": sorted(self.policies),
             "render_date": self.render_date,
+            "content_special_tokens": self.content_special_tokens,
             "input_format": self.input_format,
             "version": __version__,
         }
@@ -81,14 +85,19 @@ class LinearizeSettings:
 
 
 def file_digest(path: Path) -> str:
+    """A hash of a file's bytes; for a directory log, of every file in it (relative names and bytes, sorted)."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for member in members:
+        if member is not path:
+            h.update(str(member.relative_to(path)).encode("utf-8", "surrogatepass") + b"\0")
+        with open(member, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
     return h.hexdigest()
 
 
-def part_key(path: Path, digest: str, settings_key: str, chunk: str = "") -> str:
+def part_key(path: Path | str, digest: str, settings_key: str, chunk: str = "") -> str:
     """``chunk`` names the chunk and the plan it came from (index, count, target size); empty for a whole file."""
     text = f"{path}\0{digest}\0{settings_key}" + (f"\0{chunk}" if chunk else "")
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
@@ -96,9 +105,9 @@ def part_key(path: Path, digest: str, settings_key: str, chunk: str = "") -> str
 
 @dataclass(frozen=True)
 class Job:
-    """One unit of work: a file, or one chunk of it, and the part it becomes."""
+    """One unit of work: a file (a local path, or an object's URL), or one chunk of it, and the part it becomes."""
 
-    path: Path
+    path: Path | str
     key: str
     meta: dict[str, Any]
     chunk: Chunk | None = None
@@ -107,7 +116,11 @@ class Job:
     def size(self) -> int:
         if self.chunk is not None:
             return self.chunk.bytes
+        if isinstance(self.path, str):
+            return int(self.meta.get("size", 0))
         try:
+            if self.path.is_dir():
+                return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
             return self.path.stat().st_size
         except OSError:
             return 0
@@ -167,7 +180,11 @@ def convert_file(
     ``strict``): it rejects and goes on."""
     tok = load_tokenizer(settings.tokenizer, settings.chat_template)
     renderer = Renderer(tok, settings.render_date)
-    opts = LinearizeOptions(policies=frozenset(settings.policies), render_date=settings.render_date)
+    opts = LinearizeOptions(
+        policies=frozenset(settings.policies),
+        render_date=settings.render_date,
+        content_special_tokens=settings.content_special_tokens,
+    )
     stats = PartStats()
     samples: list[Sample] = []
     rejects: list[str] = []
@@ -240,6 +257,33 @@ def convert_file(
     return samples, stats, rejects
 
 
+def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], PartStats, list[str]]:
+    """:func:`convert_file` for a job; an object on a store is first copied to this worker's disk.
+
+    The readers open local files; the copy keeps the object's name (format detection looks at the suffix), and
+    the samples' sources and the rejects name the object's URL, not the copy. Readers that look at files beside
+    their input (a Claude Code sub-agent's parent session) see only the one object.
+    """
+    if not isinstance(job.path, str):
+        return convert_file(job.path, settings, job.chunk)
+    url = job.path
+    with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:
+        local = Path(tmp) / url.rpartition("/")[2]
+        try:
+            Store.of(url).download(url, local)
+        except OSError as e:
+            if settings.strict:
+                raise
+            stats = PartStats(records_read=1, records_rejected=Counter(unreadable_file=1))
+            error = MsgtrainError(f"{type(e).__name__}: {e}", code="unreadable_file")
+            return [], stats, [_reject_line(SourceRef(url, "file"), error)]
+        samples, stats, rejects = convert_file(local, settings, job.chunk)
+    name, escaped = str(local), json.dumps(str(local))[1:-1]
+    samples = [replace(s, source=url + s.source[len(name) :]) if s.source.startswith(name) else s for s in samples]
+    rejects = [line.replace(escaped, json.dumps(url)[1:-1]) for line in rejects]
+    return samples, stats, rejects
+
+
 def reject_order(line: str) -> tuple[int, int, str]:
     """Rejects of one file in file order: the file itself, then lines (by number), then items and the rest."""
     record = str(json.loads(line).get("record", ""))
@@ -308,6 +352,27 @@ def write_part(
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+def write_part_to(
+    parts: Path | str, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
+) -> None:
+    """:func:`write_part` into a local directory, or onto a store: the same files, ``part.json`` uploaded last so
+    its presence marks a complete part (a store has no rename; a worker killed mid-upload leaves no marker)."""
+    if not isinstance(parts, str):
+        write_part(parts, key, meta, samples, stats, rejects)
+        return
+    with tempfile.TemporaryDirectory(prefix="msgtrain-part-") as tmp:
+        part = write_part(Path(tmp), key, meta, samples, stats, rejects)
+        Store.of(parts).upload_tree(part, join(parts, key), last=(PART_FILE,))
+
+
+def fetch_part(parts: str, key: str, dest: Path) -> Path:
+    """Copy a part from a store into ``dest/key`` (to memory-map it like a local part)."""
+    store = Store.of(parts)
+    for name in (PART_FILE, SAMPLES_FILE, REJECTS_FILE):
+        store.download(join(parts, key, name), dest / key / name)
+    return dest / key
 
 
 def read_part(part: Path) -> tuple[dict[str, Any], pa.Table, str]:

@@ -455,7 +455,8 @@ class TemplateAuditor:
             text = self.tok.apply_chat_template(convo, tokenize=False, **self.kwargs)
             baseline = self.tok.apply_chat_template(plain_convo, tokenize=False, **self.kwargs)
             bundle = self.bundle
-            marked_text = self.tok.apply_chat_template(bundle.mark_content(convo), tokenize=False, **self.kwargs)
+            marked = [bundle.mark_message(m) for m in convo]
+            marked_text = self.tok.apply_chat_template(marked, tokenize=False, **self.kwargs)
         added = np.asarray(sorted(self.added))
 
         def count_added(ids: Sequence[int]) -> int:

@@ -32,6 +32,7 @@ from msgtrain.errors import ConfigError
 from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, get_reader, open_reader, read_events
 from msgtrain.tools.sample_view import Decode, SampleView, mark_cuts, plural
 from msgtrain.tools.tree import TreeLine, TurnNote, graph_lines
+from msgtrain.tools.tree_row_view import TREE_ROW_COLUMNS, TreeRowView, tree_row_view
 
 LISTING_ROWS = 50
 VIEW_COLUMNS = (
@@ -61,6 +62,7 @@ class Inspection:
     total: int = 0  # samples of the graph (logs) or rows of the dataset
     notes: list[str] = field(default_factory=list)
     listing: list[dict[str, Any]] = field(default_factory=list)  # dataset rows, when no sample was asked for
+    tree_rows: list[TreeRowView] = field(default_factory=list)  # a --target tree row, segments under parents
 
 
 def is_dataset(path: Path) -> bool:
@@ -263,7 +265,12 @@ def inspect_dataset(path: Path, *, sample: str | None, tokenizer: str | None, ch
             f"warning: this tokenizer ({tok.name}) is not the one that wrote the dataset "
             f"({logged.get('name')}): decoded text may be wrong"
         )
-    notes.append("a dataset stores samples, not graphs: inspect the source log to see the tree")
+    tree_rows = "num_flat_tokens" in pq.read_schema(files[0]).names
+    notes.append(
+        "a --target tree dataset: each row is a prefix tree of samples (--sample N shows row N)"
+        if tree_rows
+        else "a dataset stores samples, not graphs: inspect the source log to see the tree"
+    )
     out = Inspection(
         title=f"msgtrain inspect {path}",
         decode=tok.decode,
@@ -271,6 +278,8 @@ def inspect_dataset(path: Path, *, sample: str | None, tokenizer: str | None, ch
         total=total,
         notes=notes,
     )
+    if tree_rows:
+        return _inspect_tree_rows(out, files, counts, sample)
     if sample is None:
         out.listing = _listing(files)
         if not out.listing:
@@ -287,6 +296,25 @@ def inspect_dataset(path: Path, *, sample: str | None, tokenizer: str | None, ch
     views = [SampleView.from_row(global_index + p, r) for p, r in zip(positions, rows, strict=True)]
     mark_cuts(views)
     out.views = [v for v in views if v.index == global_index + row]
+    return out
+
+
+def _inspect_tree_rows(out: Inspection, files: list[Path], counts: list[int], sample: str | None) -> Inspection:
+    """Tree rows are addressed by row index; without one, the rows are listed."""
+    if sample is None:
+        cols = ["num_tokens", "num_flat_tokens", "num_samples", "num_segments", "num_trained_tokens"]
+        for f in files:
+            for r in pq.read_table(f, columns=cols).to_pylist():
+                if len(out.listing) < LISTING_ROWS:
+                    out.listing.append({"index": len(out.listing), **r})
+        return out
+    if not sample.isdigit():
+        raise ConfigError(
+            f"--sample {sample!r}: tree rows are addressed by row index", hint="pass --sample N (see the listing)"
+        )
+    file_index, row = _locate(files, counts, sample)
+    data = pq.read_table(files[file_index], columns=list(TREE_ROW_COLUMNS)).slice(row, 1).to_pylist()[0]
+    out.tree_rows = [tree_row_view(int(sample), data, out.decode)]
     return out
 
 
@@ -348,7 +376,17 @@ def render_inspection(ins: Inspection) -> Any:
     parts.extend(Text(n, style="yellow" if n.startswith(("warning", "dropped")) else "dim") for n in ins.notes)
     for tree in ins.trees:
         parts.append(rich_lines(tree, list(TURN_STYLES)))
-    if ins.listing:
+    if ins.listing and "num_flat_tokens" in ins.listing[0]:
+        t = Table(title=f"{ins.total} tree rows · show one with --sample N", title_justify="left")
+        for col in ("#", "tokens", "flat tokens", "samples", "segments", "trained"):
+            t.add_column(col, justify="right")
+        for r in ins.listing:
+            t.add_row(
+                *(str(r[k]) for k in ("index", "num_tokens", "num_flat_tokens", "num_samples", "num_segments")),
+                str(r["num_trained_tokens"]),
+            )
+        parts.append(t)
+    elif ins.listing:
         t = Table(
             title=f"{ins.total} samples"
             + (f" (first {len(ins.listing)})" if ins.total > len(ins.listing) else "")
@@ -372,6 +410,11 @@ def render_inspection(ins: Inspection) -> Any:
     for v in ins.views:
         parts.append(Rule(style="dim"))
         parts.append(render_sample(v, ins.total, ins.decode, ins.control_ids))
+    for tree_row in ins.tree_rows:
+        from msgtrain.tools.tree_row_view import render_tree_row
+
+        parts.append(Rule(style="dim"))
+        parts.append(render_tree_row(tree_row))
     return Group(*parts)
 
 

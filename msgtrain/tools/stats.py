@@ -5,6 +5,8 @@ Invariants:
   ``OUT/report.json`` when present (drop and reject reasons live only there: dropped things are not rows).
 - Everything is computed with pyarrow compute and numpy over whole columns; no Python loop runs per token or per
   sample.
+- A ``--target tree`` dataset (detected by its ``num_flat_tokens`` column) gets its own summary: rows, samples,
+  tokens written, tokens its flat samples would have had and their ratio (:func:`tree_dataset_stats`).
 - Shares are of tokens: ``engine_share`` = engine tokens / all tokens, ``trained_share`` = trained / all.
 - Per-source figures group by file: a sample's ``source`` is ``file:line`` (or ``file (record)``), and the
   record part is dropped.
@@ -143,9 +145,48 @@ def _sum(column: pa.ChunkedArray) -> int:
     return int(value) if value is not None else 0
 
 
+TREE_STATS_COLUMNS = ("num_samples", "num_segments", "num_tokens", "num_trained_tokens", "num_flat_tokens")
+
+
+def tree_dataset_stats(out: Path) -> dict[str, Any]:
+    """Statistics of a ``--target tree`` dataset: what the tree rows cost against the flat samples they hold."""
+    tables = []
+    for f in dataset_files(out):
+        t = pq.read_table(f, columns=list(TREE_STATS_COLUMNS))
+        m = SHARD_NAME.match(f.name)
+        tables.append(t.append_column("split", pa.array([m.group("split") if m else f.stem] * t.num_rows)))
+    table = pa.concat_tables(tables)
+    tokens, flat = _sum(table["num_tokens"]), _sum(table["num_flat_tokens"])
+    report_path = out / "report.json"
+    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.is_file() else None
+    tree = (report or {}).get("outputs", {}).get("tree", {})
+    return {
+        "dataset": str(out),
+        "target": "tree",
+        "files": len(dataset_files(out)),
+        "rows": table.num_rows,
+        "splits": _counts(table["split"]),
+        "samples": _sum(table["num_samples"]),
+        "segments": _sum(table["num_segments"]),
+        "tokens": tokens,
+        "flat_tokens": flat,
+        "flat_per_tree_token": round(flat / tokens, 4) if tokens else 0.0,
+        "trie_tokens": tree.get("trie_tokens"),
+        "trained_tokens": _sum(table["num_trained_tokens"]),
+        "lengths": {"tokens": asdict(distribution(table["num_tokens"].to_numpy()))},
+        "drops": _drops(report) if report is not None else None,
+    }
+
+
+def _is_tree(out: Path) -> bool:
+    return "num_flat_tokens" in pq.read_schema(dataset_files(out)[0]).names
+
+
 def dataset_stats(out: str | Path) -> dict[str, Any]:
     """All statistics of the dataset at ``out`` as JSON-ready data."""
     out = Path(out)
+    if _is_tree(out):
+        return tree_dataset_stats(out)
     table = read_scalar_columns(out)
     tokens = _sum(table["num_tokens"])
     trained = _sum(table["num_trained_tokens"])
@@ -223,10 +264,40 @@ def _reason_line(counts: dict[str, int]) -> str:
     return f"{total} (" + ", ".join(f"{k}={v}" for k, v in counts.items()) + ")" if total else "0"
 
 
+def render_tree_stats(stats: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    overview = Table(title=f"msgtrain stats {stats['dataset']} (tree rows)", title_justify="left", show_header=False)
+    overview.add_column(style="bold")
+    overview.add_column()
+    splits = ", ".join(f"{k}={v}" for k, v in stats["splits"].items())
+    overview.add_row("rows", f"{stats['rows']} ({splits})" if splits else str(stats["rows"]))
+    overview.add_row("samples", f"{stats['samples']} flat samples in {stats['segments']} segments")
+    overview.add_row(
+        "tokens",
+        f"{stats['tokens']} written; the flat samples would have {stats['flat_tokens']} "
+        f"({stats['flat_per_tree_token']:g}x)",
+    )
+    if stats.get("trie_tokens"):
+        overview.add_row(
+            "trie",
+            f"{stats['trie_tokens']} distinct-prefix tokens (tree / trie {stats['tokens'] / stats['trie_tokens']:.4f})",
+        )
+    overview.add_row("trained tokens", str(stats["trained_tokens"]))
+    parts: list[Any] = [overview]
+    if stats["rows"]:
+        parts.append(histogram_table("tokens per row", stats["lengths"]["tokens"]))
+    return Group(*parts)
+
+
 def render_stats(stats: dict[str, Any]) -> Any:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    if stats.get("target") == "tree":
+        return render_tree_stats(stats)
 
     n = stats["samples"]
     lengths = stats["lengths"]
@@ -299,12 +370,17 @@ def plot_stats(stats: dict[str, Any], path: str | Path) -> Path:
             hint="pip install matplotlib (msgtrain's optional 'plot' extra), or drop --plot",
         ) from e
     path = Path(path)
-    panels = (
-        ("tokens", "tokens per sample"),
-        ("trained_tokens", "trained tokens per sample"),
-        ("turns", "turns per sample"),
+    panels: tuple[tuple[str, str], ...] = (
+        (("tokens", "tokens per row"),)
+        if stats.get("target") == "tree"
+        else (
+            ("tokens", "tokens per sample"),
+            ("trained_tokens", "trained tokens per sample"),
+            ("turns", "turns per sample"),
+        )
     )
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    axes = axes[0]
     for ax, (key, title) in zip(axes, panels, strict=True):
         bins = stats["lengths"][key]["bins"]
         labels = [_fmt_range(lo, hi) for lo, hi, _ in bins]

@@ -1,0 +1,261 @@
+"""Inputs, parts and OUT on object storage (``s3://``, ``gs://``, ``az://``, ``hf://``, ...) through fsspec.
+
+A location is either a local path (handled by the pipeline's own filesystem code, unchanged) or a URL with a
+protocol; ``file://`` URLs are local paths. :class:`Store` is the small surface the pipeline needs from a store.
+
+Invariants:
+- Nothing here relies on rename: object stores have none. Every object is written with one PUT (atomic per
+  object on S3, GCS and Azure Blob), and a set of objects is made visible by writing one small object *last*:
+  a part by its ``part.json``, a dataset by the ``_latest`` pointer (:func:`publish_pointer`).
+- A content hash comes from the store's own metadata when that metadata *is* a hash of the content (S3's ETag of
+  a single-part upload is the MD5 of the bytes, GCS ``md5Hash``, Azure ``content_md5``, the Hub's LFS sha256 or
+  git blob id), else from reading the object. Two objects with the same hash have the same bytes, so
+  ``--resume`` never reuses a part of different content.
+- A missing protocol package is a :class:`~msgtrain.errors.ConfigError` naming the extra to install.
+- Credentials and endpoints come from the protocol's usual environment (``AWS_*``, including
+  ``AWS_ENDPOINT_URL`` for S3-compatible servers; ``GOOGLE_APPLICATION_CREDENTIALS``; ``AZURE_STORAGE_*``;
+  ``HF_TOKEN``), so driver and workers are configured the same way.
+
+Layout of a dataset published to a URL ``OUT``::
+
+    OUT/_versions/<version>/...   one complete dataset per run (data/, dataset_info.json, report.json, rejects)
+    OUT/_latest                   JSON {"version": ..., "path": ...}, written last: the current dataset
+
+A reader reads ``OUT/_latest`` and opens the prefix it names (:func:`current_version`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import ConfigError, OutputError
+
+URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+POINTER = "_latest"
+VERSIONS = "_versions"
+# The package each protocol needs, and the msgtrain extra that installs it.
+PROTOCOL_PACKAGES: dict[str, tuple[str, str]] = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
+    "hf": ("huggingface_hub", "hf"),
+}
+
+
+def protocol(location: str | os.PathLike[str]) -> str | None:
+    """The URL's protocol, or None for a local path (``file://`` included)."""
+    m = URL.match(str(location))
+    if m is None or m.group(1).lower() in ("file", "local"):
+        return None
+    return m.group(1).lower()
+
+
+def is_remote(location: str | os.PathLike[str] | None) -> bool:
+    return location is not None and protocol(location) is not None
+
+
+def local_path(location: str | os.PathLike[str]) -> Path:
+    """A local location as a Path (``file:///x`` → ``/x``)."""
+    text = str(location)
+    return Path(text[len("file://") :]) if text.startswith("file://") else Path(text)
+
+
+def join(url: str, *names: str) -> str:
+    return "/".join([url.rstrip("/"), *(n.strip("/") for n in names)])
+
+
+class Store:
+    """One object store (one protocol), addressed with full URLs."""
+
+    def __init__(self, url: str) -> None:
+        proto = protocol(url)
+        if proto is None:
+            raise ValueError(f"{url!r} is not a URL")
+        import fsspec
+
+        try:
+            self.fs: Any = fsspec.filesystem(proto)
+        except ImportError as e:
+            package, extra = PROTOCOL_PACKAGES.get(proto, (proto, proto))
+            raise ConfigError(
+                f"{url}: reading {proto}:// needs the {package} package, which is not installed ({e})",
+                hint=f"pip install 'msgtrain[{extra}]'",
+            ) from None
+        except ValueError as e:  # fsspec: "Protocol not known"
+            raise ConfigError(
+                f"{url}: unknown storage protocol {proto!r}",
+                hint=f"use a local path or one of: {', '.join(sorted(PROTOCOL_PACKAGES))}",
+            ) from e
+        self.protocol = proto
+
+    @classmethod
+    def of(cls, url: str) -> Store:
+        return cls(url)
+
+    def _path(self, url: str) -> str:
+        return str(self.fs._strip_protocol(url))
+
+    def url(self, path: str) -> str:
+        return f"{self.protocol}://{path}"
+
+    # ------------------------------------------------------------------------------------------------ reading
+    def list_files(self, prefix: str) -> list[tuple[str, int]]:
+        """Every object under ``prefix`` (recursively) as (url, size), sorted; a URL naming one object gives it."""
+        path = self._path(prefix)
+        self._fresh(path)
+        try:
+            found = self.fs.find(path, detail=True)
+            if not found and self.fs.isfile(path):
+                found = {path: self.fs.info(path)}
+        except FileNotFoundError:
+            found = {}
+        return sorted((self.url(p), int(info.get("size") or 0)) for p, info in found.items() if info["type"] == "file")
+
+    def exists(self, url: str) -> bool:
+        path = self._path(url)
+        self._fresh(path)
+        return bool(self.fs.exists(path))
+
+    def _fresh(self, path: str) -> None:
+        # Other processes (workers, a previous run) write here: a listing cached by this process may be stale.
+        self.fs.invalidate_cache(path)
+
+    def read_bytes(self, url: str) -> bytes:
+        return bytes(self.fs.cat_file(self._path(url)))
+
+    def download(self, url: str, dest: Path) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.fs.get_file(self._path(url), str(dest))
+
+    def content_hash(self, url: str) -> str:
+        """A hash of the object's bytes: from the store's metadata when it is one, else read (blake2b)."""
+        path = self._path(url)
+        info = self.fs.info(path)
+        known = _metadata_hash(self.protocol, info)
+        if known is not None:
+            return known
+        h = hashlib.blake2b(digest_size=16)
+        with self.fs.open(path, "rb", block_size=1 << 22) as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return h.hexdigest()
+
+    # ------------------------------------------------------------------------------------------------ writing
+    def put_bytes(self, url: str, data: bytes) -> None:
+        """One PUT: the object is absent, or complete (the store's per-object atomicity)."""
+        self.fs.pipe_file(self._path(url), data)
+
+    def upload(self, src: Path, url: str) -> None:
+        self.fs.put_file(str(src), self._path(url))
+
+    def upload_tree(self, root: Path, url: str, last: tuple[str, ...] = ()) -> None:
+        """Upload every file under ``root`` to ``url``; the files named in ``last`` (relative paths) after all
+        others, so their presence means the rest is there."""
+        files = sorted(p for p in root.rglob("*") if p.is_file())
+        late = [p for p in files if str(p.relative_to(root)) in last]
+        for p in [*(p for p in files if p not in late), *late]:
+            self.upload(p, join(url, *p.relative_to(root).parts))
+
+    def remove(self, url: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self._path(url), recursive=True)
+
+    def children(self, url: str) -> list[str]:
+        """Names directly under a prefix (objects and sub-prefixes)."""
+        path = self._path(url)
+        self._fresh(path)
+        try:
+            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
+        except FileNotFoundError:
+            return []
+
+
+def _metadata_hash(proto: str, info: dict[str, Any]) -> str | None:
+    """The content hash a store keeps for an object, when it has one."""
+    if proto in ("s3", "s3a"):
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+        # A multipart upload's ETag is a hash of part hashes ("…-N") and SSE-KMS ETags are not MD5s; only a
+        # plain 32-hex ETag of an unencrypted or SSE-S3 object is the MD5 of the bytes.
+        if re.fullmatch(r"[0-9a-f]{32}", etag) and info.get("ServerSideEncryption") in (None, "AES256"):
+            return f"md5:{etag}"
+        return None
+    if proto in ("gs", "gcs"):
+        md5 = info.get("md5Hash")  # absent for composite objects
+        return f"md5:{base64.b64decode(md5).hex()}" if md5 else None
+    if proto in ("az", "abfs", "abfss"):
+        settings = info.get("content_settings") or {}
+        md5 = settings.get("content_md5") if isinstance(settings, dict) else getattr(settings, "content_md5", None)
+        return f"md5:{bytes(md5).hex()}" if md5 else None
+    if proto == "hf":
+        lfs = info.get("lfs") or {}
+        if lfs.get("sha256"):
+            return f"sha256:{lfs['sha256']}"
+        return f"gitblob:{info['blob_id']}" if info.get("blob_id") else None
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- datasets
+def new_version() -> str:
+    """A fresh version name: UTC time (so names sort by age) and random bits (two runs never share one)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+def version_url(out: str, version: str) -> str:
+    return join(out, VERSIONS, version)
+
+
+def current_version(out: str) -> str | None:
+    """The version ``OUT/_latest`` names (None before the first publish): what a reader should open."""
+    store = Store.of(out)
+    pointer = join(out, POINTER)
+    if not store.exists(pointer):
+        return None
+    data = json.loads(store.read_bytes(pointer))
+    return str(data["version"])
+
+
+def publish_pointer(out: str, version: str, keep: int = 2) -> None:
+    """Make ``version`` the current dataset of ``out`` (one PUT of ``OUT/_latest``), then delete old versions.
+
+    The previous version is kept (``keep=2``: the new one and the one before it) because a reader that read the
+    pointer just before this call may still be reading it; older versions, and versions of runs that never
+    published (killed after uploading), are removed.
+    """
+    store = Store.of(out)
+    target = version_url(out, version)
+    if not store.exists(join(target, "report.json")):
+        raise OutputError(f"cannot publish {target}: it has no report.json", hint="the upload did not finish")
+    previous = current_version(out)
+    store.put_bytes(join(out, POINTER), _pointer_bytes(version, target))
+    keep_names = {version, previous} if keep >= 2 else {version}
+    for name in store.children(join(out, VERSIONS)):
+        if name not in keep_names:
+            store.remove(version_url(out, name))
+
+
+def _pointer_bytes(version: str, target: str) -> bytes:
+    return (
+        json.dumps({"format": "msgtrain.latest", "version": version, "path": target}, sort_keys=True) + "\n"
+    ).encode()
+
+
+def iter_parts_complete(store: Store, parts_url: str, marker: str) -> Iterator[str]:
+    """Keys of the parts under ``parts_url`` whose ``marker`` file (written last) is there: one listing."""
+    for url, _ in store.list_files(parts_url):
+        head, _, name = url.rpartition("/")
+        if name == marker:
+            yield head.rpartition("/")[2]

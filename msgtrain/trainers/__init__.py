@@ -1,0 +1,1 @@
+"""Optional references for trainers (need extra dependencies: ``pip install 'msgtrain[tree]'`` for torch)."""

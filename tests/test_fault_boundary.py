@@ -1,0 +1,332 @@
+"""The fault boundary around every reader (msgtrain.ingest.base.read_events) and detection that survives bad records.
+
+Properties checked: whatever a reader raises becomes a reject (``reader_error`` unless the reader's own error), the
+rest of the file is still read, the books balance (records read = converted + rejected + skipped, counting every
+line), excerpts never fail, no traceback reaches the terminal, and the traceback lands in the debug log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from msgtrain.cli import main
+from msgtrain.errors import ValidationError
+from msgtrain.ingest.base import (
+    EXCERPT_BYTES,
+    ReadEvent,
+    ReadGraph,
+    ReadItem,
+    ReadReject,
+    ReadSkip,
+    RecordTask,
+    SourceRef,
+    detect_format,
+    excerpt,
+    get_reader,
+    iter_json_lines,
+    read_events,
+    records_of,
+)
+from msgtrain.ingest.chunks import ChunkKey, KeyFunction
+from msgtrain.model.graph import MessageGraph
+from msgtrain.model.message import PartsMessage, TextPart
+from msgtrain.run.parts import LinearizeSettings, convert_file
+from msgtrain.tools.validate_cmd import validate_inputs
+from tests.conftest import shared_path
+
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _chat_record(i: int, role: str = "user") -> dict[str, Any]:
+    return {"messages": [{"role": role, "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]}
+
+
+def _write_jsonl(path: Path, records: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _books(stats: Any) -> None:
+    assert stats.records_read == stats.records_converted + sum(stats.records_rejected.values()) + sum(
+        stats.records_skipped.values()
+    )
+
+
+# ------------------------------------------------------------------------------------------ detection by majority
+def test_a_bad_second_record_costs_only_itself_not_the_file(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "chat.jsonl", [_chat_record(i, "hacker" if i == 1 else "user") for i in range(51)])
+    assert detect_format(path).name == "openai_chat"
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert (stats.records_read, stats.records_converted) == (51, 50)
+    assert dict(stats.records_rejected) == {"unknown_role": 1}
+    (reject,) = [json.loads(r) for r in rejects]
+    assert reject["record"] == "line 2" and '"hacker"' in reject["excerpt"]
+    assert len(samples) == 50
+    report = validate_inputs([path])
+    assert report.records == 51 and [p.code for p in report.problems] == ["unknown_role"]
+
+
+def test_a_file_whose_records_mostly_fail_is_unknown_and_the_hint_says_why(tmp_path: Path) -> None:
+    path = _write_jsonl(
+        tmp_path / "chat.jsonl", [_chat_record(i, "user" if i % 3 == 0 else "hacker") for i in range(6)]
+    )
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert dict(stats.records_rejected) == {"unknown_format": 1}
+    hint = json.loads(rejects[0])["hint"]
+    assert "JSONL of objects with keys messages" in hint
+    assert "openai_chat: roles 'hacker' at `messages[].role` are not OpenAI roles" in hint
+
+
+def test_unknown_format_hint_names_where_the_messages_are() -> None:
+    path = shared_path("real_logs", "tau2_bench", "airline_run1.first10.json")
+    report = validate_inputs([path])
+    (problem,) = report.problems
+    assert problem.code == "unknown_format"
+    assert "openai_chat: messages are under `simulations[].messages`" in problem.hint
+
+
+# ------------------------------------------------------------------------------------------ the boundary
+class _FlakyReader:
+    """A line reader that raises a TypeError on records marked ``boom`` (a stand-in for a reader bug), groups
+    records by ``conv`` and emits each conversation when the file ends, as session readers do."""
+
+    name = "flaky"
+    description = "test reader"
+    example = ""
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        return False
+
+    def chunk_keys(self, path: Path) -> KeyFunction:
+        def key(value: Any) -> ChunkKey:
+            return (str(value["conv"]),) if isinstance(value, dict) and "conv" in value else ()
+
+        return key
+
+    def read(self, path: Path) -> Iterator[ReadItem]:
+        convs: dict[str, list[int]] = {}
+        for lineno, _, obj in iter_json_lines(path):
+            if obj.get("boom"):
+                {}[obj["boom"]]  # unhashable: raises TypeError as a reader bug would
+            convs.setdefault(str(obj["conv"]), []).append(lineno)
+        for conv, lines in convs.items():
+            graph = MessageGraph(graph_id=f"{path.name}#{conv}")
+            graph.append(PartsMessage(parts=(TextPart(text=conv),), role_hint_for_llm="user", policy="user"))
+            yield ReadGraph(graph, SourceRef(str(path), f"line {lines[0]}"), records=len(lines))
+
+
+def test_a_fault_in_a_grouping_reader_costs_only_the_failing_conversation(tmp_path: Path) -> None:
+    rows = [{"conv": c} for c in "aabbcc"]
+    rows[3] = {"conv": "b", "boom": {"x": 1}}
+    path = _write_jsonl(tmp_path / "f.jsonl", rows)
+    events = list(read_events(_FlakyReader(), path))
+    graphs = {e.graph.graph_id: e.records for e in events if isinstance(e, ReadGraph)}
+    assert graphs == {"f.jsonl#a": 2, "f.jsonl#c": 2}
+    (reject,) = [e for e in events if isinstance(e, ReadReject)]
+    assert reject.error.code == "reader_error" and reject.count == 2  # both lines of conversation b
+    assert reject.source.record == "line 4" and reject.error.message.startswith("TypeError: ")
+    assert '"boom"' in reject.excerpt and "Traceback" in reject.detail
+    assert sum(records_of(e) for e in events) == 6
+
+
+def test_a_fault_repeated_past_the_retry_limit_rejects_the_rest_with_every_line_counted(tmp_path: Path) -> None:
+    rows = [{"conv": str(i), "boom": [i]} for i in range(40)]
+    path = _write_jsonl(tmp_path / "f.jsonl", rows)
+    events = list(read_events(_FlakyReader(), path))
+    assert all(isinstance(e, ReadReject) and e.error.code == "reader_error" for e in events)
+    assert sum(records_of(e) for e in events) == 40
+
+
+class _TaskReader:
+    """A reader whose per-record work runs as RecordTasks; a record with ``boom`` raises inside its task."""
+
+    name = "tasks"
+    description = "test reader"
+    example = ""
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        return False
+
+    def read(self, path: Path) -> Iterator[ReadItem]:
+        for lineno, raw, obj in iter_json_lines(path):
+            ref = SourceRef(str(path), f"line {lineno}")
+
+            def parse(obj: Any = obj, ref: SourceRef = ref) -> list[ReadEvent]:
+                if obj.get("boom"):
+                    raise KeyError(obj["boom"])
+                if obj.get("bad"):
+                    raise ValidationError("bad record", code="bad_record")
+                return [ReadSkip(ref, "nothing")]
+
+            yield RecordTask(ref, parse, raw=raw)
+
+
+def test_a_fault_inside_a_record_task_costs_that_record_and_the_generator_goes_on(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "t.jsonl", [{}, {"boom": "k"}, {"bad": 1}, {}])
+    events = list(read_events(_TaskReader(), path))
+    assert [type(e).__name__ for e in events] == ["ReadSkip", "ReadReject", "ReadReject", "ReadSkip"]
+    assert [e.error.code for e in events if isinstance(e, ReadReject)] == ["reader_error", "bad_record"]
+    assert events[1].source.record == "line 2"  # type: ignore[union-attr]
+
+
+def test_forcing_a_reader_onto_data_it_does_not_expect_gives_rejects_not_a_crash(tmp_path: Path) -> None:
+    folder = shared_path("real_logs", "openhands_v1_sdk")
+    events = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.rglob("event-*.json"))]
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(events), encoding="utf-8")
+    out = list(read_events(get_reader("openhands"), path))
+    assert any(isinstance(e, ReadReject) and e.error.code == "reader_error" for e in out)
+    assert sum(records_of(e) for e in out) == len(events)
+
+
+def test_a_gzip_binary_cassette_is_read_without_a_crash() -> None:
+    path = shared_path("real_logs", "cassettes_simonw_llm", "llm__test_responses_tool_use.yaml")
+    _, stats, rejects = convert_file(path, SETTINGS)
+    _books(stats)
+    for line in rejects:
+        json.loads(line)
+
+
+def test_a_generation_call_no_branch_reads_is_rejected_not_skipped() -> None:
+    path = shared_path("real_logs", "cassettes_crewai")
+    bedrock = next(path.glob("TestBedrock*.yaml"))
+    _, stats, _ = convert_file(bedrock, SETTINGS)
+    _books(stats)
+    assert "not_a_generation_call" not in stats.records_skipped
+    assert stats.records_rejected.get("unsupported_api", 0) + stats.records_converted == stats.records_read
+    report = validate_inputs([bedrock])
+    assert not report.ok
+
+
+def test_an_assistant_reply_with_nothing_in_it_is_rejected_unless_engine_ids_prove_it(tmp_path: Path) -> None:
+    chat = _write_jsonl(
+        tmp_path / "chat.jsonl",
+        [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}]}, _chat_record(1)],
+    )
+    _, stats, _ = convert_file(chat, SETTINGS)
+    assert dict(stats.records_rejected) == {"empty_reply": 1} and stats.records_converted == 1
+
+    def call(choice: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "request": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            "response": {"id": "r", "choices": [choice]},
+        }
+
+    calls = _write_jsonl(
+        tmp_path / "calls.jsonl",
+        [call({"message": {"role": "assistant"}}), call({"message": {"role": "assistant"}, "token_ids": [7]})],
+    )
+    assert detect_format(calls).name == "calls"
+    _, stats, _ = convert_file(calls, SETTINGS)
+    assert dict(stats.records_rejected) == {"empty_reply": 1} and stats.records_converted == 1
+
+
+# ------------------------------------------------------------------------------------------ excerpts
+class _Weird:
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+    def __repr__(self) -> str:
+        return "_Weird()"
+
+
+_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF)),  # includes lone surrogates, NULs
+    st.binary(),
+    st.just(_Weird()),
+)
+_values = st.recursive(
+    _leaves,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=5), kids, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_values)
+def test_an_excerpt_is_bounded_printable_json_and_never_fails(value: Any) -> None:
+    text = excerpt(value)
+    assert isinstance(text, str) and len(text) <= EXCERPT_BYTES + 40
+    text.encode("utf-8")  # no lone surrogate survives
+    json.dumps({"excerpt": text}, ensure_ascii=False)
+
+
+def test_an_excerpt_of_huge_or_deep_values_is_bounded_and_fast() -> None:
+    deep: Any = "x"
+    for _ in range(100_000):
+        deep = [deep]
+    assert len(excerpt(deep)) <= EXCERPT_BYTES + 40
+    assert len(excerpt("y" * (10 << 20))) <= EXCERPT_BYTES + 40
+    assert len(excerpt(b"\xff" * (10 << 20))) <= EXCERPT_BYTES + 40
+    assert excerpt({"k": b"\x1f\x8b gzip"}).startswith('{"k":')
+
+
+# ------------------------------------------------------------------------------------------ the command line
+def test_an_internal_error_prints_one_line_and_its_traceback_goes_to_the_debug_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import msgtrain.tools.validate_cmd as validate_cmd
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(validate_cmd, "validate_inputs", broken)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    path = _write_jsonl(tmp_path / "a.jsonl", [_chat_record(0)])
+    assert main(["validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: ZeroDivisionError: a bug" in err and "Traceback" not in err
+    assert "ZeroDivisionError" in (tmp_path / "msgtrain-debug.log").read_text(encoding="utf-8")
+
+
+def test_convert_logs_reader_tracebacks_in_the_state_directory_and_counts_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = shared_path("real_logs", "openhands_v1_sdk")
+    events = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.rglob("event-*.json"))]
+    path = tmp_path / "in" / "events.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(events), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["convert", str(path), "-o", str(out), "--input-format", "openhands"])
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "Traceback" not in captured.out + captured.err
+    assert "reader errors" in captured.out + captured.err
+    log = tmp_path / ".out.msgtrain-state" / "debug.log"
+    assert "Traceback" in log.read_text(encoding="utf-8")
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    r = report["records"]
+    assert r["read"] == len(events) == r["converted"] + r["rejected"] + r["skipped"]
+
+
+def test_all_real_logs_convert_in_one_run_without_a_traceback_and_with_balanced_books(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = shared_path("real_logs")  # every folder, including ones in formats no reader reads yet
+    out = tmp_path / "out"
+    code = main(["convert", str(real), "-o", str(out)])
+    captured = capsys.readouterr()
+    assert code in (0, 3), captured.err
+    assert "Traceback" not in captured.out + captured.err
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    r = report["records"]
+    assert r["read"] == r["converted"] + r["rejected"] + r["skipped"]
+    report_v = validate_inputs([real])
+    assert report_v.records == r["read"]

@@ -1,0 +1,241 @@
+"""Logs and datasets on object storage, converted on a Ray cluster, with real components started here: a local
+S3-compatible server (moto's server mode on 127.0.0.1) and a Ray cluster of two nodes on this machine.
+
+What is checked: bucket to bucket on two nodes gives the local engine's bytes; a worker killed mid-run is retried
+and changes nothing; a driver killed mid-run leaves the published version in place and ``--resume`` finishes with
+the same bytes; a second run that adds one log converts one file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import corpus as gen
+from msgtrain.errors import ConfigError
+from msgtrain.run import pipeline
+from msgtrain.run.config import ConvertConfig
+from msgtrain.run.storage import POINTER, Store, current_version, join, version_url
+from tests.conftest import ROOT
+
+pytest.importorskip("moto.server", reason="needs moto's server mode: pip install 'msgtrain[store-test]'")
+pytest.importorskip("s3fs", reason="needs s3fs: pip install 'msgtrain[store-test]'")
+
+BUCKET = "msgtrain-test"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Store]:
+    """A moto S3 server on 127.0.0.1, with the AWS environment pointing at it (inherited by subprocesses and
+    forwarded to Ray tasks), and one bucket."""
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    s3fs.S3FileSystem.clear_instance_cache()
+    store = Store.of(f"s3://{BUCKET}")
+    store.fs.mkdir(BUCKET)
+    try:
+        yield store
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()
+
+
+def _make_logs(root: Path, files: int, seed: int = 0) -> Path:
+    """Generated call logs (one with two bad records) and a native graph log."""
+    root.mkdir(parents=True)
+    convs = gen.make_conversations(gen.synthetic_pool(seed), 6, 3 * files, reasoning=True, seed=seed)
+    for k, group in enumerate(gen.spread(convs, files)):
+        gen.write_calls(root / f"calls-{k:02d}.jsonl", group, model="policy")
+    gen.write_native(root / "graphs.jsonl", convs[:2], model="policy")
+    with open(root / "calls-00.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"request": {"messages": [{"role": "user"\n{"request": 1, "response": {}}\n')
+    (root / "README.txt").write_text("not a log\n", encoding="utf-8")
+    return root
+
+
+def _upload(store: Store, root: Path, url: str) -> str:
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            store.upload(p, join(url, *p.relative_to(root).parts))
+    return url
+
+
+def _published(store: Store, out: str) -> dict[str, bytes]:
+    """The files of the version ``OUT/_latest`` names, as a reader finds them."""
+    version = current_version(out)
+    assert version is not None, f"{out} has no published version"
+    prefix = version_url(out, version)
+    store.fs.invalidate_cache()
+    return {url[len(prefix) + 1 :]: store.read_bytes(url) for url, _ in store.list_files(prefix)}
+
+
+def _complete_parts(store: Store, out: str) -> int:
+    store.fs.invalidate_cache()
+    return sum(url.endswith("/part.json") for url, _ in store.list_files(join(out, "_state", "parts")))
+
+
+@pytest.fixture(scope="module")
+def logs(s3: Store, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _upload(s3, _make_logs(tmp_path_factory.mktemp("store") / "logs", 5), f"s3://{BUCKET}/logs")
+
+
+@pytest.fixture(scope="module")
+def reference(s3: Store, logs: str) -> dict[str, bytes]:
+    """The local engine's conversion of the bucket's logs, published to the bucket."""
+    out = f"s3://{BUCKET}/reference"
+    report = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, workers=1, quiet=True))
+    assert report["samples"]["written"] > 0 and report["records"]["rejected"] == 2
+    return _published(s3, out)
+
+
+def test_bucket_to_bucket_on_two_nodes_is_byte_identical_to_the_local_engine(
+    s3: Store, ray_cluster: Any, logs: str, reference: dict[str, bytes]
+) -> None:
+    out = f"s3://{BUCKET}/ray"
+    report = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", quiet=True))
+    tree = _published(s3, out)
+    assert tree == reference
+    assert {"report.json", "dataset_info.json", "rejects.jsonl"} <= set(tree)
+    assert any(name.startswith("data/train-") for name in tree)
+    # Only logs are read (README.txt is listed as ignored), and bad records name the object they came from.
+    assert report["files"]["read"] == 6 and report["files"]["ignored"] == [f"{logs}/README.txt"]
+    rejects = [json.loads(line) for line in tree["rejects.jsonl"].decode().splitlines()]
+    assert {r["file"] for r in rejects} == {f"{logs}/calls-00.jsonl"}
+    assert report["outputs"]["rejects"] == join(report["published"]["path"], "rejects.jsonl")
+    pointer = json.loads(s3.read_bytes(join(out, POINTER)))
+    assert pointer["path"] == report["published"]["path"] == version_url(out, pointer["version"])
+
+
+def _ray_task_pids(name: str) -> list[int]:
+    """Worker processes running a task of this name (Ray titles a busy worker ``ray::<task>``)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline.startswith(f"ray::{name}".encode()):
+                pids.append(int(proc.name))
+    return pids
+
+
+def test_a_worker_killed_mid_run_is_retried_and_the_output_is_unchanged(
+    s3: Store, ray_cluster: Any, logs: str, reference: dict[str, bytes]
+) -> None:
+    out = f"s3://{BUCKET}/worker-killed"
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["report"] = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", quiet=True))
+        except BaseException as e:  # re-raised below, in the test's thread
+            result["error"] = e
+
+    driver = threading.Thread(target=run)
+    driver.start()
+    killed: list[int] = []
+    deadline = time.time() + 120
+    while not killed and driver.is_alive() and time.time() < deadline:
+        for pid in _ray_task_pids("_convert_task")[:1]:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        time.sleep(0.005)
+    driver.join(300)
+    if "error" in result:
+        raise result["error"]
+    assert killed, "no conversion task was seen running"
+    assert result["report"]["resume"]["converted"] == 6
+    assert _published(s3, out) == reference
+
+
+def _convert_cmd(logs: str, out: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "msgtrain.cli", "convert", logs, "-o", out, "--engine", "ray", "-q", *extra]
+
+
+def test_a_killed_driver_leaves_the_published_version_and_resume_finishes_with_the_same_bytes(
+    s3: Store, ray_cluster: Any, tmp_path: Path
+) -> None:
+    local_logs = _make_logs(tmp_path / "logs", 8, seed=1)
+    logs = _upload(s3, local_logs, f"s3://{BUCKET}/nightly/logs")
+    out = f"s3://{BUCKET}/nightly/out"
+    first = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", quiet=True))
+    last_night = _published(s3, out)
+    assert first["resume"]["converted"] == 9
+
+    # A new log arrives; tonight's run (a driver process of its own) is killed part-way.
+    extra = _make_logs(tmp_path / "more", 1, seed=2) / "calls-00.jsonl"
+    s3.upload(extra, join(logs, "calls-new.jsonl"))
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.address}
+    proc = subprocess.Popen(_convert_cmd(logs, out), cwd=ROOT, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and _complete_parts(s3, out) < 2:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed: make the input larger"
+    assert _published(s3, out) == last_night  # readers still see last night's version, whole
+
+    resumed = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", resume=True, quiet=True))
+    assert resumed["resume"]["reused"] >= 2
+    assert resumed["resume"]["reused"] + resumed["resume"]["converted"] == 10
+    fresh = f"s3://{BUCKET}/nightly/fresh"
+    pipeline.convert(ConvertConfig(inputs=(logs,), output=fresh, workers=1, quiet=True))
+    assert _published(s3, out) == _published(s3, fresh)
+
+    # The next night: one more log, one file converted, everything else reused.
+    s3.upload(_make_logs(tmp_path / "third", 1, seed=3) / "calls-00.jsonl", join(logs, "calls-newer.jsonl"))
+    again = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", resume=True, quiet=True))
+    assert again["resume"] == {"parts": 11, "reused": 10, "converted": 1}
+    # Only the current version and the one before it are kept.
+    store_versions = s3.children(join(out, "_versions"))
+    assert len(store_versions) == 2 and again["published"]["version"] in store_versions
+
+
+def test_the_store_hash_is_the_content_md5_and_a_changed_object_changes_it(s3: Store) -> None:
+    import hashlib
+
+    a, b, c = (f"s3://{BUCKET}/hash/{name}" for name in ("a.jsonl", "b.jsonl", "c.jsonl"))
+    s3.put_bytes(a, b"same bytes\n")
+    s3.put_bytes(b, b"same bytes\n")
+    s3.put_bytes(c, b"other bytes\n")
+    assert s3.content_hash(a) == s3.content_hash(b) == "md5:" + hashlib.md5(b"same bytes\n").hexdigest()
+    assert s3.content_hash(c) != s3.content_hash(a)
+
+
+def test_a_missing_protocol_package_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = importlib.import_module("fsspec.registry")  # the module (fsspec.registry is also a mapping)
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # makes `import gcsfs` raise ImportError
+    monkeypatch.setattr(registry, "_registry", {})
+    with pytest.raises(ConfigError, match=r"msgtrain\[gcs\]"):
+        pipeline.convert(ConvertConfig(inputs=("gs://bucket/logs",), output="gs://bucket/out"))
