@@ -76,13 +76,13 @@ def build_corpus(root: Path, scale: int) -> Path:
 
 def conversation_records(corpus: Path) -> list[dict[str, Any]]:
     """Per conversation of the corpus, ``{"messages", "tools"}`` as msgtrain's readers and renderer see it."""
-    from msgtrain.ingest.base import ReadGraph, detect_format
+    from msgtrain.ingest.base import ReadGraph, detect_format, read_events
     from msgtrain.ingest.registry import REGISTRY  # noqa: F401 - fills the registry
     from msgtrain.model.openai import to_openai_message
 
     records = []
     for path in sorted(p for p in corpus.iterdir() if not p.name.startswith(".")):
-        for event in detect_format(path).read(path):
+        for event in read_events(detect_format(path), path):
             if not isinstance(event, ReadGraph):
                 continue
             graph = event.graph
