@@ -349,3 +349,24 @@ def test_all_real_logs_convert_in_one_run_without_a_traceback_and_with_balanced_
     assert r["read"] == r["converted"] + r["rejected"] + r["skipped"]
     report_v = validate_inputs([real])
     assert report_v.records == r["read"]
+
+
+def test_a_record_inside_a_json_document_is_held_to_the_per_record_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The JSONL line limit must hold for records inside a document too: an oversized item is rejected before any
+    # reader works on it, and the other items of the same document still convert.
+    import msgtrain.ingest.base as base
+
+    monkeypatch.setattr(base, "MAX_RECORD_BYTES", 4096)
+    records = [_chat_record(0), _chat_record(1), _chat_record(2)]
+    records[1]["messages"][0]["content"] = "x" * 10_000
+    path = tmp_path / "chats.json"
+    path.write_text(json.dumps(records), encoding="utf-8")
+    events = list(read_events(detect_format(path), path))
+    graphs = [e for e in events if isinstance(e, ReadGraph)]
+    rejects = [e for e in events if isinstance(e, ReadReject)]
+    assert len(graphs) == 2
+    assert [r.error.code for r in rejects] == ["record_too_large"]
+    assert "item" in rejects[0].source.record or "1" in rejects[0].source.record
+    assert len(rejects[0].excerpt) <= EXCERPT_BYTES + 32

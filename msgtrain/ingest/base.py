@@ -653,7 +653,34 @@ def _read_once(reader: Reader, path: Path) -> Iterator[ReadEvent | _Fault]:
             _TRACE.reset(token)
 
 
+def _oversized(task: RecordTask) -> ReadReject | None:
+    """A reject when a record cut out of a document is larger than the per-record limit.
+
+    JSONL lines are bounded as they are read (:func:`iter_json_lines`); a record inside a JSON document (an item of
+    a list, a simulation of a results file) is bounded here, before any reader works on it, so the same limit holds
+    whatever container the record came in. The size is that of its compact JSON text (C speed, linear).
+    """
+    if task.raw is None or task.source.record.startswith("line ") or not isinstance(task.raw, dict | list):
+        return None
+    try:
+        size = len(json.dumps(task.raw, ensure_ascii=False, separators=(",", ":"), default=str))
+    except (TypeError, ValueError, RecursionError):
+        return None  # not JSON text at all: the reader's own checks judge it
+    if size <= MAX_RECORD_BYTES:
+        return None
+    err = ParseError(
+        f"record of about {size} bytes exceeds the {MAX_RECORD_BYTES} byte limit",
+        where=str(task.source),
+        hint="a record this large is a writer bug, not a conversation; split or drop it",
+        code="record_too_large",
+    )
+    return ReadReject(task.source, err, excerpt(task.raw), count=task.records)
+
+
 def _run_task(reader: Reader, task: RecordTask) -> list[ReadEvent]:
+    too_large = _oversized(task)
+    if too_large is not None:
+        return [too_large]
     try:
         return list(task.parse())
     except MsgtrainError as e:
