@@ -338,6 +338,61 @@ def test_disk_full_is_one_red_line(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) <= 2
 
 
+@pytest.fixture
+def small_mount(tmp_path: Path) -> Any:
+    """Mount a tmpfs of the given options under tmp_path (real kernel errors: EROFS, ENOSPC); skip where the
+    platform does not let the tests mount (not Linux, not root, no mount namespace rights)."""
+    mounted: list[Path] = []
+
+    def mount(name: str, options: str) -> Path:
+        point = tmp_path / name
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode(errors='replace').strip()})")
+        mounted.append(point)
+        return point
+
+    if sys.platform != "linux" or os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs Linux and root")
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def _one_red_line(proc: subprocess.CompletedProcess[str], code: str) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert code in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
+
+
+def test_a_read_only_out_is_one_red_line(tmp_path: Path, small_mount: Any) -> None:
+    read_only = small_mount("ro", "ro,size=1m")
+    proc = subprocess.run(
+        cli(str(SAMPLE_LOGS / "calls"), "-o", str(read_only / "out")), capture_output=True, text=True, env=ENV, cwd=ROOT
+    )
+    _one_red_line(proc, "EROFS")
+
+
+def test_a_disk_that_fills_mid_run_is_one_red_line_and_leaves_no_dataset(tmp_path: Path, small_mount: Any) -> None:
+    small = small_mount("small", "size=48k")
+    out = small / "out"
+    proc = subprocess.run(cli(str(SAMPLE_LOGS), "-o", str(out)), capture_output=True, text=True, env=ENV, cwd=ROOT)
+    _one_red_line(proc, "ENOSPC")
+    assert not out.exists()  # nothing half-written was published
+
+
+def test_permission_denied_by_the_kernel_is_one_red_line(tmp_path: Path) -> None:
+    # Root passes every permission bit, but sysfs refuses new entries to everyone: a real EPERM from the kernel.
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no sysfs on this platform")
+    proc = subprocess.run(
+        cli(str(SAMPLE_LOGS / "calls"), "-o", "/sys/msgtrain-out"), capture_output=True, text=True, env=ENV, cwd=ROOT
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert ("EPERM" in proc.stderr or "EACCES" in proc.stderr) and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_every_reject_has_a_hint(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
