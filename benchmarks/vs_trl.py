@@ -55,8 +55,12 @@ SOURCES = (
 
 
 def build_corpus(root: Path, scale: int) -> Path:
-    """``scale`` copies of each source file under distinct names (hard links where the filesystem allows)."""
-    out = root / f"trl-x{scale}"
+    """``scale`` copies of each source file under distinct names, each with bytes of its own.
+
+    msgtrain converts identical bytes once (a second copy is listed under ``files.ignored``), so each copy ends in
+    its own run of trailing blanks: JSON and JSONL readers skip whitespace, and every copy is converted in full.
+    """
+    out = root / f"trl-v2-x{scale}"
     marker = out / ".complete"
     if marker.exists():
         return out
@@ -64,12 +68,10 @@ def build_corpus(root: Path, scale: int) -> Path:
     out.mkdir(parents=True)
     for rel in SOURCES:
         src = SHARED / "real_logs" / rel
+        data = src.read_bytes().rstrip(b"\n") + b"\n"
         for k in range(scale):
             dst = out / f"{src.stem}-{k:03d}{src.suffix}"
-            try:
-                os.link(src, dst)
-            except OSError:
-                shutil.copyfile(src, dst)
+            dst.write_bytes(data + b" " * (k + 1) + b"\n")
     marker.write_text("")
     return out
 
