@@ -75,14 +75,24 @@ def register(app: typer.Typer) -> None:
         inputs: list[Path] = typer.Argument(..., help="Log files or directories (searched recursively)."),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
         as_json: bool = typer.Option(False, "--json", help="Print the problems as JSON."),
+        tokenizer: str = typer.Option(
+            None,
+            "--tokenizer",
+            help="Also linearize every graph with this tokenizer, as convert does, and report what it would reject "
+            "or drop (without it: the structure of the logs only).",
+        ),
+        chat_template: str = typer.Option(None, "--chat-template", help="Chat template override (with --tokenizer)."),
+        render_date: str = typer.Option(None, "--render-date", help="Date templates print (with --tokenizer)."),
     ) -> None:
         """Check logs without converting: every problem with file:line, message index, reason code and fix.
 
-        Exits 3 when any problem is found.
+        Exits 3 when any problem is found. With --tokenizer, graphs are linearized exactly as convert does, so
+        validate fails whenever convert would reject or drop something.
         """
-        from msgtrain.tools.validate_cmd import render_validation, validate_inputs
+        from msgtrain.tools.validate_cmd import Linearization, render_validation, validate_inputs
 
-        report = validate_inputs(inputs, input_format)
+        lin = Linearization.load(tokenizer, chat_template, render_date) if tokenizer else None
+        report = validate_inputs(inputs, input_format, lin)
         if as_json:
             _print_json(report.to_json())
         else:

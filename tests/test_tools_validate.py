@@ -164,3 +164,29 @@ def test_a_broken_graph_is_located_at_the_line_of_the_bad_record(
     [problem] = report["problems"]
     assert problem["code"] == "dangling_parent"
     assert problem["source"] == f"{path}:{bad_line}" and bad_line > 1
+
+
+def test_validate_with_a_tokenizer_reports_what_convert_would_drop(tmp_path: Path) -> None:
+    # A sampled turn whose logged ids are empty is structurally fine but has nothing to train: convert drops it.
+    # Structure-only validate cannot see that; with a tokenizer validate linearizes as convert does and says so.
+    from msgtrain.model.message import Generation
+    from msgtrain.run.config import ConvertConfig
+    from msgtrain.run.pipeline import convert
+    from msgtrain.tools.validate_cmd import Linearization, validate_inputs
+
+    g = MessageGraph(graph_id="g-drop")
+    g.append({"role": "user", "content": "hi"})
+    g.append({"role": "assistant", "content": "x"}, generation=Generation(token_ids=()))
+    g.append({"role": "user", "content": "again"})
+    g.append({"role": "assistant", "content": "fine"})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    g.save(logs / "run.graph.jsonl")
+
+    assert validate_inputs([logs]).ok
+    report = validate_inputs([logs], lin=Linearization.load(None, None, None))
+    assert [p.code for p in report.problems] == ["dropped_no_trainable_tokens"]
+    assert "g-drop" in report.problems[0].where
+
+    data = convert(ConvertConfig(inputs=(logs,), output=tmp_path / "out"))
+    assert data["turns"]["dropped_by_reason"] == {"no_trainable_tokens": 1}

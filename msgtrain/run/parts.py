@@ -49,6 +49,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
+from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer
 from msgtrain.run.storage import Store, join
 
@@ -208,21 +209,7 @@ def convert_file(
                     stats.records_skipped[ev.reason] += ev.count
                 elif isinstance(ev, ReadGraph):
                     stats.records_read += ev.records
-                    error = _graph_error(ev)
-                    res = None
-                    if error is None:
-                        try:
-                            res = linearize_graph(
-                                ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer
-                            )
-                        except MsgtrainError as e:
-                            error = e
-                        except Exception as e:  # a bug or an input nobody foresaw must not end a nightly run
-                            error = MsgtrainError(
-                                f"{type(e).__name__}: {e}",
-                                code="internal_error",
-                                hint="please report this with the rejected record",
-                            )
+                    res, error = linearize_read_graph(ev, tok, opts, renderer)
                     if res is None:
                         assert error is not None
                         if settings.strict:
@@ -323,6 +310,29 @@ def merge_chunk_tables(tables: list[pa.Table], batch_rows: int) -> Iterator[pa.T
 def merge_chunk_rejects(texts: list[str]) -> Iterator[str]:
     """The rejects of a file's chunks (each in file order) merged into file order."""
     return heapq.merge(*(text.splitlines(keepends=True) for text in texts), key=reject_order)
+
+
+def linearize_read_graph(
+    ev: ReadGraph, tok: Any, opts: LinearizeOptions, renderer: Renderer
+) -> tuple[LinearizeResult | None, MsgtrainError | None]:
+    """Linearize one graph a reader gave, exactly as ``convert`` does: the result, or the error that rejects it.
+
+    Shared by ``convert`` and ``validate --tokenizer`` so that validate predicts convert's rejects and drops.
+    """
+    error = _graph_error(ev)
+    if error is not None:
+        return None, error
+    try:
+        res = linearize_graph(ev.graph, tok, options=opts, source=str(ev.source), extras=ev.extras, renderer=renderer)
+    except MsgtrainError as e:
+        return None, e
+    except Exception as e:  # a bug or an input nobody foresaw must not end a nightly run
+        return None, MsgtrainError(
+            f"{type(e).__name__}: {e}",
+            code="internal_error",
+            hint="please report this with the rejected record",
+        )
+    return res, None
 
 
 def _graph_error(ev: ReadGraph) -> MsgtrainError | None:

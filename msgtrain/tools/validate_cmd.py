@@ -103,8 +103,52 @@ def _locate(where: str | None, source: str, path: str) -> tuple[str, str]:
     return source, where
 
 
-def validate_file(path: Path, reader: Reader | None, report: ValidationReport) -> None:
-    """Read one file with ``reader`` (or the detected one) and add what it finds to ``report``."""
+@dataclass
+class Linearization:
+    """What ``validate --tokenizer`` linearizes with: the tokenizer, renderer and options ``convert`` would use."""
+
+    tok: Any
+    renderer: Any
+    options: Any
+
+    @classmethod
+    def load(cls, tokenizer: str | None, chat_template: str | None, render_date: str | None) -> Linearization:
+        from msgtrain.linearize import LinearizeOptions, load_tokenizer
+        from msgtrain.linearize.render import Renderer
+
+        tok = load_tokenizer(tokenizer, chat_template)
+        return cls(tok, Renderer(tok, render_date), LinearizeOptions(render_date=render_date))
+
+
+def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationReport) -> None:
+    """Run convert's own per-graph linearization; what it would reject or drop is a problem."""
+    from msgtrain.run.parts import linearize_read_graph
+
+    source = str(ev.source)
+    res, error = linearize_read_graph(ev, lin.tok, lin.options, lin.renderer)
+    if error is not None:
+        report.problems.append(
+            Finding(source, f"graph {ev.graph.graph_id}", error.code, error.message, error.hint or "")
+        )
+        return
+    assert res is not None
+    for reason, n in sorted(res.drops.items()):
+        report.problems.append(
+            Finding(
+                source,
+                f"graph {ev.graph.graph_id}",
+                f"dropped_{reason}",
+                f"{n} sampled turn{'s' if n != 1 else ''} would not be trained ({reason})",
+                "see the drop reasons in README's token-exactness section; convert reports them under turns.dropped",
+            )
+        )
+
+
+def validate_file(
+    path: Path, reader: Reader | None, report: ValidationReport, lin: Linearization | None = None
+) -> None:
+    """Read one file with ``reader`` (or the detected one) and add what it finds to ``report``; with ``lin``,
+    also linearize each graph as ``convert`` does and report what it would reject or drop."""
     report.files.append(str(path))
     opened = open_reader(path, reader)
     if isinstance(opened, ReadReject):
@@ -121,8 +165,11 @@ def validate_file(path: Path, reader: Reader | None, report: ValidationReport) -
         elif isinstance(ev, ReadGraph):
             report.records += ev.records
             report.graphs += 1
-            for p in validate_graph(ev.graph):
+            structural = validate_graph(ev.graph)
+            for p in structural:
                 report.problems.append(Finding(source, p.where, p.code, p.message, p.hint))
+            if lin is not None and not structural:
+                _linearize_findings(ev, lin, report)
             if not ev.graph.sampled_nodes():
                 report.warnings.append(
                     Finding(
@@ -145,15 +192,18 @@ def _add_reject(report: ValidationReport, ev: ReadReject, path: str) -> None:
         log_traceback(default_debug_log(), ev)
 
 
-def validate_inputs(inputs: Sequence[str | Path], input_format: str | None = None) -> ValidationReport:
-    """Validate files and directories; ``input_format`` forces one reader for every file."""
+def validate_inputs(
+    inputs: Sequence[str | Path], input_format: str | None = None, lin: Linearization | None = None
+) -> ValidationReport:
+    """Validate files and directories; ``input_format`` forces one reader for every file; ``lin`` also checks
+    what linearization would reject or drop (``validate --tokenizer``)."""
     from msgtrain.run.pipeline import NOT_A_LOG, discover_inputs
 
     files, ignored = discover_inputs([str(i) for i in inputs])
     reader = get_reader(input_format) if input_format else None
     report = ValidationReport(ignored=[i["path"] for i in ignored if i["reason"] == NOT_A_LOG])
     for path in files:
-        validate_file(path, reader, report)
+        validate_file(path, reader, report, lin)
     return report
 
 
