@@ -31,7 +31,7 @@ import numpy as np
 from msgtrain.errors import MsgtrainError
 from msgtrain.export.schema import Sample
 from msgtrain.linearize.render import Renderer
-from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle
+from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table
 from msgtrain.linearize.turns import Turn, collect_turns
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.message import Generation
@@ -180,14 +180,8 @@ class _GraphLinearizer:
         return raw[:end]
 
     def _is_stop(self, ids: np.ndarray) -> np.ndarray:
-        """``np.isin(ids, self.stop)`` by a table lookup (a few stop ids against each completion, every turn)."""
-        table = self._stop_table
-        inside = (ids >= 0) & (ids < table.shape[0])
-        if inside.all():
-            return table[ids]
-        out = np.zeros(ids.shape[0], dtype=bool)
-        out[inside] = table[ids[inside]]
-        return out
+        """``np.isin(ids, self.stop)`` by a table lookup."""
+        return in_table(self._stop_table, ids)
 
     def _usable(self, gen: Generation | None, flags: list[str]) -> Generation | None:
         """Engine facts whose ids belong to this tokenizer; foreign or out-of-vocabulary ids are not used."""

@@ -199,6 +199,17 @@ class Encoded:
     tok_marks: np.ndarray  # int64, aligned with char_marks
 
 
+def in_table(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``table[ids]`` for a boolean membership table indexed by token id (``np.isin`` by lookup: a handful of ids
+    tested against every completion, every turn); ids outside the table are not members."""
+    inside = (ids >= 0) & (ids < table.shape[0])
+    if inside.all():
+        return table[ids]
+    out = np.zeros(ids.shape[0], dtype=bool)
+    out[inside] = table[ids[inside]]
+    return out
+
+
 class TokenizerBundle:
     """A loaded HF tokenizer plus everything the linearizer needs from it."""
 
@@ -404,13 +415,7 @@ class TokenizerBundle:
     # -------------------------------------------------------------- encoding
     def is_added(self, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` are added (control) tokens; ids outside the vocabulary are not."""
-        table = self._is_added
-        inside = (ids >= 0) & (ids < table.shape[0])
-        if inside.all():
-            return table[ids]
-        out = np.zeros(ids.shape[0], dtype=bool)
-        out[inside] = table[ids[inside]]
-        return out
+        return in_table(self._is_added, ids)
 
     def _unsplit(self) -> None:
         # transformers 5 leaves ``encode_special_tokens`` set on the shared backend after any call with
@@ -508,8 +513,7 @@ class TokenizerBundle:
             for key, out in zip(new, outs, strict=True):
                 ids = np.asarray(out.ids, dtype=np.int32)
                 self.encoded_tokens += int(ids.shape[0])
-                inside = (ids >= 0) & (ids < table.shape[0])
-                added = int(np.count_nonzero(table[ids[inside]]))
+                added = int(np.count_nonzero(in_table(table, ids)))
                 ends_added = self._added_re.search(key[1]) is not None
                 if added != int(ends_added) or (ends_added and not (ids.shape[0] and table[ids[-1]])):
                     return self.encode(text)  # a segment that does not split as expected: no shortcut here
