@@ -24,13 +24,16 @@ never through ``Reader.read`` directly):
   fault costs exactly that record and the reader's generator (which a raised exception would end for good) goes
   on. :func:`msgtrain.ingest.conversation_files.read_conversation_file` does this for every conversation-list
   format.
-- Per group of lines: when an exception escapes the generator itself while reading a JSONL file whose reader has
-  ``chunk_keys``, the driver drops the events of that read, rejects the conversation group of the line being
-  read (the last line :func:`iter_json_lines` handed out) and reads the file again without it — exactly as it
-  would read a chunk without that group (:mod:`msgtrain.ingest.chunks`), so every other record yields what it
-  would have yielded. After :data:`MAX_RETRIES` faults, or for other files, the rest of the file is one reject
-  standing for every record not yet accounted (``ReadReject.count``: the file's non-blank lines minus those
-  accounted, for a line-oriented reader; 1 otherwise).
+- Per line of a JSONL file: when an exception escapes the generator itself (a session reader builds one session
+  from every line of its file, and an exception ends its generator for good), the driver drops the events of that
+  read, finds the record the fault comes from (:func:`_culprit`: the line being read, or — for a fault raised while
+  the session is built, after the last line was handed out — the last line of the shortest failing prefix, by
+  binary search) and reads the file again without it: without that line alone, or, for a reader with
+  ``chunk_keys``, without that line's conversation group, exactly as it would read a chunk without it
+  (:mod:`msgtrain.ingest.chunks`). So every other record yields what it would have yielded. After
+  :data:`MAX_RETRIES` faults, or for other files, the rest of the file is one reject standing for every record not
+  yet accounted (``ReadReject.count``: the file's non-blank lines minus those accounted, for a line-oriented
+  reader; 1 otherwise).
 - Detection (:func:`detect_format`) survives bad records: when no reader accepts the file's head as a whole, each
   parseable record of the head votes and the reader accepting most of them (more than half; ties by registry
   order) reads the file, rejecting the records it cannot read one by one. When none does, the ``unknown_format``
@@ -535,7 +538,7 @@ def load_json_document(path: Path) -> Any:
 
 
 # --------------------------------------------------------------------------------------------- the fault boundary
-MAX_RETRIES = 16  # faults per file the boundary isolates by re-reading; after that the rest is one reject
+MAX_RETRIES = 8  # faults per file the boundary isolates by re-reading; after that the rest is one reject
 
 
 @dataclass
@@ -745,18 +748,29 @@ def _unaccounted(path: Path, accounted: int) -> int:
     return total - accounted
 
 
+def _each_line(value: Any) -> tuple[str, ...]:
+    """The key function of a JSONL file whose reader does not group lines: every line stands alone, so the boundary
+    leaves out just the line a fault comes from."""
+    return ()
+
+
 def _retry_keys(reader: Reader, path: Path) -> Any:
-    """The reader's chunk key function when a failing group of this file can be isolated by re-reading."""
+    """How to leave out a failing record of this file when reading it again: the reader's chunk key function (the
+    record's whole conversation goes), or :func:`_each_line` for a JSONL file it does not cut (only that line goes);
+    None when the file is not line-oriented."""
     from msgtrain.ingest.chunks import is_jsonl, key_function
 
     try:
-        return key_function(reader, path) if is_jsonl(path) else None
+        if not is_jsonl(path):
+            return None
+        return key_function(reader, path) or _each_line
     except Exception:
         return None
 
 
 def _read_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[ReadEvent]:
-    """Read a JSONL file, re-reading it without the conversation group of each line a fault escaped from.
+    """Read a JSONL file, re-reading it without the record each fault comes from (:func:`_culprit`), and without the
+    rest of that record's conversation group (``keys``).
 
     Events are held back until a read completes, since a fault may invalidate what came before it (a reader that
     groups lines emits its conversations at the end)."""
@@ -780,15 +794,24 @@ def _read_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[ReadEvent
             ):
                 accounted = sum(records_of(ev) for ev in events)
                 rest = _unaccounted(path, accounted) if fault.line is not None else 1
+                if attempt == MAX_RETRIES and fault.line is not None:
+                    fault.error = MsgtrainError(
+                        f"{MAX_RETRIES} records of this file made the {reader.name} reader fail; the rest of the"
+                        f" file is not read (last: {type(fault.error).__name__}: {excerpt(str(fault.error), 300)})",
+                        code="reader_error",
+                        hint="the earlier reader_error rejects of this file name the records; their tracebacks are"
+                        " in the debug log",
+                    )
                 events.append(_fault_to_reject(reader, path, fault, max(rest, 1)))
                 fault = None
         if fault is None:
             yield from rejects
             yield from events
             return
-        assert fault.line is not None
-        failed.append(fault.line)
         try:
+            fault = _culprit(reader, path, chunk, fault)
+            assert fault.line is not None
+            failed.append(fault.line)
             chunk, counts = chunk_without(path, keys, base, failed)
         except Exception as e:  # the file cannot be regrouped: what is left is one reject
             yield from rejects
@@ -799,3 +822,41 @@ def _read_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[ReadEvent
         if chunk is None:  # nothing left to read
             yield from rejects
             return
+
+
+def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
+    """``fault`` located at the record it comes from: the last line of the shortest prefix of the file (of
+    ``within``, a chunk, when set) whose reading raises the same exception type.
+
+    A streaming reader fails on the line it was handed last (one prefix read confirms it). A reader that collects
+    every record and builds its session at the end fails after the last line was handed out, whichever record is
+    bad: a binary search over prefixes finds that record in about log2(lines) reads. Faults are rare, and
+    :data:`MAX_RETRIES` bounds how many a file may cost."""
+    from msgtrain.ingest.chunks import chunk_through, iter_chunk_lines, reading_chunk
+
+    assert fault.line is not None
+    numbered = iter_chunk_lines(path, within) if within is not None else _numbered_lines(path)
+    lines = [(n, raw) for n, raw in numbered if raw.strip() and n <= fault.line]
+    if not lines:
+        return fault
+    kind = type(fault.error)
+
+    def fails(count: int) -> bool:
+        """Whether reading only the first ``count`` records raises the fault again."""
+        prefix = chunk_through(path, within, lines[count - 1][0]) if count else None
+        if prefix is None:
+            return False
+        with reading_chunk(path, prefix):
+            return any(isinstance(item, _Fault) and type(item.error) is kind for item in _read_once(reader, path))
+
+    hi = len(lines)  # the first ``hi`` records fail (the reader failed having been handed no more)
+    if fails(hi - 1):
+        lo, hi = 0, hi - 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fails(mid):
+                hi = mid
+            else:
+                lo = mid
+    line, raw = lines[hi - 1]
+    return fault if line == fault.line else _Fault(fault.error, fault.detail, line, raw)

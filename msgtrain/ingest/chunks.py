@@ -89,6 +89,31 @@ def iter_chunk_lines(path: Path | str, chunk: Chunk) -> Iterator[tuple[int, byte
                 lineno += 1
 
 
+def chunk_through(path: Path | str, within: Chunk | None, last_line: int) -> Chunk | None:
+    """The lines of ``within`` (the whole file when None) up to and including line ``last_line``, as a chunk (None
+    when no line is left). Used by the fault boundary to read a prefix of a file when it looks for the record a
+    fault comes from."""
+    runs: list[tuple[int, int, int]] = []
+    spans = within.runs if within is not None else ((0, 1 << 62, 1),)
+    with open(path, "rb") as f:
+        for start, end, first in spans:
+            if first > last_line:
+                break
+            f.seek(start)
+            pos, lineno = start, first
+            while pos < end and lineno <= last_line:
+                raw = f.readline()
+                if not raw:
+                    break
+                pos += len(raw)
+                lineno += 1
+            if pos > start:
+                runs.append((start, pos, first))
+    if not runs:
+        return None
+    return Chunk(0, 1, tuple(runs), sum(e - s for s, e, _ in runs))
+
+
 def key_function(reader: Reader, path: Path) -> KeyFunction | None:
     """The reader's key function for this file, or None when the reader (or this file) cannot be cut."""
     keys_for = getattr(reader, "chunk_keys", None)

@@ -1,0 +1,180 @@
+"""A fault that escapes a session reader's generator costs only the record it comes from.
+
+Session readers (Claude Code, Codex, Copilot CLI, Gemini CLI JSONL, options logs) read a whole file as one
+generator and build their sessions from every record; an exception escaping that generator ends it. The fault
+boundary (:func:`msgtrain.ingest.base.read_events`) finds the record the fault comes from (the line being read, or,
+for a fault raised while the session is built after the last line, the shortest failing prefix) and reads the file
+again without it. Here a poisoned record is inserted into real and sample logs: it raises as soon as it is touched
+("now", a fault while streaming) or only once every line was handed out ("late", a fault while building), and every
+other record must give exactly the samples of the unmutated file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.ingest import base
+from msgtrain.ingest.base import detect_format
+from msgtrain.run.parts import LinearizeSettings, convert_file
+from tests.conftest import ROOT, shared_path
+
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+MARK = "msgtrain_poison"
+
+
+class _Boom(Exception):
+    """What the poisoned record raises: a stand-in for a reader bug on input it does not expect."""
+
+
+class _Poison(dict):  # type: ignore[type-arg]
+    """A record that raises when read, once ``armed()`` says so."""
+
+    def __init__(self, value: dict[str, Any], armed: Callable[[], bool]) -> None:
+        super().__init__(value)
+        self._armed = armed
+
+    def _check(self) -> None:
+        if self._armed():
+            raise _Boom("poisoned record touched")
+
+    def __getitem__(self, key: Any) -> Any:
+        self._check()
+        return super().__getitem__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._check()
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self._check()
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._check()
+        return super().__iter__()
+
+    def items(self) -> Any:
+        self._check()
+        return super().items()
+
+    def keys(self) -> Any:
+        self._check()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._check()
+        return super().values()
+
+
+def _poisoning(mode: str) -> Callable[[Path], Iterator[tuple[int, bytes, Any]]]:
+    """``iter_json_lines`` as the readers see it, with the marked line's record poisoned."""
+    real = base.iter_json_lines
+
+    def lines(path: Path) -> Iterator[tuple[int, bytes, Any]]:
+        state = {"done": False}
+        for lineno, raw, obj in real(path):
+            if MARK.encode() in raw and isinstance(obj, dict):
+                obj = _Poison(obj, (lambda: True) if mode == "now" else (lambda: state["done"]))
+            yield lineno, raw, obj
+        state["done"] = True
+
+    return lines
+
+
+SIMONW = ("shared", "real_logs", "claude_code_simonw", "sample_session.jsonl")
+# (reader, module whose iter_json_lines the reader calls, log, 1-based line after which the poison goes)
+CASES = [
+    ("claude_code", "msgtrain.ingest.claude_code", ("sample_logs", "claude_code", "session.jsonl"), 4),
+    ("codex", "msgtrain.ingest.codex", ("sample_logs", "codex", "rollout.jsonl"), 4),
+    ("copilot_cli", "msgtrain.ingest.copilot_cli", ("sample_logs", "copilot_cli", "session.jsonl"), 3),
+    ("options", "msgtrain.ingest.conversation_files", ("sample_logs", "options", "research_agent.jsonl"), 2),
+    ("codex", "msgtrain.ingest.codex", ("shared", "real_logs", "codex_codemie", "turn-2.jsonl"), 5),
+    ("gemini_cli", "msgtrain.ingest.gemini_cli", ("shared", "real_logs", "gemini_cli_jsonl_vct", "gemini.jsonl"), 6),
+    ("copilot_cli", "msgtrain.ingest.copilot_cli", ("shared", "real_logs", "copilot_cli_vct", "copilot.jsonl"), 20),
+    ("claude_code", "msgtrain.ingest.claude_code", SIMONW, 2),
+]
+
+
+def _log(parts: tuple[str, ...]) -> Path:
+    return shared_path(*parts[1:]) if parts[0] == "shared" else ROOT.joinpath(*parts)
+
+
+def _insert_poison(original: Path, tmp: Path, after: int) -> tuple[Path, int]:
+    """A copy of ``original`` with a marked copy of its line ``after`` inserted after it; the new line's number."""
+    lines = original.read_bytes().splitlines(keepends=True)
+    record = json.loads(lines[after - 1])
+    record[MARK] = True
+    lines.insert(after, json.dumps(record).encode() + b"\n")
+    path = tmp / original.name
+    path.write_bytes(b"".join(lines))
+    return path, after + 1
+
+
+def _samples(samples: list[Any], path: Path, inserted: int | None) -> list[tuple[str, bytes, bytes]]:
+    """(source line as in the original file, input ids, loss mask) of each sample, in order."""
+    out = []
+    for s in samples:
+        where = s.source[len(str(path)) :]
+        line = int(where[1:]) if where.startswith(":") and where[1:].isdigit() else None
+        if line is not None and inserted is not None and line > inserted:
+            where = f":{line - 1}"
+        out.append((where, s.input_ids.tobytes(), s.loss_mask.tobytes()))
+    return out
+
+
+# "late" only where the reader keeps its records until the session is built (Claude Code resolves parents then).
+MODES = [(*case, "now") for case in CASES] + [(*case, "late") for case in CASES if case[0] == "claude_code"]
+
+
+@pytest.mark.parametrize(
+    ("reader", "module", "log", "after", "mode"), MODES, ids=[f"{c[0]}:{c[2][-1]}:{c[4]}" for c in MODES]
+)
+def test_a_fault_in_a_session_reader_costs_only_the_failing_record(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    reader: str,
+    module: str,
+    log: tuple[str, ...],
+    after: int,
+    mode: str,
+) -> None:
+    original = _log(log)
+    assert detect_format(original).name == reader
+    before, stats_before, _ = convert_file(original, SETTINGS)
+    assert before, "the log must give samples for the comparison to mean something"
+
+    path, poisoned = _insert_poison(original, tmp_path, after)
+    monkeypatch.setattr(f"{module}.iter_json_lines", _poisoning(mode))
+    after_samples, stats, rejects = convert_file(path, SETTINGS)
+
+    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
+    assert reject["record"] == f"line {poisoned}"
+    assert reject["message"] == "_Boom: poisoned record touched"
+    assert MARK in reject["excerpt"]
+    assert stats.records_read == stats_before.records_read + 1
+    assert stats.records_rejected["reader_error"] == 1 + stats_before.records_rejected["reader_error"]
+    assert stats.records_converted == stats_before.records_converted
+    assert _samples(after_samples, path, poisoned) == _samples(before, original, None)
+
+
+def test_a_late_fault_in_a_claude_code_session_is_found_by_its_record_not_the_last_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = ROOT / "sample_logs" / "claude_code" / "session.jsonl"
+    path, poisoned = _insert_poison(original, tmp_path, 4)  # a message record, kept until the graph is built
+    last = len([line for line in path.read_bytes().splitlines() if line.strip()])
+    assert poisoned < last
+    monkeypatch.setattr("msgtrain.ingest.claude_code.iter_json_lines", _poisoning("late"))
+    _, stats, rejects = convert_file(path, SETTINGS)
+    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
+    assert reject["record"] == f"line {poisoned}"
+    assert stats.records_read == stats.records_converted + sum(stats.records_rejected.values()) + sum(
+        stats.records_skipped.values()
+    )
