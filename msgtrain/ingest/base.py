@@ -34,10 +34,11 @@ never through ``Reader.read`` directly):
   :data:`MAX_RETRIES` faults, or for other files, the rest of the file is one reject standing for every record not
   yet accounted (``ReadReject.count``: the file's non-blank lines minus those accounted, for a line-oriented
   reader; 1 otherwise).
-- Detection (:func:`detect_format`) survives bad records: when no reader accepts the file's head as a whole, each
-  parseable record of the head votes and the reader accepting most of them (more than half; ties by registry
-  order) reads the file, rejecting the records it cannot read one by one. When none does, the ``unknown_format``
-  reject says what the file looks like and why the closest readers refused (their optional ``explain``).
+- Detection (:func:`detect_format`) survives bad records: each parseable record of the head votes, and the reader
+  accepting most of them (at least half; ties by registry order) reads the file, rejecting the records it cannot
+  read one by one; only when no reader takes half of the records does the head as a whole decide. When none does,
+  the ``unknown_format`` reject says what the file looks like and why the closest readers refused (their optional
+  ``explain``).
 """
 
 from __future__ import annotations
@@ -329,11 +330,21 @@ def unit_directories(root: Path) -> list[Path]:
     return sorted(found)
 
 
-VOTE_RECORDS = 32  # records of the head that vote when no reader accepts the head as a whole
+VOTE_RECORDS = 32  # records of the head that vote on the file's format
 
 
 def detect_format(path: Path) -> Reader:
-    """The reader for ``path`` (see the module docstring); raises :class:`FormatError` with an explaining hint."""
+    """The reader for ``path`` (see the module docstring); raises :class:`FormatError` with an explaining hint.
+
+    A directory goes to the directory reader that claims it. A file's format is decided by its records, not its
+    first lines: each of the first :data:`VOTE_RECORDS` records of its head that parse (JSONL lines, or the items of
+    a top-level JSON array) is shown to every detector on its own, as a one-record file would be; a reader that
+    accepts at least half of them reads the file (the one accepting most; ties by registry order), so bad records
+    anywhere — the first ones included — cost only themselves. Formats whose records cannot be told apart one by
+    one (a session header line, then events) are recognised from the head as a whole: when no reader takes half of
+    the records, the first reader (registry order) accepting the whole head reads the file. Cost: one 64 KiB head,
+    at most ``VOTE_RECORDS`` × readers cheap detector calls, each record's shape scanned once.
+    """
     from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
 
     if path.is_dir():
@@ -346,12 +357,12 @@ def detect_format(path: Path) -> Reader:
             hint="pass the log files inside it, or a folder a directory reader knows (see msgtrain formats)",
         )
     head = read_head(path)
-    for reader in REGISTRY.values():
-        if _accepts(reader, path, head):
-            return reader
     voted = _majority_reader(path, head)
     if voted is not None:
         return voted
+    for reader in REGISTRY.values():
+        if _accepts(reader, path, head):
+            return reader
     raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
 
 
@@ -377,39 +388,109 @@ def _accepts(reader: Reader, path: Path, head: bytes) -> bool:
 
 
 def head_records(head: bytes, limit: int = VOTE_RECORDS) -> list[bytes]:
-    """The first ``limit`` lines of a JSONL head that parse as JSON objects (raw, newline-terminated)."""
+    """Up to ``limit`` records of a head, each as the bytes of a one-record file: the lines of a JSONL head that
+    parse as JSON objects or arrays (newline-terminated), or the object items of a top-level JSON array (each as
+    ``[item]``). Records cut off by the end of the head, and heads of any other shape, give none."""
+    records, filled = _head_lines(head)
+    if _mostly_records(records, filled):
+        return records[:limit]
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
+        return _array_items(head, limit)
+    return []
+
+
+def _head_lines(head: bytes) -> tuple[list[bytes], int]:
+    """The complete lines of a head that parse alone as JSON objects or arrays (newline-terminated), and how many
+    complete non-blank lines it has."""
     lines = head.split(b"\n")
     if len(head) >= HEAD_BYTES:
         lines = lines[:-1]  # the head may end mid-line
+    filled = 0
     out: list[bytes] = []
     for line in lines:
         line = line.strip()
-        if not line.startswith(b"{"):
+        if not line:
+            continue
+        filled += 1
+        if line[:1] not in (b"{", b"["):
             continue
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict | list):
             out.append(line + b"\n")
-            if len(out) >= limit:
-                break
+    return out, filled
+
+
+def _mostly_records(records: list[bytes], filled: int) -> bool:
+    """A head is JSONL when at least two of its lines, and at least half of them, parse on their own: broken lines
+    anywhere (the first ones included) do not change that, and a pretty-printed document has few such lines."""
+    return len(records) >= 2 and len(records) * 2 >= filled
+
+
+def is_json_lines(path: Path) -> bool:
+    """Whether ``path`` is JSONL rather than one JSON document — the one rule every reader and the chunker use.
+
+    JSONL when its first two non-blank lines are separate records (the first parses alone, or the second parses
+    alone as an object or array: a corrupt first line), or when most lines of its head parse alone (several
+    corrupt lines first)."""
+    first, second = first_two_lines(path)
+    if not second:
+        return False
+    try:
+        json.loads(first)
+        return True
+    except (ValueError, RecursionError):
+        pass
+    try:
+        if isinstance(json.loads(second), dict | list):
+            return True
+    except (ValueError, RecursionError):
+        pass
+    return _mostly_records(*_head_lines(read_head(path)))
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _array_items(head: bytes, limit: int) -> list[bytes]:
+    """The complete object items at the start of a head holding a top-level JSON array, each as ``[item]``."""
+    text = head.decode("utf-8", "ignore").lstrip("\ufeff \t\r\n")
+    pos = 1  # after the "["
+    out: list[bytes] = []
+    n = len(text)
+    while len(out) < limit:
+        while pos < n and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= n or text[pos] == "]":
+            break
+        try:
+            value, end = _DECODER.raw_decode(text, pos)
+        except (ValueError, RecursionError):  # an item cut off by the head's end, or not JSON: no more items
+            break
+        if isinstance(value, dict):
+            out.append(b"[" + text[pos:end].encode("utf-8", "replace") + b"]")
+        pos = end
     return out
 
 
 def _majority_reader(path: Path, head: bytes) -> Reader | None:
-    """The reader accepting most of the head's parseable records, if it accepts more than half (ties: registry
-    order). Each record is shown to the detectors alone, as a one-record file would be."""
+    """The reader accepting most of the head's records if it accepts at least half of them (ties: registry order),
+    or None (fewer than two records, or no reader takes half). Records are looked at one at a time, every reader
+    in turn, so each record's shape is scanned once (detectors share :func:`head_shape`'s cache)."""
     records = head_records(head)
     if len(records) < 2:
         return None
-    best: Reader | None = None
-    best_votes = 0
-    for reader in REGISTRY.values():
-        votes = sum(_accepts(reader, path, record) for record in records)
-        if votes > best_votes:
-            best, best_votes = reader, votes
-    return best if best_votes * 2 > len(records) else None
+    readers = list(REGISTRY.values())
+    votes = [0] * len(readers)
+    for record in records:
+        for i, reader in enumerate(readers):
+            votes[i] += _accepts(reader, path, record)
+    best = max(votes)
+    if best == 0 or best * 2 < len(records):
+        return None
+    return readers[votes.index(best)]
 
 
 def describe_head(head: bytes) -> str:

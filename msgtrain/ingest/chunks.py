@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ParseError
-from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader, first_two_lines
+from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader, is_json_lines
 
 # What a reader's key function returns: the record's conversation keys (``()``: a record independent of all
 # others), or ``None``: keep this record with the line before it.
@@ -131,18 +131,8 @@ def whole_file(path: Path) -> Iterator[None]:
 
 
 def is_jsonl(path: Path) -> bool:
-    """The same rule as the readers: the file is JSONL when its first two non-blank lines are separate records."""
-    first, second = first_two_lines(path)
-    if not second:
-        return False
-    try:
-        json.loads(first)
-        return True
-    except (ValueError, RecursionError):
-        try:
-            return isinstance(json.loads(second), dict | list)
-        except (ValueError, RecursionError):
-            return False
+    """The same rule as the readers (:func:`msgtrain.ingest.base.is_json_lines`)."""
+    return is_json_lines(path)
 
 
 class _Groups:

@@ -40,6 +40,7 @@ from msgtrain.ingest.base import (
     SourceRef,
     excerpt,
     first_two_lines,
+    is_json_lines,
     iter_json_lines,
     load_json_document,
 )
@@ -66,9 +67,9 @@ class RawRecord:
 def iter_raw_records(path: Path) -> Iterator[RawRecord]:
     """Records of a JSON or JSONL file.
 
-    The layout is decided from the first two non-blank lines: if the first is a complete JSON value and more
-    follow, the file is JSONL and is streamed; a corrupt first line followed by a complete JSON object or
-    array is still JSONL (the bad line is one reject). Otherwise the file is one JSON document. A single line
+    The layout is decided by :func:`msgtrain.ingest.base.is_json_lines`: if the first line is a complete JSON value
+    and more follow, the file is JSONL and is streamed; corrupt first lines followed by complete JSON objects or
+    arrays are still JSONL (each bad line is one reject). Otherwise the file is one JSON document. A single line
     that does not parse is one bad record (a truncated one-record JSONL), not an unreadable file.
     """
     if active_chunk(path) is not None:
@@ -80,7 +81,7 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
     if not first:
         return
     parsed = _parse(first)
-    if second and (parsed is not _UNPARSED or isinstance(_parse(second), dict | list)):
+    if second and is_json_lines(path):
         for lineno, raw, obj in iter_json_lines(path):
             yield RawRecord(SourceRef(str(path), f"line {lineno}"), obj, raw)
         return

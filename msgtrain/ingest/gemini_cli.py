@@ -24,7 +24,6 @@ Safe readings:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from msgtrain.ingest.base import (
     ReadReject,
     SourceRef,
     excerpt,
-    first_two_lines,
+    is_json_lines,
     iter_json_lines,
     load_json_document,
 )
@@ -140,15 +139,8 @@ class GeminiCliReader:
 
 
 def _is_jsonl(path: Path) -> bool:
-    """A session log whose first line is a whole JSON object followed by more lines (a pretty-printed session
-    document's first line is a lone ``{``)."""
-    first, second = first_two_lines(path)
-    if not second.strip():
-        return False
-    try:
-        return isinstance(json.loads(first), dict)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        return False
+    """A session log of JSON lines (a pretty-printed session document's first line is a lone ``{``)."""
+    return is_json_lines(path)
 
 
 def _read_jsonl(path: Path) -> Iterator[ReadEvent]:
