@@ -72,27 +72,60 @@ def register(app: typer.Typer) -> None:
 
     @app.command("validate")
     def validate_cmd(
-        inputs: list[Path] = typer.Argument(..., help="Log files or directories (searched recursively)."),
+        inputs: list[Path] = typer.Argument(None, help="Log files or directories (searched recursively)."),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
         as_json: bool = typer.Option(False, "--json", help="Print the problems as JSON."),
-        tokenizer: str = typer.Option(
-            None,
-            "--tokenizer",
-            help="Also linearize every graph with this tokenizer, as convert does, and report what it would reject "
-            "or drop (without it: the structure of the logs only).",
+        structure_only: bool = typer.Option(
+            False,
+            "--structure-only",
+            help="Only run the readers and the structural rules (fast; no tokenizer): misses what linearization "
+            "would reject or drop.",
         ),
-        chat_template: str = typer.Option(None, "--chat-template", help="Chat template override (with --tokenizer)."),
-        render_date: str = typer.Option(None, "--render-date", help="Date templates print (with --tokenizer)."),
+        tokenizer: str = typer.Option(
+            None, "--tokenizer", help="Tokenizer to linearize with, as convert: default the embedded demo one."
+        ),
+        chat_template: str = typer.Option(None, "--chat-template", help="Chat template override, as convert."),
+        render_date: str = typer.Option(None, "--render-date", help="Date templates print, as convert."),
+        policy: list[str] = typer.Option(None, "--policy", help="Train only these policies, as convert."),
+        content_special_tokens: str = typer.Option(
+            None, "--content-special-tokens", help="plain (default) | parse, as convert."
+        ),
+        max_length: int = typer.Option(None, "--max-length", help="Longest sample in tokens, as convert."),
+        overflow: str = typer.Option(None, "--overflow", help="drop (default) | truncate | split, as convert."),
+        allow_partial_turns: bool = typer.Option(
+            None, "--allow-partial-turns/--no-allow-partial-turns", help="As convert (with --overflow truncate)."
+        ),
+        config: Path = typer.Option(
+            None, "--config", help="convert's YAML config: its inputs and settings (flags override it)."
+        ),
     ) -> None:
         """Check logs without converting: every problem with file:line, message index, reason code and fix.
 
-        Exits 3 when any problem is found. With --tokenizer, graphs are linearized exactly as convert does, so
-        validate fails whenever convert would reject or drop something.
+        By default every graph is linearized exactly as convert would (same tokenizer resolution, options and
+        config file), so validate exits 3 whenever convert would reject a record or drop a turn or sample.
+        --structure-only checks only the readers and the structural rules.
         """
+        from msgtrain.errors import ConfigError
+        from msgtrain.run.config import load_config_data, merge_cli
         from msgtrain.tools.validate_cmd import Linearization, render_validation, validate_inputs
 
-        lin = Linearization.load(tokenizer, chat_template, render_date) if tokenizer else None
-        report = validate_inputs(inputs, input_format, lin)
+        given: dict[str, Any] = {
+            "inputs": [str(i) for i in inputs] if inputs else None,
+            "input_format": input_format,
+            "tokenizer": tokenizer,
+            "chat_template": chat_template,
+            "render_date": render_date,
+            "policies": list(policy) if policy else None,
+            "content_special_tokens": content_special_tokens,
+            "max_length": max_length,
+            "overflow": overflow,
+            "allow_partial_turns": allow_partial_turns,
+        }
+        cfg = merge_cli(load_config_data(config) if config is not None else None, given)
+        if not cfg.inputs:
+            raise ConfigError("validate needs inputs", hint="pass INPUT... (or set inputs in --config)")
+        lin = None if structure_only else Linearization.from_config(cfg)
+        report = validate_inputs(list(cfg.inputs), cfg.input_format, lin)
         if as_json:
             _print_json(report.to_json())
         else:

@@ -87,19 +87,25 @@ def test_json_output_lists_problems_with_codes_and_hints(capsys: pytest.CaptureF
     assert report["ignored"] == [str(bad_dir / "README.txt")]
 
 
-def test_rules_are_checked_inside_graphs_that_load(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_rules_are_checked_inside_graphs_that_load_and_fail_only_a_structure_only_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     g = MessageGraph(graph_id="g-unpaired")
     g.append(text_message("user", "hi"))
     g.append(OptionResultMessage(result=OptionResultPayload(invocation_id="nope", option_name="search")))
     g.append(text_message("assistant", "done"))
     path = tmp_path / "g.graph.jsonl"
     g.save(path)
-    code, report = run_json(capsys, str(path))
+    code, report = run_json(capsys, str(path), "--structure-only")
     assert code == 3
     [problem] = report["problems"]
     assert problem["code"] == "unpaired_result"
     assert problem["where"] == "graph g-unpaired branch 0 message[1]"
     assert problem["source"] == f"{path}:1"
+    # By default validate judges as convert does: convert trains this graph, so the broken rule is a warning.
+    code, report = run_json(capsys, str(path))
+    assert code == 0 and report["problems"] == []
+    assert [w["code"] for w in report["warnings"]] == ["unpaired_result"]
 
 
 def test_a_graph_with_nothing_to_train_is_a_warning_not_a_problem(

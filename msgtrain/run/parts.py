@@ -85,6 +85,29 @@ class LinearizeSettings:
         return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
+def settings_from_config(cfg: Any, debug_log: str | None = None) -> LinearizeSettings:
+    """The linearize settings of a :class:`msgtrain.run.config.ConvertConfig` (``convert`` and ``validate`` alike)."""
+    return LinearizeSettings(
+        tokenizer=cfg.tokenizer,
+        chat_template=cfg.chat_template,
+        policies=tuple(cfg.policies),
+        render_date=cfg.render_date,
+        input_format=cfg.input_format,
+        content_special_tokens=cfg.content_special_tokens,
+        strict=cfg.strict,
+        debug_log=debug_log,
+    )
+
+
+def linearize_options(settings: LinearizeSettings) -> LinearizeOptions:
+    """The options every graph is linearized with under ``settings``."""
+    return LinearizeOptions(
+        policies=frozenset(settings.policies),
+        render_date=settings.render_date,
+        content_special_tokens=settings.content_special_tokens,
+    )
+
+
 def file_digest(path: Path) -> str:
     """A hash of a file's bytes; for a directory log, of every file in it (relative names and bytes, sorted)."""
     h = hashlib.blake2b(digest_size=16)
@@ -183,11 +206,7 @@ def convert_file(
     ``strict``): it rejects and goes on."""
     tok = load_tokenizer(settings.tokenizer, settings.chat_template)
     renderer = Renderer(tok, settings.render_date)
-    opts = LinearizeOptions(
-        policies=frozenset(settings.policies),
-        render_date=settings.render_date,
-        content_special_tokens=settings.content_special_tokens,
-    )
+    opts = linearize_options(settings)
     stats = PartStats()
     samples: list[Sample] = []
     rejects: list[str] = []

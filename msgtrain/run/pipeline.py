@@ -63,6 +63,7 @@ from msgtrain.run.parts import (
     merge_chunk_tables,
     part_key,
     read_part,
+    settings_from_config,
     write_part_to,
 )
 from msgtrain.run.publish import (
@@ -377,7 +378,8 @@ def _check_chat_template(tok: Any, source: str) -> None:
         )
 
 
-def _load_tokenizer_checked(cfg: Any) -> Any:
+def load_tokenizer_checked(cfg: Any) -> Any:
+    """The tokenizer of a config, its ``--chat-template`` checked to render a conversation (a usage error if not)."""
     if cfg.chat_template is None:
         return load_tokenizer(cfg.tokenizer, None)
     try:
@@ -406,17 +408,10 @@ def _convert_in(
     remote = out is None
     exclude = [out, *hidden_siblings(out)] if out is not None else []
     files, ignored = discover_locations([str(p) for p in cfg.inputs], exclude)
-    tok = _load_tokenizer_checked(cfg)
-    settings = LinearizeSettings(
-        tokenizer=cfg.tokenizer,
-        chat_template=cfg.chat_template,
-        policies=tuple(cfg.policies),
-        render_date=cfg.render_date,
-        input_format=cfg.input_format,
-        content_special_tokens=cfg.content_special_tokens,
-        strict=cfg.strict,
-        # On an object store the workers' tracebacks stay on the machine that hit them (a local temp file).
-        debug_log=str(state / DEBUG_LOG) if isinstance(state, Path) else str(default_debug_log()),
+    tok = load_tokenizer_checked(cfg)
+    # On an object store the workers' tracebacks stay on the machine that hit them (a local temp file).
+    settings = settings_from_config(
+        cfg, debug_log=str(state / DEBUG_LOG) if isinstance(state, Path) else str(default_debug_log())
     )
     skey = settings.key(tok.fingerprint)
     manifest: dict[str, dict[str, Any]] = _load_manifest(state) if cfg.resume else {}

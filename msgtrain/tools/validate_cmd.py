@@ -7,8 +7,13 @@ Invariants:
   result...), a rule broken inside a graph that did load (:func:`msgtrain.model.validate.validate_graph`), or a
   file no reader can read. Each carries file:line, where inside the record (graph, branch, ``message[i]``), a
   stable reason code, the message and a fix hint.
-- Warnings (a graph with no sampled assistant turn: nothing in it would be trained) are listed but are not
-  problems: they do not change the exit code.
+- By default (``lin``, the CLI's default) every graph is linearized exactly as ``convert`` does — the same
+  tokenizer resolution, options, config file and per-graph function
+  (:func:`msgtrain.run.parts.linearize_read_graph`) and length policy — so validate has a problem exactly when
+  convert would reject a record or drop a turn or sample, and its counts are convert's
+  (:meth:`ValidationReport.convert_counts`). ``--structure-only`` runs the readers and the structural rules only.
+- Warnings (a graph with no sampled assistant turn: nothing in it would be trained; a structural rule broken by a
+  graph convert trains anyway) are listed but are not problems: they do not change the exit code.
 - Directories are walked like ``convert`` walks them (recursive, sorted, hidden files skipped).
 """
 
@@ -55,31 +60,69 @@ class Finding:
 
 @dataclass
 class ValidationReport:
+    """What validate found. ``records``, ``skipped`` and ``rejected`` count input records as convert does; with
+    linearization (``linearized``) so do ``converted``, ``converted_graphs``, the turn counts and the drops, which
+    equal convert's report for the same inputs and options."""
+
     files: list[str] = field(default_factory=list)
     formats: Counter[str] = field(default_factory=Counter)
     ignored: list[str] = field(default_factory=list)  # files in walked directories with no log suffix
-    graphs: int = 0
+    graphs: int = 0  # graphs read (convert's ``graphs`` is ``converted_graphs``: those it did not reject)
     records: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)  # records, by reason
     problems: list[Finding] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
+    linearized: bool = False
+    converted: int = 0
+    converted_graphs: int = 0
+    turns_found: int = 0
+    turns_trained: int = 0
+    turns_dropped: Counter[str] = field(default_factory=Counter)
+    samples_dropped: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "ok": self.ok,
+            "linearized": self.linearized,
             "files": self.files,
             "formats": dict(sorted(self.formats.items())),
             "ignored": self.ignored,
             "graphs": self.graphs,
             "records": self.records,
+            "rejected_by_reason": dict(sorted(self.rejected.items())),
             "skipped_by_reason": dict(sorted(self.skipped.items())),
             "problems": [asdict(p) for p in self.problems],
             "problems_by_code": dict(sorted(Counter(p.code for p in self.problems).items())),
             "warnings": [asdict(w) for w in self.warnings],
+        }
+        if self.linearized:
+            out["convert"] = self.convert_counts()
+        return out
+
+    def convert_counts(self) -> dict[str, Any]:
+        """The counts of convert's report.json this validation predicts (records, graphs, turns, sample drops)."""
+        return {
+            "records": {
+                "read": self.records,
+                "converted": self.converted,
+                "rejected": sum(self.rejected.values()),
+                "skipped": sum(self.skipped.values()),
+                "rejected_by_reason": dict(sorted(self.rejected.items())),
+                "skipped_by_reason": dict(sorted(self.skipped.items())),
+            },
+            "graphs": self.converted_graphs,
+            "turns": {
+                "found": self.turns_found,
+                "trained": self.turns_trained,
+                "dropped": sum(self.turns_dropped.values()),
+                "dropped_by_reason": dict(sorted(self.turns_dropped.items())),
+            },
+            "samples": {"dropped_by_reason": dict(sorted(self.samples_dropped.items()))},
         }
 
 
@@ -105,50 +148,108 @@ def _locate(where: str | None, source: str, path: str) -> tuple[str, str]:
 
 @dataclass
 class Linearization:
-    """What ``validate --tokenizer`` linearizes with: the tokenizer, renderer and options ``convert`` would use."""
+    """What ``validate`` linearizes with: the tokenizer, renderer, options and length policy ``convert`` would use
+    for the same options (:meth:`from_config` resolves them exactly as ``convert`` does)."""
 
     tok: Any
     renderer: Any
     options: Any
+    max_length: int | None = None
+    overflow: str = "drop"
+    allow_partial_turns: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Linearization:
+        """From a :class:`msgtrain.run.config.ConvertConfig`: convert's tokenizer (the embedded demo one when none
+        is given, no network), its checked ``--chat-template``, render date, policies and length policy."""
+        from msgtrain.linearize.render import Renderer
+        from msgtrain.run.parts import linearize_options, settings_from_config
+        from msgtrain.run.pipeline import load_tokenizer_checked
+
+        tok = load_tokenizer_checked(cfg)
+        settings = settings_from_config(cfg)
+        return cls(
+            tok,
+            Renderer(tok, settings.render_date),
+            linearize_options(settings),
+            max_length=cfg.max_length,
+            overflow=cfg.overflow,
+            allow_partial_turns=cfg.allow_partial_turns,
+        )
 
     @classmethod
     def load(cls, tokenizer: str | None, chat_template: str | None, render_date: str | None) -> Linearization:
-        from msgtrain.linearize import LinearizeOptions, load_tokenizer
-        from msgtrain.linearize.render import Renderer
+        from msgtrain.run.config import ConvertConfig
 
-        tok = load_tokenizer(tokenizer, chat_template)
-        return cls(tok, Renderer(tok, render_date), LinearizeOptions(render_date=render_date))
+        return cls.from_config(ConvertConfig(tokenizer=tokenizer, chat_template=chat_template, render_date=render_date))
 
 
-def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationReport) -> None:
-    """Run convert's own per-graph linearization; what it would reject or drop is a problem."""
+def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationReport) -> bool:
+    """Run convert's own per-graph linearization and length policy; what it would reject or drop is a problem.
+    Counts what convert counts. Returns whether convert would keep the graph (not reject it)."""
+    from msgtrain.export.length import apply_length_policy
+    from msgtrain.export.schema import samples_to_table
     from msgtrain.run.parts import linearize_read_graph
 
     source = str(ev.source)
+    where = f"graph {ev.graph.graph_id}"
     res, error = linearize_read_graph(ev, lin.tok, lin.options, lin.renderer)
     if error is not None:
-        report.problems.append(
-            Finding(source, f"graph {ev.graph.graph_id}", error.code, error.message, error.hint or "")
-        )
-        return
+        report.rejected[error.code] += ev.records
+        report.problems.append(Finding(source, where, error.code, error.message, error.hint or ""))
+        return False
     assert res is not None
-    for reason, n in sorted(res.drops.items()):
+    report.converted += ev.records
+    report.converted_graphs += 1
+    report.turns_found += len(res.turns)
+    trained = sum(len(s.turn_ids) for s in res.samples)
+    drops = Counter(res.drops)
+    sample_drops: Counter[str] = Counter()
+    if lin.max_length is not None and res.samples:
+        kept = apply_length_policy(
+            samples_to_table(res.samples),
+            max_length=lin.max_length,
+            overflow=lin.overflow,
+            allow_partial_turns=lin.allow_partial_turns,
+        )
+        drops.update(kept.dropped_turns)
+        sample_drops.update(kept.dropped_samples)
+        trained -= sum(kept.dropped_turns.values())
+    report.turns_trained += trained
+    report.turns_dropped.update(drops)
+    report.samples_dropped.update(sample_drops)
+    for reason, n in sorted(drops.items()):
         report.problems.append(
             Finding(
                 source,
-                f"graph {ev.graph.graph_id}",
+                where,
                 f"dropped_{reason}",
                 f"{n} sampled turn{'s' if n != 1 else ''} would not be trained ({reason})",
                 "see the drop reasons in README's token-exactness section; convert reports them under turns.dropped",
             )
         )
+    for reason, n in sorted(sample_drops.items()):
+        report.problems.append(
+            Finding(
+                source,
+                where,
+                f"dropped_sample_{reason}",
+                f"{n} sample{'s' if n != 1 else ''} would not be written ({reason})",
+                "raise --max-length, or use --overflow split/truncate; convert reports them under samples.dropped",
+            )
+        )
+    return True
 
 
 def validate_file(
     path: Path, reader: Reader | None, report: ValidationReport, lin: Linearization | None = None
 ) -> None:
     """Read one file with ``reader`` (or the detected one) and add what it finds to ``report``; with ``lin``,
-    also linearize each graph as ``convert`` does and report what it would reject or drop."""
+    also linearize each graph as ``convert`` does and report what it would reject or drop.
+
+    With ``lin`` the verdict on a graph is convert's: its reject or its drops are problems, and a structural rule
+    the graph breaks is a warning when convert trains the graph anyway. Without it (``--structure-only``) the
+    structural rules are the problems."""
     report.files.append(str(path))
     opened = open_reader(path, reader)
     if isinstance(opened, ReadReject):
@@ -165,11 +266,11 @@ def validate_file(
         elif isinstance(ev, ReadGraph):
             report.records += ev.records
             report.graphs += 1
-            structural = validate_graph(ev.graph)
-            for p in structural:
-                report.problems.append(Finding(source, p.where, p.code, p.message, p.hint))
-            if lin is not None and not structural:
-                _linearize_findings(ev, lin, report)
+            structural = [Finding(source, p.where, p.code, p.message, p.hint) for p in validate_graph(ev.graph)]
+            if lin is None:
+                report.problems.extend(structural)
+            elif _linearize_findings(ev, lin, report):
+                report.warnings.extend(structural)
             if not ev.graph.sampled_nodes():
                 report.warnings.append(
                     Finding(
@@ -184,6 +285,7 @@ def validate_file(
 
 def _add_reject(report: ValidationReport, ev: ReadReject, path: str) -> None:
     report.records += ev.count
+    report.rejected[ev.error.code] += ev.count
     err = ev.error
     # A reject of the whole file is located at the file itself (``path:``), like convert's "file" record.
     at, where = _locate(err.where, path if ev.source.record == "file" else str(ev.source), path)
@@ -195,13 +297,16 @@ def _add_reject(report: ValidationReport, ev: ReadReject, path: str) -> None:
 def validate_inputs(
     inputs: Sequence[str | Path], input_format: str | None = None, lin: Linearization | None = None
 ) -> ValidationReport:
-    """Validate files and directories; ``input_format`` forces one reader for every file; ``lin`` also checks
-    what linearization would reject or drop (``validate --tokenizer``)."""
+    """Validate files and directories; ``input_format`` forces one reader for every file; ``lin`` also linearizes
+    every graph as convert does and checks what it would reject or drop (the ``validate`` command's default; without
+    it, as ``validate --structure-only``, only the readers and the structural rules run)."""
     from msgtrain.run.pipeline import NOT_A_LOG, discover_inputs
 
     files, ignored = discover_inputs([str(i) for i in inputs])
     reader = get_reader(input_format) if input_format else None
-    report = ValidationReport(ignored=[i["path"] for i in ignored if i["reason"] == NOT_A_LOG])
+    report = ValidationReport(
+        ignored=[i["path"] for i in ignored if i["reason"] == NOT_A_LOG], linearized=lin is not None
+    )
     for path in files:
         validate_file(path, reader, report, lin)
     return report
@@ -226,6 +331,16 @@ def render_validation(report: ValidationReport) -> Group:
         summary.append(" (" + ", ".join(f"{c}={n}" for c, n in codes.most_common()) + ")")
     if report.warnings:
         summary.append(", " + _n(len(report.warnings), "warning"), style="yellow")
+    if report.linearized:
+        counts = report.convert_counts()
+        records, turns = counts["records"], counts["turns"]
+        summary.append(
+            f"; convert would: {records['converted']} converted + {records['rejected']} rejected +"
+            f" {records['skipped']} skipped, {turns['trained']} turns trained, {turns['dropped']} dropped"
+            + (f", {sum(report.samples_dropped.values())} samples dropped" if report.samples_dropped else "")
+        )
+    else:
+        summary.append("; structure only (not linearized)", style="dim")
     if report.ignored:
         summary.append(f"; {_n(len(report.ignored), 'file')} without a log suffix ignored", style="dim")
     return Group(*lines, summary)
