@@ -129,7 +129,7 @@ class Renderer:
         for msgs, ids in recent:
             k = len(ids)
             # Node ids name their whole path: equal ids at k-1 mean equal paths up to k.
-            if k <= n and (best is None or k > len(best[1])) and nodes[k - 1].id == ids[-1]:
+            if 0 < k <= n and (best is None or k > len(best[1])) and nodes[k - 1].id == ids[-1]:
                 best = (msgs, ids)
         if best is None:
             msgs, ids = [], []
