@@ -18,6 +18,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from msgtrain.errors import printable
+
 EXIT_CHECK_FAILED = 1
 EXIT_PROBLEMS = 3
 
@@ -28,7 +30,8 @@ def _console() -> Console:
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    # Paths and quoted input may hold lone surrogates, which no UTF-8 stream takes.
+    sys.stdout.write(printable(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,24 @@ one actionable line. They are picklable because they cross worker-process bounda
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, overload
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+@overload
+def printable(text: str) -> str: ...
+@overload
+def printable(text: None) -> None: ...
+def printable(text: str | None) -> str | None:
+    """``text`` with lone UTF-16 surrogates (which no UTF-8 terminal, file or Arrow column takes) replaced by U+FFFD.
+
+    Error messages quote input (an unknown role, a bad key), and input may hold them (a JSON ``"\\ud800"``): every
+    message, location and hint goes through here so that reporting an error never becomes a new one."""
+    if text is None or text.isascii():
+        return text
+    return _SURROGATES.sub("\ufffd", text)
 
 
 class MsgtrainWarning(UserWarning):
@@ -25,6 +42,7 @@ class MsgtrainError(Exception):
     code: str = "error"
 
     def __init__(self, message: str, *, where: str | None = None, hint: str | None = None, code: str | None = None):
+        message, where, hint = printable(message), printable(where), printable(hint)
         super().__init__(message)
         self.message = message
         self.where = where

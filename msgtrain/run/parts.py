@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from msgtrain import __version__
-from msgtrain.errors import MsgtrainError, reject_hint
+from msgtrain.errors import MsgtrainError, printable, reject_hint
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
 from msgtrain.ingest.base import (
     ReadGraph,
@@ -196,7 +196,8 @@ def _reject_line(source: SourceRef, error: MsgtrainError, excerpt: str = "", gra
         "hint": reject_hint(error),
         "excerpt": excerpt,
     }
-    return json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n"
+    # A file name may hold surrogate-escaped bytes: the line must stay writable as UTF-8 whatever it quotes.
+    return printable(json.dumps(rec, ensure_ascii=False, sort_keys=True)) + "\n"
 
 
 def convert_file(

@@ -28,6 +28,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
+from msgtrain.errors import printable
 from msgtrain.ingest.base import (
     Reader,
     ReadGraph,
@@ -51,6 +52,11 @@ class Finding:
     code: str
     message: str
     hint: str = ""
+
+    def __post_init__(self) -> None:
+        # A source is a file name, which may hold surrogate-escaped bytes; findings are printed and written as UTF-8.
+        for name in ("source", "where", "message", "hint"):
+            object.__setattr__(self, name, printable(getattr(self, name)))
 
     def __str__(self) -> str:
         inner = f" {self.where}:" if self.where else ""

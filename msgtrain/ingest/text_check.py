@@ -1,0 +1,79 @@
+"""Text that cannot be written: lone UTF-16 surrogates in what a reader built.
+
+A JSON ``"\\ud800"`` escape without its pair, or a byte that is not UTF-8 decoded with ``surrogateescape`` (a file
+name, a header), gives a Python string holding a lone surrogate. No tokenizer encodes it, and neither Arrow nor a
+UTF-8 file can store it, so a graph holding one is rejected at ingest (``invalid_text``), naming the field, before
+linearization or export ever see it; nothing is silently replaced in training text.
+
+Invariants:
+- :func:`lone_surrogate_field` looks at every string a :class:`~msgtrain.ingest.base.ReadGraph` carries to the output
+  — the graph's id, policy and metadata, every message (content, names, tool calls and their arguments, dict keys),
+  engine records, tools and template arguments, the per-graph extras, and the source (file name) — and never raises.
+- Cost: one pass over the graph's values; homogeneous number sequences (token ids, logprobs) are skipped in C, and an
+  ASCII string is cleared by ``str.isascii``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NUMBERS = frozenset({int, float, bool, type(None)})
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in ``text``, or None."""
+    if text.isascii():
+        return None
+    m = _SURROGATE.search(text)
+    return m.start() if m else None
+
+
+def lone_surrogate_field(roots: Iterator[tuple[str, Any]]) -> tuple[str, str, int] | None:
+    """(field path, the string, index) of the first string under ``roots`` (named values) that holds a lone
+    surrogate, as a dict key or a value; None when there is none."""
+    for name, value in roots:
+        found = _search(value, name)
+        if found is not None:
+            return found
+    return None
+
+
+def _children(value: Any) -> Iterator[tuple[str, Any]] | None:
+    """(path step, child) of a container value, or None for a leaf."""
+    if isinstance(value, dict):
+        return ((f".{k}" if isinstance(k, str) else f"[{k!r}]", v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        if set(map(type, value)) <= _NUMBERS:
+            return None
+        return ((f"[{i}]", v) for i, v in enumerate(value))
+    if isinstance(value, BaseModel):
+        return ((f".{k}", v) for k, v in value.__dict__.items())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return ((f".{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    return None
+
+
+def _search(root: Any, root_path: str) -> tuple[str, str, int] | None:
+    """Depth-first, with an explicit stack (no recursion limit on deep values)."""
+    stack: list[tuple[str, Any]] = [(root_path, root)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            at = lone_surrogate(value)
+            if at is not None:
+                return path, value, at
+            continue
+        if isinstance(value, dict):
+            for key in value:
+                if isinstance(key, str) and lone_surrogate(key) is not None:
+                    return f"{path} (a key)", key, lone_surrogate(key) or 0
+        children = _children(value)
+        if children is not None:
+            stack.extend(reversed([(path + step, child) for step, child in children]))
+    return None

@@ -1,0 +1,151 @@
+"""Lone UTF-16 surrogates are a specific reject at ingest (``invalid_text``, naming the field and the line), never an
+``internal_error`` of the tokenizer or a crash of the Arrow or rejects writers.
+
+A JSON ``"\\ud800"`` escape without its pair, or a non-UTF-8 byte decoded with ``surrogateescape`` (a file name),
+gives a string no tokenizer encodes and no UTF-8 file or Arrow column stores. A JSONL line holding one is rejected on
+its own (the rest of its session still reads); anything else a reader builds is checked per graph at the fault
+boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.cli import main
+from msgtrain.errors import MsgtrainError, printable
+from msgtrain.run.parts import LinearizeSettings, convert_file
+from msgtrain.tools.validate_cmd import validate_inputs
+from tests.conftest import ROOT
+
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+BAD = "a\ud800b"
+
+
+def _chat(**extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], **extra}
+
+
+def _call(name: str = "f", arguments: str = "{}") -> dict[str, Any]:
+    call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+            {"role": "assistant", "content": "done"},
+        ]
+    }
+
+
+# (record holding a lone surrogate, where the reject must say it is)
+CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "user content": (
+        {"messages": [{"role": "user", "content": BAD}, {"role": "assistant", "content": "ok"}]},
+        "messages[0].content",
+    ),
+    "assistant content": (
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": BAD}]},
+        "messages[1].content",
+    ),
+    "a role": (
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assist" + BAD, "content": "x"}]},
+        "messages[1].role",
+    ),
+    "tool name": (_call(name=BAD), "messages[1].tool_calls[0].function.name"),
+    # Arguments are a JSON string in the record: the surrogate appears only once they are parsed into the graph.
+    "tool argument value": (_call(arguments=json.dumps({"k": BAD})), "message[1].calls[0].arguments.k"),
+    "tool argument key": (_call(arguments=json.dumps({BAD: 1})), "message[1].calls[0].arguments (a key)"),
+    "a key": (_chat(metadata={BAD: 1}), "metadata (a key)"),
+    "metadata": (_chat(metadata={"k": BAD}), "metadata.k"),
+    "record id": (_chat(id=BAD), "id"),
+    "message name": (
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "name": BAD}]},
+        "messages[1].name",
+    ),
+    "tool schema": (
+        _chat(tools=[{"type": "function", "function": {"name": "t", "description": BAD, "parameters": {}}}]),
+        "tools[0].function.description",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_lone_surrogate_anywhere_in_a_record_is_an_invalid_text_reject_naming_field_and_line(
+    tmp_path: Path, case: str
+) -> None:
+    record, field = CASES[case]
+    path = tmp_path / "chat.jsonl"
+    good = _chat()
+    path.write_text(
+        "".join(json.dumps(r) + "\n" for r in (good, record, good)), encoding="utf-8"
+    )  # ensure_ascii: the surrogate is a \ud800 escape, as JSON writers emit it
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert dict(stats.records_rejected) == {"invalid_text": 1}, rejects
+    assert stats.records_converted == 2 and len(samples) == 2
+    (reject,) = [json.loads(r) for r in rejects]
+    assert reject["record"] == "line 2"
+    assert reject["where"] == f"{path}:2 {field}"
+    assert "lone UTF-16 surrogate U+D800" in reject["message"] and "U+FFFD" in reject["hint"]
+    rejects[0].encode("utf-8")
+    report = validate_inputs([path])
+    assert [p.code for p in report.problems] == ["invalid_text"]
+
+
+def test_a_lone_surrogate_in_a_session_costs_its_line_not_the_session(tmp_path: Path) -> None:
+    lines = (ROOT / "sample_logs" / "claude_code" / "session.jsonl").read_text(encoding="utf-8").splitlines()
+    _, before, _ = convert_file(ROOT / "sample_logs" / "claude_code" / "session.jsonl", SETTINGS)
+    record = json.loads(lines[3])
+    record["message"]["content"] = "bad \udfff text"
+    lines[3] = json.dumps(record)
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert dict(stats.records_rejected) == {"invalid_text": 1}
+    assert json.loads(rejects[0])["record"] == "line 4"
+    assert stats.records_converted == before.records_converted - 1
+
+
+def test_a_lone_surrogate_in_a_json_document_item_costs_that_item(tmp_path: Path) -> None:
+    item = {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
+    bad = {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": BAD}]}
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps([item, bad, item]), encoding="utf-8")
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert dict(stats.records_rejected) == {"invalid_text": 1} and stats.records_converted == 2
+    (reject,) = [json.loads(r) for r in rejects]
+    assert reject["record"] == "item 1" and "message[1]" in reject["where"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file names of arbitrary bytes are a POSIX thing")
+def test_a_file_name_that_is_not_utf8_is_an_invalid_text_reject_and_every_command_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    raw_name = os.fsencode(logs) + b"/chat\xff.jsonl"
+    with open(raw_name, "wb") as f:
+        f.write((json.dumps(_chat()) + "\n" + json.dumps(_chat()) + "\n").encode())
+    out = tmp_path / "out"
+    assert main(["convert", str(logs), "-o", str(out)]) == 3
+    text = (out / "rejects.jsonl").read_bytes().decode("utf-8")
+    reasons = {json.loads(line)["reason"] for line in text.splitlines()}
+    assert reasons == {"invalid_text"}
+    assert "the file name" in text and "\ufffd" in text
+    assert main(["validate", str(logs)]) == 3
+    assert main(["validate", str(logs), "--json"]) == 3
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err and "internal error" not in captured.err
+
+
+def test_error_text_quoting_input_never_carries_a_lone_surrogate() -> None:
+    err = MsgtrainError(f"unknown role {BAD!s}", where="x \udcff", hint=BAD)
+    assert "\ud800" not in err.message and "\udcff" not in str(err)
+    str(err).encode("utf-8")
+    assert printable("emoji \U0001f600 kept") == "emoji \U0001f600 kept"
