@@ -188,6 +188,11 @@ def test_forcing_a_reader_onto_data_it_does_not_expect_gives_rejects_not_a_crash
     out = list(read_events(get_reader("openhands"), path))
     assert any(isinstance(e, ReadReject) and e.error.code == "reader_error" for e in out)
     assert sum(records_of(e) for e in out) == len(events)
+    # Each failing event costs itself only, and every reject names the event's index in the whole document (the
+    # re-reads leave failing events out, and the reader's own rejects are renumbered back).
+    refs = [e.source.record for e in out if isinstance(e, ReadReject)]
+    assert len(refs) == len(set(refs)) == len(events)
+    assert set(refs) == {f"item {i}" for i in range(len(events))}
 
 
 def test_a_gzip_binary_cassette_is_read_without_a_crash() -> None:

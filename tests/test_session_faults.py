@@ -178,3 +178,71 @@ def test_a_late_fault_in_a_claude_code_session_is_found_by_its_record_not_the_la
     assert stats.records_read == stats.records_converted + sum(stats.records_rejected.values()) + sum(
         stats.records_skipped.values()
     )
+
+
+# ------------------------------------------------------------------------------------------ one-document sessions
+def _poisoning_documents(key: str) -> Callable[[Path], Any]:
+    """``load_json_document`` as a document reader sees it, with the marked record of its list poisoned."""
+    real = base.load_json_document
+
+    def load(path: Path) -> Any:
+        doc = real(path)
+        items = base.document_records(doc, key)
+        for i, item in enumerate(items or []):
+            if isinstance(item, dict) and MARK in item:
+                items[i] = _Poison(item, lambda: True)  # type: ignore[index]
+        return doc
+
+    return load
+
+
+def _insert_poison_item(original: Path, tmp: Path, key: str, after: int) -> Path:
+    doc = json.loads(original.read_text(encoding="utf-8"))
+    items = base.document_records(doc, key)
+    assert items is not None and len(items) > after
+    record = {MARK: True, **items[after]}  # first, so that the reject's bounded excerpt shows it
+    items.insert(after + 1, record)
+    path = tmp / original.name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+SWE_REAL = ("shared", "real_logs", "swe_agent", "pydicom__pydicom-1458.gpt4.traj")
+MINI_REAL = ("shared", "real_logs", "mini_swe_agent", "pvlib__pvlib-python-1072.traj.json")
+GEMINI_REAL = ("shared", "real_logs", "gemini_cli_codemie", "session-2026-01-16T11-01-file-ops-37b7abef.json")
+# (reader, module, log, item after which the poison goes)
+DOCUMENT_CASES = [
+    ("openhands", "msgtrain.ingest.openhands", ("sample_logs", "openhands", "events.json"), 3),
+    ("swe_agent", "msgtrain.ingest.swe_agent", ("sample_logs", "swe_agent", "run.traj"), 2),
+    ("mini_swe_agent", "msgtrain.ingest.mini_swe_agent", ("sample_logs", "mini_swe_agent", "run.traj.json"), 2),
+    ("gemini_cli", "msgtrain.ingest.gemini_cli", ("sample_logs", "gemini_cli", "session.json"), 2),
+    ("openhands", "msgtrain.ingest.openhands", ("shared", "real_logs", "openhands", "basic_interactions.json"), 4),
+    ("swe_agent", "msgtrain.ingest.swe_agent", SWE_REAL, 3),
+    ("mini_swe_agent", "msgtrain.ingest.mini_swe_agent", MINI_REAL, 40),
+    ("gemini_cli", "msgtrain.ingest.gemini_cli", GEMINI_REAL, 3),
+]
+
+
+@pytest.mark.parametrize(
+    ("reader", "module", "log", "after"), DOCUMENT_CASES, ids=[f"{c[0]}:{c[2][-1]}" for c in DOCUMENT_CASES]
+)
+def test_a_fault_in_a_document_session_reader_costs_only_the_failing_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, module: str, log: tuple[str, ...], after: int
+) -> None:
+    original = _log(log)
+    found = detect_format(original)
+    assert found.name == reader
+    key = found.document_records  # type: ignore[attr-defined]
+    before, stats_before, _ = convert_file(original, SETTINGS)
+    assert before, "the log must give samples for the comparison to mean something"
+
+    path = _insert_poison_item(original, tmp_path, key, after)
+    monkeypatch.setattr(f"{module}.load_json_document", _poisoning_documents(key))
+    samples, stats, rejects = convert_file(path, SETTINGS)
+
+    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
+    assert reject["record"] == (f"{key}[{after + 1}]" if key else f"item {after + 1}")
+    assert reject["message"] == "_Boom: poisoned record touched" and MARK in reject["excerpt"]
+    assert stats.records_rejected["reader_error"] == 1 + stats_before.records_rejected["reader_error"]
+    assert stats.records_converted == stats_before.records_converted
+    assert _samples(samples, path, None) == _samples(before, original, None)

@@ -34,6 +34,12 @@ never through ``Reader.read`` directly):
   :data:`MAX_RETRIES` faults, or for other files, the rest of the file is one reject standing for every record not
   yet accounted (``ReadReject.count``: the file's non-blank lines minus those accounted, for a line-oriented
   reader; 1 otherwise).
+- Per item of a JSON document: a reader of one-document sessions names its record list (``document_records``);
+  after a fault the driver serves :func:`load_json_document` through a view without the failing item (found the
+  same way, by the shortest failing prefix of the list) and renumbers the events of the re-read to the whole
+  document's indices (:func:`_read_document_isolating`).
+- Text: a graph holding a lone UTF-16 surrogate anywhere is an ``invalid_text`` reject naming the field
+  (:mod:`msgtrain.ingest.text_check`); a JSONL line holding one is rejected on its own by :func:`iter_json_lines`.
 - Detection (:func:`detect_format`) survives bad records: each parseable record of the head votes, and the reader
   accepting most of them (at least half; ties by registry order) reads the file, rejecting the records it cannot
   read one by one; only when no reader takes half of the records does the head as a whole decide. When none does,
@@ -44,6 +50,7 @@ never through ``Reader.read`` directly):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -162,6 +169,9 @@ class Reader(Protocol):
 
 # Optional reader methods (looked up with getattr, so a reader without them still works):
 # - ``chunk_keys(path)``: see :class:`Reader`; also lets the fault boundary re-read a file without a failing group.
+# - ``document_records: str``: for a reader of one-document files whose records are the items of one list, that
+#   list's key (``""`` for a top-level list): a fault costs only the item it comes from (the boundary re-reads the
+#   document without it, :func:`_read_document_isolating`); the reader must load it with :func:`load_json_document`.
 # - ``explain(path, head) -> str | None``: why this reader refuses a file it was closest to, in one phrase
 #   ("messages are under `simulations[].messages`"); shown in the ``unknown_format`` hint.
 
@@ -642,13 +652,45 @@ def load_json_document(path: Path) -> Any:
         )
     raw = path.read_bytes()
     try:
-        return json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ParseError(f"invalid UTF-8 at byte {e.start}", where=str(path), code="bad_utf8") from e
     except json.JSONDecodeError as e:
         raise ParseError(f"invalid JSON at line {e.lineno}: {e.msg}", where=str(path), code="bad_json") from e
     except RecursionError as e:
         raise ParseError("JSON nested too deeply", where=str(path), code="too_deep") from e
+    view = _DOCUMENT_VIEW.get()
+    if view is not None and view.path == str(path):
+        value = view.apply(value)
+    return value
+
+
+@dataclass
+class _DocumentView:
+    """While the fault boundary re-reads a one-document file, the records a reader sees: the items ``keep`` (indices
+    into the document's record list, named by the reader's ``document_records``) in that order."""
+
+    path: str
+    key: str
+    keep: list[int]
+    applied: bool = False
+
+    def apply(self, doc: Any) -> Any:
+        items = document_records(doc, self.key)
+        if items is None:
+            return doc
+        self.applied = True
+        kept = [items[i] for i in self.keep if i < len(items)]
+        return kept if self.key == "" else {**doc, self.key: kept}
+
+
+_DOCUMENT_VIEW: ContextVar[_DocumentView | None] = ContextVar("msgtrain_document_view", default=None)
+
+
+def document_records(doc: Any, key: str) -> list[Any] | None:
+    """The record list of a one-document file: the document itself when ``key`` is ``""``, else its ``key`` list."""
+    items = doc if key == "" else (doc.get(key) if isinstance(doc, dict) else None)
+    return items if isinstance(items, list) else None
 
 
 # --------------------------------------------------------------------------------------------- the fault boundary
@@ -741,7 +783,13 @@ def read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     """Every event of ``path`` read by ``reader``, inside the fault boundary (module docstring); never raises for
     anything a reader does (only ``KeyboardInterrupt`` and the like pass)."""
     keys = _retry_keys(reader, path)
-    events = _read_streaming(reader, path) if keys is None else _read_isolating(reader, path, keys)
+    record_key = getattr(reader, "document_records", None)
+    if keys is not None:
+        events = _read_isolating(reader, path, keys)
+    elif isinstance(record_key, str):
+        events = _read_document_isolating(reader, path, record_key)
+    else:
+        events = _read_streaming(reader, path)
     for event in events:
         if isinstance(event, ReadGraph):
             invalid = _invalid_text(event)
@@ -1019,3 +1067,105 @@ def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
                 lo = mid
     line, raw = lines[hi - 1]
     return fault if line == fault.line else _Fault(fault.error, fault.detail, line, raw)
+
+
+def _read_document_isolating(reader: Reader, path: Path, key: str) -> Iterator[ReadEvent]:
+    """Read a one-document file, re-reading it without each record a fault comes from.
+
+    The reader names its document's record list (``document_records``); the fault boundary serves
+    :func:`load_json_document` with items left out (:class:`_DocumentView`) and finds the failing record as the last
+    item of the shortest failing prefix of that list (binary search), as :func:`_culprit` does for lines. Events are
+    held back until a read completes. A fault the view cannot help with (the reader did not load the document, a
+    reader's own error, no record list, :data:`MAX_RETRIES` faults) ends as :func:`_read_streaming` ends: the rest of
+    the file is one reject."""
+    keep: list[int] | None = None
+    rejects: list[ReadReject] = []
+    items: list[Any] = []
+    for attempt in range(MAX_RETRIES + 1):
+        events, fault, _ = _read_document(reader, path, key, keep)
+        if keep is not None:
+            events = [_renumbered(ev, path, key, keep) for ev in events]
+        if fault is None:
+            yield from rejects
+            yield from events
+            return
+        if keep is None:  # the first fault: is the document's record list there to narrow it down?
+            try:
+                found = document_records(load_json_document(path), key)
+            except Exception:
+                found = None
+            items = found or []
+            keep = list(range(len(items)))
+        culprit = None
+        if attempt < MAX_RETRIES and not isinstance(fault.error, MsgtrainError) and keep:
+            culprit = _document_culprit(reader, path, key, keep, type(fault.error))
+        if culprit is None:
+            yield from rejects
+            accounted = sum(records_of(ev) for ev in events) + sum(r.count for r in rejects)
+            yield from events
+            total = len(items) if items else _unaccounted_items(path, 0)
+            yield _fault_to_reject(reader, path, fault, max(total - accounted, 1))
+            return
+        ref = SourceRef(str(path), f"{key}[{culprit}]" if key else f"item {culprit}")
+        rejects.append(fault_reject(ref, fault.error, f"the {reader.name} reader", fault.detail, items[culprit]))
+        keep.remove(culprit)
+
+
+def _renumbered(event: ReadEvent, path: Path, key: str, keep: list[int]) -> ReadEvent:
+    """``event`` of a read through a view, its record named by its index in the whole document (``item 3``,
+    ``history[3]``) rather than in the view, which lacks the items left out."""
+    record = event.source.record
+    prefix, close = ("item ", "") if key == "" else (f"{key}[", "]")
+    number = record[len(prefix) : len(record) - len(close)] if record.startswith(prefix) else ""
+    if not number.isdigit() or not record.endswith(close) or int(number) >= len(keep):
+        return event
+    renamed = f"{prefix}{keep[int(number)]}{close}"
+    source = SourceRef(event.source.file, renamed)
+    if isinstance(event, ReadReject):
+        err = event.error
+        where = (err.where or "").replace(f"({record})", f"({renamed})").replace(f" {record} ", f" {renamed} ")
+        error = type(err)(err.message, where=where or None, hint=err.hint, code=err.code)
+        return ReadReject(source, error, event.excerpt, event.count, event.detail)
+    return dataclasses.replace(event, source=source)
+
+
+def _read_document(
+    reader: Reader, path: Path, key: str, keep: list[int] | None
+) -> tuple[list[ReadEvent], _Fault | None, _DocumentView | None]:
+    """One read of a document (seen through a view keeping the items ``keep``, when given): its events and fault."""
+    view = _DocumentView(str(path), key, keep) if keep is not None else None
+    token = _DOCUMENT_VIEW.set(view)
+    try:
+        events: list[ReadEvent] = []
+        for item in _read_once(reader, path):
+            if isinstance(item, _Fault):
+                return events, item, view
+            events.append(item)
+        return events, None, view
+    finally:
+        _DOCUMENT_VIEW.reset(token)
+
+
+def _document_culprit(reader: Reader, path: Path, key: str, keep: list[int], kind: type[BaseException]) -> int | None:
+    """The index (into the whole document's records) of the item a fault comes from: the last item of the shortest
+    prefix of ``keep`` whose reading raises ``kind`` again; None when the reader does not read through the view."""
+
+    def fails(count: int) -> bool | None:
+        _, fault, probe = _read_document(reader, path, key, keep[:count])
+        if probe is None or not probe.applied:
+            return None
+        return fault is not None and type(fault.error) is kind
+
+    lo, hi = 0, len(keep)  # reading all of ``keep`` fails
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        verdict = fails(mid)
+        if verdict is None:
+            return None
+        if verdict:
+            hi = mid
+        else:
+            lo = mid
+    if fails(hi) is not True:  # the view did not take, or the fault does not come from the records
+        return None
+    return keep[hi - 1]

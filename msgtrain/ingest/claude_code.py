@@ -121,6 +121,7 @@ class ClaudeCodeReader:
     name = "claude_code"
     description = "Claude Code session transcripts (JSONL with uuid/parentUuid, sub-agent files, loglines exports)"
     example = "sample_logs/claude_code/session.jsonl"
+    document_records = "loglines"  # a JSON document's records (see msgtrain.ingest.base)
 
     def detect(self, path: Path, head: bytes) -> bool:
         first = first_json_value(head)

@@ -68,6 +68,7 @@ class GeminiCliReader:
         " logs.json skipped)"
     )
     example = "sample_logs/gemini_cli/session.json"
+    document_records = "messages"  # a JSON document's records (see msgtrain.ingest.base)
 
     def detect(self, path: Path, head: bytes) -> bool:
         shape = head_shape(head)

@@ -41,6 +41,7 @@ class MiniSweAgentReader:
     name = "mini_swe_agent"
     description = "mini-SWE-agent trajectories (.traj.json: info + OpenAI-style messages, final 'exit' record)"
     example = "sample_logs/mini_swe_agent/run.traj.json"
+    document_records = "messages"  # a JSON document's records (see msgtrain.ingest.base)
 
     def detect(self, path: Path, head: bytes) -> bool:
         shape = head_shape(head)

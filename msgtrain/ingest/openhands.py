@@ -60,6 +60,7 @@ class OpenHandsReader:
     name = "openhands"
     description = "OpenHands event streams (JSON list of actions/observations embedding the raw model response)"
     example = "sample_logs/openhands/events.json"
+    document_records = ""  # a JSON document's records (see msgtrain.ingest.base)
 
     def detect(self, path: Path, head: bytes) -> bool:
         shape = head_shape(head)

@@ -60,6 +60,7 @@ class SweAgentReader:
     name = "swe_agent"
     description = "SWE-agent trajectories (.traj JSON: history with role/content/tool_calls, is_demo, info)"
     example = "sample_logs/swe_agent/run.traj"
+    document_records = "history"  # a JSON document's records (see msgtrain.ingest.base)
 
     def detect(self, path: Path, head: bytes) -> bool:
         shape = head_shape(head)
