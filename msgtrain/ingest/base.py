@@ -24,33 +24,22 @@ never through ``Reader.read`` directly):
   fault costs exactly that record and the reader's generator (which a raised exception would end for good) goes
   on. :func:`msgtrain.ingest.conversation_files.read_conversation_file` does this for every conversation-list
   format.
-- Per line of a JSONL file: when an exception escapes the generator itself (a session reader builds one session
-  from every line of its file, and an exception ends its generator for good), the driver drops the events of that
-  read, finds the record the fault comes from (:func:`_culprit`: the line being read, or — for a fault raised while
-  the session is built, after the last line was handed out — the last line of the shortest failing prefix, by
-  binary search) and reads the file again without it: without that line alone, or, for a reader with
-  ``chunk_keys``, without that line's conversation group, exactly as it would read a chunk without it
-  (:mod:`msgtrain.ingest.chunks`). So every other record yields what it would have yielded. After
-  :data:`MAX_RETRIES` faults, or for other files, the rest of the file is one reject standing for every record not
-  yet accounted (``ReadReject.count``: the file's non-blank lines minus those accounted, for a line-oriented
-  reader; 1 otherwise).
-- Per item of a JSON document: a reader of one-document sessions names its record list (``document_records``);
-  after a fault the driver serves :func:`load_json_document` through a view without the failing item (found the
-  same way, by the shortest failing prefix of the list) and renumbers the events of the re-read to the whole
-  document's indices (:func:`_read_document_isolating`).
+- Per record, when an exception escapes a reader's generator itself (a session reader builds one session from
+  every record of its file, and an exception ends its generator for good): the driver drops the events of that
+  read, finds the record the fault comes from and reads the file again without it — a JSONL line (or, for a reader
+  with ``chunk_keys``, that line's conversation), or an item of a one-document file's record list (a reader's
+  ``document_records``) — so every other record yields what it would have yielded (:mod:`msgtrain.ingest.isolate`).
+  Past its fault limit, or for other files, the rest of the file is one reject standing for every record not yet
+  accounted (``ReadReject.count``: the file's non-blank lines minus those accounted, for a line-oriented reader).
 - Text: a graph holding a lone UTF-16 surrogate anywhere is an ``invalid_text`` reject naming the field
   (:mod:`msgtrain.ingest.text_check`); a JSONL line holding one is rejected on its own by :func:`iter_json_lines`.
-- Detection (:func:`detect_format`) survives bad records: each parseable record of the head votes, and the reader
-  accepting most of them (at least half; ties by registry order) reads the file, rejecting the records it cannot
-  read one by one; only when no reader takes half of the records does the head as a whole decide. When none does,
-  the ``unknown_format`` reject says what the file looks like and why the closest readers refused (their optional
-  ``explain``).
+- Detection (:func:`detect_format`, :mod:`msgtrain.ingest.detect`) survives bad records: a vote of the head's
+  records, not its first lines, decides the reader, which then rejects the records it cannot read one by one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -171,7 +160,7 @@ class Reader(Protocol):
 # - ``chunk_keys(path)``: see :class:`Reader`; also lets the fault boundary re-read a file without a failing group.
 # - ``document_records: str``: for a reader of one-document files whose records are the items of one list, that
 #   list's key (``""`` for a top-level list): a fault costs only the item it comes from (the boundary re-reads the
-#   document without it, :func:`_read_document_isolating`); the reader must load it with :func:`load_json_document`.
+#   document without it, :mod:`msgtrain.ingest.isolate`); the reader must load it with :func:`load_json_document`.
 # - ``explain(path, head) -> str | None``: why this reader refuses a file it was closest to, in one phrase
 #   ("messages are under `simulations[].messages`"); shown in the ``unknown_format`` hint.
 
@@ -346,75 +335,6 @@ def unit_directories(root: Path) -> list[Path]:
     return sorted(found)
 
 
-VOTE_RECORDS = 32  # records of the head that vote on the file's format
-
-
-def detect_format(path: Path) -> Reader:
-    """The reader for ``path`` (see the module docstring); raises :class:`FormatError` with an explaining hint.
-
-    A directory goes to the directory reader that claims it. A file's format is decided by its records, not its
-    first lines: each of the first :data:`VOTE_RECORDS` records of its head that parse (JSONL lines, or the items of
-    a top-level JSON array) is shown to every detector on its own, as a one-record file would be; a reader that
-    accepts at least half of them reads the file (the one accepting most; ties by registry order), so bad records
-    anywhere — the first ones included — cost only themselves. Formats whose records cannot be told apart one by
-    one (a session header line, then events) are recognised from the head as a whole: when no reader takes half of
-    the records, the first reader (registry order) accepting the whole head reads the file. Cost: one 64 KiB head,
-    at most ``VOTE_RECORDS`` × readers cheap detector calls, each record's shape scanned once.
-    """
-    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
-
-    if path.is_dir():
-        reader = directory_reader(path)
-        if reader is not None:
-            return reader
-        raise FormatError(
-            "no reader takes this directory as one log",
-            where=str(path),
-            hint="pass the log files inside it, or a folder a directory reader knows (see msgtrain formats)",
-        )
-    head = read_head(path)
-    voted = _majority_reader(path, head)
-    if voted is not None:
-        return voted
-    for reader in REGISTRY.values():
-        if _accepts(reader, path, head):
-            return reader
-    raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
-
-
-EXPLAIN_BYTES = 4 * 1024 * 1024  # how much of an unrecognised file the explanations look at
-
-
-def _explain_head(path: Path, head: bytes) -> bytes:
-    """More of the file than detection saw, so an explanation can find messages nested deep in a document."""
-    if len(head) < HEAD_BYTES:
-        return head
-    try:
-        with open(path, "rb") as f:
-            return f.read(EXPLAIN_BYTES)
-    except OSError:
-        return head
-
-
-def _accepts(reader: Reader, path: Path, head: bytes) -> bool:
-    try:
-        return bool(reader.detect(path, head))
-    except Exception:  # a detector that trips on odd bytes has not recognised the file; the others still look
-        return False
-
-
-def head_records(head: bytes, limit: int = VOTE_RECORDS) -> list[bytes]:
-    """Up to ``limit`` records of a head, each as the bytes of a one-record file: the lines of a JSONL head that
-    parse as JSON objects or arrays (newline-terminated), or the object items of a top-level JSON array (each as
-    ``[item]``). Records cut off by the end of the head, and heads of any other shape, give none."""
-    records, filled = _head_lines(head)
-    if _mostly_records(records, filled):
-        return records[:limit]
-    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
-        return _array_items(head, limit)
-    return []
-
-
 def _head_lines(head: bytes) -> tuple[list[bytes], int]:
     """The complete lines of a head that parse alone as JSON objects or arrays (newline-terminated), and how many
     complete non-blank lines it has."""
@@ -467,85 +387,12 @@ def is_json_lines(path: Path) -> bool:
     return _mostly_records(*_head_lines(read_head(path)))
 
 
-_DECODER = json.JSONDecoder()
+def detect_format(path: Path) -> Reader:
+    """The reader for ``path``, by a vote of its records (:func:`msgtrain.ingest.detect.detect_format`); raises
+    :class:`FormatError` with an explaining hint."""
+    from msgtrain.ingest.detect import detect_format as detect
 
-
-def _array_items(head: bytes, limit: int) -> list[bytes]:
-    """The complete object items at the start of a head holding a top-level JSON array, each as ``[item]``."""
-    text = head.decode("utf-8", "ignore").lstrip("\ufeff \t\r\n")
-    pos = 1  # after the "["
-    out: list[bytes] = []
-    n = len(text)
-    while len(out) < limit:
-        while pos < n and text[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= n or text[pos] == "]":
-            break
-        try:
-            value, end = _DECODER.raw_decode(text, pos)
-        except (ValueError, RecursionError):  # an item cut off by the head's end, or not JSON: no more items
-            break
-        if isinstance(value, dict):
-            out.append(b"[" + text[pos:end].encode("utf-8", "replace") + b"]")
-        pos = end
-    return out
-
-
-def _majority_reader(path: Path, head: bytes) -> Reader | None:
-    """The reader accepting most of the head's records if it accepts at least half of them (ties: registry order),
-    or None (fewer than two records, or no reader takes half). Records are looked at one at a time, every reader
-    in turn, so each record's shape is scanned once (detectors share :func:`head_shape`'s cache)."""
-    records = head_records(head)
-    if len(records) < 2:
-        return None
-    readers = list(REGISTRY.values())
-    votes = [0] * len(readers)
-    for record in records:
-        for i, reader in enumerate(readers):
-            votes[i] += _accepts(reader, path, record)
-    best = max(votes)
-    if best == 0 or best * 2 < len(records):
-        return None
-    return readers[votes.index(best)]
-
-
-def describe_head(head: bytes) -> str:
-    """What a file looks like, in one phrase, from its head (``JSONL of objects with keys a, b, c``)."""
-    from msgtrain.ingest.head_shape import head_shape
-
-    shape = head_shape(head)
-    if shape.layout == "other":
-        text = head[:40].decode("utf-8", "replace").strip()
-        return f"not JSON (it starts with {text!r})" if text else "an empty file"
-    top = sorted({p.split(".")[1].split("[")[0] for p in shape.paths if p.count(".") == 1})
-    what = {"jsonl": "JSONL of objects", "array": "a JSON array of objects", "object": "a JSON object"}[shape.layout]
-    if not top:
-        return what
-    shown = ", ".join(top[:12]) + (f" (+{len(top) - 12} more)" if len(top) > 12 else "")
-    return f"{what} with keys {shown}"
-
-
-def unknown_format_hint(path: Path, head: bytes) -> str:
-    """The hint of an ``unknown_format`` reject: what the file looks like, and why the closest readers refused."""
-    reasons: list[str] = []
-    wide = _explain_head(path, head)
-    for reader in REGISTRY.values():
-        explain = getattr(reader, "explain", None)
-        if not callable(explain):
-            continue
-        try:
-            why = explain(path, wide)
-        except Exception:
-            why = None
-        if why:
-            reasons.append(f"{reader.name}: {why}")
-    text = f"the file looks like {describe_head(wide)}"
-    if reasons:
-        text += "; closest readers: " + "; ".join(reasons[:3])
-        text += "; fix those records, or force a reader with --input-format NAME"
-    else:
-        text += f"; no reader comes close (known formats: {', '.join(REGISTRY)})"
-    return text
+    return detect(path)
 
 
 def get_reader(name: str) -> Reader:
@@ -694,7 +541,6 @@ def document_records(doc: Any, key: str) -> list[Any] | None:
 
 
 # --------------------------------------------------------------------------------------------- the fault boundary
-MAX_RETRIES = 8  # faults per file the boundary isolates by re-reading; after that the rest is one reject
 
 
 @dataclass
@@ -782,12 +628,15 @@ def default_debug_log() -> Path:
 def read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     """Every event of ``path`` read by ``reader``, inside the fault boundary (module docstring); never raises for
     anything a reader does (only ``KeyboardInterrupt`` and the like pass)."""
-    keys = _retry_keys(reader, path)
+    from msgtrain.ingest.isolate import read_document_isolating, read_isolating, retry_keys
+
+    keys = retry_keys(reader, path)
     record_key = getattr(reader, "document_records", None)
+    events: Iterator[ReadEvent]
     if keys is not None:
-        events = _read_isolating(reader, path, keys)
+        events = read_isolating(reader, path, keys)
     elif isinstance(record_key, str):
-        events = _read_document_isolating(reader, path, record_key)
+        events = read_document_isolating(reader, path, record_key)
     else:
         events = _read_streaming(reader, path)
     for event in events:
@@ -953,219 +802,3 @@ def _unaccounted(path: Path, accounted: int) -> int:
     except OSError:
         return 1
     return total - accounted
-
-
-def _each_line(value: Any) -> tuple[str, ...]:
-    """The key function of a JSONL file whose reader does not group lines: every line stands alone, so the boundary
-    leaves out just the line a fault comes from."""
-    return ()
-
-
-def _retry_keys(reader: Reader, path: Path) -> Any:
-    """How to leave out a failing record of this file when reading it again: the reader's chunk key function (the
-    record's whole conversation goes), or :func:`_each_line` for a JSONL file it does not cut (only that line goes);
-    None when the file is not line-oriented."""
-    from msgtrain.ingest.chunks import is_jsonl, key_function
-
-    try:
-        if not is_jsonl(path):
-            return None
-        return key_function(reader, path) or _each_line
-    except Exception:
-        return None
-
-
-def _read_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[ReadEvent]:
-    """Read a JSONL file, re-reading it without the record each fault comes from (:func:`_culprit`), and without the
-    rest of that record's conversation group (``keys``).
-
-    Events are held back until a read completes, since a fault may invalidate what came before it (a reader that
-    groups lines emits its conversations at the end)."""
-    from msgtrain.ingest.chunks import active_chunk, chunk_without, reading_chunk
-
-    base = active_chunk(path)
-    failed: list[int] = []
-    rejects: list[ReadReject] = []
-    chunk = base
-    for attempt in range(MAX_RETRIES + 1):
-        events: list[ReadEvent] = []
-        fault: _Fault | None = None
-        with reading_chunk(path, chunk):
-            for item in _read_once(reader, path):
-                if isinstance(item, _Fault):
-                    fault = item
-                    break
-                events.append(item)
-            if fault is not None and (
-                fault.line is None or attempt == MAX_RETRIES or isinstance(fault.error, MsgtrainError)
-            ):
-                accounted = sum(records_of(ev) for ev in events)
-                rest = _unaccounted(path, accounted) if fault.line is not None else 1
-                if attempt == MAX_RETRIES and fault.line is not None:
-                    fault.error = MsgtrainError(
-                        f"{MAX_RETRIES} records of this file made the {reader.name} reader fail; the rest of the"
-                        f" file is not read (last: {type(fault.error).__name__}: {excerpt(str(fault.error), 300)})",
-                        code="reader_error",
-                        hint="the earlier reader_error rejects of this file name the records; their tracebacks are"
-                        " in the debug log",
-                    )
-                events.append(_fault_to_reject(reader, path, fault, max(rest, 1)))
-                fault = None
-        if fault is None:
-            yield from rejects
-            yield from events
-            return
-        try:
-            fault = _culprit(reader, path, chunk, fault)
-            assert fault.line is not None
-            failed.append(fault.line)
-            chunk, counts = chunk_without(path, keys, base, failed)
-        except Exception as e:  # the file cannot be regrouped: what is left is one reject
-            yield from rejects
-            rest = max(_unaccounted(path, sum(r.count for r in rejects)), 1)
-            yield fault_reject(SourceRef(str(path), "file"), e, "regrouping", traceback.format_exc(), count=rest)
-            return
-        rejects.append(_fault_to_reject(reader, path, fault, counts[fault.line]))
-        if chunk is None:  # nothing left to read
-            yield from rejects
-            return
-
-
-def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
-    """``fault`` located at the record it comes from: the last line of the shortest prefix of the file (of
-    ``within``, a chunk, when set) whose reading raises the same exception type.
-
-    A streaming reader fails on the line it was handed last (one prefix read confirms it). A reader that collects
-    every record and builds its session at the end fails after the last line was handed out, whichever record is
-    bad: a binary search over prefixes finds that record in about log2(lines) reads. Faults are rare, and
-    :data:`MAX_RETRIES` bounds how many a file may cost."""
-    from msgtrain.ingest.chunks import chunk_through, iter_chunk_lines, reading_chunk
-
-    assert fault.line is not None
-    numbered = iter_chunk_lines(path, within) if within is not None else _numbered_lines(path)
-    lines = [(n, raw) for n, raw in numbered if raw.strip() and n <= fault.line]
-    if not lines:
-        return fault
-    kind = type(fault.error)
-
-    def fails(count: int) -> bool:
-        """Whether reading only the first ``count`` records raises the fault again."""
-        prefix = chunk_through(path, within, lines[count - 1][0]) if count else None
-        if prefix is None:
-            return False
-        with reading_chunk(path, prefix):
-            return any(isinstance(item, _Fault) and type(item.error) is kind for item in _read_once(reader, path))
-
-    hi = len(lines)  # the first ``hi`` records fail (the reader failed having been handed no more)
-    if fails(hi - 1):
-        lo, hi = 0, hi - 1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fails(mid):
-                hi = mid
-            else:
-                lo = mid
-    line, raw = lines[hi - 1]
-    return fault if line == fault.line else _Fault(fault.error, fault.detail, line, raw)
-
-
-def _read_document_isolating(reader: Reader, path: Path, key: str) -> Iterator[ReadEvent]:
-    """Read a one-document file, re-reading it without each record a fault comes from.
-
-    The reader names its document's record list (``document_records``); the fault boundary serves
-    :func:`load_json_document` with items left out (:class:`_DocumentView`) and finds the failing record as the last
-    item of the shortest failing prefix of that list (binary search), as :func:`_culprit` does for lines. Events are
-    held back until a read completes. A fault the view cannot help with (the reader did not load the document, a
-    reader's own error, no record list, :data:`MAX_RETRIES` faults) ends as :func:`_read_streaming` ends: the rest of
-    the file is one reject."""
-    keep: list[int] | None = None
-    rejects: list[ReadReject] = []
-    items: list[Any] = []
-    for attempt in range(MAX_RETRIES + 1):
-        events, fault, _ = _read_document(reader, path, key, keep)
-        if keep is not None:
-            events = [_renumbered(ev, path, key, keep) for ev in events]
-        if fault is None:
-            yield from rejects
-            yield from events
-            return
-        if keep is None:  # the first fault: is the document's record list there to narrow it down?
-            try:
-                found = document_records(load_json_document(path), key)
-            except Exception:
-                found = None
-            items = found or []
-            keep = list(range(len(items)))
-        culprit = None
-        if attempt < MAX_RETRIES and not isinstance(fault.error, MsgtrainError) and keep:
-            culprit = _document_culprit(reader, path, key, keep, type(fault.error))
-        if culprit is None:
-            yield from rejects
-            accounted = sum(records_of(ev) for ev in events) + sum(r.count for r in rejects)
-            yield from events
-            total = len(items) if items else _unaccounted_items(path, 0)
-            yield _fault_to_reject(reader, path, fault, max(total - accounted, 1))
-            return
-        ref = SourceRef(str(path), f"{key}[{culprit}]" if key else f"item {culprit}")
-        rejects.append(fault_reject(ref, fault.error, f"the {reader.name} reader", fault.detail, items[culprit]))
-        keep.remove(culprit)
-
-
-def _renumbered(event: ReadEvent, path: Path, key: str, keep: list[int]) -> ReadEvent:
-    """``event`` of a read through a view, its record named by its index in the whole document (``item 3``,
-    ``history[3]``) rather than in the view, which lacks the items left out."""
-    record = event.source.record
-    prefix, close = ("item ", "") if key == "" else (f"{key}[", "]")
-    number = record[len(prefix) : len(record) - len(close)] if record.startswith(prefix) else ""
-    if not number.isdigit() or not record.endswith(close) or int(number) >= len(keep):
-        return event
-    renamed = f"{prefix}{keep[int(number)]}{close}"
-    source = SourceRef(event.source.file, renamed)
-    if isinstance(event, ReadReject):
-        err = event.error
-        where = (err.where or "").replace(f"({record})", f"({renamed})").replace(f" {record} ", f" {renamed} ")
-        error = type(err)(err.message, where=where or None, hint=err.hint, code=err.code)
-        return ReadReject(source, error, event.excerpt, event.count, event.detail)
-    return dataclasses.replace(event, source=source)
-
-
-def _read_document(
-    reader: Reader, path: Path, key: str, keep: list[int] | None
-) -> tuple[list[ReadEvent], _Fault | None, _DocumentView | None]:
-    """One read of a document (seen through a view keeping the items ``keep``, when given): its events and fault."""
-    view = _DocumentView(str(path), key, keep) if keep is not None else None
-    token = _DOCUMENT_VIEW.set(view)
-    try:
-        events: list[ReadEvent] = []
-        for item in _read_once(reader, path):
-            if isinstance(item, _Fault):
-                return events, item, view
-            events.append(item)
-        return events, None, view
-    finally:
-        _DOCUMENT_VIEW.reset(token)
-
-
-def _document_culprit(reader: Reader, path: Path, key: str, keep: list[int], kind: type[BaseException]) -> int | None:
-    """The index (into the whole document's records) of the item a fault comes from: the last item of the shortest
-    prefix of ``keep`` whose reading raises ``kind`` again; None when the reader does not read through the view."""
-
-    def fails(count: int) -> bool | None:
-        _, fault, probe = _read_document(reader, path, key, keep[:count])
-        if probe is None or not probe.applied:
-            return None
-        return fault is not None and type(fault.error) is kind
-
-    lo, hi = 0, len(keep)  # reading all of ``keep`` fails
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        verdict = fails(mid)
-        if verdict is None:
-            return None
-        if verdict:
-            hi = mid
-        else:
-            lo = mid
-    if fails(hi) is not True:  # the view did not take, or the fault does not come from the records
-        return None
-    return keep[hi - 1]

@@ -1,0 +1,177 @@
+"""Per-file format detection: which reader reads a file, decided by a vote of its records.
+
+Invariants:
+- Cheap and bounded: only the file's first :data:`~msgtrain.ingest.base.HEAD_BYTES` are read (more only to explain
+  an unrecognised file); at most :data:`VOTE_RECORDS` records, each shown to every detector once.
+- Bad records do not decide: each parseable record of the head (a JSONL line, or an item of a top-level JSON array)
+  votes, and a reader accepting at least half of them reads the file (most votes; ties by registry order), so
+  broken or foreign records anywhere — the first ones included — cost only themselves. Only when no reader takes
+  half of the records (formats whose records cannot be told apart one by one) does the head as a whole decide.
+- A file no reader recognises raises :class:`~msgtrain.errors.FormatError` whose hint says what the file looks like
+  and why the closest readers refused it (their optional ``explain``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from msgtrain.errors import FormatError
+from msgtrain.ingest.base import (
+    HEAD_BYTES,
+    REGISTRY,
+    Reader,
+    _head_lines,
+    _mostly_records,
+    directory_reader,
+    read_head,
+)
+
+VOTE_RECORDS = 32  # records of the head that vote on the file's format
+
+
+def detect_format(path: Path) -> Reader:
+    """The reader for ``path`` (see the module docstring); raises :class:`FormatError` with an explaining hint.
+
+    A directory goes to the directory reader that claims it. A file's format is decided by its records, not its
+    first lines: each of the first :data:`VOTE_RECORDS` records of its head that parse (JSONL lines, or the items of
+    a top-level JSON array) is shown to every detector on its own, as a one-record file would be; a reader that
+    accepts at least half of them reads the file (the one accepting most; ties by registry order), so bad records
+    anywhere — the first ones included — cost only themselves. Formats whose records cannot be told apart one by
+    one (a session header line, then events) are recognised from the head as a whole: when no reader takes half of
+    the records, the first reader (registry order) accepting the whole head reads the file. Cost: one 64 KiB head,
+    at most ``VOTE_RECORDS`` × readers cheap detector calls, each record's shape scanned once.
+    """
+    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
+
+    if path.is_dir():
+        reader = directory_reader(path)
+        if reader is not None:
+            return reader
+        raise FormatError(
+            "no reader takes this directory as one log",
+            where=str(path),
+            hint="pass the log files inside it, or a folder a directory reader knows (see msgtrain formats)",
+        )
+    head = read_head(path)
+    voted = _majority_reader(path, head)
+    if voted is not None:
+        return voted
+    for reader in REGISTRY.values():
+        if _accepts(reader, path, head):
+            return reader
+    raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
+
+
+EXPLAIN_BYTES = 4 * 1024 * 1024  # how much of an unrecognised file the explanations look at
+
+
+def _explain_head(path: Path, head: bytes) -> bytes:
+    """More of the file than detection saw, so an explanation can find messages nested deep in a document."""
+    if len(head) < HEAD_BYTES:
+        return head
+    try:
+        with open(path, "rb") as f:
+            return f.read(EXPLAIN_BYTES)
+    except OSError:
+        return head
+
+
+def _accepts(reader: Reader, path: Path, head: bytes) -> bool:
+    try:
+        return bool(reader.detect(path, head))
+    except Exception:  # a detector that trips on odd bytes has not recognised the file; the others still look
+        return False
+
+
+def head_records(head: bytes, limit: int = VOTE_RECORDS) -> list[bytes]:
+    """Up to ``limit`` records of a head, each as the bytes of a one-record file: the lines of a JSONL head that
+    parse as JSON objects or arrays (newline-terminated), or the object items of a top-level JSON array (each as
+    ``[item]``). Records cut off by the end of the head, and heads of any other shape, give none."""
+    records, filled = _head_lines(head)
+    if _mostly_records(records, filled):
+        return records[:limit]
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
+        return _array_items(head, limit)
+    return []
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _array_items(head: bytes, limit: int) -> list[bytes]:
+    """The complete object items at the start of a head holding a top-level JSON array, each as ``[item]``."""
+    text = head.decode("utf-8", "ignore").lstrip("\ufeff \t\r\n")
+    pos = 1  # after the "["
+    out: list[bytes] = []
+    n = len(text)
+    while len(out) < limit:
+        while pos < n and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= n or text[pos] == "]":
+            break
+        try:
+            value, end = _DECODER.raw_decode(text, pos)
+        except (ValueError, RecursionError):  # an item cut off by the head's end, or not JSON: no more items
+            break
+        if isinstance(value, dict):
+            out.append(b"[" + text[pos:end].encode("utf-8", "replace") + b"]")
+        pos = end
+    return out
+
+
+def _majority_reader(path: Path, head: bytes) -> Reader | None:
+    """The reader accepting most of the head's records if it accepts at least half of them (ties: registry order),
+    or None (fewer than two records, or no reader takes half). Records are looked at one at a time, every reader
+    in turn, so each record's shape is scanned once (detectors share :func:`head_shape`'s cache)."""
+    records = head_records(head)
+    if len(records) < 2:
+        return None
+    readers = list(REGISTRY.values())
+    votes = [0] * len(readers)
+    for record in records:
+        for i, reader in enumerate(readers):
+            votes[i] += _accepts(reader, path, record)
+    best = max(votes)
+    if best == 0 or best * 2 < len(records):
+        return None
+    return readers[votes.index(best)]
+
+
+def describe_head(head: bytes) -> str:
+    """What a file looks like, in one phrase, from its head (``JSONL of objects with keys a, b, c``)."""
+    from msgtrain.ingest.head_shape import head_shape
+
+    shape = head_shape(head)
+    if shape.layout == "other":
+        text = head[:40].decode("utf-8", "replace").strip()
+        return f"not JSON (it starts with {text!r})" if text else "an empty file"
+    top = sorted({p.split(".")[1].split("[")[0] for p in shape.paths if p.count(".") == 1})
+    what = {"jsonl": "JSONL of objects", "array": "a JSON array of objects", "object": "a JSON object"}[shape.layout]
+    if not top:
+        return what
+    shown = ", ".join(top[:12]) + (f" (+{len(top) - 12} more)" if len(top) > 12 else "")
+    return f"{what} with keys {shown}"
+
+
+def unknown_format_hint(path: Path, head: bytes) -> str:
+    """The hint of an ``unknown_format`` reject: what the file looks like, and why the closest readers refused."""
+    reasons: list[str] = []
+    wide = _explain_head(path, head)
+    for reader in REGISTRY.values():
+        explain = getattr(reader, "explain", None)
+        if not callable(explain):
+            continue
+        try:
+            why = explain(path, wide)
+        except Exception:
+            why = None
+        if why:
+            reasons.append(f"{reader.name}: {why}")
+    text = f"the file looks like {describe_head(wide)}"
+    if reasons:
+        text += "; closest readers: " + "; ".join(reasons[:3])
+        text += "; fix those records, or force a reader with --input-format NAME"
+    else:
+        text += f"; no reader comes close (known formats: {', '.join(REGISTRY)})"
+    return text
