@@ -123,3 +123,8 @@ def test_every_sample_and_real_log_is_detected_as_its_head_as_a_whole_says() -> 
         assert now == before, path
         voted += _majority_reader(path, read_head(path)) is not None
     assert voted > 30  # the vote, not the fallback, decides the files of many records
+
+
+def test_a_directory_log_is_still_claimed_by_its_directory_reader() -> None:
+    folder = SAMPLE_LOGS / "openhands_v1" / "conv0001"
+    assert detect_format(folder).name == "openhands_v1"
