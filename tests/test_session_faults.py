@@ -4,14 +4,19 @@ Session readers (Claude Code, Codex, Copilot CLI, Gemini CLI JSONL, options logs
 generator and build their sessions from every record; an exception escaping that generator ends it. The fault
 boundary (:func:`msgtrain.ingest.base.read_events`) finds the record the fault comes from (the line being read, or,
 for a fault raised while the session is built after the last line, the shortest failing prefix) and reads the file
-again without it. Here a poisoned record is inserted into real and sample logs: it raises as soon as it is touched
-("now", a fault while streaming) or only once every line was handed out ("late", a fault while building), and every
-other record must give exactly the samples of the unmutated file.
+again with that record handed over as a rejected one, which the reader rejects as it rejects a record that does not
+parse (keeping later turns of the session as context only: their context lacked the record). Here a poisoned record
+is inserted into real and sample logs: it raises as soon as it is touched ("now", a fault while streaming) or only
+once every line was handed out ("late", a fault while building). The reference is independent of the boundary: the
+same log with an unreadable record (a line that is not JSON, a ``null`` item, an event file that is not JSON) in the
+poisoned record's place. The fault must cost exactly what that unreadable record costs: the same samples and books,
+one ``reader_error`` in place of the parse error, at the poisoned record.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -89,14 +94,15 @@ def _poisoning(mode: str) -> Callable[[Path], Iterator[tuple[int, bytes, Any]]]:
 
 
 SIMONW = ("shared", "real_logs", "claude_code_simonw", "sample_session.jsonl")
-# (reader, module whose iter_json_lines the reader calls, log, 1-based line after which the poison goes)
+# (reader, module whose iter_json_lines the reader calls, log, 1-based line after which the poison goes; negative:
+# from the end, so that turns before it give samples although the reader keeps later ones as context only)
 CASES = [
     ("claude_code", "msgtrain.ingest.claude_code", ("sample_logs", "claude_code", "session.jsonl"), 4),
     ("codex", "msgtrain.ingest.codex", ("sample_logs", "codex", "rollout.jsonl"), 4),
-    ("copilot_cli", "msgtrain.ingest.copilot_cli", ("sample_logs", "copilot_cli", "session.jsonl"), 3),
+    ("copilot_cli", "msgtrain.ingest.copilot_cli", ("sample_logs", "copilot_cli", "session.jsonl"), -3),
     ("options", "msgtrain.ingest.conversation_files", ("sample_logs", "options", "research_agent.jsonl"), 2),
-    ("codex", "msgtrain.ingest.codex", ("shared", "real_logs", "codex_codemie", "turn-2.jsonl"), 5),
-    ("gemini_cli", "msgtrain.ingest.gemini_cli", ("shared", "real_logs", "gemini_cli_jsonl_vct", "gemini.jsonl"), 6),
+    ("codex", "msgtrain.ingest.codex", ("shared", "real_logs", "codex_codemie", "turn-2.jsonl"), -3),
+    ("gemini_cli", "msgtrain.ingest.gemini_cli", ("shared", "real_logs", "gemini_cli_jsonl_vct", "gemini.jsonl"), -3),
     ("copilot_cli", "msgtrain.ingest.copilot_cli", ("shared", "real_logs", "copilot_cli_vct", "copilot.jsonl"), 20),
     ("claude_code", "msgtrain.ingest.claude_code", SIMONW, 2),
 ]
@@ -109,6 +115,7 @@ def _log(parts: tuple[str, ...]) -> Path:
 def _insert_poison(original: Path, tmp: Path, after: int) -> tuple[Path, int]:
     """A copy of ``original`` with a marked copy of its line ``after`` inserted after it; the new line's number."""
     lines = original.read_bytes().splitlines(keepends=True)
+    after = after if after > 0 else len(lines) + after  # counted from the end: later turns keep earlier samples
     record = json.loads(lines[after - 1])
     record[MARK] = True
     lines.insert(after, json.dumps(record).encode() + b"\n")
@@ -147,21 +154,42 @@ def test_a_fault_in_a_session_reader_costs_only_the_failing_record(
 ) -> None:
     original = _log(log)
     assert detect_format(original).name == reader
-    before, stats_before, _ = convert_file(original, SETTINGS)
-    assert before, "the log must give samples for the comparison to mean something"
-
     path, poisoned = _insert_poison(original, tmp_path, after)
+    reference = _unreadable_in_place(path, tmp_path, poisoned)
+    expected, stats_expected, _ = convert_file(reference, SETTINGS)
+    # Gemini CLI's JSONL log is one sample, and a rejected line leaves its session as context only: there the books
+    # and the reject are what is compared.
+    assert expected or reader == "gemini_cli", "the log must give samples for the comparison to mean something"
+
     monkeypatch.setattr(f"{module}.iter_json_lines", _poisoning(mode))
-    after_samples, stats, rejects = convert_file(path, SETTINGS)
+    samples, stats, rejects = convert_file(path, SETTINGS)
 
     (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
     assert reject["record"] == f"line {poisoned}"
     assert reject["message"] == "_Boom: poisoned record touched"
     assert MARK in reject["excerpt"]
-    assert stats.records_read == stats_before.records_read + 1
-    assert stats.records_rejected["reader_error"] == 1 + stats_before.records_rejected["reader_error"]
-    assert stats.records_converted == stats_before.records_converted
-    assert _samples(after_samples, path, poisoned) == _samples(before, original, None)
+    _same_books(stats, stats_expected)
+    assert _samples(samples, path, None) == _samples(expected, reference, None)
+
+
+def _unreadable_in_place(path: Path, tmp: Path, line: int) -> Path:
+    """The reference: ``path`` with its line ``line`` replaced by one that is not JSON."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[line - 1] = b'{"not json\n'
+    (tmp / "reference").mkdir(exist_ok=True)
+    reference = tmp / "reference" / path.name
+    reference.write_bytes(b"".join(lines))
+    return reference
+
+
+def _same_books(stats: Any, expected: Any) -> None:
+    """The books of a run with one fault equal those of the reference, the fault counted where its parse error was."""
+    assert stats.records_read == expected.records_read
+    assert stats.records_converted == expected.records_converted
+    assert stats.records_skipped == expected.records_skipped
+    assert sum(stats.records_rejected.values()) == sum(expected.records_rejected.values())
+    assert stats.records_rejected["reader_error"] == expected.records_rejected["reader_error"] + 1
+    assert stats.turns_trained == expected.turns_trained
 
 
 def test_a_late_fault_in_a_claude_code_session_is_found_by_its_record_not_the_last_line(
@@ -196,15 +224,18 @@ def _poisoning_documents(key: str) -> Callable[[Path], Any]:
     return load
 
 
-def _insert_poison_item(original: Path, tmp: Path, key: str, after: int) -> Path:
+def _insert_poison_item(original: Path, tmp: Path, key: str, after: int) -> tuple[Path, int]:
+    """A copy of ``original`` with a marked copy of item ``after`` (from the end when negative) inserted after it;
+    the new item's index."""
     doc = json.loads(original.read_text(encoding="utf-8"))
     items = base.document_records(doc, key)
     assert items is not None and len(items) > after
+    after = after if after >= 0 else len(items) + after
     record = {MARK: True, **items[after]}  # first, so that the reject's bounded excerpt shows it
     items.insert(after + 1, record)
     path = tmp / original.name
     path.write_text(json.dumps(doc), encoding="utf-8")
-    return path
+    return path, after + 1
 
 
 SWE_REAL = ("shared", "real_logs", "swe_agent", "pydicom__pydicom-1458.gpt4.traj")
@@ -213,13 +244,13 @@ GEMINI_REAL = ("shared", "real_logs", "gemini_cli_codemie", "session-2026-01-16T
 # (reader, module, log, item after which the poison goes)
 DOCUMENT_CASES = [
     ("openhands", "msgtrain.ingest.openhands", ("sample_logs", "openhands", "events.json"), 3),
-    ("swe_agent", "msgtrain.ingest.swe_agent", ("sample_logs", "swe_agent", "run.traj"), 2),
+    ("swe_agent", "msgtrain.ingest.swe_agent", ("sample_logs", "swe_agent", "run.traj"), -3),
     ("mini_swe_agent", "msgtrain.ingest.mini_swe_agent", ("sample_logs", "mini_swe_agent", "run.traj.json"), 2),
-    ("gemini_cli", "msgtrain.ingest.gemini_cli", ("sample_logs", "gemini_cli", "session.json"), 2),
+    ("gemini_cli", "msgtrain.ingest.gemini_cli", ("sample_logs", "gemini_cli", "session.json"), -2),
     ("openhands", "msgtrain.ingest.openhands", ("shared", "real_logs", "openhands", "basic_interactions.json"), 4),
     ("swe_agent", "msgtrain.ingest.swe_agent", SWE_REAL, 3),
     ("mini_swe_agent", "msgtrain.ingest.mini_swe_agent", MINI_REAL, 40),
-    ("gemini_cli", "msgtrain.ingest.gemini_cli", GEMINI_REAL, 3),
+    ("gemini_cli", "msgtrain.ingest.gemini_cli", GEMINI_REAL, -2),
 ]
 
 
@@ -233,16 +264,51 @@ def test_a_fault_in_a_document_session_reader_costs_only_the_failing_item(
     found = detect_format(original)
     assert found.name == reader
     key = found.document_records  # type: ignore[attr-defined]
-    before, stats_before, _ = convert_file(original, SETTINGS)
-    assert before, "the log must give samples for the comparison to mean something"
+    path, index = _insert_poison_item(original, tmp_path, key, after)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    base.document_records(doc, key)[index] = None  # type: ignore[index]
+    (tmp_path / "reference").mkdir()
+    reference = tmp_path / "reference" / path.name
+    reference.write_text(json.dumps(doc), encoding="utf-8")
+    expected, stats_expected, _ = convert_file(reference, SETTINGS)
+    assert expected, "the log must give samples for the comparison to mean something"
 
-    path = _insert_poison_item(original, tmp_path, key, after)
     monkeypatch.setattr(f"{module}.load_json_document", _poisoning_documents(key))
     samples, stats, rejects = convert_file(path, SETTINGS)
 
     (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
-    assert reject["record"] == (f"{key}[{after + 1}]" if key else f"item {after + 1}")
+    assert reject["record"] in (f"{key}[{index}]", f"item {index}")
     assert reject["message"] == "_Boom: poisoned record touched" and MARK in reject["excerpt"]
-    assert stats.records_rejected["reader_error"] == 1 + stats_before.records_rejected["reader_error"]
-    assert stats.records_converted == stats_before.records_converted
-    assert _samples(samples, path, None) == _samples(before, original, None)
+    _same_books(stats, stats_expected)
+    assert _samples(samples, path, None) == _samples(expected, reference, None)
+
+
+# ------------------------------------------------------------------------------------------ directory logs
+def test_a_fault_in_a_directory_log_costs_only_the_failing_record_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = ROOT / "sample_logs" / "openhands_v1" / "conv0001"
+    folder = tmp_path / "conv0001"
+    shutil.copytree(original, folder)
+    event = json.loads((folder / "events" / "event-00002-ev2.json").read_text(encoding="utf-8"))
+    poisoned = folder / "events" / "event-00002-zz.json"  # sorts between events 2 and 3
+    poisoned.write_text(json.dumps({MARK: True, **event}), encoding="utf-8")
+    reference = tmp_path / "reference" / "conv0001"
+    shutil.copytree(folder, reference)
+    (reference / "events" / poisoned.name).write_text('{"not json', encoding="utf-8")
+    expected, stats_expected, _ = convert_file(reference, SETTINGS)
+    assert expected
+    real = base.load_json_document
+
+    def load(path: Path) -> Any:
+        doc = real(path)
+        return _Poison(doc, lambda: True) if isinstance(doc, dict) and MARK in doc else doc
+
+    monkeypatch.setattr("msgtrain.ingest.openhands_v1.load_json_document", load)
+    samples, stats, rejects = convert_file(folder, SETTINGS)
+    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
+    assert reject["file"] == str(poisoned) and reject["message"] == "_Boom: poisoned record touched"
+    _same_books(stats, stats_expected)
+    assert [(s.input_ids.tobytes(), s.loss_mask.tobytes()) for s in samples] == [
+        (s.input_ids.tobytes(), s.loss_mask.tobytes()) for s in expected
+    ]

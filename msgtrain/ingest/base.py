@@ -26,10 +26,13 @@ never through ``Reader.read`` directly):
   format.
 - Per record, when an exception escapes a reader's generator itself (a session reader builds one session from
   every record of its file, and an exception ends its generator for good): the driver drops the events of that
-  read, finds the record the fault comes from and reads the file again without it — a JSONL line (or, for a reader
-  with ``chunk_keys``, that line's conversation), or an item of a one-document file's record list (a reader's
-  ``document_records``) — so every other record yields what it would have yielded (:mod:`msgtrain.ingest.isolate`).
-  Past its fault limit, or for other files, the rest of the file is one reject standing for every record not yet
+  read, finds the record the fault comes from and reads the file again with that record handed to the reader as a
+  rejected one — a JSONL line as a ``reader_error`` in place of its value, an item of a one-document file's record
+  list (a reader's ``document_records``) as ``null``, a directory log's record file as an unreadable file — or,
+  for a reader with ``chunk_keys``, without that line's conversation (:mod:`msgtrain.ingest.isolate`). A fault thus
+  costs exactly what an unreadable record costs: the reader's own policy applies (a session keeps later turns as
+  context only, since their context lacked the record), and every other record is read. Past its fault limit, or
+  where the record cannot be found, the rest of the file is one reject standing for every record not yet
   accounted (``ReadReject.count``: the file's non-blank lines minus those accounted, for a line-oriented reader).
 - Text: a graph holding a lone UTF-16 surrogate anywhere is an ``invalid_text`` reject naming the field
   (:mod:`msgtrain.ingest.text_check`); a JSONL line holding one is rejected on its own by :func:`iter_json_lines`.
@@ -160,7 +163,8 @@ class Reader(Protocol):
 # - ``chunk_keys(path)``: see :class:`Reader`; also lets the fault boundary re-read a file without a failing group.
 # - ``document_records: str``: for a reader of one-document files whose records are the items of one list, that
 #   list's key (``""`` for a top-level list): a fault costs only the item it comes from (the boundary re-reads the
-#   document without it, :mod:`msgtrain.ingest.isolate`); the reader must load it with :func:`load_json_document`.
+#   document with that item ``null``, :mod:`msgtrain.ingest.isolate`); the reader must load the document with
+#   :func:`load_json_document` and reject an item that is not a record under its own name (``item 3``/``key[3]``).
 # - ``explain(path, head) -> str | None``: why this reader refuses a file it was closest to, in one phrase
 #   ("messages are under `simulations[].messages`"); shown in the ``unknown_format`` hint.
 
@@ -425,6 +429,10 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
             continue
         if trace is not None:
             trace.line, trace.raw = lineno, raw
+        left_out = _LEFT_OUT_LINES.get()
+        if left_out is not None and left_out[0] == str(path) and lineno in left_out[1]:
+            yield lineno, raw, left_out[1][lineno]  # a line a reader failed on, rejected as a bad line is
+            continue
         where = f"{path}:{lineno}"
         if len(raw) > MAX_RECORD_BYTES:
             yield (
@@ -489,6 +497,12 @@ def _invalid_text_in_line(value: Any, raw: bytes, where: str) -> ParseError | No
 
 def load_json_document(path: Path) -> Any:
     """A whole-file JSON document (formats that are one document are bounded by their file)."""
+    folder = _FOLDER_READ.get()
+    if folder is not None:  # a directory log's record files, one document each (see msgtrain.ingest.isolate)
+        left_out = folder.left_out.get(str(path))
+        if left_out is not None:
+            raise left_out
+        folder.last = str(path)
     size = path.stat().st_size
     if size > MAX_DOCUMENT_BYTES:
         raise ParseError(
@@ -512,14 +526,35 @@ def load_json_document(path: Path) -> Any:
     return value
 
 
+# While the fault boundary re-reads a JSONL file: the lines a reader failed on, each with the error that rejects it.
+_LEFT_OUT_LINES: ContextVar[tuple[str, dict[int, MsgtrainError]] | None] = ContextVar(
+    "msgtrain_left_out_lines", default=None
+)
+
+
+@dataclass
+class _FolderRead:
+    """While the fault boundary reads a directory log: the record file loaded last (where a fault comes from), and
+    the record files a re-read leaves out, each with the error that rejects it (raised when the reader loads it, so
+    the reader rejects that file as it rejects any unreadable one, and goes on)."""
+
+    last: str | None = None
+    left_out: dict[str, MsgtrainError] = field(default_factory=dict)
+
+
+_FOLDER_READ: ContextVar[_FolderRead | None] = ContextVar("msgtrain_folder_read", default=None)
+
+
 @dataclass
 class _DocumentView:
-    """While the fault boundary re-reads a one-document file, the records a reader sees: the items ``keep`` (indices
-    into the document's record list, named by the reader's ``document_records``) in that order."""
+    """While the fault boundary re-reads a one-document file, the records a reader sees in the document's record list
+    (named by the reader's ``document_records``): the items a reader failed on are ``null`` (the reader rejects them
+    as it rejects any item that is not a record, indices unchanged), and a prefix read sees the first ``limit``."""
 
     path: str
     key: str
-    keep: list[int]
+    nulled: frozenset[int] = frozenset()
+    limit: int | None = None
     applied: bool = False
 
     def apply(self, doc: Any) -> Any:
@@ -527,8 +562,8 @@ class _DocumentView:
         if items is None:
             return doc
         self.applied = True
-        kept = [items[i] for i in self.keep if i < len(items)]
-        return kept if self.key == "" else {**doc, self.key: kept}
+        seen = [None if i in self.nulled else item for i, item in enumerate(items[: self.limit])]
+        return seen if self.key == "" else {**doc, self.key: seen}
 
 
 _DOCUMENT_VIEW: ContextVar[_DocumentView | None] = ContextVar("msgtrain_document_view", default=None)
@@ -628,13 +663,15 @@ def default_debug_log() -> Path:
 def read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     """Every event of ``path`` read by ``reader``, inside the fault boundary (module docstring); never raises for
     anything a reader does (only ``KeyboardInterrupt`` and the like pass)."""
-    from msgtrain.ingest.isolate import read_document_isolating, read_isolating, retry_keys
+    from msgtrain.ingest.isolate import read_document_isolating, read_folder_isolating, read_isolating, retry_keys
 
     keys = retry_keys(reader, path)
     record_key = getattr(reader, "document_records", None)
     events: Iterator[ReadEvent]
     if keys is not None:
         events = read_isolating(reader, path, keys)
+    elif path.is_dir():
+        events = read_folder_isolating(reader, path)
     elif isinstance(record_key, str):
         events = read_document_isolating(reader, path, record_key)
     else:

@@ -1,13 +1,16 @@
-"""Re-reading a file without the records a reader fails on: the part of the fault boundary that isolates a fault
+"""Re-reading a file around the records a reader fails on: the part of the fault boundary that isolates a fault
 which escaped a reader's generator (:func:`msgtrain.ingest.base.read_events` calls it).
 
 Invariants:
-- Only the failing record is lost (or, for a reader that groups lines, its conversation): the file is read again
-  without it, as a chunk leaves lines out (:mod:`msgtrain.ingest.chunks`) or as a view of a one-document file leaves
-  an item out (:class:`msgtrain.ingest.base._DocumentView`), so every other record yields what it would have yielded.
+- A fault costs exactly what an unreadable record costs. The file is read again with the failing record handed to
+  the reader as a rejected one (a JSONL line as a ``reader_error`` in place of its value, a document's item as
+  ``null``, a directory log's record file as an unreadable file), so the reader applies its own policy — a session
+  keeps the turns after a rejected record as context only, never trained, since the context they were sampled in
+  held that record — and reads every other record. A reader that groups lines (``chunk_keys``) loses the failing
+  record's conversation instead, as a chunk leaves it out (:mod:`msgtrain.ingest.chunks`).
 - The failing record is the one being read when the fault escaped, or — for a reader that builds its session after
   the last record was handed out — the last record of the shortest failing prefix, found by binary search (about
-  log2(records) reads per fault; faults are rare).
+  log2(records) reads per fault; faults are rare). The reject carries the fault (type, message, traceback).
 - Bounded: after :data:`MAX_RETRIES` faults in one file, the rest of it is one reject; books always balance.
 """
 
@@ -22,6 +25,8 @@ from typing import Any
 from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.base import (
     _DOCUMENT_VIEW,
+    _FOLDER_READ,
+    _LEFT_OUT_LINES,
     Reader,
     ReadEvent,
     ReadReject,
@@ -29,6 +34,7 @@ from msgtrain.ingest.base import (
     _DocumentView,
     _Fault,
     _fault_to_reject,
+    _FolderRead,
     _numbered_lines,
     _read_once,
     _unaccounted,
@@ -64,6 +70,74 @@ def retry_keys(reader: Reader, path: Path) -> Any:
 
 
 def read_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[ReadEvent]:
+    """Read a JSONL file isolating each fault: a reader that groups lines loses the failing record's conversation
+    (:func:`read_grouped_isolating`); any other reader sees the failing line as a rejected line
+    (:func:`read_lines_isolating`)."""
+    if keys is _each_line:
+        return read_lines_isolating(reader, path)
+    return read_grouped_isolating(reader, path, keys)
+
+
+def read_lines_isolating(reader: Reader, path: Path) -> Iterator[ReadEvent]:
+    """Read a JSONL file, re-reading it with each line a fault comes from (:func:`_culprit`) handed to the reader as
+    a rejected line: a ``reader_error`` in place of its value, which the reader rejects as it rejects a line that is
+    not JSON — and, like it, keeps later turns of that session as context, never trained (their context lacked the
+    record): a fault costs exactly what an unreadable line costs. Tracebacks are put back on those rejects."""
+    from msgtrain.ingest.chunks import active_chunk
+
+    failed: dict[int, MsgtrainError] = {}
+    details: dict[int, str] = {}
+    token = _LEFT_OUT_LINES.set((str(path), failed))
+    try:
+        for attempt in range(MAX_RETRIES + 1):
+            events: list[ReadEvent] = []
+            fault: _Fault | None = None
+            for item in _read_once(reader, path):
+                if isinstance(item, _Fault):
+                    fault = item
+                    break
+                events.append(item)
+            events = [_with_line_detail(ev, details) for ev in events]
+            if fault is None:
+                yield from events
+                return
+            stuck = fault.line is None or fault.line in failed or isinstance(fault.error, MsgtrainError)
+            if attempt == MAX_RETRIES or stuck:
+                rest = _unaccounted(path, sum(records_of(ev) for ev in events)) if fault.line is not None else 1
+                if attempt == MAX_RETRIES and not stuck:
+                    fault.error = _too_many(reader, fault)
+                yield from events
+                yield _fault_to_reject(reader, path, fault, max(rest, 1))
+                return
+            fault = _culprit(reader, path, active_chunk(path), fault)
+            assert fault.line is not None
+            ref = SourceRef(str(path), f"line {fault.line}")
+            error = fault_reject(ref, fault.error, f"the {reader.name} reader", "").error
+            failed[fault.line] = MsgtrainError(error.message, hint=error.hint, code="reader_error")
+            details[fault.line] = fault.detail
+    finally:
+        _LEFT_OUT_LINES.reset(token)
+
+
+def _with_line_detail(event: ReadEvent, details: dict[int, str]) -> ReadEvent:
+    """A reject of a line the boundary handed over as rejected, with the traceback of the fault it caused."""
+    if isinstance(event, ReadReject) and event.error.code == "reader_error" and not event.detail:
+        number = event.source.record.removeprefix("line ")
+        if number.isdigit() and int(number) in details:
+            return dataclasses.replace(event, detail=details[int(number)])
+    return event
+
+
+def _too_many(reader: Reader, fault: _Fault) -> MsgtrainError:
+    return MsgtrainError(
+        f"{MAX_RETRIES} records of this file made the {reader.name} reader fail; the rest of the file is not read"
+        f" (last: {type(fault.error).__name__}: {excerpt(str(fault.error), 300)})",
+        code="reader_error",
+        hint="the earlier reader_error rejects of this file name the records; their tracebacks are in the debug log",
+    )
+
+
+def read_grouped_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[ReadEvent]:
     """Read a JSONL file, re-reading it without the record each fault comes from (:func:`_culprit`), and without the
     rest of that record's conversation group (``keys``).
 
@@ -90,13 +164,7 @@ def read_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[ReadEvent]
                 accounted = sum(records_of(ev) for ev in events)
                 rest = _unaccounted(path, accounted) if fault.line is not None else 1
                 if attempt == MAX_RETRIES and fault.line is not None:
-                    fault.error = MsgtrainError(
-                        f"{MAX_RETRIES} records of this file made the {reader.name} reader fail; the rest of the"
-                        f" file is not read (last: {type(fault.error).__name__}: {excerpt(str(fault.error), 300)})",
-                        code="reader_error",
-                        hint="the earlier reader_error rejects of this file name the records; their tracebacks are"
-                        " in the debug log",
-                    )
+                    fault.error = _too_many(reader, fault)
                 events.append(_fault_to_reject(reader, path, fault, max(rest, 1)))
                 fault = None
         if fault is None:
@@ -158,70 +226,63 @@ def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
 
 
 def read_document_isolating(reader: Reader, path: Path, key: str) -> Iterator[ReadEvent]:
-    """Read a one-document file, re-reading it without each record a fault comes from.
+    """Read a one-document file, re-reading it with each record a fault comes from made ``null``.
 
     The reader names its document's record list (``document_records``); the fault boundary serves
-    :func:`load_json_document` with items left out (:class:`_DocumentView`) and finds the failing record as the last
-    item of the shortest failing prefix of that list (binary search), as :func:`_culprit` does for lines. Events are
-    held back until a read completes. A fault the view cannot help with (the reader did not load the document, a
-    reader's own error, no record list, :data:`MAX_RETRIES` faults) ends as :func:`_read_streaming` ends: the rest of
-    the file is one reject."""
-    keep: list[int] | None = None
-    rejects: list[ReadReject] = []
-    items: list[Any] = []
+    :func:`load_json_document` through a :class:`_DocumentView` and finds the failing record as the last item of the
+    shortest failing prefix of that list (binary search), as :func:`_culprit` does for lines. On the re-read the
+    reader rejects that ``null`` item as it rejects any item that is not a record — keeping later turns of the session
+    as context, never trained — and the boundary puts the fault (``reader_error``, traceback, excerpt) on that reject:
+    a fault costs exactly what an unreadable item costs. A fault the view cannot help with (the reader did not load
+    the document, a reader's own error, no record list, :data:`MAX_RETRIES` faults) ends as :func:`_read_streaming`
+    ends: the rest of the file is one reject."""
+    nulled: dict[int, ReadReject] = {}
+    items: list[Any] | None = None
     for attempt in range(MAX_RETRIES + 1):
-        events, fault, _ = _read_document(reader, path, key, keep)
-        if keep is not None:
-            events = [_renumbered(ev, path, key, keep) for ev in events]
+        events, fault, _ = _read_document(reader, path, key, frozenset(nulled), None)
+        if nulled:
+            events = [_fault_on_item(ev, key, nulled) for ev in events]
         if fault is None:
-            yield from rejects
             yield from events
             return
-        if keep is None:  # the first fault: is the document's record list there to narrow it down?
+        if items is None:  # the first fault: is the document's record list there to narrow it down?
             try:
-                found = document_records(load_json_document(path), key)
+                items = document_records(load_json_document(path), key) or []
             except Exception:
-                found = None
-            items = found or []
-            keep = list(range(len(items)))
+                items = []
         culprit = None
-        if attempt < MAX_RETRIES and not isinstance(fault.error, MsgtrainError) and keep:
-            culprit = _document_culprit(reader, path, key, keep, type(fault.error))
-        if culprit is None:
-            yield from rejects
-            accounted = sum(records_of(ev) for ev in events) + sum(r.count for r in rejects)
+        if attempt < MAX_RETRIES and not isinstance(fault.error, MsgtrainError) and items:
+            culprit = _document_culprit(reader, path, key, len(items), frozenset(nulled), type(fault.error))
+        if culprit is None or culprit in nulled:
+            accounted = sum(records_of(ev) for ev in events)
             yield from events
             total = len(items) if items else _unaccounted_items(path, 0)
             yield _fault_to_reject(reader, path, fault, max(total - accounted, 1))
             return
-        ref = SourceRef(str(path), f"{key}[{culprit}]" if key else f"item {culprit}")
-        rejects.append(fault_reject(ref, fault.error, f"the {reader.name} reader", fault.detail, items[culprit]))
-        keep.remove(culprit)
+        ref = SourceRef(str(path), _item_ref(key, culprit))
+        nulled[culprit] = fault_reject(ref, fault.error, f"the {reader.name} reader", fault.detail, items[culprit])
 
 
-def _renumbered(event: ReadEvent, path: Path, key: str, keep: list[int]) -> ReadEvent:
-    """``event`` of a read through a view, its record named by its index in the whole document (``item 3``,
-    ``history[3]``) rather than in the view, which lacks the items left out."""
-    record = event.source.record
-    prefix, close = ("item ", "") if key == "" else (f"{key}[", "]")
-    number = record[len(prefix) : len(record) - len(close)] if record.startswith(prefix) else ""
-    if not number.isdigit() or not record.endswith(close) or int(number) >= len(keep):
+def _item_ref(key: str, index: int) -> str:
+    """How the boundary names an item of a document's record list (readers say ``item 3`` or ``history[3]``)."""
+    return f"{key}[{index}]" if key else f"item {index}"
+
+
+def _fault_on_item(event: ReadEvent, key: str, nulled: dict[int, ReadReject]) -> ReadEvent:
+    """The reader's reject of an item the boundary made ``null``, carrying the fault that item caused instead."""
+    if not isinstance(event, ReadReject):
         return event
-    renamed = f"{prefix}{keep[int(number)]}{close}"
-    source = SourceRef(event.source.file, renamed)
-    if isinstance(event, ReadReject):
-        err = event.error
-        where = (err.where or "").replace(f"({record})", f"({renamed})").replace(f" {record} ", f" {renamed} ")
-        error = type(err)(err.message, where=where or None, hint=err.hint, code=err.code)
-        return ReadReject(source, error, event.excerpt, event.count, event.detail)
-    return dataclasses.replace(event, source=source)
+    for index, fault in nulled.items():
+        if event.source.record in (_item_ref(key, index), f"item {index}"):
+            return dataclasses.replace(fault, source=event.source, count=event.count)
+    return event
 
 
 def _read_document(
-    reader: Reader, path: Path, key: str, keep: list[int] | None
-) -> tuple[list[ReadEvent], _Fault | None, _DocumentView | None]:
-    """One read of a document (seen through a view keeping the items ``keep``, when given): its events and fault."""
-    view = _DocumentView(str(path), key, keep) if keep is not None else None
+    reader: Reader, path: Path, key: str, nulled: frozenset[int], limit: int | None
+) -> tuple[list[ReadEvent], _Fault | None, _DocumentView]:
+    """One read of a document through a view (items ``nulled`` made null, only the first ``limit`` items)."""
+    view = _DocumentView(str(path), key, nulled, limit)
     token = _DOCUMENT_VIEW.set(view)
     try:
         events: list[ReadEvent] = []
@@ -234,17 +295,19 @@ def _read_document(
         _DOCUMENT_VIEW.reset(token)
 
 
-def _document_culprit(reader: Reader, path: Path, key: str, keep: list[int], kind: type[BaseException]) -> int | None:
-    """The index (into the whole document's records) of the item a fault comes from: the last item of the shortest
-    prefix of ``keep`` whose reading raises ``kind`` again; None when the reader does not read through the view."""
+def _document_culprit(
+    reader: Reader, path: Path, key: str, size: int, nulled: frozenset[int], kind: type[BaseException]
+) -> int | None:
+    """The index of the item a fault comes from: the last item of the shortest prefix of the record list (of
+    ``size`` items) whose reading raises ``kind`` again; None when the reader does not read through the view."""
 
     def fails(count: int) -> bool | None:
-        _, fault, probe = _read_document(reader, path, key, keep[:count])
-        if probe is None or not probe.applied:
+        _, fault, probe = _read_document(reader, path, key, nulled, count)
+        if not probe.applied:
             return None
         return fault is not None and type(fault.error) is kind
 
-    lo, hi = 0, len(keep)  # reading all of ``keep`` fails
+    lo, hi = 0, size  # reading every item fails
     while hi - lo > 1:
         mid = (lo + hi) // 2
         verdict = fails(mid)
@@ -256,4 +319,45 @@ def _document_culprit(reader: Reader, path: Path, key: str, keep: list[int], kin
             lo = mid
     if fails(hi) is not True:  # the view did not take, or the fault does not come from the records
         return None
-    return keep[hi - 1]
+    return hi - 1
+
+
+def read_folder_isolating(reader: Reader, path: Path) -> Iterator[ReadEvent]:
+    """Read a directory log, re-reading it without each record file a fault comes from: the file the reader loaded
+    last (:func:`load_json_document`) when the fault escaped. On the re-read, loading that file raises the fault as a
+    ``reader_error``, so the reader rejects it as it rejects any unreadable record file and reads the others; its
+    traceback is put back on that reject. A fault this cannot place ends as :func:`_read_streaming` ends."""
+    folder = _FolderRead()
+    details: dict[str, str] = {}
+    for attempt in range(MAX_RETRIES + 1):
+        folder.last = None
+        token = _FOLDER_READ.set(folder)
+        try:
+            events: list[ReadEvent] = []
+            fault: _Fault | None = None
+            for item in _read_once(reader, path):
+                if isinstance(item, _Fault):
+                    fault = item
+                    break
+                events.append(item)
+        finally:
+            _FOLDER_READ.reset(token)
+        events = [_with_detail(ev, details) for ev in events]
+        last = folder.last
+        if fault is None:
+            yield from events
+            return
+        if attempt == MAX_RETRIES or last is None or last in folder.left_out or isinstance(fault.error, MsgtrainError):
+            yield from events
+            yield _fault_to_reject(reader, path, fault, 1)
+            return
+        error = fault_reject(SourceRef(last, "file"), fault.error, f"the {reader.name} reader", fault.detail).error
+        folder.left_out[last] = MsgtrainError(error.message, hint=error.hint, code=error.code)  # the reader locates it
+        details[last] = fault.detail
+
+
+def _with_detail(event: ReadEvent, details: dict[str, str]) -> ReadEvent:
+    """A reject of a record file the boundary left out, with the traceback of the fault that file caused."""
+    if isinstance(event, ReadReject) and event.error.code == "reader_error" and event.source.file in details:
+        return dataclasses.replace(event, detail=details[event.source.file])
+    return event
