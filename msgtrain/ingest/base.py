@@ -58,11 +58,6 @@ from msgtrain.errors import FormatError, MsgtrainError, ParseError
 from msgtrain.model.graph import MessageGraph
 
 EXCERPT_BYTES = 2048
-INVALID_TEXT_HINT = (
-    "the log has a \\uD800-\\uDFFF escape without its pair (a writer that cut a string between the two halves of"
-    " a character) or bytes decoded with surrogateescape; fix the writer, or repair the record (e.g. replace it"
-    " with U+FFFD) and convert again"
-)
 HEAD_BYTES = 64 * 1024
 # Absurd sizes are rejected, not attempted: a record larger than this is a bug in the writer, not a conversation.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
@@ -447,7 +442,11 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
             continue
         try:
             value = json.loads(raw.decode("utf-8"))
-            yield lineno, raw, _invalid_text_in_line(value, raw, where) or value
+            if _SURROGATE_ESCAPE.search(raw) is not None:  # rare: only then is the value searched
+                from msgtrain.ingest.text_check import line_error
+
+                value = line_error(value, where) or value
+            yield lineno, raw, value
         except UnicodeDecodeError as e:
             yield (
                 lineno,
@@ -471,28 +470,6 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
 
 # A JSON escape of a UTF-16 surrogate: the only way a strictly decoded UTF-8 line yields a lone surrogate.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _invalid_text_in_line(value: Any, raw: bytes, where: str) -> ParseError | None:
-    """The ``invalid_text`` error of a JSONL line whose value holds a lone surrogate (a ``\\ud800`` escape without its
-    pair), naming the field: the line is rejected on its own, as a bad line is, and the rest of its conversation
-    or session is still read. Pairs (an emoji written ``\\ud83d\\ude00``) are whole characters and pass."""
-    if _SURROGATE_ESCAPE.search(raw) is None:
-        return None
-    from msgtrain.ingest.text_check import lone_surrogate_field
-
-    found = lone_surrogate_field(iter([("", value)]))
-    if found is None:
-        return None
-    field_path, text, at = found
-    field_path = field_path.lstrip(".") or "the record"
-    return ParseError(
-        f"lone UTF-16 surrogate U+{ord(text[at]):04X} at character {at} of {field_path}: text that is not Unicode"
-        " cannot be tokenized or written",
-        where=f"{where} {field_path}",
-        code="invalid_text",
-        hint=INVALID_TEXT_HINT,
-    )
 
 
 def load_json_document(path: Path) -> Any:
@@ -664,6 +641,7 @@ def read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     """Every event of ``path`` read by ``reader``, inside the fault boundary (module docstring); never raises for
     anything a reader does (only ``KeyboardInterrupt`` and the like pass)."""
     from msgtrain.ingest.isolate import read_document_isolating, read_folder_isolating, read_isolating, retry_keys
+    from msgtrain.ingest.text_check import graph_reject
 
     keys = retry_keys(reader, path)
     record_key = getattr(reader, "document_records", None)
@@ -678,52 +656,11 @@ def read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
         events = _read_streaming(reader, path)
     for event in events:
         if isinstance(event, ReadGraph):
-            invalid = _invalid_text(event)
+            invalid = graph_reject(event)
             if invalid is not None:
                 yield invalid
                 continue
         yield event
-
-
-def _graph_values(event: ReadGraph) -> Iterator[tuple[str, Any]]:
-    """Every value of a read graph that reaches the output, named as a reject names it."""
-    g = event.graph
-    yield "the file name", event.source.file
-    yield "the graph id", g.graph_id
-    yield "the policy", g.policy
-    yield "metadata", g.metadata
-    index: dict[str, int] = {}
-    for i, node in enumerate(g.nodes.values()):
-        index[node.id] = i
-        yield f"message[{i}] id", node.id
-        yield f"message[{i}]", node.message
-    for node_id, generation in g.generations.items():
-        yield f"message[{index.get(node_id, '?')}] generation", generation
-    for env in g.envs.values():
-        yield "tools", env.tools
-        yield "template kwargs", env.template_kwargs
-    yield "extras", event.extras
-
-
-def _invalid_text(event: ReadGraph) -> ReadReject | None:
-    """The ``invalid_text`` reject of a graph holding a lone surrogate (see :mod:`msgtrain.ingest.text_check`)."""
-    from msgtrain.ingest.text_check import lone_surrogate_field
-
-    try:
-        found = lone_surrogate_field(_graph_values(event))
-    except Exception:  # the check is a guard, not a new way to fail: an odd value is judged further down
-        return None
-    if found is None:
-        return None
-    field_path, text, at = found
-    err = MsgtrainError(
-        f"lone UTF-16 surrogate U+{ord(text[at]):04X} at character {at} of {field_path}: text that is not Unicode"
-        " cannot be tokenized or written",
-        where=f"{event.source} {field_path}",
-        code="invalid_text",
-        hint=INVALID_TEXT_HINT,
-    )
-    return ReadReject(event.source, err, excerpt(text[max(at - 200, 0) : at + 200]), count=event.records)
 
 
 def _read_once(reader: Reader, path: Path) -> Iterator[ReadEvent | _Fault]:

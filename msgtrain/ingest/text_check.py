@@ -6,7 +6,9 @@ UTF-8 file can store it, so a graph holding one is rejected at ingest (``invalid
 linearization or export ever see it; nothing is silently replaced in training text.
 
 Invariants:
-- :func:`lone_surrogate_field` looks at every string a :class:`~msgtrain.ingest.base.ReadGraph` carries to the output
+- Two places reject: :func:`line_error` a JSONL line (only when its bytes hold a surrogate escape; the line alone is
+  rejected, as a bad line is), :func:`graph_reject` any graph at the fault boundary (documents, YAML, file names).
+- :func:`graph_reject` looks at every string a :class:`~msgtrain.ingest.base.ReadGraph` carries to the output
   — the graph's id, policy and metadata, every message (content, names, tool calls and their arguments, dict keys),
   engine records, tools and template arguments, the per-graph extras, and the source (file name) — and never raises.
 - Cost: one pass over the graph's values; homogeneous number sequences (token ids, logprobs) are skipped in C, and an
@@ -21,6 +23,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
+
+from msgtrain.errors import MsgtrainError, ParseError
+from msgtrain.ingest.base import ReadGraph, ReadReject, excerpt
+
+INVALID_TEXT_HINT = (
+    "the log has a \\uD800-\\uDFFF escape without its pair (a writer that cut a string between the two halves of"
+    " a character) or bytes decoded with surrogateescape; fix the writer, or repair the record (e.g. replace it"
+    " with U+FFFD) and convert again"
+)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NUMBERS = frozenset({int, float, bool, type(None)})
@@ -77,3 +88,60 @@ def _search(root: Any, root_path: str) -> tuple[str, str, int] | None:
         if children is not None:
             stack.extend(reversed([(path + step, child) for step, child in children]))
     return None
+
+
+def line_error(value: Any, where: str) -> ParseError | None:
+    """The ``invalid_text`` error of a JSONL line whose value holds a lone surrogate (a ``\\ud800`` escape without its
+    pair), naming the field: the line is rejected on its own, as a bad line is, and the rest of its conversation
+    or session is still read. Pairs (an emoji written ``\\ud83d\\ude00``) are whole characters and pass."""
+    found = lone_surrogate_field(iter([("", value)]))
+    if found is None:
+        return None
+    field_path, text, at = found
+    field_path = field_path.lstrip(".") or "the record"
+    return ParseError(
+        f"lone UTF-16 surrogate U+{ord(text[at]):04X} at character {at} of {field_path}: text that is not Unicode"
+        " cannot be tokenized or written",
+        where=f"{where} {field_path}",
+        code="invalid_text",
+        hint=INVALID_TEXT_HINT,
+    )
+
+
+def _graph_values(event: ReadGraph) -> Iterator[tuple[str, Any]]:
+    """Every value of a read graph that reaches the output, named as a reject names it."""
+    g = event.graph
+    yield "the file name", event.source.file
+    yield "the graph id", g.graph_id
+    yield "the policy", g.policy
+    yield "metadata", g.metadata
+    index: dict[str, int] = {}
+    for i, node in enumerate(g.nodes.values()):
+        index[node.id] = i
+        yield f"message[{i}] id", node.id
+        yield f"message[{i}]", node.message
+    for node_id, generation in g.generations.items():
+        yield f"message[{index.get(node_id, '?')}] generation", generation
+    for env in g.envs.values():
+        yield "tools", env.tools
+        yield "template kwargs", env.template_kwargs
+    yield "extras", event.extras
+
+
+def graph_reject(event: ReadGraph) -> ReadReject | None:
+    """The ``invalid_text`` reject of a graph holding a lone surrogate (see :mod:`msgtrain.ingest.text_check`)."""
+    try:
+        found = lone_surrogate_field(_graph_values(event))
+    except Exception:  # the check is a guard, not a new way to fail: an odd value is judged further down
+        return None
+    if found is None:
+        return None
+    field_path, text, at = found
+    err = MsgtrainError(
+        f"lone UTF-16 surrogate U+{ord(text[at]):04X} at character {at} of {field_path}: text that is not Unicode"
+        " cannot be tokenized or written",
+        where=f"{event.source} {field_path}",
+        code="invalid_text",
+        hint=INVALID_TEXT_HINT,
+    )
+    return ReadReject(event.source, err, excerpt(text[max(at - 200, 0) : at + 200]), count=event.records)
