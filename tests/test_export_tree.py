@@ -400,3 +400,70 @@ def test_trl_sft_trainer_with_the_tree_collator_and_loss_optimises_the_canonical
             count += int(mask.sum())
     assert abs(loss - nll / count) <= 1e-5
     trainer.train()  # one CPU step through TRL's own loop
+
+
+@pytest.mark.parametrize("target", ["tree", "packed"])
+def test_samples_longer_than_a_row_are_dropped_listed_and_counted_and_the_rest_is_written(
+    target: str, tmp_path: Path, capsys: Any
+) -> None:
+    from msgtrain.cli import main
+
+    canonical = _convert([str(ROOT / "sample_logs")], tmp_path / "c")
+    pack_length = 1200
+    lengths = dict(zip(canonical["sample_id"].to_pylist(), canonical["num_tokens"].to_pylist(), strict=True))
+    too_long = {s for s, n in lengths.items() if n > pack_length}
+    assert 0 < len(too_long) < len(lengths)
+    out = tmp_path / target
+    args = ["convert", str(ROOT / "sample_logs"), "-o", str(out), "--target", target, "--pack-length", str(pack_length)]
+    assert main(args) == 0
+    summary = capsys.readouterr()
+    assert f"too_long={len(too_long)} (listed in" in summary.out + summary.err  # the summary's dropped-samples row
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["max_length"] == pack_length  # --pack-length implies --max-length: one rule
+    assert report["samples"]["dropped_by_reason"] == {"too_long": len(too_long)}
+    assert report["outputs"]["drops"] == "drops.jsonl"
+    drops = [json.loads(line) for line in (out / "drops.jsonl").read_text().splitlines()]
+    assert {d["sample_id"] for d in drops} == too_long and len(drops) == len(too_long)
+    for d in drops:
+        assert d["reason"] == "too_long" and d["num_tokens"] == lengths[d["sample_id"]] > d["max_length"]
+        assert (
+            d["graph_id"] == canonical.filter(pc.equal(canonical["sample_id"], d["sample_id"]))["graph_id"][0].as_py()
+        )
+    rows = pq.read_table(sorted((out / "data").glob("*.parquet")))
+    assert max(rows["num_tokens"].to_pylist()) <= pack_length
+    written = {s for ids in rows["sample_ids"].to_pylist() for s in ids}
+    assert written == set(lengths) - too_long  # every sample that fits is kept, whatever tree it shares
+    if target == "tree":
+        kept = canonical.filter(pc.less_equal(canonical["num_tokens"], pack_length))
+        check_tree_equivalence(kept, rows)
+
+
+def test_a_run_without_over_long_samples_writes_no_drops_file(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    out = tmp_path / "tree"
+    assert main(["convert", str(ROOT / "sample_logs"), "-o", str(out), "--target", "tree", "-q"]) == 0
+    assert not (out / "drops.jsonl").exists()
+    assert json.loads((out / "report.json").read_text())["outputs"]["drops"] is None
+
+
+def test_claude_code_spotter_at_pack_length_32768_drops_its_long_sessions_and_keeps_the_rest(tmp_path: Path) -> None:
+    from tests.conftest import TEMPLATES
+
+    if not shared_path("real_logs", "claude_code_spotter").is_dir():
+        pytest.skip("../shared/real_logs/claude_code_spotter is not present")
+    tok_folder, config = TEMPLATES["qwen2.5"]
+    options = {"tokenizer": str(shared_path(tok_folder)), "chat_template": str(shared_path(config))}
+    canonical = _convert([str(shared_path("real_logs", "claude_code_spotter"))], tmp_path / "c", **options)
+    rows = _convert(
+        [str(shared_path("real_logs", "claude_code_spotter"))],
+        tmp_path / "t",
+        target="tree",
+        pack_length=32768,
+        **options,
+    )
+    long_ = canonical.filter(pc.greater(canonical["num_tokens"], 32768))
+    assert long_.num_rows > 0  # sessions reach ~128k tokens: the case a nightly job must survive
+    drops = [json.loads(line) for line in (tmp_path / "t" / "drops.jsonl").read_text().splitlines()]
+    assert sorted(d["sample_id"] for d in drops) == sorted(long_["sample_id"].to_pylist())
+    check_tree_equivalence(canonical.filter(pc.less_equal(canonical["num_tokens"], 32768)), rows)
