@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgtrain.export.schema import samples_to_table
-from msgtrain.export.tree import TREE_SCHEMA, TreeStats, tree_table
+from msgtrain.export.tree import TREE_SCHEMA, TreeStats, tokens_lower_bound, tree_table
 from msgtrain.linearize import linearize_graph
 from tests.conftest import load_named_tokenizer, shared_path
 from tests.oracle import Oracle, RunGenerator, to_records
@@ -99,6 +99,9 @@ def _tree(canonical: pa.Table, pack_length: int | None, scope: str = "graph") ->
     assert out.schema == TREE_SCHEMA
     check_tree_equivalence(canonical, out)
     assert int(np.sum(out["num_flat_tokens"].to_numpy())) == stats.flat_tokens
+    if pack_length is not None:
+        assert max(out["num_tokens"].to_pylist(), default=0) <= pack_length
+        assert stats.tokens >= tokens_lower_bound(canonical, pack_length, scope) >= stats.trie_tokens
     return out, stats
 
 
@@ -574,3 +577,27 @@ def test_flex_attention_with_the_tree_block_mask_gives_tree_rows_the_canonical_l
                     compared += 1
     assert compared == stats.trained_tokens == len(where)
     assert worst <= 1e-4
+
+
+def test_blocks_of_one_tree_packed_into_one_row_hold_their_copied_root_paths_once(tmp_path: Path) -> None:
+    from msgtrain.export.tree import _groups, _Rows, build_forest, cut_blocks, pack_blocks
+
+    canonical = _convert([str(ROOT / "sample_logs")], tmp_path / "c")
+    pack_length = int(max(canonical["num_tokens"].to_pylist()))
+    rows = _Rows.of(canonical)
+    pieces = [
+        b
+        for members in _groups(rows, canonical.num_rows, "split")
+        for trie, _ in build_forest(rows, members)
+        for b in cut_blocks(rows, trie, pack_length)
+    ]
+    merged, row_of, _ = pack_blocks(pieces, pack_length)
+    assert len(merged) < len(pieces)  # some row holds two pieces of one tree
+    assert sum(b.size for b in merged) < sum(b.size for b in pieces)  # ... and their common copies once
+    assert all(np.bincount(row_of, weights=[b.size for b in merged]) <= pack_length)
+    owned = [n for b in merged for n in b.nodes]
+    assert sorted(owned) == sorted(n for b in pieces for n in b.nodes)  # every segment owned exactly once
+    for b in merged:  # a block holds every ancestor of what it holds (its root paths)
+        held = set(b.nodes) | set(b.path)
+        assert all(b.trie.parent[n] in held or b.trie.parent[n] == 0 for n in held)
+    _tree(canonical, pack_length, "split")  # and the rows keep every trained token's context
