@@ -601,3 +601,14 @@ def test_blocks_of_one_tree_packed_into_one_row_hold_their_copied_root_paths_onc
         held = set(b.nodes) | set(b.path)
         assert all(b.trie.parent[n] in held or b.trie.parent[n] == 0 for n in held)
     _tree(canonical, pack_length, "split")  # and the rows keep every trained token's context
+
+
+def test_pack_length_implies_max_length_for_tree_rows_and_a_smaller_max_length_is_kept() -> None:
+    from msgtrain.run.config import ConvertConfig
+
+    assert ConvertConfig(target="tree", pack_length=4096).max_length == 4096
+    assert ConvertConfig(target="tree", pack_length=4096, max_length=1024).max_length == 1024
+    # Without --pack-length a tree is one row, whatever its size: no length limit is invented for it.
+    only_max = ConvertConfig(target="tree", max_length=1024)
+    assert (only_max.pack_length, only_max.max_length) == (None, 1024)
+    assert ConvertConfig(target="tree").max_length is None
