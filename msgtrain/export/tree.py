@@ -332,16 +332,17 @@ def pack_blocks(blocks: list[_Block], capacity: int) -> tuple[list[_Block], np.n
     order = sorted(range(len(blocks)), key=lambda b: -blocks[b].size)  # stable: ties keep input order
     free: list[tuple[int, int]] = []  # (room, row), sorted: bisect finds the fullest row that fits
     room: list[int] = []
-    members: list[dict[int, list[int]]] = []  # row -> trie id -> blocks
-    held: list[dict[int, set[int]]] = []  # row -> trie id -> segments in the row
-    by_trie: dict[int, list[int]] = {}  # trie id -> rows holding it
+    # A tree is (trie, top-level node): blocks of one tree share segments, blocks of different trees share none.
+    members: list[dict[tuple[int, int], list[int]]] = []  # row -> tree -> blocks
+    held: list[dict[tuple[int, int], set[int]]] = []  # row -> tree -> segments in the row
+    by_tree: dict[tuple[int, int], list[int]] = {}  # tree -> rows holding it
     for b in order:
         block = blocks[b]
-        key = id(block.trie)
+        key = (id(block.trie), block.root)
         segments = set(block.path) | set(block.nodes)
         lengths = block.trie.end, block.trie.start
         chosen, best = -1, (0, 0)
-        for r in by_trie.get(key, []):
+        for r in by_tree.get(key, []):
             saved = sum(lengths[0][n] - lengths[1][n] for n in segments & held[r][key])
             if saved > 0 and block.size - saved <= room[r] and (saved, -room[r]) > best:
                 chosen, best = r, (saved, -room[r])
@@ -362,7 +363,7 @@ def pack_blocks(blocks: list[_Block], capacity: int) -> tuple[list[_Block], np.n
         if key not in members[chosen]:
             members[chosen][key] = []
             held[chosen][key] = set()
-            by_trie.setdefault(key, []).append(chosen)
+            by_tree.setdefault(key, []).append(chosen)
         members[chosen][key].append(b)
         held[chosen][key] |= segments
     merged: list[_Block] = []
