@@ -24,7 +24,7 @@ Invariants (tested with hypothesis):
   not flagged ``prefix_dropped`` starts at the original's first token.
 - Accounting: ``turns_in == turns_out + sum(dropped_turns)`` and every trained turn is trained in exactly one
   output row or counted as dropped with a reason; every sample is either in the output or in
-  ``dropped_samples`` with a reason.
+  ``dropped_samples`` with a reason, and listed (ids, length) in the result's ``dropped`` records.
 
 ``engine_tokens`` of a cut row is exact for all-engine and all-rendered samples; for ``mixed`` samples the
 canonical record does not say which tokens came from the engine, so the count is scaled to the row's length
