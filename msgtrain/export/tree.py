@@ -303,7 +303,8 @@ def _cut_points(order: list[int], lengths: list[int], depths: list[int], capacit
         if cost > capacity:
             raise OutputError(
                 f"a sample of at least {cost} tokens cannot fit a tree row of {capacity}",
-                hint="set --max-length to at most --pack-length so over-long samples are handled first",
+                hint="convert drops such samples (--pack-length implies --max-length); from Python, pass the rows "
+                "through msgtrain.export.length.apply_length_policy(table, max_length=pack_length) first",
                 code="sample_longer_than_pack",
             )
         reached = (best[i][0] + depths[i], best[i][1] + 1)
