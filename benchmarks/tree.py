@@ -13,7 +13,9 @@ Data (needs ``../shared``; prints ``skipped: ...`` without it):
 - a generated Qwen3 agent corpus: 16 sessions of 32 sampled turns (``corpus.py``, content from the real logs).
 
 Per data set: flat tokens (canonical rows), trie tokens (each graph's distinct prefixes once), tree tokens at
-several ``--pack-length`` values and both ``--tree-scope`` values; convert time canonical vs tree (median of
+several ``--pack-length`` values and both ``--tree-scope`` values (samples longer than the pack length dropped,
+as convert drops them), with ``tokens_lower_bound``: no cut into rows of that length can hold fewer tokens;
+convert time canonical vs tree (median of
 ``--repeat``, in one process, tokenizer load included on both sides); and a training step (forward + backward)
 of a tiny random Qwen3 on CPU (fp32, SDPA) over the canonical rows of a few graphs vs their tree rows, with the
 largest difference of the trained tokens' logprobs between the two (numeric equivalence).
@@ -178,9 +180,36 @@ def training_step(canonical: Any, max_tree_tokens: int, graphs: int) -> dict[str
     }
 
 
+def tree_tokens(canonical: Any, pack_length: int | None, scope: str) -> dict[str, Any]:
+    """Tree rows of ``canonical`` at one pack length and scope, against the trie and the lower bound of any cut.
+
+    As ``convert --pack-length N`` does, samples longer than N are dropped first (counted here); the trie, the
+    flat tokens and the bound are those of the samples kept."""
+    import pyarrow.compute as pc
+
+    from msgtrain.export.tree import TreeStats, tokens_lower_bound, tree_table
+
+    kept = canonical if pack_length is None else canonical.filter(pc.less_equal(canonical["num_tokens"], pack_length))
+    stats = TreeStats()
+    tree_table(kept, pack_length, scope, stats)
+    bound = stats.trie_tokens if pack_length is None else tokens_lower_bound(kept, pack_length, scope)
+    return {
+        "dropped_too_long": canonical.num_rows - kept.num_rows,
+        "rows": stats.rows,
+        "flat_tokens": stats.flat_tokens,
+        "trie_tokens": stats.trie_tokens,
+        "tokens": stats.tokens,
+        "lower_bound": bound,
+        "tree_per_trie": round(stats.tokens / stats.trie_tokens, 4) if stats.trie_tokens else None,
+        "bound_per_trie": round(bound / stats.trie_tokens, 4) if stats.trie_tokens else None,
+        "flat_per_tree": round(stats.flat_tokens / stats.tokens, 3) if stats.tokens else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--no-step", action="store_true", help="skip the training step (minutes on a small CPU)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".corpus" / "tree")
     parser.add_argument("--step-max-tree-tokens", type=int, default=8192)
@@ -215,22 +244,11 @@ def main(argv: list[str] | None = None) -> int:
             "trees": {},
         }
         entry["convert_time_ratio"] = round(entry["convert_seconds_tree"] / entry["convert_seconds_canonical"], 3)
-        from msgtrain.export.tree import TreeStats, tree_table
-
         for scope in ("graph", "split"):
             for pack_length in PACK_LENGTHS:
-                if pack_length is not None and pack_length < longest:
-                    entry["trees"][f"{scope}@{pack_length}"] = f"samples up to {longest} tokens do not fit"
-                    continue
-                stats = TreeStats()
-                tree_table(canonical, pack_length, scope, stats)
-                entry["trees"][f"{scope}@{pack_length or 'none'}"] = {
-                    "rows": stats.rows,
-                    "tokens": stats.tokens,
-                    "tree_per_trie": round(stats.tokens / entry["trie_tokens"], 4),
-                    "flat_per_tree": round(stats.flat_tokens / stats.tokens, 3),
-                }
-        entry["training_step"] = training_step(canonical, args.step_max_tree_tokens, args.step_graphs)
+                entry["trees"][f"{scope}@{pack_length or 'none'}"] = tree_tokens(canonical, pack_length, scope)
+        if not args.no_step:
+            entry["training_step"] = training_step(canonical, args.step_max_tree_tokens, args.step_graphs)
         results.append(entry)
         print(json.dumps(entry, indent=2))
     print(f"load average at end: {os.getloadavg()}")

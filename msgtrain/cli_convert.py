@@ -51,7 +51,10 @@ def _summary(data: dict[str, Any], console: Console) -> None:
         else:
             items = s["dropped_by_reason"]
         if items:
-            t.add_row(title, ", ".join(f"{k}={v}" for k, v in items.items()))
+            listed = data["outputs"].get("drops") if title == "dropped samples" else None
+            t.add_row(
+                title, ", ".join(f"{k}={v}" for k, v in items.items()) + (f" (listed in {listed})" if listed else "")
+            )
     # Always shown: a nightly job's operator looks for this number (readers that failed on input, see README).
     faults = r["rejected_by_reason"].get("reader_error", 0)
     debug_log = data["outputs"].get("debug_log")

@@ -274,6 +274,12 @@ def test_drop_policy_removes_over_long_samples_and_counts_their_turns(samples: l
     kept = [s.sample_id for s in samples if s.num_tokens <= limit]
     assert result.table.column("sample_id").to_pylist() == kept
     assert result.dropped_samples == Counter({"too_long": len(samples) - len(kept)} if len(kept) < len(samples) else {})
+    # One record per dropped sample, in input order, for drops.jsonl.
+    over = [s for s in samples if s.num_tokens > limit]
+    assert [(d["reason"], d["sample_id"], d["graph_id"], d["num_tokens"], d["turns"]) for d in result.dropped] == [
+        ("too_long", s.sample_id, s.graph_id, s.num_tokens, len(s.turn_ids)) for s in over
+    ]
+    assert all(d["max_length"] == limit for d in result.dropped)
     _turn_accounting(samples, result.table, stats)
 
 
@@ -288,6 +294,8 @@ def test_truncate_never_leaves_a_partially_trained_turn_unless_asked(
         samples_to_table(samples), max_length=limit, overflow="truncate", allow_partial_turns=allow_partial, stats=stats
     )
     _turn_accounting(samples, result.table, stats)
+    assert [d["reason"] for d in result.dropped] == ["no_turn_fits"] * stats.dropped_samples["no_turn_fits"]
+    assert {d["sample_id"] for d in result.dropped}.isdisjoint(result.table.column("sample_id").to_pylist())
     for row in result.table.to_pylist():
         check_sample(row)
         original = by_id[row["sample_id"]]

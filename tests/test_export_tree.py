@@ -4,7 +4,8 @@ The structural reference is computed here from the mask rule alone (``k <= q < s
 of how the rows were built: for every canonical sample and every trained turn, the visible tokens of the turn's
 last token, with their position ids, must be the sample's tokens up to the turn's end; a counting argument over
 all queries (``|visible(q)| == position_ids[q] + 1``) extends that to every token of the turn. The numeric
-reference is a random Qwen2 model on CPU, run once on canonical rows and once on tree rows.
+reference is a random Qwen2 or Qwen3 model on CPU, run once on canonical rows and once on tree rows: on sample_logs,
+on a seeded, token-bounded choice of graphs of every real-log folder, and through FlexAttention's block mask.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgtrain.export.schema import samples_to_table
-from msgtrain.export.tree import TREE_SCHEMA, TreeStats, tree_table
+from msgtrain.export.tree import TREE_SCHEMA, TreeStats, tokens_lower_bound, tree_table
 from msgtrain.linearize import linearize_graph
 from tests.conftest import load_named_tokenizer, shared_path
 from tests.oracle import Oracle, RunGenerator, to_records
@@ -98,6 +99,9 @@ def _tree(canonical: pa.Table, pack_length: int | None, scope: str = "graph") ->
     assert out.schema == TREE_SCHEMA
     check_tree_equivalence(canonical, out)
     assert int(np.sum(out["num_flat_tokens"].to_numpy())) == stats.flat_tokens
+    if pack_length is not None:
+        assert max(out["num_tokens"].to_pylist(), default=0) <= pack_length
+        assert stats.tokens >= tokens_lower_bound(canonical, pack_length, scope) >= stats.trie_tokens
     return out, stats
 
 
@@ -251,24 +255,80 @@ def test_real_logs_tree_rows_keep_every_trained_tokens_context(folder: str, tmp_
     assert whole.tokens == whole.trie_tokens <= whole.flat_tokens
     longest = int(max(canonical["num_tokens"].to_pylist()))
     _tree(canonical, longest)  # the largest trees cut into blocks: checked token by token
+    _numeric_check_of_some_graphs(canonical, "qwen2" if template == "qwen2.5" else "qwen3", folder)
 
 
-def _tiny_qwen2(vocab: int, attention: str) -> Any:
+# Budget of the numeric check per real-log folder: a few graphs (seeded choice) of its samples of at most 2k tokens
+# (what --pack-length 2048 keeps), bounded flat tokens; a folder with no such sample gets one graph at 4k. Folders
+# whose shortest sample is longer (swe_agent: 7.6k, copilot_cli_vct: 12k tokens) are checked structurally only.
+NUMERIC_BUDGETS = ((2048, 3), (4096, 1))  # (row tokens, graphs)
+NUMERIC_FLAT_TOKENS = 16384
+
+
+def _numeric_check_of_some_graphs(canonical: pa.Table, family: str, seed: str) -> None:
+    """A random tiny model of ``family`` gives a seeded choice of the data's graphs (branching ones first) the
+    same logprobs, loss and gradient from tree rows as from canonical rows. The trees are cut at the longest
+    chosen sample, so copied root paths are checked too where a tree needs more than one row."""
+    torch = pytest.importorskip("torch")
+    for row_tokens, n_graphs in NUMERIC_BUDGETS:
+        fits = pc.and_(
+            pc.less_equal(canonical["num_tokens"], row_tokens), pc.greater(canonical["num_trained_tokens"], 0)
+        )
+        kept = canonical.filter(fits)
+        graphs = kept.group_by("graph_id").aggregate([("num_tokens", "sum"), ("num_tokens", "count")]).to_pylist()
+        rng = random.Random(seed)
+        rng.shuffle(graphs)
+        graphs.sort(key=lambda g: g["num_tokens_count"] == 1)  # graphs that branch first (seeded order within)
+        chosen: list[str] = []
+        flat = 0
+        for g in graphs:
+            if len(chosen) < n_graphs and flat + g["num_tokens_sum"] <= NUMERIC_FLAT_TOKENS:
+                chosen.append(g["graph_id"])
+                flat += g["num_tokens_sum"]
+        if chosen:
+            break
+    else:
+        return  # no sample of this data fits the budget; the structural check above still covers every row
+    subset = kept.filter(pc.is_in(kept["graph_id"], pa.array(chosen)))
+    longest = int(max(subset["num_tokens"].to_pylist()))
+    tree, stats = _tree(subset, longest)
+    vocab = 512
+    model = _tiny_model(family, vocab, "sdpa")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _compare(model, subset, tree, stats.trained_tokens, vocab)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _tiny_model(family: str, vocab: int, attention: str) -> Any:
+    """A randomly initialised 2-layer Qwen2 or Qwen3 (Qwen3 adds q/k norms and an explicit head_dim), fp32."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-    )
+    sizes: dict[str, Any] = {
+        "vocab_size": vocab,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 1 << 17,
+        "tie_word_embeddings": False,
+    }
+    if family == "qwen3":
+        config = transformers.Qwen3Config(head_dim=8, **sizes)
+        model = transformers.Qwen3ForCausalLM
+    else:
+        config = transformers.Qwen2Config(**sizes)
+        model = transformers.Qwen2ForCausalLM
     config._attn_implementation = attention
-    return transformers.Qwen2ForCausalLM(config).float().eval()
+    return model(config).float().eval()
+
+
+def _tiny_qwen2(vocab: int, attention: str) -> Any:
+    return _tiny_model("qwen2", vocab, attention)
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
@@ -301,7 +361,8 @@ def _compare(model: Any, canonical: pa.Table, tree: pa.Table, trained_tokens: in
     from msgtrain.trainers.tree import collate, tree_logprobs, weighted_nll
 
     # Canonical: one causal forward per sample; the logits at i - 1 predict token i.
-    expected: dict[tuple[str, str, int], float] = {}
+    # A log can hold one conversation twice (equal sample ids): values are kept per key as a list.
+    expected: dict[tuple[str, str, int], list[float]] = {}
     model.zero_grad()
     canonical_loss = torch.zeros(())
     for c in canonical.to_pylist():
@@ -312,7 +373,7 @@ def _compare(model: Any, canonical: pa.Table, tree: pa.Table, trained_tokens: in
             turn = lp[span["start"] - 1 : span["end"] - 1]
             canonical_loss = canonical_loss - turn.sum()
             for k, value in enumerate(turn.detach().tolist()):
-                expected[(c["sample_id"], tid, k)] = value
+                expected.setdefault((c["sample_id"], tid, k), []).append(value)
     canonical_loss.backward()
     canonical_grad = {n: p.grad.clone() for n, p in model.named_parameters()}
 
@@ -325,16 +386,17 @@ def _compare(model: Any, canonical: pa.Table, tree: pa.Table, trained_tokens: in
     summed = weighted_nll(token_lp, batch["loss_mask"], weights=torch.ones(token_lp.shape))
     summed.backward()
     lp = token_lp.detach().tolist()
-    got: dict[tuple[str, str, int], float] = {}
+    got: dict[tuple[str, str, int], list[float]] = {}
     for b, r in enumerate(rows):
         seen: dict[int, int] = {}
         for q, t in enumerate(r["turn_index"]):
             if t >= 0:
                 k = seen.get(t, 0)
                 seen[t] = k + 1
-                got[(r["turn_sample_ids"][t], r["turn_ids"][t], k)] = lp[b][q]
-    assert got.keys() == expected.keys() and len(got) == trained_tokens
-    assert max(abs(got[k] - expected[k]) for k in expected) <= 1e-4
+                got.setdefault((r["turn_sample_ids"][t], r["turn_ids"][t], k), []).append(lp[b][q])
+    assert got.keys() == expected.keys() and sum(map(len, got.values())) == trained_tokens
+    assert all(len(got[k]) == len(expected[k]) for k in expected)
+    assert max(abs(a - b) for k in expected for a, b in zip(sorted(got[k]), sorted(expected[k]), strict=True)) <= 1e-4
     assert abs(summed.item() - canonical_loss.item()) <= 1e-3 * max(1.0, abs(canonical_loss.item()))
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, canonical_grad[name], rtol=1e-4, atol=1e-4, msg=name)
@@ -400,3 +462,158 @@ def test_trl_sft_trainer_with_the_tree_collator_and_loss_optimises_the_canonical
             count += int(mask.sum())
     assert abs(loss - nll / count) <= 1e-5
     trainer.train()  # one CPU step through TRL's own loop
+
+
+@pytest.mark.parametrize("target", ["tree", "packed"])
+def test_samples_longer_than_a_row_are_dropped_listed_and_counted_and_the_rest_is_written(
+    target: str, tmp_path: Path, capsys: Any
+) -> None:
+    from msgtrain.cli import main
+
+    canonical = _convert([str(ROOT / "sample_logs")], tmp_path / "c")
+    pack_length = 1200
+    lengths = dict(zip(canonical["sample_id"].to_pylist(), canonical["num_tokens"].to_pylist(), strict=True))
+    too_long = {s for s, n in lengths.items() if n > pack_length}
+    assert 0 < len(too_long) < len(lengths)
+    out = tmp_path / target
+    args = ["convert", str(ROOT / "sample_logs"), "-o", str(out), "--target", target, "--pack-length", str(pack_length)]
+    assert main(args) == 0
+    summary = capsys.readouterr()
+    assert f"too_long={len(too_long)} (listed in" in summary.out + summary.err  # the summary's dropped-samples row
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["max_length"] == pack_length  # --pack-length implies --max-length: one rule
+    assert report["samples"]["dropped_by_reason"] == {"too_long": len(too_long)}
+    assert report["outputs"]["drops"] == "drops.jsonl"
+    drops = [json.loads(line) for line in (out / "drops.jsonl").read_text().splitlines()]
+    assert {d["sample_id"] for d in drops} == too_long and len(drops) == len(too_long)
+    for d in drops:
+        assert d["reason"] == "too_long" and d["num_tokens"] == lengths[d["sample_id"]] > d["max_length"]
+        assert (
+            d["graph_id"] == canonical.filter(pc.equal(canonical["sample_id"], d["sample_id"]))["graph_id"][0].as_py()
+        )
+    rows = pq.read_table(sorted((out / "data").glob("*.parquet")))
+    assert max(rows["num_tokens"].to_pylist()) <= pack_length
+    written = {s for ids in rows["sample_ids"].to_pylist() for s in ids}
+    assert written == set(lengths) - too_long  # every sample that fits is kept, whatever tree it shares
+    if target == "tree":
+        kept = canonical.filter(pc.less_equal(canonical["num_tokens"], pack_length))
+        check_tree_equivalence(kept, rows)
+
+
+def test_a_run_without_over_long_samples_writes_no_drops_file(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    out = tmp_path / "tree"
+    assert main(["convert", str(ROOT / "sample_logs"), "-o", str(out), "--target", "tree", "-q"]) == 0
+    assert not (out / "drops.jsonl").exists()
+    assert json.loads((out / "report.json").read_text())["outputs"]["drops"] is None
+
+
+def test_claude_code_spotter_at_pack_length_32768_drops_its_long_sessions_and_keeps_the_rest(tmp_path: Path) -> None:
+    from tests.conftest import TEMPLATES
+
+    if not shared_path("real_logs", "claude_code_spotter").is_dir():
+        pytest.skip("../shared/real_logs/claude_code_spotter is not present")
+    tok_folder, config = TEMPLATES["qwen2.5"]
+    options = {"tokenizer": str(shared_path(tok_folder)), "chat_template": str(shared_path(config))}
+    canonical = _convert([str(shared_path("real_logs", "claude_code_spotter"))], tmp_path / "c", **options)
+    rows = _convert(
+        [str(shared_path("real_logs", "claude_code_spotter"))],
+        tmp_path / "t",
+        target="tree",
+        pack_length=32768,
+        **options,
+    )
+    long_ = canonical.filter(pc.greater(canonical["num_tokens"], 32768))
+    assert long_.num_rows > 0  # sessions reach ~128k tokens: the case a nightly job must survive
+    drops = [json.loads(line) for line in (tmp_path / "t" / "drops.jsonl").read_text().splitlines()]
+    assert sorted(d["sample_id"] for d in drops) == sorted(long_["sample_id"].to_pylist())
+    check_tree_equivalence(canonical.filter(pc.less_equal(canonical["num_tokens"], 32768)), rows)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
+def test_flex_attention_with_the_tree_block_mask_gives_tree_rows_the_canonical_logprobs(
+    family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through transformers' own ``flex_attention`` path with :func:`block_mask` as the attention mask.
+
+    transformers compiles FlexAttention on first use (about 20 s with inductor on this CPU); the test makes it take
+    its uncompiled branch (the one it uses when already inside a compiled region), which runs the same mask_mod
+    and block sparsity. FlexAttention has no backward on CPU (torch 2.13 raises), so only the forward is checked.
+    """
+    torch = pytest.importorskip("torch")
+    flex = pytest.importorskip("transformers.integrations.flex_attention")
+    from msgtrain.trainers.tree import block_mask, collate, tree_logprobs
+
+    monkeypatch.setattr(flex, "is_torchdynamo_compiling", lambda: True)
+    vocab, block = 512, 64
+    canonical = _convert([str(ROOT / "sample_logs")], tmp_path / "c")
+    # Two branching graphs (parallel tool calls; a streamed, compressed session), cut at their longest sample:
+    # several rows, copied root paths, padding to the block size. Kept small: uncompiled FlexAttention is slow.
+    keep = ["weather_tools.yaml:a0b7d323", "streamed_and_compressed.yaml:85996267"]
+    canonical = canonical.filter(pc.is_in(canonical["graph_id"], pa.array(keep)))
+    tree, stats = _tree(canonical, int(max(canonical["num_tokens"].to_pylist())))
+    assert stats.split_trees == 2 and stats.samples > 5
+    model = _tiny_model(family, vocab, "flex_attention")
+    rows = tree.to_pylist()
+    for r in rows:
+        r["input_ids"] = [i % vocab for i in r["input_ids"]]
+    batch = collate(rows, multiple_of=block)
+    assert batch["input_ids"].shape[1] % block == 0 and min(len(r["input_ids"]) for r in rows) % block != 0  # padded
+    with torch.no_grad():
+        lp = tree_logprobs(model, batch, block_mask(batch["subtree_end"], block)).tolist()
+        model.config._attn_implementation = "sdpa"  # the reference: one causal forward per canonical sample
+        worst, compared = 0.0, 0
+        where = {}
+        for b, r in enumerate(rows):
+            seen: dict[int, int] = {}
+            for q, t in enumerate(r["turn_index"]):
+                if t >= 0:
+                    k = seen.get(t, 0)
+                    seen[t] = k + 1
+                    where[(r["turn_sample_ids"][t], r["turn_ids"][t], k)] = lp[b][q]
+        for c in canonical.to_pylist():
+            ids = torch.tensor([c["input_ids"]]) % vocab
+            flat = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+            for tid, span in zip(c["turn_ids"], c["turn_spans"], strict=True):
+                for k, value in enumerate(flat[span["start"] - 1 : span["end"] - 1].tolist()):
+                    worst = max(worst, abs(where[(c["sample_id"], tid, k)] - value))
+                    compared += 1
+    assert compared == stats.trained_tokens == len(where)
+    assert worst <= 1e-4
+
+
+def test_blocks_of_one_tree_packed_into_one_row_hold_their_copied_root_paths_once(tmp_path: Path) -> None:
+    from msgtrain.export.tree import _groups, _Rows, build_forest, cut_blocks, pack_blocks
+
+    canonical = _convert([str(ROOT / "sample_logs")], tmp_path / "c")
+    pack_length = int(max(canonical["num_tokens"].to_pylist()))
+    rows = _Rows.of(canonical)
+    pieces = [
+        b
+        for members in _groups(rows, canonical.num_rows, "split")
+        for trie, _ in build_forest(rows, members)
+        for b in cut_blocks(rows, trie, pack_length)
+    ]
+    merged, row_of, _ = pack_blocks(pieces, pack_length)
+    assert len(merged) < len(pieces)  # some row holds two pieces of one tree
+    assert sum(b.size for b in merged) < sum(b.size for b in pieces)  # ... and their common copies once
+    assert all(np.bincount(row_of, weights=[b.size for b in merged]) <= pack_length)
+    owned = [n for b in merged for n in b.nodes]
+    assert sorted(owned) == sorted(n for b in pieces for n in b.nodes)  # every segment owned exactly once
+    for b in merged:  # a block holds every ancestor of what it holds (its root paths)
+        held = set(b.nodes) | set(b.path)
+        assert all(b.trie.parent[n] in held or b.trie.parent[n] == 0 for n in held)
+    _tree(canonical, pack_length, "split")  # and the rows keep every trained token's context
+
+
+def test_pack_length_implies_max_length_for_tree_rows_and_a_smaller_max_length_is_kept() -> None:
+    from msgtrain.run.config import ConvertConfig
+
+    assert ConvertConfig(target="tree", pack_length=4096).max_length == 4096
+    assert ConvertConfig(target="tree", pack_length=4096, max_length=1024).max_length == 1024
+    # Without --pack-length a tree is one row, whatever its size: no length limit is invented for it.
+    only_max = ConvertConfig(target="tree", max_length=1024)
+    assert (only_max.pack_length, only_max.max_length) == (None, 1024)
+    assert ConvertConfig(target="tree").max_length is None

@@ -24,7 +24,7 @@ Invariants (tested with hypothesis):
   not flagged ``prefix_dropped`` starts at the original's first token.
 - Accounting: ``turns_in == turns_out + sum(dropped_turns)`` and every trained turn is trained in exactly one
   output row or counted as dropped with a reason; every sample is either in the output or in
-  ``dropped_samples`` with a reason.
+  ``dropped_samples`` with a reason, and listed (ids, length) in the result's ``dropped`` records.
 
 ``engine_tokens`` of a cut row is exact for all-engine and all-rendered samples; for ``mixed`` samples the
 canonical record does not say which tokens came from the engine, so the count is scaled to the row's length
@@ -109,11 +109,14 @@ class LengthStats:
 
 
 class LengthResult(NamedTuple):
-    """What one call did: the rows to write and the drops of this call, by reason (unpacks as a 3-tuple)."""
+    """What one call did: the rows to write, the drops of this call by reason, and one record per sample it
+    dropped whole (``reason``, ``sample_id``, ``graph_id``, ``source``, ``num_tokens``, ``turns``,
+    ``max_length``), in input order, for the run's ``drops.jsonl``."""
 
     table: pa.Table
     dropped_samples: Counter[str]
     dropped_turns: Counter[str]
+    dropped: list[dict[str, Any]]
 
 
 def apply_length_policy(
@@ -132,13 +135,27 @@ def apply_length_policy(
     """
     policy = LengthPolicy(max_length, overflow, allow_partial_turns)
     call = LengthStats()
-    result = _apply(table.select(CANONICAL_SCHEMA.names).cast(CANONICAL_SCHEMA), policy, call)
+    dropped: list[dict[str, Any]] = []
+    result = _apply(table.select(CANONICAL_SCHEMA.names).cast(CANONICAL_SCHEMA), policy, call, dropped)
     if stats is not None:
         stats.merge(call)
-    return LengthResult(result, call.dropped_samples, call.dropped_turns)
+    return LengthResult(result, call.dropped_samples, call.dropped_turns, dropped)
 
 
-def _apply(table: pa.Table, policy: LengthPolicy, stats: LengthStats) -> pa.Table:
+def _drop_record(table: pa.Table, index: int, reason: str, limit: int) -> dict[str, Any]:
+    row = table.slice(index, 1).select(["sample_id", "graph_id", "source", "num_tokens", "num_turns"]).to_pylist()[0]
+    return {
+        "reason": reason,
+        "sample_id": row["sample_id"],
+        "graph_id": row["graph_id"],
+        "source": row["source"],
+        "num_tokens": row["num_tokens"],
+        "turns": row["num_turns"],
+        "max_length": limit,
+    }
+
+
+def _apply(table: pa.Table, policy: LengthPolicy, stats: LengthStats, dropped: list[dict[str, Any]]) -> pa.Table:
     n_turns = arrays.lengths_of(table["turn_ids"])
     stats.samples_in += table.num_rows
     stats.turns_in += int(n_turns.sum())
@@ -156,6 +173,7 @@ def _apply(table: pa.Table, policy: LengthPolicy, stats: LengthStats) -> pa.Tabl
         if n_over:
             stats.dropped_samples["too_long"] += n_over
             stats.dropped_turns["sample_too_long"] += int(n_turns[over].sum())
+            dropped.extend(_drop_record(table, i, "too_long", limit) for i in np.flatnonzero(over).tolist())
         stats.rows_out += fits.num_rows
         stats.turns_out += int(n_turns[~over].sum())
         return fits
@@ -169,6 +187,8 @@ def _apply(table: pa.Table, policy: LengthPolicy, stats: LengthStats) -> pa.Tabl
             parts = _truncate(sample, limit, policy.allow_partial_turns, stats)
         else:
             parts = _split(sample, limit, stats)
+        if not parts:
+            dropped.append(_drop_record(table, position, "no_turn_fits", limit))
         rebuilt.extend(parts)
         rebuilt_from.extend([position] * len(parts))
 

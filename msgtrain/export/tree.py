@@ -24,14 +24,16 @@ Invariants (tested structurally on real logs and oracle corpora, numerically wit
   trained by no sample are never trained. Two samples training the same trie tokens (identical completions at
   the same context) go to different trees rather than merging, so the summed loss is unchanged.
 - A tree larger than ``pack_length`` is cut into *blocks*: consecutive runs of segments in depth-first order,
-  each preceded by a copy of the root path it needs (copies are context only). Blocks and small trees are
-  packed into rows of at most ``pack_length`` tokens by best-fit decreasing; blocks in one row never see each
-  other.
+  each preceded by a copy of the root path it needs (copies are context only), the runs chosen to copy the
+  fewest tokens. Blocks and small trees are packed into rows of at most ``pack_length`` tokens by best-fit
+  decreasing; blocks of one tree that share a row become one block holding their root paths once; blocks of
+  different trees in one row never see each other. :func:`tokens_lower_bound` bounds what any cut can reach.
 - Deterministic: the output depends only on the rows and their order (buffers are cut by row and token counts).
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +43,6 @@ import pyarrow as pa
 from msgtrain.errors import ConfigError, OutputError
 from msgtrain.export import arrays
 from msgtrain.export.buffer import RowBuffer
-from msgtrain.export.pack import best_fit_decreasing
 from msgtrain.export.schema import SPAN
 
 TREE_SCOPES: tuple[str, ...] = ("graph", "split")
@@ -232,19 +233,27 @@ def build_forest(rows: _Rows, members: list[int]) -> list[tuple[_Trie, list[int]
 
 @dataclass
 class _Block:
-    """A tree or a piece of one: ``path`` (ancestors copied as context) then ``nodes`` (depth-first range)."""
+    """A tree or a piece of one: ``path`` (ancestors copied as context) and ``nodes`` (the segments it owns:
+    trains and lists samples of). Serialized in depth-first order (``rank``) of ``path`` ∪ ``nodes``."""
 
     trie: _Trie
     root: int
     path: list[int]
     nodes: list[int]
+    rank: dict[int, int]  # node -> depth-first rank in its tree (shared by the tree's blocks)
     offset: dict[int, int] = field(default_factory=dict)  # node -> first row index inside the block
     size: int = 0
     samples: list[int] = field(default_factory=list)
     turns: list[tuple[int, int]] = field(default_factory=list)  # (sample, turn number)
 
+    def __post_init__(self) -> None:
+        self.size = sum(self.trie.end[n] - self.trie.start[n] for n in self.path + self.nodes)
 
-def _preorder(trie: _Trie, root: int, children: dict[int, list[int]]) -> list[int]:
+    def sequence(self) -> list[int]:
+        return sorted(self.path + self.nodes, key=self.rank.__getitem__)
+
+
+def _preorder(root: int, children: dict[int, list[int]]) -> list[int]:
     out, stack = [], [root]
     while stack:
         node = stack.pop()
@@ -256,7 +265,10 @@ def _preorder(trie: _Trie, root: int, children: dict[int, list[int]]) -> list[in
 def cut_blocks(rows: _Rows, trie: _Trie, pack_length: int | None) -> list[_Block]:
     """One block per top-level tree, or for a tree larger than ``pack_length`` consecutive depth-first runs of
     segments, each after a copy of its first segment's ancestors (every later segment of the run descends from
-    one of those ancestors or from the run itself, so the copy is all the context the run needs)."""
+    one of those ancestors or from the run itself, so the copy is all the context the run needs).
+
+    On the benchmark data this is at the lower bound of :func:`tokens_lower_bound`; other sibling orders (light
+    or heavy subtrees first) were tried and gave no fewer tokens."""
     children: dict[int, list[int]] = {}
     for node in range(1, len(trie.start)):
         children.setdefault(trie.parent[node], []).append(node)
@@ -264,13 +276,14 @@ def cut_blocks(rows: _Rows, trie: _Trie, pack_length: int | None) -> list[_Block
         kids.sort(key=lambda n: int(rows.seq(trie.rep[n])[trie.start[n]]))
     blocks = []
     for root in children.get(0, []):
-        order = _preorder(trie, root, children)
+        order = _preorder(root, children)
+        rank = {n: i for i, n in enumerate(order)}
         lengths = [trie.end[n] - trie.start[n] for n in order]
         if pack_length is None or sum(lengths) <= pack_length:
-            blocks.append(_Block(trie, root, [], order))
+            blocks.append(_Block(trie, root, [], order, rank))
             continue
         for i, k in _cut_points(order, lengths, [trie.start[n] for n in order], pack_length):
-            blocks.append(_Block(trie, root, trie.path(order[i])[:-1], order[i:k]))
+            blocks.append(_Block(trie, root, trie.path(order[i])[:-1], order[i:k], rank))
     return blocks
 
 
@@ -290,7 +303,8 @@ def _cut_points(order: list[int], lengths: list[int], depths: list[int], capacit
         if cost > capacity:
             raise OutputError(
                 f"a sample of at least {cost} tokens cannot fit a tree row of {capacity}",
-                hint="set --max-length to at most --pack-length so over-long samples are handled first",
+                hint="convert drops such samples (--pack-length implies --max-length); from Python, pass the rows "
+                "through msgtrain.export.length.apply_length_policy(table, max_length=pack_length) first",
                 code="sample_longer_than_pack",
             )
         reached = (best[i][0] + depths[i], best[i][1] + 1)
@@ -309,6 +323,130 @@ def _cut_points(order: list[int], lengths: list[int], depths: list[int], capacit
     return cuts[::-1]
 
 
+def pack_blocks(blocks: list[_Block], capacity: int) -> tuple[list[_Block], np.ndarray, np.ndarray]:
+    """Pack blocks into rows of ``capacity`` tokens, best-fit decreasing, sharing copies: blocks of one tree in
+    one row become one block whose copied root paths are held once (a segment another block of the row owns or
+    copies is not copied again). A block goes to a row holding its tree when that saves tokens and fits (the
+    largest saving; ties: the fullest row), else to the fullest row it fits whole, else to a new row.
+
+    Returns the row blocks (merged), their row numbers and their order within rows (rank)."""
+    order = sorted(range(len(blocks)), key=lambda b: -blocks[b].size)  # stable: ties keep input order
+    free: list[tuple[int, int]] = []  # (room, row), sorted: bisect finds the fullest row that fits
+    room: list[int] = []
+    # A tree is (trie, top-level node): blocks of one tree share segments, blocks of different trees share none.
+    members: list[dict[tuple[int, int], list[int]]] = []  # row -> tree -> blocks
+    held: list[dict[tuple[int, int], set[int]]] = []  # row -> tree -> segments in the row
+    by_tree: dict[tuple[int, int], list[int]] = {}  # tree -> rows holding it
+    for b in order:
+        block = blocks[b]
+        key = (id(block.trie), block.root)
+        segments = set(block.path) | set(block.nodes)
+        lengths = block.trie.end, block.trie.start
+        chosen, best = -1, (0, 0)
+        for r in by_tree.get(key, []):
+            saved = sum(lengths[0][n] - lengths[1][n] for n in segments & held[r][key])
+            if saved > 0 and block.size - saved <= room[r] and (saved, -room[r]) > best:
+                chosen, best = r, (saved, -room[r])
+        need = block.size - best[0]
+        if chosen < 0:
+            at = bisect.bisect_left(free, (need, -1))
+            if at < len(free):
+                chosen = free[at][1]
+            else:
+                chosen = len(room)
+                room.append(capacity)
+                members.append({})
+                held.append({})
+                free.insert(bisect.bisect_left(free, (capacity, chosen)), (capacity, chosen))
+        free.remove((room[chosen], chosen))
+        room[chosen] -= need
+        bisect.insort(free, (room[chosen], chosen))
+        if key not in members[chosen]:
+            members[chosen][key] = []
+            held[chosen][key] = set()
+            by_tree.setdefault(key, []).append(chosen)
+        members[chosen][key].append(b)
+        held[chosen][key] |= segments
+    merged: list[_Block] = []
+    row_of: list[int] = []
+    for r, tries in enumerate(members):
+        for parts in tries.values():
+            merged.append(_merge([blocks[b] for b in parts]))
+            row_of.append(r)
+    rank = np.arange(len(merged))
+    return merged, np.asarray(row_of, dtype=np.int64), rank
+
+
+def _merge(parts: list[_Block]) -> _Block:
+    if len(parts) == 1:
+        return parts[0]
+    owned = [n for p in parts for n in p.nodes]
+    copied = sorted({n for p in parts for n in p.path} - set(owned), key=parts[0].rank.__getitem__)
+    return _Block(parts[0].trie, parts[0].root, copied, sorted(owned, key=parts[0].rank.__getitem__), parts[0].rank)
+
+
+def _repeated_below(trie: _Trie, children: dict[int, list[int]], top: int, capacity: int, leaves: int = 8) -> int:
+    """Tokens of ``top``'s subtree (below ``trie.start[top]``) that every partition into rows of ``capacity``
+    must hold twice, from the deepest ``leaves`` leaves.
+
+    The row that trains leaf ``L`` holds ``L``'s root path (depth ``D``) and room for at most ``capacity - D``
+    other tokens, so at least ``W + start - capacity`` tokens of the subtree (``W`` tokens) lie in other rows;
+    each such row also holds the part of ``L``'s path above the point where that token's path leaves it. With
+    tokens sorted by that branch depth, the smallest depth ``b`` reached after ``W + start - capacity`` tokens
+    gives ``b - start`` tokens of the subtree in two rows."""
+    nodes = _preorder(top, children)
+    weight = sum(trie.end[n] - trie.start[n] for n in nodes)
+    need = weight + trie.start[top] - capacity
+    if need <= 0:
+        return 0
+    best = 0
+    for leaf in sorted((n for n in nodes if n not in children), key=lambda n: -trie.end[n])[:leaves]:
+        on_path = set(trie.path(leaf))
+        branch: dict[int, int] = {}
+        for n in nodes:  # preorder: a parent's branch depth is known before its children's
+            if n not in on_path:
+                branch[n] = trie.start[n] if trie.parent[n] in on_path else branch[trie.parent[n]]
+        got = 0
+        for depth, n in sorted((d, n) for n, d in branch.items()):
+            got += trie.end[n] - trie.start[n]
+            if got >= need:
+                best = max(best, depth - trie.start[top])
+                break
+    return best
+
+
+def tokens_lower_bound(table: pa.Table, pack_length: int, scope: str = "graph") -> int:
+    """A lower bound on the tokens of any tree rows of at most ``pack_length`` tokens holding ``table``'s samples
+    (all of at most ``pack_length`` tokens): the trie tokens plus, per tree larger than a row, the larger of
+
+    - the root path bound of :func:`_repeated_below` on the whole tree, and
+    - ``(k - 1) × r`` for the root segment (``r`` tokens, in every row of the tree; ``k`` rows at least, each with
+      ``pack_length - r`` tokens of room) plus the bounds of the root's child subtrees (tokens of different
+      subtrees, so they add up).
+
+    Used by ``benchmarks/tree.py`` to show how far a cut is from the best possible one (a bound, not always
+    reachable)."""
+    rows = _Rows.of(table.select(_TREE_INPUT))
+    total = 0
+    for members in _groups(rows, table.num_rows, scope):
+        for trie, _ in build_forest(rows, members):
+            children: dict[int, list[int]] = {}
+            for node in range(1, len(trie.start)):
+                children.setdefault(trie.parent[node], []).append(node)
+            total += sum(trie.end[k] - trie.start[k] for k in range(1, len(trie.start)))
+            for root in children.get(0, []):
+                weight = sum(trie.end[n] - trie.start[n] for n in _preorder(root, children))
+                if weight <= pack_length:
+                    continue
+                r = trie.end[root] - trie.start[root]
+                rows_needed = -(-(weight - r) // max(pack_length - r, 1))
+                by_children = (rows_needed - 1) * r + sum(
+                    _repeated_below(trie, children, c, pack_length) for c in children.get(root, [])
+                )
+                total += max(_repeated_below(trie, children, root, pack_length), by_children)
+    return total
+
+
 @dataclass
 class _BlockArrays:
     ids: np.ndarray
@@ -324,7 +462,7 @@ class _BlockArrays:
 
 def _serialize(rows: _Rows, block: _Block) -> _BlockArrays:
     trie = block.trie
-    sequence = block.path + block.nodes
+    sequence = block.sequence()
     pos = 0
     index_of = {}
     for i, node in enumerate(sequence):
@@ -450,34 +588,38 @@ def tree_table(
     stats = stats if stats is not None else TreeStats()
     rows = _Rows.of(table)
     n = table.num_rows
-    blocks: list[_Block] = []
-    data: list[_BlockArrays] = []
+    cut: list[_Block] = []
+    forest: list[tuple[_Trie, list[int]]] = []
     for members in _groups(rows, n, scope):
         for trie, kept in build_forest(rows, members):
-            cut = cut_blocks(rows, trie, pack_length)
-            roots = [b.root for b in cut]
+            pieces = cut_blocks(rows, trie, pack_length)
+            roots = [b.root for b in pieces]
             stats.trees += len(set(roots))
             stats.split_trees += len({r for r in roots if roots.count(r) > 1})
             stats.trie_tokens += sum(trie.end[k] - trie.start[k] for k in range(1, len(trie.start)))
-            made = [_serialize(rows, b) for b in cut]
-            _place_training(rows, trie, kept, cut, made)
-            blocks.extend(cut)
-            data.extend(made)
+            cut.extend(pieces)
+            forest.append((trie, kept))
     stats.samples += sum(rows.length(j) > 0 for j in range(n))
     stats.skipped_empty += sum(rows.length(j) == 0 for j in range(n))
     stats.flat_tokens += int(rows.offsets[-1])
-    if not blocks:
+    if not cut:
         return TREE_SCHEMA.empty_table()
-    sizes = np.array([b.size for b in blocks], dtype=np.int64)
     if pack_length is None:
-        row_of, rank = np.arange(len(blocks)), np.arange(len(blocks))
+        blocks, row_of, rank = cut, np.arange(len(cut)), np.arange(len(cut))
     else:
-        row_of, rank = best_fit_decreasing(sizes, pack_length)
+        blocks, row_of, rank = pack_blocks(cut, pack_length)
+    data = [_serialize(rows, b) for b in blocks]
+    by_trie: dict[int, list[int]] = {}
+    for i, b in enumerate(blocks):
+        by_trie.setdefault(id(b.trie), []).append(i)
+    for trie, kept in forest:
+        mine = by_trie[id(trie)]
+        _place_training(rows, trie, kept, [blocks[i] for i in mine], [data[i] for i in mine])
     order = np.lexsort((rank, row_of)).tolist()
     out = _assemble_rows(rows, blocks, data, row_of, order)
     stats.blocks += len(blocks)
     stats.rows += out.num_rows
-    stats.tokens += int(sizes.sum())
+    stats.tokens += sum(b.size for b in blocks)
     stats.trained_tokens += int(sum(int(d.loss.sum()) for d in data))
     return out
 

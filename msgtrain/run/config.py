@@ -146,11 +146,18 @@ class ConvertConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _derive_pack_and_max_length(cls, data: Any) -> Any:
-        # Packed rows need a length; either of max_length / pack_length implies the other, so samples longer
-        # than a pack go through the overflow policy instead of failing the packer.
-        if isinstance(data, dict) and data.get("target") == "packed":
+        # A row of packed or tree rows holds at most pack_length tokens, and a sample (a tree's root path) must
+        # fit one row whole: pack_length implies max_length, so samples longer than a row go through the one
+        # overflow policy (drop by default, each drop counted and listed) instead of failing the run. Packed
+        # rows also need a length, so for them max_length implies pack_length; a tree without pack_length is
+        # one row per tree and needs no limit.
+        if isinstance(data, dict) and data.get("target") in ("packed", "tree"):
             data = dict(data)
-            if data.get("pack_length") is None and data.get("max_length") is not None:
+            if (
+                data.get("target") == "packed"
+                and data.get("pack_length") is None
+                and data.get("max_length") is not None
+            ):
                 data["pack_length"] = data["max_length"]
             if data.get("max_length") is None and data.get("pack_length") is not None:
                 data["max_length"] = data["pack_length"]

@@ -1,5 +1,5 @@
 """The convert pipeline: input files → parts (read + linearize, in workers) → assembly (length policy, splits,
-target, writer) → atomic publish of OUT with ``report.json`` and ``rejects.jsonl``.
+target, writer) → atomic publish of OUT with ``report.json``, ``rejects.jsonl`` and ``drops.jsonl``.
 
 Invariants:
 - Accounting: records read = converted + rejected + skipped (per reason); sampled turns found = trained + dropped
@@ -18,7 +18,9 @@ Invariants:
   the same bytes are converted once however they are named, and once per run); with ``--resume`` finished parts
   are reused. The published dataset is exactly this run's inputs; ``keep_missing`` also keeps the parts of
   earlier inputs that are no longer inputs (rotated logs). A corrupt or partial part or manifest is recomputed.
-- A bad record or file never stops the run (unless ``strict``); it lands in the rejects file.
+- A bad record or file never stops the run (unless ``strict``); it lands in the rejects file. A sample longer than
+  ``max_length`` (implied by ``pack_length`` for the packed and tree targets) never stops it either: the length
+  policy drops it, counts it by reason and lists it (ids, length) in ``drops.jsonl``.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ from msgtrain.run.storage import (
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
 MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
+DROPS = "drops.jsonl"  # in OUT: one line per sample the length policy dropped whole (reason, ids, length)
 DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
 
@@ -581,10 +584,12 @@ def _convert_in(
             publish_pointer(str(cfg.output), version)
             data["published"] = {"version": version, "path": target}
             rejects_at = join(target, "rejects.jsonl")
+            drops_at = join(target, DROPS)
         else:
             assert isinstance(parts_dir, Path) and out is not None
             data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
             rejects_at = str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")
+            drops_at = str(out / DROPS)
             # The state now describes exactly the published dataset; other parts are garbage.
             kept = set(keys)
             for key in [k for k in manifest if k not in kept]:
@@ -599,6 +604,7 @@ def _convert_in(
     debug_log = settings.debug_log
     data["outputs"]["debug_log"] = debug_log if faults else None
     data["outputs"]["rejects"] = rejects_at if data["records"]["rejected"] else None
+    data["outputs"]["drops"] = drops_at if data["outputs"].get("drops") else None
     return data
 
 
@@ -822,7 +828,8 @@ def _write_dataset(
     length_dropped_turns: Counter[str] = Counter()
     sources: set[str] = set()
     done_parts, total = 0, sum(map(len, groups))
-    with open(rejects_path, "w", encoding="utf-8") as rejects:
+    drops_path = tmp / DROPS
+    with open(rejects_path, "w", encoding="utf-8") as rejects, open(drops_path, "w", encoding="utf-8") as drops:
         for group in groups:
             read = read_group(group)
             for meta, _, _ in read:
@@ -836,7 +843,7 @@ def _write_dataset(
                 rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
                 tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
             for table in tables:
-                table, _, dropped_turns = apply_length_policy(
+                table, _, dropped_turns, dropped = apply_length_policy(
                     table,
                     max_length=cfg.max_length,
                     overflow=cfg.overflow,
@@ -844,6 +851,7 @@ def _write_dataset(
                     stats=length,
                 )
                 length_dropped_turns.update(dropped_turns)
+                drops.writelines(json.dumps(d, sort_keys=True) + "\n" for d in dropped)
                 if table.num_rows == 0:
                     continue
                 cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
@@ -910,6 +918,10 @@ def _write_dataset(
         },
         "outputs": outputs,
     }
+    # Relative to OUT in report.json; the caller returns where it was published.
+    outputs["drops"] = DROPS if drops_path.stat().st_size else None
+    if outputs["drops"] is None:
+        drops_path.unlink()
     check_accounting(data)
     if cfg.rejects is None and rejects_path.stat().st_size == 0:
         rejects_path.unlink()

@@ -19,8 +19,9 @@ the canonical rows is trained once in the tree rows, so
 - ``"turn"``: each token weighted by ``1 / tokens of its turn``;
 - ``"sum"``: weight 1 (summed loss).
 
-Invariant (tested with a random Qwen2 model on CPU): per-token logprobs of trained tokens from tree rows equal
-those from canonical rows, and so do the summed loss and its gradient.
+Invariant (tested with random Qwen2 and Qwen3 models on CPU, on sample_logs and on a seeded choice of graphs of
+every real-log folder): per-token logprobs of trained tokens from tree rows equal those from canonical rows, and so
+do the summed loss and its gradient (dense mask, SDPA and eager); logprobs also through FlexAttention.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> tor
 
 def block_mask(subtree_end: torch.Tensor, block_size: int = 128) -> Any:
     """A FlexAttention ``BlockMask`` for rows ``[batch, L]`` (L a multiple of ``block_size`` after padding,
-    padding with ``subtree_end == 0`` so padded keys are never seen)."""
+    padding with ``subtree_end == 0`` so padded keys are never seen; a padded query sees nothing and FlexAttention
+    returns 0 for it).
+
+    Hugging Face models with ``attn_implementation="flex_attention"`` take it as ``attention_mask`` as is
+    (:func:`tree_logprobs`). Tested on CPU (torch 2.13, uncompiled, forward only: FlexAttention has no backward
+    on CPU); training through it needs a CUDA device, where transformers compiles the kernel."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     ends = subtree_end
@@ -166,9 +172,12 @@ def _float_dtype(model: Any) -> torch.dtype:
         return torch.float32
 
 
-def tree_logprobs(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Forward a collated batch; the log-probability of every token given its root path, ``[B, L]``."""
-    mask = model_mask(model, batch["attention_mask"])
+def tree_logprobs(model: Any, batch: dict[str, torch.Tensor], attention_mask: Any = None) -> torch.Tensor:
+    """Forward a collated batch; the log-probability of every token given its root path, ``[B, L]``.
+
+    ``attention_mask`` replaces the batch's dense mask, e.g. ``block_mask(batch["subtree_end"])`` for a model
+    loaded with ``attn_implementation="flex_attention"`` (collate with ``multiple_of`` = the block size)."""
+    mask = attention_mask if attention_mask is not None else model_mask(model, batch["attention_mask"])
     out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask)
     return token_logprobs(out.logits, batch["input_ids"], batch["parent_index"])
 
