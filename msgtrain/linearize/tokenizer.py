@@ -23,6 +23,7 @@ import bisect
 import hashlib
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +198,39 @@ class Encoded:
     ids: np.ndarray
     char_marks: np.ndarray  # int64, sorted
     tok_marks: np.ndarray  # int64, aligned with char_marks
+
+
+class SharedSegments:
+    """Segment ids (see :meth:`TokenizerBundle.encode_segments`) shared by the conversations of one unit of work,
+    least recently used first out once their text passes ``max_chars``.
+
+    Conversations of one log repeat whole segments: the system prompt and tool schemas of an agent, the prompt of
+    every rollout of an RL group, tool outputs. A segment's ids depend only on its text (and whether it starts the
+    input, part of the key), so sharing them cannot change any output; the bound keeps memory flat however many
+    conversations a file holds.
+    """
+
+    def __init__(self, max_chars: int = 4_000_000):
+        self.max_chars = max_chars
+        self._ids: OrderedDict[tuple[bool, str], np.ndarray] = OrderedDict()
+        self._chars = 0
+        self.hits = 0
+
+    def get(self, key: tuple[bool, str]) -> np.ndarray | None:
+        ids = self._ids.get(key)
+        if ids is not None:
+            self._ids.move_to_end(key)
+            self.hits += 1
+        return ids
+
+    def put(self, key: tuple[bool, str], ids: np.ndarray) -> None:
+        if key in self._ids or len(key[1]) > self.max_chars // 4:
+            return
+        self._ids[key] = ids
+        self._chars += len(key[1])
+        while self._chars > self.max_chars:
+            old, _ = self._ids.popitem(last=False)
+            self._chars -= len(old[1])
 
 
 def in_table(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -476,7 +510,13 @@ class TokenizerBundle:
         ends = np.fromiter((m.end() for m in self._control_matches(text)), dtype=np.int64)
         return ends + char_offset, pos[: ends.shape[0]] + tok_offset
 
-    def encode_segments(self, text: str, cache: dict[tuple[bool, str], np.ndarray], at_start: bool) -> np.ndarray:
+    def encode_segments(
+        self,
+        text: str,
+        cache: dict[tuple[bool, str], np.ndarray],
+        at_start: bool,
+        shared: SharedSegments | None = None,
+    ) -> np.ndarray:
         """``encode(text)``, a segment at a time through ``cache``, new segments in one batched call.
 
         A segment is the text up to and including the next added token (the last one: the rest). HF tokenizers
@@ -486,7 +526,8 @@ class TokenizerBundle:
         the rest); otherwise the whole text is encoded at once. ``at_start``: the text starts a rendering (its first
         segment is cached apart: some tokenizers treat the start of the input specially). The cache lives as long as
         its owner wants (the linearizer keeps one per conversation, whose renderings repeat segments: a template
-        that re-renders history, a prompt and the same prompt with the turn)."""
+        that re-renders history, a prompt and the same prompt with the turn); ``shared`` is looked up for what
+        ``cache`` lacks and learns every segment encoded here."""
         if not self.boundary_reuse:
             return self.encode(text)
         cuts = [m.end() for m in self._added_re.finditer(text)]
@@ -499,7 +540,11 @@ class TokenizerBundle:
             key = (at_start and start == 0, text[start:end])
             keys.append(key)
             if key not in cache:
-                missing[key] = None
+                ids = shared.get(key) if shared is not None else None
+                if ids is None:
+                    missing[key] = None
+                else:
+                    cache[key] = ids
             start = end
         if missing:
             new = list(missing)
@@ -518,15 +563,22 @@ class TokenizerBundle:
                 if added != int(ends_added) or (ends_added and not (ids.shape[0] and table[ids[-1]])):
                     return self.encode(text)  # a segment that does not split as expected: no shortcut here
                 cache[key] = ids
+            if shared is not None:
+                for key in new:
+                    shared.put(key, cache[key])
         return np.concatenate([cache[k] for k in keys]) if keys else np.zeros(0, dtype=np.int32)
 
     def encode_full(
-        self, text: str, marked: bool = False, segments: dict[tuple[bool, str], np.ndarray] | None = None
+        self,
+        text: str,
+        marked: bool = False,
+        segments: dict[tuple[bool, str], np.ndarray] | None = None,
+        shared: SharedSegments | None = None,
     ) -> Encoded:
         if marked:
             ids = self.encode_marked(text)
         else:
-            ids = self.encode(text) if segments is None else self.encode_segments(text, segments, at_start=True)
+            ids = self.encode(text) if segments is None else self.encode_segments(text, segments, True, shared)
         cm, tm = self._marks(text, ids)
         return Encoded(text, ids, cm, tm)
 
@@ -537,27 +589,28 @@ class TokenizerBundle:
         marked: bool = False,
         lcp: int | None = None,
         segments: dict[tuple[bool, str], np.ndarray] | None = None,
+        shared: SharedSegments | None = None,
     ) -> Encoded:
         """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix.
 
         With ``marked`` the text is a rendering with marked content (see :meth:`encode_marked`); boundaries are
         then the template's own control tokens only, which always lie outside marked content. ``lcp``, when the
         caller already knows it, is the length of the common prefix of ``base.text`` and ``text``. ``segments``:
-        a cache for :meth:`encode_segments` (unmarked text only).
+        a cache for :meth:`encode_segments` (unmarked text only), ``shared`` its shared second level.
         """
         if base is None or not self.boundary_reuse or base.char_marks.shape[0] == 0:
-            return self.encode_full(text, marked, segments)
+            return self.encode_full(text, marked, segments, shared)
         if lcp is None:
             lcp = common_prefix_len(base.text, text)
         k = int(np.searchsorted(base.char_marks, lcp, side="right"))
         if k == 0:
-            return self.encode_full(text, marked, segments)
+            return self.encode_full(text, marked, segments, shared)
         c, t = int(base.char_marks[k - 1]), int(base.tok_marks[k - 1])
         rest = text[c:]
         if marked:
             rest_ids = self.encode_marked(rest, after=self._control_ending_at(text, c))
         else:
-            rest_ids = self.encode(rest) if segments is None else self.encode_segments(rest, segments, at_start=False)
+            rest_ids = self.encode(rest) if segments is None else self.encode_segments(rest, segments, False, shared)
         cm, tm = self._marks(rest, rest_ids, c, t)
         ids = np.concatenate([base.ids[:t], rest_ids])
         return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))
