@@ -266,11 +266,12 @@ class TokenizerBundle:
         self.whitespace_ids = self._whitespace_ids()
         self.fingerprint = self._fingerprint()
         self.boundary_reuse = self._check_boundary_split()
+        self._decode_direct = self._backend_decodes_alike()
         self.encode_calls = 0
         self.encoded_chars = 0
         self.encoded_tokens = 0
-        self._plain: dict[str | None, Any] = {}
-        self._plain_spec: str | None = None  # the tokenizer's JSON without added tokens, once one is needed
+        self._plain: dict[str, Any] = {}
+        self._plain_spec: dict[str, Any] | None = None  # the tokenizer's JSON, once a plain copy is needed
         # added-token text -> whether the tokenizer strips whitespace before it (lstrip) / after it (rstrip)
         decoder = hf.added_tokens_decoder.values()
         self._strips: tuple[dict[str, bool], dict[str, bool]] = (
@@ -504,10 +505,13 @@ class TokenizerBundle:
     ) -> tuple[np.ndarray, np.ndarray]:
         # Only the template's own control tokens are boundaries: content's added-token text is plain text.
         pos = np.flatnonzero(self.is_added(ids)).astype(np.int64) + 1
-        if len(self._control_matches_all(text)) != pos.shape[0]:
+        every = self._control_matches_all(text)
+        if len(every) != pos.shape[0]:
             # Added-token text that did not become an added id (or vice versa): no safe checkpoints here.
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        ends = np.fromiter((m.end() for m in self._control_matches(text)), dtype=np.int64)
+        # Without marker characters both lists are every added-token match: the text is searched once.
+        owned = every if _MARKER_CHARS.search(text) is None else self._control_matches(text)
+        ends = np.fromiter((m.end() for m in owned), dtype=np.int64, count=len(owned))
         return ends + char_offset, pos[: ends.shape[0]] + tok_offset
 
     def encode_segments(
@@ -621,33 +625,31 @@ class TokenizerBundle:
                 return s
         return None
 
-    def _plain_tokenizer(self, sentinel: str | None = None) -> Any:
-        """The same tokenizer with no added tokens (control-token text is ordinary text), or with one added token
-        ``sentinel`` only: encoding ``sentinel + text`` then encodes ``text`` as a stretch that follows a control
-        token, the way the tokenizer encodes what follows one (SentencePiece word-start rules apply to the start
-        of the input only)."""
+    def _plain_tokenizer(self, sentinel: str) -> Any:
+        """The same tokenizer with one added token only, ``sentinel``: control-token text is ordinary text. Encoding
+        ``sentinel + text`` encodes ``text`` as a stretch that follows a control token, the way the tokenizer encodes
+        what follows one (SentencePiece word-start rules apply to the start of the input only); a text without the
+        sentinel encodes as with no added token at all, so one tokenizer serves both (building one copies the
+        whole vocabulary: about a second for 150k tokens)."""
         tok = self._plain.get(sentinel)
         if tok is None:
             from tokenizers import Tokenizer
 
             if self._plain_spec is None:
-                spec = json.loads(self.backend.to_str())
-                spec["added_tokens"] = []
-                self._plain_spec = json.dumps(spec)
-            spec = json.loads(self._plain_spec)
-            if sentinel is not None:
-                free = self.backend.get_vocab_size(with_added_tokens=True)
-                spec["added_tokens"] = [
-                    {
-                        "id": free,
-                        "content": sentinel,
-                        "single_word": False,
-                        "lstrip": False,
-                        "rstrip": False,
-                        "normalized": False,
-                        "special": True,
-                    }
-                ]
+                self._plain_spec = json.loads(self.backend.to_str())
+            spec = self._plain_spec
+            free = self.backend.get_vocab_size(with_added_tokens=True)
+            spec["added_tokens"] = [
+                {
+                    "id": free,
+                    "content": sentinel,
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "special": True,
+                }
+            ]
             tok = self._plain[sentinel] = Tokenizer.from_str(json.dumps(spec))
         return tok
 
@@ -658,14 +660,12 @@ class TokenizerBundle:
         self.encoded_chars += len(text)
         if not text:
             return np.zeros(0, dtype=np.int32)
-        if initial:
-            ids = self._plain_tokenizer().encode(text, add_special_tokens=False).ids
-        else:
-            k = 0
-            while (sentinel := f"\ue003{k}\ue003") in text:
-                k += 1
-            ids = self._plain_tokenizer(sentinel).encode(sentinel + text, add_special_tokens=False).ids[1:]
-        return np.asarray(ids, dtype=np.int32)
+        k = 0
+        while (sentinel := f"\ue003{k}\ue003") in text:
+            k += 1
+        tok = self._plain_tokenizer(sentinel)
+        ids = tok.encode(text if initial else sentinel + text, add_special_tokens=False).ids
+        return np.asarray(ids if initial else ids[1:], dtype=np.int32)
 
     def encode_marked(self, text: str, after: str | None = None) -> np.ndarray:
         """Encode a rendering whose content strings were marked (:meth:`mark_content`).
@@ -758,7 +758,26 @@ class TokenizerBundle:
 
     # -------------------------------------------------------------- decoding
     def decode(self, ids: Iterable[int]) -> str:
+        if self._decode_direct:
+            return str(self.backend.decode(list(map(int, ids)), skip_special_tokens=False))
         return str(self.hf.decode(list(map(int, ids)), skip_special_tokens=False))
+
+    def _backend_decodes_alike(self) -> bool:
+        """Whether ``hf.decode`` is the backend's decode and nothing else: transformers' fast tokenizer class with
+        its own ``decode`` and ``_decode`` (not a subclass's) and no clean-up of tokenization spaces. Then the
+        backend is called directly (transformers' wrapper costs more than the decoding of a short completion)."""
+        try:
+            from transformers import PreTrainedTokenizerFast as fast
+        except ImportError:
+            return False
+        cls = type(self.hf)
+        return (
+            isinstance(self.hf, fast)
+            and cls.decode is fast.decode
+            and cls._decode is fast._decode
+            and getattr(self.hf, "_tokenizer", None) is self.backend
+            and getattr(self.hf, "clean_up_tokenization_spaces", None) is False
+        )
 
     def decode_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.decode([i]) for i in ids]
