@@ -20,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import re
@@ -264,7 +265,6 @@ class TokenizerBundle:
         self._added_re = re.compile("|".join(map(re.escape, self.added_strings)) or "(?!)")
         self.stop_ids = self._stop_ids()
         self.whitespace_ids = self._whitespace_ids()
-        self.fingerprint = self._fingerprint()
         self.boundary_reuse = self._check_boundary_split()
         self._decode_direct = self._backend_decodes_alike()
         self.encode_calls = 0
@@ -323,7 +323,10 @@ class TokenizerBundle:
                 out.add(int(enc[0]))
         return out
 
-    def _fingerprint(self) -> str:
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A hash of the vocabulary and the chat template. Made on first use (serializing a 150k-vocabulary tokenizer
+        takes a third of a second): the process that plans a run needs it, its workers do not."""
         h = hashlib.blake2b(digest_size=12)
         h.update(self.backend.to_str().encode())
         h.update(b"\0" + self.chat_template.encode())
