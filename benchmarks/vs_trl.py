@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import SHARED, TEMPLATES, TOKENIZER, output_digest, run_convert  # noqa: E402
+from benchmarks.run import SHARED, TEMPLATES, TOKENIZER, _cpu_seconds, output_digest, run_convert  # noqa: E402
 
 SOURCES = (
     "sharegpt_llamafactory/glaive_toolcall_en_demo.json",
@@ -157,13 +157,14 @@ def child_trl(timing: Path, data: Path, template: str, num_proc: int) -> int:
             train_dataset=datasets.Dataset.from_list([first], features=features),
             processing_class=tokenizer,
         )
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_seconds()
         with open(data, encoding="utf-8") as f:
             rows = [json.loads(line) for line in f]
         dataset = datasets.Dataset.from_list(rows, features=features)
         built = time.perf_counter() - started
         prepared = trainer._prepare_dataset(dataset, tokenizer, args, False, None, "train")
         seconds = time.perf_counter() - started
+        cpu = _cpu_seconds() - cpu
     lengths = prepared.map(
         lambda b: {"n": [len(x) for x in b["input_ids"]], "t": [sum(v != -100 for v in x) for x in b["labels"]]},
         batched=True,
@@ -171,6 +172,7 @@ def child_trl(timing: Path, data: Path, template: str, num_proc: int) -> int:
     )
     result = {
         "seconds": seconds,
+        "cpu": cpu,
         "from_list": built,
         "import": imported,
         "tokenizer_load": loaded,
@@ -211,19 +213,24 @@ class Row:
     digest: str
     ratio: float  # the median of the pair-by-pair ratios msgtrain / TRL
     runs: int
+    msgtrain_cpu: float  # CPU seconds (user + system, worker processes included) of the same spans
+    trl_cpu: float
+    cpu_ratio: float  # the median of the pair-by-pair CPU ratios
 
 
 def render(rows: list[Row]) -> str:
     head = (
         "| template | conversations | workers | msgtrain s | TRL s | msgtrain / TRL | ms/conv msgtrain | ms/conv TRL "
-        "| msgtrain tokens (trained) | TRL tokens (trained) | pairs |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "| msgtrain tokens (trained) | TRL tokens (trained) | CPU s msgtrain / TRL (ratio) | pairs |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r.template} | {r.conversations} | {r.workers} | {r.msgtrain_s:.2f} | {r.trl_s:.2f} | {r.ratio:.2f} "
             f"| {1000 * r.msgtrain_s / r.conversations:.2f} | {1000 * r.trl_s / r.conversations:.2f} "
-            f"| {r.msgtrain_tokens:,} ({r.msgtrain_trained:,}) | {r.trl_tokens:,} ({r.trl_trained:,}) | {r.runs} |"
+            f"| {r.msgtrain_tokens:,} ({r.msgtrain_trained:,}) | {r.trl_tokens:,} ({r.trl_trained:,}) "
+            f"| {r.msgtrain_cpu:.2f} / {r.trl_cpu:.2f} ({r.cpu_ratio:.2f}) | {r.runs} |"
         )
     return "\n".join(lines)
 
@@ -291,9 +298,15 @@ def main(argv: list[str] | None = None) -> int:
                     digest,
                     statistics.median(p[0].convert_seconds / p[1]["seconds"] for p in pairs),
                     len(pairs),
+                    statistics.median(p[0].convert_cpu for p in pairs),
+                    statistics.median(p[1]["cpu"] for p in pairs),
+                    statistics.median(p[0].convert_cpu / p[1]["cpu"] for p in pairs),
                 )
                 rows.append(row)
-                each = ", ".join(f"{p[0].convert_seconds / p[1]['seconds']:.2f}" for p in pairs)
+                each = ", ".join(
+                    f"{p[0].convert_seconds / p[1]['seconds']:.2f} (cpu {p[0].convert_cpu / p[1]['cpu']:.2f})"
+                    for p in pairs
+                )
                 print(
                     f"{template} x{scale} ({row.conversations} conversations) -j{w}: msgtrain {row.msgtrain_s:.2f} s "
                     f"(wall {row.msgtrain_wall:.1f}), TRL {row.trl_s:.2f} s (from_list {t['from_list']:.2f}; "
