@@ -561,14 +561,20 @@ class TokenizerBundle:
             # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on.
             batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
             outs = batch([k[1] for k in new], add_special_tokens=False)
-            table = self._is_added
-            for key, out in zip(new, outs, strict=True):
-                ids = np.asarray(out.ids, dtype=np.int32)
-                self.encoded_tokens += int(ids.shape[0])
-                added = int(np.count_nonzero(in_table(table, ids)))
-                ends_added = self._added_re.search(key[1]) is not None
-                if added != int(ends_added) or (ends_added and not (ids.shape[0] and table[ids[-1]])):
-                    return self.encode(text)  # a segment that does not split as expected: no shortcut here
+            arrays = [np.asarray(out.ids, dtype=np.int32) for out in outs]
+            lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+            self.encoded_tokens += int(lengths.sum())
+            # Each new segment must hold exactly the added token its text ends with (none for the rest), as its
+            # last id; checked for the whole batch at once.
+            ends_added = np.fromiter((self._added_re.search(k[1]) is not None for k in new), dtype=bool, count=len(new))
+            if not lengths.all():
+                return self.encode(text)  # an empty segment encoding: no shortcut here
+            added = in_table(self._is_added, np.concatenate(arrays))
+            ends = np.cumsum(lengths)
+            counts = np.add.reduceat(added.astype(np.int64), ends - lengths)
+            if not (np.array_equal(counts, ends_added) and added[ends - 1][ends_added].all()):
+                return self.encode(text)  # a segment that does not split as expected: no shortcut here
+            for key, ids in zip(new, arrays, strict=True):
                 cache[key] = ids
             if shared is not None:
                 for key in new:
