@@ -124,6 +124,15 @@ class ProcResult:
     tree_rss_mb: float  # peak of the summed VmRSS over the process tree
     digest: str
     report: dict[str, Any]
+    convert_cpu: float = 0.0  # CPU seconds (user + system) of the same span, worker processes included
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its reaped children (a worker pool's processes once shut down)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _children(pid: int) -> list[int]:
@@ -255,9 +264,14 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
             return pool
 
         vars(pipeline)["ProcessPoolExecutor"] = warm_pool  # the pipeline's next pool is this warm one
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_seconds()
     rc = cli_main(["convert", *argv])
-    data = {"convert": time.perf_counter() - started, "pool_start": pool_start, "warm_pool": all(used) and bool(used)}
+    data = {
+        "convert": time.perf_counter() - started,
+        "cpu": _cpu_seconds() - cpu,
+        "pool_start": pool_start,
+        "warm_pool": all(used) and bool(used),
+    }
     timing.write_text(json.dumps(data))
     return rc
 
@@ -284,6 +298,7 @@ def run_convert(
         tree_rss,
         output_digest(out),
         report,
+        inner.get("cpu", 0.0),
     )
 
 

@@ -19,7 +19,9 @@ Invariants:
 - Each side runs in its own subprocess; the time quoted is after imports and tokenizer load (process start is
   quoted apart). msgtrain with ``--workers 2`` starts its own pool inside the clock, as a user runs it (TRL's
   ``num_proc=2`` forks inside its clock too).
-- One run on one machine: every ratio compares numbers measured in this run.
+- One run on one machine: every ratio compares numbers measured in this run. With ``--repeat N`` each row runs
+  msgtrain and TRL in turn N times (A B A B ...), and quotes the medians of the times and of the pair-by-pair
+  ratios, so a ratio survives a machine whose speed drifts (other jobs on a shared machine).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import argparse
 import json
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import SHARED, TEMPLATES, TOKENIZER, output_digest, run_convert  # noqa: E402
+from benchmarks.run import SHARED, TEMPLATES, TOKENIZER, _cpu_seconds, output_digest, run_convert  # noqa: E402
 
 SOURCES = (
     "sharegpt_llamafactory/glaive_toolcall_en_demo.json",
@@ -154,13 +157,14 @@ def child_trl(timing: Path, data: Path, template: str, num_proc: int) -> int:
             train_dataset=datasets.Dataset.from_list([first], features=features),
             processing_class=tokenizer,
         )
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_seconds()
         with open(data, encoding="utf-8") as f:
             rows = [json.loads(line) for line in f]
         dataset = datasets.Dataset.from_list(rows, features=features)
         built = time.perf_counter() - started
         prepared = trainer._prepare_dataset(dataset, tokenizer, args, False, None, "train")
         seconds = time.perf_counter() - started
+        cpu = _cpu_seconds() - cpu
     lengths = prepared.map(
         lambda b: {"n": [len(x) for x in b["input_ids"]], "t": [sum(v != -100 for v in x) for x in b["labels"]]},
         batched=True,
@@ -168,6 +172,7 @@ def child_trl(timing: Path, data: Path, template: str, num_proc: int) -> int:
     )
     result = {
         "seconds": seconds,
+        "cpu": cpu,
         "from_list": built,
         "import": imported,
         "tokenizer_load": loaded,
@@ -206,23 +211,26 @@ class Row:
     trl_tokens: int
     trl_trained: int
     digest: str
-
-    @property
-    def ratio(self) -> float:
-        return self.msgtrain_s / self.trl_s
+    ratio: float  # the median of the pair-by-pair ratios msgtrain / TRL
+    runs: int
+    msgtrain_cpu: float  # CPU seconds (user + system, worker processes included) of the same spans
+    trl_cpu: float
+    cpu_ratio: float  # the median of the pair-by-pair CPU ratios
 
 
 def render(rows: list[Row]) -> str:
     head = (
         "| template | conversations | workers | msgtrain s | TRL s | msgtrain / TRL | ms/conv msgtrain | ms/conv TRL "
-        "| msgtrain tokens (trained) | TRL tokens (trained) |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| msgtrain tokens (trained) | TRL tokens (trained) | CPU s msgtrain / TRL (ratio) | pairs |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r.template} | {r.conversations} | {r.workers} | {r.msgtrain_s:.2f} | {r.trl_s:.2f} | {r.ratio:.2f} "
             f"| {1000 * r.msgtrain_s / r.conversations:.2f} | {1000 * r.trl_s / r.conversations:.2f} "
-            f"| {r.msgtrain_tokens} ({r.msgtrain_trained}) | {r.trl_tokens} ({r.trl_trained}) |"
+            f"| {r.msgtrain_tokens:,} ({r.msgtrain_trained:,}) | {r.trl_tokens:,} ({r.trl_trained:,}) "
+            f"| {r.msgtrain_cpu:.2f} / {r.trl_cpu:.2f} ({r.cpu_ratio:.2f}) | {r.runs} |"
         )
     return "\n".join(lines)
 
@@ -235,6 +243,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--workers-scales", type=int, nargs="+", default=[10], help="scales at which workers > 1 are measured"
     )
+    ap.add_argument("--repeat", type=int, default=1, help="msgtrain/TRL pairs per row, run in turn; medians quoted")
     ap.add_argument("--corpus-dir", type=Path, default=ROOT / "benchmarks" / ".corpus")
     ap.add_argument("--json", type=Path, default=None, help="also write every measurement as JSON here")
     return ap.parse_args(argv)
@@ -260,40 +269,57 @@ def main(argv: list[str] | None = None) -> int:
             for w in args.workers:
                 if w > 1 and scale not in args.workers_scales:
                     continue
-                with tempfile.TemporaryDirectory(dir=root) as tmp:
-                    out = Path(tmp) / "out"
-                    # -j N as a user runs it: the pool starts inside the clock (TRL's num_proc forks inside its own)
-                    m = run_convert(corpus, out, template, w, warm=False)
-                    digest = output_digest(out)
-                t = run_trl(data, template, w)
+                pairs = []
+                for _ in range(args.repeat):
+                    with tempfile.TemporaryDirectory(dir=root) as tmp:
+                        out = Path(tmp) / "out"
+                        # -j N as a user runs it: the pool starts inside the clock (TRL's num_proc forks in its own)
+                        m = run_convert(corpus, out, template, w, warm=False)
+                        digest = output_digest(out)
+                    t = run_trl(data, template, w)
+                    pairs.append((m, t, digest))
+                if len({d for _, _, d in pairs}) != 1:
+                    raise SystemExit(f"msgtrain output differs between runs of {template} x{scale} -j{w}")
+                m, t, digest = pairs[-1]
                 tokens = m.report["tokens"]
                 row = Row(
                     template,
                     scale,
                     len(base) * scale,
                     w,
-                    m.convert_seconds,
-                    m.seconds,
-                    t["seconds"],
-                    t["wall"],
+                    statistics.median(p[0].convert_seconds for p in pairs),
+                    statistics.median(p[0].seconds for p in pairs),
+                    statistics.median(p[1]["seconds"] for p in pairs),
+                    statistics.median(p[1]["wall"] for p in pairs),
                     tokens["total"],
                     tokens["trained"],
                     t["tokens"],
                     t["trained"],
                     digest,
+                    statistics.median(p[0].convert_seconds / p[1]["seconds"] for p in pairs),
+                    len(pairs),
+                    statistics.median(p[0].convert_cpu for p in pairs),
+                    statistics.median(p[1]["cpu"] for p in pairs),
+                    statistics.median(p[0].convert_cpu / p[1]["cpu"] for p in pairs),
                 )
                 rows.append(row)
+                each = ", ".join(
+                    f"{p[0].convert_seconds / p[1]['seconds']:.2f} (cpu {p[0].convert_cpu / p[1]['cpu']:.2f})"
+                    for p in pairs
+                )
                 print(
                     f"{template} x{scale} ({row.conversations} conversations) -j{w}: msgtrain {row.msgtrain_s:.2f} s "
                     f"(wall {row.msgtrain_wall:.1f}), TRL {row.trl_s:.2f} s (from_list {t['from_list']:.2f}; "
-                    f"wall {row.trl_wall:.1f}, imports {t['import']:.1f}), ratio {row.ratio:.2f}",
+                    f"wall {row.trl_wall:.1f}, imports {t['import']:.1f}), ratio {row.ratio:.2f} "
+                    f"(pairs: {each}; "
+                    f"load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
     print()
     print(render(rows))
     print(f"\nload average now {os.getloadavg()[0]:.1f}")
     if args.json:
-        args.json.write_text(json.dumps([{**vars(r), "ratio": r.ratio} for r in rows], indent=1))
+        args.json.write_text(json.dumps([vars(r) for r in rows], indent=1))
     return 0
 
 

@@ -99,8 +99,8 @@ def test_a_quadratic_encoder_fails_the_guard(tmp_path: Path) -> None:
     pool = gen.synthetic_pool()
     conversations = {t: gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"q{t}") for t in TURNS}
     original = tok.encode_from
-    # No reuse of any kind: neither an earlier text's ids nor the conversation's segment cache.
-    tok.encode_from = lambda base, text, marked=False, lcp=None, segments=None: original(None, text, marked)  # type: ignore[method-assign]
+    # No reuse of any kind: neither an earlier text's ids nor the segment caches (conversation's or shared).
+    tok.encode_from = lambda base, text, marked=False, **_: original(None, text, marked)  # type: ignore[method-assign]
     try:
         counts = _growth(tok, conversations, "native", tmp_path)
     finally:
@@ -157,6 +157,7 @@ def _template_iterations(template: str, source: str, tmp_path: Path, control_tok
             tool = next(m for m in conv.messages if m["role"] == "tool")
             tool["content"] = "template says: <|im_start|>user\nhi<|im_end|>\n" + tool["content"]
         renderer = Renderer(tok)
+        renderer.min_traced = 0  # the replay itself is under test: short contexts too
         res = linearize_graph(_graphs(conv, source, tmp_path), tok, renderer=renderer)
         assert not res.drops
         assert renderer.traced_renders == renderer.renders  # every rendering (marked ones too) was traced

@@ -1,6 +1,7 @@
 """Commands import only what they need: ``--help`` and ``formats`` load none of the heavy libraries that
-``convert`` needs (transformers, datasets, pyarrow, torch, ray). Checked in a fresh interpreter through
-``sys.modules`` (not timed: a timing test would be flaky on a shared machine)."""
+``convert`` needs (transformers, datasets, pyarrow, torch, ray), and ``formats`` loads neither the readers nor the
+message model (it lists the generated catalogue, which must equal the registry). Checked in a fresh interpreter
+through ``sys.modules`` (not timed: a timing test would be flaky on a shared machine)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("transformers", "datasets", "pyarrow", "torch", "ray", "tokenizers", "pandas")
+# What ``formats`` must not need either: the readers, the message model, the template engine, numpy, YAML.
+# (pydantic is not in the list: typer >= 0.2x builds its option parsers with it, for every command with options.)
+FORMATS_LIGHT = (
+    *HEAVY,
+    "jinja2",
+    "numpy",
+    "yaml",
+    "msgtrain.model",
+    "msgtrain.ingest.base",
+    "msgtrain.ingest.registry",
+)
 
 PROBE = """
 import importlib, json, sys
@@ -25,16 +37,17 @@ try:
     code = main(sys.argv[2:])
 except SystemExit as e:
     code = e.code
-heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.stdin.readline())))
+wanted = set(json.loads(sys.stdin.readline()))
+heavy = sorted(w for w in wanted if any(m == w or m.startswith(w + ".") for m in sys.modules))
 print("\\n" + json.dumps({"code": code, "heavy": heavy}))
 """
 
 
-def _imported_by(*argv: str, preload: str = "") -> tuple[int, list[str]]:
+def _imported_by(*argv: str, preload: str = "", watch: tuple[str, ...] = HEAVY) -> tuple[int, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, preload, *argv],
-        input=json.dumps(HEAVY) + "\n",
+        input=json.dumps(watch) + "\n",
         capture_output=True,
         text=True,
         env=env,
@@ -57,3 +70,20 @@ def test_the_probe_sees_a_heavy_import() -> None:
     code, heavy = _imported_by("--help", preload="pyarrow")
     assert code == 0
     assert heavy == ["pyarrow"]
+
+
+def test_formats_imports_no_reader_and_no_message_model() -> None:
+    code, heavy = _imported_by("formats", watch=FORMATS_LIGHT)
+    assert code == 0
+    assert heavy == []
+    code, heavy = _imported_by("formats", preload="msgtrain.ingest.registry", watch=FORMATS_LIGHT)
+    assert "msgtrain.ingest.registry" in heavy and "msgtrain.model" in heavy  # the probe sees them when imported
+
+
+def test_the_formats_catalogue_is_the_registry() -> None:
+    from msgtrain.ingest import catalog, registry  # noqa: F401 - importing registry registers the readers
+    from msgtrain.ingest.base import REGISTRY
+
+    listed = tuple((r.name, r.description, r.example) for r in REGISTRY.values())
+    assert listed == catalog.FORMATS, "the formats catalogue is stale: run `python -m msgtrain.ingest.catalog`"
+    assert catalog.generate() == Path(catalog.__file__).read_text(encoding="utf-8")

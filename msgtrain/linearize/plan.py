@@ -30,7 +30,7 @@ import numpy as np
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.export.schema import Sample
-from msgtrain.linearize.render import Renderer
+from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table
 from msgtrain.linearize.turns import Turn, collect_turns
 from msgtrain.model.graph import MessageGraph
@@ -142,8 +142,8 @@ class _GraphLinearizer:
         self._edges = graph._edge_index()  # computed once per graph: cut reasons look it up per sample
         self._has_turn: dict[str, bool] = {}
         self._by_len: list[tuple[int, int, str]] = []  # (full length, turn index, node id) of kept turns, sorted
-        # Segment ids of this conversation's renderings (see TokenizerBundle.encode_segments): one conversation
-        # only, so work is shared between its turns, never between conversations.
+        # Segment ids of this conversation's renderings (see TokenizerBundle.encode_segments), shared between its
+        # turns; the renderer's bounded cache shares them between the conversations it serves.
         self.segments: dict[tuple[bool, str], np.ndarray] = {}
 
     # ------------------------------------------------------------ per-turn tokens
@@ -157,7 +157,7 @@ class _GraphLinearizer:
             if n > best_len:
                 best, best_len = b, n
         lcp = best_len if best is not None else None
-        return self.tok.encode_from(best, text, marked, lcp=lcp, segments=self.segments)
+        return self.tok.encode_from(best, text, marked, lcp=lcp, segments=self.segments, shared=self.r.segments)
 
     def _trim_completion(self, raw: np.ndarray) -> np.ndarray:
         """Up to and including the first stop token after which only template trailer follows."""
@@ -486,7 +486,8 @@ def linearize_graph(
     """Linearize one graph (and, recursively, the sub-agent graphs nested in its tool results)."""
     opts = options or LinearizeOptions()
     r = renderer or Renderer(tok, opts.render_date)
-    result = _GraphLinearizer(graph, tok, r, opts).run(source, extras or {})
+    with alarm_handler():
+        result = _GraphLinearizer(graph, tok, r, opts).run(source, extras or {})
     for sub in graph.subgraphs():
         result.merge(linearize_graph(sub, tok, options=opts, source=source, extras=extras, renderer=r))
     return result

@@ -25,12 +25,16 @@ from typing import Any
 
 from msgtrain.errors import RenderError
 from msgtrain.linearize.template import RenderTrace
-from msgtrain.linearize.tokenizer import TokenizerBundle
+from msgtrain.linearize.tokenizer import SharedSegments, TokenizerBundle
 from msgtrain.model.graph import Env, Node
 from msgtrain.model.openai import to_openai_message
 
 MAX_RENDER_SECONDS = 20.0
 MAX_TRACES = 16
+# Contexts shorter than this are rendered in full, untraced: a trace's bookkeeping costs more than replaying a few
+# iterations saves (measured on real tool-calling logs with the Qwen2.5 and Qwen3 templates). Longer contexts are
+# traced, so work per rendering stays bounded however long the conversation grows.
+MIN_TRACED_MESSAGES = 16
 # MSGTRAIN_REPLAY=0 renders every context in full; MSGTRAIN_VERIFY_REPLAY=1 renders in full as well and fails on any
 # difference (the test suite runs with it).
 REPLAY = os.environ.get("MSGTRAIN_REPLAY", "1") != "0"
@@ -42,22 +46,44 @@ class _Timeout(Exception):
     pass
 
 
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _Timeout
+
+
+_alarm = threading.local()  # .installed: _on_alarm is SIGALRM's handler for an enclosing alarm_handler()
+
+
+@contextlib.contextmanager
+def alarm_handler() -> Iterator[None]:
+    """Install the render time bound's SIGALRM handler once for many renderings (a conversation's): installing and
+    restoring a handler per rendering cost more than short renderings themselves. No-op off the main thread."""
+    if (
+        getattr(_alarm, "installed", False)
+        or threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "setitimer")
+    ):
+        yield
+        return
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    _alarm.installed = True
+    try:
+        yield
+    finally:
+        _alarm.installed = False
+        signal.signal(signal.SIGALRM, old)
+
+
 @contextlib.contextmanager
 def _time_bound(seconds: float) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise _Timeout
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    with alarm_handler():
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 @contextlib.contextmanager
@@ -99,6 +125,9 @@ class Renderer:
         # The latest traced rendering per (generation flag, env, marked): the next rendering of a longer path
         # replays its loop iterations over the messages they share (msgtrain.linearize.template).
         self._traces: OrderedDict[tuple[bool, str, bool], RenderTrace] = OrderedDict()
+        # Segment ids shared by the conversations this renderer serves (one file or chunk in ``convert``).
+        self.segments = SharedSegments()
+        self.min_traced = MIN_TRACED_MESSAGES
         self.renders = 0
         self.traced_renders = 0  # renderings that recorded a trace (and could replay)
         self.iterations_run = 0  # the template's loop iterations over messages actually executed
@@ -185,10 +214,16 @@ class Renderer:
         self.renders += 1
         try:
             with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
-                traced = self._render_traced(ids, msgs, tools, env, add_generation_prompt, marked) if REPLAY else None
-                text = (
-                    traced if traced is not None else self._render_full(msgs, tools, env, add_generation_prompt, marked)
+                traced = (
+                    self._render_traced(ids, msgs, tools, env, add_generation_prompt, marked)
+                    if REPLAY and len(msgs) >= self.min_traced
+                    else None
                 )
+                if traced is None:
+                    text = self._render_full(msgs, tools, env, add_generation_prompt, marked)
+                    self.iterations_run += len(msgs)
+                else:
+                    text = traced
         except _Timeout:
             raise RenderError(
                 f"chat template ran longer than {MAX_RENDER_SECONDS:.0f} s",

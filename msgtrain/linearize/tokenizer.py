@@ -20,9 +20,11 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +201,39 @@ class Encoded:
     tok_marks: np.ndarray  # int64, aligned with char_marks
 
 
+class SharedSegments:
+    """Segment ids (see :meth:`TokenizerBundle.encode_segments`) shared by the conversations of one unit of work,
+    least recently used first out once their text passes ``max_chars``.
+
+    Conversations of one log repeat whole segments: the system prompt and tool schemas of an agent, the prompt of
+    every rollout of an RL group, tool outputs. A segment's ids depend only on its text (and whether it starts the
+    input, part of the key), so sharing them cannot change any output; the bound keeps memory flat however many
+    conversations a file holds.
+    """
+
+    def __init__(self, max_chars: int = 4_000_000):
+        self.max_chars = max_chars
+        self._ids: OrderedDict[tuple[bool, str], np.ndarray] = OrderedDict()
+        self._chars = 0
+        self.hits = 0
+
+    def get(self, key: tuple[bool, str]) -> np.ndarray | None:
+        ids = self._ids.get(key)
+        if ids is not None:
+            self._ids.move_to_end(key)
+            self.hits += 1
+        return ids
+
+    def put(self, key: tuple[bool, str], ids: np.ndarray) -> None:
+        if key in self._ids or len(key[1]) > self.max_chars // 4:
+            return
+        self._ids[key] = ids
+        self._chars += len(key[1])
+        while self._chars > self.max_chars:
+            old, _ = self._ids.popitem(last=False)
+            self._chars -= len(old[1])
+
+
 def in_table(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """``table[ids]`` for a boolean membership table indexed by token id (``np.isin`` by lookup: a handful of ids
     tested against every completion, every turn); ids outside the table are not members."""
@@ -230,13 +265,13 @@ class TokenizerBundle:
         self._added_re = re.compile("|".join(map(re.escape, self.added_strings)) or "(?!)")
         self.stop_ids = self._stop_ids()
         self.whitespace_ids = self._whitespace_ids()
-        self.fingerprint = self._fingerprint()
         self.boundary_reuse = self._check_boundary_split()
+        self._decode_direct = self._backend_decodes_alike()
         self.encode_calls = 0
         self.encoded_chars = 0
         self.encoded_tokens = 0
-        self._plain: dict[str | None, Any] = {}
-        self._plain_spec: str | None = None  # the tokenizer's JSON without added tokens, once one is needed
+        self._plain: dict[str, Any] = {}
+        self._plain_spec: dict[str, Any] | None = None  # the tokenizer's JSON, once a plain copy is needed
         # added-token text -> whether the tokenizer strips whitespace before it (lstrip) / after it (rstrip)
         decoder = hf.added_tokens_decoder.values()
         self._strips: tuple[dict[str, bool], dict[str, bool]] = (
@@ -288,7 +323,10 @@ class TokenizerBundle:
                 out.add(int(enc[0]))
         return out
 
-    def _fingerprint(self) -> str:
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A hash of the vocabulary and the chat template. Made on first use (serializing a 150k-vocabulary tokenizer
+        takes a third of a second): the process that plans a run needs it, its workers do not."""
         h = hashlib.blake2b(digest_size=12)
         h.update(self.backend.to_str().encode())
         h.update(b"\0" + self.chat_template.encode())
@@ -470,13 +508,22 @@ class TokenizerBundle:
     ) -> tuple[np.ndarray, np.ndarray]:
         # Only the template's own control tokens are boundaries: content's added-token text is plain text.
         pos = np.flatnonzero(self.is_added(ids)).astype(np.int64) + 1
-        if len(self._control_matches_all(text)) != pos.shape[0]:
+        every = self._control_matches_all(text)
+        if len(every) != pos.shape[0]:
             # Added-token text that did not become an added id (or vice versa): no safe checkpoints here.
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        ends = np.fromiter((m.end() for m in self._control_matches(text)), dtype=np.int64)
+        # Without marker characters both lists are every added-token match: the text is searched once.
+        owned = every if _MARKER_CHARS.search(text) is None else self._control_matches(text)
+        ends = np.fromiter((m.end() for m in owned), dtype=np.int64, count=len(owned))
         return ends + char_offset, pos[: ends.shape[0]] + tok_offset
 
-    def encode_segments(self, text: str, cache: dict[tuple[bool, str], np.ndarray], at_start: bool) -> np.ndarray:
+    def encode_segments(
+        self,
+        text: str,
+        cache: dict[tuple[bool, str], np.ndarray],
+        at_start: bool,
+        shared: SharedSegments | None = None,
+    ) -> np.ndarray:
         """``encode(text)``, a segment at a time through ``cache``, new segments in one batched call.
 
         A segment is the text up to and including the next added token (the last one: the rest). HF tokenizers
@@ -486,7 +533,8 @@ class TokenizerBundle:
         the rest); otherwise the whole text is encoded at once. ``at_start``: the text starts a rendering (its first
         segment is cached apart: some tokenizers treat the start of the input specially). The cache lives as long as
         its owner wants (the linearizer keeps one per conversation, whose renderings repeat segments: a template
-        that re-renders history, a prompt and the same prompt with the turn)."""
+        that re-renders history, a prompt and the same prompt with the turn); ``shared`` is looked up for what
+        ``cache`` lacks and learns every segment encoded here."""
         if not self.boundary_reuse:
             return self.encode(text)
         cuts = [m.end() for m in self._added_re.finditer(text)]
@@ -499,7 +547,11 @@ class TokenizerBundle:
             key = (at_start and start == 0, text[start:end])
             keys.append(key)
             if key not in cache:
-                missing[key] = None
+                ids = shared.get(key) if shared is not None else None
+                if ids is None:
+                    missing[key] = None
+                else:
+                    cache[key] = ids
             start = end
         if missing:
             new = list(missing)
@@ -509,24 +561,37 @@ class TokenizerBundle:
             # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on.
             batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
             outs = batch([k[1] for k in new], add_special_tokens=False)
-            table = self._is_added
-            for key, out in zip(new, outs, strict=True):
-                ids = np.asarray(out.ids, dtype=np.int32)
-                self.encoded_tokens += int(ids.shape[0])
-                added = int(np.count_nonzero(in_table(table, ids)))
-                ends_added = self._added_re.search(key[1]) is not None
-                if added != int(ends_added) or (ends_added and not (ids.shape[0] and table[ids[-1]])):
-                    return self.encode(text)  # a segment that does not split as expected: no shortcut here
+            arrays = [np.asarray(out.ids, dtype=np.int32) for out in outs]
+            lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+            self.encoded_tokens += int(lengths.sum())
+            # Each new segment must hold exactly the added token its text ends with (none for the rest), as its
+            # last id; checked for the whole batch at once.
+            ends_added = np.fromiter((self._added_re.search(k[1]) is not None for k in new), dtype=bool, count=len(new))
+            if not lengths.all():
+                return self.encode(text)  # an empty segment encoding: no shortcut here
+            added = in_table(self._is_added, np.concatenate(arrays))
+            ends = np.cumsum(lengths)
+            counts = np.add.reduceat(added.astype(np.int64), ends - lengths)
+            if not (np.array_equal(counts, ends_added) and added[ends - 1][ends_added].all()):
+                return self.encode(text)  # a segment that does not split as expected: no shortcut here
+            for key, ids in zip(new, arrays, strict=True):
                 cache[key] = ids
+            if shared is not None:
+                for key in new:
+                    shared.put(key, cache[key])
         return np.concatenate([cache[k] for k in keys]) if keys else np.zeros(0, dtype=np.int32)
 
     def encode_full(
-        self, text: str, marked: bool = False, segments: dict[tuple[bool, str], np.ndarray] | None = None
+        self,
+        text: str,
+        marked: bool = False,
+        segments: dict[tuple[bool, str], np.ndarray] | None = None,
+        shared: SharedSegments | None = None,
     ) -> Encoded:
         if marked:
             ids = self.encode_marked(text)
         else:
-            ids = self.encode(text) if segments is None else self.encode_segments(text, segments, at_start=True)
+            ids = self.encode(text) if segments is None else self.encode_segments(text, segments, True, shared)
         cm, tm = self._marks(text, ids)
         return Encoded(text, ids, cm, tm)
 
@@ -537,27 +602,28 @@ class TokenizerBundle:
         marked: bool = False,
         lcp: int | None = None,
         segments: dict[tuple[bool, str], np.ndarray] | None = None,
+        shared: SharedSegments | None = None,
     ) -> Encoded:
         """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix.
 
         With ``marked`` the text is a rendering with marked content (see :meth:`encode_marked`); boundaries are
         then the template's own control tokens only, which always lie outside marked content. ``lcp``, when the
         caller already knows it, is the length of the common prefix of ``base.text`` and ``text``. ``segments``:
-        a cache for :meth:`encode_segments` (unmarked text only).
+        a cache for :meth:`encode_segments` (unmarked text only), ``shared`` its shared second level.
         """
         if base is None or not self.boundary_reuse or base.char_marks.shape[0] == 0:
-            return self.encode_full(text, marked, segments)
+            return self.encode_full(text, marked, segments, shared)
         if lcp is None:
             lcp = common_prefix_len(base.text, text)
         k = int(np.searchsorted(base.char_marks, lcp, side="right"))
         if k == 0:
-            return self.encode_full(text, marked, segments)
+            return self.encode_full(text, marked, segments, shared)
         c, t = int(base.char_marks[k - 1]), int(base.tok_marks[k - 1])
         rest = text[c:]
         if marked:
             rest_ids = self.encode_marked(rest, after=self._control_ending_at(text, c))
         else:
-            rest_ids = self.encode(rest) if segments is None else self.encode_segments(rest, segments, at_start=False)
+            rest_ids = self.encode(rest) if segments is None else self.encode_segments(rest, segments, False, shared)
         cm, tm = self._marks(rest, rest_ids, c, t)
         ids = np.concatenate([base.ids[:t], rest_ids])
         return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))
@@ -568,33 +634,31 @@ class TokenizerBundle:
                 return s
         return None
 
-    def _plain_tokenizer(self, sentinel: str | None = None) -> Any:
-        """The same tokenizer with no added tokens (control-token text is ordinary text), or with one added token
-        ``sentinel`` only: encoding ``sentinel + text`` then encodes ``text`` as a stretch that follows a control
-        token, the way the tokenizer encodes what follows one (SentencePiece word-start rules apply to the start
-        of the input only)."""
+    def _plain_tokenizer(self, sentinel: str) -> Any:
+        """The same tokenizer with one added token only, ``sentinel``: control-token text is ordinary text. Encoding
+        ``sentinel + text`` encodes ``text`` as a stretch that follows a control token, the way the tokenizer encodes
+        what follows one (SentencePiece word-start rules apply to the start of the input only); a text without the
+        sentinel encodes as with no added token at all, so one tokenizer serves both (building one copies the
+        whole vocabulary: about a second for 150k tokens)."""
         tok = self._plain.get(sentinel)
         if tok is None:
             from tokenizers import Tokenizer
 
             if self._plain_spec is None:
-                spec = json.loads(self.backend.to_str())
-                spec["added_tokens"] = []
-                self._plain_spec = json.dumps(spec)
-            spec = json.loads(self._plain_spec)
-            if sentinel is not None:
-                free = self.backend.get_vocab_size(with_added_tokens=True)
-                spec["added_tokens"] = [
-                    {
-                        "id": free,
-                        "content": sentinel,
-                        "single_word": False,
-                        "lstrip": False,
-                        "rstrip": False,
-                        "normalized": False,
-                        "special": True,
-                    }
-                ]
+                self._plain_spec = json.loads(self.backend.to_str())
+            spec = self._plain_spec
+            free = self.backend.get_vocab_size(with_added_tokens=True)
+            spec["added_tokens"] = [
+                {
+                    "id": free,
+                    "content": sentinel,
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "special": True,
+                }
+            ]
             tok = self._plain[sentinel] = Tokenizer.from_str(json.dumps(spec))
         return tok
 
@@ -605,14 +669,12 @@ class TokenizerBundle:
         self.encoded_chars += len(text)
         if not text:
             return np.zeros(0, dtype=np.int32)
-        if initial:
-            ids = self._plain_tokenizer().encode(text, add_special_tokens=False).ids
-        else:
-            k = 0
-            while (sentinel := f"\ue003{k}\ue003") in text:
-                k += 1
-            ids = self._plain_tokenizer(sentinel).encode(sentinel + text, add_special_tokens=False).ids[1:]
-        return np.asarray(ids, dtype=np.int32)
+        k = 0
+        while (sentinel := f"\ue003{k}\ue003") in text:
+            k += 1
+        tok = self._plain_tokenizer(sentinel)
+        ids = tok.encode(text if initial else sentinel + text, add_special_tokens=False).ids
+        return np.asarray(ids if initial else ids[1:], dtype=np.int32)
 
     def encode_marked(self, text: str, after: str | None = None) -> np.ndarray:
         """Encode a rendering whose content strings were marked (:meth:`mark_content`).
@@ -705,7 +767,26 @@ class TokenizerBundle:
 
     # -------------------------------------------------------------- decoding
     def decode(self, ids: Iterable[int]) -> str:
+        if self._decode_direct:
+            return str(self.backend.decode(list(map(int, ids)), skip_special_tokens=False))
         return str(self.hf.decode(list(map(int, ids)), skip_special_tokens=False))
+
+    def _backend_decodes_alike(self) -> bool:
+        """Whether ``hf.decode`` is the backend's decode and nothing else: transformers' fast tokenizer class with
+        its own ``decode`` and ``_decode`` (not a subclass's) and no clean-up of tokenization spaces. Then the
+        backend is called directly (transformers' wrapper costs more than the decoding of a short completion)."""
+        try:
+            from transformers import PreTrainedTokenizerFast as fast
+        except ImportError:
+            return False
+        cls = type(self.hf)
+        return (
+            isinstance(self.hf, fast)
+            and cls.decode is fast.decode
+            and cls._decode is fast._decode
+            and getattr(self.hf, "_tokenizer", None) is self.backend
+            and getattr(self.hf, "clean_up_tokenization_spaces", None) is False
+        )
 
     def decode_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.decode([i]) for i in ids]

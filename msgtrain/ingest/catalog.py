@@ -1,0 +1,155 @@
+"""The input formats as plain data (name, description, example), in detection order, for ``msgtrain formats``.
+
+Listing the formats from the registry imports every reader module, and with them the typed message model
+(pydantic) and YAML: most of a second, for a command that prints a table. This module is the registry's listing
+written out, and imports nothing. Its table is generated, not edited: after adding or changing a reader, run
+``python -m msgtrain.ingest.catalog`` (``tests/test_startup.py`` fails, saying so, when it differs from the
+registry).
+"""
+
+# ruff: noqa: E501 - the generated table holds each reader's description as one string, however long
+
+from __future__ import annotations
+
+# Everything from this line on is written by generate().
+_TABLE_MARK = "# -- the table" + " (generated) --"
+
+
+def generate() -> str:
+    """This module's text with the table the registry gives now."""
+    import json
+    from pathlib import Path
+
+    from msgtrain.ingest import registry  # noqa: F401 - importing it registers the built-in readers
+    from msgtrain.ingest.base import REGISTRY
+
+    source = Path(__file__).read_text(encoding="utf-8")
+    head = source[: source.index("\n" + _TABLE_MARK) + 1]
+    # The layout ``ruff format`` gives the table (JSON string literals are Python ones, in double quotes).
+    rows = "".join(
+        "    (\n"
+        + "".join(f"        {json.dumps(v, ensure_ascii=False)},\n" for v in (r.name, r.description, r.example))
+        + "    ),\n"
+        for r in REGISTRY.values()
+    )
+    return f"{head}{_TABLE_MARK}\nFORMATS: tuple[tuple[str, str, str], ...] = (\n{rows})\n"
+
+
+if __name__ == "__main__":
+    from pathlib import Path
+
+    Path(__file__).write_text(generate(), encoding="utf-8")
+
+# -- the table (generated) --
+FORMATS: tuple[tuple[str, str, str], ...] = (
+    (
+        "graph",
+        "msgtrain native graph log (MessageGraph.save / log=...), JSONL of graph/node/edge records",
+        "sample_logs/native/edit_and_compaction.graph.jsonl",
+    ),
+    (
+        "options",
+        "Options-framework messages (seed 003): msgtrain Message JSON, kind = parts/option_call/option_result",
+        "sample_logs/options/research_agent.jsonl",
+    ),
+    (
+        "cassettes",
+        "VCR YAML cassettes of OpenAI chat / Responses, Anthropic, Gemini and Bedrock Converse / InvokeModel calls (streamed and compressed bodies too)",
+        "sample_logs/cassettes/weather_tools.yaml",
+    ),
+    (
+        "lionagi",
+        "LionAGI RoledMessage dicts (seed 002): System, Instruction, AssistantResponse, ActionRequest/Response",
+        "sample_logs/lionagi/branch_messages.json",
+    ),
+    (
+        "marsys",
+        "MARSYS agent memories (seed 001): roles incl. agent_call, agent_response, error; message_id",
+        "sample_logs/marsys/orchestrator_memory.json",
+    ),
+    (
+        "go_agent",
+        "Go agent AgentState JSON (seed 004): messages with tool_calls[{id, name, args}], tool_call_id",
+        "sample_logs/go_agent/thread_state.json",
+    ),
+    (
+        "anthropic",
+        "Anthropic Messages: message lists with system, or request/response pairs (content blocks; streamed responses as event lists)",
+        "sample_logs/anthropic/request_response.jsonl",
+    ),
+    (
+        "openai_responses",
+        "OpenAI Responses API items (message, function_call, reasoning...) or request/response records (streamed responses as event lists)",
+        "sample_logs/openai_responses/items.jsonl",
+    ),
+    (
+        "calls",
+        "per-call API logs: JSONL of {request, response} chat-completions bodies or streamed chunk lists (vLLM token ids optional)",
+        "sample_logs/calls/agent_calls.jsonl",
+    ),
+    (
+        "claude_code",
+        "Claude Code session transcripts (JSONL with uuid/parentUuid, sub-agent files, loglines exports)",
+        "sample_logs/claude_code/session.jsonl",
+    ),
+    (
+        "codex",
+        "OpenAI Codex CLI rollouts (JSONL: session_meta, response_item, turn_context, compacted)",
+        "sample_logs/codex/rollout.jsonl",
+    ),
+    (
+        "copilot_cli",
+        "GitHub Copilot CLI sessions (JSONL events: session.start, user/assistant.message, tool.execution_*)",
+        "sample_logs/copilot_cli/session.jsonl",
+    ),
+    (
+        "gemini_cli",
+        "Gemini CLI chat sessions (session-*.json with messages[] of user/gemini, or the append-only JSONL layout; logs.json skipped)",
+        "sample_logs/gemini_cli/session.json",
+    ),
+    (
+        "swe_agent",
+        "SWE-agent trajectories (.traj JSON: history with role/content/tool_calls, is_demo, info)",
+        "sample_logs/swe_agent/run.traj",
+    ),
+    (
+        "mini_swe_agent",
+        "mini-SWE-agent trajectories (.traj.json: info + OpenAI-style messages, final 'exit' record)",
+        "sample_logs/mini_swe_agent/run.traj.json",
+    ),
+    (
+        "tau2_bench",
+        "tau2-bench results (JSON {info, tasks, simulations[{messages, reward_info}]}), one graph each",
+        "sample_logs/tau2_bench/results.json",
+    ),
+    (
+        "toolbench",
+        "ToolBench answers (answer_generation.train_messages + the DFSDT search tree; branches kept)",
+        "sample_logs/toolbench/answer_DFS.json",
+    ),
+    (
+        "openhands",
+        "OpenHands event streams (JSON list of actions/observations embedding the raw model response)",
+        "sample_logs/openhands/events.json",
+    ),
+    (
+        "openhands_v1",
+        "OpenHands V1 (software-agent-sdk) conversation folders: base_state.json + events/event-*.json",
+        "sample_logs/openhands_v1/conv0001",
+    ),
+    (
+        "otel",
+        "OpenTelemetry GenAI spans (gen_ai.input/output.messages, tool spans; JSON, OTLP/JSON or JSONL)",
+        "sample_logs/otel/trace.json",
+    ),
+    (
+        "sharegpt",
+        "ShareGPT conversations[{from, value}] (function_call / observation, tools) and LLaMA-Factory messages",
+        "sample_logs/sharegpt/glaive_style.json",
+    ),
+    (
+        "openai_chat",
+        "OpenAI chat messages: JSON list(s) of messages, JSONL of {messages, tools}, tau-bench traj records",
+        "sample_logs/openai_chat/conversations.jsonl",
+    ),
+)
