@@ -184,6 +184,40 @@ def test_a_worker_killed_mid_run_is_retried_and_the_output_is_unchanged(
     assert _published(s3, out) == reference
 
 
+def test_one_task_per_shard_to_the_bucket_survives_a_killed_shard_worker(
+    s3: Store, ray_cluster: Any, logs: str
+) -> None:
+    options: dict[str, Any] = {"rows_per_shard": 3, "split": {"validation": 0.25}, "quiet": True}
+    reference = f"s3://{BUCKET}/shards-local"
+    pipeline.convert(ConvertConfig(inputs=(logs,), output=reference, workers=1, **options))
+    out = f"s3://{BUCKET}/shards-ray"
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["report"] = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", **options))
+        except BaseException as e:  # re-raised below, in the test's thread
+            result["error"] = e
+
+    driver = threading.Thread(target=run)
+    driver.start()
+    killed: list[int] = []
+    deadline = time.time() + 120
+    while not killed and driver.is_alive() and time.time() < deadline:
+        for pid in _ray_task_pids(ray_cluster, "write_shard")[:1]:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        time.sleep(0.005)
+    driver.join(300)
+    if "error" in result:
+        raise result["error"]
+    assert killed, "no shard task was seen running"
+    tree = _published(s3, out)
+    assert len([name for name in tree if name.startswith("data/train-")]) >= 3
+    assert any(name.startswith("data/validation-") for name in tree)
+    assert tree == _published(s3, reference)
+
+
 def _convert_cmd(logs: str, out: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "msgtrain.cli", "convert", logs, "-o", out, "--engine", "ray", "-q", *extra]
 

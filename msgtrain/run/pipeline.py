@@ -35,20 +35,20 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.base import default_debug_log, detect_format, directory_reader, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
+from msgtrain.run.assembly import Tally, assemble_on_cluster, assembly_tables, build_report, distributable
 from msgtrain.run.lock import exclusive_lock
 from msgtrain.run.parts import (
     PART_FILE,
@@ -59,8 +59,6 @@ from msgtrain.run.parts import (
     fetch_part,
     file_digest,
     is_complete,
-    merge_chunk_rejects,
-    merge_chunk_tables,
     part_key,
     read_part,
     write_part_to,
@@ -582,13 +580,22 @@ def _convert_in(
             version = new_version()
             target = version_url(str(cfg.output), version)
             args = (cfg, parts_dir, groups, ignored, target)
-            data = run_task_ray(assemble_to_store, *args) if cfg.engine == "ray" else assemble_to_store(*args)
+            if cfg.engine == "ray" and distributable(cfg):  # one task per shard
+                rejects = join(target, "rejects.jsonl")
+                data = assemble_on_cluster(cfg, parts_dir, groups, target, rejects, _reporter(cfg, tok, ignored))
+            elif cfg.engine == "ray":
+                data = run_task_ray(assemble_to_store, *args)
+            else:
+                data = assemble_to_store(*args)
             publish_pointer(str(cfg.output), version)
             data["published"] = {"version": version, "path": target}
             rejects_at = join(target, "rejects.jsonl")
         else:
             assert isinstance(parts_dir, Path) and out is not None
-            data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
+            if cfg.engine == "ray" and distributable(cfg):
+                data = _assemble_on_cluster(cfg, out, tok, parts_dir, groups, ignored)
+            else:
+                data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
             rejects_at = str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")
             # The state now describes exactly the published dataset; other parts are garbage.
             kept = set(keys)
@@ -709,23 +716,6 @@ def _check_reject_rate(cfg: Any, stats: PartStats) -> None:
         )
 
 
-def _group_counts(table: pa.Table, column: str) -> dict[str, Counter[str]]:
-    if table.num_rows == 0:
-        return {}
-    agg = table.group_by(column).aggregate(
-        [("num_tokens", "sum"), ("num_trained_tokens", "sum"), ("num_turns", "sum"), ("sample_id", "count")]
-    )
-    out: dict[str, Counter[str]] = {}
-    for row in agg.to_pylist():
-        out[str(row[column])] = Counter(
-            samples=row["sample_id_count"],
-            tokens=row["num_tokens_sum"],
-            trained_tokens=row["num_trained_tokens_sum"],
-            turns=row["num_turns_sum"],
-        )
-    return out
-
-
 def _assemble(
     cfg: Any,
     out: Path,
@@ -756,6 +746,37 @@ def _assemble(
             cfg, PartStats(records_read=records["read"], records_rejected=Counter(records["rejected_by_reason"]))
         )
         _refuse_empty_replacement(cfg, out, data["samples"]["written"])
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return data
+
+
+def _reporter(cfg: Any, tok: Any, ignored: list[dict[str, str]]) -> Callable[[Tally, dict[str, Any]], dict[str, Any]]:
+    def report(tally: Tally, outputs: dict[str, Any]) -> dict[str, Any]:
+        data = build_report(cfg, tally, _tokenizer_info(tok), ignored, outputs)
+        check_accounting(data)
+        return data
+
+    return report
+
+
+def _assemble_on_cluster(
+    cfg: Any, out: Path, tok: Any, parts_dir: Path, groups: list[list[str]], ignored: list[dict[str, str]]
+) -> dict[str, Any]:
+    """:func:`_assemble` with one Ray task per shard writing into the staging directory (a path every node sees,
+    as the parts directory is); the driver writes the metadata and publishes."""
+
+    def check(tally: Tally) -> None:
+        stats = tally.stats
+        _check_reject_rate(cfg, PartStats(records_read=stats.records_read, records_rejected=stats.records_rejected))
+        _refuse_empty_replacement(cfg, out, tally.samples)
+
+    tmp = staging_dir(out)
+    try:
+        rejects = Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl"
+        data = assemble_on_cluster(cfg, parts_dir, groups, tmp, rejects, _reporter(cfg, tok, ignored), check)
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -800,11 +821,9 @@ def _write_dataset(
     rejects_path: Path,
 ) -> dict[str, Any]:
     """Write the dataset, its rejects and ``report.json`` into ``tmp`` (not published); return the report."""
-    from msgtrain.export.length import LengthStats, apply_length_policy
     from msgtrain.export.split import SplitAssigner
     from msgtrain.export.writer import DatasetWriter
 
-    splitter = SplitAssigner(cfg.split)
     writer = DatasetWriter(
         tmp,
         format=cfg.format,
@@ -813,111 +832,36 @@ def _write_dataset(
         tree_scope=cfg.tree_scope,
         rows_per_shard=cfg.rows_per_shard,
         row_group_size=cfg.row_group_size,
-        splits=splitter.names,
+        splits=SplitAssigner(cfg.split).names,
         decode=tok.decode,
     )
     rejects_path.parent.mkdir(parents=True, exist_ok=True)
-    stats = PartStats()
-    length = LengthStats()
-    cuts: Counter[str] = Counter()
-    by_split: Counter[str] = Counter()
-    by_policy: dict[str, Counter[str]] = {}
-    by_source: dict[str, Counter[str]] = {}
-    tokens = trained_tokens = engine_tokens = samples = 0
-    length_dropped_turns: Counter[str] = Counter()
-    sources: set[str] = set()
-    done_parts, total = 0, sum(map(len, groups))
+    tally = Tally()
+    total, done_parts = sum(map(len, groups)), 0
+
+    def on_group(index: int) -> None:
+        nonlocal done_parts
+        done_parts += len(groups[index])
+        if progress:
+            progress(
+                "assemble", {"index": done_parts, "total": total, "samples": tally.samples, "tokens": tally.tokens}
+            )
+
     with open(rejects_path, "w", encoding="utf-8") as rejects:
-        for group in groups:
-            read = read_group(group)
-            for meta, _, _ in read:
-                sources.add(meta["source"])
-                stats.add(PartStats.from_json(meta["stats"]))
-            done_parts += len(group)
-            if len(group) == 1:
-                rejects.write(read[0][2])
-                tables: Iterable[pa.Table] = [read[0][1]]
-            else:  # the chunks of one file, put back in the order converting the whole file gives
-                rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
-                tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
-            for table in tables:
-                table, _, dropped_turns = apply_length_policy(
-                    table,
-                    max_length=cfg.max_length,
-                    overflow=cfg.overflow,
-                    allow_partial_turns=cfg.allow_partial_turns,
-                    stats=length,
-                )
-                length_dropped_turns.update(dropped_turns)
-                if table.num_rows == 0:
-                    continue
-                cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
-                for split, part in splitter.split_table(table).items():
-                    if part.num_rows:
-                        writer.write(split, part)
-                        by_split[split] += part.num_rows
-                samples += table.num_rows
-                tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
-                trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
-                engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
-                for bucket, column in ((by_policy, "policy"), (by_source, "source")):
-                    for name, c in _group_counts(table, column).items():
-                        if column == "source":
-                            name = name.rsplit(":", 1)[0].split(" (")[0]
-                        bucket.setdefault(name, Counter()).update(c)
-            if progress:
-                progress("assemble", {"index": done_parts, "total": total, "samples": samples, "tokens": tokens})
-    outputs = writer.close()
-    turns_dropped = stats.turns_dropped + length_dropped_turns
-    data = {
-        "msgtrain_version": __version__,
-        "files": {"read": len(sources), "ignored": ignored},
-        "records": {
-            "read": stats.records_read,
-            "converted": stats.records_converted,
-            "rejected": sum(stats.records_rejected.values()),
-            "skipped": sum(stats.records_skipped.values()),
-            "rejected_by_reason": dict(sorted(stats.records_rejected.items())),
-            "skipped_by_reason": dict(sorted(stats.records_skipped.items())),
-        },
-        "graphs": stats.graphs,
-        "turns": {
-            "found": stats.turns_found,
-            "trained": stats.turns_trained - sum(length_dropped_turns.values()),
-            "dropped": sum(turns_dropped.values()),
-            "dropped_by_reason": dict(sorted(turns_dropped.items())),
-        },
-        "samples": {
-            "written": samples,
-            "by_split": dict(sorted(by_split.items())),
-            "dropped_by_reason": dict(sorted(length.dropped_samples.items())),
-            "length_policy": length.to_dict(),
-        },
-        "cuts_by_reason": dict(sorted(cuts.items())),
-        "flags": dict(sorted(stats.flags.items())),
-        "tokens": {
-            "total": tokens,
-            "trained": trained_tokens,
-            "engine": engine_tokens,
-            "rendered": tokens - engine_tokens,
-            "engine_share": round(engine_tokens / tokens, 6) if tokens else 0.0,
-        },
-        "by_policy": {k: dict(sorted(v.items())) for k, v in sorted(by_policy.items())},
-        "by_source": {k: dict(sorted(v.items())) for k, v in sorted(by_source.items())},
-        "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER},
-        "config": {
-            "format": cfg.format,
-            "target": cfg.target,
-            "max_length": cfg.max_length,
-            "overflow": cfg.overflow,
-            "split": dict(cfg.split),
-            "policies": list(cfg.policies),
-        },
-        "outputs": outputs,
-    }
+        for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
+            writer.write(split, table)
+    data = build_report(cfg, tally, _tokenizer_info(tok), ignored, writer.close())
     check_accounting(data)
     if cfg.rejects is None and rejects_path.stat().st_size == 0:
         rejects_path.unlink()
     # report.json must not change between identical runs: timings live only in the returned report.
-    (tmp / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _write_report(tmp, data)
     return data
+
+
+def _tokenizer_info(tok: Any) -> dict[str, Any]:
+    return {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER}
+
+
+def _write_report(root: Path, data: dict[str, Any]) -> None:
+    (root / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
