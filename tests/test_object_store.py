@@ -29,6 +29,7 @@ from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.storage import POINTER, Store, current_version, join, version_url
 from tests.conftest import ROOT
+from tests.store_helpers import race
 
 pytest.importorskip("moto.server", reason="needs moto's server mode: pip install 'msgtrain[store-test]'")
 pytest.importorskip("s3fs", reason="needs s3fs: pip install 'msgtrain[store-test]'")
@@ -278,3 +279,79 @@ def test_a_missing_protocol_package_names_the_extra_to_install(monkeypatch: pyte
     monkeypatch.setattr(registry, "_registry", {})
     with pytest.raises(ConfigError, match=r"msgtrain\[gcs\]"):
         pipeline.convert(ConvertConfig(inputs=("gs://bucket/logs",), output="gs://bucket/out"))
+
+
+# ------------------------------------------------------------------------------------------ the lease on OUT
+def test_of_two_runs_racing_for_a_bucket_out_exactly_one_gets_the_lease(s3: Store) -> None:
+    from msgtrain.run.lease import StoreLease
+
+    for attempt in range(4):
+        url = f"s3://{BUCKET}/race-{attempt}/_state/lock"
+        leases = [StoreLease(url, ttl=30) for _ in range(2)]
+        outcome = race(leases)
+        winners = [i for i, error in outcome.items() if error is None]
+        assert len(winners) == 1, outcome
+        loser = outcome[1 - winners[0]]
+        assert loser is not None and leases[winners[0]].run in str(loser)
+        leases[winners[0]].release()
+        assert not s3.exists(url)  # released: the next run starts at once
+
+
+def test_a_second_run_on_a_bucket_out_exits_1_naming_the_holder(
+    s3: Store, logs: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from msgtrain.cli import main
+    from msgtrain.run.lease import store_lock
+
+    out = f"s3://{BUCKET}/locked"
+    with store_lock(join(out, "_state"), ttl=30) as held:
+        code = main(["convert", logs, "-o", out, "-q"])
+        assert code == 1
+        err = capsys.readouterr().err
+        assert f"PID {os.getpid()}" in err and held.run in err
+        assert current_version(out) is None  # nothing was written
+    pipeline.convert(ConvertConfig(inputs=(logs,), output=out, workers=1, quiet=True))  # released: runs
+    assert current_version(out) is not None
+
+
+def test_the_lease_of_a_dead_run_is_taken_over_once_expired_and_a_live_one_is_kept_by_its_heartbeat(
+    s3: Store, logs: str
+) -> None:
+    from msgtrain.run.lease import StoreLease
+    from msgtrain.run.lock import LockedError
+
+    out = f"s3://{BUCKET}/stale"
+    lock = join(out, "_state", "lock")
+    dead = {"pid": 999999, "host": "gone-node", "run": "dead", "acquired": 0, "expires": time.time() - 1}
+    s3.put_bytes(lock, json.dumps(dead).encode())
+    report = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, workers=1, quiet=True))
+    assert report["samples"]["written"] > 0 and not s3.exists(lock)
+
+    live = StoreLease(lock, ttl=0.6)
+    live.acquire()
+    try:
+        time.sleep(1.5)  # more than twice its time to live: only the heartbeat keeps it
+        with pytest.raises(LockedError, match=live.run):
+            StoreLease(lock, ttl=0.6).acquire()
+    finally:
+        live.release()
+
+
+def test_a_run_that_lost_its_lease_does_not_publish(s3: Store) -> None:
+    from msgtrain.run.lease import StoreLease
+    from msgtrain.run.lock import LockedError
+
+    lock = f"s3://{BUCKET}/lost/_state/lock"
+    mine = StoreLease(lock, ttl=30)
+    mine.acquire()
+    try:
+        # Another run took the lease over (as after this run stalled past its expiry).
+        s3.put_bytes(
+            lock, json.dumps({"pid": 4242, "host": "other", "run": "thief", "expires": time.time() + 60}).encode()
+        )
+        mine.renew()
+        with pytest.raises(LockedError, match="PID 4242 on other"):
+            mine.check()
+    finally:
+        mine.release()
+    assert json.loads(s3.read_bytes(lock))["run"] == "thief"  # a lost lease is not deleted by its loser

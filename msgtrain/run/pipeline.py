@@ -6,7 +6,8 @@ Invariants:
   (per reason). :func:`check_accounting` asserts both before anything is published.
 - Safe output (:mod:`msgtrain.run.publish`): OUT is checked before anything is written (never an input, ``.`` or
   ``/``, never a directory msgtrain did not write unless ``overwrite``); OUT exists at every instant and shows the
-  previous dataset or the new one, never a partial one. One run at a time per OUT (:mod:`msgtrain.run.lock`).
+  previous dataset or the new one, never a partial one. One run at a time per OUT (:mod:`msgtrain.run.lock`;
+  on an object store a lease object, :mod:`msgtrain.run.lease`).
   A killed run leaves OUT untouched plus its finished parts in the state directory (``.OUT.msgtrain-state``),
   which ``--resume`` reuses.
 - Deterministic: parts are assembled in sorted (source path, content hash, chunk) order whatever the number of
@@ -49,6 +50,7 @@ from msgtrain.ingest.base import default_debug_log, detect_format, directory_rea
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.assembly import Tally, assemble_on_cluster, assembly_tables, build_report, distributable
+from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
 from msgtrain.run.parts import (
     PART_FILE,
@@ -344,7 +346,8 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
                 hint="the rejects are published with the dataset (OUT/_versions/<version>/rejects.jsonl)",
             )
         state = join(str(cfg.output), STATE_PREFIX)
-        return _convert_in(cfg, None, state, join(state, "parts"), started, progress)
+        with store_lock(state) as lease:  # a store has no flock: a lease object with a heartbeat
+            return _convert_in(cfg, None, state, join(state, "parts"), started, progress, lease)
     out = Path(cfg.output)
     check_output(
         out, [Path(p) for p in cfg.inputs if not is_remote(str(p))], overwrite=getattr(cfg, "overwrite", False)
@@ -399,8 +402,9 @@ def _convert_in(
     parts_dir: Path | str,
     started: float,
     progress: ProgressHook | None,
+    lease: StoreLease | None = None,
 ) -> dict[str, Any]:
-    """The run itself; ``out`` is None for an object-store OUT (``cfg.output``)."""
+    """The run itself; ``out`` is None for an object-store OUT (``cfg.output``), whose ``lease`` is held."""
     remote = out is None
     exclude = [out, *hidden_siblings(out)] if out is not None else []
     files, ignored = discover_locations([str(p) for p in cfg.inputs], exclude)
@@ -587,6 +591,8 @@ def _convert_in(
                 data = run_task_ray(assemble_to_store, *args)
             else:
                 data = assemble_to_store(*args)
+            if lease is not None:
+                lease.check()  # a run that lost its lease (stalled past its expiry) must not publish
             publish_pointer(str(cfg.output), version)
             data["published"] = {"version": version, "path": target}
             rejects_at = join(target, "rejects.jsonl")
