@@ -355,3 +355,35 @@ def test_a_run_that_lost_its_lease_does_not_publish(s3: Store) -> None:
     finally:
         mine.release()
     assert json.loads(s3.read_bytes(lock))["run"] == "thief"  # a lost lease is not deleted by its loser
+
+
+def test_an_openhands_v1_folder_in_a_bucket_is_one_log_as_on_disk(s3: Store, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from tests.conftest import shared_path
+
+    folder = next(p for p in shared_path("real_logs", "openhands_v1_sdk").iterdir() if p.is_dir())
+    local = tmp_path / "logs"
+    (local / "runs").mkdir(parents=True)
+    for p in folder.rglob("*"):  # a copy beside a plain log, as a nightly prefix would hold them
+        if p.is_file():
+            dest = local / "runs" / folder.name / p.relative_to(folder)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(p.read_bytes())
+    _make_logs(local / "calls", 1)
+    prefix = _upload(s3, local, f"s3://{BUCKET}/oh-v1/logs")
+
+    on_disk = pipeline.convert(ConvertConfig(inputs=(local,), output=tmp_path / "disk", workers=1, quiet=True))
+    from_bucket = pipeline.convert(ConvertConfig(inputs=(prefix,), output=tmp_path / "bucket", workers=1, quiet=True))
+    assert on_disk["files"]["read"] == from_bucket["files"]["read"] == 3  # the folder, two call logs
+    assert from_bucket["records"] == on_disk["records"]
+    assert from_bucket["by_policy"]["openhands"]["samples"] > 0
+
+    def rows(root: Path) -> list[tuple[Any, ...]]:
+        table = pq.read_table(next((root / "data").glob("train-*.parquet")))
+        return sorted(zip(*(table[c].to_pylist() for c in ("sample_id", "input_ids", "loss_mask")), strict=True))
+
+    assert rows(tmp_path / "bucket") == rows(tmp_path / "disk")
+    sources = pq.read_table(next((tmp_path / "bucket" / "data").glob("train-*.parquet")))["source"].to_pylist()
+    assert any(s.startswith(f"{prefix}/runs/{folder.name}") for s in sources)  # named by the bucket's URL
+    assert any(name.startswith(f"{prefix}/runs/{folder.name}") for name in from_bucket["by_source"])

@@ -92,8 +92,9 @@ class Tally:
         self.engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
         for bucket, column in ((self.by_policy, "policy"), (self.by_source, "source")):
             for name, c in _group_counts(table, column).items():
-                if column == "source":
-                    name = name.rsplit(":", 1)[0].split(" (")[0]
+                if column == "source":  # the file: without ``:<record>`` and `` (<graph>)``
+                    head, sep, tail = name.rpartition(":")
+                    name = (head if sep and "/" not in tail else name).split(" (")[0]
                 bucket.setdefault(name, Counter()).update(c)
 
     def merge(self, other: Tally) -> None:

@@ -257,9 +257,14 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
         return convert_file(job.path, settings, job.chunk)
     url = job.path
     with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:
-        local = Path(tmp) / url.rpartition("/")[2]
+        local = Path(tmp) / url.rstrip("/").rpartition("/")[2]
+        store = Store.of(url)
         try:
-            Store.of(url).download(url, local)
+            # A folder log (a directory reader's unit, named without a log suffix): the whole prefix.
+            if "." not in local.name and store.is_dir(url):
+                store.download_tree(url, local)
+            else:
+                store.download(url, local)
         except OSError as e:
             if settings.strict:
                 raise

@@ -81,6 +81,7 @@ from msgtrain.run.storage import (
     join,
     new_version,
     publish_pointer,
+    unit_prefixes,
     version_url,
 )
 
@@ -124,16 +125,24 @@ def discover_locations(
         found = Store.of(item).list_files(item)
         if not found:
             raise ConfigError(f"input {item!r} names no object", hint="check the bucket and prefix")
+        # A folder a directory reader takes as one log is one input, as locally; its objects are not inputs.
+        units = unit_prefixes(item, [url for url, _ in found])
+        inside = set(units)
+        mine: list[str] = list(units)
         for url, _ in found:
+            parents = url.split("/")
+            if any("/".join(parents[:k]) in inside for k in range(len(parents) - 1, 3, -1)):
+                continue
             rel = url[len(item.rstrip("/")) :].strip("/").split("/")
             if any(part.startswith(".") for part in rel if part):
                 continue
             name = url.rpartition("/")[2]
             suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
             if suffix in LOG_SUFFIXES or url == item.rstrip("/"):
-                files.append(url)
+                mine.append(url)
             else:
                 ignored.append({"path": url, "reason": NOT_A_LOG})
+        files += sorted(mine)
     return files, ignored
 
 
