@@ -387,3 +387,45 @@ def test_an_openhands_v1_folder_in_a_bucket_is_one_log_as_on_disk(s3: Store, tmp
     sources = pq.read_table(next((tmp_path / "bucket" / "data").glob("train-*.parquet")))["source"].to_pylist()
     assert any(s.startswith(f"{prefix}/runs/{folder.name}") for s in sources)  # named by the bucket's URL
     assert any(name.startswith(f"{prefix}/runs/{folder.name}") for name in from_bucket["by_source"])
+
+
+def test_a_huge_object_is_cut_into_byte_ranges_and_gives_the_unsplit_output(
+    s3: Store, ray_cluster: Any, tmp_path: Path
+) -> None:
+    from msgtrain.run import object_chunks
+
+    local = _make_logs(tmp_path / "logs", 6, seed=4)
+    big = tmp_path / "big.jsonl"  # one object of many conversations, two bad records in the middle
+    big.write_bytes(b"".join(p.read_bytes() for p in sorted(local.glob("calls-*.jsonl"))))
+    url = f"s3://{BUCKET}/huge/logs/big.jsonl"
+    s3.upload(big, url)
+    prefix = url.rpartition("/")[0]
+
+    whole = f"s3://{BUCKET}/huge/whole"
+    unsplit = pipeline.convert(ConvertConfig(inputs=(prefix,), output=whole, workers=1, chunk_mb=0, quiet=True))
+    assert unsplit["resume"]["parts"] == 1
+    tiny = big.stat().st_size / 5 / (1 << 20)
+    for engine, out in (("local", "split-local"), ("ray", "split-ray")):
+        cfg = ConvertConfig(inputs=(prefix,), output=f"s3://{BUCKET}/huge/{out}", engine=engine, chunk_mb=tiny)
+        split = pipeline.convert(cfg.model_copy(update={"workers": 1, "quiet": True}))
+        assert split["resume"]["parts"] >= 4, split["resume"]
+        assert split["records"] == unsplit["records"] and split["records"]["rejected"] == 2
+        assert _published(s3, f"s3://{BUCKET}/huge/{out}") == _published(s3, whole)
+
+    # A chunk's worker fetches its lines and the head, at their offsets; every other line is blank.
+    chunks, view = object_chunks.plan_object(url, pipeline.LinearizeSettings(None, None, (), None, None), 4096)
+    assert view is not None and len(chunks) > 2
+    masked = tmp_path / "masked.jsonl"
+    last = chunks[-1]
+    object_chunks.masked_copy(url, last, view, masked)
+    original, copy = big.read_bytes(), masked.read_bytes()
+    assert len(copy) == len(original) and copy.count(b"\n") == original.count(b"\n")
+    kept = [(start, end) for start, end, _ in last.runs] + [(0, view.head_end)]
+    assert all(copy[s:e] == original[s:e] for s, e in kept)
+    fetched = sum(e - s for s, e in kept)
+    assert fetched < len(original) / 2
+    pos = 0
+    for line in copy.splitlines(keepends=True):
+        inside = any(s <= pos < e for s, e in kept)
+        assert inside or not line.strip(), (pos, line[:80])
+        pos += len(line)

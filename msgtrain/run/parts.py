@@ -114,6 +114,8 @@ class Job:
     key: str
     meta: dict[str, Any]
     chunk: Chunk | None = None
+    # A chunk of an object: what its worker needs to fetch only the chunk's byte ranges (msgtrain.run.object_chunks)
+    view: Any = None
 
     @property
     def size(self) -> int:
@@ -263,6 +265,10 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
             # A folder log (a directory reader's unit, named without a log suffix): the whole prefix.
             if "." not in local.name and store.is_dir(url):
                 store.download_tree(url, local)
+            elif job.chunk is not None and job.view is not None:  # a chunk of a huge object: its ranges only
+                from msgtrain.run.object_chunks import masked_copy
+
+                masked_copy(url, job.chunk, job.view, local)
             else:
                 store.download(url, local)
         except OSError as e:

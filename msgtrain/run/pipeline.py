@@ -52,6 +52,7 @@ from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.assembly import Tally, assemble_on_cluster, assembly_tables, build_report, distributable
 from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
+from msgtrain.run.object_chunks import ObjectView, plan_object
 from msgtrain.run.parts import (
     PART_FILE,
     Job,
@@ -444,6 +445,7 @@ def _convert_in(
 
     jobs: list[Job] = []
     plans: list[tuple[Path, str]] = []
+    object_plans: list[tuple[str, str]] = []
     reused = converted = 0
     total_parts = 0
     chunk_bytes = int(cfg.chunk_mb * (1 << 20))
@@ -451,7 +453,7 @@ def _convert_in(
     run_digests: set[str] = set()
     run_paths: set[str] = set()
 
-    def add_jobs(f: Path | str, digest: str, chunks: list[Chunk]) -> list[Job]:
+    def add_jobs(f: Path | str, digest: str, chunks: list[Chunk], view: ObjectView | None = None) -> list[Job]:
         """Register the parts of one file (whole, or its chunks); return those still to convert."""
         nonlocal reused, converted, total_parts
         units: list[Chunk | None] = [*chunks] or [None]
@@ -474,7 +476,7 @@ def _convert_in(
             if cfg.resume and complete(key):
                 reused += 1
             else:
-                todo.append(Job(f, key, meta, chunk))
+                todo.append(Job(f, key, meta, chunk, view if chunk is not None else None))
         converted += len(todo)
         return todo
 
@@ -496,11 +498,26 @@ def _convert_in(
         run_digests.add(digest)
         run_paths.add(_real(f))
         if isinstance(f, str):
-            jobs += add_jobs(f, digest, [])
+            if _object_chunkable(f, chunk_bytes):
+                object_plans.append((f, digest))
+            else:
+                jobs += add_jobs(f, digest, [])
         elif plan_in_workers and _chunkable(f, settings, chunk_bytes):
             plans.append((f, digest))
         else:
             jobs += add_jobs(f, digest, plan_file(f, settings, chunk_bytes))
+
+    # Huge objects: planned by a task each (a pass over the object) before conversion; their chunks' workers then
+    # fetch only their byte ranges.
+    planning = [(plan_object, (url, settings, chunk_bytes)) for url, _ in object_plans]
+    if cfg.engine == "ray" and planning:
+        from msgtrain.run.ray_engine import run_tasks_ray
+
+        planned = run_tasks_ray(planning)
+    else:
+        planned = [fn(*args) for fn, args in planning]
+    for (url, digest), (chunks, view) in zip(object_plans, planned, strict=True):
+        jobs += add_jobs(url, digest, chunks, view)
 
     def on_plan(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
         todo = add_jobs(f, digest, chunks)
@@ -688,6 +705,15 @@ def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> 
         return key_function(reader, path)
     except (MsgtrainError, OSError):
         return None
+
+
+def _object_chunkable(url: str, chunk_bytes: int) -> bool:
+    """An object worth planning (:mod:`msgtrain.run.object_chunks`): a JSON-lines name, above ``chunk_bytes``.
+    Whether its reader can cut it is decided by the plan, as for a local file."""
+    name = url.rpartition("/")[2].lower()
+    if chunk_bytes <= 0 or not name.endswith((".jsonl", ".ndjson")):
+        return False
+    return Store.of(url).size(url) > chunk_bytes
 
 
 def _chunkable(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> bool:

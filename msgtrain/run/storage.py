@@ -142,6 +142,9 @@ class Store:
         dest.parent.mkdir(parents=True, exist_ok=True)
         self.fs.get_file(self._path(url), str(dest))
 
+    def size(self, url: str) -> int:
+        return int(self.fs.size(self._path(url)) or 0)
+
     def is_dir(self, url: str) -> bool:
         """Whether ``url`` is a prefix (a "folder" of objects), not one object."""
         path = self._path(url)
