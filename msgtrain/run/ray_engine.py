@@ -44,6 +44,10 @@ FORWARDED_ENV = (
     "AWS_DEFAULT_REGION",
     "AWS_REGION",
     "HF_TOKEN",
+    "STORAGE_EMULATOR_HOST",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING",
 )
 MAX_RETRIES = 3  # retries of a task whose worker died; an error raised by msgtrain itself is not retried
 
