@@ -42,3 +42,25 @@ def test_without_conditional_writes_a_stale_lease_is_taken_over_and_a_lost_one_i
         first.check()
     first.release()
     assert first.store.exists(url)  # the loser leaves the new holder's lease alone
+
+
+def test_a_lease_held_by_a_dead_process_of_this_machine_is_taken_over_before_it_expires() -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from msgtrain.run.lease import _boot_id
+
+    if _boot_id() is None:
+        pytest.skip("no boot id on this platform: a dead holder's lease waits for its expiry")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    url = "memory://lease-dead-here/_state/lock"
+    lease = StoreLease(url, ttl=30)
+    holder = {"host": socket.gethostname(), "boot": _boot_id(), "run": "killed", "expires": time.time() + 60}
+    lease.store.put_bytes(url, json.dumps({**holder, "pid": int(gone.stdout)}).encode())
+    lease.acquire()  # its process is gone: no wait for the expiry
+    lease.release()
+    # The same record from another machine (another boot) is a live lease until it expires.
+    lease.store.put_bytes(url, json.dumps({**holder, "pid": int(gone.stdout), "boot": "other-machine"}).encode())
+    with pytest.raises(LockedError, match="run killed"):
+        StoreLease(url, ttl=30).acquire()

@@ -238,13 +238,22 @@ def test_a_killed_driver_leaves_the_published_version_and_resume_finishes_with_t
     s3.upload(extra, join(logs, "calls-new.jsonl"))
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.address}
     proc = subprocess.Popen(_convert_cmd(logs, out), cwd=ROOT, env=env)
+    # Killed once it holds the lease, has cleared last night's parts (no --resume) and finished two new ones.
     deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and _complete_parts(s3, out) < 2:
+    cleared = False
+    while time.time() < deadline and proc.poll() is None:
+        done = _complete_parts(s3, out)
+        cleared = cleared or (done < 2 and s3.exists(join(out, "_state", "lock")))
+        if cleared and done >= 2:
+            break
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed: make the input larger"
+    assert cleared, "the run was killed before it started converting"
     assert _published(s3, out) == last_night  # readers still see last night's version, whole
+    # Its lease is left behind; its process is gone from this machine, so the next run takes it over at once.
+    assert json.loads(s3.read_bytes(join(out, "_state", "lock")))["pid"] == proc.pid
 
     resumed = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", resume=True, quiet=True))
     assert resumed["resume"]["reused"] >= 2

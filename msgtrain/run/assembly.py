@@ -435,9 +435,9 @@ def assemble_on_cluster(
     check: Callable[[Tally], None] = lambda tally: None,
 ) -> dict[str, Any]:
     """Write the dataset into ``dest`` (a local directory every node sees, or a prefix on a store) with Ray tasks:
-    scan tasks, then one task per shard and one for ``rejects``; then ``dataset_info.json`` and, last,
-    ``report.json`` (``report(tally, outputs)`` builds it). ``check(tally)`` may refuse the result before any
-    shard is written. Returns the report."""
+    scan tasks, then one task per shard and one for ``rejects``; then one task writes ``dataset_info.json`` and,
+    last, ``report.json`` (``report(tally, outputs)`` builds it on the driver). ``check(tally)`` may refuse the
+    result before any shard is written. Returns the report."""
     from msgtrain.run.ray_engine import cluster_cpus, put, run_tasks_ray
 
     batches = scan_batches(groups, 2 * cluster_cpus())
@@ -457,13 +457,22 @@ def assemble_on_cluster(
     calls.append((write_rejects, (parts, shared, rejects, cfg.rejects is not None)))
     results = run_tasks_ray(calls)
     data = report(tally, shard_outputs(cfg, splits, plans, results[:-1]))
+    # A task too, though small: ``dataset_info.json`` is written by ``datasets``, whose import alone would add
+    # tens of MB to the driver.
+    run_tasks_ray([(write_metadata, (cfg.target, splits, [r.info for r in results[:-1]], data, dest))])
+    return data
+
+
+def write_metadata(
+    target: str, splits: list[str], shards: list[ShardInfo], data: dict[str, Any], dest: Path | str
+) -> None:
+    """Write ``dataset_info.json`` and then ``report.json`` (last: its presence means the rest is there)."""
     with tempfile.TemporaryDirectory(prefix="msgtrain-meta-") as scratch:
         root = Path(scratch)
-        write_parquet_info(root, get_target(cfg.target), splits, [r.info for r in results[:-1]])
+        write_parquet_info(root, get_target(target), splits, shards)
         (root / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        for name in (INFO_FILE, "report.json"):  # the report last: its presence means the rest is there
+        for name in (INFO_FILE, "report.json"):
             _put(root / name, dest, name)
-    return data
 
 
 def _scan_slice(cfg: Any, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:

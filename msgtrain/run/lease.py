@@ -15,7 +15,8 @@ Invariants:
   well above one write's latency this window is closed in practice, not in principle.
 - The holder renews the lease every ``ttl / 4`` (a heartbeat thread). A run that dies stops renewing; once
   ``expires`` (the holder's clock, UTC seconds) has passed, the next run takes the lease over. Clocks of the
-  machines running msgtrain must agree to well within ``ttl`` (NTP).
+  machines running msgtrain must agree to well within ``ttl`` (NTP). A lease whose holder ran on this very
+  machine (host name and boot id) and whose process is gone is taken over at once.
 - A holder that could not renew in time (its lease expired and another run took it) has lost it:
   :meth:`StoreLease.check` raises :class:`~msgtrain.run.lock.LockedError` before anything is published.
 """
@@ -61,7 +62,7 @@ class StoreLease:
         self.ttl = ttl if ttl is not None else default_ttl()
         self.clock = clock
         self.run = secrets.token_hex(8)
-        self.holder = {"pid": os.getpid(), "host": socket.gethostname(), "run": self.run}
+        self.holder = {"pid": os.getpid(), "host": socket.gethostname(), "boot": _boot_id(), "run": self.run}
         self._tag: str | None = None  # ETag (S3) or the bytes we last wrote (elsewhere)
         self._lost: str | None = None
         self._lock = threading.Lock()
@@ -139,7 +140,7 @@ class StoreLease:
                 else:
                     data, tag = current
                     expires = data.get("expires")
-                    if isinstance(expires, (int, float)) and expires > self.clock():
+                    if isinstance(expires, (int, float)) and expires > self.clock() and not _dead_here(data):
                         raise _locked(self.url, data)
                     self._tag = self._write(self._body(), tag)  # stale: its run stopped renewing it
             except _Conflict:
@@ -192,6 +193,25 @@ class StoreLease:
 
         self._thread = threading.Thread(target=beat, name="msgtrain-lease", daemon=True)
         self._thread.start()
+
+
+def _boot_id() -> str | None:
+    """This machine's boot id (Linux): with the host name, says that a lease was taken on this very machine."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _dead_here(holder: dict[str, Any]) -> bool:
+    """The holder ran on this machine (same host name and boot id) and its process is gone: its lease is stale
+    now, without waiting for it to expire (as the local lock's kernel-dropped flock)."""
+    from msgtrain.run.lock import _pid_alive
+
+    pid, boot = holder.get("pid"), _boot_id()
+    same_machine = boot is not None and holder.get("boot") == boot and holder.get("host") == socket.gethostname()
+    return same_machine and isinstance(pid, int) and pid != os.getpid() and not _pid_alive(pid)
 
 
 def _precondition_failed(error: OSError) -> bool:
