@@ -486,7 +486,7 @@ def _convert_in(
     first_with_digest: dict[str, Path | str] = {}
     for f in files:
         try:
-            # An object on a store is hashed by the store and converted whole.
+            # An object on a store is hashed by the store (its metadata, or a read); a folder log by its objects.
             digest = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
         except OSError as e:
             ignored.append({"path": str(f), "reason": f"unreadable: {e.strerror or e}"})
@@ -605,7 +605,8 @@ def _convert_in(
         ]
         if remote:
             # A new version under OUT/_versions/, made current by one small pointer written last. With Ray the
-            # assembly is a task on a worker: the driver never holds a part's or a shard's bytes.
+            # assembly is tasks (one per shard, or one for the whole dataset): the driver never holds a part's or a
+            # shard's bytes.
             assert isinstance(parts_dir, str)
             version = new_version()
             target = version_url(str(cfg.output), version)
