@@ -5,7 +5,7 @@ one-CPU nodes on this machine (``ray.cluster_utils.Cluster``). For each size it 
 the bucket, runs ``msgtrain convert s3://… -o s3://… --engine ray`` as its own driver process (as a user submits
 it), and reports the driver's peak RSS (``ru_maxrss`` of that process alone), the wall time, and the bytes of logs
 read and of parts written by the workers. The driver's peak must not grow with the parts' total size: parts go from
-workers to the store, never through the driver.
+workers to the store, never through the driver, and the shards are written by one task each.
 
     python benchmarks/cluster.py --files 12 48         # two sizes (files of ~``--convs`` conversations each)
 """
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, nargs="+", default=[12, 48], help="input sizes, in log files")
     ap.add_argument("--convs", type=int, default=6, help="conversations per file")
     ap.add_argument("--turns", type=int, default=16, help="sampled turns per conversation")
+    ap.add_argument("--rows-per-shard", type=int, default=100, help="small, so assembly is several shard tasks")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     try:
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                     store.upload(path, f"{logs}/{path.name}")
                     path.unlink()
                 cmd = [sys.executable, "-m", "msgtrain.cli", "convert", logs, "-o", out, "--engine", "ray", "-q"]
+                cmd += ["--rows-per-shard", str(args.rows_per_shard)]
                 env = {**os.environ, "RAY_ADDRESS": cluster.address}
                 started = time.perf_counter()
                 done = subprocess.run(
@@ -98,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                     "input_mb": round(in_bytes / 1e6, 1),
                     "parts_mb": round(part_bytes / 1e6, 1),
                     "dataset_mb": round(_prefix_bytes(store, f"{out}/_versions") / 1e6, 1),
+                    "shards": sum(url.endswith(".parquet") for url, _ in store.list_files(f"{out}/_versions")),
                     "seconds": round(seconds, 1),
                     "files_per_s": round(n / seconds, 2),
                     "mb_per_s": round(in_bytes / 1e6 / seconds, 2),

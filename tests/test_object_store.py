@@ -29,6 +29,7 @@ from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.storage import POINTER, Store, current_version, join, version_url
 from tests.conftest import ROOT
+from tests.store_helpers import race
 
 pytest.importorskip("moto.server", reason="needs moto's server mode: pip install 'msgtrain[store-test]'")
 pytest.importorskip("s3fs", reason="needs s3fs: pip install 'msgtrain[store-test]'")
@@ -184,6 +185,40 @@ def test_a_worker_killed_mid_run_is_retried_and_the_output_is_unchanged(
     assert _published(s3, out) == reference
 
 
+def test_one_task_per_shard_to_the_bucket_survives_a_killed_shard_worker(
+    s3: Store, ray_cluster: Any, logs: str
+) -> None:
+    options: dict[str, Any] = {"rows_per_shard": 3, "split": {"validation": 0.25}, "quiet": True}
+    reference = f"s3://{BUCKET}/shards-local"
+    pipeline.convert(ConvertConfig(inputs=(logs,), output=reference, workers=1, **options))
+    out = f"s3://{BUCKET}/shards-ray"
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["report"] = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", **options))
+        except BaseException as e:  # re-raised below, in the test's thread
+            result["error"] = e
+
+    driver = threading.Thread(target=run)
+    driver.start()
+    killed: list[int] = []
+    deadline = time.time() + 120
+    while not killed and driver.is_alive() and time.time() < deadline:
+        for pid in _ray_task_pids(ray_cluster, "write_shard")[:1]:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        time.sleep(0.005)
+    driver.join(300)
+    if "error" in result:
+        raise result["error"]
+    assert killed, "no shard task was seen running"
+    tree = _published(s3, out)
+    assert len([name for name in tree if name.startswith("data/train-")]) >= 3
+    assert any(name.startswith("data/validation-") for name in tree)
+    assert tree == _published(s3, reference)
+
+
 def _convert_cmd(logs: str, out: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "msgtrain.cli", "convert", logs, "-o", out, "--engine", "ray", "-q", *extra]
 
@@ -203,13 +238,22 @@ def test_a_killed_driver_leaves_the_published_version_and_resume_finishes_with_t
     s3.upload(extra, join(logs, "calls-new.jsonl"))
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.address}
     proc = subprocess.Popen(_convert_cmd(logs, out), cwd=ROOT, env=env)
+    # Killed once it holds the lease, has cleared last night's parts (no --resume) and finished two new ones.
     deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and _complete_parts(s3, out) < 2:
+    cleared = False
+    while time.time() < deadline and proc.poll() is None:
+        done = _complete_parts(s3, out)
+        cleared = cleared or (done < 2 and s3.exists(join(out, "_state", "lock")))
+        if cleared and done >= 2:
+            break
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed: make the input larger"
+    assert cleared, "the run was killed before it started converting"
     assert _published(s3, out) == last_night  # readers still see last night's version, whole
+    # Its lease is left behind; its process is gone from this machine, so the next run takes it over at once.
+    assert json.loads(s3.read_bytes(join(out, "_state", "lock")))["pid"] == proc.pid
 
     resumed = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, engine="ray", resume=True, quiet=True))
     assert resumed["resume"]["reused"] >= 2
@@ -244,3 +288,153 @@ def test_a_missing_protocol_package_names_the_extra_to_install(monkeypatch: pyte
     monkeypatch.setattr(registry, "_registry", {})
     with pytest.raises(ConfigError, match=r"msgtrain\[gcs\]"):
         pipeline.convert(ConvertConfig(inputs=("gs://bucket/logs",), output="gs://bucket/out"))
+
+
+# ------------------------------------------------------------------------------------------ the lease on OUT
+def test_of_two_runs_racing_for_a_bucket_out_exactly_one_gets_the_lease(s3: Store) -> None:
+    from msgtrain.run.lease import StoreLease
+
+    for attempt in range(4):
+        url = f"s3://{BUCKET}/race-{attempt}/_state/lock"
+        leases = [StoreLease(url, ttl=30) for _ in range(2)]
+        outcome = race(leases)
+        winners = [i for i, error in outcome.items() if error is None]
+        assert len(winners) == 1, outcome
+        loser = outcome[1 - winners[0]]
+        assert loser is not None and leases[winners[0]].run in str(loser)
+        leases[winners[0]].release()
+        assert not s3.exists(url)  # released: the next run starts at once
+
+
+def test_a_second_run_on_a_bucket_out_exits_1_naming_the_holder(
+    s3: Store, logs: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from msgtrain.cli import main
+    from msgtrain.run.lease import store_lock
+
+    out = f"s3://{BUCKET}/locked"
+    with store_lock(join(out, "_state"), ttl=30) as held:
+        code = main(["convert", logs, "-o", out, "-q"])
+        assert code == 1
+        err = capsys.readouterr().err
+        assert f"PID {os.getpid()}" in err and held.run in err
+        assert current_version(out) is None  # nothing was written
+    pipeline.convert(ConvertConfig(inputs=(logs,), output=out, workers=1, quiet=True))  # released: runs
+    assert current_version(out) is not None
+
+
+def test_the_lease_of_a_dead_run_is_taken_over_once_expired_and_a_live_one_is_kept_by_its_heartbeat(
+    s3: Store, logs: str
+) -> None:
+    from msgtrain.run.lease import StoreLease
+    from msgtrain.run.lock import LockedError
+
+    out = f"s3://{BUCKET}/stale"
+    lock = join(out, "_state", "lock")
+    dead = {"pid": 999999, "host": "gone-node", "run": "dead", "acquired": 0, "expires": time.time() - 1}
+    s3.put_bytes(lock, json.dumps(dead).encode())
+    report = pipeline.convert(ConvertConfig(inputs=(logs,), output=out, workers=1, quiet=True))
+    assert report["samples"]["written"] > 0 and not s3.exists(lock)
+
+    live = StoreLease(lock, ttl=0.6)
+    live.acquire()
+    try:
+        time.sleep(1.5)  # more than twice its time to live: only the heartbeat keeps it
+        with pytest.raises(LockedError, match=live.run):
+            StoreLease(lock, ttl=0.6).acquire()
+    finally:
+        live.release()
+
+
+def test_a_run_that_lost_its_lease_does_not_publish(s3: Store) -> None:
+    from msgtrain.run.lease import StoreLease
+    from msgtrain.run.lock import LockedError
+
+    lock = f"s3://{BUCKET}/lost/_state/lock"
+    mine = StoreLease(lock, ttl=30)
+    mine.acquire()
+    try:
+        # Another run took the lease over (as after this run stalled past its expiry).
+        s3.put_bytes(
+            lock, json.dumps({"pid": 4242, "host": "other", "run": "thief", "expires": time.time() + 60}).encode()
+        )
+        mine.renew()
+        with pytest.raises(LockedError, match="PID 4242 on other"):
+            mine.check()
+    finally:
+        mine.release()
+    assert json.loads(s3.read_bytes(lock))["run"] == "thief"  # a lost lease is not deleted by its loser
+
+
+def test_an_openhands_v1_folder_in_a_bucket_is_one_log_as_on_disk(s3: Store, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from tests.conftest import shared_path
+
+    folder = next(p for p in shared_path("real_logs", "openhands_v1_sdk").iterdir() if p.is_dir())
+    local = tmp_path / "logs"
+    (local / "runs").mkdir(parents=True)
+    for p in folder.rglob("*"):  # a copy beside a plain log, as a nightly prefix would hold them
+        if p.is_file():
+            dest = local / "runs" / folder.name / p.relative_to(folder)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(p.read_bytes())
+    _make_logs(local / "calls", 1)
+    prefix = _upload(s3, local, f"s3://{BUCKET}/oh-v1/logs")
+
+    on_disk = pipeline.convert(ConvertConfig(inputs=(local,), output=tmp_path / "disk", workers=1, quiet=True))
+    from_bucket = pipeline.convert(ConvertConfig(inputs=(prefix,), output=tmp_path / "bucket", workers=1, quiet=True))
+    assert on_disk["files"]["read"] == from_bucket["files"]["read"] == 3  # the folder, two call logs
+    assert from_bucket["records"] == on_disk["records"]
+    assert from_bucket["by_policy"]["openhands"]["samples"] > 0
+
+    def rows(root: Path) -> list[tuple[Any, ...]]:
+        table = pq.read_table(next((root / "data").glob("train-*.parquet")))
+        return sorted(zip(*(table[c].to_pylist() for c in ("sample_id", "input_ids", "loss_mask")), strict=True))
+
+    assert rows(tmp_path / "bucket") == rows(tmp_path / "disk")
+    sources = pq.read_table(next((tmp_path / "bucket" / "data").glob("train-*.parquet")))["source"].to_pylist()
+    assert any(s.startswith(f"{prefix}/runs/{folder.name}") for s in sources)  # named by the bucket's URL
+    assert any(name.startswith(f"{prefix}/runs/{folder.name}") for name in from_bucket["by_source"])
+
+
+def test_a_huge_object_is_cut_into_byte_ranges_and_gives_the_unsplit_output(
+    s3: Store, ray_cluster: Any, tmp_path: Path
+) -> None:
+    from msgtrain.run import object_chunks
+
+    local = _make_logs(tmp_path / "logs", 6, seed=4)
+    big = tmp_path / "big.jsonl"  # one object of many conversations, two bad records in the middle
+    big.write_bytes(b"".join(p.read_bytes() for p in sorted(local.glob("calls-*.jsonl"))))
+    url = f"s3://{BUCKET}/huge/logs/big.jsonl"
+    s3.upload(big, url)
+    prefix = url.rpartition("/")[0]
+
+    whole = f"s3://{BUCKET}/huge/whole"
+    unsplit = pipeline.convert(ConvertConfig(inputs=(prefix,), output=whole, workers=1, chunk_mb=0, quiet=True))
+    assert unsplit["resume"]["parts"] == 1
+    tiny = big.stat().st_size / 5 / (1 << 20)
+    for engine, out in (("local", "split-local"), ("ray", "split-ray")):
+        cfg = ConvertConfig(inputs=(prefix,), output=f"s3://{BUCKET}/huge/{out}", engine=engine, chunk_mb=tiny)
+        split = pipeline.convert(cfg.model_copy(update={"workers": 1, "quiet": True}))
+        assert split["resume"]["parts"] >= 4, split["resume"]
+        assert split["records"] == unsplit["records"] and split["records"]["rejected"] == 2
+        assert _published(s3, f"s3://{BUCKET}/huge/{out}") == _published(s3, whole)
+
+    # A chunk's worker fetches its lines and the head, at their offsets; every other line is blank.
+    chunks, view = object_chunks.plan_object(url, pipeline.LinearizeSettings(None, None, (), None, None), 4096)
+    assert view is not None and len(chunks) > 2
+    masked = tmp_path / "masked.jsonl"
+    last = chunks[-1]
+    object_chunks.masked_copy(url, last, view, masked)
+    original, copy = big.read_bytes(), masked.read_bytes()
+    assert len(copy) == len(original) and copy.count(b"\n") == original.count(b"\n")
+    kept = [(start, end) for start, end, _ in last.runs] + [(0, view.head_end)]
+    assert all(copy[s:e] == original[s:e] for s, e in kept)
+    fetched = sum(e - s for s, e in kept)
+    assert fetched < len(original) / 2
+    pos = 0
+    for line in copy.splitlines(keepends=True):
+        inside = any(s <= pos < e for s, e in kept)
+        assert inside or not line.strip(), (pos, line[:80])
+        pos += len(line)

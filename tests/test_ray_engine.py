@@ -78,6 +78,44 @@ def test_ray_engine_output_is_byte_identical_to_the_local_engine(
     assert _tree(tmp_path / "ray") == _tree(tmp_path / "local")
 
 
+def test_one_task_per_shard_gives_the_local_engines_shards_byte_for_byte(
+    ray_local: Any, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from msgtrain.run import assembly
+
+    # Small shards, a held-out split and a length policy that splits rows: shard boundaries fall inside files
+    # and inside chunked files, and a file's rows land in two splits.
+    options: dict[str, Any] = {
+        "rows_per_shard": 7,
+        "row_group_size": 3,
+        "split": {"validation": 0.3},
+        "max_length": 600,
+        "overflow": "split",
+        "target": "labels",
+        "chunk_mb": 0.004,
+    }
+    local = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "local", workers=1, **options))
+    from msgtrain.run import ray_engine
+
+    shards: list[str] = []  # the shard tasks the driver hands out
+    real = ray_engine.run_tasks_ray
+
+    def counted(calls: list[tuple[Any, tuple[Any, ...]]], **kwargs: Any) -> list[Any]:
+        shards.extend(args[3].name for fn, args in calls if fn is assembly.write_shard)
+        return real(calls, **kwargs)
+
+    monkeypatch.setattr(ray_engine, "run_tasks_ray", counted)
+    report = _convert_with_ray(
+        monkeypatch, ConvertConfig(inputs=(inputs,), output=tmp_path / "ray", engine="ray", **options)
+    )
+    files = report["outputs"]["splits"]
+    assert len(files["train"]["files"]) >= 3 and files["validation"]["files"]
+    assert sorted(shards) == sorted(f for split in files.values() for f in split["files"])
+    assert report["samples"]["length_policy"]["split_rows"] > 0
+    assert report["records"] == local["records"] and report["samples"] == local["samples"]
+    assert _tree(tmp_path / "ray") == _tree(tmp_path / "local")  # shards, dataset_info.json, report.json
+
+
 def test_strict_errors_come_back_as_msgtrain_errors(ray_local: Any, tmp_path: Path) -> None:
     from msgtrain.run.ray_engine import run_parts_ray
 

@@ -323,3 +323,12 @@ def get_target(name: str) -> Target:
             hint=f"choose one of: {', '.join(TARGETS)}",
             code="unknown_target",
         ) from None
+
+
+def is_row_wise(target: Target, options: TargetOptions) -> bool:
+    """Whether each output row of ``target`` is a function of one canonical row (no packing buffer, no tree):
+    then any run of rows can be converted on its own, so shards can be written independently."""
+    try:
+        return isinstance(target.make_converter(options), _RowWise)
+    except ConfigError:
+        return False

@@ -46,6 +46,7 @@ FORMATS: tuple[str, ...] = get_args(Format)
 DATA_DIR = "data"
 STAGING_DIR = ".staging"
 PACKING_METADATA = "packing_metadata.json"
+INFO_FILE = "dataset_info.json"  # written by datasets.DatasetInfo.write_to_directory
 DEFAULT_ROWS_PER_SHARD = 100_000
 DEFAULT_ROW_GROUP_SIZE = 1_000
 DEFAULT_ROW_GROUP_TOKENS = 8 * 1024 * 1024  # ~32 MiB of int32 ids per row group before compression
@@ -220,6 +221,55 @@ def _open_output(opener: Callable[[], Any], path: Path) -> Any:
         ) from e
 
 
+@dataclass(frozen=True)
+class ShardInfo:
+    """What ``dataset_info.json`` needs of one finished Parquet shard (a worker that wrote it can return it)."""
+
+    split: str
+    rows: int
+    num_bytes: int  # uncompressed, summed over row groups, as ``datasets`` counts a split's num_bytes
+    size: int  # bytes on disk
+
+
+def parquet_shard_info(split: str, path: Path, rows: int) -> ShardInfo:
+    meta = pq.read_metadata(path)
+    num_bytes = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    return ShardInfo(split, rows, num_bytes, path.stat().st_size)
+
+
+def write_parquet_info(out_dir: Path, target: Target, splits: list[str], shards: list[ShardInfo]) -> None:
+    """``dataset_info.json`` of a Parquet dataset from its shards (in shard order within each split), splits in
+    ``splits`` order; a split without shards is not listed (``datasets`` cannot load a split without files)."""
+    from datasets import DatasetInfo, Features, SplitDict, SplitInfo
+
+    split_infos = SplitDict()
+    for name in splits:
+        mine = [s for s in shards if s.split == name]
+        if not mine:
+            continue
+        rows = [s.rows for s in mine]
+        split_infos.add(
+            SplitInfo(
+                name=name,
+                num_bytes=sum(s.num_bytes for s in mine),
+                num_examples=sum(rows),
+                shard_lengths=rows if len(mine) > 1 else None,
+            )
+        )
+    info = DatasetInfo(
+        description=f"msgtrain export, target {target.name!r}: {target.description}",
+        features=Features.from_arrow_schema(target.schema),
+        splits=split_infos,
+        download_size=sum(s.size for s in shards),
+        dataset_size=sum(s.num_bytes for s in split_infos.values()),
+        config_name="default",
+    )
+    try:
+        info.write_to_directory(str(out_dir))
+    except OSError as e:
+        raise OutputError(f"cannot write dataset_info.json: {e}", where=str(out_dir)) from e
+
+
 @dataclass
 class _SplitState:
     converter: Converter
@@ -365,42 +415,14 @@ class DatasetWriter:
         return path.relative_to(self.out_dir).as_posix()
 
     def _close_parquet(self) -> None:
-        from datasets import DatasetInfo, Features, SplitDict, SplitInfo
-
-        split_infos = SplitDict()
-        download_size = 0
+        shards: list[ShardInfo] = []
         for name, state in self._splits.items():
             assert isinstance(state.sink, _ParquetSink)
             done = state.sink.close()
             state.files = [self._relative(path) for path, _ in done]
             state.file_rows = [rows for _, rows in done]
-            if not done:  # datasets cannot load a split without data files, so an empty split is not listed
-                continue
-            num_bytes = 0
-            for path, _ in done:
-                meta = pq.read_metadata(path)
-                num_bytes += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-                download_size += path.stat().st_size
-            split_infos.add(
-                SplitInfo(
-                    name=name,
-                    num_bytes=num_bytes,
-                    num_examples=sum(state.file_rows),
-                    shard_lengths=state.file_rows if len(done) > 1 else None,
-                )
-            )
-        info = DatasetInfo(
-            description=f"msgtrain export, target {self.target.name!r}: {self.target.description}",
-            features=Features.from_arrow_schema(self.target.schema),
-            splits=split_infos,
-            download_size=download_size,
-            dataset_size=sum(s.num_bytes for s in split_infos.values()),
-            config_name="default",
-        )
-        try:
-            info.write_to_directory(str(self.out_dir))
-        except OSError as e:
-            raise OutputError(f"cannot write dataset_info.json: {e}", where=str(self.out_dir)) from e
+            shards += [parquet_shard_info(name, path, rows) for path, rows in done]
+        write_parquet_info(self.out_dir, self.target, list(self._splits), shards)
 
     def _close_hf(self) -> None:
         from datasets import Dataset, DatasetDict

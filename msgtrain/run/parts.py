@@ -137,6 +137,8 @@ class Job:
     key: str
     meta: dict[str, Any]
     chunk: Chunk | None = None
+    # A chunk of an object: what its worker needs to fetch only the chunk's byte ranges (msgtrain.run.object_chunks)
+    view: Any = None
 
     @property
     def size(self) -> int:
@@ -277,9 +279,18 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
         return convert_file(job.path, settings, job.chunk)
     url = job.path
     with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:
-        local = Path(tmp) / url.rpartition("/")[2]
+        local = Path(tmp) / url.rstrip("/").rpartition("/")[2]
+        store = Store.of(url)
         try:
-            Store.of(url).download(url, local)
+            # A folder log (a directory reader's unit, named without a log suffix): the whole prefix.
+            if "." not in local.name and store.is_dir(url):
+                store.download_tree(url, local)
+            elif job.chunk is not None and job.view is not None:  # a chunk of a huge object: its ranges only
+                from msgtrain.run.object_chunks import masked_copy
+
+                masked_copy(url, job.chunk, job.view, local)
+            else:
+                store.download(url, local)
         except OSError as e:
             if settings.strict:
                 raise

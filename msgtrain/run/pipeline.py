@@ -6,7 +6,8 @@ Invariants:
   (per reason). :func:`check_accounting` asserts both before anything is published.
 - Safe output (:mod:`msgtrain.run.publish`): OUT is checked before anything is written (never an input, ``.`` or
   ``/``, never a directory msgtrain did not write unless ``overwrite``); OUT exists at every instant and shows the
-  previous dataset or the new one, never a partial one. One run at a time per OUT (:mod:`msgtrain.run.lock`).
+  previous dataset or the new one, never a partial one. One run at a time per OUT (:mod:`msgtrain.run.lock`;
+  on an object store a lease object, :mod:`msgtrain.run.lease`).
   A killed run leaves OUT untouched plus its finished parts in the state directory (``.OUT.msgtrain-state``),
   which ``--resume`` reuses.
 - Deterministic: parts are assembled in sorted (source path, content hash, chunk) order whatever the number of
@@ -37,21 +38,31 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.base import default_debug_log, detect_format, directory_reader, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
+from msgtrain.run.assembly import (
+    DROPS,
+    Tally,
+    assemble_on_cluster,
+    assembly_tables,
+    build_report,
+    distributable,
+    write_drops,
+)
+from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
+from msgtrain.run.object_chunks import ObjectView, plan_object
 from msgtrain.run.parts import (
     PART_FILE,
     Job,
@@ -61,8 +72,6 @@ from msgtrain.run.parts import (
     fetch_part,
     file_digest,
     is_complete,
-    merge_chunk_rejects,
-    merge_chunk_tables,
     part_key,
     read_part,
     settings_from_config,
@@ -84,13 +93,13 @@ from msgtrain.run.storage import (
     join,
     new_version,
     publish_pointer,
+    unit_prefixes,
     version_url,
 )
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson")
 MANIFEST = "manifest.json"
 MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
-DROPS = "drops.jsonl"  # in OUT: one line per sample the length policy dropped whole (reason, ids, length)
 DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
 
@@ -128,16 +137,24 @@ def discover_locations(
         found = Store.of(item).list_files(item)
         if not found:
             raise ConfigError(f"input {item!r} names no object", hint="check the bucket and prefix")
+        # A folder a directory reader takes as one log is one input, as locally; its objects are not inputs.
+        units = unit_prefixes(item, [url for url, _ in found])
+        inside = set(units)
+        mine: list[str] = list(units)
         for url, _ in found:
+            parents = url.split("/")
+            if any("/".join(parents[:k]) in inside for k in range(len(parents) - 1, 3, -1)):
+                continue
             rel = url[len(item.rstrip("/")) :].strip("/").split("/")
             if any(part.startswith(".") for part in rel if part):
                 continue
             name = url.rpartition("/")[2]
             suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
             if suffix in LOG_SUFFIXES or url == item.rstrip("/"):
-                files.append(url)
+                mine.append(url)
             else:
                 ignored.append({"path": url, "reason": NOT_A_LOG})
+        files += sorted(mine)
     return files, ignored
 
 
@@ -350,7 +367,8 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
                 hint="the rejects are published with the dataset (OUT/_versions/<version>/rejects.jsonl)",
             )
         state = join(str(cfg.output), STATE_PREFIX)
-        return _convert_in(cfg, None, state, join(state, "parts"), started, progress)
+        with store_lock(state) as lease:  # a store has no flock: a lease object with a heartbeat
+            return _convert_in(cfg, None, state, join(state, "parts"), started, progress, lease)
     out = Path(cfg.output)
     check_output(
         out, [Path(p) for p in cfg.inputs if not is_remote(str(p))], overwrite=getattr(cfg, "overwrite", False)
@@ -406,8 +424,9 @@ def _convert_in(
     parts_dir: Path | str,
     started: float,
     progress: ProgressHook | None,
+    lease: StoreLease | None = None,
 ) -> dict[str, Any]:
-    """The run itself; ``out`` is None for an object-store OUT (``cfg.output``)."""
+    """The run itself; ``out`` is None for an object-store OUT (``cfg.output``), whose ``lease`` is held."""
     remote = out is None
     exclude = [out, *hidden_siblings(out)] if out is not None else []
     files, ignored = discover_locations([str(p) for p in cfg.inputs], exclude)
@@ -431,6 +450,7 @@ def _convert_in(
 
     jobs: list[Job] = []
     plans: list[tuple[Path, str]] = []
+    object_plans: list[tuple[str, str]] = []
     reused = converted = 0
     total_parts = 0
     chunk_bytes = int(cfg.chunk_mb * (1 << 20))
@@ -438,7 +458,7 @@ def _convert_in(
     run_digests: set[str] = set()
     run_paths: set[str] = set()
 
-    def add_jobs(f: Path | str, digest: str, chunks: list[Chunk]) -> list[Job]:
+    def add_jobs(f: Path | str, digest: str, chunks: list[Chunk], view: ObjectView | None = None) -> list[Job]:
         """Register the parts of one file (whole, or its chunks); return those still to convert."""
         nonlocal reused, converted, total_parts
         units: list[Chunk | None] = [*chunks] or [None]
@@ -461,7 +481,7 @@ def _convert_in(
             if cfg.resume and complete(key):
                 reused += 1
             else:
-                todo.append(Job(f, key, meta, chunk))
+                todo.append(Job(f, key, meta, chunk, view if chunk is not None else None))
         converted += len(todo)
         return todo
 
@@ -471,7 +491,7 @@ def _convert_in(
     first_with_digest: dict[str, Path | str] = {}
     for f in files:
         try:
-            # An object on a store is hashed by the store and converted whole.
+            # An object on a store is hashed by the store (its metadata, or a read); a folder log by its objects.
             digest = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
         except OSError as e:
             ignored.append({"path": str(f), "reason": f"unreadable: {e.strerror or e}"})
@@ -483,11 +503,26 @@ def _convert_in(
         run_digests.add(digest)
         run_paths.add(_real(f))
         if isinstance(f, str):
-            jobs += add_jobs(f, digest, [])
+            if _object_chunkable(f, chunk_bytes):
+                object_plans.append((f, digest))
+            else:
+                jobs += add_jobs(f, digest, [])
         elif plan_in_workers and _chunkable(f, settings, chunk_bytes):
             plans.append((f, digest))
         else:
             jobs += add_jobs(f, digest, plan_file(f, settings, chunk_bytes))
+
+    # Huge objects: planned by a task each (a pass over the object) before conversion; their chunks' workers then
+    # fetch only their byte ranges.
+    planning = [(plan_object, (url, settings, chunk_bytes)) for url, _ in object_plans]
+    if cfg.engine == "ray" and planning:
+        from msgtrain.run.ray_engine import run_tasks_ray
+
+        planned = run_tasks_ray(planning)
+    else:
+        planned = [fn(*args) for fn, args in planning]
+    for (url, digest), (chunks, view) in zip(object_plans, planned, strict=True):
+        jobs += add_jobs(url, digest, chunks, view)
 
     def on_plan(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
         todo = add_jobs(f, digest, chunks)
@@ -575,19 +610,31 @@ def _convert_in(
         ]
         if remote:
             # A new version under OUT/_versions/, made current by one small pointer written last. With Ray the
-            # assembly is a task on a worker: the driver never holds a part's or a shard's bytes.
+            # assembly is tasks (one per shard, or one for the whole dataset): the driver never holds a part's or a
+            # shard's bytes.
             assert isinstance(parts_dir, str)
             version = new_version()
             target = version_url(str(cfg.output), version)
             args = (cfg, parts_dir, groups, ignored, target)
-            data = run_task_ray(assemble_to_store, *args) if cfg.engine == "ray" else assemble_to_store(*args)
+            if cfg.engine == "ray" and distributable(cfg):  # one task per shard
+                rejects = join(target, "rejects.jsonl")
+                data = assemble_on_cluster(cfg, parts_dir, groups, target, rejects, _reporter(cfg, tok, ignored))
+            elif cfg.engine == "ray":
+                data = run_task_ray(assemble_to_store, *args)
+            else:
+                data = assemble_to_store(*args)
+            if lease is not None:
+                lease.check()  # a run that lost its lease (stalled past its expiry) must not publish
             publish_pointer(str(cfg.output), version)
             data["published"] = {"version": version, "path": target}
             rejects_at = join(target, "rejects.jsonl")
             drops_at = join(target, DROPS)
         else:
             assert isinstance(parts_dir, Path) and out is not None
-            data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
+            if cfg.engine == "ray" and distributable(cfg):
+                data = _assemble_on_cluster(cfg, out, tok, parts_dir, groups, ignored)
+            else:
+                data = _assemble(cfg, out, tok, parts_dir, groups, ignored, progress)
             rejects_at = str(cfg.rejects) if cfg.rejects else str(out / "rejects.jsonl")
             drops_at = str(out / DROPS)
             # The state now describes exactly the published dataset; other parts are garbage.
@@ -669,6 +716,15 @@ def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> 
         return None
 
 
+def _object_chunkable(url: str, chunk_bytes: int) -> bool:
+    """An object worth planning (:mod:`msgtrain.run.object_chunks`): a JSON-lines name, above ``chunk_bytes``.
+    Whether its reader can cut it is decided by the plan, as for a local file."""
+    name = url.rpartition("/")[2].lower()
+    if chunk_bytes <= 0 or not name.endswith((".jsonl", ".ndjson")):
+        return False
+    return Store.of(url).size(url) > chunk_bytes
+
+
 def _chunkable(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> bool:
     return _key_function(path, settings, chunk_bytes) is not None
 
@@ -710,23 +766,6 @@ def _check_reject_rate(cfg: Any, stats: PartStats) -> None:
         )
 
 
-def _group_counts(table: pa.Table, column: str) -> dict[str, Counter[str]]:
-    if table.num_rows == 0:
-        return {}
-    agg = table.group_by(column).aggregate(
-        [("num_tokens", "sum"), ("num_trained_tokens", "sum"), ("num_turns", "sum"), ("sample_id", "count")]
-    )
-    out: dict[str, Counter[str]] = {}
-    for row in agg.to_pylist():
-        out[str(row[column])] = Counter(
-            samples=row["sample_id_count"],
-            tokens=row["num_tokens_sum"],
-            trained_tokens=row["num_trained_tokens_sum"],
-            turns=row["num_turns_sum"],
-        )
-    return out
-
-
 def _assemble(
     cfg: Any,
     out: Path,
@@ -757,6 +796,37 @@ def _assemble(
             cfg, PartStats(records_read=records["read"], records_rejected=Counter(records["rejected_by_reason"]))
         )
         _refuse_empty_replacement(cfg, out, data["samples"]["written"])
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return data
+
+
+def _reporter(cfg: Any, tok: Any, ignored: list[dict[str, str]]) -> Callable[[Tally, dict[str, Any]], dict[str, Any]]:
+    def report(tally: Tally, outputs: dict[str, Any]) -> dict[str, Any]:
+        data = build_report(cfg, tally, _tokenizer_info(tok), ignored, outputs)
+        check_accounting(data)
+        return data
+
+    return report
+
+
+def _assemble_on_cluster(
+    cfg: Any, out: Path, tok: Any, parts_dir: Path, groups: list[list[str]], ignored: list[dict[str, str]]
+) -> dict[str, Any]:
+    """:func:`_assemble` with one Ray task per shard writing into the staging directory (a path every node sees,
+    as the parts directory is); the driver writes the metadata and publishes."""
+
+    def check(tally: Tally) -> None:
+        stats = tally.stats
+        _check_reject_rate(cfg, PartStats(records_read=stats.records_read, records_rejected=stats.records_rejected))
+        _refuse_empty_replacement(cfg, out, tally.samples)
+
+    tmp = staging_dir(out)
+    try:
+        rejects = Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl"
+        data = assemble_on_cluster(cfg, parts_dir, groups, tmp, rejects, _reporter(cfg, tok, ignored), check)
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -801,11 +871,9 @@ def _write_dataset(
     rejects_path: Path,
 ) -> dict[str, Any]:
     """Write the dataset, its rejects and ``report.json`` into ``tmp`` (not published); return the report."""
-    from msgtrain.export.length import LengthStats, apply_length_policy
     from msgtrain.export.split import SplitAssigner
     from msgtrain.export.writer import DatasetWriter
 
-    splitter = SplitAssigner(cfg.split)
     writer = DatasetWriter(
         tmp,
         format=cfg.format,
@@ -814,117 +882,39 @@ def _write_dataset(
         tree_scope=cfg.tree_scope,
         rows_per_shard=cfg.rows_per_shard,
         row_group_size=cfg.row_group_size,
-        splits=splitter.names,
+        splits=SplitAssigner(cfg.split).names,
         decode=tok.decode,
     )
     rejects_path.parent.mkdir(parents=True, exist_ok=True)
-    stats = PartStats()
-    length = LengthStats()
-    cuts: Counter[str] = Counter()
-    by_split: Counter[str] = Counter()
-    by_policy: dict[str, Counter[str]] = {}
-    by_source: dict[str, Counter[str]] = {}
-    tokens = trained_tokens = engine_tokens = samples = 0
-    length_dropped_turns: Counter[str] = Counter()
-    sources: set[str] = set()
-    done_parts, total = 0, sum(map(len, groups))
-    drops_path = tmp / DROPS
-    with open(rejects_path, "w", encoding="utf-8") as rejects, open(drops_path, "w", encoding="utf-8") as drops:
-        for group in groups:
-            read = read_group(group)
-            for meta, _, _ in read:
-                sources.add(meta["source"])
-                stats.add(PartStats.from_json(meta["stats"]))
-            done_parts += len(group)
-            if len(group) == 1:
-                rejects.write(read[0][2])
-                tables: Iterable[pa.Table] = [read[0][1]]
-            else:  # the chunks of one file, put back in the order converting the whole file gives
-                rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
-                tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
-            for table in tables:
-                table, _, dropped_turns, dropped = apply_length_policy(
-                    table,
-                    max_length=cfg.max_length,
-                    overflow=cfg.overflow,
-                    allow_partial_turns=cfg.allow_partial_turns,
-                    stats=length,
-                )
-                length_dropped_turns.update(dropped_turns)
-                drops.writelines(json.dumps(d, sort_keys=True) + "\n" for d in dropped)
-                if table.num_rows == 0:
-                    continue
-                cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
-                for split, part in splitter.split_table(table).items():
-                    if part.num_rows:
-                        writer.write(split, part)
-                        by_split[split] += part.num_rows
-                samples += table.num_rows
-                tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
-                trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
-                engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
-                for bucket, column in ((by_policy, "policy"), (by_source, "source")):
-                    for name, c in _group_counts(table, column).items():
-                        if column == "source":
-                            name = name.rsplit(":", 1)[0].split(" (")[0]
-                        bucket.setdefault(name, Counter()).update(c)
-            if progress:
-                progress("assemble", {"index": done_parts, "total": total, "samples": samples, "tokens": tokens})
+    tally = Tally()
+    total, done_parts = sum(map(len, groups)), 0
+
+    def on_group(index: int) -> None:
+        nonlocal done_parts
+        done_parts += len(groups[index])
+        if progress:
+            progress(
+                "assemble", {"index": done_parts, "total": total, "samples": tally.samples, "tokens": tally.tokens}
+            )
+
+    with open(rejects_path, "w", encoding="utf-8") as rejects:
+        for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
+            writer.write(split, table)
     outputs = writer.close()
-    turns_dropped = stats.turns_dropped + length_dropped_turns
-    data = {
-        "msgtrain_version": __version__,
-        "files": {"read": len(sources), "ignored": ignored},
-        "records": {
-            "read": stats.records_read,
-            "converted": stats.records_converted,
-            "rejected": sum(stats.records_rejected.values()),
-            "skipped": sum(stats.records_skipped.values()),
-            "rejected_by_reason": dict(sorted(stats.records_rejected.items())),
-            "skipped_by_reason": dict(sorted(stats.records_skipped.items())),
-        },
-        "graphs": stats.graphs,
-        "turns": {
-            "found": stats.turns_found,
-            "trained": stats.turns_trained - sum(length_dropped_turns.values()),
-            "dropped": sum(turns_dropped.values()),
-            "dropped_by_reason": dict(sorted(turns_dropped.items())),
-        },
-        "samples": {
-            "written": samples,
-            "by_split": dict(sorted(by_split.items())),
-            "dropped_by_reason": dict(sorted(length.dropped_samples.items())),
-            "length_policy": length.to_dict(),
-        },
-        "cuts_by_reason": dict(sorted(cuts.items())),
-        "flags": dict(sorted(stats.flags.items())),
-        "tokens": {
-            "total": tokens,
-            "trained": trained_tokens,
-            "engine": engine_tokens,
-            "rendered": tokens - engine_tokens,
-            "engine_share": round(engine_tokens / tokens, 6) if tokens else 0.0,
-        },
-        "by_policy": {k: dict(sorted(v.items())) for k, v in sorted(by_policy.items())},
-        "by_source": {k: dict(sorted(v.items())) for k, v in sorted(by_source.items())},
-        "tokenizer": {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER},
-        "config": {
-            "format": cfg.format,
-            "target": cfg.target,
-            "max_length": cfg.max_length,
-            "overflow": cfg.overflow,
-            "split": dict(cfg.split),
-            "policies": list(cfg.policies),
-        },
-        "outputs": outputs,
-    }
     # Relative to OUT in report.json; the caller returns where it was published.
-    outputs["drops"] = DROPS if drops_path.stat().st_size else None
-    if outputs["drops"] is None:
-        drops_path.unlink()
+    outputs["drops"] = write_drops(tally, tmp)
+    data = build_report(cfg, tally, _tokenizer_info(tok), ignored, outputs)
     check_accounting(data)
     if cfg.rejects is None and rejects_path.stat().st_size == 0:
         rejects_path.unlink()
     # report.json must not change between identical runs: timings live only in the returned report.
-    (tmp / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _write_report(tmp, data)
     return data
+
+
+def _tokenizer_info(tok: Any) -> dict[str, Any]:
+    return {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER}
+
+
+def _write_report(root: Path, data: dict[str, Any]) -> None:
+    (root / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -8,8 +8,10 @@ Invariants:
 - Workers read their input themselves (an object on a store, or a path on a filesystem every node sees) and write
   their part straight into the state directory or prefix; a task returns only the part's accounting (a few
   hundred bytes of JSON). The driver never holds a part's bytes: its memory does not grow with the parts' size.
-- With an object-store OUT the dataset is assembled by a task too (:func:`run_task_ray`), and the driver
-  publishes the pointer. A local OUT is assembled by the driver, as with ``--engine local``.
+- The dataset is assembled by tasks too: one per output shard for Parquet of a row-wise target
+  (:mod:`msgtrain.run.assembly`, :func:`run_tasks_ray`), else one task for the whole dataset on an object-store
+  OUT (:func:`run_task_ray`) or the driver for a local OUT. The driver writes the small metadata files and
+  publishes (the pointer, or the symlink swap) last.
 - A worker that dies (node lost, OOM-killed) has its task retried by Ray (``max_retries``); a part is complete
   only once its marker is written, so a half-written attempt is simply overwritten by the retry.
 - Each task holds one CPU and keeps the tokenizer's own thread pool to one thread (``RAYON_NUM_THREADS=1``); Ray
@@ -42,6 +44,10 @@ FORWARDED_ENV = (
     "AWS_DEFAULT_REGION",
     "AWS_REGION",
     "HF_TOKEN",
+    "STORAGE_EMULATOR_HOST",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING",
 )
 MAX_RETRIES = 3  # retries of a task whose worker died; an error raised by msgtrain itself is not retried
 
@@ -62,7 +68,8 @@ def _convert_task(job: Job, settings: LinearizeSettings, parts: Path | str) -> t
     return json.dumps(stats.to_json()), b""
 
 
-def _call_task(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, bytes]:
+def _call_task(fn: Callable[..., Any], *args: Any) -> tuple[Any, bytes]:
+    # Arguments are passed flat: Ray resolves an object ref only when it is an argument itself.
     try:
         return fn(*args), b""
     except MsgtrainError as e:
@@ -131,7 +138,45 @@ def run_task_ray(fn: Callable[..., Any], *args: Any, address: str | None = None)
     :class:`~msgtrain.errors.MsgtrainError` it raises is raised here as itself."""
     with ray_session(address) as ray:
         task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, runtime_env={"env_vars": _env()})(_call_task)
-        result, error = ray.get(task.remote(fn, args))
+        result, error = ray.get(task.remote(fn, *args))
         if error:
             raise pickle.loads(error)
         return result
+
+
+def run_tasks_ray(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]], address: str | None = None) -> list[Any]:
+    """Run each ``fn(*args)`` as its own Ray task (one CPU each, retried if its worker dies), side by side; return
+    their results in the order given. The first :class:`~msgtrain.errors.MsgtrainError` raised is raised here
+    as itself, and the other tasks are cancelled. Arguments shared by many calls should be ``ray.put`` refs."""
+    if not calls:
+        return []
+    with ray_session(address) as ray:
+        task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, runtime_env={"env_vars": _env()})(_call_task)
+        # Named after the function: the worker process title (``ray::write_shard``) says what it does.
+        refs = [task.options(name=fn.__name__).remote(fn, *args) for fn, args in calls]
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: list[Any] = [None] * len(refs)
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    result, error = ray.get(ref)
+                    if error:
+                        raise pickle.loads(error)
+                    results[index[ref]] = result
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref)
+            raise
+        return results
+
+
+def put(value: Any) -> Any:
+    """``value`` in Ray's object store (a ref tasks receive as the value itself): one copy for many tasks."""
+    return _import_ray().put(value)
+
+
+def cluster_cpus() -> int:
+    """The CPUs of the cluster this driver is connected to."""
+    return max(1, int(_import_ray().cluster_resources().get("CPU", 1)))

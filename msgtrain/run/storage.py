@@ -33,6 +33,7 @@ import json
 import os
 import re
 import secrets
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,10 +142,36 @@ class Store:
         dest.parent.mkdir(parents=True, exist_ok=True)
         self.fs.get_file(self._path(url), str(dest))
 
+    def size(self, url: str) -> int:
+        return int(self.fs.size(self._path(url)) or 0)
+
+    def is_dir(self, url: str) -> bool:
+        """Whether ``url`` is a prefix (a "folder" of objects), not one object."""
+        path = self._path(url)
+        self._fresh(path)
+        return bool(self.fs.isdir(path))
+
+    def download_tree(self, url: str, dest: Path) -> None:
+        """Copy every object under the prefix ``url`` to the directory ``dest`` (same relative names)."""
+        prefix = url.rstrip("/")
+        for member, _ in self.list_files(prefix):
+            self.download(member, dest.joinpath(*member[len(prefix) + 1 :].split("/")))
+
+    def tree_hash(self, url: str) -> str:
+        """A hash of a prefix's objects: their relative names and content hashes, sorted (a folder log's digest)."""
+        prefix = url.rstrip("/")
+        h = hashlib.blake2b(digest_size=16)
+        for member, _ in self.list_files(prefix):
+            h.update(member[len(prefix) + 1 :].encode("utf-8", "surrogatepass") + b"\0")
+            h.update(self.content_hash(member).encode() + b"\0")
+        return "tree:" + h.hexdigest()
+
     def content_hash(self, url: str) -> str:
         """A hash of the object's bytes: from the store's metadata when it is one, else read (blake2b)."""
         path = self._path(url)
         info = self.fs.info(path)
+        if info.get("type") == "directory":  # a folder log (a directory reader's unit)
+            return self.tree_hash(url)
         known = _metadata_hash(self.protocol, info)
         if known is not None:
             return known
@@ -182,6 +209,27 @@ class Store:
             return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
         except FileNotFoundError:
             return []
+
+
+def unit_prefixes(prefix: str, urls: list[str]) -> list[str]:
+    """The prefixes under ``prefix`` that a directory reader takes as one log (e.g. an OpenHands V1 conversation
+    folder), found as local discovery finds them: the reader's own ``detect_directory`` hook, asked about a
+    skeleton of the listing (one empty file per object, in a temporary directory). Sorted; none nested."""
+    from msgtrain.ingest.base import unit_directories
+
+    root = prefix.rstrip("/")
+    rels = [u[len(root) + 1 :] for u in urls if u.startswith(root + "/")]
+    if not any("/" in rel for rel in rels):  # no sub-prefix: nothing can be a folder log
+        return []
+    with tempfile.TemporaryDirectory(prefix="msgtrain-listing-") as tmp:
+        skeleton = Path(tmp) / "root"
+        skeleton.mkdir()
+        for rel in rels:
+            path = skeleton.joinpath(*rel.split("/"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        units = unit_directories(skeleton)
+        return sorted(join(root, *unit.relative_to(skeleton).parts) for unit in units if unit != skeleton)
 
 
 def _metadata_hash(proto: str, info: dict[str, Any]) -> str | None:

@@ -1,0 +1,498 @@
+"""Assembly: the parts of a run → the rows of the dataset, split by split, and the report's accounting.
+
+Two ways to run it, with the same bytes:
+
+- *Sequential* (:func:`assembly_tables` feeding one :class:`~msgtrain.export.writer.DatasetWriter`): the local
+  engine, and any target whose rows depend on their neighbours (``packed``, ``tree``) or a format written as a
+  whole (``hf``, ``jsonl``).
+- *One task per output shard* (:func:`plan_shards`, :func:`write_shard`), for Parquet of a row-wise target: a
+  first pass of tasks (:func:`scan_groups`) reads the parts and returns only counts (rows per split per input
+  file, and the report's accounting); the driver cuts each split's row sequence into shards of
+  ``rows_per_shard`` rows, exactly where the sequential writer cuts; each shard task reads only the input files
+  its rows come from, and writes its shard where it belongs. The driver writes ``dataset_info.json`` and
+  ``report.json`` from the tasks' accounting.
+
+Invariants:
+- The row sequence of a split is a function of the parts and the export settings only: input files in assembly
+  order, a file's chunks merged back into its order (:func:`~msgtrain.run.parts.merge_chunk_tables`), the length
+  policy and the split assignment applied row by row. So the rows of shard *i* are the same whichever process
+  computes them.
+- A shard's bytes depend only on its rows: the sequential writer starts each shard with an empty row-group buffer
+  and ends its last row group at the shard's end (the shard's room), which is what a writer given exactly that
+  shard's rows does.
+- Tally counters are sums, so the accounting of batches of files merged in any order equals one pass's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msgtrain import __version__
+from msgtrain.export.length import LengthStats, apply_length_policy
+from msgtrain.export.split import SplitAssigner
+from msgtrain.export.targets import TargetOptions, get_target, is_row_wise
+from msgtrain.export.writer import (
+    DATA_DIR,
+    INFO_FILE,
+    DatasetWriter,
+    ShardInfo,
+    parquet_shard_info,
+    write_parquet_info,
+)
+from msgtrain.run.parts import (
+    PART_FILE,
+    REJECTS_FILE,
+    SAMPLES_FILE,
+    PartStats,
+    merge_chunk_rejects,
+    merge_chunk_tables,
+    read_part,
+)
+from msgtrain.run.storage import Store, join
+
+DROPS = "drops.jsonl"  # in OUT: one line per sample the length policy dropped whole (reason, ids, length)
+Group = list[str]  # the part keys of one input file (its chunks, in chunk order)
+ReadGroup = Callable[[Group], list[tuple[dict[str, Any], pa.Table, str]]]
+
+
+@dataclass
+class Tally:
+    """The report's counters over some input files (summed across files, batches and workers)."""
+
+    stats: PartStats = field(default_factory=PartStats)
+    length: LengthStats = field(default_factory=LengthStats)
+    length_dropped_turns: Counter[str] = field(default_factory=Counter)
+    cuts: Counter[str] = field(default_factory=Counter)
+    by_split: Counter[str] = field(default_factory=Counter)
+    by_policy: dict[str, Counter[str]] = field(default_factory=dict)
+    by_source: dict[str, Counter[str]] = field(default_factory=dict)
+    samples: int = 0
+    tokens: int = 0
+    trained_tokens: int = 0
+    engine_tokens: int = 0
+    sources: set[str] = field(default_factory=set)
+    # One record per sample the length policy dropped whole (``drops.jsonl``), in output order.
+    drops: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_table(self, table: pa.Table) -> None:
+        """Count rows that passed the length policy (before they are split)."""
+        self.cuts.update(c for c in table.column("cut_reason").to_pylist() if c != "start")
+        self.samples += table.num_rows
+        self.tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
+        self.trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
+        self.engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
+        for bucket, column in ((self.by_policy, "policy"), (self.by_source, "source")):
+            for name, c in _group_counts(table, column).items():
+                if column == "source":  # the file: without ``:<record>`` and `` (<graph>)``
+                    head, sep, tail = name.rpartition(":")
+                    name = (head if sep and "/" not in tail else name).split(" (")[0]
+                bucket.setdefault(name, Counter()).update(c)
+
+    def merge(self, other: Tally) -> None:
+        self.stats.add(other.stats)
+        self.length.merge(other.length)
+        for name in ("length_dropped_turns", "cuts", "by_split"):
+            getattr(self, name).update(getattr(other, name))
+        for name in ("by_policy", "by_source"):
+            mine = getattr(self, name)
+            for key, counts in getattr(other, name).items():
+                mine.setdefault(key, Counter()).update(counts)
+        for name in ("samples", "tokens", "trained_tokens", "engine_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.sources |= other.sources
+        self.drops.extend(other.drops)
+
+
+def _group_counts(table: pa.Table, column: str) -> dict[str, Counter[str]]:
+    if table.num_rows == 0:
+        return {}
+    agg = table.group_by(column).aggregate(
+        [("num_tokens", "sum"), ("num_trained_tokens", "sum"), ("num_turns", "sum"), ("sample_id", "count")]
+    )
+    out: dict[str, Counter[str]] = {}
+    for row in agg.to_pylist():
+        out[str(row[column])] = Counter(
+            samples=row["sample_id_count"],
+            tokens=row["num_tokens_sum"],
+            trained_tokens=row["num_trained_tokens_sum"],
+            turns=row["num_turns_sum"],
+        )
+    return out
+
+
+def assembly_tables(
+    cfg: Any,
+    groups: Iterable[Group],
+    read_group: ReadGroup,
+    tally: Tally,
+    rejects: IO[str] | None = None,
+    on_group: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, str, pa.Table]]:
+    """The dataset's rows as (index of the group in ``groups``, split, canonical table), in output order; counts
+    them into ``tally``, writes the groups' rejects to ``rejects`` (in file order) when given, and calls
+    ``on_group(index)`` after each group."""
+    splitter = SplitAssigner(cfg.split)
+    for index, group in enumerate(groups):
+        read = read_group(group)
+        for meta, _, _ in read:
+            tally.sources.add(meta["source"])
+            tally.stats.add(PartStats.from_json(meta["stats"]))
+        if len(group) == 1:
+            if rejects is not None:
+                rejects.write(read[0][2])
+            tables: Iterable[pa.Table] = [read[0][1]]
+        else:  # the chunks of one file, put back in the order converting the whole file gives
+            if rejects is not None:
+                rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
+            tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
+        for table in tables:
+            table, _, dropped_turns, dropped = apply_length_policy(
+                table,
+                max_length=cfg.max_length,
+                overflow=cfg.overflow,
+                allow_partial_turns=cfg.allow_partial_turns,
+                stats=tally.length,
+            )
+            tally.length_dropped_turns.update(dropped_turns)
+            tally.drops.extend(dropped)
+            if table.num_rows == 0:
+                continue
+            tally.add_table(table)
+            for split, part in splitter.split_table(table).items():
+                if part.num_rows:
+                    tally.by_split[split] += part.num_rows
+                    yield index, split, part
+        if on_group is not None:
+            on_group(index)
+
+
+def build_report(
+    cfg: Any, tally: Tally, tokenizer: dict[str, Any], ignored: list[dict[str, str]], outputs: dict[str, Any]
+) -> dict[str, Any]:
+    """``report.json``'s content (``tokenizer``: name, fingerprint, demo)."""
+    stats, length = tally.stats, tally.length
+    turns_dropped = stats.turns_dropped + tally.length_dropped_turns
+    tokens, engine_tokens = tally.tokens, tally.engine_tokens
+    return {
+        "msgtrain_version": __version__,
+        "files": {"read": len(tally.sources), "ignored": ignored},
+        "records": {
+            "read": stats.records_read,
+            "converted": stats.records_converted,
+            "rejected": sum(stats.records_rejected.values()),
+            "skipped": sum(stats.records_skipped.values()),
+            "rejected_by_reason": dict(sorted(stats.records_rejected.items())),
+            "skipped_by_reason": dict(sorted(stats.records_skipped.items())),
+        },
+        "graphs": stats.graphs,
+        "turns": {
+            "found": stats.turns_found,
+            "trained": stats.turns_trained - sum(tally.length_dropped_turns.values()),
+            "dropped": sum(turns_dropped.values()),
+            "dropped_by_reason": dict(sorted(turns_dropped.items())),
+        },
+        "samples": {
+            "written": tally.samples,
+            "by_split": dict(sorted(tally.by_split.items())),
+            "dropped_by_reason": dict(sorted(length.dropped_samples.items())),
+            "length_policy": length.to_dict(),
+        },
+        "cuts_by_reason": dict(sorted(tally.cuts.items())),
+        "flags": dict(sorted(stats.flags.items())),
+        "tokens": {
+            "total": tokens,
+            "trained": tally.trained_tokens,
+            "engine": engine_tokens,
+            "rendered": tokens - engine_tokens,
+            "engine_share": round(engine_tokens / tokens, 6) if tokens else 0.0,
+        },
+        "by_policy": {k: dict(sorted(v.items())) for k, v in sorted(tally.by_policy.items())},
+        "by_source": {k: dict(sorted(v.items())) for k, v in sorted(tally.by_source.items())},
+        "tokenizer": tokenizer,
+        "config": {
+            "format": cfg.format,
+            "target": cfg.target,
+            "max_length": cfg.max_length,
+            "overflow": cfg.overflow,
+            "split": dict(cfg.split),
+            "policies": list(cfg.policies),
+        },
+        "outputs": outputs,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ reading parts
+@contextlib.contextmanager
+def group_reader(parts: Path | str) -> Iterator[ReadGroup]:
+    """Reads a group's parts from a local directory, or from a store through a scratch copy (one group at a time:
+    the previous group's copies are dropped; tables already handed out keep their memory map)."""
+    if isinstance(parts, Path):
+        yield lambda group: [read_part(parts / key) for key in group]
+        return
+    store = Store.of(parts)
+    with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
+        cache = Path(scratch) / "parts"
+
+        def read_group(group: Group) -> list[tuple[dict[str, Any], pa.Table, str]]:
+            shutil.rmtree(cache, ignore_errors=True)
+            read = []
+            for key in group:
+                for name in (PART_FILE, SAMPLES_FILE, REJECTS_FILE):
+                    store.download(join(parts, key, name), cache / key / name)
+                read.append(read_part(cache / key))
+            return read
+
+        yield read_group
+
+
+def _read_rejects(parts: Path | str, key: str) -> str:
+    if isinstance(parts, Path):
+        return (parts / key / REJECTS_FILE).read_text(encoding="utf-8")
+    return Store.of(parts).read_bytes(join(parts, key, REJECTS_FILE)).decode("utf-8")
+
+
+# -------------------------------------------------------------------------------------------- one task per shard
+def distributable(cfg: Any) -> bool:
+    """Whether this dataset can be written one shard per task: Parquet of a row-wise target."""
+    options = TargetOptions(pack_length=cfg.pack_length, tree_scope=cfg.tree_scope)
+    return bool(cfg.format == "parquet" and is_row_wise(get_target(cfg.target), options))
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """What a scan task returns: per group (in the order given), the rows of each split; and the accounting."""
+
+    rows: list[dict[str, int]]
+    tally: Tally
+
+
+def scan_groups(cfg: Any, parts: Path | str, groups: list[Group]) -> ScanResult:
+    """Count the rows each group gives to each split (a task: reads parts, writes nothing)."""
+    tally = Tally()
+    rows: list[dict[str, int]] = [{} for _ in groups]
+    with group_reader(parts) as read_group:
+        for index, split, table in assembly_tables(cfg, groups, read_group, tally):
+            rows[index][split] = rows[index].get(split, 0) + table.num_rows
+    return ScanResult(rows, tally)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Shard ``index`` of ``count`` of ``split``: rows [start, stop) of each of the groups listed."""
+
+    split: str
+    index: int
+    count: int
+    pieces: tuple[tuple[int, int, int], ...]  # (group index, start, stop) within the group's rows of the split
+
+    @property
+    def name(self) -> str:  # the name the sequential writer gives it
+        return f"{DATA_DIR}/{self.split}-{self.index:05d}-of-{self.count:05d}.parquet"
+
+    @property
+    def rows(self) -> int:
+        return sum(stop - start for _, start, stop in self.pieces)
+
+
+def plan_shards(splits: list[str], rows: list[dict[str, int]], rows_per_shard: int) -> list[ShardPlan]:
+    """Cut each split's row sequence (groups in order) into shards of ``rows_per_shard`` rows, the last shorter."""
+    plans = []
+    for split in splits:
+        counts = [r.get(split, 0) for r in rows]
+        total = sum(counts)
+        count = math.ceil(total / rows_per_shard)
+        group, offset = 0, 0  # the next row: ``offset`` within group ``group``
+        for index in range(count):
+            need = min(rows_per_shard, total - index * rows_per_shard)
+            pieces = []
+            while need:
+                take = min(need, counts[group] - offset)
+                if take:
+                    pieces.append((group, offset, offset + take))
+                need -= take
+                offset += take
+                if offset == counts[group]:
+                    group, offset = group + 1, 0
+            plans.append(ShardPlan(split, index, count, tuple(pieces)))
+    return plans
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What a shard task returns: the shard's ``dataset_info`` figures and the writer's per-split counters."""
+
+    info: ShardInfo
+    samples: int
+    tokens: int
+    trained_tokens: int
+
+
+def write_shard(cfg: Any, parts: Path | str, groups: list[Group], plan: ShardPlan, dest: Path | str) -> ShardResult:
+    """Write one shard into ``dest`` (the dataset's directory, or its prefix on a store) at ``plan.name`` (a
+    task): read the groups ``plan`` names, keep its rows, write them as the sequential writer writes that shard."""
+    wanted = {g: (start, stop) for g, start, stop in plan.pieces}
+    order = sorted(wanted)
+    with tempfile.TemporaryDirectory(prefix="msgtrain-shard-") as scratch, group_reader(parts) as read_group:
+        root = Path(scratch)
+        writer = DatasetWriter(
+            root,
+            format="parquet",
+            target=cfg.target,
+            pack_length=cfg.pack_length,
+            tree_scope=cfg.tree_scope,
+            rows_per_shard=plan.rows,  # the shard's end is where the sequential writer's room runs out
+            row_group_size=cfg.row_group_size,
+        )
+        seen = dict.fromkeys(order, 0)
+        chosen = [groups[g] for g in order]
+        for local, split, table in assembly_tables(cfg, chosen, read_group, Tally()):
+            if split != plan.split:
+                continue
+            g = order[local]
+            start, stop = wanted[g]
+            lo, hi = seen[g], seen[g] + table.num_rows
+            seen[g] = hi
+            if hi > start and lo < stop:
+                writer.write(split, table.slice(max(start - lo, 0), min(stop, hi) - max(start, lo)))
+        split = writer.close()["splits"][plan.split]
+        assert len(split["files"]) == 1 and split["rows"] == plan.rows, split
+        info = parquet_shard_info(plan.split, root / split["files"][0], plan.rows)
+        _put(root / split["files"][0], dest, plan.name)
+    return ShardResult(info, split["samples"], split["tokens"], split["trained_tokens"])
+
+
+def shard_outputs(cfg: Any, splits: list[str], plans: list[ShardPlan], results: list[ShardResult]) -> dict[str, Any]:
+    """The writer's summary (the report's ``outputs``) of a dataset written one shard per task."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in splits:
+        mine = [(p, r) for p, r in zip(plans, results, strict=True) if p.split == name]
+        out[name] = {
+            "rows": sum(p.rows for p, _ in mine),
+            "samples": sum(r.samples for _, r in mine),
+            "tokens": sum(r.tokens for _, r in mine),
+            "trained_tokens": sum(r.trained_tokens for _, r in mine),
+            "files": [p.name for p, _ in mine],
+        }
+    return {
+        "format": cfg.format,
+        "target": get_target(cfg.target).name,
+        "files": sorted([p.name for p in plans] + [INFO_FILE]),
+        "splits": out,
+    }
+
+
+def write_rejects(parts: Path | str, groups: list[Group], dest: Path | str, keep_empty: bool) -> int:
+    """Write the rejects of every group, in assembly order, to ``dest`` (a path, or an object's URL); return their
+    count. Nothing is written when there are none, unless ``keep_empty`` (a user-named ``--rejects`` file)."""
+    count = 0
+    with tempfile.TemporaryDirectory(prefix="msgtrain-rejects-") as scratch:
+        path = Path(scratch) / "rejects.jsonl"
+        with open(path, "w", encoding="utf-8") as f:
+            for group in groups:
+                texts = [_read_rejects(parts, key) for key in group]
+                lines = merge_chunk_rejects(texts) if len(group) > 1 else texts[0].splitlines(keepends=True)
+                for line in lines:
+                    f.write(line)
+                    count += 1
+        if count or keep_empty:
+            if isinstance(dest, str):
+                Store.of(dest).upload(path, dest)
+            else:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(path, dest)
+    return count
+
+
+def write_drops(tally: Tally, dest: Path | str) -> str | None:
+    """Write ``drops.jsonl`` (the samples the length policy dropped whole) into ``dest`` (a directory, or a prefix
+    on a store); return its name relative to the dataset, or None when nothing was dropped (no file)."""
+    if not tally.drops:
+        return None
+    with tempfile.TemporaryDirectory(prefix="msgtrain-drops-") as scratch:
+        path = Path(scratch) / DROPS
+        path.write_text("".join(json.dumps(d, sort_keys=True) + "\n" for d in tally.drops), encoding="utf-8")
+        _put(path, dest, DROPS)
+    return DROPS
+
+
+def _put(src: Path, dest: Path | str, name: str) -> None:
+    if isinstance(dest, str):
+        Store.of(dest).upload(src, join(dest, name))
+    else:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(src, dest / name)
+
+
+def scan_batches(groups: list[Group], tasks: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges of ``groups`` for ``tasks`` scan tasks (contiguous, so results concatenate in order)."""
+    tasks = max(1, min(tasks, len(groups)))
+    size = math.ceil(len(groups) / tasks) if groups else 0
+    return [(start, min(start + size, len(groups))) for start in range(0, len(groups), size)] if size else []
+
+
+def assemble_on_cluster(
+    cfg: Any,
+    parts: Path | str,
+    groups: list[Group],
+    dest: Path | str,
+    rejects: Path | str,
+    report: Callable[[Tally, dict[str, Any]], dict[str, Any]],
+    check: Callable[[Tally], None] = lambda tally: None,
+) -> dict[str, Any]:
+    """Write the dataset into ``dest`` (a local directory every node sees, or a prefix on a store) with Ray tasks:
+    scan tasks, then one task per shard and one for ``rejects``; then one task writes ``dataset_info.json`` and,
+    last, ``report.json`` (``report(tally, outputs)`` builds it on the driver). ``check(tally)`` may refuse the
+    result before any shard is written. Returns the report."""
+    from msgtrain.run.ray_engine import cluster_cpus, put, run_tasks_ray
+
+    batches = scan_batches(groups, 2 * cluster_cpus())
+    shared = put(groups)  # one copy in Ray's object store, not one per task
+    scans: list[ScanResult] = run_tasks_ray(
+        [(_scan_slice, (cfg, parts, shared, start, stop)) for start, stop in batches]
+    )
+    tally = Tally()
+    for scan in scans:
+        tally.merge(scan.tally)
+    check(tally)
+    splits = SplitAssigner(cfg.split).names
+    plans = plan_shards(splits, [rows for scan in scans for rows in scan.rows], cfg.rows_per_shard)
+    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
+        (write_shard, (cfg, parts, shared, plan, dest)) for plan in plans
+    ]
+    calls.append((write_rejects, (parts, shared, rejects, cfg.rejects is not None)))
+    results = run_tasks_ray(calls)
+    outputs = shard_outputs(cfg, splits, plans, results[:-1])
+    outputs["drops"] = write_drops(tally, dest)  # small: ids and lengths, already on the driver with the tally
+    data = report(tally, outputs)
+    # A task too, though small: ``dataset_info.json`` is written by ``datasets``, whose import alone would add
+    # tens of MB to the driver.
+    run_tasks_ray([(write_metadata, (cfg.target, splits, [r.info for r in results[:-1]], data, dest))])
+    return data
+
+
+def write_metadata(
+    target: str, splits: list[str], shards: list[ShardInfo], data: dict[str, Any], dest: Path | str
+) -> None:
+    """Write ``dataset_info.json`` and then ``report.json`` (last: its presence means the rest is there)."""
+    with tempfile.TemporaryDirectory(prefix="msgtrain-meta-") as scratch:
+        root = Path(scratch)
+        write_parquet_info(root, get_target(target), splits, shards)
+        (root / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for name in (INFO_FILE, "report.json"):
+            _put(root / name, dest, name)
+
+
+def _scan_slice(cfg: Any, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:
+    return scan_groups(cfg, parts, groups[start:stop])
