@@ -285,7 +285,10 @@ def test_the_store_hash_is_the_content_md5_and_a_changed_object_changes_it(s3: S
 def test_a_missing_protocol_package_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     registry = importlib.import_module("fsspec.registry")  # the module (fsspec.registry is also a mapping)
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # makes `import gcsfs` raise ImportError
-    monkeypatch.setattr(registry, "_registry", {})
+    # Empty fsspec's registry in place: ``fsspec.registry.registry`` is a read-only view of this very dict, so a
+    # class registered by an earlier test (gcsfs, once imported) would otherwise still be found.
+    for name in list(registry._registry):
+        monkeypatch.delitem(registry._registry, name)
     with pytest.raises(ConfigError, match=r"msgtrain\[gcs\]"):
         pipeline.convert(ConvertConfig(inputs=("gs://bucket/logs",), output="gs://bucket/out"))
 

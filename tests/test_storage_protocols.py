@@ -51,7 +51,10 @@ def test_a_missing_protocol_package_is_one_config_error_naming_the_extra(
 ) -> None:
     registry = importlib.import_module("fsspec.registry")  # the module (fsspec.registry is also a mapping)
     monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` raise ImportError
-    monkeypatch.setattr(registry, "_registry", {})
+    # Empty fsspec's registry in place: ``fsspec.registry.registry`` is a read-only view of this very dict, so a
+    # class registered by an earlier test (gcsfs, once imported) would otherwise still be found.
+    for name in list(registry._registry):
+        monkeypatch.delitem(registry._registry, name)
     url = f"{scheme}://container/logs"
     with pytest.raises(ConfigError, match=rf"{module}.*msgtrain\[{extra}\]"):
         pipeline.convert(ConvertConfig(inputs=(url,), output=f"{scheme}://container/out"))
