@@ -25,7 +25,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -185,6 +185,37 @@ class PartStats:
         for k, v in data.items():
             setattr(s, k, Counter(v) if isinstance(getattr(s, k), Counter) else v)
         return s
+
+
+def accounting_report(
+    read: int,
+    converted: int,
+    rejected: Mapping[str, int],
+    skipped: Mapping[str, int],
+    graphs: int,
+    turns_found: int,
+    turns_trained: int,
+    turns_dropped: Mapping[str, int],
+) -> dict[str, Any]:
+    """The ``records``, ``graphs`` and ``turns`` blocks of ``report.json``: one builder, so that what ``validate``
+    predicts has exactly the shape of what ``convert`` reports."""
+    return {
+        "records": {
+            "read": read,
+            "converted": converted,
+            "rejected": sum(rejected.values()),
+            "skipped": sum(skipped.values()),
+            "rejected_by_reason": dict(sorted(rejected.items())),
+            "skipped_by_reason": dict(sorted(skipped.items())),
+        },
+        "graphs": graphs,
+        "turns": {
+            "found": turns_found,
+            "trained": turns_trained,
+            "dropped": sum(turns_dropped.values()),
+            "dropped_by_reason": dict(sorted(turns_dropped.items())),
+        },
+    }
 
 
 def _reject_line(source: SourceRef, error: MsgtrainError, excerpt: str = "", graph: str | None = None) -> str:

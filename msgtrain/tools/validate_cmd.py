@@ -112,22 +112,19 @@ class ValidationReport:
 
     def convert_counts(self) -> dict[str, Any]:
         """The counts of convert's report.json this validation predicts (records, graphs, turns, sample drops)."""
+        from msgtrain.run.parts import accounting_report
+
         return {
-            "records": {
-                "read": self.records,
-                "converted": self.converted,
-                "rejected": sum(self.rejected.values()),
-                "skipped": sum(self.skipped.values()),
-                "rejected_by_reason": dict(sorted(self.rejected.items())),
-                "skipped_by_reason": dict(sorted(self.skipped.items())),
-            },
-            "graphs": self.converted_graphs,
-            "turns": {
-                "found": self.turns_found,
-                "trained": self.turns_trained,
-                "dropped": sum(self.turns_dropped.values()),
-                "dropped_by_reason": dict(sorted(self.turns_dropped.items())),
-            },
+            **accounting_report(
+                self.records,
+                self.converted,
+                self.rejected,
+                self.skipped,
+                self.converted_graphs,
+                self.turns_found,
+                self.turns_trained,
+                self.turns_dropped,
+            ),
             "samples": {"dropped_by_reason": dict(sorted(self.samples_dropped.items()))},
         }
 
