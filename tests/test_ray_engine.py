@@ -138,3 +138,20 @@ def test_a_missing_ray_is_a_config_error_with_the_install_command(
     settings = LinearizeSettings(None, None, (), None, None)
     with pytest.raises(ConfigError, match=r"msgtrain\[ray\]"):
         run_parts_ray([Job(tmp_path / "x.jsonl", "k", {})], settings, tmp_path, lambda job, stats: None)
+
+
+@pytest.mark.parametrize("options", [{"target": "packed", "pack_length": 1024}, {"format": "jsonl"}])
+def test_targets_not_written_one_shard_per_task_are_written_by_a_task_not_the_driver(
+    ray_local: Any, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    local = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "local", workers=1, **options))
+
+    def not_here(*args: Any, **kwargs: Any) -> Any:  # Ray's workers are other processes: they keep the original
+        raise AssertionError("the driver assembled the dataset itself")
+
+    monkeypatch.setattr(pipeline, "_write_dataset", not_here)
+    report = _convert_with_ray(
+        monkeypatch, ConvertConfig(inputs=(inputs,), output=tmp_path / "ray", engine="ray", **options)
+    )
+    assert report["samples"] == local["samples"] and report["samples"]["written"] > 0
+    assert _tree(tmp_path / "ray") == _tree(tmp_path / "local")

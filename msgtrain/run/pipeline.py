@@ -780,16 +780,16 @@ def _assemble(
     tmp = staging_dir(out)
     try:
         rejects_path = Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl"
-        data = _write_dataset(
-            cfg,
-            tmp,
-            tok,
-            lambda group: [read_part(parts_dir / key) for key in group],
-            groups,
-            ignored,
-            progress,
-            rejects_path,
-        )
+        if cfg.engine == "ray":
+            # Rows that depend on their neighbours (packed, tree) or hf/jsonl files: one task writes them into the
+            # staging directory (a path every node sees), so the driver never holds a part's bytes.
+            from msgtrain.run.ray_engine import run_task_ray
+
+            data = run_task_ray(write_local_dataset, cfg, tmp, parts_dir, groups, ignored, rejects_path)
+        else:
+            data = _write_dataset(
+                cfg, tmp, tok, _local_group_reader(parts_dir), groups, ignored, progress, rejects_path
+            )
         # The rate on every record of the run, whatever was judged mid-run.
         records = data["records"]
         _check_reject_rate(
@@ -801,6 +801,19 @@ def _assemble(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return data
+
+
+def _local_group_reader(parts_dir: Path) -> Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]]:
+    return lambda group: [read_part(parts_dir / key) for key in group]
+
+
+def write_local_dataset(
+    cfg: Any, tmp: Path, parts_dir: Path, groups: list[list[str]], ignored: list[dict[str, str]], rejects: Path
+) -> dict[str, Any]:
+    """Write the dataset from local parts into ``tmp`` (not published) and return its report: a Ray task's body
+    (the tokenizer, needed to decode cut reasons and for the report, is loaded where it runs)."""
+    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    return _write_dataset(cfg, tmp, tok, _local_group_reader(parts_dir), groups, ignored, None, rejects)
 
 
 def _reporter(cfg: Any, tok: Any, ignored: list[dict[str, str]]) -> Callable[[Tally, dict[str, Any]], dict[str, Any]]:
