@@ -149,3 +149,60 @@ def test_error_text_quoting_input_never_carries_a_lone_surrogate() -> None:
     assert "\ud800" not in err.message and "\udcff" not in str(err)
     str(err).encode("utf-8")
     assert printable("emoji \U0001f600 kept") == "emoji \U0001f600 kept"
+
+
+def _nested_values() -> Any:
+    """Values shaped like what readers build: dicts (string and integer keys), lists, tuples, number runs, pydantic
+    models, dataclasses, and leaves JSON cannot hold (sets, bytes), with lone surrogates or paired ones anywhere."""
+    import dataclasses
+
+    from hypothesis import strategies as st
+    from pydantic import BaseModel
+
+    class Box(BaseModel):
+        a: Any = None
+        b: Any = None
+
+    @dataclasses.dataclass
+    class Pair:
+        x: Any = None
+        y: Any = None
+
+    pieces = st.sampled_from(["a", "é", "\U0001f600", "\ud800", "\udfff", "\ud83d\ude00", "<|x|>"])
+    text = st.lists(pieces, max_size=4).map("".join)
+    leaves = text | st.integers() | st.floats(allow_nan=True) | st.none() | st.booleans()
+    leaves = leaves | st.frozensets(st.integers(), max_size=2) | st.binary(max_size=2)
+    return st.recursive(
+        leaves,
+        lambda kids: (
+            st.lists(kids, max_size=3)
+            | st.tuples(kids, kids)
+            | st.dictionaries(text | st.integers(), kids, max_size=3)
+            | st.builds(Box, a=kids, b=kids)
+            | st.builds(Pair, x=kids, y=kids)
+        ),
+        max_leaves=12,
+    )
+
+
+def test_the_c_speed_check_never_clears_a_value_the_walk_would_reject() -> None:
+    """``surely_clean`` (one ``json.dumps`` + UTF-8 encode) is the fast path of the graph check: whenever it says
+    clean, the field-naming walk must find nothing; whenever the walk finds something, it must not say clean."""
+    from hypothesis import given, settings
+
+    from msgtrain.ingest.text_check import lone_surrogate_field, surely_clean
+
+    seen = {"flagged": 0, "clean": 0}
+
+    @settings(max_examples=400, deadline=None, derandomize=True)
+    @given(_nested_values())
+    def check(value: Any) -> None:
+        found = lone_surrogate_field(iter([("v", value)]))
+        if surely_clean([value]):
+            assert found is None, found
+            seen["clean"] += 1
+        elif found is not None:
+            seen["flagged"] += 1
+
+    check()
+    assert seen["flagged"] > 20 and seen["clean"] > 20, seen  # both branches really ran

@@ -104,3 +104,47 @@ def test_one_plain_tokenizer_encodes_initial_text_as_one_without_added_tokens() 
     for text in texts:
         want = bare.encode(text, add_special_tokens=False).ids
         assert tok.encode_plain(text, initial=True).tolist() == want, text
+
+
+def test_the_render_watchdog_stops_a_looping_template_and_leaves_no_timer_behind(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The time bound is a periodic watchdog installed once per conversation: a template that never ends is stopped
+    (``template_timeout``) within the bound plus a tick, the renderings before and after it are unaffected, and no
+    timer or handler is left once the conversation is done."""
+    import signal
+    import time
+
+    from msgtrain.errors import RenderError
+    from msgtrain.linearize import load_tokenizer
+    from msgtrain.linearize import render as render_mod
+    from msgtrain.model.graph import MessageGraph
+
+    monkeypatch.setattr(render_mod, "MAX_RENDER_SECONDS", 0.4)
+    looping = tmp_path / "loop.jinja"
+    looping.write_text(
+        "{% for m in messages %}{{ m.content }}{% endfor %}"
+        "{% if messages | length > 2 %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+        "{% endfor %}{% endif %}"
+    )
+    tok = load_tokenizer(None, str(looping))
+    g = MessageGraph()
+    g.extend([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    renderer = Renderer(tok)
+    nodes = g.path(g.head[-1])
+    before = signal.getsignal(signal.SIGALRM)
+    with render_mod.alarm_handler():
+        for _ in range(3):  # short renderings, longer together than the bound: none is stopped
+            assert renderer.render(nodes, g.env_of(nodes[-1].id), add_generation_prompt=False) == "ab"
+            time.sleep(0.2)
+        long = MessageGraph()
+        long.extend([{"role": "user", "content": c} for c in "xyz"])
+        lnodes = long.path(long.head[-1])
+        t = time.monotonic()
+        with pytest.raises(RenderError) as e:
+            renderer.render(lnodes, long.env_of(lnodes[-1].id), add_generation_prompt=True)
+        assert e.value.code == "template_timeout"
+        assert 0.4 <= time.monotonic() - t < 0.4 + 0.4 / 8 + 0.5
+        assert renderer.render(nodes, g.env_of(nodes[-1].id), add_generation_prompt=False) == "ab"
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is before

@@ -11,13 +11,16 @@ Invariants:
 - :func:`graph_reject` looks at every string a :class:`~msgtrain.ingest.base.ReadGraph` carries to the output
   — the graph's id, policy and metadata, every message (content, names, tool calls and their arguments, dict keys),
   engine records, tools and template arguments, the per-graph extras, and the source (file name) — and never raises.
-- Cost: one pass over the graph's values; homogeneous number sequences (token ids, logprobs) are skipped in C, and an
-  ASCII string is cleared by ``str.isascii``.
+- Cost: one C-speed serialization of the graph's values (``json.dumps`` without ASCII escapes, then a UTF-8 encode,
+  which fails exactly when some string holds a surrogate); only a graph that fails it, or holds a value JSON cannot
+  take, is walked in Python to name the field. The walk skips homogeneous number sequences (token ids, logprobs) in
+  C and clears an ASCII string by ``str.isascii``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -53,6 +56,27 @@ def lone_surrogate_field(roots: Iterator[tuple[str, Any]]) -> tuple[str, str, in
         if found is not None:
             return found
     return None
+
+
+def _as_json(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for :func:`surely_clean`: the same children :func:`_children` walks; a leaf the
+    walk ignores (a date, an array) becomes ``None``, so it is ignored here too."""
+    if isinstance(value, BaseModel):
+        return value.__dict__
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+    return None
+
+
+def surely_clean(values: list[Any]) -> bool:
+    """True when no string under ``values`` (dict keys included) holds a lone surrogate, decided at C speed; False
+    when one may (then :func:`lone_surrogate_field` finds it, or finds that the value was something JSON cannot
+    hold, such as a dict keyed by tuples)."""
+    try:
+        json.dumps(values, ensure_ascii=False, default=_as_json).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def _children(value: Any) -> Iterator[tuple[str, Any]] | None:
@@ -131,7 +155,10 @@ def _graph_values(event: ReadGraph) -> Iterator[tuple[str, Any]]:
 def graph_reject(event: ReadGraph) -> ReadReject | None:
     """The ``invalid_text`` reject of a graph holding a lone surrogate (see :mod:`msgtrain.ingest.text_check`)."""
     try:
-        found = lone_surrogate_field(_graph_values(event))
+        named = list(_graph_values(event))
+        if surely_clean([value for _, value in named]):
+            return None
+        found = lone_surrogate_field(iter(named))
     except Exception:  # the check is a guard, not a new way to fail: an odd value is judged further down
         return None
     if found is None:

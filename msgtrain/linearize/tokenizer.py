@@ -23,6 +23,7 @@ import bisect
 import functools
 import hashlib
 import json
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -189,6 +190,16 @@ def _load_hf(name: str | None, chat_template: str | None) -> Any:
             hint="pass --chat-template FILE (a .jinja file or a tokenizer_config.json with chat_template)",
         )
     return hf
+
+
+# The test suite sets MSGTRAIN_VERIFY_REPLAY=1: then the checkpoints encode_segments derives from its segments are
+# also found the slow way (TokenizerBundle._marks) and any difference fails.
+VERIFY_MARKS = os.environ.get("MSGTRAIN_VERIFY_REPLAY") == "1"
+
+
+def _check_marks(fast: tuple[np.ndarray, np.ndarray], slow: tuple[np.ndarray, np.ndarray]) -> None:
+    if not (np.array_equal(fast[0], slow[0]) and np.array_equal(fast[1], slow[1])):
+        raise AssertionError(f"segment checkpoints {fast} differ from the text's {slow}")
 
 
 @dataclass
@@ -523,21 +534,26 @@ class TokenizerBundle:
         cache: dict[tuple[bool, str], np.ndarray],
         at_start: bool,
         shared: SharedSegments | None = None,
-    ) -> np.ndarray:
-        """``encode(text)``, a segment at a time through ``cache``, new segments in one batched call.
+    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """``encode(text)``, a segment at a time through ``cache``, new segments in one batched call; with the text's
+        (char_end, token_end) checkpoints after each added token when the segments give them (else None: then
+        :meth:`_marks` finds them).
 
         A segment is the text up to and including the next added token (the last one: the rest). HF tokenizers
         split on added tokens before anything else, so a text's ids are its segments' ids end to end — the same
         fact :meth:`encode_from` relies on, and only used when :attr:`boundary_reuse` confirmed it for this
         tokenizer. Each newly encoded segment is checked to hold exactly the added token it ends with (none for
-        the rest); otherwise the whole text is encoded at once. ``at_start``: the text starts a rendering (its first
-        segment is cached apart: some tokenizers treat the start of the input specially). The cache lives as long as
-        its owner wants (the linearizer keeps one per conversation, whose renderings repeat segments: a template
-        that re-renders history, a prompt and the same prompt with the turn); ``shared`` is looked up for what
-        ``cache`` lacks and learns every segment encoded here."""
+        the rest); otherwise the whole text is encoded at once. So every segment that ends with an added token ends
+        with its id, and the checkpoints are the segments' ends, in characters and in tokens: exactly what
+        :meth:`_marks` finds for a text without marker characters. ``at_start``: the text starts a rendering (its
+        first segment is cached apart: some tokenizers treat the start of the input specially). The cache lives as
+        long as its owner wants (the linearizer keeps one per conversation, whose renderings repeat segments: a
+        template that re-renders history, a prompt and the same prompt with the turn); ``shared`` is looked up for
+        what ``cache`` lacks and learns every segment encoded here."""
         if not self.boundary_reuse:
-            return self.encode(text)
+            return self.encode(text), None
         cuts = [m.end() for m in self._added_re.finditer(text)]
+        matched = len(cuts)  # the first ``matched`` segments end with an added token
         if not cuts or cuts[-1] != len(text):
             cuts.append(len(text))
         keys: list[tuple[bool, str]] = []
@@ -568,18 +584,25 @@ class TokenizerBundle:
             # last id; checked for the whole batch at once.
             ends_added = np.fromiter((self._added_re.search(k[1]) is not None for k in new), dtype=bool, count=len(new))
             if not lengths.all():
-                return self.encode(text)  # an empty segment encoding: no shortcut here
+                return self.encode(text), None  # an empty segment encoding: no shortcut here
             added = in_table(self._is_added, np.concatenate(arrays))
             ends = np.cumsum(lengths)
             counts = np.add.reduceat(added.astype(np.int64), ends - lengths)
             if not (np.array_equal(counts, ends_added) and added[ends - 1][ends_added].all()):
-                return self.encode(text)  # a segment that does not split as expected: no shortcut here
+                return self.encode(text), None  # a segment that does not split as expected: no shortcut here
             for key, ids in zip(new, arrays, strict=True):
                 cache[key] = ids
             if shared is not None:
                 for key in new:
                     shared.put(key, cache[key])
-        return np.concatenate([cache[k] for k in keys]) if keys else np.zeros(0, dtype=np.int32)
+        if not keys:
+            return np.zeros(0, dtype=np.int32), None
+        parts = [cache[k] for k in keys]
+        ids = np.concatenate(parts)
+        if _MARKER_CHARS.search(text) is not None:
+            return ids, None  # marker characters: only :meth:`_marks` tells the template's tokens from content's
+        token_ends = np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)))
+        return ids, (np.asarray(cuts[:matched], dtype=np.int64), token_ends[:matched])
 
     def encode_full(
         self,
@@ -588,11 +611,16 @@ class TokenizerBundle:
         segments: dict[tuple[bool, str], np.ndarray] | None = None,
         shared: SharedSegments | None = None,
     ) -> Encoded:
+        marks = None
         if marked:
             ids = self.encode_marked(text)
+        elif segments is None:
+            ids = self.encode(text)
         else:
-            ids = self.encode(text) if segments is None else self.encode_segments(text, segments, True, shared)
-        cm, tm = self._marks(text, ids)
+            ids, marks = self.encode_segments(text, segments, True, shared)
+        cm, tm = self._marks(text, ids) if marks is None or VERIFY_MARKS else marks
+        if VERIFY_MARKS and marks is not None:
+            _check_marks(marks, (cm, tm))
         return Encoded(text, ids, cm, tm)
 
     def encode_from(
@@ -620,11 +648,19 @@ class TokenizerBundle:
             return self.encode_full(text, marked, segments, shared)
         c, t = int(base.char_marks[k - 1]), int(base.tok_marks[k - 1])
         rest = text[c:]
+        marks = None
         if marked:
             rest_ids = self.encode_marked(rest, after=self._control_ending_at(text, c))
+        elif segments is None:
+            rest_ids = self.encode(rest)
         else:
-            rest_ids = self.encode(rest) if segments is None else self.encode_segments(rest, segments, False, shared)
-        cm, tm = self._marks(rest, rest_ids, c, t)
+            rest_ids, marks = self.encode_segments(rest, segments, False, shared)
+        if marks is None or VERIFY_MARKS:
+            cm, tm = self._marks(rest, rest_ids, c, t)
+            if marks is not None:
+                _check_marks((marks[0] + c, marks[1] + t), (cm, tm))
+        else:
+            cm, tm = marks[0] + c, marks[1] + t
         ids = np.concatenate([base.ids[:t], rest_ids])
         return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))
 

@@ -50,7 +50,7 @@ from msgtrain.ingest.base import (
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.plan import LinearizeResult
-from msgtrain.linearize.render import Renderer
+from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.run.storage import Store, join
 
 MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
@@ -247,7 +247,8 @@ def convert_file(
     try:
         opened = open_reader(path, get_reader(settings.input_format) if settings.input_format else None)
         events = iter([opened]) if isinstance(opened, ReadReject) else read_events(opened, path)
-        with reading_chunk(path, chunk):
+        # One render watchdog for the whole file (its conversations' renderings only note their start).
+        with reading_chunk(path, chunk), alarm_handler():
             for ev in events:
                 if isinstance(ev, ReadReject):
                     stats.records_read += ev.count
