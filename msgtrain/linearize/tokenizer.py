@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -557,15 +558,15 @@ class TokenizerBundle:
         if not cuts or cuts[-1] != len(text):
             cuts.append(len(text))
         keys: list[tuple[bool, str]] = []
-        missing: dict[tuple[bool, str], None] = {}
+        missing: dict[tuple[bool, str], bool] = {}  # new segment -> whether it ends with an added token's text
         start = 0
-        for end in cuts:
+        for i, end in enumerate(cuts):
             key = (at_start and start == 0, text[start:end])
             keys.append(key)
             if key not in cache:
                 ids = shared.get(key) if shared is not None else None
                 if ids is None:
-                    missing[key] = None
+                    missing[key] = i < matched
                 else:
                     cache[key] = ids
             start = end
@@ -576,21 +577,22 @@ class TokenizerBundle:
             self._unsplit()
             # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on.
             batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-            outs = batch([k[1] for k in new], add_special_tokens=False)
-            arrays = [np.asarray(out.ids, dtype=np.int32) for out in outs]
-            lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
-            self.encoded_tokens += int(lengths.sum())
-            # Each new segment must hold exactly the added token its text ends with (none for the rest), as its
-            # last id; checked for the whole batch at once.
-            ends_added = np.fromiter((self._added_re.search(k[1]) is not None for k in new), dtype=bool, count=len(new))
-            if not lengths.all():
+            id_lists = [out.ids for out in batch([k[1] for k in new], add_special_tokens=False)]
+            lengths = list(map(len, id_lists))
+            total = sum(lengths)
+            self.encoded_tokens += total
+            if 0 in lengths:
                 return self.encode(text), None  # an empty segment encoding: no shortcut here
-            added = in_table(self._is_added, np.concatenate(arrays))
-            ends = np.cumsum(lengths)
-            counts = np.add.reduceat(added.astype(np.int64), ends - lengths)
-            if not (np.array_equal(counts, ends_added) and added[ends - 1][ends_added].all()):
+            flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=total)
+            ends = list(itertools.accumulate(lengths))
+            # Each new segment must hold exactly the added token its text ends with (none for the rest), as its last
+            # id. Checked for the whole batch at once: the last id of every segment that ends with an added token's
+            # text is added, and the batch holds no other added id.
+            last = [e - 1 for e, ends_added in zip(ends, missing.values(), strict=True) if ends_added]
+            added = in_table(self._is_added, flat)
+            if int(np.count_nonzero(added)) != len(last) or not added[last].all():
                 return self.encode(text), None  # a segment that does not split as expected: no shortcut here
-            for key, ids in zip(new, arrays, strict=True):
+            for key, ids in zip(new, np.split(flat, ends[:-1]), strict=True):
                 cache[key] = ids
             if shared is not None:
                 for key in new:
