@@ -80,7 +80,7 @@ class _FastSandbox(ImmutableSandboxedEnvironment):
             return self.unsafe_undefined(obj, attribute)
         return self.undefined(obj=obj, name=attribute)
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's names
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # jinja names it so
         # A method of a plain str, dict, list or tuple (``content.split``, ``content.startswith``…; the sandbox's
         # getattr already refused unsafe ones and wrapped ``format``): the sandbox would find it safely callable
         # (no ``unsafe_callable`` / ``alters_data``) and the context would pass it no context (no ``jinja_pass_arg``),
