@@ -35,8 +35,8 @@ from jinja2.visitor import NodeTransformer
 _DICT_NAMES = frozenset(dir(dict))
 _METHOD_TYPES = (types.MethodType, types.BuiltinMethodType)
 _FORMAT_NAMES = ("format", "format_map")
-_BUILTIN_METHOD = type("".startswith)
-_PLAIN_TYPES = frozenset({str, dict, list, tuple})
+_BUILTIN_METHOD: Any = types.BuiltinMethodType
+_PLAIN_TYPES: frozenset[type] = frozenset({str, dict, list, tuple})
 
 
 class _FastSandbox(ImmutableSandboxedEnvironment):
