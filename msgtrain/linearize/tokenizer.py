@@ -273,6 +273,7 @@ class TokenizerBundle:
         # ids -> "is an added token" by one gather (np.isin sorts on every call)
         self._is_added = np.zeros(max(len(hf), int(self.added_ids.max(initial=0)) + 1), dtype=bool)
         self._is_added[self.added_ids] = True
+        self._added_set = frozenset(int(i) for i in self.added_ids)
         self.special_ids = {int(i) for i in hf.all_special_ids}
         self._added_re = re.compile("|".join(map(re.escape, self.added_strings)) or "(?!)")
         self.stop_ids = self._stop_ids()
@@ -388,7 +389,10 @@ class TokenizerBundle:
         compiled = compile_template(self.chat_template)
         chat = list(messages) if prepared else self.prepare(messages)
         schemas = (list(tools) if prepared else plain(list(tools))) if tools else None
-        return str(compiled.render(messages=chat, **self._variables(schemas, add_generation_prompt, template_kwargs)))
+        from msgtrain.linearize.template import render_template
+
+        variables = {"messages": chat, **self._variables(schemas, add_generation_prompt, template_kwargs)}
+        return render_template(compiled, variables)
 
     def render_traced(
         self,
@@ -588,10 +592,16 @@ class TokenizerBundle:
             # Each new segment must hold exactly the added token its text ends with (none for the rest), as its last
             # id. Checked for the whole batch at once: the last id of every segment that ends with an added token's
             # text is added, and the batch holds no other added id.
-            last = [e - 1 for e, ends_added in zip(ends, missing.values(), strict=True) if ends_added]
-            added = in_table(self._is_added, flat)
-            if int(np.count_nonzero(added)) != len(last) or not added[last].all():
-                return self.encode(text), None  # a segment that does not split as expected: no shortcut here
+            # (On the id lists, in Python: a batch is a few short segments, where numpy's per-call cost dominates.)
+            is_added = self._added_set.__contains__
+            expected = 0
+            for ids_of, ends_added in zip(id_lists, missing.values(), strict=True):
+                if ends_added:
+                    if not is_added(ids_of[-1]):
+                        return self.encode(text), None  # a segment that does not split as expected: no shortcut
+                    expected += 1
+            if sum(map(is_added, itertools.chain.from_iterable(id_lists))) != expected:
+                return self.encode(text), None
             for key, ids in zip(new, np.split(flat, ends[:-1]), strict=True):
                 cache[key] = ids
             if shared is not None:
