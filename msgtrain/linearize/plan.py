@@ -122,7 +122,27 @@ def _h(*parts: str) -> str:
 
 def _is_prefix(prefix: np.ndarray, seq: np.ndarray) -> bool:
     n = prefix.shape[0]
-    return n <= seq.shape[0] and bool(np.array_equal(seq[:n], prefix))
+    if n > seq.shape[0]:
+        return False
+    if prefix.dtype == seq.dtype and prefix.flags.c_contiguous and seq.flags.c_contiguous:
+        # Bytes of contiguous arrays of one dtype compare like their elements; two copies and a memcmp cost less
+        # than numpy's per-call overhead at these sizes.
+        return prefix.tobytes() == seq[:n].tobytes()
+    return bool(np.array_equal(seq[:n], prefix))
+
+
+_STOP_FACTS: dict[int, tuple[TokenizerBundle, np.ndarray, np.ndarray, int]] = {}
+
+
+def _stop_facts(tok: TokenizerBundle) -> tuple[np.ndarray, np.ndarray, int]:
+    """(sorted stop ids, a membership table indexed by id, vocabulary size) of ``tok``, made once per tokenizer."""
+    hit = _STOP_FACTS.get(id(tok))
+    if hit is None or hit[0] is not tok:
+        stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
+        table = np.zeros(int(stop.max()) + 1 if stop.shape[0] else 0, dtype=bool)
+        table[stop] = True
+        hit = _STOP_FACTS[id(tok)] = (tok, stop, table, len(tok.hf))
+    return hit[1], hit[2], hit[3]
 
 
 class _GraphLinearizer:
@@ -131,10 +151,8 @@ class _GraphLinearizer:
         self.tok = tok
         self.r = renderer
         self.opts = opts
-        self.stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
-        self._stop_table = np.zeros(int(self.stop.max()) + 1 if self.stop.shape[0] else 0, dtype=bool)
-        self._stop_table[self.stop] = True
-        self.vocab_size = len(tok.hf)
+        # Per tokenizer, not per conversation: the stop table is as long as the highest stop id.
+        self.stop, self._stop_table, self.vocab_size = _stop_facts(tok)
         self.tt: dict[str, TurnTokens] = {}
         self.parent: dict[str, str | None] = {}
         self.recent: list[Encoded] = []
