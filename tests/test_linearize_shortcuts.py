@@ -124,7 +124,7 @@ def test_the_render_watchdog_stops_a_looping_template_and_leaves_no_timer_behind
     looping = tmp_path / "loop.jinja"
     looping.write_text(
         "{% for m in messages %}{{ m.content }}{% endfor %}"
-        "{% if messages | length > 2 %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+        "{% if messages[-1].content == 'loop forever' %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
         "{% endfor %}{% endif %}"
     )
     tok = load_tokenizer(None, str(looping))
@@ -138,7 +138,7 @@ def test_the_render_watchdog_stops_a_looping_template_and_leaves_no_timer_behind
             assert renderer.render(nodes, g.env_of(nodes[-1].id), add_generation_prompt=False) == "ab"
             time.sleep(0.2)
         long = MessageGraph()
-        long.extend([{"role": "user", "content": c} for c in "xyz"])
+        long.extend([{"role": "user", "content": "x"}, {"role": "user", "content": "loop forever"}])
         lnodes = long.path(long.head[-1])
         t = time.monotonic()
         with pytest.raises(RenderError) as e:
