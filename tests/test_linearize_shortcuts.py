@@ -124,8 +124,8 @@ def test_the_render_watchdog_stops_a_looping_template_and_leaves_no_timer_behind
     looping = tmp_path / "loop.jinja"
     looping.write_text(
         "{% for m in messages %}{{ m.content }}{% endfor %}"
-        "{% if messages[-1].content == 'loop forever' %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-        "{% endfor %}{% endif %}"
+        "{% if messages[-1].content == 'loop forever' %}"
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}"
     )
     tok = load_tokenizer(None, str(looping))
     g = MessageGraph()

@@ -228,17 +228,18 @@ class Renderer:
         when = dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else self.render_date
         self.renders += 1
         try:
-            with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
-                traced = (
-                    self._render_traced(ids, msgs, tools, env, add_generation_prompt, marked)
-                    if REPLAY and len(msgs) >= self.min_traced
-                    else None
-                )
-                if traced is None:
-                    text = self._render_full(msgs, tools, env, add_generation_prompt, marked)
-                    self.iterations_run += len(msgs)
-                else:
-                    text = traced
+            if getattr(_alarm, "installed", False) and (when is None or "strftime_now" not in self.tok.chat_template):
+                # The common case, without two context managers per rendering: a watchdog is installed (by the file
+                # or the conversation) and no date to pin; the rendering notes its start as ``_time_bound`` does.
+                _alarm.limit = MAX_RENDER_SECONDS
+                _alarm.started = time.monotonic()
+                try:
+                    text = self._render_any(ids, msgs, tools, env, add_generation_prompt, marked)
+                finally:
+                    _alarm.started = None
+            else:
+                with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
+                    text = self._render_any(ids, msgs, tools, env, add_generation_prompt, marked)
         except _Timeout:
             raise RenderError(
                 f"chat template ran longer than {MAX_RENDER_SECONDS:.0f} s",
@@ -259,6 +260,27 @@ class Renderer:
                 code="template_output_too_large",
             )
         return text
+
+    def _render_any(
+        self,
+        ids: list[str],
+        msgs: list[dict[str, Any]],
+        tools: list[Any],
+        env: Env,
+        add_generation_prompt: bool,
+        marked: bool,
+    ) -> str:
+        """Traced (replaying what it can) for long contexts, else in full."""
+        traced = (
+            self._render_traced(ids, msgs, tools, env, add_generation_prompt, marked)
+            if REPLAY and len(msgs) >= self.min_traced
+            else None
+        )
+        if traced is None:
+            text = self._render_full(msgs, tools, env, add_generation_prompt, marked)
+            self.iterations_run += len(msgs)
+            return text
+        return traced
 
     def _kwargs(self, env: Env, marked: bool) -> dict[str, Any]:
         """The env's template kwargs (log strings too: a marked rendering gets them marked)."""
