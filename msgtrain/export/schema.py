@@ -82,40 +82,65 @@ class Sample:
 
 
 def samples_to_table(samples: list[Sample]) -> pa.Table:
-    """Build the canonical Arrow table without Python loops over tokens."""
+    """Build the canonical Arrow table without Python loops over tokens (per-row values are gathered once)."""
 
-    def list_col(arrays: list[np.ndarray], typ: pa.DataType, nan_to_null: bool = False) -> pa.Array:
-        lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
-        offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
+    def offsets_of(lengths: np.ndarray) -> np.ndarray:
+        offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
+        return offsets
+
+    def list_col(arrays: list[np.ndarray], typ: pa.DataType, nan_to_null: bool = False) -> tuple[pa.Array, np.ndarray]:
+        offsets = offsets_of(np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays)))
         flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=typ.to_pandas_dtype())
         mask = np.isnan(flat) if nan_to_null else None
         values = pa.array(flat, type=typ, mask=mask, from_pandas=False)
-        return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
+        return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values), flat
 
+    input_ids, _ = list_col([s.input_ids.astype(np.int32, copy=False) for s in samples], pa.int32())
+    loss_mask, flat_mask = list_col([s.loss_mask.astype(np.int8, copy=False) for s in samples], pa.int8())
+    # num_trained_tokens (the mask's sum per row) from one running sum over all rows' masks.
+    running = np.zeros(flat_mask.shape[0] + 1, dtype=np.int64)
+    np.cumsum(flat_mask, dtype=np.int64, out=running[1:])
+    mask_offsets = loss_mask.offsets.to_numpy()
+    trained = running[mask_offsets[1:]] - running[mask_offsets[:-1]]
+    # turn_spans from flat (start, end) columns: a list of dicts per row costs a Python object per span.
+    span_counts = np.fromiter((len(s.turn_spans) for s in samples), dtype=np.int64, count=len(samples))
+    bounds = np.array([ab for s in samples for ab in s.turn_spans], dtype=np.int32).reshape(-1, 2)
+    spans = pa.ListArray.from_arrays(
+        pa.array(offsets_of(span_counts), type=pa.int32()),
+        pa.StructArray.from_arrays([pa.array(bounds[:, 0]), pa.array(bounds[:, 1])], fields=list(SPAN)),
+    )
+    # A conversation's samples share one metadata dict: serialized once per dict.
+    dumped: dict[int, str] = {}
+    metadata = []
+    for s in samples:
+        text = dumped.get(id(s.metadata))
+        if text is None:
+            text = dumped[id(s.metadata)] = json.dumps(s.metadata, sort_keys=True, ensure_ascii=False)
+        metadata.append(text)
     cols: dict[str, Any] = {
         "sample_id": [s.sample_id for s in samples],
         "graph_id": [s.graph_id for s in samples],
         "source": [s.source for s in samples],
         "policy": [s.policy for s in samples],
-        "input_ids": list_col([s.input_ids.astype(np.int32, copy=False) for s in samples], pa.int32()),
-        "loss_mask": list_col([s.loss_mask.astype(np.int8, copy=False) for s in samples], pa.int8()),
+        "input_ids": input_ids,
+        "loss_mask": loss_mask,
         "logprobs": list_col(
             [s.logprobs.astype(np.float32, copy=False) for s in samples], pa.float32(), nan_to_null=True
-        ),
+        )[0],
         "turn_ids": [s.turn_ids for s in samples],
-        "turn_spans": [[{"start": a, "end": b} for a, b in s.turn_spans] for s in samples],
+        "turn_spans": spans,
         "turn_group_ids": [s.turn_group_ids for s in samples],
         "group_id": [s.group_id for s in samples],
         "cut_reason": [s.cut_reason for s in samples],
-        "num_tokens": [s.num_tokens for s in samples],
-        "num_trained_tokens": [s.num_trained_tokens for s in samples],
+        "num_tokens": pa.array(np.diff(input_ids.offsets.to_numpy()), type=pa.int32()),
+        "num_trained_tokens": pa.array(trained, type=pa.int32()),
         "num_turns": [len(s.turn_ids) for s in samples],
         "engine_tokens": [s.engine_tokens for s in samples],
         "token_source": [s.token_source for s in samples],
         "reward": [s.reward for s in samples],
         "flags": [s.flags for s in samples],
-        "metadata": [json.dumps(s.metadata, sort_keys=True, ensure_ascii=False) for s in samples],
+        "metadata": metadata,
     }
     arrays = [
         cols[f.name] if isinstance(cols[f.name], pa.Array) else pa.array(cols[f.name], type=f.type)
