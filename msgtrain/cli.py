@@ -111,5 +111,30 @@ def _internal_error(e: Exception) -> int:
     return EXIT_FATAL
 
 
+def run() -> None:
+    """The console script: :func:`main`, then an exit without tearing the interpreter down.
+
+    A ``convert`` has imported transformers, pyarrow and datasets (with pandas), some 1,500 modules; tearing them
+    down at exit cost 0.45 s after all work was done (a third of a small conversion's wall time). When ``main`` has
+    returned, every output is closed and published, so this runs what was registered with :mod:`atexit` (logging,
+    multiprocessing, temporary directories, Ray), flushes standard output and error, and leaves with ``os._exit``.
+    Where a non-daemon thread still runs, the normal exit (which waits for it) is taken instead.
+    """
+    code = main()
+    import atexit
+    import contextlib
+    import os
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        # A closed pipe (``msgtrain ... | head``): nothing more can be written.
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

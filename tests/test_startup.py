@@ -87,3 +87,52 @@ def test_the_formats_catalogue_is_the_registry() -> None:
     listed = tuple((r.name, r.description, r.example) for r in REGISTRY.values())
     assert listed == catalog.FORMATS, "the formats catalogue is stale: run `python -m msgtrain.ingest.catalog`"
     assert catalog.generate() == Path(catalog.__file__).read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------ the console script's exit
+RUN = """
+import atexit, sys, threading, time
+from pathlib import Path
+mode, marker = sys.argv[1], Path(sys.argv[2])
+atexit.register(lambda: marker.with_suffix(".atexit").write_text("ran"))
+if mode == "thread":
+    def late() -> None:
+        time.sleep(0.5)
+        marker.with_suffix(".thread").write_text("done")
+    threading.Thread(target=late).start()
+sys.argv = ["msgtrain", *sys.argv[3:]]
+from msgtrain.cli import run
+run()
+"""
+
+
+def _run_script(tmp_path: Path, mode: str, *argv: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    marker = tmp_path / f"m-{mode}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN, mode, str(marker), *argv], capture_output=True, text=True, env=env, timeout=120
+    )
+    return proc, marker
+
+
+def test_the_console_script_exits_with_mains_code_after_its_exit_handlers(tmp_path: Path) -> None:
+    """``run`` leaves without interpreter teardown, but only after atexit handlers ran and buffered output (here a
+    pipe, so block-buffered) was flushed; its exit code is the one ``main`` returned."""
+    from msgtrain.cli import main
+
+    proc, marker = _run_script(tmp_path, "plain", "formats")
+    assert proc.returncode == 0
+    assert marker.with_suffix(".atexit").read_text() == "ran"
+    assert "input formats" in proc.stdout and proc.stdout.rstrip().splitlines()[-1].strip()
+    missing = str(tmp_path / "no-such-input.jsonl")
+    proc, marker = _run_script(tmp_path, "plain", "convert", missing, "-o", str(tmp_path / "out"))
+    assert proc.returncode == main(["convert", missing, "-o", str(tmp_path / "out2")]) != 0
+    assert "does not exist" in proc.stderr
+    assert marker.with_suffix(".atexit").read_text() == "ran"
+
+
+def test_the_console_script_waits_for_a_running_non_daemon_thread(tmp_path: Path) -> None:
+    proc, marker = _run_script(tmp_path, "thread", "--help")
+    assert proc.returncode == 0
+    assert marker.with_suffix(".thread").read_text() == "done"  # the normal exit joined it
+    assert marker.with_suffix(".atexit").read_text() == "ran"
