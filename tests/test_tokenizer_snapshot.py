@@ -26,7 +26,7 @@ FOLDERS = sorted({TEMPLATES[n][0] for n in ("qwen3", "phi3", "gpt-oss")})
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("MSGTRAIN_CACHE_DIR", str(root))
-    monkeypatch.delenv("MSGTRAIN_CACHE", raising=False)
+    monkeypatch.delenv("MSGTRAIN_TOKENIZER_CACHE", raising=False)
     return root / "tokenizers"
 
 
@@ -162,10 +162,10 @@ def test_snapshots_off_and_tokenizers_that_are_not_only_their_backend(
     from msgtrain.linearize.tokenizer import _load_and_snapshot, auto_tokenizer, backend_decodes_alike
 
     folder = shared_path(TEMPLATES["qwen3"][0])
-    monkeypatch.setenv("MSGTRAIN_CACHE", "0")
+    monkeypatch.setenv("MSGTRAIN_TOKENIZER_CACHE", "0")
     _load_and_snapshot(str(folder), folder)
     assert not cache.exists()
-    monkeypatch.delenv("MSGTRAIN_CACHE")
+    monkeypatch.delenv("MSGTRAIN_TOKENIZER_CACHE")
     hf = auto_tokenizer(str(folder))
     assert snapshot.snapshotable(hf, backend_decodes_alike(hf)) is not None
     hf.clean_up_tokenization_spaces = True  # decode would differ from the backend's: no snapshot

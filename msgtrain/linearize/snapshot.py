@@ -19,8 +19,8 @@ Invariants:
 - Anything the snapshot does not hold (``apply_chat_template``, other transformers attributes) is served by the
   transformers tokenizer, loaded on first use; the chat template override is applied to both.
 - A snapshot is written to a temporary directory and renamed into place (concurrent runs race harmlessly); an
-  unreadable or corrupt one is ignored and rewritten. Snapshots are memos of :mod:`msgtrain.cache` (where they
-  live; ``MSGTRAIN_CACHE=0`` turns them off).
+  unreadable or corrupt one is ignored and rewritten. ``MSGTRAIN_TOKENIZER_CACHE=0`` turns snapshots off;
+  ``MSGTRAIN_CACHE_DIR`` (else ``$XDG_CACHE_HOME/msgtrain``, else ``~/.cache/msgtrain``) says where they live.
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-from msgtrain.cache import cache_dir, version
 
 FORMAT = 1
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".h5", ".msgpack", ".npz")
@@ -48,13 +47,26 @@ PROBES = (
 
 
 def cache_root() -> Path | None:
-    return cache_dir("tokenizers")
+    if os.environ.get("MSGTRAIN_TOKENIZER_CACHE", "1") == "0":
+        return None
+    explicit = os.environ.get("MSGTRAIN_CACHE_DIR")
+    if explicit:
+        return Path(explicit) / "tokenizers"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "msgtrain" / "tokenizers"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "-"
 
 
 def snapshot_key(folder: Path) -> str | None:
     """The content key of a tokenizer folder (None: not a readable local folder)."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{FORMAT}\0{version('transformers')}\0{version('tokenizers')}\0".encode())
+    h.update(f"{FORMAT}\0{_version('transformers')}\0{_version('tokenizers')}\0".encode())
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
         for entry in entries:
