@@ -384,7 +384,7 @@ def _check_chat_template(tok: Any, source: str) -> None:
     """A --chat-template that does not render a conversation is a usage error, found before any work."""
     probe = [{"role": "user", "content": "msgtrain-probe-user"}, {"role": "assistant", "content": "msgtrain-probe-ok"}]
     try:
-        text = tok.render(probe, add_generation_prompt=False)  # as apply_chat_template renders it
+        text = tok.hf.apply_chat_template(probe, tokenize=False)
     except Exception as e:  # a template that fails on the simplest conversation is not a chat template
         raise ConfigError(
             f"--chat-template {source} does not render a conversation: {type(e).__name__}: {e}",
