@@ -1,0 +1,131 @@
+"""Start-up of the command line: whole processes, as a user runs them.
+
+Usage: ``python3 benchmarks/startup.py`` (five runs per command; ``--runs N``); benchmarks/README.md explains it.
+
+Measured per command, each a fresh interpreter running the console script's entry point (``msgtrain.cli:run``,
+without the shell shim an installed script may go through): wall time and CPU time (user + system of the child)
+from process start to exit, medians and ranges over the runs, the commands run in turn so a drifting machine
+affects them alike. For ``convert`` of one conversation (the Qwen3 tokenizer of ``../shared`` when present, else the
+embedded demo tokenizer) also the moment the first record is read: the child notes the wall-clock time of its first
+call into the readers, against the parent's clock before it started the process.
+
+Invariants: nothing here changes what msgtrain does (the first-record hook wraps ``read_events`` in the child only);
+the conversion's output is checked to exist after each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+QWEN3 = SHARED / "tokenizers" / "qwen3"
+SOURCE = SHARED / "real_logs" / "sharegpt_llamafactory" / "reason_tool_use_demo_50.jsonl"
+
+RUN = "import sys; sys.argv[0] = 'msgtrain'; from msgtrain.cli import run; run()"
+# The child of a first-record measurement: the readers' entry point notes when it is first called.
+FIRST = """
+import sys, time
+from pathlib import Path
+mark = Path(sys.argv[1])
+sys.argv = ["msgtrain", *sys.argv[2:]]
+import msgtrain.run.parts as parts
+orig = parts.read_events
+def first(*args, **kwargs):
+    if not mark.exists():
+        mark.write_text(repr(time.time()))
+    return orig(*args, **kwargs)
+parts.read_events = first
+from msgtrain.cli import run
+run()
+"""
+
+
+def _child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def measure(argv: list[str], code: str = RUN) -> tuple[float, float]:
+    """(wall s, CPU s) of one fresh process running ``msgtrain ARGV``."""
+    cpu = _child_cpu()
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"msgtrain {' '.join(argv)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return wall, _child_cpu() - cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "one.jsonl"
+        tokenizer: list[str] = []
+        if SOURCE.is_file() and QWEN3.is_dir():
+            with open(SOURCE, encoding="utf-8") as f:
+                log.write_text(f.readline(), encoding="utf-8")
+            tokenizer = ["--tokenizer", str(QWEN3)]
+            what = "one real conversation, Qwen3 tokenizer"
+        else:
+            log.write_text(
+                json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})
+                + "\n",
+                encoding="utf-8",
+            )
+            what = "one conversation, the embedded demo tokenizer (../shared is absent)"
+        out = Path(tmp) / "out"
+        convert = ["convert", str(log), "-q", "-o", str(out), *tokenizer]
+        commands = {
+            "--help": ["--help"],
+            "formats": ["formats"],
+            "convert --help": ["convert", "--help"],
+            f"convert ({what})": convert,
+        }
+        load = os.getloadavg()[0]
+        print(f"# msgtrain start-up · python {sys.version.split()[0]} · load {load:.1f} · {args.runs} runs")
+        walls: dict[str, list[float]] = {k: [] for k in commands}
+        cpus: dict[str, list[float]] = {k: [] for k in commands}
+        firsts: list[float] = []
+        for _ in range(args.runs):
+            for name, cmd in commands.items():
+                shutil.rmtree(out, ignore_errors=True)
+                wall, cpu = measure(cmd)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+            shutil.rmtree(out, ignore_errors=True)
+            mark = Path(tmp) / "first"
+            mark.unlink(missing_ok=True)
+            began = time.time()
+            measure([str(mark), *convert, "--overwrite"], code=FIRST)
+            firsts.append(float(mark.read_text()) - began)
+            if not (out / "report.json").is_file():
+                raise SystemExit("convert wrote no report.json")
+        print("\n| command | wall s (median) | wall s (min – max) | CPU s (median) |\n|---|---|---|---|")
+        for name in commands:
+            w, c = walls[name], cpus[name]
+            med_w, med_c = statistics.median(w), statistics.median(c)
+            print(f"| `{name}` | {med_w:.2f} | {min(w):.2f} – {max(w):.2f} | {med_c:.2f} |")
+        print(
+            f"| first record of `convert` read after | {statistics.median(firsts):.2f} | "
+            f"{min(firsts):.2f} – {max(firsts):.2f} | – |"
+        )
+        print(f"\nload average now {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
