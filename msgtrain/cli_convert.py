@@ -154,8 +154,11 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Convert agent logs into token-exact training samples (Parquet by default)."""
         from msgtrain.export.split import parse_split_spec
+        from msgtrain.run import parts
         from msgtrain.run.config import load_config_data, merge_cli
         from msgtrain.run.pipeline import convert as run_convert
+
+        parts.SETTLE_HEAP = True  # this process is a conversion, whose start-up objects live until it exits
 
         given: dict[str, Any] = {
             "inputs": list(inputs) if inputs else None,

@@ -9,6 +9,15 @@ from pathlib import Path
 # (msgtrain.linearize.render.VERIFY_REPLAY): the whole suite doubles as an oracle for replay. Set before msgtrain is
 # imported; subprocesses inherit it.
 os.environ.setdefault("MSGTRAIN_VERIFY_REPLAY", "1")
+# Tokenizer snapshots (msgtrain.linearize.snapshot) go to a directory of this session, not the user's cache;
+# subprocesses inherit it, so CLI tests restore the snapshots the suite's own loads stored.
+if "MSGTRAIN_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["MSGTRAIN_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="msgtrain-test-cache-")
+    atexit.register(shutil.rmtree, _CACHE, True)
 
 import pytest
 

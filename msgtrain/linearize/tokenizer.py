@@ -153,6 +153,47 @@ def auto_tokenizer(source: str, **kwargs: Any) -> Any:
     return cls.from_pretrained(source, **kwargs)
 
 
+def _load_and_snapshot(name: str, folder: Path) -> Any:
+    """The tokenizer through transformers; a local folder's is stored as a snapshot when it may be (see
+    :mod:`msgtrain.linearize.snapshot`), so the next process restores it without transformers."""
+    try:
+        hf = auto_tokenizer(name)
+    except Exception as e:  # transformers raises OSError/ValueError/HF errors; all mean "cannot load"
+        raise TokenizerError(
+            f"cannot load tokenizer {name!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            hint="pass a local Hugging Face tokenizer folder (tokenizer.json + tokenizer_config.json); hub ids need"
+            " network access or a warm cache",
+        ) from e
+    if folder.is_dir():
+        from msgtrain.linearize import snapshot
+
+        if snapshot.cache_root() is not None:
+            spec = snapshot.snapshotable(hf, backend_decodes_alike(hf))
+            if spec is not None:
+                snapshot.save(folder, hf, spec)
+    return hf
+
+
+def backend_decodes_alike(hf: Any) -> bool:
+    """Whether ``hf.decode`` is its backend's decode and nothing else: transformers' fast tokenizer class with its
+    own ``decode`` and ``_decode`` (not a subclass's) and no clean-up of tokenization spaces, or a snapshot of such
+    a tokenizer. Then the backend can be called directly."""
+    if getattr(type(hf), "decodes_like_backend", False):
+        return True
+    try:
+        from transformers import PreTrainedTokenizerFast as fast
+    except ImportError:
+        return False
+    cls = type(hf)
+    return (
+        isinstance(hf, fast)
+        and cls.decode is fast.decode
+        and cls._decode is fast._decode
+        and getattr(hf, "_tokenizer", None) is hf.backend_tokenizer
+        and getattr(hf, "clean_up_tokenization_spaces", None) is False
+    )
+
+
 def _load_hf(name: str | None, chat_template: str | None) -> Any:
     if name is None or name == DEMO_TOKENIZER:
         hf = _build_demo_tokenizer()
@@ -165,14 +206,11 @@ def _load_hf(name: str | None, chat_template: str | None) -> Any:
                 hint="it may hold only a chat template: pass the model's tokenizer with --tokenizer and this folder's"
                 " tokenizer_config.json with --chat-template",
             )
-        try:
-            hf = auto_tokenizer(name)
-        except Exception as e:  # transformers raises OSError/ValueError/HF errors; all mean "cannot load"
-            raise TokenizerError(
-                f"cannot load tokenizer {name!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                hint="pass a local Hugging Face tokenizer folder (tokenizer.json + tokenizer_config.json); hub ids need"
-                " network access or a warm cache",
-            ) from e
+        from msgtrain.linearize import snapshot
+
+        hf = snapshot.load(folder) if folder.is_dir() else None
+        if hf is None:
+            hf = _load_and_snapshot(name, folder)
     if chat_template is not None:
         path = Path(chat_template)
         if path.is_file():
@@ -341,7 +379,9 @@ class TokenizerBundle:
         """A hash of the vocabulary and the chat template. Made on first use (serializing a 150k-vocabulary tokenizer
         takes a third of a second): the process that plans a run needs it, its workers do not."""
         h = hashlib.blake2b(digest_size=12)
-        h.update(self.backend.to_str().encode())
+        # A restored snapshot knows its serialization (checked equal to ``to_str()`` when it was restored).
+        known = getattr(self.hf, "backend_json", None) if self.backend is self.hf.backend_tokenizer else None
+        h.update((known if isinstance(known, str) else self.backend.to_str()).encode())
         h.update(b"\0" + self.chat_template.encode())
         return h.hexdigest()
 
@@ -820,21 +860,7 @@ class TokenizerBundle:
         return str(self.hf.decode(list(map(int, ids)), skip_special_tokens=False))
 
     def _backend_decodes_alike(self) -> bool:
-        """Whether ``hf.decode`` is the backend's decode and nothing else: transformers' fast tokenizer class with
-        its own ``decode`` and ``_decode`` (not a subclass's) and no clean-up of tokenization spaces. Then the
-        backend is called directly (transformers' wrapper costs more than the decoding of a short completion)."""
-        try:
-            from transformers import PreTrainedTokenizerFast as fast
-        except ImportError:
-            return False
-        cls = type(self.hf)
-        return (
-            isinstance(self.hf, fast)
-            and cls.decode is fast.decode
-            and cls._decode is fast._decode
-            and getattr(self.hf, "_tokenizer", None) is self.backend
-            and getattr(self.hf, "clean_up_tokenization_spaces", None) is False
-        )
+        return self.backend is self.hf.backend_tokenizer and backend_decodes_alike(self.hf)
 
     def decode_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.decode([i]) for i in ids]

@@ -51,6 +51,7 @@ from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.base import default_debug_log, detect_format, directory_reader, get_reader
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
+from msgtrain.run import parts
 from msgtrain.run.assembly import (
     DROPS,
     Tally,
@@ -266,6 +267,7 @@ def _worker_init(parent: int) -> None:
     # worker prints a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
+    parts.SETTLE_HEAP = True
 
 
 def _die_with_parent(parent: int) -> None:
@@ -384,7 +386,7 @@ def _check_chat_template(tok: Any, source: str) -> None:
     """A --chat-template that does not render a conversation is a usage error, found before any work."""
     probe = [{"role": "user", "content": "msgtrain-probe-user"}, {"role": "assistant", "content": "msgtrain-probe-ok"}]
     try:
-        text = tok.hf.apply_chat_template(probe, tokenize=False)
+        text = tok.render(probe, add_generation_prompt=False)  # as apply_chat_template renders it
     except Exception as e:  # a template that fails on the simplest conversation is not a chat template
         raise ConfigError(
             f"--chat-template {source} does not render a conversation: {type(e).__name__}: {e}",

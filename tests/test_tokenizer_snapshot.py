@@ -1,0 +1,243 @@
+"""Tokenizer snapshots (msgtrain.linearize.snapshot) against the transformers tokenizer they stand for.
+
+The oracle is the bundle built on transformers' own tokenizer of the same folder: every fact the linearizer reads
+(added tokens, strip flags, special and stop ids, whitespace ids, the boundary-reuse and direct-decode decisions,
+the fingerprint), encoding and decoding of seeded random texts mixing added-token text, whitespace and non-ASCII,
+renderings, and whole linearized samples of real conversations must be equal.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import TEMPLATES, shared_path
+
+FOLDERS = sorted({TEMPLATES[n][0] for n in ("qwen3", "phi3", "gpt-oss")})
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv("MSGTRAIN_CACHE_DIR", str(root))
+    monkeypatch.delenv("MSGTRAIN_CACHE", raising=False)
+    return root / "tokenizers"
+
+
+def _pair(folder: Path, template: Path | None) -> tuple[Any, Any]:
+    """(bundle on transformers' tokenizer, bundle on its snapshot), both with the same template override."""
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import TokenizerBundle, _load_and_snapshot, _load_hf
+
+    hf = _load_and_snapshot(str(folder), folder)  # stores the snapshot
+    restored = snapshot.load(folder)
+    assert restored is not None, f"no snapshot was stored for {folder}"
+    if template is not None:
+        hf = _load_hf(str(folder), str(template))  # the override as _load_hf applies it
+        restored = _load_hf(str(folder), str(template))
+        assert type(restored).__name__ == "SnapshotTokenizer"
+    return TokenizerBundle(hf, str(folder)), TokenizerBundle(restored, str(folder))
+
+
+def _texts(bundle: Any, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    pieces = [
+        *bundle.added_strings[:40],
+        " ",
+        "  ",
+        "\n",
+        "\n\n",
+        "\t",
+        "hello",
+        " world",
+        "naïve",
+        "東京",
+        "🚀",
+        "ﬁ",
+        "123",
+        "’s",
+        '{"a": 1}',
+        "<think>",
+        "</think>",
+    ]
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(200)]
+
+
+@pytest.mark.parametrize("folder_name", FOLDERS)
+def test_a_snapshot_is_the_tokenizer_it_was_taken_of(folder_name: str, cache: Path) -> None:
+    folder = shared_path(folder_name)
+    orig, snap = _pair(folder, None)
+    assert type(snap.hf).__name__ == "SnapshotTokenizer"
+    for attr in ("added_strings", "special_ids", "stop_ids", "whitespace_ids", "boundary_reuse", "_strips"):
+        assert getattr(snap, attr) == getattr(orig, attr), attr
+    assert np.array_equal(snap.added_ids, orig.added_ids)
+    assert np.array_equal(snap._is_added, orig._is_added)
+    assert snap._decode_direct == orig._decode_direct
+    assert snap.fingerprint == orig.fingerprint  # it keys resumed runs
+    assert len(snap.hf) == len(orig.hf)
+    assert snap.hf.eos_token_id == orig.hf.eos_token_id
+    assert snap.hf.special_tokens_map == orig.hf.special_tokens_map
+    for text in _texts(orig, seed=len(folder_name)):
+        ids = orig.hf.encode(text, add_special_tokens=False)
+        assert snap.hf.encode(text, add_special_tokens=False) == ids, text
+        assert np.array_equal(snap.encode(text), orig.encode(text))
+        assert snap.decode(ids) == orig.hf.decode(ids, skip_special_tokens=False)
+    probe = [{"role": "user", "content": "hi <|im_end|>"}, {"role": "assistant", "content": "yes"}]
+    for gen in (False, True):
+        assert snap.render(probe, add_generation_prompt=gen) == orig.hf.apply_chat_template(
+            probe, tokenize=False, add_generation_prompt=gen
+        )
+    # Anything the snapshot does not hold comes from transformers' tokenizer, loaded on first use.
+    assert snap.hf.convert_tokens_to_ids(orig.added_strings[0]) == orig.hf.convert_tokens_to_ids(orig.added_strings[0])
+    assert snap.hf.apply_chat_template(probe, tokenize=False) == orig.hf.apply_chat_template(probe, tokenize=False)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen2.5", "phi3", "gpt-oss"])
+def test_linearized_samples_are_the_same_from_a_snapshot(name: str, cache: Path) -> None:
+    from msgtrain.ingest.base import ReadGraph, detect_format, read_events
+    from msgtrain.ingest.registry import REGISTRY  # noqa: F401 - fills the registry
+    from msgtrain.linearize import linearize_graph
+
+    folder, template = TEMPLATES[name]
+    orig, snap = _pair(shared_path(folder), shared_path(template) if template else None)
+    logs = [
+        shared_path("real_logs", "sharegpt_llamafactory", "glaive_toolcall_en_demo.json"),
+        shared_path("real_logs", "tau_bench", "gpt-4o-airline.first20.json"),
+    ]
+    graphs = [e.graph for log in logs for e in read_events(detect_format(log), log) if isinstance(e, ReadGraph)][::7]
+    assert graphs
+    for g in graphs:
+        a, b = linearize_graph(g, orig), linearize_graph(g, snap)
+        assert [s.sample_id for s in a.samples] == [s.sample_id for s in b.samples]
+        for x, y in zip(a.samples, b.samples, strict=True):
+            assert np.array_equal(x.input_ids, y.input_ids) and np.array_equal(x.loss_mask, y.loss_mask)
+        assert a.drops == b.drops and a.cuts == b.cuts
+
+
+def test_an_edited_folder_gets_a_new_snapshot_and_weights_do_not_count(tmp_path: Path, cache: Path) -> None:
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import _load_and_snapshot
+
+    folder = tmp_path / "tok"
+    shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
+    _load_and_snapshot(str(folder), folder)
+    assert snapshot.load(folder) is not None
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)  # weights are not part of the key
+    assert snapshot.load(folder) is not None
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert snapshot.load(folder) is None  # an edited file is a miss
+    _load_and_snapshot(str(folder), folder)
+    restored = snapshot.load(folder)
+    assert restored is not None and restored.chat_template == config["chat_template"]
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
+
+
+def test_a_corrupt_snapshot_is_ignored_and_rebuilt(cache: Path) -> None:
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import _load_and_snapshot, _load_hf
+
+    folder = shared_path(TEMPLATES["qwen3"][0])
+    _load_and_snapshot(str(folder), folder)
+    (entry,) = list(cache.iterdir())
+    (entry / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    assert snapshot.load(folder) is None
+    assert not entry.exists()
+    hf = _load_hf(str(folder), None)  # through transformers, snapshot stored again
+    assert type(hf).__name__ != "SnapshotTokenizer"
+    assert type(_load_hf(str(folder), None)).__name__ == "SnapshotTokenizer"
+
+
+def test_snapshots_off_and_tokenizers_that_are_not_only_their_backend(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import _load_and_snapshot, auto_tokenizer, backend_decodes_alike
+
+    folder = shared_path(TEMPLATES["qwen3"][0])
+    monkeypatch.setenv("MSGTRAIN_CACHE", "0")
+    _load_and_snapshot(str(folder), folder)
+    assert not cache.exists()
+    monkeypatch.delenv("MSGTRAIN_CACHE")
+    hf = auto_tokenizer(str(folder))
+    assert snapshot.snapshotable(hf, backend_decodes_alike(hf)) is not None
+    hf.clean_up_tokenization_spaces = True  # decode would differ from the backend's: no snapshot
+    assert not backend_decodes_alike(hf)
+    assert snapshot.snapshotable(hf, backend_decodes_alike(hf)) is None
+
+    class Wrapped(type(hf)):  # type: ignore[misc]
+        def encode(self, text: str, **kwargs: Any) -> list[int]:
+            return [0, *super().encode(text, **kwargs)]
+
+    hf.clean_up_tokenization_spaces = False
+    hf.__class__ = Wrapped
+    assert snapshot.snapshotable(hf, True) is None  # an encode that is not the backend's: no snapshot
+
+
+@pytest.mark.parametrize("folder_name", FOLDERS)
+def test_a_restored_backend_is_constructed_to_the_exact_serialization(folder_name: str) -> None:
+    """The backend is rebuilt from its vocabulary and merges (faster to encode with than a deserialized one) and
+    used only when it serializes back to exactly the stored JSON."""
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import auto_tokenizer
+
+    spec = auto_tokenizer(str(shared_path(folder_name))).backend_tokenizer.to_str()
+    restored = snapshot.restore(spec)
+    assert restored is not None and restored.to_str() == spec
+    data = json.loads(spec)
+    # What the construction cannot reproduce is refused, not approximated.
+    assert (
+        snapshot.restore(
+            json.dumps(
+                {**data, "truncation": {"max_length": 8, "strategy": "LongestFirst", "stride": 0, "direction": "Right"}}
+            )
+        )
+        is None
+    )
+    assert snapshot.restore(spec.replace('"type":"BPE"', '"type":"Unigram"', 1)) is None
+
+
+def test_the_heap_is_settled_once_in_a_conversion_process_and_never_for_library_callers(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = """
+import gc, json, sys
+from pathlib import Path
+from msgtrain.run import parts
+from msgtrain.run.parts import convert_file, settings_from_config
+from msgtrain.run.config import ConvertConfig
+parts.SETTLE_HEAP = sys.argv[1] == "1"
+log = Path(sys.argv[2])
+settings = settings_from_config(ConvertConfig(inputs=[str(log)], output=sys.argv[3]))
+convert_file(log, settings)
+first = gc.get_freeze_count()
+convert_file(log, settings)
+print(json.dumps([first, gc.get_freeze_count()]))
+"""
+    log = tmp_path / "one.jsonl"
+    log.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}) + "\n",
+        encoding="utf-8",
+    )
+    root = Path(__file__).resolve().parents[1]
+    counts = {}
+    for flag in ("0", "1"):
+        proc = subprocess.run(
+            [sys.executable, "-c", code, flag, str(log), str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=300,
+            check=True,
+        )
+        counts[flag] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts["0"] == [0, 0]
+    assert counts["1"][0] > 0 and counts["1"][1] == counts["1"][0]  # frozen once, not again
