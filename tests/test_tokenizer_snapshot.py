@@ -241,3 +241,16 @@ print(json.dumps([first, gc.get_freeze_count()]))
         counts[flag] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts["0"] == [0, 0]
     assert counts["1"][0] > 0 and counts["1"][1] == counts["1"][0]  # frozen once, not again
+
+
+def test_a_tokenizer_the_snapshot_cannot_rebuild_still_loads(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import _load_hf
+
+    def broken(spec: str) -> Any:
+        raise TypeError("this tokenizers version cannot construct it")
+
+    monkeypatch.setattr(snapshot, "restore", broken)
+    hf = _load_hf(str(shared_path(TEMPLATES["qwen3"][0])), None)
+    assert type(hf).__name__ != "SnapshotTokenizer"
+    assert not cache.exists() or not any(cache.iterdir())  # nothing stored

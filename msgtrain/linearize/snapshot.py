@@ -165,9 +165,11 @@ def snapshotable(hf: Any, decodes_alike: bool) -> str | None:
     if not isinstance(hf.special_tokens_map, dict):
         return None
     spec = str(backend.to_str())
-    if restore(spec) is None:
+    try:
+        rebuilt = restore(spec)
+    except Exception:  # anything this tokenizers version cannot construct: no snapshot, never a failed load
         return None
-    return spec
+    return spec if rebuilt is not None else None
 
 
 def restore(spec: str) -> Any:
