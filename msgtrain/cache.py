@@ -19,7 +19,12 @@ def cache_dir(kind: str) -> Path | None:
     explicit = os.environ.get("MSGTRAIN_CACHE_DIR")
     if explicit:
         return Path(explicit) / kind
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no home directory (a bare container user): no memos, not an error
+            return None
     return Path(base) / "msgtrain" / kind
 
 

@@ -254,3 +254,21 @@ def test_a_tokenizer_the_snapshot_cannot_rebuild_still_loads(cache: Path, monkey
     hf = _load_hf(str(shared_path(TEMPLATES["qwen3"][0])), None)
     assert type(hf).__name__ != "SnapshotTokenizer"
     assert not cache.exists() or not any(cache.iterdir())  # nothing stored
+
+
+def test_no_home_directory_means_no_memos_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from msgtrain import cache
+
+    monkeypatch.delenv("MSGTRAIN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("MSGTRAIN_CACHE", raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert cache.cache_dir("tokenizers") is None
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
+    assert cache.cache_dir("tokenizers") == Path("/somewhere/msgtrain/tokenizers")
+    monkeypatch.setenv("MSGTRAIN_CACHE", "0")
+    assert cache.cache_dir("tokenizers") is None
