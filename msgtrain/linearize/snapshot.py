@@ -256,7 +256,7 @@ def load(folder: Path) -> SnapshotTokenizer | None:
         if backend is None:  # it restored exactly when it was stored: the file changed since
             raise ValueError("snapshot does not restore")
         return SnapshotTokenizer(folder, facts, backend, spec)
-    except FileNotFoundError:
+    except OSError:  # none stored, or not readable by this user (a shared cache): left as it is
         return None
     except Exception:  # a corrupt snapshot (partial write by a killed run, hand edit): rebuilt from the folder
         shutil.rmtree(entry, ignore_errors=True)
