@@ -272,3 +272,18 @@ def test_no_home_directory_means_no_memos_not_an_error(monkeypatch: pytest.Monke
     assert cache.cache_dir("tokenizers") == Path("/somewhere/msgtrain/tokenizers")
     monkeypatch.setenv("MSGTRAIN_CACHE", "0")
     assert cache.cache_dir("tokenizers") is None
+
+
+def test_whatever_taking_a_snapshot_raises_the_tokenizer_still_loads(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import _load_hf
+
+    def odd(hf: Any, decodes_alike: bool) -> str | None:
+        raise AttributeError("a tokenizer class without added_tokens_decoder")
+
+    monkeypatch.setattr(snapshot, "snapshotable", odd)
+    hf = _load_hf(str(shared_path(TEMPLATES["qwen3"][0])), None)
+    assert hf.encode("hello", add_special_tokens=False)
+    assert not cache.exists() or not any(cache.iterdir())

@@ -168,9 +168,14 @@ def _load_and_snapshot(name: str, folder: Path) -> Any:
         from msgtrain.linearize import snapshot
 
         if snapshot.cache_root() is not None:
-            spec = snapshot.snapshotable(hf, backend_decodes_alike(hf))
-            if spec is not None:
-                snapshot.save(folder, hf, spec)
+            # A snapshot is an optimisation: whatever taking one raises (a tokenizer class with an unusual
+            # surface), the tokenizer transformers loaded is used as it is.
+            try:
+                spec = snapshot.snapshotable(hf, backend_decodes_alike(hf))
+                if spec is not None:
+                    snapshot.save(folder, hf, spec)
+            except Exception:
+                pass
     return hf
 
 
