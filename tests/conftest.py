@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 # Every rendering that replays loop iterations of an earlier one is also rendered in full and compared
 # (msgtrain.linearize.render.VERIFY_REPLAY): the whole suite doubles as an oracle for replay. Set before msgtrain is
@@ -34,6 +35,18 @@ def shared_path(*parts: str) -> Path:
             f"../shared/{'/'.join(parts)} not present (it ships beside the checkout in CI, not with the package)"
         )
     return p
+
+
+def shared_folders(*parts: str) -> list[Any]:
+    """The names of the folders under ../shared/<parts>, to parametrize a test over (new folders included).
+
+    Called at collection, so it never skips: where the materials are absent it gives one parameter that skips when
+    the test runs, with the reason, so a bare clone collects cleanly and reports the skip."""
+    p = SHARED.joinpath(*parts)
+    if p.is_dir():
+        return sorted(child.name for child in p.iterdir() if child.is_dir())
+    reason = f"../shared/{'/'.join(parts)} not present (it ships beside the checkout in CI, not with the package)"
+    return [pytest.param("absent", marks=pytest.mark.skip(reason=reason))]
 
 
 # name -> (tokenizer folder, chat template override or None). SmolLM3 and the DeepSeek-R1-Distill-Qwen template ship

@@ -24,7 +24,7 @@ import pytest
 from msgtrain.export.schema import samples_to_table
 from msgtrain.export.tree import TREE_SCHEMA, TreeStats, tokens_lower_bound, tree_table
 from msgtrain.linearize import linearize_graph
-from tests.conftest import load_named_tokenizer, shared_path
+from tests.conftest import load_named_tokenizer, shared_folders, shared_path
 from tests.oracle import Oracle, RunGenerator, to_records
 
 # The oracle corpora's templates; these cannot represent tools and are replayed without tool turns.
@@ -228,12 +228,7 @@ def test_convert_cli_writes_tree_rows_and_reports_tokens_saved(tmp_path: Path, c
 REAL_TEMPLATES = {"claude_code_spotter": "qwen2.5", "tau_bench": "qwen3"}
 
 
-@pytest.mark.parametrize(
-    "folder",
-    sorted(p.name for p in shared_path("real_logs").iterdir() if p.is_dir())
-    if shared_path("real_logs").is_dir()
-    else [],
-)
+@pytest.mark.parametrize("folder", shared_folders("real_logs"))
 def test_real_logs_tree_rows_keep_every_trained_tokens_context(folder: str, tmp_path: Path) -> None:
     from tests.conftest import TEMPLATES
 
@@ -512,8 +507,6 @@ def test_a_run_without_over_long_samples_writes_no_drops_file(tmp_path: Path) ->
 def test_claude_code_spotter_at_pack_length_32768_drops_its_long_sessions_and_keeps_the_rest(tmp_path: Path) -> None:
     from tests.conftest import TEMPLATES
 
-    if not shared_path("real_logs", "claude_code_spotter").is_dir():
-        pytest.skip("../shared/real_logs/claude_code_spotter is not present")
     tok_folder, config = TEMPLATES["qwen2.5"]
     options = {"tokenizer": str(shared_path(tok_folder)), "chat_template": str(shared_path(config))}
     canonical = _convert([str(shared_path("real_logs", "claude_code_spotter"))], tmp_path / "c", **options)
