@@ -874,6 +874,10 @@ def test_config_hash_changes_with_output_settings_only() -> None:
     assert ConvertConfig(policies=["a", "b"]).config_hash() == ConvertConfig(policies=["b", "a"]).config_hash()
 
 
-def test_the_canonical_schema_is_the_canonical_targets_schema() -> None:
-    assert TARGETS["canonical"].schema.equals(CANONICAL_SCHEMA)
+def test_the_canonical_target_is_the_canonical_schema_plus_the_mask_trl_reads() -> None:
+    schema = TARGETS["canonical"].schema
+    assert schema.remove(schema.get_field_index("assistant_masks")).equals(CANONICAL_SCHEMA)
+    assert schema.names.index("assistant_masks") == schema.names.index("loss_mask") + 1
+    rows = convert_all("canonical", samples_to_table(fixed_samples(4)))
+    assert rows.schema.equals(schema) and rows["assistant_masks"].equals(rows["loss_mask"])
     assert TARGETS["packed"].schema.equals(PACKED_SCHEMA)

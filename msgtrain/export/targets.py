@@ -9,7 +9,8 @@ the table.
 Invariants (tested for every target):
 - Conversions are vectorised over flat token arrays (no Python loop over tokens) and keep row order.
 - ``labels[i] == -100`` exactly where the canonical ``loss_mask[i] == 0``, else ``labels[i] == input_ids[i]``.
-- ``trl``'s ``completion_mask`` and ``assistant_masks`` both equal the canonical ``loss_mask``.
+- ``trl``'s ``completion_mask`` and ``assistant_masks``, and the ``canonical`` target's ``assistant_masks``, equal
+  the canonical ``loss_mask``: no view handed to TRL's ``SFTTrainer`` with its defaults trains an untrained token.
 - ``train_mask(target_rows)`` gives, per row, the token-aligned 0/1 mask of trained tokens (used by previews).
 - Provenance columns are kept only where the trainers tolerate extra columns (see docs/export.md).
 """
@@ -104,9 +105,19 @@ def _labels(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 # --- canonical ----------------------------------------------------------------------------------------------
 
 
+# The canonical rows plus ``assistant_masks`` (= ``loss_mask``) right after ``loss_mask``: TRL's ``SFTTrainer``
+# builds its labels from ``assistant_masks`` whatever its settings (``_prepare_dataset``, TRL 1.16) and otherwise
+# trains every token, so the default output handed to it with its defaults trains exactly the loss mask.
+_LOSS_MASK_AT = CANONICAL_SCHEMA.get_field_index("loss_mask")
+CANONICAL_TARGET_SCHEMA = CANONICAL_SCHEMA.insert(
+    _LOSS_MASK_AT + 1, CANONICAL_SCHEMA.field("loss_mask").with_name("assistant_masks")
+)
+
+
 def to_canonical(table: pa.Table) -> pa.Table:
     _check_canonical(table)
-    return table.select([f.name for f in CANONICAL_SCHEMA]).cast(CANONICAL_SCHEMA)
+    rows = table.select([f.name for f in CANONICAL_SCHEMA]).cast(CANONICAL_SCHEMA)
+    return rows.add_column(_LOSS_MASK_AT + 1, CANONICAL_TARGET_SCHEMA.field("assistant_masks"), rows["loss_mask"])
 
 
 # --- labels: input_ids / attention_mask / labels ------------------------------------------------------------
@@ -261,10 +272,10 @@ TARGETS: dict[str, Target] = {
     for t in [
         Target(
             name="canonical",
-            description="every canonical column: ids, loss mask, logprobs, turns, provenance",
-            trainers="msgtrain's own format; any custom loader",
-            schema=CANONICAL_SCHEMA,
-            make_converter=lambda _options: _RowWise(to_canonical, CANONICAL_SCHEMA),
+            description="every canonical column: ids, loss mask (also as assistant_masks), logprobs, turns, provenance",
+            trainers="TRL SFTTrainer (defaults: labels from assistant_masks); msgtrain's own format; custom loaders",
+            schema=CANONICAL_TARGET_SCHEMA,
+            make_converter=lambda _options: _RowWise(to_canonical, CANONICAL_TARGET_SCHEMA),
             train_mask=lambda table: _mask_list(table, "loss_mask"),
         ),
         Target(
