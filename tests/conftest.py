@@ -27,8 +27,42 @@ SHARED = ROOT.parent / "shared"
 SAMPLE_LOGS = ROOT / "sample_logs"
 
 
+# `.ci/run` sets MSGTRAIN_TEST_SHARED_USERS to a file: the tests that reach into ../shared are listed there (by
+# `file::name`, parameters dropped) so that they alone are run again in a copy of the checkout with nothing beside
+# it, cheaply showing that a bare clone skips them rather than failing. A test reaches the materials through
+# `shared_path` / `shared_folders` or by opening or listing anything below SHARED (an audit hook sees those).
+_SHARED_USERS_FILE = os.environ.get("MSGTRAIN_TEST_SHARED_USERS")
+_shared_users: set[str] = set()
+
+
+def _note_shared_use() -> None:
+    current = os.environ.get("PYTEST_CURRENT_TEST")  # "tests/x.py::test_y[param] (call)", set while a test runs
+    if _SHARED_USERS_FILE and current:
+        _shared_users.add(current.rsplit(" ", 1)[0].split("[", 1)[0])
+
+
+if _SHARED_USERS_FILE:
+    import sys
+
+    _SHARED_PREFIXES = tuple({str(SHARED) + os.sep, str(SHARED.resolve()) + os.sep})
+
+    def _audit(event: str, args: tuple[Any, ...]) -> None:
+        if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], str | os.PathLike):
+            path = os.fspath(args[0])
+            if isinstance(path, str) and path.startswith(_SHARED_PREFIXES):
+                _note_shared_use()
+
+    sys.addaudithook(_audit)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _SHARED_USERS_FILE:
+        Path(_SHARED_USERS_FILE).write_text("".join(f"{test}\n" for test in sorted(_shared_users)), encoding="utf-8")
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared, or skip the test with a reason when the materials are not present."""
+    _note_shared_use()
     p = SHARED.joinpath(*parts)
     if not p.exists():
         pytest.skip(
