@@ -13,6 +13,7 @@ import base64
 import gzip
 import json
 import struct
+import tracemalloc
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -23,7 +24,7 @@ import yaml
 
 from msgtrain.errors import FormatError, ValidationError
 from msgtrain.ingest import anthropic, bedrock, calls, cassettes, http_bodies, openai_responses, streams
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, detect_format
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, detect_format, read_events
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart, TextPart
 
@@ -522,6 +523,82 @@ def test_br_and_zstd_decode_with_the_optional_packages_and_reject_clearly_withou
         with pytest.raises(FormatError) as missing:
             http_bodies.decode_content(data, coding)
         assert missing.value.code == "missing_decoder" and "msgtrain[compression]" in str(missing.value)
+
+
+def _bombs() -> list[tuple[str, bytes]]:
+    """8 MiB of zeros under every coding (chained gzip as in the bomb of issue 30: a few KB on disk)."""
+    zeros = bytes(8 * 1024 * 1024)
+    bombs = [
+        ("gzip, gzip", gzip.compress(gzip.compress(zeros))),
+        ("deflate", zlib.compress(zeros)),
+        ("deflate", _raw_deflate(zeros)),
+        ("gzip", gzip.compress(zeros[:4096]) + gzip.compress(zeros)),  # a second member past the cap
+    ]
+    brotli = pytest.importorskip("brotli")
+    zstandard = pytest.importorskip("zstandard")
+    bombs.append(("br", brotli.compress(zeros)))
+    bombs.append(("zstd", zstandard.ZstdCompressor().compress(zeros)))
+    return bombs
+
+
+def test_every_decoder_stops_at_the_output_cap_and_a_bomb_is_body_too_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_bodies, "MAX_BODY_BYTES", 1024 * 1024)
+    for coding, data in _bombs():
+        tracemalloc.start()
+        try:
+            with pytest.raises(ValidationError) as too_large:
+                http_bodies.decode_content(data, coding, "cassette.yaml (interaction 0)")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert too_large.value.code == "body_too_large", coding
+        assert "cassette.yaml" in str(too_large.value)
+        # The output held is about the cap (plus the input and one step's buffer), never the 8 MiB it expands to.
+        assert peak < 4 * 1024 * 1024, (coding, peak)
+    # At the cap exactly, or with a larger explicit limit, the body decodes whole.
+    exact = bytes(1024 * 1024)
+    assert http_bodies.decode_content(gzip.compress(gzip.compress(exact)), "gzip, gzip") == exact
+    assert len(http_bodies.decode_content(zlib.compress(bytes(2_000_000)), "deflate", limit=2_000_000)) == 2_000_000
+
+
+def test_a_truncated_or_trailing_garbage_gzip_body_is_bad_encoding_not_a_shorter_body() -> None:
+    whole = gzip.compress(b'{"ok": true}' * 100)
+    for broken in (whole[:-12], whole + b"junk"):
+        with pytest.raises(ValidationError) as bad:
+            http_bodies.decode_content(broken, "gzip")
+        assert bad.value.code == "bad_encoding"
+    assert http_bodies.decode_content(gzip.compress(b"a") + gzip.compress(b"b") + b"\0\0", "gzip") == b"ab"
+
+
+def test_a_compressed_bomb_in_a_cassette_rejects_that_interaction_and_the_others_convert(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_bodies, "MAX_BODY_BYTES", 1024 * 1024)
+
+    def interaction(body: bytes | str, encoding: str | None) -> dict[str, Any]:
+        headers = {"Content-Type": ["application/json"]}
+        if encoding:
+            headers["Content-Encoding"] = [encoding]
+        return {
+            "request": {
+                "method": "POST",
+                "uri": "https://api.openai.com/v1/chat/completions",
+                "body": json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+            },
+            "response": {"status": {"code": 200}, "headers": headers, "body": {"string": body}},
+        }
+
+    reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
+    bomb = gzip.compress(gzip.compress(bytes(16 * 1024 * 1024)))
+    path = tmp_path / "bomb.yaml"
+    path.write_text(
+        yaml.safe_dump({"interactions": [interaction(bomb, "gzip, gzip"), interaction(json.dumps(reply), None)]}),
+        encoding="utf-8",
+    )
+    events = list(read_events(cassettes.READER, path))
+    rejects = [e for e in events if isinstance(e, ReadReject)]
+    assert [r.error.code for r in rejects] == ["body_too_large"]
+    assert [e for e in events if isinstance(e, ReadGraph)]
 
 
 def test_the_streamed_and_compressed_sample_cassette_reads_every_layout_and_encoding() -> None:

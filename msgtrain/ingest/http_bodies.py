@@ -13,6 +13,9 @@ Invariants:
   plain bytes, which are kept as they are); ``br`` and ``zstd`` need optional packages (``pip install
   'msgtrain[compression]'``) and a body that needs one that is missing is rejected with that fix, never read as
   garbage.
+- Bounded output: every decoder streams and stops at :data:`MAX_BODY_BYTES` of output per coding (chained
+  codings such as ``gzip, gzip`` are bounded at each step), so a small compressed body cannot expand into gigabytes
+  in memory; a body past the cap is a ``body_too_large`` error (the record is rejected, the file goes on).
 - Event-stream messages are checked against both of their CRC32 checksums; a damaged or truncated frame is an
   error, not a shorter stream.
 """
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import importlib
 import struct
 import zlib
@@ -31,6 +33,11 @@ from typing import Any
 from msgtrain.errors import FormatError, ValidationError
 
 _ENCODINGS = ("gzip", "x-gzip", "deflate", "br", "zstd", "identity")
+# The most bytes one decoding step may produce: the per-record limit (a body larger than a record could be is not a
+# conversation but a writer bug or a decompression bomb). Read at call time, so tests can lower it.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+_ZSTD_READ = 1024 * 1024  # output read per step from a zstd stream
+_BROTLI_SLICE = 256  # input fed per step to a brotli binding without an output limit (brotlicffi)
 
 
 def header(headers: Any, name: str) -> str | None:
@@ -46,31 +53,51 @@ def header(headers: Any, name: str) -> str | None:
     return None
 
 
-def decode_content(body: bytes, encoding: str | None, where: str = "body") -> bytes:
-    """Undo ``Content-Encoding`` (several codings apply right to left, as the header lists them)."""
+def decode_content(body: bytes, encoding: str | None, where: str = "body", limit: int | None = None) -> bytes:
+    """Undo ``Content-Encoding`` (several codings apply right to left, as the header lists them).
+
+    Each step produces at most ``limit`` bytes (default :data:`MAX_BODY_BYTES`) and raises a ``body_too_large``
+    :class:`ValidationError` past it, having held no more than that much output."""
     if not encoding:
         return body
+    cap = MAX_BODY_BYTES if limit is None else limit
     for coding in reversed([c.strip().lower() for c in encoding.split(",") if c.strip()]):
-        body = _decode_one(body, coding, where)
+        body = _decode_one(body, coding, where, cap)
     return body
 
 
-def _decode_one(body: bytes, coding: str, where: str) -> bytes:
+class _TooLarge(Exception):
+    """A decoder's output passed the cap (turned into ``body_too_large`` by :func:`_decode_one`)."""
+
+
+def _decode_one(body: bytes, coding: str, where: str, cap: int) -> bytes:
+    try:
+        return _decode_bounded(body, coding, where, cap)
+    except _TooLarge:
+        raise ValidationError(
+            f"{coding}-encoded body of {len(body)} bytes decodes to more than {cap} bytes",
+            where=where,
+            code="body_too_large",
+            hint="a body this large is not one API call (or is a decompression bomb); the record is skipped",
+        ) from None
+
+
+def _decode_bounded(body: bytes, coding: str, where: str, cap: int) -> bytes:
     if coding in ("identity", ""):
         return body
     if coding in ("gzip", "x-gzip"):
         if not body.startswith(b"\x1f\x8b"):
             return body  # already decoded by the recorder
         try:
-            return gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as e:
+            return _inflate(body, 16 + zlib.MAX_WBITS, cap, members=True)
+        except (EOFError, zlib.error) as e:
             raise ValidationError(f"gzip body does not decompress: {e}", where=where, code="bad_encoding") from e
     if coding == "deflate":
         # HTTP "deflate" is the zlib format, but servers also send raw deflate; try both.
         for wbits in (zlib.MAX_WBITS, -zlib.MAX_WBITS):
             try:
-                return zlib.decompress(body, wbits)
-            except zlib.error:
+                return _inflate(body, wbits, cap, members=False)
+            except (EOFError, zlib.error):
                 continue
         return body if _looks_decoded(body) else _bad(coding, where)
     if coding == "br":
@@ -80,7 +107,9 @@ def _decode_one(body: bytes, coding: str, where: str) -> bytes:
                 return body
             raise _missing("br", "brotli", where)
         try:
-            return bytes(module.decompress(body))
+            return _unbrotli(module, body, cap)
+        except _TooLarge:
+            raise
         except Exception as e:  # the brotli bindings raise their own error class
             if _looks_decoded(body):
                 return body
@@ -92,7 +121,9 @@ def _decode_one(body: bytes, coding: str, where: str) -> bytes:
         if module is None:
             raise _missing("zstd", "zstandard", where)
         try:
-            return bytes(module.ZstdDecompressor().decompressobj().decompress(body))
+            return _unzstd(module, body, cap)
+        except _TooLarge:
+            raise
         except Exception as e:  # zstandard.ZstdError
             raise ValidationError(f"zstd body does not decompress: {e}", where=where, code="bad_encoding") from e
     raise ValidationError(
@@ -101,6 +132,64 @@ def _decode_one(body: bytes, coding: str, where: str) -> bytes:
         code="bad_encoding",
         hint=f"supported encodings: {', '.join(_ENCODINGS)}",
     )
+
+
+def _inflate(body: bytes, wbits: int, cap: int, members: bool) -> bytes:
+    """zlib / raw deflate / gzip (``members``: concatenated gzip members, as ``gzip.decompress`` reads them) with at
+    most ``cap`` bytes of output; raises :class:`_TooLarge` past it, ``EOFError`` on a truncated stream."""
+    out = bytearray()
+    data = body
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        while True:
+            # Asking for one byte more than the room left tells "exactly at the cap" from "past it".
+            out += inflater.decompress(data, cap + 1 - len(out))
+            if len(out) > cap:
+                raise _TooLarge
+            data = inflater.unconsumed_tail
+            if inflater.eof or not data:
+                break
+        if not inflater.eof:
+            raise EOFError("compressed data ended before the end-of-stream marker")
+        data = inflater.unused_data
+        if not members or not data.strip(b"\x00"):
+            return bytes(out)  # trailing NUL padding after the last member is allowed, as gzip.decompress does
+        if not data.startswith(b"\x1f\x8b"):
+            raise zlib.error("trailing garbage after the last gzip member")
+
+
+def _unbrotli(module: Any, body: bytes, cap: int) -> bytes:
+    """Brotli with at most ``cap`` bytes of output (``brotli``'s ``output_buffer_limit``; a binding without it is
+    fed small input slices, which bounds the overshoot by what one slice expands to)."""
+    decompressor = module.Decompressor()
+    out = bytearray()
+    try:
+        out += decompressor.process(body, output_buffer_limit=cap + 1)
+        while len(out) <= cap and not decompressor.is_finished() and not decompressor.can_accept_more_data():
+            out += decompressor.process(b"", output_buffer_limit=cap + 1 - len(out))
+    except TypeError:  # brotlicffi: no output limit
+        for start in range(0, len(body), _BROTLI_SLICE):
+            out += decompressor.process(body[start : start + _BROTLI_SLICE])
+            if len(out) > cap:
+                break
+    if len(out) > cap:
+        raise _TooLarge
+    if not decompressor.is_finished():
+        raise EOFError("brotli stream ended before its last block")
+    return bytes(out)
+
+
+def _unzstd(module: Any, body: bytes, cap: int) -> bytes:
+    """The first zstd frame with at most ``cap`` bytes of output, read in steps."""
+    out = bytearray()
+    with module.ZstdDecompressor().stream_reader(body, read_across_frames=False) as reader:
+        while True:
+            chunk = reader.read(min(_ZSTD_READ, cap + 1 - len(out)))
+            if not chunk:
+                return bytes(out)
+            out += chunk
+            if len(out) > cap:
+                raise _TooLarge
 
 
 def _bad(coding: str, where: str) -> bytes:
