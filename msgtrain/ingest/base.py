@@ -10,6 +10,9 @@ Invariants:
 - A bad record never stops the file: readers yield a reject and go on; only an unreadable file (missing, not the
   format at all) raises.
 - Readers stream: JSONL is read line by line; a single JSON document is bounded by its file.
+- Bounded lines: every line reader (:func:`bounded_lines`) holds at most :data:`MAX_RECORD_BYTES` + 1 bytes of a
+  line; a longer line (a crashed writer's NUL tail, a sparse file) is skipped in :data:`LINE_STEP` steps, never held,
+  and comes out as a :class:`LongLine` (its head and its true size), which readers reject as ``record_too_large``.
 - Ingest knows nothing of tokens.
 
 The fault boundary (one place, :func:`read_events`; every consumer — convert, validate, inspect — reads through it,
@@ -52,7 +55,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from msgtrain.errors import FormatError, MsgtrainError, ParseError
 from msgtrain.model.graph import MessageGraph
@@ -62,6 +65,51 @@ HEAD_BYTES = 64 * 1024
 # Absurd sizes are rejected, not attempted: a record larger than this is a bug in the writer, not a conversation.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 MAX_DOCUMENT_BYTES = 512 * 1024 * 1024
+LINE_STEP = 256 * 1024  # bytes read per step while skipping the rest of a line too long to hold
+
+
+class LongLine(bytes):
+    """The first :data:`EXCERPT_BYTES` of a line longer than :data:`MAX_RECORD_BYTES` (what is kept of it for the
+    reject's excerpt); ``size`` is the line's true length in bytes, newline included."""
+
+    size: int
+
+    @classmethod
+    def of(cls, head: bytes, size: int) -> LongLine:
+        line = cls(head)
+        line.size = size
+        return line
+
+
+def line_size(raw: bytes) -> int:
+    """A line's length in the file (for a :class:`LongLine`, not the head's length but the whole line's)."""
+    return raw.size if isinstance(raw, LongLine) else len(raw)
+
+
+def read_bounded_line(f: BinaryIO) -> bytes:
+    """The next line of an open binary file (``b""`` at its end), holding at most ``MAX_RECORD_BYTES + 1`` bytes.
+
+    A line longer than :data:`MAX_RECORD_BYTES` (read at call time) is read on in :data:`LINE_STEP` steps that are
+    dropped as they come, and returned as a :class:`LongLine`: memory stays bounded whatever a file holds, and the
+    file position moves past the line exactly as ``readline`` would."""
+    limit = MAX_RECORD_BYTES
+    raw = f.readline(limit + 1)
+    if len(raw) <= limit:
+        return raw
+    head, size, ended = raw[:EXCERPT_BYTES], len(raw), raw.endswith(b"\n")
+    del raw  # only the head is kept while the rest of the line is skipped
+    while not ended:
+        step = f.readline(LINE_STEP)
+        if not step:
+            break
+        size, ended = size + len(step), step.endswith(b"\n")
+    return LongLine.of(head, size)
+
+
+def bounded_lines(f: BinaryIO) -> Iterator[bytes]:
+    """Every line of an open binary file, as :func:`read_bounded_line` reads them."""
+    while raw := read_bounded_line(f):
+        yield raw
 
 
 @dataclass(frozen=True)
@@ -251,7 +299,7 @@ def first_two_lines(path: Path) -> tuple[bytes, bytes]:
     """The first two non-blank lines of a file (``b""`` where there is none): what decides JSONL or one document."""
     first = second = b""
     with open(path, "rb") as f:
-        for line in f:
+        for line in bounded_lines(f):
             if not line.strip():
                 continue
             if first:
@@ -405,7 +453,7 @@ def get_reader(name: str) -> Reader:
 
 def _numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with open(path, "rb") as f:
-        yield from enumerate(f, 1)
+        yield from enumerate(bounded_lines(f), 1)
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainError]]:
@@ -429,12 +477,12 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
             yield lineno, raw, left_out[1][lineno]  # a line a reader failed on, rejected as a bad line is
             continue
         where = f"{path}:{lineno}"
-        if len(raw) > MAX_RECORD_BYTES:
+        if isinstance(raw, LongLine):
             yield (
                 lineno,
                 raw[:EXCERPT_BYTES],
                 ParseError(
-                    f"record of {len(raw)} bytes exceeds the {MAX_RECORD_BYTES} byte limit",
+                    f"record of {line_size(raw)} bytes exceeds the {MAX_RECORD_BYTES} byte limit",
                     where=where,
                     code="record_too_large",
                 ),

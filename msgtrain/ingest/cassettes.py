@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationError
-from msgtrain.ingest import anthropic, bedrock, openai_responses, streams
+from msgtrain.ingest import anthropic, base, bedrock, openai_responses, streams
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGraph
 from msgtrain.ingest.conversation_files import Step
@@ -221,6 +221,14 @@ def load_yaml_bounded(stream: Any, where: str) -> Any:
 
 
 def _load(path: Path) -> list[Any]:
+    size = path.stat().st_size
+    if size > base.MAX_DOCUMENT_BYTES:  # a YAML document is held whole while it is parsed: bounded as JSON ones are
+        raise ParseError(
+            f"cassette of {size} bytes exceeds the {base.MAX_DOCUMENT_BYTES} byte limit",
+            where=str(path),
+            hint="split the recording into several cassettes",
+            code="record_too_large",
+        )
     try:
         with open(path, encoding="utf-8") as f:
             data = load_yaml_bounded(f, str(path))

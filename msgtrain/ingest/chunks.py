@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ParseError
-from msgtrain.ingest.base import MAX_RECORD_BYTES, Reader, is_json_lines
+from msgtrain.ingest.base import LongLine, Reader, bounded_lines, is_json_lines, line_size, read_bounded_line
 
 # What a reader's key function returns: the record's conversation keys (``()``: a record independent of all
 # others), or ``None``: keep this record with the line before it.
@@ -81,11 +81,11 @@ def iter_chunk_lines(path: Path | str, chunk: Chunk) -> Iterator[tuple[int, byte
             f.seek(start)
             pos, lineno = start, first
             while pos < end:
-                raw = f.readline()
+                raw = read_bounded_line(f)
                 if not raw:
                     break
                 yield lineno, raw
-                pos += len(raw)
+                pos += line_size(raw)
                 lineno += 1
 
 
@@ -102,10 +102,10 @@ def chunk_through(path: Path | str, within: Chunk | None, last_line: int) -> Chu
             f.seek(start)
             pos, lineno = start, first
             while pos < end and lineno <= last_line:
-                raw = f.readline()
+                raw = read_bounded_line(f)
                 if not raw:
                     break
-                pos += len(raw)
+                pos += line_size(raw)
                 lineno += 1
             if pos > start:
                 runs.append((start, pos, first))
@@ -172,13 +172,15 @@ def line_groups(path: Path, keys: KeyFunction) -> tuple[Any, Any, Any]:
     by_key: dict[str, int] = {}
     prev = -1
     pos = 0
+    blank = array("b")
     with open(path, "rb") as f:
-        for raw in f:
+        for raw in bounded_lines(f):
             offsets.append(pos)
-            pos += len(raw)
+            pos += line_size(raw)
+            blank.append(0 if raw.strip() else 1)
             if not raw.strip():
                 key: ChunkKey = None  # blank lines carry nothing; keep runs unbroken
-            elif len(raw) > MAX_RECORD_BYTES:
+            elif isinstance(raw, LongLine):
                 key = keys(_BAD_LINE)
             else:
                 try:
@@ -213,9 +215,6 @@ def line_groups(path: Path, keys: KeyFunction) -> tuple[Any, Any, Any]:
             break
         parent = grand
     root = parent[np.frombuffer(line_group, dtype=np.int64)]
-    blank = array("b")
-    with open(path, "rb") as f:
-        blank.extend(0 if raw.strip() else 1 for raw in f)
     nonblank = np.frombuffer(blank, dtype=np.int8) == 0
     return np.frombuffer(offsets, dtype=np.int64), root, nonblank
 

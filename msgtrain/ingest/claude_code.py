@@ -46,6 +46,7 @@ from msgtrain.ingest.base import (
     ReadReject,
     ReadSkip,
     SourceRef,
+    bounded_lines,
     excerpt,
     first_json_value,
     iter_json_lines,
@@ -624,7 +625,7 @@ def _subagent_type(path: Path, agent_id: str) -> str | None:
     task_types: dict[str, str] = {}
     wanted: set[str] = set()
     with open(session_file, "rb") as f:
-        for raw in f:
+        for raw in bounded_lines(f):
             # Only the few lines naming the agent or a sub-agent type are parsed; the rest are skimmed.
             if needle not in raw and b"subagent_type" not in raw:
                 continue

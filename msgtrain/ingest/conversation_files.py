@@ -32,6 +32,7 @@ import pydantic
 
 from msgtrain.errors import MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.base import (
+    LongLine,
     ReadEvent,
     ReadGraph,
     ReadReject,
@@ -85,7 +86,9 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
         for lineno, raw, obj in iter_json_lines(path):
             yield RawRecord(SourceRef(str(path), f"line {lineno}"), obj, raw)
         return
-    if parsed is _UNPARSED and not second:
+    if parsed is _UNPARSED and not second and not isinstance(first, LongLine):
+        # (a one-line document longer than a record is not held by the line reader: it is loaded as a document,
+        # under the document limit)
         err = ParseError("invalid or truncated JSON", where=f"{path}:1", code="bad_json")
         yield RawRecord(SourceRef(str(path), "line 1"), err, first)
         return

@@ -198,15 +198,21 @@ def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
     from msgtrain.ingest.chunks import chunk_through, iter_chunk_lines, reading_chunk
 
     assert fault.line is not None
+    # Line numbers only: the file's lines are not held (one is read back below, the culprit's).
+    lines: list[int] = []
     numbered = iter_chunk_lines(path, within) if within is not None else _numbered_lines(path)
-    lines = [(n, raw) for n, raw in numbered if raw.strip() and n <= fault.line]
+    for n, raw in numbered:
+        if n > fault.line:
+            break
+        if raw.strip():
+            lines.append(n)
     if not lines:
         return fault
     kind = type(fault.error)
 
     def fails(count: int) -> bool:
         """Whether reading only the first ``count`` records raises the fault again."""
-        prefix = chunk_through(path, within, lines[count - 1][0]) if count else None
+        prefix = chunk_through(path, within, lines[count - 1]) if count else None
         if prefix is None:
             return False
         with reading_chunk(path, prefix):
@@ -221,8 +227,12 @@ def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
                 hi = mid
             else:
                 lo = mid
-    line, raw = lines[hi - 1]
-    return fault if line == fault.line else _Fault(fault.error, fault.detail, line, raw)
+    line = lines[hi - 1]
+    if line == fault.line:
+        return fault
+    numbered = iter_chunk_lines(path, within) if within is not None else _numbered_lines(path)
+    raw = next((raw for n, raw in numbered if n == line), b"")
+    return _Fault(fault.error, fault.detail, line, raw)
 
 
 def read_document_isolating(reader: Reader, path: Path, key: str) -> Iterator[ReadEvent]:

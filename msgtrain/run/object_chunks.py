@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msgtrain.ingest.base import HEAD_BYTES
+from msgtrain.ingest.base import HEAD_BYTES, bounded_lines, line_size
 from msgtrain.ingest.chunks import Chunk
 from msgtrain.run.storage import Store
 
@@ -42,8 +42,8 @@ class ObjectView:
 def _view_of(path: Path) -> ObjectView:
     head_end, nonblank, lines, pos = 0, 0, 0, 0
     with open(path, "rb") as f:
-        for raw in f:
-            pos += len(raw)
+        for raw in bounded_lines(f):
+            pos += line_size(raw)
             lines += 1
             if raw.strip():
                 nonblank += 1
