@@ -75,25 +75,34 @@ def test_a_bad_second_record_costs_only_itself_not_the_file(tmp_path: Path) -> N
     assert report.records == 51 and [p.code for p in report.problems] == ["unknown_role"]
 
 
-def test_a_file_whose_records_mostly_fail_is_unknown_and_the_hint_says_why(tmp_path: Path) -> None:
+def test_a_file_whose_records_mostly_fail_the_openai_reader_is_read_by_shape_and_each_bad_role_named(
+    tmp_path: Path,
+) -> None:
     path = _write_jsonl(
         tmp_path / "chat.jsonl", [_chat_record(i, "user" if i % 3 == 0 else "hacker") for i in range(6)]
     )
-    _, stats, rejects = convert_file(path, SETTINGS)
-    assert dict(stats.records_rejected) == {"unknown_format": 1}
-    hint = json.loads(rejects[0])["hint"]
-    assert "JSONL of objects with keys messages" in hint
-    assert "openai_chat: roles 'hacker' at `messages[].role` are not OpenAI roles" in hint
+    assert detect_format(path).name == "structural"
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert (stats.records_converted, dict(stats.records_rejected)) == (2, {"unknown_role": 4})
+    assert len(samples) == 2
+    reject = json.loads(rejects[0])
+    assert reject["record"] == "line 2" and '"hacker"' in reject["message"] and "$.messages[0]" in reject["where"]
 
 
-def test_unknown_format_hint_names_where_the_messages_are(tmp_path: Path) -> None:
+def test_messages_nested_under_another_key_are_found_by_shape(tmp_path: Path) -> None:
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"meta": {"v": 1}, "episodes": [_chat_record(0), _chat_record(1)]}), encoding="utf-8")
     report = validate_inputs([path])
+    assert report.problems == [] and report.records == 2
+
+
+def test_unknown_format_hint_says_what_a_file_without_conversations_looks_like(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"meta": {"v": 1}, "rows": [{"a": 1}, {"a": 2}]}), encoding="utf-8")
+    report = validate_inputs([path])
     (problem,) = report.problems
     assert problem.code == "unknown_format"
-    assert "a JSON object with keys episodes, meta" in problem.hint
-    assert "openai_chat: messages are under `episodes[].messages`" in problem.hint
+    assert "a JSON object with keys meta, rows" in problem.hint
 
 
 # ------------------------------------------------------------------------------------------ the boundary

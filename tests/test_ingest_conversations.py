@@ -191,7 +191,7 @@ def test_my_specific_readers_come_before_the_per_call_logs_and_generic_lists_com
     order = list(REGISTRY)
     for name in ("options", "cassettes", "lionagi", "marsys", "go_agent", "anthropic", "openai_responses"):
         assert order.index(name) < order.index("calls")
-    assert order[-2:] == ["sharegpt", "openai_chat"]
+    assert order[-3:] == ["sharegpt", "openai_chat", "structural"]  # the shape fallback after every format
 
 
 def test_head_shape_reads_paths_from_a_truncated_pretty_printed_array() -> None:

@@ -152,4 +152,9 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "OpenAI chat messages: JSON list(s) of messages, JSONL of {messages, tools}, tau-bench traj records",
         "sample_logs/openai_chat/conversations.jsonl",
     ),
+    (
+        "structural",
+        "fallback for any JSON / JSONL / YAML: message lists (role/from/author/speaker + content/value/text/parts), prompt/completion, chosen/rejected, alpaca; found by shape (see `msgtrain formats --explain FILE`)",
+        "sample_logs/structural/verifiers_results.jsonl",
+    ),
 )

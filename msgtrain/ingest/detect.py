@@ -57,8 +57,11 @@ def detect_format(path: Path) -> Reader:
     voted = _majority_reader(path, head)
     if voted is not None:
         return voted
-    for reader in REGISTRY.values():
+    for reader in specific_readers():
         if _accepts(reader, path, head):
+            return reader
+    for reader in REGISTRY.values():  # fallback readers: only where no specific reader claims the file
+        if getattr(reader, "fallback", False) and _accepts(reader, path, head):
             return reader
     raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
 
@@ -75,6 +78,12 @@ def _explain_head(path: Path, head: bytes) -> bytes:
             return f.read(EXPLAIN_BYTES)
     except OSError:
         return head
+
+
+def specific_readers() -> list[Reader]:
+    """The registered readers that are not fallbacks (a fallback, such as the structural reader, finds
+    conversations by shape in any file; it is offered a file only when none of these claims it)."""
+    return [r for r in REGISTRY.values() if not getattr(r, "fallback", False)]
 
 
 def _accepts(reader: Reader, path: Path, head: bytes) -> bool:
@@ -127,7 +136,7 @@ def _majority_reader(path: Path, head: bytes) -> Reader | None:
     records = head_records(head)
     if len(records) < 2:
         return None
-    readers = list(REGISTRY.values())
+    readers = specific_readers()
     votes = [0] * len(readers)
     for record in records:
         for i, reader in enumerate(readers):

@@ -25,6 +25,7 @@ from msgtrain.ingest import (
     options,
     otel,
     sharegpt,
+    structural,
     swe_agent,
     tau2_bench,
     toolbench,
@@ -58,6 +59,8 @@ _READERS: list[Reader] = [
     # The generic conversation lists last: ShareGPT turns, then any list of OpenAI-role messages.
     sharegpt.READER,
     openai_chat.READER,
+    # The fallback: conversations found by shape, offered a file only when no reader above claims it.
+    structural.READER,
 ]
 
 if not REGISTRY:

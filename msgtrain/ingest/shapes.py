@@ -1,0 +1,425 @@
+"""Message shapes log writers use, and one normaliser from any of them to OpenAI chat message dicts.
+
+Readers of formats that store chat messages in their own dialect (role names, content keys, tool-call shapes)
+import this module instead of growing their own tables. What it knows:
+
+- **Message-like objects**: a role-like key (:data:`ROLE_KEYS`: ``role``, ``from``, ``author``, ``speaker``;
+  ``author`` may be an object holding ``role``, as ChatGPT exports write it) and a content-like key
+  (:data:`CONTENT_KEYS`: ``content``, ``value``, ``text``, ``parts``), or a tool call instead of content.
+  LangChain's ``{"type": "human" | "ai" | ..., "data": {...}}`` dicts are read through their ``data``.
+- **Roles**, normalised through one vocabulary (:data:`ROLE_VOCABULARY`): ``human``/``user`` → user;
+  ``gpt``/``model``/``bot``/``ai``/``assistant``... → assistant; ``system`` (and ``developer``, kept as such);
+  ``function``/``tool``/``observation``/``ipython`` → tool result; ShareGPT's ``function_call`` → an assistant
+  turn holding only calls. A role outside the vocabulary is never guessed (``unknown_role``).
+- **Tool calls and results** in the OpenAI shape (``tool_calls``, legacy ``function_call``, ``tool``/``function``
+  messages), the Anthropic shape (``tool_use`` / ``tool_result`` / ``thinking`` blocks) and the Gemini shape
+  (``functionCall`` / ``functionResponse`` / ``thought`` parts), and bare ``{"name", "arguments"}`` calls.
+
+Invariants:
+- Nothing is invented: argument strings are kept verbatim, ids the log gave are kept; a synthetic id
+  (``call_<message>_<k>``) is made only for a call the log wrote without one.
+- A result is paired with a call only when the log says which: its own id, else the oldest open call of its
+  name, else the oldest open call (results written in call order, as ShareGPT and Gemini write them). A result
+  that answers no open call is an ``unpaired_result`` error, never attached to a guess.
+- Errors are :class:`~msgtrain.errors.ValidationError` located at the message's JSON path (``where``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgtrain.errors import ValidationError
+
+ROLE_KEYS = ("role", "from", "author", "speaker")
+CONTENT_KEYS = ("content", "value", "text", "parts")
+
+USER_ROLES = frozenset({"user", "human", "human_user", "prompter"})
+ASSISTANT_ROLES = frozenset({"assistant", "gpt", "model", "bot", "ai", "chatgpt", "bard", "bing", "claude"})
+SYSTEM_ROLES = frozenset({"system"})
+DEVELOPER_ROLES = frozenset({"developer"})
+TOOL_ROLES = frozenset({"tool", "function", "observation", "ipython", "tool_result", "function_response"})
+CALL_ROLES = frozenset({"function_call", "tool_call"})
+
+# Canonical roles: user, assistant, system, developer, tool, call (an assistant turn made only of calls).
+ROLE_VOCABULARY: dict[str, str] = {
+    **dict.fromkeys(USER_ROLES, "user"),
+    **dict.fromkeys(ASSISTANT_ROLES, "assistant"),
+    **dict.fromkeys(SYSTEM_ROLES, "system"),
+    **dict.fromkeys(DEVELOPER_ROLES, "developer"),
+    **dict.fromkeys(TOOL_ROLES, "tool"),
+    **dict.fromkeys(CALL_ROLES, "call"),
+}
+
+# LangChain's serialised messages name their kind under "type"; only these values make "type" a role.
+_LANGCHAIN_TYPES = frozenset({"human", "ai", "system", "tool", "function"})
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+_CALL_KEYS = ("tool_calls", "function_call", "functionCall")
+
+
+def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | None:
+    """The canonical role of a logged role value (case and surrounding space ignored), or None if unknown.
+
+    ``extra`` maps further values (a user's mapping, e.g. axolotl ``roles``) to canonical roles; it wins."""
+    if not isinstance(value, str):
+        return None
+    key = value.strip().lower()
+    if extra:
+        hit = extra.get(value, extra.get(key))
+        if hit is not None:
+            return hit
+    return ROLE_VOCABULARY.get(key)
+
+
+def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
+    """LangChain ``{"type": "ai", "data": {...}}`` → the data dict (which repeats the type)."""
+    data = obj.get("data")
+    if isinstance(data, dict) and obj.get("type") in _LANGCHAIN_TYPES and "content" in data:
+        return {"type": obj["type"], **data}
+    return obj
+
+
+def role_of(obj: Any) -> tuple[str, Any] | None:
+    """(role key, logged role value) of a message-like object, or None. ``author`` may be ``{"role": ...}``."""
+    if not isinstance(obj, dict):
+        return None
+    obj = _unwrap(obj)
+    for key in ROLE_KEYS:
+        value = obj.get(key)
+        if isinstance(value, dict) and isinstance(value.get("role"), str):
+            return f"{key}.role", value["role"]
+        if isinstance(value, str):
+            return key, value
+    if obj.get("type") in _LANGCHAIN_TYPES and "content" in obj:
+        return "type", obj["type"]
+    return None
+
+
+def content_key_of(obj: dict[str, Any]) -> str | None:
+    """The content-like key of a message-like object (the first of :data:`CONTENT_KEYS` it has), or None."""
+    obj = _unwrap(obj)
+    for key in CONTENT_KEYS:
+        if key in obj:
+            return key
+    return None
+
+
+def is_message_like(obj: Any) -> bool:
+    """A dict with a role-like key holding a string and a content-like key (or a tool call instead)."""
+    if role_of(obj) is None:
+        return False
+    data = _unwrap(obj)
+    return content_key_of(data) is not None or any(k in data for k in _CALL_KEYS)
+
+
+def is_message_list(value: Any) -> bool:
+    """A non-empty list whose items are all message-like and of which at least one has a known role."""
+    if not isinstance(value, list) or not value:
+        return False
+    known = False
+    for item in value:
+        if not is_message_like(item):
+            return False
+        hit = role_of(item)
+        known = known or (hit is not None and canonical_role(hit[1]) is not None)
+    return known
+
+
+@dataclass
+class MessageNormaliser:
+    """Turns message-like objects of one conversation into OpenAI chat dicts, pairing results with calls.
+
+    ``roles`` maps extra logged role values to canonical roles (see :func:`canonical_role`); ``role_key`` and
+    ``content_key`` force the keys to read (a user's mapping), else the first present of :data:`ROLE_KEYS` /
+    :data:`CONTENT_KEYS` is read."""
+
+    roles: dict[str, str] | None = None
+    role_key: str | None = None
+    content_key: str | None = None
+    open_calls: list[tuple[str, str]] = field(default_factory=list)  # (id, name) not answered yet, oldest first
+    names: set[str] = field(default_factory=set)  # speaker names seen on assistant messages
+
+    def normalise(self, raw: Any, where: str) -> list[dict[str, Any]]:
+        """One logged message → one or more OpenAI chat dicts (an Anthropic user turn holding ``tool_result``
+        blocks, or a Gemini one holding ``functionResponse`` parts, becomes its results then its text)."""
+        if not isinstance(raw, dict):
+            raise ValidationError(f"message is a {type(raw).__name__}, not an object", where=where, code="bad_message")
+        obj = _unwrap(raw)
+        logged = self._logged_role(obj, where)
+        role = canonical_role(logged, self.roles)
+        if role is None:
+            raise ValidationError(
+                f"role {json.dumps(logged, default=str)} is not a role msgtrain knows",
+                where=where,
+                code="unknown_role",
+                hint="which side spoke is ambiguous; map it with --map (roles: {VALUE: user|assistant|system|tool})",
+            )
+        content = obj.get(self.content_key) if self.content_key else _first(obj, CONTENT_KEYS)
+        if role in ("assistant", "call"):
+            name = obj.get("name")
+            if isinstance(name, str) and name:
+                self.names.add(name)
+            return [self._assistant(obj, content, role == "call", where)]
+        if role == "tool":
+            return [self._tool_message(obj, content, where)]
+        return self._input(obj, role, content, where)
+
+    def _logged_role(self, obj: dict[str, Any], where: str) -> Any:
+        if self.role_key:
+            value = obj.get(self.role_key)
+            if value is None:
+                raise ValidationError(f"message has no {self.role_key!r}", where=where, code="bad_message")
+            return value
+        hit = role_of(obj)
+        if hit is None:
+            raise ValidationError(
+                "message has no role-like key",
+                where=where,
+                code="bad_message",
+                hint=f"messages need one of {', '.join(ROLE_KEYS)}",
+            )
+        return hit[1]
+
+    # ---------------------------------------------------------------- assistant turns
+
+    def _assistant(self, obj: dict[str, Any], content: Any, calls_only: bool, where: str) -> dict[str, Any]:
+        parts: list[Any] = []
+        reasoning: list[str] = []
+        calls: list[dict[str, Any]] = []
+        if calls_only:  # ShareGPT function_call: the value is the call (or a list of calls) as JSON
+            value = _json_value(content, where)
+            for call in value if isinstance(value, list) else [value]:
+                calls.append(self._call(call, where, len(calls)))
+        else:
+            self._assistant_content(content, parts, reasoning, calls, where)
+        for key in ("tool_calls", "function_call"):
+            value = obj.get(key)
+            if value:
+                for call in value if isinstance(value, list) else [value]:
+                    calls.append(self._call(call, where, len(calls)))
+        for key in ("reasoning_content", "reasoning", "thinking"):
+            value = obj.get(key)
+            if isinstance(value, str) and value:
+                reasoning.insert(0, value)
+                break
+        out: dict[str, Any] = {"role": "assistant", "content": _content_value(parts, content)}
+        if reasoning:
+            out["reasoning_content"] = "\n".join(reasoning)
+        if calls:
+            out["tool_calls"] = calls
+        if isinstance(obj.get("name"), str):
+            out["name"] = obj["name"]
+        if "weight" in obj:
+            out["weight"] = obj["weight"]
+        if out["content"] is None and isinstance(obj.get("refusal"), str):
+            out["content"] = obj["refusal"]
+        return out
+
+    def _assistant_content(
+        self, content: Any, parts: list[Any], reasoning: list[str], calls: list[dict[str, Any]], where: str
+    ) -> None:
+        if content is None or isinstance(content, str):
+            return
+        if isinstance(content, dict):
+            content = [content]
+        if not isinstance(content, list):
+            raise ValidationError(
+                f"content is a {type(content).__name__}", where=where, code="bad_content", hint=_CONTENT_HINT
+            )
+        for j, item in enumerate(content):
+            if isinstance(item, str):
+                parts.append({"type": "text", "text": item})
+                continue
+            if not isinstance(item, dict):
+                raise ValidationError(f"content[{j}] is not an object", where=where, code="bad_content")
+            kind = item.get("type")
+            gemini_call = item.get("functionCall", item.get("function_call"))
+            if kind == "tool_use" or isinstance(gemini_call, dict):
+                calls.append(self._call(item if kind == "tool_use" else gemini_call, where, len(calls)))
+            elif kind == "thinking" or (item.get("thought") is True and isinstance(item.get("text"), str)):
+                reasoning.append(str(item.get("thinking", item.get("text", ""))))
+            elif kind == "redacted_thinking":
+                raise ValidationError(
+                    f"content[{j}] is redacted reasoning", where=where, code="unsupported_block", hint=_CONTENT_HINT
+                )
+            else:
+                parts.append(_part(item, j, where))
+
+    def _call(self, call: Any, where: str, k: int) -> dict[str, Any]:
+        """One call in any shape → an OpenAI ``tool_calls`` entry (arguments kept verbatim when a string)."""
+        if not isinstance(call, dict):
+            raise ValidationError(f"tool call {k} is not an object", where=where, code="bad_tool_call")
+        fn = call["function"] if isinstance(call.get("function"), dict) else call
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValidationError(
+                f"tool call {k} has no name",
+                where=where,
+                code="bad_tool_call",
+                hint='a call is {"name": ..., "arguments": {...}} (or OpenAI / Anthropic / Gemini call shapes)',
+            )
+        arguments: Any = next((fn[a] for a in ("arguments", "args", "input", "parameters") if a in fn), {})
+        call_id = call.get("id") or fn.get("id") or call.get("tool_call_id")
+        call_id = str(call_id) if call_id else f"call_{where}_{k}"
+        self.open_calls.append((call_id, name))
+        if not isinstance(arguments, str | dict):
+            arguments = {"value": arguments}
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+    # ---------------------------------------------------------------- inputs and results
+
+    def _input(self, obj: dict[str, Any], role: str, content: Any, where: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        parts: list[Any] = []
+        items = content if isinstance(content, list) else ([content] if isinstance(content, dict) else None)
+        for j, item in enumerate(items or []):
+            if isinstance(item, str):
+                parts.append({"type": "text", "text": item})
+                continue
+            if not isinstance(item, dict):
+                raise ValidationError(f"content[{j}] is not an object", where=where, code="bad_content")
+            answer = item.get("functionResponse", item.get("function_response"))
+            if item.get("type") == "tool_result" or isinstance(answer, dict):
+                if parts:  # keep order: text before a result stays before it
+                    out.append({"role": role, "content": parts})
+                    parts = []
+                if item.get("type") == "tool_result":
+                    out.append(self._result(item.get("tool_use_id"), None, _block_result(item.get("content")), where))
+                else:
+                    assert isinstance(answer, dict)
+                    out.append(self._result(answer.get("id"), answer.get("name"), answer.get("response"), where))
+            else:
+                parts.append(_part(item, j, where))
+        if items is None:
+            if content is not None and not isinstance(content, str):
+                raise ValidationError(
+                    f"content is a {type(content).__name__}", where=where, code="bad_content", hint=_CONTENT_HINT
+                )
+            message: dict[str, Any] = {"role": role, "content": content if content is not None else ""}
+        elif parts or not out:
+            message = {"role": role, "content": _content_value(parts, content)}
+        else:
+            return out
+        if isinstance(obj.get("name"), str):
+            message["name"] = obj["name"]
+        return [*out, message]
+
+    def _tool_message(self, obj: dict[str, Any], content: Any, where: str) -> dict[str, Any]:
+        call_id = obj.get("tool_call_id", obj.get("tool_use_id", obj.get("id")))
+        name = obj.get("name")
+        if isinstance(content, list) and content and all(isinstance(b, dict) for b in content):
+            answers = [b.get("functionResponse") for b in content if isinstance(b.get("functionResponse"), dict)]
+            if len(answers) == 1:  # a Gemini "function" turn holding one functionResponse part
+                answer = answers[0]
+                return self._result(answer.get("id"), answer.get("name"), answer.get("response"), where)
+        return self._result(call_id, name if isinstance(name, str) else None, _block_result(content), where)
+
+    def _result(self, call_id: Any, name: str | None, value: Any, where: str) -> dict[str, Any]:
+        pos = self._answered(call_id, name, where)
+        found_id, found_name = self.open_calls.pop(pos)
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return {"role": "tool", "tool_call_id": found_id, "name": found_name, "content": text}
+
+    def _answered(self, call_id: Any, name: str | None, where: str) -> int:
+        """Which open call a result answers (see the module docstring), as its position in ``open_calls``."""
+        if call_id:
+            for pos, (open_id, _) in enumerate(self.open_calls):
+                if open_id == str(call_id):
+                    return pos
+        elif name:
+            for pos, (_, open_name) in enumerate(self.open_calls):
+                if open_name == name:
+                    return pos
+        elif self.open_calls:
+            return 0
+        said = f"id {call_id!r}" if call_id else (f"name {name!r}" if name else "no id or name")
+        raise ValidationError(
+            f"tool result ({said}) answers no open tool call",
+            where=where,
+            code="unpaired_result",
+            hint="a tool result must follow the assistant turn that made its call (same id, or the call's name)",
+        )
+
+
+_CONTENT_HINT = "content is text, or a list of text / image parts (OpenAI, Anthropic or Gemini shapes)"
+
+
+def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if key in obj:
+            return obj[key]
+    return None
+
+
+def _json_value(value: Any, where: str) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValidationError(f"function_call value is not JSON: {e.msg}", where=where, code="bad_tool_call") from e
+
+
+def _content_value(parts: list[Any], logged: Any) -> Any:
+    """Content as OpenAI writes it: the logged string as is, one text part as a string, else the parts list."""
+    if isinstance(logged, str):
+        return logged
+    if not parts:
+        return None if logged is None else ""
+    if len(parts) == 1 and parts[0].get("type") == "text":
+        return parts[0]["text"]
+    return parts
+
+
+def _part(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:
+    """A content item (OpenAI part, Anthropic block or Gemini part) that is text or media → an OpenAI part."""
+    kind = item.get("type")
+    if kind in ("text", "input_text", "output_text") or (kind is None and isinstance(item.get("text"), str)):
+        return {"type": "text", "text": str(item.get("text", ""))}
+    if kind in ("image_url", "input_audio", "video_url", "file", "input_image"):
+        return item
+    if kind in ("image", "document") and isinstance(item.get("source"), dict):
+        source = item["source"]
+        if source.get("type") == "base64":
+            url = f"data:{source.get('media_type') or 'application/octet-stream'};base64,{source.get('data', '')}"
+        else:
+            url = str(source.get("url") or source.get("file_id") or "")
+        if url:
+            return {"type": "image_url", "image_url": {"url": url}}
+    inline = item.get("inlineData", item.get("inline_data"))
+    if isinstance(inline, dict) and isinstance(inline.get("data"), str):
+        mime = inline.get("mimeType") or inline.get("mime_type") or "application/octet-stream"
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{inline['data']}"}}
+    ref = item.get("fileData", item.get("file_data"))
+    if isinstance(ref, dict) and isinstance(ref.get("fileUri", ref.get("file_uri")), str):
+        return {"type": "image_url", "image_url": {"url": ref.get("fileUri", ref.get("file_uri"))}}
+    shown = kind if kind is not None else ", ".join(sorted(item)[:6]) or "empty"
+    raise ValidationError(
+        f"content[{j}] is a part msgtrain cannot read ({shown})", where=where, code="bad_content", hint=_CONTENT_HINT
+    )
+
+
+def _block_result(content: Any) -> Any:
+    """A tool result's content: text stays text, all-text blocks are joined, anything else is kept as JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, list) and all(isinstance(b, dict) and isinstance(b.get("text"), str) for b in content):
+        return "\n".join(b["text"] for b in content)
+    return content
+
+
+def normalise_messages(
+    messages: list[Any], where: str, *, roles: dict[str, str] | None = None
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """A logged message list → (OpenAI chat dicts, the index in ``messages`` each dict came from).
+
+    ``where`` is the list's JSON path (``$.samples[3].messages``); errors name ``where[i]``."""
+    norm = MessageNormaliser(roles=roles)
+    out: list[dict[str, Any]] = []
+    origin: list[int] = []
+    for i, raw in enumerate(messages):
+        for message in norm.normalise(raw, f"{where}[{i}]"):
+            out.append(message)
+            origin.append(i)
+    return out, origin

@@ -1,0 +1,600 @@
+"""The structural reader: conversations found by their shape in JSON / JSONL / YAML no specific reader claims.
+
+It is the fallback: detection offers it a file only when no other reader claims it (``fallback = True``, see
+:func:`msgtrain.ingest.detect.detect_format`), or when the user forces it (``--input-format structural``) or gives
+a mapping (``--map``, :mod:`msgtrain.ingest.mapping`).
+
+What it finds in each record (a JSONL line, an item of a top-level array, or the whole document), searching nested
+objects and lists (outermost first, never inside a conversation it found):
+
+- **messages**: a list of message-like objects (:mod:`msgtrain.ingest.shapes`: a role-like and a content-like
+  key, roles through one vocabulary, tool calls in OpenAI / Anthropic / Gemini shapes);
+- **prompt_completion**: ``prompt`` + ``completion`` (strings, one message each, or message lists as
+  PrimeIntellect verifiers and TRL write them). Only the completion is trained: assistant messages of the prompt
+  are context (``injected``);
+- **preference**: ``chosen`` + ``rejected`` (with a ``prompt``, a LLaMA-Factory ``conversations`` list, or an
+  implicit prompt: the common prefix of the two). One graph, the prompt then two sibling branches; the chosen
+  reply is trained, the rejected reply is marked ``preference: rejected`` (dropped as ``negative_label``
+  unless asked for);
+- **alpaca**: ``instruction`` (+ ``input``) + ``output`` (+ ``system``, ``history``), as LLaMA-Factory reads it.
+
+Sibling fields of the conversation are carried to the rows: scalars (``reward``, ``score``, ``label``, ids,
+``model``...) and small objects; ``reward`` (else a numeric ``score``) is the rows' reward; a boolean ``label``
+(KTO) marks the trained reply (``label: false`` is never trained as a positive example unless asked for);
+``tools`` / ``functions`` are the tools the policy saw; ``system`` / ``system_prompt`` is the system prompt when
+the messages hold none.
+
+It is conservative: a turn is trained only where its context is unambiguous. Anything else is a reject naming the
+JSON path and what was ambiguous (``ambiguous_structure``): two message lists side by side, assistant messages of
+several named speakers (which one is the policy, and how it saw the others?), a system prompt both in the
+messages and beside them that differ, a role outside the vocabulary (``unknown_role``). A record that holds
+message-like objects in no trainable layout is a reject saying how many assistant messages it saw; a record with
+none is a skip (``no_conversation``).
+
+Each conversation found is one record of the books (a document holding several counts several).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from msgtrain.errors import MsgtrainError, ParseError, ValidationError
+from msgtrain.ingest.base import (
+    HEAD_BYTES,
+    ReadEvent,
+    ReadGraph,
+    ReadItem,
+    ReadReject,
+    ReadSkip,
+    RecordTask,
+    SourceRef,
+    excerpt,
+)
+from msgtrain.ingest.conversation_files import Step, base_graph_id, check_pairing, content_graph_id, iter_raw_records
+from msgtrain.ingest.head_shape import head_shape
+from msgtrain.ingest.mapping import Mapping
+from msgtrain.ingest.shapes import (
+    CONTENT_KEYS,
+    ROLE_KEYS,
+    MessageNormaliser,
+    canonical_role,
+    is_message_like,
+    is_message_list,
+    role_of,
+)
+from msgtrain.ingest.tool_schemas import openai_tools
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.message import OptionCallMessage
+from msgtrain.model.openai import check_reply_present, from_openai_message
+
+MAX_SEARCH_DEPTH = 6  # containers searched below a record for a conversation
+MAX_SEARCH_NODES = 20_000  # objects and lists looked at per record
+MAX_EXTRA_JSON = 4096  # sibling objects larger than this (as JSON) are not carried to the rows
+MAX_YAML_BYTES = 64 * 1024 * 1024
+YAML_SUFFIXES = (".yaml", ".yml")
+
+_SYSTEM_KEYS = ("system", "system_prompt")
+_TOOL_KEYS = ("tools", "functions")
+_REWARD_KEYS = ("reward", "score")
+_LABEL_KEYS = ("label", "kto_tag")
+
+
+@dataclass
+class Found:
+    """A conversation found in a record: where (``path``), in which ``layout``, read through ``mapping``
+    (``mapping.columns`` are keys of ``holder``, the object around the conversation)."""
+
+    path: str
+    holder: dict[str, Any]
+    mapping: Mapping
+
+
+@dataclass
+class Ambiguity:
+    """A spot that holds message-like content no layout reads unambiguously."""
+
+    path: str
+    message: str
+    assistant_messages: int
+
+
+@dataclass
+class _Search:
+    nodes: int = 0
+    found: list[Found | Ambiguity] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------- finding
+
+
+def locate(value: Any, path: str = "$") -> list[Found | Ambiguity]:
+    """Every conversation (or ambiguous spot) in ``value``, outermost first (module docstring)."""
+    search = _Search()
+    _locate(value, path, 0, search)
+    return search.found
+
+
+def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
+    search.nodes += 1
+    if search.nodes > MAX_SEARCH_NODES:
+        return
+    if isinstance(value, list):
+        if is_message_list(value):
+            search.found.append(Found(path, {"messages": value}, Mapping("messages", {"messages": "messages"})))
+            return
+        if depth < MAX_SEARCH_DEPTH:
+            for i, item in enumerate(value):
+                if isinstance(item, dict | list):
+                    _locate(item, f"{path}[{i}]", depth + 1, search)
+        return
+    if not isinstance(value, dict):
+        return
+    hit = _record_layout(value, path)
+    if hit is not None:
+        search.found.append(hit)
+        return
+    if depth < MAX_SEARCH_DEPTH:
+        for key, item in value.items():
+            if isinstance(item, dict | list):
+                _locate(item, f"{path}.{key}", depth + 1, search)
+
+
+def _record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
+    """The layout of one object, if it holds a conversation directly (not in a nested object)."""
+    lists = [k for k, v in record.items() if is_message_list(v)]
+    columns: dict[str, str] = {}
+    for key in _SYSTEM_KEYS:
+        if isinstance(record.get(key), str):
+            columns["system"] = key
+            break
+    for key in _TOOL_KEYS:
+        if record.get(key):
+            columns["tools"] = key
+            break
+    for key in _REWARD_KEYS:
+        value = record.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            columns["reward"] = key
+            break
+    for key in _LABEL_KEYS:
+        if isinstance(record.get(key), bool):
+            columns["kto_tag"] = key
+            break
+    if _replies(record.get("chosen")) and _replies(record.get("rejected")):
+        columns |= {"chosen": "chosen", "rejected": "rejected"}
+        prompt = [k for k in ("prompt", *lists) if k in record and k not in ("chosen", "rejected")]
+        if len(prompt) > 1:
+            return Ambiguity(path, f"preference pair with several prompts ({', '.join(prompt)})", 0)
+        if prompt:
+            columns["prompt" if prompt[0] == "prompt" else "messages"] = prompt[0]
+        return Found(path, record, Mapping("preference", columns))
+    if "prompt" in record and _replies(record.get("completion")) and _prompt_like(record["prompt"]):
+        columns |= {"prompt": "prompt", "completion": "completion"}
+        return Found(path, record, Mapping("prompt_completion", columns))
+    if isinstance(record.get("instruction"), str) and isinstance(record.get("output"), str):
+        columns |= {"prompt": "instruction", "response": "output"}
+        if isinstance(record.get("input"), str):
+            columns["query"] = "input"
+        if isinstance(record.get("history"), list):
+            columns["history"] = "history"
+        return Found(path, record, Mapping("alpaca", columns))
+    if len(lists) == 1:
+        columns["messages"] = lists[0]
+        return Found(path, record, Mapping("messages", columns))
+    if len(lists) > 1:
+        shown = ", ".join(f"{path}.{k}" for k in lists)
+        count = max(_assistant_count(record[k]) for k in lists)
+        return Ambiguity(path, f"several message lists side by side ({shown}): which is the conversation?", count)
+    return None
+
+
+def _replies(value: Any) -> bool:
+    return isinstance(value, str) or is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
+
+
+def _prompt_like(value: Any) -> bool:
+    return isinstance(value, str) or is_message_list(value) or value == []
+
+
+def _assistant_count(value: Any, budget: list[int] | None = None) -> int:
+    """How many assistant-like messages ``value`` holds anywhere (bounded search)."""
+    budget = budget if budget is not None else [MAX_SEARCH_NODES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        return 0
+    if isinstance(value, list):
+        return sum(_assistant_count(v, budget) for v in value if isinstance(v, dict | list))
+    if not isinstance(value, dict):
+        return 0
+    own = 0
+    hit = role_of(value)
+    if hit is not None and canonical_role(hit[1]) in ("assistant", "call"):
+        own = 1
+    return own + sum(_assistant_count(v, budget) for v in value.values() if isinstance(v, dict | list))
+
+
+def message_like_count(value: Any) -> tuple[int, int]:
+    """(message-like objects, assistant ones) anywhere in ``value``: what a record no layout reads still held."""
+    stack, seen, messages, assistants = [value], 0, 0, 0
+    while stack and seen < MAX_SEARCH_NODES:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, dict | list))
+        elif isinstance(item, dict):
+            if is_message_like(item):
+                messages += 1
+                hit = role_of(item)
+                assistants += hit is not None and canonical_role(hit[1]) in ("assistant", "call")
+            stack.extend(v for v in item.values() if isinstance(v, dict | list))
+    return messages, assistants
+
+
+# --------------------------------------------------------------------------------------------- converting
+
+
+@dataclass
+class _Builder:
+    """Normalised messages → steps, with JSON-path errors."""
+
+    norm: MessageNormaliser
+    steps: list[Step] = field(default_factory=list)
+    call_names: dict[str, str] = field(default_factory=dict)
+
+    def add(self, raw: Any, where: str, *, trained: bool = True, metadata: dict[str, Any] | None = None) -> None:
+        for data in self.norm.normalise(raw, where):
+            weight = data.pop("weight", None)
+            if data["role"] == "assistant" and weight != 0:
+                check_reply_present(data, where)
+            msg = _located(lambda d=data: from_openai_message(d, call_names=self.call_names), where)
+            if isinstance(msg, OptionCallMessage):
+                self.call_names.update({c.invocation_id: c.option_name for c in msg.calls})
+            origin: Origin | None = None
+            if msg.role == "assistant":
+                if metadata:
+                    msg = msg.model_copy(update={"metadata": {**msg.metadata, **metadata}})
+                if not trained:
+                    origin = Origin.INJECTED
+                elif weight == 0:
+                    origin = Origin.CARRIED
+            self.steps.append(Step(msg, origin=origin, index=len(self.steps)))
+
+    def add_list(self, raw: Any, where: str, *, trained: bool = True) -> None:
+        if isinstance(raw, str):
+            self.add({"role": "user" if not trained else "assistant", "content": raw}, where, trained=trained)
+        elif isinstance(raw, dict):
+            self.add(raw, where, trained=trained)
+        else:
+            for i, item in enumerate(raw or []):
+                self.add(item, f"{where}[{i}]", trained=trained)
+
+
+def _located(make: Any, where: str) -> Any:
+    try:
+        return make()
+    except MsgtrainError as e:  # the model's errors say ``message``; the user needs the JSON path
+        raise type(e)(e.message, where=where, hint=e.hint, code=e.code) from e
+
+
+def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
+    """One conversation → a graph (raises :class:`ValidationError` naming the JSON path on anything ambiguous)."""
+    m, holder, at = found.mapping, found.holder, found.path
+    norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
+    builder = _Builder(norm)
+    system = m.field_of(holder, "system")
+    if system is not None and not isinstance(system, str):
+        raise ValidationError(f"the system prompt at {at}.{m.columns['system']} is not text", code="bad_content")
+    label = _label(m, holder, at)
+    branches: list[tuple[list[Step], str]] = []
+    if m.layout == "messages":
+        messages = m.field_of(holder, "messages")
+        _need_list(messages, f"{at}.{m.columns['messages']}")
+        builder.add_list(messages, f"{at}.{m.columns['messages']}")
+        _mark_last_reply(builder.steps, label)
+    elif m.layout == "prompt_completion":
+        builder.add_list(_as_prompt(m.field_of(holder, "prompt")), f"{at}.{m.columns['prompt']}", trained=False)
+        start = len(builder.steps)
+        meta = {"label": label} if label is not None else None
+        _add_replies(builder, m.field_of(holder, "completion"), f"{at}.{m.columns['completion']}", meta)
+        if not any(s.message.role == "assistant" for s in builder.steps[start:]):
+            raise ValidationError(
+                f"the completion at {at}.{m.columns['completion']} holds no assistant message",
+                code="ambiguous_structure",
+            )
+    elif m.layout == "alpaca":
+        _alpaca(builder, holder, m, at)
+        _mark_last_reply(builder.steps, label)
+    else:
+        branches = _preference(builder, holder, m, at)
+    _check_speakers(norm, at)
+    steps = _with_system(builder.steps, system, at, m)
+    tools = openai_tools(m.field_of(holder, "tools"), where=f"{at}.{m.columns.get('tools', 'tools')}")
+    base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
+    graph = MessageGraph(graph_id=base, tools=tools, metadata={"source_format": "structural", "layout": m.layout})
+    check_pairing(steps + [s for b, _ in branches for s in b])
+    ids = [graph.append(s.message, origin=s.origin) for s in steps]
+    for branch, _ in branches:
+        parent = ids[-1] if ids else None
+        for s in branch:
+            parent = graph.add_node(parent, s.message, origin=s.origin)
+    graph.graph_id = content_graph_id(base, graph)
+    return ReadGraph(graph, ref, records=1, extras=_extras(holder, m))
+
+
+def _need_list(value: Any, where: str) -> None:
+    if not isinstance(value, list):
+        raise ValidationError(
+            f"{where} is not a message list", code="ambiguous_structure", hint="fix the mapping's messages column"
+        )
+
+
+def _as_prompt(value: Any) -> Any:
+    return {"role": "user", "content": value} if isinstance(value, str) else value
+
+
+def _add_replies(builder: _Builder, value: Any, where: str, metadata: dict[str, Any] | None) -> None:
+    if isinstance(value, str):
+        value = {"role": "assistant", "content": value}
+    items = value if isinstance(value, list) else [value]
+    for i, item in enumerate(items):
+        builder.add(item, f"{where}[{i}]" if isinstance(value, list) else where, metadata=metadata)
+
+
+def _label(m: Mapping, holder: dict[str, Any], at: str) -> bool | None:
+    if "kto_tag" not in m.columns:
+        return None
+    value = m.field_of(holder, "kto_tag")
+    if isinstance(value, bool) or value is None:
+        return value
+    if value in (0, 1):
+        return bool(value)
+    raise ValidationError(
+        f"the label at {at}.{m.columns['kto_tag']} is {json.dumps(value, default=str)}, not true or false",
+        code="ambiguous_structure",
+        hint="a KTO label says whether the reply is desirable: true or false",
+    )
+
+
+def _mark_last_reply(steps: list[Step], label: bool | None) -> None:
+    """A conversation-level label (KTO ``{messages, label}``) judges its last reply, as LLaMA-Factory's
+    ``kto_tag`` and TRL's unpaired preference data do: that assistant turn carries the label."""
+    if label is None:
+        return
+    for step in reversed(steps):
+        if step.message.role == "assistant":
+            step.message = step.message.model_copy(update={"metadata": {**step.message.metadata, "label": label}})
+            return
+
+
+def _alpaca(builder: _Builder, holder: dict[str, Any], m: Mapping, at: str) -> None:
+    """LLaMA-Factory's alpaca reading: history pairs, then ``prompt`` (+ "\\n" + ``query``) → ``response``."""
+    history = m.field_of(holder, "history") or []
+    for i, pair in enumerate(history if isinstance(history, list) else []):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
+            raise ValidationError(f"{at}.history[{i}] is not a [query, response] pair", code="ambiguous_structure")
+        builder.add({"role": "user", "content": pair[0]}, f"{at}.history[{i}][0]")
+        builder.add({"role": "assistant", "content": pair[1]}, f"{at}.history[{i}][1]")
+    prompt = m.field_of(holder, "prompt")
+    query = m.field_of(holder, "query")
+    text = "\n".join(t for t in (prompt, query) if isinstance(t, str) and t)
+    builder.add({"role": "user", "content": text}, f"{at}.{m.columns['prompt']}")
+    builder.add({"role": "assistant", "content": m.field_of(holder, "response")}, f"{at}.{m.columns['response']}")
+
+
+def _preference(builder: _Builder, holder: dict[str, Any], m: Mapping, at: str) -> list[tuple[list[Step], str]]:
+    """Prompt steps into ``builder``; returns the chosen and the rejected branch (see the module docstring)."""
+    prompt_col = "prompt" if "prompt" in m.columns else ("messages" if "messages" in m.columns else None)
+    chosen, rejected = m.field_of(holder, "chosen"), m.field_of(holder, "rejected")
+    if prompt_col is None and isinstance(chosen, list) and isinstance(rejected, list):
+        shared = 0  # implicit prompt: the messages the two conversations share
+        while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+            shared += 1
+        builder.add_list(chosen[:shared], f"{at}.chosen", trained=False)
+        chosen, rejected = chosen[shared:], rejected[shared:]
+    elif prompt_col is not None:
+        builder.add_list(_as_prompt(m.field_of(holder, prompt_col)), f"{at}.{m.columns[prompt_col]}", trained=False)
+    out: list[tuple[list[Step], str]] = []
+    for value, mark in ((chosen, "chosen"), (rejected, "rejected")):
+        branch = _Builder(_fork(builder.norm), call_names=dict(builder.call_names))
+        branch.steps = []
+        _add_replies(branch, value, f"{at}.{m.columns[mark]}", {"preference": mark})
+        if not any(s.message.role == "assistant" for s in branch.steps):
+            raise ValidationError(f"the {mark} reply at {at}.{m.columns[mark]} holds no assistant message")
+        out.append((branch.steps, mark))
+    return out
+
+
+def _fork(norm: MessageNormaliser) -> MessageNormaliser:
+    return MessageNormaliser(
+        roles=norm.roles, role_key=norm.role_key, content_key=norm.content_key, open_calls=list(norm.open_calls)
+    )
+
+
+def _check_speakers(norm: MessageNormaliser, at: str) -> None:
+    if len(norm.names) > 1:
+        shown = ", ".join(sorted(norm.names)[:5])
+        raise ValidationError(
+            f"assistant messages at {at} come from {len(norm.names)} named speakers ({shown}): which one is the "
+            "policy, and how it saw the others' messages, is ambiguous",
+            code="ambiguous_structure",
+            hint="convert one speaker's own view of the conversation, or map the others to user with --map (roles)",
+        )
+
+
+def _with_system(steps: list[Step], system: str | None, at: str, m: Mapping) -> list[Step]:
+    if not system:
+        return steps
+    own = [s for s in steps if s.message.role == "system"]
+    if own:
+        texts = {"".join(getattr(p, "text", "") for p in getattr(s.message, "parts", ())) for s in own}
+        if texts == {system}:
+            return steps
+        raise ValidationError(
+            f"{at}.{m.columns['system']} and the system message in the conversation differ: which one the policy "
+            "saw is ambiguous",
+            code="ambiguous_structure",
+            hint="drop one of them, or map the system column away with --map",
+        )
+    from msgtrain.model.message import PartsMessage, TextPart
+
+    first = Step(PartsMessage(parts=(TextPart(text=system),), role_hint_for_llm="system", policy="system"))
+    return [first, *steps]
+
+
+def _extras(holder: dict[str, Any], m: Mapping) -> dict[str, Any]:
+    """Sibling fields carried to the rows: scalars and small objects; the mapped reward as ``reward``."""
+    used = {v.split(".")[0] for k, v in m.columns.items() if k not in ("reward", "kto_tag")}
+    extras: dict[str, Any] = {}
+    for key, value in holder.items():
+        if key in used or not isinstance(key, str):
+            continue
+        if isinstance(value, dict | list):
+            try:
+                if len(json.dumps(value, ensure_ascii=False)) > MAX_EXTRA_JSON:
+                    continue
+            except (TypeError, ValueError):
+                continue
+        extras[key] = value
+    reward = m.field_of(holder, "reward")
+    if isinstance(reward, int | float) and not isinstance(reward, bool):
+        extras["reward"] = reward
+    label = m.field_of(holder, "kto_tag")
+    if isinstance(label, bool):
+        extras["label"] = label
+    return extras
+
+
+# --------------------------------------------------------------------------------------------- the reader
+
+
+def _records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
+    """(ref, value or the parse error, raw for excerpts) per record: JSONL lines, a top-level array's items (unless
+    the array is itself one conversation), or the whole document; YAML files are one document."""
+    if path.suffix.lower() in YAML_SUFFIXES:
+        yield SourceRef(str(path), "file"), _load_yaml(path), None
+        return
+    for rec in iter_raw_records(path):
+        value = rec.value
+        if rec.ref.record == "file" and isinstance(value, list) and not is_message_list(value):
+            for i, item in enumerate(value):
+                yield SourceRef(str(path), f"item {i}"), item, item
+            continue
+        yield rec.ref, value, rec.raw if rec.raw is not None else value
+
+
+def _load_yaml(path: Path) -> Any:
+    from msgtrain.ingest.cassettes import load_yaml_bounded
+
+    if path.stat().st_size > MAX_YAML_BYTES:
+        return ParseError("YAML document too large", where=str(path), code="record_too_large")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return load_yaml_bounded(f, str(path))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        return ParseError(f"not valid YAML: {e}", where=str(path), code="bad_yaml")
+    except MsgtrainError as e:
+        return e
+
+
+def _sub_ref(ref: SourceRef, found_path: str, several: bool) -> SourceRef:
+    if not several or found_path == "$":
+        return ref
+    return SourceRef(ref.file, f"{ref.record} {found_path}" if ref.record != "file" else found_path)
+
+
+class StructuralReader:
+    name = "structural"
+    description = (
+        "fallback for any JSON / JSONL / YAML: message lists (role/from/author/speaker + content/value/text/parts), "
+        "prompt/completion, chosen/rejected, alpaca; found by shape (see `msgtrain formats --explain FILE`)"
+    )
+    example = "sample_logs/structural/verifiers_results.jsonl"
+    fallback = True  # offered a file only when no specific reader claims it (msgtrain.ingest.detect)
+
+    def __init__(self, mapping: Mapping | None = None):
+        self.mapping = mapping
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        if path.suffix.lower() in YAML_SUFFIXES:
+            try:
+                value = _load_yaml(path) if path.stat().st_size <= 4 * HEAD_BYTES else None
+            except OSError:
+                return False
+            return value is not None and not isinstance(value, MsgtrainError) and message_like_count(value)[0] > 0
+        shape = head_shape(head)
+        if shape.layout == "other":
+            return False
+        for p in shape.paths:
+            stem, _, key = p.rpartition(".")
+            if (
+                key in ROLE_KEYS
+                and (stem.endswith("[]") or stem == "")
+                and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS)
+            ):
+                return True
+        return (
+            shape.has(".prompt", ".completion")
+            or shape.has(".chosen", ".rejected")
+            or shape.has(".instruction", ".output")
+        )
+
+    def read(self, path: Path) -> Iterator[ReadItem]:
+        for ref, value, raw in _records(path):
+            if isinstance(value, MsgtrainError):
+                yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
+                continue
+            yield from self._record(path, ref, value, raw)
+
+    def _record(self, path: Path, ref: SourceRef, value: Any, raw: Any) -> Iterator[ReadItem]:
+        if self.mapping is not None:
+            if not isinstance(value, dict):
+                err = ValidationError("record is not an object the mapping can read", code="mapping_mismatch")
+                yield ReadReject(ref, err.located(str(ref)), excerpt(raw))
+                return
+            found: list[Found | Ambiguity] = [Found("$", value, self.mapping)]
+        else:
+            found = locate(value)
+        if not found:
+            messages, assistants = message_like_count(value)
+            if messages:
+                err = ValidationError(
+                    f"holds {messages} message-like objects ({assistants} from an assistant) in no layout msgtrain "
+                    "reads unambiguously",
+                    code="ambiguous_structure",
+                    hint="write a mapping (--map) naming the messages field; `msgtrain formats --explain FILE`",
+                )
+                yield ReadReject(ref, err.located(str(ref)), excerpt(raw))
+            else:
+                yield ReadSkip(ref, "no_conversation")
+            return
+        several = len(found) > 1
+        for item in found:
+            sub = _sub_ref(ref, item.path, several)
+            if isinstance(item, Ambiguity):
+                err = ValidationError(
+                    f"{item.path}: {item.message} ({item.assistant_messages} assistant messages not trained)",
+                    code="ambiguous_structure",
+                    hint="say which with a mapping (--map); `msgtrain formats --explain FILE` prints one to edit",
+                )
+                yield ReadReject(sub, err.located(str(sub)), excerpt(raw))
+                continue
+            yield RecordTask(sub, _task(path, sub, item), records=1, raw=raw)
+
+
+def _task(path: Path, ref: SourceRef, found: Found) -> Any:
+    def parse() -> list[ReadEvent]:
+        try:
+            return [convert_found(path, ref, found)]
+        except MsgtrainError as e:  # ``file:line $.messages[3]``: the record, then the JSON path inside it
+            raise e.located(str(ref)) from e
+
+    return parse
+
+
+READER = StructuralReader()

@@ -1,0 +1,237 @@
+"""The structural reader: conversations found by shape in files no specific reader claims.
+
+Fixtures are written here in the shape of real third-party files (the data itself is not copied); each says which
+repository, path and commit its shape follows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.ingest import registry  # noqa: F401 - registers the readers
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, detect_format, read_events
+from msgtrain.ingest.shapes import canonical_role, normalise_messages
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _jsonl(path: Path, records: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _events(path: Path) -> list[Any]:
+    reader = detect_format(path)
+    assert reader.name == "structural"
+    return list(read_events(reader, path))
+
+
+def _graphs(path: Path) -> list[ReadGraph]:
+    return [e for e in _events(path) if isinstance(e, ReadGraph)]
+
+
+def _origins(graph: ReadGraph) -> list[tuple[str, str]]:
+    return [(n.message.role, n.origin.value) for n in graph.graph.nodes.values()]
+
+
+# Shape of PrimeIntellect-ai/verifiers `vf-eval` outputs, environments/*/outputs/evals/*/results.jsonl (rows of
+# example_id, prompt, completion, answer, task, reward, info; tests/test_environment_extra.py at
+# a60a606ecc4d309247edf9ff92c3eabca362781f writes the same rows).
+VERIFIERS_ROWS = [
+    {
+        "example_id": 0,
+        "prompt": [
+            {"role": "system", "content": "Use the calculator."},
+            {"role": "user", "content": "What is 12*7?"},
+            {"role": "assistant", "content": "Example: 2*2 is 4."},
+        ],
+        "completion": [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "call_0", "type": "function", "function": {"name": "calc", "arguments": '{"e": "12*7"}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_0", "content": "84"},
+            {"role": "assistant", "content": "84"},
+        ],
+        "answer": "84",
+        "task": "arith",
+        "reward": 1.0,
+        "info": {"level": 1},
+    },
+    {
+        "example_id": 1,
+        "prompt": [{"role": "user", "content": "What is 3+3?"}],
+        "completion": [{"role": "assistant", "content": "6"}],
+        "answer": "6",
+        "task": "arith",
+        "reward": 0.0,
+        "info": {},
+    },
+]
+
+
+def test_verifiers_results_train_only_the_completion_and_carry_reward_and_siblings(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "results.jsonl", VERIFIERS_ROWS)
+    first, _ = _graphs(path)
+    assert _origins(first) == [
+        ("system", "context"),
+        ("user", "context"),
+        ("assistant", "injected"),  # an in-prompt demonstration: not sampled by the policy
+        ("assistant", "sampled"),
+        ("tool", "context"),
+        ("assistant", "sampled"),
+    ]
+    assert first.extras == {"example_id": 0, "answer": "84", "task": "arith", "reward": 1.0, "info": {"level": 1}}
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert rejects == [] and stats.turns_trained == 3
+    assert sorted(s.reward for s in samples) == [0.0, 1.0]
+    assert all(s.metadata["task"] == "arith" for s in samples)
+
+
+# Shape of a Gemini API `Content[]` chat history (role "model", parts with functionCall / functionResponse), as
+# google-gemini/generative-ai-python's ChatSession.history serialises it (docs/api/google/generativeai/protos).
+GEMINI_HISTORY = {
+    "model": "gemini-2.0-flash",
+    "history": [
+        {"role": "user", "parts": [{"text": "Weather in Paris?"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"c": 18}}}]},
+        {"role": "model", "parts": [{"text": "It is 18°C."}]},
+    ],
+}
+
+
+def test_a_gemini_content_history_is_read_with_its_calls_paired_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(GEMINI_HISTORY), encoding="utf-8")
+    (graph,) = _graphs(path)
+    roles = [("user", "context"), ("assistant", "sampled"), ("tool", "context"), ("assistant", "sampled")]
+    assert _origins(graph) == roles
+    assert graph.extras == {"model": "gemini-2.0-flash"}
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert rejects == [] and stats.turns_trained == 2
+
+
+def test_anthropic_blocks_nested_in_a_saved_history_are_read(tmp_path: Path) -> None:
+    # Shape of a coding assistant's saved Messages API history: {"session", "messages": [...Anthropic blocks]}.
+    record = {
+        "session": "s1",
+        "state": {
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "list files"}]},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "use ls", "signature": "x"},
+                        {"type": "tool_use", "id": "tu_1", "name": "bash", "input": {"cmd": "ls"}},
+                    ],
+                },
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_1", "content": "a.py"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "One file: a.py"}]},
+            ]
+        },
+    }
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    (graph,) = _graphs(path)
+    assert [r for r, _ in _origins(graph)] == ["user", "assistant", "tool", "assistant"]
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert rejects == [] and stats.turns_trained == 2
+
+
+def test_assistant_messages_of_several_named_speakers_are_rejected_naming_the_path(tmp_path: Path) -> None:
+    # Shape of a multi-agent role-play log (camel-ai/camel role-playing sessions: two assistants taking turns).
+    record = {
+        "chat": [
+            {"role": "user", "content": "Plan a trip"},
+            {"role": "assistant", "name": "Planner", "content": "Step 1"},
+            {"role": "assistant", "name": "Critic", "content": "Too vague"},
+        ]
+    }
+    path = _jsonl(tmp_path / "roleplay.jsonl", [record, record])
+    events = _events(path)
+    assert all(isinstance(e, ReadReject) for e in events)
+    error = events[0].error
+    assert error.code == "ambiguous_structure" and "$" in error.message and "Critic, Planner" in error.message
+
+
+def test_two_message_lists_side_by_side_are_ambiguous_and_say_how_many_replies_they_hold(tmp_path: Path) -> None:
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    path = _jsonl(tmp_path / "two.jsonl", [{"input": msgs, "history": msgs + msgs}, {"input": msgs, "history": msgs}])
+    events = _events(path)
+    assert [type(e) for e in events] == [ReadReject, ReadReject]
+    assert "$.input, $.history" in events[0].error.message and "2 assistant messages" in events[0].error.message
+
+
+def test_a_role_outside_the_vocabulary_is_never_guessed_and_its_json_path_is_named(tmp_path: Path) -> None:
+    rows = [
+        {"turns": [{"speaker": "human", "text": "hi"}, {"speaker": "gpt", "text": "hello"}]},
+        {"turns": [{"speaker": "human", "text": "hi"}, {"speaker": "narrator", "text": "..."}]},
+    ]
+    path = _jsonl(tmp_path / "turns.jsonl", rows)
+    good, bad = _events(path)
+    assert isinstance(good, ReadGraph)
+    assert isinstance(bad, ReadReject) and bad.error.code == "unknown_role"
+    assert "$.turns[1]" in str(bad.error) and '"narrator"' in bad.error.message
+
+
+def test_alpaca_records_train_the_output_after_instruction_and_input(tmp_path: Path) -> None:
+    # Shape of hiyouga/LLaMA-Factory data/alpaca_en_demo.json (commit 3053a806e9c55c27159e77ee240a6e050f12e675).
+    rows = [
+        {"instruction": "Translate", "input": "bonjour", "output": "hello"},
+        {"instruction": "Say hi", "input": "", "output": "hi", "history": [["q0", "a0"]]},
+    ]
+    path = tmp_path / "alpaca.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    first, second = _graphs(path)
+    user = next(n.message for n in first.graph.nodes.values() if n.message.role == "user")
+    assert user.parts[0].text == "Translate\nbonjour"
+    assert [r for r, _ in _origins(second)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_record_with_no_message_like_content_is_a_skip_with_a_reason(tmp_path: Path) -> None:
+    msgs = [{"speaker": "user", "text": "q"}, {"speaker": "bot", "text": "a"}]
+    path = _jsonl(tmp_path / "mixed.jsonl", [{"dialog": msgs, "x": 1}, {"event": "heartbeat"}, {"dialog": msgs}])
+    events = _events(path)
+    assert [type(e) for e in events] == [ReadGraph, ReadSkip, ReadGraph]
+    assert events[1].reason == "no_conversation"
+
+
+def test_files_a_specific_reader_claims_are_not_taken_by_the_fallback(tmp_path: Path) -> None:
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    path = _jsonl(tmp_path / "chat.jsonl", [{"messages": msgs}] * 2)
+    assert detect_format(path).name == "openai_chat"
+
+
+@pytest.mark.parametrize(
+    ("logged", "canonical"),
+    [
+        ("Human", "user"),
+        ("gpt", "assistant"),
+        ("model", "assistant"),
+        ("bot", "assistant"),
+        ("AI", "assistant"),
+        ("observation", "tool"),
+        ("ipython", "tool"),
+        ("function", "tool"),
+        ("system", "system"),
+        ("narrator", None),
+    ],
+)
+def test_roles_are_normalised_through_one_vocabulary(logged: str, canonical: str | None) -> None:
+    assert canonical_role(logged) == canonical
+
+
+def test_a_tool_result_answering_no_open_call_is_an_error_not_a_guess() -> None:
+    with pytest.raises(Exception, match="answers no open tool call"):
+        normalise_messages([{"role": "user", "content": "q"}, {"role": "tool", "content": "x"}], "$.m")
