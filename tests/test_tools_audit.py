@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from msgtrain.cli import main
-from msgtrain.errors import ConfigError, TokenizerError
+from msgtrain.errors import ConfigError
 from msgtrain.tools.audit import audit_template, parse_template_kwargs
 from tests.conftest import shared_path
 
@@ -166,17 +166,16 @@ def test_content_spelling_control_tokens_is_encoded_as_text_by_msgtrain(qwen3: P
 
 def test_a_template_only_folder_is_refused_with_the_command_that_works(capsys: pytest.CaptureFixture[str]) -> None:
     folder = shared_path("tokenizers", "qwen2.5-instruct")
-    with pytest.raises(TokenizerError, match="no tokenizer vocabulary") as err:
+    with pytest.raises(ConfigError, match="no tokenizer vocabulary") as err:
         audit_template(folder)
     assert "--chat-template" in (err.value.hint or "")
-    assert main(["audit-template", "--tokenizer", str(folder)]) == 1
+    assert main(["audit-template", "--tokenizer", str(folder)]) == 2  # a bad --tokenizer: usage
     assert "no tokenizer vocabulary" in capsys.readouterr().err
 
 
 def test_a_missing_tokenizer_is_not_looked_up_on_the_network(tmp_path: Path) -> None:
-    with pytest.raises(TokenizerError, match="cannot load tokenizer") as err:
+    with pytest.raises(ConfigError, match="tokenizer folder not found"):
         audit_template(str(tmp_path / "no-such-tokenizer"))
-    assert "never downloads" in (err.value.hint or "")
 
 
 def test_unknown_features_are_a_config_error_listing_the_known_ones(phi3: Path) -> None:

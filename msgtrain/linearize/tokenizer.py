@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from msgtrain.errors import TokenizerError
+from msgtrain.linearize.tokenizer_source import load_from_hub, resolve_tokenizer, unreadable_vocabulary
 
 if TYPE_CHECKING:
     from msgtrain.linearize.template import RenderTrace
@@ -154,28 +155,23 @@ def auto_tokenizer(source: str, **kwargs: Any) -> Any:
 
 
 def _load_and_snapshot(name: str, folder: Path) -> Any:
-    """The tokenizer through transformers; a local folder's is stored as a snapshot when it may be (see
+    """The tokenizer of a checked local folder through transformers, stored as a snapshot when it may be (see
     :mod:`msgtrain.linearize.snapshot`), so the next process restores it without transformers."""
     try:
-        hf = auto_tokenizer(name)
-    except Exception as e:  # transformers raises OSError/ValueError/HF errors; all mean "cannot load"
-        raise TokenizerError(
-            f"cannot load tokenizer {name!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-            hint="pass a local Hugging Face tokenizer folder (tokenizer.json + tokenizer_config.json); hub ids need"
-            " network access or a warm cache",
-        ) from e
-    if folder.is_dir():
-        from msgtrain.linearize import snapshot
+        hf = auto_tokenizer(str(folder))
+    except Exception as e:  # transformers raises OSError/ValueError/HF errors; all mean "cannot read this folder"
+        raise unreadable_vocabulary(folder, name, e) from e
+    from msgtrain.linearize import snapshot
 
-        if snapshot.cache_root() is not None:
-            # A snapshot is an optimisation: whatever taking one raises (a tokenizer class with an unusual
-            # surface), the tokenizer transformers loaded is used as it is.
-            try:
-                spec = snapshot.snapshotable(hf, backend_decodes_alike(hf))
-                if spec is not None:
-                    snapshot.save(folder, hf, spec)
-            except Exception:
-                pass
+    if snapshot.cache_root() is not None:
+        # A snapshot is an optimisation: whatever taking one raises (a tokenizer class with an unusual
+        # surface), the tokenizer transformers loaded is used as it is.
+        try:
+            spec = snapshot.snapshotable(hf, backend_decodes_alike(hf))
+            if spec is not None:
+                snapshot.save(folder, hf, spec)
+        except Exception:
+            pass
     return hf
 
 
@@ -203,19 +199,16 @@ def _load_hf(name: str | None, chat_template: str | None) -> Any:
     if name is None or name == DEMO_TOKENIZER:
         hf = _build_demo_tokenizer()
     else:
-        folder = Path(name)
-        vocab_files = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
-        if folder.is_dir() and not any((folder / f).is_file() for f in vocab_files):
-            raise TokenizerError(
-                f"{name} has no vocabulary (none of {', '.join(vocab_files)})",
-                hint="it may hold only a chat template: pass the model's tokenizer with --tokenizer and this folder's"
-                " tokenizer_config.json with --chat-template",
-            )
-        from msgtrain.linearize import snapshot
+        source = resolve_tokenizer(name, download=True)
+        if source.folder is None:
+            assert source.hub_id is not None
+            hf = load_from_hub(source.hub_id, auto_tokenizer)
+        else:
+            from msgtrain.linearize import snapshot
 
-        hf = snapshot.load(folder) if folder.is_dir() else None
-        if hf is None:
-            hf = _load_and_snapshot(name, folder)
+            hf = snapshot.load(source.folder)
+            if hf is None:
+                hf = _load_and_snapshot(name, source.folder)
     if chat_template is not None:
         path = Path(chat_template)
         if path.is_file():

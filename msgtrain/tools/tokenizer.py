@@ -1,8 +1,9 @@
 """Loading Hugging Face tokenizers for the tools (audit-template, inspect), from local folders only.
 
 Invariants:
-- Nothing is downloaded: a ``--tokenizer`` that is not a local folder is looked up in the local Hugging Face cache
-  only (``local_files_only``), so a typo fails fast with a clear message instead of hanging on the network.
+- Nothing is downloaded: a ``--tokenizer`` that is a hub id is looked up in the local Hugging Face cache only
+  (``local_files_only``), so a typo fails fast with a clear message instead of hanging on the network. What is a
+  folder and what a hub id is decided by :func:`msgtrain.linearize.tokenizer_source.resolve_tokenizer`.
 - A folder that holds a chat template but no vocabulary (only ``tokenizer_config.json``) is refused: transformers
   would load it as a tokenizer with a handful of tokens and every later check would be silently wrong.
 - ``--chat-template FILE`` replaces the tokenizer's template; FILE is a Jinja file, or a JSON file with a
@@ -17,12 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msgtrain.errors import TokenizerError
+from msgtrain.linearize.tokenizer_source import resolve_tokenizer, unreadable_vocabulary
 
 if TYPE_CHECKING:
     from msgtrain.linearize.tokenizer import TokenizerBundle
-
-# Files any of which carries a vocabulary; a folder without one is a template-only folder.
-VOCAB_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt", "spiece.model", "tiktoken.model")
 
 
 def read_chat_template(path: str | Path) -> str:
@@ -68,45 +67,21 @@ def read_chat_template(path: str | Path) -> str:
 def load_hf_tokenizer(tokenizer: str | Path, chat_template: str | Path | None = None) -> Any:
     """A transformers tokenizer from a local folder (or the local HF cache), with an optional template override.
 
-    Raises :class:`TokenizerError` naming the folder and how to fix it when loading fails or the folder has no
-    vocabulary.
+    A missing folder or one without a vocabulary is a :class:`~msgtrain.errors.ConfigError`; a vocabulary
+    transformers cannot read or a hub id not in the cache is a :class:`TokenizerError`; each names what to fix.
     """
     from transformers.utils import logging as hf_logging
 
     from msgtrain.linearize.tokenizer import auto_tokenizer
 
     hf_logging.set_verbosity_error()  # "PyTorch was not found" and similar banners are noise for a CLI tool
-    path = Path(tokenizer).expanduser()
-    where = str(tokenizer)
-    if path.is_dir():
-        if not any((path / name).is_file() for name in VOCAB_FILES):
-            hint = (
-                "this folder only holds a chat template; load a tokenizer with the same vocabulary and take the "
-                f"template from here: --tokenizer OTHER_FOLDER --chat-template {path / 'tokenizer_config.json'}"
-                if (path / "tokenizer_config.json").is_file()
-                else f"a tokenizer folder holds one of {', '.join(VOCAB_FILES)}"
-            )
-            raise TokenizerError("folder holds no tokenizer vocabulary", where=where, hint=hint)
-        source, local_only = str(path), False
-    elif path.exists():
-        raise TokenizerError(
-            "--tokenizer must be a folder, not a file",
-            where=where,
-            hint="pass the folder that holds tokenizer.json / tokenizer_config.json",
-        )
-    else:
-        source, local_only = str(tokenizer), True
+    source = resolve_tokenizer(str(tokenizer), download=False)  # a hub id: its cached snapshot's folder
+    assert source.folder is not None
     try:
-        tok = auto_tokenizer(source, local_files_only=local_only)
+        tok = auto_tokenizer(str(source.folder))
     except Exception as e:  # transformers raises OSError, ValueError, KeyError... depending on what is missing
-        hint = (
-            "msgtrain never downloads tokenizers: pass a local folder (e.g. one made with "
-            "`huggingface-cli download ORG/NAME --local-dir DIR`)"
-            if local_only
-            else "check that the folder is a complete Hugging Face tokenizer (tokenizer.json + tokenizer_config.json)"
-        )
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TokenizerError(f"cannot load tokenizer: {first_line}", where=where, hint=hint) from e
+        raise unreadable_vocabulary(source.folder, str(tokenizer), e) from e
+    where = str(tokenizer)
     if chat_template is not None:
         tok.chat_template = read_chat_template(chat_template)
     if not tok.chat_template:
