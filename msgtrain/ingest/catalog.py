@@ -48,6 +48,16 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/native/edit_and_compaction.graph.jsonl",
     ),
     (
+        "inspect_ai",
+        "Inspect AI eval logs (.json log format v2, .eval zip): one graph per sample and epoch",
+        "sample_logs/inspect_ai/popularity.json",
+    ),
+    (
+        "verifiers",
+        "PrimeIntellect verifiers rollouts (vf-eval results.jsonl: prompt, completion, reward, info)",
+        "sample_logs/verifiers/results.jsonl",
+    ),
+    (
         "options",
         "Options-framework messages (seed 003): msgtrain Message JSON, kind = parts/option_call/option_result",
         "sample_logs/options/research_agent.jsonl",

@@ -14,6 +14,7 @@ from msgtrain.ingest import (
     copilot_cli,
     gemini_cli,
     go_agent,
+    inspect_ai,
     lionagi,
     marsys,
     mini_swe_agent,
@@ -29,11 +30,15 @@ from msgtrain.ingest import (
     swe_agent,
     tau2_bench,
     toolbench,
+    verifiers,
 )
 from msgtrain.ingest.base import REGISTRY, Reader, register
 
 _READERS: list[Reader] = [
     native.READER,
+    # Eval-harness logs: documents with a harness-specific envelope (Inspect's eval spec, zip archives).
+    inspect_ai.READER,
+    verifiers.READER,
     # Conversation formats with a marker no other format has (kind tags, interactions:, lion_class, MARSYS roles,
     # Go AgentState, Anthropic-only blocks, Responses item types) go before the per-call OpenAI logs.
     options.READER,

@@ -33,6 +33,7 @@ from msgtrain.export.schema import Sample
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table
 from msgtrain.linearize.turns import Turn, collect_turns
+from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.message import Generation
 
@@ -421,6 +422,8 @@ class _GraphLinearizer:
         trained: dict[str, str] = {}
         reward = extras.get("reward")
         metadata = {k: v for k, v in extras.items() if k != "reward"}
+        # A graph that lacks part of what its model was sent trains samples that are not exact: each says so.
+        graph_flags = {CONTEXT_INCOMPLETE} if missing_context(self.g) else set()
         for nid, leaf in self.tt.items():
             if nid in has_child:
                 continue
@@ -434,7 +437,7 @@ class _GraphLinearizer:
             mask = np.zeros(n, dtype=np.int8)
             lp = np.full(n, np.nan, dtype=np.float32)
             spans: list[tuple[int, int]] = []
-            flags: set[str] = set()
+            flags: set[str] = set(graph_flags)
             for c in todo:
                 ct = self.tt[c]
                 a = ct.prompt.shape[0]
