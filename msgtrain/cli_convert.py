@@ -124,6 +124,11 @@ def register(app: typer.Typer) -> None:
             "--allow-partial-turns/--no-allow-partial-turns",
             help="With --overflow truncate, train a cut turn's start.",
         ),
+        train_negative: bool = typer.Option(
+            None,
+            "--train-negative/--no-train-negative",
+            help="Train replies the log marks bad (KTO label false, rejected of a pair), flagged; default: dropped.",
+        ),
         rows_per_shard: int = typer.Option(None, "--rows-per-shard", help="Rows per output file (default 100000)."),
         row_group_size: int = typer.Option(None, "--row-group-size", help="Rows per Parquet row group (default 1000)."),
         workers: int = typer.Option(
@@ -179,6 +184,7 @@ def register(app: typer.Typer) -> None:
             "max_reject_rate": max_reject_rate,
             "render_date": render_date,
             "content_special_tokens": content_special_tokens,
+            "train_negative": train_negative,
             "quiet": quiet or None,
             "allow_partial_turns": allow_partial_turns,
             "rows_per_shard": rows_per_shard,

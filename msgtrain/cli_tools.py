@@ -98,6 +98,9 @@ def register(app: typer.Typer) -> None:
         allow_partial_turns: bool = typer.Option(
             None, "--allow-partial-turns/--no-allow-partial-turns", help="As convert (with --overflow truncate)."
         ),
+        train_negative: bool = typer.Option(
+            None, "--train-negative/--no-train-negative", help="Train replies marked bad, as convert."
+        ),
         config: Path = typer.Option(
             None, "--config", help="convert's YAML config: its inputs and settings (flags override it)."
         ),
@@ -123,6 +126,7 @@ def register(app: typer.Typer) -> None:
             "max_length": max_length,
             "overflow": overflow,
             "allow_partial_turns": allow_partial_turns,
+            "train_negative": train_negative,
         }
         cfg = merge_cli(load_config_data(config) if config is not None else None, given)
         if not cfg.inputs:

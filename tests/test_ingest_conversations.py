@@ -446,7 +446,7 @@ def test_a_malformed_mixed_openai_file_rejects_each_bad_record_and_accounts_for_
     assert reject.excerpt.startswith('{"messages"')
 
 
-def test_sharegpt_rejects_ambiguous_results_media_mismatches_and_preference_pairs(tmp_path: Path) -> None:
+def test_sharegpt_rejects_ambiguous_results_media_mismatches_and_broken_preference_pairs(tmp_path: Path) -> None:
     calls = json.dumps([{"name": "f", "arguments": {}}, {"name": "f", "arguments": {"x": 1}}])
     records = [
         {
@@ -463,7 +463,7 @@ def test_sharegpt_rejects_ambiguous_results_media_mismatches_and_preference_pair
         {
             "conversations": [{"from": "human", "value": "q"}],
             "chosen": {"from": "gpt", "value": "a"},
-            "rejected": {"from": "gpt", "value": "b"},
+            "rejected": 3,  # a preference pair whose rejected side is no reply
         },
         {"conversations": [{"from": "human", "value": "q"}, {"from": "observation", "value": "orphan"}]},
         {"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": "{not json"}]},
@@ -475,7 +475,7 @@ def test_sharegpt_rejects_ambiguous_results_media_mismatches_and_preference_pair
     assert [(e.source.record, e.error.code) for e in events if isinstance(e, ReadReject)] == [
         ("item 0", "ambiguous_results"),
         ("item 1", "media_mismatch"),
-        ("item 2", "unsupported_record"),
+        ("item 2", "bad_preference"),
         ("item 3", "unpaired_result"),
         ("item 4", "bad_json_field"),
     ]

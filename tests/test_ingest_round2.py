@@ -29,6 +29,7 @@ from msgtrain.ingest.base import (
     read_head,
     unit_directories,
 )
+from msgtrain.ingest.detect import specific_readers
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.validate import validate_graph
 from msgtrain.run.parts import LinearizeSettings, convert_file, file_digest
@@ -153,7 +154,7 @@ def test_each_new_sample_is_claimed_by_its_own_reader_and_no_other(sample: str) 
     detect_format(SAMPLES / sample)  # imports the registry
     path = SAMPLES / sample
     head = read_head(path)
-    assert [r.name for r in REGISTRY.values() if r.detect(path, head)] == [GOLDEN[sample][0]]
+    assert [r.name for r in specific_readers() if r.detect(path, head)] == [GOLDEN[sample][0]]
     assert directory_reader(path.parent) is None
 
 
@@ -471,7 +472,7 @@ def test_every_real_log_file_is_detected_as_exactly_its_folders_format() -> None
             if not path.is_file() or path.name in _NOT_LOGS or path.name.startswith("."):
                 continue
             head = read_head(path)
-            claimed = [r.name for r in REGISTRY.values() if r.detect(path, head)]
+            claimed = [r.name for r in specific_readers() if r.detect(path, head)]
             mine = [n for n in claimed if n in NEW_READERS]
             # The generic conversation readers come last in detection order; what matters is the first claim, and
             # that no reader of this round claims another format's file.

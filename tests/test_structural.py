@@ -235,3 +235,85 @@ def test_roles_are_normalised_through_one_vocabulary(logged: str, canonical: str
 def test_a_tool_result_answering_no_open_call_is_an_error_not_a_guess() -> None:
     with pytest.raises(Exception, match="answers no open tool call"):
         normalise_messages([{"role": "user", "content": "q"}, {"role": "tool", "content": "x"}], "$.m")
+
+
+# ------------------------------------------------------------------------------------------ labels and preferences
+# Shape of hiyouga/LLaMA-Factory data/kto_en_demo.json (commit e62a1f494763d368f8764714e41bdf19d5b0c02e):
+# [{"messages": [{"content", "role"}...], "label": bool}] (dataset_info: "tags": {"role_tag": "role", ...},
+# "columns": {"messages": "messages", "kto_tag": "label"}), and the ShareGPT form {conversations, label}.
+KTO_ROWS = [
+    {"messages": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"}], "label": True},
+    {"messages": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "9"}], "label": False},
+]
+
+
+def _settings(**kw: Any) -> LinearizeSettings:
+    return LinearizeSettings(
+        tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None, **kw
+    )
+
+
+@pytest.mark.parametrize("sharegpt", [False, True])
+def test_a_reply_labelled_bad_is_never_trained_as_a_positive_example_by_default(tmp_path: Path, sharegpt: bool) -> None:
+    rows = KTO_ROWS
+    if sharegpt:
+        rows = [
+            {
+                "conversations": [
+                    {"from": "human" if m["role"] == "user" else "gpt", "value": m["content"]} for m in r["messages"]
+                ],
+                "label": r["label"],
+            }
+            for r in KTO_ROWS
+        ]
+    path = tmp_path / "kto.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == []
+    assert (stats.turns_found, stats.turns_trained, dict(stats.turns_dropped)) == (2, 1, {"negative_label": 1})
+    (sample,) = samples
+    assert sample.flags == ["label_positive"] and sample.metadata["label"] is True
+
+
+def test_train_negative_trains_a_bad_reply_flagged_with_its_label(tmp_path: Path) -> None:
+    path = tmp_path / "kto.json"
+    path.write_text(json.dumps(KTO_ROWS), encoding="utf-8")
+    samples, stats, _ = convert_file(path, _settings(train_negative=True))
+    assert stats.turns_trained == 2
+    assert sorted(s.flags[0] for s in samples) == ["label_negative", "label_positive"]
+
+
+# Shapes of hiyouga/LLaMA-Factory data/dpo_en_demo.json (commit 3075df156a6520392aecf5e30bf888b621c0959c):
+# {"conversations": [...], "chosen": {"from": "gpt", "value"}, "rejected": {...}}, and of TRL's preference
+# datasets (huggingface/trl docs/source/dataset_formats.md): {"prompt", "chosen", "rejected"} as strings or lists.
+PREFERENCE_RECORDS = {
+    "llamafactory": {
+        "conversations": [{"from": "human", "value": "Capital of France?"}],
+        "chosen": {"from": "gpt", "value": "Paris."},
+        "rejected": {"from": "gpt", "value": "Lyon."},
+    },
+    "trl_strings": {"prompt": "Capital of France?", "chosen": "Paris.", "rejected": "Lyon."},
+    "trl_implicit_prompt": {
+        "chosen": [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}],
+        "rejected": [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Lyon."}],
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(PREFERENCE_RECORDS))
+def test_a_preference_pair_is_one_prompt_with_two_sibling_replies_and_only_the_chosen_is_trained(
+    tmp_path: Path, shape: str
+) -> None:
+    path = _jsonl(tmp_path / "pairs.jsonl", [PREFERENCE_RECORDS[shape]] * 2)
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and stats.records_converted == 2
+    assert (stats.turns_found, stats.turns_trained, dict(stats.turns_dropped)) == (4, 2, {"negative_label": 2})
+    assert all(s.flags == ["preference_chosen"] for s in samples)
+    samples, stats, _ = convert_file(path, _settings(train_negative=True))
+    assert stats.turns_trained == 4
+    by_graph: dict[str, list[Any]] = {}
+    for s in samples:
+        by_graph.setdefault(s.graph_id, []).append(s)
+    for pair in by_graph.values():  # the two replies of one pair share their context, hence their group id
+        assert sorted(s.flags[0] for s in pair) == ["preference_chosen", "preference_rejected"]
+        assert len({s.group_id for s in pair}) == 1

@@ -334,6 +334,26 @@ def build_linear_graph(
     return graph
 
 
+def kto_label(container: dict[str, Any]) -> bool | None:
+    """A conversation's KTO desirability mark: a boolean ``label`` (TRL) or ``kto_tag`` (LLaMA-Factory), else None."""
+    for key in ("label", "kto_tag"):
+        if isinstance(container.get(key), bool):
+            return bool(container[key])
+    return None
+
+
+def mark_last_reply(steps: Sequence[Step], label: bool | None) -> None:
+    """A conversation-level label judges its last reply (LLaMA-Factory's ``kto_tag``, TRL's unpaired preference
+    data): that assistant message carries ``label`` in its metadata, which the linearizer honours (a reply marked
+    bad is not trained unless asked for; a trained one is flagged)."""
+    if label is None:
+        return
+    for step in reversed(steps):
+        if step.message.role == "assistant":
+            step.message = step.message.model_copy(update={"metadata": {**step.message.metadata, "label": label}})
+            return
+
+
 def chain_records(first: RawRecord, rest: Iterator[RawRecord]) -> Iterator[RawRecord]:
     """Put a record taken off the front of a stream back in front of it."""
     yield first

@@ -39,6 +39,8 @@ from msgtrain.ingest.conversation_files import (
     base_graph_id,
     build_linear_graph,
     conversation_chunk_key,
+    kto_label,
+    mark_last_reply,
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import HeadShape, head_shape
@@ -153,8 +155,10 @@ class OpenAIChatReader:
         container = conv.container
         tools = openai_tools(container.get("tools") or container.get("functions"))
         kwargs = container.get("chat_template_kwargs")
+        steps = chat_steps(conv.messages)
+        mark_last_reply(steps, kto_label(container))
         graph = build_linear_graph(
-            chat_steps(conv.messages),
+            steps,
             base_id=base_graph_id(path, conv.ref),
             incomplete_from=conv.incomplete_from,
             tools=tools,

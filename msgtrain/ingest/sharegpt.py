@@ -45,6 +45,8 @@ from msgtrain.ingest.conversation_files import (
     base_graph_id,
     build_linear_graph,
     conversation_chunk_key,
+    kto_label,
+    mark_last_reply,
     parse_json_field,
     read_conversation_file,
 )
@@ -350,6 +352,24 @@ def _split_results(text: str, calls: list[OptionCallPayload], where: str) -> lis
     return out
 
 
+def _preference(path: Path, conv: Conversation) -> Converted:
+    """A LLaMA-Factory ranking record (``conversations`` + ``chosen`` / ``rejected`` replies): read as the
+    structural reader reads preference pairs (one graph, the prompt then two sibling replies)."""
+    from msgtrain.ingest.structural import Found, convert_found, record_layout
+
+    record = {**conv.container, (conv.key or "conversations"): conv.messages}
+    found = record_layout(record, "$")
+    if not isinstance(found, Found) or found.mapping.layout != "preference":
+        raise ValidationError(
+            "chosen / rejected are not both replies (a string, a message or a message list)",
+            where="record",
+            code="bad_preference",
+            hint='write "chosen": {"from": "gpt", "value": ...} and the same for "rejected"',
+        )
+    read = convert_found(path, conv.ref, found)
+    return Converted(read.graph, read.extras)
+
+
 class ShareGPTReader:
     name = "sharegpt"
     description = (
@@ -379,12 +399,7 @@ class ShareGPTReader:
     def convert(self, path: Path, conv: Conversation) -> Converted:
         container = conv.container
         if "chosen" in container or "rejected" in container:
-            raise ValidationError(
-                "preference records (chosen / rejected) are not supported",
-                where="record",
-                code="unsupported_record",
-                hint="convert the chosen conversation on its own",
-            )
+            return _preference(path, conv)
         sharegpt = any(isinstance(t, dict) and "from" in t for t in conv.messages)
         to_turn = _sharegpt_turn if sharegpt else _llamafactory_turn
         turns = [to_turn(raw, i) for i, raw in enumerate(conv.messages)]
@@ -397,6 +412,7 @@ class ShareGPTReader:
             )
         steps.extend(_Builder(media).run(turns))
         media.check_consumed()
+        mark_last_reply(steps, kto_label(container))
         graph = build_linear_graph(
             steps,
             base_id=base_graph_id(path, conv.ref),

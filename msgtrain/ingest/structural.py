@@ -56,7 +56,14 @@ from msgtrain.ingest.base import (
     SourceRef,
     excerpt,
 )
-from msgtrain.ingest.conversation_files import Step, base_graph_id, check_pairing, content_graph_id, iter_raw_records
+from msgtrain.ingest.conversation_files import (
+    Step,
+    base_graph_id,
+    check_pairing,
+    content_graph_id,
+    iter_raw_records,
+    mark_last_reply,
+)
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.mapping import Mapping
 from msgtrain.ingest.shapes import (
@@ -135,7 +142,7 @@ def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
         return
     if not isinstance(value, dict):
         return
-    hit = _record_layout(value, path)
+    hit = record_layout(value, path)
     if hit is not None:
         search.found.append(hit)
         return
@@ -145,7 +152,7 @@ def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
                 _locate(item, f"{path}.{key}", depth + 1, search)
 
 
-def _record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
+def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
     """The layout of one object, if it holds a conversation directly (not in a nested object)."""
     lists = [k for k, v in record.items() if is_message_list(v)]
     columns: dict[str, str] = {}
@@ -296,7 +303,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         messages = m.field_of(holder, "messages")
         _need_list(messages, f"{at}.{m.columns['messages']}")
         builder.add_list(messages, f"{at}.{m.columns['messages']}")
-        _mark_last_reply(builder.steps, label)
+        mark_last_reply(builder.steps, label)
     elif m.layout == "prompt_completion":
         builder.add_list(_as_prompt(m.field_of(holder, "prompt")), f"{at}.{m.columns['prompt']}", trained=False)
         start = len(builder.steps)
@@ -309,7 +316,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
             )
     elif m.layout == "alpaca":
         _alpaca(builder, holder, m, at)
-        _mark_last_reply(builder.steps, label)
+        mark_last_reply(builder.steps, label)
     else:
         branches = _preference(builder, holder, m, at)
     _check_speakers(norm, at)
@@ -359,17 +366,6 @@ def _label(m: Mapping, holder: dict[str, Any], at: str) -> bool | None:
         code="ambiguous_structure",
         hint="a KTO label says whether the reply is desirable: true or false",
     )
-
-
-def _mark_last_reply(steps: list[Step], label: bool | None) -> None:
-    """A conversation-level label (KTO ``{messages, label}``) judges its last reply, as LLaMA-Factory's
-    ``kto_tag`` and TRL's unpaired preference data do: that assistant turn carries the label."""
-    if label is None:
-        return
-    for step in reversed(steps):
-        if step.message.role == "assistant":
-            step.message = step.message.model_copy(update={"metadata": {**step.message.metadata, "label": label}})
-            return
 
 
 def _alpaca(builder: _Builder, holder: dict[str, Any], m: Mapping, at: str) -> None:

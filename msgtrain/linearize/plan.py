@@ -56,6 +56,24 @@ class DropReason(StrEnum):
     NO_TRAINABLE_TOKENS = "no_trainable_tokens"
     RENDER_ERROR = "render_error"
     COMPLETION_NOT_RENDERABLE = "completion_not_renderable"
+    NEGATIVE_LABEL = "negative_label"
+
+
+# A reply the log judges (a KTO label, a chosen/rejected mark) carries the judgement in its message metadata; the
+# sample that trains it is flagged with it, and a reply judged bad is not trained unless asked for.
+NEGATIVE_MARKS = frozenset({"label_negative", "preference_rejected"})
+
+
+def reply_mark(metadata: dict[str, Any]) -> str | None:
+    """The judgement a reply's metadata carries: ``label_positive`` / ``label_negative`` (a boolean ``label``),
+    ``preference_chosen`` / ``preference_rejected`` (``preference``), or None."""
+    preference = metadata.get("preference")
+    if preference in ("chosen", "rejected"):
+        return f"preference_{preference}"
+    label = metadata.get("label")
+    if isinstance(label, bool):
+        return "label_positive" if label else "label_negative"
+    return None
 
 
 @dataclass
@@ -115,6 +133,10 @@ class LinearizeOptions:
     # never becomes a control token); "parse" renders it as a serving engine does (control tokens) and flags the
     # sample ``content_special_tokens_parsed``. Logged engine ids are the truth either way.
     content_special_tokens: str = "plain"
+    # A reply marked bad (KTO ``label: false``, the rejected side of a preference pair) is dropped as
+    # ``negative_label`` unless this is set; then it is trained and its sample flagged with the mark, for trainers
+    # that read the flags (KTO, preference pairs sharing a group id).
+    train_negative: bool = False
 
 
 def _h(*parts: str) -> str:
@@ -395,6 +417,11 @@ class _GraphLinearizer:
             if self.opts.policies and t.policy not in self.opts.policies:
                 self._drop(t, DropReason.POLICY_NOT_SELECTED, None)
                 continue
+            mark = reply_mark(t.node.message.metadata)
+            if mark in NEGATIVE_MARKS and not self.opts.train_negative:
+                why = f"the log marks this reply {mark.split('_', 1)[1]}: not trained as a positive example"
+                self._drop(t, DropReason.NEGATIVE_LABEL, why + " (--train-negative trains it, flagged)")
+                continue
             anc = self._nearest_turn_ancestor(t)
             try:
                 tt = self._tokens(t, anc)
@@ -404,6 +431,8 @@ class _GraphLinearizer:
             except MsgtrainError as e:
                 self._drop(t, DropReason.RENDER_ERROR, str(e))
                 continue
+            if mark is not None:
+                tt.flags.append(mark)
             self.tt[t.node_id] = tt
             self.parent[t.node_id] = self._find_parent(tt, anc)
             bisect.insort(self._by_len, (tt.full.shape[0], t.index, t.node_id))

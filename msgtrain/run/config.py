@@ -64,6 +64,11 @@ class ConvertConfig(BaseModel):
         description="control-token text in log content: plain = encoded as plain text (safe); parse = as a serving"
         " engine parses it (control tokens; samples flagged content_special_tokens_parsed)",
     )
+    train_negative: bool = Field(
+        False,
+        description="train replies the log marks bad (KTO label false, rejected side of a preference pair),"
+        " flagged label_negative / preference_rejected; default: dropped as negative_label",
+    )
     # what to write
     format: Format = "parquet"
     target: str = Field("canonical", description="one of the export targets")
@@ -228,6 +233,7 @@ OUTPUT_SETTINGS = frozenset(
         "chat_template",
         "render_date",
         "content_special_tokens",
+        "train_negative",
         "policies",
         "format",
         "target",

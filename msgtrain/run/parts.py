@@ -70,6 +70,7 @@ class LinearizeSettings:
     input_format: str | None
     strict: bool = False
     content_special_tokens: str = "plain"
+    train_negative: bool = False
     # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
     debug_log: str | None = None
 
@@ -79,6 +80,7 @@ class LinearizeSettings:
             "policies": sorted(self.policies),
             "render_date": self.render_date,
             "content_special_tokens": self.content_special_tokens,
+            "train_negative": self.train_negative,
             "input_format": self.input_format,
             "version": __version__,
         }
@@ -94,6 +96,7 @@ def settings_from_config(cfg: Any, debug_log: str | None = None) -> LinearizeSet
         render_date=cfg.render_date,
         input_format=cfg.input_format,
         content_special_tokens=cfg.content_special_tokens,
+        train_negative=cfg.train_negative,
         strict=cfg.strict,
         debug_log=debug_log,
     )
@@ -105,6 +108,7 @@ def linearize_options(settings: LinearizeSettings) -> LinearizeOptions:
         policies=frozenset(settings.policies),
         render_date=settings.render_date,
         content_special_tokens=settings.content_special_tokens,
+        train_negative=settings.train_negative,
     )
 
 
