@@ -41,10 +41,9 @@ def _origins(graph: ReadGraph) -> list[tuple[str, str]]:
     return [(n.message.role, n.origin.value) for n in graph.graph.nodes.values()]
 
 
-# Shape of PrimeIntellect-ai/verifiers `vf-eval` outputs, environments/*/outputs/evals/*/results.jsonl (rows of
-# example_id, prompt, completion, answer, task, reward, info; tests/test_environment_extra.py at
-# a60a606ecc4d309247edf9ff92c3eabca362781f writes the same rows).
-VERIFIERS_ROWS = [
+# Shape of TRL's conversational prompt-completion datasets (huggingface/trl docs/source/dataset_formats.md: "prompt"
+# and "completion" message lists), with a grader's sibling fields as eval harnesses add them (a numeric "score").
+PROMPT_COMPLETION_ROWS = [
     {
         "example_id": 0,
         "prompt": [
@@ -65,7 +64,7 @@ VERIFIERS_ROWS = [
         ],
         "answer": "84",
         "task": "arith",
-        "reward": 1.0,
+        "score": 1.0,
         "info": {"level": 1},
     },
     {
@@ -74,14 +73,14 @@ VERIFIERS_ROWS = [
         "completion": [{"role": "assistant", "content": "6"}],
         "answer": "6",
         "task": "arith",
-        "reward": 0.0,
+        "score": 0.0,
         "info": {},
     },
 ]
 
 
-def test_verifiers_results_train_only_the_completion_and_carry_reward_and_siblings(tmp_path: Path) -> None:
-    path = _jsonl(tmp_path / "results.jsonl", VERIFIERS_ROWS)
+def test_prompt_completion_rows_train_only_the_completion_and_carry_score_and_siblings(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "graded.jsonl", PROMPT_COMPLETION_ROWS)
     first, _ = _graphs(path)
     assert _origins(first) == [
         ("system", "context"),
@@ -91,7 +90,14 @@ def test_verifiers_results_train_only_the_completion_and_carry_reward_and_siblin
         ("tool", "context"),
         ("assistant", "sampled"),
     ]
-    assert first.extras == {"example_id": 0, "answer": "84", "task": "arith", "reward": 1.0, "info": {"level": 1}}
+    assert first.extras == {
+        "example_id": 0,
+        "answer": "84",
+        "task": "arith",
+        "score": 1.0,
+        "reward": 1.0,  # a numeric score is the rows' reward when there is no "reward"
+        "info": {"level": 1},
+    }
     samples, stats, rejects = convert_file(path, SETTINGS)
     assert rejects == [] and stats.turns_trained == 3
     assert sorted(s.reward for s in samples) == [0.0, 1.0]

@@ -165,6 +165,6 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
     (
         "structural",
         "fallback for any JSON / JSONL / YAML: message lists (role/from/author/speaker + content/value/text/parts), prompt/completion, chosen/rejected, alpaca; found by shape (see `msgtrain formats --explain FILE`)",
-        "sample_logs/structural/verifiers_results.jsonl",
+        "sample_logs/structural/chat_export.jsonl",
     ),
 )

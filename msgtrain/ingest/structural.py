@@ -510,7 +510,7 @@ class StructuralReader:
         "fallback for any JSON / JSONL / YAML: message lists (role/from/author/speaker + content/value/text/parts), "
         "prompt/completion, chosen/rejected, alpaca; found by shape (see `msgtrain formats --explain FILE`)"
     )
-    example = "sample_logs/structural/verifiers_results.jsonl"
+    example = "sample_logs/structural/chat_export.jsonl"
     fallback = True  # offered a file only when no specific reader claims it (msgtrain.ingest.detect)
 
     def __init__(self, mapping: Mapping | None = None):
