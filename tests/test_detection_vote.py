@@ -138,3 +138,33 @@ def test_every_real_log_is_detected_as_its_head_as_a_whole_says() -> None:
 def test_a_directory_log_is_still_claimed_by_its_directory_reader() -> None:
     folder = SAMPLE_LOGS / "openhands_v1" / "conv0001"
     assert detect_format(folder).name == "openhands_v1"
+
+
+CALL_LOGS = {
+    "anthropic": SAMPLE_LOGS / "anthropic" / "request_response.jsonl",
+    "openai_responses": SAMPLE_LOGS / "openai_responses" / "calls.jsonl",
+}
+BROKEN_FIRST_LINES = {
+    "truncated": '{"request": {"model": "m", "messages": [{"role": "us',
+    "foreign": json.dumps({"event": "startup", "pid": 4242}),
+    "half_a_call": json.dumps({"request": {"model": "m"}}),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_FIRST_LINES))
+@pytest.mark.parametrize("reader", sorted(CALL_LOGS))
+def test_a_broken_first_line_of_a_call_log_costs_that_line_and_the_layout_comes_from_the_majority(
+    tmp_path: Path, reader: str, broken: str
+) -> None:
+    original = CALL_LOGS[reader]
+    path = tmp_path / original.name
+    path.write_text(BROKEN_FIRST_LINES[broken] + "\n" + original.read_text(encoding="utf-8"), encoding="utf-8")
+    forced = LinearizeSettings(
+        tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=reader
+    )
+    clean_samples, clean_stats, _ = convert_file(original, forced)
+    samples, stats, rejects = convert_file(path, forced)
+    assert [json.loads(r)["record"] for r in rejects] == ["line 1"]
+    assert stats.records_read == clean_stats.records_read + 1
+    assert stats.records_converted == clean_stats.records_converted
+    assert len(samples) == len(clean_samples) > 0

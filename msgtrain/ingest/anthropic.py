@@ -41,8 +41,8 @@ from msgtrain.ingest.conversation_files import (
     build_linear_graph,
     conversation_chunk_key,
     iter_call_records,
-    peek_records,
     read_conversation_file,
+    vote_layout,
 )
 from msgtrain.ingest.head_shape import HeadShape, head_shape
 from msgtrain.ingest.streams import response_body
@@ -346,18 +346,18 @@ class AnthropicReader:
     def chunk_keys(self, path: Path) -> KeyFunction | None:
         """Keys for cutting a huge JSONL file (see :mod:`msgtrain.ingest.chunks`): request/response pairs by the
         conversation key :meth:`read` groups them by; message lists by their conversation layout."""
-        first, _ = peek_records(path)
-        if first is None:
+        layout, _ = vote_layout(path, _pairs_layout)
+        if layout is None:
             return None
-        if _pairs_layout(first.value):
+        if layout:
             return _pair_chunk_key
         return lambda value: conversation_chunk_key(LAYOUT, value)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
-        first, stream = peek_records(path)
-        if first is None:
+        layout, stream = vote_layout(path, _pairs_layout)
+        if layout is None:
             return
-        if _pairs_layout(first.value):
+        if layout:
             yield from self._read_pairs(path, stream)
             return
         yield from read_conversation_file(path, LAYOUT, lambda conv: self.convert(path, conv), stream)

@@ -185,7 +185,7 @@ class Reader(Protocol):
     it), or None when the file cannot be cut. A reader that has it lets huge JSONL files be cut into chunks of
     whole conversations (:mod:`msgtrain.ingest.chunks`); ``read`` must then read via :func:`iter_json_lines` or
     ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
-    the chunk's (``first_file_record``).
+    the whole file's (``vote_layout`` in :mod:`msgtrain.ingest.conversation_files`).
 
     Optional: ``detect_directory(path)`` makes the reader's unit a *directory* (a log written as a folder, one file
     per event): it says, cheaply (a few ``stat`` calls), whether ``path`` is one of its folders. Input discovery

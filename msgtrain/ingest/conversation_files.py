@@ -360,20 +360,43 @@ def chain_records(first: RawRecord, rest: Iterator[RawRecord]) -> Iterator[RawRe
     yield from rest
 
 
-def peek_records(path: Path) -> tuple[RawRecord | None, Iterator[RawRecord]]:
-    """(the file's first record, the records to read) for readers that pick their layout from the first record.
+LAYOUT_VOTES = 32  # records (or a document's items) that vote on a file's layout
 
-    Reading a whole file, the stream is the same one (the first record is not read twice). Reading a chunk
-    (:mod:`msgtrain.ingest.chunks`), the layout still comes from the file's first record, which may not be in the
-    chunk, and the stream is the chunk's records.
+
+def vote_layout(path: Path, test: Callable[[Any], bool]) -> tuple[bool | None, Iterator[RawRecord]]:
+    """(whether the file is in the layout ``test`` recognises, the records to read) for readers with two layouts
+    (request/response call records, or conversations); ``None`` for a file without records.
+
+    The layout is the majority of the file's first :data:`LAYOUT_VOTES` records that parse (ties go to ``test``'s
+    layout), not its first record: one broken or foreign record — the first one included — is rejected on its own
+    instead of making every other record unreadable. A one-document file's items vote (its record list). Reading a
+    chunk (:mod:`msgtrain.ingest.chunks`), the vote is still the whole file's, so every chunk reads alike.
+
+    Cost: a JSONL file's first records are parsed once more (one at a time, nothing held but the verdicts); a
+    document is parsed once and handed back as the stream's record.
     """
-    if active_chunk(path) is None:
+    votes: list[bool] = []
+    with whole_file(path):
         records = iter_raw_records(path)
         first = next(records, None)
-        return first, (chain_records(first, records) if first is not None else iter(()))
-    with whole_file(path):
-        first = next(iter_raw_records(path), None)
-    return first, iter_raw_records(path)
+        if first is None:
+            return None, iter(())
+        if first.ref.record == "file":  # one document: its items vote; the parsed document is not read twice
+            items = first.value if isinstance(first.value, list) else [first.value]
+            verdict = _majority([test(item) for item in items[:LAYOUT_VOTES]], test(first.value))
+            chained = active_chunk(path) is None
+            return verdict, (chain_records(first, records) if chained else iter_raw_records(path))
+        for rec in chain_records(first, records):
+            if not isinstance(rec.value, MsgtrainError):
+                votes.append(test(rec.value))
+                if len(votes) >= LAYOUT_VOTES:
+                    break
+    return _majority(votes, False), iter_raw_records(path)
+
+
+def _majority(votes: list[bool], default: bool) -> bool:
+    """At least half of ``votes`` (``default`` when nobody voted)."""
+    return default if not votes else 2 * sum(votes) >= len(votes)
 
 
 def iter_call_records(path: Path, records: Iterable[RawRecord]) -> Iterator[tuple[SourceRef, Any, bytes | str]]:

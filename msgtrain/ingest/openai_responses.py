@@ -43,8 +43,8 @@ from msgtrain.ingest.conversation_files import (
     build_linear_graph,
     conversation_chunk_key,
     iter_call_records,
-    peek_records,
     read_conversation_file,
+    vote_layout,
 )
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.streams import is_chunk_list, response_body
@@ -351,18 +351,18 @@ class OpenAIResponsesReader:
     def chunk_keys(self, path: Path) -> KeyFunction | None:
         """Keys for cutting a huge JSONL file (see :mod:`msgtrain.ingest.chunks`): call records by the conversation
         key :meth:`read` groups them by plus their ``previous_response_id`` links; item lists by their layout."""
-        first, _ = peek_records(path)
-        if first is None:
+        layout, _ = vote_layout(path, _calls_layout)
+        if layout is None:
             return None
-        if _calls_layout(first.value):
+        if layout:
             return _ChainKeys()
         return lambda value: conversation_chunk_key(LAYOUT, value)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
-        first, stream = peek_records(path)
-        if first is None:
+        layout, stream = vote_layout(path, _calls_layout)
+        if layout is None:
             return
-        if _calls_layout(first.value):
+        if layout:
             yield from self._read_calls(path, stream)
             return
         yield from read_conversation_file(path, LAYOUT, lambda conv: self.convert(path, conv), stream)
