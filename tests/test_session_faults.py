@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from msgtrain.errors import ValidationError
 from msgtrain.ingest import base
 from msgtrain.ingest.base import detect_format
 from msgtrain.run.parts import LinearizeSettings, convert_file
@@ -32,6 +33,7 @@ SETTINGS = LinearizeSettings(
     tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
 )
 MARK = "msgtrain_poison"
+OWN_CODE = "bad_content"
 
 
 class _Boom(Exception):
@@ -41,12 +43,15 @@ class _Boom(Exception):
 class _Poison(dict):  # type: ignore[type-arg]
     """A record that raises when read, once ``armed()`` says so."""
 
-    def __init__(self, value: dict[str, Any], armed: Callable[[], bool]) -> None:
+    def __init__(self, value: dict[str, Any], armed: Callable[[], bool], own: bool = False) -> None:
         super().__init__(value)
         self._armed = armed
+        self._own = own
 
     def _check(self) -> None:
         if self._armed():
+            if self._own:  # a validation error of the reader's own, as a bad field raises it
+                raise ValidationError("poisoned record touched", code=OWN_CODE)
             raise _Boom("poisoned record touched")
 
     def __getitem__(self, key: Any) -> Any:
@@ -78,7 +83,7 @@ class _Poison(dict):  # type: ignore[type-arg]
         return super().values()
 
 
-def _poisoning(mode: str) -> Callable[[Path], Iterator[tuple[int, bytes, Any]]]:
+def _poisoning(mode: str, own: bool = False) -> Callable[[Path], Iterator[tuple[int, bytes, Any]]]:
     """``iter_json_lines`` as the readers see it, with the marked line's record poisoned."""
     real = base.iter_json_lines
 
@@ -86,7 +91,7 @@ def _poisoning(mode: str) -> Callable[[Path], Iterator[tuple[int, bytes, Any]]]:
         state = {"done": False}
         for lineno, raw, obj in real(path):
             if MARK.encode() in raw and isinstance(obj, dict):
-                obj = _Poison(obj, (lambda: True) if mode == "now" else (lambda: state["done"]))
+                obj = _Poison(obj, (lambda: True) if mode == "now" else (lambda: state["done"]), own)
             yield lineno, raw, obj
         state["done"] = True
 
@@ -182,14 +187,62 @@ def _unreadable_in_place(path: Path, tmp: Path, line: int) -> Path:
     return reference
 
 
-def _same_books(stats: Any, expected: Any) -> None:
+def _same_books(stats: Any, expected: Any, code: str = "reader_error") -> None:
     """The books of a run with one fault equal those of the reference, the fault counted where its parse error was."""
     assert stats.records_read == expected.records_read
     assert stats.records_converted == expected.records_converted
     assert stats.records_skipped == expected.records_skipped
     assert sum(stats.records_rejected.values()) == sum(expected.records_rejected.values())
-    assert stats.records_rejected["reader_error"] == expected.records_rejected["reader_error"] + 1
+    assert stats.records_rejected[code] == expected.records_rejected[code] + 1
     assert stats.turns_trained == expected.turns_trained
+
+
+@pytest.mark.parametrize(
+    ("reader", "module", "log", "after", "mode"), MODES, ids=[f"{c[0]}:{c[2][-1]}:{c[4]}" for c in MODES]
+)
+def test_a_validation_error_in_a_session_costs_only_its_record_as_a_crash_does_and_names_that_record(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    reader: str,
+    module: str,
+    log: tuple[str, ...],
+    after: int,
+    mode: str,
+) -> None:
+    original = _log(log)
+    path, poisoned = _insert_poison(original, tmp_path, after)
+    reference = _unreadable_in_place(path, tmp_path, poisoned)
+    expected, stats_expected, _ = convert_file(reference, SETTINGS)
+
+    monkeypatch.setattr(f"{module}.iter_json_lines", _poisoning(mode, own=True))
+    samples, stats, rejects = convert_file(path, SETTINGS)
+
+    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == OWN_CODE]
+    assert reject["record"] == f"line {poisoned}"
+    assert reject["message"] == "poisoned record touched" and MARK in reject["excerpt"]
+    _same_books(stats, stats_expected, OWN_CODE)
+    assert _samples(samples, path, None) == _samples(expected, reference, None)
+
+
+def test_one_message_with_content_true_costs_one_claude_code_record_reported_at_its_own_line(tmp_path: Path) -> None:
+    lines = (ROOT / "sample_logs" / "claude_code" / "session.jsonl").read_text(encoding="utf-8").splitlines()
+    at = next(
+        i
+        for i, line in enumerate(lines, 1)
+        if i > 5 and json.loads(line).get("type") == "assistant" and json.loads(line)["message"].get("content")
+    )
+    record = json.loads(lines[at - 1])
+    record["message"]["content"] = True
+    path = tmp_path / "session.jsonl"
+    path.write_text("\n".join([*lines[: at - 1], json.dumps(record), *lines[at:]]) + "\n", encoding="utf-8")
+    reference = _unreadable_in_place(path, tmp_path, at)
+    expected, stats_expected, _ = convert_file(reference, SETTINGS)
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "bad_content"]
+    assert reject["record"] == f"line {at}"
+    assert reject["where"] == f"{path}:{at}", reject
+    _same_books(stats, stats_expected, "bad_content")
+    assert expected and _samples(samples, path, None) == _samples(expected, reference, None)
 
 
 def test_a_late_fault_in_a_claude_code_session_is_found_by_its_record_not_the_last_line(
@@ -209,7 +262,7 @@ def test_a_late_fault_in_a_claude_code_session_is_found_by_its_record_not_the_la
 
 
 # ------------------------------------------------------------------------------------------ one-document sessions
-def _poisoning_documents(key: str) -> Callable[[Path], Any]:
+def _poisoning_documents(key: str, own: bool = False) -> Callable[[Path], Any]:
     """``load_json_document`` as a document reader sees it, with the marked record of its list poisoned."""
     real = base.load_json_document
 
@@ -218,7 +271,7 @@ def _poisoning_documents(key: str) -> Callable[[Path], Any]:
         items = base.document_records(doc, key)
         for i, item in enumerate(items or []):
             if isinstance(item, dict) and MARK in item:
-                items[i] = _Poison(item, lambda: True)  # type: ignore[index]
+                items[i] = _Poison(item, lambda: True, own)  # type: ignore[index]
         return doc
 
     return load
@@ -280,6 +333,31 @@ def test_a_fault_in_a_document_session_reader_costs_only_the_failing_item(
     assert reject["record"] in (f"{key}[{index}]", f"item {index}")
     assert reject["message"] == "_Boom: poisoned record touched" and MARK in reject["excerpt"]
     _same_books(stats, stats_expected)
+    assert _samples(samples, path, None) == _samples(expected, reference, None)
+
+
+@pytest.mark.parametrize(
+    ("reader", "module", "log", "after"), DOCUMENT_CASES, ids=[f"{c[0]}:{c[2][-1]}" for c in DOCUMENT_CASES]
+)
+def test_a_validation_error_in_a_document_session_costs_only_its_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, module: str, log: tuple[str, ...], after: int
+) -> None:
+    original = _log(log)
+    key = detect_format(original).document_records  # type: ignore[attr-defined]
+    path, index = _insert_poison_item(original, tmp_path, key, after)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    base.document_records(doc, key)[index] = None  # type: ignore[index]
+    (tmp_path / "reference").mkdir()
+    reference = tmp_path / "reference" / path.name
+    reference.write_text(json.dumps(doc), encoding="utf-8")
+    expected, stats_expected, _ = convert_file(reference, SETTINGS)
+
+    monkeypatch.setattr(f"{module}.load_json_document", _poisoning_documents(key, own=True))
+    samples, stats, rejects = convert_file(path, SETTINGS)
+
+    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == OWN_CODE]
+    assert reject["record"] in (f"{key}[{index}]", f"item {index}")
+    _same_books(stats, stats_expected, OWN_CODE)
     assert _samples(samples, path, None) == _samples(expected, reference, None)
 
 

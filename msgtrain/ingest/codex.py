@@ -107,6 +107,9 @@ class CodexReader:
             try:
                 build.record(obj, ref)
             except MsgtrainError as e:
+                # As for a line that does not parse: what came before the bad record was sampled in a whole
+                # context and is kept; only what follows it is tainted.
+                build.flush()
                 build.taint(f"rejected {ref}")
                 yield ReadReject(SourceRef(str(path), ref), e.located(f"{path}:{lineno}"), excerpt(raw))
         yield from build.finish()

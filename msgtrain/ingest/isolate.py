@@ -101,10 +101,10 @@ def read_lines_isolating(reader: Reader, path: Path) -> Iterator[ReadEvent]:
             if fault is None:
                 yield from events
                 return
-            stuck = fault.line is None or fault.line in failed or isinstance(fault.error, MsgtrainError)
+            stuck = fault.line is None or fault.line in failed
             if attempt == MAX_RETRIES or stuck:
                 rest = _unaccounted(path, sum(records_of(ev) for ev in events)) if fault.line is not None else 1
-                if attempt == MAX_RETRIES and not stuck:
+                if attempt == MAX_RETRIES and not stuck and not isinstance(fault.error, MsgtrainError):
                     fault.error = _too_many(reader, fault)
                 yield from events
                 yield _fault_to_reject(reader, path, fault, max(rest, 1))
@@ -112,11 +112,29 @@ def read_lines_isolating(reader: Reader, path: Path) -> Iterator[ReadEvent]:
             fault = _culprit(reader, path, active_chunk(path), fault)
             assert fault.line is not None
             ref = SourceRef(str(path), f"line {fault.line}")
+            if isinstance(fault.error, MsgtrainError):
+                failed[fault.line] = own_error_at(fault.error, ref)
+                continue
             error = fault_reject(ref, fault.error, f"the {reader.name} reader", "").error
             failed[fault.line] = MsgtrainError(error.message, hint=error.hint, code="reader_error")
             details[fault.line] = fault.detail
     finally:
         _LEFT_OUT_LINES.reset(token)
+
+
+def own_error_at(e: MsgtrainError, ref: SourceRef) -> MsgtrainError:
+    """A reader's own error, located at the record it comes from (``ref``). A location the error carried in the
+    same file names where the reader noticed it (a session reader notices at the file's last line), not the
+    record, so it is replaced; any other (``message[3]``) is kept after the record's."""
+    inner = e.where or ""
+    if inner.startswith(ref.file):
+        inner = inner[len(ref.file) :].lstrip(":0123456789").strip()
+    return type(e)(e.message, where=f"{ref} {inner}".strip(), hint=e.hint, code=e.code)
+
+
+def _same_fault(a: BaseException, b: BaseException) -> bool:
+    """Whether two faults are the same kind: the same exception type and, for msgtrain's own errors, code."""
+    return type(a) is type(b) and getattr(a, "code", None) == getattr(b, "code", None)
 
 
 def _with_line_detail(event: ReadEvent, details: dict[int, str]) -> ReadEvent:
@@ -158,12 +176,10 @@ def read_grouped_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[Re
                     fault = item
                     break
                 events.append(item)
-            if fault is not None and (
-                fault.line is None or attempt == MAX_RETRIES or isinstance(fault.error, MsgtrainError)
-            ):
+            if fault is not None and (fault.line is None or attempt == MAX_RETRIES):
                 accounted = sum(records_of(ev) for ev in events)
                 rest = _unaccounted(path, accounted) if fault.line is not None else 1
-                if attempt == MAX_RETRIES and fault.line is not None:
+                if attempt == MAX_RETRIES and fault.line is not None and not isinstance(fault.error, MsgtrainError):
                     fault.error = _too_many(reader, fault)
                 events.append(_fault_to_reject(reader, path, fault, max(rest, 1)))
                 fault = None
@@ -181,6 +197,8 @@ def read_grouped_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[Re
             rest = max(_unaccounted(path, sum(r.count for r in rejects)), 1)
             yield fault_reject(SourceRef(str(path), "file"), e, "regrouping", traceback.format_exc(), count=rest)
             return
+        if isinstance(fault.error, MsgtrainError):
+            fault.error = own_error_at(fault.error, SourceRef(str(path), f"line {fault.line}"))
         rejects.append(_fault_to_reject(reader, path, fault, counts[fault.line]))
         if chunk is None:  # nothing left to read
             yield from rejects
@@ -208,7 +226,6 @@ def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
             lines.append(n)
     if not lines:
         return fault
-    kind = type(fault.error)
 
     def fails(count: int) -> bool:
         """Whether reading only the first ``count`` records raises the fault again."""
@@ -216,7 +233,9 @@ def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
         if prefix is None:
             return False
         with reading_chunk(path, prefix):
-            return any(isinstance(item, _Fault) and type(item.error) is kind for item in _read_once(reader, path))
+            return any(
+                isinstance(item, _Fault) and _same_fault(item.error, fault.error) for item in _read_once(reader, path)
+            )
 
     hi = len(lines)  # the first ``hi`` records fail (the reader failed having been handed no more)
     if fails(hi - 1):
@@ -261,8 +280,8 @@ def read_document_isolating(reader: Reader, path: Path, key: str) -> Iterator[Re
             except Exception:
                 items = []
         culprit = None
-        if attempt < MAX_RETRIES and not isinstance(fault.error, MsgtrainError) and items:
-            culprit = _document_culprit(reader, path, key, len(items), frozenset(nulled), type(fault.error))
+        if attempt < MAX_RETRIES and items:
+            culprit = _document_culprit(reader, path, key, len(items), frozenset(nulled), fault.error)
         if culprit is None or culprit in nulled:
             accounted = sum(records_of(ev) for ev in events)
             yield from events
@@ -270,7 +289,10 @@ def read_document_isolating(reader: Reader, path: Path, key: str) -> Iterator[Re
             yield _fault_to_reject(reader, path, fault, max(total - accounted, 1))
             return
         ref = SourceRef(str(path), _item_ref(key, culprit))
-        nulled[culprit] = fault_reject(ref, fault.error, f"the {reader.name} reader", fault.detail, items[culprit])
+        if isinstance(fault.error, MsgtrainError):
+            nulled[culprit] = ReadReject(ref, own_error_at(fault.error, ref), excerpt(items[culprit]))
+        else:
+            nulled[culprit] = fault_reject(ref, fault.error, f"the {reader.name} reader", fault.detail, items[culprit])
 
 
 def _item_ref(key: str, index: int) -> str:
@@ -306,16 +328,17 @@ def _read_document(
 
 
 def _document_culprit(
-    reader: Reader, path: Path, key: str, size: int, nulled: frozenset[int], kind: type[BaseException]
+    reader: Reader, path: Path, key: str, size: int, nulled: frozenset[int], kind: BaseException
 ) -> int | None:
     """The index of the item a fault comes from: the last item of the shortest prefix of the record list (of
-    ``size`` items) whose reading raises ``kind`` again; None when the reader does not read through the view."""
+    ``size`` items) whose reading raises a fault of ``kind`` again; None when the reader does not read through the
+    view."""
 
     def fails(count: int) -> bool | None:
         _, fault, probe = _read_document(reader, path, key, nulled, count)
         if not probe.applied:
             return None
-        return fault is not None and type(fault.error) is kind
+        return fault is not None and _same_fault(fault.error, kind)
 
     lo, hi = 0, size  # reading every item fails
     while hi - lo > 1:
@@ -357,10 +380,13 @@ def read_folder_isolating(reader: Reader, path: Path) -> Iterator[ReadEvent]:
         if fault is None:
             yield from events
             return
-        if attempt == MAX_RETRIES or last is None or last in folder.left_out or isinstance(fault.error, MsgtrainError):
+        if attempt == MAX_RETRIES or last is None or last in folder.left_out:
             yield from events
             yield _fault_to_reject(reader, path, fault, 1)
             return
+        if isinstance(fault.error, MsgtrainError):  # the reader's own error: that record file is rejected with it
+            folder.left_out[last] = type(fault.error)(fault.error.message, hint=fault.error.hint, code=fault.error.code)
+            continue
         error = fault_reject(SourceRef(last, "file"), fault.error, f"the {reader.name} reader", fault.detail).error
         folder.left_out[last] = MsgtrainError(error.message, hint=error.hint, code=error.code)  # the reader locates it
         details[last] = fault.detail
