@@ -96,6 +96,12 @@ def register(app: typer.Typer) -> None:
         ),
         policy: list[str] = typer.Option(None, "--policy", help="Train only these policies (repeatable); default all."),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
+        mapping: Path = typer.Option(
+            None,
+            "--map",
+            help="Read every file with this mapping (LLaMA-Factory columns/tags or axolotl keys; see `msgtrain"
+            " formats --explain FILE`).",
+        ),
         fmt: str = typer.Option(None, "--format", help="parquet (default) | hf | jsonl"),
         target: str = typer.Option(None, "--target", help="canonical (default) | labels | trl | packed | rl | tree"),
         max_length: int = typer.Option(None, "--max-length", help="Longest sample in tokens."),
@@ -172,6 +178,7 @@ def register(app: typer.Typer) -> None:
             "chat_template": chat_template,
             "policies": list(policy) if policy else None,
             "input_format": input_format,
+            "mapping": str(mapping) if mapping is not None else None,
             "format": fmt,
             "target": target,
             "max_length": max_length,

@@ -101,6 +101,7 @@ def register(app: typer.Typer) -> None:
         train_negative: bool = typer.Option(
             None, "--train-negative/--no-train-negative", help="Train replies marked bad, as convert."
         ),
+        mapping: Path = typer.Option(None, "--map", help="Read every file with this mapping, as convert."),
         config: Path = typer.Option(
             None, "--config", help="convert's YAML config: its inputs and settings (flags override it)."
         ),
@@ -127,12 +128,15 @@ def register(app: typer.Typer) -> None:
             "overflow": overflow,
             "allow_partial_turns": allow_partial_turns,
             "train_negative": train_negative,
+            "mapping": str(mapping) if mapping is not None else None,
         }
         cfg = merge_cli(load_config_data(config) if config is not None else None, given)
         if not cfg.inputs:
             raise ConfigError("validate needs inputs", hint="pass INPUT... (or set inputs in --config)")
         lin = None if structure_only else Linearization.from_config(cfg)
-        report = validate_inputs(list(cfg.inputs), cfg.input_format, lin)
+        from msgtrain.ingest.mapping import mapping_text
+
+        report = validate_inputs(list(cfg.inputs), cfg.input_format, lin, mapping_text(cfg.mapping))
         if as_json:
             _print_json(report.to_json())
         else:
@@ -141,9 +145,27 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_PROBLEMS)
 
     @app.command("formats")
-    def formats_cmd(as_json: bool = typer.Option(False, "--json", help="Print the formats as JSON.")) -> None:
+    def formats_cmd(
+        as_json: bool = typer.Option(False, "--json", help="Print the formats as JSON."),
+        explain: Path = typer.Option(
+            None,
+            "--explain",
+            help="Say which reader reads this file, what the structural reading finds in it and the mapping it "
+            "used (ready to edit and pass with --map).",
+        ),
+    ) -> None:
         """List the input formats msgtrain reads, in detection order, with an example file for each."""
         from rich.table import Table
+
+        if explain is not None:
+            from msgtrain.tools.explain_cmd import explain_file
+
+            exp = explain_file(explain)
+            if as_json:
+                _print_json({k: v for k, v in exp.__dict__.items() if not isinstance(v, set)})
+            else:
+                print(exp.render())
+            return
 
         # The registry's listing as plain data: importing every reader (and the message model) to print a table
         # would cost most of a second.

@@ -323,3 +323,88 @@ def test_a_preference_pair_is_one_prompt_with_two_sibling_replies_and_only_the_c
     for pair in by_graph.values():  # the two replies of one pair share their context, hence their group id
         assert sorted(s.flags[0] for s in pair) == ["preference_chosen", "preference_rejected"]
         assert len({s.group_id for s in pair}) == 1
+
+
+# ------------------------------------------------------------------------------------------ declarative mappings
+# A support-desk export no reader knows: the speaker under "who", the text under "said", a satisfaction score.
+DESK_ROWS = [
+    {
+        "ticket": f"T-{i}",
+        "utterances": [
+            {"who": "customer", "said": f"My order {i} is late."},
+            {"who": "agent", "said": f"Sorry, order {i} ships today."},
+        ],
+        "csat": i,
+        "resolved": bool(i % 2),
+    }
+    for i in range(3)
+]
+MAPPINGS = {
+    # LLaMA-Factory dataset_info.json entry (hiyouga/LLaMA-Factory data/README.md, sharegpt format: columns + tags).
+    "llamafactory": {
+        "desk": {
+            "file_name": "desk.jsonl",
+            "formatting": "sharegpt",
+            "columns": {"messages": "utterances", "reward": "csat", "kto_tag": "resolved"},
+            "tags": {"role_tag": "who", "content_tag": "said", "user_tag": "customer", "assistant_tag": "agent"},
+        }
+    },
+    # axolotl chat_template dataset keys (axolotl-ai-cloud/axolotl docs/dataset-formats/conversation.qmd).
+    "axolotl": {
+        "type": "chat_template",
+        "field_messages": "utterances",
+        "message_property_mappings": {"role": "who", "content": "said"},
+        "roles": {"user": ["customer"], "assistant": ["agent"]},
+        "field_reward": "csat",
+        "field_label": "resolved",
+    },
+}
+
+
+@pytest.mark.parametrize("form", sorted(MAPPINGS))
+def test_a_mapping_in_either_convention_reads_a_shape_no_reader_knows(tmp_path: Path, form: str) -> None:
+    import yaml
+
+    from msgtrain.ingest.mapping import mapping_text
+
+    data = _jsonl(tmp_path / "desk.jsonl", DESK_ROWS)
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(yaml.safe_dump(MAPPINGS[form]), encoding="utf-8")
+    samples, stats, rejects = convert_file(data, _settings(mapping=mapping_text(mapping)))
+    assert rejects == []
+    # "resolved" is the KTO label: the unresolved tickets' replies are not trained
+    assert (stats.records_converted, stats.turns_trained, dict(stats.turns_dropped)) == (3, 1, {"negative_label": 2})
+    (sample,) = samples
+    assert sample.reward == 1.0 and sample.metadata["ticket"] == "T-1"
+
+
+def test_a_mapping_with_an_unknown_key_is_an_error_naming_it(tmp_path: Path) -> None:
+    from msgtrain.errors import ConfigError
+    from msgtrain.ingest.mapping import load_mapping
+
+    with pytest.raises(ConfigError, match="unknown column 'mesages'"):
+        load_mapping({"formatting": "sharegpt", "columns": {"mesages": "x"}})
+    with pytest.raises(ConfigError, match="unknown mapping key 'field_message'"):
+        load_mapping({"field_message": "x"})
+
+
+def test_explain_prints_the_mapping_it_used_and_convert_with_that_mapping_reads_the_same(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    path = tmp_path / "dialogs.jsonl"
+    path.write_text((Path(__file__).parents[1] / "sample_logs/structural/chat_export.jsonl").read_text())
+    exp_file = tmp_path / "explain.txt"
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["formats", "--explain", str(path)]) in (0, None)
+    text = out.getvalue()
+    assert "read by the structural reader" in text and "'bot' -> assistant" in text
+    mapping_yaml = text.split("mapping (edit it", 1)[1].split("\n", 1)[1]
+    exp_file.write_text("\n".join(line[4:] for line in mapping_yaml.splitlines()), encoding="utf-8")
+    out_dir = tmp_path / "out"
+    assert main(["convert", str(path), "-o", str(out_dir), "--map", str(exp_file), "-q"]) == 0
+    report = json.loads((out_dir / "report.json").read_text())
+    assert report["turns"]["trained"] == 3 and report["records"]["converted"] == 2

@@ -128,6 +128,14 @@ class Mapping:
         return yaml.safe_dump(self.to_data(), sort_keys=False, allow_unicode=True)
 
 
+def mapping_text(source: str | Path | dict[str, Any] | None) -> str | None:
+    """A mapping (file or parsed dict) as canonical JSON text, or None: what settings carry across processes and
+    into the part key (so editing the mapping file reconverts)."""
+    if source is None:
+        return None
+    return json.dumps(load_mapping(source).to_data(), sort_keys=True)
+
+
 def dig(record: Any, path: str) -> Any:
     """``record`` followed along a dotted path (``info.reward``); None where a step is missing."""
     value = record

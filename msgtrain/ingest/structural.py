@@ -594,3 +594,14 @@ def _task(path: Path, ref: SourceRef, found: Found) -> Any:
 
 
 READER = StructuralReader()
+
+
+def forced_reader(input_format: str | None, mapping: str | None) -> Any:
+    """The reader every file is read with when the user says so: the structural reader with a mapping (``--map``,
+    given as the JSON text of :meth:`Mapping.to_data`), a reader by name (``--input-format``), or None (detect)."""
+    from msgtrain.ingest.base import get_reader
+    from msgtrain.ingest.mapping import parse_mapping
+
+    if mapping:
+        return StructuralReader(parse_mapping(json.loads(mapping)))
+    return get_reader(input_format) if input_format else None

@@ -54,6 +54,11 @@ class ConvertConfig(BaseModel):
     output: Path | str | None = Field(None, description="output directory or URL, published atomically")
     rejects: Path | None = Field(None, description="where bad records go (default OUT/rejects.jsonl)")
     input_format: str | None = Field(None, description="force a reader instead of detecting per file")
+    mapping: str | dict[str, Any] | None = Field(
+        None,
+        description="a declarative mapping (LLaMA-Factory columns/tags or axolotl field_messages/"
+        "message_property_mappings/roles), inline or a YAML/JSON file: read every file with it",
+    )
     # tokens
     tokenizer: str | None = Field(None, description="HF tokenizer folder or hub id; None = embedded demo")
     chat_template: str | None = Field(None, description="a .jinja file or tokenizer_config.json")
@@ -229,6 +234,7 @@ class ConvertConfig(BaseModel):
 OUTPUT_SETTINGS = frozenset(
     {
         "input_format",
+        "mapping",
         "tokenizer",
         "chat_template",
         "render_date",

@@ -42,12 +42,13 @@ from msgtrain.ingest.base import (
     ReadReject,
     ReadSkip,
     SourceRef,
-    get_reader,
     log_traceback,
     open_reader,
     read_events,
 )
 from msgtrain.ingest.chunks import Chunk, reading_chunk
+from msgtrain.ingest.mapping import mapping_text
+from msgtrain.ingest.structural import forced_reader
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler
@@ -71,6 +72,7 @@ class LinearizeSettings:
     strict: bool = False
     content_special_tokens: str = "plain"
     train_negative: bool = False
+    mapping: str | None = None  # a --map mapping, as canonical JSON (msgtrain.ingest.mapping.mapping_text)
     # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
     debug_log: str | None = None
 
@@ -81,6 +83,7 @@ class LinearizeSettings:
             "render_date": self.render_date,
             "content_special_tokens": self.content_special_tokens,
             "train_negative": self.train_negative,
+            "mapping": self.mapping,
             "input_format": self.input_format,
             "version": __version__,
         }
@@ -97,6 +100,7 @@ def settings_from_config(cfg: Any, debug_log: str | None = None) -> LinearizeSet
         input_format=cfg.input_format,
         content_special_tokens=cfg.content_special_tokens,
         train_negative=cfg.train_negative,
+        mapping=mapping_text(cfg.mapping),
         strict=cfg.strict,
         debug_log=debug_log,
     )
@@ -275,7 +279,7 @@ def convert_file(
     samples: list[Sample] = []
     rejects: list[str] = []
     try:
-        opened = open_reader(path, get_reader(settings.input_format) if settings.input_format else None)
+        opened = open_reader(path, forced_reader(settings.input_format, settings.mapping))
         events = iter([opened]) if isinstance(opened, ReadReject) else read_events(opened, path)
         # One render watchdog for the whole file (its conversations' renderings only note their start).
         with reading_chunk(path, chunk), alarm_handler():

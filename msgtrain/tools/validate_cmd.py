@@ -35,7 +35,6 @@ from msgtrain.ingest.base import (
     ReadReject,
     ReadSkip,
     default_debug_log,
-    get_reader,
     log_traceback,
     open_reader,
     read_events,
@@ -298,7 +297,10 @@ def _add_reject(report: ValidationReport, ev: ReadReject, path: str) -> None:
 
 
 def validate_inputs(
-    inputs: Sequence[str | Path], input_format: str | None = None, lin: Linearization | None = None
+    inputs: Sequence[str | Path],
+    input_format: str | None = None,
+    lin: Linearization | None = None,
+    mapping: str | None = None,
 ) -> ValidationReport:
     """Validate files and directories; ``input_format`` forces one reader for every file; ``lin`` also linearizes
     every graph as convert does and checks what it would reject or drop (the ``validate`` command's default; without
@@ -306,7 +308,9 @@ def validate_inputs(
     from msgtrain.run.pipeline import NOT_A_LOG, discover_inputs
 
     files, ignored = discover_inputs([str(i) for i in inputs])
-    reader = get_reader(input_format) if input_format else None
+    from msgtrain.ingest.structural import forced_reader
+
+    reader = forced_reader(input_format, mapping)
     report = ValidationReport(
         ignored=[i["path"] for i in ignored if i["reason"] == NOT_A_LOG], linearized=lin is not None
     )
