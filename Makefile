@@ -6,7 +6,12 @@ LINT_PATHS := $(wildcard msgtrain tests benchmarks)
 install:
 	$(PY) -m pip install -e .
 
+# torch first, at the release the suite is checked with (CPU wheel, kept on this machine): the extras' range
+# (torch>=2.4) would otherwise let a clean install pull the newest multi-GB CUDA build.
+TORCH_PIN ?= torch==2.13.0
+
 install-test:
+	$(PY) -m pip install '$(TORCH_PIN)'
 	$(PY) -m pip install -e '.[test,trainers,ray,compression,tree,store-test]'
 
 demo: install

@@ -157,7 +157,9 @@ def register(app: typer.Typer) -> None:
             None, "--overwrite", help="Replace an OUT that msgtrain did not write (deletes its files)."
         ),
         allow_empty: bool = typer.Option(
-            None, "--allow-empty", help="Publish an empty result over a dataset that has samples."
+            None,
+            "--allow-empty",
+            help="Publish an empty result: when the run read nothing, or over a dataset that has samples.",
         ),
         engine: str = typer.Option(None, "--engine", help="local (default) | ray"),
         config: Path = typer.Option(None, "--config", help="YAML config; CLI flags override it."),

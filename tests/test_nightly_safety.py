@@ -549,3 +549,21 @@ def test_yaml_with_ordinary_aliases_loads_as_safe_load_does() -> None:
     recursive = "a: &r [1, *r]\n"
     with pytest.raises(Exception, match="infinitely many"):
         load_yaml_bounded(io.StringIO(recursive), "t")
+
+
+def test_a_run_that_reads_nothing_publishes_nothing_and_names_the_first_reject(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "bad.jsonl").write_text("not json\n")
+    out = tmp_path / "out"
+    assert run(str(junk), "-o", str(out)) == 1
+    err = capsys.readouterr().err
+    assert "read nothing" in err and "bad.jsonl" in err and "--allow-empty" in err
+    assert not out.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run(str(empty), "-o", str(out)) == 1
+    assert "no log file found" in capsys.readouterr().err
+    assert not out.exists()

@@ -102,7 +102,9 @@ class ConvertConfig(BaseModel):
         False, description="with resume, also publish the parts of earlier inputs that are gone (rotated logs)"
     )
     overwrite: bool = Field(False, description="replace an OUT that msgtrain did not write (its files are deleted)")
-    allow_empty: bool = Field(False, description="publish an empty result over a dataset that has samples")
+    allow_empty: bool = Field(
+        False, description="publish an empty result: when the run read nothing, or over a dataset with samples"
+    )
     quiet: bool = False
 
     def __init__(self, **data: Any) -> None:

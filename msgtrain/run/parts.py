@@ -342,7 +342,10 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
     their input (a Claude Code sub-agent's parent session) see only the one object.
     """
     if not isinstance(job.path, str):
-        return convert_file(job.path, settings, job.chunk)
+        samples, stats, rejects = convert_file(job.path, settings, job.chunk)
+        # A Ray task opens the absolute path (msgtrain.run.worker_paths); what it writes names the input as given.
+        shown = job.meta.get("source", str(job.path))
+        return _relabelled(samples, stats, rejects, str(job.path), shown)
     url = job.path
     with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:
         local = Path(tmp) / url.rstrip("/").rpartition("/")[2]
@@ -364,9 +367,18 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
             error = MsgtrainError(f"{type(e).__name__}: {e}", code="unreadable_file")
             return [], stats, [_reject_line(SourceRef(url, "file"), error)]
         samples, stats, rejects = convert_file(local, settings, job.chunk)
-    name, escaped = str(local), json.dumps(str(local))[1:-1]
-    samples = [replace(s, source=url + s.source[len(name) :]) if s.source.startswith(name) else s for s in samples]
-    rejects = [line.replace(escaped, json.dumps(url)[1:-1]) for line in rejects]
+    return _relabelled(samples, stats, rejects, str(local), url)
+
+
+def _relabelled(
+    samples: list[Sample], stats: PartStats, rejects: list[str], name: str, shown: str
+) -> tuple[list[Sample], PartStats, list[str]]:
+    """The samples and rejects of a file read as ``name``, naming it ``shown`` instead."""
+    if name == shown:
+        return samples, stats, rejects
+    escaped = json.dumps(name)[1:-1]
+    samples = [replace(s, source=shown + s.source[len(name) :]) if s.source.startswith(name) else s for s in samples]
+    rejects = [line.replace(escaped, json.dumps(shown)[1:-1]) for line in rejects]
     return samples, stats, rejects
 
 

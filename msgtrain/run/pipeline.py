@@ -61,6 +61,7 @@ from msgtrain.run.assembly import (
     distributable,
     write_drops,
 )
+from msgtrain.run.empty_result import refuse_nothing_read
 from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
 from msgtrain.run.object_chunks import ObjectView, plan_object
@@ -97,6 +98,7 @@ from msgtrain.run.storage import (
     unit_prefixes,
     version_url,
 )
+from msgtrain.run.worker_paths import config_for_workers
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson", ".eval")
 MANIFEST = "manifest.json"
@@ -360,6 +362,8 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     if cfg.output is None:
         raise ConfigError("no output directory", hint="pass -o OUT")
+    if cfg.engine == "ray":  # a task's working directory is not the driver's: every path it opens is absolute
+        cfg = config_for_workers(cfg)
     if getattr(cfg, "keep_missing", False) and not cfg.resume:
         raise ConfigError("--keep-missing keeps parts of earlier runs: it needs --resume", hint="add --resume")
     if is_remote(cfg.output):
@@ -625,6 +629,7 @@ def _convert_in(
                 data = run_task_ray(assemble_to_store, *args)
             else:
                 data = assemble_to_store(*args)
+            refuse_nothing_read(cfg, data)
             if lease is not None:
                 lease.check()  # a run that lost its lease (stalled past its expiry) must not publish
             publish_pointer(str(cfg.output), version)
@@ -797,6 +802,7 @@ def _assemble(
         _check_reject_rate(
             cfg, PartStats(records_read=records["read"], records_rejected=Counter(records["rejected_by_reason"]))
         )
+        refuse_nothing_read(cfg, data, rejects_path)
         _refuse_empty_replacement(cfg, out, data["samples"]["written"])
         publish(tmp, out)
     except BaseException:
@@ -842,6 +848,7 @@ def _assemble_on_cluster(
     try:
         rejects = Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl"
         data = assemble_on_cluster(cfg, parts_dir, groups, tmp, rejects, _reporter(cfg, tok, ignored), check)
+        refuse_nothing_read(cfg, data, rejects)
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -32,6 +32,7 @@ from typing import Any
 
 from msgtrain.errors import ConfigError, MsgtrainError
 from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job, write_part_to
+from msgtrain.run.worker_paths import job_for_workers
 
 TASK_ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 # Store credentials and endpoints the workers need as much as the driver (an S3-compatible server's address).
@@ -117,7 +118,11 @@ def run_parts_ray(
     with ray_session(address) as ray:
         task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, runtime_env={"env_vars": _env()})(_convert_task)
         # Largest first, as the local engine, so a big file does not start last.
-        pending = {task.remote(job, settings, parts_dir): job for job in sorted(jobs, key=lambda job: -job.size)}
+        # Each task opens its input by an absolute path: a worker's working directory is not the driver's.
+        pending = {
+            task.remote(job_for_workers(job), settings, parts_dir): job
+            for job in sorted(jobs, key=lambda job: -job.size)
+        }
         try:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)

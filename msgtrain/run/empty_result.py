@@ -1,0 +1,60 @@
+"""A run that read nothing publishes nothing.
+
+Invariant: when no record of the run was converted (no input file, every file unreadable, every record rejected
+or skipped), the dataset is not published, whatever OUT held before: the run fails (exit 1) with the counts, the
+first reject and what to check, unless ``--allow-empty`` asks for an empty dataset. An empty dataset that looks
+like a successful night is worse than a failed one: the failure is seen. (A run that converted records but
+trained no turn is judged by :func:`msgtrain.run.pipeline._refuse_empty_replacement`: it may not replace a
+dataset that has samples.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import OutputError
+
+
+def first_reject(path: Path | None) -> str | None:
+    """``where: message`` of the first line of a rejects file, or None."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline()
+        record = json.loads(line) if line.strip() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    return f"{record.get('where') or record.get('file')}: {record.get('message')}"
+
+
+def refuse_nothing_read(cfg: Any, report: dict[str, Any], rejects: Path | None = None) -> None:
+    """Raise :class:`OutputError` (code ``nothing_read``) when the run's report converted no record."""
+    records = report["records"]
+    if records["converted"] or getattr(cfg, "allow_empty", False):
+        return
+    files = report.get("files", {}).get("read", 0)
+    ignored = len(report.get("files", {}).get("ignored", ()))
+    if not records["read"]:
+        what = f"no log file found in the inputs ({ignored} paths passed over)" if files == 0 else "no record"
+    else:
+        reasons = {**records["rejected_by_reason"], **records["skipped_by_reason"]}
+        by_reason = ", ".join(f"{k}={v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        n, f = records["read"], files
+        what = f"{n} record{'s' * (n != 1)} in {f} file{'s' * (f != 1)}, none converted ({by_reason})"
+    example = first_reject(rejects)
+    unreadable = records["rejected_by_reason"].get("unreadable_file", 0)
+    hint = (
+        "with --engine ray every node must see the inputs at the same path (or read them from s3:// URLs); "
+        if unreadable and getattr(cfg, "engine", "local") == "ray"
+        else ""
+    )
+    raise OutputError(
+        f"read nothing: {what}" + (f"; first: {example}" if example else "") + "; nothing was published",
+        hint=hint + "`msgtrain validate INPUTS` lists every problem; --allow-empty publishes an empty dataset",
+        code="nothing_read",
+    )
