@@ -108,14 +108,29 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check logs without converting: every problem with file:line, message index, reason code and fix.
 
+        Given convert's OUT instead (any target and format), checks the dataset against its own invariants.
+
         By default every graph is linearized exactly as convert would (same tokenizer resolution, options and
         config file), so validate exits 3 whenever convert would reject a record or drop a turn or sample.
         --structure-only checks only the readers and the structural rules.
         """
         from msgtrain.errors import ConfigError
         from msgtrain.run.config import load_config_data, merge_cli
+        from msgtrain.tools.dataset import is_dataset
         from msgtrain.tools.validate_cmd import Linearization, render_validation, validate_inputs
 
+        if inputs and len(inputs) == 1 and config is None and is_dataset(inputs[0]):
+            # An exported dataset (convert's OUT): checked against its own invariants, not read as logs.
+            from msgtrain.tools.validate_dataset import render_dataset_validation, validate_dataset
+
+            result = validate_dataset(inputs[0])
+            if as_json:
+                _print_json(result.to_json())
+            else:
+                _console().print(render_dataset_validation(result), soft_wrap=True)
+            if not result.ok:
+                raise typer.Exit(EXIT_PROBLEMS)
+            return
         given: dict[str, Any] = {
             "inputs": [str(i) for i in inputs] if inputs else None,
             "input_format": input_format,

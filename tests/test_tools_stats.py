@@ -142,13 +142,13 @@ def test_without_report_json_drop_reasons_are_said_to_be_unknown(
 
 
 def test_a_directory_without_parquet_or_with_another_schema_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no Parquet files under data/"):
+    with pytest.raises(ConfigError, match=r"no dataset files \(data/\*.parquet"):
         dataset_stats(tmp_path)
     (tmp_path / "data").mkdir()
     pq.write_table(pa.table({"text": ["hello"]}), tmp_path / "data" / "train-00000-of-00001.parquet")
-    with pytest.raises(ConfigError, match="not a canonical dataset") as err:
+    with pytest.raises(ConfigError, match="not a msgtrain dataset") as err:
         dataset_stats(tmp_path)
-    assert "num_tokens" in err.value.message and "canonical" in (err.value.hint or "")
+    assert "columns text" in err.value.message and "any --target" in (err.value.hint or "")
 
 
 def test_plot_writes_a_png_when_matplotlib_is_installed(tmp_path: Path, dataset: Path) -> None:

@@ -111,7 +111,7 @@ def sample_html(s: PageSample, total: int, control_ids: set[int]) -> str:
         f"<h2>sample {v.index} (of {total}) · {html.escape(v.sample_id)}</h2>"
         f'<p class="meta">graph {html.escape(v.graph_id)} · policy {html.escape(v.policy)} · source '
         f"{html.escape(v.source)}<br>{sizes}"
-        f" · engine tokens {v.engine_tokens}{flags}<br>{cut}</p>"
+        f" · engine tokens {'-' if v.engine_tokens is None else v.engine_tokens}{flags}<br>{cut}</p>"
         f'<p class="legend">{legend}<span class="ctx">context</span> &nbsp; <span class="ctl">control token</span></p>'
         f'<div class="tokens">{"".join(spans)}</div></section>'
     )

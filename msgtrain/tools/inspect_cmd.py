@@ -5,32 +5,35 @@ Two inputs, one view:
   tokenizer (the embedded demo tokenizer by default), and shown as an annotated tree followed by every sample it
   produced (or ``--sample N`` of them). Each sampled turn in the tree says which sample trains it or why it
   was dropped.
-- *An exported dataset* (``OUT`` with ``data/*.parquet``): ``--sample N`` (row index) or ``--sample ID`` (a
-  sample id prefix) is read back and decoded with ``--tokenizer`` (default: the tokenizer ``OUT/report.json``
-  names). Without ``--sample``, the rows are listed. The graph structure is not stored in a dataset, so there
+- *An exported dataset* (``OUT`` of any ``--target`` and ``--format``, :mod:`msgtrain.tools.dataset`):
+  ``--sample N`` (sample index; row index for ``tree``) or ``--sample ID`` (a sample id prefix) is read back
+  and decoded with ``--tokenizer`` (default: the tokenizer ``OUT/report.json`` names). Without ``--sample``,
+  the rows are listed. The graph structure is not stored in a dataset, so there
   is no tree.
 
 Invariants:
 - Both paths build the same :class:`~msgtrain.tools.sample_view.SampleView` from canonical columns, so the
   same sample looks the same whether it was linearized now or read back.
-- Reading a dataset never loads the token lists of rows it does not show: the row is located from Parquet
-  metadata and the ``sample_id`` column, and only its file's rows of the same graph are read (for the cut point).
+- Reading a canonical Parquet dataset never loads the token lists of files it does not show: the row is located
+  from Parquet metadata and the ``sample_id`` column, and only its file is read (its samples of the same graph
+  give the cut point). ``packed`` rows are cut back into their samples, so ``--sample N`` counts samples.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msgtrain.errors import ConfigError
 from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, get_reader, open_reader, read_events
-from msgtrain.tools.sample_view import Decode, SampleView, mark_cuts, plural
+from msgtrain.tools.dataset import DataFile, data_files, is_dataset, report_of, sample_table, samples_per_row, target_of
+from msgtrain.tools.sample_view import UNKNOWN, Decode, SampleView, mark_cuts, plural
 from msgtrain.tools.tree import TreeLine, TurnNote, graph_lines
 from msgtrain.tools.tree_row_view import TREE_ROW_COLUMNS, TreeRowView, tree_row_view
 
@@ -63,10 +66,6 @@ class Inspection:
     notes: list[str] = field(default_factory=list)
     listing: list[dict[str, Any]] = field(default_factory=list)  # dataset rows, when no sample was asked for
     tree_rows: list[TreeRowView] = field(default_factory=list)  # a --target tree row, segments under parents
-
-
-def is_dataset(path: Path) -> bool:
-    return path.is_dir() and any((path / "data").glob("*.parquet"))
 
 
 def inspect_input(
@@ -247,14 +246,13 @@ def _demo_name() -> str:
 
 # ---------------------------------------------------------------------- datasets
 def inspect_dataset(path: Path, *, sample: str | None, tokenizer: str | None, chat_template: str | None) -> Inspection:
-    from msgtrain.tools.stats import dataset_files
     from msgtrain.tools.tokenizer import load_bundle
 
-    files = dataset_files(path)
-    counts = [pq.ParquetFile(f).metadata.num_rows for f in files]
+    files = data_files(path)
+    target = target_of(files[0].names)
+    counts = [int(samples_per_row(f, target).sum()) if target == "packed" else f.num_rows for f in files]
     total = sum(counts)
-    report_path = path / "report.json"
-    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.is_file() else {}
+    report = report_of(path) or {}
     logged = report.get("tokenizer") or {}
     notes: list[str] = []
     if tokenizer is None and not logged.get("demo") and logged.get("name"):
@@ -265,12 +263,15 @@ def inspect_dataset(path: Path, *, sample: str | None, tokenizer: str | None, ch
             f"warning: this tokenizer ({tok.name}) is not the one that wrote the dataset "
             f"({logged.get('name')}): decoded text may be wrong"
         )
-    tree_rows = "num_flat_tokens" in pq.read_schema(files[0]).names
-    notes.append(
-        "a --target tree dataset: each row is a prefix tree of samples (--sample N shows row N)"
-        if tree_rows
-        else "a dataset stores samples, not graphs: inspect the source log to see the tree"
-    )
+    if target == "tree":
+        notes.append("a --target tree dataset: each row is a prefix tree of samples (--sample N shows row N)")
+    else:
+        notes.append("a dataset stores samples, not graphs: inspect the source log to see the tree")
+    if target in ("labels", "trl", "packed"):
+        unpacked = " (packed rows are shown sample by sample)" if target == "packed" else ""
+        notes.append(
+            f"--target {target} rows store no turn spans: turns shown are the runs of trained tokens{unpacked}"
+        )
     out = Inspection(
         title=f"msgtrain inspect {path}",
         decode=tok.decode,
@@ -278,33 +279,32 @@ def inspect_dataset(path: Path, *, sample: str | None, tokenizer: str | None, ch
         total=total,
         notes=notes,
     )
-    if tree_rows:
+    if target == "tree":
         return _inspect_tree_rows(out, files, counts, sample)
     if sample is None:
-        out.listing = _listing(files)
+        out.listing = _listing(files, target)
         if not out.listing:
             out.notes.append("the dataset holds no samples")
         return out
-    file_index, row = _locate(files, counts, sample)
-    f = files[file_index]
-    ids = pq.read_table(f, columns=["sample_id", "graph_id"])
-    gid = ids["graph_id"][row].as_py()
-    same_graph = pc.equal(ids["graph_id"], gid)
-    rows = pq.read_table(f, columns=list(VIEW_COLUMNS)).filter(same_graph).to_pylist()
-    positions = [i for i, keep in enumerate(same_graph.to_pylist()) if keep]
+    file_index, row = _locate(files, counts, sample, target)
+    samples = sample_table(files[file_index].read(), target)
+    gid = samples["graph_id"][row].as_py()
+    # The other samples of its graph in the same file locate the cut point; a target without graph ids has none.
+    positions = [row] if gid is None else [i for i, g in enumerate(samples["graph_id"].to_pylist()) if g == gid]
     global_index = sum(counts[:file_index])
+    rows = samples.take(positions).to_pylist()
     views = [SampleView.from_row(global_index + p, r) for p, r in zip(positions, rows, strict=True)]
     mark_cuts(views)
     out.views = [v for v in views if v.index == global_index + row]
     return out
 
 
-def _inspect_tree_rows(out: Inspection, files: list[Path], counts: list[int], sample: str | None) -> Inspection:
+def _inspect_tree_rows(out: Inspection, files: list[DataFile], counts: list[int], sample: str | None) -> Inspection:
     """Tree rows are addressed by row index; without one, the rows are listed."""
     if sample is None:
         cols = ["num_tokens", "num_flat_tokens", "num_samples", "num_segments", "num_trained_tokens"]
         for f in files:
-            for r in pq.read_table(f, columns=cols).to_pylist():
+            for r in f.read(cols).to_pylist():
                 if len(out.listing) < LISTING_ROWS:
                     out.listing.append({"index": len(out.listing), **r})
         return out
@@ -312,20 +312,30 @@ def _inspect_tree_rows(out: Inspection, files: list[Path], counts: list[int], sa
         raise ConfigError(
             f"--sample {sample!r}: tree rows are addressed by row index", hint="pass --sample N (see the listing)"
         )
-    file_index, row = _locate(files, counts, sample)
-    data = pq.read_table(files[file_index], columns=list(TREE_ROW_COLUMNS)).slice(row, 1).to_pylist()[0]
+    file_index, row = _locate(files, counts, sample, "tree")
+    data = files[file_index].read(list(TREE_ROW_COLUMNS)).slice(row, 1).to_pylist()[0]
     out.tree_rows = [tree_row_view(int(sample), data, out.decode)]
     return out
 
 
-def _locate(files: list[Path], counts: list[int], sample: str) -> tuple[int, int]:
-    """(file index, row in file) of a row index or a sample id prefix."""
+def _sample_ids(file: DataFile, target: str) -> pa.Array | None:
+    """The file's sample ids in sample order (None: the target stores none)."""
+    if target == "packed":
+        return pc.list_flatten(file.read(["sample_ids"])["sample_ids"])
+    if "sample_id" not in file.names:
+        return None
+    return file.read(["sample_id"])["sample_id"]
+
+
+def _locate(files: list[DataFile], counts: list[int], sample: str, target: str) -> tuple[int, int]:
+    """(file index, sample in file) of a sample index or a sample id prefix."""
     total = sum(counts)
     if sample.isdigit():
         n = int(sample)
         if n >= total:
+            what = "rows" if target == "tree" else "samples"
             raise ConfigError(
-                f"--sample {n} is out of range: the dataset has {total} rows",
+                f"--sample {n} is out of range: the dataset has {total} {what}",
                 hint=f"use 0..{total - 1}" if total else "the dataset is empty",
             )
         for i, c in enumerate(counts):
@@ -334,7 +344,12 @@ def _locate(files: list[Path], counts: list[int], sample: str) -> tuple[int, int
             n -= c
     matches: list[tuple[int, int]] = []
     for i, f in enumerate(files):
-        col = pq.read_table(f, columns=["sample_id"])["sample_id"]
+        col = _sample_ids(f, target)
+        if col is None:
+            raise ConfigError(
+                f"--sample {sample!r}: --target {target} rows store no sample ids",
+                hint="pass a sample index (see `msgtrain inspect OUT`)",
+            )
         hits = pc.indices_nonzero(pc.starts_with(col, sample)).to_pylist()
         matches.extend((i, int(h)) for h in hits)
     if len(matches) != 1:
@@ -346,17 +361,21 @@ def _locate(files: list[Path], counts: list[int], sample: str) -> tuple[int, int
     return matches[0]
 
 
-def _listing(files: list[Path]) -> list[dict[str, Any]]:
+LISTING_COLUMNS = ["sample_id", "graph_id", "num_tokens", "num_trained_tokens", "num_turns", "cut_reason", "source"]
+
+
+def _listing(files: list[DataFile], target: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    cols = ["sample_id", "graph_id", "num_tokens", "num_trained_tokens", "num_turns", "cut_reason", "source"]
     for f in files:
         need = LISTING_ROWS - len(rows)
         if need <= 0:
             break
-        pf = pq.ParquetFile(f)
-        batch = next(pf.iter_batches(batch_size=need, columns=cols), None)
-        if batch is not None:
-            rows.extend(batch.to_pylist())
+        if f.format == "parquet" and all(c in f.names for c in LISTING_COLUMNS):
+            batch = next(pq.ParquetFile(f.path).iter_batches(batch_size=need, columns=LISTING_COLUMNS), None)
+            if batch is not None:
+                rows.extend(batch.to_pylist())
+        else:
+            rows.extend(sample_table(f.read(), target).select(LISTING_COLUMNS).slice(0, need).to_pylist())
     for i, r in enumerate(rows):
         r["index"] = i
     return rows
@@ -397,14 +416,12 @@ def render_inspection(ins: Inspection) -> Any:
             t.add_column(col, overflow="fold")
         for r in ins.listing:
             t.add_row(
-                str(r["index"]),
-                r["sample_id"],
-                r["graph_id"],
-                str(r["num_tokens"]),
-                str(r["num_trained_tokens"]),
-                str(r["num_turns"]),
-                r["cut_reason"],
-                r["source"],
+                *(
+                    UNKNOWN if r[k] is None else str(r[k])
+                    for k in ("index", "sample_id", "graph_id", "num_tokens", "num_trained_tokens", "num_turns")
+                ),
+                UNKNOWN if r["cut_reason"] is None else str(r["cut_reason"]),
+                UNKNOWN if r["source"] is None else str(r["source"]),
             )
         parts.append(t)
     for v in ins.views:

@@ -2,7 +2,8 @@
 
 Invariants:
 - A :class:`SampleView` is built from canonical columns only (``input_ids``, ``turn_spans``, ``cut_reason``...),
-  so a sample linearized on the fly and a row read back from an exported dataset render identically.
+  so a sample linearized on the fly and a row read back from an exported dataset render identically. A column
+  the dataset's target does not store shows as ``-`` (turns are then the runs of trained tokens).
 - Token ``i`` is trained exactly when it lies in a turn span (the canonical invariant ``loss_mask == spans``);
   its colour is its turn's index in the sample.
 - Token texts concatenate to the tokenizer's decoding of the sample: each token's text is what decoding it adds
@@ -48,6 +49,9 @@ CUT_TEXT = {
     "token_drift": "the same text tokenizes differently at a turn boundary",
     "logged_ids_differ": "the engine's logged ids disagree with the later prompt",
 }
+# What a dataset row shows for a column its target does not store (``labels`` rows keep ids and labels only).
+UNKNOWN = "-"
+CUT_TEXT[UNKNOWN] = "not stored by this target (inspect the canonical output or the log for it)"
 _WINDOW = 4  # earlier tokens decoded with each token, for spaces and multi-byte characters
 
 
@@ -64,7 +68,7 @@ class SampleView:
     turn_spans: list[tuple[int, int]]
     turn_ids: list[str]
     cut_reason: str
-    engine_tokens: int
+    engine_tokens: int | None  # None: not stored by the dataset's target
     logprobs: np.ndarray | None = None
     flags: list[str] = field(default_factory=list)
     cut_at: int | None = None  # token index of the cut point; None when nothing was cut
@@ -86,20 +90,26 @@ class SampleView:
         ]
         lp = row.get("logprobs")
         logprobs = None if lp is None else np.asarray([np.nan if x is None else x for x in lp], dtype=np.float32)
+        turn_ids = row.get("turn_ids")
+        engine = row.get("engine_tokens")
         return cls(
             index=index,
-            sample_id=str(row["sample_id"]),
-            graph_id=str(row["graph_id"]),
-            source=str(row["source"]),
-            policy=str(row["policy"]),
+            sample_id=_text(row.get("sample_id")),
+            graph_id=_text(row.get("graph_id")),
+            source=_text(row.get("source")),
+            policy=_text(row.get("policy")),
             input_ids=np.asarray(row["input_ids"], dtype=np.int64),
             turn_spans=spans,
-            turn_ids=[str(t) for t in row["turn_ids"]],
-            cut_reason=str(row["cut_reason"]),
-            engine_tokens=int(row["engine_tokens"]),
+            turn_ids=[UNKNOWN] * len(spans) if turn_ids is None else [str(t) for t in turn_ids],
+            cut_reason=_text(row.get("cut_reason")),
+            engine_tokens=None if engine is None else int(engine),
             logprobs=logprobs,
             flags=list(row.get("flags") or []),
         )
+
+
+def _text(value: Any) -> str:
+    return UNKNOWN if value is None else str(value)
 
 
 def mark_cuts(views: Sequence[SampleView]) -> None:
@@ -114,7 +124,7 @@ def mark_cuts(views: Sequence[SampleView]) -> None:
         by_graph.setdefault(v.graph_id, []).append(v)
     for group in by_graph.values():
         for v in group:
-            if v.cut_reason == "start":
+            if v.cut_reason in ("start", UNKNOWN):
                 continue
             first_trained = v.turn_spans[0][0] if v.turn_spans else v.num_tokens
             shared = [common_prefix(v.input_ids, o.input_ids) for o in group if o is not v]
@@ -194,7 +204,7 @@ def header_text(view: SampleView, total: int) -> Text:
     )
     t.append(
         f"{view.num_tokens} tokens, {view.num_trained} trained in {plural(len(view.turn_spans), 'turn')} · "
-        f"engine tokens {view.engine_tokens} · source {view.source}"
+        f"engine tokens {_text(view.engine_tokens)} · source {view.source}"
     )
     if view.flags:
         t.append(f" · flags {', '.join(view.flags)}", style="yellow")

@@ -1,8 +1,10 @@
 """``stats``: what an exported dataset holds — samples, tokens, trained tokens, turns, cuts, drops, token sources.
 
 Invariants:
-- Reads the canonical Parquet files ``OUT/data/*.parquet`` (only the scalar columns: never the token lists) and
-  ``OUT/report.json`` when present (drop and reject reasons live only there: dropped things are not rows).
+- Reads any dataset msgtrain writes (every ``--target``, every ``--format``; :mod:`msgtrain.tools.dataset`): of
+  canonical and ``rl`` Parquet only the scalar columns, never the token lists; rows of other targets are turned
+  back into samples. Figures a target does not store are None, shown as such. Also reads ``OUT/report.json``
+  when present (drop and reject reasons live only there: dropped things are not rows).
 - Everything is computed with pyarrow compute and numpy over whole columns; no Python loop runs per token or per
   sample.
 - A ``--target tree`` dataset (detected by its ``num_flat_tokens`` column) gets its own summary: rows, samples,
@@ -14,9 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from msgtrain.errors import ConfigError, MsgtrainError
+from msgtrain.errors import MsgtrainError
+from msgtrain.tools.dataset import SAMPLE_SCHEMA, data_files, report_of, sample_table, target_of
 
 STATS_COLUMNS = (
     "source",
@@ -38,8 +38,7 @@ STATS_COLUMNS = (
     "engine_tokens",
     "token_source",
 )
-# data/{split}-{i:05d}-of-{n:05d}.parquet, the layout the writer uses and the Hub recognises.
-SHARD_NAME = re.compile(r"^(?P<split>.+?)-\d{5}-of-\d{5}\.parquet$")
+STATS_SCHEMA = pa.schema([SAMPLE_SCHEMA.field(name) for name in STATS_COLUMNS])
 SOURCE_RECORD = r"(:\d+| \([^)]*\))$"  # the record part of "file:12" / "file (item 3)"
 BAR_WIDTH = 40
 
@@ -87,35 +86,28 @@ def distribution(values: np.ndarray, *, integer_bins: bool = False) -> Distribut
     )
 
 
-def dataset_files(out: Path) -> list[Path]:
-    files = sorted((out / "data").glob("*.parquet"))
-    if not files:
-        hint = (
-            "this looks like a log file: run `msgtrain convert` first, or `msgtrain inspect` it"
-            if out.is_file()
-            else "pass the output directory of `msgtrain convert -o OUT` (written with --format parquet)"
-        )
-        raise ConfigError("no Parquet files under data/", where=str(out), hint=hint)
-    return files
+def read_scalar_columns(out: Path) -> tuple[str, pa.Table]:
+    """The dataset's target and, per sample, the scalar columns stats reads, plus ``split`` (from the file).
 
-
-def read_scalar_columns(out: Path) -> pa.Table:
-    """The scalar canonical columns of every shard, plus ``split`` (from the shard name)."""
+    Columns a target does not store are null; rows of targets without the per-sample counts (``labels``,
+    ``trl``, ``packed``) are read whole and turned into samples (:func:`~msgtrain.tools.dataset.sample_table`).
+    """
+    files = data_files(out)
+    target = target_of(files[0].names)
     tables = []
-    for f in dataset_files(out):
-        names = pq.read_schema(f).names
-        missing = [c for c in STATS_COLUMNS if c not in names]
-        if missing:
-            raise ConfigError(
-                f"not a canonical dataset: columns {', '.join(missing)} are missing",
-                where=str(f),
-                hint="stats reads datasets written with the canonical target (convert --target canonical, the default)",
-            )
-        t = pq.read_table(f, columns=list(STATS_COLUMNS))
-        m = SHARD_NAME.match(f.name)
-        split = m.group("split") if m else f.stem
-        tables.append(t.append_column("split", pa.array([split] * t.num_rows, type=pa.string())))
-    return pa.concat_tables(tables)
+    for f in files:
+        if all(c in f.names for c in STATS_COLUMNS):
+            t = f.read(list(STATS_COLUMNS))
+        else:
+            t = sample_table(f.read(), target).select(list(STATS_COLUMNS))
+        t = t.cast(STATS_SCHEMA)
+        tables.append(t.append_column("split", pa.array([f.split] * t.num_rows, type=pa.string())))
+    return target, pa.concat_tables(tables)
+
+
+def _known(column: pa.ChunkedArray) -> bool:
+    """Whether the target stores this column (a column it lacks is all null)."""
+    return column.null_count < len(column) or len(column) == 0
 
 
 def _group(table: pa.Table, key: str) -> dict[str, dict[str, Any]]:
@@ -129,7 +121,9 @@ def _group(table: pa.Table, key: str) -> dict[str, dict[str, Any]]:
             "tokens": tokens,
             "trained_tokens": int(row["num_trained_tokens_sum"] or 0),
             "turns": int(row["num_turns_sum"] or 0),
-            "engine_share": round(int(row["engine_tokens_sum"] or 0) / tokens, 6) if tokens else 0.0,
+            "engine_share": None
+            if row["engine_tokens_sum"] is None
+            else (round(int(row["engine_tokens_sum"]) / tokens, 6) if tokens else 0.0),
         }
     return out
 
@@ -150,20 +144,21 @@ TREE_STATS_COLUMNS = ("num_samples", "num_segments", "num_tokens", "num_trained_
 
 def tree_dataset_stats(out: Path) -> dict[str, Any]:
     """Statistics of a ``--target tree`` dataset: what the tree rows cost against the flat samples they hold."""
+    files = data_files(out)
     tables = []
-    for f in dataset_files(out):
-        t = pq.read_table(f, columns=list(TREE_STATS_COLUMNS))
-        m = SHARD_NAME.match(f.name)
-        tables.append(t.append_column("split", pa.array([m.group("split") if m else f.stem] * t.num_rows)))
+    for f in files:
+        t = f.read(list(TREE_STATS_COLUMNS)).cast(pa.schema([(c, pa.int64()) for c in TREE_STATS_COLUMNS]))
+        tables.append(t.append_column("split", pa.array([f.split] * t.num_rows, type=pa.string())))
     table = pa.concat_tables(tables)
     tokens, flat = _sum(table["num_tokens"]), _sum(table["num_flat_tokens"])
-    report_path = out / "report.json"
-    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.is_file() else None
+    report = report_of(out)
     tree = (report or {}).get("outputs", {}).get("tree", {})
+    trained = _sum(table["num_trained_tokens"])
     return {
         "dataset": str(out),
         "target": "tree",
-        "files": len(dataset_files(out)),
+        "format": files[0].format,
+        "files": len(files),
         "rows": table.num_rows,
         "splits": _counts(table["split"]),
         "samples": _sum(table["num_samples"]),
@@ -172,35 +167,39 @@ def tree_dataset_stats(out: Path) -> dict[str, Any]:
         "flat_tokens": flat,
         "flat_per_tree_token": round(flat / tokens, 4) if tokens else 0.0,
         "trie_tokens": tree.get("trie_tokens"),
-        "trained_tokens": _sum(table["num_trained_tokens"]),
+        "trained_tokens": trained,
+        "trained_share": round(trained / tokens, 6) if tokens else 0.0,
         "lengths": {"tokens": asdict(distribution(table["num_tokens"].to_numpy()))},
         "drops": _drops(report) if report is not None else None,
     }
 
 
-def _is_tree(out: Path) -> bool:
-    return "num_flat_tokens" in pq.read_schema(dataset_files(out)[0]).names
-
-
 def dataset_stats(out: str | Path) -> dict[str, Any]:
-    """All statistics of the dataset at ``out`` as JSON-ready data."""
+    """All statistics of the dataset at ``out`` (any target, any format) as JSON-ready data.
+
+    Figures a target does not store (policy, source, cut reason, engine tokens of ``labels`` rows, say) are None.
+    """
     out = Path(out)
-    if _is_tree(out):
+    files = data_files(out)
+    if target_of(files[0].names) == "tree":
         return tree_dataset_stats(out)
-    table = read_scalar_columns(out)
+    target, table = read_scalar_columns(out)
     tokens = _sum(table["num_tokens"])
     trained = _sum(table["num_trained_tokens"])
-    engine = _sum(table["engine_tokens"])
+    engine = _sum(table["engine_tokens"]) if _known(table["engine_tokens"]) else None
     by_file = table.set_column(
         table.schema.get_field_index("source"),
         "source",
         pc.replace_substring_regex(table["source"], pattern=SOURCE_RECORD, replacement=""),
     )
-    report_path = out / "report.json"
-    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.is_file() else None
+    report = report_of(out)
+    packing = ((report or {}).get("outputs") or {}).get("packing")
     return {
         "dataset": str(out),
-        "files": len(dataset_files(out)),
+        "target": target,
+        "format": files[0].format,
+        "files": len(files),
+        "rows": sum(f.num_rows for f in files),
         "samples": table.num_rows,
         "splits": _counts(table["split"]),
         "tokens": tokens,
@@ -208,17 +207,18 @@ def dataset_stats(out: str | Path) -> dict[str, Any]:
         "trained_share": round(trained / tokens, 6) if tokens else 0.0,
         "turns": _sum(table["num_turns"]),
         "engine_tokens": engine,
-        "rendered_tokens": tokens - engine,
-        "engine_share": round(engine / tokens, 6) if tokens else 0.0,
-        "samples_by_token_source": _counts(table["token_source"]),
-        "cut_reasons": _counts(table["cut_reason"]),
+        "rendered_tokens": None if engine is None else tokens - engine,
+        "engine_share": None if engine is None else (round(engine / tokens, 6) if tokens else 0.0),
+        "samples_by_token_source": _counts(table["token_source"]) if _known(table["token_source"]) else None,
+        "cut_reasons": _counts(table["cut_reason"]) if _known(table["cut_reason"]) else None,
+        "packing": {k: packing[k] for k in ("pack_length", "rows", "efficiency") if k in packing} if packing else None,
         "lengths": {
             "tokens": asdict(distribution(table["num_tokens"].to_numpy())),
             "trained_tokens": asdict(distribution(table["num_trained_tokens"].to_numpy())),
             "turns": asdict(distribution(table["num_turns"].to_numpy(), integer_bins=True)),
         },
-        "by_policy": _group(table, "policy"),
-        "by_source": _group(by_file, "source"),
+        "by_policy": _group(table, "policy") if _known(table["policy"]) else None,
+        "by_source": _group(by_file, "source") if _known(table["source"]) else None,
         "drops": _drops(report) if report is not None else None,
     }
 
@@ -301,11 +301,21 @@ def render_stats(stats: dict[str, Any]) -> Any:
 
     n = stats["samples"]
     lengths = stats["lengths"]
-    overview = Table(title=f"msgtrain stats {stats['dataset']}", title_justify="left", show_header=False)
+    target = stats.get("target", "canonical")
+    absent = Text(f"not stored by the {target} target", style="dim")
+    title = f"msgtrain stats {stats['dataset']}" + ("" if target == "canonical" else f" ({target} rows)")
+    overview = Table(title=title, title_justify="left", show_header=False)
     overview.add_column(style="bold")
     overview.add_column()
     splits = ", ".join(f"{k}={v}" for k, v in stats["splits"].items())
     overview.add_row("samples", f"{n} ({splits})" if splits else str(n))
+    if stats.get("rows", n) != n:
+        overview.add_row("rows", f"{stats['rows']} (each holds several samples)")
+    if stats.get("packing"):
+        packing = stats["packing"]
+        overview.add_row(
+            "packing", f"efficiency {packing.get('efficiency', 0):.1%} of {packing.get('pack_length')} tokens per row"
+        )
     tok = lengths["tokens"]
     overview.add_row(
         "tokens",
@@ -315,14 +325,20 @@ def render_stats(stats: dict[str, Any]) -> Any:
     overview.add_row("trained tokens", f"{stats['trained_tokens']} ({stats['trained_share']:.1%} of tokens)")
     turns = lengths["turns"]
     overview.add_row("turns", f"{stats['turns']} trained (per sample: mean {turns['mean']:g}, max {turns['max']})")
-    sources = ", ".join(f"{k}={v}" for k, v in stats["samples_by_token_source"].items())
-    overview.add_row(
-        "token source",
-        f"engine {stats['engine_share']:.1%}, rendered {1 - stats['engine_share']:.1%} of tokens (samples: {sources})"
-        if n
-        else "-",
-    )
-    overview.add_row("cut reasons", ", ".join(f"{k}={v}" for k, v in stats["cut_reasons"].items()) or "-")
+    if stats["engine_share"] is None:
+        overview.add_row("token source", absent)
+    else:
+        by_source = stats["samples_by_token_source"] or {}
+        sources = ", ".join(f"{k}={v}" for k, v in by_source.items())
+        overview.add_row(
+            "token source",
+            f"engine {stats['engine_share']:.1%}, rendered {1 - stats['engine_share']:.1%} of tokens"
+            + (f" (samples: {sources})" if sources else "")
+            if n
+            else "-",
+        )
+    cuts = stats["cut_reasons"]
+    overview.add_row("cut reasons", absent if cuts is None else ", ".join(f"{k}={v}" for k, v in cuts.items()) or "-")
     drops = stats["drops"]
     if drops is None:
         overview.add_row("drops", Text("no report.json: drop and reject reasons unknown", style="yellow"))
@@ -336,6 +352,8 @@ def render_stats(stats: dict[str, Any]) -> Any:
             overview.add_row(label, _reason_line(drops[key]))
     parts: list[Any] = [overview]
     for key, title in (("by_policy", "per policy"), ("by_source", "per source file")):
+        if stats[key] is None:
+            continue
         t = Table(title=title, title_justify="left")
         for col in (key.removeprefix("by_"), "samples", "tokens", "trained", "turns", "engine"):
             t.add_column(col, justify="left" if col in ("policy", "source") else "right", overflow="fold")
@@ -346,7 +364,7 @@ def render_stats(stats: dict[str, Any]) -> Any:
                 str(row["tokens"]),
                 str(row["trained_tokens"]),
                 str(row["turns"]),
-                f"{row['engine_share']:.1%}",
+                "-" if row["engine_share"] is None else f"{row['engine_share']:.1%}",
             )
         parts.append(t)
     if n:
@@ -354,6 +372,14 @@ def render_stats(stats: dict[str, Any]) -> Any:
         parts.append(histogram_table("trained tokens per sample", lengths["trained_tokens"]))
         parts.append(histogram_table("turns per sample", lengths["turns"]))
     return Group(*parts)
+
+
+def _plot_title(stats: dict[str, Any]) -> str:
+    head = f"{stats['dataset']}: {stats['samples']} samples, {stats['tokens']} tokens"
+    if stats.get("target") == "tree":
+        return f"{head} in {stats['rows']} tree rows ({stats['flat_tokens']} as flat samples)"
+    engine = "" if stats["engine_share"] is None else f", {stats['engine_share']:.0%} from the engine"
+    return f"{head} ({stats['trained_share']:.0%} trained{engine})"
 
 
 def plot_stats(stats: dict[str, Any], path: str | Path) -> Path:
@@ -391,11 +417,7 @@ def plot_stats(stats: dict[str, Any], path: str | Path) -> Path:
         ax.set_title(title)
         ax.set_ylabel("samples")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # sample counts are whole numbers
-    fig.suptitle(
-        f"{stats['dataset']}: {stats['samples']} samples, {stats['tokens']} tokens "
-        f"({stats['trained_share']:.0%} trained, {stats['engine_share']:.0%} from the engine)",
-        fontsize=9,
-    )
+    fig.suptitle(_plot_title(stats), fontsize=9)
     fig.tight_layout()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
