@@ -110,17 +110,6 @@ def test_out_is_never_an_input_an_ancestor_of_one_the_working_directory_or_above
     assert sorted(p.name for p in logs.iterdir()) == ["calls-000.jsonl"]
 
 
-def test_out_inside_an_input_folder_is_not_read_back_as_input(tmp_path: Path) -> None:
-    logs = make_logs(tmp_path, 2)
-    out = logs / "out"
-    assert run(str(logs), "-o", str(out)) == 0
-    first = report(out)
-    assert run(str(logs), "-o", str(out)) == 0
-    second = report(out)
-    assert second["records"] == first["records"] and second["records"]["rejected"] == 0
-    assert second["files"]["read"] == 2
-
-
 def test_an_out_below_a_file_is_one_red_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     logs = make_logs(tmp_path, 1)
     (tmp_path / "afile").write_text("x")
@@ -168,18 +157,33 @@ def test_out_exists_at_every_instant_of_repeated_publishes(
     assert len(seen) > 1
 
 
-def test_a_fallback_publish_killed_between_its_renames_is_restored_and_litter_removed(tmp_path: Path) -> None:
+def test_a_fallback_publish_killed_between_its_renames_is_restored_and_litter_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
-    aside = tmp_path / ".out.old-4242"  # the previous dataset, moved aside by a run killed before its second rename
-    aside.mkdir()
-    (aside / "report.json").write_text(json.dumps({"msgtrain_version": "t", "tag": "previous"}))
-    (tmp_path / ".out.tmp-4242").mkdir()
-    (versions_dir(out) / ".tmp-0-4242").mkdir(parents=True)
-    (tmp_path / ".out.link-4242").symlink_to("nowhere")
+    monkeypatch.setenv("MSGTRAIN_PUBLISH", "rename")
+    first = staging_dir(out)
+    (first / "report.json").write_text(json.dumps({"msgtrain_version": "t", "tag": "previous"}))
+    publish(first, out)
+    second = staging_dir(out)
+    (second / "report.json").write_text(json.dumps({"msgtrain_version": "t", "tag": "next"}))
+    real_replace = os.replace
+
+    def killed_before_the_second_rename(src: Any, dst: Any) -> None:
+        if Path(dst) == out:
+            raise KeyboardInterrupt  # the run dies with the previous dataset moved aside, the new one not in
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_before_the_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        publish(second, out)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert not out.exists() and any(p.name.startswith(".out.old-") for p in tmp_path.iterdir())
+    (versions_dir(out) / ".tmp-0-4242").mkdir()  # a staging directory of a run killed while assembling
     clean_litter(out)
     assert json.loads((out / "report.json").read_text())["tag"] == "previous"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.msgtrain-versions", "out"]
-    assert list(versions_dir(out).iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.msgtrain-state", ".out.msgtrain-versions", "out"]
+    assert [p.name for p in versions_dir(out).iterdir()] == [second.name.removeprefix(".tmp-")]
 
 
 # ------------------------------------------------------------------------------------------------ resume by content

@@ -62,6 +62,7 @@ from msgtrain.run.assembly import (
     write_drops,
 )
 from msgtrain.run.empty_result import refuse_nothing_read
+from msgtrain.run.journal import append_manifest, load_manifest, save_manifest
 from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
 from msgtrain.run.object_chunks import ObjectView, plan_object
@@ -101,7 +102,6 @@ from msgtrain.run.storage import (
 from msgtrain.run.worker_paths import config_for_workers
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson", ".eval")
-MANIFEST = "manifest.json"
 MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
 DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
@@ -254,12 +254,6 @@ def _is_link_loop(path: Path) -> bool:
     return False
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------------------------------------------- workers
 def _worker_init(parent: int) -> None:
     # One process per core: keep the tokenizer's own thread pool to one thread so workers do not oversubscribe.
@@ -377,7 +371,10 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
             return _convert_in(cfg, None, state, join(state, "parts"), started, progress, lease)
     out = Path(cfg.output)
     check_output(
-        out, [Path(p) for p in cfg.inputs if not is_remote(str(p))], overwrite=getattr(cfg, "overwrite", False)
+        out,
+        [Path(p) for p in cfg.inputs if not is_remote(str(p))],
+        overwrite=getattr(cfg, "overwrite", False),
+        rejects=Path(cfg.rejects) if cfg.rejects is not None else None,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     local_state = state_dir(out)
@@ -442,7 +439,7 @@ def _convert_in(
         cfg, debug_log=str(state / DEBUG_LOG) if isinstance(state, Path) else str(default_debug_log())
     )
     skey = settings.key(tok.fingerprint)
-    manifest: dict[str, dict[str, Any]] = _load_manifest(state) if cfg.resume else {}
+    manifest: dict[str, dict[str, Any]] = load_manifest(state) if cfg.resume else {}
     if not cfg.resume:
         _clear_parts(parts_dir)
     if isinstance(parts_dir, Path):
@@ -531,8 +528,9 @@ def _convert_in(
         jobs += add_jobs(url, digest, chunks, view)
 
     def on_plan(f: Path, digest: str, chunks: list[Chunk]) -> list[Job]:
+        known = set(run_keys)
         todo = add_jobs(f, digest, chunks)
-        _save_manifest(state, manifest)
+        append_manifest(state, {k: manifest[k] for k in run_keys if k not in known}, manifest)
         return todo
 
     running = PartStats()
@@ -543,8 +541,6 @@ def _convert_in(
         path = job.path
         done_files += 1
         running.add(stats)
-        # The manifest is rewritten as parts finish so a killed run can resume from here.
-        _save_manifest(state, manifest)
         if progress:
             progress(
                 "file",
@@ -562,7 +558,8 @@ def _convert_in(
         if running.records_read >= MIN_RECORDS_FOR_RATE and done_files * 10 >= total_parts + len(plans):
             _check_reject_rate(cfg, running)
 
-    _save_manifest(state, manifest)
+    # Once, before any part: a killed run resumes from its parts, found by key (journal.py: never once per part).
+    save_manifest(state, manifest)
     with contextlib.ExitStack() as stack:
         if cfg.engine == "ray":
             from msgtrain.run.ray_engine import ray_session, run_parts_ray, run_task_ray
@@ -648,7 +645,7 @@ def _convert_in(
             kept = set(keys)
             for key in [k for k in manifest if k not in kept]:
                 del manifest[key]
-            _save_manifest(state, manifest)
+            save_manifest(state, manifest)
             for part in parts_dir.iterdir():
                 if part.name not in kept:
                     shutil.rmtree(part, ignore_errors=True)
@@ -665,33 +662,6 @@ def _convert_in(
 def _real(f: Path | str) -> str:
     """A location's identity for --keep-missing: a local file's real path, an object's URL."""
     return f if isinstance(f, str) else os.path.realpath(f)
-
-
-def _load_manifest(state: Path | str) -> dict[str, dict[str, Any]]:
-    """The parts a previous run recorded; a missing, truncated or foreign manifest counts as empty (parts are
-    found again by key: their keys depend on content and settings only)."""
-    try:
-        if isinstance(state, str):
-            store, url = Store.of(state), join(state, MANIFEST)
-            data = json.loads(store.read_bytes(url)) if store.exists(url) else {}
-        else:
-            path = state / MANIFEST
-            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        parts = data.get("parts", {}) if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(parts, dict):
-        return {}
-    return {k: m for k, m in parts.items() if isinstance(m, dict) and {"source", "digest", "settings"} <= set(m)}
-
-
-def _save_manifest(state: Path | str, manifest: dict[str, dict[str, Any]]) -> None:
-    data = {"format": "msgtrain.state", "version": 2, "parts": manifest}
-    if isinstance(state, str):  # one PUT: the previous manifest or this one, never half of one
-        Store.of(state).put_bytes(join(state, MANIFEST), (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
-        return
-    state.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(state / MANIFEST, data)
 
 
 def _clear_parts(parts_dir: Path | str) -> None:
