@@ -19,6 +19,15 @@ if "MSGTRAIN_CACHE_DIR" not in os.environ:
 
     os.environ["MSGTRAIN_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="msgtrain-test-cache-")
     atexit.register(shutil.rmtree, _CACHE, True)
+# `datasets` caches what load_dataset reads (and its locks) under ~/.cache: tests that load a dataset as a user does
+# (the README's code) write there instead. Read by datasets when it is imported, so set before any test imports it.
+if "HF_DATASETS_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["HF_DATASETS_CACHE"] = _DATASETS_CACHE = tempfile.mkdtemp(prefix="msgtrain-test-hf-datasets-")
+    atexit.register(shutil.rmtree, _DATASETS_CACHE, True)
 
 import pytest
 

@@ -49,7 +49,6 @@ def test_sft_trainer_with_its_defaults_trains_exactly_the_loss_mask_of_the_quick
     from msgtrain.linearize import load_tokenizer
 
     monkeypatch.chdir(quick_start)
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(quick_start / "hf-cache"))
     train = load_dataset("out/demo")["train"]
     tokenizer = load_tokenizer(None).hf
     # Only what a run needs besides the settings that decide labels: where to write, CPU, one step.
