@@ -30,6 +30,7 @@ from msgtrain.ingest.base import (
     unit_directories,
 )
 from msgtrain.ingest.detect import specific_readers
+from msgtrain.model.completeness import missing_context
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.validate import validate_graph
 from msgtrain.run.parts import LinearizeSettings, convert_file, file_digest
@@ -71,9 +72,9 @@ GOLDEN: dict[str, tuple[str, list[tuple[str, list[str]]], dict[str, int], int]] 
     "tau2_bench/results.json": (
         "tau2_bench",
         [
-            ("tau2-agent", ["A! U A* T A* T A* T A* U"]),
+            ("tau2-agent", ["S A! U A* T A* T A* T A* U"]),
             # The user simulator's own tool call and result are not part of the agent's conversation.
-            ("tau2-agent", ["A! U A*"]),
+            ("tau2-agent", ["S A! U A*"]),
         ],
         {},
         2,
@@ -487,3 +488,24 @@ def test_the_real_openhands_v1_folder_is_one_input_and_nothing_else_under_real_l
     assert unit_directories(real) == [folder]
     files, _ = discover_inputs([str(real)])
     assert folder in files and not [f for f in files if folder in f.parents]
+
+
+def test_tau2_llm_agent_samples_start_with_the_system_prompt_built_from_the_policy_and_carry_the_tools() -> None:
+    graphs, _, _ = read_all(SAMPLES / "tau2_bench/results.json")
+    (branch,) = graphs[0].graph.branches()
+    system = branch.messages[0]
+    assert system.role == "system" and system.text.startswith("<instructions>\nYou are a customer service agent")
+    assert system.text.endswith("<policy>\n# Library policy\nRenew a loan only once.\n</policy>")
+    assert [t["function"]["name"] for t in graphs[0].graph.env.tools] == ["get_loan", "renew"]
+    assert missing_context(graphs[0].graph) == []
+
+
+def test_tau2_agent_whose_prompt_or_tools_the_file_lacks_is_marked_context_incomplete(tmp_path: Path) -> None:
+    doc = json.loads((SAMPLES / "tau2_bench/results.json").read_text())
+    doc["info"]["agent_info"]["implementation"] = "my_custom_agent"
+    doc["info"]["environment_info"]["tool_defs"] = None
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    graphs, _, _ = read_all(path)
+    assert all(branch_codes(g.graph)[0].startswith("A!") for g in graphs)  # no prompt invented
+    assert all(missing_context(g.graph) == ["system_prompt", "tools"] for g in graphs)

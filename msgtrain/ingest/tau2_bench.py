@@ -15,10 +15,14 @@ Skipped (not part of what the agent saw):
   sees the user's text. A user message that holds nothing but such calls is dropped; the count is metadata
   ``user_tool_messages``.
 
+The agent's context: tau2's ``llm_agent`` (the default agent) sends ``SYSTEM_PROMPT`` (its fixed
+``AGENT_INSTRUCTION`` and the domain policy, ``info.environment_info.policy``; src/tau2/agent/llm_agent.py) as the
+system message and the environment's tools as the tool schemas (``info.environment_info.tool_defs`` when the file
+holds them). So for that agent the graph starts with that system prompt and carries those tools. For any other agent
+implementation the prompt is the implementation's own, not in the file, and for any agent a file without
+``tool_defs`` lacks the schemas: the graph is marked context-incomplete (``system_prompt`` / ``tools``).
+
 Safe readings:
-- The agent's system prompt and tool schemas are not in the file (``info.environment_info.policy`` is the domain
-  policy the prompt is built from, kept in metadata); the graph holds what the messages hold and the agent's
-  turns are ``sampled`` in that context, as for the other agent logs without their system prompt.
 - The first message, when it is the agent's, is the orchestrator's fixed greeting (tau2 starts every simulation
   with it, no model call): ``injected``, not trained.
 - ``raw_data`` / ``usage`` / ``cost`` are kept in the message metadata when present.
@@ -35,6 +39,8 @@ from msgtrain.errors import ValidationError
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadItem, RecordTask, SourceRef, load_json_document
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import as_dict, as_list, graph_id_for
+from msgtrain.ingest.tool_schemas import openai_tools
+from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import Generation, OptionCallMessage
 from msgtrain.model.openai import from_openai_message
@@ -98,12 +104,21 @@ def _simulation(path: Path, sim: Any, info: dict[str, Any]) -> tuple[MessageGrap
         "user_simulator": {k: user.get(k) for k in ("implementation", "llm") if user.get(k) is not None} or None,
         "reward_info": {k: reward_info[k] for k in ("reward_basis", "reward_breakdown") if k in reward_info} or None,
     }
+    tools = openai_tools(_tool_defs(env.get("tool_defs")), where="info.environment_info.tool_defs")
     graph = MessageGraph(
         graph_id=graph_id_for("tau2", f"{sim.get('task_id')}:{sim.get('trial')}:{sim.get('id')}", path),
+        tools=tools,
         policy=POLICY,
         metadata={k: v for k, v in meta.items() if v is not None},
     )
     generation = Generation(model=model, sampling=sampling) if model or sampling else None
+    system = _system_prompt(agent.get("implementation"), sim.get("policy") or env.get("policy"))
+    if system is not None:
+        graph.append({"role": "system", "content": system}, origin=Origin.CONTEXT)
+    missing = ([] if system is not None else ["system_prompt"]) + ([] if tools else ["tools"])
+    if missing:
+        why = f"tau2 agent {agent.get('implementation')!r}: its prompt or tool schemas are not in the results file"
+        mark_context_incomplete(graph, missing, why)
     names: dict[str, str] = {}
     user_tool_messages = 0
     for k, raw in enumerate(sim["messages"]):
@@ -140,6 +155,32 @@ def _simulation(path: Path, sim: Any, info: dict[str, Any]) -> tuple[MessageGrap
         "seed": sim.get("seed"),
     }
     return graph, {k: v for k, v in extras.items() if v is not None}
+
+
+# src/tau2/agent/llm_agent.py (sierra-research/tau2-bench at 1e7b159c): the default agent's system prompt.
+_AGENT_INSTRUCTION = """You are a customer service agent that helps the user according to the <policy> provided below.
+In each turn you can either:
+- Send a message to the user.
+- Make a tool call.
+You cannot do both at the same time.
+
+Try to be helpful and always follow the policy. Always make sure you generate valid JSON only."""
+_SYSTEM_PROMPT = "<instructions>\n{agent_instruction}\n</instructions>\n<policy>\n{domain_policy}\n</policy>"
+_PROMPTED_AGENTS = frozenset({"llm_agent"})
+
+
+def _system_prompt(implementation: Any, policy: Any) -> str | None:
+    """The system prompt tau2's agent ``implementation`` sent, when the file holds what it is built from."""
+    if implementation not in _PROMPTED_AGENTS or not isinstance(policy, str):
+        return None
+    return _SYSTEM_PROMPT.format(agent_instruction=_AGENT_INSTRUCTION, domain_policy=policy)
+
+
+def _tool_defs(raw: Any) -> list[Any]:
+    """``environment_info.tool_defs``: a name -> schema mapping (or a list of schemas)."""
+    if isinstance(raw, dict):
+        return [v for v in raw.values() if isinstance(v, dict)]
+    return raw if isinstance(raw, list) else []
 
 
 def _openai_shape(raw: dict[str, Any], index: int) -> dict[str, Any] | None:
