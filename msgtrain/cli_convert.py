@@ -55,6 +55,14 @@ def _summary(data: dict[str, Any], console: Console) -> None:
             t.add_row(
                 title, ", ".join(f"{k}={v}" for k, v in items.items()) + (f" (listed in {listed})" if listed else "")
             )
+    incomplete = data.get("flags", {}).get("context_incomplete", 0)
+    if incomplete:
+        # Not exact whatever the tokenizer: the log lacks part of what the model was sent (see docs/formats.md).
+        t.add_row(
+            "context",
+            f"[yellow]{incomplete} samples context-incomplete (system prompt or tools not in the log; "
+            "see report.json flags)[/]",
+        )
     # Always shown: a nightly job's operator looks for this number (readers that failed on input, see README).
     faults = r["rejected_by_reason"].get("reader_error", 0)
     debug_log = data["outputs"].get("debug_log")
@@ -260,4 +268,21 @@ def register(app: typer.Typer) -> None:
                 n_rejected, where = report["records"]["rejected"], report["outputs"].get("rejects")
                 console.print(f"[yellow]{n_rejected} records rejected: see {where}[/]")
             raise typer.Exit(EXIT_WITH_REJECTS)
+        lost = lost_in_run(report)
+        if lost:
+            if not cfg.quiet:
+                console.print(f"[yellow]{lost}: see report.json[/]")
+            raise typer.Exit(EXIT_WITH_REJECTS)
         return 0
+
+
+def lost_in_run(report: dict[str, Any]) -> str:
+    """What a run lost besides rejected records (turns dropped by failure, samples dropped by the length policy),
+    as one phrase, or ``""``. ``validate`` counts exactly these as problems, so both commands exit 3 on the same
+    input; drops that are the user's choice or the log's own limit (:data:`NOT_FAILURES`) are not losses."""
+    from msgtrain.linearize.plan import NOT_FAILURES
+
+    turns = sum(n for r, n in report["turns"]["dropped_by_reason"].items() if r not in NOT_FAILURES)
+    samples = sum(report["samples"].get("dropped_by_reason", {}).values())
+    parts = [f"{turns} turns dropped"] * bool(turns) + [f"{samples} samples dropped"] * bool(samples)
+    return " and ".join(parts)

@@ -509,3 +509,33 @@ def test_tau2_agent_whose_prompt_or_tools_the_file_lacks_is_marked_context_incom
     graphs, _, _ = read_all(path)
     assert all(branch_codes(g.graph)[0].startswith("A!") for g in graphs)  # no prompt invented
     assert all(missing_context(g.graph) == ["system_prompt", "tools"] for g in graphs)
+
+
+def test_copilot_replies_kept_as_carried_context_are_in_the_turn_books_and_validate_agrees(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    path = shared_path("real_logs", "copilot_cli_vct", "copilot.jsonl")
+    out = tmp_path / "out"
+    code = main(["convert", str(path), "-o", str(out), "-q"])
+    report = json.loads((out / "report.json").read_text())
+    # Six assistant.message events: three after a tool execution no reply requested are carried, not trained.
+    assert report["turns"] == {
+        "found": 6,
+        "trained": 3,
+        "dropped": 3,
+        "dropped_by_reason": {"context_unknown": 3},
+    }
+    assert code == 0 and main(["validate", str(path)]) == 0
+
+
+def test_convert_exits_like_validate_when_turns_are_dropped_for_a_failure(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    logs = shared_path("real_logs", "toolbench_dfs")
+    # gpt-oss's template cannot render ToolBench's legacy function messages: every turn is a render_error drop.
+    tokenizer = str(shared_path("tokenizers", "gpt-oss"))
+    convert = main(["convert", str(logs), "-o", str(tmp_path / "out"), "--tokenizer", tokenizer, "-q"])
+    validate = main(["validate", str(logs), "--tokenizer", tokenizer])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["turns"]["dropped_by_reason"]["render_error"] == 8
+    assert convert == validate == 3

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,10 +33,10 @@ from msgtrain.errors import MsgtrainError
 from msgtrain.export.schema import Sample
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table
-from msgtrain.linearize.turns import Turn, collect_turns
+from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
 from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context
-from msgtrain.model.graph import MessageGraph
-from msgtrain.model.message import Generation
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.message import AnyMessage, Generation
 
 
 class CutReason(StrEnum):
@@ -57,7 +58,16 @@ class DropReason(StrEnum):
     RENDER_ERROR = "render_error"
     COMPLETION_NOT_RENDERABLE = "completion_not_renderable"
     NEGATIVE_LABEL = "negative_label"
+    # A reply the log holds (origin ``carried``) in a context it does not hold whole: a record before it was
+    # rejected or unknown, so no sample can be exact. Counted so the books show every reply, never trained.
+    CONTEXT_UNKNOWN = "context_unknown"
 
+
+# Drops that are the user's choice or the log's own limit, not a failure of this run: listed, but they do not make
+# ``convert`` and ``validate`` exit with "problems" (both read this one set, so their exit codes agree).
+NOT_FAILURES = frozenset(
+    {DropReason.POLICY_NOT_SELECTED.value, DropReason.NEGATIVE_LABEL.value, DropReason.CONTEXT_UNKNOWN.value}
+)
 
 # A reply the log judges (a KTO label, a chosen/rejected mark) carries the judgement in its message metadata; the
 # sample that trains it is flagged with it, and a reply judged bad is not trained unless asked for.
@@ -437,7 +447,29 @@ class _GraphLinearizer:
             self.parent[t.node_id] = self._find_parent(tt, anc)
             bisect.insort(self._by_len, (tt.full.shape[0], t.index, t.node_id))
         self._emit_samples(source, extras)
+        self._count_carried_replies(turns)
         return res
+
+    def _count_carried_replies(self, turns: list[Turn]) -> None:
+        """Put in the books every reply the graph holds only as ``carried`` context: once per distinct reply, and
+        not when the same reply (text and calls) is a sampled turn elsewhere in the graph (a history re-sent with
+        a different rendering, a branch re-created after an edit: the same turn, already counted)."""
+        seen = {_reply_key(t.node.message) for t in turns}
+        for node in self.g.nodes.values():
+            if node.origin is not Origin.CARRIED or not node.is_assistant:
+                continue
+            policy = turn_policy(self.g, node)
+            key = _reply_key(node.message)
+            if key in seen or (self.opts.policies and policy not in self.opts.policies):
+                continue
+            seen.add(key)
+            message = "the log holds this reply, but not the whole context it was sampled in"
+            self.result.turns.append(
+                TurnOutcome(
+                    node.id, self.g.graph_id, policy, "dropped", DropReason.CONTEXT_UNKNOWN.value, None, message
+                )
+            )
+            self.result.drops[DropReason.CONTEXT_UNKNOWN.value] += 1
 
     def _drop(self, t: Turn, reason: DropReason, message: str | None) -> None:
         self.result.turns.append(
@@ -509,6 +541,15 @@ class _GraphLinearizer:
                 trained[c] = sid
                 ct = self.tt[c]
                 res.turns.append(TurnOutcome(c, self.g.graph_id, ct.turn.policy, "trained", None, sid))
+
+
+def _reply_key(message: AnyMessage) -> str:
+    """What makes two replies the same turn: their text and their calls (not reasoning a history may drop)."""
+    calls = [
+        (c.option_name, c.raw_arguments or json.dumps(c.arguments, sort_keys=True))
+        for c in getattr(message, "calls", ())
+    ]
+    return json.dumps([message.text, calls], ensure_ascii=False)
 
 
 class _Drop(Exception):

@@ -191,6 +191,7 @@ def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationRep
     Counts what convert counts. Returns whether convert would keep the graph (not reject it)."""
     from msgtrain.export.length import apply_length_policy
     from msgtrain.export.schema import samples_to_table
+    from msgtrain.linearize.plan import NOT_FAILURES
     from msgtrain.run.parts import linearize_read_graph
 
     source = str(ev.source)
@@ -221,7 +222,7 @@ def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationRep
     report.turns_dropped.update(drops)
     report.samples_dropped.update(sample_drops)
     for reason, n in sorted(drops.items()):
-        report.problems.append(
+        (report.warnings if reason in NOT_FAILURES else report.problems).append(
             Finding(
                 source,
                 where,
