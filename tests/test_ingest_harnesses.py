@@ -53,7 +53,7 @@ def branch_codes(graph: MessageGraph) -> list[str]:
 
 
 def convert(tmp_path: Path, *inputs: Path) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
-    out = tmp_path / "out"
+    out = tmp_path / "out"  # inputs are under tmp_path / "logs": an output never lies inside an input folder
     code = main(["convert", *map(str, inputs), "-o", str(out)])
     rows: list[dict[str, Any]] = []
     for f in sorted((out / "data").glob("*.parquet")):
@@ -84,7 +84,8 @@ def test_inspect_json_log_trains_each_reply_in_the_context_its_model_event_logge
 
 def _eval_archive(tmp_path: Path, samples: list[dict[str, Any]], name: str = "run.eval") -> Path:
     """An .eval archive in the layout of inspect_ai tests/log/test_eval_log/log_message_deduplication.eval."""
-    path = tmp_path / name
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    path = tmp_path / "logs" / name
     header = {"version": 3, "status": "success", "eval": {"task": "guess", "model": "vllm/demo", "scorers": []}}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("_journal/start.json", json.dumps({"version": 3, "eval": header["eval"]}))
@@ -138,7 +139,7 @@ def test_inspect_eval_archive_reads_every_epoch_as_its_own_graph_from_pooled_inp
     assert [g.extras["reward"] for g in graphs] == [1.0, 0.5]
     assert all(branch_codes(g.graph) == ["U A* T A*"] for g in graphs)
     assert graphs[0].graph.graph_id != graphs[1].graph.graph_id
-    code, rows, report = convert(tmp_path, tmp_path)  # a folder holding the archive: .eval is a log suffix
+    code, rows, report = convert(tmp_path, path.parent)  # a folder holding the archive: .eval is a log suffix
     assert code == 0 and len(rows) == 2
     assert report["turns"]["found"] == report["turns"]["trained"] == 4
 
