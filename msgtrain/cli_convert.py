@@ -26,7 +26,9 @@ def _summary(data: dict[str, Any], console: Console) -> None:
         f"{r['read']} read = {r['converted']} converted + {r['rejected']} rejected + {r['skipped']} skipped",
     )
     t.add_row("graphs", str(data["graphs"]))
-    t.add_row("turns", f"{tu['found']} found = {tu['trained']} trained + {tu['dropped']} dropped")
+    lost = tu.get("in_rejected_records", 0)
+    more = f"; about {lost} more in rejected records" if lost else ""
+    t.add_row("turns", f"{tu['found']} found = {tu['trained']} trained + {tu['dropped']} dropped{more}")
     t.add_row("samples", f"{s['written']} " + " ".join(f"{k}={v}" for k, v in s["by_split"].items()))
     t.add_row("tokens", f"{tok['total']} total, {tok['trained']} trained, engine share {tok['engine_share']:.1%}")
     tree = data.get("outputs", {}).get("tree")

@@ -147,6 +147,9 @@ class ReadReject:
     excerpt: str = ""
     count: int = 1
     detail: str = ""
+    # An estimate of the assistant turns the rejected records held (their assistant-like messages), so the books
+    # show turns lost, not only records: a file of 99 % lost turns is one rejected record otherwise.
+    turns: int = 0
 
 
 @dataclass
@@ -633,7 +636,9 @@ def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject
     try:
         return detect_format(path)
     except MsgtrainError as e:
-        return ReadReject(file_ref, e)
+        from msgtrain.ingest.structural import file_assistant_turns
+
+        return ReadReject(file_ref, e, turns=file_assistant_turns(path))
     except OSError as e:
         return ReadReject(file_ref, unreadable_file_error(path, e))
     except Exception as e:
@@ -685,9 +690,54 @@ def default_debug_log() -> Path:
     return Path(tempfile.gettempdir()) / "msgtrain-debug.log"
 
 
-def read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
+def read_events(reader: Reader, path: Path, forced: bool = False) -> Iterator[ReadEvent]:
     """Every event of ``path`` read by ``reader``, inside the fault boundary (module docstring); never raises for
-    anything a reader does (only ``KeyboardInterrupt`` and the like pass)."""
+    anything a reader does (only ``KeyboardInterrupt`` and the like pass).
+
+    ``forced``: the user chose the reader (``--input-format``). When its detector does not recognise the file and
+    the read yields no conversation, what it skipped is one ``forced_format_not_recognised`` reject, never a
+    clean, empty success: a forced reader that finds nothing it knows says so."""
+    if forced and not path.is_dir() and not _recognises(reader, path):
+        yield from _forced_unrecognised(reader, path)
+        return
+    yield from _read_events(reader, path)
+
+
+def _recognises(reader: Reader, path: Path) -> bool:
+    try:
+        return bool(reader.detect(path, read_head(path)))
+    except Exception:
+        return False
+
+
+def _forced_unrecognised(reader: Reader, path: Path) -> Iterator[ReadEvent]:
+    skipped: list[ReadSkip] = []
+    graphs = False
+    for event in _read_events(reader, path):
+        if isinstance(event, ReadSkip) and not graphs:
+            skipped.append(event)
+            continue
+        graphs = graphs or isinstance(event, ReadGraph)
+        yield event
+    if not skipped:
+        return
+    if graphs:
+        yield from skipped
+        return
+    from msgtrain.ingest.structural import file_assistant_turns
+
+    count = sum(s.count for s in skipped)
+    reasons = ", ".join(sorted({s.reason for s in skipped}))
+    err = FormatError(
+        f"the forced {reader.name} reader recognises nothing in this file ({count} records skipped: {reasons})",
+        where=str(path),
+        code="forced_format_not_recognised",
+        hint="force the reader of this file's format (see msgtrain formats --explain FILE), or write a --map",
+    )
+    yield ReadReject(SourceRef(str(path), "file"), err, count=count, turns=file_assistant_turns(path))
+
+
+def _read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     from msgtrain.ingest.isolate import read_document_isolating, read_folder_isolating, read_isolating, retry_keys
     from msgtrain.ingest.text_check import graph_reject
 
@@ -762,15 +812,24 @@ def _run_task(reader: Reader, task: RecordTask) -> list[ReadEvent]:
     too_large = _oversized(task)
     if too_large is not None:
         return [too_large]
+    from msgtrain.ingest.shapes import assistant_turns_in
+
     try:
-        return list(task.parse())
+        events = list(task.parse())
     except MsgtrainError as e:
         err = e if e.where else e.located(str(task.source))
-        return [ReadReject(task.source, err, excerpt(task.raw), count=task.records)]
+        turns = assistant_turns_in(task.raw)
+        return [ReadReject(task.source, err, excerpt(task.raw), count=task.records, turns=turns)]
     except Exception as e:
-        return [
-            fault_reject(task.source, e, f"the {reader.name} reader", traceback.format_exc(), task.raw, task.records)
-        ]
+        reject = fault_reject(
+            task.source, e, f"the {reader.name} reader", traceback.format_exc(), task.raw, task.records
+        )
+        reject.turns = assistant_turns_in(task.raw)
+        return [reject]
+    for event in events:
+        if isinstance(event, ReadReject) and not event.turns:
+            event.turns = assistant_turns_in(task.raw) if event.count == task.records else 0
+    return events
 
 
 def records_of(event: ReadEvent) -> int:

@@ -46,6 +46,7 @@ from msgtrain.ingest.base import (
     load_json_document,
 )
 from msgtrain.ingest.chunks import ChunkKey, active_chunk, whole_file
+from msgtrain.ingest.shapes import assistant_turns_in
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -180,7 +181,7 @@ def iter_conversations(
         found = None if isinstance(value, MsgtrainError) else _conversation_in(value, layout)
         if found is None:
             err = value if isinstance(value, MsgtrainError) else _not_a_conversation(rec.ref, layout)
-            yield ReadReject(rec.ref, err, excerpt(rec.raw or b""))
+            yield ReadReject(rec.ref, err, excerpt(rec.raw or b""), turns=assistant_turns_in(value))
             if pending:
                 gap = len(pending) if gap is None else gap
             else:
@@ -216,7 +217,8 @@ def _document_conversations(
             ref = SourceRef(str(path), f"item {i}")
             found = _conversation_in(item, layout)
             if found is None:
-                yield ReadReject(ref, _not_a_conversation(ref, layout), excerpt(_short_json(item)))
+                turns = assistant_turns_in(item)
+                yield ReadReject(ref, _not_a_conversation(ref, layout), excerpt(_short_json(item)), turns=turns)
                 continue
             key, messages, container = found
             if not messages:
@@ -228,7 +230,8 @@ def _document_conversations(
     if found is None and isinstance(value, dict) and layout.is_message(value):
         found = (None, [value], {})
     if found is None:
-        yield ReadReject(file_ref, _not_a_conversation(file_ref, layout), excerpt(_short_json(value)))
+        turns = assistant_turns_in(value)
+        yield ReadReject(file_ref, _not_a_conversation(file_ref, layout), excerpt(_short_json(value)), turns=turns)
         return
     key, messages, container = found
     if not messages:
@@ -456,10 +459,12 @@ def _conversion(conv: Conversation, convert: Callable[[Conversation], Converted]
         try:
             converted = convert(conv)
         except MsgtrainError as e:
-            return [ReadReject(conv.ref, e.located(str(conv.ref)), conv.excerpt(), count=conv.records)]
+            turns = assistant_turns_in(conv.messages)
+            return [ReadReject(conv.ref, e.located(str(conv.ref)), conv.excerpt(), count=conv.records, turns=turns)]
         except pydantic.ValidationError as e:
             err = ValidationError(_pydantic_message(e), where=str(conv.ref), code="bad_message")
-            return [ReadReject(conv.ref, err, conv.excerpt(), count=conv.records)]
+            turns = assistant_turns_in(conv.messages)
+            return [ReadReject(conv.ref, err, conv.excerpt(), count=conv.records, turns=turns)]
         return [ReadGraph(converted.graph, conv.ref, records=conv.records, extras=converted.extras)]
 
     return parse

@@ -423,3 +423,40 @@ def normalise_messages(
             out.append(message)
             origin.append(i)
     return out, origin
+
+
+MAX_COUNT_NODES = 200_000  # objects and lists looked at when estimating what a rejected record held
+MAX_COUNT_BYTES = 64 * 1024 * 1024  # raw records larger than this are not parsed to estimate
+
+
+def message_like_count(value: Any) -> tuple[int, int]:
+    """(message-like objects, assistant ones) anywhere in ``value`` (bounded search): what a record no reader could
+    train still held. A ``str`` / ``bytes`` value is parsed as JSON first (unparseable text holds none)."""
+    if isinstance(value, bytes | bytearray | str):
+        if len(value) > MAX_COUNT_BYTES:
+            return 0, 0
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return 0, 0
+    stack, seen, messages, assistants = [value], 0, 0, 0
+    while stack and seen < MAX_COUNT_NODES:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, dict | list))
+        elif isinstance(item, dict):
+            if is_message_like(item):
+                messages += 1
+                hit = role_of(item)
+                assistants += hit is not None and canonical_role(hit[1]) in ("assistant", "call")
+            stack.extend(v for v in item.values() if isinstance(v, dict | list))
+    return messages, assistants
+
+
+def assistant_turns_in(value: Any) -> int:
+    """An estimate of the assistant turns a rejected record held: its assistant-like messages (0 when unknown)."""
+    try:
+        return message_like_count(value)[1]
+    except Exception:  # an estimate for the books never becomes a fault of its own
+        return 0

@@ -73,6 +73,7 @@ from msgtrain.ingest.shapes import (
     canonical_role,
     is_message_like,
     is_message_list,
+    message_like_count,
     role_of,
 )
 from msgtrain.ingest.tool_schemas import openai_tools
@@ -224,23 +225,6 @@ def _assistant_count(value: Any, budget: list[int] | None = None) -> int:
     if hit is not None and canonical_role(hit[1]) in ("assistant", "call"):
         own = 1
     return own + sum(_assistant_count(v, budget) for v in value.values() if isinstance(v, dict | list))
-
-
-def message_like_count(value: Any) -> tuple[int, int]:
-    """(message-like objects, assistant ones) anywhere in ``value``: what a record no layout reads still held."""
-    stack, seen, messages, assistants = [value], 0, 0, 0
-    while stack and seen < MAX_SEARCH_NODES:
-        item = stack.pop()
-        seen += 1
-        if isinstance(item, list):
-            stack.extend(v for v in item if isinstance(v, dict | list))
-        elif isinstance(item, dict):
-            if is_message_like(item):
-                messages += 1
-                hit = role_of(item)
-                assistants += hit is not None and canonical_role(hit[1]) in ("assistant", "call")
-            stack.extend(v for v in item.values() if isinstance(v, dict | list))
-    return messages, assistants
 
 
 # --------------------------------------------------------------------------------------------- converting
@@ -565,7 +549,7 @@ class StructuralReader:
                     code="ambiguous_structure",
                     hint="write a mapping (--map) naming the messages field; `msgtrain formats --explain FILE`",
                 )
-                yield ReadReject(ref, err.located(str(ref)), excerpt(raw))
+                yield ReadReject(ref, err.located(str(ref)), excerpt(raw), turns=assistants)
             else:
                 yield ReadSkip(ref, "no_conversation")
             return
@@ -578,7 +562,7 @@ class StructuralReader:
                     code="ambiguous_structure",
                     hint="say which with a mapping (--map); `msgtrain formats --explain FILE` prints one to edit",
                 )
-                yield ReadReject(sub, err.located(str(sub)), excerpt(raw))
+                yield ReadReject(sub, err.located(str(sub)), excerpt(raw), turns=item.assistant_messages)
                 continue
             yield RecordTask(sub, _task(path, sub, item), records=1, raw=raw)
 
@@ -594,6 +578,19 @@ def _task(path: Path, ref: SourceRef, found: Found) -> Any:
 
 
 READER = StructuralReader()
+
+
+def file_assistant_turns(path: Path) -> int:
+    """An estimate of the assistant turns a whole file holds (for the books of a file nothing could read): its
+    assistant-like messages, record by record; 0 for a file that is not JSON / JSONL / YAML or too large."""
+    from msgtrain.ingest.shapes import MAX_COUNT_BYTES, assistant_turns_in
+
+    try:
+        if path.is_dir() or path.stat().st_size > MAX_COUNT_BYTES:
+            return 0
+        return sum(assistant_turns_in(value) for _, value, _ in _records(path) if not isinstance(value, Exception))
+    except Exception:  # an estimate for the books never becomes a fault of its own
+        return 0
 
 
 def forced_reader(input_format: str | None, mapping: str | None) -> Any:

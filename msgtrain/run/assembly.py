@@ -198,6 +198,7 @@ def build_report(
             stats.turns_found,
             stats.turns_trained - sum(tally.length_dropped_turns.values()),
             turns_dropped,
+            stats.turns_lost,
         ),
         "samples": {
             "written": tally.samples,

@@ -175,6 +175,7 @@ class PartStats:
     turns_trained: int = 0
     turns_dropped: Counter[str] = field(default_factory=Counter)
     flags: Counter[str] = field(default_factory=Counter)
+    turns_lost: int = 0  # estimated assistant turns in rejected records (ReadReject.turns, rejected graphs' turns)
 
     def add(self, other: PartStats) -> None:
         for name, value in other.__dict__.items():
@@ -204,6 +205,7 @@ def accounting_report(
     turns_found: int,
     turns_trained: int,
     turns_dropped: Mapping[str, int],
+    turns_lost: int = 0,
 ) -> dict[str, Any]:
     """The ``records``, ``graphs`` and ``turns`` blocks of ``report.json``: one builder, so that what ``validate``
     predicts has exactly the shape of what ``convert`` reports."""
@@ -222,6 +224,9 @@ def accounting_report(
             "trained": turns_trained,
             "dropped": sum(turns_dropped.values()),
             "dropped_by_reason": dict(sorted(turns_dropped.items())),
+            # Not part of ``found``: assistant turns in records that were rejected whole (an estimate from their
+            # assistant-like messages), so the books show turns lost and not only records.
+            "in_rejected_records": turns_lost,
         },
     }
 
@@ -279,14 +284,16 @@ def convert_file(
     samples: list[Sample] = []
     rejects: list[str] = []
     try:
-        opened = open_reader(path, forced_reader(settings.input_format, settings.mapping))
-        events = iter([opened]) if isinstance(opened, ReadReject) else read_events(opened, path)
+        forced = forced_reader(settings.input_format, settings.mapping)
+        opened = open_reader(path, forced)
+        events = iter([opened]) if isinstance(opened, ReadReject) else read_events(opened, path, forced is not None)
         # One render watchdog for the whole file (its conversations' renderings only note their start).
         with reading_chunk(path, chunk), alarm_handler():
             for ev in events:
                 if isinstance(ev, ReadReject):
                     stats.records_read += ev.count
                     stats.records_rejected[ev.error.code] += ev.count
+                    stats.turns_lost += ev.turns
                     rejects.append(_reject_line(ev.source, ev.error, ev.excerpt))
                     if ev.detail:
                         log_traceback(settings.debug_log, ev)
@@ -303,6 +310,7 @@ def convert_file(
                         if settings.strict:
                             raise error
                         stats.records_rejected[error.code] += ev.records
+                        stats.turns_lost += sum(n.is_assistant for n in ev.graph.sampled_nodes())
                         rejects.append(_reject_line(ev.source, error, graph=ev.graph.graph_id))
                         continue
                     stats.records_converted += ev.records

@@ -125,15 +125,15 @@ def check_accounting(report: dict[str, Any]) -> None:
 
 
 def discover_locations(
-    inputs: list[str], exclude: Sequence[Path] = ()
+    inputs: list[str], exclude: Sequence[Path] = (), forced: bool = False
 ) -> tuple[list[Path | str], list[dict[str, str]]]:
     """:func:`discover_inputs`, and URLs: an object, or every object under a prefix (sorted; hidden names and
-    names without a log suffix skipped likewise). Returns (files and object URLs, ignored)."""
+    names without a log suffix listed likewise). Returns (files and object URLs, ignored)."""
     files: list[Path | str] = []
     ignored: list[dict[str, str]] = []
     for item in inputs:
         if not is_remote(item):
-            local, skipped = discover_inputs([item], exclude)
+            local, skipped = discover_inputs([item], exclude, forced)
             files += local
             ignored += skipped
             continue
@@ -142,6 +142,7 @@ def discover_locations(
             raise ConfigError(f"input {item!r} names no object", hint="check the bucket and prefix")
         # A folder a directory reader takes as one log is one input, as locally; its objects are not inputs.
         units = unit_prefixes(item, [url for url, _ in found])
+        hidden_seen: set[str] = set()
         inside = set(units)
         mine: list[str] = list(units)
         for url, _ in found:
@@ -149,7 +150,12 @@ def discover_locations(
             if any("/".join(parents[:k]) in inside for k in range(len(parents) - 1, 3, -1)):
                 continue
             rel = url[len(item.rstrip("/")) :].strip("/").split("/")
-            if any(part.startswith(".") for part in rel if part):
+            hidden = next((k for k, part in enumerate(rel[:-1]) if part.startswith(".")), None)
+            if hidden is not None:  # the hidden folder is listed once, as a local walk lists it
+                folder = item.rstrip("/") + "/" + "/".join(rel[: hidden + 1])
+                if folder not in hidden_seen:
+                    hidden_seen.add(folder)
+                    ignored.append({"path": folder, "reason": HIDDEN_DIRECTORY})
                 continue
             name = url.rpartition("/")[2]
             suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
@@ -162,12 +168,21 @@ def discover_locations(
 
 
 NOT_A_LOG = "not a log file suffix"
+HIDDEN_DIRECTORY = "hidden directory, not searched"
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def discover_inputs(
-    inputs: Sequence[str | Path], exclude: Sequence[Path] = ()
+    inputs: Sequence[str | Path], exclude: Sequence[Path] = (), forced: bool = False
 ) -> tuple[list[Path], list[dict[str, str]]]:
-    """Expand files and directories: recursive, sorted, hidden entries skipped, each real file once (overlapping
+    """Expand files and directories: recursive, sorted, hidden directories listed and not searched (hidden files are
+    files like any other), each real file once (overlapping
     inputs such as ``logs`` and ``logs/sub`` name it once), symlinked directories followed once.
 
     A directory that a reader takes as one log (:func:`~msgtrain.ingest.base.directory_reader`, e.g. an OpenHands
@@ -175,7 +190,8 @@ def discover_inputs(
 
     Returns (inputs, ignored): ``ignored`` lists what was passed over, each with its reason (no log suffix,
     unreadable directory, dangling link, symlink loop). Paths under ``exclude`` (OUT and its hidden siblings)
-    are never inputs.
+    are never inputs. With ``forced`` (a reader forced by ``--input-format`` or ``--map``), a file named as an
+    input is read whatever its suffix; files found by walking a directory still need a log suffix.
     """
     files: list[Path] = []
     ignored: list[dict[str, str]] = []
@@ -202,11 +218,14 @@ def discover_inputs(
             ignored.append({"path": str(directory), "reason": f"unreadable directory: {e.strerror or e}"})
             return
         for entry in entries:
-            if entry.name.startswith("."):
-                continue
             path = Path(entry.path)
             real = os.path.realpath(path)
             if real in skip:
+                continue
+            if entry.name.startswith(".") and _is_dir(entry):
+                # .git, .venv, caches: listed, not searched; a hidden *file* is a file like any other (aider's
+                # .aider.chat.history.md is listed below, a hidden .jsonl log is read).
+                ignored.append({"path": str(path), "reason": HIDDEN_DIRECTORY})
                 continue
             try:
                 is_dir, is_file = entry.is_dir(), entry.is_file()
@@ -236,7 +255,7 @@ def discover_inputs(
             walk(p, (os.path.realpath(p),), found)
             files.extend(sorted(found))
         elif p.is_file():
-            add_file(p, files)
+            add_file(p, files, unit=forced)
         else:
             raise MsgtrainError(
                 f"input {str(item)!r} does not exist", hint="pass log files or directories", code="missing_input"
@@ -432,7 +451,8 @@ def _convert_in(
     """The run itself; ``out`` is None for an object-store OUT (``cfg.output``), whose ``lease`` is held."""
     remote = out is None
     exclude = [out, *hidden_siblings(out)] if out is not None else []
-    files, ignored = discover_locations([str(p) for p in cfg.inputs], exclude)
+    forced = bool(cfg.input_format or cfg.mapping)
+    files, ignored = discover_locations([str(p) for p in cfg.inputs], exclude, forced)
     tok = load_tokenizer_checked(cfg)
     # On an object store the workers' tracebacks stay on the machine that hit them (a local temp file).
     settings = settings_from_config(

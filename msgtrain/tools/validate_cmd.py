@@ -85,6 +85,7 @@ class ValidationReport:
     turns_trained: int = 0
     turns_dropped: Counter[str] = field(default_factory=Counter)
     samples_dropped: Counter[str] = field(default_factory=Counter)
+    turns_lost: int = 0  # estimated assistant turns in rejected records, as convert counts them
 
     @property
     def ok(self) -> bool:
@@ -123,6 +124,7 @@ class ValidationReport:
                 self.turns_found,
                 self.turns_trained,
                 self.turns_dropped,
+                self.turns_lost,
             ),
             "samples": {"dropped_by_reason": dict(sorted(self.samples_dropped.items()))},
         }
@@ -199,6 +201,7 @@ def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationRep
     res, error = linearize_read_graph(ev, lin.tok, lin.options, lin.renderer)
     if error is not None:
         report.rejected[error.code] += ev.records
+        report.turns_lost += sum(n.is_assistant for n in ev.graph.sampled_nodes())
         report.problems.append(Finding(source, where, error.code, error.message, error.hint or ""))
         return False
     assert res is not None
@@ -259,7 +262,7 @@ def validate_file(
         _add_reject(report, opened, str(path))
         return
     report.formats[opened.name] += 1
-    for ev in read_events(opened, path):
+    for ev in read_events(opened, path, reader is not None):
         source = str(ev.source)
         if isinstance(ev, ReadReject):
             _add_reject(report, ev, str(path))
@@ -289,6 +292,7 @@ def validate_file(
 def _add_reject(report: ValidationReport, ev: ReadReject, path: str) -> None:
     report.records += ev.count
     report.rejected[ev.error.code] += ev.count
+    report.turns_lost += ev.turns
     err = ev.error
     # A reject of the whole file is located at the file itself (``path:``), like convert's "file" record.
     at, where = _locate(err.where, path if ev.source.record == "file" else str(ev.source), path)
@@ -308,7 +312,7 @@ def validate_inputs(
     it, as ``validate --structure-only``, only the readers and the structural rules run)."""
     from msgtrain.run.pipeline import NOT_A_LOG, discover_inputs
 
-    files, ignored = discover_inputs([str(i) for i in inputs])
+    files, ignored = discover_inputs([str(i) for i in inputs], forced=bool(input_format or mapping))
     from msgtrain.ingest.structural import forced_reader
 
     reader = forced_reader(input_format, mapping)
