@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from msgtrain.cli import main
 from tests.conftest import SAMPLE_LOGS
 
@@ -17,6 +19,12 @@ def _convert(tmp_path: Path, *args: str, out_name: str = "out") -> tuple[int, di
     out = tmp_path / out_name
     code = main(["convert", *args, "-o", str(out), "-q"])
     return code, json.loads((out / "report.json").read_text())
+
+
+def _validate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = main(["validate", *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
 
 
 def test_hidden_files_are_read_and_hidden_directories_are_listed_with_a_reason(tmp_path: Path) -> None:
@@ -47,20 +55,21 @@ def test_the_books_estimate_the_assistant_turns_of_rejected_records(tmp_path: Pa
     assert code == 3 and report["turns"]["trained"] == 1
     assert report["records"]["rejected_by_reason"] == {"not_a_conversation": 2}
     assert report["turns"]["in_rejected_records"] == 4
-    path.write_text(json.dumps(record) + "\n" + json.dumps(record) + "\n")
+    talk = {"dialog": [{"speaker": "user", "text": "q"}, {"speaker": "bot", "text": "a"}]}
+    path.write_text(json.dumps(record) + "\n" + json.dumps(record) + "\n" + json.dumps(talk) + "\n")
     code, report = _convert(tmp_path, str(path), out_name="out2")  # read by shape: ambiguous, the path named
     assert report["records"]["rejected_by_reason"] == {"ambiguous_structure": 2}
     assert report["turns"]["in_rejected_records"] == 4
 
 
-def test_a_file_nothing_reads_counts_the_replies_it_held(tmp_path: Path) -> None:
+def test_a_file_nothing_reads_counts_the_replies_it_held(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A JSON document whose messages hide in an object keyed by id: no layout reads it, the count is still known.
     doc = {"by_id": {"m1": {"role": "user", "content": "q"}, "m2": {"role": "assistant", "content": "a"}}}
     path = tmp_path / "mapping.json"
     path.write_text(json.dumps(doc))
-    code, report = _convert(tmp_path, str(path))
-    assert code == 3 and report["records"]["rejected"] == 1
-    assert report["turns"]["in_rejected_records"] == 1
+    code, report = _validate(capsys, str(path))  # validate: convert publishes nothing from a run that read nothing
+    assert code == 3 and report["convert"]["records"]["rejected"] == 1
+    assert report["convert"]["turns"]["in_rejected_records"] == 1
 
 
 def test_a_forced_reader_reads_any_suffix(tmp_path: Path) -> None:
@@ -70,11 +79,12 @@ def test_a_forced_reader_reads_any_suffix(tmp_path: Path) -> None:
     assert code == 0 and report["turns"]["trained"] == 2
 
 
-def test_a_forced_reader_that_recognises_nothing_rejects_instead_of_skipping_everything(tmp_path: Path) -> None:
-    code, report = _convert(
-        tmp_path, str(SAMPLE_LOGS / "openai_chat" / "conversations.jsonl"), "--input-format", "claude_code"
-    )
-    assert code == 3
-    assert report["records"]["skipped"] == 0
-    assert set(report["records"]["rejected_by_reason"]) == {"forced_format_not_recognised"}
-    assert report["turns"]["in_rejected_records"] > 0
+def test_a_forced_reader_that_recognises_nothing_rejects_instead_of_skipping_everything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = SAMPLE_LOGS / "openai_chat" / "conversations.jsonl"
+    code, report = _validate(capsys, str(path), "--input-format", "claude_code")
+    counts = report["convert"]
+    assert code == 3 and counts["records"]["skipped"] == 0
+    assert set(counts["records"]["rejected_by_reason"]) == {"forced_format_not_recognised"}
+    assert counts["turns"]["in_rejected_records"] > 0
