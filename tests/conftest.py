@@ -151,6 +151,22 @@ def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
     return _BUILT[name]
 
 
+def tiny_llama(vocab_size: int, max_positions: int = 256) -> Any:
+    """A randomly initialised one-layer Llama small enough for a CPU training step in a test."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+    )
+    return LlamaForCausalLM(config)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():  # type: ignore[no-untyped-def]
     """A Ray cluster of two nodes (one CPU each) on this machine, shared by every Ray test of the session: Ray's

@@ -35,6 +35,7 @@ from msgtrain.run.config import (
     load_config_data,
     merge_cli,
 )
+from tests.conftest import tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH_FRACTION_0 = 0.899439529718592  # blake2b-64("conversation-0") / 2**64
@@ -641,23 +642,13 @@ TRL_WARNINGS = pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is de
 def _tiny_trl_setup(tmp_path: Path) -> tuple[Any, Any, Any]:
     trl = pytest.importorskip("trl", reason="TRL not installed (pip install torch==2.13.0 trl)")
     from tokenizers import Tokenizer, models
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {f"t{i}": i for i in range(64)} | {"<pad>": 64}
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<pad>")), pad_token="<pad>", eos_token="<pad>"
     )
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=65,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-        )
-    )
+    model = tiny_llama(65)
     args = trl.SFTConfig(
         output_dir=str(tmp_path / "trainer"),
         report_to=[],

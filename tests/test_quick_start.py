@@ -4,13 +4,12 @@ with its default settings trains exactly the ``loss_mask`` tokens."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from msgtrain.cli import main
-from tests.conftest import SAMPLE_LOGS
+from tests.conftest import SAMPLE_LOGS, tiny_llama
 
 # TRL 1.16's SFTConfig still sets `gradient_checkpointing`, which transformers 5 deprecates: not ours to fix.
 TRL_WARNINGS = pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
@@ -22,21 +21,6 @@ def quick_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("quick-start")
     assert main(["convert", str(SAMPLE_LOGS), "-o", str(root / "out" / "demo"), "-q"]) == 0
     return root
-
-
-def _tiny_model(vocab_size: int) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-    )
-    return LlamaForCausalLM(config)
 
 
 @TRL_WARNINGS
@@ -54,7 +38,7 @@ def test_sft_trainer_with_its_defaults_trains_exactly_the_loss_mask_of_the_quick
     # Only what a run needs besides the settings that decide labels: where to write, CPU, one step.
     args = trl.SFTConfig(output_dir=str(quick_start / "ckpt"), use_cpu=True, max_steps=1, report_to=[])
     trainer = trl.SFTTrainer(
-        model=_tiny_model(len(tokenizer)), args=args, train_dataset=train, processing_class=tokenizer
+        model=tiny_llama(len(tokenizer), 4096), args=args, train_dataset=train, processing_class=tokenizer
     )
 
     limit = args.max_length  # TRL's default (1024) truncates longer rows; README says to pass max_length=None

@@ -30,30 +30,21 @@ import pyarrow.compute as pc
 
 from msgtrain.errors import ConfigError
 from msgtrain.export import arrays
-from msgtrain.export.schema import SPAN
+from msgtrain.export.schema import CANONICAL_SCHEMA, SPAN
 
 # data/{split}-{i:05d}-of-{n:05d}.parquet|jsonl, the layout the writer uses and the Hub recognises.
 SHARD_NAME = re.compile(r"^(?P<split>.+?)-\d{5}-of-\d{5}\.(parquet|jsonl)$")
 IGNORE_INDEX = -100
 
+# The canonical columns the tools read, with the canonical types.
 SAMPLE_SCHEMA = pa.schema(
     [
-        ("sample_id", pa.string()),
-        ("graph_id", pa.string()),
-        ("source", pa.string()),
-        ("policy", pa.string()),
-        ("input_ids", pa.list_(pa.int64())),
-        ("loss_mask", pa.list_(pa.int8())),
-        ("logprobs", pa.list_(pa.float32())),
-        ("turn_ids", pa.list_(pa.string())),
-        ("turn_spans", pa.list_(SPAN)),
-        ("cut_reason", pa.string()),
-        ("num_tokens", pa.int64()),
-        ("num_trained_tokens", pa.int64()),
-        ("num_turns", pa.int64()),
-        ("engine_tokens", pa.int64()),
-        ("token_source", pa.string()),
-        ("flags", pa.list_(pa.string())),
+        CANONICAL_SCHEMA.field(name)
+        for name in (
+            *("sample_id", "graph_id", "source", "policy", "input_ids", "loss_mask", "logprobs", "turn_ids"),
+            *("turn_spans", "cut_reason", "num_tokens", "num_trained_tokens", "num_turns", "engine_tokens"),
+            *("token_source", "flags"),
+        )
     ]
 )
 
