@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationError
-from msgtrain.ingest import anthropic, base, bedrock, openai_responses, streams
+from msgtrain.ingest import anthropic, base, bedrock, cohere, openai_responses, streams
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGraph
 from msgtrain.ingest.conversation_files import Step
@@ -125,7 +125,10 @@ class CassettesReader:
                     f"a generation call to an API this reader does not read ({uri.split('?', 1)[0]})",
                     where="request",
                     code="unsupported_api",
-                    hint="read: OpenAI chat / responses, Anthropic messages, Gemini generateContent, Bedrock",
+                    hint=(
+                        "read: OpenAI chat / responses, Anthropic messages, Gemini generateContent, Bedrock, "
+                        "Cohere chat"
+                    ),
                 )
             return "not_a_generation_call"
         status = response.get("status")
@@ -159,6 +162,10 @@ class CassettesReader:
             if _is_embedding(resp_body):
                 return "not_a_generation_call"  # InvokeModel also serves embedding models
             return _invoke_call(req_body, resp_body), None
+        if endpoint.kind == "cohere_v2":
+            return cohere.v2_call(req_body, resp_body), None
+        if endpoint.kind == "cohere_v1":
+            return cohere.v1_call(req_body, resp_body), None
         return gemini_call(req_body, resp_body), None
 
 
@@ -257,6 +264,8 @@ class Endpoint:
 _ENDPOINTS: tuple[tuple[str, Endpoint], ...] = (
     (":streamGenerateContent", Endpoint("gemini", streamed=True)),
     (":generateContent", Endpoint("gemini")),
+    ("/v2/chat", Endpoint("cohere_v2")),
+    ("/v1/chat", Endpoint("cohere_v1")),
     ("/chat/completions", Endpoint("openai_chat")),
     ("/responses", Endpoint("openai_responses")),
     ("/messages", Endpoint("anthropic")),
@@ -271,6 +280,8 @@ def endpoint_of(uri: str) -> Endpoint | None:
     path = uri.split("?", 1)[0].rstrip("/")
     for suffix, endpoint in _ENDPOINTS:
         if path.endswith(suffix):
+            if endpoint.kind.startswith("cohere") and "cohere" not in path.lower():
+                continue  # /v1/chat and /v2/chat are Cohere's only on Cohere's hosts
             if endpoint.kind.startswith("bedrock") and bedrock.model_id(path) is None:
                 return None  # /invoke or /converse outside a Bedrock /model/{id}/ path
             return endpoint
@@ -326,6 +337,8 @@ def _json_body(part: dict[str, Any], where: str) -> Any:
 
 def _response_body(response: dict[str, Any], endpoint: Endpoint) -> Any:
     """The response as the non-streamed body: streamed bodies reassembled (:mod:`msgtrain.ingest.streams`)."""
+    if endpoint.kind.startswith("cohere"):
+        return cohere.response_body(endpoint.kind, _json_body(response, "response"))
     if endpoint.kind.startswith("bedrock") and endpoint.streamed:
         raw = _raw_body(response, "response")
         if isinstance(raw, bytes | list):

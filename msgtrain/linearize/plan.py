@@ -545,10 +545,8 @@ class _GraphLinearizer:
 
 def _reply_key(message: AnyMessage) -> str:
     """What makes two replies the same turn: their text and their calls (not reasoning a history may drop)."""
-    calls = [
-        (c.option_name, c.raw_arguments or json.dumps(c.arguments, sort_keys=True))
-        for c in getattr(message, "calls", ())
-    ]
+    # Parsed arguments: a history re-sent by a client that re-serialises the call's JSON is still the same turn.
+    calls = [(c.option_name, json.dumps(c.arguments, sort_keys=True)) for c in getattr(message, "calls", ())]
     return json.dumps([message.text, calls], ensure_ascii=False)
 
 
