@@ -519,12 +519,9 @@ def test_copilot_replies_kept_as_carried_context_are_in_the_turn_books_and_valid
     code = main(["convert", str(path), "-o", str(out), "-q"])
     report = json.loads((out / "report.json").read_text())
     # Six assistant.message events: three after a tool execution no reply requested are carried, not trained.
-    assert report["turns"] == {
-        "found": 6,
-        "trained": 3,
-        "dropped": 3,
-        "dropped_by_reason": {"context_unknown": 3},
-    }
+    turns = report["turns"]
+    assert (turns["found"], turns["trained"], turns["dropped"]) == (6, 3, 3)
+    assert turns["dropped_by_reason"] == {"context_unknown": 3}
     assert code == 0 and main(["validate", str(path)]) == 0
 
 
