@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from msgtrain.errors import MsgtrainWarning
 from tests.conftest import TEMPLATES, shared_path
 
 FOLDERS = sorted({TEMPLATES[n][0] for n in ("qwen3", "phi3", "gpt-oss")})
@@ -148,7 +149,8 @@ def test_a_corrupt_snapshot_is_ignored_and_rebuilt(cache: Path) -> None:
     _load_and_snapshot(str(folder), folder)
     (entry,) = list(cache.iterdir())
     (entry / "tokenizer.json").write_text("{not json", encoding="utf-8")
-    assert snapshot.load(folder) is None
+    with pytest.warns(MsgtrainWarning, match="discarded"):
+        assert snapshot.load(folder) is None
     assert not entry.exists()
     hf = _load_hf(str(folder), None)  # through transformers, snapshot stored again
     assert type(hf).__name__ != "SnapshotTokenizer"
@@ -287,3 +289,78 @@ def test_whatever_taking_a_snapshot_raises_the_tokenizer_still_loads(
     hf = _load_hf(str(shared_path(TEMPLATES["qwen3"][0])), None)
     assert hf.encode("hello", add_special_tokens=False)
     assert not cache.exists() or not any(cache.iterdir())
+
+
+def _swap_two_ids(entry: Path) -> None:
+    """Swap the ids of two vocabulary entries in a stored snapshot: a consistent edit that still restores."""
+    spec = json.loads((entry / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    a, b = "hello", "world"
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (entry / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+
+
+def _edit_template(entry: Path) -> None:
+    facts = json.loads((entry / "facts.json").read_text(encoding="utf-8"))
+    facts["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (entry / "facts.json").write_text(json.dumps(facts), encoding="utf-8")
+
+
+@pytest.mark.parametrize("tamper", [_swap_two_ids, _edit_template], ids=["swapped_ids", "edited_template"])
+def test_a_tampered_snapshot_is_discarded_with_a_warning_and_rebuilt_from_the_folder(cache: Path, tamper: Any) -> None:
+    from msgtrain.linearize.tokenizer import _load_hf
+
+    folder = shared_path(TEMPLATES["qwen3"][0])
+    truth = _load_hf(str(folder), None)  # through transformers; stores the snapshot
+    ids = truth.encode("hello world", add_special_tokens=False)
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    tamper(entry)
+    with pytest.warns(MsgtrainWarning, match="changed after it was written"):
+        rebuilt = _load_hf(str(folder), None)
+    assert type(rebuilt).__name__ != "SnapshotTokenizer"  # taken from the folder again
+    restored = _load_hf(str(folder), None)  # the rebuilt snapshot, without a warning
+    assert type(restored).__name__ == "SnapshotTokenizer"
+    assert restored.encode("hello world", add_special_tokens=False) == ids
+    assert restored.chat_template == truth.chat_template
+
+
+def test_a_snapshot_taken_for_another_folder_content_is_not_used(tmp_path: Path, cache: Path) -> None:
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import _load_and_snapshot
+
+    folder = tmp_path / "tok"
+    shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
+    _load_and_snapshot(str(folder), folder)
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = "{{ messages[0]['content'] }}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    key = snapshot.snapshot_key(folder)
+    assert key is not None and key != entry.name
+    shutil.copytree(entry, cache / key)  # the old content's snapshot under the new content's key
+    with pytest.warns(MsgtrainWarning, match="another folder content"):
+        assert snapshot.load(folder) is None
+
+
+def test_a_folder_changed_while_transformers_loads_it_cannot_store_the_old_tokenizer_under_the_new_key(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from msgtrain.linearize import tokenizer
+
+    folder = tmp_path / "tok"
+    shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
+    new_template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    real = tokenizer.auto_tokenizer
+
+    def racing(source: str, **kwargs: Any) -> Any:
+        hf = real(source, **kwargs)
+        # Another process replaces the template right after transformers read the folder, before the key is made.
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        config["chat_template"] = new_template
+        (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+        return hf
+
+    monkeypatch.setattr(tokenizer, "auto_tokenizer", racing)
+    tokenizer._load_hf(str(folder), None)
+    monkeypatch.setattr(tokenizer, "auto_tokenizer", real)
+    assert tokenizer._load_hf(str(folder), None).chat_template == new_template

@@ -24,10 +24,18 @@ Invariants:
   Anything else is loaded through transformers every time.
 - The key is the content of the folder's files (weights excluded), the snapshot format and the installed
   ``transformers`` and ``tokenizers`` versions: an edited file or an upgrade makes a new snapshot.
+- The key is the bytes actually loaded: the folder's files are read once (:func:`read_folder`), hashed, and
+  transformers loads a private copy of exactly those bytes, so a file replaced while loading cannot store one
+  folder's tokenizer under another's key.
+- A snapshot is used only after it is verified: it names the key it was taken for (equal to the folder's key now),
+  the digest of its backend's serialization (equal to that of the stored JSON, which the restored backend must
+  serialize back to exactly) and a checksum of its facts. An entry that fails any check was changed after it was
+  written (hand edits, a broken disk, another tool): it is discarded and rebuilt from the folder, with a
+  :class:`~msgtrain.errors.MsgtrainWarning`.
 - Anything the snapshot does not hold (``apply_chat_template``, other transformers attributes) is served by the
   transformers tokenizer, loaded on first use; the chat template override is applied to both.
-- A snapshot is written to a temporary directory and renamed into place (concurrent runs race harmlessly); an
-  unreadable or corrupt one is ignored and rewritten. Snapshots are memos of :mod:`msgtrain.cache` (where they
+- A snapshot is written to a temporary directory and renamed into place (concurrent runs race harmlessly); one
+  this user cannot read is left alone. Snapshots are memos of :mod:`msgtrain.cache` (where they
   live; ``MSGTRAIN_CACHE=0`` turns them off).
 """
 
@@ -38,15 +46,17 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from msgtrain.cache import cache_dir, version
+from msgtrain.errors import MsgtrainWarning, TokenizerError
 
-FORMAT = 2
+FORMAT = 3
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".h5", ".msgpack", ".npz")
-HASHED_BYTES = 64 * 1024 * 1024  # larger files are keyed by name, size and modification time
+HASHED_BYTES = 64 * 1024 * 1024  # larger files are no tokenizer's: keyed by name and size, and not loaded
 PROBES = (
     "Hello world",
     "  two  spaces\n\n\ttab and newline\r\n",
@@ -59,25 +69,59 @@ def cache_root() -> Path | None:
     return cache_dir("tokenizers")
 
 
-def snapshot_key(folder: Path) -> str | None:
-    """The content key of a tokenizer folder (None: not a readable local folder)."""
+@dataclass(frozen=True)
+class FolderBytes:
+    """A tokenizer folder's files as read once: what is hashed into ``key`` is what is loaded (``files``: name →
+    bytes of each top-level file that is not weights nor larger than :data:`HASHED_BYTES`)."""
+
+    folder: Path
+    key: str
+    files: dict[str, bytes] = field(repr=False)
+
+    def load_transformers(self) -> Any:
+        """The transformers tokenizer of exactly these bytes: loaded from a private copy of them (never from the
+        folder, which may have changed since it was read), named after the folder."""
+        from msgtrain.linearize.tokenizer import auto_tokenizer
+
+        with tempfile.TemporaryDirectory(prefix="msgtrain-tokenizer-") as tmp:
+            for name, data in self.files.items():
+                (Path(tmp) / name).write_bytes(data)
+            hf = auto_tokenizer(tmp)
+        hf.name_or_path = str(self.folder)
+        return hf
+
+
+def read_folder(folder: Path) -> FolderBytes | None:
+    """Read a tokenizer folder's files once and key them (None: not a readable local folder)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{FORMAT}\0{version('transformers')}\0{version('tokenizers')}\0".encode())
+    files: dict[str, bytes] = {}
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
         for entry in entries:
             if not entry.is_file() or entry.name.endswith(WEIGHT_SUFFIXES):
                 continue
-            st = entry.stat()
             h.update(entry.name.encode() + b"\0")
-            if st.st_size <= HASHED_BYTES:
-                h.update(Path(entry.path).read_bytes())
+            size = entry.stat().st_size
+            data: bytes | None = None
+            if size <= HASHED_BYTES:
+                with open(entry.path, "rb") as f:
+                    data = f.read(HASHED_BYTES + 1)  # a file that grew since stat is still read bounded
+            if data is not None and len(data) <= HASHED_BYTES:
+                files[entry.name] = data
+                h.update(data)
             else:
-                h.update(f"{st.st_size}\0{st.st_mtime_ns}".encode())
+                h.update(f"large file of {size} bytes".encode())
             h.update(b"\0")
     except OSError:
         return None
-    return h.hexdigest()
+    return FolderBytes(folder, h.hexdigest(), files)
+
+
+def snapshot_key(folder: Path) -> str | None:
+    """The content key of a tokenizer folder (None: not a readable local folder)."""
+    files = read_folder(folder)
+    return None if files is None else files.key
 
 
 @dataclass(frozen=True)
@@ -97,8 +141,11 @@ class SnapshotTokenizer:
 
     decodes_like_backend = True
 
-    def __init__(self, folder: Path, facts: dict[str, Any], backend: Any, backend_json: str | None = None):
+    def __init__(
+        self, folder: Path, facts: dict[str, Any], backend: Any, backend_json: str | None = None, key: str = ""
+    ):
         self.name_or_path = str(folder)
+        self.key = key  # the folder key the snapshot was verified against
         self.backend_tokenizer = backend
         self.backend_json = backend_json  # what ``backend.to_str()`` returns, known from restoring it
         self.chat_template: str | None = facts["chat_template"]
@@ -124,11 +171,21 @@ class SnapshotTokenizer:
         if name.startswith("__") or name == "_hf":
             raise AttributeError(name)
         if self._hf is None:
-            from msgtrain.linearize.tokenizer import auto_tokenizer
-
-            self._hf = auto_tokenizer(self.name_or_path)
+            self._hf = self._transformers()
         self._hf.chat_template = self.chat_template
         return getattr(self._hf, name)
+
+    def _transformers(self) -> Any:
+        """The transformers tokenizer of the folder, from bytes whose key is the snapshot's: a folder changed since
+        the snapshot was verified would serve other facts than the snapshot's, so it is an error."""
+        files = read_folder(Path(self.name_or_path))
+        if files is None or (self.key and files.key != self.key):
+            raise TokenizerError(
+                "the tokenizer folder changed while msgtrain was using it",
+                where=self.name_or_path,
+                hint="let whatever writes the folder finish, then run again",
+            )
+        return files.load_transformers()
 
 
 def _facts(hf: Any) -> dict[str, Any]:
@@ -220,18 +277,32 @@ def restore(spec: str) -> Any:
     return tok if tok.to_str() == spec else None
 
 
-def save(folder: Path, hf: Any, spec: str) -> None:
-    """Store the snapshot of ``hf`` (loaded from ``folder``; ``spec`` from :func:`snapshotable`). Best effort: a
-    cache that cannot be written is skipped."""
-    root, key = cache_root(), snapshot_key(folder)
-    if root is None or key is None:
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _checksum(facts: dict[str, Any]) -> str:
+    """The checksum of a snapshot's facts (everything but the checksum itself), as canonical JSON."""
+    body = {k: v for k, v in facts.items() if k != "checksum"}
+    return _digest(json.dumps(body, sort_keys=True, ensure_ascii=False))
+
+
+def save(folder: Path | FolderBytes, hf: Any, spec: str) -> None:
+    """Store the snapshot of ``hf`` (loaded from exactly ``folder``'s bytes; ``spec`` from :func:`snapshotable`).
+    Best effort: a cache that cannot be written is skipped."""
+    files = folder if isinstance(folder, FolderBytes) else read_folder(folder)
+    root = cache_root()
+    if root is None or files is None:
         return
+    key = files.key
     final = root / key
     try:
+        facts = {**_facts(hf), "key": key, "spec_digest": _digest(spec)}
+        facts["checksum"] = _checksum(facts)
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
         (tmp / "tokenizer.json").write_text(spec, encoding="utf-8")
-        (tmp / "facts.json").write_text(json.dumps(_facts(hf), sort_keys=True), encoding="utf-8")
+        (tmp / "facts.json").write_text(json.dumps(facts, sort_keys=True), encoding="utf-8")
         try:
             os.rename(tmp, final)
         except OSError:  # another run stored it first
@@ -240,24 +311,52 @@ def save(folder: Path, hf: Any, spec: str) -> None:
         return
 
 
-def load(folder: Path) -> SnapshotTokenizer | None:
-    """The snapshot of ``folder``'s tokenizer, or None (none stored, unreadable, or snapshots off)."""
+class _Tampered(ValueError):
+    """A snapshot entry that does not verify (see the module's invariants)."""
+
+
+def load(folder: Path, files: FolderBytes | None = None) -> SnapshotTokenizer | None:
+    """The verified snapshot of ``folder``'s tokenizer (keyed by ``files``, the folder's bytes read once; read here
+    when not given), or None (none stored, unreadable, snapshots off, or a tampered entry, which is discarded with a
+    warning so that the caller rebuilds it)."""
     root = cache_root()
     if root is None or not folder.is_dir():
         return None
-    key = snapshot_key(folder)
-    if key is None:
+    files = files if files is not None else read_folder(folder)
+    if files is None:
         return None
-    entry = root / key
+    entry = root / files.key
     try:
-        facts = json.loads((entry / "facts.json").read_text(encoding="utf-8"))
+        facts_text = (entry / "facts.json").read_text(encoding="utf-8")
         spec = (entry / "tokenizer.json").read_text(encoding="utf-8")
-        backend = restore(spec)
-        if backend is None:  # it restored exactly when it was stored: the file changed since
-            raise ValueError("snapshot does not restore")
-        return SnapshotTokenizer(folder, facts, backend, spec)
     except OSError:  # none stored, or not readable by this user (a shared cache): left as it is
         return None
-    except Exception:  # a corrupt snapshot (partial write by a killed run, hand edit): rebuilt from the folder
+    try:
+        facts = json.loads(facts_text)
+        _verify(facts, spec, files.key)
+        backend = restore(spec)
+        if backend is None:  # it restored exactly when it was stored
+            raise _Tampered("its tokenizer.json no longer restores to itself")
+        return SnapshotTokenizer(folder, facts, backend, spec, files.key)
+    except Exception as e:  # tampered or corrupt: rebuilt from the folder
+        reason = str(e) if isinstance(e, _Tampered) else f"it does not read ({type(e).__name__}: {e})"
+        warnings.warn(
+            f"tokenizer snapshot {entry} of {folder} was changed after it was written ({reason});"
+            " it is discarded and taken again from the folder",
+            MsgtrainWarning,
+            stacklevel=2,
+        )
         shutil.rmtree(entry, ignore_errors=True)
         return None
+
+
+def _verify(facts: Any, spec: str, key: str) -> None:
+    """Raise :class:`_Tampered` unless the entry was written for ``key`` and its files are as written."""
+    if not isinstance(facts, dict):
+        raise _Tampered("facts.json is not an object")
+    if facts.get("key") != key:
+        raise _Tampered("it was taken for another folder content")
+    if facts.get("checksum") != _checksum(facts):
+        raise _Tampered("facts.json does not match its checksum")
+    if facts.get("spec_digest") != _digest(spec):
+        raise _Tampered("tokenizer.json does not match the digest of the serialization it was taken from")

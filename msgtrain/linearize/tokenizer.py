@@ -154,22 +154,28 @@ def auto_tokenizer(source: str, **kwargs: Any) -> Any:
     return cls.from_pretrained(source, **kwargs)
 
 
-def _load_and_snapshot(name: str, folder: Path) -> Any:
+def _load_and_snapshot(name: str, folder: Path, files: Any = None) -> Any:
     """The tokenizer of a checked local folder through transformers, stored as a snapshot when it may be (see
-    :mod:`msgtrain.linearize.snapshot`), so the next process restores it without transformers."""
-    try:
-        hf = auto_tokenizer(str(folder))
-    except Exception as e:  # transformers raises OSError/ValueError/HF errors; all mean "cannot read this folder"
-        raise unreadable_vocabulary(folder, name, e) from e
+    :mod:`msgtrain.linearize.snapshot`), so the next process restores it without transformers.
+
+    With snapshots on, transformers loads exactly the bytes the snapshot is keyed by (``files``, the folder read once,
+    :func:`msgtrain.linearize.snapshot.read_folder`; read here when not given)."""
     from msgtrain.linearize import snapshot
 
-    if snapshot.cache_root() is not None:
+    caching = snapshot.cache_root() is not None
+    if caching and files is None:
+        files = snapshot.read_folder(folder)
+    try:
+        hf = files.load_transformers() if caching and files is not None else auto_tokenizer(str(folder))
+    except Exception as e:  # transformers raises OSError/ValueError/HF errors; all mean "cannot read this folder"
+        raise unreadable_vocabulary(folder, name, e) from e
+    if caching and files is not None:
         # A snapshot is an optimisation: whatever taking one raises (a tokenizer class with an unusual
         # surface), the tokenizer transformers loaded is used as it is.
         try:
             spec = snapshot.snapshotable(hf, backend_decodes_alike(hf))
             if spec is not None:
-                snapshot.save(folder, hf, spec)
+                snapshot.save(files, hf, spec)
         except Exception:
             pass
     return hf
@@ -206,9 +212,10 @@ def _load_hf(name: str | None, chat_template: str | None) -> Any:
         else:
             from msgtrain.linearize import snapshot
 
-            hf = snapshot.load(source.folder)
+            files = snapshot.read_folder(source.folder) if snapshot.cache_root() is not None else None
+            hf = snapshot.load(source.folder, files)
             if hf is None:
-                hf = _load_and_snapshot(name, source.folder)
+                hf = _load_and_snapshot(name, source.folder, files)
     if chat_template is not None:
         path = Path(chat_template)
         if path.is_file():
