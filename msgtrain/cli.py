@@ -18,16 +18,39 @@ app = typer.Typer(
     name="msgtrain",
     help="Turn logged LLM-agent conversations into token-exact SFT / RL training data.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
 )
 err_console = Console(stderr=True)
 
+# The exit codes of every command (README, "Exit codes"): one table, mapped here and nowhere else but the
+# commands' own "finished, with problems" (3).
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
-EXIT_WITH_REJECTS = 3
+EXIT_PROBLEMS = 3  # convert finished with rejects; validate found problems; audit-template found a failing property
 EXIT_INTERRUPTED = 130
+EXIT_WITH_REJECTS = EXIT_PROBLEMS
+# msgtrain's errors that are the caller's to fix, besides ConfigError: an input that does not exist, an option
+# that needs an optional extra this installation lacks.
+USAGE_CODES = frozenset({"missing_input", "missing_dependency"})
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from msgtrain import __version__
+
+        typer.echo(f"msgtrain {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print msgtrain's version and exit.", is_eager=True, callback=_print_version
+    ),
+) -> None:
+    """Turn logged LLM-agent conversations into token-exact SFT / RL training data."""
 
 
 _registered = False
@@ -64,20 +87,24 @@ def _click_exceptions() -> tuple[type[Exception], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app, map MsgtrainError to one red line and exit code 1."""
+    """Entry point: run the app; map msgtrain's errors to one red line and the exit code of the README's table."""
     _register_commands()
     try:
-        rv = app(args=argv, standalone_mode=False)
+        # The program's name, whatever runs it (``python -m msgtrain``, a test): completion scripts are keyed by it.
+        rv = app(args=argv, prog_name="msgtrain", standalone_mode=False)
     except MsgtrainError as e:
         if e.code == "interrupted":
             err_console.print(f"[yellow]{escape(str(e))}[/]", highlight=False, soft_wrap=True)
             return EXIT_INTERRUPTED
         # escape: messages quote user text and hints like "pip install 'msgtrain[plot]'"; rich would eat "[plot]".
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        # A bad option or config value, or an OUT that must not be replaced, is the user's call to fix: usage.
-        return EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FATAL
+        # A bad option or config value, an input that is not there, an option whose extra is not installed, or an
+        # OUT that must not be replaced, is the user's call to fix: usage.
+        return EXIT_USAGE if isinstance(e, ConfigError) or e.code in USAGE_CODES else EXIT_FATAL
     except typer.Exit as e:
         return int(e.exit_code)
+    except SystemExit as e:  # typer's --show-completion / --install-completion end with sys.exit
+        return e.code if isinstance(e.code, int) else (EXIT_OK if e.code is None else EXIT_FATAL)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("[yellow]interrupted[/]")
         return EXIT_INTERRUPTED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -11,6 +12,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from msgtrain.errors import ConfigError
@@ -18,9 +20,23 @@ from msgtrain.errors import ConfigError
 EXIT_WITH_REJECTS = 3
 
 
-def _summary(data: dict[str, Any], console: Console) -> None:
+def _summary(data: dict[str, Any], console: Console, output: str) -> None:
     t = Table(title="msgtrain convert", show_header=False, title_justify="left")
+    t.add_column()
+    t.add_column(overflow="fold")  # a long output path is folded, never cut
     r, tu, s, tok = data["records"], data["turns"], data["samples"], data["tokens"]
+    published = data.get("published")
+    where = f"{published['path']} (version {published['version']})" if published else output
+    config = data.get("config", {})
+    t.add_row("output", f"{where} · {config.get('target', 'canonical')} target, {config.get('format', 'parquet')}")
+    resume = data.get("resume")
+    elapsed = f"{data['seconds']:.1f} s" if "seconds" in data else "?"
+    if resume and resume["reused"]:
+        n = resume["parts"]
+        parts = f"{n} part{'s' * (n != 1)}: {resume['reused']} reused (--resume), {resume['converted']} converted"
+    elif resume:
+        parts = f"{resume['converted']} part{'s' * (resume['converted'] != 1)} converted"
+    t.add_row("time", f"{elapsed} · {parts}" if resume else elapsed)
     t.add_row(
         "records",
         f"{r['read']} read = {r['converted']} converted + {r['rejected']} rejected + {r['skipped']} skipped",
@@ -31,6 +47,13 @@ def _summary(data: dict[str, Any], console: Console) -> None:
     t.add_row("turns", f"{tu['found']} found = {tu['trained']} trained + {tu['dropped']} dropped{more}")
     t.add_row("samples", f"{s['written']} " + " ".join(f"{k}={v}" for k, v in s["by_split"].items()))
     t.add_row("tokens", f"{tok['total']} total, {tok['trained']} trained, engine share {tok['engine_share']:.1%}")
+    packing = data.get("outputs", {}).get("packing")
+    if packing:
+        t.add_row(
+            "packing",
+            f"{packing['efficiency']:.1%} of {packing['rows']} rows × {packing['pack_length']} tokens filled"
+            f" ({packing['samples']} samples)",
+        )
     tree = data.get("outputs", {}).get("tree")
     if tree:
         t.add_row(
@@ -77,6 +100,11 @@ def _summary(data: dict[str, Any], console: Console) -> None:
     else:
         t.add_row("tokenizer", str(data["tokenizer"].get("name")))
     console.print(t)
+    from msgtrain.run.report_hints import next_step
+
+    hint = next_step(data)
+    if hint:
+        console.print(f"[cyan]next:[/] {escape(hint)}", highlight=False)
 
 
 def _interrupt_on_sigterm() -> None:
@@ -87,6 +115,88 @@ def _interrupt_on_sigterm() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupt)
+
+
+class ConvertProgress:
+    """The progress display of a conversion: counts against a known total from the moment the inputs are listed
+    (files being hashed, then parts converted, reused parts counted as done), an ETA once a part has landed, and the
+    assembly's samples and tokens."""
+
+    def __init__(self, console: Console) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.table import Column
+
+        self.started = time.perf_counter()
+        self.planned = 0
+        self.progress = Progress(
+            TextColumn("{task.description:<9}"),
+            BarColumn(bar_width=20),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            # The counts and the file name take what is left of the line, cut rather than squeezing the counts.
+            TextColumn("{task.fields[info]}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+            console=console,
+            transient=True,
+            expand=True,
+        )
+        self.read = self.progress.add_task("list", total=None, info="", unit="files")
+        self.write = self.progress.add_task("write", total=None, info="", unit="parts", visible=False, start=False)
+
+    def __enter__(self) -> ConvertProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def hook(self, kind: str, info: dict[str, Any]) -> None:
+        bar, read = self.progress, self.read
+        if kind == "listed":
+            bar.update(read, description="tokenizer", total=info["files"], completed=0, info="loading")
+        elif kind == "hash":
+            bar.update(read, description="hash", total=info["total"], completed=info["index"], info="")
+        elif kind == "planned":
+            self.planned = info["total"]
+            reused = f"{info['reused']} reused (--resume) · " if info["reused"] else ""
+            bar.reset(
+                read,
+                description="linearize",
+                total=info["total"],
+                completed=info["reused"],
+                unit="parts",
+                info=f"{reused}{info['total'] - info['reused']} to convert",
+            )
+        elif kind == "file":
+            bar.update(
+                read,
+                description="linearize",
+                total=max(self.planned, info["total"]),
+                completed=info["index"],
+                info=f"{info['records']} records, {info['turns']} turns, {info['rejected']} rejected"
+                f" · {Path(info['path']).name}",
+            )
+        else:
+            if not bar.tasks[self.write].started:
+                bar.start_task(self.write)
+                self.started = time.perf_counter()
+            rate = info["tokens"] / max(time.perf_counter() - self.started, 1e-9)
+            bar.update(
+                self.write,
+                total=info["total"],
+                completed=info["index"],
+                visible=True,
+                info=f"{info['samples']} samples, {info['tokens']} tokens ({rate:,.0f} tokens/s)",
+            )
 
 
 def register(app: typer.Typer) -> None:
@@ -225,46 +335,15 @@ def register(app: typer.Typer) -> None:
         _interrupt_on_sigterm()
         show = not cfg.quiet and sys.stderr.isatty()
         if show:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            started = time.perf_counter()
-            with Progress(
-                TextColumn("{task.description:<9}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[info]}"),
-                console=console,
-                transient=True,
-            ) as bar:
-                # read + linearize happen per file (in workers); write happens at assembly, per part.
-                read = bar.add_task("linearize", total=None, info="")
-                write = bar.add_task("write", total=None, info="", visible=False)
-
-                def hook(kind: str, info: dict[str, Any]) -> None:
-                    if kind == "file":
-                        bar.update(
-                            read,
-                            total=info["total"],
-                            completed=info["index"],
-                            info=f"{info['records']} records, {info['turns']} turns, {info['rejected']} rejected"
-                            f" · {Path(info['path']).name}",
-                        )
-                    else:
-                        rate = info["tokens"] / max(time.perf_counter() - started, 1e-9)
-                        bar.update(
-                            write,
-                            total=info["total"],
-                            completed=info["index"],
-                            visible=True,
-                            info=f"{info['samples']} samples, {info['tokens']} tokens ({rate:,.0f} tokens/s)",
-                        )
-
-                report = run_convert(cfg, progress=hook)
+            with ConvertProgress(console) as bar:
+                report = run_convert(cfg, progress=bar.hook)
         else:
             report = run_convert(cfg)
         if not cfg.quiet:
-            _summary(report, Console(stderr=True) if not sys.stdout.isatty() else Console())
+            from msgtrain.run.storage import is_remote
+
+            where = str(cfg.output) if is_remote(str(cfg.output)) else os.path.abspath(cfg.output)
+            _summary(report, Console(stderr=True) if not sys.stdout.isatty() else Console(), where)
         if report["records"]["rejected"]:
             if not cfg.quiet:
                 n_rejected, where = report["records"]["rejected"], report["outputs"].get("rejects")

@@ -4,8 +4,9 @@ Each command parses its options, calls one function of :mod:`msgtrain.tools`, pr
 terminal, ``--json`` for machines) and maps the outcome to an exit code. msgtrain's own errors propagate to
 :func:`msgtrain.cli.main`, which prints them as one red line.
 
-Exit codes: 0 fine; 1 an error, or ``audit-template`` found a property training relies on failing;
-3 ``validate`` found problems in the input (as ``convert`` exits 3 when it rejected records).
+Exit codes (README, "Exit codes"): 0 fine; 1 a fatal error; 2 a usage error; 3 a check that found problems
+(``validate`` found problems in the input, as ``convert`` exits 3 when it rejected records; ``audit-template``
+found a property training relies on failing).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import typer
 from rich.console import Console
 
 from msgtrain.errors import printable
+from msgtrain.tools.bounds import DEFAULT_MAX_CHARS, DEFAULT_MAX_TURNS
 
-EXIT_CHECK_FAILED = 1
 EXIT_PROBLEMS = 3
 
 
@@ -55,7 +56,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Probe a chat template: prefix stability per feature, end-of-turn training, masks, special-token safety.
 
-        Exits 1 when a property training relies on fails (not prefix-stable, no trained end-of-turn token,
+        Exits 3 when a property training relies on fails (not prefix-stable, no trained end-of-turn token,
         content control-token text not kept plain).
         """
         from msgtrain.tools.audit import audit_template, parse_template_kwargs, render_audit
@@ -71,7 +72,7 @@ def register(app: typer.Typer) -> None:
         else:
             _console().print(render_audit(report))
         if not report.ok:
-            raise typer.Exit(EXIT_CHECK_FAILED)
+            raise typer.Exit(EXIT_PROBLEMS)
 
     @app.command("validate")
     def validate_cmd(
@@ -235,8 +236,21 @@ def register(app: typer.Typer) -> None:
         ),
         html: Path = typer.Option(None, "--html", help="Also write the view as a self-contained HTML page."),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
+        max_turns: int = typer.Option(
+            DEFAULT_MAX_TURNS, "--max-turns", min=0, help="Show at most this many trained turns in all (0: all)."
+        ),
+        max_chars: int = typer.Option(
+            DEFAULT_MAX_CHARS,
+            "--max-chars",
+            min=0,
+            help="Elide the middle of a context or turn longer than this many characters (0: never).",
+        ),
     ) -> None:
-        """Show a graph as a tree and its samples with trained tokens highlighted per turn and cuts marked."""
+        """Show a graph as a tree and its samples with trained tokens highlighted per turn and cuts marked.
+
+        Bounded by default (terminal and --html alike): --max-turns and --max-chars; every elision is marked.
+        """
+        from msgtrain.tools.bounds import limit
         from msgtrain.tools.inspect_cmd import inspect_input, render_inspection, write_html
 
         ins = inspect_input(
@@ -247,6 +261,7 @@ def register(app: typer.Typer) -> None:
             chat_template=str(chat_template) if chat_template is not None else None,
             input_format=input_format,
         )
+        ins.max_turns, ins.max_chars = limit(max_turns), limit(max_chars)
         console = _console()
         console.print(render_inspection(ins))
         if html is not None:

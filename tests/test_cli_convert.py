@@ -135,7 +135,7 @@ def test_a_split_keeps_every_conversation_in_one_split(tmp_path: Path) -> None:
     assert not by_split["train"] & by_split["validation"]
 
 
-def test_missing_input_is_one_red_line_with_exit_code_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run("convert", str(tmp_path / "nope"), "-o", str(tmp_path / "out")) == 1
+def test_missing_input_is_one_red_line_with_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("convert", str(tmp_path / "nope"), "-o", str(tmp_path / "out")) == 2  # usage (README, Exit codes)
     err = capsys.readouterr().err
     assert "does not exist" in err and "Traceback" not in err

@@ -38,7 +38,7 @@ def test_qwen3_is_not_prefix_stable_because_earlier_reasoning_is_removed(
     capsys: pytest.CaptureFixture[str], qwen3: Path
 ) -> None:
     code, report = run_json(capsys, "--tokenizer", str(qwen3))
-    assert code == 1 and not report["ok"] and not report["prefix_stable"]
+    assert code == 3 and not report["ok"] and not report["prefix_stable"]
     reasoning = probe(report, "reasoning")
     assert reasoning["status"] == "breaks"
     assert "reasoning" in reasoning["divergence"]["cause"]
@@ -58,7 +58,7 @@ def test_gpt_oss_is_not_prefix_stable_because_of_the_date_and_the_dropped_analys
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, report = run_json(capsys, "--tokenizer", str(shared_path("tokenizers", "gpt-oss")))
-    assert code == 1 and not report["prefix_stable"]
+    assert code == 3 and not report["prefix_stable"]
     date = probe(report, "date")
     assert date["status"] == "breaks" and "date" in date["detail"]
     # The frozen clocks (2025-03-14 sampled, 2025-04-15 re-rendered) make the difference visible and stable.
@@ -100,7 +100,7 @@ def test_features_a_template_cannot_render_are_reported_not_raised(
 def test_terminal_report_names_the_breaking_features_and_the_differing_tokens(
     capsys: pytest.CaptureFixture[str], qwen3: Path
 ) -> None:
-    assert main(["audit-template", "--tokenizer", str(qwen3), "-f", "reasoning", "-f", "date"]) == 1
+    assert main(["audit-template", "--tokenizer", str(qwen3), "-f", "reasoning", "-f", "date"]) == 3
     out = capsys.readouterr().out
     assert "prefix-stable (append-only): NO" in out
     assert "breaks on reasoning" in out
@@ -130,7 +130,7 @@ def test_a_template_without_an_end_of_turn_token_fails_the_audit(
         "{% if add_generation_prompt %}assistant: {% endif %}"
     )
     code, report = run_json(capsys, "--tokenizer", str(phi3), "--chat-template", str(template), "-f", "multi_turn")
-    assert code == 1
+    assert code == 3
     assert not report["end_of_turn"]["ok"]
     assert report["end_of_turn"]["missing"] == ["multi_turn turn 1", "multi_turn turn 2", "multi_turn turn 3"]
     assert any(f.startswith("end_of_turn") for f in report["failures"])

@@ -453,6 +453,8 @@ def _convert_in(
     exclude = [out, *hidden_siblings(out)] if out is not None else []
     forced = bool(cfg.input_format or cfg.mapping)
     files, ignored = discover_locations([str(p) for p in cfg.inputs], exclude, forced)
+    if progress:  # the total is known from here on: a progress display needs no "?"
+        progress("listed", {"files": len(files)})
     tok = load_tokenizer_checked(cfg)
     # On an object store the workers' tracebacks stay on the machine that hit them (a local temp file).
     settings = settings_from_config(
@@ -512,7 +514,9 @@ def _convert_in(
     # other files convert; otherwise here.
     plan_in_workers = cfg.engine == "local" and cfg.workers > 1
     first_with_digest: dict[str, Path | str] = {}
-    for f in files:
+    for index, f in enumerate(files):
+        if progress:
+            progress("hash", {"index": index, "total": len(files)})
         try:
             # An object on a store is hashed by the store (its metadata, or a read); a folder log by its objects.
             digest = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
@@ -580,6 +584,8 @@ def _convert_in(
 
     # Once, before any part: a killed run resumes from its parts, found by key (journal.py: never once per part).
     save_manifest(state, manifest)
+    if progress:
+        progress("planned", {"total": total_parts + len(plans), "reused": reused})
     with contextlib.ExitStack() as stack:
         if cfg.engine == "ray":
             from msgtrain.run.ray_engine import ray_session, run_parts_ray, run_task_ray

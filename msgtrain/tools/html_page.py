@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from msgtrain.errors import OutputError
+from msgtrain.tools.bounds import gap_note, gaps, visible_ranges
 from msgtrain.tools.sample_view import Decode, SampleView, describe_cut, plural, token_pieces, turn_of_tokens
 from msgtrain.tools.tree import TreeLine
 
@@ -38,6 +39,7 @@ div.tokens { font: 13px/1.6 ui-monospace, monospace; white-space: pre-wrap; word
 div.tokens span.t { border-right: 1px solid rgba(0,0,0,.08); }
 div.tokens span.ctx { color: #64748b; }
 div.tokens span.ctl { color: #a21caf; font-weight: bold; }
+div.tokens span.elided { background: #334155; color: #fff; font-style: italic; padding: 0 .3em; }
 div.tokens span.scissors { background: #b91c1c; color: #fff; font-weight: bold; padding: 0 .3em; }
 """
 
@@ -46,6 +48,7 @@ div.tokens span.scissors { background: #b91c1c; color: #fff; font-weight: bold; 
 class PageSample:
     view: SampleView
     pieces: list[str]
+    ranges: list[tuple[int, int]] | None = None  # token ranges shown (msgtrain.tools.bounds); None: all
 
 
 def _turn_css() -> str:
@@ -75,6 +78,25 @@ def tree_html(lines: Sequence[TreeLine]) -> str:
     return '<pre class="tree">' + "\n".join(out) + "</pre>"
 
 
+def _token_spans(s: PageSample, a: int, b: int, turns: np.ndarray, ctrl: np.ndarray, ids: list[int]) -> list[str]:
+    """One ``<span>`` per token of ``a:b``, the scissors before the cut point."""
+    v = s.view
+    spans = []
+    for i in range(a, b):
+        if v.cut_at is not None and i == v.cut_at:
+            spans.append(f'<span class="scissors">✂ {html.escape(v.cut_reason)}</span>')
+        turn = int(turns[i])
+        classes = ["t", f"turn{turn % len(TURN_COLOURS)}" if turn >= 0 else "ctx"]
+        if ctrl[i]:
+            classes.append("ctl")
+        title = f"#{i} id {ids[i]}" + (f" · turn {turn}" if turn >= 0 else " · context")
+        if v.logprobs is not None and turn >= 0 and not np.isnan(v.logprobs[i]):
+            title += f" · logprob {float(v.logprobs[i]):.4f}"
+        piece = html.escape(s.pieces[i])
+        spans.append(f'<span class="{" ".join(classes)}" title="{html.escape(title)}">{piece}</span>')
+    return spans
+
+
 def sample_html(s: PageSample, total: int, control_ids: set[int]) -> str:
     v = s.view
     turns = turn_of_tokens(v.num_tokens, v.turn_spans)
@@ -93,17 +115,13 @@ def sample_html(s: PageSample, total: int, control_ids: set[int]) -> str:
         cut += f" (at token {v.cut_at}, where it leaves the other samples of this graph)"
     ids = v.input_ids.tolist()
     spans = []
-    for i, piece in enumerate(s.pieces):
-        if v.cut_at is not None and i == v.cut_at:
-            spans.append(f'<span class="scissors">✂ {html.escape(v.cut_reason)}</span>')
-        turn = int(turns[i])
-        classes = ["t", f"turn{turn % len(TURN_COLOURS)}" if turn >= 0 else "ctx"]
-        if ctrl[i]:
-            classes.append("ctl")
-        title = f"#{i} id {ids[i]}" + (f" · turn {turn}" if turn >= 0 else " · context")
-        if v.logprobs is not None and turn >= 0 and not np.isnan(v.logprobs[i]):
-            title += f" · logprob {float(v.logprobs[i]):.4f}"
-        spans.append(f'<span class="{" ".join(classes)}" title="{html.escape(title)}">{html.escape(piece)}</span>')
+    shown = s.ranges if s.ranges is not None else [(0, v.num_tokens)]
+    hidden = gaps(shown, v.num_tokens)
+    for a, b in sorted([*shown, *hidden]):
+        if (a, b) in hidden:
+            spans.append(f'<span class="elided">{html.escape(gap_note(v, s.pieces, a, b))}</span>')
+            continue
+        spans.extend(_token_spans(s, a, b, turns, ctrl, ids))
     flags = f" · flags {html.escape(', '.join(v.flags))}" if v.flags else ""
     sizes = f"{v.num_tokens} tokens, {v.num_trained} trained in {plural(len(v.turn_spans), 'turn')}"
     return (
@@ -145,9 +163,18 @@ def write_page(
     decode: Decode,
     control_ids: set[int],
     notes: Sequence[str] = (),
+    *,
+    turns: Sequence[int | None] | None = None,
+    max_chars: int | None = None,
 ) -> Path:
-    """Decode every sample's tokens and write the page; returns its path."""
-    samples = [PageSample(v, token_pieces(decode, v.input_ids.tolist())) for v in views]
+    """Decode every sample's tokens and write the page; returns its path. ``turns[k]`` (when given) is how many
+    trained turns of ``views[k]`` to show, ``max_chars`` the longest stretch shown whole (msgtrain.tools.bounds)."""
+    samples = []
+    for k, v in enumerate(views):
+        pieces = token_pieces(decode, v.input_ids.tolist())
+        shown = turns[k] if turns is not None else None
+        bounded = shown is not None or max_chars is not None
+        samples.append(PageSample(v, pieces, visible_ranges(v, pieces, shown, max_chars) if bounded else None))
     text = page(title, trees, samples, total, control_ids, notes)
     path = Path(path)
     try:

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from msgtrain.errors import ConfigError
 from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, get_reader, open_reader, read_events
+from msgtrain.tools.bounds import DEFAULT_MAX_CHARS, DEFAULT_MAX_TURNS
 from msgtrain.tools.dataset import DataFile, data_files, is_dataset, report_of, sample_table, samples_per_row, target_of
 from msgtrain.tools.sample_view import UNKNOWN, Decode, SampleView, mark_cuts, plural
 from msgtrain.tools.tree import TreeLine, TurnNote, graph_lines
@@ -66,6 +67,31 @@ class Inspection:
     notes: list[str] = field(default_factory=list)
     listing: list[dict[str, Any]] = field(default_factory=list)  # dataset rows, when no sample was asked for
     tree_rows: list[TreeRowView] = field(default_factory=list)  # a --target tree row, segments under parents
+    # How much of the samples is shown (msgtrain.tools.bounds; None: no bound).
+    max_turns: int | None = DEFAULT_MAX_TURNS
+    max_chars: int | None = DEFAULT_MAX_CHARS
+
+    def turn_budget(self) -> list[int | None]:
+        """Per view, how many of its trained turns to show (0: listed, not shown): ``max_turns`` over all of them,
+        in order."""
+        if self.max_turns is None:
+            return [None] * len(self.views)
+        left, out = self.max_turns, []
+        for v in self.views:
+            out.append(min(left, len(v.turn_spans)) if len(v.turn_spans) else (None if left else 0))
+            left -= min(left, len(v.turn_spans))
+        return out
+
+    def not_shown(self) -> str | None:
+        """The note for views the turn budget leaves out, or None."""
+        hidden = [v.index for v, n in zip(self.views, self.turn_budget(), strict=True) if n == 0]
+        if not hidden:
+            return None
+        return (
+            f"{plural(len(hidden), 'more sample')} not shown ({', '.join(map(str, hidden[:20]))}"
+            f"{', …' if len(hidden) > 20 else ''}): past --max-turns {self.max_turns}; show one with --sample N,"
+            " or all with --max-turns 0"
+        )
 
 
 def inspect_input(
@@ -424,9 +450,13 @@ def render_inspection(ins: Inspection) -> Any:
                 UNKNOWN if r["source"] is None else str(r["source"]),
             )
         parts.append(t)
-    for v in ins.views:
+    for v, turns in zip(ins.views, ins.turn_budget(), strict=True):
+        if turns == 0:
+            continue
         parts.append(Rule(style="dim"))
-        parts.append(render_sample(v, ins.total, ins.decode, ins.control_ids))
+        parts.append(render_sample(v, ins.total, ins.decode, ins.control_ids, turns=turns, max_chars=ins.max_chars))
+    if ins.not_shown():
+        parts.append(Text(str(ins.not_shown()), style="yellow"))
     for tree_row in ins.tree_rows:
         from msgtrain.tools.tree_row_view import render_tree_row
 
@@ -441,4 +471,19 @@ def write_html(ins: Inspection, path: str | Path) -> Path:
     notes = list(ins.notes)
     if ins.listing:
         notes.append(f"{ins.total} samples; pick one with --sample N to see its tokens")
-    return write_page(path, ins.title, ins.trees, ins.views, ins.total, ins.decode, ins.control_ids, notes)
+    budget = ins.turn_budget()
+    shown = [(v, n) for v, n in zip(ins.views, budget, strict=True) if n != 0]
+    if ins.not_shown():
+        notes.append(str(ins.not_shown()))
+    return write_page(
+        path,
+        ins.title,
+        ins.trees,
+        [v for v, _ in shown],
+        ins.total,
+        ins.decode,
+        ins.control_ids,
+        notes,
+        turns=[n for _, n in shown],
+        max_chars=ins.max_chars,
+    )

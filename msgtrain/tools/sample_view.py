@@ -226,9 +226,31 @@ def legend_text(view: SampleView) -> Text:
     return t
 
 
-def tokens_text(view: SampleView, segs: Sequence[Segment]) -> Text:
+def clip_segments(
+    view: SampleView, segs: Sequence[Segment], pieces: Sequence[str], ranges: Sequence[tuple[int, int]]
+) -> list[Segment | str]:
+    """``segs`` cut to the token ``ranges`` shown, with a marker (a string) for each stretch left out."""
+    from msgtrain.tools.bounds import gap_note, gaps
+
+    hidden = gaps(ranges, view.num_tokens)
+    out: list[Segment | str] = []
+    for a, b in sorted([*ranges, *hidden]):
+        if (a, b) in hidden:
+            out.append(gap_note(view, pieces, a, b))
+            continue
+        for s in segs:
+            lo, hi = max(a, s.start), min(b, s.end)
+            if lo < hi:
+                out.append(Segment("".join(pieces[lo:hi]), s.turn, s.control, lo, hi))
+    return out
+
+
+def tokens_text(view: SampleView, segs: Sequence[Segment | str]) -> Text:
     t = Text()
     for s in segs:
+        if isinstance(s, str):  # tokens left out by a bound
+            t.append(s, style="italic white on grey23")
+            continue
         if view.cut_at is not None and s.start == view.cut_at:
             t.append(f"✂ {view.cut_reason} ", style="bold white on red")
         if s.turn >= 0:
@@ -239,9 +261,24 @@ def tokens_text(view: SampleView, segs: Sequence[Segment]) -> Text:
     return t
 
 
-def render_sample(view: SampleView, total: int, decode: Decode, control_ids: set[int]) -> Text:
-    """Header, turn legend and the token text of one sample, for a terminal."""
-    segs = segments(view, token_pieces(decode, view.input_ids.tolist()), control_ids)
+def render_sample(
+    view: SampleView,
+    total: int,
+    decode: Decode,
+    control_ids: set[int],
+    *,
+    turns: int | None = None,
+    max_chars: int | None = None,
+) -> Text:
+    """Header, turn legend and the token text of one sample, for a terminal: up to its ``turns``-th trained turn,
+    stretches longer than ``max_chars`` elided in the middle (:mod:`msgtrain.tools.bounds`; None: no bound)."""
+    from msgtrain.tools.bounds import visible_ranges
+
+    pieces = token_pieces(decode, view.input_ids.tolist())
+    plain = segments(view, pieces, control_ids)
+    segs: Sequence[Segment | str] = plain
+    if turns is not None or max_chars is not None:
+        segs = clip_segments(view, plain, pieces, visible_ranges(view, pieces, turns, max_chars))
     out = header_text(view, total)
     out.append("\n")
     out.append_text(legend_text(view))

@@ -391,7 +391,7 @@ def plot_stats(stats: dict[str, Any], path: str | Path) -> Path:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
     except ImportError as e:
-        # The installation lacks an optional extra: an environment problem (exit 1), not a usage error.
+        # The installation lacks the optional extra this option needs: a usage error (exit 2, README "Exit codes").
         raise MsgtrainError(
             "--plot needs matplotlib, which is not installed",
             hint="pip install matplotlib (msgtrain's optional 'plot' extra), or drop --plot",
