@@ -4,6 +4,10 @@ A block preceded by ``<!-- tested -->`` runs in an empty directory; ``<!-- teste
 runs in a directory where that command (``sample_logs`` and ``configs/`` are the checkout's) has been run. A block
 whose first line is ``# Sketch: why`` is not run (it needs a model download, a GPU or a trainer msgtrain does not
 install). No block holds ``...``: a user pastes them.
+
+Every ``msgtrain`` command line of a shell or plain block names a command, options and targets the CLI has and
+configs that ship (placeholders such as ``LOGS/``, ``OUT``, ``PATH`` stand for the user's own); those whose inputs
+all ship with the checkout (the quick start, ``formats``, ``inspect`` on a sample log) are run.
 """
 
 from __future__ import annotations
@@ -107,3 +111,72 @@ def test_the_block_runs_as_written(
         pytest.importorskip("trl", reason="the trainers extra is not installed (pip install 'msgtrain[trainers]')")
     monkeypatch.chdir(prepared[block.setup])
     exec(compile(block.code, block.where, "exec"), {"__name__": "__main__"})
+
+
+# --- command lines ------------------------------------------------------------------------------------------------
+
+COMMAND_START = re.compile(r"(?:^|&&|\s--\s|^[A-Z_]+=\S+)\s*msgtrain\s+(?P<args>.*)$")
+
+
+def _command_lines() -> list[tuple[str, list[str]]]:
+    """(file:line, arguments after ``msgtrain``) of every msgtrain command in a shell or plain block."""
+    found = []
+    for doc in DOCS:
+        for block in _blocks(doc):
+            if block.language not in ("bash", "sh", "console", ""):
+                continue
+            text = block.code.replace("\\\n", " ")  # continued lines
+            for line in text.splitlines():
+                line = line.split(" # ", 1)[0].strip()
+                match = COMMAND_START.search(line)
+                if match and not line.startswith(("│", "├", "└")):
+                    args = shlex.split(match.group("args").replace("[", " ").replace("]", " "))
+                    found.append((block.where, args))
+    return found
+
+
+COMMANDS = _command_lines()
+
+
+def test_every_documented_command_uses_commands_options_and_values_the_cli_has() -> None:
+    import typer
+
+    from msgtrain.cli import _register_commands, app
+    from msgtrain.export.targets import TARGETS
+
+    _register_commands()
+    group = typer.main.get_command(app)
+    assert len(COMMANDS) > 15
+    for where, args in COMMANDS:
+        command = group.commands.get(args[0])  # type: ignore[attr-defined]
+        assert command is not None, f"{where}: no command {args[0]!r}"
+        options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+        for i, arg in enumerate(args):
+            name = arg.split("=", 1)[0]
+            if name.startswith("-"):
+                assert name in options, f"{where}: `msgtrain {args[0]}` has no option {name}"
+            if name == "--target":
+                assert args[i + 1] in TARGETS, f"{where}: no target {args[i + 1]!r}"
+            if name == "--config" and args[i + 1].startswith("configs/"):
+                assert (ROOT / args[i + 1]).is_file(), f"{where}: {args[i + 1]} is not shipped"
+
+
+WRITES = ("-o", "--output", "--html", "--plot")  # options naming what a command writes: redirected to tmp_path
+
+
+def test_documented_commands_whose_inputs_ship_with_the_checkout_run(tmp_path: Path) -> None:
+    """Those whose every input is in the checkout (the quick start, inspect on a sample log, formats); what they
+    write goes to tmp_path."""
+    ran = 0
+    for where, args in COMMANDS:
+        writes = {i + 1 for i, a in enumerate(args) if a in WRITES}
+        inputs = [a for i, a in enumerate(args[1:], 1) if i not in writes and not a.startswith("-")]
+        if not all(a.isdigit() or (ROOT / a).exists() for a in inputs):
+            continue
+        argv = [
+            str(tmp_path / f"{ran}-{Path(a).name}") if i in writes else str(ROOT / a) if (ROOT / a).exists() else a
+            for i, a in enumerate(args)
+        ]
+        assert main([*argv, "-q"] if args[0] == "convert" else argv) == 0, where
+        ran += 1
+    assert ran >= 3
