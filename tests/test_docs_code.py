@@ -180,3 +180,41 @@ def test_documented_commands_whose_inputs_ship_with_the_checkout_run(tmp_path: P
         assert main([*argv, "-q"] if args[0] == "convert" else argv) == 0, where
         ran += 1
     assert ran >= 3
+
+
+def test_the_graph_log_example_is_what_the_documented_operations_write(tmp_path: Path) -> None:
+    import json
+
+    from msgtrain import MessageGraph
+    from msgtrain.model import Generation
+
+    doc = ROOT / "docs" / "graph-log.md"
+    (block,) = [b for b in _blocks(doc) if '"format":"msgtrain.graph"' in b.code and '"retract"' in b.code]
+    g = MessageGraph(graph_id="demo", template_kwargs={"enable_thinking": False}, log=tmp_path / "run.graph.jsonl")
+    g.append({"role": "user", "content": "Hi"})
+    engine = Generation(token_ids=[9906, 0], logprobs=[-0.01, -0.2], finish_reason="stop")
+    g.append({"role": "assistant", "content": "Hello!"}, generation=engine)
+    g.append({"role": "user", "content": "Bye"})
+    g[2] = {"role": "user", "content": "Bye now"}  # in place: nobody saw "Bye"
+    g[0] = {"role": "user", "content": "Hi there"}  # before the sampled turn: a fork
+    written = (tmp_path / "run.graph.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in written] == [json.loads(line) for line in block.code.splitlines()]
+    g.save(tmp_path / "saved.graph.jsonl")
+    saved = (tmp_path / "saved.graph.jsonl").read_text(encoding="utf-8").splitlines()
+    head = re.search(r"ends\s+with `(\{[^`]*\})`", doc.read_text(encoding="utf-8"))
+    assert head is not None and json.loads(saved[-1]) == json.loads(head.group(1))
+
+
+def test_the_message_json_examples_of_the_graph_log_parse_as_the_three_kinds() -> None:
+    import json
+
+    from msgtrain.model.message import parse_message
+
+    (block,) = [b for b in _blocks(ROOT / "docs" / "graph-log.md") if b.language == "json"]
+    decoder, text, kinds = json.JSONDecoder(), block.code, []
+    position = 0
+    while text[position:].strip():
+        position += len(text[position:]) - len(text[position:].lstrip())
+        record, position = decoder.raw_decode(text, position)
+        kinds.append(parse_message(record).kind)
+    assert kinds == ["parts", "option_call", "option_result"]
