@@ -222,7 +222,7 @@ def test_a_generation_call_no_branch_reads_is_rejected_not_skipped(tmp_path: Pat
     chat = {"model": "command-r", "messages": [{"role": "user", "content": "hi"}]}
     cassette = {
         "interactions": [
-            interaction("https://api.cohere.com/v2/chat", chat),
+            interaction("https://api.llm.example/v2/chat", chat),
             interaction("https://api.cohere.com/v2/embed", {"texts": ["hi"], "input_type": "search_document"}),
             interaction("https://api.openai.com/v1/embeddings", {"model": "e", "input": "hi"}),
         ]
@@ -238,6 +238,29 @@ def test_a_generation_call_no_branch_reads_is_rejected_not_skipped(tmp_path: Pat
     assert dict(stats.records_skipped) == {"not_a_generation_call": 2}
     assert json.loads(rejects[0])["record"] == "interaction 0"
     assert not validate_inputs([path]).ok
+
+
+@pytest.mark.parametrize(
+    ("request_body", "response_body"),
+    [
+        ({"message": "hi", "chat_history": []}, {"text": "hello"}),  # a chat API with a single-message request
+        ({"inputs": "hi", "parameters": {}}, [{"generated_text": "hello"}]),  # a text-generation server
+        ({"q": "hi"}, {"generations": [{"text": "hello"}]}),  # told by the response alone
+    ],
+)
+def test_a_generation_call_to_an_api_no_reader_knows_is_an_unsupported_api_reject(
+    tmp_path: Path, request_body: dict[str, Any], response_body: Any
+) -> None:
+    import yaml
+
+    interaction = {
+        "request": {"method": "POST", "uri": "https://llm.example/v1/generate", "body": json.dumps(request_body)},
+        "response": {"status": {"code": 200}, "body": {"string": json.dumps(response_body)}},
+    }
+    path = tmp_path / "calls.yaml"
+    path.write_text(yaml.safe_dump({"interactions": [interaction]}), encoding="utf-8")
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert dict(stats.records_rejected) == {"unsupported_api": 1} and not stats.records_skipped
 
 
 def test_an_assistant_reply_with_nothing_in_it_is_rejected_unless_engine_ids_prove_it(tmp_path: Path) -> None:

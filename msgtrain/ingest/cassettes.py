@@ -120,7 +120,7 @@ class CassettesReader:
         uri = str(request.get("uri", ""))
         endpoint = endpoint_of(uri)
         if endpoint is None:
-            if _unread_generation_call(request):
+            if _unread_generation_call(request, response):
                 raise ValidationError(
                     f"a generation call to an API this reader does not read ({uri.split('?', 1)[0]})",
                     where="request",
@@ -290,22 +290,32 @@ def endpoint_of(uri: str) -> Endpoint | None:
 
 # Endpoints that take a message-like body but generate no turn (embeddings, token counting, moderation...).
 _NOT_GENERATION = ("embed", "count", "token", "moderation", "models", "files", "batches")
-# Request fields that carry a conversation or prompt to generate from.
-_PROMPT_FIELDS = ("messages", "contents", "prompt", "input", "inputText", "system")
+# Request fields that carry a conversation or prompt to generate from (OpenAI, Anthropic, Gemini, Bedrock; Cohere v1
+# "message" / "chat_history"; Hugging Face text-generation "inputs").
+_PROMPT_FIELDS = ("messages", "contents", "prompt", "input", "inputText", "system", "message", "chat_history", "inputs")
+# Response fields that hold generated text, whatever the API (a call whose request says nothing known still
+# generated if its answer looks like this).
+_GENERATED_FIELDS = ("choices", "candidates", "generations", "generated_text", "completion", "output_text")
 
 
-def _unread_generation_call(request: dict[str, Any]) -> bool:
-    """True for a call that generated a turn but hits an endpoint no branch here reads (Bedrock Converse, ...): it
-    must be rejected as unsupported, not skipped as if it held nothing trainable."""
+def _unread_generation_call(request: dict[str, Any], response: dict[str, Any] | None = None) -> bool:
+    """True for a call that generated a turn but hits an endpoint no branch here reads (Bedrock Converse, an API
+    msgtrain has no reader for...): it must be rejected as unsupported, not skipped as if it held nothing
+    trainable. Told by its request (a prompt-like field) or by its response (a generated-text field)."""
     path = str(request.get("uri", "")).split("?", 1)[0].lower()
     tail = "/".join(path.replace(":", "/").rstrip("/").split("/")[-2:])
     if any(word in tail for word in _NOT_GENERATION) or request.get("method", "POST") == "GET":
         return False
-    try:
-        body = _json_body(request, "request")
-    except Exception:  # an undecodable body says nothing either way
-        return False
-    return isinstance(body, dict) and any(k in body for k in _PROMPT_FIELDS)
+    for part, fields in ((request, _PROMPT_FIELDS), (response or {}, _GENERATED_FIELDS)):
+        try:
+            body = _json_body(part, "body") if part else None
+        except Exception:  # an undecodable body says nothing either way
+            continue
+        if isinstance(body, list) and body and isinstance(body[0], dict):
+            body = body[0]  # text-generation servers answer a list of {"generated_text"}
+        if isinstance(body, dict) and any(k in body for k in fields):
+            return True
+    return False
 
 
 def _raw_body(part: dict[str, Any], where: str) -> Any:
