@@ -98,6 +98,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/calls/agent_calls.jsonl",
     ),
     (
+        "gemini_api",
+        "Gemini API generateContent {request, response} logs and saved Content[] histories (role model)",
+        "sample_logs/gemini_api/calls.jsonl",
+    ),
+    (
         "claude_code",
         "Claude Code session transcripts (JSONL with uuid/parentUuid, sub-agent files, loglines exports)",
         "sample_logs/claude_code/session.jsonl",

@@ -12,6 +12,7 @@ from msgtrain.ingest import (
     claude_code,
     codex,
     copilot_cli,
+    gemini_api,
     gemini_cli,
     go_agent,
     inspect_ai,
@@ -49,6 +50,7 @@ _READERS: list[Reader] = [
     anthropic.READER,
     openai_responses.READER,
     calls.READER,
+    gemini_api.READER,
     # Agent sessions and traces: their detectors key on format-specific fields, so they go before generic lists.
     claude_code.READER,
     codex.READER,
