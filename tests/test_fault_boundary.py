@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from msgtrain.cli import main
-from msgtrain.errors import ValidationError
+from msgtrain.errors import ParseError, ValidationError
 from msgtrain.ingest.base import (
     EXCERPT_BYTES,
     ReadEvent,
@@ -408,3 +408,59 @@ def test_a_record_inside_a_json_document_is_held_to_the_per_record_limit(
     assert [r.error.code for r in rejects] == ["record_too_large"]
     assert "item" in rejects[0].source.record or "1" in rejects[0].source.record
     assert len(rejects[0].excerpt) <= EXCERPT_BYTES + 32
+
+
+def _sharegpt_items(n: int) -> list[dict[str, Any]]:
+    return [
+        {"conversations": [{"from": "human", "value": f"question {i} café"}, {"from": "gpt", "value": f"answer {i}"}]}
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("indent", [None, 1], ids=["compact", "pretty"])
+@pytest.mark.parametrize(
+    ("damage", "code"),
+    [
+        (lambda s: s.replace(b"question 137", b"question\xff137"), "bad_utf8"),
+        (lambda s: s.replace(b'"answer 137"', b'"answer 137'), "bad_json"),
+    ],
+    ids=["invalid_byte", "lost_quote"],
+)
+def test_one_bad_byte_in_a_300_conversation_document_costs_that_conversation_only(
+    tmp_path: Path, indent: int | None, damage: Any, code: str
+) -> None:
+    path = tmp_path / "data.json"
+    raw = json.dumps(_sharegpt_items(300), indent=indent, ensure_ascii=False).encode()
+    path.write_bytes(damage(raw))
+    _, stats, rejects = convert_file(path, SETTINGS)
+    _books(stats)
+    assert (stats.records_read, stats.records_converted) == (300, 299)
+    (reject,) = [json.loads(r) for r in rejects]
+    assert (reject["reason"], reject["record"]) == (code, "item 137")
+
+
+def test_single_byte_mutants_of_an_array_document_lose_at_most_the_items_the_byte_touched() -> None:
+    """Seeded: every single-byte change that breaks the document keeps all but at most two of its items (a damaged
+    separator joins two), and no item is invented or changed."""
+    import random
+
+    from msgtrain.ingest.tolerant_json import recover_array_items
+
+    items = _sharegpt_items(40)
+    for indent in (None, 2):
+        raw = json.dumps(items, indent=indent, ensure_ascii=False).encode()
+        rng = random.Random(30 + (indent or 0))
+        broken = 0
+        while broken < 60:
+            mutant = bytearray(raw)
+            mutant[rng.randrange(len(mutant))] = rng.randrange(256)
+            try:
+                json.loads(bytes(mutant).decode("utf-8"))
+                continue  # still valid JSON: nothing to recover
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                broken += 1
+            recovered = recover_array_items(bytes(mutant), "data.json")
+            assert recovered is not None
+            good = [item for item in recovered if not isinstance(item, ValidationError | ParseError)]
+            assert all(item in items for item in good)
+            assert len(good) >= len(items) - 2, (indent, bytes(mutant))

@@ -542,16 +542,26 @@ def load_json_document(path: Path) -> Any:
     raw = path.read_bytes()
     try:
         value = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise ParseError(f"invalid UTF-8 at byte {e.start}", where=str(path), code="bad_utf8") from e
-    except json.JSONDecodeError as e:
-        raise ParseError(f"invalid JSON at line {e.lineno}: {e.msg}", where=str(path), code="bad_json") from e
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        # One bad byte must not cost every item of an array document: its items are recovered one by one.
+        from msgtrain.ingest.tolerant_json import recover_array_items
+
+        recovered = recover_array_items(raw, str(path))
+        if recovered is None:
+            raise _document_error(path, e) from e
+        value = recovered
     except RecursionError as e:
         raise ParseError("JSON nested too deeply", where=str(path), code="too_deep") from e
     view = _DOCUMENT_VIEW.get()
     if view is not None and view.path == str(path):
         value = view.apply(value)
     return value
+
+
+def _document_error(path: Path, e: UnicodeDecodeError | json.JSONDecodeError) -> ParseError:
+    if isinstance(e, UnicodeDecodeError):
+        return ParseError(f"invalid UTF-8 at byte {e.start}", where=str(path), code="bad_utf8")
+    return ParseError(f"invalid JSON at line {e.lineno}: {e.msg}", where=str(path), code="bad_json")
 
 
 # While the fault boundary re-reads a JSONL file: the lines a reader failed on, each with the error that rejects it.

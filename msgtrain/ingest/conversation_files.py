@@ -87,9 +87,9 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
         for lineno, raw, obj in iter_json_lines(path):
             yield RawRecord(SourceRef(str(path), f"line {lineno}"), obj, raw)
         return
-    if parsed is _UNPARSED and not second and not isinstance(first, LongLine):
-        # (a one-line document longer than a record is not held by the line reader: it is loaded as a document,
-        # under the document limit)
+    if parsed is _UNPARSED and not second and not isinstance(first, LongLine) and not first.lstrip().startswith(b"["):
+        # (a one-line document longer than a record is not held by the line reader, and an array is read item by
+        # item: both are loaded as documents)
         err = ParseError("invalid or truncated JSON", where=f"{path}:1", code="bad_json")
         yield RawRecord(SourceRef(str(path), "line 1"), err, first)
         return
@@ -215,6 +215,9 @@ def _document_conversations(
             return
         for i, item in enumerate(value):
             ref = SourceRef(str(path), f"item {i}")
+            if isinstance(item, MsgtrainError):  # an item of a damaged document (msgtrain.ingest.tolerant_json)
+                yield ReadReject(ref, item, "")
+                continue
             found = _conversation_in(item, layout)
             if found is None:
                 turns = assistant_turns_in(item)
