@@ -124,7 +124,7 @@ def _internal_error(e: Exception) -> int:
     the terminal."""
     import traceback
 
-    from msgtrain.ingest.base import default_debug_log
+    from msgtrain.ingest.faults import default_debug_log
 
     log = default_debug_log()
     try:

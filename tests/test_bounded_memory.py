@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 
 import msgtrain.ingest.base as base
-from msgtrain.ingest.base import ReadGraph, ReadReject, detect_format, get_reader, is_json_lines, read_events
+from msgtrain.ingest.base import ReadGraph, ReadReject, is_json_lines
+from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.chunks import key_function, line_groups
+from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.registry import get_reader
 
 LIMIT = 64 * 1024
 TAIL = 8 * 1024 * 1024  # 128 times the limit

@@ -17,10 +17,11 @@ import pytest
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.ingest import registry  # noqa: F401 - registers the readers
-from msgtrain.ingest.base import REGISTRY, detect_format, read_head
-from msgtrain.ingest.detect import _majority_reader, head_records
+from msgtrain.ingest.base import read_head
+from msgtrain.ingest.detect import _majority_reader, detect_format, head_records
+from msgtrain.ingest.registry import REGISTRY
 from msgtrain.run.parts import LinearizeSettings, convert_file
-from msgtrain.run.pipeline import discover_inputs
+from msgtrain.run.plan import discover_inputs
 from tests.conftest import SAMPLE_LOGS, shared_path
 
 SETTINGS = LinearizeSettings(

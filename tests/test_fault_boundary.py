@@ -27,14 +27,14 @@ from msgtrain.ingest.base import (
     ReadSkip,
     RecordTask,
     SourceRef,
-    detect_format,
     excerpt,
-    get_reader,
     iter_json_lines,
-    read_events,
-    records_of,
 )
+from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
+from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.faults import records_of
+from msgtrain.ingest.registry import get_reader
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.message import PartsMessage, TextPart
 from msgtrain.run.parts import LinearizeSettings, convert_file

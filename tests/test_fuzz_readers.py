@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.ingest import registry  # noqa: F401 - registers the readers
-from msgtrain.ingest.base import REGISTRY, detect_format
 from msgtrain.ingest.chunks import is_jsonl, key_function, line_groups
+from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.registry import REGISTRY
 from msgtrain.run.parts import LinearizeSettings, PartStats, convert_file, source_line
 from msgtrain.tools.validate_cmd import validate_inputs
 from tests.conftest import ROOT, SHARED

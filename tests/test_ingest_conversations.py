@@ -27,19 +27,13 @@ from msgtrain.ingest import (
     options,
     sharegpt,
 )
-from msgtrain.ingest.base import (
-    REGISTRY,
-    ReadEvent,
-    ReadGraph,
-    ReadReject,
-    ReadSkip,
-    detect_format,
-    read_events,
-    read_head,
-)
+from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.head_shape import head_shape
+from msgtrain.ingest.registry import REGISTRY
 from msgtrain.model.graph import MessageGraph, Origin
-from msgtrain.model.graphlog import load_graphs
+from msgtrain.model.graphlog import load_graphs, subgraphs
 from msgtrain.model.message import MediaPart, OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart
 from msgtrain.model.validate import validate_graph
 
@@ -352,7 +346,7 @@ def test_options_messages_keep_policies_generation_and_nested_subgraphs() -> Non
     _, graphs = _read_sample("options/research_agent.jsonl")
     g = graphs[0]
     assert {n.message.policy for n in g.sampled_nodes()} == {"researcher"}
-    assert [s.graph_id for s in g.subgraphs()] == ["summarizer-sub-1"]
+    assert [s.graph_id for s in subgraphs(g)] == ["summarizer-sub-1"]
     (gen,) = g.generations.values()
     assert gen.model == "qwen3-8b" and gen.finish_reason == "tool_calls"
     error = next(m for m in g.messages() if isinstance(m, OptionResultMessage) and m.result.is_error)

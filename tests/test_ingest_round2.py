@@ -17,24 +17,15 @@ from typing import Any
 import pytest
 
 from msgtrain.errors import MsgtrainError
-from msgtrain.ingest.base import (
-    REGISTRY,
-    ReadEvent,
-    ReadGraph,
-    ReadReject,
-    ReadSkip,
-    detect_format,
-    directory_reader,
-    read_events,
-    read_head,
-    unit_directories,
-)
-from msgtrain.ingest.detect import specific_readers
+from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format, specific_readers
+from msgtrain.ingest.registry import REGISTRY, directory_reader, unit_directories
 from msgtrain.model.completeness import missing_context
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.validate import validate_graph
 from msgtrain.run.parts import LinearizeSettings, convert_file, file_digest
-from msgtrain.run.pipeline import discover_inputs
+from msgtrain.run.plan import discover_inputs
 from tests.conftest import shared_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from msgtrain.ingest import claude_code, codex, gemini_cli, openhands, otel, swe_agent
-from msgtrain.ingest.base import REGISTRY, Reader, ReadEvent, ReadGraph, ReadReject, ReadSkip, read_events, read_head
+from msgtrain.ingest.base import Reader, ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.registry import REGISTRY
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import MediaPart, OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart
 

@@ -24,7 +24,9 @@ import yaml
 
 from msgtrain.errors import FormatError, ValidationError
 from msgtrain.ingest import anthropic, bedrock, calls, cassettes, http_bodies, openai_responses, streams
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, detect_format, read_events
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart, TextPart
 

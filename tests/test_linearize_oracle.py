@@ -22,7 +22,8 @@ import pytest
 
 from msgtrain import MessageGraph
 from msgtrain.export.schema import check_sample, samples_to_table
-from msgtrain.ingest.base import ReadGraph, read_events
+from msgtrain.ingest.base import ReadGraph
+from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.calls import READER as CALLS
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import Origin

@@ -17,6 +17,7 @@ import msgtrain
 from msgtrain import MessageBuilder, MessageGraph, OptionResultBuilder
 from msgtrain.errors import ParseError
 from msgtrain.model import EdgeKind, Generation, OptionCallMessage, Origin, ParallelEdge
+from msgtrain.model.graphlog import subgraphs
 from msgtrain.model.message import text_message
 
 SYSTEM = {"role": "system", "content": "You are helpful."}
@@ -422,7 +423,7 @@ def _graph_with_subagent() -> tuple[MessageGraph, MessageGraph]:
 
 def test_a_tool_result_can_hold_a_sub_agent_graph_with_its_own_policy() -> None:
     g, sub = _graph_with_subagent()
-    (nested,) = g.subgraphs()
+    (nested,) = subgraphs(g)
     assert nested.policy == "subagent"
     assert nested.graph_id == "sub"
     assert nested == sub
@@ -442,7 +443,7 @@ def test_the_nested_graph_is_provenance_not_part_of_the_result_identity() -> Non
     for m in g.messages():
         bare.append(m.model_copy(update={"subgraph": None}) if m.kind == "option_result" else m)
     assert bare.head == g.head
-    assert bare.subgraphs() == []
+    assert subgraphs(bare) == []
 
 
 def test_a_sub_agent_carried_onto_a_new_branch_is_listed_once() -> None:
@@ -450,11 +451,11 @@ def test_a_sub_agent_carried_onto_a_new_branch_is_listed_once() -> None:
     g.append({"role": "assistant", "content": "Done."})
     g[1] = {"role": "user", "content": "edited"}
     assert len(g.branches()) == 2
-    assert [s.graph_id for s in g.subgraphs()] == [sub.graph_id]
+    assert [s.graph_id for s in subgraphs(g)] == [sub.graph_id]
 
 
 def test_a_graph_without_sub_agents_has_no_subgraphs() -> None:
-    assert _chat(SYSTEM, USER, ANSWER).subgraphs() == []
+    assert subgraphs(_chat(SYSTEM, USER, ANSWER)) == []
 
 
 # ----------------------------------------------------------------------------------------------- steps and branches
@@ -541,7 +542,7 @@ def test_save_and_load_round_trip_a_graph_with_branches_edges_and_generations(tm
     (loaded,) = msgtrain.load_graphs(path)
     _assert_same_graph(loaded, g)
     assert loaded == g
-    assert {(sub.graph_id, sub.policy) for sub in loaded.subgraphs()} == {("sub", "subagent")}
+    assert {(sub.graph_id, sub.policy) for sub in subgraphs(loaded)} == {("sub", "subagent")}
 
 
 def test_a_loaded_graph_keeps_working_like_the_original(tmp_path: Path) -> None:

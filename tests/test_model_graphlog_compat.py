@@ -36,6 +36,7 @@ from msgtrain.model import (
     ParallelEdge,
     parse_message,
 )
+from msgtrain.model.graphlog import subgraphs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "graph_log_v1.jsonl"
 FIXTURE_SHA256 = "887d33fb8d691949a23a233752f79b6fbe5244c02357309b413719cc0cf6a303"
@@ -336,7 +337,7 @@ def test_the_saved_graph_nests_the_sub_agent_graph_with_its_own_policy(
     graphs: dict[str, MessageGraph],
 ) -> None:
     g = graphs["fixture-saved"]
-    nested = {sub.graph_id: sub for sub in g.subgraphs()}
+    nested = {sub.graph_id: sub for sub in subgraphs(g)}
     assert list(nested) == ["fixture-sub"]
     sub = nested["fixture-sub"]
     assert sub.policy == "owner-finder"

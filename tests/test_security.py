@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgtrain.ingest.base import ReadGraph, read_events
+from msgtrain.ingest.base import ReadGraph
+from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.calls import READER
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import MessageGraph

@@ -25,7 +25,7 @@ import pytest
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest import base
-from msgtrain.ingest.base import detect_format
+from msgtrain.ingest.detect import detect_format
 from msgtrain.run.parts import LinearizeSettings, convert_file
 from tests.conftest import ROOT, shared_path
 

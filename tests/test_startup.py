@@ -82,7 +82,7 @@ def test_formats_imports_no_reader_and_no_message_model() -> None:
 
 def test_the_formats_catalogue_is_the_registry() -> None:
     from msgtrain.ingest import catalog, registry  # noqa: F401 - importing registry registers the readers
-    from msgtrain.ingest.base import REGISTRY
+    from msgtrain.ingest.registry import REGISTRY
 
     listed = tuple((r.name, r.description, r.example) for r in REGISTRY.values())
     assert listed == catalog.FORMATS, "the formats catalogue is stale: run `python -m msgtrain.ingest.catalog`"

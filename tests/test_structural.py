@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from msgtrain.ingest import registry  # noqa: F401 - registers the readers
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, detect_format, read_events
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.shapes import canonical_role, normalise_messages
 from msgtrain.run.parts import LinearizeSettings, convert_file
 

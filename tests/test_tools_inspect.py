@@ -83,7 +83,7 @@ def test_a_graph_log_shows_versions_origins_and_which_sample_trains_each_turn(
 
 
 def test_every_sample_log_inspects_with_each_sampled_turn_accounted_for() -> None:
-    from msgtrain.run.pipeline import discover_inputs
+    from msgtrain.run.plan import discover_inputs
 
     # What discovery hands over: files, and folders a directory reader takes whole (their files are not inputs).
     logs, _ = discover_inputs([str(SAMPLE_LOGS)])

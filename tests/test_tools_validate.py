@@ -142,7 +142,7 @@ def test_an_unknown_forced_format_and_a_missing_input_are_errors(capsys: pytest.
 
 
 def test_formats_lists_every_reader_with_an_example_that_it_detects(capsys: pytest.CaptureFixture[str]) -> None:
-    from msgtrain.ingest.base import detect_format
+    from msgtrain.ingest.detect import detect_format
 
     assert main(["formats", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -1,4 +1,9 @@
-"""The reader interface every input format implements, the registry, and per-file detection.
+"""What a reader reads with: the reader interface (:mod:`msgtrain.ingest.events`, re-exported here) and the
+helpers that read a file's head, its JSON lines (or a chunk's) and its JSON document.
+
+Layers of the ingest package, bottom up (none imports upwards; ``make lint`` checks it): ``events`` →
+``text_check`` → ``base`` → the readers, ``chunks`` → ``faults`` → ``isolate`` → ``registry`` (the table of
+readers) → ``detect`` → ``boundary`` (:func:`~msgtrain.ingest.boundary.read_events`).
 
 Invariants:
 - A reader turns one file into a stream of events: :class:`ReadGraph` (a message graph built from one or more
@@ -15,8 +20,8 @@ Invariants:
   and comes out as a :class:`LongLine` (its head and its true size), which readers reject as ``record_too_large``.
 - Ingest knows nothing of tokens.
 
-The fault boundary (one place, :func:`read_events`; every consumer — convert, validate, inspect — reads through it,
-never through ``Reader.read`` directly):
+The fault boundary (one place, :func:`msgtrain.ingest.boundary.read_events`; every consumer — convert, validate,
+inspect — reads through it, never through ``Reader.read`` directly):
 - Whatever escapes a reader becomes a reject and the batch goes on. A reader's own :class:`MsgtrainError` keeps its
   code; any other exception (a reader bug, or input nobody foresaw) is a ``reader_error`` reject carrying the
   exception type and message, the record it was reading and a bounded excerpt made by :func:`excerpt`, which
@@ -39,32 +44,56 @@ never through ``Reader.read`` directly):
   accounted (``ReadReject.count``: the file's non-blank lines minus those accounted, for a line-oriented reader).
 - Text: a graph holding a lone UTF-16 surrogate anywhere is an ``invalid_text`` reject naming the field
   (:mod:`msgtrain.ingest.text_check`); a JSONL line holding one is rejected on its own by :func:`iter_json_lines`.
-- Detection (:func:`detect_format`, :mod:`msgtrain.ingest.detect`) survives bad records: a vote of the head's
+- Detection (:func:`msgtrain.ingest.detect.detect_format`) survives bad records: a vote of the head's
   records, not its first lines, decides the reader, which then rejects the records it cannot read one by one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import tempfile
-import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
-from msgtrain.errors import FormatError, MsgtrainError, ParseError
-from msgtrain.model.graph import MessageGraph
+from msgtrain.errors import MsgtrainError, ParseError
+from msgtrain.ingest.events import (
+    EXCERPT_BYTES,
+    HEAD_BYTES,
+    MAX_DOCUMENT_BYTES,
+    MAX_RECORD_BYTES,
+    Reader,
+    ReadEvent,
+    ReadGraph,
+    ReadItem,
+    ReadReject,
+    ReadSkip,
+    RecordTask,
+    SourceRef,
+    excerpt,
+)
+from msgtrain.ingest.text_check import line_error
 
-EXCERPT_BYTES = 2048
-HEAD_BYTES = 64 * 1024
-# Absurd sizes are rejected, not attempted: a record larger than this is a bug in the writer, not a conversation.
-MAX_RECORD_BYTES = 64 * 1024 * 1024
-MAX_DOCUMENT_BYTES = 512 * 1024 * 1024
+# The reader interface (msgtrain.ingest.events) is re-exported: a reader imports what it needs from this module.
+__all__ = [
+    "EXCERPT_BYTES",
+    "HEAD_BYTES",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_RECORD_BYTES",
+    "ReadEvent",
+    "ReadGraph",
+    "ReadItem",
+    "ReadReject",
+    "ReadSkip",
+    "Reader",
+    "RecordTask",
+    "SourceRef",
+    "excerpt",
+]
+
 LINE_STEP = 256 * 1024  # bytes read per step while skipping the rest of a line too long to hold
 
 
@@ -110,187 +139,6 @@ def bounded_lines(f: BinaryIO) -> Iterator[bytes]:
     """Every line of an open binary file, as :func:`read_bounded_line` reads them."""
     while raw := read_bounded_line(f):
         yield raw
-
-
-@dataclass(frozen=True)
-class SourceRef:
-    """Where something came from: the file and the record inside it (``line 12``, ``item 3``, ``file``)."""
-
-    file: str
-    record: str = "file"
-
-    def __str__(self) -> str:
-        return (
-            f"{self.file}:{self.record.removeprefix('line ')}"
-            if self.record.startswith("line ")
-            else f"{self.file} ({self.record})"
-        )
-
-
-@dataclass
-class ReadGraph:
-    graph: MessageGraph
-    source: SourceRef
-    records: int = 1
-    # Extra per-graph fields carried to every sample (reward, task id, ...): JSON-serialisable values.
-    extras: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class ReadReject:
-    """A bad record. ``count`` is how many input records it stands for (more than one only when a reader failed
-    part-way through a file and the rest of it is rejected as a unit); ``detail`` is the full traceback of a
-    ``reader_error``, for a debug log, never for the terminal."""
-
-    source: SourceRef
-    error: MsgtrainError
-    excerpt: str = ""
-    count: int = 1
-    detail: str = ""
-    # An estimate of the assistant turns the rejected records held (their assistant-like messages), so the books
-    # show turns lost, not only records: a file of 99 % lost turns is one rejected record otherwise.
-    turns: int = 0
-
-
-@dataclass
-class ReadSkip:
-    source: SourceRef
-    reason: str
-    count: int = 1
-
-
-ReadEvent = ReadGraph | ReadReject | ReadSkip
-
-
-@dataclass
-class RecordTask:
-    """One record's parsing, deferred so that :func:`read_events` runs it inside the fault boundary.
-
-    ``parse()`` returns the events of exactly ``records`` input records (a graph, a reject, a skip...). If it
-    raises, those records become one ``reader_error`` reject at ``source`` with an excerpt of ``raw``.
-    """
-
-    source: SourceRef
-    parse: Callable[[], Iterable[ReadEvent]]
-    records: int = 1
-    raw: Any = None
-
-
-# What a reader's ``read`` yields: events, or record tasks the driver runs inside the boundary.
-ReadItem = ReadEvent | RecordTask
-
-
-class Reader(Protocol):
-    """One input format. ``detect`` must be cheap (it sees the file's first 64 KiB); ``read`` streams.
-
-    Optional: ``chunk_keys(path)`` returns, for one JSONL file, a function naming the conversation(s) each parsed
-    record belongs to, with exactly the keys ``read`` groups records by (``None``: keep it with the line before
-    it), or None when the file cannot be cut. A reader that has it lets huge JSONL files be cut into chunks of
-    whole conversations (:mod:`msgtrain.ingest.chunks`); ``read`` must then read via :func:`iter_json_lines` or
-    ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
-    the whole file's (``vote_layout`` in :mod:`msgtrain.ingest.conversation_files`).
-
-    Optional: ``detect_directory(path)`` makes the reader's unit a *directory* (a log written as a folder, one file
-    per event): it says, cheaply (a few ``stat`` calls), whether ``path`` is one of its folders. Input discovery
-    then hands the folder to ``read`` once and does not look at the files inside it
-    (:func:`unit_directories`); ``detect`` is still asked about single files and should claim none of them.
-    """
-
-    name: str
-    description: str
-    example: str  # a path under sample_logs/ (a folder for a directory reader)
-
-    def detect(self, path: Path, head: bytes) -> bool: ...
-
-    def read(self, path: Path) -> Iterator[ReadItem]: ...
-
-
-# Optional reader methods (looked up with getattr, so a reader without them still works):
-# - ``chunk_keys(path)``: see :class:`Reader`; also lets the fault boundary re-read a file without a failing group.
-# - ``document_records: str``: for a reader of one-document files whose records are the items of one list, that
-#   list's key (``""`` for a top-level list): a fault costs only the item it comes from (the boundary re-reads the
-#   document with that item ``null``, :mod:`msgtrain.ingest.isolate`); the reader must load the document with
-#   :func:`load_json_document` and reject an item that is not a record under its own name (``item 3``/``key[3]``).
-# - ``explain(path, head) -> str | None``: why this reader refuses a file it was closest to, in one phrase
-#   ("messages are under `simulations[].messages`"); shown in the ``unknown_format`` hint.
-
-
-REGISTRY: dict[str, Reader] = {}
-
-
-def register(reader: Reader) -> Reader:
-    if reader.name in REGISTRY:
-        raise ValueError(f"reader {reader.name!r} registered twice")
-    REGISTRY[reader.name] = reader
-    return reader
-
-
-def excerpt(raw: Any, limit: int = EXCERPT_BYTES) -> str:
-    """A bounded, printable, JSON-safe excerpt of any value; never raises.
-
-    Bytes are decoded as UTF-8 with replacement; strings lose lone surrogates (they cannot be written as UTF-8);
-    any other value is rendered as compact JSON-like text by :func:`_render`, which bounds depth and size and
-    falls back to the type name for objects it does not know. Only the first ``limit`` characters are kept.
-    """
-    try:
-        if isinstance(raw, bytes | bytearray | memoryview):
-            text = bytes(raw[: 4 * limit]).decode("utf-8", "replace")
-            total = len(raw)
-        elif isinstance(raw, str):
-            text, total = raw[: limit + 1], len(raw)
-        else:
-            parts: list[str] = []
-            _render(raw, parts, 0, [4 * limit])
-            text = "".join(parts)
-            total = len(text)
-        text = text.encode("utf-8", "replace").decode("utf-8")
-        if len(text) <= limit and total <= limit:
-            return text
-        return text[:limit] + f"…(+{max(total - limit, 0)} more)"
-    except Exception:  # a value whose __len__ or slicing misbehaves: the excerpt is a courtesy, never a new fault
-        return f"<{type(raw).__name__}>"
-
-
-_MAX_RENDER_DEPTH = 20
-
-
-def _render(value: Any, out: list[str], depth: int, budget: list[int]) -> None:
-    """Append a compact JSON-like rendering of ``value`` to ``out`` until ``budget[0]`` characters are spent."""
-    if budget[0] <= 0:
-        return
-    if isinstance(value, str):
-        piece = json.dumps(value[: budget[0]], ensure_ascii=False)
-    elif value is None or isinstance(value, bool | int | float):
-        piece = json.dumps(value) if not isinstance(value, int) or abs(value) < 10**30 else "<big int>"
-    elif isinstance(value, bytes | bytearray):
-        piece = json.dumps(bytes(value[: budget[0]]).decode("utf-8", "replace"), ensure_ascii=False)
-    elif depth >= _MAX_RENDER_DEPTH:
-        piece = "…"
-    elif isinstance(value, dict):
-        out.append("{")
-        budget[0] -= 1
-        for i, (k, v) in enumerate(value.items()):
-            if budget[0] <= 0:
-                break
-            key = json.dumps(k if isinstance(k, str) else str(k)[:64], ensure_ascii=False)
-            out.append(("," if i else "") + key + ":")
-            budget[0] -= len(key) + 2
-            _render(v, out, depth + 1, budget)
-        piece = "}"
-    elif isinstance(value, list | tuple):
-        out.append("[")
-        budget[0] -= 1
-        for i, v in enumerate(value):
-            if budget[0] <= 0:
-                break
-            if i:
-                out.append(",")
-            _render(v, out, depth + 1, budget)
-        piece = "]"
-    else:
-        piece = f"<{type(value).__name__}>"
-    out.append(piece)
-    budget[0] -= len(piece)
 
 
 def read_head(path: Path) -> bytes:
@@ -358,33 +206,6 @@ def first_json_value(head: bytes) -> Any:
     return None
 
 
-def directory_reader(path: Path) -> Reader | None:
-    """The reader whose unit is the directory ``path`` (see ``Reader.detect_directory``), or None."""
-    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
-
-    for reader in REGISTRY.values():
-        detect_directory = getattr(reader, "detect_directory", None)
-        if detect_directory is not None and detect_directory(path):
-            return reader
-    return None
-
-
-def unit_directories(root: Path) -> list[Path]:
-    """The directories under ``root`` (itself included) that a directory reader claims, sorted.
-
-    The walk does not descend into a claimed directory (its files belong to it) nor into hidden ones.
-    """
-    found: list[Path] = []
-    for dirpath, dirnames, _ in os.walk(root):
-        here = Path(dirpath)
-        if directory_reader(here) is not None:
-            found.append(here)
-            dirnames[:] = []
-            continue
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-    return sorted(found)
-
-
 def _head_lines(head: bytes) -> tuple[list[bytes], int]:
     """The complete lines of a head that parse alone as JSON objects or arrays (newline-terminated), and how many
     complete non-blank lines it has."""
@@ -437,23 +258,6 @@ def is_json_lines(path: Path) -> bool:
     return _mostly_records(*_head_lines(read_head(path)))
 
 
-def detect_format(path: Path) -> Reader:
-    """The reader for ``path``, by a vote of its records (:func:`msgtrain.ingest.detect.detect_format`); raises
-    :class:`FormatError` with an explaining hint."""
-    from msgtrain.ingest.detect import detect_format as detect
-
-    return detect(path)
-
-
-def get_reader(name: str) -> Reader:
-    from msgtrain.ingest import registry  # noqa: F401
-
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise FormatError(f"unknown input format {name!r}", hint=f"known formats: {', '.join(REGISTRY)}") from None
-
-
 def _numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with open(path, "rb") as f:
         yield from enumerate(bounded_lines(f), 1)
@@ -464,8 +268,6 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
 
     Inside :func:`msgtrain.ingest.chunks.reading_chunk` only the chunk's lines are read (original line numbers).
     """
-    from msgtrain.ingest.chunks import active_chunk, iter_chunk_lines
-
     chunk = active_chunk(path)
     trace = _TRACE.get()
     if trace is not None and trace.path != str(path):
@@ -494,8 +296,6 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
         try:
             value = json.loads(raw.decode("utf-8"))
             if _SURROGATE_ESCAPE.search(raw) is not None:  # rare: only then is the value searched
-                from msgtrain.ingest.text_check import line_error
-
                 value = line_error(value, where) or value
             yield lineno, raw, value
         except UnicodeDecodeError as e:
@@ -613,9 +413,6 @@ def document_records(doc: Any, key: str) -> list[Any] | None:
     return items if isinstance(items, list) else None
 
 
-# --------------------------------------------------------------------------------------------- the fault boundary
-
-
 @dataclass
 class _LineTrace:
     """The line a reader is reading: the last one :func:`iter_json_lines` handed out for ``path``."""
@@ -628,268 +425,83 @@ class _LineTrace:
 _TRACE: ContextVar[_LineTrace | None] = ContextVar("msgtrain_line_trace", default=None)
 
 
-@dataclass
-class _Fault:
-    """An exception that escaped a reader's generator (which cannot go on after it)."""
+# ------------------------------------------------------------------------------------------------- chunk view
+@dataclass(frozen=True)
+class Chunk:
+    """Lines ``runs`` of one file: ``(start byte, end byte, line number of the first line)``, ascending."""
 
-    error: BaseException
-    detail: str
-    line: int | None
-    raw: bytes
-
-
-def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject:
-    """The reader for ``path`` (``forced``, or detected), or the reject that stands for the whole file."""
-    if forced is not None:
-        return forced
-    file_ref = SourceRef(str(path), "file")
-    try:
-        return detect_format(path)
-    except MsgtrainError as e:
-        from msgtrain.ingest.structural import file_assistant_turns
-
-        return ReadReject(file_ref, e, turns=file_assistant_turns(path))
-    except OSError as e:
-        return ReadReject(file_ref, unreadable_file_error(path, e))
-    except Exception as e:
-        return fault_reject(file_ref, e, "format detection", traceback.format_exc(), path)
+    index: int
+    count: int
+    runs: tuple[tuple[int, int, int], ...]
+    bytes: int
 
 
-def unreadable_file_error(path: Path, e: OSError) -> MsgtrainError:
-    return MsgtrainError(
-        f"{type(e).__name__}: {e.strerror or e}",
-        where=str(path),
-        code="unreadable_file",
-        hint="check the path and its permissions",
-    )
+_ACTIVE: ContextVar[tuple[str, Chunk] | None] = ContextVar("msgtrain_active_chunk", default=None)
 
 
-def fault_reject(
-    source: SourceRef, e: BaseException, who: str, detail: str, raw: Any = None, count: int = 1
-) -> ReadReject:
-    """The ``reader_error`` reject for an exception that escaped a reader (never raises)."""
-    try:
-        text = str(e)
-    except Exception:
-        text = ""
-    message = excerpt(f"{type(e).__name__}: {text}" if text else type(e).__name__, 500)
-    err = MsgtrainError(
-        message,
-        where=str(source),
-        code="reader_error",
-        hint=f"{who} failed on this record (input it does not expect, or a bug in it); traceback in the debug log",
-    )
-    return ReadReject(source, err, excerpt(raw) if raw is not None else "", count=count, detail=detail)
-
-
-def log_traceback(debug_log: str | Path | None, reject: ReadReject) -> None:
-    """Append a reader_error's traceback to the debug log (best effort: a log that cannot be written loses the
-    traceback, never the run). One ``write`` per entry, so entries of parallel workers do not interleave."""
-    if not debug_log:
+@contextmanager
+def reading_chunk(path: Path, chunk: Chunk | None) -> Iterator[None]:
+    """While active, line readers of ``path`` see only the chunk's lines (with their original numbers)."""
+    if chunk is None:
+        yield
         return
-    entry = f"--- {reject.source} [{reject.error.code}] {reject.error.message}\n{reject.detail.rstrip()}\n"
+    token = _ACTIVE.set((str(path), chunk))
     try:
-        with open(debug_log, "a", encoding="utf-8", errors="replace") as f:
-            f.write(entry)
-    except OSError:
-        pass
-
-
-def default_debug_log() -> Path:
-    """The debug log of commands without a state directory (validate, inspect, stats): one file in the temp dir."""
-    return Path(tempfile.gettempdir()) / "msgtrain-debug.log"
-
-
-def read_events(reader: Reader, path: Path, forced: bool = False) -> Iterator[ReadEvent]:
-    """Every event of ``path`` read by ``reader``, inside the fault boundary (module docstring); never raises for
-    anything a reader does (only ``KeyboardInterrupt`` and the like pass).
-
-    ``forced``: the user chose the reader (``--input-format``). When its detector does not recognise the file and
-    the read yields no conversation, what it skipped is one ``forced_format_not_recognised`` reject, never a
-    clean, empty success: a forced reader that finds nothing it knows says so."""
-    if forced and not path.is_dir() and not _recognises(reader, path):
-        yield from _forced_unrecognised(reader, path)
-        return
-    yield from _read_events(reader, path)
-
-
-def _recognises(reader: Reader, path: Path) -> bool:
-    try:
-        return bool(reader.detect(path, read_head(path)))
-    except Exception:
-        return False
-
-
-def _forced_unrecognised(reader: Reader, path: Path) -> Iterator[ReadEvent]:
-    skipped: list[ReadSkip] = []
-    graphs = False
-    for event in _read_events(reader, path):
-        if isinstance(event, ReadSkip) and not graphs:
-            skipped.append(event)
-            continue
-        graphs = graphs or isinstance(event, ReadGraph)
-        yield event
-    if not skipped:
-        return
-    if graphs:
-        yield from skipped
-        return
-    from msgtrain.ingest.structural import file_assistant_turns
-
-    count = sum(s.count for s in skipped)
-    reasons = ", ".join(sorted({s.reason for s in skipped}))
-    err = FormatError(
-        f"the forced {reader.name} reader recognises nothing in this file ({count} records skipped: {reasons})",
-        where=str(path),
-        code="forced_format_not_recognised",
-        hint="force the reader of this file's format (see msgtrain formats --explain FILE), or write a --map",
-    )
-    yield ReadReject(SourceRef(str(path), "file"), err, count=count, turns=file_assistant_turns(path))
-
-
-def _read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
-    from msgtrain.ingest.isolate import read_document_isolating, read_folder_isolating, read_isolating, retry_keys
-    from msgtrain.ingest.text_check import graph_reject
-
-    keys = retry_keys(reader, path)
-    record_key = getattr(reader, "document_records", None)
-    events: Iterator[ReadEvent]
-    if keys is not None:
-        events = read_isolating(reader, path, keys)
-    elif path.is_dir():
-        events = read_folder_isolating(reader, path)
-    elif isinstance(record_key, str):
-        events = read_document_isolating(reader, path, record_key)
-    else:
-        events = _read_streaming(reader, path)
-    for event in events:
-        if isinstance(event, ReadGraph):
-            invalid = graph_reject(event)
-            if invalid is not None:
-                yield invalid
-                continue
-        yield event
-
-
-def _read_once(reader: Reader, path: Path) -> Iterator[ReadEvent | _Fault]:
-    trace = _LineTrace(str(path))
-    token = _TRACE.set(trace)
-    try:
-        items = iter(reader.read(path))
-        while True:
-            try:
-                item = next(items)
-            except StopIteration:
-                return
-            except Exception as e:
-                yield _Fault(e, traceback.format_exc(), trace.line, trace.raw)
-                return
-            if isinstance(item, RecordTask):
-                yield from _run_task(reader, item)
-            else:
-                yield item
+        yield
     finally:
-        # A generator closed from another context cannot reset; that context never saw the trace anyway.
-        with contextlib.suppress(ValueError):
-            _TRACE.reset(token)
+        _ACTIVE.reset(token)
 
 
-def _oversized(task: RecordTask) -> ReadReject | None:
-    """A reject when a record cut out of a document is larger than the per-record limit.
+def active_chunk(path: Path | str) -> Chunk | None:
+    active = _ACTIVE.get()
+    return active[1] if active is not None and active[0] == str(path) else None
 
-    JSONL lines are bounded as they are read (:func:`iter_json_lines`); a record inside a JSON document (an item of
-    a list, a simulation of a results file) is bounded here, before any reader works on it, so the same limit holds
-    whatever container the record came in. The size is that of its compact JSON text (C speed, linear).
-    """
-    if task.raw is None or task.source.record.startswith("line ") or not isinstance(task.raw, dict | list):
+
+def iter_chunk_lines(path: Path | str, chunk: Chunk) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of the chunk's lines, in file order."""
+    with open(path, "rb") as f:
+        for start, end, first in chunk.runs:
+            f.seek(start)
+            pos, lineno = start, first
+            while pos < end:
+                raw = read_bounded_line(f)
+                if not raw:
+                    break
+                yield lineno, raw
+                pos += line_size(raw)
+                lineno += 1
+
+
+def chunk_through(path: Path | str, within: Chunk | None, last_line: int) -> Chunk | None:
+    """The lines of ``within`` (the whole file when None) up to and including line ``last_line``, as a chunk (None
+    when no line is left). Used by the fault boundary to read a prefix of a file when it looks for the record a
+    fault comes from."""
+    runs: list[tuple[int, int, int]] = []
+    spans = within.runs if within is not None else ((0, 1 << 62, 1),)
+    with open(path, "rb") as f:
+        for start, end, first in spans:
+            if first > last_line:
+                break
+            f.seek(start)
+            pos, lineno = start, first
+            while pos < end and lineno <= last_line:
+                raw = read_bounded_line(f)
+                if not raw:
+                    break
+                pos += line_size(raw)
+                lineno += 1
+            if pos > start:
+                runs.append((start, pos, first))
+    if not runs:
         return None
+    return Chunk(0, 1, tuple(runs), sum(e - s for s, e, _ in runs))
+
+
+@contextmanager
+def whole_file(path: Path) -> Iterator[None]:
+    """Line readers see the whole file again, even inside :func:`reading_chunk` (to look at its first record)."""
+    token = _ACTIVE.set(None)
     try:
-        size = len(json.dumps(task.raw, ensure_ascii=False, separators=(",", ":"), default=str))
-    except (TypeError, ValueError, RecursionError):
-        return None  # not JSON text at all: the reader's own checks judge it
-    if size <= MAX_RECORD_BYTES:
-        return None
-    err = ParseError(
-        f"record of about {size} bytes exceeds the {MAX_RECORD_BYTES} byte limit",
-        where=str(task.source),
-        hint="a record this large is a writer bug, not a conversation; split or drop it",
-        code="record_too_large",
-    )
-    return ReadReject(task.source, err, excerpt(task.raw), count=task.records)
-
-
-def _run_task(reader: Reader, task: RecordTask) -> list[ReadEvent]:
-    too_large = _oversized(task)
-    if too_large is not None:
-        return [too_large]
-    from msgtrain.ingest.shapes import assistant_turns_in
-
-    try:
-        events = list(task.parse())
-    except MsgtrainError as e:
-        err = e if e.where else e.located(str(task.source))
-        turns = assistant_turns_in(task.raw)
-        return [ReadReject(task.source, err, excerpt(task.raw), count=task.records, turns=turns)]
-    except Exception as e:
-        reject = fault_reject(
-            task.source, e, f"the {reader.name} reader", traceback.format_exc(), task.raw, task.records
-        )
-        reject.turns = assistant_turns_in(task.raw)
-        return [reject]
-    for event in events:
-        if isinstance(event, ReadReject) and not event.turns:
-            event.turns = assistant_turns_in(task.raw) if event.count == task.records else 0
-    return events
-
-
-def records_of(event: ReadEvent) -> int:
-    """How many input records an event accounts for."""
-    if isinstance(event, ReadGraph):
-        return event.records
-    return event.count
-
-
-def _fault_to_reject(reader: Reader, path: Path, fault: _Fault, count: int) -> ReadReject:
-    """The reject for a fault: located at the line being read when known, else at the file."""
-    source = SourceRef(str(path), f"line {fault.line}") if fault.line is not None else SourceRef(str(path), "file")
-    e = fault.error
-    if isinstance(e, MsgtrainError):
-        err = e if e.where else e.located(str(source))
-        return ReadReject(source, err, excerpt(fault.raw) if fault.raw else "", count=count)
-    if isinstance(e, OSError):
-        return ReadReject(source, unreadable_file_error(path, e), count=count)
-    return fault_reject(source, e, f"the {reader.name} reader", fault.detail, fault.raw or None, count)
-
-
-def _read_streaming(reader: Reader, path: Path) -> Iterator[ReadEvent]:
-    accounted = 0
-    for item in _read_once(reader, path):
-        if isinstance(item, _Fault):
-            rest = _unaccounted(path, accounted) if item.line is not None else _unaccounted_items(path, accounted)
-            yield _fault_to_reject(reader, path, item, max(rest, 1))
-            return
-        accounted += records_of(item)
-        yield item
-
-
-def _unaccounted_items(path: Path, accounted: int) -> int:
-    """Records of a one-document file not yet accounted: a top-level list's items count one each (the readers of
-    such files account per item), any other document is one record."""
-    try:
-        value = load_json_document(path)
-    except (MsgtrainError, OSError, MemoryError):
-        return 1
-    return len(value) - accounted if isinstance(value, list) else 1 - accounted
-
-
-def _unaccounted(path: Path, accounted: int) -> int:
-    """Non-blank lines of ``path`` (or of its active chunk) not yet accounted by ``accounted`` records."""
-    from msgtrain.ingest.chunks import active_chunk, iter_chunk_lines
-
-    chunk = active_chunk(path)
-    try:
-        lines = iter_chunk_lines(path, chunk) if chunk is not None else _numbered_lines(path)
-        total = sum(1 for _, raw in lines if raw.strip())
-    except OSError:
-        return 1
-    return total - accounted
+        yield
+    finally:
+        _ACTIVE.reset(token)

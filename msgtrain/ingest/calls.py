@@ -30,14 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import (
-    ReadEvent,
-    ReadReject,
-    SourceRef,
-    excerpt,
-    head_objects,
-    iter_json_lines,
-)
+from msgtrain.ingest.base import ReadEvent, ReadReject, SourceRef, excerpt, head_objects, iter_json_lines
 from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, session_of
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import Step

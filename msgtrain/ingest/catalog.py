@@ -21,7 +21,7 @@ def generate() -> str:
     from pathlib import Path
 
     from msgtrain.ingest import registry  # noqa: F401 - importing it registers the built-in readers
-    from msgtrain.ingest.base import REGISTRY
+    from msgtrain.ingest.registry import REGISTRY
 
     source = Path(__file__).read_text(encoding="utf-8")
     head = source[: source.index("\n" + _TABLE_MARK) + 1]

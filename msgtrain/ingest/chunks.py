@@ -23,17 +23,44 @@ Invariants:
 
 from __future__ import annotations
 
+# The chunk view (what a reader sees of a chunk) lives in msgtrain.ingest.base, below the readers; its names are
+# re-exported here with the planning.
+__all__ = [
+    "Chunk",
+    "ChunkKey",
+    "KeyFunction",
+    "active_chunk",
+    "chunk_through",
+    "chunk_without",
+    "is_jsonl",
+    "iter_chunk_lines",
+    "key_function",
+    "line_groups",
+    "plan_chunks",
+    "reading_chunk",
+    "whole_file",
+]
+
 import json
 from array import array
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ParseError
-from msgtrain.ingest.base import LongLine, Reader, bounded_lines, is_json_lines, line_size, read_bounded_line
+from msgtrain.ingest.base import (
+    Chunk,
+    LongLine,
+    Reader,
+    active_chunk,
+    bounded_lines,
+    chunk_through,
+    is_json_lines,
+    iter_chunk_lines,
+    line_size,
+    reading_chunk,
+    whole_file,
+)
 
 # What a reader's key function returns: the record's conversation keys (``()``: a record independent of all
 # others), or ``None``: keep this record with the line before it.
@@ -43,91 +70,10 @@ KeyFunction = Callable[[Any], ChunkKey]
 _BAD_LINE = ParseError("unparseable line", code="bad_json")
 
 
-@dataclass(frozen=True)
-class Chunk:
-    """Lines ``runs`` of one file: ``(start byte, end byte, line number of the first line)``, ascending."""
-
-    index: int
-    count: int
-    runs: tuple[tuple[int, int, int], ...]
-    bytes: int
-
-
-_ACTIVE: ContextVar[tuple[str, Chunk] | None] = ContextVar("msgtrain_active_chunk", default=None)
-
-
-@contextmanager
-def reading_chunk(path: Path, chunk: Chunk | None) -> Iterator[None]:
-    """While active, line readers of ``path`` see only the chunk's lines (with their original numbers)."""
-    if chunk is None:
-        yield
-        return
-    token = _ACTIVE.set((str(path), chunk))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
-def active_chunk(path: Path | str) -> Chunk | None:
-    active = _ACTIVE.get()
-    return active[1] if active is not None and active[0] == str(path) else None
-
-
-def iter_chunk_lines(path: Path | str, chunk: Chunk) -> Iterator[tuple[int, bytes]]:
-    """(line number, raw line) of the chunk's lines, in file order."""
-    with open(path, "rb") as f:
-        for start, end, first in chunk.runs:
-            f.seek(start)
-            pos, lineno = start, first
-            while pos < end:
-                raw = read_bounded_line(f)
-                if not raw:
-                    break
-                yield lineno, raw
-                pos += line_size(raw)
-                lineno += 1
-
-
-def chunk_through(path: Path | str, within: Chunk | None, last_line: int) -> Chunk | None:
-    """The lines of ``within`` (the whole file when None) up to and including line ``last_line``, as a chunk (None
-    when no line is left). Used by the fault boundary to read a prefix of a file when it looks for the record a
-    fault comes from."""
-    runs: list[tuple[int, int, int]] = []
-    spans = within.runs if within is not None else ((0, 1 << 62, 1),)
-    with open(path, "rb") as f:
-        for start, end, first in spans:
-            if first > last_line:
-                break
-            f.seek(start)
-            pos, lineno = start, first
-            while pos < end and lineno <= last_line:
-                raw = read_bounded_line(f)
-                if not raw:
-                    break
-                pos += line_size(raw)
-                lineno += 1
-            if pos > start:
-                runs.append((start, pos, first))
-    if not runs:
-        return None
-    return Chunk(0, 1, tuple(runs), sum(e - s for s, e, _ in runs))
-
-
 def key_function(reader: Reader, path: Path) -> KeyFunction | None:
     """The reader's key function for this file, or None when the reader (or this file) cannot be cut."""
     keys_for = getattr(reader, "chunk_keys", None)
     return keys_for(path) if callable(keys_for) else None
-
-
-@contextmanager
-def whole_file(path: Path) -> Iterator[None]:
-    """Line readers see the whole file again, even inside :func:`reading_chunk` (to look at its first record)."""
-    token = _ACTIVE.set(None)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
 
 
 def is_jsonl(path: Path) -> bool:

@@ -17,15 +17,8 @@ import json
 from pathlib import Path
 
 from msgtrain.errors import FormatError
-from msgtrain.ingest.base import (
-    HEAD_BYTES,
-    REGISTRY,
-    Reader,
-    _head_lines,
-    _mostly_records,
-    directory_reader,
-    read_head,
-)
+from msgtrain.ingest.base import HEAD_BYTES, Reader, _head_lines, _mostly_records, read_head
+from msgtrain.ingest.registry import REGISTRY, directory_reader
 
 VOTE_RECORDS = 32  # records of the head that vote on the file's format
 

@@ -32,17 +32,19 @@ from msgtrain.ingest.base import (
     ReadReject,
     SourceRef,
     _DocumentView,
-    _Fault,
-    _fault_to_reject,
     _FolderRead,
     _numbered_lines,
+    document_records,
+    excerpt,
+    load_json_document,
+)
+from msgtrain.ingest.faults import (
+    _Fault,
+    _fault_to_reject,
     _read_once,
     _unaccounted,
     _unaccounted_items,
-    document_records,
-    excerpt,
     fault_reject,
-    load_json_document,
     records_of,
 )
 

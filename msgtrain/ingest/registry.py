@@ -1,10 +1,16 @@
 """The one table of input formats. Adding a format = one new module + one line here.
 
+The registry sits above every reader: readers never import it (nor :mod:`msgtrain.ingest.boundary`).
+
 Order matters for detection: more specific detectors come first; generic ones (plain OpenAI message lists) last.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+from msgtrain.errors import FormatError
 from msgtrain.ingest import (
     anthropic,
     calls,
@@ -33,7 +39,17 @@ from msgtrain.ingest import (
     toolbench,
     verifiers,
 )
-from msgtrain.ingest.base import REGISTRY, Reader, register
+from msgtrain.ingest.base import Reader
+
+REGISTRY: dict[str, Reader] = {}
+
+
+def register(reader: Reader) -> Reader:
+    if reader.name in REGISTRY:
+        raise ValueError(f"reader {reader.name!r} registered twice")
+    REGISTRY[reader.name] = reader
+    return reader
+
 
 _READERS: list[Reader] = [
     native.READER,
@@ -73,3 +89,35 @@ _READERS: list[Reader] = [
 if not REGISTRY:
     for _reader in _READERS:
         register(_reader)
+
+
+def get_reader(name: str) -> Reader:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise FormatError(f"unknown input format {name!r}", hint=f"known formats: {', '.join(REGISTRY)}") from None
+
+
+def directory_reader(path: Path) -> Reader | None:
+    """The reader whose unit is the directory ``path`` (see ``Reader.detect_directory``), or None."""
+    for reader in REGISTRY.values():
+        detect_directory = getattr(reader, "detect_directory", None)
+        if detect_directory is not None and detect_directory(path):
+            return reader
+    return None
+
+
+def unit_directories(root: Path) -> list[Path]:
+    """The directories under ``root`` (itself included) that a directory reader claims, sorted.
+
+    The walk does not descend into a claimed directory (its files belong to it) nor into hidden ones.
+    """
+    found: list[Path] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        here = Path(dirpath)
+        if directory_reader(here) is not None:
+            found.append(here)
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return sorted(found)

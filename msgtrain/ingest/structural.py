@@ -596,8 +596,8 @@ def file_assistant_turns(path: Path) -> int:
 def forced_reader(input_format: str | None, mapping: str | None) -> Any:
     """The reader every file is read with when the user says so: the structural reader with a mapping (``--map``,
     given as the JSON text of :meth:`Mapping.to_data`), a reader by name (``--input-format``), or None (detect)."""
-    from msgtrain.ingest.base import get_reader
     from msgtrain.ingest.mapping import parse_mapping
+    from msgtrain.ingest.registry import get_reader
 
     if mapping:
         return StructuralReader(parse_mapping(json.loads(mapping)))

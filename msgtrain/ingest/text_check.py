@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from msgtrain.errors import MsgtrainError, ParseError
-from msgtrain.ingest.base import ReadGraph, ReadReject, excerpt
+from msgtrain.ingest.events import ReadGraph, ReadReject, excerpt
 
 INVALID_TEXT_HINT = (
     "the log has a \\uD800-\\uDFFF escape without its pair (a writer that cut a string between the two halves of"

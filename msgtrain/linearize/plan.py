@@ -36,6 +36,7 @@ from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table
 from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
 from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context
 from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.graphlog import subgraphs
 from msgtrain.model.message import AnyMessage, Generation
 
 
@@ -577,6 +578,6 @@ def linearize_graph(
     r = renderer or Renderer(tok, opts.render_date)
     with alarm_handler():
         result = _GraphLinearizer(graph, tok, r, opts).run(source, extras or {})
-    for sub in graph.subgraphs():
+    for sub in subgraphs(graph):
         result.merge(linearize_graph(sub, tok, options=opts, source=source, extras=extras, renderer=r))
     return result

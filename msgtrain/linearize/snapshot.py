@@ -81,7 +81,7 @@ class FolderBytes:
     def load_transformers(self) -> Any:
         """The transformers tokenizer of exactly these bytes: loaded from a private copy of them (never from the
         folder, which may have changed since it was read), named after the folder."""
-        from msgtrain.linearize.tokenizer import auto_tokenizer
+        from msgtrain.linearize.hf_load import auto_tokenizer
 
         with tempfile.TemporaryDirectory(prefix="msgtrain-tokenizer-") as tmp:
             for name, data in self.files.items():

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from msgtrain.errors import TokenizerError
+from msgtrain.linearize.hf_load import auto_tokenizer
 from msgtrain.linearize.tokenizer_source import load_from_hub, resolve_tokenizer, unreadable_vocabulary
 
 if TYPE_CHECKING:
@@ -122,36 +123,6 @@ def _build_demo_tokenizer() -> Any:
     hf.chat_template = CHATML_TEMPLATE
     hf.name_or_path = DEMO_TOKENIZER
     return hf
-
-
-def auto_tokenizer(source: str, **kwargs: Any) -> Any:
-    """``AutoTokenizer.from_pretrained(source)``, without importing torch when it can be avoided.
-
-    ``AutoTokenizer`` imports transformers' model configuration code, which imports torch when torch is installed
-    (2–3 s per process, and each worker is a process). A local folder whose ``tokenizer_config.json`` names its
-    ``tokenizer_class`` is loaded with that class directly — the class ``AutoTokenizer`` resolves the same name to;
-    ``tests/test_tokenizer_load.py`` checks both give the same vocabulary, special tokens and template. Anything
-    else (a hub id, no or unknown class) goes through ``AutoTokenizer``.
-    """
-    folder = Path(source)
-    cls: Any = None
-    config = folder / "tokenizer_config.json"
-    if folder.is_dir() and config.is_file():
-        try:
-            name = json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class")
-        except (ValueError, OSError):
-            name = None
-        if isinstance(name, str) and name.isidentifier():
-            import transformers
-
-            cls = getattr(transformers, name, None)
-            if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedTokenizerBase)):
-                cls = None
-    if cls is None:
-        from transformers import AutoTokenizer
-
-        cls = AutoTokenizer
-    return cls.from_pretrained(source, **kwargs)
 
 
 def _load_and_snapshot(name: str, folder: Path, files: Any = None) -> Any:

@@ -39,7 +39,7 @@ from msgtrain.model.message import (
     PartsMessage,
     parse_message,
 )
-from msgtrain.model.openai import from_openai_message, to_openai_message
+from msgtrain.model.openai import arguments_text, from_openai_message, result_text, to_openai_message
 
 GRAPH_LOG_FORMAT = "msgtrain.graph"
 GRAPH_LOG_VERSION = 1
@@ -514,16 +514,6 @@ class MessageGraph:
                         idx.setdefault(child, e)
         return idx
 
-    def subgraphs(self) -> list[MessageGraph]:
-        """Nested sub-agent graphs held by option results, one level down."""
-        out: dict[str, MessageGraph] = {}
-        for n in self.nodes.values():
-            if isinstance(n.message, OptionResultMessage) and n.message.subgraph is not None:
-                key = canonical(n.message.subgraph)  # a fork carries the same result (and sub-agent) over
-                if key not in out:
-                    out[key] = graph_from_data(n.message.subgraph)
-        return list(out.values())
-
     # ----------------------------------------------------------------- persistence
     def to_data(self) -> dict[str, Any]:
         """The whole graph as plain JSON data (what a sub-agent result nests)."""
@@ -603,14 +593,7 @@ class MessageGraph:
 
     # ----------------------------------------------------------------- display
     def __str__(self) -> str:
-        from msgtrain.model.pretty import format_graph
-
         return format_graph(self)
-
-    def __rich__(self) -> Any:
-        from msgtrain.model.pretty import rich_tree
-
-        return rich_tree(self)
 
 
 def compact_message_json(message: AnyMessage) -> dict[str, Any]:
@@ -630,10 +613,58 @@ def _env_json(env: Env) -> dict[str, Any]:
     return {"tools": list(env.tools), "template_kwargs": env.kwargs}
 
 
-def graph_from_data(data: dict[str, Any]) -> MessageGraph:
-    from msgtrain.model.graphlog import graphs_from_records
+# --------------------------------------------------------------------- display
+# The text tree ``str(graph)`` prints; :mod:`msgtrain.model.pretty` builds its rich view on these lines.
+_LABEL = {"system": "System", "user": "Human", "assistant": "AI"}
 
-    graphs = list(graphs_from_records(data.get("records", []), source="<subgraph>"))
-    if len(graphs) != 1:
-        raise ValidationError(f"a nested sub-agent graph must hold exactly one graph, found {len(graphs)}")
-    return graphs[0]
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def message_line(message: AnyMessage, width: int = 100) -> str:
+    if isinstance(message, OptionResultMessage):
+        r = message.result
+        tag = f"[Tool: {r.option_name} (call_id={r.invocation_id})]" + (" ERROR" if r.is_error else "")
+        return f"{tag} {_short(result_text(r), width)}"
+    label = f"[{_LABEL.get(message.role, message.role)}]"
+    body = _short(message.text, width)
+    if message.reasoning:
+        body = f"<thinking {len(message.reasoning)} chars> " + body
+    if isinstance(message, OptionCallMessage):
+        calls = ", ".join(f"{c.option_name}({_short(arguments_text(c), 40)})" for c in message.calls)
+        body = (body + " " if body else "") + f"-> {calls}"
+    return f"{label} {body}".rstrip()
+
+
+def node_line(g: MessageGraph, nid: str, width: int) -> str:
+    node = g.nodes[nid]
+    bits = []
+    if node.message.role == "assistant":
+        bits.append(node.origin.value)
+    if node.message.step_num is not None:
+        bits.append(f"step {node.message.step_num}")
+    if node.message.policy not in ("policy", "user", "system", "runtime"):
+        bits.append(f"policy={node.message.policy}")
+    suffix = f"  ({', '.join(bits)})" if bits else ""
+    return message_line(node.message, width) + suffix
+
+
+def format_graph(g: MessageGraph, width: int = 100) -> str:
+    lines = [f"MessageGraph {g.graph_id} ({len(g.nodes)} nodes, {len(g.leaves())} branches, {len(g.edges)} versions)"]
+    edge_of = g._edge_index()
+
+    def walk(nid: str, prefix: str, last: bool, depth_siblings: bool) -> None:
+        connector = ("└─ " if last else "├─ ") if depth_siblings else ""
+        mark = f"[{edge_of[nid].kind.value}] " if nid in edge_of else ""
+        lines.append(prefix + connector + mark + node_line(g, nid, width))
+        kids = g.children.get(nid, [])
+        child_prefix = prefix + (("   " if last else "│  ") if depth_siblings else "")
+        for i, k in enumerate(kids):
+            walk(k, child_prefix, i == len(kids) - 1, len(kids) > 1)
+
+    roots = g.children.get(None, [])
+    for i, r in enumerate(roots):
+        walk(r, "", i == len(roots) - 1, len(roots) > 1)
+    return "\n".join(lines)

@@ -25,8 +25,9 @@ from msgtrain.model.graph import (
     Node,
     Origin,
     ParallelEdge,
+    canonical,
 )
-from msgtrain.model.message import Generation, OptionCallMessage, parse_message
+from msgtrain.model.message import Generation, OptionCallMessage, OptionResultMessage, parse_message
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -223,3 +224,22 @@ def _depth(nid: str, recs: dict[str, tuple[int, dict[str, Any]]], memo: dict[str
     for i, n in enumerate(reversed(chain), 1):
         memo[n] = base + i
     return memo[nid]
+
+
+def graph_from_data(data: dict[str, Any]) -> MessageGraph:
+    """The sub-agent graph an option result nests (``MessageGraph.to_data``)."""
+    graphs = list(graphs_from_records(data.get("records", []), source="<subgraph>"))
+    if len(graphs) != 1:
+        raise ValidationError(f"a nested sub-agent graph must hold exactly one graph, found {len(graphs)}")
+    return graphs[0]
+
+
+def subgraphs(graph: MessageGraph) -> list[MessageGraph]:
+    """Nested sub-agent graphs held by ``graph``'s option results, one level down."""
+    out: dict[str, MessageGraph] = {}
+    for n in graph.nodes.values():
+        if isinstance(n.message, OptionResultMessage) and n.message.subgraph is not None:
+            key = canonical(n.message.subgraph)  # a fork carries the same result (and sub-agent) over
+            if key not in out:
+                out[key] = graph_from_data(n.message.subgraph)
+    return list(out.values())

@@ -37,16 +37,10 @@ import pyarrow.ipc as ipc
 from msgtrain import __version__
 from msgtrain.errors import MsgtrainError, printable, reject_hint
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
-from msgtrain.ingest.base import (
-    ReadGraph,
-    ReadReject,
-    ReadSkip,
-    SourceRef,
-    log_traceback,
-    open_reader,
-    read_events,
-)
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef
+from msgtrain.ingest.boundary import open_reader, read_events
 from msgtrain.ingest.chunks import Chunk, reading_chunk
+from msgtrain.ingest.faults import log_traceback
 from msgtrain.ingest.mapping import mapping_text
 from msgtrain.ingest.structural import forced_reader
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer

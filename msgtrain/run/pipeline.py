@@ -27,7 +27,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import json
 import os
@@ -48,8 +47,8 @@ import pyarrow as pa
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.base import default_debug_log, detect_format, directory_reader, get_reader
-from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
+from msgtrain.ingest.chunks import Chunk
+from msgtrain.ingest.faults import default_debug_log
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run import parts
 from msgtrain.run.assembly import (
@@ -80,6 +79,12 @@ from msgtrain.run.parts import (
     settings_from_config,
     write_part_to,
 )
+from msgtrain.run.plan import (
+    _chunkable,
+    _object_chunkable,
+    discover_locations,
+    plan_file,
+)
 from msgtrain.run.publish import (
     check_output,
     clean_litter,
@@ -96,12 +101,10 @@ from msgtrain.run.storage import (
     join,
     new_version,
     publish_pointer,
-    unit_prefixes,
     version_url,
 )
 from msgtrain.run.worker_paths import config_for_workers
 
-LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson", ".eval")
 MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
 DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
@@ -122,155 +125,6 @@ def check_accounting(report: dict[str, Any]) -> None:
     t = report["turns"]
     assert t["found"] == t["trained"] + t["dropped"], f"turns do not add up: {t}"
     assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
-
-
-def discover_locations(
-    inputs: list[str], exclude: Sequence[Path] = (), forced: bool = False
-) -> tuple[list[Path | str], list[dict[str, str]]]:
-    """:func:`discover_inputs`, and URLs: an object, or every object under a prefix (sorted; hidden names and
-    names without a log suffix listed likewise). Returns (files and object URLs, ignored)."""
-    files: list[Path | str] = []
-    ignored: list[dict[str, str]] = []
-    for item in inputs:
-        if not is_remote(item):
-            local, skipped = discover_inputs([item], exclude, forced)
-            files += local
-            ignored += skipped
-            continue
-        found = Store.of(item).list_files(item)
-        if not found:
-            raise ConfigError(f"input {item!r} names no object", hint="check the bucket and prefix")
-        # A folder a directory reader takes as one log is one input, as locally; its objects are not inputs.
-        units = unit_prefixes(item, [url for url, _ in found])
-        hidden_seen: set[str] = set()
-        inside = set(units)
-        mine: list[str] = list(units)
-        for url, _ in found:
-            parents = url.split("/")
-            if any("/".join(parents[:k]) in inside for k in range(len(parents) - 1, 3, -1)):
-                continue
-            rel = url[len(item.rstrip("/")) :].strip("/").split("/")
-            hidden = next((k for k, part in enumerate(rel[:-1]) if part.startswith(".")), None)
-            if hidden is not None:  # the hidden folder is listed once, as a local walk lists it
-                folder = item.rstrip("/") + "/" + "/".join(rel[: hidden + 1])
-                if folder not in hidden_seen:
-                    hidden_seen.add(folder)
-                    ignored.append({"path": folder, "reason": HIDDEN_DIRECTORY})
-                continue
-            name = url.rpartition("/")[2]
-            suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
-            if suffix in LOG_SUFFIXES or url == item.rstrip("/"):
-                mine.append(url)
-            else:
-                ignored.append({"path": url, "reason": NOT_A_LOG})
-        files += sorted(mine)
-    return files, ignored
-
-
-NOT_A_LOG = "not a log file suffix"
-HIDDEN_DIRECTORY = "hidden directory, not searched"
-
-
-def _is_dir(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_dir()
-    except OSError:
-        return False
-
-
-def discover_inputs(
-    inputs: Sequence[str | Path], exclude: Sequence[Path] = (), forced: bool = False
-) -> tuple[list[Path], list[dict[str, str]]]:
-    """Expand files and directories: recursive, sorted, hidden directories listed and not searched (hidden files are
-    files like any other), each real file once (overlapping
-    inputs such as ``logs`` and ``logs/sub`` name it once), symlinked directories followed once.
-
-    A directory that a reader takes as one log (:func:`~msgtrain.ingest.base.directory_reader`, e.g. an OpenHands
-    V1 conversation folder) is one input, handed over whole; the files inside it are not inputs of their own.
-
-    Returns (inputs, ignored): ``ignored`` lists what was passed over, each with its reason (no log suffix,
-    unreadable directory, dangling link, symlink loop). Paths under ``exclude`` (OUT and its hidden siblings)
-    are never inputs. With ``forced`` (a reader forced by ``--input-format`` or ``--map``), a file named as an
-    input is read whatever its suffix; files found by walking a directory still need a log suffix.
-    """
-    files: list[Path] = []
-    ignored: list[dict[str, str]] = []
-    seen_files: set[str] = set()
-    skip = {os.path.realpath(p) for p in exclude}
-
-    def add_file(f: Path, found: list[Path], unit: bool = False) -> None:
-        real = os.path.realpath(f)
-        if real in seen_files or real in skip:
-            return
-        seen_files.add(real)
-        if unit or f.suffix.lower() in LOG_SUFFIXES:
-            found.append(f)
-        else:
-            ignored.append({"path": str(f), "reason": NOT_A_LOG})
-
-    def walk(directory: Path, active: tuple[str, ...], found: list[Path]) -> None:
-        try:
-            if directory_reader(directory) is not None:
-                add_file(directory, found, unit=True)
-                return
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError as e:
-            ignored.append({"path": str(directory), "reason": f"unreadable directory: {e.strerror or e}"})
-            return
-        for entry in entries:
-            path = Path(entry.path)
-            real = os.path.realpath(path)
-            if real in skip:
-                continue
-            if entry.name.startswith(".") and _is_dir(entry):
-                # .git, .venv, caches: listed, not searched; a hidden *file* is a file like any other (aider's
-                # .aider.chat.history.md is listed below, a hidden .jsonl log is read).
-                ignored.append({"path": str(path), "reason": HIDDEN_DIRECTORY})
-                continue
-            try:
-                is_dir, is_file = entry.is_dir(), entry.is_file()
-            except OSError as e:
-                loop = e.errno == errno.ELOOP
-                ignored.append({"path": str(path), "reason": "symlink loop" if loop else f"unreadable: {e.strerror}"})
-                continue
-            if entry.is_symlink() and not os.path.exists(path):
-                reason = "symlink loop" if _is_link_loop(path) else "dangling symlink"
-                ignored.append({"path": str(path), "reason": reason})
-            elif is_dir:
-                if real in active:  # a link back to a directory being walked
-                    ignored.append({"path": str(path), "reason": "symlink loop"})
-                else:
-                    walk(path, (*active, real), found)
-            elif is_file:
-                add_file(path, found)
-            else:
-                ignored.append({"path": str(path), "reason": "not a regular file"})
-
-    for item in inputs:
-        p = Path(item)
-        if os.path.realpath(p) in skip:
-            continue
-        if p.is_dir():
-            found: list[Path] = []
-            walk(p, (os.path.realpath(p),), found)
-            files.extend(sorted(found))
-        elif p.is_file():
-            add_file(p, files, unit=forced)
-        else:
-            raise MsgtrainError(
-                f"input {str(item)!r} does not exist", hint="pass log files or directories", code="missing_input"
-            )
-    return files, ignored
-
-
-def _is_link_loop(path: Path) -> bool:
-    try:
-        path.resolve(strict=True)
-    except RuntimeError:  # Python < 3.13 reports a loop as RuntimeError
-        return True
-    except OSError as e:
-        return e.errno == errno.ELOOP
-    return False
 
 
 # ---------------------------------------------------------------------------------------------------- workers
@@ -703,44 +557,6 @@ def _completeness(parts_dir: Path | str) -> Callable[[str], bool]:
         done = set(iter_parts_complete(Store.of(parts_dir), parts_dir, PART_FILE))
         return done.__contains__
     return lambda key: is_complete(parts_dir / key)
-
-
-def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> KeyFunction | None:
-    """The reader's chunk keys for a JSONL log above ``chunk_bytes``; None when the file stays one unit of work.
-
-    A file that cannot be looked at (no reader recognises it, unreadable) is left whole: its worker reports it.
-    """
-    try:
-        if chunk_bytes <= 0 or path.is_dir() or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
-            return None
-        reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
-        return key_function(reader, path)
-    except (MsgtrainError, OSError):
-        return None
-
-
-def _object_chunkable(url: str, chunk_bytes: int) -> bool:
-    """An object worth planning (:mod:`msgtrain.run.object_chunks`): a JSON-lines name, above ``chunk_bytes``.
-    Whether its reader can cut it is decided by the plan, as for a local file."""
-    name = url.rpartition("/")[2].lower()
-    if chunk_bytes <= 0 or not name.endswith((".jsonl", ".ndjson")):
-        return False
-    return Store.of(url).size(url) > chunk_bytes
-
-
-def _chunkable(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> bool:
-    return _key_function(path, settings, chunk_bytes) is not None
-
-
-def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list[Chunk]:
-    """Chunks of a JSONL log above ``chunk_bytes`` whose reader can key its records; [] = one unit of work."""
-    keys = _key_function(path, settings, chunk_bytes)
-    if keys is None:
-        return []
-    try:
-        return plan_chunks(path, keys, chunk_bytes)
-    except (MsgtrainError, OSError):
-        return []
 
 
 def _refuse_empty_replacement(cfg: Any, out: Path, samples: int) -> None:

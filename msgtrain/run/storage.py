@@ -215,7 +215,7 @@ def unit_prefixes(prefix: str, urls: list[str]) -> list[str]:
     """The prefixes under ``prefix`` that a directory reader takes as one log (e.g. an OpenHands V1 conversation
     folder), found as local discovery finds them: the reader's own ``detect_directory`` hook, asked about a
     skeleton of the listing (one empty file per object, in a temporary directory). Sorted; none nested."""
-    from msgtrain.ingest.base import unit_directories
+    from msgtrain.ingest.registry import unit_directories
 
     root = prefix.rstrip("/")
     rels = [u[len(root) + 1 :] for u in urls if u.startswith(root + "/")]

@@ -31,7 +31,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msgtrain.errors import ConfigError
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, get_reader, open_reader, read_events
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
+from msgtrain.ingest.boundary import open_reader, read_events
+from msgtrain.ingest.registry import get_reader
 from msgtrain.tools.bounds import DEFAULT_MAX_CHARS, DEFAULT_MAX_TURNS
 from msgtrain.tools.dataset import DataFile, data_files, is_dataset, report_of, sample_table, samples_per_row, target_of
 from msgtrain.tools.sample_view import UNKNOWN, Decode, SampleView, mark_cuts, plural
@@ -133,7 +135,7 @@ def _find_graph(path: Path, graph: str | None, input_format: str | None) -> _Fou
     Files are read in ``convert``'s order and reading stops after the file where the choice is settled (the
     first graph, or an exact id), so inspecting a large directory does not read all of it.
     """
-    from msgtrain.run.pipeline import discover_inputs
+    from msgtrain.run.plan import discover_inputs
 
     files, _ = discover_inputs([str(path)])
     reader = get_reader(input_format) if input_format else None

@@ -128,7 +128,7 @@ def graph_lines(
                 line.tags.append((f"dropped: {note.reason}", "dropped"))
         lines.append(line)
         if isinstance(msg, OptionResultMessage) and msg.subgraph is not None:
-            from msgtrain.model.graph import graph_from_data
+            from msgtrain.model.graphlog import graph_from_data
 
             sub = graph_from_data(msg.subgraph)
             sub_lines = graph_lines(sub, notes, width=width, depth=depth + 1, guide=child_guide + "┆  ")

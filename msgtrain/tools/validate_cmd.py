@@ -29,16 +29,9 @@ from rich.console import Group
 from rich.text import Text
 
 from msgtrain.errors import printable
-from msgtrain.ingest.base import (
-    Reader,
-    ReadGraph,
-    ReadReject,
-    ReadSkip,
-    default_debug_log,
-    log_traceback,
-    open_reader,
-    read_events,
-)
+from msgtrain.ingest.base import Reader, ReadGraph, ReadReject, ReadSkip
+from msgtrain.ingest.boundary import open_reader, read_events
+from msgtrain.ingest.faults import default_debug_log, log_traceback
 from msgtrain.model.validate import validate_graph
 
 
@@ -310,7 +303,7 @@ def validate_inputs(
     """Validate files and directories; ``input_format`` forces one reader for every file; ``lin`` also linearizes
     every graph as convert does and checks what it would reject or drop (the ``validate`` command's default; without
     it, as ``validate --structure-only``, only the readers and the structural rules run)."""
-    from msgtrain.run.pipeline import NOT_A_LOG, discover_inputs
+    from msgtrain.run.plan import NOT_A_LOG, discover_inputs
 
     files, ignored = discover_inputs([str(i) for i in inputs], forced=bool(input_format or mapping))
     from msgtrain.ingest.structural import forced_reader
