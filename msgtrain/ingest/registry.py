@@ -7,8 +7,10 @@ Order matters for detection: more specific detectors come first; generic ones (p
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from msgtrain.errors import FormatError
 from msgtrain.ingest import (
@@ -40,6 +42,7 @@ from msgtrain.ingest import (
     verifiers,
 )
 from msgtrain.ingest.base import Reader
+from msgtrain.ingest.mapping import parse_mapping
 
 REGISTRY: dict[str, Reader] = {}
 
@@ -121,3 +124,11 @@ def unit_directories(root: Path) -> list[Path]:
             continue
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
     return sorted(found)
+
+
+def forced_reader(input_format: str | None, mapping: str | None) -> Any:
+    """The reader every file is read with when the user says so: the structural reader with a mapping (``--map``,
+    given as the JSON text of :meth:`Mapping.to_data`), a reader by name (``--input-format``), or None (detect)."""
+    if mapping:
+        return structural.StructuralReader(parse_mapping(json.loads(mapping)))
+    return get_reader(input_format) if input_format else None

@@ -591,14 +591,3 @@ def file_assistant_turns(path: Path) -> int:
         return sum(assistant_turns_in(value) for _, value, _ in _records(path) if not isinstance(value, Exception))
     except Exception:  # an estimate for the books never becomes a fault of its own
         return 0
-
-
-def forced_reader(input_format: str | None, mapping: str | None) -> Any:
-    """The reader every file is read with when the user says so: the structural reader with a mapping (``--map``,
-    given as the JSON text of :meth:`Mapping.to_data`), a reader by name (``--input-format``), or None (detect)."""
-    from msgtrain.ingest.mapping import parse_mapping
-    from msgtrain.ingest.registry import get_reader
-
-    if mapping:
-        return StructuralReader(parse_mapping(json.loads(mapping)))
-    return get_reader(input_format) if input_format else None

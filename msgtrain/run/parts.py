@@ -42,7 +42,7 @@ from msgtrain.ingest.boundary import open_reader, read_events
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.ingest.faults import log_traceback
 from msgtrain.ingest.mapping import mapping_text
-from msgtrain.ingest.structural import forced_reader
+from msgtrain.ingest.registry import forced_reader
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler

@@ -306,7 +306,7 @@ def validate_inputs(
     from msgtrain.run.plan import NOT_A_LOG, discover_inputs
 
     files, ignored = discover_inputs([str(i) for i in inputs], forced=bool(input_format or mapping))
-    from msgtrain.ingest.structural import forced_reader
+    from msgtrain.ingest.registry import forced_reader
 
     reader = forced_reader(input_format, mapping)
     report = ValidationReport(
