@@ -19,6 +19,8 @@ import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:  # the CLI reads the defaults at start-up: no numpy or rich for that
     from msgtrain.tools.sample_view import SampleView
 
@@ -51,13 +53,19 @@ def _tail(pieces: Sequence[str], a: int, b: int, chars: int) -> int:
     return a
 
 
+def turn_of_tokens(n: int, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Per token: the index of the turn span holding it, or -1 (context)."""
+    out = np.full(n, -1, dtype=np.int64)
+    for t, (a, b) in enumerate(spans):
+        out[a:b] = t
+    return out
+
+
 def visible_ranges(
     view: SampleView, pieces: Sequence[str], turns: int | None, max_chars: int | None
 ) -> list[tuple[int, int]]:
     """The token ranges of ``view`` to show (sorted, disjoint): up to the end of its ``turns``-th trained turn,
     each stretch longer than ``max_chars`` characters cut to its head and tail."""
-    from msgtrain.tools.sample_view import turn_of_tokens
-
     end = view.num_tokens
     if turns is not None and turns < len(view.turn_spans):
         end = view.turn_spans[turns - 1][1] if turns > 0 else 0

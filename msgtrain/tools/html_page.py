@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from msgtrain.errors import OutputError
-from msgtrain.tools.bounds import gap_note, gaps, visible_ranges
-from msgtrain.tools.sample_view import Decode, SampleView, describe_cut, plural, token_pieces, turn_of_tokens
+from msgtrain.tools.bounds import gap_note, gaps, turn_of_tokens, visible_ranges
+from msgtrain.tools.sample_view import Decode, SampleView, describe_cut, plural, token_pieces
 from msgtrain.tools.tree import TreeLine
 
 TURN_COLOURS = ("#86efac", "#7dd3fc", "#fde047", "#f0abfc", "#fdba74", "#5eead4", "#fda4af", "#d9f99d")

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from rich.text import Text
 
+from msgtrain.tools.bounds import gap_note, gaps, turn_of_tokens, visible_ranges
+
 Decode = Callable[[list[int]], str]
 
 # Per-turn highlight colours (terminal); html_page has the same palette as CSS.
@@ -155,14 +157,6 @@ def token_pieces(decode: Decode, ids: Sequence[int]) -> list[str]:
     return pieces
 
 
-def turn_of_tokens(n: int, spans: Sequence[tuple[int, int]]) -> np.ndarray:
-    """Per token: the index of the turn span holding it, or -1 (context)."""
-    out = np.full(n, -1, dtype=np.int64)
-    for t, (a, b) in enumerate(spans):
-        out[a:b] = t
-    return out
-
-
 @dataclass
 class Segment:
     """A run of tokens shown alike: same turn (-1 = context), both control tokens or both not."""
@@ -230,8 +224,6 @@ def clip_segments(
     view: SampleView, segs: Sequence[Segment], pieces: Sequence[str], ranges: Sequence[tuple[int, int]]
 ) -> list[Segment | str]:
     """``segs`` cut to the token ``ranges`` shown, with a marker (a string) for each stretch left out."""
-    from msgtrain.tools.bounds import gap_note, gaps
-
     hidden = gaps(ranges, view.num_tokens)
     out: list[Segment | str] = []
     for a, b in sorted([*ranges, *hidden]):
@@ -272,8 +264,6 @@ def render_sample(
 ) -> Text:
     """Header, turn legend and the token text of one sample, for a terminal: up to its ``turns``-th trained turn,
     stretches longer than ``max_chars`` elided in the middle (:mod:`msgtrain.tools.bounds`; None: no bound)."""
-    from msgtrain.tools.bounds import visible_ranges
-
     pieces = token_pieces(decode, view.input_ids.tolist())
     plain = segments(view, pieces, control_ids)
     segs: Sequence[Segment | str] = plain
