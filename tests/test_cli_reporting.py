@@ -248,7 +248,7 @@ def test_inspect_is_bounded_by_default_and_marks_what_it_leaves_out(
     whole = _inspect(
         [str(long_session), "--max-turns", "0", "--max-chars", "0", "--html", str(tmp_path / "w.html")], capsys
     )
-    assert "characters elided (--max-chars 0 shows all)" in bounded
+    assert "tokens elided (--max-chars 0 shows all)" in bounded
     assert "trained turns (--max-turns 0 shows all)" in bounded
     assert "elided" not in whole and "You are careful. " * 1200 in whole.replace("\n", "")
     assert "done with step 29.<|im_end|>" in whole and "done with step 29.<|im_end|>" not in bounded
@@ -265,19 +265,29 @@ def test_inspect_max_turns_lists_the_samples_past_the_budget(
     assert "2 more samples not shown (1, 2): past --max-turns 1" in text
 
 
-def test_inspect_bounds_keep_every_shown_token_as_unbounded(long_session: Path) -> None:
-    from msgtrain.tools.bounds import gaps, visible_ranges
+def test_inspect_bounds_keep_every_shown_token_as_unbounded_and_decode_only_those(long_session: Path) -> None:
+    from msgtrain.tools.bounds import bounded_pieces, gaps
     from msgtrain.tools.inspect_cmd import inspect_input
-    from msgtrain.tools.sample_view import token_pieces
+    from msgtrain.tools.sample_view import range_pieces, token_pieces
 
     ins = inspect_input(long_session)
     view = ins.views[0]
-    pieces = token_pieces(ins.decode, view.input_ids.tolist())
-    ranges = visible_ranges(view, pieces, 3, 500)
+    whole = token_pieces(ins.decode, view.input_ids.tolist())
+    calls: list[int] = []
+
+    def counting(ids: list[int]) -> str:
+        calls.append(len(ids))
+        return ins.decode(ids)
+
+    pieces, ranges = bounded_pieces(view, range_pieces(counting, view.input_ids.tolist()), 3, 500)
     assert ranges == sorted(ranges) and all(a < b for a, b in ranges)
     assert all(b1 < a2 for (_, b1), (a2, _) in itertools.pairwise(ranges))  # disjoint, not adjacent
     assert ranges[-1][1] == view.turn_spans[2][1]  # up to the end of the third trained turn
     for a, b in view.turn_spans[:3]:  # short turns are shown whole
         assert any(lo <= a and b <= hi for lo, hi in ranges)
+    for a, b in ranges:
+        assert pieces[a:b] == whole[a:b]  # each shown token as the unbounded view shows it
     hidden = gaps(ranges, view.num_tokens)
     assert sum(b - a for a, b in ranges) + sum(b - a for a, b in hidden) == view.num_tokens
+    assert sum(b - a for a, b in hidden) > view.num_tokens // 2
+    assert len(calls) < view.num_tokens // 4  # the elided middle was never decoded

@@ -6,17 +6,18 @@ whole it printed 39k lines and wrote a 33 MB page. Two bounds, both 0 for "every
 - ``--max-turns N``: at most N trained turns are shown over the whole inspection, samples in order; a sample is
   shown up to the end of its last turn within the budget, and samples past it are listed, not shown.
 - ``--max-chars C``: a stretch of tokens shown alike (the context between two turns, or one turn) longer than C
-  characters shows its first and last C/2 characters, its middle elided.
+  characters shows its first and last C/2 characters, its middle elided (and never decoded: a bounded view of a
+  sample of a million tokens costs what it shows).
 
-Invariants: what is shown is whole tokens, in order, each exactly as unbounded (same colour, same title); every
-elision is marked in place with how many tokens and characters it hides and the option that shows them, so a
-bounded view never looks complete when it is not.
+Invariants: what is shown is whole tokens, in order, each as unbounded (same colour, same title; its text decoded
+after the same window of earlier tokens); every elision is marked in place with how many tokens it hides and the
+option that shows them, so a bounded view never looks complete when it is not.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,23 +34,36 @@ def limit(value: int | None) -> int | None:
     return value if value else None
 
 
-def _head(pieces: Sequence[str], a: int, b: int, chars: int) -> int:
-    """The end of the shortest run of tokens from ``a`` holding at least ``chars`` characters (at most ``b``)."""
-    total = 0
-    for i in range(a, b):
-        total += len(pieces[i])
-        if total >= chars:
-            return i + 1
+# Decodes the pieces of tokens a:b of one sample as the unbounded view shows them (sample_view.range_pieces).
+PiecesOf = Callable[[int, int], list[str]]
+
+
+def _head(pieces_of: PiecesOf, a: int, b: int, chars: int, pieces: list[str]) -> int:
+    """Decode from ``a`` until ``chars`` characters are in (at most to ``b``); return where that ends."""
+    total, at, step = 0, a, max(64, chars)
+    while at < b:
+        chunk = pieces_of(at, min(b, at + step))
+        for k, piece in enumerate(chunk):
+            pieces[at + k] = piece
+            total += len(piece)
+            if total >= chars:
+                return at + k + 1
+        at += len(chunk)
     return b
 
 
-def _tail(pieces: Sequence[str], a: int, b: int, chars: int) -> int:
-    """The start of the shortest run of tokens ending at ``b`` holding at least ``chars`` characters."""
-    total = 0
-    for i in range(b - 1, a - 1, -1):
-        total += len(pieces[i])
-        if total >= chars:
-            return i
+def _tail(pieces_of: PiecesOf, a: int, b: int, chars: int, pieces: list[str]) -> int:
+    """Decode back from ``b`` until ``chars`` characters are in (at most to ``a``); return where that starts."""
+    total, at, step = 0, b, max(64, chars)
+    while at > a:
+        lo = max(a, at - step)
+        chunk = pieces_of(lo, at)
+        for k in range(len(chunk) - 1, -1, -1):
+            pieces[lo + k] = chunk[k]
+            total += len(chunk[k])
+            if total >= chars:
+                return lo + k
+        at = lo
     return a
 
 
@@ -61,39 +75,44 @@ def turn_of_tokens(n: int, spans: Sequence[tuple[int, int]]) -> np.ndarray:
     return out
 
 
-def visible_ranges(
-    view: SampleView, pieces: Sequence[str], turns: int | None, max_chars: int | None
-) -> list[tuple[int, int]]:
-    """The token ranges of ``view`` to show (sorted, disjoint): up to the end of its ``turns``-th trained turn,
-    each stretch longer than ``max_chars`` characters cut to its head and tail."""
-    end = view.num_tokens
+def bounded_pieces(
+    view: SampleView, pieces_of: PiecesOf, turns: int | None, max_chars: int | None
+) -> tuple[list[str], list[tuple[int, int]]]:
+    """The pieces of ``view``'s tokens that are shown ("" for the others, which are never decoded, so a bounded
+    view of a huge sample costs what it shows) and the token ranges shown (sorted, disjoint): up to the end of
+    its ``turns``-th trained turn, each stretch cut to its first and last ``max_chars / 2`` characters when
+    something lies between them."""
+    n = view.num_tokens
+    pieces = [""] * n
+    end = n
     if turns is not None and turns < len(view.turn_spans):
         end = view.turn_spans[turns - 1][1] if turns > 0 else 0
-    owner = turn_of_tokens(view.num_tokens, view.turn_spans)[:end]
+    owner = turn_of_tokens(n, view.turn_spans)[:end]
     bounds = [0, *(int(i) + 1 for i in (owner[1:] != owner[:-1]).nonzero()[0]), end] if end else [0]
     ranges: list[tuple[int, int]] = []
     for a, b in itertools.pairwise(bounds):
-        if max_chars is None or sum(len(p) for p in pieces[a:b]) <= max_chars:
+        if max_chars is None:
+            pieces[a:b] = pieces_of(a, b)
             ranges.append((a, b))
             continue
-        head, tail = _head(pieces, a, b, max_chars // 2), _tail(pieces, a, b, max_chars // 2)
-        ranges.extend([(a, head), (tail, b)] if head < tail else [(a, b)])
+        head = _head(pieces_of, a, b, max_chars // 2, pieces)
+        tail = _tail(pieces_of, head, b, max_chars // 2, pieces) if head < b else b
+        ranges.extend([(a, head), (tail, b)])
     merged: list[tuple[int, int]] = []
     for a, b in ranges:
         if merged and merged[-1][1] == a:
             merged[-1] = (merged[-1][0], b)
         elif a < b:
             merged.append((a, b))
-    return merged
+    return pieces, merged
 
 
-def gap_note(view: SampleView, pieces: Sequence[str], a: int, b: int) -> str:
+def gap_note(view: SampleView, a: int, b: int) -> str:
     """The marker for tokens ``a:b`` not shown: what they are and the option that shows them."""
-    chars = sum(len(p) for p in pieces[a:b])
     if b == view.num_tokens and any(start >= a for start, _ in view.turn_spans):
         hidden = sum(1 for start, _ in view.turn_spans if start >= a)
         return f" … {b - a} tokens more, {hidden} trained turn{'s' * (hidden != 1)} (--max-turns 0 shows all) … "
-    return f" … {b - a} tokens, {chars} characters elided (--max-chars 0 shows all) … "
+    return f" … {b - a} tokens elided (--max-chars 0 shows all) … "
 
 
 def gaps(ranges: Sequence[tuple[int, int]], n: int) -> list[tuple[int, int]]:

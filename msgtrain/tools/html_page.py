@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from msgtrain.errors import OutputError
-from msgtrain.tools.bounds import gap_note, gaps, turn_of_tokens, visible_ranges
-from msgtrain.tools.sample_view import Decode, SampleView, describe_cut, plural, token_pieces
+from msgtrain.tools.bounds import gap_note, gaps, turn_of_tokens
+from msgtrain.tools.sample_view import Decode, SampleView, describe_cut, plural, shown_pieces
 from msgtrain.tools.tree import TreeLine
 
 TURN_COLOURS = ("#86efac", "#7dd3fc", "#fde047", "#f0abfc", "#fdba74", "#5eead4", "#fda4af", "#d9f99d")
@@ -119,7 +119,7 @@ def sample_html(s: PageSample, total: int, control_ids: set[int]) -> str:
     hidden = gaps(shown, v.num_tokens)
     for a, b in sorted([*shown, *hidden]):
         if (a, b) in hidden:
-            spans.append(f'<span class="elided">{html.escape(gap_note(v, s.pieces, a, b))}</span>')
+            spans.append(f'<span class="elided">{html.escape(gap_note(v, a, b))}</span>')
             continue
         spans.extend(_token_spans(s, a, b, turns, ctrl, ids))
     flags = f" · flags {html.escape(', '.join(v.flags))}" if v.flags else ""
@@ -171,10 +171,7 @@ def write_page(
     trained turns of ``views[k]`` to show, ``max_chars`` the longest stretch shown whole (msgtrain.tools.bounds)."""
     samples = []
     for k, v in enumerate(views):
-        pieces = token_pieces(decode, v.input_ids.tolist())
-        shown = turns[k] if turns is not None else None
-        bounded = shown is not None or max_chars is not None
-        samples.append(PageSample(v, pieces, visible_ranges(v, pieces, shown, max_chars) if bounded else None))
+        samples.append(PageSample(v, *shown_pieces(decode, v, turns[k] if turns is not None else None, max_chars)))
     text = page(title, trees, samples, total, control_ids, notes)
     path = Path(path)
     try:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from rich.text import Text
 
-from msgtrain.tools.bounds import gap_note, gaps, turn_of_tokens, visible_ranges
+from msgtrain.tools.bounds import bounded_pieces, gap_note, gaps, turn_of_tokens
 
 Decode = Callable[[list[int]], str]
 
@@ -157,6 +157,28 @@ def token_pieces(decode: Decode, ids: Sequence[int]) -> list[str]:
     return pieces
 
 
+def range_pieces(decode: Decode, ids: Sequence[int]) -> Callable[[int, int], list[str]]:
+    """``pieces_of(a, b)``: the pieces of tokens ``a:b`` as :func:`token_pieces` gives them for all of ``ids``,
+    decoded after the same window of earlier tokens (as ``audit`` decodes a stretch)."""
+
+    def pieces_of(a: int, b: int) -> list[str]:
+        ctx = max(0, a - _WINDOW)
+        return token_pieces(decode, ids[ctx:b])[a - ctx :]
+
+    return pieces_of
+
+
+def shown_pieces(
+    decode: Decode, view: SampleView, turns: int | None, max_chars: int | None
+) -> tuple[list[str], list[tuple[int, int]] | None]:
+    """The pieces of ``view``'s tokens and the token ranges shown (None: all of them, nothing bounded); a bounded
+    view decodes only what it shows (:func:`msgtrain.tools.bounds.bounded_pieces`)."""
+    ids = view.input_ids.tolist()
+    if turns is None and max_chars is None:
+        return token_pieces(decode, ids), None
+    return bounded_pieces(view, range_pieces(decode, ids), turns, max_chars)
+
+
 @dataclass
 class Segment:
     """A run of tokens shown alike: same turn (-1 = context), both control tokens or both not."""
@@ -228,7 +250,7 @@ def clip_segments(
     out: list[Segment | str] = []
     for a, b in sorted([*ranges, *hidden]):
         if (a, b) in hidden:
-            out.append(gap_note(view, pieces, a, b))
+            out.append(gap_note(view, a, b))
             continue
         for s in segs:
             lo, hi = max(a, s.start), min(b, s.end)
@@ -264,11 +286,9 @@ def render_sample(
 ) -> Text:
     """Header, turn legend and the token text of one sample, for a terminal: up to its ``turns``-th trained turn,
     stretches longer than ``max_chars`` elided in the middle (:mod:`msgtrain.tools.bounds`; None: no bound)."""
-    pieces = token_pieces(decode, view.input_ids.tolist())
+    pieces, ranges = shown_pieces(decode, view, turns, max_chars)
     plain = segments(view, pieces, control_ids)
-    segs: Sequence[Segment | str] = plain
-    if turns is not None or max_chars is not None:
-        segs = clip_segments(view, plain, pieces, visible_ranges(view, pieces, turns, max_chars))
+    segs: Sequence[Segment | str] = plain if ranges is None else clip_segments(view, plain, pieces, ranges)
     out = header_text(view, total)
     out.append("\n")
     out.append_text(legend_text(view))
