@@ -92,6 +92,9 @@ def _summary(data: dict[str, Any], console: Console, output: str) -> None:
     faults = r["rejected_by_reason"].get("reader_error", 0)
     debug_log = data["outputs"].get("debug_log")
     t.add_row("reader errors", f"{faults}" + (f" (tracebacks in {debug_log})" if faults and debug_log else ""))
+    # Always shown too: an input msgtrain could not open is data missing from the dataset (exit code 3).
+    unreadable = data["files"].get("unreadable", 0)
+    t.add_row("unreadable", f"[yellow]{unreadable} inputs[/]" if unreadable else "0")
     if data["tokenizer"].get("demo"):
         t.add_row(
             "tokenizer",
@@ -344,10 +347,16 @@ def register(app: typer.Typer) -> None:
 
             where = str(cfg.output) if is_remote(str(cfg.output)) else os.path.abspath(cfg.output)
             _summary(report, Console(stderr=True) if not sys.stdout.isatty() else Console(), where)
-        if report["records"]["rejected"]:
-            if not cfg.quiet:
+        unreadable = report["files"].get("unreadable", 0)
+        if report["records"]["rejected"] or unreadable:
+            if not cfg.quiet and report["records"]["rejected"]:
                 n_rejected, where = report["records"]["rejected"], report["outputs"].get("rejects")
                 console.print(f"[yellow]{n_rejected} records rejected: see {where}[/]")
+            if not cfg.quiet and unreadable:
+                console.print(
+                    f"[yellow]{unreadable} inputs could not be read (listed with the reason under files.ignored in"
+                    " the dataset's report.json): check their permissions[/]"
+                )
             raise typer.Exit(EXIT_WITH_REJECTS)
         lost = lost_in_run(report)
         if lost:

@@ -352,14 +352,38 @@ class TokenizerBundle:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        """A hash of the vocabulary and the chat template. Made on first use (serializing a 150k-vocabulary tokenizer
-        takes a third of a second): the process that plans a run needs it, its workers do not."""
+        """A hash of everything of the tokenizer that can change a sample's bytes (it keys resumed parts): the
+        vocabulary (the backend's serialization), the chat template, the special tokens the template is given
+        (``bos_token``, ...), the added tokens and their flags, the ids that end a turn (EOS and
+        ``generation_config.json``), the bytes of every file in the tokenizer's folder (weights excluded: whatever
+        transformers reads from it) and the versions of the libraries that tokenize and render. Made on first use
+        (serializing a 150k-vocabulary tokenizer takes a third of a second): the process that plans a run needs it,
+        its workers do not."""
         h = hashlib.blake2b(digest_size=12)
         # A restored snapshot knows its serialization (checked equal to ``to_str()`` when it was restored).
         known = getattr(self.hf, "backend_json", None) if self.backend is self.hf.backend_tokenizer else None
         h.update((known if isinstance(known, str) else self.backend.to_str()).encode())
         h.update(b"\0" + self.chat_template.encode())
+        h.update(b"\0" + json.dumps(self._key_facts(), sort_keys=True, default=str).encode())
         return h.hexdigest()
+
+    def _key_facts(self) -> dict[str, Any]:
+        """What :attr:`fingerprint` covers besides the vocabulary and the template."""
+        from msgtrain.cache import version
+        from msgtrain.linearize.snapshot import snapshot_key
+
+        added = sorted(
+            (int(i), t.content, bool(t.special), bool(t.lstrip), bool(t.rstrip), bool(t.normalized))
+            for i, t in self.hf.added_tokens_decoder.items()
+        )
+        folder = Path(str(getattr(self.hf, "name_or_path", "") or ""))
+        return {
+            "special_tokens_map": self.hf.special_tokens_map,
+            "added_tokens": added,
+            "stop_ids": sorted(self.stop_ids),
+            "files": snapshot_key(folder) if folder.is_dir() else None,
+            "libraries": [version(name) for name in ("tokenizers", "transformers", "jinja2")],
+        }
 
     def _check_boundary_split(self) -> bool:
         samples = [
@@ -865,13 +889,35 @@ def common_prefix_len(a: str, b: str) -> int:
     return lo
 
 
-_CACHE: dict[tuple[str | None, str | None], TokenizerBundle] = {}
+_CACHE: dict[tuple[str | None, str | None], tuple[tuple[Any, ...], TokenizerBundle]] = {}
+
+
+def _files_state(*locations: str | None) -> tuple[Any, ...]:
+    """What a process-wide tokenizer is reloaded on: the name, size, inode and modification time of each file of a
+    tokenizer folder and of a template file (a few stat calls: a folder edited between two runs of one process
+    is loaded again, as a new process would)."""
+    state: list[Any] = []
+    for location in locations:
+        if location is None:
+            continue
+        path = Path(location)
+        try:
+            entries = [path] if path.is_file() else sorted(path.iterdir()) if path.is_dir() else []
+            for entry in entries:
+                st = entry.stat()
+                state.append((entry.name, st.st_size, st.st_ino, st.st_mtime_ns))
+        except OSError:
+            state.append((location, None))
+    return tuple(state)
 
 
 def load_tokenizer(name: str | None = None, chat_template: str | None = None) -> TokenizerBundle:
-    """Load (once per process) a tokenizer folder / hub id, or the embedded demo tokenizer when ``name`` is None."""
+    """Load (once per process, again when its files change) a tokenizer folder / hub id, or the embedded demo
+    tokenizer when ``name`` is None."""
     key = (name, chat_template)
-    if key not in _CACHE:
+    state = _files_state(name, chat_template)
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] != state:
         hf = _load_hf(name, chat_template)
-        _CACHE[key] = TokenizerBundle(hf, name or DEMO_TOKENIZER)
-    return _CACHE[key]
+        _CACHE[key] = (state, TokenizerBundle(hf, name or DEMO_TOKENIZER))
+    return _CACHE[key][1]

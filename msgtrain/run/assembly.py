@@ -179,6 +179,15 @@ def assembly_tables(
             on_group(index)
 
 
+UNREADABLE = "unreadable"  # the reason of every input discovery or hashing could not read starts with this
+
+
+def unreadable_count(ignored: list[dict[str, str]]) -> int:
+    """How many inputs could not be read at all (a folder or file without permission, an I/O error): the command
+    line shows the count and exits 3, as for rejected records."""
+    return sum(1 for item in ignored if str(item.get("reason", "")).startswith(UNREADABLE))
+
+
 def build_report(
     cfg: Any, tally: Tally, tokenizer: dict[str, Any], ignored: list[dict[str, str]], outputs: dict[str, Any]
 ) -> dict[str, Any]:
@@ -188,7 +197,7 @@ def build_report(
     tokens, engine_tokens = tally.tokens, tally.engine_tokens
     return {
         "msgtrain_version": __version__,
-        "files": {"read": len(tally.sources), "ignored": ignored},
+        "files": {"read": len(tally.sources), "unreadable": unreadable_count(ignored), "ignored": ignored},
         **accounting_report(
             stats.records_read,
             stats.records_converted,

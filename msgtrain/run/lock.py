@@ -7,6 +7,9 @@ Invariants:
 - The lock file names its holder (``pid`` and host); a second run fails with :class:`LockedError` naming that PID.
 - A dead holder never blocks: with ``fcntl.flock`` (POSIX) the kernel drops the lock when the holder dies, even by
   SIGKILL; where ``fcntl`` is missing, a lock file whose PID no longer runs on this host is taken over.
+- The lock is on the state directory itself (``flock`` on a descriptor of the directory, held open), so it holds
+  even when the lock file is deleted by hand; the lock file, locked too (what older versions lock), only names the
+  holder. Where a file system refuses ``flock`` on a directory, the lock file alone is locked.
 """
 
 from __future__ import annotations
@@ -83,12 +86,44 @@ def exclusive_lock(state: Path) -> Iterator[None]:
     if fcntl is None:  # pragma: no cover - Windows: a PID file, taken over when its PID is gone
         yield from _pid_file_lock(path)
         return
+    with _directory_lock(state, path):
+        yield from _file_lock(path)
+
+
+BUSY = (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
+
+
+@contextlib.contextmanager
+def _directory_lock(state: Path, path: Path) -> Iterator[None]:
+    """``flock`` the directory ``state`` for the ``with`` body (nothing where the file system refuses it)."""
+    assert fcntl is not None
+    try:
+        fd = os.open(state, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))  # not inherited by workers (PEP 446)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in BUSY:
+                    raise _locked_error(path) from None
+                # ENOLCK, EINVAL, EBADF: no flock on directories here (some network file systems): the file lock
+                # alone stays.
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the last descriptor releases the lock
+
+
+def _file_lock(path: Path) -> Iterator[None]:
+    assert fcntl is not None
     f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the lock's lifetime
     try:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            if e.errno in BUSY:
                 raise _locked_error(path) from None
             raise
         _write_holder(f)

@@ -2,13 +2,18 @@
 The unit of work and of resume.
 
 Invariants:
-- A part depends only on the file's bytes (and which chunk of it: :mod:`msgtrain.ingest.chunks`) and the
-  linearization settings (tokenizer fingerprint, chat template,
-  policies, render date, forced input format, msgtrain version); its key is a hash of exactly those, so a rerun
-  with the same key can reuse it and any change recomputes it. Export settings (target, length policy, splits) are
-  applied later, at assembly, and never invalidate parts.
+- A part depends only on the file's bytes (and which chunk of it: :mod:`msgtrain.ingest.chunks`), the
+  linearization settings (policies, render date, forced input format, msgtrain version) and the tokenizer's
+  fingerprint (vocabulary, template, special tokens, stop ids, every file of its folder:
+  :attr:`~msgtrain.linearize.tokenizer.TokenizerBundle.fingerprint`); its key is a hash of exactly those, so a rerun
+  with the same key can reuse it and any change recomputes it. Of the path, a part depends on the file's name
+  (readers name graphs after it), which is in the key, and on its folder only through its ``source`` strings: a
+  part reused for content moved to another folder is rewritten to name where it is now (:func:`reuse_part`),
+  exactly as converting it there would have. Export settings (target, length policy, splits)
+  are applied later, at assembly, and never invalidate parts.
 - A part is published into the state directory with one rename of a complete directory: a killed worker leaves a
-  stray temp directory (removed later), never a half part.
+  stray temp directory (removed later), never a half part. ``part.json`` holds checksums of the part's files; a
+  part whose files do not match them (a disk error, a hand edit) is recomputed, never reused.
 - Order: a part's rejects are in file order (:func:`reject_order`); its samples are in the reader's order, which
   for every reader that can be cut into chunks is the order of each conversation's first line. So a file's chunks
   merge back into exactly the whole file's part (:func:`merge_chunk_tables`, :func:`merge_chunk_rejects`).
@@ -35,7 +40,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from msgtrain import __version__
-from msgtrain.errors import MsgtrainError, printable, reject_hint
+from msgtrain.errors import MsgtrainError, OutputError, printable, reject_hint
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
 from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef
 from msgtrain.ingest.boundary import open_reader, read_events
@@ -52,6 +57,8 @@ MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absur
 SAMPLES_FILE = "samples.arrow"
 PART_FILE = "part.json"
 REJECTS_FILE = "rejects.jsonl"
+CHECKED_FILES = (SAMPLES_FILE, REJECTS_FILE)
+CHECKSUMS = "checksums"
 
 
 @dataclass(frozen=True)
@@ -123,11 +130,13 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def part_key(digest: str, settings_key: str, chunk: str = "") -> str:
-    """The key of a part: the file's content digest, the settings, and ``chunk`` (the chunk and the plan it came
-    from: index, count, target size; empty for a whole file). Not the path: the same bytes are one part whatever
-    the path is spelled (relative, absolute, through a symlink, after a move)."""
-    text = f"{digest}\0{settings_key}" + (f"\0{chunk}" if chunk else "")
+def part_key(digest: str, settings_key: str, chunk: str = "", name: str = "") -> str:
+    """The key of a part: the file's content digest, the settings, ``chunk`` (the chunk and the plan it came from:
+    index, count, target size; empty for a whole file) and the file's own ``name`` (readers name graphs, and so
+    sample and group ids, after it: ``conversations.jsonl#3``). Not its folder: the same bytes under the same name
+    are one part wherever they are and however the path is spelled (relative, absolute, through a symlink, moved to
+    another folder), and only their ``source`` is rewritten on reuse (:func:`reuse_part`)."""
+    text = f"{digest}\0{settings_key}" + (f"\0{chunk}" if chunk or name else "") + (f"\0{name}" if name else "")
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -461,20 +470,98 @@ def write_part(
     parts_dir: Path, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
 ) -> Path:
     """Publish a part atomically (complete directory, then one rename)."""
+    table = samples_to_table(samples) if samples else CANONICAL_SCHEMA.empty_table()
+    return _write_part_table(parts_dir, key, meta, table, stats, "".join(rejects))
+
+
+def _write_part_table(
+    parts_dir: Path, key: str, meta: dict[str, Any], table: pa.Table, stats: PartStats, rejects: str
+) -> Path:
     final = parts_dir / key
     tmp = parts_dir / f".tmp-{key}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    table = samples_to_table(samples) if samples else CANONICAL_SCHEMA.empty_table()
     with pa.OSFile(str(tmp / SAMPLES_FILE), "wb") as sink, ipc.new_file(sink, CANONICAL_SCHEMA) as w:
         w.write_table(table)
-    (tmp / REJECTS_FILE).write_text("".join(rejects), encoding="utf-8")
-    (tmp / PART_FILE).write_text(json.dumps({**meta, "stats": stats.to_json()}, sort_keys=True), encoding="utf-8")
+    (tmp / REJECTS_FILE).write_text(rejects, encoding="utf-8")
+    # The checksums let a later run tell a part it can reuse from one a disk or a hand changed (verify_part).
+    sums = {name: _file_hash(tmp / name) for name in CHECKED_FILES}
+    record = {**meta, "stats": stats.to_json(), CHECKSUMS: sums}
+    (tmp / PART_FILE).write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_part(part: Path) -> bool:
+    """True when the part's files hold exactly the bytes its worker wrote (their checksums in ``part.json``). A
+    part without checksums (an older msgtrain's) is not trusted."""
+    try:
+        sums = json.loads((part / PART_FILE).read_text(encoding="utf-8")).get(CHECKSUMS)
+        return isinstance(sums, dict) and all(_file_hash(part / name) == sums.get(name) for name in CHECKED_FILES)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def relocate(table: pa.Table, rejects: str, old: str, new: str) -> tuple[pa.Table, str]:
+    """A part's samples and rejects as if converted from ``new`` instead of ``old`` (the same bytes, moved): every
+    ``source`` that names ``old`` names ``new``, and so does every mention of it in the rejects (file, location,
+    message), as a conversion of ``new`` would have written them."""
+    if old == new:
+        return table, rejects
+    sources = [new + s[len(old) :] if s.startswith(old) else s for s in table.column("source").to_pylist()]
+    index = table.schema.get_field_index("source")
+    table = table.set_column(index, table.schema.field(index), pa.array(sources, type=pa.string()))
+    return table, rejects.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
+
+
+def reuse_part(parts: Path | str, key: str, meta: dict[str, Any]) -> bool:
+    """Make the finished part ``key`` fit for reuse by a job whose ``meta`` names where its content is now: checked
+    against its checksums (False: corrupt, recompute it), and its sources rewritten when the content moved (a
+    renamed, rotated or moved log). On a store only ``part.json`` is read unless the part moved; its files are
+    checked when assembly fetches them (:func:`fetch_part`)."""
+    if isinstance(parts, str):
+        store = Store.of(parts)
+        try:
+            recorded = json.loads(store.read_bytes(join(parts, key, PART_FILE)))
+        except (OSError, ValueError):
+            return False
+        if recorded.get("source") == meta["source"]:
+            return True
+        with tempfile.TemporaryDirectory(prefix="msgtrain-part-") as tmp:
+            try:
+                local = fetch_part(parts, key, Path(tmp) / "fetched")
+            except OSError:
+                return False
+            if not _relocate_local(local.parent, key, meta):
+                return False
+            moved = Path(tmp) / "fetched" / key
+            store.upload_tree(moved, join(parts, key), last=(PART_FILE,))
+        return True
+    return _relocate_local(parts, key, meta)
+
+
+def _relocate_local(parts_dir: Path, key: str, meta: dict[str, Any]) -> bool:
+    part = parts_dir / key
+    if not verify_part(part):
+        return False
+    recorded, table, rejects = read_part(part)
+    if recorded.get("source") == meta["source"]:
+        return True
+    table, rejects = relocate(table, rejects, recorded["source"], meta["source"])
+    stats = PartStats.from_json(recorded["stats"])
+    _write_part_table(parts_dir, key, meta, table, stats, rejects)
+    return True
 
 
 def write_part_to(
@@ -491,10 +578,19 @@ def write_part_to(
 
 
 def fetch_part(parts: str, key: str, dest: Path) -> Path:
-    """Copy a part from a store into ``dest/key`` (to memory-map it like a local part)."""
+    """Copy a part from a store into ``dest/key`` (to memory-map it like a local part), checked against its
+    checksums: a part changed on the store is removed (the next ``--resume`` recomputes it) and the run stops."""
     store = Store.of(parts)
     for name in (PART_FILE, SAMPLES_FILE, REJECTS_FILE):
         store.download(join(parts, key, name), dest / key / name)
+    if not verify_part(dest / key):
+        store.remove(join(parts, key))
+        raise OutputError(
+            f"part {key} does not match its checksums (changed on the store since it was written); it was removed",
+            where=join(parts, key),
+            hint="run the same command with --resume to recompute it",
+            code="corrupt_part",
+        )
     return dest / key
 
 

@@ -15,9 +15,10 @@ Invariants:
 - Work is split by input file, and a JSONL log larger than ``chunk_mb`` into chunks of whole conversations
   (:mod:`msgtrain.ingest.chunks`): the same samples and accounting as the whole file, in parallel and in memory
   bounded by the chunk, not the file.
-- Resumable / incremental: a part is keyed by file content + linearization settings + tokenizer (never the path:
-  the same bytes are converted once however they are named, and once per run); with ``--resume`` finished parts
-  are reused. The published dataset is exactly this run's inputs; ``keep_missing`` also keeps the parts of
+- Resumable / incremental: a part is keyed by file content + file name + linearization settings + tokenizer
+  (:func:`~msgtrain.run.parts.part_key`; never the folder: a file moved elsewhere is reused, its sources rewritten;
+  the same bytes are converted once per run); with ``--resume`` finished parts are reused, exactly as a clean run
+  would write them. The published dataset is exactly this run's inputs; ``keep_missing`` also keeps the parts of
   earlier inputs that are no longer inputs (rotated logs). A corrupt or partial part or manifest is recomputed.
 - A bad record or file never stops the run (unless ``strict``); it lands in the rejects file. A sample longer than
   ``max_length`` (implied by ``pack_length`` for the packed and tree targets) never stops it either: the length
@@ -76,6 +77,7 @@ from msgtrain.run.parts import (
     is_complete,
     part_key,
     read_part,
+    reuse_part,
     settings_from_config,
     write_part_to,
 )
@@ -344,7 +346,8 @@ def _convert_in(
         todo = []
         for chunk in units:
             label = f"{chunk.index}/{chunk.count}/{chunk_bytes}" if chunk is not None else ""
-            key = part_key(digest, skey, label)
+            name = f.name if isinstance(f, Path) else f.rstrip("/").rpartition("/")[2]
+            key = part_key(digest, skey, label, name=name)
             meta: dict[str, Any] = {
                 "source": str(f),
                 "real": _real(f),
@@ -357,7 +360,7 @@ def _convert_in(
             manifest[key] = meta
             run_keys[key] = None
             total_parts += 1
-            if cfg.resume and complete(key):
+            if cfg.resume and complete(key) and reuse_part(parts_dir, key, meta):
                 reused += 1
             else:
                 todo.append(Job(f, key, meta, chunk, view if chunk is not None else None))
