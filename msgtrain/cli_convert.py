@@ -258,6 +258,21 @@ def register(app: typer.Typer) -> None:
             "--train-negative/--no-train-negative",
             help="Train replies the log marks bad (KTO label false, rejected of a pair), flagged; default: dropped.",
         ),
+        max_graph_tokens: int = typer.Option(
+            None,
+            "--max-graph-tokens",
+            help="Reject a conversation whose samples hold more tokens (default 16000000; 0 = no cap).",
+        ),
+        max_graph_samples: int = typer.Option(
+            None,
+            "--max-graph-samples",
+            help="Reject a conversation that gives more samples (default 100000; 0 = no cap).",
+        ),
+        max_graph_state_mb: float = typer.Option(
+            None,
+            "--max-graph-state-mb",
+            help="Reject a conversation whose rows take more MiB (default 512; 0 = no cap).",
+        ),
         rows_per_shard: int = typer.Option(None, "--rows-per-shard", help="Rows per output file (default 100000)."),
         row_group_size: int = typer.Option(None, "--row-group-size", help="Rows per Parquet row group (default 1000)."),
         workers: int = typer.Option(
@@ -317,6 +332,9 @@ def register(app: typer.Typer) -> None:
             "render_date": render_date,
             "content_special_tokens": content_special_tokens,
             "train_negative": train_negative,
+            "max_graph_tokens": max_graph_tokens,
+            "max_graph_samples": max_graph_samples,
+            "max_graph_state_mb": max_graph_state_mb,
             "quiet": quiet or None,
             "allow_partial_turns": allow_partial_turns,
             "rows_per_shard": rows_per_shard,

@@ -100,3 +100,82 @@ def test_a_cassette_larger_than_the_document_limit_is_rejected_before_it_is_pars
     path.write_text("interactions:\n" + "# padding\n" * LIMIT, encoding="utf-8")
     events = list(read_events(get_reader("cassettes"), path))
     assert [(e.error.code, e.count) for e in events if isinstance(e, ReadReject)] == [("record_too_large", 1)]
+
+
+# ----------------------------------------------------------------------------------------------- per-graph caps
+def _edited_chat(turns: int) -> Any:
+    """A chat of ``turns`` turns whose every user message was edited once after its reply: each edit is a branch,
+    so the graph gives one sample per turn, each holding its whole context (quadratic tokens, like a template that
+    re-renders the history)."""
+    from msgtrain import MessageGraph
+
+    g = MessageGraph()
+    g.append({"role": "system", "content": "You are terse."})
+    for i in range(turns):
+        g.append({"role": "user", "content": f"question {i} " + "word " * 20})
+        g.append({"role": "assistant", "content": f"answer {i} " + "word " * 20})
+        g[-2] = {"role": "user", "content": f"question {i}, edited " + "word " * 20}
+        g.append({"role": "assistant", "content": f"answer {i}, again " + "word " * 20})
+    return g
+
+
+def test_each_per_graph_cap_rejects_with_its_own_reason_and_no_cap_is_reached_by_a_graph_within_them() -> None:
+    from msgtrain.errors import MsgtrainError
+    from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
+
+    tok = load_tokenizer(None)
+    graph = _edited_chat(12)
+    full = linearize_graph(graph, tok)
+    tokens = sum(len(s.input_ids) for s in full.samples)
+    samples = len(full.samples)
+    assert samples > 12
+    state = tokens * 9 + samples * 300
+    # Exactly at the sizes the graph gives: accepted.
+    at = LinearizeOptions(max_graph_tokens=tokens, max_graph_samples=samples, max_graph_state_bytes=None)
+    assert len(linearize_graph(graph, tok, options=at).samples) == samples
+    for options, code in [
+        (LinearizeOptions(max_graph_tokens=tokens - 1), "graph_too_many_tokens"),
+        (LinearizeOptions(max_graph_samples=samples - 1), "graph_too_many_samples"),
+        (LinearizeOptions(max_graph_state_bytes=state // 2), "graph_state_too_large"),
+    ]:
+        with pytest.raises(MsgtrainError) as rejected:
+            linearize_graph(graph, tok, options=options)
+        assert rejected.value.code == code
+        assert "--max-graph" in str(rejected.value)
+
+
+def test_a_graph_past_its_token_cap_is_rejected_before_the_rest_of_it_is_rendered() -> None:
+    from msgtrain.errors import MsgtrainError
+    from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
+
+    tok = load_tokenizer(None)
+    graph = _edited_chat(60)
+    tok.encoded_tokens = 0
+    total = sum(len(s.input_ids) for s in linearize_graph(graph, tok).samples)
+    whole_cost = tok.encoded_tokens
+    tok.encoded_tokens = 0
+    with pytest.raises(MsgtrainError):
+        linearize_graph(graph, tok, options=LinearizeOptions(max_graph_tokens=total // 20))
+    assert tok.encoded_tokens < whole_cost / 3
+
+
+def test_the_caps_are_options_and_a_capped_conversation_is_one_reject_in_a_run(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    long = {"messages": []}
+    for i in range(30):
+        long["messages"] += [
+            {"role": "user", "content": f"q{i} " * 30},
+            {"role": "assistant", "content": f"a{i} " * 30},
+        ]
+    (logs / "chats.jsonl").write_text(json.dumps(long) + "\n" + _chat(1).decode(), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["convert", str(logs), "-o", str(out), "--max-graph-tokens", "2000", "-q"]) in (0, 3)
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["records"]["rejected_by_reason"] == {"graph_too_many_tokens": 1}
+    assert report["records"]["converted"] == 1
+    out2 = tmp_path / "out2"
+    assert main(["convert", str(logs), "-o", str(out2), "--max-graph-tokens", "0", "-q"]) == 0
+    assert json.loads((out2 / "report.json").read_text(encoding="utf-8"))["records"]["converted"] == 2

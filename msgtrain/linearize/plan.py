@@ -31,6 +31,12 @@ import numpy as np
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.export.schema import Sample
+from msgtrain.linearize.budget import (
+    DEFAULT_MAX_GRAPH_SAMPLES,
+    DEFAULT_MAX_GRAPH_STATE_BYTES,
+    DEFAULT_MAX_GRAPH_TOKENS,
+    GraphBudget,
+)
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table
 from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
@@ -148,6 +154,10 @@ class LinearizeOptions:
     # ``negative_label`` unless this is set; then it is trained and its sample flagged with the mark, for trainers
     # that read the flags (KTO, preference pairs sharing a group id).
     train_negative: bool = False
+    # Per-graph caps (msgtrain.linearize.budget): a graph whose samples would pass one is rejected; None = no cap.
+    max_graph_tokens: int | None = DEFAULT_MAX_GRAPH_TOKENS
+    max_graph_samples: int | None = DEFAULT_MAX_GRAPH_SAMPLES
+    max_graph_state_bytes: int | None = DEFAULT_MAX_GRAPH_STATE_BYTES
 
 
 def _h(*parts: str) -> str:
@@ -423,6 +433,13 @@ class _GraphLinearizer:
     # ------------------------------------------------------------ driver
     def run(self, source: str, extras: dict[str, Any]) -> LinearizeResult:
         res = self.result
+        budget = GraphBudget(
+            self.g.graph_id,
+            self.opts.max_graph_tokens,
+            self.opts.max_graph_samples,
+            self.opts.max_graph_state_bytes,
+            len(json.dumps({k: v for k, v in extras.items() if k != "reward"}, default=str)),
+        )
         turns = collect_turns(self.g)
         for t in turns:
             if self.opts.policies and t.policy not in self.opts.policies:
@@ -446,6 +463,7 @@ class _GraphLinearizer:
                 tt.flags.append(mark)
             self.tt[t.node_id] = tt
             self.parent[t.node_id] = self._find_parent(tt, anc)
+            budget.add(t.node_id, tt.full.shape[0], self.parent[t.node_id])
             bisect.insort(self._by_len, (tt.full.shape[0], t.index, t.node_id))
         self._emit_samples(source, extras)
         self._count_carried_replies(turns)

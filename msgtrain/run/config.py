@@ -31,6 +31,11 @@ from msgtrain.export.length import Overflow
 from msgtrain.export.split import parse_split_spec
 from msgtrain.export.targets import TARGETS
 from msgtrain.export.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_ROWS_PER_SHARD, Format
+from msgtrain.limits import (
+    DEFAULT_MAX_GRAPH_SAMPLES,
+    DEFAULT_MAX_GRAPH_STATE_BYTES,
+    DEFAULT_MAX_GRAPH_TOKENS,
+)
 from msgtrain.run.storage import is_remote, local_path
 
 CONFIG_VERSION = "msgtrain-convert-config/1"
@@ -73,6 +78,21 @@ class ConvertConfig(BaseModel):
         False,
         description="train replies the log marks bad (KTO label false, rejected side of a preference pair),"
         " flagged label_negative / preference_rejected; default: dropped as negative_label",
+    )
+    max_graph_tokens: int = Field(
+        DEFAULT_MAX_GRAPH_TOKENS,
+        ge=0,
+        description="reject a conversation whose samples hold more tokens (graph_too_many_tokens); 0 = no cap",
+    )
+    max_graph_samples: int = Field(
+        DEFAULT_MAX_GRAPH_SAMPLES,
+        ge=0,
+        description="reject a conversation that gives more samples (graph_too_many_samples); 0 = no cap",
+    )
+    max_graph_state_mb: float = Field(
+        DEFAULT_MAX_GRAPH_STATE_BYTES / 2**20,
+        ge=0,
+        description="reject a conversation whose rows take more MiB (graph_state_too_large); 0 = no cap",
     )
     # what to write
     format: Format = "parquet"
@@ -242,6 +262,9 @@ OUTPUT_SETTINGS = frozenset(
         "render_date",
         "content_special_tokens",
         "train_negative",
+        "max_graph_tokens",
+        "max_graph_samples",
+        "max_graph_state_mb",
         "policies",
         "format",
         "target",

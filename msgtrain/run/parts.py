@@ -49,6 +49,11 @@ from msgtrain.ingest.faults import log_traceback
 from msgtrain.ingest.mapping import mapping_text
 from msgtrain.ingest.registry import forced_reader
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
+from msgtrain.linearize.budget import (
+    DEFAULT_MAX_GRAPH_SAMPLES,
+    DEFAULT_MAX_GRAPH_STATE_BYTES,
+    DEFAULT_MAX_GRAPH_TOKENS,
+)
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.run.storage import Store, join
@@ -74,6 +79,10 @@ class LinearizeSettings:
     content_special_tokens: str = "plain"
     train_negative: bool = False
     mapping: str | None = None  # a --map mapping, as canonical JSON (msgtrain.ingest.mapping.mapping_text)
+    # Per-graph caps (msgtrain.linearize.budget); None = no cap.
+    max_graph_tokens: int | None = DEFAULT_MAX_GRAPH_TOKENS
+    max_graph_samples: int | None = DEFAULT_MAX_GRAPH_SAMPLES
+    max_graph_state_bytes: int | None = DEFAULT_MAX_GRAPH_STATE_BYTES
     # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
     debug_log: str | None = None
 
@@ -85,6 +94,7 @@ class LinearizeSettings:
             "content_special_tokens": self.content_special_tokens,
             "train_negative": self.train_negative,
             "mapping": self.mapping,
+            "caps": [self.max_graph_tokens, self.max_graph_samples, self.max_graph_state_bytes],
             "input_format": self.input_format,
             "version": __version__,
         }
@@ -102,6 +112,9 @@ def settings_from_config(cfg: Any, debug_log: str | None = None) -> LinearizeSet
         content_special_tokens=cfg.content_special_tokens,
         train_negative=cfg.train_negative,
         mapping=mapping_text(cfg.mapping),
+        max_graph_tokens=cfg.max_graph_tokens or None,
+        max_graph_samples=cfg.max_graph_samples or None,
+        max_graph_state_bytes=int(cfg.max_graph_state_mb * 2**20) or None,
         strict=cfg.strict,
         debug_log=debug_log,
     )
@@ -114,6 +127,9 @@ def linearize_options(settings: LinearizeSettings) -> LinearizeOptions:
         render_date=settings.render_date,
         content_special_tokens=settings.content_special_tokens,
         train_negative=settings.train_negative,
+        max_graph_tokens=settings.max_graph_tokens,
+        max_graph_samples=settings.max_graph_samples,
+        max_graph_state_bytes=settings.max_graph_state_bytes,
     )
 
 
