@@ -410,3 +410,36 @@ def test_explain_prints_the_mapping_it_used_and_convert_with_that_mapping_reads_
     assert main(["convert", str(path), "-o", str(out_dir), "--map", str(exp_file), "-q"]) == 0
     report = json.loads((out_dir / "report.json").read_text())
     assert report["turns"]["trained"] == 3 and report["records"]["converted"] == 2
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "Refund issued.",
+        {"role": "assistant", "content": "Refund issued."},
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Refund issued."}}]},
+    ],
+)
+def test_a_generation_logged_as_input_messages_and_an_output_trains_the_output(tmp_path: Path, output: Any) -> None:
+    # Shape of a tracing tool's generation span (Langfuse-style {"type": "generation", "input": [...], "output"}).
+    span = {
+        "trace": "t1",
+        "spans": [
+            {"id": "s1", "type": "span", "name": "retrieve"},
+            {
+                "id": "g1",
+                "type": "generation",
+                "model": "gpt-4o",
+                "input": [
+                    {"role": "system", "content": "You are a support agent."},
+                    {"role": "user", "content": "I want a refund."},
+                ],
+                "output": output,
+            },
+        ],
+    }
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(span), encoding="utf-8")
+    (graph,) = _graphs(path)
+    assert _origins(graph) == [("system", "context"), ("user", "context"), ("assistant", "sampled")]
+    assert graph.extras["model"] == "gpt-4o"

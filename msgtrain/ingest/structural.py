@@ -10,8 +10,9 @@ objects and lists (outermost first, never inside a conversation it found):
 - **messages**: a list of message-like objects (:mod:`msgtrain.ingest.shapes`: a role-like and a content-like
   key, roles through one vocabulary, tool calls in OpenAI / Anthropic / Gemini shapes);
 - **prompt_completion**: ``prompt`` + ``completion`` (strings, one message each, or message lists as
-  PrimeIntellect verifiers and TRL write them). Only the completion is trained: assistant messages of the prompt
-  are context (``injected``);
+  PrimeIntellect verifiers and TRL write them), and the other pairs of :data:`PAIR_KEYS` (``input`` + ``output`` of
+  eval and tracing tools...); a reply may be an OpenAI response body (``{"choices": [{"message"}]}``, one
+  choice). Only the completion is trained: assistant messages of the prompt are context (``injected``);
 - **preference**: ``chosen`` + ``rejected`` (with a ``prompt``, a LLaMA-Factory ``conversations`` list, or an
   implicit prompt: the common prefix of the two). One graph, the prompt then two sibling branches; the chosen
   reply is trained, the rejected reply is marked ``preference: rejected`` (dropped as ``negative_label``
@@ -88,6 +89,16 @@ MAX_YAML_BYTES = 64 * 1024 * 1024
 YAML_SUFFIXES = (".yaml", ".yml")
 
 _SYSTEM_KEYS = ("system", "system_prompt")
+# (context, reply) key pairs of one generation: TRL / verifiers prompt + completion, and the input / output of
+# eval and tracing tools (a generation span's input messages and its output).
+PAIR_KEYS = (
+    ("prompt", "completion"),
+    ("prompt", "response"),
+    ("input", "output"),
+    ("input", "completion"),
+    ("messages", "completion"),
+    ("messages", "response"),
+)
 _TOOL_KEYS = ("tools", "functions")
 _REWARD_KEYS = ("reward", "score")
 _LABEL_KEYS = ("label", "kto_tag")
@@ -182,9 +193,6 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if prompt:
             columns["prompt" if prompt[0] == "prompt" else "messages"] = prompt[0]
         return Found(path, record, Mapping("preference", columns))
-    if "prompt" in record and _replies(record.get("completion")) and _prompt_like(record["prompt"]):
-        columns |= {"prompt": "prompt", "completion": "completion"}
-        return Found(path, record, Mapping("prompt_completion", columns))
     if isinstance(record.get("instruction"), str) and isinstance(record.get("output"), str):
         columns |= {"prompt": "instruction", "response": "output"}
         if isinstance(record.get("input"), str):
@@ -192,6 +200,10 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if isinstance(record.get("history"), list):
             columns["history"] = "history"
         return Found(path, record, Mapping("alpaca", columns))
+    for prompt_key, completion_key in PAIR_KEYS:
+        if prompt_key in record and _replies(record.get(completion_key)) and _prompt_like(record[prompt_key]):
+            columns |= {"prompt": prompt_key, "completion": completion_key}
+            return Found(path, record, Mapping("prompt_completion", columns))
     if len(lists) == 1:
         columns["messages"] = lists[0]
         return Found(path, record, Mapping("messages", columns))
@@ -203,7 +215,18 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
 
 
 def _replies(value: Any) -> bool:
+    if isinstance(value, dict) and _choice_messages(value) is not None:
+        return True
     return isinstance(value, str) or is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
+
+
+def _choice_messages(value: dict[str, Any]) -> list[Any] | None:
+    """The reply of an OpenAI response body logged as a completion (``{"choices": [{"message": ...}]}``)."""
+    choices = value.get("choices")
+    if not (isinstance(choices, list) and choices and all(isinstance(c, dict) for c in choices)):
+        return None
+    messages = [c.get("message") for c in choices]
+    return messages if all(isinstance(m, dict) and is_message_like(m) for m in messages) else None
 
 
 def _prompt_like(value: Any) -> bool:
@@ -332,6 +355,14 @@ def _as_prompt(value: Any) -> Any:
 def _add_replies(builder: _Builder, value: Any, where: str, metadata: dict[str, Any] | None) -> None:
     if isinstance(value, str):
         value = {"role": "assistant", "content": value}
+    elif isinstance(value, dict) and (choices := _choice_messages(value)) is not None:
+        if len(choices) > 1:  # n > 1 samples of one context: siblings, which one list cannot say
+            raise ValidationError(
+                f"{where} holds {len(choices)} choices: read them as siblings with a per-call reader",
+                code="ambiguous_structure",
+                hint="log one choice per record, or use the calls format ({request, response})",
+            )
+        value, where = choices[0], f"{where}.choices[0].message"
     items = value if isinstance(value, list) else [value]
     for i, item in enumerate(items):
         builder.add(item, f"{where}[{i}]" if isinstance(value, list) else where, metadata=metadata)
@@ -518,11 +549,8 @@ class StructuralReader:
                 and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS)
             ):
                 return True
-        return (
-            shape.has(".prompt", ".completion")
-            or shape.has(".chosen", ".rejected")
-            or shape.has(".instruction", ".output")
-        )
+        pairs = (*PAIR_KEYS, ("chosen", "rejected"), ("instruction", "output"))
+        return any(shape.has(f".{a}", f".{b}") for a, b in pairs)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         for ref, value, raw in _records(path):
