@@ -109,6 +109,18 @@ def test_validate_finds_nothing_wrong_in_what_convert_wrote_for_every_target(
     assert result["splits"]["train"]["samples"] > 0 and result["splits"]["validation"]["samples"] > 0
 
 
+def test_validate_compares_each_splits_rows_with_dataset_info(
+    outputs: dict[tuple[str, str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = Path(shutil.copytree(outputs["labels", "parquet"], tmp_path / "out"))
+    info = json.loads((out / "dataset_info.json").read_text())
+    info["splits"]["train"]["num_examples"] += 1
+    (out / "dataset_info.json").write_text(json.dumps(info))
+    assert main(["validate", str(out), "--json"]) == 3
+    (problem,) = json.loads(capsys.readouterr().out)["problems"]
+    assert problem["code"] == "info_mismatch" and problem["where"] == "splits.train"
+
+
 def _rewrite(out: Path, change: Any) -> None:
     (shard,) = sorted((out / "data").glob("train-*.parquet"))
     pq.write_table(change(pq.read_table(shard)), shard)

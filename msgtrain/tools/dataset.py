@@ -87,7 +87,10 @@ class DataFile:
         if self._table is None:
             if self.format == "hf":
                 with pa.memory_map(str(self.path)) as source:
-                    self._table = pa.ipc.open_stream(source).read_all()
+                    try:  # save_to_disk writes the Arrow stream format; the file format is read as well
+                        self._table = pa.ipc.open_stream(source).read_all()
+                    except pa.ArrowInvalid:
+                        self._table = pa.ipc.open_file(source).read_all()
             else:
                 # Python's json, not pyarrow.json: pyarrow 26 builds invalid list arrays from lists of nulls (as
                 # logprobs without engine values are). The jsonl format is a preview: small.

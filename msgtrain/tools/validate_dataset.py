@@ -10,7 +10,7 @@ What is checked, per data file, vectorised over its flat token arrays (:mod:`msg
   at every sample, and NeMo's label-aligned ``loss_mask`` is the trained mask shifted by one inside each sample;
 - ``tree`` rows: every segment's parent comes before it;
 - and against ``report.json`` (when present): each split's rows, samples, tokens (of the flat samples) and
-  trained tokens are what its files hold.
+  trained tokens are what its files hold; against ``dataset_info.json`` (parquet): each split's rows.
 
 Each problem names the file, the row (when one row is at fault: the first of them, with how many there are) and
 what was expected. A dataset with problems exits 3, as ``validate`` on logs does.
@@ -18,6 +18,7 @@ what was expected. A dataset with problems exits 3, as ``validate`` on logs does
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,7 +262,22 @@ def validate_dataset(out: str | Path) -> DatasetValidation:
                             HINT,
                         )
                     )
+    _check_dataset_info(Path(out), held, result.problems)
     return result
+
+
+def _check_dataset_info(out: Path, held: dict[str, dict[str, int]], problems: list[Finding]) -> None:
+    """``dataset_info.json`` (parquet layout): each split's ``num_examples`` is its rows, as ``datasets`` reads it."""
+    path = out / "dataset_info.json"
+    if not path.is_file():
+        return
+    splits = json.loads(path.read_text(encoding="utf-8")).get("splits") or {}
+    for split in sorted(set(splits) | set(held)):
+        want = (splits.get(split) or {}).get("num_examples", 0)
+        got = held[split]["rows"] if split in held else 0
+        if want != got:
+            message = f"dataset_info.json says {want} rows, the files hold {got}"
+            problems.append(Finding(str(path), f"splits.{split}", "info_mismatch", message, HINT))
 
 
 def render_dataset_validation(result: DatasetValidation) -> Any:
