@@ -88,6 +88,13 @@ def _summary(data: dict[str, Any], console: Console, output: str) -> None:
             f"[yellow]{incomplete} samples context-incomplete (system prompt or tools not in the log; "
             "see report.json flags)[/]",
         )
+    contradicted = data.get("flags", {}).get("usage_mismatch", 0)
+    if contradicted:
+        # The log's own API usage says the model saw another prompt than the one built (the tokenizer is its own).
+        t.add_row(
+            "usage",
+            f"[yellow]{contradicted} samples whose logged prompt size contradicts the context built[/]",
+        )
     # Always shown: a nightly job's operator looks for this number (readers that failed on input, see README).
     faults = r["rejected_by_reason"].get("reader_error", 0)
     debug_log = data["outputs"].get("debug_log")

@@ -85,7 +85,7 @@ def test_inspect_json_log_trains_each_reply_in_the_context_its_model_event_logge
 
 def _eval_archive(tmp_path: Path, samples: list[dict[str, Any]], name: str = "run.eval") -> Path:
     """An .eval archive in the layout of inspect_ai tests/log/test_eval_log/log_message_deduplication.eval."""
-    (tmp_path / "logs").mkdir(exist_ok=True)
+    (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
     path = tmp_path / "logs" / name
     header = {"version": 3, "status": "success", "eval": {"task": "guess", "model": "vllm/demo", "scorers": []}}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
@@ -217,3 +217,35 @@ def test_verifiers_completion_style_rollout_is_rejected_as_not_a_chat(tmp_path: 
     path.write_text(json.dumps(row) + "\n" + (SAMPLES / "verifiers/results.jsonl").read_text())
     _, graphs, rejects, _ = read_all(path)
     assert len(graphs) == 3 and [r.error.code for r in rejects] == ["not_a_chat"]
+
+
+# ------------------------------------------------------------------------------------------ reported prompt sizes
+
+
+def test_a_context_the_logged_usage_contradicts_is_flagged_when_the_tokenizer_is_the_models(tmp_path: Path) -> None:
+    demo = "msgtrain-demo-bytes-chatml"  # the embedded demo tokenizer's name: the "policy" of this log
+    sample = _pooled_sample(1, 1, "42", 1)
+    path = _eval_archive(tmp_path, [sample])
+    code, rows, _ = convert(tmp_path, path)
+    assert code == 0 and not any("usage_mismatch" in r["flags"] for r in rows)  # no usage logged: no check
+    built = [s["start"] for s in rows[0]["turn_spans"]]  # each turn's prompt, as msgtrain built it
+
+    # The logged size agrees (within the tolerance): no flag.
+    for event, size in zip(sample["events"], built, strict=True):
+        event["model"] = event["output"]["model"] = demo
+        event["output"]["usage"] = {"input_tokens": size + 3, "output_tokens": 3}
+    ok_path = _eval_archive(tmp_path / "ok", [sample])
+    _, rows, report = convert(tmp_path / "ok", ok_path)
+    assert not any("usage_mismatch" in r["flags"] for r in rows) and "usage_mismatch" not in report["flags"]
+    # The logged size is far from the context built here (a prompt the log does not hold): flagged and counted.
+    for event in sample["events"]:
+        event["output"]["usage"]["input_tokens"] = 5000
+    bad_path = _eval_archive(tmp_path / "bad", [sample])
+    _, rows, report = convert(tmp_path / "bad", bad_path)
+    assert all("usage_mismatch" in r["flags"] for r in rows) and report["flags"]["usage_mismatch"] == len(rows)
+    # Another model's tokenizer counts other tokens: no comparison is made.
+    for event in sample["events"]:
+        event["model"] = event["output"]["model"] = "openai/gpt-4o"
+    other_path = _eval_archive(tmp_path / "other", [sample])
+    _, rows, _ = convert(tmp_path / "other", other_path)
+    assert not any("usage_mismatch" in r["flags"] for r in rows)

@@ -301,6 +301,8 @@ def _add_model_calls(log: CallLogGraph, sample: dict[str, Any], resolve: _Attach
                 model=output.get("model") if isinstance(output.get("model"), str) else model,
                 finish_reason=choice.get("stop_reason") if isinstance(choice.get("stop_reason"), str) else None,
             )
+            if isinstance(output.get("usage"), dict):  # the prompt size the provider reported for this call
+                msg = msg.model_copy(update={"metadata": {**msg.metadata, "usage": output["usage"]}})
             samples.append(Step(msg, generation=gen))
         env = Env.make(openai_tools(tools, where=f"{at}.tools"))
         log.add(Call(context=[Step(m, index=i) for i, m in enumerate(context)], samples=samples, env=env))

@@ -40,7 +40,7 @@ from msgtrain.linearize.budget import (
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table
 from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
-from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context
+from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context, reported_prompt_tokens, same_model
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.graphlog import subgraphs
 from msgtrain.model.message import AnyMessage, Generation
@@ -75,6 +75,11 @@ class DropReason(StrEnum):
 NOT_FAILURES = frozenset(
     {DropReason.POLICY_NOT_SELECTED.value, DropReason.NEGATIVE_LABEL.value, DropReason.CONTEXT_UNKNOWN.value}
 )
+
+# A sample whose reply's API-reported prompt size contradicts the prompt msgtrain built for it (the tokenizer being the
+# model's own): the context is not what the model saw (a forced reader, a missing system prompt...).
+USAGE_MISMATCH = "usage_mismatch"
+USAGE_TOLERANCE = (16, 0.02)  # tokens, share of the reported size: whichever is larger
 
 # A reply the log judges (a KTO label, a chosen/rejected mark) carries the judgement in its message metadata; the
 # sample that trains it is flagged with it, and a reply judged bad is not trained unless asked for.
@@ -315,6 +320,8 @@ class _GraphLinearizer:
             raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
         if carries and not marked and not (prompt_engine and completion_engine):
             flags.append("content_special_tokens_parsed")
+        if self._usage_contradicts(t, prompt.shape[0]):
+            flags.append(USAGE_MISMATCH)
         tt = TurnTokens(
             t,
             prompt,
@@ -468,6 +475,19 @@ class _GraphLinearizer:
         self._emit_samples(source, extras)
         self._count_carried_replies(turns)
         return res
+
+    def _usage_contradicts(self, t: Turn, prompt_tokens: int) -> bool:
+        """Whether the prompt size the reply's API reported contradicts the prompt built here: checked only when
+        the tokenizer is the model's own (:func:`same_model`), beyond :data:`USAGE_TOLERANCE` (a template's
+        generation prompt or a BOS the API counts otherwise)."""
+        reported = reported_prompt_tokens(t.node.message.metadata)
+        if reported is None:
+            return False
+        model = (t.generation.model if t.generation is not None else None) or t.policy
+        if not same_model(self.tok.name, model):
+            return False
+        tokens, share = USAGE_TOLERANCE
+        return abs(prompt_tokens - reported) > max(tokens, share * reported)
 
     def _count_carried_replies(self, turns: list[Turn]) -> None:
         """Put in the books every reply the graph holds only as ``carried`` context: once per distinct reply, and

@@ -10,8 +10,8 @@ Invariants:
   ``missing`` a sorted subset of :data:`CONTEXT_PARTS`; marking twice merges what is missing.
 - A reader marks a graph only for what its format cannot hold or did not hold in this log; where the log holds the
   part (a logged request, a results file with the policy text), the reader puts it in the context instead.
-- When the user supplies the missing parts (``context:`` in the config) they are added to the graph's root and
-  the mark is cleared for what was supplied.
+- A reply's API-reported prompt size (:func:`reported_prompt_tokens`) is compared with the prompt msgtrain builds
+  when the tokenizer is the model's own (:func:`same_model`): a disagreement flags the sample ``usage_mismatch``.
 """
 
 from __future__ import annotations
@@ -43,10 +43,60 @@ def missing_context(graph: MessageGraph) -> list[str]:
     return [p for p in mark.get("missing", []) if p in CONTEXT_PARTS]
 
 
-def clear_context_parts(graph: MessageGraph, supplied: Iterable[str]) -> None:
-    """Drop ``supplied`` parts from the mark (the user gave them); the mark goes when nothing is missing."""
-    left = [p for p in missing_context(graph) if p not in set(supplied)]
-    if not left:
-        graph.metadata.pop(CONTEXT_INCOMPLETE, None)
-    else:
-        graph.metadata[CONTEXT_INCOMPLETE] = {**graph.metadata[CONTEXT_INCOMPLETE], "missing": left}
+# ------------------------------------------------------------------------------------------- reported prompt size
+
+# A reply's ``metadata["usage"]`` as its API reported it: the keys that give the prompt's size in tokens, per
+# provider. Anthropic (and Inspect, which follows it) count cached prompt tokens apart from ``input_tokens``:
+# those are added. OpenAI's ``cached_tokens`` / Codex's ``cached_input_tokens`` are a part of the prompt count
+# already, so they are not.
+_PROMPT_KEYS = (
+    "prompt_tokens",
+    "input_tokens",
+    "promptTokenCount",
+    "prompt_token_count",
+    "tokensIn",
+    "inputTokens",
+    "input",
+)
+_CACHED_APART = (
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "input_tokens_cache_read",
+    "input_tokens_cache_write",
+    "cacheReads",
+    "cacheWrites",
+)
+
+
+def reported_prompt_tokens(metadata: dict[str, Any]) -> int | None:
+    """The prompt size (tokens) the API reported for the call that produced a reply, or None when not logged."""
+    usage = metadata.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    for key in _PROMPT_KEYS:
+        value = usage.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            extra = sum(
+                v for k in _CACHED_APART if isinstance(v := usage.get(k), int | float) and not isinstance(v, bool)
+            )
+            return int(value + extra)
+    return None
+
+
+def same_model(tokenizer_name: str, model: str | None) -> bool:
+    """Whether a tokenizer (its name or folder) is the model's own: their base names, lower-cased and stripped of
+    everything but letters and digits, are equal or one starts the other with at least :data:`_MIN_NAME` characters
+    (``/models/Qwen3-8B`` and ``Qwen/Qwen3-8B``, ``qwen3-8b`` or ``Qwen3-8B-Instruct``). Only then can a reported
+    prompt size be compared with the tokens msgtrain builds."""
+    if not model or not tokenizer_name:
+        return False
+
+    def base(name: str) -> str:
+        tail = name.rstrip("/").rsplit("/", 1)[-1]
+        return "".join(c for c in tail.lower() if c.isalnum())
+
+    a, b = sorted((base(tokenizer_name), base(model)), key=len)
+    return bool(a) and (a == b or (len(a) >= _MIN_NAME and b.startswith(a)))
+
+
+_MIN_NAME = 6
