@@ -443,3 +443,18 @@ def test_a_generation_logged_as_input_messages_and_an_output_trains_the_output(t
     (graph,) = _graphs(path)
     assert _origins(graph) == [("system", "context"), ("user", "context"), ("assistant", "sampled")]
     assert graph.extras["model"] == "gpt-4o"
+
+
+def test_replies_beside_the_conversation_are_never_dropped_silently(tmp_path: Path) -> None:
+    # Shape of NVIDIA NeMo-RL's ranked preference data: {"context": [...], "completions": [{"rank", "completion"}]}.
+    record = {
+        "context": [{"role": "user", "content": "Hello"}],
+        "completions": [
+            {"rank": 0, "completion": [{"role": "assistant", "content": "Hi"}]},
+            {"rank": 1, "completion": [{"role": "assistant", "content": "Go away"}]},
+        ],
+    }
+    path = _jsonl(tmp_path / "ranked.jsonl", [record, record])
+    events = _events(path)
+    assert [type(e) for e in events] == [ReadReject, ReadReject]
+    assert "$.completions (2)" in events[0].error.message and events[0].turns == 2

@@ -327,6 +327,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
     else:
         branches = _preference(builder, holder, m, at)
     _check_speakers(norm, at)
+    _check_nothing_beside(holder, m, at)
     steps = _with_system(builder.steps, system, at, m)
     tools = openai_tools(m.field_of(holder, "tools"), where=f"{at}.{m.columns.get('tools', 'tools')}")
     base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
@@ -425,6 +426,22 @@ def _fork(norm: MessageNormaliser) -> MessageNormaliser:
     return MessageNormaliser(
         roles=norm.roles, role_key=norm.role_key, content_key=norm.content_key, open_calls=list(norm.open_calls)
     )
+
+
+def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
+    """Refuse a conversation whose record holds more replies beside it (ranked completions, a second transcript):
+    reading one part and dropping the rest would lose those turns without a word."""
+    used = {v.split(".")[0] for v in m.columns.values()}
+    beside = {k: message_like_count(v)[1] for k, v in holder.items() if k not in used and isinstance(v, dict | list)}
+    beside = {k: n for k, n in beside.items() if n}
+    if beside:
+        shown = ", ".join(f"{at}.{k} ({n})" for k, n in sorted(beside.items()))
+        raise ValidationError(
+            f"assistant messages beside the conversation, in {shown}: which of them were sampled, and in which "
+            "context, is ambiguous",
+            code="ambiguous_structure",
+            hint="write a mapping (--map) naming the messages, prompt/completion or chosen/rejected fields",
+        )
 
 
 def _check_speakers(norm: MessageNormaliser, at: str) -> None:
