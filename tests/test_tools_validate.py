@@ -135,7 +135,7 @@ def test_a_forced_format_is_used_for_every_file(capsys: pytest.CaptureFixture[st
 
 
 def test_an_unknown_forced_format_and_a_missing_input_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", str(SAMPLE_LOGS), "--input-format", "telepathy"]) == 1
+    assert main(["validate", str(SAMPLE_LOGS), "--input-format", "telepathy"]) == 2  # a bad option value: usage
     assert "unknown input format 'telepathy'" in capsys.readouterr().err
     assert main(["validate", "/no/such/path"]) == 2  # usage
     assert "does not exist" in capsys.readouterr().err

@@ -141,6 +141,21 @@ class ConvertConfig(BaseModel):
             raise ConfigError(f"unknown target {value!r}", hint=f"choose one of: {', '.join(TARGETS)}")
         return value
 
+    @field_validator("input_format")
+    @classmethod
+    def _known_format(cls, value: str | None) -> str | None:
+        # The registry's names without importing every reader (msgtrain.ingest.catalog is its listing).
+        from msgtrain.ingest.catalog import FORMATS
+
+        names = [name for name, _, _ in FORMATS]
+        if value is not None and value not in names:
+            close = difflib.get_close_matches(value, names, n=1)
+            raise ConfigError(
+                f"unknown input format {value!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                hint=f"choose one of: {', '.join(names)} (msgtrain formats lists them)",
+            )
+        return value
+
     @field_validator("split", mode="before")
     @classmethod
     def _parse_split(cls, value: Any) -> dict[str, float]:
