@@ -20,9 +20,9 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:  # the CLI reads the defaults at start-up: no numpy or rich for that
+    import numpy as np
+
     from msgtrain.tools.sample_view import SampleView
 
 DEFAULT_MAX_TURNS = 20
@@ -69,6 +69,8 @@ def _tail(pieces_of: PiecesOf, a: int, b: int, chars: int, pieces: list[str]) ->
 
 def turn_of_tokens(n: int, spans: Sequence[tuple[int, int]]) -> np.ndarray:
     """Per token: the index of the turn span holding it, or -1 (context)."""
+    import numpy as np
+
     out = np.full(n, -1, dtype=np.int64)
     for t, (a, b) in enumerate(spans):
         out[a:b] = t
