@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from msgtrain.ingest import registry  # noqa: F401 - registers the readers
+from msgtrain.ingest import registry
 from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
@@ -458,3 +458,13 @@ def test_replies_beside_the_conversation_are_never_dropped_silently(tmp_path: Pa
     events = _events(path)
     assert [type(e) for e in events] == [ReadReject, ReadReject]
     assert "$.completions (2)" in events[0].error.message and events[0].turns == 2
+
+
+def test_an_output_whose_input_is_empty_is_not_trained_after_a_context_the_policy_never_saw(tmp_path: Path) -> None:
+    # Shape of camel-ai/camel examples/datagen/self_instruct/data_output.json (commit 13dc7a7dda66d943949e5448d55e7
+    # 0d5a9481cfe): the instruction is beside a list of {"input": "", "output"} instances.
+    rows = [{"id": "t1", "instruction": "Write a story.", "instances": [{"input": "", "output": "Once upon a time."}]}]
+    path = tmp_path / "data_output.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    reader = registry.structural.READER
+    assert not [e for e in read_events(reader, path) if isinstance(e, ReadGraph)]

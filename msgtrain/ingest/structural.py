@@ -230,7 +230,10 @@ def _choice_messages(value: dict[str, Any]) -> list[Any] | None:
 
 
 def _prompt_like(value: Any) -> bool:
-    return isinstance(value, str) or is_message_list(value) or value == []
+    """A context: text or a message list. An empty one is not (the context is elsewhere, e.g. CAMEL's
+    ``{"instruction", "instances": [{"input": "", "output"}]}``: reading ``input`` as the prompt would train the
+    output after a context the policy never saw)."""
+    return (isinstance(value, str) and value.strip() != "") or is_message_list(value)
 
 
 def _assistant_count(value: Any, budget: list[int] | None = None) -> int:
