@@ -468,3 +468,21 @@ def test_an_output_whose_input_is_empty_is_not_trained_after_a_context_the_polic
     path.write_text(json.dumps(rows), encoding="utf-8")
     reader = registry.structural.READER
     assert not [e for e in read_events(reader, path) if isinstance(e, ReadGraph)]
+
+
+def test_a_message_tree_is_rejected_not_read_as_a_transcript_of_its_replies(tmp_path: Path) -> None:
+    # Shape of OpenAssistant's message trees (LAION-AI/Open-Assistant data/datasets: {"role": "prompter", "text",
+    # "replies": [...]}): the replies' context is the message above them, which a transcript of them would lose.
+    tree = {
+        "message_id": "m0",
+        "role": "prompter",
+        "text": "Explain gravity.",
+        "replies": [
+            {"message_id": "m1", "role": "assistant", "text": "Mass attracts mass.", "replies": []},
+            {"message_id": "m2", "role": "assistant", "text": "It bends spacetime.", "replies": []},
+        ],
+    }
+    path = _jsonl(tmp_path / "trees.jsonl", [tree, tree])
+    events = _events(path)
+    assert [type(e) for e in events] == [ReadReject, ReadReject]
+    assert "message tree" in events[0].error.message and events[0].turns == 2

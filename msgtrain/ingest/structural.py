@@ -167,6 +167,9 @@ def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
 def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
     """The layout of one object, if it holds a conversation directly (not in a nested object)."""
     lists = [k for k, v in record.items() if is_message_list(v)]
+    if lists and is_message_like(record):  # a message tree (OpenAssistant ``replies``): children are no transcript
+        count = _assistant_count(record)
+        return Ambiguity(path, f"a message tree (messages nested under {', '.join(lists)} of a message)", count)
     columns: dict[str, str] = {}
     for key in _SYSTEM_KEYS:
         if isinstance(record.get(key), str):
