@@ -51,6 +51,7 @@ from msgtrain.export.writer import (
     parquet_shard_info,
     write_parquet_info,
 )
+from msgtrain.run.config import ConvertConfig
 from msgtrain.run.parts import (
     PART_FILE,
     REJECTS_FILE,
@@ -134,7 +135,7 @@ def _group_counts(table: pa.Table, column: str) -> dict[str, Counter[str]]:
 
 
 def assembly_tables(
-    cfg: Any,
+    cfg: ConvertConfig,
     groups: Iterable[Group],
     read_group: ReadGroup,
     tally: Tally,
@@ -189,7 +190,7 @@ def unreadable_count(ignored: list[dict[str, str]]) -> int:
 
 
 def build_report(
-    cfg: Any, tally: Tally, tokenizer: dict[str, Any], ignored: list[dict[str, str]], outputs: dict[str, Any]
+    cfg: ConvertConfig, tally: Tally, tokenizer: dict[str, Any], ignored: list[dict[str, str]], outputs: dict[str, Any]
 ) -> dict[str, Any]:
     """``report.json``'s content (``tokenizer``: name, fingerprint, demo)."""
     stats, length = tally.stats, tally.length
@@ -270,7 +271,7 @@ def _read_rejects(parts: Path | str, key: str) -> str:
 
 
 # -------------------------------------------------------------------------------------------- one task per shard
-def distributable(cfg: Any) -> bool:
+def distributable(cfg: ConvertConfig) -> bool:
     """Whether this dataset can be written one shard per task: Parquet of a row-wise target."""
     options = TargetOptions(pack_length=cfg.pack_length, tree_scope=cfg.tree_scope)
     return bool(cfg.format == "parquet" and is_row_wise(get_target(cfg.target), options))
@@ -284,7 +285,7 @@ class ScanResult:
     tally: Tally
 
 
-def scan_groups(cfg: Any, parts: Path | str, groups: list[Group]) -> ScanResult:
+def scan_groups(cfg: ConvertConfig, parts: Path | str, groups: list[Group]) -> ScanResult:
     """Count the rows each group gives to each split (a task: reads parts, writes nothing)."""
     tally = Tally()
     rows: list[dict[str, int]] = [{} for _ in groups]
@@ -345,7 +346,9 @@ class ShardResult:
     trained_tokens: int
 
 
-def write_shard(cfg: Any, parts: Path | str, groups: list[Group], plan: ShardPlan, dest: Path | str) -> ShardResult:
+def write_shard(
+    cfg: ConvertConfig, parts: Path | str, groups: list[Group], plan: ShardPlan, dest: Path | str
+) -> ShardResult:
     """Write one shard into ``dest`` (the dataset's directory, or its prefix on a store) at ``plan.name`` (a
     task): read the groups ``plan`` names, keep its rows, write them as the sequential writer writes that shard."""
     wanted = {g: (start, stop) for g, start, stop in plan.pieces}
@@ -379,7 +382,9 @@ def write_shard(cfg: Any, parts: Path | str, groups: list[Group], plan: ShardPla
     return ShardResult(info, split["samples"], split["tokens"], split["trained_tokens"])
 
 
-def shard_outputs(cfg: Any, splits: list[str], plans: list[ShardPlan], results: list[ShardResult]) -> dict[str, Any]:
+def shard_outputs(
+    cfg: ConvertConfig, splits: list[str], plans: list[ShardPlan], results: list[ShardResult]
+) -> dict[str, Any]:
     """The writer's summary (the report's ``outputs``) of a dataset written one shard per task."""
     out: dict[str, dict[str, Any]] = {}
     for name in splits:
@@ -449,7 +454,7 @@ def scan_batches(groups: list[Group], tasks: int) -> list[tuple[int, int]]:
 
 
 def assemble_on_cluster(
-    cfg: Any,
+    cfg: ConvertConfig,
     parts: Path | str,
     groups: list[Group],
     dest: Path | str,
@@ -500,5 +505,5 @@ def write_metadata(
             _put(root / name, dest, name)
 
 
-def _scan_slice(cfg: Any, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:
+def _scan_slice(cfg: ConvertConfig, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:
     return scan_groups(cfg, parts, groups[start:stop])

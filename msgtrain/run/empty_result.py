@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import OutputError
+from msgtrain.run.config import ConvertConfig
 
 
 def first_reject(path: Path | None) -> str | None:
@@ -32,10 +33,10 @@ def first_reject(path: Path | None) -> str | None:
     return f"{record.get('where') or record.get('file')}: {record.get('message')}"
 
 
-def refuse_nothing_read(cfg: Any, report: dict[str, Any], rejects: Path | None = None) -> None:
+def refuse_nothing_read(cfg: ConvertConfig, report: dict[str, Any], rejects: Path | None = None) -> None:
     """Raise :class:`OutputError` (code ``nothing_read``) when the run's report converted no record."""
     records = report["records"]
-    if records["converted"] or getattr(cfg, "allow_empty", False):
+    if records["converted"] or cfg.allow_empty:
         return
     files = report.get("files", {}).get("read", 0)
     ignored = len(report.get("files", {}).get("ignored", ()))
@@ -50,7 +51,7 @@ def refuse_nothing_read(cfg: Any, report: dict[str, Any], rejects: Path | None =
     unreadable = records["rejected_by_reason"].get("unreadable_file", 0)
     hint = (
         "with --engine ray every node must see the inputs at the same path (or read them from s3:// URLs); "
-        if unreadable and getattr(cfg, "engine", "local") == "ray"
+        if unreadable and cfg.engine == "ray"
         else ""
     )
     raise OutputError(

@@ -56,6 +56,7 @@ from msgtrain.linearize.budget import (
 )
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler
+from msgtrain.run.config import ConvertConfig
 from msgtrain.run.storage import Store, join
 
 MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
@@ -101,7 +102,7 @@ class LinearizeSettings:
         return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
-def settings_from_config(cfg: Any, debug_log: str | None = None) -> LinearizeSettings:
+def settings_from_config(cfg: ConvertConfig, debug_log: str | None = None) -> LinearizeSettings:
     """The linearize settings of a :class:`msgtrain.run.config.ConvertConfig` (``convert`` and ``validate`` alike)."""
     return LinearizeSettings(
         tokenizer=cfg.tokenizer,

@@ -61,6 +61,7 @@ from msgtrain.run.assembly import (
     distributable,
     write_drops,
 )
+from msgtrain.run.config import ConvertConfig
 from msgtrain.run.empty_result import refuse_nothing_read
 from msgtrain.run.journal import append_manifest, load_manifest, save_manifest
 from msgtrain.run.lease import StoreLease, store_lock
@@ -223,7 +224,7 @@ def _run_parts(
 
 
 # ---------------------------------------------------------------------------------------------------- convert
-def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
+def convert(cfg: ConvertConfig, progress: ProgressHook | None = None) -> dict[str, Any]:
     """Run a conversion described by a :class:`msgtrain.run.config.ConvertConfig`; return the report.
 
     A local OUT is checked (:func:`check_output`) before anything is written, and everything beside it is changed
@@ -231,11 +232,12 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     if cfg.output is None:
         raise ConfigError("no output directory", hint="pass -o OUT")
+    output = cfg.output
     if cfg.engine == "ray":  # a task's working directory is not the driver's: every path it opens is absolute
         cfg = config_for_workers(cfg)
-    if getattr(cfg, "keep_missing", False) and not cfg.resume:
+    if cfg.keep_missing and not cfg.resume:
         raise ConfigError("--keep-missing keeps parts of earlier runs: it needs --resume", hint="add --resume")
-    if is_remote(cfg.output):
+    if is_remote(str(output)):
         if cfg.rejects is not None:
             raise ConfigError(
                 "--rejects cannot be used with an object-store OUT",
@@ -244,11 +246,11 @@ def convert(cfg: Any, progress: ProgressHook | None = None) -> dict[str, Any]:
         state = join(str(cfg.output), STATE_PREFIX)
         with store_lock(state) as lease:  # a store has no flock: a lease object with a heartbeat
             return _convert_in(cfg, None, state, join(state, "parts"), started, progress, lease)
-    out = Path(cfg.output)
+    out = Path(output)
     check_output(
         out,
         [Path(p) for p in cfg.inputs if not is_remote(str(p))],
-        overwrite=getattr(cfg, "overwrite", False),
+        overwrite=cfg.overwrite,
         rejects=Path(cfg.rejects) if cfg.rejects is not None else None,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -277,7 +279,7 @@ def _check_chat_template(tok: Any, source: str) -> None:
         )
 
 
-def load_tokenizer_checked(cfg: Any) -> Any:
+def load_tokenizer_checked(cfg: ConvertConfig) -> Any:
     """The tokenizer of a config, its ``--chat-template`` checked to render a conversation (a usage error if not)."""
     if cfg.chat_template is None:
         return load_tokenizer(cfg.tokenizer, None)
@@ -296,7 +298,7 @@ def load_tokenizer_checked(cfg: Any) -> Any:
 
 
 def _convert_in(
-    cfg: Any,
+    cfg: ConvertConfig,
     out: Path | None,
     state: Path | str,
     parts_dir: Path | str,
@@ -474,7 +476,7 @@ def _convert_in(
                 where=str(parts_dir),
                 hint="run the same command with --resume to recompute them",
             )
-        if getattr(cfg, "keep_missing", False):
+        if cfg.keep_missing:
             # Parts of earlier inputs that are not inputs now (rotated logs); a file that is an input now with
             # other bytes replaces its old parts.
             published += sorted(
@@ -562,9 +564,9 @@ def _completeness(parts_dir: Path | str) -> Callable[[str], bool]:
     return lambda key: is_complete(parts_dir / key)
 
 
-def _refuse_empty_replacement(cfg: Any, out: Path, samples: int) -> None:
+def _refuse_empty_replacement(cfg: ConvertConfig, out: Path, samples: int) -> None:
     """An empty result does not silently replace a dataset that has samples (a wrong template, a wrong folder)."""
-    if samples or getattr(cfg, "allow_empty", False):
+    if samples or cfg.allow_empty:
         return
     previous = previous_report(out)
     had = ((previous or {}).get("samples") or {}).get("written") or 0
@@ -576,7 +578,7 @@ def _refuse_empty_replacement(cfg: Any, out: Path, samples: int) -> None:
         )
 
 
-def _check_reject_rate(cfg: Any, stats: PartStats) -> None:
+def _check_reject_rate(cfg: ConvertConfig, stats: PartStats) -> None:
     limit = cfg.max_reject_rate
     rejected = sum(stats.records_rejected.values())
     if limit is not None and stats.records_read and rejected / stats.records_read > limit:
@@ -589,7 +591,7 @@ def _check_reject_rate(cfg: Any, stats: PartStats) -> None:
 
 
 def _assemble(
-    cfg: Any,
+    cfg: ConvertConfig,
     out: Path,
     tok: Any,
     parts_dir: Path,
@@ -631,7 +633,12 @@ def _local_group_reader(parts_dir: Path) -> Callable[[list[str]], list[tuple[dic
 
 
 def write_local_dataset(
-    cfg: Any, tmp: Path, parts_dir: Path, groups: list[list[str]], ignored: list[dict[str, str]], rejects: Path
+    cfg: ConvertConfig,
+    tmp: Path,
+    parts_dir: Path,
+    groups: list[list[str]],
+    ignored: list[dict[str, str]],
+    rejects: Path,
 ) -> dict[str, Any]:
     """Write the dataset from local parts into ``tmp`` (not published) and return its report: a Ray task's body
     (the tokenizer, needed to decode cut reasons and for the report, is loaded where it runs)."""
@@ -639,7 +646,9 @@ def write_local_dataset(
     return _write_dataset(cfg, tmp, tok, _local_group_reader(parts_dir), groups, ignored, None, rejects)
 
 
-def _reporter(cfg: Any, tok: Any, ignored: list[dict[str, str]]) -> Callable[[Tally, dict[str, Any]], dict[str, Any]]:
+def _reporter(
+    cfg: ConvertConfig, tok: Any, ignored: list[dict[str, str]]
+) -> Callable[[Tally, dict[str, Any]], dict[str, Any]]:
     def report(tally: Tally, outputs: dict[str, Any]) -> dict[str, Any]:
         data = build_report(cfg, tally, _tokenizer_info(tok), ignored, outputs)
         check_accounting(data)
@@ -649,7 +658,7 @@ def _reporter(cfg: Any, tok: Any, ignored: list[dict[str, str]]) -> Callable[[Ta
 
 
 def _assemble_on_cluster(
-    cfg: Any, out: Path, tok: Any, parts_dir: Path, groups: list[list[str]], ignored: list[dict[str, str]]
+    cfg: ConvertConfig, out: Path, tok: Any, parts_dir: Path, groups: list[list[str]], ignored: list[dict[str, str]]
 ) -> dict[str, Any]:
     """:func:`_assemble` with one Ray task per shard writing into the staging directory (a path every node sees,
     as the parts directory is); the driver writes the metadata and publishes."""
@@ -672,7 +681,7 @@ def _assemble_on_cluster(
 
 
 def assemble_to_store(
-    cfg: Any, parts_url: str, groups: list[list[str]], ignored: list[dict[str, str]], target: str
+    cfg: ConvertConfig, parts_url: str, groups: list[list[str]], ignored: list[dict[str, str]], target: str
 ) -> dict[str, Any]:
     """Assemble the dataset from parts on a store into the prefix ``target`` (a fresh version; publishing its
     pointer is the caller's job). Runs where it is called: on the driver, or as a Ray task on a worker.
@@ -698,7 +707,7 @@ def assemble_to_store(
 
 
 def _write_dataset(
-    cfg: Any,
+    cfg: ConvertConfig,
     tmp: Path,
     tok: Any,
     read_group: Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]],

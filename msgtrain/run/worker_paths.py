@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.linearize.tokenizer_source import looks_local
+from msgtrain.run.config import ConvertConfig
 from msgtrain.run.parts import Job
 from msgtrain.run.storage import is_remote
 
@@ -27,7 +28,7 @@ def _absolute(path: Path | str) -> Path:
     return Path(os.path.abspath(os.path.expanduser(path)))
 
 
-def config_for_workers(cfg: Any) -> Any:
+def config_for_workers(cfg: ConvertConfig) -> ConvertConfig:
     """``cfg`` with every local path a task opens made absolute (inputs keep their spelling: see the module)."""
     update: dict[str, Any] = {}
     if cfg.output is not None and not is_remote(str(cfg.output)):

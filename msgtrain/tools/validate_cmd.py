@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.text import Text
@@ -33,6 +33,9 @@ from msgtrain.ingest.base import Reader, ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import open_reader, read_events
 from msgtrain.ingest.faults import default_debug_log, log_traceback
 from msgtrain.model.validate import validate_graph
+
+if TYPE_CHECKING:
+    from msgtrain.run.config import ConvertConfig
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,7 @@ class Linearization:
     allow_partial_turns: bool = False
 
     @classmethod
-    def from_config(cls, cfg: Any) -> Linearization:
+    def from_config(cls, cfg: ConvertConfig) -> Linearization:
         """From a :class:`msgtrain.run.config.ConvertConfig`: convert's tokenizer (the embedded demo one when none
         is given, no network), its checked ``--chat-template``, render date, policies and length policy."""
         from msgtrain.linearize.render import Renderer
