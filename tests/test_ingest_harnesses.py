@@ -12,6 +12,9 @@ The fixtures are written here, in exactly the shape of the real logs (never the 
   ``environments/gsm8k/outputs/evals/gsm8k--gpt-4.1-mini/d497acc3/results.jsonl`` at 0404fcbc (single turn, empty
   completions) and ``verifiers/legacy/utils/save_utils.py`` ``state_to_output`` at a60a606e (``tool_defs``,
   ``metrics``, ``token_usage``).
+- smolagents: ``sample_logs/smolagents/steps.json`` follows ``AgentMemory.get_full_steps()`` / ``ActionStep.dict()``
+  in huggingface/smolagents ``src/smolagents/memory.py`` at e3a5b8994b301983b91c0325546e9dc82eab8cf0 (roles
+  ``tool-call`` / ``tool-response``; the model classes' ``get_clean_message_list`` in ``models.py``).
 """
 
 from __future__ import annotations
@@ -249,3 +252,29 @@ def test_a_context_the_logged_usage_contradicts_is_flagged_when_the_tokenizer_is
     other_path = _eval_archive(tmp_path / "other", [sample])
     _, rows, _ = convert(tmp_path / "other", other_path)
     assert not any("usage_mismatch" in r["flags"] for r in rows)
+
+
+# ------------------------------------------------------------------------------------------------- smolagents
+
+
+def test_smolagents_steps_train_each_output_in_its_cleaned_model_input() -> None:
+    name, graphs, rejects, skips = read_all(SAMPLES / "smolagents/steps.json")
+    assert name == "smolagents" and not rejects and skips == Counter({"non_model_step": 1})
+    (graph,) = graphs
+    # tool-call becomes assistant and merges with the output before it; tool-response becomes user.
+    assert sorted(branch_codes(graph.graph)) == ["S U A U A*", "S U A*"]
+    second = graph.graph.path(graph.graph.head[-1])
+    merged = second[2].message.text
+    assert merged.endswith("<end_code>\nCalling tools:\n" + merged.split("Calling tools:\n", 1)[1])
+    assert second[3].message.role == "user" and second[3].message.text.startswith("Observation:")
+    assert missing_context(graph.graph) == []
+
+
+def test_smolagents_tool_calling_agent_without_logged_schemas_is_context_incomplete(tmp_path: Path) -> None:
+    steps = json.loads((SAMPLES / "smolagents/steps.json").read_text())
+    call = {"id": "call_9", "type": "function", "function": {"name": "final_answer", "arguments": {"answer": "391"}}}
+    steps[2]["model_output_message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps(steps))
+    _, (graph,), rejects, _ = read_all(path)
+    assert not rejects and missing_context(graph.graph) == ["tools"]

@@ -103,6 +103,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/gemini_api/calls.jsonl",
     ),
     (
+        "smolagents",
+        "smolagents memory steps with model_input_messages / model_output_message (get_full_steps)",
+        "sample_logs/smolagents/steps.json",
+    ),
+    (
         "claude_code",
         "Claude Code session transcripts (JSONL with uuid/parentUuid, sub-agent files, loglines exports)",
         "sample_logs/claude_code/session.jsonl",

@@ -35,6 +35,7 @@ from msgtrain.ingest import (
     options,
     otel,
     sharegpt,
+    smolagents,
     structural,
     swe_agent,
     tau2_bench,
@@ -70,6 +71,7 @@ _READERS: list[Reader] = [
     openai_responses.READER,
     calls.READER,
     gemini_api.READER,
+    smolagents.READER,
     # Agent sessions and traces: their detectors key on format-specific fields, so they go before generic lists.
     claude_code.READER,
     codex.READER,
