@@ -486,3 +486,34 @@ def test_a_message_tree_is_rejected_not_read_as_a_transcript_of_its_replies(tmp_
     events = _events(path)
     assert [type(e) for e in events] == [ReadReject, ReadReject]
     assert "message tree" in events[0].error.message and events[0].turns == 2
+
+
+def test_message_rows_with_parent_ids_are_read_as_a_tree_each_reply_in_its_own_context(tmp_path: Path) -> None:
+    # Shape of OpenAssistant's flat message rows (message_id, parent_id, role prompter/assistant, text; the
+    # oasst1 2023-04-12 export read by LAION-AI/Open-Assistant model/model_training/custom_datasets).
+    rows = [
+        {"message_id": "a", "parent_id": None, "role": "prompter", "text": "Hi", "lang": "en"},
+        {"message_id": "b", "parent_id": "a", "role": "assistant", "text": "Hello!", "lang": "en"},
+        {"message_id": "c", "parent_id": "b", "role": "prompter", "text": "How are you?", "lang": "en"},
+        {"message_id": "d", "parent_id": "c", "role": "assistant", "text": "Fine.", "lang": "en"},
+        {"message_id": "e", "parent_id": "a", "role": "assistant", "text": "Hey.", "lang": "en"},
+        {"message_id": "f", "parent_id": "zz", "role": "assistant", "text": "Lost.", "lang": "en"},
+    ]
+    path = _jsonl(tmp_path / "oasst.jsonl", rows)
+    events = _events(path)
+    (graph,) = [e for e in events if isinstance(e, ReadGraph)]
+    (orphan,) = [e for e in events if isinstance(e, ReadReject)]
+    assert graph.records == 5 and len(graph.graph.leaves()) == 2 and orphan.error.code == "orphan_message"
+    _samples, stats, _ = convert_file(path, SETTINGS)
+    assert stats.turns_trained == 3 and stats.records_read == 6
+
+
+def test_message_per_line_without_parents_is_one_conversation(tmp_path: Path) -> None:
+    rows = [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}, {"from": "human", "value": "q2"}]
+    rows += [{"from": "gpt", "value": "a2"}]
+    path = _jsonl(tmp_path / "lines.jsonl", rows)
+    forced = LinearizeSettings(
+        tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format="structural"
+    )
+    _, stats, rejects = convert_file(path, forced)
+    assert rejects == [] and stats.turns_trained == 2 and stats.graphs == 1

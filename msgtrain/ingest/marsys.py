@@ -166,7 +166,8 @@ class MarsysReader:
             roles = shape.values_at(f"{prefix}.role")
             if not roles or not roles <= MARSYS_ROLES:
                 continue
-            if roles & MARSYS_ONLY_ROLES or shape.has(f"{prefix}.message_id"):
+            # MARSYS messages carry ``content`` (OpenAssistant rows carry message_id and role too, but ``text``).
+            if (roles & MARSYS_ONLY_ROLES or shape.has(f"{prefix}.message_id")) and shape.has(f"{prefix}.content"):
                 return True
         return False
 

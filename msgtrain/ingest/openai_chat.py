@@ -51,6 +51,7 @@ from msgtrain.model.openai import KNOWN_ROLES, check_reply_present, from_openai_
 
 MESSAGE_KEYS = ("messages", "traj")
 _READ_PATHS = (".role", "[].role", ".messages[].role", ".traj[].role")  # where detection looks for roles
+_TREE_PARENT_KEYS = ("parent_id", "parentId")
 _NOT_EXTRAS = frozenset({"tools", "functions", "chat_template_kwargs"})
 
 
@@ -119,6 +120,8 @@ class OpenAIChatReader:
     def detect(self, path: Path, head: bytes) -> bool:
         del path
         shape = head_shape(head)
+        if any(shape.has(f"{p}.{k}") for p in ("", "[]") for k in _TREE_PARENT_KEYS):
+            return False  # messages pointing at their parents form a tree, not one list (the structural reader)
         return any(_has_chat_roles(shape, p) for p in _READ_PATHS)
 
     def explain(self, path: Path, head: bytes) -> str | None:

@@ -37,9 +37,11 @@ Each conversation found is one record of the books (a document holding several c
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -576,7 +578,15 @@ class StructuralReader:
         return any(shape.has(f".{a}", f".{b}") for a, b in pairs)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
-        for ref, value, raw in _records(path):
+        records = _records(path)
+        first = next(records, None)
+        if first is None:
+            return
+        stream = itertools.chain([first], records)
+        if self.mapping is None and first[0].record.startswith("line ") and _lone_message(first[1]):
+            yield from _message_lines(path, stream)
+            return
+        for ref, value, raw in stream:
             if isinstance(value, MsgtrainError):
                 yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
                 continue
@@ -629,6 +639,109 @@ def _task(path: Path, ref: SourceRef, found: Found) -> Any:
 
 
 READER = StructuralReader()
+
+
+# (id key, parent key) of messages logged one per line as a tree (OpenAssistant rows, chat UIs' exports).
+_TREE_KEYS = (
+    ("message_id", "parent_id"),
+    ("id", "parent_id"),
+    ("id", "parentId"),
+    ("id", "parent"),
+    ("uuid", "parentUuid"),
+)
+_Lines = list[tuple[SourceRef, dict[str, Any]]]
+
+
+def _lone_message(value: Any) -> bool:
+    """A record that is one message (message-per-line JSONL), not a record holding conversations."""
+    return isinstance(value, dict) and is_message_like(value) and not any(is_message_list(v) for v in value.values())
+
+
+def _message_lines(path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> Iterator[ReadItem]:
+    """Message-per-line JSONL: one conversation of all lines, or, when the lines carry parent ids, one graph per
+    root of the tree they form (each path a branch, siblings sampled from the same context)."""
+    lines: _Lines = []
+    for ref, value, raw in stream:
+        if isinstance(value, MsgtrainError):
+            yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
+        elif not _lone_message(value):
+            err = ValidationError("not a message, in a file of one message per line", code="ambiguous_structure")
+            yield ReadReject(ref, err.located(str(ref)), excerpt(raw), turns=message_like_count(value)[1])
+        else:
+            lines.append((ref, value))
+    if not lines:
+        return
+    keys = next(
+        (k for k in _TREE_KEYS if all(k[0] in v for _, v in lines) and any(v.get(k[1]) for _, v in lines)), None
+    )
+    if keys is None:
+        yield RecordTask(lines[0][0], partial(_linear_lines, path, lines), records=len(lines), raw=lines[0][1])
+        return
+    known = {str(v[keys[0]]) for _, v in lines}
+    children: dict[str | None, _Lines] = {}
+    for ref, v in lines:
+        parent = v.get(keys[1])
+        parent_key = str(parent) if parent is not None else None
+        if parent_key is not None and parent_key not in known:
+            err = ValidationError(
+                f"its parent {parent_key!r} is not in the file: the context it was written in is unknown",
+                code="orphan_message",
+            )
+            yield ReadReject(ref, err.located(str(ref)), excerpt(v), turns=message_like_count(v)[1])
+            continue
+        children.setdefault(parent_key, []).append((ref, v))
+    for root_ref, root in children.get(None, []):
+        size = _subtree_size(str(root[keys[0]]), children, keys[0])
+        yield RecordTask(
+            root_ref, partial(_tree_graph, path, root_ref, root, children, keys[0]), records=size, raw=root
+        )
+
+
+def _subtree_size(node_id: str, children: dict[str | None, _Lines], id_key: str) -> int:
+    size, stack = 0, [node_id]
+    while stack:
+        size += 1
+        stack.extend(str(v[id_key]) for _, v in children.get(stack.pop(), []))
+    return size
+
+
+def _linear_lines(path: Path, lines: _Lines) -> list[ReadEvent]:
+    builder = _Builder(MessageNormaliser())
+    for ref, value in lines:
+        builder.add(value, f"{ref} $")
+    _check_speakers(builder.norm, "$")
+    graph = MessageGraph(graph_id=base_graph_id(path, lines[0][0]), metadata={"source_format": "structural"})
+    for step in builder.steps:
+        graph.append(step.message, origin=step.origin)
+    graph.graph_id = content_graph_id(graph.graph_id, graph)
+    return [ReadGraph(graph, lines[0][0], records=len(lines))]
+
+
+def _tree_graph(
+    path: Path, root_ref: SourceRef, root: dict[str, Any], children: dict[str | None, _Lines], id_key: str
+) -> list[ReadEvent]:
+    """One root's tree: each message added under its parent, tool pairing carried down each branch."""
+    base = base_graph_id(path, root_ref)
+    graph = MessageGraph(graph_id=base, metadata={"source_format": "structural", "layout": "tree"})
+    names: set[str] = set()
+    stack: list[tuple[SourceRef, dict[str, Any], str | None, MessageNormaliser, dict[str, str]]] = [
+        (root_ref, root, None, MessageNormaliser(), {})
+    ]
+    size = 0
+    while stack:
+        ref, value, parent, norm, call_names = stack.pop()
+        size += 1
+        builder = _Builder(norm, call_names=call_names)
+        builder.add(value, f"{ref} $")
+        names |= norm.names
+        node = parent
+        for step in builder.steps:
+            node = graph.add_node(node, step.message, origin=step.origin)
+        for child_ref, child in reversed(children.get(str(value[id_key]), [])):
+            stack.append((child_ref, child, node, _fork(norm), dict(builder.call_names)))
+    _check_speakers(MessageNormaliser(names=names), "$")
+    graph.graph_id = content_graph_id(base, graph)
+    return [ReadGraph(graph, root_ref, records=size)]
 
 
 def file_assistant_turns(path: Path) -> int:
