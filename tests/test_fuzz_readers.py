@@ -5,7 +5,9 @@ truncate, duplicate or reorder lines) ``validate`` and ``convert`` run in-proces
 their books (records read = converted + rejected + skipped, the same count for both commands), and — where a JSONL
 line was mutated in place and the file is still read by the same reader — give exactly the samples they gave before
 for every conversation that does not contain the mutated line (conversations as the reader's ``chunk_keys`` group
-lines). Seeded and bounded (hypothesis, derandomized).
+lines), and — for every reader, sessions included — train at least the turns the same file trains with that line
+unreadable: one bad field costs at most its record and the turns whose context held it. Seeded and bounded
+(hypothesis, derandomized).
 """
 
 from __future__ import annotations
@@ -233,6 +235,7 @@ def test_a_mutated_log_never_crashes_balances_its_books_and_keeps_untouched_samp
     reader_name, before = originals[original]
     if line is None or _reader_name(path) != reader_name:
         return
+    _costs_at_most_an_unreadable_record(path, line, stats, tmp_path_factory.mktemp("reference"))
     touched_before, touched_after = _touched_lines(original, line), _touched_lines(path, line)
     if touched_before is None or touched_after is None:
         return
@@ -241,6 +244,22 @@ def test_a_mutated_log_never_crashes_balances_its_books_and_keeps_untouched_samp
     for first_line, expected in old.items():
         if first_line not in touched:
             assert new.get(first_line) == expected, (kind, line, first_line)
+
+
+def _costs_at_most_an_unreadable_record(path: Path, line: int, stats: PartStats, folder: Path) -> None:
+    """One bad field costs at most the record it is in and the turns whose context held that record: exactly what
+    the same file with that record unreadable (a line that is not JSON) costs. So the mutant trains at least the
+    turns the reference trains, and rejects at most as many records as the reference, plus the records that only
+    made sense with it (a tool result answering a call in the rejected record: at most one per rejected record)."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[line - 1] = b'{"not json\n'
+    reference = folder / path.name
+    reference.write_bytes(b"".join(lines))
+    if _reader_name(reference) != _reader_name(path):
+        return  # the unreadable line was what made the file this format (a native graph's header): no reference
+    _, expected, _ = convert_file(reference, SETTINGS)
+    assert stats.turns_trained >= expected.turns_trained, (path.name, line, stats.to_json(), expected.to_json())
+    assert stats.records_read == expected.records_read
 
 
 def test_a_ten_megabyte_string_in_a_record_is_read_like_any_other(tmp_path: Path) -> None:

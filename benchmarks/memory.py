@@ -1,0 +1,103 @@
+"""Peak memory of ``msgtrain convert`` against the size of the largest record: the bound in docs/performance.md.
+
+Usage: ``python3 benchmarks/memory.py`` (record sizes 1, 2, 4, 8 and 16 MB; ``--sizes 1 4 16``; ``--tokenizer
+PATH``, default the Qwen3 tokenizer of ../shared when present, else the embedded demo tokenizer).
+
+Per size, one JSONL file holds a few small conversations and one conversation whose record is that large (a user
+message of ~size bytes of prose, and a short reply), converted by a fresh ``msgtrain convert`` process; its peak
+RSS (``ru_maxrss`` of the child) is printed against the record size. A first run with only the small conversations
+gives the base; ``k`` is printed as the least-squares slope of (peak - base) against the record size and as the
+largest (peak - base) / size, the factor of the bound ``peak ≤ base + k × largest record`` the docs state.
+
+Invariants: one process per measurement (peaks never mix); the inputs are generated, nothing from ../shared but the
+tokenizer is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3 = ROOT.parent / "shared" / "tokenizers" / "qwen3"
+RUN = "import sys; sys.argv[0] = 'msgtrain'; from msgtrain.cli import run; run()"
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "tired", "engineers"]
+
+
+def _small(i: int) -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"a {i}"}]}
+
+
+def _prose(size: int) -> str:
+    out: list[str] = []
+    n = 0
+    i = 0
+    while n < size:
+        word = WORDS[(i * 7 + i // 13) % len(WORDS)]
+        out.append(word)
+        n += len(word) + 1
+        i += 1
+    return " ".join(out)
+
+
+def write_input(folder: Path, size: int) -> Path:
+    """A JSONL log of 8 small conversations and, when ``size`` > 0, one record of about ``size`` bytes."""
+    path = folder / f"log-{size}.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(8):
+            f.write(json.dumps(_small(i)) + "\n")
+        if size:
+            big = {"messages": [{"role": "user", "content": _prose(size)}, {"role": "assistant", "content": "ok"}]}
+            f.write(json.dumps(big) + "\n")
+    return path
+
+
+def peak_rss(path: Path, out: Path, tokenizer: str | None) -> int:
+    """Peak RSS in bytes of one ``msgtrain convert`` process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    cmd = [sys.executable, "-c", RUN, "convert", str(path), "-o", str(out), "-q", "--max-graph-tokens", "0"]
+    if tokenizer:
+        cmd += ["--tokenizer", tokenizer]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode not in (0, 3):
+        raise SystemExit(f"convert failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    # ru_maxrss of the children is the largest child so far: sizes run in increasing order, so it is this one's.
+    return max(after, before) * 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4, 8, 16], help="record sizes in MB")
+    parser.add_argument("--tokenizer", default=str(QWEN3) if QWEN3.is_dir() else None)
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s * 1_000_000) for s in args.sizes)
+    with tempfile.TemporaryDirectory(prefix="msgtrain-mem-") as tmp:
+        folder = Path(tmp)
+        base = peak_rss(write_input(folder, 0), folder / "out-0", args.tokenizer)
+        rows = []
+        for size in sizes:
+            peak = peak_rss(write_input(folder, size), folder / f"out-{size}", args.tokenizer)
+            rows.append((size, peak))
+    n = len(rows)
+    mean_x = sum(s for s, _ in rows) / n
+    mean_y = sum(p - base for _, p in rows) / n
+    k = sum((s - mean_x) * (p - base - mean_y) for s, p in rows) / max(sum((s - mean_x) ** 2 for s, _ in rows), 1)
+    worst = max((p - base) / s for s, p in rows)
+    print(f"tokenizer: {args.tokenizer or 'demo'}; base (no large record): {base / 2**20:.0f} MiB")
+    print("| record | peak RSS | peak − base | (peak − base) / record |")
+    print("|---|---|---|---|")
+    for size, peak in rows:
+        extra = peak - base
+        print(f"| {size / 1e6:.0f} MB | {peak / 2**20:.0f} MiB | {extra / 2**20:.0f} MiB | {extra / size:.1f} |")
+    print(f"k (slope) = {k:.1f}; largest ratio = {worst:.1f}: peak ≤ {base / 2**20:.0f} MiB + {worst:.0f} × record")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
