@@ -15,6 +15,11 @@ The fixtures are written here, in exactly the shape of the real logs (never the 
 - smolagents: ``sample_logs/smolagents/steps.json`` follows ``AgentMemory.get_full_steps()`` / ``ActionStep.dict()``
   in huggingface/smolagents ``src/smolagents/memory.py`` at e3a5b8994b301983b91c0325546e9dc82eab8cf0 (roles
   ``tool-call`` / ``tool-response``; the model classes' ``get_clean_message_list`` in ``models.py``).
+- AutoGen: ``sample_logs/autogen/agent_state.json`` follows the ``TeamState`` / ``AssistantAgentState``
+  (``llm_context.messages``) that microsoft/autogen's agentchat state tutorial prints
+  (``python/docs/src/user-guide/agentchat-user-guide/tutorial/state.ipynb``); the chat messages below follow
+  ``TaskResult.messages`` (``autogen_agentchat.messages``: ``TextMessage``, ``ToolCallRequestEvent``,
+  ``ToolCallExecutionEvent``, ``ToolCallSummaryMessage``).
 """
 
 from __future__ import annotations
@@ -278,3 +283,41 @@ def test_smolagents_tool_calling_agent_without_logged_schemas_is_context_incompl
     path.write_text(json.dumps(steps))
     _, (graph,), rejects, _ = read_all(path)
     assert not rejects and missing_context(graph.graph) == ["tools"]
+
+
+# ---------------------------------------------------------------------------------------------------- AutoGen
+
+
+def test_autogen_saved_model_context_trains_each_assistant_message_and_lacks_the_agents_prompt() -> None:
+    name, (graph,), rejects, _ = read_all(SAMPLES / "autogen/agent_state.json")
+    assert name == "autogen" and not rejects
+    assert graph.source.record == "agent_states.weather_agent.agent_state.llm_context.messages"
+    assert branch_codes(graph.graph) == ["U A* T A*"]
+    call = graph.graph.path(graph.graph.head[-1])[1].message
+    assert isinstance(call, OptionCallMessage) and call.calls[0].raw_arguments == '{"city": "Oslo"}'
+    assert call.reasoning == "I should look the weather up."
+    assert missing_context(graph.graph) == ["system_prompt", "tools"]
+
+
+def _task_result(*sources: str) -> list[dict[str, Any]]:
+    call = {"id": "c1", "arguments": '{"q": "x"}', "name": "search"}
+    result = {"content": "found", "name": "search", "call_id": "c1", "is_error": False}
+    messages: list[dict[str, Any]] = [{"source": "user", "type": "TextMessage", "content": "Find x."}]
+    for source in sources:
+        messages += [
+            {"source": source, "type": "ToolCallRequestEvent", "content": [call], "models_usage": None},
+            {"source": source, "type": "ToolCallExecutionEvent", "content": [result]},
+            {"source": source, "type": "ToolCallSummaryMessage", "content": "found"},
+            {"source": source, "type": "TextMessage", "content": "x is found."},
+        ]
+    return messages
+
+
+def test_autogen_task_result_messages_leave_out_the_tool_summary_and_refuse_several_speakers(tmp_path: Path) -> None:
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"messages": _task_result("assistant"), "stop_reason": None}))
+    name, (graph,), rejects, _ = read_all(path)
+    assert name == "autogen" and not rejects and branch_codes(graph.graph) == ["U A* T A*"]
+    path.write_text(json.dumps({"messages": _task_result("writer", "critic")}))
+    _, graphs, rejects, _ = read_all(path)
+    assert not graphs and [r.error.code for r in rejects] == ["multi_agent"]

@@ -108,6 +108,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/smolagents/steps.json",
     ),
     (
+        "autogen",
+        "AutoGen 0.4+ model contexts (llm_context / LLMMessage lists) and agentchat TaskResult messages",
+        "sample_logs/autogen/agent_state.json",
+    ),
+    (
         "claude_code",
         "Claude Code session transcripts (JSONL with uuid/parentUuid, sub-agent files, loglines exports)",
         "sample_logs/claude_code/session.jsonl",

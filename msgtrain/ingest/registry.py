@@ -15,6 +15,7 @@ from typing import Any
 from msgtrain.errors import FormatError
 from msgtrain.ingest import (
     anthropic,
+    autogen,
     calls,
     cassettes,
     claude_code,
@@ -72,6 +73,7 @@ _READERS: list[Reader] = [
     calls.READER,
     gemini_api.READER,
     smolagents.READER,
+    autogen.READER,
     # Agent sessions and traces: their detectors key on format-specific fields, so they go before generic lists.
     claude_code.READER,
     codex.READER,
