@@ -36,18 +36,19 @@ SHARED = ROOT.parent / "shared"
 SAMPLE_LOGS = ROOT / "sample_logs"
 
 
-# `.ci/run` sets MSGTRAIN_TEST_SHARED_USERS to a file: the tests that reach into ../shared are listed there (by
-# `file::name`, parameters dropped) so that they alone are run again in a copy of the checkout with nothing beside
-# it, cheaply showing that a bare clone skips them rather than failing. A test reaches the materials through
+# `.ci/run` sets MSGTRAIN_TEST_SHARED_USERS to a file: the tests that reach into ../shared are listed there (node
+# ids) so that they alone run again in a copy of the checkout with nothing beside it (MSGTRAIN_TEST_ONLY names the
+# list there), cheaply showing that a bare clone skips them rather than failing. A test reaches the materials through
 # `shared_path` / `shared_folders` or by opening or listing anything below SHARED (an audit hook sees those).
 _SHARED_USERS_FILE = os.environ.get("MSGTRAIN_TEST_SHARED_USERS")
 _shared_users: set[str] = set()
+SHARED_ABSENT = "shared-absent"  # the id of the parameter shared_folders gives where ../shared is absent
 
 
 def _note_shared_use() -> None:
     current = os.environ.get("PYTEST_CURRENT_TEST")  # "tests/x.py::test_y[param] (call)", set while a test runs
     if _SHARED_USERS_FILE and current:
-        _shared_users.add(current.rsplit(" ", 1)[0].split("[", 1)[0])
+        _shared_users.add(current.rsplit(" ", 1)[0])
 
 
 if _SHARED_USERS_FILE:
@@ -62,6 +63,23 @@ if _SHARED_USERS_FILE:
                 _note_shared_use()
 
     sys.addaudithook(_audit)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With MSGTRAIN_TEST_ONLY: run only the listed tests, and the placeholder of a listed parametrization over
+    ../shared's folders (whose real parameters do not exist without them); the rest is deselected."""
+    only = os.environ.get("MSGTRAIN_TEST_ONLY")
+    if not only:
+        return
+    listed = set(Path(only).read_text(encoding="utf-8").split())
+    functions = {test.split("[", 1)[0] for test in listed}
+    keep = [
+        item
+        for item in items
+        if item.nodeid in listed or (SHARED_ABSENT in item.nodeid and item.nodeid.split("[", 1)[0] in functions)
+    ]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -89,7 +107,7 @@ def shared_folders(*parts: str) -> list[Any]:
     if p.is_dir():
         return sorted(child.name for child in p.iterdir() if child.is_dir())
     reason = f"../shared/{'/'.join(parts)} not present (it ships beside the checkout in CI, not with the package)"
-    return [pytest.param("absent", marks=pytest.mark.skip(reason=reason))]
+    return [pytest.param("absent", marks=pytest.mark.skip(reason=reason), id=SHARED_ABSENT)]
 
 
 # name -> (tokenizer folder, chat template override or None). SmolLM3 and the DeepSeek-R1-Distill-Qwen template ship
