@@ -472,7 +472,7 @@ def test_samples_longer_than_a_row_are_dropped_listed_and_counted_and_the_rest_i
     assert 0 < len(too_long) < len(lengths)
     out = tmp_path / target
     args = ["convert", str(ROOT / "sample_logs"), "-o", str(out), "--target", target, "--pack-length", str(pack_length)]
-    assert main(args) == 0
+    assert main(args) == 3  # published, with dropped samples: partial (README, Exit codes)
     summary = capsys.readouterr()
     assert f"too_long={len(too_long)} (listed in" in summary.out + summary.err  # the summary's dropped-samples row
     report = json.loads((out / "report.json").read_text())

@@ -154,7 +154,8 @@ def part_key(digest: str, settings_key: str, chunk: str = "", name: str = "") ->
     are one part wherever they are and however the path is spelled (relative, absolute, through a symlink, moved to
     another folder), and only their ``source`` is rewritten on reuse (:func:`reuse_part`)."""
     text = f"{digest}\0{settings_key}" + (f"\0{chunk}" if chunk or name else "") + (f"\0{name}" if name else "")
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    # A file name the OS gave as undecodable bytes (surrogate escapes) is still a key: hash it losslessly.
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True)
