@@ -24,8 +24,9 @@ from msgtrain.ingest.registry import REGISTRY, directory_reader, unit_directorie
 from msgtrain.model.completeness import missing_context
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.validate import validate_graph
-from msgtrain.run.parts import LinearizeSettings, convert_file, file_digest
+from msgtrain.run.parts import LinearizeSettings, convert_file
 from msgtrain.run.plan import discover_inputs
+from msgtrain.run.storage import file_digest
 from tests.conftest import shared_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,8 +35,8 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO, Literal
 
 from msgtrain.errors import FormatError, MsgtrainError, ValidationError
 from msgtrain.ingest.base import (
@@ -52,6 +52,7 @@ from msgtrain.ingest.base import (
     iter_json_lines,
     load_json_document,
 )
+from msgtrain.ingest.files import input_files
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import SkipTally, as_dict, graph_id_for
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
@@ -135,6 +136,10 @@ class ClaudeCodeReader:
             )
         shape = head_shape(head)
         return shape.layout == "object" and shape.has(".loglines", ".loglines[].type", ".loglines[].message")
+
+    def siblings(self, location: PurePosixPath) -> list[PurePosixPath]:
+        """Files this reader consults beside ``location`` (:mod:`msgtrain.ingest.files`): a sub-agent's session."""
+        return _parent_session(location)
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         skips = SkipTally(path)
@@ -611,43 +616,56 @@ def _result_value(content: Any) -> Any:
 _AGENT_TYPE_FROM_ID = re.compile(r"^a([a-z_]+)-[0-9a-f]+$")
 
 
+def _parent_session(location: PurePosixPath) -> list[PurePosixPath]:
+    """A sub-agent file's parent session: ``<session>/subagents/agent-<id>.jsonl`` → ``<session>.jsonl``."""
+    if location.parent.name != "subagents":
+        return []
+    return [location.parent.parent.with_suffix(".jsonl")]
+
+
 def _subagent_type(path: Path, agent_id: str) -> str | None:
-    """The sub-agent's type: from a typed agent id (``acompact-…``) or the parent session's ``Task`` call."""
+    """The sub-agent's type: from a typed agent id (``acompact-…``) or the parent session's ``Task`` call (opened
+    through the storage interface, :mod:`msgtrain.ingest.files`, which an object-store run serves too)."""
     m = _AGENT_TYPE_FROM_ID.match(agent_id)
     if m:
         return m.group(1)
-    if path.parent.name != "subagents":
-        return None
-    session_file = path.parent.parent.with_suffix(".jsonl")
-    if not session_file.is_file():
-        return None
+    files = input_files()
+    for session in _parent_session(files.location(path)):
+        f = files.open_sibling(path, session)
+        if f is not None:
+            with f:
+                return _task_type(f, agent_id)
+    return None
+
+
+def _task_type(f: BinaryIO, agent_id: str) -> str | None:
+    """The ``subagent_type`` of the ``Task`` call a session file ties to ``agent_id``."""
     needle = agent_id.encode()
     task_types: dict[str, str] = {}
     wanted: set[str] = set()
-    with open(session_file, "rb") as f:
-        for raw in bounded_lines(f):
-            # Only the few lines naming the agent or a sub-agent type are parsed; the rest are skimmed.
-            if needle not in raw and b"subagent_type" not in raw:
+    for raw in bounded_lines(f):
+        # Only the few lines naming the agent or a sub-agent type are parsed; the rest are skimmed.
+        if needle not in raw and b"subagent_type" not in raw:
+            continue
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if not isinstance(obj, dict):
+            continue
+        data = as_dict(obj.get("data"))
+        tur = as_dict(obj.get("toolUseResult"))
+        if data.get("agentId") == agent_id and isinstance(obj.get("parentToolUseID"), str):
+            wanted.add(obj["parentToolUseID"])
+        content = (obj.get("message") or {}).get("content") if isinstance(obj.get("message"), dict) else None
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
                 continue
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if not isinstance(obj, dict):
-                continue
-            data = as_dict(obj.get("data"))
-            tur = as_dict(obj.get("toolUseResult"))
-            if data.get("agentId") == agent_id and isinstance(obj.get("parentToolUseID"), str):
-                wanted.add(obj["parentToolUseID"])
-            content = (obj.get("message") or {}).get("content") if isinstance(obj.get("message"), dict) else None
-            for block in content if isinstance(content, list) else []:
-                if not isinstance(block, dict):
-                    continue
-                if tur.get("agentId") == agent_id and block.get("type") == "tool_result":
-                    wanted.add(str(block.get("tool_use_id")))
-                inp = block.get("input")
-                if block.get("type") == "tool_use" and isinstance(inp, dict) and inp.get("subagent_type"):
-                    task_types[str(block.get("id"))] = str(inp["subagent_type"])
+            if tur.get("agentId") == agent_id and block.get("type") == "tool_result":
+                wanted.add(str(block.get("tool_use_id")))
+            inp = block.get("input")
+            if block.get("type") == "tool_use" and isinstance(inp, dict) and inp.get("subagent_type"):
+                task_types[str(block.get("id"))] = str(inp["subagent_type"])
     return next((task_types[t] for t in sorted(wanted) if t in task_types), None)
 
 

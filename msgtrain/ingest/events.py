@@ -108,6 +108,9 @@ class Reader(Protocol):
     ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
     the whole file's (``vote_layout`` in :mod:`msgtrain.ingest.conversation_files`).
 
+    Optional: ``siblings(location)`` declares the files beside the input the reader may consult, opened only
+    through :func:`msgtrain.ingest.files.input_files` (a part's key covers their bytes).
+
     Optional: ``detect_directory(path)`` makes the reader's unit a *directory* (a log written as a folder, one file
     per event): it says, cheaply (a few ``stat`` calls), whether ``path`` is one of its folders. Input discovery
     then hands the folder to ``read`` once and does not look at the files inside it

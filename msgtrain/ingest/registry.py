@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from msgtrain.errors import FormatError
@@ -136,3 +136,15 @@ def forced_reader(input_format: str | None, mapping: str | None) -> Any:
     if mapping:
         return structural.StructuralReader(parse_mapping(json.loads(mapping)))
     return get_reader(input_format) if input_format else None
+
+
+def declared_siblings(location: PurePosixPath) -> list[PurePosixPath]:
+    """Every file a reader declares it may consult beside the input at ``location`` (its optional ``siblings``
+    method, :mod:`msgtrain.ingest.files`), sorted: what the run stage folds into the part's key. Readers declare by
+    location alone, so this needs no detection and reads nothing."""
+    found: set[PurePosixPath] = set()
+    for reader in REGISTRY.values():
+        siblings = getattr(reader, "siblings", None)
+        if siblings is not None:
+            found.update(p for p in siblings(location) if p != location)
+    return sorted(found)

@@ -46,6 +46,7 @@ from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef
 from msgtrain.ingest.boundary import open_reader, read_events
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.ingest.faults import log_traceback
+from msgtrain.ingest.files import reading_through
 from msgtrain.ingest.mapping import mapping_text
 from msgtrain.ingest.registry import forced_reader
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
@@ -57,7 +58,7 @@ from msgtrain.linearize.budget import (
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.storage import Store, join
+from msgtrain.run.storage import Store, StoreFiles, join
 
 MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
 SAMPLES_FILE = "samples.arrow"
@@ -132,19 +133,6 @@ def linearize_options(settings: LinearizeSettings) -> LinearizeOptions:
         max_graph_samples=settings.max_graph_samples,
         max_graph_state_bytes=settings.max_graph_state_bytes,
     )
-
-
-def file_digest(path: Path) -> str:
-    """A hash of a file's bytes; for a directory log, of every file in it (relative names and bytes, sorted)."""
-    h = hashlib.blake2b(digest_size=16)
-    members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for member in members:
-        if member is not path:
-            h.update(str(member.relative_to(path)).encode("utf-8", "surrogatepass") + b"\0")
-        with open(member, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
 
 
 def part_key(digest: str, settings_key: str, chunk: str = "", name: str = "") -> str:
@@ -368,7 +356,8 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
 
     The readers open local files; the copy keeps the object's name (format detection looks at the suffix), and
     the samples' sources and the rejects name the object's URL, not the copy. Readers that look at files beside
-    their input (a Claude Code sub-agent's parent session) see only the one object.
+    their input (a Claude Code sub-agent's parent session) open them on the store, through the storage interface
+    (:class:`~msgtrain.run.storage.StoreFiles`).
     """
     if not isinstance(job.path, str):
         samples, stats, rejects = convert_file(job.path, settings, job.chunk)
@@ -395,7 +384,9 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
             stats = PartStats(records_read=1, records_rejected=Counter(unreadable_file=1))
             error = MsgtrainError(f"{type(e).__name__}: {e}", code="unreadable_file")
             return [], stats, [_reject_line(SourceRef(url, "file"), error)]
-        samples, stats, rejects = convert_file(local, settings, job.chunk)
+        # Readers reach files beside the object on the store, as a local run reaches them on the disk.
+        with reading_through(StoreFiles(local, url)):
+            samples, stats, rejects = convert_file(local, settings, job.chunk)
     return _relabelled(samples, stats, rejects, str(local), url)
 
 

@@ -74,7 +74,6 @@ from msgtrain.run.parts import (
     PartStats,
     convert_job,
     fetch_part,
-    file_digest,
     is_complete,
     part_key,
     read_part,
@@ -86,6 +85,7 @@ from msgtrain.run.plan import (
     _chunkable,
     _object_chunkable,
     discover_locations,
+    input_digest,
     plan_file,
 )
 from msgtrain.run.publish import (
@@ -378,7 +378,7 @@ def _convert_in(
             progress("hash", {"index": index, "total": len(files)})
         try:
             # An object on a store is hashed by the store (its metadata, or a read); a folder log by its objects.
-            digest = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
+            digest = input_digest(f)  # the file's bytes, and those of files its reader consults beside it
         except OSError as e:
             ignored.append({"path": str(f), "reason": f"unreadable: {e.strerror or e}"})
             continue

@@ -36,10 +36,11 @@ import secrets
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
 
 from msgtrain.errors import ConfigError, OutputError
+from msgtrain.ingest.files import BytesSibling
 
 URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 POINTER = "_latest"
@@ -307,3 +308,51 @@ def iter_parts_complete(store: Store, parts_url: str, marker: str) -> Iterator[s
         head, _, name = url.rpartition("/")
         if name == marker:
             yield head.rpartition("/")[2]
+
+
+def file_digest(path: Path) -> str:
+    """A hash of a file's bytes; for a directory log, of every file in it (relative names and bytes, sorted)."""
+    h = hashlib.blake2b(digest_size=16)
+    members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for member in members:
+        if member is not path:
+            h.update(str(member.relative_to(path)).encode("utf-8", "surrogatepass") + b"\0")
+        with open(member, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------- locations for readers
+def location_of(url: str) -> PurePosixPath:
+    """An object's location as readers see it (:mod:`msgtrain.ingest.files`): ``s3://b/k`` → ``/b/k``."""
+    return PurePosixPath("/" + url.partition("://")[2].strip("/"))
+
+
+def url_of(scheme_of: str, location: PurePosixPath) -> str:
+    """The URL of a location on the store of ``scheme_of`` (any URL of that store)."""
+    return f"{scheme_of.partition('://')[0]}://{str(location).lstrip('/')}"
+
+
+class StoreFiles:
+    """The storage interface readers see (:class:`msgtrain.ingest.files.InputFiles`) for an object copied to
+    ``local``: its location is the object's, and a sibling is read from the store, as a local run reads it from
+    the disk beside the input."""
+
+    def __init__(self, local: Path, url: str):
+        self.local, self.url = local, url
+
+    def location(self, path: Path) -> PurePosixPath:
+        if path == self.local:
+            return location_of(self.url)
+        if self.local in path.parents:  # a file of a folder log copied whole
+            return location_of(self.url).joinpath(*path.relative_to(self.local).parts)
+        return PurePosixPath(path.as_posix())
+
+    def open_sibling(self, path: Path, sibling: PurePosixPath) -> BinaryIO | None:
+        url = url_of(self.url, sibling)
+        store = Store.of(url)
+        try:
+            return BytesSibling(store.read_bytes(url)) if store.exists(url) else None
+        except OSError:  # unreadable: as if absent, as a local run treats it
+            return None
