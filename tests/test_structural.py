@@ -517,3 +517,51 @@ def test_message_per_line_without_parents_is_one_conversation(tmp_path: Path) ->
     )
     _, stats, rejects = convert_file(path, forced)
     assert rejects == [] and stats.turns_trained == 2 and stats.graphs == 1
+
+
+def test_a_json_array_of_message_rows_with_parent_ids_is_a_tree_not_one_transcript(tmp_path: Path) -> None:
+    # Shape of LAION-AI/Open-Assistant backend/test_data/generic/test_generic_data.json (commit
+    # f1e6ed9526f5817531f3ab85441a40b3671ddccb): task_message_id, user_message_id, parent_message_id, text, role.
+    rows = [
+        {
+            "task_message_id": "t1",
+            "user_message_id": "u1",
+            "parent_message_id": None,
+            "text": "Hi!",
+            "role": "prompter",
+        },
+        {
+            "task_message_id": "t2",
+            "user_message_id": "u2",
+            "parent_message_id": "u1",
+            "text": "Hello!",
+            "role": "assistant",
+        },
+        {
+            "task_message_id": "t3",
+            "user_message_id": "u3",
+            "parent_message_id": "u2",
+            "text": "Soup?",
+            "role": "prompter",
+        },
+        {
+            "task_message_id": "t4",
+            "user_message_id": "u4",
+            "parent_message_id": "u2",
+            "text": "Tea?",
+            "role": "prompter",
+        },
+        {
+            "task_message_id": "t5",
+            "user_message_id": "u5",
+            "parent_message_id": "u3",
+            "text": "Yes.",
+            "role": "assistant",
+        },
+    ]
+    path = tmp_path / "seed.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    (graph,) = _graphs(path)
+    assert graph.records == 5 and len(graph.graph.leaves()) == 2
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert rejects == [] and stats.turns_trained == 2

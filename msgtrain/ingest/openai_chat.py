@@ -51,7 +51,7 @@ from msgtrain.model.openai import KNOWN_ROLES, check_reply_present, from_openai_
 
 MESSAGE_KEYS = ("messages", "traj")
 _READ_PATHS = (".role", "[].role", ".messages[].role", ".traj[].role")  # where detection looks for roles
-_TREE_PARENT_KEYS = ("parent_id", "parentId")
+_TREE_PARENT_KEYS = ("parent_id", "parentId", "parent_message_id")
 _NOT_EXTRAS = frozenset({"tools", "functions", "chat_template_kwargs"})
 
 

@@ -586,6 +586,11 @@ class StructuralReader:
         if self.mapping is None and first[0].record.startswith("line ") and _lone_message(first[1]):
             yield from _message_lines(path, stream)
             return
+        if self.mapping is None and first[0].record == "file" and isinstance(first[1], list):
+            items = [(SourceRef(str(path), f"item {i}"), v) for i, v in enumerate(first[1])]
+            if is_message_list(first[1]) and _tree_keys(items) is not None:  # a JSON array of message rows, a tree
+                yield from _message_lines(path, ((ref, v, v) for ref, v in items))
+                return
         for ref, value, raw in stream:
             if isinstance(value, MsgtrainError):
                 yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
@@ -644,6 +649,9 @@ READER = StructuralReader()
 # (id key, parent key) of messages logged one per line as a tree (OpenAssistant rows, chat UIs' exports).
 _TREE_KEYS = (
     ("message_id", "parent_id"),
+    ("user_message_id", "parent_message_id"),
+    ("message_id", "parent_message_id"),
+    ("id", "parent_message_id"),
     ("id", "parent_id"),
     ("id", "parentId"),
     ("id", "parent"),
@@ -671,9 +679,7 @@ def _message_lines(path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> 
             lines.append((ref, value))
     if not lines:
         return
-    keys = next(
-        (k for k in _TREE_KEYS if all(k[0] in v for _, v in lines) and any(v.get(k[1]) for _, v in lines)), None
-    )
+    keys = _tree_keys(lines)
     if keys is None:
         yield RecordTask(lines[0][0], partial(_linear_lines, path, lines), records=len(lines), raw=lines[0][1])
         return
@@ -695,6 +701,13 @@ def _message_lines(path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> 
         yield RecordTask(
             root_ref, partial(_tree_graph, path, root_ref, root, children, keys[0]), records=size, raw=root
         )
+
+
+def _tree_keys(lines: _Lines) -> tuple[str, str] | None:
+    """The (id, parent) keys of message rows that form a tree: every row has the id, some have a parent."""
+    return next(
+        (k for k in _TREE_KEYS if all(k[0] in v for _, v in lines) and any(v.get(k[1]) for _, v in lines)), None
+    )
 
 
 def _subtree_size(node_id: str, children: dict[str | None, _Lines], id_key: str) -> int:
