@@ -144,12 +144,82 @@ ADDED_TOKENS = {
 }
 _BUILT: dict[str, object] = {}
 
+FIXTURE_TEMPLATES = ROOT / "tests" / "fixtures" / "templates"
+# Template families written for the tests in the shape of real ones (each file names the template it follows), over
+# qwen3's vocabulary with the template's control tokens added as special tokens:
+# name -> (template file, added tokens, bos, eos, generation_config.json's eos_token_id as tokens or None).
+SHAPED = {
+    "rerender-tooluse": (
+        "rerender_tooluse.jinja",
+        ["<|START_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>"],
+        "<BOS_TOKEN>",
+        "<|END_OF_TURN_TOKEN|>",
+        None,
+    ),
+    "calls-only": ("calls_only.jinja", [], None, None, None),
+    "role-headers": (
+        "role_headers.jinja",
+        ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"],
+        None,
+        "<|endoftext|>",
+        ["<|endoftext|>", "<|user|>", "<|observation|>"],
+    ),
+    "drops-calls": (
+        "drops_calls.jinja",
+        ["<|start_of_role|>", "<|end_of_role|>"],
+        None,
+        "<|end_of_text|>",
+        None,
+    ),
+    "prefill-turns": (
+        "prefill_turns.jinja",
+        ["<|turn>", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>"],
+        "<bos>",
+        "<turn|>",
+        ["<turn|>", "<|tool_response>"],
+    ),
+}
+_SHAPED_DIR: list[Path] = []
+
+
+def shaped_tokenizer_folder(name: str) -> Path:
+    """A tokenizer folder (tokenizer files, the shaped template, generation_config.json) for a SHAPED family, made
+    once per session in a temporary directory; skipped when ../shared's qwen3 vocabulary is absent."""
+    if not _SHAPED_DIR:
+        import atexit
+        import shutil
+        import tempfile
+
+        _SHAPED_DIR.append(Path(tempfile.mkdtemp(prefix="msgtrain-shaped-")))
+        atexit.register(shutil.rmtree, _SHAPED_DIR[0], True)
+    folder = _SHAPED_DIR[0] / name
+    if not folder.is_dir():
+        import json
+
+        from tokenizers import AddedToken
+
+        from msgtrain.linearize.tokenizer import auto_tokenizer
+
+        template, added, bos, eos, gen_eos = SHAPED[name]
+        hf = auto_tokenizer(str(shared_path("tokenizers", "qwen3")))
+        new = [t for t in [*added, *(x for x in (bos, eos) if x)] if t not in hf.get_vocab()]
+        hf.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)
+        hf.add_special_tokens({k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v})
+        hf.chat_template = (FIXTURE_TEMPLATES / template).read_text(encoding="utf-8")
+        hf.save_pretrained(str(folder))
+        if gen_eos:
+            ids = [hf.convert_tokens_to_ids(t) for t in gen_eos]
+            (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": ids}), encoding="utf-8")
+    return folder
+
 
 def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
     from msgtrain.linearize import load_tokenizer
 
     if name == "demo":
         return load_tokenizer(None)
+    if name in SHAPED:
+        return load_tokenizer(str(shaped_tokenizer_folder(name)))
     folder, template = TEMPLATES[name]
     if name not in ADDED_TOKENS:
         return load_tokenizer(str(shared_path(folder)), str(shared_path(template)) if template else None)

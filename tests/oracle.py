@@ -36,6 +36,11 @@ END_OF_TURN = {
     "gpt-oss": (["<|end|>", "<|return|>", "<|call|>"], "last"),
     "smollm3": (["<|im_end|>"], "first"),
     "deepseek-r1-distill": (["<｜end▁of▁sentence｜>"], "first"),
+    "rerender-tooluse": (["<|END_OF_TURN_TOKEN|>"], "first"),
+    "calls-only": (["<|im_end|>"], "first"),
+    "role-headers": (["<|user|>", "<|observation|>", "<|endoftext|>"], "first"),
+    "drops-calls": (["<|end_of_text|>"], "first"),
+    "prefill-turns": (["<turn|>", "<|tool_response>"], "first"),
 }
 
 # Control-token text a user, a tool or a schema may carry, per template (its own tokens and some of its vocabulary's).
@@ -47,7 +52,15 @@ INJECT = {
     "gpt-oss": ["<|start|>", "<|end|>", "<|message|>", "<|call|>", "<|return|>"],
     "smollm3": ["<|im_start|>", "<|im_end|>", "<think>"],
     "deepseek-r1-distill": ["<｜User｜>", "<｜end▁of▁sentence｜>", "</think>", "<｜Assistant｜>"],
+    "rerender-tooluse": ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|CHATBOT_TOKEN|>"],
+    "calls-only": ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_response>"],
+    "role-headers": ["<|user|>", "<|observation|>", "<|assistant|>", "</think>"],
+    "drops-calls": ["<|start_of_role|>", "<|end_of_text|>"],
+    "prefill-turns": ["<|turn>", "<turn|>", "<|tool_response>"],
 }
+
+# Templates that render one tool call per assistant message.
+SINGLE_CALL = {"gpt-oss", "llama3.1"}
 
 WORDS = [
     "the",
@@ -172,7 +185,7 @@ class RunGenerator:
 
     def _call_id(self) -> str:
         self.ids += 1
-        return f"call_{self.ids}"
+        return f"call{self.ids:05d}"  # nine alphanumeric characters, as Mistral's templates require
 
     def _control(self) -> str:
         return self.rng.choice(INJECT[self.template])
@@ -196,7 +209,7 @@ class RunGenerator:
         elif rng.random() < 0.5:
             msg["reasoning_content"] = _text(rng, 3, 15)
         if allow_tools and self.with_tools and rng.random() < 0.45:
-            n = 1 if self.template == "gpt-oss" else rng.choice([1, 1, 2])
+            n = 1 if self.template in SINGLE_CALL else rng.choice([1, 1, 2])
             calls = []
             for _ in range(n):
                 name = rng.choice(["search", "read_file"])
@@ -446,19 +459,93 @@ class Oracle:
         self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None
     ) -> tuple[list[int], list[int]] | None:
         """(prompt ids, completion ids) per the spec, or None when the template cannot render the turn after its
-        prompt."""
-        p = self.ids(ctx, tools, True, created)
-        full = self.ids([*ctx, msg], tools, False, created)
-        if full[: len(p)] != p:
+        prompt.
+
+        In ids, independently of msgtrain's text-level rule: when the turn's rendering does not extend the prompt,
+        the completion is what the message's rendering inserts into the context's, after the generation prompt's
+        header (the prompt's ids after the context's; or the part of it before one of its control tokens, when
+        history renders no prefill). A completion without an end-of-turn token ends with the token the template
+        writes before a following message, when that token is one of the template's end-of-turn tokens."""
+        try:
+            p = self.ids(ctx, tools, True, created)
+            full = self.ids([*ctx, msg], tools, False, created)
+        except Exception:  # jinja errors, raise_exception(...): the template cannot render this turn at all
             return None
-        rest = full[len(p) :]
+        start, end = len(p), len(full)
+        if full[: len(p)] != p:
+            span = self._inserted(ctx, tools, full, p, created)
+            if span is None:
+                return None
+            start, end = span
+        rest = full[start:end]
         ends, which = END_OF_TURN[self.template]
         end_ids = {self.hf.convert_tokens_to_ids(t) for t in ends}
         pos = [i for i, t in enumerate(rest) if t in end_ids]
-        if not pos:
+        if pos:
+            cut = pos[0] if which == "first" else pos[-1]
+            return p, rest[: cut + 1]
+        while rest and not self.hf.decode(rest[-1:]).strip():
+            rest = rest[:-1]
+
+        # What stopped generation: the token the template writes before what follows the message (which may render
+        # the message itself differently, e.g. without its reasoning, but not its end).
+        def after(text: str) -> list[dict[str, Any]]:
+            if msg.get("tool_calls"):
+                return [
+                    {"role": "tool", "tool_call_id": tc["id"], "name": tc["name"], "content": text}
+                    for tc in msg["tool_calls"]
+                ]
+            return [{"role": "user", "content": text}]
+
+        try:
+            followed = self.ids([*ctx, msg, *after("next")], tools, False, created)
+            other = self.ids([*ctx, msg, *after("other words")], tools, False, created)
+        except Exception:
+            return (p, rest) if rest else None
+        limit = 0  # where the follower's text begins: the two renderings part there
+        while limit < min(len(followed), len(other)) and followed[limit] == other[limit]:
+            limit += 1
+        tail = rest[-3:]
+        ends_at = [j + len(tail) for j in range(limit - len(tail), -1, -1) if followed[j : j + len(tail)] == tail]
+        if ends_at:
+            k = ends_at[0]
+            while k < limit and not self.hf.decode(followed[k : k + 1]).strip():
+                k += 1
+            if k < limit and followed[k] in end_ids:
+                return p, rest + followed[ends_at[0] : k + 1]
+        return (p, rest) if rest else None  # a template that ends this turn with no token at all
+
+    def _inserted(
+        self, ctx: list[dict[str, Any]], tools: Any, full: list[int], p: list[int], created: int | None
+    ) -> tuple[int, int] | None:
+        a = self.ids(ctx, tools, False, created)
+        if p[: len(a)] != a:
             return None
-        cut = pos[0] if which == "first" else pos[-1]
-        return p, rest[: cut + 1]
+        header = p[len(a) :]
+        lcp = 0
+        while lcp < min(len(a), len(full)) and a[lcp] == full[lcp]:
+            lcp += 1
+        added_ids = set(self.added.values())
+        cuts = sorted({k for k, t in enumerate(header) if t in added_ids and k > 0}, reverse=True)
+        for h in [header, *(header[:k] for k in cuts), []]:
+            if not h:
+                i = lcp
+            else:
+                i = next(
+                    (j for j in range(max(0, lcp - len(h) + 1), len(full) - len(h) + 1) if full[j : j + len(h)] == h),
+                    -1,
+                )
+                if i < 0:
+                    continue
+            start = i + len(h)
+            grown = len(full) - len(a)
+            if i <= lcp and grown >= len(h) and full[i + grown :] == a[i:]:
+                return start, i + grown
+            tail = 0
+            while tail < min(len(a) - lcp, len(full) - start) and a[-1 - tail] == full[-1 - tail]:
+                tail += 1
+            return start, len(full) - tail
+        return None
 
 
 def non_canonical(hf: Any, ids: list[int]) -> list[int]:
@@ -481,7 +568,13 @@ def to_records(oracle: Oracle, calls: list[Call], rng: random.Random, engine_sha
         engine = rng.random() < engine_share
         choices = []
         resp: dict[str, Any] = {"id": f"r{k}", "model": "m", "created": c.created, "choices": choices}
-        prompt = oracle.engine_ids(c.context, c.tools, True, c.created) if engine else None
+        if engine:
+            try:
+                prompt = oracle.engine_ids(c.context, c.tools, True, c.created)
+            except Exception:  # a template that cannot render this context: no engine served it either
+                engine, prompt = False, None
+        else:
+            prompt = None
         c.engine = engine
         c.prompt_ids = prompt
         c.parsed_content = engine and prompt != oracle.ids(c.context, c.tools, True, c.created)

@@ -11,7 +11,7 @@ import pytest
 from msgtrain.cli import main
 from msgtrain.errors import ConfigError
 from msgtrain.tools.audit import audit_template, parse_template_kwargs
-from tests.conftest import shared_path
+from tests.conftest import ADDED_TOKENS, SHAPED, TEMPLATES, shaped_tokenizer_folder, shared_path
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -207,3 +207,45 @@ def test_template_kwargs_reach_the_template(capsys: pytest.CaptureFixture[str], 
     code, report = run_json(capsys, *args, "--template-kwarg", 'stamp="v2"')
     assert code == 0 and report["template_kwargs"] == {"stamp": "v2"}
     assert probe(report, "multi_turn")["status"] == "stable"
+
+
+# Every tokenizer folder the tests have: ../shared's (template-only folders paired with qwen3's vocabulary) and the
+# shaped families of tests/conftest.py.
+AUDITED = ["qwen3", "qwen2.5", "phi3", "gpt-oss", "smollm3", "deepseek-r1-distill", *SHAPED]
+
+
+@pytest.mark.parametrize("name", AUDITED)
+def test_audit_template_reports_on_every_tokenizer_folder_the_tests_have(name: str) -> None:
+    if name in SHAPED:
+        folder, template = shaped_tokenizer_folder(name), None
+    elif name in ADDED_TOKENS:
+        pytest.skip("its vocabulary is built in memory (no folder to audit)")
+    else:
+        shared_folder, shared_template = TEMPLATES[name]
+        folder = shared_path(shared_folder)
+        template = shared_path(shared_template) if shared_template else None
+    report = audit_template(folder, template)
+    assert report.probes and all(p.status in {"stable", "breaks", "dropped", "unsupported"} for p in report.probes)
+    assert report.end_of_turn.tokens, report.end_of_turn.detail
+
+
+def test_a_template_that_needs_tools_is_audited_and_its_special_token_check_renders_with_tools() -> None:
+    report = audit_template(shaped_tokenizer_folder("calls-only"))
+    assert report.special_tokens.naive_control_tokens > 0 and report.special_tokens.split_safe
+    assert probe_of(report, "tool_calls").status in {"breaks", "dropped"}
+
+
+def test_role_headers_that_stop_generation_count_as_the_trained_end_of_turn() -> None:
+    report = audit_template(shaped_tokenizer_folder("role-headers"))
+    assert report.end_of_turn.ok, report.end_of_turn.detail
+    assert {"<|user|>", "<|observation|>"} <= set(report.end_of_turn.tokens)
+
+
+def test_a_template_that_drops_tool_calls_is_reported_as_dropping_them() -> None:
+    report = audit_template(shaped_tokenizer_folder("drops-calls"))
+    assert probe_of(report, "tool_calls").status == "dropped"
+    assert any(d.startswith("tool_calls:") for d in report.drops)
+
+
+def probe_of(report: Any, feature: str) -> Any:
+    return next(p for p in report.probes if p.feature == feature)

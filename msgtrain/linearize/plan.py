@@ -37,8 +37,15 @@ from msgtrain.linearize.budget import (
     DEFAULT_MAX_GRAPH_TOKENS,
     GraphBudget,
 )
+from msgtrain.linearize.completion import (
+    NotRecoverable,
+    completion_span,
+    dropped_by_template,
+    follower,
+    sampled_stop,
+)
 from msgtrain.linearize.render import Renderer, alarm_handler
-from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table
+from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table, unmark
 from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
 from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context, reported_prompt_tokens, same_model
 from msgtrain.model.graph import MessageGraph, Origin
@@ -272,11 +279,7 @@ class _GraphLinearizer:
             prompt = np.asarray(gen.prompt_token_ids, dtype=np.int32)
             prompt_engine = True
             if carries:
-                safe = self.tok.encode_marked(
-                    self.r.render(ctx, t.env, add_generation_prompt=True, marked=True, created=created)
-                )
-                if not np.array_equal(safe, prompt):
-                    flags.append("engine_parsed_special_tokens")
+                self._check_engine_parse(t, prompt, created, flags)
         else:
             prompt_text = self.r.render(ctx, t.env, add_generation_prompt=True, marked=marked, created=created)
             bases = [anc.full_enc if anc else None, *self.recent[-3:]]
@@ -292,30 +295,11 @@ class _GraphLinearizer:
                 logprobs = np.asarray(gen.logprobs, dtype=np.float32)
         else:
             completion_engine = False
-            text = self.r.render(t.path, t.env, add_generation_prompt=False, marked=marked, created=created)
             if prompt_text is None:
                 prompt_text = self.r.render(ctx, t.env, add_generation_prompt=True, marked=marked, created=created)
-            if not text.startswith(prompt_text):
-                raise _Drop(
-                    DropReason.COMPLETION_NOT_RENDERABLE,
-                    "the template does not render this turn right after its generation prompt",
-                )
-            base = prompt_enc or self._encode(prompt_text, marked, [anc.full_enc if anc else None])
-            full_enc = self._encode(text, marked, [base])
-            joint = full_enc.ids
-            if _is_prefix(prompt, joint):
-                raw = joint[prompt.shape[0] :]
-            else:
-                # The boundary between prompt and completion tokenizes differently when joined: the policy
-                # generated after the prompt ids, so its completion is the completion text tokenized on its own.
-                raw = (
-                    self.tok.encode(text[len(prompt_text) :])
-                    if not marked
-                    else self.tok.encode_marked(text[len(prompt_text) :])
-                )
-                flags.append("boundary_drift")
-            completion = self._trim_completion(raw)
-            full_text = text
+            completion, full_text, full_enc = self._rendered_completion(
+                t, prompt, prompt_text, prompt_enc, anc, marked, created, flags
+            )
         if completion.shape[0] == 0:
             raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
         if carries and not marked and not (prompt_engine and completion_engine):
@@ -340,6 +324,89 @@ class _GraphLinearizer:
                 self.recent.append(enc)
         del self.recent[:-4]
         return tt
+
+    def _check_engine_parse(self, t: Turn, prompt: np.ndarray, created: int | None, flags: list[str]) -> None:
+        """Flag logged prompt ids that parsed content's control-token text as control tokens. A diagnostic only:
+        logged ids stand alone, so a template that cannot render the context (it rejects control text, call ids
+        of another length, ...) leaves the turn as logged, unflagged."""
+        try:
+            rendered = self.r.render(t.context, t.env, add_generation_prompt=True, marked=True, created=created)
+        except MsgtrainError:
+            return
+        if not np.array_equal(self.tok.encode_marked(rendered), prompt):
+            flags.append("engine_parsed_special_tokens")
+
+    def _rendered_completion(
+        self,
+        t: Turn,
+        prompt: np.ndarray,
+        prompt_text: str,
+        prompt_enc: Encoded | None,
+        anc: TurnTokens | None,
+        marked: bool,
+        created: int | None,
+        flags: list[str],
+    ) -> tuple[np.ndarray, str, Encoded | None]:
+        """(completion ids, prompt text + completion text, the joint encoding when there is one) of a turn without
+        logged ids: the rule of :mod:`msgtrain.linearize.completion`."""
+        text = self.r.render(t.path, t.env, add_generation_prompt=False, marked=marked, created=created)
+        try:
+            start, end = completion_span(
+                prompt_text,
+                text,
+                lambda: self.r.render(t.context, t.env, add_generation_prompt=False, marked=marked, created=created),
+                self.tok.control_starts,
+            )
+        except NotRecoverable as e:
+            raise _Drop(DropReason.COMPLETION_NOT_RENDERABLE, str(e)) from None
+        full_enc = None
+        if start == len(prompt_text) and end == len(text):
+            base = prompt_enc or self._encode(prompt_text, marked, [anc.full_enc if anc else None])
+            full_enc = self._encode(text, marked, [base])
+            joint = full_enc.ids
+            if _is_prefix(prompt, joint):
+                raw = joint[prompt.shape[0] :]
+            else:
+                # The boundary between prompt and completion tokenizes differently when joined: the policy
+                # generated after the prompt ids, so its completion is the completion text tokenized on its own.
+                raw = self._encode_after(prompt_text, text[start:], marked)
+                flags.append("boundary_drift")
+        else:
+            # The template renders the message differently in history: its completion is recovered from the
+            # difference and tokenized on its own, after the prompt ids.
+            raw = self._encode_after(prompt_text, text[start:end], marked)
+        completion = self._trim_completion(raw)
+        comp_text = text[start:end]
+        if not self._is_stop(completion).any():
+            # No end-of-turn token in the rendering: the model stopped on the token the template writes before
+            # what follows the message (GLM's next role header), when that token stops generation.
+            core = comp_text.rstrip()
+            stop = self._sampled_stop(t, core, marked, created)
+            if stop is not None:
+                with_stop = self._encode_after(prompt_text, core + stop, marked)
+                if with_stop.shape[0] and self._is_stop(with_stop[-1:]).all():
+                    completion, comp_text = with_stop, core + stop
+        message = self.r.message_dict(t.node)
+        flags.extend(dropped_by_template(message, unmark(comp_text)[0]))
+        return completion, prompt_text + comp_text, full_enc
+
+    def _encode_after(self, prompt_text: str, text: str, marked: bool) -> np.ndarray:
+        """``text`` tokenized on its own as what follows ``prompt_text``."""
+        if not marked:
+            return self.tok.encode(text)
+        return self.tok.encode_marked(text, after=self.tok.control_ending_at(prompt_text, len(prompt_text)))
+
+    def _sampled_stop(self, t: Turn, core: str, marked: bool, created: int | None) -> str | None:
+        pattern = self.tok.stop_pattern
+        if pattern is None:
+            return None
+        try:
+            followed = self.r.render_followed(
+                t.path, follower(self.r.message_dict(t.node)), t.env, marked=marked, created=created
+            )
+        except MsgtrainError:
+            return None
+        return sampled_stop(followed, core, pattern, self.tok.added_pattern)
 
     # ------------------------------------------------------------ structure
     def _nearest_turn_ancestor(self, t: Turn) -> TurnTokens | None:

@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from msgtrain.errors import RenderError
@@ -225,6 +225,27 @@ class Renderer:
     ) -> str:
         msgs, ids = self._path_lists(nodes, marked)
         tools = self._prepared_tools(env, marked)
+        return self._bounded(lambda: self._render_any(ids, msgs, tools, env, add_generation_prompt, marked), created)
+
+    def render_followed(
+        self,
+        nodes: Sequence[Node],
+        following: Sequence[dict[str, Any]],
+        env: Env,
+        *,
+        marked: bool = False,
+        created: int | None = None,
+    ) -> str:
+        """The path then ``following`` (template messages that are not nodes: what follows a sampled message, see
+        :func:`msgtrain.linearize.completion.follower`), rendered in full without the generation prompt."""
+        msgs, _ = self._path_lists(nodes, marked)
+        extra = self.tok.prepare([self.tok.mark_message(m) if marked else m for m in following])
+        tools = self._prepared_tools(env, marked)
+        return self._bounded(lambda: self._render_full([*msgs, *extra], tools, env, False, marked), created)
+
+    def _bounded(self, rendering: Callable[[], str], created: int | None) -> str:
+        """Run one rendering under the time and size bounds, with the call's date pinned; template failures become
+        :class:`RenderError`."""
         when = dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else self.render_date
         self.renders += 1
         try:
@@ -234,12 +255,12 @@ class Renderer:
                 _alarm.limit = MAX_RENDER_SECONDS
                 _alarm.started = time.monotonic()
                 try:
-                    text = self._render_any(ids, msgs, tools, env, add_generation_prompt, marked)
+                    text = rendering()
                 finally:
                     _alarm.started = None
             else:
                 with _pinned_date(self.tok, when), _time_bound(MAX_RENDER_SECONDS):
-                    text = self._render_any(ids, msgs, tools, env, add_generation_prompt, marked)
+                    text = rendering()
         except _Timeout:
             raise RenderError(
                 f"chat template ran longer than {MAX_RENDER_SECONDS:.0f} s",

@@ -321,26 +321,17 @@ class TokenizerBundle:
                 ids.update(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
             except (ValueError, OSError):
                 pass
-        probe = "msgtrainprobe"
-        for msgs in (
-            [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}],
-            [
-                {"role": "user", "content": "q"},
-                {"role": "assistant", "content": probe},
-                {"role": "user", "content": "r"},
-            ],
-        ):
-            try:
-                text = self.render(msgs, add_generation_prompt=False)
-            except Exception:
-                continue
-            pos = text.find(probe)
-            if pos < 0:
-                continue
-            m = self._added_re.search(text, pos + len(probe))
-            if m is not None and text[pos + len(probe) : m.start()].strip() == "":
-                ids.add(int(self.hf.added_tokens_encoder[m.group(0)]))
+        texts = template_stop_texts(lambda msgs: self.render(msgs, add_generation_prompt=False), self._added_re)
+        ids.update(int(self.hf.added_tokens_encoder[t]) for t in texts)
         return ids
+
+    @functools.cached_property
+    def stop_pattern(self) -> re.Pattern[str] | None:
+        """Whitespace then the text of one stop token that is an added token (what
+        :func:`msgtrain.linearize.completion.sampled_stop` looks for after a message), or None."""
+        from msgtrain.linearize.completion import stop_pattern
+
+        return stop_pattern(self.decode([i]) for i in sorted(self.stop_ids) if i in self._added_set)
 
     def _whitespace_ids(self) -> set[int]:
         out = set()
@@ -702,7 +693,7 @@ class TokenizerBundle:
         rest = text[c:]
         marks = None
         if marked:
-            rest_ids = self.encode_marked(rest, after=self._control_ending_at(text, c))
+            rest_ids = self.encode_marked(rest, after=self.control_ending_at(text, c))
         elif segments is None:
             rest_ids = self.encode(rest)
         else:
@@ -716,7 +707,16 @@ class TokenizerBundle:
         ids = np.concatenate([base.ids[:t], rest_ids])
         return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))
 
-    def _control_ending_at(self, text: str, end: int) -> str | None:
+    @property
+    def added_pattern(self) -> re.Pattern[str]:
+        """Matches any added token's text (longest first, as the tokenizer matches them)."""
+        return self._added_re
+
+    def control_starts(self, text: str) -> list[int]:
+        """Offsets in ``text`` where added-token text starts."""
+        return [m.start() for m in self._added_re.finditer(text)]
+
+    def control_ending_at(self, text: str, end: int) -> str | None:
         for s in self.added_strings:  # longest first, as the tokenizer matches
             if text.startswith(s, end - len(s)) and end >= len(s):
                 return s
@@ -864,6 +864,32 @@ class TokenizerBundle:
 
     def decode_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.decode([i]) for i in ids]
+
+
+def template_stop_texts(render: Any, added: re.Pattern[str]) -> set[str]:
+    """The added tokens a template writes right after an assistant message's content (found by rendering probe
+    conversations with ``render(messages) -> str``; renderings that fail are skipped)."""
+    probe = "msgtrainprobe"
+    out: set[str] = set()
+    for msgs in (
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}],
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": probe},
+            {"role": "user", "content": "r"},
+        ],
+    ):
+        try:
+            text = render(msgs)
+        except Exception:  # a template that cannot render the probe: nothing learned from it
+            continue
+        pos = text.find(probe)
+        if pos < 0:
+            continue
+        m = added.search(text, pos + len(probe))
+        if m is not None and text[pos + len(probe) : m.start()].strip() == "":
+            out.add(m.group(0))
+    return out
 
 
 def common_prefix_len(a: str, b: str) -> int:

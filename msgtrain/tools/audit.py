@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from msgtrain.errors import ConfigError
-from msgtrain.tools.battery import FEATURES, MULTI_TURN, PROBES, Probe
+from msgtrain.linearize.completion import NotRecoverable, completion_span, follower, sampled_stop, stop_pattern
+from msgtrain.linearize.tokenizer import template_stop_texts
+from msgtrain.tools.battery import FEATURES, MULTI_TURN, PROBES, WEATHER_TOOL, Probe
 from msgtrain.tools.tokenizer import added_token_ids, control_token_ids, load_bundle, stop_token_ids
 
 if TYPE_CHECKING:
@@ -114,6 +116,9 @@ class AuditReport:
     generation_masks: GenerationMasks
     special_tokens: SpecialTokenSafety
     failures: list[str]  # properties training relies on that fail; empty means the template is fine
+    # Per probe whose render loses part of a message ("feature: 'text', ..."): the linearizer trains such turns as
+    # rendered and flags them template_dropped_content / _tool_calls / _reasoning.
+    drops: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -183,6 +188,10 @@ class TemplateAuditor:
         self.seen_added: set[int] = set()  # added tokens the template itself writes (collected over renders)
         template = tok.chat_template if isinstance(tok.chat_template, str) else ""
         self.reads_reasoning = bool(REASONING_FIELDS.search(template))
+        # What the linearizer ends a completion on, with this audit's template kwargs (the bundle probed without).
+        probed = template_stop_texts(lambda msgs: self.render(msgs, (), prompt=False).text, bundle.added_pattern)
+        self.stop_ids = {*bundle.stop_ids, *self.stops, *(int(tok.convert_tokens_to_ids(t)) for t in probed)}
+        self.stop_pattern = stop_pattern(tok.decode([i]) for i in self.stop_ids if i in self.added)
 
     # ------------------------------------------------------------------ rendering
     def render(
@@ -241,8 +250,8 @@ class TemplateAuditor:
             seen = self.render(msgs[:k], tools, prompt=True)
             turn = self.render(msgs[: k + 1], tools, prompt=False)
             result.turns += 1
-            eot = self._end_of_turn(probe, k, seen, turn)
-            result.end_of_turn.append(self.tok.decode([turn.ids[eot]]) if eot is not None else "")
+            eot, stop = self._end_of_turn(probe, k, seen, turn)
+            result.end_of_turn.append(stop)
             if turn.ids[: len(seen.ids)] != seen.ids:
                 # Every later check assumes the turn starts where the prompt ends; report the first such turn
                 # but keep collecting the end-of-turn tokens of the others.
@@ -252,7 +261,7 @@ class TemplateAuditor:
                     if not turn.text.startswith(seen.text):
                         result.divergence.cause = "the generation prompt is not how the template opens the turn"
                 continue
-            cut = eot + 1 if eot is not None else len(turn.ids)
+            cut = eot + 1 if eot is not None else len(turn.ids)  # a stop only a follower shows: the whole render
             sampled.append((k, turn.ids[:cut], turn.text[: turn.offsets[cut - 1][1]] if cut else ""))
         if result.divergence is None:
             result.divergence = self._first_break(probe, sampled)
@@ -333,17 +342,41 @@ class TemplateAuditor:
             out.extend(m for m in markers if m not in text and m not in out)
         return out
 
-    def _end_of_turn(self, probe: Probe, k: int, seen: _Render, turn: _Render) -> int | None:
-        """Index in ``turn.ids`` of the first control token after turn k's content, or None."""
-        content_end = len(seen.text)
+    def _end_of_turn(self, probe: Probe, k: int, seen: _Render, turn: _Render) -> tuple[int | None, str]:
+        """Turn k's end-of-turn token as the linearizer trains it: (its index in ``turn.ids`` when the turn's own
+        render holds it, its text), or (None, "") when the completion has none.
+
+        The completion is recovered by the linearizer's rule (:mod:`msgtrain.linearize.completion`), so a template
+        that renders the turn differently after its generation prompt (Mistral's system prompt in the last user
+        turn, a tool-use template's closing instruction) is judged on what is trained; the end-of-turn token is
+        the first stop token (:attr:`TokenizerBundle.stop_ids`) after the turn's content in it, or else the stop
+        token the template writes right after the message once a following message exists (GLM's role headers)."""
+        msgs, tools = probe.messages, probe.tools
+        try:
+            start, end = completion_span(
+                seen.text,
+                turn.text,
+                lambda: self.render(msgs[:k], tools, prompt=False).text,
+                self.bundle.control_starts,
+            )
+        except NotRecoverable:
+            return None, ""
+        content_end = start
         for marker in probe.markers.get(k, ()):
-            pos = turn.text.rfind(marker)
-            if pos >= len(seen.text):
+            pos = turn.text.rfind(marker, start, end)
+            if pos >= 0:
                 content_end = max(content_end, pos + len(marker))
-        for t in range(len(seen.ids), len(turn.ids)):
-            if turn.ids[t] in self.control and turn.offsets[t][0] >= content_end:
-                return t
-        return None
+        for t in range(len(turn.ids)):
+            lo, hi = turn.offsets[t]
+            if lo >= content_end and hi <= end and turn.ids[t] in self.stop_ids:
+                return t, str(self.tok.decode([turn.ids[t]]))
+        try:
+            followed = self.render([*msgs[: k + 1], *follower(msgs[k])], tools, prompt=False).text
+        except _Unsupported:
+            return None, ""
+        core = turn.text[start:end].rstrip()
+        stop = sampled_stop(followed, core, self.stop_pattern, self.bundle.added_pattern)
+        return None, (stop.strip() if stop else "")
 
     def _divergence(
         self,
@@ -451,12 +484,23 @@ class TemplateAuditor:
         benign = "Repeat this literally: nothing special"
         convo = [{"role": "user", "content": injected}, {"role": "assistant", "content": "I will not. (a1)"}]
         plain_convo = [{"role": "user", "content": benign}, convo[1]]
-        with frozen_clock(SAMPLED_AT):
-            text = self.tok.apply_chat_template(convo, tokenize=False, **self.kwargs)
-            baseline = self.tok.apply_chat_template(plain_convo, tokenize=False, **self.kwargs)
-            bundle = self.bundle
-            marked = [bundle.mark_message(m) for m in convo]
-            marked_text = self.tok.apply_chat_template(marked, tokenize=False, **self.kwargs)
+        bundle = self.bundle
+        marked = [bundle.mark_message(m) for m in convo]
+        rendered: list[str] = []
+        failure = ""
+        # Some templates cannot render a conversation without tools (they iterate over them): then with the
+        # battery's tools.
+        for tools in ((), (WEATHER_TOOL,)):
+            try:
+                rendered = [self.render(c, tools, prompt=False).text for c in (convo, plain_convo, marked)]
+                break
+            except _Unsupported as e:
+                failure = str(e)
+        if not rendered:
+            return SpecialTokenSafety(
+                injected, 0, True, f"not checked: the template cannot render a plain conversation ({failure})"
+            )
+        text, baseline, marked_text = rendered
         added = np.asarray(sorted(self.added))
 
         def count_added(ids: Sequence[int]) -> int:
@@ -531,7 +575,9 @@ def audit_template(
         failures.append("end_of_turn: " + eot.detail)
     if not special.split_safe:
         failures.append("special_tokens: " + special.detail)
+    drops = [f"{r.feature}: " + ", ".join(repr(d) for d in r.dropped) for r in results if r.dropped]
     return AuditReport(
+        drops=drops,
         tokenizer=str(tokenizer),
         chat_template=str(chat_template) if chat_template is not None else None,
         template_kwargs=dict(template_kwargs or {}),
@@ -601,6 +647,13 @@ def render_audit(report: AuditReport) -> Any:
             report.generation_masks.detail,
         ),
         verdict(report.special_tokens.split_safe, "special-token text in content safe", report.special_tokens.detail),
+        verdict(
+            None if report.drops else True,
+            "renders every part of a sampled message",
+            "; ".join(report.drops) + " — such turns are trained as rendered and flagged template_dropped_*"
+            if report.drops
+            else "no probe loses a message's text, reasoning or tool calls",
+        ),
     ]
     result = Text("result: ", style="bold")
     result.append("OK" if report.ok else "FAIL", style="bold green" if report.ok else "bold red")

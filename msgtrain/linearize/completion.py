@@ -1,0 +1,183 @@
+"""Where a sampled turn's completion lies in the template's rendering of it, and what stopped its generation.
+
+The rule (stated in README "What token-exact means"): let ``P`` be the context rendered with the generation prompt
+(what the policy saw), ``B`` the context plus the message rendered without it, and ``A`` the context alone.
+
+- When ``B`` starts with ``P`` (an append-only template) the completion is ``B`` after ``P``.
+- Otherwise the template renders the message differently in history than what follows the generation prompt (it
+  re-renders the message before it, appends a closing instruction, folds tool results into the turn): the
+  generation prompt's *header* ``G`` is ``P`` after ``A`` (``P`` must extend ``A``); the message's rendering is what
+  ``B`` inserts into ``A``; the completion is that insertion after ``G``'s first occurrence reaching past what
+  ``A`` and ``B`` share. When history renders no such header, the header is the generation prompt up to one of its
+  control tokens (longest first: what follows is a prefill, e.g. an empty thinking block). When ``B`` is exactly
+  ``A`` with one insertion there, the insertion ends where ``A`` resumes; otherwise it ends where ``A`` and ``B``
+  share their tail again.
+- The completion then ends at its first stop token followed only by template trailer (``_trim_completion`` in the
+  linearizer). A completion without a stop token ends with the one the model sampled when the template writes one
+  right after the message once a following message exists (GLM's ``<|user|>`` / ``<|observation|>`` role headers):
+  the stop tokens are whatever stops generation (EOS, ``generation_config.json``'s ``eos_token_id`` list, what
+  the template writes after an assistant message).
+
+Nothing here is per model: every case is decided by comparing renderings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from msgtrain.linearize.tokenizer import common_prefix_len
+
+_THINK_END = "</think>"
+
+
+class NotRecoverable(Exception):
+    """The template does not render the sampled message after its generation prompt in any recoverable way."""
+
+
+def _common_suffix_len(a: str, b: str) -> int:
+    return common_prefix_len(a[::-1], b[::-1])
+
+
+def completion_span(
+    prompt: str, turn: str, context: Callable[[], str], control_starts: Callable[[str], Iterable[int]] | None = None
+) -> tuple[int, int]:
+    """``(start, end)`` of the sampled completion's text in ``turn`` (the rule in the module docstring).
+
+    ``prompt`` is the context rendered with the generation prompt, ``turn`` the context plus the message rendered
+    without it, ``context`` renders the context alone (only called when ``turn`` does not start with ``prompt``),
+    ``control_starts`` gives the offsets in a text where a control token starts.
+    Raises :class:`NotRecoverable` with the reason when no rule applies.
+    """
+    if turn.startswith(prompt):
+        return len(prompt), len(turn)
+    ctx = context()
+    if not prompt.startswith(ctx):
+        raise NotRecoverable(
+            "the generation prompt does not extend the context's own rendering, so the text the model generated "
+            "after it cannot be told apart"
+        )
+    full_header = prompt[len(ctx) :]
+    lcp = common_prefix_len(ctx, turn)
+    i = -1
+    header = ""
+    # The whole generation prompt first, then shorter headers: a generation prompt can end with a prefill that
+    # history does not render (Gemma 4's empty thought channel), so its header is the part before a control token.
+    for header in [
+        full_header,
+        *(full_header[:k] for k in sorted(set(control_starts(full_header) if control_starts else ()), reverse=True)),
+    ]:
+        if not header:
+            i = lcp
+            break
+        if len(header) > len(full_header):
+            continue
+        i = turn.find(header, max(0, lcp - len(header) + 1))
+        if i >= 0:
+            break
+    if i < 0:
+        raise NotRecoverable(
+            f"the template renders this message without its generation prompt's header {full_header!r}"
+        )
+    start = i + len(header)
+    inserted = len(turn) - len(ctx)
+    if i <= lcp and inserted >= len(header) and turn[i + inserted :] == ctx[i:]:
+        return start, i + inserted
+    return start, len(turn) - _common_suffix_len(ctx[lcp:], turn[start:])
+
+
+def stop_pattern(stop_texts: Iterable[str]) -> re.Pattern[str] | None:
+    """Whitespace then one stop token's text (longest first, as a tokenizer matches added tokens)."""
+    texts = sorted({t for t in stop_texts if t}, key=len, reverse=True)
+    if not texts:
+        return None
+    return re.compile(r"\s*(?:" + "|".join(map(re.escape, texts)) + ")")
+
+
+# The content of :func:`follower` messages: found in a rendering, it marks where the follower's text begins.
+FOLLOWER_TEXT = "msgtrain-follower-text"
+_TAIL = 32
+
+
+def sampled_stop(
+    followed: str, core: str, stops: re.Pattern[str] | None, controls: re.Pattern[str] | None = None
+) -> str | None:
+    """The text the model sampled after ``core`` (a completion without a stop token) to stop: whitespace then the
+    stop token the template writes right after the message in ``followed`` (the context, the message and its
+    :func:`follower`, rendered), if it writes one there; else None.
+
+    The message's end in ``followed`` is the last occurrence of ``core``'s tail before the follower's text: a
+    template may render the message itself differently once something follows it (GLM drops the reasoning of
+    turns before the last user message), but not its end: the tail is at most the text after its last control
+    token (``controls`` matches them), or that token when nothing follows it."""
+    if stops is None or not core:
+        return None
+    limit = followed.find(FOLLOWER_TEXT)
+    if limit < 0:
+        return None
+    last = None
+    if controls is not None:
+        last = max(controls.finditer(core), key=lambda m: m.start(), default=None)
+    if last is not None and last.end() == len(core):
+        tail = last.group(0)
+    else:
+        tail = core[max(len(core) - _TAIL, last.end() if last is not None else 0) :]
+    q = followed.rfind(tail, 0, limit)
+    if q < 0:
+        return None
+    m = stops.match(followed, q + len(tail), limit)
+    return m.group(0) if m else None
+
+
+def follower(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """What follows a sampled message in a conversation: a result for each of its tool calls, else a user turn. Only
+    the token the template writes before it is used."""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return [{"role": "user", "content": FOLLOWER_TEXT}]
+    out = []
+    for c in calls:
+        fn = c.get("function") or {}
+        out.append(
+            {"role": "tool", "tool_call_id": c.get("id") or "", "name": fn.get("name") or "", "content": FOLLOWER_TEXT}
+        )
+    return out
+
+
+def _visible_texts(content: Any) -> list[str]:
+    """The message text a template renders: string content (or text parts) without inline reasoning."""
+    if isinstance(content, str):
+        parts = [content]
+    elif isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+    else:
+        return []
+    out = []
+    for p in parts:
+        if _THINK_END in p:
+            p = p.rsplit(_THINK_END, 1)[1]
+        p = p.strip()
+        if p:
+            out.append(p)
+    return out
+
+
+def dropped_by_template(message: dict[str, Any], completion: str) -> list[str]:
+    """Flags for what of a sampled message its rendered completion lost: ``template_dropped_content`` (its text),
+    ``template_dropped_tool_calls`` (a call's function name), ``template_dropped_reasoning``. The model sampled
+    them; a completion without them trains something else."""
+    flags = []
+    if any(t not in completion for t in _visible_texts(message.get("content"))):
+        flags.append("template_dropped_content")
+    names: dict[str, int] = {}
+    for c in message.get("tool_calls") or []:
+        name = (c.get("function") or {}).get("name") or c.get("name")
+        if isinstance(name, str) and name:
+            names[name] = names.get(name, 0) + 1
+    if any(completion.count(n) < k for n, k in names.items()):
+        flags.append("template_dropped_tool_calls")
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning.strip() and reasoning.strip() not in completion:
+        flags.append("template_dropped_reasoning")
+    return flags

@@ -1,0 +1,122 @@
+"""Templates that do not render a sampled turn right after its generation prompt, stop on something other than an
+end-of-turn token, or drop what the model sampled (the shaped families of tests/conftest.py; the oracle in
+test_linearize_oracle.py checks them on random runs, these tests name each behaviour)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain import MessageGraph
+from msgtrain.cli import main
+from msgtrain.linearize import linearize_graph, load_tokenizer
+from msgtrain.linearize.completion import NotRecoverable, completion_span
+from tests.conftest import load_named_tokenizer
+from tests.test_linearize_oracle import _graphs_from_records
+
+CALL = {"id": "call00001", "type": "function", "function": {"name": "search", "arguments": '{"query": "rain"}'}}
+TOOLS = [{"type": "function", "function": {"name": "search", "description": "Search", "parameters": {}}}]
+
+
+def _conversation() -> MessageGraph:
+    g = MessageGraph(graph_id="g", tools=TOOLS)
+    g.append({"role": "system", "content": "Be brief."})
+    g.append({"role": "user", "content": "Weather?"})
+    g.append({"role": "assistant", "content": "Let me look.", "tool_calls": [CALL]})
+    g.append({"role": "tool", "tool_call_id": "call00001", "name": "search", "content": "rain"})
+    g.append({"role": "assistant", "content": "It rains."})
+    return g
+
+
+def _completions(tok: Any, g: MessageGraph) -> list[str]:
+    res = linearize_graph(g, tok)
+    assert not res.drops, res.turns
+    return [tok.decode(s.input_ids[a:b].tolist()) for s in res.samples for a, b in s.turn_spans]
+
+
+def test_a_turn_that_stops_on_the_next_role_header_trains_that_header() -> None:
+    tok = load_named_tokenizer("role-headers")
+    completions = _completions(tok, _conversation())
+    assert completions[0].endswith("</tool_call><|observation|>")
+    assert completions[-1].endswith("It rains.<|user|>")
+
+
+def test_a_turn_the_template_renders_differently_in_history_is_recovered_from_the_difference() -> None:
+    tok = load_named_tokenizer("rerender-tooluse")
+    completions = _completions(tok, _conversation())
+    assert completions[0].startswith("Let me look.\nAction:") and "<|START_OF_TURN_TOKEN|>" not in completions[0]
+    assert completions[-1] == "It rains.<|END_OF_TURN_TOKEN|>"
+
+
+def test_a_generation_prompt_prefill_that_history_does_not_render_is_not_part_of_the_completion() -> None:
+    tok = load_named_tokenizer("prefill-turns")
+    completions = _completions(tok, _conversation())
+    assert completions[0].startswith("Let me look.<|tool_call>call:search")
+    assert completions[0].endswith("<tool_call|><|tool_response>")  # stopped where the tool result begins
+    assert completions[-1] == "It rains.<turn|>"  # continued in the model's turn, no generation prompt
+
+
+def test_a_turn_whose_rendering_lost_its_tool_calls_is_trained_and_flagged() -> None:
+    tok = load_named_tokenizer("drops-calls")
+    res = linearize_graph(_conversation(), tok)
+    assert not res.drops and res.flags["template_dropped_tool_calls"] == 1
+    flagged = [s for s in res.samples if "template_dropped_tool_calls" in s.flags]
+    assert len(flagged) == 1
+
+
+def test_the_completion_span_rule_names_why_a_turn_cannot_be_recovered() -> None:
+    try:
+        completion_span("<s>ctx PROMPT", "<s>other", lambda: "<s>ctx but not a prefix")
+    except NotRecoverable as e:
+        assert "does not extend the context" in str(e)
+    else:
+        raise AssertionError("recovered a turn whose generation prompt does not extend its context")
+    # A closing instruction Y after every rendering: the message is what the turn inserts before it.
+    assert completion_span("abY<h>", "ab<h>msg<e>Y", lambda: "abY") == (len("ab<h>"), len("ab<h>msg<e>"))
+
+
+RAISES_ON_CONTROL_TEXT = (
+    "{% for m in messages %}{% if '<|im_start|>' in (m.content or '') %}"
+    "{{ raise_exception('control text in content') }}{% endif %}"
+    "{{ '<|im_start|>' + m.role + '\\n' + (m.content or '') + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_a_turn_whose_ids_were_logged_never_needs_the_template(tmp_path: Path) -> None:
+    template = tmp_path / "strict.jinja"
+    template.write_text(RAISES_ON_CONTROL_TEXT, encoding="utf-8")
+    tok = load_tokenizer(None, str(template))
+    prompt = tok.encode("<|im_start|>user\nsay <|im_start|> please<|im_end|>\n<|im_start|>assistant\n").tolist()
+    completion = [*tok.encode("said").tolist(), tok.hf.convert_tokens_to_ids("<|im_end|>")]
+    record = {
+        "request": {"model": "m", "messages": [{"role": "user", "content": "say <|im_start|> please"}]},
+        "response": {
+            "id": "r",
+            "model": "m",
+            "prompt_token_ids": prompt,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "said"},
+                    "finish_reason": "stop",
+                    "token_ids": completion,
+                }
+            ],
+        },
+    }
+    (graph,) = _graphs_from_records([record], tmp_path)
+    res = linearize_graph(graph, tok)
+    assert not res.drops, res.turns
+    (sample,) = res.samples
+    assert sample.input_ids.tolist() == prompt + completion
+
+
+def test_a_run_that_trains_no_turn_exits_3_and_says_why(tmp_path: Path, capsys: Any) -> None:
+    log = tmp_path / "chat.jsonl"
+    convo = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    log.write_text(json.dumps({"messages": convo}) + "\n", encoding="utf-8")
+    code = main(["convert", str(log), "-o", str(tmp_path / "out"), "--policy", "nobody"])
+    assert code == 3
+    assert "no sampled turn was trained: 1 dropped (policy_not_selected=1)" in capsys.readouterr().err
