@@ -374,13 +374,13 @@ def register(app: typer.Typer) -> None:
             _summary(report, Console(stderr=True) if not sys.stdout.isatty() else Console(), where)
         turns = report["turns"]
         if turns["found"] and not turns["trained"]:
-            # A run that trains nothing is never a quiet success: say why each turn was dropped.
+            # A run that trains nothing is never a quiet success: say why each turn was dropped (the exit code
+            # follows the books below, as validate's does: drops that are failures exit 3).
             reasons = ", ".join(f"{k}={v}" for k, v in turns["dropped_by_reason"].items())
             console.print(
                 f"[bold red]no sampled turn was trained: {turns['dropped']} dropped ({reasons});"
                 " see report.json and msgtrain validate for each turn's reason[/]"
             )
-            raise typer.Exit(EXIT_WITH_REJECTS)
         unreadable = report["files"].get("unreadable", 0)
         if report["records"]["rejected"] or unreadable:
             if not cfg.quiet and report["records"]["rejected"]:

@@ -114,9 +114,23 @@ def test_a_turn_whose_ids_were_logged_never_needs_the_template(tmp_path: Path) -
 
 
 def test_a_run_that_trains_no_turn_exits_3_and_says_why(tmp_path: Path, capsys: Any) -> None:
+    template = tmp_path / "other_header.jinja"  # generation prompt "model", history "assistant": never recoverable
+    template.write_text(
+        "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>model\\n' }}{% endif %}",
+        encoding="utf-8",
+    )
     log = tmp_path / "chat.jsonl"
     convo = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     log.write_text(json.dumps({"messages": convo}) + "\n", encoding="utf-8")
-    code = main(["convert", str(log), "-o", str(tmp_path / "out"), "--policy", "nobody"])
+    code = main(["convert", str(log), "-o", str(tmp_path / "out"), "--chat-template", str(template)])
     assert code == 3
+    assert "no sampled turn was trained: 1 dropped (completion_not_renderable=1)" in capsys.readouterr().err
+
+
+def test_a_run_whose_turns_are_all_filtered_out_says_so(tmp_path: Path, capsys: Any) -> None:
+    log = tmp_path / "chat.jsonl"
+    convo = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    log.write_text(json.dumps({"messages": convo}) + "\n", encoding="utf-8")
+    main(["convert", str(log), "-o", str(tmp_path / "out"), "--policy", "nobody"])
     assert "no sampled turn was trained: 1 dropped (policy_not_selected=1)" in capsys.readouterr().err

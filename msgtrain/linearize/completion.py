@@ -60,22 +60,16 @@ def completion_span(
         )
     full_header = prompt[len(ctx) :]
     lcp = common_prefix_len(ctx, turn)
-    i = -1
-    header = ""
-    # The whole generation prompt first, then shorter headers: a generation prompt can end with a prefill that
-    # history does not render (Gemma 4's empty thought channel), so its header is the part before a control token.
-    for header in [
-        full_header,
-        *(full_header[:k] for k in sorted(set(control_starts(full_header) if control_starts else ()), reverse=True)),
-    ]:
-        if not header:
-            i = lcp
-            break
-        if len(header) > len(full_header):
-            continue
-        i = turn.find(header, max(0, lcp - len(header) + 1))
-        if i >= 0:
-            break
+    i, header = lcp, ""
+    if full_header:
+        # The whole generation prompt first, then shorter headers: a generation prompt can end with a prefill that
+        # history does not render (Gemma 4's empty thought channel), so its header is its part before a control
+        # token (never nothing: a header none of which history renders is no header).
+        cuts = sorted({k for k in (control_starts(full_header) if control_starts else ()) if k > 0}, reverse=True)
+        for header in [full_header, *(full_header[:k] for k in cuts)]:
+            i = turn.find(header, max(0, lcp - len(header) + 1))
+            if i >= 0:
+                break
     if i < 0:
         raise NotRecoverable(
             f"the template renders this message without its generation prompt's header {full_header!r}"
