@@ -132,6 +132,7 @@ def _rewrite(out: Path, change: Any) -> None:
         ("labels", "labels", "bad_labels"),
         ("trl", "completion_mask", "mask_mismatch"),
         ("canonical", "loss_mask", "spans_mismatch"),
+        ("rl", "turn_spans", "spans_mismatch"),
         ("packed", "position_ids", "bad_positions"),
         ("tree", "loss_mask", "count_mismatch"),
     ],
@@ -148,8 +149,13 @@ def test_validate_exits_3_naming_the_row_when_a_written_dataset_was_altered(
 
     def alter_row_3(table: pa.Table) -> pa.Table:
         rows = table[column].to_pylist()
-        # A label on a token that is never trained (a row's first), a position that does not restart, a mask bit.
-        rows[3][0] = {"labels": 7, "position_ids": 5}.get(column, 1 - rows[3][0])
+        first = rows[3][0]
+        # A label on a token that is never trained (a row's first), a position that does not restart, a turn span
+        # one token short of its run, a flipped mask bit.
+        if column == "turn_spans":
+            rows[3][0] = {**first, "end": first["end"] - 1}
+        else:
+            rows[3][0] = {"labels": 7, "position_ids": 5}.get(column, 1 - first)
         return table.set_column(table.schema.get_field_index(column), column, pa.array(rows, table[column].type))
 
     _rewrite(out, alter_row_3)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgtrain.export import arrays
 from msgtrain.tools.dataset import (
@@ -138,7 +139,7 @@ def _check_file(file: DataFile, target: str, problems: list[Finding]) -> dict[st
             check.rows(_differs(table, "assistant_masks", "loss_mask"), "mask_mismatch", "assistant_masks != loss_mask")
         _, runs = mask_runs(offsets, mask)
         check.rows(
-            np.asarray([a != b for a, b in zip(runs.to_pylist(), table["turn_spans"].to_pylist(), strict=True)]),
+            _spans_differ(runs, arrays.as_array(table["turn_spans"])),
             "spans_mismatch",
             "turn_spans are not exactly the runs of loss_mask",
         )
@@ -178,6 +179,20 @@ def _check_file(file: DataFile, target: str, problems: list[Finding]) -> dict[st
         "tokens": int(ids.shape[0]),
         "trained_tokens": int(mask.sum()),
     }
+
+
+def _spans_differ(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Per row, whether two list<struct<start, end>> columns differ (flat comparison when the counts agree)."""
+    offsets_a, offsets_b = arrays.offsets_of(a), arrays.offsets_of(b)
+    if not np.array_equal(offsets_a, offsets_b):  # a corrupt dataset: compare row by row
+        return np.asarray([x != y for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True)], dtype=bool)
+    flat_a, flat_b = pc.list_flatten(a), pc.list_flatten(b)
+    differ = np.zeros(len(flat_a), dtype=bool)
+    for name in ("start", "end"):
+        differ |= np.asarray(flat_a.field(name).to_numpy(zero_copy_only=False)) != np.asarray(
+            flat_b.field(name).to_numpy(zero_copy_only=False)
+        )
+    return arrays.per_row_sum(differ, offsets_a) > 0
 
 
 def _differs(table: pa.Table, a: str, b: str) -> np.ndarray:
