@@ -220,10 +220,8 @@ def _read_llamafactory(data: dict[str, Any], mapping: Mapping, where: str) -> No
     if not isinstance(tags, dict):
         raise ConfigError("tags must be an object", where=where, code="bad_mapping")
     for name, value in tags.items():
-        if name == "role_tag":
-            mapping.role_key = _string(value, "tags.role_tag", where)
-        elif name == "content_tag":
-            mapping.content_key = _string(value, "tags.content_tag", where)
+        if name in ("role_tag", "content_tag"):
+            _message_key(mapping, name.removesuffix("_tag"), _string(value, f"tags.{name}", where))
         elif name in _TAG_ROLES:
             for logged in value if isinstance(value, list) else [value]:
                 mapping.roles[_string(logged, f"tags.{name}", where)] = _TAG_ROLES[name]
@@ -246,10 +244,8 @@ def _read_axolotl(data: dict[str, Any], mapping: Mapping, where: str) -> None:
     if not isinstance(props, dict):
         raise ConfigError("message_property_mappings must be an object", where=where, code="bad_mapping")
     for name, value in props.items():
-        if name == "role":
-            mapping.role_key = _string(value, "message_property_mappings.role", where)
-        elif name == "content":
-            mapping.content_key = _string(value, "message_property_mappings.content", where)
+        if name in ("role", "content"):
+            _message_key(mapping, name, _string(value, f"message_property_mappings.{name}", where))
         else:
             raise ConfigError(
                 f"message_property_mappings.{name} is not read by msgtrain",
@@ -271,6 +267,14 @@ def _read_axolotl(data: dict[str, Any], mapping: Mapping, where: str) -> None:
             )
         for logged in values if isinstance(values, list) else [values]:
             mapping.roles[_string(logged, f"roles.{role}", where)] = canonical
+
+
+def _message_key(mapping: Mapping, which: str, key: str) -> None:
+    """The key messages hold their role (``which`` = role) or content in (LLaMA-Factory tags, axolotl mappings)."""
+    if which == "role":
+        mapping.role_key = key
+    else:
+        mapping.content_key = key
 
 
 def _check_layout(mapping: Mapping, where: str) -> None:
