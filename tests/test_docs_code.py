@@ -218,3 +218,15 @@ def test_the_message_json_examples_of_the_graph_log_parse_as_the_three_kinds() -
         record, position = decoder.raw_decode(text, position)
         kinds.append(parse_message(record).kind)
     assert kinds == ["parts", "option_call", "option_result"]
+
+
+def test_every_yaml_block_is_valid_yaml_with_keys() -> None:
+    import yaml
+
+    blocks = [b for doc in DOCS for b in _blocks(doc) if b.language == "yaml"]
+    assert blocks
+    for block in blocks:
+        data = yaml.safe_load(block.code)
+        assert isinstance(data, dict) and data, block.where
+        values = "\n".join(line.split("#", 1)[0] for line in block.code.splitlines())  # comments may describe
+        assert "..." not in values, f"{block.where}: `...` in a config a user pastes"
