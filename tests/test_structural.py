@@ -175,7 +175,8 @@ def test_assistant_messages_of_several_named_speakers_are_rejected_naming_the_pa
 
 def test_two_message_lists_side_by_side_are_ambiguous_and_say_how_many_replies_they_hold(tmp_path: Path) -> None:
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
-    path = _jsonl(tmp_path / "two.jsonl", [{"input": msgs, "history": msgs + msgs}, {"input": msgs, "history": msgs}])
+    other = [{"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+    path = _jsonl(tmp_path / "two.jsonl", [{"input": msgs, "history": other + msgs}, {"input": msgs, "history": other}])
     events = _events(path)
     assert [type(e) for e in events] == [ReadReject, ReadReject]
     assert "$.input, $.history" in events[0].error.message and "2 assistant messages" in events[0].error.message
@@ -565,3 +566,18 @@ def test_a_json_array_of_message_rows_with_parent_ids_is_a_tree_not_one_transcri
     assert graph.records == 5 and len(graph.graph.leaves()) == 2
     _, stats, rejects = convert_file(path, SETTINGS)
     assert rejects == [] and stats.turns_trained == 2
+
+
+def test_a_transcript_beside_its_own_prefix_is_read_once(tmp_path: Path) -> None:
+    # Shape of NVIDIA-NeMo/RL tests/unit/environments/nemo_gym_test_data/test_nemo_gym_sanity.json (commit
+    # 7ea279abfbeb698b092856d0dab61e7cf39bc909): expected_output[] = {message_log, input_message_log}.
+    user = {"role": "user", "content": "Extract the synonyms."}
+    record = {
+        "message_log": [user, {"role": "assistant", "content": "calling"}, {"role": "user", "content": "ok"}],
+        "input_message_log": [user],
+    }
+    record["message_log"].append({"role": "assistant", "content": "Done."})
+    path = tmp_path / "gym.json"
+    path.write_text(json.dumps({"expected_output": [record, record]}), encoding="utf-8")
+    graphs = _graphs(path)
+    assert len(graphs) == 2 and all(len(g.graph.nodes) == 4 for g in graphs)

@@ -74,6 +74,7 @@ from msgtrain.ingest.shapes import (
     ROLE_KEYS,
     MessageNormaliser,
     canonical_role,
+    content_key_of,
     is_message_like,
     is_message_list,
     message_like_count,
@@ -209,14 +210,33 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if prompt_key in record and _replies(record.get(completion_key)) and _prompt_like(record[prompt_key]):
             columns |= {"prompt": prompt_key, "completion": completion_key}
             return Found(path, record, Mapping("prompt_completion", columns))
-    if len(lists) == 1:
-        columns["messages"] = lists[0]
+    longest = _longest_holding_the_others(record, lists)
+    if longest is not None:  # one list, or a transcript beside its own prefixes (NeMo-Gym's input_message_log)
+        columns["messages"] = longest
         return Found(path, record, Mapping("messages", columns))
     if len(lists) > 1:
         shown = ", ".join(f"{path}.{k}" for k in lists)
         count = max(_assistant_count(record[k]) for k in lists)
         return Ambiguity(path, f"several message lists side by side ({shown}): which is the conversation?", count)
     return None
+
+
+def _longest_holding_the_others(record: dict[str, Any], lists: list[str]) -> str | None:
+    """The message list that every other one is a prefix of (same roles and contents, in order), or None."""
+    if not lists:
+        return None
+    longest = max(lists, key=lambda k: len(record[k]))
+
+    def said(message: Any) -> tuple[Any, str]:
+        hit = role_of(message)
+        return (hit[1] if hit else None), json.dumps(message.get(content_key_of(message) or ""), sort_keys=True)
+
+    full = [said(m) for m in record[longest]]
+    for key in lists:
+        mine = [said(m) for m in record[key]]
+        if full[: len(mine)] != mine:
+            return None
+    return longest
 
 
 def _replies(value: Any) -> bool:
@@ -440,6 +460,9 @@ def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
     """Refuse a conversation whose record holds more replies beside it (ranked completions, a second transcript):
     reading one part and dropping the rest would lose those turns without a word."""
     used = {v.split(".")[0] for v in m.columns.values()}
+    messages = m.columns.get("messages")
+    if messages in holder:  # prefixes of the transcript logged beside it hold no other reply
+        used |= {k for k in holder if is_message_list(holder[k]) and _longest_holding_the_others(holder, [messages, k])}
     beside = {k: message_like_count(v)[1] for k, v in holder.items() if k not in used and isinstance(v, dict | list)}
     beside = {k: n for k, n in beside.items() if n}
     if beside:
