@@ -8,10 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from msgtrain import MessageGraph
 from msgtrain.cli import main
+from msgtrain.errors import ConfigError
 from msgtrain.linearize import linearize_graph, load_tokenizer
 from msgtrain.linearize.completion import NotRecoverable, completion_span
+from msgtrain.linearize.tokenizer_source import check_folder
 from tests.conftest import load_named_tokenizer
 from tests.test_linearize_oracle import _graphs_from_records
 
@@ -134,3 +138,24 @@ def test_a_run_whose_turns_are_all_filtered_out_says_so(tmp_path: Path, capsys: 
     log.write_text(json.dumps({"messages": convo}) + "\n", encoding="utf-8")
     main(["convert", str(log), "-o", str(tmp_path / "out"), "--policy", "nobody"])
     assert "no sampled turn was trained: 1 dropped (policy_not_selected=1)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("native", ["tekken.json", "tokenizer.model.v3", "tokenizer.model.v7m1"])
+def test_a_folder_with_only_mistral_native_tokenizer_files_is_refused_naming_mistral_common(
+    tmp_path: Path, native: str
+) -> None:
+    (tmp_path / native).write_text("{}", encoding="utf-8")
+    with pytest.raises(ConfigError, match="only mistral-common") as err:
+        check_folder(tmp_path, str(tmp_path))
+    assert err.value.code == "mistral_native_tokenizer" and native in str(err.value)
+
+
+def test_an_unreadable_sentencepiece_model_names_protobuf_when_it_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import msgtrain.linearize.tokenizer_source as source
+
+    (tmp_path / "tokenizer.model").write_bytes(b"\x0e\x00")
+    monkeypatch.setattr(source, "_find_spec", lambda module: None if module == "google.protobuf" else object())
+    err = source.unreadable_vocabulary(tmp_path, str(tmp_path), RuntimeError("Error parsing line b'\\x0e'"))
+    assert "pip install protobuf" in (err.hint or "")

@@ -33,8 +33,10 @@ from msgtrain.errors import ConfigError, TokenizerError
 # Vocabulary files, each with what reading it needs beyond transformers (None: nothing).
 VOCAB_FILES: dict[str, str | None] = {
     "tokenizer.json": None,
-    "tokenizer.model": "sentencepiece",
-    "spiece.model": "sentencepiece",
+    # transformers converts a SentencePiece model to a fast tokenizer by parsing its protobuf: without protobuf the
+    # parse fails with "Error parsing line b'\\x0e'".
+    "tokenizer.model": "sentencepiece protobuf",
+    "spiece.model": "sentencepiece protobuf",
     "vocab.json": None,  # with merges.txt: a byte-level BPE
     "vocab.txt": None,  # WordPiece
     "tiktoken.model": "tiktoken",
@@ -44,6 +46,10 @@ _HUB_ID = re.compile(r"(?:[\w.-]{1,96}/)?[\w.-]{1,96}")
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 PROBE_SECONDS = 3.0
 DEFAULT_ENDPOINT = "https://huggingface.co"
+# The module a pip package installs, where the names differ.
+_MODULES = {"protobuf": "google.protobuf"}
+# Mistral's own tokenizer files, which only mistral-common reads (vLLM's --tokenizer-mode mistral).
+_MISTRAL_NATIVE = re.compile(r"tekken\.json|tokenizer\.model\.v\d+m?\d*|tokenizer\.mm\.model\.v\d+")
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,20 @@ class TokenizerSource:
 
 def expected_files() -> str:
     """The vocabulary files a tokenizer folder may hold, each with the package it needs."""
-    return ", ".join(f"{name} (needs {need})" if need else name for name, need in VOCAB_FILES.items())
+    return ", ".join(
+        f"{name} (needs {' and '.join(need.split())})" if need else name for name, need in VOCAB_FILES.items()
+    )
+
+
+def _missing_packages(needs: str | None) -> list[str]:
+    return [pkg for pkg in (needs or "").split() if _find_spec(_MODULES.get(pkg, pkg)) is None]
+
+
+def _find_spec(module: str) -> Any:
+    try:
+        return importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # a parent package (google) is missing
+        return None
 
 
 def looks_local(value: str) -> bool:
@@ -108,6 +127,15 @@ def check_folder(folder: Path, given: str) -> None:
     fix: its template paired with the tokenizer whose vocabulary it shares)."""
     if any((folder / name).is_file() for name in VOCAB_FILES):
         return
+    native = sorted(p.name for p in folder.iterdir() if _MISTRAL_NATIVE.fullmatch(p.name)) if folder.is_dir() else []
+    if native:
+        raise ConfigError(
+            f"tokenizer folder {given} holds Mistral's own tokenizer ({', '.join(native)}), which only mistral-common"
+            f" reads; msgtrain encodes with a Hugging Face tokenizer (expected one of: {expected_files()})",
+            hint="pass the model's Hugging Face tokenizer folder (tokenizer.json + tokenizer_config.json, as"
+            " published beside the Mistral files in the model's repository)",
+            code="mistral_native_tokenizer",
+        )
     config = folder / "tokenizer_config.json"
     hint = (
         "this folder only holds a chat template: load a tokenizer with the same vocabulary and take the template "
@@ -146,7 +174,7 @@ def unreadable_vocabulary(folder: Path, given: str, error: BaseException) -> Tok
     """transformers failed on a folder that has a vocabulary file: name what was found, what was expected, and a
     missing package the found files need."""
     found = [name for name in VOCAB_FILES if (folder / name).is_file()]
-    missing = sorted({need for name in found if (need := VOCAB_FILES[name]) and importlib.util.find_spec(need) is None})
+    missing = sorted({pkg for name in found for pkg in _missing_packages(VOCAB_FILES[name])})
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     hint = (
         f"pip install {' '.join(missing)} (the files here need it), or add a tokenizer.json"
