@@ -39,7 +39,7 @@ from msgtrain.model.graph import MessageGraph
 from msgtrain.model.message import PartsMessage, TextPart
 from msgtrain.run.parts import LinearizeSettings, convert_file
 from msgtrain.tools.validate_cmd import validate_inputs
-from tests.conftest import shared_path
+from tests.conftest import ROOT, shared_path
 
 SETTINGS = LinearizeSettings(
     tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
@@ -464,3 +464,36 @@ def test_single_byte_mutants_of_an_array_document_lose_at_most_the_items_the_byt
             good = [item for item in recovered if not isinstance(item, ValidationError | ParseError)]
             assert all(item in items for item in good)
             assert len(good) >= len(items) - 2, (indent, bytes(mutant))
+
+
+def test_a_single_field_edit_of_a_native_graph_log_costs_only_what_depends_on_that_field(tmp_path: Path) -> None:
+    """Every field of every record of the sample graph log, set to ``true`` or dropped: the graph is lost only when
+    the header or its one environment is bad (everything depends on those), and no edit costs more turns than
+    losing that record whole (the same line unreadable) does."""
+    original = ROOT / "sample_logs" / "native" / "edit_and_compaction.graph.jsonl"
+    lines = original.read_text(encoding="utf-8").splitlines()
+    _, base, _ = convert_file(original, SETTINGS)
+    assert base.turns_trained > 2
+    path, reference = tmp_path / "edited.graph.jsonl", tmp_path / "reference.graph.jsonl"
+    unreadable: dict[int, int] = {}
+    for i, line in enumerate(lines):
+        record = json.loads(line)
+        for key in sorted(set(record) - {"type", "graph"}):
+            for edit in ("true", "drop"):
+                changed = {k: v for k, v in record.items() if edit == "true" or k != key}
+                if edit == "true":
+                    changed[key] = True
+                path.write_text("\n".join([*lines[:i], json.dumps(changed), *lines[i + 1 :]]) + "\n", encoding="utf-8")
+                _, stats, _ = convert_file(path, SETTINGS)
+                _books(stats)
+                if record["type"] not in ("graph", "env"):
+                    assert stats.turns_trained > 0, (i + 1, key, edit)
+                if i not in unreadable:
+                    reference.write_text(
+                        "\n".join([*lines[:i], '{"not json', *lines[i + 1 :]]) + "\n", encoding="utf-8"
+                    )
+                    unreadable[i] = convert_file(reference, SETTINGS)[1].turns_trained
+                # (A graph log may omit the record of an environment without tools, so an unreadable env line
+                # reads as "no tools"; a present but broken one is not guessed at: its nodes are left out.)
+                if record["type"] != "env":
+                    assert stats.turns_trained >= unreadable[i], (i + 1, key, edit)

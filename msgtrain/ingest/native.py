@@ -1,7 +1,8 @@
 """Native graph logs written by ``MessageGraph`` (format ``msgtrain.graph`` v1, docs/graph-log.md).
 
-One graph is one converted unit; its records are every line that names it. A graph whose records are broken
-(dangling parent, cycle, duplicate id) is rejected whole, other graphs of the same file are still read.
+One graph is one converted unit; its records are every line that names it. A bad record costs only itself and
+what depends on it (a node's subtree, a sampled node's training when its generation is bad); only a missing or
+unsupported header costs the whole graph. Other graphs of the same file are read either way.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.model.graph import GRAPH_LOG_FORMAT
-from msgtrain.model.graphlog import graphs_from_records
+from msgtrain.model.graphlog import Damage, graph_from_records
 
 
 class NativeGraphReader:
@@ -63,16 +64,34 @@ class NativeGraphReader:
             groups.setdefault(gid, []).append((lineno, obj))
             first_line.setdefault(gid, lineno)
         for gid, recs in groups.items():
-            src = SourceRef(str(path), f"line {first_line[gid]}")
-            try:
-                graphs = list(graphs_from_records(recs, source=str(path)))
-            except MsgtrainError as e:
-                yield ReadReject(src, e, excerpt(str(recs[0][1])))
-                # The other records of a rejected graph are part of the same rejected unit.
-                if len(recs) > 1:
-                    yield ReadSkip(src, "part_of_rejected_graph", len(recs) - 1)
-                continue
-            yield ReadGraph(graphs[0], src, records=len(recs))
+            yield from self._graph_events(path, gid, recs, first_line[gid])
+
+    def _graph_events(
+        self, path: Path, gid: str, recs: list[tuple[int, dict[str, Any]]], first: int
+    ) -> Iterator[ReadEvent]:
+        """One graph's events: a bad record costs itself and the nodes below it (a tolerant build, see
+        :func:`msgtrain.model.graphlog.graph_from_records`); only a bad header costs the graph."""
+        src = SourceRef(str(path), f"line {first}")
+        damage = Damage()
+        try:
+            graph = graph_from_records(gid, recs, str(path), damage)
+        except MsgtrainError as e:
+            yield ReadReject(src, e, excerpt(str(recs[0][1])))
+            # The other records of a rejected graph are part of the same rejected unit.
+            if len(recs) > 1:
+                yield ReadSkip(src, "part_of_rejected_graph", len(recs) - 1)
+            return
+        by_line = dict(recs)
+        for lineno, error in sorted(damage.rejected.items()):
+            ref = SourceRef(str(path), f"line {lineno}")
+            err = error if error.where else error.located(str(ref))
+            yield ReadReject(ref, err, excerpt(by_line.get(lineno)))
+        if damage.dependent:
+            ref = SourceRef(str(path), f"line {min(damage.dependent)}")
+            yield ReadSkip(ref, "depends_on_rejected_record", len(damage.dependent))
+        kept = len(recs) - len(damage.rejected) - len(damage.dependent)
+        if kept > 0:
+            yield ReadGraph(graph, src, records=kept)
 
 
 READER = NativeGraphReader()
