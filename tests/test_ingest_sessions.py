@@ -736,3 +736,22 @@ def test_the_spotter_session_compaction_is_a_compaction_cut_and_its_sub_agents_a
         p.name: _cc_graphs(p)[0].policy for p in sorted((session.parent / session.stem / "subagents").glob("*.jsonl"))
     }
     assert policies == {"agent-a2898e3.jsonl": "subagent:Explore", "agent-acompact-e1f845.jsonl": "subagent:compact"}
+
+
+# ------------------------------------------------------------------------------------------ context completeness
+@pytest.mark.parametrize(
+    ("sample", "missing"),
+    [
+        ("claude_code/session.jsonl", ["system_prompt", "tools"]),
+        ("codex/rollout.jsonl", ["tools"]),  # the base instructions are logged: they are the system message
+        ("gemini_cli/session.json", ["system_prompt", "tools"]),
+        ("copilot_cli/session.jsonl", ["tools"]),  # system.message is logged
+    ],
+)
+def test_session_logs_that_do_not_hold_the_agents_request_mark_what_they_lack(sample: str, missing: list[str]) -> None:
+    from msgtrain.model.completeness import missing_context
+
+    path = SAMPLES / sample
+    reader = REGISTRY[sample.split("/")[0]]
+    graphs = [e.graph for e in read_events(reader, path) if isinstance(e, ReadGraph)]
+    assert graphs and all(missing_context(g) == missing for g in graphs)

@@ -55,6 +55,7 @@ from msgtrain.ingest.base import (
 from msgtrain.ingest.files import input_files
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import SkipTally, as_dict, graph_id_for
+from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -333,6 +334,7 @@ class _GraphBuild:
         self.records_in_graph += sum(1 for r in self.recs if r.kind == "boundary" and not r.data.get("synthetic"))
         yield from self.rejects
         if graph.nodes:
+            mark_unlogged_context(graph, "Claude Code sessions log neither the system prompt nor the tool schemas")
             yield ReadGraph(graph, SourceRef(str(self.path), self.recs[0].ref), records=self.records_in_graph)
         elif self.records_in_graph:
             # Only boundaries survived (every message was rejected): still accounted for.

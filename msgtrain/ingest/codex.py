@@ -40,6 +40,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, first_json_value, iter_json_lines
 from msgtrain.ingest.session_common import Chain, SkipTally, as_dict, graph_id_for, synthetic_call_id, text_of_blocks
+from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -404,6 +405,9 @@ class _RolloutBuild:
     def finish(self) -> Iterator[ReadEvent]:
         self.flush()
         if self.graph is not None and self.graph.nodes:
+            mark_unlogged_context(
+                self.graph, "Codex rollouts log no tool schemas (and base instructions only at times)"
+            )
             yield ReadGraph(self.graph, SourceRef(str(self.path), self.first_ref), records=self.records)
         elif self.records:
             self.skips.add("empty_session", self.first_ref, self.records)

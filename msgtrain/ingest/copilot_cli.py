@@ -43,6 +43,7 @@ from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, iter_json_lines
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for
+from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -224,6 +225,7 @@ class _Build:
     def finish(self) -> Iterator[ReadEvent]:
         self.graph.metadata.update(self.meta)
         if self.graph.nodes:
+            mark_unlogged_context(self.graph, "Copilot CLI sessions log no tool schemas")
             yield ReadGraph(self.graph, SourceRef(str(self.path), "line 1"), records=self.records)
         elif self.records:
             self.skips.add("session_without_messages", "line 1", self.records)

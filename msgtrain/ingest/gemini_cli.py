@@ -41,6 +41,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for, has_any
+from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -57,6 +58,7 @@ from msgtrain.model.message import (
 )
 from msgtrain.model.openai import parse_arguments
 
+_UNLOGGED = "Gemini CLI sessions log neither the system prompt nor the tool schemas"
 POLICY = "gemini-cli"
 _UI_TYPES = {"info", "error", "warning"}
 
@@ -135,6 +137,7 @@ class GeminiCliReader:
                 chain.append(message, origin, generation)
             records += 1
         if graph.nodes:
+            mark_unlogged_context(graph, _UNLOGGED)
             yield ReadGraph(graph, SourceRef(str(path), "file"), records=records)
         yield from skips.events()
 
@@ -282,6 +285,7 @@ def _read_jsonl(path: Path) -> Iterator[ReadEvent]:
                 graph.record_edge(kind, previous[same:], chain.path[same:], previous[same - 1] if same else None)
         previous = chain.path
     if graph.nodes:
+        mark_unlogged_context(graph, _UNLOGGED)
         yield ReadGraph(graph, SourceRef(str(path), "line 1"), records=records)
     elif records:
         skips.add("session_without_messages", "line 1", records)

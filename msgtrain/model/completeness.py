@@ -35,6 +35,22 @@ def mark_context_incomplete(graph: MessageGraph, missing: Iterable[str], why: st
     graph.metadata[CONTEXT_INCOMPLETE] = {"missing": sorted(parts | set(prev)), "why": why}
 
 
+def mark_unlogged_context(graph: MessageGraph, why: str) -> None:
+    """For a log format that does not record the request its agent built: mark ``graph`` (and the sub-agent graphs
+    nested in it) for each part it does not hold — no system message on any branch, no tool schema in any
+    environment."""
+    from msgtrain.model.graphlog import subgraphs  # graphlog imports the graph model; this module stays light
+
+    for g in (graph, *subgraphs(graph)):
+        missing = []
+        if not any(n.message.role == "system" for n in g.nodes.values()):
+            missing.append("system_prompt")
+        if not any(env.tools for env in g.envs.values()):
+            missing.append("tools")
+        if missing:
+            mark_context_incomplete(g, missing, why)
+
+
 def missing_context(graph: MessageGraph) -> list[str]:
     """The parts of the model's context ``graph`` lacks (empty when complete or unknown to be incomplete)."""
     mark: Any = graph.metadata.get(CONTEXT_INCOMPLETE)
