@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.storage import POINTER, Store, current_version, join, version_url
 from tests.conftest import ROOT
-from tests.store_helpers import race
+from tests.store_helpers import moto_s3, race
 
 pytest.importorskip("moto.server", reason="needs moto's server mode: pip install 'msgtrain[store-test]'")
 pytest.importorskip("s3fs", reason="needs s3fs: pip install 'msgtrain[store-test]'")
@@ -39,36 +38,8 @@ BUCKET = "msgtrain-test"
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[Store]:
-    """A moto S3 server on 127.0.0.1, with the AWS environment pointing at it (inherited by subprocesses and
-    forwarded to Ray tasks), and one bucket."""
-    import s3fs
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    s3fs.S3FileSystem.clear_instance_cache()
-    store = Store.of(f"s3://{BUCKET}")
-    store.fs.mkdir(BUCKET)
-    try:
+    with moto_s3(BUCKET) as store:
         yield store
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
 
 
 def _make_logs(root: Path, files: int, seed: int = 0) -> Path:

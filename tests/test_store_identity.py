@@ -1,0 +1,87 @@
+"""A local run and an object-store run of the same log tree give the same rows, every column but ``source`` (which
+names where each run read the file): readers reach every file they consult through the storage interface, so a
+reader that opens more than one file (a Claude Code sub-agent's parent session, an OpenHands V1 conversation
+folder of one file per event) reads the same files from a bucket as from the disk.
+
+One conversion each (module-scoped): ``sample_logs/`` and, where it ships beside the checkout, ``../shared/real_logs``
+(every folder, new ones included), copied into one tree that is converted from the disk and from a local S3 server.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from msgtrain.run import pipeline
+from msgtrain.run.config import ConvertConfig
+from msgtrain.run.storage import Store, current_version, join, version_url
+from tests.conftest import SAMPLE_LOGS, SHARED, shared_path
+from tests.store_helpers import moto_s3
+
+pytest.importorskip("moto.server", reason="needs moto's server mode: pip install 'msgtrain[store-test]'")
+pytest.importorskip("s3fs", reason="needs s3fs: pip install 'msgtrain[store-test]'")
+
+BUCKET = "msgtrain-identity"
+Rows = dict[str, dict[str, Any]]
+
+
+def _rows(tables: list[pa.Table]) -> dict[str, Rows]:
+    """Rows by the top folder of their source (``sample_logs``, ``real_logs``), each keyed by sample id, without
+    ``source``."""
+    out: dict[str, Rows] = {}
+    for table in tables:
+        for row in table.to_pylist():
+            tree = row.pop("source").split("/logs/", 1)[1].split("/", 1)[0]
+            out.setdefault(tree, {})[row["sample_id"]] = row
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Rows], dict[str, Rows]]]:
+    root = tmp_path_factory.mktemp("identity")
+    logs = root / "logs"
+    shutil.copytree(SAMPLE_LOGS, logs / "sample_logs")
+    if (SHARED / "real_logs").is_dir():
+        shutil.copytree(SHARED / "real_logs", logs / "real_logs")
+    local = pipeline.convert(ConvertConfig(inputs=(logs,), output=root / "out", quiet=True))
+    local_rows = _rows([pq.read_table(f) for f in sorted((root / "out" / "data").glob("*.parquet"))])
+    with moto_s3(BUCKET) as store:
+        prefix = f"s3://{BUCKET}/logs"
+        store.upload_tree(logs, prefix)
+        out = f"s3://{BUCKET}/out"
+        remote = pipeline.convert(ConvertConfig(inputs=(prefix,), output=out, quiet=True))
+        store_rows = _rows(_published_tables(store, out))
+    assert remote["records"] == local["records"]
+    yield local_rows, store_rows
+
+
+def _published_tables(store: Store, out: str) -> list[pa.Table]:
+    version = current_version(out)
+    assert version is not None
+    data = join(version_url(out, version), "data")
+    return [pq.read_table(pa.BufferReader(store.read_bytes(url))) for url, _ in sorted(store.list_files(data))]
+
+
+def _assert_same(local: Rows, remote: Rows) -> None:
+    assert local, "the local run wrote no rows"
+    assert sorted(local) == sorted(remote)
+    for sample_id, row in local.items():
+        assert remote[sample_id] == row, f"sample {sample_id} ({row['policy']}) differs"
+
+
+def test_sample_logs_give_the_same_rows_from_a_bucket_as_from_the_disk(runs: Any) -> None:
+    local, remote = runs
+    _assert_same(local["sample_logs"], remote["sample_logs"])
+    # The one sample log a reader reads with a file beside it: the sub-agent's type comes from its parent session.
+    assert "subagent:Explore" in {row["policy"] for row in remote["sample_logs"].values()}
+
+
+def test_real_logs_give_the_same_rows_from_a_bucket_as_from_the_disk(runs: Any) -> None:
+    shared_path("real_logs")
+    local, remote = runs
+    _assert_same(local["real_logs"], remote["real_logs"])
