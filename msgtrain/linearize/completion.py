@@ -81,14 +81,6 @@ def completion_span(
     return start, len(turn) - _common_suffix_len(ctx[lcp:], turn[start:])
 
 
-def stop_pattern(stop_texts: Iterable[str]) -> re.Pattern[str] | None:
-    """Whitespace then one stop token's text (longest first, as a tokenizer matches added tokens)."""
-    texts = sorted({t for t in stop_texts if t}, key=len, reverse=True)
-    if not texts:
-        return None
-    return re.compile(r"\s*(?:" + "|".join(map(re.escape, texts)) + ")")
-
-
 # The content of :func:`follower` messages: found in a rendering, it marks where the follower's text begins.
 FOLLOWER_TEXT = "msgtrain-follower-text"
 _TAIL = 32

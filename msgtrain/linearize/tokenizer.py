@@ -329,8 +329,6 @@ class TokenizerBundle:
     def stop_pattern(self) -> re.Pattern[str] | None:
         """Whitespace then the text of one stop token that is an added token (what
         :func:`msgtrain.linearize.completion.sampled_stop` looks for after a message), or None."""
-        from msgtrain.linearize.completion import stop_pattern
-
         return stop_pattern(self.decode([i]) for i in sorted(self.stop_ids) if i in self._added_set)
 
     def _whitespace_ids(self) -> set[int]:
@@ -890,6 +888,14 @@ def template_stop_texts(render: Any, added: re.Pattern[str]) -> set[str]:
         if m is not None and text[pos + len(probe) : m.start()].strip() == "":
             out.add(m.group(0))
     return out
+
+
+def stop_pattern(stop_texts: Iterable[str]) -> re.Pattern[str] | None:
+    """Whitespace then one stop token's text (longest first, as a tokenizer matches added tokens)."""
+    texts = sorted({t for t in stop_texts if t}, key=len, reverse=True)
+    if not texts:
+        return None
+    return re.compile(r"\s*(?:" + "|".join(map(re.escape, texts)) + ")")
 
 
 def common_prefix_len(a: str, b: str) -> int:

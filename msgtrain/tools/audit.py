@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from msgtrain.errors import ConfigError
-from msgtrain.linearize.completion import NotRecoverable, completion_span, follower, sampled_stop, stop_pattern
-from msgtrain.linearize.tokenizer import template_stop_texts
+from msgtrain.linearize.completion import NotRecoverable, completion_span, follower, sampled_stop
+from msgtrain.linearize.tokenizer import stop_pattern, template_stop_texts
 from msgtrain.tools.battery import FEATURES, MULTI_TURN, PROBES, WEATHER_TOOL, Probe
 from msgtrain.tools.tokenizer import added_token_ids, control_token_ids, load_bundle, stop_token_ids
 
