@@ -35,7 +35,7 @@ from msgtrain.ingest.head_shape import head_shape
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage
-from msgtrain.model.openai import from_openai_message
+from msgtrain.model.openai import from_openai_messages
 
 POLICY = "autogen"
 LLM_TYPES = frozenset({"SystemMessage", "UserMessage", "AssistantMessage", "FunctionExecutionResultMessage"})
@@ -88,13 +88,10 @@ def _conversations(value: Any, where: str) -> Iterator[tuple[str, str, list[Any]
 
 def _events(path: Path, ref: SourceRef, kind: str, items: list[Any]) -> list[ReadEvent]:
     openai = _from_llm(items) if kind == "llm" else _from_chat(items, str(ref))
-    names: dict[str, str] = {}
-    steps: list[Step] = []
-    for i, data in enumerate(openai):
-        msg = from_openai_message(data, index=i, call_names=names, policy=POLICY)
-        if isinstance(msg, OptionCallMessage):
-            names.update({c.invocation_id: c.option_name for c in msg.calls})
-        steps.append(Step(msg, origin=Origin.SAMPLED if msg.role == "assistant" else Origin.CONTEXT, index=i))
+    steps = [
+        Step(msg, origin=Origin.SAMPLED if msg.role == "assistant" else Origin.CONTEXT, index=i)
+        for i, msg in enumerate(from_openai_messages(openai, policy=POLICY))
+    ]
     if not any(s.origin is Origin.SAMPLED for s in steps):
         return [ReadSkip(ref, "AutoGen conversation without a model reply")]
     graph = build_linear_graph(steps, base_id=base_graph_id(path, ref), policy=POLICY)
