@@ -347,12 +347,12 @@ def test_a_snapshot_taken_for_another_folder_content_is_not_used(tmp_path: Path,
 def test_a_folder_changed_while_transformers_loads_it_cannot_store_the_old_tokenizer_under_the_new_key(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from msgtrain.linearize import tokenizer
+    from msgtrain.linearize import hf_load, tokenizer
 
     folder = tmp_path / "tok"
     shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
     new_template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
-    real = tokenizer.auto_tokenizer
+    real = hf_load.auto_tokenizer
 
     def racing(source: str, **kwargs: Any) -> Any:
         hf = real(source, **kwargs)
@@ -362,7 +362,9 @@ def test_a_folder_changed_while_transformers_loads_it_cannot_store_the_old_token
         (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
         return hf
 
-    monkeypatch.setattr(tokenizer, "auto_tokenizer", racing)
+    for module in (hf_load, tokenizer):  # whichever name the loading goes through
+        monkeypatch.setattr(module, "auto_tokenizer", racing)
     tokenizer._load_hf(str(folder), None)
-    monkeypatch.setattr(tokenizer, "auto_tokenizer", real)
+    for module in (hf_load, tokenizer):
+        monkeypatch.setattr(module, "auto_tokenizer", real)
     assert tokenizer._load_hf(str(folder), None).chat_template == new_template
