@@ -12,7 +12,7 @@ TORCH_PIN ?= torch==2.13.0
 
 install-test:
 	$(PY) -m pip install '$(TORCH_PIN)'
-	$(PY) -m pip install -e '.[test,lint,trainers,ray,compression,tree,store-test,plot]'
+	$(PY) -m pip install -e '.[test,lint,trainers,ray,compression,tree,store-test,plot,mistral]'
 
 demo: install
 	msgtrain convert sample_logs -o out/demo

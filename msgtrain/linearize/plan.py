@@ -51,6 +51,7 @@ from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context, rep
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.graphlog import subgraphs
 from msgtrain.model.message import AnyMessage, Generation
+from msgtrain.model.openai import to_openai_message
 
 
 class CutReason(StrEnum):
@@ -270,6 +271,8 @@ class _GraphLinearizer:
     def _tokens(self, t: Turn, anc: TurnTokens | None) -> TurnTokens:
         flags: list[str] = []
         gen = self._usable(t.generation, flags)
+        if self.tok.encodes_messages:
+            return self._message_tokens(t, gen, flags)
         ctx = t.context
         carries = self.r.needs_marking(t.path, t.env)
         marked = carries and self.opts.content_special_tokens != "parse"
@@ -407,6 +410,37 @@ class _GraphLinearizer:
         except MsgtrainError:
             return None
         return sampled_stop(followed, core, pattern, self.tok.added_pattern)
+
+    def _message_tokens(self, t: Turn, gen: Generation | None, flags: list[str]) -> TurnTokens:
+        """P(t) and C(t) from a tokenizer that encodes messages itself (Mistral through mistral-common): P = its
+        ids of the context (ending in the generation prompt), C = its ids of context + message past P (the message
+        and its end token). Logged engine ids are used as they are, as for templates."""
+        msgs = [to_openai_message(n.message) for n in t.path]
+        tools = list(t.env.tools)
+        logprobs = None
+        if gen is not None and gen.prompt_token_ids is not None:
+            prompt = np.asarray(gen.prompt_token_ids, dtype=np.int32)
+        else:
+            prompt = self.tok.encode_messages(msgs[:-1], tools, final=False)
+        if gen is not None and gen.token_ids is not None:
+            completion = np.asarray(gen.token_ids, dtype=np.int32)
+            if gen.logprobs is not None:
+                logprobs = np.asarray(gen.logprobs, dtype=np.float32)
+        else:
+            full = self.tok.encode_messages(msgs, tools, final=True)
+            if not _is_prefix(prompt, full):
+                raise _Drop(
+                    DropReason.COMPLETION_NOT_RENDERABLE,
+                    "the tokenizer does not encode this turn right after its context's ids",
+                )
+            completion = full[prompt.shape[0] :]
+        if completion.shape[0] == 0:
+            raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
+        if self._usage_contradicts(t, prompt.shape[0]):
+            flags.append(USAGE_MISMATCH)
+        prompt_engine = gen is not None and gen.prompt_token_ids is not None
+        completion_engine = gen is not None and gen.token_ids is not None
+        return TurnTokens(t, prompt, completion, logprobs, prompt_engine, completion_engine, flags=flags)
 
     # ------------------------------------------------------------ structure
     def _nearest_turn_ancestor(self, t: Turn) -> TurnTokens | None:

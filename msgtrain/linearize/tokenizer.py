@@ -36,7 +36,12 @@ import numpy as np
 
 from msgtrain.errors import TokenizerError
 from msgtrain.linearize.hf_load import auto_tokenizer
-from msgtrain.linearize.tokenizer_source import load_from_hub, resolve_tokenizer, unreadable_vocabulary
+from msgtrain.linearize.tokenizer_source import (
+    load_from_hub,
+    mistral_selection,
+    resolve_tokenizer,
+    unreadable_vocabulary,
+)
 
 if TYPE_CHECKING:
     from msgtrain.linearize.template import RenderTrace
@@ -274,6 +279,10 @@ def in_table(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
 class TokenizerBundle:
     """A loaded HF tokenizer plus everything the linearizer needs from it."""
 
+    # Whether the bundle encodes whole conversations itself (``encode_messages``, no chat template): Mistral's
+    # tokenizers through mistral-common (:mod:`msgtrain.linearize.mistral`).
+    encodes_messages = False
+
     def __init__(self, hf: Any, name: str):
         self.hf = hf
         self.name = name
@@ -305,6 +314,10 @@ class TokenizerBundle:
             {t.content: bool(t.lstrip) for t in decoder},
             {t.content: bool(t.rstrip) for t in decoder},
         )
+
+    def encode_messages(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any], *, final: bool) -> np.ndarray:
+        """The ids of a conversation, for bundles that :attr:`encodes_messages`; this one renders a template."""
+        raise TypeError(f"tokenizer {self.name} renders a chat template: render, then encode the text")
 
     # -------------------------------------------------------------- facts
     def _stop_ids(self) -> set[int]:
@@ -947,9 +960,15 @@ def load_tokenizer(name: str | None = None, chat_template: str | None = None) ->
     """Load (once per process, again when its files change) a tokenizer folder / hub id, or the embedded demo
     tokenizer when ``name`` is None."""
     key = (name, chat_template)
-    state = _files_state(name, chat_template)
+    hf_name, mistral_file = mistral_selection(name)
+    state = _files_state(hf_name or (str(mistral_file) if mistral_file else None), chat_template)
     hit = _CACHE.get(key)
     if hit is None or hit[0] != state:
-        hf = _load_hf(name, chat_template)
-        _CACHE[key] = (state, TokenizerBundle(hf, name or DEMO_TOKENIZER))
+        if mistral_file is not None:
+            from msgtrain.linearize.mistral import load_mistral  # it builds on this module
+
+            bundle: TokenizerBundle = load_mistral(name or "", mistral_file, chat_template)
+        else:
+            bundle = TokenizerBundle(_load_hf(hf_name, chat_template), hf_name or DEMO_TOKENIZER)
+        _CACHE[key] = (state, bundle)
     return _CACHE[key][1]

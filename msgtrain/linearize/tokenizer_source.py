@@ -13,6 +13,10 @@ Invariants:
   ``TRANSFORMERS_OFFLINE``) or a hub host that does not answer one TCP connect within :data:`PROBE_SECONDS`
   (through the HTTPS proxy when one is set) loads from the local Hugging Face cache only, and a cache miss is one
   error saying so, in seconds rather than the hub client's minute of retries.
+- A value ``mistral:PATH``, or a folder holding Mistral's own tokenizer files (``tekken.json``,
+  ``tokenizer.model.vN``) and not written ``hf:PATH``, is read by mistral-common (:func:`mistral_selection`,
+  :mod:`msgtrain.linearize.mistral`); everything else goes to transformers, where such a folder is refused naming
+  mistral-common.
 """
 
 from __future__ import annotations
@@ -50,6 +54,46 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 _MODULES = {"protobuf": "google.protobuf"}
 # Mistral's own tokenizer files, which only mistral-common reads (vLLM's --tokenizer-mode mistral).
 _MISTRAL_NATIVE = re.compile(r"tekken\.json|tokenizer\.model\.v\d+m?\d*|tokenizer\.mm\.model\.v\d+")
+
+
+MISTRAL_PREFIX = "mistral:"
+HF_PREFIX = "hf:"
+TEKKEN = "tekken.json"
+MISTRAL_INSTALL = "pip install 'msgtrain[mistral]'"
+
+
+def mistral_files(folder: Path) -> list[Path]:
+    """Mistral's own tokenizer files in ``folder``, preferred first (mistral-common's order): ``tekken.json``, then
+    ``tokenizer[.mm].model.vN[mM]`` from the highest version."""
+    try:
+        found = [p for p in folder.iterdir() if _MISTRAL_NATIVE.fullmatch(p.name) and p.is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: (p.name == TEKKEN, [int(d) for d in re.findall(r"\d+", p.name)]), reverse=True)
+
+
+def mistral_selection(name: str | None) -> tuple[str | None, Path | None]:
+    """``(name for transformers, None)`` or ``(None, mistral tokenizer file)`` for a ``--tokenizer`` value (see
+    :mod:`msgtrain.linearize.mistral`). A ``mistral:`` value that names no Mistral tokenizer file is a usage error."""
+    if name is None:
+        return None, None
+    if name.startswith(HF_PREFIX):
+        return name[len(HF_PREFIX) :], None
+    explicit = name.startswith(MISTRAL_PREFIX)
+    value = name[len(MISTRAL_PREFIX) :] if explicit else name
+    path = Path(value).expanduser()
+    if explicit and path.is_file():
+        return None, path
+    files = mistral_files(path) if path.is_dir() else []
+    if files:
+        return None, files[0]
+    if explicit:
+        raise ConfigError(
+            f"--tokenizer {name}: {value} is not a Mistral tokenizer file nor a folder holding one",
+            hint=f"pass a folder with {TEKKEN} or tokenizer.model.v3 / .v7 (mistral:FOLDER), or the file itself",
+            code="no_mistral_tokenizer",
+        )
+    return name, None
 
 
 @dataclass(frozen=True)
@@ -132,8 +176,9 @@ def check_folder(folder: Path, given: str) -> None:
         raise ConfigError(
             f"tokenizer folder {given} holds Mistral's own tokenizer ({', '.join(native)}), which only mistral-common"
             f" reads; msgtrain encodes with a Hugging Face tokenizer (expected one of: {expected_files()})",
-            hint="pass the model's Hugging Face tokenizer folder (tokenizer.json + tokenizer_config.json, as"
-            " published beside the Mistral files in the model's repository)",
+            hint=f"msgtrain encodes it through mistral-common when given as --tokenizer {given} or mistral:{given}"
+            f" ({MISTRAL_INSTALL}); a command that needs a chat template needs the model's Hugging Face tokenizer"
+            " folder (tokenizer.json + tokenizer_config.json, published beside the Mistral files)",
             code="mistral_native_tokenizer",
         )
     config = folder / "tokenizer_config.json"
