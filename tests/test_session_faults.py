@@ -145,6 +145,7 @@ def _samples(samples: list[Any], path: Path, inserted: int | None) -> list[tuple
 MODES = [(*case, "now") for case in CASES] + [(*case, "late") for case in CASES if case[0] == "claude_code"]
 
 
+@pytest.mark.parametrize("own", [False, True], ids=["crash", "validation_error"])
 @pytest.mark.parametrize(
     ("reader", "module", "log", "after", "mode"), MODES, ids=[f"{c[0]}:{c[2][-1]}:{c[4]}" for c in MODES]
 )
@@ -156,7 +157,10 @@ def test_a_fault_in_a_session_reader_costs_only_the_failing_record(
     log: tuple[str, ...],
     after: int,
     mode: str,
+    own: bool,
 ) -> None:
+    """A crash (a reader bug) and a reader's own validation error alike: the record is found and reported at its
+    own line, and costs what that record unreadable costs."""
     original = _log(log)
     assert detect_format(original).name == reader
     path, poisoned = _insert_poison(original, tmp_path, after)
@@ -166,14 +170,15 @@ def test_a_fault_in_a_session_reader_costs_only_the_failing_record(
     # and the reject are what is compared.
     assert expected or reader == "gemini_cli", "the log must give samples for the comparison to mean something"
 
-    monkeypatch.setattr(f"{module}.iter_json_lines", _poisoning(mode))
+    monkeypatch.setattr(f"{module}.iter_json_lines", _poisoning(mode, own))
     samples, stats, rejects = convert_file(path, SETTINGS)
 
-    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
+    code = OWN_CODE if own else "reader_error"
+    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == code]
     assert reject["record"] == f"line {poisoned}"
-    assert reject["message"] == "_Boom: poisoned record touched"
+    assert reject["message"] == ("" if own else "_Boom: ") + "poisoned record touched"
     assert MARK in reject["excerpt"]
-    _same_books(stats, stats_expected)
+    _same_books(stats, stats_expected, code)
     assert _samples(samples, path, None) == _samples(expected, reference, None)
 
 
@@ -195,33 +200,6 @@ def _same_books(stats: Any, expected: Any, code: str = "reader_error") -> None:
     assert sum(stats.records_rejected.values()) == sum(expected.records_rejected.values())
     assert stats.records_rejected[code] == expected.records_rejected[code] + 1
     assert stats.turns_trained == expected.turns_trained
-
-
-@pytest.mark.parametrize(
-    ("reader", "module", "log", "after", "mode"), MODES, ids=[f"{c[0]}:{c[2][-1]}:{c[4]}" for c in MODES]
-)
-def test_a_validation_error_in_a_session_costs_only_its_record_as_a_crash_does_and_names_that_record(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    reader: str,
-    module: str,
-    log: tuple[str, ...],
-    after: int,
-    mode: str,
-) -> None:
-    original = _log(log)
-    path, poisoned = _insert_poison(original, tmp_path, after)
-    reference = _unreadable_in_place(path, tmp_path, poisoned)
-    expected, stats_expected, _ = convert_file(reference, SETTINGS)
-
-    monkeypatch.setattr(f"{module}.iter_json_lines", _poisoning(mode, own=True))
-    samples, stats, rejects = convert_file(path, SETTINGS)
-
-    (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == OWN_CODE]
-    assert reject["record"] == f"line {poisoned}"
-    assert reject["message"] == "poisoned record touched" and MARK in reject["excerpt"]
-    _same_books(stats, stats_expected, OWN_CODE)
-    assert _samples(samples, path, None) == _samples(expected, reference, None)
 
 
 def test_one_message_with_content_true_costs_one_claude_code_record_reported_at_its_own_line(tmp_path: Path) -> None:
