@@ -7,8 +7,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -104,3 +107,112 @@ def test_the_lock_holds_when_its_file_is_deleted_by_hand(tmp_path: Path) -> None
             pass
     with exclusive_lock(state):  # released: the next run takes it
         pass
+
+
+# ------------------------------------------------------------------------------------------------ Ctrl-C
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            found += [int(x) for x in task.read_text().split()]
+    return found
+
+
+def _starting_worker(pid: int) -> bool:
+    """A worker process of ``pid`` has been exec'd and is starting (importing, before its initializer)."""
+    for child in _children(pid):
+        with contextlib.suppress(OSError):
+            if b"multiprocessing" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return True
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to see worker processes start")
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.3])
+def test_ctrl_c_while_workers_start_prints_no_traceback(tmp_path: Path, delay: float) -> None:
+    logs = make_logs(tmp_path, 12)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(tmp_path / "out"), "-j", "2", "-q"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and not _starting_worker(proc.pid):
+        time.sleep(0.002)
+    assert proc.poll() is None, "the run ended before its workers started"
+    time.sleep(delay)  # the worker is importing msgtrain (about a second)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches every process of the terminal's job
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+
+
+# ------------------------------------------------------------------------------------------------ Ray, stores
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_without_ray_address_a_new_local_ray_is_started_never_one_found_in_rays_temp_files(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'msgtrain[ray]')")
+    from msgtrain.run.ray_engine import ray_session
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    asked: list[object] = []
+
+    def init(address: object = None, **kwargs: object) -> None:
+        asked.append(address)
+        raise RuntimeError("not started in this test")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(RuntimeError), ray_session():
+        pass
+    # None would let Ray attach to the address a dead `ray start` left in /tmp/ray, and retry it for minutes.
+    assert asked == ["local"]
+
+
+def test_a_ray_address_that_answers_nothing_fails_in_seconds_with_a_hint(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'msgtrain[ray]')")
+    logs = make_logs(tmp_path, 1)
+    address = f"127.0.0.1:{_closed_port()}"
+    started = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(tmp_path / "out"), "--engine", "ray"],
+        capture_output=True,
+        text=True,
+        env={**ENV, "RAY_ADDRESS": address},
+        cwd=ROOT,
+        timeout=90,  # the bug: Ray retried such an address for minutes
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"no Ray cluster answers at {address}" in proc.stderr and "unset it" in proc.stderr
+    assert "Traceback" not in proc.stderr and time.time() - started < 60
+
+
+def test_an_object_store_that_cannot_be_reached_is_named_with_its_endpoint(tmp_path: Path) -> None:
+    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'msgtrain[s3]')")
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    env = {**ENV, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    env["AWS_MAX_ATTEMPTS"] = "1"  # botocore's retries only make the test slower
+    for args in (["s3://bucket/logs", "-o", str(tmp_path / "out")], [str(make_logs(tmp_path, 1)), "-o", "s3://b/o"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "msgtrain.cli", "convert", *args, "-q"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 1, proc.stderr
+        assert f"cannot connect to the s3:// store at {endpoint}" in proc.stderr, proc.stderr
+        assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr

@@ -252,7 +252,8 @@ def store_lock(state_url: str, ttl: float | None = None) -> Iterator[StoreLease]
     from msgtrain.run.storage import join
 
     lease = StoreLease(join(state_url, LEASE_OBJECT), ttl)
-    lease.acquire()
+    with lease.store.connection_errors(state_url):  # the first contact with the store of an object-store OUT
+        lease.acquire()
     try:
         yield lease
     finally:

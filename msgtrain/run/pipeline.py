@@ -97,6 +97,7 @@ from msgtrain.run.publish import (
     staging_dir,
     state_dir,
 )
+from msgtrain.run.signals import ignore_sigint_in_worker, sigint_deferred
 from msgtrain.run.storage import (
     Store,
     is_remote,
@@ -136,8 +137,8 @@ def _worker_init(parent: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     # Ctrl-C reaches the whole process group: the main process alone handles it (and stops the workers), so no
-    # worker prints a KeyboardInterrupt traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # worker prints a KeyboardInterrupt traceback (it started with SIGINT blocked: msgtrain.run.signals).
+    ignore_sigint_in_worker()
     _die_with_parent(parent)
     parts.SETTLE_HEAP = True
 
@@ -205,10 +206,11 @@ def _run_parts(
             while queue or pending:
                 while queue and len(pending) < workers * 2:
                     item = queue.pop(0)
-                    if isinstance(item, Job):
-                        pending[pool.submit(_convert_to_part, item, settings, parts_dir)] = item
-                    else:
-                        pending[pool.submit(plan_file, item[0], settings, chunk_bytes)] = item
+                    with sigint_deferred():  # submit may start a worker process
+                        if isinstance(item, Job):
+                            pending[pool.submit(_convert_to_part, item, settings, parts_dir)] = item
+                        else:
+                            pending[pool.submit(plan_file, item[0], settings, chunk_bytes)] = item
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=lambda f: isinstance(pending[f], Job)):
                     item = pending.pop(fut)

@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import pickle
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,15 +89,54 @@ def _import_ray() -> Any:
     return ray
 
 
+PROBE_SECONDS = 5.0  # how long a cluster's address may take to accept a connection before the run gives up
+
+
+def cluster_address(address: str | None) -> str:
+    """The address to give ``ray.init``: ``address``, else ``RAY_ADDRESS``, else ``"local"`` (a new local instance:
+    never a cluster Ray finds on its own, such as the one a ``ray start`` that has since died recorded in Ray's
+    temporary directory, which Ray would retry for minutes). A cluster address is first checked to accept a
+    connection within :data:`PROBE_SECONDS`; one that does not is a :class:`~msgtrain.errors.ConfigError` naming
+    it, at once."""
+    given = address or os.environ.get("RAY_ADDRESS") or "local"
+    if given == "local":
+        return given
+    target = given
+    if given == "auto":
+        from ray._private.services import find_bootstrap_address
+
+        target = find_bootstrap_address(None) or ""
+        if not target:
+            raise ConfigError(
+                "RAY_ADDRESS=auto but no Ray cluster was started on this node (no `ray start` address recorded)",
+                hint="start one with `ray start --head`, set RAY_ADDRESS to the cluster's address, or unset"
+                " RAY_ADDRESS to run a local Ray instance",
+            )
+    host, _, port = target.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=PROBE_SECONDS):
+            pass
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+        raise ConfigError(
+            f"no Ray cluster answers at {given}" + (f" ({target})" if target != given else "") + f": {reason}",
+            hint="start the cluster (`ray start --head`), fix RAY_ADDRESS, or unset it to run a local Ray instance",
+            code="ray_unreachable",
+        ) from None
+    return given
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None) -> Iterator[Any]:
     """Connect to ``address`` (``"auto"``, ``"ray://host:10001"``, ...) or, when None, to ``RAY_ADDRESS`` if set,
-    else start a local Ray instance, for the duration of the block. An initialised Ray (``ray.init`` by the caller,
-    or an enclosing session) is reused and left running."""
+    else start a local Ray instance, for the duration of the block (:func:`cluster_address`). An initialised Ray
+    (``ray.init`` by the caller, or an enclosing session) is reused and left running."""
     ray = _import_ray()
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(
+            address=cluster_address(address), include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
     try:
         yield ray
     finally:

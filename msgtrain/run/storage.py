@@ -28,18 +28,20 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
 import secrets
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from msgtrain.errors import ConfigError, OutputError
+from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.files import BytesSibling
 
 URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -80,8 +82,106 @@ def join(url: str, *names: str) -> str:
     return "/".join([url.rstrip("/"), *(n.strip("/") for n in names)])
 
 
+class StoreConnectionError(OutputError):
+    """The object store's endpoint cannot be reached (refused, unknown host, timed out): not a bug, not missing
+    data. The message names the endpoint and the URL being accessed."""
+
+    code = "store_unreachable"
+
+
+# Each store package's own "could not connect" exceptions, by module: only a module already imported can have
+# raised one, so none is imported here.
+_CONNECTION_ERRORS = {
+    "botocore.exceptions": ("ConnectionError", "HTTPClientError"),
+    "aiohttp.client_exceptions": ("ClientConnectionError", "ServerTimeoutError"),
+    "azure.core.exceptions": ("ServiceRequestError",),
+    "requests.exceptions": ("ConnectionError", "Timeout"),
+    "httpx": ("ConnectError", "TimeoutException"),
+}
+
+
+def _is_connection_error(error: BaseException) -> bool:
+    types: list[type] = [ConnectionError, TimeoutError]
+    for module, names in _CONNECTION_ERRORS.items():
+        loaded = sys.modules.get(module)
+        types += [t for t in (getattr(loaded, n, None) for n in names) if isinstance(t, type)]
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and not isinstance(current, MsgtrainError):
+        if isinstance(current, tuple(types)):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _naming_connection_errors(cls: type[Store]) -> type[Store]:
+    """Every public method of ``cls`` raises :class:`StoreConnectionError` (naming the endpoint) where the store
+    package raised its own connection error, which the command line would otherwise report as a bug."""
+
+    def wrap(method: Any) -> Any:
+        @functools.wraps(method)
+        def call(self: Store, *args: Any, **kwargs: Any) -> Any:
+            url = next((a for a in args if isinstance(a, str) and protocol(a)), f"{self.protocol}://")
+            with self.connection_errors(url):
+                return method(self, *args, **kwargs)
+
+        return call
+
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not name.startswith("_") and name not in ("endpoint", "url", "connection_errors"):
+            setattr(cls, name, wrap(value))
+    return cls
+
+
+ENDPOINT_VARIABLES = {
+    "s3": "AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, AWS_REGION",
+    "s3a": "AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3, AWS_REGION",
+    "gs": "STORAGE_EMULATOR_HOST, GOOGLE_APPLICATION_CREDENTIALS",
+    "gcs": "STORAGE_EMULATOR_HOST, GOOGLE_APPLICATION_CREDENTIALS",
+    "az": "AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME",
+    "abfs": "AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME",
+    "abfss": "AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME",
+    "hf": "HF_ENDPOINT, HF_TOKEN",
+}
+
+
+@_naming_connection_errors
 class Store:
     """One object store (one protocol), addressed with full URLs."""
+
+    def endpoint(self) -> str:
+        """The endpoint this store talks to, as configured (for error messages)."""
+        fs = self.fs
+        for value in (
+            getattr(fs, "endpoint_url", None),
+            (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url"),
+            os.environ.get("AWS_ENDPOINT_URL_S3") if self.protocol in ("s3", "s3a") else None,
+            os.environ.get("AWS_ENDPOINT_URL") if self.protocol in ("s3", "s3a") else None,
+            os.environ.get("STORAGE_EMULATOR_HOST") if self.protocol in ("gs", "gcs") else None,
+            getattr(fs, "account_url", None),
+            os.environ.get("HF_ENDPOINT") if self.protocol == "hf" else None,
+        ):
+            if isinstance(value, str) and value:
+                return value
+        return f"the default {self.protocol}:// endpoint"
+
+    @contextlib.contextmanager
+    def connection_errors(self, url: str) -> Iterator[None]:
+        """Turn the store package's own connection errors raised in the body into :class:`StoreConnectionError`
+        (every public method does this; code calling ``self.fs`` directly wraps itself in it)."""
+        try:
+            yield
+        except Exception as e:
+            if not _is_connection_error(e):
+                raise
+            raise StoreConnectionError(
+                f"cannot connect to the {self.protocol}:// store at {self.endpoint()}"
+                f" ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no answer'})",
+                where=url,
+                hint="check that the endpoint is up and reachable from here, and its variables"
+                f" ({ENDPOINT_VARIABLES.get(self.protocol, 'the protocol environment')})",
+            ) from None
 
     def __init__(self, url: str) -> None:
         proto = protocol(url)
