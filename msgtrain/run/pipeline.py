@@ -234,9 +234,10 @@ def convert(cfg: ConvertConfig, progress: ProgressHook | None = None) -> dict[st
     started = time.perf_counter()
     if cfg.output is None:
         raise ConfigError("no output directory", hint="pass -o OUT")
-    output = cfg.output
     if cfg.engine == "ray":  # a task's working directory is not the driver's: every path it opens is absolute
         cfg = config_for_workers(cfg)
+    output = cfg.output  # after the line above: OUT's state and parts directories are opened by the tasks too
+    assert output is not None
     if cfg.keep_missing and not cfg.resume:
         raise ConfigError("--keep-missing keeps parts of earlier runs: it needs --resume", hint="add --resume")
     if is_remote(str(output)):
