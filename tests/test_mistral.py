@@ -25,7 +25,7 @@ from msgtrain.errors import ConfigError
 from msgtrain.export.schema import check_sample, samples_to_table
 from msgtrain.linearize import linearize_graph
 from msgtrain.linearize.tokenizer import load_tokenizer
-from tests.oracle import Call, ExpectedTurn, RunGenerator
+from tests.oracle import TOOLS, Call, ExpectedTurn, RunGenerator
 from tests.test_linearize_oracle import _graphs_from_records, check_rows
 
 # (folder file name, file in mistral_common/data)
@@ -219,3 +219,34 @@ def test_a_mistral_folder_without_mistral_common_names_the_package_to_install(
     with pytest.raises(ConfigError, match=r"mistral-common, and mistral_common is not installed") as err:
         load_tokenizer(str(folder))
     assert "msgtrain[mistral]" in (err.value.hint or "")
+
+
+def test_tool_call_ids_longer_than_nine_characters_are_cut_to_their_last_nine_as_vllm_serves_them(
+    tmp_path: Path,
+) -> None:
+    folder = mistral_folder("tekken", tmp_path)
+    tok = load_tokenizer(str(folder))
+    oracle = MistralOracle(folder / "tekken.json")
+    long_id, served = "call_9f8e7d6c5b4a", "e7d6c5b4a"
+    call = {"id": long_id, "type": "function", "function": {"name": "search", "arguments": '{"query": "x"}'}}
+    context = [
+        {"role": "user", "content": "find x"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": long_id, "content": "found"},
+    ]
+    reply = {"role": "assistant", "content": "x is found"}
+    records = [
+        {
+            "request": {"model": "m", "messages": context, "tools": TOOLS},
+            "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
+        }
+    ]
+    (g,) = _graphs_from_records(records, tmp_path)
+    result = linearize_graph(g, tok)
+    served_context = [*context[:1], {**context[1], "tool_calls": [{**call, "id": served}]}]
+    served_context.append({**context[2], "tool_call_id": served})
+    expected = oracle.turn(Call(served_context, TOOLS, [reply]), reply)
+    (row,) = samples_to_table(result.samples).to_pylist()
+    (span,) = row["turn_spans"]
+    assert row["input_ids"][: span["start"]] == expected.prompt
+    assert row["input_ids"][span["start"] : span["end"]] == expected.completion

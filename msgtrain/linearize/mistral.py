@@ -13,8 +13,9 @@ Invariants:
   appended after ``[/INST]`` / ``[/TOOL_RESULTS]``). System prompt placement per version (before the last user
   message in v2/v3, ``[SYSTEM_PROMPT]`` at the start from v7), re-rendered history and the like show up as a failed
   prefix test between turns, i.e. a ``template_rerender`` cut, detected by tokens.
-- Tool-call ids are sent as logged; mistral-common checks them (9 alphanumeric characters from v3), and an id it
-  refuses makes the turn a render error naming it.
+- Tool-call ids longer than 9 characters are cut to their last 9, on calls and on results, as vLLM does before it
+  encodes (``truncate_tool_call_ids``): that is what the model was shown. mistral-common checks the rest (9
+  letters or digits from v3), and an id it refuses makes the turn a render error naming it.
 - Content is always text to mistral-common: a log's ``[INST]`` or ``</s>`` is encoded as plain text, never as a
   control token, so no content marking is needed.
 """
@@ -34,6 +35,8 @@ import numpy as np
 from msgtrain.errors import ConfigError, RenderError
 from msgtrain.linearize.tokenizer import TokenizerBundle
 from msgtrain.linearize.tokenizer_source import MISTRAL_INSTALL, MISTRAL_PREFIX, TEKKEN
+
+ID_LENGTH = 9  # Mistral's tool-call ids: 9 letters or digits
 
 
 def _require_mistral_common(path: Path) -> None:
@@ -115,7 +118,7 @@ class MistralBundle(TokenizerBundle):
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
         try:
-            request = ChatCompletionRequest.from_openai(list(messages), tools=list(tools) or None)
+            request = ChatCompletionRequest.from_openai(as_served(messages), tools=list(tools) or None)
             tokenized = (self.training if final else self.serving).encode_chat_completion(request)
         except Exception as e:  # pydantic ValidationError, InvalidMessageStructureException, ...: all "refused"
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -156,6 +159,21 @@ class MistralBundle(TokenizerBundle):
 
     def content_has_control_text(self, value: Any, *, assistant: bool = False) -> bool:
         return False  # mistral-common encodes every content string as text
+
+
+def as_served(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as vLLM hands them to mistral-common: tool-call ids (and the results' ``tool_call_id``) longer
+    than 9 characters cut to their last 9. Messages without such ids are passed as they are (not copied)."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") or ()
+        if any(len(str(c.get("id", ""))) > ID_LENGTH for c in calls):
+            m = {**m, "tool_calls": [{**c, "id": str(c["id"])[-ID_LENGTH:]} if "id" in c else c for c in calls]}
+        result_id = m.get("tool_call_id")
+        if isinstance(result_id, str) and len(result_id) > ID_LENGTH:
+            m = {**m, "tool_call_id": result_id[-ID_LENGTH:]}
+        out.append(m)
+    return out
 
 
 def load_mistral(name: str, path: Path, chat_template: str | None) -> MistralBundle:
