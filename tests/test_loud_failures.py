@@ -24,6 +24,22 @@ PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 1, 2
 
 
+def convert_cli(
+    *args: str, env: dict[str, str] = ENV, preexec: Callable[[], None] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``msgtrain convert ARGS`` as a user runs it: a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "msgtrain.cli", "convert", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        preexec_fn=preexec,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def _without_file_permission_override() -> None:  # pragma: no cover - runs in the child, before exec
     libc = ctypes.CDLL(None, use_errno=True)
     for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
@@ -58,15 +74,7 @@ def test_unreadable_files_and_folders_are_counted_on_screen_and_exit_3(tmp_path:
     locked_dir.chmod(0)
     locked_file.chmod(0)
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(out)],
-            capture_output=True,
-            text=True,
-            env=ENV,
-            cwd=ROOT,
-            preexec_fn=preexec,
-            check=False,
-        )
+        proc = convert_cli(str(logs), "-o", str(out), preexec=preexec)
     finally:
         locked_dir.chmod(0o755)
         locked_file.chmod(0o644)
@@ -81,14 +89,7 @@ def test_unreadable_files_and_folders_are_counted_on_screen_and_exit_3(tmp_path:
 
 def test_a_readable_run_still_exits_0_and_shows_zero_unreadable(tmp_path: Path) -> None:
     logs = make_logs(tmp_path, 1)
-    proc = subprocess.run(
-        [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=ROOT,
-        check=False,
-    )
+    proc = convert_cli(str(logs), "-o", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     assert report(tmp_path / "out")["files"]["unreadable"] == 0
 
@@ -184,14 +185,9 @@ def test_a_ray_address_that_answers_nothing_fails_in_seconds_with_a_hint(tmp_pat
     logs = make_logs(tmp_path, 1)
     address = f"127.0.0.1:{_closed_port()}"
     started = time.time()
-    proc = subprocess.run(
-        [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(tmp_path / "out"), "--engine", "ray"],
-        capture_output=True,
-        text=True,
-        env={**ENV, "RAY_ADDRESS": address},
-        cwd=ROOT,
-        timeout=90,  # the bug: Ray retried such an address for minutes
-        check=False,
+    # timeout: the bug was Ray retrying such an address for minutes
+    proc = convert_cli(
+        str(logs), "-o", str(tmp_path / "out"), "--engine", "ray", env={**ENV, "RAY_ADDRESS": address}, timeout=90
     )
     assert proc.returncode == 2, proc.stderr
     assert f"no Ray cluster answers at {address}" in proc.stderr and "unset it" in proc.stderr
@@ -204,15 +200,7 @@ def test_an_object_store_that_cannot_be_reached_is_named_with_its_endpoint(tmp_p
     env = {**ENV, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
     env["AWS_MAX_ATTEMPTS"] = "1"  # botocore's retries only make the test slower
     for args in (["s3://bucket/logs", "-o", str(tmp_path / "out")], [str(make_logs(tmp_path, 1)), "-o", "s3://b/o"]):
-        proc = subprocess.run(
-            [sys.executable, "-m", "msgtrain.cli", "convert", *args, "-q"],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
-            timeout=120,
-            check=False,
-        )
+        proc = convert_cli(*args, "-q", env=env, timeout=120)
         assert proc.returncode == 1, proc.stderr
         assert f"cannot connect to the s3:// store at {endpoint}" in proc.stderr, proc.stderr
         assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
