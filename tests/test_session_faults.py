@@ -368,3 +368,20 @@ def test_a_fault_in_a_directory_log_costs_only_the_failing_record_file(
     assert [(s.input_ids.tobytes(), s.loss_mask.tobytes()) for s in samples] == [
         (s.input_ids.tobytes(), s.loss_mask.tobytes()) for s in expected
     ]
+
+
+def test_one_bad_item_of_a_message_per_line_log_costs_its_own_line_not_the_conversation(tmp_path: Path) -> None:
+    lines = (ROOT / "sample_logs" / "openai_responses" / "items.jsonl").read_text(encoding="utf-8").splitlines()
+    outputs = [i for i, line in enumerate(lines) if json.loads(line).get("type") == "function_call_output"]
+    assert outputs, "the sample log answers a call"
+    bad = json.loads(lines[outputs[0]])
+    del bad["call_id"]  # a result that answers no call: a validation error inside the conversation
+    lines[outputs[0]] = json.dumps(bad)
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _, clean, _ = convert_file(ROOT / "sample_logs" / "openai_responses" / "items.jsonl", SETTINGS)
+    _, stats, rejects = convert_file(path, SETTINGS)
+    (reject,) = [json.loads(r) for r in rejects]
+    assert reject["record"] == f"line {outputs[0] + 1}"
+    assert stats.records_converted == clean.records_converted - 1 and stats.graphs == clean.graphs
+    assert stats.turns_trained >= 1

@@ -21,8 +21,10 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +127,8 @@ class Conversation:
     source: Any = None
     raw: bytes | None = None
     incomplete_from: int | None = None
+    # Message-per-line JSONL: where each message came from, so that one bad message costs its own line.
+    refs: list[SourceRef] | None = None
 
     def excerpt(self) -> str:
         if self.raw is not None:
@@ -164,6 +168,7 @@ def iter_conversations(
     """
     pending: list[Any] = []  # message-per-line JSONL: messages waiting to form one conversation
     pending_ref: SourceRef | None = None
+    pending_refs: list[SourceRef] = []
     # Where a rejected line cut the message-per-line run: from that message on, the context is incomplete.
     gap: int | None = None
     gap_before_run = False
@@ -177,6 +182,7 @@ def iter_conversations(
                 gap = 0
             pending_ref = pending_ref or rec.ref
             pending.append(value)
+            pending_refs.append(rec.ref)
             continue
         found = None if isinstance(value, MsgtrainError) else _conversation_in(value, layout)
         if found is None:
@@ -188,8 +194,8 @@ def iter_conversations(
                 gap_before_run = True
             continue
         if pending and pending_ref is not None:
-            yield Conversation(pending_ref, len(pending), pending, {}, None, incomplete_from=gap)
-            pending, pending_ref = [], None
+            yield Conversation(pending_ref, len(pending), pending, {}, None, incomplete_from=gap, refs=pending_refs)
+            pending, pending_ref, pending_refs = [], None, []
         gap, gap_before_run = None, False
         key, messages, container = found
         if not messages:
@@ -197,7 +203,7 @@ def iter_conversations(
             continue
         yield Conversation(rec.ref, 1, messages, container, key, raw=rec.raw)
     if pending and pending_ref is not None:
-        yield Conversation(pending_ref, len(pending), pending, {}, None, incomplete_from=gap)
+        yield Conversation(pending_ref, len(pending), pending, {}, None, incomplete_from=gap, refs=pending_refs)
 
 
 def _document_conversations(
@@ -459,18 +465,65 @@ def _task_raw(conv: Conversation) -> Any:
 
 def _conversion(conv: Conversation, convert: Callable[[Conversation], Converted]) -> Callable[[], list[ReadEvent]]:
     def parse() -> list[ReadEvent]:
-        try:
-            converted = convert(conv)
-        except MsgtrainError as e:
-            turns = assistant_turns_in(conv.messages)
-            return [ReadReject(conv.ref, e.located(str(conv.ref)), conv.excerpt(), count=conv.records, turns=turns)]
-        except pydantic.ValidationError as e:
-            err = ValidationError(_pydantic_message(e), where=str(conv.ref), code="bad_message")
-            turns = assistant_turns_in(conv.messages)
-            return [ReadReject(conv.ref, err, conv.excerpt(), count=conv.records, turns=turns)]
-        return [ReadGraph(converted.graph, conv.ref, records=conv.records, extras=converted.extras)]
+        dropped: list[ReadEvent] = []
+        current = conv
+        while True:
+            try:
+                return [*dropped, *_convert_once(current, convert)]
+            except _MessageRejected as bad:
+                # One bad message of a message-per-line run costs its own line: it is rejected where it is, and
+                # the rest converts with every later turn marked as sampled in a context that lost it.
+                dropped.append(bad.reject)
+                current = bad.rest
 
     return parse
+
+
+class _MessageRejected(Exception):
+    def __init__(self, reject: ReadReject, rest: Conversation) -> None:
+        self.reject, self.rest = reject, rest
+
+
+_MESSAGE_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def _without_message(conv: Conversation, e: MsgtrainError) -> _MessageRejected | None:
+    """The bad message a conversion error names, split off a message-per-line run (None when it names none)."""
+    if conv.refs is None or len(conv.messages) < 2:
+        return None
+    found = _MESSAGE_INDEX.search(e.where or "")
+    index = int(found.group(1)) if found else -1
+    if not 0 <= index < len(conv.messages):
+        return None
+    messages = conv.messages[:index] + conv.messages[index + 1 :]
+    refs = conv.refs[:index] + conv.refs[index + 1 :]
+    reject = ReadReject(
+        conv.refs[index],
+        e.located(str(conv.refs[index])),
+        _short_json(conv.messages[index]),
+        turns=assistant_turns_in([conv.messages[index]]),
+    )
+    gap = index if conv.incomplete_from is None else min(index, conv.incomplete_from)
+    rest = dataclasses.replace(
+        conv, ref=refs[0], records=len(messages), messages=messages, refs=refs, incomplete_from=gap
+    )
+    return _MessageRejected(reject, rest)
+
+
+def _convert_once(conv: Conversation, convert: Callable[[Conversation], Converted]) -> list[ReadEvent]:
+    try:
+        converted = convert(conv)
+    except MsgtrainError as e:
+        split = _without_message(conv, e)
+        if split is not None:
+            raise split from e
+        turns = assistant_turns_in(conv.messages)
+        return [ReadReject(conv.ref, e.located(str(conv.ref)), conv.excerpt(), count=conv.records, turns=turns)]
+    except pydantic.ValidationError as e:
+        err = ValidationError(_pydantic_message(e), where=str(conv.ref), code="bad_message")
+        turns = assistant_turns_in(conv.messages)
+        return [ReadReject(conv.ref, err, conv.excerpt(), count=conv.records, turns=turns)]
+    return [ReadGraph(converted.graph, conv.ref, records=conv.records, extras=converted.extras)]
 
 
 def _pydantic_message(e: pydantic.ValidationError) -> str:
