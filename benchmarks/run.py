@@ -238,7 +238,7 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
 
     from msgtrain.cli import main as cli_main
     from msgtrain.linearize import load_tokenizer
-    from msgtrain.run import pipeline
+    from msgtrain.run import execute
 
     for name in PRELOAD:
         importlib.import_module(name)
@@ -253,7 +253,7 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
         pool = ProcessPoolExecutor(
             max_workers=workers,
             mp_context=get_context("spawn"),
-            initializer=pipeline._worker_init,
+            initializer=execute._worker_init,
             initargs=(os.getpid(),),
         )
         pids = set(pool.map(_warm_worker, [tokenizer] * workers * 2, [template] * workers * 2))
@@ -263,7 +263,7 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
             used.append(len(pids) == workers)
             return pool
 
-        vars(pipeline)["ProcessPoolExecutor"] = warm_pool  # the pipeline's next pool is this warm one
+        vars(execute)["ProcessPoolExecutor"] = warm_pool  # the local pool executor's next pool is this warm one
     started, cpu = time.perf_counter(), _cpu_seconds()
     rc = cli_main(["convert", *argv])
     data = {

@@ -211,14 +211,14 @@ def test_a_part_reported_done_but_not_visible_to_the_driver_stops_the_run_instea
 ) -> None:
     # What a local OUT on a multi-node Ray cluster would do: the worker writes its part where only it can see it.
     from msgtrain.errors import OutputError
-    from msgtrain.run import pipeline
+    from msgtrain.run import execute, pipeline
     from msgtrain.run.config import ConvertConfig
     from msgtrain.run.parts import convert_job
 
     def convert_elsewhere(job: Any, settings: Any, parts_dir: Any) -> dict[str, Any]:
         return convert_job(job, settings)[1].to_json()
 
-    monkeypatch.setattr(pipeline, "_convert_to_part", convert_elsewhere)
+    monkeypatch.setattr(execute, "_convert_to_part", convert_elsewhere)
     logs = _make_logs(tmp_path, 2)
     with pytest.raises(OutputError, match="2 parts reported done are not in"):
         pipeline.convert(ConvertConfig(inputs=(logs,), output=tmp_path / "out", quiet=True))

@@ -32,15 +32,10 @@ import itertools
 import json
 import os
 import shutil
-import signal
-import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from multiprocessing import get_context
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +46,6 @@ from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.chunks import Chunk
 from msgtrain.ingest.faults import default_debug_log
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
-from msgtrain.run import parts
 from msgtrain.run.assembly import (
     DROPS,
     Tally,
@@ -63,6 +57,7 @@ from msgtrain.run.assembly import (
 )
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.empty_result import refuse_nothing_read
+from msgtrain.run.execute import executor_for
 from msgtrain.run.journal import append_manifest, load_manifest, save_manifest
 from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
@@ -70,16 +65,13 @@ from msgtrain.run.object_chunks import ObjectView, plan_object
 from msgtrain.run.parts import (
     PART_FILE,
     Job,
-    LinearizeSettings,
     PartStats,
-    convert_job,
     fetch_part,
     is_complete,
     part_key,
     read_part,
     reuse_part,
     settings_from_config,
-    write_part_to,
 )
 from msgtrain.run.plan import (
     _chunkable,
@@ -97,7 +89,6 @@ from msgtrain.run.publish import (
     staging_dir,
     state_dir,
 )
-from msgtrain.run.signals import ignore_sigint_in_worker, sigint_deferred
 from msgtrain.run.storage import (
     Store,
     is_remote,
@@ -129,100 +120,6 @@ def check_accounting(report: dict[str, Any]) -> None:
     t = report["turns"]
     assert t["found"] == t["trained"] + t["dropped"], f"turns do not add up: {t}"
     assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
-
-
-# ---------------------------------------------------------------------------------------------------- workers
-def _worker_init(parent: int) -> None:
-    # One process per core: keep the tokenizer's own thread pool to one thread so workers do not oversubscribe.
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    # Ctrl-C reaches the whole process group: the main process alone handles it (and stops the workers), so no
-    # worker prints a KeyboardInterrupt traceback (it started with SIGINT blocked: msgtrain.run.signals).
-    ignore_sigint_in_worker()
-    _die_with_parent(parent)
-    parts.SETTLE_HEAP = True
-
-
-def _die_with_parent(parent: int) -> None:
-    """A worker must not outlive the run: a SIGKILLed main process cannot stop its workers itself."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            import ctypes
-
-            pr_set_pdeathsig = 1
-            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    # Everywhere (and in case the parent died before prctl took effect): watch the parent's pid.
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent:
-                os._exit(1)
-            time.sleep(0.5)
-
-    threading.Thread(target=watch, name="msgtrain-parent-watch", daemon=True).start()
-
-
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Stop a pool's workers now (interrupt, error): waiting for their running conversions could take minutes."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    # ProcessPoolExecutor has no public way to stop running tasks; its worker processes are in ``_processes``.
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        with contextlib.suppress(Exception):
-            process.kill()
-
-
-def _convert_to_part(job: Job, settings: LinearizeSettings, parts_dir: Path | str) -> dict[str, Any]:
-    samples, stats, rejects = convert_job(job, settings)
-    write_part_to(parts_dir, job.key, job.meta, samples, stats, rejects)
-    return stats.to_json()
-
-
-def _run_parts(
-    jobs: list[Job],
-    settings: LinearizeSettings,
-    parts_dir: Path | str,
-    workers: int,
-    on_done: Callable[[Job, PartStats], None],
-    plans: Sequence[tuple[Path, str]] = (),
-    chunk_bytes: int = 0,
-    on_plan: Callable[[Path, str, list[Chunk]], list[Job]] | None = None,
-) -> None:
-    """Convert ``jobs``; files in ``plans`` are first cut into chunks by a worker (``on_plan`` registers them and
-    returns the chunk jobs still to convert), then their chunks convert like any job."""
-    if workers <= 1 or (len(jobs) <= 1 and not plans):
-        for job in jobs:
-            on_done(job, PartStats.from_json(_convert_to_part(job, settings, parts_dir)))
-        return
-    ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
-    ) as pool:
-        pending: dict[Future[Any], Job | tuple[Path, str]] = {}
-        # Plans first (their chunks are the biggest work), then largest first (longest-processing-time order): a
-        # big file started last would leave the other workers idle at the end. Output order does not depend on
-        # it: parts are assembled in sorted order.
-        queue: list[Job | tuple[Path, str]] = [*plans, *sorted(jobs, key=lambda job: -job.size)]
-        try:
-            while queue or pending:
-                while queue and len(pending) < workers * 2:
-                    item = queue.pop(0)
-                    with sigint_deferred():  # submit may start a worker process
-                        if isinstance(item, Job):
-                            pending[pool.submit(_convert_to_part, item, settings, parts_dir)] = item
-                        else:
-                            pending[pool.submit(plan_file, item[0], settings, chunk_bytes)] = item
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in sorted(done, key=lambda f: isinstance(pending[f], Job)):
-                    item = pending.pop(fut)
-                    if isinstance(item, Job):
-                        on_done(item, PartStats.from_json(fut.result()))
-                    else:
-                        assert on_plan is not None
-                        chunk_jobs: list[Job] = sorted(on_plan(*item, fut.result()), key=lambda job: -job.size)
-                        queue[:0] = chunk_jobs
-        except BaseException:
-            _stop_workers(pool)
-            raise
 
 
 # ---------------------------------------------------------------------------------------------------- convert
@@ -374,7 +271,8 @@ def _convert_in(
 
     # With a local worker pool, huge files are planned by the workers (planning is a pass over the file), while
     # other files convert; otherwise here.
-    plan_in_workers = cfg.engine == "local" and cfg.workers > 1
+    executor = executor_for(cfg)
+    plan_in_workers = executor.plans_in_workers()
     first_with_digest: dict[str, Path | str] = {}
     for index, f in enumerate(files):
         if progress:
@@ -403,13 +301,7 @@ def _convert_in(
 
     # Huge objects: planned by a task each (a pass over the object) before conversion; their chunks' workers then
     # fetch only their byte ranges.
-    planning = [(plan_object, (url, settings, chunk_bytes)) for url, _ in object_plans]
-    if cfg.engine == "ray" and planning:
-        from msgtrain.run.ray_engine import run_tasks_ray
-
-        planned = run_tasks_ray(planning)
-    else:
-        planned = [fn(*args) for fn, args in planning]
+    planned = executor.run_tasks([(plan_object, (url, settings, chunk_bytes)) for url, _ in object_plans])
     for (url, digest), (chunks, view) in zip(object_plans, planned, strict=True):
         jobs += add_jobs(url, digest, chunks, view)
 
@@ -449,15 +341,11 @@ def _convert_in(
     if progress:
         progress("planned", {"total": total_parts + len(plans), "reused": reused})
     with contextlib.ExitStack() as stack:
+        stack.enter_context(executor.session())
         if cfg.engine == "ray":
-            from msgtrain.run.ray_engine import ray_session, run_parts_ray, run_task_ray
-
-            stack.enter_context(ray_session())
+            from msgtrain.run.ray_engine import run_task_ray
         try:
-            if cfg.engine == "ray":
-                run_parts_ray(jobs, settings, parts_dir, on_done)
-            else:
-                _run_parts(jobs, settings, parts_dir, cfg.workers, on_done, plans, chunk_bytes, on_plan)
+            executor.run_parts(jobs, settings, parts_dir, on_done, plans, chunk_bytes, on_plan)
         except KeyboardInterrupt:
             raise Interrupted(
                 f"interrupted after {done_files} of {total_parts} parts; finished parts are kept",
