@@ -24,7 +24,7 @@ import pytest
 from msgtrain.errors import ConfigError
 from msgtrain.export.schema import check_sample, samples_to_table
 from msgtrain.linearize import linearize_graph
-from msgtrain.linearize.tokenizer import load_tokenizer
+from msgtrain.linearize.loading import load_tokenizer
 from tests.oracle import TOOLS, Call, ExpectedTurn, RunGenerator
 from tests.test_linearize_oracle import _graphs_from_records, check_rows
 

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgtrain.errors import MsgtrainError
-from msgtrain.linearize.tokenizer import CHATML_TEMPLATE, _build_demo_tokenizer, load_tokenizer
+from msgtrain.linearize.loading import load_tokenizer
+from msgtrain.linearize.tokenizer import CHATML_TEMPLATE, _build_demo_tokenizer
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.parts import SAMPLES_FILE
 from msgtrain.run.pipeline import convert

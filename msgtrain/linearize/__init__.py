@@ -4,6 +4,7 @@ turns.py (graph → sampled turns with their contexts) · tokenizer.py (tokenize
 embedded demo tokenizer) · render.py (chat template → text) · plan.py (prefix tree of turns, leaves, cut reasons).
 """
 
+from msgtrain.linearize.loading import load_tokenizer
 from msgtrain.linearize.plan import (
     CutReason,
     DropReason,
@@ -12,7 +13,7 @@ from msgtrain.linearize.plan import (
     TurnOutcome,
     linearize_graph,
 )
-from msgtrain.linearize.tokenizer import DEMO_TOKENIZER, TokenizerBundle, load_tokenizer
+from msgtrain.linearize.tokenizer import DEMO_TOKENIZER, TokenizerBundle
 
 __all__ = [
     "DEMO_TOKENIZER",
