@@ -100,7 +100,7 @@ def test_garbage_around_valid_records_never_raises_and_never_changes_their_outpu
     assert set(_samples_key(want)) <= set(_samples_key(got)) or stats.records_converted < want_stats.records_converted
 
 
-def test_broken_graph_logs_reject_the_broken_graph_and_keep_the_others(tmp_path: Path) -> None:
+def test_a_broken_node_costs_its_own_record_and_what_hangs_below_it_not_the_other_graphs(tmp_path: Path) -> None:
     other = [line.replace("demo-weather-1", "second-graph") for line in GOOD_GRAPH]
     broken = [line.replace("demo-weather-1", "broken") for line in GOOD_GRAPH]
     node = next(i for i, line in enumerate(broken) if '"type":"node"' in line and '"parent":null' not in line)
@@ -111,8 +111,14 @@ def test_broken_graph_logs_reject_the_broken_graph_and_keep_the_others(tmp_path:
     _write(path, GOOD_GRAPH + broken + other)
     samples, stats, rejects = convert_file(path, SETTINGS)
     _check_books(stats)
-    assert stats.graphs == 2 and {s.graph_id for s in samples} == {"demo-weather-1", "second-graph"}
     assert [json.loads(r)["reason"] for r in rejects] == ["dangling_parent"]
+    # The two intact graphs convert whole; the broken one keeps only what does not hang below its bad node.
+    _write(tmp_path / "good.graph.jsonl", GOOD_GRAPH)
+    good, _, _ = convert_file(tmp_path / "good.graph.jsonl", SETTINGS)
+    per_graph = {g: sum(len(s.turn_ids) for s in samples if s.graph_id == g) for g in {s.graph_id for s in samples}}
+    whole = sum(len(s.turn_ids) for s in good)
+    assert per_graph["demo-weather-1"] == per_graph["second-graph"] == whole
+    assert per_graph.get("broken", 0) < whole
 
 
 def test_absurd_sizes_are_rejected_not_attempted(tmp_path: Path) -> None:
