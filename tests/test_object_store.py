@@ -26,6 +26,7 @@ from benchmarks import corpus as gen
 from msgtrain.errors import ConfigError
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
+from msgtrain.run.parts import LinearizeSettings
 from msgtrain.run.storage import POINTER, Store, current_version, join, version_url
 from tests.conftest import ROOT
 from tests.store_helpers import moto_s3, race
@@ -396,7 +397,7 @@ def test_a_huge_object_is_cut_into_byte_ranges_and_gives_the_unsplit_output(
         assert _published(s3, f"s3://{BUCKET}/huge/{out}") == _published(s3, whole)
 
     # A chunk's worker fetches its lines and the head, at their offsets; every other line is blank.
-    chunks, view = object_chunks.plan_object(url, pipeline.LinearizeSettings(None, None, (), None, None), 4096)
+    chunks, view = object_chunks.plan_object(url, LinearizeSettings(None, None, (), None, None), 4096)
     assert view is not None and len(chunks) > 2
     masked = tmp_path / "masked.jsonl"
     last = chunks[-1]
