@@ -112,6 +112,12 @@ class OutputError(MsgtrainError, OSError):
     code = "output_error"
 
 
+class DatasetError(MsgtrainError, OSError):
+    """A file of an exported dataset cannot be read back (truncated, damaged, or not written by msgtrain)."""
+
+    code = "unreadable_dataset_file"
+
+
 # Fix hints for reject reasons whose raising site gives none: every line of ``rejects.jsonl`` carries a hint.
 REJECT_HINTS: dict[str, str] = {
     "parse_error": "the record is not valid for its format; fix or drop the line",

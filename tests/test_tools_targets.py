@@ -180,3 +180,22 @@ def test_every_target_read_back_as_samples_is_the_canonical_samples(outputs: dic
         assert reference is None or key == reference, target
         reference = key
         assert np.all(np.asarray(table["num_turns"]) == np.asarray([len(k) for k in table["turn_spans"].to_pylist()]))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_truncated_data_file_is_named_with_a_fix_never_an_internal_error(
+    outputs: dict[tuple[str, str], Path], fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = Path(shutil.copytree(outputs["canonical", fmt], tmp_path / "out"))
+    damaged = data_files(out)[0].path
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    capsys.readouterr()
+    for command, code in (("inspect", 1), ("stats", 1), ("validate", 3)):
+        assert main([command, str(out)]) == code, command
+        said = capsys.readouterr()
+        text = " ".join((said.out + said.err).split())
+        assert "internal error" not in text, (command, text)
+        assert damaged.name in text and ("convert again" in text or command == "validate"), (command, text)
+    assert main(["validate", str(out), "--json"]) == 3
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert any(p["code"] == "unreadable_dataset_file" and p["source"] == str(damaged) for p in problems), problems

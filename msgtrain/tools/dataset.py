@@ -17,8 +17,10 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -28,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msgtrain.errors import ConfigError
+from msgtrain.errors import ConfigError, DatasetError
 from msgtrain.export import arrays
 from msgtrain.export.schema import CANONICAL_SCHEMA, SPAN
 
@@ -58,8 +60,27 @@ class DataFile:
     format: str  # parquet | hf | jsonl
     _table: pa.Table | None = field(default=None, repr=False)
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Turn what a damaged file raises (pyarrow, the OS, json) into one :class:`DatasetError` naming it."""
+        try:
+            yield
+        except (pa.ArrowException, OSError, ValueError) as e:  # json's and UnicodeDecodeError are ValueErrors
+            if isinstance(e, DatasetError):
+                raise
+            raise DatasetError(
+                f"cannot read this {self.format} file: {type(e).__name__}: {e}",
+                where=str(self.path),
+                hint="it is truncated, damaged or not written by msgtrain: convert again into this OUT "
+                "(`msgtrain convert ... -o OUT`) or restore the file",
+            ) from e
+
     @cached_property
     def names(self) -> list[str]:
+        with self._reading():
+            return self._names()
+
+    def _names(self) -> list[str]:
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -68,18 +89,28 @@ class DataFile:
             with self.path.open(encoding="utf-8") as f:
                 first = f.readline()
             return list(json.loads(first)) if first.strip() else []
-        return list(self.read().column_names)
+        return list(self._read(None).column_names)
 
     @cached_property
     def num_rows(self) -> int:
+        with self._reading():
+            return self._num_rows()
+
+    def _num_rows(self) -> int:
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
             return int(pq.ParquetFile(self.path).metadata.num_rows)
-        return int(self.read().num_rows)
+        return int(self._read(None).num_rows)
 
     def read(self, columns: list[str] | None = None) -> pa.Table:
-        """The file's rows (only ``columns`` when given; parquet reads only those from disk)."""
+        """The file's rows (only ``columns`` when given; parquet reads only those from disk).
+
+        Raises :class:`DatasetError` (never a pyarrow or OS error) when the file cannot be read."""
+        with self._reading():
+            return self._read(columns)
+
+    def _read(self, columns: list[str] | None) -> pa.Table:
         if self.format == "parquet":
             import pyarrow.parquet as pq
 

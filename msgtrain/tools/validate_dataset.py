@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msgtrain.errors import DatasetError
 from msgtrain.export import arrays
 from msgtrain.tools.dataset import (
     IGNORE_INDEX,
@@ -248,6 +249,9 @@ def validate_dataset(out: str | Path) -> DatasetValidation:
     """Check the dataset at ``out`` (see the module's docs)."""
     files = data_files(out)
     result = DatasetValidation(dataset=str(out), format=files[0].format, files=len(files))
+    files = _readable(files, result.problems)
+    if not files:
+        return result
     targets = {target_of(f.names) for f in files}
     result.target = target = sorted(targets)[0]
     if len(targets) > 1:
@@ -279,6 +283,20 @@ def validate_dataset(out: str | Path) -> DatasetValidation:
                     )
     _check_dataset_info(Path(out), held, result.problems)
     return result
+
+
+def _readable(files: list[DataFile], problems: list[Finding]) -> list[DataFile]:
+    """The files whose rows can be read; each other one is a finding (its rows then count as missing)."""
+    readable = []
+    for f in files:
+        try:
+            f.names  # noqa: B018 - reads the schema (footer) now, so a damaged file is found before any check
+            f.num_rows  # noqa: B018
+        except DatasetError as e:
+            problems.append(Finding(str(f.path), "", e.code, e.message, e.hint or HINT))
+            continue
+        readable.append(f)
+    return readable
 
 
 def _check_dataset_info(out: Path, held: dict[str, dict[str, int]], problems: list[Finding]) -> None:
