@@ -49,6 +49,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.chunks import ChunkKey, active_chunk, whole_file
 from msgtrain.ingest.shapes import assistant_turns_in
+from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -331,6 +332,8 @@ def build_linear_graph(
 
     Assistant turns at or after source index ``incomplete_from`` were sampled in a context the file no longer
     holds completely (a line of it was rejected), so they are kept as ``carried`` context, never trained.
+    A conversation that calls tools without their schemas is marked ``context_incomplete`` (the files these readers
+    take are transcripts, not the requests sent).
     """
     check_pairing(steps)
     graph = MessageGraph(
@@ -342,6 +345,7 @@ def build_linear_graph(
         if after_gap and step.message.role == "assistant" and origin in (None, Origin.SAMPLED):
             origin = Origin.CARRIED
         graph.append(step.message, origin=origin, generation=step.generation)
+    mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     graph.graph_id = content_graph_id(base_id, graph)
     return graph
 

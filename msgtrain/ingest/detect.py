@@ -7,6 +7,10 @@ Invariants:
   votes, and a reader accepting at least half of them reads the file (most votes; ties by registry order), so
   broken or foreign records anywhere — the first ones included — cost only themselves. Only when no reader takes
   half of the records (formats whose records cannot be told apart one by one) does the head as a whole decide.
+- Messages are not records: a file whose records are mostly messages (a saved message list, one message per line)
+  is one conversation, and the head as a whole decides. Voted message by message, a reader that claims any message
+  with a familiar role (OpenAI chat) would outvote the one that can read the blocks a few messages hold (a coding
+  assistant's saved Anthropic history: text-only user turns, then ``tool_use`` / ``tool_result`` blocks).
 - A file no reader recognises raises :class:`~msgtrain.errors.FormatError` whose hint says what the file looks like
   and why the closest readers refused it (their optional ``explain``).
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 from msgtrain.errors import FormatError
 from msgtrain.ingest.base import HEAD_BYTES, Reader, _head_lines, _mostly_records, read_head
 from msgtrain.ingest.registry import REGISTRY, directory_reader
+from msgtrain.ingest.shapes import is_message_like
 
 VOTE_RECORDS = 32  # records of the head that vote on the file's format
 
@@ -127,7 +132,7 @@ def _majority_reader(path: Path, head: bytes) -> Reader | None:
     or None (fewer than two records, or no reader takes half). Records are looked at one at a time, every reader
     in turn, so each record's shape is scanned once (detectors share :func:`head_shape`'s cache)."""
     records = head_records(head)
-    if len(records) < 2:
+    if len(records) < 2 or _mostly_messages(records):
         return None
     readers = specific_readers()
     votes = [0] * len(readers)
@@ -138,6 +143,20 @@ def _majority_reader(path: Path, head: bytes) -> Reader | None:
     if best == 0 or best * 2 < len(records):
         return None
     return readers[votes.index(best)]
+
+
+def _mostly_messages(records: list[bytes]) -> bool:
+    """Whether at least half of the records are single messages (one conversation, not independent records)."""
+    messages = 0
+    for record in records:
+        try:
+            value = json.loads(record)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, list) and len(value) == 1:  # an item of a top-level array, shown as ``[item]``
+            value = value[0]
+        messages += is_message_like(value)
+    return messages * 2 >= len(records)
 
 
 def describe_head(head: bytes) -> str:

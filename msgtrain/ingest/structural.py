@@ -81,6 +81,7 @@ from msgtrain.ingest.shapes import (
     role_of,
 )
 from msgtrain.ingest.tool_schemas import openai_tools
+from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import OptionCallMessage
 from msgtrain.model.openai import check_reply_present, from_openai_message
@@ -366,6 +367,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         parent = ids[-1] if ids else None
         for s in branch:
             parent = graph.add_node(parent, s.message, origin=s.origin)
+    mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     graph.graph_id = content_graph_id(base, graph)
     return ReadGraph(graph, ref, records=1, extras=_extras(holder, m))
 
@@ -749,6 +751,7 @@ def _linear_lines(path: Path, lines: _Lines) -> list[ReadEvent]:
     graph = MessageGraph(graph_id=base_graph_id(path, lines[0][0]), metadata={"source_format": "structural"})
     for step in builder.steps:
         graph.append(step.message, origin=step.origin)
+    mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     graph.graph_id = content_graph_id(graph.graph_id, graph)
     return [ReadGraph(graph, lines[0][0], records=len(lines))]
 
@@ -776,6 +779,7 @@ def _tree_graph(
         for child_ref, child in reversed(children.get(str(value[id_key]), [])):
             stack.append((child_ref, child, node, _fork(norm), dict(builder.call_names)))
     _check_speakers(MessageNormaliser(names=names), "$")
+    mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     graph.graph_id = content_graph_id(base, graph)
     return [ReadGraph(graph, root_ref, records=size)]
 

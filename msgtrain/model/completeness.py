@@ -10,6 +10,9 @@ Invariants:
   ``missing`` a sorted subset of :data:`CONTEXT_PARTS`; marking twice merges what is missing.
 - A reader marks a graph only for what its format cannot hold or did not hold in this log; where the log holds the
   part (a logged request, a results file with the policy text), the reader puts it in the context instead.
+- A transcript whose assistant calls tools natively but that holds no tool schema lacks them for certain (an API
+  takes native tool calls only after the tools were declared): :func:`mark_calls_without_tools`. A logged request
+  is never marked so: what it sent is what the model saw.
 - A reply's API-reported prompt size (:func:`reported_prompt_tokens`) is compared with the prompt msgtrain builds
   when the tokenizer is the model's own (:func:`same_model`): a disagreement flags the sample ``usage_mismatch``.
 """
@@ -49,6 +52,17 @@ def mark_unlogged_context(graph: MessageGraph, why: str) -> None:
             missing.append("tools")
         if missing:
             mark_context_incomplete(g, missing, why)
+
+
+UNLOGGED_TOOLS = "the conversation calls tools, but the log holds no tool schemas"
+
+
+def mark_calls_without_tools(graph: MessageGraph, why: str) -> None:
+    """For a transcript (not a logged request): mark ``graph`` as lacking ``tools`` when one of its messages calls a
+    tool and no environment of the graph holds a tool schema."""
+    calls = any(n.message.kind == "option_call" for n in graph.nodes.values())
+    if calls and not any(env.tools for env in graph.envs.values()):
+        mark_context_incomplete(graph, ["tools"], why)
 
 
 def missing_context(graph: MessageGraph) -> list[str]:
