@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import yaml
 
 from msgtrain.cli import main
+from msgtrain.ingest.base import ReadGraph, ReadReject
+from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
+from msgtrain.model.message import PartsMessage
 
 
 def convert(tmp_path: Path, *inputs: Path) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
@@ -89,3 +93,114 @@ def test_a_transcript_whose_tool_schemas_are_logged_is_not_flagged(tmp_path: Pat
     path = _write(tmp_path / "logs" / "history.json", {"tools": tools, "messages": CLINE_HISTORY})
     code, rows, _ = convert(tmp_path, path)
     assert code == 0 and rows and not any("context_incomplete" in r["flags"] for r in rows)
+
+
+def _cassette(path: Path, interactions: list[tuple[str, dict[str, Any], str]]) -> Path:
+    """A VCR cassette of (uri, request body, response body text) interactions."""
+    doc = {
+        "interactions": [
+            {
+                "request": {"method": "POST", "uri": uri, "body": json.dumps(body)},
+                "response": {"status": {"code": 200, "message": "OK"}, "body": {"string": text}},
+            }
+            for uri, body, text in interactions
+        ],
+        "version": 1,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _sse(chunks: list[dict[str, Any]]) -> str:
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+
+def _reply_parts(path: Path) -> list[list[tuple[str, str]]]:
+    reader = detect_format(path)
+    replies = []
+    for event in read_events(reader, path):
+        assert not isinstance(event, ReadReject), event.error
+        if isinstance(event, ReadGraph):
+            for node in event.graph.nodes.values():
+                if node.is_assistant and isinstance(node.message, PartsMessage):
+                    replies.append([(p.kind, getattr(p, "text", "")) for p in node.message.parts])
+    return replies
+
+
+# Shapes of pydantic/pydantic-ai tests/models/cassettes/test_mistral/test_mistral_model_thinking_part.yaml and
+# test_mistral_model_thinking_part_iter.yaml (commit 4fda38988f2939fa6ea9cdefcf120693e10ef491): Mistral's reasoning
+# model answers a list content whose `thinking` chunk holds a list of text chunks; streamed, the thought arrives as
+# such lists and the answer as strings; the recorder names the streamed call `.../chat/completions#stream`.
+MISTRAL_REQUEST = {"model": "magistral-medium-latest", "messages": [{"role": "user", "content": "Cross the street?"}]}
+MISTRAL_THOUGHT = [{"type": "text", "text": "Okay, the user"}, {"type": "text", "text": " asks how."}]
+
+
+def test_a_thought_logged_as_a_list_of_text_chunks_is_trained_as_its_text(tmp_path: Path) -> None:
+    body = {
+        "id": "c1",
+        "object": "chat.completion",
+        "model": "magistral-medium-latest",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "thinking", "thinking": MISTRAL_THOUGHT}, {"type": "text", "text": "Look."}],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 8, "total_tokens": 18},
+    }
+    uri = "https://api.mistral.ai/v1/chat/completions"
+    path = _cassette(tmp_path / "mistral.yaml", [(uri, MISTRAL_REQUEST, json.dumps(body))])
+    assert _reply_parts(path) == [[("reasoning", "Okay, the user asks how."), ("text", "Look.")]]
+
+
+def test_a_streamed_call_named_with_a_uri_fragment_keeps_its_thought_and_its_answer(tmp_path: Path) -> None:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return {"id": "c2", "object": "chat.completion.chunk", "model": "magistral-medium-latest", "choices": [choice]}
+
+    stream = _sse(
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": [{"type": "thinking", "thinking": MISTRAL_THOUGHT[:1]}]}),
+            chunk({"content": [{"type": "thinking", "thinking": MISTRAL_THOUGHT[1:]}]}),
+            chunk({"content": "Look "}),
+            chunk({"content": "both ways."}, "stop"),
+        ]
+    )
+    uri = "https://api.mistral.ai/v1/chat/completions#stream"
+    path = _cassette(tmp_path / "mistral_stream.yaml", [(uri, {**MISTRAL_REQUEST, "stream": True}, stream)])
+    assert _reply_parts(path) == [[("reasoning", "Okay, the user asks how."), ("text", "Look both ways.")]]
+
+
+# Shape of pydantic/pydantic-ai tests/models/cassettes/test_openrouter/test_openrouter_file_annotation.yaml (commit
+# 4fda38988f2939fa6ea9cdefcf120693e10ef491): an OpenAI chat `file` part carries its document inline as `file_data`.
+def test_an_openai_file_part_with_inline_data_is_read(tmp_path: Path) -> None:
+    request = {
+        "model": "openai/gpt-4.1-mini",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is in this document?"},
+                    {
+                        "type": "file",
+                        "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"},
+                    },
+                ],
+            }
+        ],
+    }
+    body = {
+        "id": "gen-1",
+        "object": "chat.completion",
+        "model": "openai/gpt-4.1-mini",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "A dummy PDF."}}],
+    }
+    uri = "https://openrouter.ai/api/v1/chat/completions"
+    path = _cassette(tmp_path / "openrouter.yaml", [(uri, request, json.dumps(body))])
+    assert _reply_parts(path) == [[("text", "A dummy PDF.")]]

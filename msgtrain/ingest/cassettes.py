@@ -276,8 +276,14 @@ _ENDPOINTS: tuple[tuple[str, Endpoint], ...] = (
 )
 
 
+def _uri_path(uri: str) -> str:
+    """A request URI without its query and fragment: a fragment is never sent to the server (recorders and tests
+    use it to tell calls apart, e.g. ``/v1/chat/completions#stream``), so it names no endpoint."""
+    return uri.split("#", 1)[0].split("?", 1)[0]
+
+
 def endpoint_of(uri: str) -> Endpoint | None:
-    path = uri.split("?", 1)[0].rstrip("/")
+    path = _uri_path(uri).rstrip("/")
     for suffix, endpoint in _ENDPOINTS:
         if path.endswith(suffix):
             if endpoint.kind.startswith("cohere") and "cohere" not in path.lower():
@@ -302,7 +308,7 @@ def _unread_generation_call(request: dict[str, Any], response: dict[str, Any] | 
     """True for a call that generated a turn but hits an endpoint no branch here reads (Bedrock Converse, an API
     msgtrain has no reader for...): it must be rejected as unsupported, not skipped as if it held nothing
     trainable. Told by its request (a prompt-like field) or by its response (a generated-text field)."""
-    path = str(request.get("uri", "")).split("?", 1)[0].lower()
+    path = _uri_path(str(request.get("uri", ""))).lower()
     tail = "/".join(path.replace(":", "/").rstrip("/").split("/")[-2:])
     if any(word in tail for word in _NOT_GENERATION) or request.get("method", "POST") == "GET":
         return False

@@ -14,8 +14,11 @@ Rules, per stream:
   are replaced. Per-chunk ``logprobs.content`` (and ``refusal``) lists are
   appended, ``finish_reason`` is the last one sent, ``usage`` comes from the chunk that carries it (the last,
   choice-less chunk with ``stream_options.include_usage``), vLLM's per-chunk ``token_ids`` are appended and its
-  ``prompt_token_ids`` kept. One deliberate difference: identifier fields (``role``, ``id``, ``name``) are set
-  once, not concatenated. The SDK concatenates every repeated string, and OpenAI sends these only in a
+  ``prompt_token_ids`` kept. A ``content`` streamed as chunk lists (Mistral's reasoning models send
+  ``[{"type": "thinking", "thinking": [{"type": "text", ...}]}]`` deltas, then text as strings) is kept as a list
+  of parts: a string delta is a text part, and a part extends the last one when both are of the same type (the
+  model emitted one contiguous thought or text). One deliberate difference: identifier fields (``role``, ``id``,
+  ``name``) are set once, not concatenated. The SDK concatenates every repeated string, and OpenAI sends these only in a
   call's first chunk; but OpenAI-compatible providers behind routers repeat them in every chunk, and
   concatenating would turn ``role`` into ``assistantassistant`` and ``llm_version`` into
   ``llm_versionllm_version``. A repeated identifier is the same identifier.
@@ -199,6 +202,9 @@ def accumulate_delta(acc: dict[str, Any], delta: dict[str, Any]) -> dict[str, An
         if value is None:
             continue
         current = acc[key]
+        if key == "content" and (isinstance(current, list) or isinstance(value, list)):
+            acc[key] = _merge_content(current, value)
+            continue
         if key in _IDENTIFIERS:
             if value != "" or key in ("index", "type"):
                 acc[key] = value if key in ("index", "type") or current in ("", None) else current
@@ -226,6 +232,31 @@ def accumulate_delta(acc: dict[str, Any], delta: dict[str, Any]) -> dict[str, An
         else:
             acc[key] = value  # numbers and mismatched kinds: the latest value
     return acc
+
+
+def _merge_content(current: Any, value: Any) -> list[Any]:
+    """Chat ``content`` deltas of which one at least is a list of parts, as one list (see the module doc)."""
+
+    def parts(content: Any) -> list[Any]:
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}] if content else []
+        return copy.deepcopy(content) if isinstance(content, list) else []
+
+    merged = parts(current)
+    for part in parts(value):
+        last = merged[-1] if merged else None
+        kind = part.get("type") if isinstance(part, dict) else None
+        if isinstance(last, dict) and kind in ("text", "thinking") and last.get("type") == kind:
+            field = "text" if kind == "text" else "thinking"
+            old, new = last.get(field), part.get(field)
+            if isinstance(old, str) and isinstance(new, str):
+                last[field] = old + new
+                continue
+            if isinstance(old, list) and isinstance(new, list):  # Mistral: a thought is a list of text chunks
+                last[field] = _merge_content(old, new)
+                continue
+        merged.append(part)
+    return merged
 
 
 def chat_completion(chunks: Iterable[Any], where: str = "response") -> dict[str, Any]:

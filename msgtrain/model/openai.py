@@ -64,7 +64,7 @@ def _content_parts(content: Any, where: str) -> list[Part]:
             modality = _MEDIA_KEYS.get(str(kind), "image")
             ref = item.get(kind) if kind in _MEDIA_KEYS else item
             url = (
-                ref.get("url") or ref.get("image_url") or ref.get("file_id") or ref.get("data")
+                ref.get("url") or ref.get("image_url") or ref.get("file_id") or ref.get("file_data") or ref.get("data")
                 if isinstance(ref, dict)
                 else ref
             )
@@ -72,7 +72,7 @@ def _content_parts(content: Any, where: str) -> list[Part]:
                 raise ValidationError(f"content[{j}] {kind} part has no url", where=where, code="bad_content")
             parts.append(MediaPart(modality=modality, url=url))
         elif kind in ("reasoning", "thinking"):
-            parts.append(ReasoningPart(text=str(item.get("text") or item.get("thinking") or "")))
+            parts.append(ReasoningPart(text=_thought_text(item.get("text") or item.get("thinking") or "", j, where)))
         else:
             raise ValidationError(
                 f"content[{j}] has unknown part type {kind!r}",
@@ -81,6 +81,23 @@ def _content_parts(content: Any, where: str) -> list[Part]:
                 code="bad_content",
             )
     return parts
+
+
+def _thought_text(value: Any, j: int, where: str) -> str:
+    """A reasoning part's text: a string, or (Mistral's ``ThinkChunk``) a list of text chunks, joined. Anything else
+    is an error, never its ``str()``: a completion is trained on what the model sampled."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = [c if isinstance(c, str) else c.get("text") if isinstance(c, dict) else None for c in value]
+        if all(isinstance(t, str) for t in texts):
+            return "".join(t for t in texts if isinstance(t, str))
+    raise ValidationError(
+        f"content[{j}] reasoning part holds {type(value).__name__} that is not text",
+        where=where,
+        hint="a reasoning part holds a string, or a list of text chunks",
+        code="bad_content",
+    )
 
 
 def parse_arguments(arguments: Any) -> tuple[dict[str, Any], str | None]:
