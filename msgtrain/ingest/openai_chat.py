@@ -44,6 +44,8 @@ from msgtrain.ingest.conversation_files import (
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import HeadShape, head_shape
+from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
+from msgtrain.ingest.shapes import PREFERENCE_KEYS
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
@@ -52,7 +54,7 @@ from msgtrain.model.openai import KNOWN_ROLES, check_reply_present, from_openai_
 MESSAGE_KEYS = ("messages", "traj")
 _READ_PATHS = (".role", "[].role", ".messages[].role", ".traj[].role")  # where detection looks for roles
 _TREE_PARENT_KEYS = ("parent_id", "parentId", "parent_message_id")
-_NOT_EXTRAS = frozenset({"tools", "functions", "chat_template_kwargs"})
+_NOT_EXTRAS = frozenset({"tools", "functions", "chat_template_kwargs", *MEDIA_COLUMNS})
 
 
 def is_chat_message(value: Any) -> bool:
@@ -105,11 +107,26 @@ def _normalise(raw: dict[str, Any], index: int, legacy_calls: dict[str, list[str
             call_id = f"function_call_{index}"
             legacy_calls.setdefault(str(call.get("name")), []).append(call_id)
             data["tool_calls"] = [{"id": call_id, "type": "function", "function": call}]
-    elif role == "function" and not data.get("tool_call_id"):
-        waiting = legacy_calls.get(str(data.get("name")))
+        elif isinstance(data.get("tool_calls"), list):
+            data["tool_calls"] = [_with_id(c, index, k, legacy_calls) for k, c in enumerate(data["tool_calls"])]
+    elif role in ("function", "tool") and not data.get("tool_call_id"):
+        # a result logged without the id of its call (legacy functions; TRL's tool datasets, whose calls carry no
+        # ids either): the oldest waiting call of its name, else the oldest waiting call (results in call order)
+        waiting = legacy_calls.get(str(data.get("name"))) or next((ids for ids in legacy_calls.values() if ids), None)
         if waiting:
             data["tool_call_id"] = waiting.pop(0)
     return data
+
+
+def _with_id(call: Any, index: int, k: int, legacy_calls: dict[str, list[str]]) -> Any:
+    """A tool call the log wrote without an id gets a synthetic one (``call_<message>_<k>``), awaited by name."""
+    if not isinstance(call, dict) or call.get("id"):
+        return call
+    fn = call.get("function")
+    name = fn.get("name") if isinstance(fn, dict) else None
+    call_id = f"call_{index}_{k}"
+    legacy_calls.setdefault(str(name), []).append(call_id)
+    return {**call, "id": call_id}
 
 
 class OpenAIChatReader:
@@ -122,6 +139,10 @@ class OpenAIChatReader:
         shape = head_shape(head)
         if any(shape.has(f"{p}.{k}") for p in ("", "[]") for k in _TREE_PARENT_KEYS):
             return False  # messages pointing at their parents form a tree, not one list (the structural reader)
+        if any(
+            shape.has(f"{p}.{chosen}", f"{p}.{rejected}") for p in ("", "[]") for chosen, rejected in PREFERENCE_KEYS
+        ):
+            return False  # a preference pair beside a copy of one side (UltraFeedback): the structural reader
         return any(_has_chat_roles(shape, p) for p in _READ_PATHS)
 
     def explain(self, path: Path, head: bytes) -> str | None:
@@ -158,7 +179,7 @@ class OpenAIChatReader:
         container = conv.container
         tools = openai_tools(container.get("tools") or container.get("functions"))
         kwargs = container.get("chat_template_kwargs")
-        steps = chat_steps(conv.messages)
+        steps = MediaColumns(container).place(chat_steps(conv.messages))
         mark_last_reply(steps, kto_label(container))
         graph = build_linear_graph(
             steps,

@@ -26,13 +26,23 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from msgtrain.errors import ValidationError
 
 ROLE_KEYS = ("role", "from", "author", "speaker")
+# (chosen, rejected) keys of preference records: TRL / LLaMA-Factory / UltraFeedback, LLaMA-Factory v1's typed
+# messages, OpenAI's preference fine-tuning files. A record holding one pair is a preference pair, whatever else
+# it holds (the structural reader reads it; readers of plain conversations leave it).
+PREFERENCE_KEYS = (
+    ("chosen", "rejected"),
+    ("chosen_messages", "rejected_messages"),
+    ("preferred_output", "non_preferred_output"),
+)
 CONTENT_KEYS = ("content", "value", "text", "parts")
 
 USER_ROLES = frozenset({"user", "human", "human_user", "prompter"})
@@ -210,8 +220,10 @@ class MessageNormaliser:
             out["tool_calls"] = calls
         if isinstance(obj.get("name"), str):
             out["name"] = obj["name"]
-        if "weight" in obj:
-            out["weight"] = obj["weight"]
+        for key in ("weight", "loss_weight"):  # OpenAI fine-tuning / axolotl; LLaMA-Factory v1
+            if key in obj:
+                out["weight"] = obj[key]
+                break
         if out["content"] is None and isinstance(obj.get("refusal"), str):
             out["content"] = obj["refusal"]
         return out
@@ -376,7 +388,8 @@ def _part(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:
     """A content item (OpenAI part, Anthropic block or Gemini part) that is text or media → an OpenAI part."""
     kind = item.get("type")
     if kind in ("text", "input_text", "output_text") or (kind is None and isinstance(item.get("text"), str)):
-        return {"type": "text", "text": str(item.get("text", ""))}
+        # LLaMA-Factory v1's typed parts hold the text under "value" ({"type": "text", "value": ...})
+        return {"type": "text", "text": str(item.get("text", item.get("value", "")))}
     if kind in ("image_url", "input_audio", "video_url", "file", "input_image"):
         return item
     if kind in ("image", "document") and isinstance(item.get("source"), dict):
@@ -423,6 +436,31 @@ def normalise_messages(
             out.append(message)
             origin.append(i)
     return out, origin
+
+
+# Anthropic's legacy text-completion prompt ("\n\nHuman: ...\n\nAssistant: ..."), which Anthropic/hh-rlhf and the
+# datasets built on it write as one string per conversation.
+_TRANSCRIPT_TURN = re.compile(r"(?:^|\n\n)(Human|Assistant): ?")
+_TRANSCRIPT_ROLES = {"Human": "user", "Assistant": "assistant"}
+
+
+def parse_transcript(text: str) -> list[dict[str, Any]] | None:
+    """A role-labelled text transcript → messages, or None when ``text`` is not one.
+
+    It is one only if it starts with ``Human:`` (after leading blank lines), alternates Human / Assistant and ends
+    with an Assistant turn: anything looser is ordinary text that happens to hold the words."""
+    stripped = text.lstrip("\n")
+    marks = list(_TRANSCRIPT_TURN.finditer(stripped))
+    if not marks or marks[0].start() != 0 or marks[0].group(1) != "Human" or marks[-1].group(1) != "Assistant":
+        return None
+    roles = [m.group(1) for m in marks]
+    if any(a == b for a, b in itertools.pairwise(roles)):
+        return None
+    out: list[dict[str, Any]] = []
+    for mark, following in zip(marks, [*marks[1:], None], strict=True):
+        end = following.start() if following is not None else len(stripped)
+        out.append({"role": _TRANSCRIPT_ROLES[mark.group(1)], "content": stripped[mark.end() : end]})
+    return out
 
 
 MAX_COUNT_NODES = 200_000  # objects and lists looked at when estimating what a rejected record held

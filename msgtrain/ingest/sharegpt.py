@@ -28,7 +28,6 @@ Safe readings (calls here carry no ids):
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from msgtrain.ingest.conversation_files import (
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import head_shape
+from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import (
@@ -58,7 +58,6 @@ from msgtrain.model.message import (
     RUNTIME_POLICY,
     AnyMessage,
     MediaPart,
-    Modality,
     OptionCallMessage,
     OptionCallPayload,
     OptionResultMessage,
@@ -75,8 +74,9 @@ CALL_TAGS = frozenset({"function_call"})
 RESULT_TAGS = frozenset({"observation", "tool", "function", "ipython"})
 SYSTEM_TAGS = frozenset({"system"})
 LF_CONTENT_TYPES = frozenset({"text", "reasoning", "tool_call", "image", "video", "audio"})
-_PLACEHOLDER = re.compile(r"<(image|video|audio)>")
-_MEDIA_COLUMNS: dict[str, Modality] = {"images": "image", "videos": "video", "audios": "audio"}
+# LLaMA-Factory v1's renderer (src/llamafactory/v1/core/rendering/format.py) names media parts image_url / video_url
+# / audio_url, with the path under "value" as for the other types (data/v1_multimodal_demo.jsonl).
+_LF_MEDIA_TYPES = {"image_url": "image", "video_url": "video", "audio_url": "audio"}
 
 
 def _is_turn(value: Any) -> bool:
@@ -150,6 +150,7 @@ def _llamafactory_turn(raw: Any, index: int) -> _Turn:
     pieces: list[tuple[str, Any]] = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
+        kind = _LF_MEDIA_TYPES.get(kind, kind) if isinstance(kind, str) else kind
         if kind not in LF_CONTENT_TYPES:
             raise ValidationError(
                 f"content[{j}] has unsupported type {kind!r}",
@@ -176,58 +177,10 @@ def _llamafactory_turn(raw: Any, index: int) -> _Turn:
     )
 
 
-class _MediaQueue:
-    """The record's media columns, consumed in placeholder order."""
-
-    def __init__(self, container: dict[str, Any]):
-        self.queues: dict[Modality, list[str]] = {}
-        for column, modality in _MEDIA_COLUMNS.items():
-            value = container.get(column)
-            if value is None:
-                continue
-            items = value if isinstance(value, list) else [value]
-            self.queues[modality] = [as_text(v) for v in items]
-
-    def split(self, text: str, where: str) -> list[Part]:
-        if not self.queues or "<" not in text:
-            return [TextPart(text=text)] if text else []
-        parts: list[Part] = []
-        pos = 0
-        for m in _PLACEHOLDER.finditer(text):
-            modality = _MEDIA_COLUMNS[m.group(1) + "s"]
-            queue = self.queues.get(modality)
-            if queue is None:
-                continue  # no such column: the text is literal
-            if not queue:
-                raise ValidationError(
-                    f"more <{modality}> placeholders than entries in the {modality}s column",
-                    where=where,
-                    code="media_mismatch",
-                    hint="each placeholder needs one path in the record's media column",
-                )
-            if m.start() > pos:
-                parts.append(TextPart(text=text[pos : m.start()]))
-            parts.append(MediaPart(modality=modality, url=queue.pop(0)))
-            pos = m.end()
-        if pos < len(text):
-            parts.append(TextPart(text=text[pos:]))
-        return parts
-
-    def check_consumed(self) -> None:
-        left = {m: len(q) for m, q in self.queues.items() if q}
-        if left:
-            raise ValidationError(
-                f"media entries without a placeholder: {left}",
-                where="record",
-                code="media_mismatch",
-                hint="put one <image>/<video>/<audio> placeholder in the text per media path",
-            )
-
-
 class _Builder:
     """Turns → steps, with synthetic call ids and positional result pairing (see the module doc)."""
 
-    def __init__(self, media: _MediaQueue):
+    def __init__(self, media: MediaColumns):
         self.media = media
         self.steps: list[Step] = []
         self.open_calls: list[OptionCallPayload] = []
@@ -259,7 +212,7 @@ class _Builder:
             elif kind == "tool_call":
                 calls.append(_call(value, f"call_{turn.index}_{len(calls)}", where))
             else:
-                parts.append(MediaPart(modality=_MEDIA_COLUMNS[kind + "s"], url=as_text(value)))
+                parts.append(MediaPart(modality=MEDIA_COLUMNS[kind + "s"], url=as_text(value)))
         if turn.role in ("call", "assistant"):
             self.open_calls = list(calls)
             msg: AnyMessage = (
@@ -384,7 +337,7 @@ class ShareGPTReader:
             return True
         types = shape.values_at(".messages[].content[].type") | shape.values_at(".content[].type")
         lf_parts = shape.has(".messages[].content[].value") or shape.has(".content[].value")
-        return lf_parts and bool(types) and types <= LF_CONTENT_TYPES
+        return lf_parts and bool(types) and types <= LF_CONTENT_TYPES | set(_LF_MEDIA_TYPES)
 
     def chunk_keys(self, path: Path) -> KeyFunction:
         """Every record of this format is keyed alike (see :mod:`msgtrain.ingest.chunks`)."""
@@ -403,7 +356,7 @@ class ShareGPTReader:
         sharegpt = any(isinstance(t, dict) and "from" in t for t in conv.messages)
         to_turn = _sharegpt_turn if sharegpt else _llamafactory_turn
         turns = [to_turn(raw, i) for i, raw in enumerate(conv.messages)]
-        media = _MediaQueue(container)
+        media = MediaColumns(container)
         steps: list[Step] = []
         system = container.get("system")
         if isinstance(system, str) and system:
@@ -420,7 +373,7 @@ class ShareGPTReader:
             tools=openai_tools(container.get("tools")),
             metadata={"source_format": self.name, "dialect": "sharegpt" if sharegpt else "llamafactory"},
         )
-        extras = {k: v for k, v in container.items() if k not in ("tools", "system", *_MEDIA_COLUMNS)}
+        extras = {k: v for k, v in container.items() if k not in ("tools", "system", *MEDIA_COLUMNS)}
         return Converted(graph, extras)
 
 

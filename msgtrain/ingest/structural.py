@@ -69,8 +69,10 @@ from msgtrain.ingest.conversation_files import (
 )
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.mapping import Mapping
+from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.shapes import (
     CONTENT_KEYS,
+    PREFERENCE_KEYS,
     ROLE_KEYS,
     MessageNormaliser,
     canonical_role,
@@ -78,6 +80,7 @@ from msgtrain.ingest.shapes import (
     is_message_like,
     is_message_list,
     message_like_count,
+    parse_transcript,
     role_of,
 )
 from msgtrain.ingest.tool_schemas import openai_tools
@@ -103,6 +106,8 @@ PAIR_KEYS = (
     ("messages", "completion"),
     ("messages", "response"),
 )
+# Where a preference record's prompt is (Intel/orca_dpo_pairs writes ``question``; OpenAI ``input.messages``).
+_PREFERENCE_PROMPT_KEYS = ("prompt", "input", "question", "instruction", "query")
 _TOOL_KEYS = ("tools", "functions")
 _REWARD_KEYS = ("reward", "score")
 _LABEL_KEYS = ("label", "kto_tag")
@@ -192,14 +197,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if isinstance(record.get(key), bool):
             columns["kto_tag"] = key
             break
-    if _replies(record.get("chosen")) and _replies(record.get("rejected")):
-        columns |= {"chosen": "chosen", "rejected": "rejected"}
-        prompt = [k for k in ("prompt", *lists) if k in record and k not in ("chosen", "rejected")]
-        if len(prompt) > 1:
-            return Ambiguity(path, f"preference pair with several prompts ({', '.join(prompt)})", 0)
-        if prompt:
-            columns["prompt" if prompt[0] == "prompt" else "messages"] = prompt[0]
-        return Found(path, record, Mapping("preference", columns))
+    pair = next((p for p in PREFERENCE_KEYS if _replies(record.get(p[0])) and _replies(record.get(p[1]))), None)
+    if pair is not None:
+        return _preference_layout(record, path, columns, pair, lists)
     if isinstance(record.get("instruction"), str) and isinstance(record.get("output"), str):
         columns |= {"prompt": "instruction", "response": "output"}
         if isinstance(record.get("input"), str):
@@ -222,22 +222,71 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     return None
 
 
+def _preference_layout(
+    record: dict[str, Any], path: str, columns: dict[str, str], pair: tuple[str, str], lists: list[str]
+) -> Found | Ambiguity:
+    """A preference record: its two replies and where their shared context is (module docstring).
+
+    Conversations that hold their own context (the messages both sides share, or two role-labelled text
+    transcripts) need no prompt column: a ``prompt`` / ``messages`` beside them repeats it and is carried to the
+    rows. Bare replies need exactly one prompt; with none, the context they were sampled in is not in the record."""
+    chosen_key, rejected_key = pair
+    columns |= {"chosen": chosen_key, "rejected": rejected_key}
+    chosen, rejected = record[chosen_key], record[rejected_key]
+    if _holds_context(chosen) and _holds_context(rejected):
+        return Found(path, record, Mapping("preference", columns))
+    prompts: list[tuple[str, str]] = []  # (column, path in the record)
+    for key in dict.fromkeys((*_PREFERENCE_PROMPT_KEYS, *lists)):
+        value = record.get(key)
+        if key in pair or value is None:
+            continue
+        if isinstance(value, dict) and is_message_list(value.get("messages")):  # OpenAI preference fine-tuning
+            prompts.append(("messages", f"{key}.messages"))
+            if value.get("tools") and "tools" not in columns:
+                columns["tools"] = f"{key}.tools"
+        elif _prompt_like(value):
+            prompts.append(("messages" if isinstance(value, list) else "prompt", key))
+    if len(prompts) > 1:
+        shown = ", ".join(p for _, p in prompts)
+        return Ambiguity(path, f"preference pair with several prompts ({shown})", _assistant_count(record))
+    if not prompts:
+        return Ambiguity(
+            path,
+            f"preference pair ({chosen_key} / {rejected_key}) with no prompt: the context its replies were "
+            "sampled in is not in the record",
+            _assistant_count(record) or 2,
+        )
+    column, key = prompts[0]
+    columns[column] = key
+    return Found(path, record, Mapping("preference", columns))
+
+
+def _holds_context(value: Any) -> bool:
+    """A preference side that is a whole conversation: messages before its reply, or a text transcript."""
+    if isinstance(value, str):
+        return parse_transcript(value) is not None
+    if not is_message_list(value) or len(value) < 2:
+        return False
+    first = role_of(value[0])
+    return first is not None and canonical_role(first[1]) not in ("assistant", "call")
+
+
 def _longest_holding_the_others(record: dict[str, Any], lists: list[str]) -> str | None:
     """The message list that every other one is a prefix of (same roles and contents, in order), or None."""
     if not lists:
         return None
     longest = max(lists, key=lambda k: len(record[k]))
+    return longest if all(_is_prefix(record[key], record[longest]) for key in lists) else None
+
+
+def _is_prefix(short: list[Any], long: list[Any]) -> bool:
+    """``short`` says what the start of ``long`` says (same roles and contents, in order)."""
 
     def said(message: Any) -> tuple[Any, str]:
         hit = role_of(message)
         return (hit[1] if hit else None), json.dumps(message.get(content_key_of(message) or ""), sort_keys=True)
 
-    full = [said(m) for m in record[longest]]
-    for key in lists:
-        mine = [said(m) for m in record[key]]
-        if full[: len(mine)] != mine:
-            return None
-    return longest
+    return len(short) <= len(long) and [said(m) for m in short] == [said(m) for m in long[: len(short)]]
 
 
 def _replies(value: Any) -> bool:
@@ -357,7 +406,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         branches = _preference(builder, holder, m, at)
     _check_speakers(norm, at)
     _check_nothing_beside(holder, m, at)
-    steps = _with_system(builder.steps, system, at, m)
+    steps = _with_system(MediaColumns(holder).place(builder.steps), system, at, m)
     tools = openai_tools(m.field_of(holder, "tools"), where=f"{at}.{m.columns.get('tools', 'tools')}")
     base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
     graph = MessageGraph(graph_id=base, tools=tools, metadata={"source_format": "structural", "layout": m.layout})
@@ -433,6 +482,9 @@ def _preference(builder: _Builder, holder: dict[str, Any], m: Mapping, at: str) 
     """Prompt steps into ``builder``; returns the chosen and the rejected branch (see the module docstring)."""
     prompt_col = "prompt" if "prompt" in m.columns else ("messages" if "messages" in m.columns else None)
     chosen, rejected = m.field_of(holder, "chosen"), m.field_of(holder, "rejected")
+    if prompt_col is None and isinstance(chosen, str) and isinstance(rejected, str):
+        chosen = parse_transcript(chosen) or chosen  # Anthropic HH-RLHF: both sides are whole transcripts
+        rejected = parse_transcript(rejected) or rejected
     if prompt_col is None and isinstance(chosen, list) and isinstance(rejected, list):
         shared = 0  # implicit prompt: the messages the two conversations share
         while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
@@ -462,9 +514,11 @@ def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
     """Refuse a conversation whose record holds more replies beside it (ranked completions, a second transcript):
     reading one part and dropping the rest would lose those turns without a word."""
     used = {v.split(".")[0] for v in m.columns.values()}
-    messages = m.columns.get("messages")
-    if messages in holder:  # prefixes of the transcript logged beside it hold no other reply
-        used |= {k for k in holder if is_message_list(holder[k]) and _longest_holding_the_others(holder, [messages, k])}
+    # copies of a conversation read (UltraFeedback's ``messages`` beside ``chosen``) or of its prefixes (NeMo-Gym's
+    # ``input_message_log``) hold no other reply
+    read = [holder[c] for c in (m.columns.get(k) for k in ("messages", "chosen", "rejected")) if c in holder]
+    read = [conv for conv in read if is_message_list(conv)]
+    used |= {k for k, v in holder.items() if is_message_list(v) and any(_is_prefix(v, conv) for conv in read)}
     beside = {k: message_like_count(v)[1] for k, v in holder.items() if k not in used and isinstance(v, dict | list)}
     beside = {k: n for k, n in beside.items() if n}
     if beside:
@@ -510,7 +564,7 @@ def _with_system(steps: list[Step], system: str | None, at: str, m: Mapping) -> 
 
 def _extras(holder: dict[str, Any], m: Mapping) -> dict[str, Any]:
     """Sibling fields carried to the rows: scalars and small objects; the mapped reward as ``reward``."""
-    used = {v.split(".")[0] for k, v in m.columns.items() if k not in ("reward", "kto_tag")}
+    used = {v.split(".")[0] for k, v in m.columns.items() if k not in ("reward", "kto_tag")} | set(MEDIA_COLUMNS)
     extras: dict[str, Any] = {}
     for key, value in holder.items():
         if key in used or not isinstance(key, str):
@@ -599,7 +653,7 @@ class StructuralReader:
                 and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS)
             ):
                 return True
-        pairs = (*PAIR_KEYS, ("chosen", "rejected"), ("instruction", "output"))
+        pairs = (*PAIR_KEYS, *PREFERENCE_KEYS, ("instruction", "output"))
         return any(shape.has(f".{a}", f".{b}") for a, b in pairs)
 
     def read(self, path: Path) -> Iterator[ReadItem]:

@@ -50,7 +50,7 @@ from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
 from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context, reported_prompt_tokens, same_model
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.graphlog import subgraphs
-from msgtrain.model.message import AnyMessage, Generation
+from msgtrain.model.message import AnyMessage, Generation, MediaPart
 from msgtrain.model.openai import to_openai_message
 
 
@@ -76,6 +76,9 @@ class DropReason(StrEnum):
     # A reply the log holds (origin ``carried``) in a context it does not hold whole: a record before it was
     # rejected or unknown, so no sample can be exact. Counted so the books show every reply, never trained.
     CONTEXT_UNKNOWN = "context_unknown"
+    # Media (an image, a video, an audio clip) in the turn's conversation that the chat template has no way to render:
+    # the tokens would hold the text around it and not the media the model saw, so the turn is not trained.
+    MEDIA_NOT_RENDERED = "media_not_rendered"
 
 
 # Drops that are the user's choice or the log's own limit, not a failure of this run: listed, but they do not make
@@ -220,6 +223,7 @@ class _GraphLinearizer:
         # Segment ids of this conversation's renderings (see TokenizerBundle.encode_segments), shared between its
         # turns; the renderer's bounded cache shares them between the conversations it serves.
         self.segments: dict[tuple[bool, str], np.ndarray] = {}
+        self._graph_media: list[str] | None = None  # modalities in the graph the template cannot render
 
     # ------------------------------------------------------------ per-turn tokens
     def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
@@ -268,8 +272,32 @@ class _GraphLinearizer:
             return None
         return gen
 
+    def _unrenderable_media(self, t: Turn) -> list[str]:
+        """Modalities on the turn's path that the chat template never mentions (a text-only template renders an
+        image part as nothing, and some drop the text beside it too)."""
+        if self._graph_media is None:
+            found = {
+                p.modality
+                for n in self.g.nodes.values()
+                for p in getattr(n.message, "parts", ())
+                if isinstance(p, MediaPart)
+            }
+            template = (getattr(self.tok, "chat_template", None) or "").lower()
+            self._graph_media = sorted(m for m in found if m not in template)
+        if not self._graph_media or self.tok.encodes_messages:
+            return []
+        on_path = {p.modality for n in t.path for p in getattr(n.message, "parts", ()) if isinstance(p, MediaPart)}
+        return [m for m in self._graph_media if m in on_path]
+
     def _tokens(self, t: Turn, anc: TurnTokens | None) -> TurnTokens:
         flags: list[str] = []
+        media = self._unrenderable_media(t)
+        if media:
+            raise _Drop(
+                DropReason.MEDIA_NOT_RENDERED,
+                f"the conversation holds {' and '.join(media)} input the chat template cannot render: its tokens "
+                "would not be what the model saw (use the tokenizer of a model that reads them)",
+            )
         gen = self._usable(t.generation, flags)
         if self.tok.encodes_messages:
             return self._message_tokens(t, gen, flags)

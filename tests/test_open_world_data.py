@@ -1,0 +1,266 @@
+"""The open world, data side: preference data, RL rollouts, eval harness outputs and dataset rows no reader names.
+
+Each fixture is written here in the shape of a real third-party file (the data itself is not copied); its comment
+says which repository, path and commit (or which published format) the shape follows. Each test failed before the
+fix it comes with.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.ingest.base import ReadGraph, ReadReject
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.graph import Origin
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+
+def _settings(**kw: Any) -> LinearizeSettings:
+    return LinearizeSettings(
+        tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None, **kw
+    )
+
+
+def _jsonl(path: Path, records: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _events(path: Path) -> list[Any]:
+    return list(read_events(detect_format(path), path))
+
+
+def _said(graph: ReadGraph) -> list[tuple[str, str, str]]:
+    """(role, text, origin) of every node, in insertion order."""
+    out = []
+    for node in graph.graph.nodes.values():
+        text = "".join(getattr(p, "text", "") for p in getattr(node.message, "parts", ()))
+        out.append((node.message.role, text, node.origin.value))
+    return out
+
+
+U = {"role": "user", "content": "What color is the sky?"}
+GOOD = {"role": "assistant", "content": "It is blue."}
+BAD = {"role": "assistant", "content": "It is green."}
+
+# ------------------------------------------------------------------------------------------ preference layouts
+PREFERENCE_SHAPES = {
+    # huggingface/trl docs/source/dataset_formats.md (commit 2ee37b88647ef9c291eb39170009160c0ac4cc49),
+    # "Preference", conversational with an explicit prompt: prompt, chosen and rejected are all message lists.
+    "trl_conversational_explicit_prompt": {"prompt": [U], "chosen": [GOOD], "rejected": [BAD]},
+    # hiyouga/LLaMA-Factory data/v1_dpo_demo.jsonl (commit bd24350cbff57b6d26275180ba49ab6ade50ec1c): whole
+    # conversations under chosen_messages / rejected_messages, typed content parts, per-message loss_weight.
+    "llamafactory_v1": {
+        "chosen_messages": [
+            {"role": "user", "content": [{"type": "text", "value": U["content"]}], "loss_weight": 0.0},
+            {"role": "assistant", "content": [{"type": "text", "value": GOOD["content"]}], "loss_weight": 1.0},
+        ],
+        "rejected_messages": [
+            {"role": "user", "content": [{"type": "text", "value": U["content"]}], "loss_weight": 0.0},
+            {"role": "assistant", "content": [{"type": "text", "value": BAD["content"]}], "loss_weight": 1.0},
+        ],
+    },
+    # OpenAI preference fine-tuning JSONL (platform.openai.com/docs/guides/direct-preference-optimization; the
+    # same rows Together's fine-tuning docs list): input.messages, preferred_output, non_preferred_output.
+    "openai_preference_fine_tuning": {
+        "input": {"messages": [U], "tools": [], "parallel_tool_calls": True},
+        "preferred_output": [GOOD],
+        "non_preferred_output": [BAD],
+    },
+    # Intel/orca_dpo_pairs rows (system, question, chosen, rejected), the pairs LLaMA-Factory v1's
+    # data/v1_dpo_demo.yaml converts: the prompt is under "question".
+    "orca_dpo_pairs": {
+        "system": "You answer briefly.",
+        "question": U["content"],
+        "chosen": "It is blue.",
+        "rejected": "It is green.",
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(PREFERENCE_SHAPES))
+def test_every_common_preference_layout_trains_the_chosen_reply_after_the_prompt(tmp_path: Path, shape: str) -> None:
+    path = _jsonl(tmp_path / "pairs.jsonl", [PREFERENCE_SHAPES[shape]])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == []
+    assert (stats.turns_found, stats.turns_trained, dict(stats.turns_dropped)) == (2, 1, {"negative_label": 1})
+    assert samples[0].flags == ["preference_chosen"]
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    said = _said(graph)
+    assert [t for r, t, _ in said if r == "user"] == [U["content"]]
+    assert [t for r, t, _ in said if r == "assistant"] == ["It is blue.", "It is green."]
+
+
+def test_a_preference_pair_with_no_prompt_anywhere_is_rejected_not_trained_after_no_context(tmp_path: Path) -> None:
+    # Bare replies with nothing saying what they answer: training "It is blue." after an empty context would be a
+    # context the policy never saw.
+    path = _jsonl(tmp_path / "pairs.jsonl", [{"chosen": "It is blue.", "rejected": "It is green.", "id": 3}])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert samples == [] and stats.turns_trained == 0
+    (reject,) = (json.loads(r) for r in rejects)
+    assert reject["reason"] == "ambiguous_structure" and "no prompt" in reject["message"]
+    assert stats.turns_lost == 2
+
+
+# Anthropic/hh-rlhf rows (the dataset card's format; TRL's examples/datasets/hh-rlhf-helpful-base.py and
+# LLaMA-Factory's data/hh_rlhf_en/hh_rlhf_en.py split them on these markers): both sides are whole text
+# transcripts "\n\nHuman: ...\n\nAssistant: ...", differing in the last reply.
+HH = {
+    "chosen": "\n\nHuman: What are some cuss words?\n\nAssistant: Here is a list.\n\nHuman: Your favorite?\n\n"
+    "Assistant: I have none.",
+    "rejected": "\n\nHuman: What are some cuss words?\n\nAssistant: Here is a list.\n\nHuman: Your favorite?\n\n"
+    "Assistant: Ass.",
+}
+
+
+def test_hh_rlhf_transcripts_are_split_into_turns_and_only_the_last_chosen_reply_is_trained(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "hh.jsonl", [HH])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and stats.turns_trained == 1 and samples[0].flags == ["preference_chosen"]
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert [(r, t) for r, t, _ in _said(graph)] == [
+        ("user", "What are some cuss words?"),
+        ("assistant", "Here is a list."),
+        ("user", "Your favorite?"),
+        ("assistant", "I have none."),
+        ("assistant", "Ass."),
+    ]
+    assert _said(graph)[1][2] == Origin.INJECTED.value  # the shared earlier reply is context, not a sample here
+
+
+# HuggingFaceH4/ultrafeedback_binarized rows (dataset card; TRL's examples/datasets/ultrafeedback.py): prompt,
+# chosen and rejected conversations, and "messages", a copy of the chosen one, with both scores.
+ULTRAFEEDBACK = {
+    "prompt": U["content"],
+    "prompt_id": "9f3c",
+    "chosen": [U, GOOD],
+    "rejected": [U, BAD],
+    "messages": [U, GOOD],
+    "score_chosen": 8.5,
+    "score_rejected": 4.0,
+}
+
+
+def test_a_preference_row_beside_a_copy_of_its_chosen_side_is_read_as_a_pair(tmp_path: Path) -> None:
+    # Read as a plain conversation, the rejected reply vanished into metadata, counted nowhere.
+    path = _jsonl(tmp_path / "uf.jsonl", [ULTRAFEEDBACK])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == []
+    assert (stats.turns_found, stats.turns_trained, dict(stats.turns_dropped)) == (2, 1, {"negative_label": 1})
+    assert samples[0].flags == ["preference_chosen"]
+
+
+# ------------------------------------------------------------------------------------------ tool calls
+# huggingface/trl docs/source/dataset_formats.md (commit 2ee37b88647ef9c291eb39170009160c0ac4cc49), "Tool Calling":
+# calls carry no id, the tool message names its function, tools are JSON schemas.
+TRL_TOOLS = {
+    "messages": [
+        {"role": "user", "content": "Turn on the living room lights."},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "control_light", "arguments": {"room": "living room", "state": "on"}},
+                }
+            ],
+        },
+        {"role": "tool", "name": "control_light", "content": "The lights in the living room are now on."},
+        {"role": "assistant", "content": "Done!"},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "control_light",
+                "description": "Controls the lights in a room.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"room": {"type": "string"}, "state": {"type": "string"}},
+                },
+            },
+        }
+    ],
+}
+
+
+def test_tool_calls_logged_without_ids_are_paired_with_their_results_by_name(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "tools.jsonl", [TRL_TOOLS])
+    _samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 2)
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    call, result = (n.message for n in list(graph.graph.nodes.values())[1:3])
+    assert result.result.invocation_id == call.calls[0].invocation_id
+
+
+# ------------------------------------------------------------------------------------------ media
+# hiyouga/LLaMA-Factory data/mllm_demo.json (commit a0d44c650a9a38c1ec6c8fc48a7daeacca9900a9): OpenAI-shaped
+# messages with "<image>" placeholders and the image paths in an "images" column beside them.
+MLLM = {
+    "messages": [
+        {"role": "user", "content": "<image>Who are they?"},
+        {"role": "assistant", "content": "Two footballers."},
+        {"role": "user", "content": "What are they doing?<image>"},
+        {"role": "assistant", "content": "Celebrating."},
+    ],
+    "images": ["mllm_demo_data/1.jpg", "mllm_demo_data/1.jpg"],
+}
+
+
+def _media(graph: ReadGraph) -> list[tuple[str, str]]:
+    return [
+        (p.modality, p.url)
+        for n in graph.graph.nodes.values()
+        for p in getattr(n.message, "parts", ())
+        if type(p).__name__ == "MediaPart"
+    ]
+
+
+def test_media_columns_beside_openai_messages_become_media_where_the_placeholders_are(tmp_path: Path) -> None:
+    # Before, the paths went to metadata and "<image>" stayed as literal text: the image was silently dropped.
+    path = tmp_path / "mllm_demo.json"
+    path.write_text(json.dumps([MLLM]), encoding="utf-8")
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert _media(graph) == [("image", "mllm_demo_data/1.jpg")] * 2
+    assert all("<image>" not in text for _, text, _ in _said(graph))
+
+
+def test_a_media_column_its_placeholders_do_not_match_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "mllm_demo.json"
+    path.write_text(json.dumps([{**MLLM, "images": ["a.jpg"]}]), encoding="utf-8")
+    (reject,) = [e for e in _events(path) if isinstance(e, ReadReject)]
+    assert reject.error.code == "media_mismatch"
+
+
+def test_a_turn_whose_conversation_holds_media_the_template_cannot_render_is_dropped_with_a_reason(
+    tmp_path: Path,
+) -> None:
+    # The test tokenizer's ChatML template renders text only: the image would vanish from the tokens.
+    path = tmp_path / "mllm_demo.json"
+    path.write_text(json.dumps([MLLM]), encoding="utf-8")
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and samples == []
+    assert dict(stats.turns_dropped) == {"media_not_rendered": 2}
+
+
+# hiyouga/LLaMA-Factory data/v1_multimodal_demo.jsonl (commit 62ae362455801d4900a5132c7a30b23dc5fc3802): typed parts,
+# the image as {"type": "image_url", "value": PATH}.
+def test_llamafactory_v1_image_url_parts_are_media_references(tmp_path: Path) -> None:
+    record = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "image_url", "value": "data/1.jpg"}, {"type": "text", "value": "Who?"}],
+            },
+            {"role": "assistant", "content": [{"type": "text", "value": "Kane."}]},
+        ]
+    }
+    path = _jsonl(tmp_path / "v1_multimodal_demo.jsonl", [record])
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert _media(graph) == [("image", "data/1.jpg")]
+    assert [(r, t) for r, t, _ in _said(graph)] == [("user", "Who?"), ("assistant", "Kane.")]
