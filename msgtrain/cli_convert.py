@@ -88,6 +88,14 @@ def _summary(data: dict[str, Any], console: Console, output: str) -> None:
             f"[yellow]{incomplete} samples context-incomplete (system prompt or tools not in the log; "
             "see report.json flags)[/]",
         )
+    supplied = data.get("context_supplied")
+    if supplied:
+        counts = supplied["samples"]
+        text = f"{counts['system_prompt']} samples with a supplied system prompt, {counts['tools']} with supplied tools"
+        unmatched = supplied["unmatched_globs"]
+        if unmatched:
+            text += f"; [yellow]glob matching no input: {escape(', '.join(unmatched))}[/]"
+        t.add_row("supplied", text)
     contradicted = data.get("flags", {}).get("usage_mismatch", 0)
     if contradicted:
         # The log's own API usage says the model saw another prompt than the one built (the tokenizer is its own).
@@ -232,6 +240,18 @@ def register(app: typer.Typer) -> None:
             help="Read every file with this mapping (LLaMA-Factory columns/tags or axolotl keys; see `msgtrain"
             " formats --explain FILE`).",
         ),
+        system_prompt: Path = typer.Option(
+            None,
+            "--system-prompt",
+            help="A text file: the system prompt of every conversation whose log holds none (config: context:"
+            " per format or glob).",
+        ),
+        tools: Path = typer.Option(
+            None,
+            "--tools",
+            help="A JSON file of tool schemas (OpenAI or Anthropic shape): the tools of every conversation whose log"
+            " records none.",
+        ),
         fmt: str = typer.Option(None, "--format", help="parquet (default) | hf | jsonl"),
         target: str = typer.Option(None, "--target", help="canonical (default) | labels | trl | packed | rl | tree"),
         max_length: int = typer.Option(None, "--max-length", help="Longest sample in tokens."),
@@ -326,6 +346,8 @@ def register(app: typer.Typer) -> None:
             "policies": list(policy) if policy else None,
             "input_format": input_format,
             "mapping": str(mapping) if mapping is not None else None,
+            "system_prompt": str(system_prompt) if system_prompt is not None else None,
+            "tools": str(tools) if tools is not None else None,
             "format": fmt,
             "target": target,
             "max_length": max_length,

@@ -103,6 +103,10 @@ def register(app: typer.Typer) -> None:
             None, "--train-negative/--no-train-negative", help="Train replies marked bad, as convert."
         ),
         mapping: Path = typer.Option(None, "--map", help="Read every file with this mapping, as convert."),
+        system_prompt: Path = typer.Option(
+            None, "--system-prompt", help="The system prompt of conversations whose log holds none, as convert."
+        ),
+        tools: Path = typer.Option(None, "--tools", help="The tools of conversations whose log has none, as convert."),
         config: Path = typer.Option(
             None, "--config", help="convert's YAML config: its inputs and settings (flags override it)."
         ),
@@ -145,6 +149,8 @@ def register(app: typer.Typer) -> None:
             "allow_partial_turns": allow_partial_turns,
             "train_negative": train_negative,
             "mapping": str(mapping) if mapping is not None else None,
+            "system_prompt": str(system_prompt) if system_prompt is not None else None,
+            "tools": str(tools) if tools is not None else None,
         }
         cfg = merge_cli(load_config_data(config) if config is not None else None, given)
         if not cfg.inputs:

@@ -52,6 +52,7 @@ from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.graphlog import subgraphs
 from msgtrain.model.message import AnyMessage, Generation, MediaPart
 from msgtrain.model.openai import to_openai_message
+from msgtrain.model.supply import SUPPLIED_FLAGS, supplied_context
 
 
 class CutReason(StrEnum):
@@ -653,6 +654,8 @@ class _GraphLinearizer:
         metadata = {k: v for k, v in extras.items() if k != "reward"}
         # A graph that lacks part of what its model was sent trains samples that are not exact: each says so.
         graph_flags = {CONTEXT_INCOMPLETE} if missing_context(self.g) else set()
+        # What the user supplied in place of what the log lacks is not what the log says the model saw: said too.
+        graph_flags |= {SUPPLIED_FLAGS[part] for part in supplied_context(self.g)}
         for nid, leaf in self.tt.items():
             if nid in has_child:
                 continue

@@ -51,6 +51,7 @@ from msgtrain.export.writer import (
     parquet_shard_info,
     write_parquet_info,
 )
+from msgtrain.ingest.supplied import supplied_report
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.parts import (
     PART_FILE,
@@ -218,6 +219,7 @@ def build_report(
         },
         "cuts_by_reason": dict(sorted(tally.cuts.items())),
         "flags": dict(sorted(stats.flags.items())),
+        "context_supplied": supplied_report(cfg.context, cfg.system_prompt, cfg.tools, tally.sources, stats.flags),
         "tokens": {
             "total": tokens,
             "trained": tally.trained_tokens,

@@ -64,6 +64,17 @@ class ConvertConfig(BaseModel):
         description="a declarative mapping (LLaMA-Factory columns/tags or axolotl field_messages/"
         "message_property_mappings/roles), inline or a YAML/JSON file: read every file with it",
     )
+    context: tuple[dict[str, Any], ...] = Field(
+        (),
+        description="per source, the system prompt and tools a log does not record: a list of entries"
+        " {format, glob, system_prompt: FILE, tools: FILE} (README: Supplying what a log does not hold)",
+    )
+    system_prompt: str | None = Field(
+        None, description="a text file: the system prompt of every conversation whose log lacks one"
+    )
+    tools: str | None = Field(
+        None, description="a JSON file of tool schemas: the tools of every conversation whose log records none"
+    )
     # tokens
     tokenizer: str | None = Field(None, description="HF tokenizer folder or hub id; None = embedded demo")
     chat_template: str | None = Field(None, description="a .jinja file or tokenizer_config.json")
@@ -155,6 +166,13 @@ class ConvertConfig(BaseModel):
                 hint=f"choose one of: {', '.join(names)} (msgtrain formats lists them)",
             )
         return value
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _context_entries(cls, value: Any) -> Any:
+        from msgtrain.ingest.supplied import check_entries
+
+        return check_entries(value)
 
     @field_validator("split", mode="before")
     @classmethod
@@ -272,6 +290,9 @@ OUTPUT_SETTINGS = frozenset(
     {
         "input_format",
         "mapping",
+        "context",
+        "system_prompt",
+        "tools",
         "tokenizer",
         "chat_template",
         "render_date",

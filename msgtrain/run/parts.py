@@ -49,6 +49,7 @@ from msgtrain.ingest.faults import log_traceback
 from msgtrain.ingest.files import reading_through
 from msgtrain.ingest.mapping import mapping_text
 from msgtrain.ingest.registry import forced_reader
+from msgtrain.ingest.supplied import context_text, rules_from_text, with_supplied_context
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.budget import (
     DEFAULT_MAX_GRAPH_SAMPLES,
@@ -81,6 +82,7 @@ class LinearizeSettings:
     content_special_tokens: str = "plain"
     train_negative: bool = False
     mapping: str | None = None  # a --map mapping, as canonical JSON (msgtrain.ingest.mapping.mapping_text)
+    context: str | None = None  # supplied context, files' content included (msgtrain.ingest.supplied.context_text)
     # Per-graph caps (msgtrain.linearize.budget); None = no cap.
     max_graph_tokens: int | None = DEFAULT_MAX_GRAPH_TOKENS
     max_graph_samples: int | None = DEFAULT_MAX_GRAPH_SAMPLES
@@ -96,6 +98,7 @@ class LinearizeSettings:
             "content_special_tokens": self.content_special_tokens,
             "train_negative": self.train_negative,
             "mapping": self.mapping,
+            "context": self.context,
             "caps": [self.max_graph_tokens, self.max_graph_samples, self.max_graph_state_bytes],
             "input_format": self.input_format,
             "version": __version__,
@@ -114,6 +117,7 @@ def settings_from_config(cfg: ConvertConfig, debug_log: str | None = None) -> Li
         content_special_tokens=cfg.content_special_tokens,
         train_negative=cfg.train_negative,
         mapping=mapping_text(cfg.mapping),
+        context=context_text(cfg.context, cfg.system_prompt, cfg.tools),
         max_graph_tokens=cfg.max_graph_tokens or None,
         max_graph_samples=cfg.max_graph_samples or None,
         max_graph_state_bytes=int(cfg.max_graph_state_mb * 2**20) or None,
@@ -281,10 +285,11 @@ def settle_heap() -> None:
 
 
 def convert_file(
-    path: Path, settings: LinearizeSettings, chunk: Chunk | None = None
+    path: Path, settings: LinearizeSettings, chunk: Chunk | None = None, source: str | None = None
 ) -> tuple[list[Sample], PartStats, list[str]]:
     """Read and linearize one file, or only the lines of ``chunk``. Never raises for bad content (unless
-    ``strict``): it rejects and goes on."""
+    ``strict``): it rejects and goes on. ``source`` is the file as the user named it (supplied-context globs match
+    it), when ``path`` is a copy or an absolute form."""
     tok = load_tokenizer(settings.tokenizer, settings.chat_template)
     settle_heap()
     renderer = Renderer(tok, settings.render_date)
@@ -296,6 +301,8 @@ def convert_file(
         forced = forced_reader(settings.input_format, settings.mapping)
         opened = open_reader(path, forced)
         events = iter([opened]) if isinstance(opened, ReadReject) else read_events(opened, path, forced is not None)
+        if settings.context and not isinstance(opened, ReadReject):
+            events = with_supplied_context(events, rules_from_text(settings.context), opened.name, source or str(path))
         # One render watchdog for the whole file (its conversations' renderings only note their start).
         with reading_chunk(path, chunk), alarm_handler():
             for ev in events:
@@ -360,9 +367,9 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
     (:class:`~msgtrain.run.storage.StoreFiles`).
     """
     if not isinstance(job.path, str):
-        samples, stats, rejects = convert_file(job.path, settings, job.chunk)
-        # A Ray task opens the absolute path (msgtrain.run.worker_paths); what it writes names the input as given.
         shown = job.meta.get("source", str(job.path))
+        samples, stats, rejects = convert_file(job.path, settings, job.chunk, shown)
+        # A Ray task opens the absolute path (msgtrain.run.worker_paths); what it writes names the input as given.
         return _relabelled(samples, stats, rejects, str(job.path), shown)
     url = job.path
     with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:
@@ -386,7 +393,7 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
             return [], stats, [_reject_line(SourceRef(url, "file"), error)]
         # Readers reach files beside the object on the store, as a local run reaches them on the disk.
         with reading_through(StoreFiles(local, url)):
-            samples, stats, rejects = convert_file(local, settings, job.chunk)
+            samples, stats, rejects = convert_file(local, settings, job.chunk, url)
     return _relabelled(samples, stats, rejects, str(local), url)
 
 

@@ -157,6 +157,7 @@ class Linearization:
     max_length: int | None = None
     overflow: str = "drop"
     allow_partial_turns: bool = False
+    context: str | None = None  # supplied context (msgtrain.ingest.supplied), as convert's settings carry it
 
     @classmethod
     def from_config(cls, cfg: ConvertConfig) -> Linearization:
@@ -175,6 +176,7 @@ class Linearization:
             max_length=cfg.max_length,
             overflow=cfg.overflow,
             allow_partial_turns=cfg.allow_partial_turns,
+            context=settings.context,
         )
 
     @classmethod
@@ -258,7 +260,12 @@ def validate_file(
         _add_reject(report, opened, str(path))
         return
     report.formats[opened.name] += 1
-    for ev in read_events(opened, path, reader is not None):
+    events = read_events(opened, path, reader is not None)
+    if lin is not None and lin.context:
+        from msgtrain.ingest.supplied import rules_from_text, with_supplied_context
+
+        events = with_supplied_context(events, rules_from_text(lin.context), opened.name, str(path))
+    for ev in events:
         source = str(ev.source)
         if isinstance(ev, ReadReject):
             _add_reject(report, ev, str(path))
