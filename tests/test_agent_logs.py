@@ -204,3 +204,79 @@ def test_an_openai_file_part_with_inline_data_is_read(tmp_path: Path) -> None:
     uri = "https://openrouter.ai/api/v1/chat/completions"
     path = _cassette(tmp_path / "openrouter.yaml", [(uri, request, json.dumps(body))])
     assert _reply_parts(path) == [[("text", "A dummy PDF.")]]
+
+
+# Shape of a Letta agent file (letta-ai/agent-file agents/@letta-ai/lettabot-builder/lettabot-builder.af, commit
+# 78212eb571e59e10b35b924375a997319b89c280): a `.af` JSON document whose agents hold `system` (the template) and
+# `messages` (the in-context window: the compiled system message, then Letta messages whose content lists hold
+# `reasoning` blocks, with OpenAI `tool_calls` and `tool` results), the tool schemas at the top of the file.
+LETTA_AGENT_FILE = {
+    "agents": [
+        {
+            "name": "builder",
+            "system": "<base_instructions>You are a builder.</base_instructions>",
+            "messages": [
+                {
+                    "type": "message",
+                    "role": "system",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": "<base_instructions>You are a builder.</base_instructions>\n<memory_blocks>\n"
+                            "<persona>Helpful.</persona>\n</memory_blocks>",
+                        }
+                    ],
+                },
+                {"type": "message", "role": "user", "content": [{"type": "text", "text": "Fix the config loader."}]},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [
+                        {"type": "reasoning", "is_native": True, "reasoning": "Read it first.", "signature": "RXI="},
+                        {"type": "text", "text": "Reading the loader."},
+                    ],
+                    "tool_calls": [
+                        {
+                            "id": "toolu_01",
+                            "type": "function",
+                            "function": {"name": "Read", "arguments": '{"path": "config.ts"}'},
+                        }
+                    ],
+                    "model": "claude-sonnet-4-5-20250929",
+                },
+                {
+                    "type": "message",
+                    "role": "tool",
+                    "content": [{"type": "text", "text": "export const port = 8080;"}],
+                    "name": "Read",
+                    "tool_call_id": "toolu_01",
+                },
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "The port is hard-coded."}],
+                    "model": "claude-sonnet-4-5-20250929",
+                },
+            ],
+        }
+    ],
+    "tools": [{"name": "Read", "json_schema": {"name": "Read", "parameters": {"type": "object"}}}],
+}
+
+
+def test_a_letta_agent_file_is_read_with_its_reasoning_and_its_compiled_system_message(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    _write(logs / "builder.af", LETTA_AGENT_FILE)
+    _write(logs / "notebook.ipynb", {"cells": [{"cell_type": "code", "source": ["print(1)"]}], "nbformat": 4})
+    code, _, report = convert(tmp_path, logs)
+    assert code == 0 and report["records"]["rejected"] == 0
+    assert report["turns"]["found"] == report["turns"]["trained"] == 2
+    assert report["files"]["ignored"] == [{"path": str(logs / "notebook.ipynb"), "reason": "not a log file suffix"}]
+    graph = _graphs_of(logs / "builder.af")[0]
+    system, _, first, *_ = graph.nodes.values()
+    assert "<persona>Helpful.</persona>" in system.message.parts[0].text  # the system message sent, not the template
+    assert [p.kind for p in first.message.parts] == ["reasoning", "text"]
+
+
+def _graphs_of(path: Path) -> list[Any]:
+    return [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]

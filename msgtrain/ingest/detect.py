@@ -64,6 +64,25 @@ def detect_format(path: Path) -> Reader:
     raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
 
 
+def looks_like_a_log(path: Path) -> bool:
+    """Whether a file whose name has no log suffix (a Letta ``.af`` agent file, a ``.log`` of JSON lines, a file
+    without a suffix) holds JSON a reader recognises, the structural reader's message shapes included. Only JSON
+    is looked at (the first non-blank byte opens an object or an array): a notebook or a config that holds no
+    conversation is not a log, and stays passed over."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(1024).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        return False
+    if start[:1] not in (b"{", b"["):
+        return False
+    try:
+        detect_format(path)
+    except Exception:  # not recognised (or unreadable): passed over, with its reason
+        return False
+    return True
+
+
 EXPLAIN_BYTES = 4 * 1024 * 1024  # how much of an unrecognised file the explanations look at
 
 

@@ -12,8 +12,9 @@ import this module instead of growing their own tables. What it knows:
   ``function``/``tool``/``observation``/``ipython`` → tool result; ShareGPT's ``function_call`` → an assistant
   turn holding only calls. A role outside the vocabulary is never guessed (``unknown_role``).
 - **Tool calls and results** in the OpenAI shape (``tool_calls``, legacy ``function_call``, ``tool``/``function``
-  messages), the Anthropic shape (``tool_use`` / ``tool_result`` / ``thinking`` blocks) and the Gemini shape
-  (``functionCall`` / ``functionResponse`` / ``thought`` parts), and bare ``{"name", "arguments"}`` calls.
+  messages), the Anthropic shape (``tool_use`` / ``tool_result`` / ``thinking`` blocks; Letta's ``reasoning``
+  blocks) and the Gemini shape (``functionCall`` / ``functionResponse`` / ``thought`` parts), and bare
+  ``{"name", "arguments"}`` calls.
 
 Invariants:
 - Nothing is invented: argument strings are kept verbatim, ids the log gave are kept; a synthetic id
@@ -65,6 +66,10 @@ ROLE_VOCABULARY: dict[str, str] = {
 # LangChain's serialised messages name their kind under "type"; only these values make "type" a role.
 _LANGCHAIN_TYPES = frozenset({"human", "ai", "system", "tool", "function"})
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+# Reasoning blocks, by type: Anthropic's ``thinking``, Letta's ``reasoning`` (``ReasoningContent``); their redacted
+# or omitted forms hold no text that could be trained (Letta's ``redacted_reasoning`` / ``omitted_reasoning``).
+_REASONING_BLOCKS = frozenset({"thinking", "reasoning"})
+_REDACTED_BLOCKS = frozenset({"redacted_thinking", "redacted_reasoning", "omitted_reasoning"})
 _CALL_KEYS = ("tool_calls", "function_call", "functionCall")
 
 
@@ -249,9 +254,9 @@ class MessageNormaliser:
             gemini_call = item.get("functionCall", item.get("function_call"))
             if kind == "tool_use" or isinstance(gemini_call, dict):
                 calls.append(self._call(item if kind == "tool_use" else gemini_call, where, len(calls)))
-            elif kind == "thinking" or (item.get("thought") is True and isinstance(item.get("text"), str)):
-                reasoning.append(str(item.get("thinking", item.get("text", ""))))
-            elif kind == "redacted_thinking":
+            elif kind in _REASONING_BLOCKS or (item.get("thought") is True and isinstance(item.get("text"), str)):
+                reasoning.append(_reasoning_text(item, j, where))
+            elif kind in _REDACTED_BLOCKS:
                 raise ValidationError(
                     f"content[{j}] is redacted reasoning", where=where, code="unsupported_block", hint=_CONTENT_HINT
                 )
@@ -382,6 +387,22 @@ def _content_value(parts: list[Any], logged: Any) -> Any:
     if len(parts) == 1 and parts[0].get("type") == "text":
         return parts[0]["text"]
     return parts
+
+
+def _reasoning_text(item: dict[str, Any], j: int, where: str) -> str:
+    """The text of a reasoning block, under its own type's key (``thinking`` in Anthropic's, ``reasoning`` in
+    Letta's ``ReasoningContent``) or ``text``; a list of text chunks (Mistral's ``ThinkChunk``) is joined."""
+    kind = item.get("type")
+    value = item.get(kind) if isinstance(kind, str) and kind in item else item.get("text", "")
+    if isinstance(value, list):
+        texts = [c if isinstance(c, str) else c.get("text") if isinstance(c, dict) else None for c in value]
+        if all(isinstance(t, str) for t in texts):
+            return "".join(str(t) for t in texts)
+    if isinstance(value, str):
+        return value
+    raise ValidationError(
+        f"content[{j}] is a reasoning block without text", where=where, code="bad_content", hint=_CONTENT_HINT
+    )
 
 
 def _part(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:

@@ -28,9 +28,10 @@ the messages hold none.
 It is conservative: a turn is trained only where its context is unambiguous. Anything else is a reject naming the
 JSON path and what was ambiguous (``ambiguous_structure``): two message lists side by side, assistant messages of
 several named speakers (which one is the policy, and how it saw the others?), a system prompt both in the
-messages and beside them that differ, a role outside the vocabulary (``unknown_role``). A record that holds
-message-like objects in no trainable layout is a reject saying how many assistant messages it saw; a record with
-none is a skip (``no_conversation``).
+messages and beside them that differ (unless the one beside starts the one inside: a template the messages hold
+rendered, as Letta agent files keep ``system`` and the compiled system message), a role outside the vocabulary
+(``unknown_role``). A record that holds message-like objects in no trainable layout is a reject saying how many
+assistant messages it saw; a record with none is a skip (``no_conversation``).
 
 Each conversation found is one record of the books (a document holding several counts several).
 """
@@ -548,8 +549,8 @@ def _with_system(steps: list[Step], system: str | None, at: str, m: Mapping) -> 
     own = [s for s in steps if s.message.role == "system"]
     if own:
         texts = {"".join(getattr(p, "text", "") for p in getattr(s.message, "parts", ())) for s in own}
-        if texts == {system}:
-            return steps
+        if texts == {system} or all(t.startswith(system) for t in texts):
+            return steps  # the conversation's system message is the one beside it, rendered with more: it was sent
         raise ValidationError(
             f"{at}.{m.columns['system']} and the system message in the conversation differ: which one the policy "
             "saw is ambiguous",

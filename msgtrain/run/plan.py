@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from msgtrain.errors import ConfigError, MsgtrainError
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
-from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.detect import detect_format, looks_like_a_log
 from msgtrain.ingest.registry import declared_siblings, directory_reader, get_reader
 from msgtrain.run.storage import Store, file_digest, is_remote, location_of, unit_prefixes, url_of
 
@@ -92,10 +92,14 @@ def discover_inputs(
     A directory that a reader takes as one log (:func:`~msgtrain.ingest.base.directory_reader`, e.g. an OpenHands
     V1 conversation folder) is one input, handed over whole; the files inside it are not inputs of their own.
 
-    Returns (inputs, ignored): ``ignored`` lists what was passed over, each with its reason (no log suffix,
-    unreadable directory, dangling link, symlink loop). Paths under ``exclude`` (OUT and its hidden siblings)
-    are never inputs. With ``forced`` (a reader forced by ``--input-format`` or ``--map``), a file named as an
-    input is read whatever its suffix; files found by walking a directory still need a log suffix.
+    A file without a log suffix is an input when it holds JSON a reader recognises
+    (:func:`~msgtrain.ingest.detect.looks_like_a_log`: a Letta ``.af`` agent file, JSON lines in a ``.log``).
+
+    Returns (inputs, ignored): ``ignored`` lists what was passed over, each with its reason (no log suffix and no
+    recognised JSON, unreadable directory, dangling link, symlink loop). Paths under ``exclude`` (OUT and its
+    hidden siblings) are never inputs. With ``forced`` (a reader forced by ``--input-format`` or ``--map``), a
+    file named as an input is read whatever its suffix; files found by walking a directory still need a log suffix
+    or recognised JSON.
     """
     files: list[Path] = []
     ignored: list[dict[str, str]] = []
@@ -107,7 +111,7 @@ def discover_inputs(
         if real in seen_files or real in skip:
             return
         seen_files.add(real)
-        if unit or f.suffix.lower() in LOG_SUFFIXES:
+        if unit or f.suffix.lower() in LOG_SUFFIXES or looks_like_a_log(f):
             found.append(f)
         else:
             ignored.append({"path": str(f), "reason": NOT_A_LOG})
