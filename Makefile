@@ -13,6 +13,8 @@ TORCH_PIN ?= torch==2.13.0
 install-test:
 	$(PY) -m pip install '$(TORCH_PIN)'
 	$(PY) -m pip install -e '.[test,lint,trainers,ray,compression,tree,store-test,plot,mistral]'
+	# llama.cpp's vocab-only GGUF files and chat templates, from the llama-cpp-python sdist (tests/assets.py)
+	$(PY) -m tests.assets
 
 demo: install
 	msgtrain convert sample_logs -o out/demo
