@@ -2,12 +2,12 @@
 
 The oracle is mistral-common itself, called directly: a turn's prompt is the encoding of its context (serving
 validation), its completion the encoding of context + message (fine-tuning validation) past the prompt. The
-tokenizer files are those mistral-common ships in its package data (``mistral_common/data``): tekken
-(``tekken_240911.json``), SentencePiece v3 (``mistral_instruct_tokenizer_240323.model.v3``) and v7
-(``mistral_instruct_tokenizer_241114.model.v7``), each put in a folder under the name a model repository gives it
-(``tekken.json``, ``tokenizer.model.v3``, ``tokenizer.model.v7``), so folder detection is exercised too.
-Seeded random agent runs (tool calls with 9-character ids, parallel calls, tool results, edits, compactions, n>1
-samples, control-token text in user and tool content) are logged as per-call records and converted by msgtrain.
+tokenizer folders are built at test time from the files mistral-common ships (:mod:`tests.mistral_files`):
+SentencePiece v1, v2, v3, v7 and tekken v3 (Mistral NeMo's file), v7, v11 and v13 (its vocabulary declaring the
+newer control tokens). Seeded random agent runs in the shape each version takes (tool calls with 9-character ids
+from v2, parallel calls, text next to calls from v7, reasoning from v13, null content, consecutive user messages,
+system prompts, tool results, edits, compactions, n>1 samples, control-token text in user and tool content) are
+logged as per-call records and converted by msgtrain.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import importlib.util
 import json
 import random
 import string
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -25,63 +26,69 @@ from msgtrain.errors import ConfigError
 from msgtrain.export.schema import check_sample, samples_to_table
 from msgtrain.linearize import linearize_graph
 from msgtrain.linearize.loading import load_tokenizer
+from tests.mistral_files import KINDS, mistral_folder
 from tests.oracle import TOOLS, Call, ExpectedTurn, RunGenerator
 from tests.test_linearize_oracle import _graphs_from_records, check_rows
 
-# (folder file name, file in mistral_common/data)
-FILES = {
-    "tekken": ("tekken.json", "tekken_240911.json"),
-    "v3": ("tokenizer.model.v3", "mistral_instruct_tokenizer_240323.model.v3"),
-    "v7": ("tokenizer.model.v7", "mistral_instruct_tokenizer_241114.model.v7"),
-}
-SEEDS = range(4)
+SEEDS = range(3)
 ALNUM = string.ascii_letters + string.digits
+# What each version's format holds (mistral-common refuses the rest): tools from v2, text next to tool calls from v7,
+# reasoning ([THINK]) in the v13 file that declares its tokens; parallel calls from v3.
+NO_TOOLS = {"spm-v1"}
+ONE_CALL = {"spm-v2"}  # v2 encodes one tool call per assistant message
+TEXT_WITH_CALLS = {"spm-v7", "tekken-v7", "tekken-v11", "tekken-v13"}
+THINKS = {"tekken-v13"}
 
 
-def _require_mistral_common() -> Path:
-    for pkg in ("mistral_common", "sentencepiece"):
-        if importlib.util.find_spec(pkg) is None:
-            pytest.skip(f"{pkg} is not installed (pip install 'msgtrain[mistral]')")
-    import mistral_common
-
-    return Path(mistral_common.__file__).parent / "data"
-
-
-def mistral_folder(kind: str, root: Path) -> Path:
-    """A model-like folder holding mistral-common's shipped tokenizer file of ``kind`` under its repository name."""
-    data = _require_mistral_common()
-    name, shipped = FILES[kind]
-    if not (data / shipped).is_file():
-        pytest.skip(f"mistral-common does not ship {shipped} in this version")
-    folder = root / f"mistral-{kind}"
-    folder.mkdir(exist_ok=True)
-    (folder / name).write_bytes((data / shipped).read_bytes())
-    return folder
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One folder per kind for the module (a tekken file takes seconds to load: loaded once per process)."""
+    root = tmp_path_factory.mktemp("mistral")
+    return {kind: mistral_folder(kind, root) for kind in KINDS}
 
 
 class MistralRun(RunGenerator):
-    """The oracle's agent runs in the shape Mistral's format takes: call ids of 9 letters and digits, an assistant
-    message with tool calls carries no text before v7, no separate reasoning (these versions have no think
-    chunks), control text of Mistral's own in user and tool content."""
+    """The oracle's agent runs in the shape a Mistral version takes: call ids of 9 letters and digits, text next
+    to tool calls and reasoning only where the version encodes them, control text of Mistral's own in user and
+    tool content, and now and then two user messages in a row."""
 
-    def __init__(self, seed: int, *, text_with_calls: bool):
-        super().__init__(seed, "demo", with_tools=True, hard=0.5)
+    def __init__(self, seed: int, kind: str):
+        super().__init__(seed, "demo", with_tools=kind not in NO_TOOLS, hard=0.5)
         self.inline = self.keys = False  # an inline <think> is plain text here; schema keys: not Mistral's concern
         self.inject = seed % 2 == 1  # control text in user and tool content on every other seed
-        self.text_with_calls = text_with_calls
+        self.kind = kind
 
     def _call_id(self) -> str:
         return "".join(self.rng.choice(ALNUM) for _ in range(9))
 
     def _control(self) -> str:
-        return self.rng.choice(["[INST]", "[/INST]", "</s>", "[TOOL_CALLS]", "[TOOL_RESULTS]", "<s>"])
+        return self.rng.choice(["[INST]", "[/INST]", "</s>", "[TOOL_CALLS]", "[TOOL_RESULTS]", "<s>", "[THINK]"])
+
+    def _content(self, lo: int = 2, hi: int = 12) -> str:
+        text = super()._content(lo, hi)
+        return text if self.rng.random() > 0.15 else text + "\n\n" + super()._content(1, 4)
 
     def assistant(self, *, allow_tools: bool) -> dict[str, Any]:
         msg = super().assistant(allow_tools=allow_tools)
-        msg.pop("reasoning_content", None)
-        if msg.get("tool_calls") and not self.text_with_calls:
+        if self.kind not in THINKS:
+            msg.pop("reasoning_content", None)
+        if self.kind in ONE_CALL and msg.get("tool_calls"):
+            msg["tool_calls"] = msg["tool_calls"][:1]
+        if msg.get("tool_calls") and (self.kind not in TEXT_WITH_CALLS or self.rng.random() < 0.3):
             msg["content"] = None
         return msg
+
+    def run(self, n_turns: int) -> list[Call]:
+        calls = super().run(n_turns)
+        for c in calls:  # a user message sent in two parts: mistral-common joins them
+            if c.context[-1]["role"] == "user" and self.rng.random() < 0.3:
+                c.context.append({"role": "user", "content": "and also " + self._content(1, 4)})
+        return calls
+
+
+@cache
+def oracle_for(path: Path) -> MistralOracle:
+    return MistralOracle(path)
 
 
 class MistralOracle:
@@ -109,12 +116,10 @@ class MistralOracle:
 
 
 def _wire(m: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in m.items() if k in ("role", "content", "tool_call_id", "name")}
+    out = {k: v for k, v in m.items() if k in ("role", "content", "tool_call_id", "name", "reasoning_content")}
     if m.get("tool_calls"):
         out["tool_calls"] = [{"id": tc["id"], "type": "function", "function": tc["function"]} for tc in m["tool_calls"]]
-    if m["role"] == "tool":
-        out.pop("name", None)
-    return out
+    return out  # a tool message keeps its tool's name: v2 encodes it (msgtrain fills it in from the call)
 
 
 def records_and_expected(
@@ -145,14 +150,16 @@ def records_and_expected(
     return records, expected
 
 
-@pytest.mark.parametrize("kind", list(FILES))
+@pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("seed", SEEDS)
-def test_every_trained_turn_equals_what_mistral_common_encodes(kind: str, seed: int, tmp_path: Path) -> None:
-    folder = mistral_folder(kind, tmp_path)
+def test_every_trained_turn_equals_what_mistral_common_encodes(
+    kind: str, seed: int, folders: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = folders[kind]
     tok = load_tokenizer(str(folder))
     assert tok.encodes_messages, "a folder with a Mistral tokenizer file is encoded through mistral-common"
-    oracle = MistralOracle(next(p for p in folder.iterdir()))
-    calls = MistralRun(seed, text_with_calls=kind == "v7").run(n_turns=7)
+    oracle = oracle_for(next(p for p in folder.iterdir()))
+    calls = MistralRun(seed, kind).run(n_turns=7)
     engine_share = 0.0 if seed % 2 == 0 else 0.5
     records, expected = records_and_expected(oracle, calls, random.Random(seed), engine_share)
     samples = []
@@ -164,11 +171,12 @@ def test_every_trained_turn_equals_what_mistral_common_encodes(kind: str, seed: 
     rows = samples_to_table(samples).to_pylist()
     for row in rows:
         check_sample(row)
+        assert not row["flags"], row["flags"]  # nothing the version holds was left out
     check_rows(rows, expected, engine_logprobs=False)
 
 
 def test_a_completion_is_the_assistant_message_and_its_end_token(tmp_path: Path) -> None:
-    tok = load_tokenizer(str(mistral_folder("v7", tmp_path)))
+    tok = load_tokenizer(str(mistral_folder("spm-v7", tmp_path)))
     call = {"id": "a1b2c3d4e", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}
     context = [{"role": "user", "content": "find x"}]
     prompt = tok.encode_messages(context, [], final=False)
@@ -180,15 +188,15 @@ def test_a_completion_is_the_assistant_message_and_its_end_token(tmp_path: Path)
 
 
 def test_hf_prefix_and_mistral_prefix_choose_the_mode(tmp_path: Path) -> None:
-    folder = mistral_folder("tekken", tmp_path)
-    assert load_tokenizer(f"mistral:{folder / 'tekken.json'}").encodes_messages
+    folder = mistral_folder("spm-v3", tmp_path)
+    assert load_tokenizer(f"mistral:{folder / 'tokenizer.model.v3'}").encodes_messages
     assert load_tokenizer(f"mistral:{folder}").encodes_messages
     with pytest.raises(ConfigError, match="not a Mistral tokenizer file"):
         load_tokenizer(f"mistral:{tmp_path / 'nothing'}")
 
 
 def test_a_chat_template_with_a_mistral_tokenizer_is_a_usage_error(tmp_path: Path) -> None:
-    folder = mistral_folder("tekken", tmp_path)
+    folder = mistral_folder("tekken-v3", tmp_path)
     template = tmp_path / "t.jinja"
     template.write_text("{{ messages }}")
     with pytest.raises(ConfigError, match="does not apply to the Mistral tokenizer"):
@@ -198,7 +206,7 @@ def test_a_chat_template_with_a_mistral_tokenizer_is_a_usage_error(tmp_path: Pat
 def test_a_model_folder_with_a_mistral_tokenizer_file_and_a_template_loads_through_mistral_common(
     tmp_path: Path,
 ) -> None:
-    folder = mistral_folder("v7", tmp_path)
+    folder = mistral_folder("spm-v7", tmp_path)
     (folder / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
     tok = load_tokenizer(str(folder))
     assert (
@@ -222,11 +230,11 @@ def test_a_mistral_folder_without_mistral_common_names_the_package_to_install(
 
 
 def test_tool_call_ids_longer_than_nine_characters_are_cut_to_their_last_nine_as_vllm_serves_them(
-    tmp_path: Path,
+    folders: dict[str, Path], tmp_path: Path
 ) -> None:
-    folder = mistral_folder("tekken", tmp_path)
+    folder = folders["tekken-v3"]
     tok = load_tokenizer(str(folder))
-    oracle = MistralOracle(folder / "tekken.json")
+    oracle = oracle_for(folder / "tekken.json")
     long_id, served = "call_9f8e7d6c5b4a", "e7d6c5b4a"
     call = {"id": long_id, "type": "function", "function": {"name": "search", "arguments": '{"query": "x"}'}}
     context = [
@@ -250,3 +258,114 @@ def test_tool_call_ids_longer_than_nine_characters_are_cut_to_their_last_nine_as
     (span,) = row["turn_spans"]
     assert row["input_ids"][: span["start"]] == expected.prompt
     assert row["input_ids"][span["start"] : span["end"]] == expected.completion
+
+
+def _one_turn(
+    tok: Any, context: list[dict[str, Any]], reply: dict[str, Any], tmp_path: Path
+) -> tuple[dict[str, Any], list[int], list[int]]:
+    """(the row, its prompt ids, its completion ids) of one logged call answered by ``reply``."""
+    records = [
+        {
+            "request": {"model": "m", "messages": context, "tools": TOOLS},
+            "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
+        }
+    ]
+    (g,) = _graphs_from_records(records, tmp_path)
+    result = linearize_graph(g, tok)
+    assert set(result.drops) <= {"context_unknown"}, result.turns  # the logged history's own replies: not sampled
+    (row,) = samples_to_table(result.samples).to_pylist()
+    (span,) = row["turn_spans"]
+    return row, row["input_ids"][: span["start"]], row["input_ids"][span["start"] : span["end"]]
+
+
+def _call(call_id: str, name: str = "search") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": '{"query": "x"}'}}
+
+
+def test_call_ids_vllm_would_refuse_get_nine_letters_and_digits_the_same_for_a_call_and_its_result(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = folders["tekken-v3"]
+    tok = load_tokenizer(str(folder))
+    logged = ["call_1", "command-1", "c1"]  # what Gemini CLI, ShareGPT and hand-written logs carry
+    context = [
+        {"role": "user", "content": "find x"},
+        {"role": "assistant", "content": None, "tool_calls": [_call(i) for i in logged]},
+        *({"role": "tool", "tool_call_id": i, "content": f"found {i}"} for i in logged),
+    ]
+    reply = {"role": "assistant", "content": "x is found"}
+    row, prompt, completion = _one_turn(tok, context, reply, tmp_path)
+    text = tok.decode(prompt)
+    calls = json.loads(text.split("[TOOL_CALLS]")[1].split("</s>")[0])
+    results = [json.loads(r) for r in text.split("[TOOL_RESULTS]")[1:] for r in [r.split("[/TOOL_RESULTS]")[0]]]
+    served = [c["id"] for c in calls]
+    assert [r["call_id"] for r in results] == served, "a call and its result are shown the same id"
+    assert len(set(served)) == 3 and all(len(i) == 9 and i.isalnum() and i.isascii() for i in served), served
+    (tmp_path / "again").mkdir()
+    again, _, _ = _one_turn(tok, context, reply, tmp_path / "again")
+    assert again["input_ids"] == row["input_ids"], "the same log is served the same ids in every run"
+    renamed = dict(zip(logged, served, strict=True))
+    served_context = [
+        context[0],
+        {**context[1], "tool_calls": [_call(renamed[i]) for i in logged]},
+        *({**m, "tool_call_id": renamed[m["tool_call_id"]]} for m in context[2:]),
+    ]
+    expected = oracle_for(folder / "tekken.json").turn(Call(served_context, TOOLS, [reply]), reply)
+    assert (prompt, completion) == (expected.prompt, expected.completion)
+
+
+@pytest.mark.parametrize(("kind", "kept"), [("tekken-v7", False), ("tekken-v13", True)])
+def test_reasoning_is_encoded_where_the_version_has_think_tokens_and_else_left_out_with_a_flag(
+    kind: str, kept: bool, folders: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = folders[kind]
+    tok = load_tokenizer(str(folder))
+    context = [{"role": "user", "content": "is x there?"}]
+    reply = {"role": "assistant", "content": "yes", "reasoning_content": "the user asks about x"}
+    row, prompt, completion = _one_turn(tok, context, reply, tmp_path)
+    encoded = reply if kept else {"role": "assistant", "content": "yes"}
+    expected = oracle_for(next(folder.iterdir())).turn(Call(context, TOOLS, [encoded]), encoded)
+    assert (prompt, completion) == (expected.prompt, expected.completion)
+    assert ("[THINK]the user asks about x[/THINK]" in tok.decode(completion)) == kept
+    assert row["flags"] == ([] if kept else ["template_dropped_reasoning"])
+
+
+@pytest.mark.parametrize(("kind", "kept"), [("spm-v3", False), ("spm-v7", True)])
+def test_text_next_to_tool_calls_is_encoded_from_v7_and_before_it_left_out_with_a_flag(
+    kind: str, kept: bool, folders: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = folders[kind]
+    tok = load_tokenizer(str(folder))
+    context = [
+        {"role": "user", "content": "find x"},
+        {"role": "assistant", "content": "Searching.", "tool_calls": [_call("a1b2c3d4e")]},
+        {"role": "tool", "tool_call_id": "a1b2c3d4e", "content": "nothing"},
+    ]
+    reply = {"role": "assistant", "content": "Once more.", "tool_calls": [_call("f5g6h7i8j")]}
+    row, prompt, completion = _one_turn(tok, context, reply, tmp_path)
+    if kept:
+        encoded_context, encoded = context, reply
+    else:
+        encoded_context = [context[0], {**context[1], "content": None}, context[2]]
+        encoded = {**reply, "content": None}
+    expected = oracle_for(next(folder.iterdir())).turn(Call(encoded_context, TOOLS, [encoded]), encoded)
+    assert (prompt, completion) == (expected.prompt, expected.completion)
+    assert row["flags"] == ([] if kept else ["template_dropped_content"])
+
+
+def test_a_mistral_run_that_trains_nothing_exits_3_and_says_why(
+    folders: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from msgtrain.cli import main
+
+    log = tmp_path / "calls.jsonl"
+    context = [{"role": "user", "content": "find x"}]
+    reply = {"role": "assistant", "content": None, "tool_calls": [_call("a1b2c3d4e")]}
+    record = {
+        "request": {"model": "m", "messages": context, "tools": TOOLS},
+        "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
+    }
+    log.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    code = main(["convert", str(log), "-o", str(tmp_path / "out"), "--tokenizer", str(folders["spm-v1"])])
+    assert code == 3  # v1 has no tool format: mistral-common refuses the turn
+    assert "no sampled turn was trained: 1 dropped (render_error=1)" in capsys.readouterr().err

@@ -13,9 +13,16 @@ Invariants:
   appended after ``[/INST]`` / ``[/TOOL_RESULTS]``). System prompt placement per version (before the last user
   message in v2/v3, ``[SYSTEM_PROMPT]`` at the start from v7), re-rendered history and the like show up as a failed
   prefix test between turns, i.e. a ``template_rerender`` cut, detected by tokens.
-- Tool-call ids longer than 9 characters are cut to their last 9, on calls and on results, as vLLM does before it
-  encodes (``truncate_tool_call_ids``): that is what the model was shown. mistral-common checks the rest (9
-  letters or digits from v3), and an id it refuses makes the turn a render error naming it.
+- Tool-call ids are served as vLLM serves them (``truncate_tool_call_ids``): an id longer than 9 characters is cut to
+  its last 9, on calls and on results alike. An id the version would still refuse (shorter than 9, or not letters
+  and digits in its last 9, before v13; empty or ``null`` from v13), which vLLM answers with an HTTP 400, becomes
+  ``served_call_id``'s 9 letters and digits derived from the whole id: one function of the id, so a call and its
+  result always get the same served id, in every turn of a log and in every run.
+- What a version cannot encode is left out of the message, as Mistral's own chat templates of that version do, and
+  a sampled turn that lost it is flagged (``template_dropped_content`` / ``template_dropped_reasoning``, by
+  :func:`msgtrain.linearize.completion.dropped_by_template` on the decoded completion): reasoning without the
+  ``[THINK]`` tokens (before v13, or a v13 file without them); the text of an assistant message that also calls
+  tools before v7 (v1 to v3 encode an assistant message as text or as ``[TOOL_CALLS]``, never both).
 - Content is always text to mistral-common: a log's ``[INST]`` or ``</s>`` is encoded as plain text, never as a
   control token, so no content marking is needed.
 """
@@ -26,6 +33,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import string
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +45,8 @@ from msgtrain.linearize.tokenizer import TokenizerBundle
 from msgtrain.linearize.tokenizer_source import MISTRAL_INSTALL, MISTRAL_PREFIX, TEKKEN
 
 ID_LENGTH = 9  # Mistral's tool-call ids: 9 letters or digits
+_ID_ALPHABET = string.ascii_letters + string.digits
+_NULL_ID = "null"  # mistral-common's placeholder for a call without an id
 
 
 def _require_mistral_common(path: Path) -> None:
@@ -73,12 +83,18 @@ class MistralBundle(TokenizerBundle):
 
     def __init__(self, path: Path, name: str):  # no super().__init__: there is no transformers tokenizer
         _require_mistral_common(path)
-        from mistral_common.protocol.instruct.validator import ValidationMode
+        from mistral_common.protocol.instruct.validator import ValidationMode, get_validator
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
         try:
             self.serving = MistralTokenizer.from_file(str(path), mode=ValidationMode.test)
-            self.training = MistralTokenizer.from_file(str(path), mode=ValidationMode.finetuning)
+            # The same encoder under fine-tuning validation (the file is read once: a tekken file takes seconds).
+            instruct = self.serving.instruct_tokenizer
+            self.training = MistralTokenizer(
+                instruct,
+                validator=get_validator(instruct.tokenizer.version, mode=ValidationMode.finetuning),
+                request_normalizer=self.serving._instruct_request_normalizer,
+            )
         except Exception as e:  # mistral-common raises ValueError, JSON and SentencePiece errors: "cannot read"
             raise ConfigError(
                 f"mistral-common cannot read the Mistral tokenizer {path}: {type(e).__name__}: {e}",
@@ -90,6 +106,13 @@ class MistralBundle(TokenizerBundle):
         inner = self.serving.instruct_tokenizer.tokenizer
         self.raw = inner
         self.version = str(getattr(inner.version, "value", inner.version))
+        validator = self.serving._chat_completion_request_validator
+        # What this version encodes, read off mistral-common's own objects where they say it: text next to tool
+        # calls in one assistant message (v7+), [THINK] chunks (v13+ files that define the think tokens); call ids
+        # other than 9 letters and digits from v13 (its validator takes any id but "null": ids are not encoded).
+        self.text_with_calls = bool(getattr(validator, "_allow_tool_call_and_content", False))
+        self.thinks = getattr(self.serving.instruct_tokenizer, "BEGIN_THINK", None) is not None
+        self.free_ids = int(self.version.lstrip("v") or 0) >= 13
         self.hf = _Vocabulary(int(inner.n_words), int(inner.eos_id), path)
         self.chat_template = ""
         self.stop_ids = {int(inner.eos_id)}
@@ -118,7 +141,7 @@ class MistralBundle(TokenizerBundle):
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
         try:
-            request = ChatCompletionRequest.from_openai(as_served(messages), tools=list(tools) or None)
+            request = ChatCompletionRequest.from_openai(self.as_served(messages), tools=list(tools) or None)
             tokenized = (self.training if final else self.serving).encode_chat_completion(request)
         except Exception as e:  # pydantic ValidationError, InvalidMessageStructureException, ...: all "refused"
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -131,6 +154,28 @@ class MistralBundle(TokenizerBundle):
         self.encode_calls += 1
         self.encoded_tokens += len(tokenized.tokens)
         return np.asarray(tokenized.tokens, dtype=np.int32)
+
+    def as_served(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages as this version can take them: call ids as :func:`served_call_id` serves them, reasoning
+        left out without think tokens, an assistant message's text left out next to its tool calls before v7.
+        Messages that need none of it are passed as they are (not copied)."""
+        out = []
+        for m in messages:
+            calls = m.get("tool_calls") or ()
+            if calls:
+                ids = [served_call_id(str(c["id"]), free=self.free_ids) if "id" in c else None for c in calls]
+                pairs = list(zip(ids, calls, strict=True))
+                if any(i is not None and i != c["id"] for i, c in pairs):
+                    m = {**m, "tool_calls": [c if i is None else {**c, "id": i} for i, c in pairs]}
+                if not self.text_with_calls and m.get("content"):
+                    m = {**m, "content": None}
+            result_id = m.get("tool_call_id")
+            if isinstance(result_id, str) and served_call_id(result_id, free=self.free_ids) != result_id:
+                m = {**m, "tool_call_id": served_call_id(result_id, free=self.free_ids)}
+            if not self.thinks and m.get("reasoning_content") is not None:
+                m = {k: v for k, v in m.items() if k != "reasoning_content"}
+            out.append(m)
+        return out
 
     # ------------------------------------------------------------ text
     def encode(self, text: str) -> np.ndarray:
@@ -161,19 +206,21 @@ class MistralBundle(TokenizerBundle):
         return False  # mistral-common encodes every content string as text
 
 
-def as_served(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages as vLLM hands them to mistral-common: tool-call ids (and the results' ``tool_call_id``) longer
-    than 9 characters cut to their last 9. Messages without such ids are passed as they are (not copied)."""
-    out = []
-    for m in messages:
-        calls = m.get("tool_calls") or ()
-        if any(len(str(c.get("id", ""))) > ID_LENGTH for c in calls):
-            m = {**m, "tool_calls": [{**c, "id": str(c["id"])[-ID_LENGTH:]} if "id" in c else c for c in calls]}
-        result_id = m.get("tool_call_id")
-        if isinstance(result_id, str) and len(result_id) > ID_LENGTH:
-            m = {**m, "tool_call_id": result_id[-ID_LENGTH:]}
-        out.append(m)
-    return out
+def served_call_id(call_id: str, *, free: bool = False) -> str:
+    """The id a Mistral model is shown for a logged tool-call id: its last 9 characters when it is longer (vLLM's
+    ``truncate_tool_call_ids``), else the id itself when the version takes it (9 letters or digits; any id but
+    ``null`` from v13, ``free``), else 9 letters and digits derived from a hash of the whole id (vLLM refuses such
+    an id; a log written elsewhere still has to be encoded, the same way every time)."""
+    served = call_id[-ID_LENGTH:]
+    valid = len(served) == ID_LENGTH and all(c in _ID_ALPHABET for c in served)
+    if valid or (free and served and served != _NULL_ID):
+        return served
+    n = int.from_bytes(hashlib.blake2b(call_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+    chars = []
+    for _ in range(ID_LENGTH):
+        n, k = divmod(n, len(_ID_ALPHABET))
+        chars.append(_ID_ALPHABET[k])
+    return "".join(chars)
 
 
 def load_mistral(name: str, path: Path, chat_template: str | None) -> MistralBundle:

@@ -463,6 +463,9 @@ class _GraphLinearizer:
                     "the tokenizer does not encode this turn right after its context's ids",
                 )
             completion = full[prompt.shape[0] :]
+            # What the encoder left out of the sampled message (a version without think tokens, ...) is flagged
+            # as for templates: the completion trains something other than what the model sampled.
+            flags.extend(dropped_by_template(msgs[-1], self.tok.decode(completion.tolist())))
         if completion.shape[0] == 0:
             raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
         if self._usage_contradicts(t, prompt.shape[0]):
