@@ -280,3 +280,54 @@ def test_a_letta_agent_file_is_read_with_its_reasoning_and_its_compiled_system_m
 
 def _graphs_of(path: Path) -> list[Any]:
     return [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
+
+
+# Shape of goose's session JSONL (jedarden/AgentScribe tests/fixtures/goose/sample_session.jsonl, commit
+# b38aff052e7fd4ceb25cc45fd2b819467e9498f9, which follows goose's legacy session writer): a header line (working_dir,
+# token counts), then one message per line whose content blocks are goose's own: `toolRequest` (`toolCall.value`
+# holds name and arguments) and `toolResponse` (`toolResult.value`: content blocks, or an MCP result holding them).
+GOOSE_SESSION = [
+    {"working_dir": "/home/coding/my-app", "description": "Debug a leak", "message_count": 5, "input_tokens": 980},
+    {"role": "user", "created": 1747178328, "content": [{"type": "text", "text": "Find the leaking worker."}]},
+    {
+        "role": "assistant",
+        "created": 1747178334,
+        "content": [
+            {"type": "text", "text": "Checking the processes."},
+            {
+                "type": "toolRequest",
+                "id": "toolu_bdrk_01",
+                "toolCall": {
+                    "status": "success",
+                    "value": {"name": "developer__shell", "arguments": {"command": "ps"}},
+                },
+            },
+        ],
+    },
+    {
+        "role": "user",
+        "created": 1747178334,
+        "content": [
+            {
+                "type": "toolResponse",
+                "id": "toolu_bdrk_01",
+                "toolResult": {"status": "success", "value": {"content": [{"type": "text", "text": "node worker.js"}]}},
+            }
+        ],
+    },
+    {"role": "assistant", "created": 1747178340, "content": [{"type": "text", "text": "worker.js is the one."}]},
+]
+
+
+def test_a_goose_session_is_read_with_its_header_skipped_and_its_tool_blocks_paired(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "20250514_101848.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in GOOSE_SESSION), encoding="utf-8")
+    assert detect_format(path).name == "structural"  # not OpenAI chat: it cannot read toolRequest blocks
+    code, _, report = convert(tmp_path, path)
+    assert code == 0 and report["records"]["rejected"] == 0
+    assert report["records"]["skipped_by_reason"] == {"session_header": 1}
+    assert report["turns"]["found"] == report["turns"]["trained"] == 2
+    graph = _graphs_of(path)[0]
+    kinds = [(n.message.role, n.message.kind) for n in graph.nodes.values()]
+    assert kinds == [("user", "parts"), ("assistant", "option_call"), ("tool", "option_result"), ("assistant", "parts")]

@@ -49,7 +49,7 @@ from msgtrain.ingest.shapes import PREFERENCE_KEYS
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
-from msgtrain.model.openai import KNOWN_ROLES, check_reply_present, from_openai_message
+from msgtrain.model.openai import CONTENT_PART_TYPES, KNOWN_ROLES, check_reply_present, from_openai_message
 
 MESSAGE_KEYS = ("messages", "traj")
 _READ_PATHS = (".role", "[].role", ".messages[].role", ".traj[].role")  # where detection looks for roles
@@ -194,9 +194,13 @@ class OpenAIChatReader:
 
 
 def _has_chat_roles(shape: HeadShape, path: str) -> bool:
-    """Messages at ``path`` whose roles are all OpenAI roles (and no seed-003 ``kind`` tag next to them)."""
+    """Messages at ``path`` whose roles are all OpenAI roles, whose content parts are all of types this reader
+    reads (a saved history holding another dialect's blocks, Anthropic's ``tool_use`` or goose's
+    ``toolRequest``, is left to the reader of those blocks), and no seed-003 ``kind`` tag next to them."""
     roles = shape.values_at(path)
     if not roles or not roles <= set(KNOWN_ROLES):
+        return False
+    if not shape.values_at(path.removesuffix(".role") + ".content[].type") <= CONTENT_PART_TYPES:
         return False
     return (path.rsplit(".", 1)[0] + ".kind") not in shape.paths
 

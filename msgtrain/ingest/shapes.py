@@ -13,8 +13,8 @@ import this module instead of growing their own tables. What it knows:
   turn holding only calls. A role outside the vocabulary is never guessed (``unknown_role``).
 - **Tool calls and results** in the OpenAI shape (``tool_calls``, legacy ``function_call``, ``tool``/``function``
   messages), the Anthropic shape (``tool_use`` / ``tool_result`` / ``thinking`` blocks; Letta's ``reasoning``
-  blocks) and the Gemini shape (``functionCall`` / ``functionResponse`` / ``thought`` parts), and bare
-  ``{"name", "arguments"}`` calls.
+  blocks; goose's ``toolRequest`` / ``toolResponse``) and the Gemini shape (``functionCall`` /
+  ``functionResponse`` / ``thought`` parts), and bare ``{"name", "arguments"}`` calls.
 
 Invariants:
 - Nothing is invented: argument strings are kept verbatim, ids the log gave are kept; a synthetic id
@@ -69,7 +69,7 @@ _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_
 # Reasoning blocks, by type: Anthropic's ``thinking``, Letta's ``reasoning`` (``ReasoningContent``); their redacted
 # or omitted forms hold no text that could be trained (Letta's ``redacted_reasoning`` / ``omitted_reasoning``).
 _REASONING_BLOCKS = frozenset({"thinking", "reasoning"})
-_REDACTED_BLOCKS = frozenset({"redacted_thinking", "redacted_reasoning", "omitted_reasoning"})
+_REDACTED_BLOCKS = frozenset({"redacted_thinking", "redacted_reasoning", "omitted_reasoning", "redactedThinking"})
 _CALL_KEYS = ("tool_calls", "function_call", "functionCall")
 
 
@@ -254,6 +254,8 @@ class MessageNormaliser:
             gemini_call = item.get("functionCall", item.get("function_call"))
             if kind == "tool_use" or isinstance(gemini_call, dict):
                 calls.append(self._call(item if kind == "tool_use" else gemini_call, where, len(calls)))
+            elif kind == "toolRequest":
+                calls.append(self._call(_goose_call(item, j, where), where, len(calls)))
             elif kind in _REASONING_BLOCKS or (item.get("thought") is True and isinstance(item.get("text"), str)):
                 reasoning.append(_reasoning_text(item, j, where))
             elif kind in _REDACTED_BLOCKS:
@@ -297,7 +299,12 @@ class MessageNormaliser:
             if not isinstance(item, dict):
                 raise ValidationError(f"content[{j}] is not an object", where=where, code="bad_content")
             answer = item.get("functionResponse", item.get("function_response"))
-            if item.get("type") == "tool_result" or isinstance(answer, dict):
+            if item.get("type") == "toolResponse":
+                if parts:
+                    out.append({"role": role, "content": parts})
+                    parts = []
+                out.append(self._result(item.get("id"), None, _block_result(_goose_result(item, j, where)), where))
+            elif item.get("type") == "tool_result" or isinstance(answer, dict):
                 if parts:  # keep order: text before a result stays before it
                     out.append({"role": role, "content": parts})
                     parts = []
@@ -387,6 +394,36 @@ def _content_value(parts: list[Any], logged: Any) -> Any:
     if len(parts) == 1 and parts[0].get("type") == "text":
         return parts[0]["text"]
     return parts
+
+
+def _goose_call(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:
+    """goose's ``toolRequest`` block: ``{"id", "toolCall": {"status", "value": {"name", "arguments"}}}`` (older
+    sessions: ``toolCall`` is the call itself) → a call with its id. A call goose could not parse (``status``
+    ``error``) holds no call the model's text could be rebuilt from: an error, not a guess."""
+    call = item.get("toolCall")
+    value = call.get("value", call) if isinstance(call, dict) else None
+    if not isinstance(value, dict) or (isinstance(call, dict) and call.get("status") == "error"):
+        raise ValidationError(
+            f"content[{j}] is a toolRequest without a parsed call",
+            where=where,
+            code="bad_tool_call",
+            hint=_CONTENT_HINT,
+        )
+    return {"id": item.get("id"), **value}
+
+
+def _goose_result(item: dict[str, Any], j: int, where: str) -> Any:
+    """goose's ``toolResponse`` block: ``{"id", "toolResult": {"status", "value" | "error"}}``, the value a list of
+    content blocks or ``{"content": [...]}`` (MCP ``CallToolResult``) → the result's content."""
+    result = item.get("toolResult")
+    if isinstance(result, list):
+        return result
+    if not isinstance(result, dict):
+        raise ValidationError(f"content[{j}] is a toolResponse without a result", where=where, code="bad_content")
+    if result.get("status") == "error":
+        return str(result.get("error", ""))
+    value = result.get("value")
+    return value.get("content") if isinstance(value, dict) and "content" in value else value
 
 
 def _reasoning_text(item: dict[str, Any], j: int, where: str) -> str:

@@ -19,6 +19,9 @@ objects and lists (outermost first, never inside a conversation it found):
   unless asked for);
 - **alpaca**: ``instruction`` (+ ``input``) + ``output`` (+ ``system``, ``history``), as LLaMA-Factory reads it.
 
+One message per line (JSONL) is one conversation; a first line that holds nothing message-like is the session's
+header (goose writes its working directory and token counts there): a skip (``session_header``).
+
 Sibling fields of the conversation are carried to the rows: scalars (``reward``, ``score``, ``label``, ids,
 ``model``...) and small objects; ``reward`` (else a numeric ``score``) is the rows' reward; a boolean ``label``
 (KTO) marks the trained reply (``label: false`` is never trained as a positive example unless asked for);
@@ -662,6 +665,14 @@ class StructuralReader:
         first = next(records, None)
         if first is None:
             return
+        if self.mapping is None and first[0].record.startswith("line ") and _session_header(first[1]):
+            # A session header line (goose: working_dir, token counts), then one message per line.
+            second = next(records, None)
+            if second is not None and _lone_message(second[1]):
+                yield ReadSkip(first[0], "session_header")
+                first = second
+            elif second is not None:
+                records = itertools.chain([second], records)
         stream = itertools.chain([first], records)
         if self.mapping is None and first[0].record.startswith("line ") and _lone_message(first[1]):
             yield from _message_lines(path, stream)
@@ -738,6 +749,11 @@ _TREE_KEYS = (
     ("uuid", "parentUuid"),
 )
 _Lines = list[tuple[SourceRef, dict[str, Any]]]
+
+
+def _session_header(value: Any) -> bool:
+    """A record that holds nothing message-like: a session's header line, when one message per line follows."""
+    return isinstance(value, dict) and message_like_count(value)[0] == 0
 
 
 def _lone_message(value: Any) -> bool:

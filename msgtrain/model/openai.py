@@ -36,6 +36,10 @@ from msgtrain.model.message import (
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _MEDIA_KEYS = {"image_url": "image", "input_audio": "audio", "video_url": "video", "file": "document"}
+# Every content part type this module reads (a refusal part is read as text by the chat reader).
+CONTENT_PART_TYPES = frozenset(
+    {"text", "input_text", "output_text", "image", "input_image", "reasoning", "thinking", "refusal", *_MEDIA_KEYS}
+)
 
 
 def _content_parts(content: Any, where: str) -> list[Part]:
