@@ -74,6 +74,7 @@ from msgtrain.ingest.conversation_files import (
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.mapping import Mapping
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
+from msgtrain.ingest.node_maps import node_map_graph, node_map_key
 from msgtrain.ingest.shapes import (
     CONTENT_KEYS,
     PREFERENCE_KEYS,
@@ -125,6 +126,7 @@ class Found:
     path: str
     holder: dict[str, Any]
     mapping: Mapping
+    node_map: bool = False  # ``mapping.columns["messages"]`` is a node map (msgtrain.ingest.node_maps), not a list
 
 
 @dataclass
@@ -179,6 +181,9 @@ def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
 
 def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
     """The layout of one object, if it holds a conversation directly (not in a nested object)."""
+    tree = node_map_key(record)
+    if tree is not None:  # a chat UI's message tree (ChatGPT's mapping): msgtrain.ingest.node_maps
+        return Found(path, record, Mapping("messages", {"messages": tree}), node_map=True)
     lists = [k for k, v in record.items() if is_message_list(v)]
     if lists and is_message_like(record):  # a message tree (OpenAssistant ``replies``): children are no transcript
         count = _assistant_count(record)
@@ -380,6 +385,8 @@ def _located(make: Any, where: str) -> Any:
 
 def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
     """One conversation → a graph (raises :class:`ValidationError` naming the JSON path on anything ambiguous)."""
+    if found.node_map:
+        return node_map_graph(path, ref, found.holder, found.mapping.columns["messages"], found.path)
     m, holder, at = found.mapping, found.holder, found.path
     norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
     builder = _Builder(norm)
@@ -656,6 +663,10 @@ class StructuralReader:
                 and (stem.endswith("[]") or stem == "")
                 and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS)
             ):
+                return True
+        for p in shape.paths:  # a node map: {id: {message: {author/role...}, parent}} (ChatGPT's mapping)
+            stem, _, key = p.rpartition(".")
+            if key in ROLE_KEYS and stem.endswith(".message") and f"{stem[: -len('.message')]}.parent" in shape.paths:
                 return True
         pairs = (*PAIR_KEYS, *PREFERENCE_KEYS, ("instruction", "output"))
         return any(shape.has(f".{a}", f".{b}") for a, b in pairs)

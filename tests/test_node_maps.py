@@ -1,0 +1,138 @@
+"""Node maps (a chat UI's message tree keyed by node id), read by the structural reader: the ChatGPT data export.
+
+``tests/fixtures/chatgpt_export/conversations.json`` is written for these tests in the shape of the ChatGPT export
+(`conversations.json`: a list of ``{title, mapping, current_node, ...}``; nodes ``{id, message, parent,
+children}``; messages ``{author: {role, name}, content: {content_type, ...}, recipient, metadata}``), as public
+exporters document it (TomzxCode/llm-conversations-viewer ``docs/formats.md``) and recent exports write it:
+a hidden empty system message, custom instructions (``user_editable_context``), ``thoughts`` and
+``reasoning_recap`` nodes, a ``code`` call to ``python`` answered by an ``execution_output``, a regenerated reply
+(two assistant siblings), an edited prompt (two user siblings), an image in a ``multimodal_text`` prompt; then a
+DALL·E image result and an unknown content type, which must be rejected with their reason.
+
+Assistant turns counted by hand: the first conversation holds 5 (the call, the reply and its regeneration, the
+reply after the image, the reply to the edited prompt), the second 2, the third 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain.ingest.base import ReadGraph, ReadReject
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.completeness import missing_context
+from msgtrain.model.graph import MessageGraph
+from msgtrain.model.message import OptionCallMessage, OptionResultMessage
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPORT = ROOT / "tests" / "fixtures" / "chatgpt_export" / "conversations.json"
+SETTINGS = LinearizeSettings(None, None, (), None, None)
+
+
+def read(path: Path) -> tuple[list[ReadGraph], list[ReadReject]]:
+    reader = detect_format(path)
+    assert reader.name == "structural"
+    events = list(read_events(reader, path))
+    return [e for e in events if isinstance(e, ReadGraph)], [e for e in events if isinstance(e, ReadReject)]
+
+
+def branch_texts(graph: MessageGraph) -> list[list[str]]:
+    def shown(m: Any) -> str:
+        if isinstance(m, OptionCallMessage):
+            return f"call {m.calls[0].option_name}({m.calls[0].raw_arguments or m.calls[0].arguments})"
+        if isinstance(m, OptionResultMessage):
+            return f"result {m.result.option_name}: {m.result.result}"
+        return f"{m.role}: {m.text}"
+
+    return [[shown(n.message) for n in b.nodes] for b in graph.branches()]
+
+
+def test_a_chatgpt_export_is_read_as_one_tree_per_conversation_with_versions_as_branches() -> None:
+    (ev,), rejects = read(EXPORT)
+    assert sorted(branch_texts(ev.graph)) == [
+        [
+            "user: What is the mean of 3, 5 and 10?",
+            "call python(print((3 + 5 + 10) / 3))",
+            "result python: 6.0",
+            "assistant: It is 6.0.",
+        ],
+        [
+            "user: What is the mean of 3, 5 and 10?",
+            "call python(print((3 + 5 + 10) / 3))",
+            "result python: 6.0",
+            "assistant: The mean is 6.",
+            "user: And what does this chart show?",
+            "assistant: It shows a rising trend.",
+        ],
+        ["user: What is the median of 3, 5 and 10?", "assistant: The median is 5."],
+    ]
+    assert len(ev.graph.sampled_nodes()) == 5  # every assistant reply, regenerations included, was sampled
+    call = next(n.message for n in ev.graph.nodes.values() if isinstance(n.message, OptionCallMessage))
+    assert call.reasoning == "I should compute it with Python."  # the thoughts node is the call's reasoning
+    image = next(n.message for n in ev.graph.nodes.values() if "chart" in n.message.text)
+    assert [getattr(p, "url", None) for p in image.parts] == ["file-service://file-AbC123", None]
+    # The export never holds the system prompt the service built (custom instructions went into it), nor the
+    # schema of the python tool it called.
+    assert missing_context(ev.graph) == ["system_prompt", "tools"]
+    assert ev.extras["title"] == "Mean with code" and ev.extras["current_node"] == "a2"
+    passed = {"empty_system_message": 1, "no_message": 1, "reasoning_recap": 1, "user_editable_context": 1}
+    assert ev.extras["node_map"] == {"passed": passed}
+    assert [(r.source.record, r.error.code, r.turns) for r in rejects] == [
+        ("item 1", "unsupported_content", 2),
+        ("item 2", "unsupported_content", 1),
+    ]
+    assert "$.mapping.img.message" in str(rejects[0].error) and "multimodal_text" in rejects[0].error.message
+    assert "'sonic_webpage'" in rejects[1].error.message
+
+
+def test_every_assistant_turn_of_a_chatgpt_export_is_trained_or_in_the_books() -> None:
+    samples, stats, rejects = convert_file(EXPORT, SETTINGS)
+    # The demo template renders no image: the reply after the image prompt is dropped, with its reason.
+    assert (stats.turns_found, stats.turns_trained, dict(stats.turns_dropped)) == (5, 4, {"media_not_rendered": 1})
+    assert stats.turns_lost == 3 and len(rejects) == 2
+    assert all("context_incomplete" in s.flags for s in samples)
+
+
+def test_a_node_whose_parent_is_not_in_the_map_rejects_its_conversation(tmp_path: Path) -> None:
+    doc = json.loads(EXPORT.read_text())[:1]
+    doc[0]["mapping"]["a3"]["parent"] = "gone"
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(doc))
+    graphs, (reject,) = read(path)
+    assert not graphs and reject.error.code == "orphan_message" and "'gone'" in reject.error.message
+
+
+def test_an_older_export_with_an_edited_prompt_trains_both_replies(tmp_path: Path) -> None:
+    # The shape of mitkury/chatgpt-export-parser tests/example-conversation.json (commit 08b4d0b0): an empty system
+    # message, then the user edits the second prompt; the reply to the first version exists, the second has none.
+    def node(i: str, parent: str | None, kids: list[str], role: str, text: str) -> dict[str, Any]:
+        message = {"id": i, "author": {"role": role, "name": None, "metadata": {}}, "create_time": 1704067200,
+                   "update_time": None, "content": {"content_type": "text", "parts": [text]}, "status": "finished",
+                   "end_turn": True, "weight": 1, "metadata": {}, "recipient": "all"}  # fmt: skip
+        return {"id": i, "parent": parent, "children": kids, "message": message}
+
+    mapping = {
+        "msg-1": node("msg-1", None, ["msg-2"], "system", ""),
+        "msg-2": node("msg-2", "msg-1", ["msg-3"], "user", "Can you help me with a programming question?"),
+        "msg-3": node("msg-3", "msg-2", ["msg-4", "msg-5"], "assistant", "Of course! What would you like to know?"),
+        "msg-4": node("msg-4", "msg-3", ["msg-6"], "user", "How do I write a function in JavaScript?"),
+        "msg-5": node("msg-5", "msg-3", [], "user", "Actually, can you help me with Python instead?"),
+        "msg-6": node("msg-6", "msg-4", [], "assistant", "function greet(name) { return name; }"),
+    }
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([{"id": "conv-123", "title": "t", "current_node": "msg-6", "mapping": mapping}]))
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert not rejects and (stats.turns_found, stats.turns_trained) == (2, 2)
+    (ev,), _ = read(path)
+    assert len(ev.graph.leaves()) == 2 and ev.extras["node_map"] == {"passed": {"empty_system_message": 1}}
+
+
+def test_explain_says_a_chatgpt_export_is_a_node_map(capsys: Any) -> None:
+    from msgtrain.cli import main
+
+    assert main(["formats", "--explain", str(EXPORT)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "node map (message tree)" in out and "at $.mapping" in out
