@@ -331,3 +331,59 @@ def test_a_goose_session_is_read_with_its_header_skipped_and_its_tool_blocks_pai
     graph = _graphs_of(path)[0]
     kinds = [(n.message.role, n.message.kind) for n in graph.nodes.values()]
     assert kinds == [("user", "parts"), ("assistant", "option_call"), ("tool", "option_result"), ("assistant", "parts")]
+
+
+# Shape of a Continue session file (`~/.continue/sessions/<id>.json`, typed in continuedev/continue core/index.d.ts
+# `Session` / `ChatHistoryItem` / `ChatMessage`, commit 275e116d9c2f028f3c812d2b5b935f7be9ac27df): each history item
+# wraps its message under `message` beside `contextItems`; camelCase `toolCalls` / `toolCallId` and `imageUrl`
+# parts; a model's reasoning is a `thinking` message of its own before the assistant message.
+CONTINUE_SESSION = {
+    "sessionId": "0f9a",
+    "title": "Refactor tail loop",
+    "workspaceDirectory": "file:///home/dan/tail",
+    "history": [
+        {
+            "message": {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Why does tail_file re-read the file?"},
+                    {"type": "imageUrl", "imageUrl": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+                ],
+                "id": "u1",
+            },
+            "contextItems": [],
+        },
+        {"message": {"role": "thinking", "content": "Read the loop first.", "id": "t1"}, "contextItems": []},
+        {
+            "message": {
+                "id": "a1",
+                "role": "assistant",
+                "content": "Let me read it.",
+                "toolCalls": [
+                    {
+                        "id": "toolu_01",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"filepath": "src/tail.rs"}'},
+                    }
+                ],
+            },
+            "contextItems": [],
+            "toolCallState": {"toolCallId": "toolu_01", "status": "done"},
+        },
+        {"message": {"role": "tool", "content": "loop { reopen(); }", "toolCallId": "toolu_01"}, "contextItems": []},
+        {"message": {"role": "assistant", "content": "It re-opens on every tick."}, "contextItems": []},
+    ],
+    "mode": "agent",
+    "chatModelTitle": "Claude Sonnet 4",
+}
+
+
+def test_a_continue_session_reads_messages_wrapped_in_history_items(tmp_path: Path) -> None:
+    path = _write(tmp_path / "logs" / "0f9a.json", CONTINUE_SESSION)
+    assert detect_format(path).name == "structural"
+    _, _, report = convert(tmp_path, path)  # the demo template renders no image: both turns are found, not trained
+    assert report["records"]["rejected"] == 0 and report["turns"]["found"] == 2
+    user, call, result, _ = _graphs_of(path)[0].nodes.values()
+    assert [p.kind for p in user.message.parts] == ["text", "media"]
+    assert [p.kind for p in call.message.parts] == ["reasoning", "text"]
+    assert call.message.calls[0].invocation_id == result.message.result.invocation_id == "toolu_01"

@@ -52,6 +52,8 @@ SYSTEM_ROLES = frozenset({"system"})
 DEVELOPER_ROLES = frozenset({"developer"})
 TOOL_ROLES = frozenset({"tool", "function", "observation", "ipython", "tool_result", "function_response"})
 CALL_ROLES = frozenset({"function_call", "tool_call"})
+# A message holding only the reasoning of the assistant message that follows it (Continue's ``thinking`` role).
+THOUGHT_ROLES = frozenset({"thinking"})
 
 # Canonical roles: user, assistant, system, developer, tool, call (an assistant turn made only of calls).
 ROLE_VOCABULARY: dict[str, str] = {
@@ -61,6 +63,7 @@ ROLE_VOCABULARY: dict[str, str] = {
     **dict.fromkeys(DEVELOPER_ROLES, "developer"),
     **dict.fromkeys(TOOL_ROLES, "tool"),
     **dict.fromkeys(CALL_ROLES, "call"),
+    **dict.fromkeys(THOUGHT_ROLES, "thought"),
 }
 
 # LangChain's serialised messages name their kind under "type"; only these values make "type" a role.
@@ -70,7 +73,7 @@ _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_
 # or omitted forms hold no text that could be trained (Letta's ``redacted_reasoning`` / ``omitted_reasoning``).
 _REASONING_BLOCKS = frozenset({"thinking", "reasoning"})
 _REDACTED_BLOCKS = frozenset({"redacted_thinking", "redacted_reasoning", "omitted_reasoning", "redactedThinking"})
-_CALL_KEYS = ("tool_calls", "function_call", "functionCall")
+_CALL_KEYS = ("tool_calls", "function_call", "functionCall", "toolCalls")
 
 
 def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | None:
@@ -141,6 +144,26 @@ def is_message_list(value: Any) -> bool:
     return known
 
 
+def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
+    """(key, messages) when ``value`` is a list of wrappers that each hold one message under the same key and are
+    not messages themselves (Continue's ``history[].message`` beside its ``contextItems``), else None."""
+    if not isinstance(value, list) or not value or not all(isinstance(item, dict) for item in value):
+        return None
+    keys: set[str] = set()
+    for item in value:
+        if is_message_like(item):
+            return None
+        inner = [k for k, v in item.items() if is_message_like(v)]
+        if len(inner) != 1:
+            return None
+        keys.add(inner[0])
+    if len(keys) != 1:
+        return None
+    key = keys.pop()
+    messages = [item[key] for item in value]
+    return (key, messages) if is_message_list(messages) else None
+
+
 @dataclass
 class MessageNormaliser:
     """Turns message-like objects of one conversation into OpenAI chat dicts, pairing results with calls.
@@ -154,6 +177,7 @@ class MessageNormaliser:
     content_key: str | None = None
     open_calls: list[tuple[str, str]] = field(default_factory=list)  # (id, name) not answered yet, oldest first
     names: set[str] = field(default_factory=set)  # speaker names seen on assistant messages
+    thought: list[str] = field(default_factory=list)  # reasoning logged apart, for the next assistant message
 
     def normalise(self, raw: Any, where: str) -> list[dict[str, Any]]:
         """One logged message → one or more OpenAI chat dicts (an Anthropic user turn holding ``tool_result``
@@ -171,6 +195,15 @@ class MessageNormaliser:
                 hint="which side spoke is ambiguous; map it with --map (roles: {VALUE: user|assistant|system|tool})",
             )
         content = obj.get(self.content_key) if self.content_key else _first(obj, CONTENT_KEYS)
+        if role == "thought":
+            self.thought.append(content if isinstance(content, str) else _block_text(content, where))
+            return []
+        if self.thought and role not in ("assistant", "call"):
+            raise ValidationError(
+                "a reasoning message is not followed by the assistant message it belongs to",
+                where=where,
+                code="ambiguous_structure",
+            )
         if role in ("assistant", "call"):
             name = obj.get("name")
             if isinstance(name, str) and name:
@@ -208,7 +241,7 @@ class MessageNormaliser:
                 calls.append(self._call(call, where, len(calls)))
         else:
             self._assistant_content(content, parts, reasoning, calls, where)
-        for key in ("tool_calls", "function_call"):
+        for key in ("tool_calls", "function_call", "toolCalls"):  # toolCalls: camelCase writers (Continue)
             value = obj.get(key)
             if value:
                 for call in value if isinstance(value, list) else [value]:
@@ -219,6 +252,7 @@ class MessageNormaliser:
                 reasoning.insert(0, value)
                 break
         out: dict[str, Any] = {"role": "assistant", "content": _content_value(parts, content)}
+        reasoning[:0], self.thought = self.thought, []  # reasoning logged as a message of its own comes first
         if reasoning:
             out["reasoning_content"] = "\n".join(reasoning)
         if calls:
@@ -330,7 +364,7 @@ class MessageNormaliser:
         return [*out, message]
 
     def _tool_message(self, obj: dict[str, Any], content: Any, where: str) -> dict[str, Any]:
-        call_id = obj.get("tool_call_id", obj.get("tool_use_id", obj.get("id")))
+        call_id = next((obj[k] for k in ("tool_call_id", "tool_use_id", "toolCallId", "id") if obj.get(k)), None)
         name = obj.get("name")
         if isinstance(content, list) and content and all(isinstance(b, dict) for b in content):
             answers = [b.get("functionResponse") for b in content if isinstance(b.get("functionResponse"), dict)]
@@ -450,6 +484,8 @@ def _part(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:
         return {"type": "text", "text": str(item.get("text", item.get("value", "")))}
     if kind in ("image_url", "input_audio", "video_url", "file", "input_image"):
         return item
+    if kind == "imageUrl" and isinstance(item.get("imageUrl"), dict):  # camelCase writers (Continue)
+        return {"type": "image_url", "image_url": item["imageUrl"]}
     if kind in ("image", "document") and isinstance(item.get("source"), dict):
         source = item["source"]
         if source.get("type") == "base64":
@@ -469,6 +505,15 @@ def _part(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:
     raise ValidationError(
         f"content[{j}] is a part msgtrain cannot read ({shown})", where=where, code="bad_content", hint=_CONTENT_HINT
     )
+
+
+def _block_text(content: Any, where: str) -> str:
+    """The text of a content that must be text: a string, or text parts / blocks joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(b, dict) and isinstance(b.get("text"), str) for b in content):
+        return "".join(b["text"] for b in content)
+    raise ValidationError("reasoning that is not text", where=where, code="bad_content", hint=_CONTENT_HINT)
 
 
 def _block_result(content: Any) -> Any:

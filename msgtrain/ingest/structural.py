@@ -8,7 +8,8 @@ What it finds in each record (a JSONL line, an item of a top-level array, or the
 objects and lists (outermost first, never inside a conversation it found):
 
 - **messages**: a list of message-like objects (:mod:`msgtrain.ingest.shapes`: a role-like and a content-like
-  key, roles through one vocabulary, tool calls in OpenAI / Anthropic / Gemini shapes);
+  key, roles through one vocabulary, tool calls in OpenAI / Anthropic / Gemini shapes), or a list of items each
+  wrapping one message under the same key (:func:`~msgtrain.ingest.shapes.wrapped_messages`);
 - **prompt_completion**: ``prompt`` + ``completion`` (strings, one message each, or message lists as
   PrimeIntellect verifiers and TRL write them), and the other pairs of :data:`PAIR_KEYS` (``input`` + ``output`` of
   eval and tracing tools...); a reply may be an OpenAI response body (``{"choices": [{"message"}]}``, one
@@ -87,6 +88,7 @@ from msgtrain.ingest.shapes import (
     message_like_count,
     parse_transcript,
     role_of,
+    wrapped_messages,
 )
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
@@ -161,6 +163,12 @@ def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
     if isinstance(value, list):
         if is_message_list(value):
             search.found.append(Found(path, {"messages": value}, Mapping("messages", {"messages": "messages"})))
+            return
+        wrapped = wrapped_messages(value)
+        if wrapped is not None:  # each item holds its message under one key, beside its own bookkeeping
+            key, messages = wrapped
+            found = Found(f"{path}[].{key}", {"messages": messages}, Mapping("messages", {"messages": "messages"}))
+            search.found.append(found)
             return
         if depth < MAX_SEARCH_DEPTH:
             for i, item in enumerate(value):
@@ -658,11 +666,8 @@ class StructuralReader:
             return False
         for p in shape.paths:
             stem, _, key = p.rpartition(".")
-            if (
-                key in ROLE_KEYS
-                and (stem.endswith("[]") or stem == "")
-                and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS)
-            ):
+            listed = stem.endswith("[]") or stem == "" or stem.rpartition(".")[0].endswith("[]")  # items, wrapped
+            if key in ROLE_KEYS and listed and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS):
                 return True
         for p in shape.paths:  # a node map: {id: {message: {author/role...}, parent}} (ChatGPT's mapping)
             stem, _, key = p.rpartition(".")
