@@ -27,8 +27,12 @@ lint:
 typecheck:
 	mypy
 
+# Test files run on TEST_WORKERS processes (pytest-xdist), each file whole on one worker (its module fixtures are
+# built once); TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
+
 test: install-test lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench:
 	$(PY) benchmarks/run.py --repeat 1

@@ -83,8 +83,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _SHARED_USERS_FILE:
-        Path(_SHARED_USERS_FILE).write_text("".join(f"{test}\n" for test in sorted(_shared_users)), encoding="utf-8")
+    if not _SHARED_USERS_FILE:
+        return
+    # Under pytest-xdist each worker lists its own tests beside the file; the controller, which finishes after
+    # every worker, merges them into the one list `.ci/run` reads.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    target = Path(f"{_SHARED_USERS_FILE}.{worker}" if worker else _SHARED_USERS_FILE)
+    users = set(_shared_users)
+    if not worker:
+        for part in Path(_SHARED_USERS_FILE).parent.glob(Path(_SHARED_USERS_FILE).name + ".gw*"):
+            users.update(part.read_text(encoding="utf-8").split())
+            part.unlink()
+    target.write_text("".join(f"{test}\n" for test in sorted(users)), encoding="utf-8")
 
 
 def shared_path(*parts: str) -> Path:
