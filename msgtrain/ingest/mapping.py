@@ -17,7 +17,8 @@ Both become one :class:`Mapping`, which is also what the structural reader finds
 
 Invariants:
 - An unknown key is an error naming it (a typo never silently maps nothing).
-- Column values are field names, or dotted paths into nested objects (``info.reward``).
+- Column values are field names, or dotted paths into nested objects (``info.reward``); ``message_*`` names the
+  numbered fields ``message_1``, ``message_2``, ... in number order (CAMEL role-playing records).
 - Roles are never guessed beyond :mod:`msgtrain.ingest.shapes`' vocabulary: a mapping's tags / roles extend it.
 """
 
@@ -100,6 +101,8 @@ class Mapping:
         path = self.columns.get(column)
         if not path:
             return None
+        if path.endswith("_*") and path not in record:  # numbered fields (message_1, message_2, ...), in order
+            return numbered_fields(record, path[:-2])
         return dig(record, path)
 
     def to_data(self) -> dict[str, Any]:
@@ -134,6 +137,26 @@ def mapping_text(source: str | Path | dict[str, Any] | None) -> str | None:
     if source is None:
         return None
     return json.dumps(load_mapping(source).to_data(), sort_keys=True)
+
+
+def top_fields(record: dict[str, Any], path: str) -> set[str]:
+    """The record's top-level fields a column reads: a dotted path's first step, or every numbered field of a
+    ``message_*`` column."""
+    if path.endswith("_*") and path not in record:
+        stem = path[:-2]
+        return {k for k in record if k.startswith(f"{stem}_") and k[len(stem) + 1 :].isdigit()}
+    return {path.split(".")[0]}
+
+
+def numbered_fields(record: dict[str, Any], stem: str) -> list[Any] | None:
+    """The values of ``{stem}_1``, ``{stem}_2``, ... in number order (None when there is none): a column written
+    ``message_*`` names them."""
+    found = sorted(
+        (int(k[len(stem) + 1 :]), v)
+        for k, v in record.items()
+        if k.startswith(f"{stem}_") and k[len(stem) + 1 :].isdigit()
+    )
+    return [v for _, v in found] or None
 
 
 def dig(record: Any, path: str) -> Any:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -73,7 +74,7 @@ from msgtrain.ingest.conversation_files import (
     mark_last_reply,
 )
 from msgtrain.ingest.head_shape import head_shape
-from msgtrain.ingest.mapping import Mapping
+from msgtrain.ingest.mapping import Mapping, top_fields
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.node_maps import node_map_graph, node_map_key
 from msgtrain.ingest.shapes import (
@@ -91,7 +92,7 @@ from msgtrain.ingest.shapes import (
     wrapped_messages,
 )
 from msgtrain.ingest.tool_schemas import openai_tools
-from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
+from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import OptionCallMessage
 from msgtrain.model.openai import check_reply_present, from_openai_message
@@ -129,6 +130,7 @@ class Found:
     holder: dict[str, Any]
     mapping: Mapping
     node_map: bool = False  # ``mapping.columns["messages"]`` is a node map (msgtrain.ingest.node_maps), not a list
+    unlogged_system: bool = False  # the log format never saves the system message its agent was sent
 
 
 @dataclass
@@ -192,6 +194,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     tree = node_map_key(record)
     if tree is not None:  # a chat UI's message tree (ChatGPT's mapping): msgtrain.ingest.node_maps
         return Found(path, record, Mapping("messages", {"messages": tree}), node_map=True)
+    numbered = _numbered_messages(record)
+    if numbered is not None:  # message_1, message_2, ... (CAMEL role-playing records): one list, in number order
+        return numbered_layout(record, path, *numbered)
     lists = [k for k, v in record.items() if is_message_list(v)]
     if lists and is_message_like(record):  # a message tree (OpenAssistant ``replies``): children are no transcript
         count = _assistant_count(record)
@@ -237,6 +242,40 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         count = max(_assistant_count(record[k]) for k in lists)
         return Ambiguity(path, f"several message lists side by side ({shown}): which is the conversation?", count)
     return None
+
+
+_NUMBERED_KEY = re.compile(r"^(?P<stem>.*?)_?(?P<n>\d+)$")
+# CAMEL's RoleType names, as its messages' ``to_dict`` writes them: which agent spoke, whatever the OpenAI role.
+CAMEL_ROLE_TYPES = {"USER": "user", "ASSISTANT": "assistant"}
+
+
+def _numbered_messages(record: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(stem, keys in number order) when the record's message-like values are all under numbered keys of one stem
+    (``message_1``, ``message_2``, ...), at least two of them; else None."""
+    keys = [k for k, v in record.items() if is_message_like(v)]
+    if len(keys) < 2:
+        return None
+    matches = [_NUMBERED_KEY.match(k) for k in keys]
+    if not all(matches) or len({m.group("stem") for m in matches if m}) != 1:
+        return None
+    numbers = sorted((int(m.group("n")), k) for m, k in zip(matches, keys, strict=True) if m)
+    if len({n for n, _ in numbers}) != len(numbers):
+        return None
+    return matches[0].group("stem") if matches[0] else "", [k for _, k in numbers]
+
+
+def numbered_layout(record: dict[str, Any], path: str, stem: str, keys: list[str]) -> Found:
+    """A record of numbered messages as one message list (``{stem}_*``, in number order). Messages that name their
+    agent with CAMEL's ``role_type`` (``USER`` / ``ASSISTANT``) are read by it: in a CAMEL role-playing session both
+    agents are models, and the log writes each reply's OpenAI role as its own agent saw it; the ASSISTANT agent's
+    view is the one read (its replies trained, the AI user's instructions its user turns), and its system message,
+    which the record does not save, is marked missing."""
+    column = f"{stem}_*"  # the mapping reads the numbered fields in number order (Mapping.field_of)
+    camel = all(record[k].get("role_type") in CAMEL_ROLE_TYPES for k in keys)
+    mapping = Mapping("messages", {"messages": column})
+    if camel:
+        mapping = Mapping("messages", {"messages": column}, role_key="role_type", roles=dict(CAMEL_ROLE_TYPES))
+    return Found(path, record, mapping, unlogged_system=camel)
 
 
 def _preference_layout(
@@ -436,6 +475,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         for s in branch:
             parent = graph.add_node(parent, s.message, origin=s.origin)
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
+    if found.unlogged_system and not any(s.message.role == "system" for s in steps):
+        mark_context_incomplete(graph, ["system_prompt"], "the record does not save its agent's system message")
     graph.graph_id = content_graph_id(base, graph)
     return ReadGraph(graph, ref, records=1, extras=_extras(holder, m))
 
@@ -532,7 +573,7 @@ def _fork(norm: MessageNormaliser) -> MessageNormaliser:
 def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
     """Refuse a conversation whose record holds more replies beside it (ranked completions, a second transcript):
     reading one part and dropping the rest would lose those turns without a word."""
-    used = {v.split(".")[0] for v in m.columns.values()}
+    used = {f for v in m.columns.values() for f in top_fields(holder, v)}
     # copies of a conversation read (UltraFeedback's ``messages`` beside ``chosen``) or of its prefixes (NeMo-Gym's
     # ``input_message_log``) hold no other reply
     read = [holder[c] for c in (m.columns.get(k) for k in ("messages", "chosen", "rejected")) if c in holder]
@@ -583,7 +624,8 @@ def _with_system(steps: list[Step], system: str | None, at: str, m: Mapping) -> 
 
 def _extras(holder: dict[str, Any], m: Mapping) -> dict[str, Any]:
     """Sibling fields carried to the rows: scalars and small objects; the mapped reward as ``reward``."""
-    used = {v.split(".")[0] for k, v in m.columns.items() if k not in ("reward", "kto_tag")} | set(MEDIA_COLUMNS)
+    used = {f for k, v in m.columns.items() if k not in ("reward", "kto_tag") for f in top_fields(holder, v)}
+    used |= set(MEDIA_COLUMNS)
     extras: dict[str, Any] = {}
     for key, value in holder.items():
         if key in used or not isinstance(key, str):
@@ -669,6 +711,15 @@ class StructuralReader:
             listed = stem.endswith("[]") or stem == "" or stem.rpartition(".")[0].endswith("[]")  # items, wrapped
             if key in ROLE_KEYS and listed and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS):
                 return True
+        numbered: dict[tuple[str, str], int] = {}  # numbered messages (message_1, message_2, ...): per stem
+        for p in shape.paths:
+            stem, _, key = p.rpartition(".")
+            parent, _, last = stem.rpartition(".")
+            hit = _NUMBERED_KEY.match(last) if key in ROLE_KEYS else None
+            if hit is not None and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS):
+                numbered[parent, hit.group("stem")] = numbered.get((parent, hit.group("stem")), 0) + 1
+        if any(n >= 2 for n in numbered.values()):
+            return True
         for p in shape.paths:  # a node map: {id: {message: {author/role...}, parent}} (ChatGPT's mapping)
             stem, _, key = p.rpartition(".")
             if key in ROLE_KEYS and stem.endswith(".message") and f"{stem[: -len('.message')]}.parent" in shape.paths:

@@ -121,7 +121,10 @@ def _shape_of(path: str) -> str:
 
 
 def _used(found: Any) -> set[str]:
-    return {v.split(".")[0] for k, v in found.mapping.columns.items() if k not in ("reward", "kto_tag")}
+    from msgtrain.ingest.mapping import top_fields
+
+    columns = found.mapping.columns
+    return {f for k, v in columns.items() if k not in ("reward", "kto_tag") for f in top_fields(found.holder, v)}
 
 
 def _roles(found: Any, exp: Explanation, canonical_role: Any, role_of: Any) -> None:
@@ -129,9 +132,10 @@ def _roles(found: Any, exp: Explanation, canonical_role: Any, role_of: Any) -> N
         value = found.mapping.field_of(found.holder, column)
         items = value if isinstance(value, list) else [value] if isinstance(value, dict) else []
         for item in items:
-            hit = role_of(item)
+            key = found.mapping.role_key
+            hit = (key, item.get(key)) if key and isinstance(item, dict) else role_of(item)
             if hit is not None and isinstance(hit[1], str) and len(exp.roles) < 32:
-                exp.roles.setdefault(hit[1], canonical_role(hit[1]))
+                exp.roles.setdefault(hit[1], canonical_role(hit[1], found.mapping.roles or None))
 
 
 def _mapping_for(found: Any, exp: Explanation) -> Any:
@@ -150,4 +154,6 @@ def _mapping_for(found: Any, exp: Explanation) -> Any:
         role_key = hit[0] if hit is not None and "." not in hit[0] else None
         content_key = content_key_of(sample)
     roles = {k: v for k, v in exp.roles.items() if v is not None and k != v}
+    if mapping.role_key:  # the reading chose its role key (CAMEL's role_type): it is what the mapping must say
+        role_key, roles = mapping.role_key, dict(mapping.roles)
     return replace(mapping, role_key=role_key, content_key=content_key, roles=roles)
