@@ -21,8 +21,8 @@ from msgtrain.ingest.detect import detect_format
 from msgtrain.model.message import PartsMessage
 
 
-def convert(tmp_path: Path, *inputs: Path) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
-    out = tmp_path / "out"
+def convert(tmp_path: Path, *inputs: Path, out_name: str = "out") -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
+    out = tmp_path / out_name
     code = main(["convert", *map(str, inputs), "-o", str(out)])
     rows: list[dict[str, Any]] = []
     for f in sorted((out / "data").glob("*.parquet")):
@@ -387,3 +387,25 @@ def test_a_continue_session_reads_messages_wrapped_in_history_items(tmp_path: Pa
     assert [p.kind for p in user.message.parts] == ["text", "media"]
     assert [p.kind for p in call.message.parts] == ["reasoning", "text"]
     assert call.message.calls[0].invocation_id == result.message.result.invocation_id == "toolu_01"
+
+
+def test_a_transcript_whose_logged_usage_contradicts_the_context_built_is_flagged(tmp_path: Path) -> None:
+    # Cline logs each reply's prompt size (`metrics.tokens.prompt`) and model (`modelInfo.modelId`); the demo
+    # tokenizer's name stands in for the model, so the tokenizer is the model's own and the sizes are compared.
+    demo = "msgtrain-demo-bytes-chatml"
+    history = json.loads(json.dumps(CLINE_HISTORY))
+    replies = [m for m in history if m["role"] == "assistant"]
+    for m in replies:
+        m["modelInfo"]["modelId"] = demo
+        m["metrics"]["tokens"]["prompt"] = 5000
+    path = _write(tmp_path / "logs" / "api_conversation_history.json", history)
+    code, rows, report = convert(tmp_path, path)
+    assert code == 0 and rows and all("usage_mismatch" in r["flags"] for r in rows)
+    assert report["flags"]["usage_mismatch"] == len(rows)
+    # The sizes the built contexts really have: no contradiction, no flag.
+    starts = [span["start"] for r in rows for span in r["turn_spans"]]
+    for m, start in zip(replies, starts, strict=True):
+        m["metrics"]["tokens"]["prompt"] = start
+    _write(path, history)
+    code, rows, report = convert(tmp_path, path, out_name="out2")
+    assert code == 0 and not any("usage_mismatch" in r["flags"] for r in rows)

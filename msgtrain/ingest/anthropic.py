@@ -41,6 +41,7 @@ from msgtrain.ingest.conversation_files import (
     build_linear_graph,
     conversation_chunk_key,
     iter_call_records,
+    logged_reply,
     read_conversation_file,
     vote_layout,
 )
@@ -197,7 +198,9 @@ class AnthropicConverter:
         for i, data in enumerate(messages):
             converted, compaction = self.message(data, i)
             origin = Origin.INJECTED if compaction else None
-            steps.extend(Step(m, origin=origin if m.role == "assistant" else None, index=i) for m in converted)
+            for m in converted:
+                m, generation = logged_reply(m, data)
+                steps.append(Step(m, origin=origin if m.role == "assistant" else None, generation=generation, index=i))
         return steps
 
     def response(self, body: Any, request: dict[str, Any], where: str = "response") -> Step | None:

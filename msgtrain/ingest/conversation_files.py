@@ -49,7 +49,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.chunks import ChunkKey, active_chunk, whole_file
 from msgtrain.ingest.shapes import assistant_turns_in
-from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
+from msgtrain.model.completeness import UNLOGGED_TOOLS, logged_call_facts, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -316,6 +316,18 @@ def check_pairing(steps: Sequence[Step]) -> None:
                 hint="every tool result must follow an assistant message that issued a call with the same id",
                 code="unpaired_result",
             )
+
+
+def logged_reply(message: AnyMessage, raw: Any) -> tuple[AnyMessage, Generation | None]:
+    """An assistant message with what its transcript logged beside it (:func:`logged_call_facts`): the usage in
+    its metadata, where the linearizer compares it with the prompt it builds (``usage_mismatch``), and the model
+    in a :class:`Generation`, which tells whether the tokenizer is the model's own."""
+    if message.role != "assistant":
+        return message, None
+    usage, model = logged_call_facts(raw)
+    if usage is not None:
+        message = message.model_copy(update={"metadata": {**message.metadata, "usage": usage}})
+    return message, Generation(model=model) if model is not None else None
 
 
 def build_linear_graph(

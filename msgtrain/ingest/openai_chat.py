@@ -40,6 +40,7 @@ from msgtrain.ingest.conversation_files import (
     build_linear_graph,
     conversation_chunk_key,
     kto_label,
+    logged_reply,
     mark_last_reply,
     read_conversation_file,
 )
@@ -84,7 +85,8 @@ def chat_steps(messages: list[Any], *, policy: str = DEFAULT_POLICY) -> list[Ste
         if isinstance(msg, OptionCallMessage):
             names.update({c.invocation_id: c.option_name for c in msg.calls})
         origin = Origin.CARRIED if msg.role == "assistant" and raw.get("weight") == 0 else None
-        steps.append(Step(msg, origin=origin, index=i))
+        msg, generation = logged_reply(msg, raw)
+        steps.append(Step(msg, origin=origin, generation=generation, index=i))
     return steps
 
 

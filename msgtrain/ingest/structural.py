@@ -71,6 +71,7 @@ from msgtrain.ingest.conversation_files import (
     check_pairing,
     content_graph_id,
     iter_raw_records,
+    logged_reply,
     mark_last_reply,
 )
 from msgtrain.ingest.head_shape import head_shape
@@ -404,6 +405,7 @@ class _Builder:
             if isinstance(msg, OptionCallMessage):
                 self.call_names.update({c.invocation_id: c.option_name for c in msg.calls})
             origin: Origin | None = None
+            msg, generation = logged_reply(msg, raw)
             if msg.role == "assistant":
                 if metadata:
                     msg = msg.model_copy(update={"metadata": {**msg.metadata, **metadata}})
@@ -411,7 +413,7 @@ class _Builder:
                     origin = Origin.INJECTED
                 elif weight == 0:
                     origin = Origin.CARRIED
-            self.steps.append(Step(msg, origin=origin, index=len(self.steps)))
+            self.steps.append(Step(msg, origin=origin, generation=generation, index=len(self.steps)))
 
     def add_list(self, raw: Any, where: str, *, trained: bool = True) -> None:
         if isinstance(raw, str):

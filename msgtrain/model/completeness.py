@@ -113,6 +113,38 @@ def reported_prompt_tokens(metadata: dict[str, Any]) -> int | None:
     return None
 
 
+def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """(usage, model) a transcript logged beside one assistant message, in the places agent frameworks and
+    coding assistants write them, or None for each that is not there:
+
+    - usage: ``usage`` (OpenAI / Anthropic / pydantic-ai keys), LangChain's ``usage_metadata`` and
+      ``response_metadata.token_usage`` / ``.usage``, Gemini's ``usageMetadata``, Cline's ``metrics.tokens``
+      (``prompt`` counts the cached tokens too: it becomes ``prompt_tokens``);
+    - model: ``model``, ``model_name``, ``modelId``, Cline's ``modelInfo.modelId``, LangChain's
+      ``response_metadata.model_name``.
+
+    Only a usage that names a prompt size (:func:`reported_prompt_tokens`) is returned."""
+    if not isinstance(raw, dict):
+        return None, None
+    meta: dict[str, Any] = raw["response_metadata"] if isinstance(raw.get("response_metadata"), dict) else {}
+    candidates: list[Any] = [
+        raw.get("usage"),
+        raw.get("usage_metadata"),
+        raw.get("usageMetadata"),
+        meta.get("token_usage"),
+        meta.get("usage"),
+    ]
+    metrics = raw.get("metrics")
+    tokens = metrics.get("tokens") if isinstance(metrics, dict) else None
+    if isinstance(tokens, dict) and isinstance(tokens.get("prompt"), int | float):
+        candidates.append({"prompt_tokens": tokens["prompt"]})
+    usage = next((u for u in candidates if isinstance(u, dict) and reported_prompt_tokens({"usage": u})), None)
+    info: dict[str, Any] = raw["modelInfo"] if isinstance(raw.get("modelInfo"), dict) else {}
+    names = (raw.get("model"), raw.get("model_name"), raw.get("modelId"), info.get("modelId"), meta.get("model_name"))
+    model = next((n for n in names if isinstance(n, str) and n), None)
+    return usage, model
+
+
 def same_model(tokenizer_name: str, model: str | None) -> bool:
     """Whether a tokenizer (its name or folder) is the model's own: their base names, lower-cased and stripped of
     everything but letters and digits, are equal or one starts the other with at least :data:`_MIN_NAME` characters
