@@ -92,3 +92,94 @@ def test_the_mapping_explain_prints_for_a_camel_session_reads_it_back_the_same(
     out = tmp_path / "out"
     assert main(["convert", str(path), "-o", str(out), "-q", "--map", str(mapping)]) == 0
     assert json.loads((out / "report.json").read_text())["turns"]["trained"] == 3
+
+
+# AutoGen 0.2 / AG2 chats, in the shape microsoft/autogen (branch 0.2) and ag2ai/ag2 save them:
+# ``ConversableAgent._append_oai_message`` (autogen/agentchat/conversable_agent.py) stores a received message as
+# ``user`` and the agent's own as ``assistant``, each named after its sender; ``GroupChat.append``
+# (autogen/agentchat/groupchat.py) names every message after its speaker, and the manager holds them as ``user``.
+# ``ChatResult.chat_history`` is the initiator's ``chat_messages[recipient]``. Hand count: the LLM agent
+# ("assistant") replied twice; in the group chat the Engineer spoke twice.
+TWO_AGENTS_PROXY_VIEW = [
+    {"content": "What is 2+2?", "role": "assistant", "name": "user_proxy"},
+    {"content": "```python\nprint(2 + 2)\n```", "role": "user", "name": "assistant"},
+    {"content": "exitcode: 0 (execution succeeded)\nCode output: 4", "role": "assistant", "name": "user_proxy"},
+    {"content": "The answer is 4. TERMINATE", "role": "user", "name": "assistant"},
+]
+GROUP_CHAT = [
+    {"content": "Find the latest paper on GPT-4 and its applications.", "role": "user", "name": "Admin"},
+    {"content": "Plan: 1. The engineer searches arxiv.", "role": "user", "name": "Planner"},
+    {"content": "```python\nprint(search('gpt-4'))\n```", "role": "user", "name": "Engineer"},
+    {"content": "exitcode: 0 (execution succeeded)\nCode output: 2303.08774", "role": "user", "name": "Executor"},
+    {"content": "The paper is arXiv:2303.08774. TERMINATE", "role": "user", "name": "Engineer"},
+]
+
+
+def flipped(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**m, "role": "user" if m["role"] == "assistant" else "assistant"} for m in messages]
+
+
+@pytest.mark.parametrize(
+    ("name", "document", "agents"),
+    [
+        (
+            "chat_result.json",
+            {"chat_history": TWO_AGENTS_PROXY_VIEW, "summary": "4", "cost": {}},
+            "assistant, user_proxy",
+        ),
+        ("proxy_chat_messages.json", {"assistant": TWO_AGENTS_PROXY_VIEW}, "assistant, user_proxy"),
+        ("assistant_chat_messages.json", {"user_proxy": flipped(TWO_AGENTS_PROXY_VIEW)}, "assistant, user_proxy"),
+        ("groupchat_messages.json", GROUP_CHAT, "Admin, Engineer, Executor, Planner"),
+    ],
+)
+def test_an_autogen_chat_among_named_agents_is_refused_naming_them_never_trained_as_a_guess(
+    tmp_path: Path, name: str, document: Any, agents: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert not samples and stats.turns_trained == 0
+    (reject,) = (json.loads(line) for line in rejects)
+    assert reject["reason"] == "ambiguous_structure" and f"named agents ({agents})" in reject["message"]
+    assert "roles: {assistant: [THE_MODEL_AGENT]" in reject["message"] + reject["hint"]
+
+
+@pytest.mark.parametrize(
+    ("document", "field", "model", "others", "replies"),
+    [
+        ({"chat_history": TWO_AGENTS_PROXY_VIEW}, "chat_history", "assistant", ["user_proxy"], 2),
+        ({"messages": GROUP_CHAT}, "messages", "Engineer", ["Admin", "Planner", "Executor"], 2),
+    ],
+)
+def test_a_mapping_that_names_the_model_agent_trains_its_turns_in_its_own_view(
+    tmp_path: Path, document: Any, field: str, model: str, others: list[str], replies: int
+) -> None:
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(document))
+    mapping = tmp_path / "agent.yaml"
+    mapping.write_text(
+        f"field_messages: {field}\nmessage_property_mappings: {{role: name, content: content}}\n"
+        f"roles: {{assistant: [{model}], user: [{', '.join(others)}]}}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["convert", str(path), "-o", str(out), "-q", "--map", str(mapping)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert (report["turns"]["found"], report["turns"]["trained"]) == (replies, replies)
+
+
+def test_a_chat_whose_users_are_named_but_whose_assistant_is_not_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "chat.json"
+    path.write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "name": "alice", "content": "Hi, I am Alice."},
+                    {"role": "assistant", "content": "Hello Alice."},
+                    {"role": "user", "name": "bob", "content": "And I am Bob."},
+                    {"role": "assistant", "content": "Hello Bob."},
+                ]
+            }
+        )
+    )
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert not rejects and stats.turns_trained == 2

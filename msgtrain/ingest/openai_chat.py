@@ -46,7 +46,7 @@ from msgtrain.ingest.conversation_files import (
 )
 from msgtrain.ingest.head_shape import HeadShape, head_shape
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
-from msgtrain.ingest.shapes import PREFERENCE_KEYS
+from msgtrain.ingest.shapes import PREFERENCE_KEYS, named_agents, named_agents_error
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
@@ -179,6 +179,9 @@ class OpenAIChatReader:
 
     def convert(self, path: Path, conv: Conversation) -> Converted:
         container = conv.container
+        agents = named_agents(conv.messages)
+        if agents:  # an AutoGen group chat: which speaker is the model is not in the log
+            raise named_agents_error(agents, f"$.{conv.key}" if conv.key else "$")
         tools = openai_tools(container.get("tools") or container.get("functions"))
         kwargs = container.get("chat_template_kwargs")
         steps = MediaColumns(container).place(chat_steps(conv.messages))

@@ -601,3 +601,39 @@ def assistant_turns_in(value: Any) -> int:
         return message_like_count(value)[1]
     except Exception:  # an estimate for the books never becomes a fault of its own
         return 0
+
+
+def named_agents(messages: Any) -> list[str]:
+    """The agents of a transcript among named agents, or ``[]``: user-role messages carry a speaker's ``name`` and
+    either assistant-role messages carry another one (AutoGen 0.2 / AG2 ``chat_messages`` and ``ChatResult
+    .chat_history``: one agent's view, its own messages as ``assistant``) or there are no assistant messages and the
+    user-role ones carry at least two names (an AutoGen ``GroupChat``'s ``messages``: every speaker's message as
+    ``user``). Which of the agents is a model, and which a human or a code executor, the transcript does not say."""
+    if not isinstance(messages, list):
+        return []
+    named: dict[str, set[str]] = {"user": set(), "assistant": set()}
+    for m in messages:
+        role = canonical_role(m.get("role")) if isinstance(m, dict) else None
+        if role in named and isinstance(m.get("name"), str) and m["name"]:
+            named[role].add(m["name"])
+    users, assistants = named["user"], named["assistant"]
+    has_assistant = any(isinstance(m, dict) and canonical_role(m.get("role")) == "assistant" for m in messages)
+    if users and assistants and assistants - users:
+        return sorted(users | assistants)
+    if not has_assistant and len(users) >= 2:
+        return sorted(users)
+    return []
+
+
+def named_agents_error(agents: list[str], where: str) -> ValidationError:
+    """The reject of a transcript among named agents: which one to train is the user's to say, with a mapping that
+    reads the speaker's name as the role (the agent trained as ``assistant``, the others as ``user``)."""
+    return ValidationError(
+        f"messages of named agents ({', '.join(agents)}), as AutoGen saves a chat: which agent is the model (and "
+        "which a human or a code executor) the log does not say",
+        where=where,
+        code="ambiguous_structure",
+        hint="train one agent's turns with a mapping (--map) that reads the speaker's name as the role: "
+        "message_property_mappings: {role: name, content: content}, roles: {assistant: [THE_MODEL_AGENT], "
+        "user: [THE_OTHERS]}",
+    )

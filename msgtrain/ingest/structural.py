@@ -88,6 +88,8 @@ from msgtrain.ingest.shapes import (
     is_message_like,
     is_message_list,
     message_like_count,
+    named_agents,
+    named_agents_error,
     parse_transcript,
     role_of,
     wrapped_messages,
@@ -165,6 +167,10 @@ def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
         return
     if isinstance(value, list):
         if is_message_list(value):
+            agents = named_agents(value)
+            if agents:
+                search.found.append(_agents_ambiguity(path, agents, value))
+                return
             search.found.append(Found(path, {"messages": value}, Mapping("messages", {"messages": "messages"})))
             return
         wrapped = wrapped_messages(value)
@@ -235,6 +241,8 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
             columns |= {"prompt": prompt_key, "completion": completion_key}
             return Found(path, record, Mapping("prompt_completion", columns))
     longest = _longest_holding_the_others(record, lists)
+    if longest is not None and named_agents(record[longest]):
+        return _agents_ambiguity(f"{path}.{longest}", named_agents(record[longest]), record[longest])
     if longest is not None:  # one list, or a transcript beside its own prefixes (NeMo-Gym's input_message_log)
         columns["messages"] = longest
         return Found(path, record, Mapping("messages", columns))
@@ -277,6 +285,12 @@ def numbered_layout(record: dict[str, Any], path: str, stem: str, keys: list[str
     if camel:
         mapping = Mapping("messages", {"messages": column}, role_key="role_type", roles=dict(CAMEL_ROLE_TYPES))
     return Found(path, record, mapping, unlogged_system=camel)
+
+
+def _agents_ambiguity(path: str, agents: list[str], messages: list[Any]) -> Ambiguity:
+    """A transcript among named agents (AutoGen): refused, with the mapping that would train one of them."""
+    error = named_agents_error(agents, path)
+    return Ambiguity(path, f"{error.message} ({error.hint})", _assistant_count(messages))
 
 
 def _preference_layout(
