@@ -409,3 +409,68 @@ def test_a_transcript_whose_logged_usage_contradicts_the_context_built_is_flagge
     _write(path, history)
     code, rows, report = convert(tmp_path, path, out_name="out2")
     assert code == 0 and not any("usage_mismatch" in r["flags"] for r in rows)
+
+
+# Shape of pydantic-ai's saved message history (`ModelMessagesTypeAdapter` JSON, `result.all_messages_json()`;
+# pydantic/pydantic-ai pydantic_ai_slim/pydantic_ai/messages.py, commit 4fda38988f2939fa6ea9cdefcf120693e10ef491):
+# requests and responses whose parts carry a `part_kind`, each request repeating the agent's `instructions`, each
+# response its `usage` and `model_name`.
+def _request(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"parts": list(parts), "instructions": "Be brief.", "kind": "request", "run_id": "r1", "metadata": None}
+
+
+PYDANTIC_AI_HISTORY = [
+    _request({"content": "Weather in Paris?", "timestamp": "2026-08-12T02:09:27Z", "part_kind": "user-prompt"}),
+    {
+        "parts": [
+            {"content": "Checking.", "part_kind": "text"},
+            {"tool_name": "weather", "args": '{"city": "Paris"}', "tool_call_id": "call_1", "part_kind": "tool-call"},
+        ],
+        "usage": {"input_tokens": 52, "output_tokens": 20},
+        "model_name": "gpt-4o-mini-2024-07-18",
+        "kind": "response",
+        "finish_reason": "tool_call",
+    },
+    _request(
+        {
+            "tool_name": "weather",
+            "content": {"temp_c": 18, "sky": "clear"},
+            "tool_call_id": "call_1",
+            "part_kind": "tool-return",
+        }
+    ),
+    {
+        "parts": [
+            {"tool_name": "weather", "args": {"city": "Pariss"}, "tool_call_id": "call_2", "part_kind": "tool-call"}
+        ],
+        "kind": "response",
+    },
+    _request(
+        {"tool_name": "weather", "content": "Unknown city.", "tool_call_id": "call_2", "part_kind": "retry-prompt"}
+    ),
+    {"parts": [{"content": "18°C and clear.", "part_kind": "text"}], "kind": "response", "model_name": "gpt-4o-mini"},
+]
+
+
+def test_a_pydantic_ai_message_history_is_read_as_its_model_was_sent_it(tmp_path: Path) -> None:
+    path = _write(tmp_path / "logs" / "history.json", PYDANTIC_AI_HISTORY)
+    assert detect_format(path).name == "structural"
+    code, _, report = convert(tmp_path, path)
+    assert code == 0 and report["records"]["rejected"] == 0
+    assert report["turns"]["found"] == report["turns"]["trained"] == 3
+    nodes = list(_graphs_of(path)[0].nodes.values())
+    assert [n.message.role for n in nodes] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert nodes[0].message.parts[0].text == "Be brief."  # the instructions, once
+    assert nodes[2].message.metadata["usage"] == {"input_tokens": 52, "output_tokens": 20}
+    assert nodes[3].message.result.result == '{"temp_c":18,"sky":"clear"}'  # compact, as pydantic-ai sends it
+    assert nodes[5].message.result.result == "Unknown city.\n\nFix the errors and try again."
+
+
+def test_a_pydantic_ai_history_whose_instructions_change_is_ambiguous(tmp_path: Path) -> None:
+    history = json.loads(json.dumps(PYDANTIC_AI_HISTORY))
+    history[2]["instructions"] = "Be verbose."
+    path = _write(tmp_path / "logs" / "history.json", history)
+    events = list(read_events(detect_format(path), path))
+    rejects = [e for e in events if isinstance(e, ReadReject)]
+    assert [r.error.code for r in rejects] == ["ambiguous_structure"] and "instructions" in rejects[0].error.message
+    assert not any(isinstance(e, ReadGraph) for e in events)

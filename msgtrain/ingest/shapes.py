@@ -34,6 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgtrain.errors import ValidationError
+from msgtrain.ingest.pydantic_ai_messages import (
+    INSTRUCTIONS_MARK,
+    is_pydantic_ai_message,
+    pydantic_ai_messages,
+    pydantic_ai_role,
+)
 
 ROLE_KEYS = ("role", "from", "author", "speaker")
 # (chosen, rejected) keys of preference records: TRL / LLaMA-Factory / UltraFeedback, LLaMA-Factory v1's typed
@@ -103,6 +109,8 @@ def role_of(obj: Any) -> tuple[str, Any] | None:
     if not isinstance(obj, dict):
         return None
     obj = _unwrap(obj)
+    if is_pydantic_ai_message(obj):
+        return "kind", pydantic_ai_role(obj)
     for key in ROLE_KEYS:
         value = obj.get(key)
         if isinstance(value, dict) and isinstance(value.get("role"), str):
@@ -178,6 +186,7 @@ class MessageNormaliser:
     open_calls: list[tuple[str, str]] = field(default_factory=list)  # (id, name) not answered yet, oldest first
     names: set[str] = field(default_factory=set)  # speaker names seen on assistant messages
     thought: list[str] = field(default_factory=list)  # reasoning logged apart, for the next assistant message
+    instructions: str | None = None  # pydantic-ai: the instructions the conversation's requests carry
 
     def normalise(self, raw: Any, where: str) -> list[dict[str, Any]]:
         """One logged message → one or more OpenAI chat dicts (an Anthropic user turn holding ``tool_result``
@@ -185,6 +194,8 @@ class MessageNormaliser:
         if not isinstance(raw, dict):
             raise ValidationError(f"message is a {type(raw).__name__}, not an object", where=where, code="bad_message")
         obj = _unwrap(raw)
+        if is_pydantic_ai_message(obj) and not self.role_key:
+            return self._pydantic_ai(obj, where)
         logged = self._logged_role(obj, where)
         role = canonical_role(logged, self.roles)
         if role is None:
@@ -212,6 +223,24 @@ class MessageNormaliser:
         if role == "tool":
             return [self._tool_message(obj, content, where)]
         return self._input(obj, role, content, where)
+
+    def _pydantic_ai(self, obj: dict[str, Any], where: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for message in pydantic_ai_messages(obj, where):
+            if message.pop(INSTRUCTIONS_MARK, False):
+                if self.instructions == message["content"]:
+                    continue  # every request repeats them: sent once, as the system prompt
+                if self.instructions is not None:
+                    raise ValidationError(
+                        "the instructions differ from an earlier request's: which system prompt each reply was "
+                        "sampled after is ambiguous",
+                        where=where,
+                        code="ambiguous_structure",
+                        hint="split the conversation where the instructions change",
+                    )
+                self.instructions = message["content"]
+            out.extend(self.normalise(message, where))
+        return out
 
     def _logged_role(self, obj: dict[str, Any], where: str) -> Any:
         if self.role_key:

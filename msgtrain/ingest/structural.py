@@ -700,6 +700,9 @@ def _sub_ref(ref: SourceRef, found_path: str, several: bool) -> SourceRef:
     return SourceRef(ref.file, f"{ref.record} {found_path}" if ref.record != "file" else found_path)
 
 
+_PAI = frozenset({"request", "response"})
+
+
 class StructuralReader:
     name = "structural"
     description = (
@@ -727,6 +730,9 @@ class StructuralReader:
             listed = stem.endswith("[]") or stem == "" or stem.rpartition(".")[0].endswith("[]")  # items, wrapped
             if key in ROLE_KEYS and listed and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS):
                 return True
+            owner = p.removesuffix(".parts[].part_kind")
+            if owner != p and (owner == "" or owner.endswith("[]")) and shape.any_value(f"{owner}.kind", _PAI):
+                return True  # pydantic-ai ModelMessages: kind request / response, parts with a part_kind
         numbered: dict[tuple[str, str], int] = {}  # numbered messages (message_1, message_2, ...): per stem
         for p in shape.paths:
             stem, _, key = p.rpartition(".")
