@@ -474,3 +474,29 @@ def test_a_pydantic_ai_history_whose_instructions_change_is_ambiguous(tmp_path: 
     rejects = [e for e in events if isinstance(e, ReadReject)]
     assert [r.error.code for r in rejects] == ["ambiguous_structure"] and "instructions" in rejects[0].error.message
     assert not any(isinstance(e, ReadGraph) for e in events)
+
+
+# Shape of pydantic/pydantic-ai tests/models/cassettes/test_xai/test_xai_builtin_code_execution_tool.xai.yaml (commit
+# 4fda38988f2939fa6ea9cdefcf120693e10ef491): a gRPC recorder's interactions, `request_sample` / `response_sample`
+# JSON with protocol-buffer role names, beside an ordinary HTTP interaction.
+def test_generated_turns_of_an_api_recorded_in_another_shape_are_rejects_with_their_turns(tmp_path: Path) -> None:
+    grpc = {
+        "request_sample": {
+            "json": {"messages": [{"content": [{"text": "Compute 2+2."}], "role": "ROLE_USER"}], "model": "grok-4"}
+        },
+        "response_sample": {
+            "json": {
+                "outputs": [{"finish_reason": "REASON_STOP", "message": {"role": "ROLE_ASSISTANT", "content": "4"}}]
+            }
+        },
+    }
+    body = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "4"}}]}
+    path = _cassette(
+        tmp_path / "logs" / "grpc.yaml", [("https://api.x.ai/v1/chat/completions", MISTRAL_REQUEST, json.dumps(body))]
+    )
+    doc = yaml.safe_load(path.read_text())
+    doc["interactions"].append(grpc)
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    code, _, report = convert(tmp_path, path)
+    assert code == 3 and report["records"]["rejected_by_reason"] == {"unsupported_api": 1}
+    assert report["turns"]["in_rejected_records"] == 1 and report["turns"]["trained"] == 1

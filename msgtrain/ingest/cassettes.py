@@ -50,6 +50,7 @@ from msgtrain.ingest.call_log import Call, CallLogGraph
 from msgtrain.ingest.conversation_files import Step
 from msgtrain.ingest.http_bodies import decode_content, header, is_sse, recorded_bytes
 from msgtrain.ingest.openai_chat import chat_steps
+from msgtrain.ingest.shapes import assistant_turns_in
 from msgtrain.ingest.streams import StreamFailed
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Env
@@ -96,7 +97,8 @@ class CassettesReader:
             try:
                 outcome = self._call(interaction, log, by_response)
             except MsgtrainError as e:
-                yield ReadReject(ref, e.located(str(ref)), excerpt(interaction))
+                turns = assistant_turns_in(interaction) if e.code == "unsupported_api" else 0
+                yield ReadReject(ref, e.located(str(ref)), excerpt(interaction), turns=turns)
                 continue
             if isinstance(outcome, str):
                 yield ReadSkip(ref, outcome)
@@ -117,6 +119,14 @@ class CassettesReader:
         if not isinstance(interaction, dict):
             raise ValidationError("interaction is not a mapping", code="bad_interaction")
         request, response = interaction.get("request") or {}, interaction.get("response") or {}
+        if not request and not response and assistant_turns_in(interaction):
+            raise ValidationError(  # another recorder's interaction (gRPC samples): generated turns, not read
+                "an interaction without request and response, holding generated turns "
+                f"(keys: {', '.join(map(str, interaction))})",
+                where="interaction",
+                code="unsupported_api",
+                hint="read: HTTP request / response pairs of OpenAI, Anthropic, Gemini, Bedrock and Cohere calls",
+            )
         uri = str(request.get("uri", ""))
         endpoint = endpoint_of(uri)
         if endpoint is None:

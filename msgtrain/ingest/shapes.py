@@ -93,7 +93,8 @@ def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | Non
         hit = extra.get(value, extra.get(key))
         if hit is not None:
             return hit
-    return ROLE_VOCABULARY.get(key)
+    # Protocol-buffer enum names (xAI's gRPC SDK writes ROLE_USER, ROLE_ASSISTANT) are the role they end with.
+    return ROLE_VOCABULARY.get(key.removeprefix("role_"))
 
 
 def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
