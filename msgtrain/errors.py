@@ -150,6 +150,7 @@ REJECT_HINTS: dict[str, str] = {
     "template_output_too_large": "the rendering is above the size limit; split the conversation",
     "render_error": "the conversation cannot be rendered token-exactly with this template; check the template",
     "replay_mismatch": "the logged engine ids do not match the rendering; check the tokenizer matches the run",
+    "prerendered_prompt": "the prompt was logged as text a chat template rendered; log its messages or token ids",
 }
 
 

@@ -264,3 +264,88 @@ def test_llamafactory_v1_image_url_parts_are_media_references(tmp_path: Path) ->
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
     assert _media(graph) == [("image", "data/1.jpg")]
     assert [(r, t) for r, t, _ in _said(graph)] == [("user", "Who?"), ("assistant", "Kane.")]
+
+
+# ------------------------------------------------------------------------------------------ vocabularies
+def test_cohere_chatbot_turns_and_opencompass_prompt_lists_are_read(tmp_path: Path) -> None:
+    # Cohere chat fine-tuning rows (docs.cohere.com "Preparing the Chat Fine-tuning Data"): System / User / Chatbot.
+    cohere = _jsonl(
+        tmp_path / "cohere.jsonl",
+        [{"messages": [{"role": "User", "content": "Hello"}, {"role": "Chatbot", "content": "Greetings!"}]}],
+    )
+    _, stats, rejects = convert_file(cohere, _settings())
+    assert rejects == [] and stats.turns_trained == 1
+    # OpenCompass predictions/<model>/<dataset>.json (open-compass/LawBench README, commit-pinned shape in the
+    # README's "predictions" section): a dict of index → {origin_prompt: [{role: HUMAN, prompt}], prediction, gold}.
+    opencompass = tmp_path / "gsm8k.json"
+    opencompass.write_text(
+        json.dumps(
+            {
+                "0": {"origin_prompt": [{"role": "HUMAN", "prompt": "2+2?"}], "prediction": "4", "gold": "4"},
+                "1": {"origin_prompt": [{"role": "HUMAN", "prompt": "3+3?"}], "prediction": "6", "gold": "6"},
+            }
+        ),
+        encoding="utf-8",
+    )
+    samples, stats, rejects = convert_file(opencompass, _settings())
+    assert rejects == [] and stats.turns_trained == 2
+    assert sorted(s.metadata["gold"] for s in samples) == ["4", "6"]
+
+
+def test_openai_choices_inside_a_message_list_are_its_sampled_turns(tmp_path: Path) -> None:
+    # OpenPipe/ART Trajectory.messages_and_choices (src/art/trajectories.py): plain messages, and the policy's turns
+    # as OpenAI Choice objects {finish_reason, index, logprobs, message}.
+    choice = {"finish_reason": "stop", "index": 0, "logprobs": None, "message": {"role": "assistant", "content": "B2"}}
+    row = {
+        "messages_and_choices": [{"role": "system", "content": "Play."}, {"role": "user", "content": "Move."}, choice],
+        "reward": 1.0,
+        "metrics": {"win": 1},
+    }
+    samples, stats, rejects = convert_file(_jsonl(tmp_path / "0001.jsonl", [row]), _settings())
+    assert rejects == [] and stats.turns_trained == 1 and samples[0].reward == 1.0
+
+
+# ------------------------------------------------------------------------------------------ rendered prompts
+def test_a_prompt_a_chat_template_already_rendered_is_rejected_not_rendered_twice(tmp_path: Path) -> None:
+    # volcengine/verl RayPPOTrainer._dump_generations rows: "input" is the decoded prompt, chat template and all.
+    row = {
+        "input": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n",
+        "output": "4<|im_end|>",
+        "gts": "4",
+        "score": 1.0,
+        "step": 3,
+    }
+    samples, stats, rejects = convert_file(_jsonl(tmp_path / "3.jsonl", [row]), _settings())
+    assert samples == [] and stats.turns_lost == 1
+    (reject,) = (json.loads(r) for r in rejects)
+    assert reject["reason"] == "prerendered_prompt" and "<|im_start|>" in reject["message"]
+
+
+@pytest.mark.parametrize(
+    ("row", "user_text"),
+    [
+        # databricks/databricks-dolly-15k rows: instruction, context, response, category.
+        (
+            {
+                "instruction": "When did it start?",
+                "context": "It started in 2000.",
+                "response": "In 2000.",
+                "category": "qa",
+            },
+            "When did it start?\nIt started in 2000.",
+        ),
+        # Open-Orca/OpenOrca rows: id, system_prompt, question, response.
+        ({"id": "niv.1", "system_prompt": "Be brief.", "question": "Say hi in French.", "response": "Salut"}, None),
+        # meta-math/MetaMathQA rows: query, response, type, original_question.
+        ({"query": "What is 2+3?", "response": "5", "type": "GSM_Rephrased", "original_question": "2+3?"}, None),
+    ],
+)
+def test_instruction_datasets_trained_after_their_whole_instruction(
+    tmp_path: Path, row: dict[str, Any], user_text: str | None
+) -> None:
+    path = _jsonl(tmp_path / "rows.jsonl", [row])
+    _, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and stats.turns_trained == 1
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    users = [t for r, t, _ in _said(graph) if r == "user"]
+    assert users == [user_text or row.get("question") or row.get("query")]

@@ -50,10 +50,12 @@ PREFERENCE_KEYS = (
     ("chosen_messages", "rejected_messages"),
     ("preferred_output", "non_preferred_output"),
 )
-CONTENT_KEYS = ("content", "value", "text", "parts")
+# "prompt": OpenCompass's PromptList items ({"role": "HUMAN" | "BOT" | "SYSTEM", "prompt": ...})
+CONTENT_KEYS = ("content", "value", "text", "parts", "prompt")
 
 USER_ROLES = frozenset({"user", "human", "human_user", "prompter"})
-ASSISTANT_ROLES = frozenset({"assistant", "gpt", "model", "bot", "ai", "chatgpt", "bard", "bing", "claude"})
+# "chatbot": Cohere's chat history and fine-tuning files (USER / CHATBOT / SYSTEM)
+ASSISTANT_ROLES = frozenset({"assistant", "gpt", "model", "bot", "ai", "chatbot", "chatgpt", "bard", "bing", "claude"})
 SYSTEM_ROLES = frozenset({"system"})
 DEVELOPER_ROLES = frozenset({"developer"})
 TOOL_ROLES = frozenset({"tool", "function", "observation", "ipython", "tool_result", "function_response"})
@@ -82,6 +84,40 @@ _REDACTED_BLOCKS = frozenset({"redacted_thinking", "redacted_reasoning", "omitte
 _CALL_KEYS = ("tool_calls", "function_call", "functionCall", "toolCalls")
 
 
+# Chat-template control text that opens a conversation's first turn, or the assistant's turn at its end. A user or
+# system text that starts or ends with one is a prompt some chat template already rendered (veRL and SkyRL rollout
+# dumps, lm-evaluation-harness with --apply_chat_template): read as a message it would be rendered a second time,
+# around its own control text, a context no model ever saw.
+_RENDERED_OPENINGS = (
+    "<|im_start|>",  # ChatML (Qwen, ...)
+    "<|begin_of_text|>",  # Llama 3
+    "<|start_header_id|>",
+    "<start_of_turn>",  # Gemma
+    "<s>[INST]",  # Mistral / Llama 2
+    "[INST]",
+    "<|system|>",  # Zephyr / Phi
+    "<|user|>",
+    "<｜begin▁of▁sentence｜>",  # DeepSeek
+    "<|start|>",  # harmony (gpt-oss)
+)
+_RENDERED_ASSISTANT_OPENINGS = (
+    "<|im_start|>assistant\n",
+    "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "<start_of_turn>model\n",
+    "[/INST]",
+    "<|assistant|>\n",
+    "<｜Assistant｜>",
+    "<|start|>assistant",
+)
+
+
+def rendered_template_text(text: str) -> str | None:
+    """The chat-template control text a prompt starts or ends with (see above), or None for ordinary text."""
+    head, tail = text.lstrip(), text.rstrip(" ")
+    hit = next((m for m in _RENDERED_OPENINGS if head.startswith(m)), None)
+    return hit or next((m for m in _RENDERED_ASSISTANT_OPENINGS if tail.endswith(m) or tail.endswith(m.strip())), None)
+
+
 def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | None:
     """The canonical role of a logged role value (case and surrounding space ignored), or None if unknown.
 
@@ -98,10 +134,15 @@ def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | Non
 
 
 def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
-    """LangChain ``{"type": "ai", "data": {...}}`` → the data dict (which repeats the type)."""
+    """LangChain ``{"type": "ai", "data": {...}}`` → the data dict (which repeats the type); an OpenAI ``choice``
+    logged in a message list (``{"finish_reason", "index", "message"}``, as OpenPipe ART's ``messages_and_choices``
+    holds the sampled turns) → its message."""
     data = obj.get("data")
     if isinstance(data, dict) and obj.get("type") in _LANGCHAIN_TYPES and "content" in data:
         return {"type": obj["type"], **data}
+    message = obj.get("message")
+    if isinstance(message, dict) and "finish_reason" in obj and isinstance(message.get("role"), str):
+        return message
     return obj
 
 
@@ -383,6 +424,15 @@ class MessageNormaliser:
             if content is not None and not isinstance(content, str):
                 raise ValidationError(
                     f"content is a {type(content).__name__}", where=where, code="bad_content", hint=_CONTENT_HINT
+                )
+            marker = rendered_template_text(content) if content else None
+            if marker is not None:
+                raise ValidationError(
+                    f"the {role} text is a prompt a chat template already rendered ({marker!r} around it): read as a "
+                    "message it would be rendered twice, a context the model never saw",
+                    where=where,
+                    code="prerendered_prompt",
+                    hint="log the messages the prompt was rendered from, or the engine's prompt token ids",
                 )
             message: dict[str, Any] = {"role": role, "content": content if content is not None else ""}
         elif parts or not out:

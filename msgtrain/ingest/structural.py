@@ -116,9 +116,17 @@ PAIR_KEYS = (
     ("input", "completion"),
     ("messages", "completion"),
     ("messages", "response"),
+    ("origin_prompt", "prediction"),  # OpenCompass predictions/<model>/<dataset>.json
+    ("input_prompt", "output_response"),  # SkyRL evaluation dumps
 )
 # Where a preference record's prompt is (Intel/orca_dpo_pairs writes ``question``; OpenAI ``input.messages``).
 _PREFERENCE_PROMPT_KEYS = ("prompt", "input", "question", "instruction", "query")
+_ALPACA_PAIRS = (
+    ("instruction", "output"),
+    ("instruction", "response"),
+    ("question", "response"),
+    ("query", "response"),
+)
 _TOOL_KEYS = ("tools", "functions")
 _REWARD_KEYS = ("reward", "score")
 _LABEL_KEYS = ("label", "kto_tag")
@@ -229,13 +237,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     pair = next((p for p in PREFERENCE_KEYS if _replies(record.get(p[0])) and _replies(record.get(p[1]))), None)
     if pair is not None:
         return _preference_layout(record, path, columns, pair, lists)
-    if isinstance(record.get("instruction"), str) and isinstance(record.get("output"), str):
-        columns |= {"prompt": "instruction", "response": "output"}
-        if isinstance(record.get("input"), str):
-            columns["query"] = "input"
-        if isinstance(record.get("history"), list):
-            columns["history"] = "history"
-        return Found(path, record, Mapping("alpaca", columns))
+    alpaca = _alpaca_columns(record, lists)
+    if alpaca is not None:
+        return Found(path, record, Mapping("alpaca", columns | alpaca))
     for prompt_key, completion_key in PAIR_KEYS:
         if prompt_key in record and _replies(record.get(completion_key)) and _prompt_like(record[prompt_key]):
             columns |= {"prompt": prompt_key, "completion": completion_key}
@@ -291,6 +295,29 @@ def _agents_ambiguity(path: str, agents: list[str], messages: list[Any]) -> Ambi
     """A transcript among named agents (AutoGen): refused, with the mapping that would train one of them."""
     error = named_agents_error(agents, path)
     return Ambiguity(path, f"{error.message} ({error.hint})", _assistant_count(messages))
+
+
+def _alpaca_columns(record: dict[str, Any], lists: list[str]) -> dict[str, str] | None:
+    """Columns of an instruction record: alpaca's ``instruction`` (+ ``input``) + ``output``, and the variants
+    instruction datasets write beside no message list (databricks-dolly ``instruction`` + ``context`` +
+    ``response``, OpenOrca ``question`` + ``response``, MetaMathQA ``query`` + ``response``). Beside a message list
+    (Magpie repeats its conversation as ``instruction`` + ``response``), the list is the conversation."""
+    prompt: str | None = None
+    response: str | None = None
+    if isinstance(record.get("instruction"), str) and isinstance(record.get("output"), str):
+        prompt, response = "instruction", "output"
+    elif not lists:
+        prompt = next((k for k in ("instruction", "question", "query") if _prompt_like(record.get(k))), None)
+        response = next((k for k in ("output", "response") if isinstance(record.get(k), str)), None)
+    if prompt is None or response is None:
+        return None
+    columns = {"prompt": prompt, "response": response}
+    query = next((k for k in ("input", "context") if isinstance(record.get(k), str) and k != prompt), None)
+    if query is not None:
+        columns["query"] = query
+    if isinstance(record.get("history"), list):
+        columns["history"] = "history"
+    return columns
 
 
 def _preference_layout(
@@ -746,7 +773,7 @@ class StructuralReader:
             stem, _, key = p.rpartition(".")
             if key in ROLE_KEYS and stem.endswith(".message") and f"{stem[: -len('.message')]}.parent" in shape.paths:
                 return True
-        pairs = (*PAIR_KEYS, *PREFERENCE_KEYS, ("instruction", "output"))
+        pairs = (*PAIR_KEYS, *PREFERENCE_KEYS, *_ALPACA_PAIRS)
         return any(shape.has(f".{a}", f".{b}") for a, b in pairs)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
@@ -810,17 +837,33 @@ class StructuralReader:
                 )
                 yield ReadReject(sub, err.located(str(sub)), excerpt(raw), turns=item.assistant_messages)
                 continue
-            yield RecordTask(sub, _task(path, sub, item), records=1, raw=raw)
+            yield RecordTask(sub, _task(path, sub, item, raw), records=1, raw=raw)
 
 
-def _task(path: Path, ref: SourceRef, found: Found) -> Any:
+def _task(path: Path, ref: SourceRef, found: Found, raw: Any) -> Any:
     def parse() -> list[ReadEvent]:
         try:
             return [convert_found(path, ref, found)]
         except MsgtrainError as e:  # ``file:line $.messages[3]``: the record, then the JSON path inside it
-            raise e.located(str(ref)) from e
+            turns = max(_replies_in(found), message_like_count(found.holder)[1])
+            return [ReadReject(ref, e.located(str(ref)), excerpt(raw), turns=turns)]
 
     return parse
+
+
+def _replies_in(found: Found) -> int:
+    """The replies a found conversation would have trained: what its reject costs the books, text replies too
+    (a string completion is no message-like object the generic estimate could count)."""
+    m, holder = found.mapping, found.holder
+    if m.layout == "preference":
+        return 2
+    if m.layout == "alpaca":
+        history = m.field_of(holder, "history")
+        return 1 + (len(history) if isinstance(history, list) else 0)
+    if m.layout == "prompt_completion":
+        completion = m.field_of(holder, "completion")
+        return message_like_count(completion)[1] if isinstance(completion, list) else 1
+    return message_like_count(m.field_of(holder, "messages"))[1]
 
 
 READER = StructuralReader()

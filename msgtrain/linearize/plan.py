@@ -84,8 +84,14 @@ class DropReason(StrEnum):
 
 # Drops that are the user's choice or the log's own limit, not a failure of this run: listed, but they do not make
 # ``convert`` and ``validate`` exit with "problems" (both read this one set, so their exit codes agree).
+# A media drop is the tokenizer's limit (a text-only model asked to read multimodal logs), named in the summary.
 NOT_FAILURES = frozenset(
-    {DropReason.POLICY_NOT_SELECTED.value, DropReason.NEGATIVE_LABEL.value, DropReason.CONTEXT_UNKNOWN.value}
+    {
+        DropReason.POLICY_NOT_SELECTED.value,
+        DropReason.NEGATIVE_LABEL.value,
+        DropReason.CONTEXT_UNKNOWN.value,
+        DropReason.MEDIA_NOT_RENDERED.value,
+    }
 )
 
 # A sample whose reply's API-reported prompt size contradicts the prompt msgtrain built for it (the tokenizer being the
@@ -292,13 +298,6 @@ class _GraphLinearizer:
 
     def _tokens(self, t: Turn, anc: TurnTokens | None) -> TurnTokens:
         flags: list[str] = []
-        media = self._unrenderable_media(t)
-        if media:
-            raise _Drop(
-                DropReason.MEDIA_NOT_RENDERED,
-                f"the conversation holds {' and '.join(media)} input the chat template cannot render: its tokens "
-                "would not be what the model saw (use the tokenizer of a model that reads them)",
-            )
         gen = self._usable(t.generation, flags)
         if self.tok.encodes_messages:
             return self._message_tokens(t, gen, flags)
@@ -593,6 +592,13 @@ class _GraphLinearizer:
             anc = self._nearest_turn_ancestor(t)
             try:
                 tt = self._tokens(t, anc)
+                media = self._unrenderable_media(t)  # after rendering: a template that fails on media says so itself
+                if media:
+                    raise _Drop(
+                        DropReason.MEDIA_NOT_RENDERED,
+                        f"the conversation holds {' and '.join(media)} input the chat template cannot render: its "
+                        "tokens would not be what the model saw (use the tokenizer of a model that reads them)",
+                    )
             except _Drop as d:
                 self._drop(t, d.reason, d.message)
                 continue
