@@ -103,6 +103,13 @@ def _summary(data: dict[str, Any], console: Console, output: str) -> None:
             "usage",
             f"[yellow]{contradicted} samples whose logged prompt size contradicts the context built[/]",
         )
+    unrendered = data.get("flags", {}).get("media_not_rendered", 0)
+    if unrendered:
+        # A text-only template on multimodal logs: the tokens hold the text around the media, not the media.
+        t.add_row(
+            "media",
+            f"[yellow]{unrendered} samples with media the chat template does not render (see report.json flags)[/]",
+        )
     # Always shown: a nightly job's operator looks for this number (readers that failed on input, see README).
     faults = r["rejected_by_reason"].get("reader_error", 0)
     debug_log = data["outputs"].get("debug_log")

@@ -237,15 +237,16 @@ def test_a_media_column_its_placeholders_do_not_match_is_rejected(tmp_path: Path
     assert reject.error.code == "media_mismatch"
 
 
-def test_a_turn_whose_conversation_holds_media_the_template_cannot_render_is_dropped_with_a_reason(
+def test_a_sample_whose_context_holds_media_the_template_cannot_render_is_flagged_and_counted(
     tmp_path: Path,
 ) -> None:
-    # The test tokenizer's ChatML template renders text only: the image would vanish from the tokens.
+    # The test tokenizer's ChatML template renders text only: the image is not in the tokens, and the books say so.
     path = tmp_path / "mllm_demo.json"
     path.write_text(json.dumps([MLLM]), encoding="utf-8")
     samples, stats, rejects = convert_file(path, _settings())
-    assert rejects == [] and samples == []
-    assert dict(stats.turns_dropped) == {"media_not_rendered": 2}
+    assert rejects == [] and stats.turns_trained == 2
+    assert all("media_not_rendered" in s.flags for s in samples)
+    assert stats.flags["media_not_rendered"] == len(samples)
 
 
 # hiyouga/LLaMA-Factory data/v1_multimodal_demo.jsonl (commit 62ae362455801d4900a5132c7a30b23dc5fc3802): typed parts,

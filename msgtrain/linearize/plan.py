@@ -77,22 +77,17 @@ class DropReason(StrEnum):
     # A reply the log holds (origin ``carried``) in a context it does not hold whole: a record before it was
     # rejected or unknown, so no sample can be exact. Counted so the books show every reply, never trained.
     CONTEXT_UNKNOWN = "context_unknown"
-    # Media (an image, a video, an audio clip) in the turn's conversation that the chat template has no way to render:
-    # the tokens would hold the text around it and not the media the model saw, so the turn is not trained.
-    MEDIA_NOT_RENDERED = "media_not_rendered"
 
 
 # Drops that are the user's choice or the log's own limit, not a failure of this run: listed, but they do not make
 # ``convert`` and ``validate`` exit with "problems" (both read this one set, so their exit codes agree).
-# A media drop is the tokenizer's limit (a text-only model asked to read multimodal logs), named in the summary.
 NOT_FAILURES = frozenset(
-    {
-        DropReason.POLICY_NOT_SELECTED.value,
-        DropReason.NEGATIVE_LABEL.value,
-        DropReason.CONTEXT_UNKNOWN.value,
-        DropReason.MEDIA_NOT_RENDERED.value,
-    }
+    {DropReason.POLICY_NOT_SELECTED.value, DropReason.NEGATIVE_LABEL.value, DropReason.CONTEXT_UNKNOWN.value}
 )
+
+# A sample whose context holds media (an image, a video, an audio clip) that the chat template never renders: its
+# tokens hold the text around the media, not what the model saw (a text-only tokenizer on multimodal logs).
+MEDIA_NOT_RENDERED = "media_not_rendered"
 
 # A sample whose reply's API-reported prompt size contradicts the prompt msgtrain built for it (the tokenizer being the
 # model's own): the context is not what the model saw (a forced reader, a missing system prompt...).
@@ -592,13 +587,6 @@ class _GraphLinearizer:
             anc = self._nearest_turn_ancestor(t)
             try:
                 tt = self._tokens(t, anc)
-                media = self._unrenderable_media(t)  # after rendering: a template that fails on media says so itself
-                if media:
-                    raise _Drop(
-                        DropReason.MEDIA_NOT_RENDERED,
-                        f"the conversation holds {' and '.join(media)} input the chat template cannot render: its "
-                        "tokens would not be what the model saw (use the tokenizer of a model that reads them)",
-                    )
             except _Drop as d:
                 self._drop(t, d.reason, d.message)
                 continue
@@ -607,6 +595,8 @@ class _GraphLinearizer:
                 continue
             if mark is not None:
                 tt.flags.append(mark)
+            if self._unrenderable_media(t):
+                tt.flags.append(MEDIA_NOT_RENDERED)
             self.tt[t.node_id] = tt
             self.parent[t.node_id] = self._find_parent(tt, anc)
             budget.add(t.node_id, tt.full.shape[0], self.parent[t.node_id])
