@@ -98,6 +98,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/calls/agent_calls.jsonl",
     ),
     (
+        "ag2_sqlite",
+        "AG2 / AutoGen 0.2 runtime logs: the SQLite logs.db of autogen.runtime_logging (chat_completions)",
+        "sample_logs/ag2/logs.db",
+    ),
+    (
         "gemini_api",
         "Gemini API generateContent {request, response} logs and saved Content[] histories (role model)",
         "sample_logs/gemini_api/calls.jsonl",

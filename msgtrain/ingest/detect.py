@@ -66,15 +66,16 @@ def detect_format(path: Path) -> Reader:
 
 def looks_like_a_log(path: Path) -> bool:
     """Whether a file whose name has no log suffix (a Letta ``.af`` agent file, a ``.log`` of JSON lines, a file
-    without a suffix) holds JSON a reader recognises, the structural reader's message shapes included. Only JSON
-    is looked at (the first non-blank byte opens an object or an array): a notebook or a config that holds no
-    conversation is not a log, and stays passed over."""
+    without a suffix, an AG2 ``logs.db``) holds JSON a reader recognises, the structural reader's message shapes
+    included, or is a SQLite database a reader recognises by its tables. Nothing else is looked at: a notebook or a
+    config that holds no conversation is not a log, and stays passed over."""
     try:
         with open(path, "rb") as f:
             start = f.read(1024).lstrip(b"\xef\xbb\xbf \t\r\n")
     except OSError:
         return False
-    if start[:1] not in (b"{", b"["):
+    # JSON, or a SQLite database (AG2's runtime logs.db) that a reader recognises by its tables.
+    if start[:1] not in (b"{", b"[") and not start.startswith(b"SQLite format 3\x00"):
         return False
     try:
         detect_format(path)

@@ -14,6 +14,7 @@ from typing import Any
 
 from msgtrain.errors import FormatError
 from msgtrain.ingest import (
+    ag2_logs,
     anthropic,
     autogen,
     calls,
@@ -71,6 +72,7 @@ _READERS: list[Reader] = [
     anthropic.READER,
     openai_responses.READER,
     calls.READER,
+    ag2_logs.READER,  # a SQLite database, never JSON: claims nothing another reader would
     gemini_api.READER,
     smolagents.READER,
     autogen.READER,
