@@ -482,7 +482,14 @@ def test_a_pydantic_ai_history_whose_instructions_change_is_ambiguous(tmp_path: 
 def test_generated_turns_of_an_api_recorded_in_another_shape_are_rejects_with_their_turns(tmp_path: Path) -> None:
     grpc = {
         "request_sample": {
-            "json": {"messages": [{"content": [{"text": "Compute 2+2."}], "role": "ROLE_USER"}], "model": "grok-4"}
+            "json": {
+                "messages": [
+                    {"content": [{"text": "2+2?"}], "role": "ROLE_USER"},
+                    {"content": "4", "role": "ROLE_ASSISTANT"},
+                    {"content": [{"text": "Again?"}], "role": "ROLE_USER"},
+                ],
+                "model": "grok-4",
+            }
         },
         "response_sample": {
             "json": {
@@ -499,4 +506,4 @@ def test_generated_turns_of_an_api_recorded_in_another_shape_are_rejects_with_th
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     code, _, report = convert(tmp_path, path)
     assert code == 3 and report["records"]["rejected_by_reason"] == {"unsupported_api": 1}
-    assert report["turns"]["in_rejected_records"] == 1 and report["turns"]["trained"] == 1
+    assert report["turns"]["in_rejected_records"] == 1 and report["turns"]["trained"] == 1  # the response's turn

@@ -97,7 +97,7 @@ class CassettesReader:
             try:
                 outcome = self._call(interaction, log, by_response)
             except MsgtrainError as e:
-                turns = assistant_turns_in(interaction) if e.code == "unsupported_api" else 0
+                turns = _generated_turns(interaction) if e.code == "unsupported_api" else 0
                 yield ReadReject(ref, e.located(str(ref)), excerpt(interaction), turns=turns)
                 continue
             if isinstance(outcome, str):
@@ -235,6 +235,15 @@ def load_yaml_bounded(stream: Any, where: str) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _generated_turns(interaction: Any) -> int:
+    """The turns an unread generation call produced, for the books: the assistant messages of its response (the
+    request's are history), at least one."""
+    if not isinstance(interaction, dict):
+        return 1
+    answers = [v for k, v in interaction.items() if "response" in str(k).lower()]
+    return max(1, sum(assistant_turns_in(v) for v in answers))
 
 
 def _load(path: Path) -> list[Any]:
