@@ -671,6 +671,8 @@ def message_like_count(value: Any) -> tuple[int, int]:
                 messages += 1
                 hit = role_of(item)
                 assistants += hit is not None and canonical_role(hit[1]) in ("assistant", "call")
+                if _unwrap(item) is not item:
+                    continue  # a wrapper (an OpenAI choice, LangChain's type + data): its message is this one
             stack.extend(v for v in item.values() if isinstance(v, dict | list))
     return messages, assistants
 
