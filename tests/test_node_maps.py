@@ -6,11 +6,13 @@ children}``; messages ``{author: {role, name}, content: {content_type, ...}, rec
 exporters document it (TomzxCode/llm-conversations-viewer ``docs/formats.md``) and recent exports write it:
 a hidden empty system message, custom instructions (``user_editable_context``), ``thoughts`` and
 ``reasoning_recap`` nodes, a ``code`` call to ``python`` answered by an ``execution_output``, a regenerated reply
-(two assistant siblings), an edited prompt (two user siblings), an image in a ``multimodal_text`` prompt; then a
-DALL·E image result and an unknown content type, which must be rejected with their reason.
+(two assistant siblings), an edited prompt (two user siblings), an image in a ``multimodal_text`` prompt, a
+``web.run`` call whose result the export keeps empty (the pages only as citations in the metadata, as real exports
+do); then a DALL·E image result and an unknown content type, which must be rejected with their reason.
 
-Assistant turns counted by hand: the first conversation holds 5 (the call, the reply and its regeneration, the
-reply after the image, the reply to the edited prompt), the second 2, the third 1.
+Assistant turns counted by hand: the first conversation holds 7 (the python call, the reply and its regeneration,
+the reply after the image, the reply to the edited prompt, the web.run call, the reply after its withheld result),
+the second 2, the third 1.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ def test_a_chatgpt_export_is_read_as_one_tree_per_conversation_with_versions_as_
             "call python(print((3 + 5 + 10) / 3))",
             "result python: 6.0",
             "assistant: It is 6.0.",
+            "user: Check it against a source on the web.",
+            'call web.run({"search_query": [{"q": "mean of 3 5 10"}]})',
+            "result web.run: ",
+            "assistant: A source agrees: the mean is 6.",
         ],
         [
             "user: What is the mean of 3, 5 and 10?",
@@ -69,17 +75,27 @@ def test_a_chatgpt_export_is_read_as_one_tree_per_conversation_with_versions_as_
         ],
         ["user: What is the median of 3, 5 and 10?", "assistant: The median is 5."],
     ]
-    assert len(ev.graph.sampled_nodes()) == 5  # every assistant reply, regenerations included, was sampled
+    # Every assistant reply, regenerations included, was sampled; the one after the withheld web.run result is
+    # kept as context only.
+    assert len(ev.graph.sampled_nodes()) == 6
+    (after,) = [n for n in ev.graph.nodes.values() if n.message.text.startswith("A source agrees")]
+    assert after.origin.value == "carried"
     call = next(n.message for n in ev.graph.nodes.values() if isinstance(n.message, OptionCallMessage))
-    assert call.reasoning == "I should compute it with Python."  # the thoughts node is the call's reasoning
+    assert call.reasoning is None  # the thoughts node is the UI's summary of hidden reasoning, not the call's
     image = next(n.message for n in ev.graph.nodes.values() if "chart" in n.message.text)
     assert [getattr(p, "url", None) for p in image.parts] == ["file-service://file-AbC123", None]
     # The export never holds the system prompt the service built (custom instructions went into it), nor the
     # schema of the python tool it called.
     assert missing_context(ev.graph) == ["system_prompt", "tools"]
     assert ev.extras["title"] == "Mean with code" and ev.extras["current_node"] == "a2"
-    passed = {"empty_system_message": 1, "no_message": 1, "reasoning_recap": 1, "user_editable_context": 1}
-    assert ev.extras["node_map"] == {"passed": passed}
+    passed = {
+        "empty_system_message": 1,
+        "no_message": 1,
+        "reasoning_recap": 1,
+        "thoughts": 1,
+        "user_editable_context": 1,
+    }
+    assert ev.extras["node_map"] == {"passed": passed, "withheld_results": 1}
     assert [(r.source.record, r.error.code, r.turns) for r in rejects] == [
         ("item 1", "unsupported_content", 2),
         ("item 2", "unsupported_content", 1),
@@ -90,8 +106,10 @@ def test_a_chatgpt_export_is_read_as_one_tree_per_conversation_with_versions_as_
 
 def test_every_assistant_turn_of_a_chatgpt_export_is_trained_or_in_the_books() -> None:
     samples, stats, rejects = convert_file(EXPORT, SETTINGS)
-    # The demo template renders no image: the reply after the image prompt is dropped, with its reason.
-    assert (stats.turns_found, stats.turns_trained, dict(stats.turns_dropped)) == (5, 4, {"media_not_rendered": 1})
+    # The reply after the withheld result is in the books as context_unknown; every other one is trained, or dropped
+    # with its reason where the template cannot render the image prompt before it.
+    assert stats.turns_found == 7 and stats.turns_dropped["context_unknown"] == 1
+    assert stats.turns_trained + sum(stats.turns_dropped.values()) == 7 and stats.turns_trained >= 5
     assert stats.turns_lost == 3 and len(rejects) == 2
     assert all("context_incomplete" in s.flags for s in samples)
 

@@ -14,12 +14,18 @@ listed here rejects the conversation naming it (never silently dropped):
   ``all``: ``python``, ``web.run``, ...) is a call of that tool, its text the call's arguments (kept verbatim).
 - ``execution_output``, ``tether_browsing_display``, ``tether_quote``, ``system_error`` and any content of a
   ``tool`` message: a tool result, answering the open call of the tool named by its author.
-- ``thoughts``: the reasoning of the next assistant message on the branch (the UI's "thinking" node);
-- ``reasoning_recap`` ("Thought for 8s"), an empty hidden system message and a node without a message are UI
-  records, not messages: passed through, counted in the rows' metadata (``node_map.passed``);
+- ``thoughts`` (the UI's *summary* of the model's hidden reasoning, written by another model, not the tokens the
+  model sampled), ``reasoning_recap`` ("Thought for 8s"), an empty hidden system message and a node without a
+  message are UI records, not messages: passed through, counted in the rows' metadata (``node_map.passed``). A
+  reply is trained as the text it shows; the reasoning the model sampled before it is not in the export;
 - ``user_editable_context`` / ``model_editable_context`` (custom instructions, memory): what the hidden system
   prompt was built from, not the prompt itself: passed through and counted; the graph is marked
   ``context_incomplete`` for its system prompt, as every ChatGPT conversation is (the export never holds it).
+
+A tool result the export holds empty (a ``web.run`` result: the pages the model read are kept only as citations in
+the metadata) is not what the model read: the replies after it on its branch are kept as context (``carried``), in
+the books as ``context_unknown``, never trained in a context the export does not hold; they are counted
+(``node_map.withheld_results``).
 
 A tool result answers the oldest open call of its tool on its branch. One that answers no call (a file-search
 result the service added on upload) rejects the conversation naming the node (``unpaired_result``): a template
@@ -38,7 +44,7 @@ from msgtrain.ingest.base import ReadGraph, SourceRef
 from msgtrain.ingest.conversation_files import base_graph_id, content_graph_id
 from msgtrain.ingest.shapes import MessageNormaliser, is_message_like
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
-from msgtrain.model.graph import MessageGraph
+from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.openai import check_reply_present, from_openai_message
 
 # Content types that are a tool's output (read as its text) → the key holding the text.
@@ -49,7 +55,7 @@ _RESULT_TEXT = {
     "system_error": "text",
 }
 # Records of the UI, not messages the model wrote or read.
-_PASSED = ("reasoning_recap",)
+_PASSED = ("reasoning_recap", "thoughts")
 # What the hidden system prompt was built from: the prompt itself is not in the export.
 _PROMPT_SOURCES = ("user_editable_context", "model_editable_context")
 _MEDIA_POINTERS = ("image_asset_pointer",)
@@ -93,23 +99,23 @@ def assistant_nodes(nodes: dict[str, Any]) -> int:
         if isinstance(n, dict)
         and isinstance(n.get("message"), dict)
         and _role(n["message"]) == "assistant"
-        and _content_type(n["message"]) not in ("thoughts", *_PASSED)
+        and _content_type(n["message"]) not in _PASSED
     )
 
 
 @dataclass
 class _Branch:
-    """What a branch carries down to each child: where it hangs, its open calls, the reasoning waiting for its
-    reply."""
+    """What a branch carries down to each child: where it hangs, its open calls, whether a tool result on it was
+    withheld (the replies after it were sampled in a context the export does not hold)."""
 
     parent: str | None = None
     norm: MessageNormaliser = field(default_factory=MessageNormaliser)
     call_names: dict[str, str] = field(default_factory=dict)
-    reasoning: list[str] = field(default_factory=list)
+    withheld: bool = False
 
     def fork(self, parent: str | None) -> _Branch:
         norm = MessageNormaliser(open_calls=list(self.norm.open_calls))
-        return _Branch(parent, norm, dict(self.call_names), list(self.reasoning))
+        return _Branch(parent, norm, dict(self.call_names), self.withheld)
 
 
 def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str, at: str) -> ReadGraph:
@@ -135,6 +141,7 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
     base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
     graph = MessageGraph(graph_id=base, metadata={"source_format": "structural", "layout": "node_map"})
     passed: dict[str, int] = {}
+    withheld = 0
     stack: list[tuple[str, _Branch]] = [(root, _Branch()) for root in reversed(children.get(None, []))]
     seen = 0
     while stack:
@@ -147,8 +154,6 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
         kind = _passed_kind(message)
         if kind is not None:
             passed[kind] = passed.get(kind, 0) + 1
-        elif _content_type(message) == "thoughts":
-            branch.reasoning.extend(_thoughts(message, node_where))
         else:
             for data in _messages(message, branch, node_where):
                 data.pop("weight", None)
@@ -157,7 +162,12 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
                 msg = from_openai_message(data, call_names=branch.call_names)
                 calls = getattr(msg, "calls", ())
                 branch.call_names.update({c.invocation_id: c.option_name for c in calls})
-                branch.parent = graph.add_node(branch.parent, msg)
+                # After a result the export withheld, a reply's context is not the one the model saw.
+                origin = Origin.CARRIED if branch.withheld and msg.role == "assistant" else None
+                branch.parent = graph.add_node(branch.parent, msg, origin=origin)
+                if data["role"] == "tool" and not str(data.get("content") or "").strip():
+                    branch.withheld = True
+                    withheld += 1
         stack.extend((child, branch.fork(branch.parent)) for child in reversed(children.get(node_id, [])))
     mark_context_incomplete(graph, ["system_prompt"], "a chat UI export holds the conversation, not its system prompt")
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
@@ -165,8 +175,10 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
     extras: dict[str, Any] = {
         k: holder[k] for k in ("title", "id", "conversation_id", "current_node") if isinstance(holder.get(k), str)
     }
-    if passed:
+    if passed or withheld:
         extras["node_map"] = {"passed": dict(sorted(passed.items()))}
+        if withheld:
+            extras["node_map"]["withheld_results"] = withheld
     return ReadGraph(graph, ref, records=1, extras=extras)
 
 
@@ -203,9 +215,6 @@ def _messages(message: dict[str, Any], branch: _Branch, where: str) -> Iterator[
         data = {"role": "assistant", "content": None, "tool_calls": [call]}
     else:
         data = {"role": role, "content": _parts(content, kind, where)}
-    if role == "assistant" and branch.reasoning:
-        data["reasoning_content"] = "\n".join(branch.reasoning)
-        branch.reasoning = []
     yield from branch.norm.normalise(data, where)
 
 
@@ -272,10 +281,3 @@ def _result_text(content: dict[str, Any], kind: str, where: str) -> str:
         code="unsupported_content",
         hint=_HINT,
     )
-
-
-def _thoughts(message: dict[str, Any], where: str) -> list[str]:
-    thoughts = (message.get("content") or {}).get("thoughts")
-    if not isinstance(thoughts, list):
-        raise ValidationError("a thoughts node holds no thoughts list", where=where, code="bad_content")
-    return [str(t["content"]) for t in thoughts if isinstance(t, dict) and t.get("content")]
