@@ -12,7 +12,7 @@ import pytest
 
 from msgtrain.cli import main
 from msgtrain.export.schema import check_sample
-from msgtrain.run.pipeline import check_accounting
+from msgtrain.run.assembly import check_accounting
 from tests.conftest import SAMPLE_LOGS, shared_path
 
 

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgtrain.cli import main
+from msgtrain.run.assembly import check_accounting
 from msgtrain.run.parts import is_complete
-from msgtrain.run.pipeline import check_accounting
 from msgtrain.run.publish import MARKER, clean_litter, publish, staging_dir, versions_dir
 from tests.conftest import ROOT, SAMPLE_LOGS
 

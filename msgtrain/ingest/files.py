@@ -4,7 +4,7 @@ A reader opens its input at the local path it is handed, and any other file only
 ``open_sibling(path, location)`` for a file it consults beside its input (a Claude Code sub-agent's parent session,
 which names the sub-agent's type). A reader *declares* those files with an optional method
 ``siblings(location) -> list[PurePosixPath]`` (locations computed from the input's own location alone, never by
-listing), so that the run stage can fold their bytes into the part's key (:func:`msgtrain.run.plan.input_digest`):
+listing), so that the run stage can fold their bytes into the part's key (:func:`msgtrain.run.units.input_digest`):
 a part converted before its sibling arrived, or when the sibling changed, is converted again under ``--resume``.
 
 Invariants:
@@ -47,7 +47,7 @@ class LocalFiles:
         local = Path(sibling)
         try:
             return open(local, "rb") if local.is_file() else None
-        except OSError:  # unreadable: as if absent (the part key says so too: msgtrain.run.plan)
+        except OSError:  # unreadable: as if absent (the part key says so too: msgtrain.run.units)
             return None
 
 

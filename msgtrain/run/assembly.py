@@ -52,13 +52,15 @@ from msgtrain.export.writer import (
     write_parquet_info,
 )
 from msgtrain.ingest.supplied import supplied_report
-from msgtrain.run.config import ConvertConfig
+from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
+from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.parts import (
     PART_FILE,
     REJECTS_FILE,
     SAMPLES_FILE,
     PartStats,
     accounting_report,
+    fetch_part,
     merge_chunk_rejects,
     merge_chunk_tables,
     read_part,
@@ -509,3 +511,129 @@ def write_metadata(
 
 def _scan_slice(cfg: ConvertConfig, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:
     return scan_groups(cfg, parts, groups[start:stop])
+
+
+def check_accounting(report: dict[str, Any]) -> None:
+    """The two identities every run must satisfy; raises AssertionError naming the broken one."""
+    r = report["records"]
+    assert r["read"] == r["converted"] + r["rejected"] + r["skipped"], f"records do not add up: {r}"
+    assert sum(r["rejected_by_reason"].values()) == r["rejected"], r
+    assert sum(r["skipped_by_reason"].values()) == r["skipped"], r
+    t = report["turns"]
+    assert t["found"] == t["trained"] + t["dropped"], f"turns do not add up: {t}"
+    assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
+
+
+def local_group_reader(parts_dir: Path) -> Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]]:
+    return lambda group: [read_part(parts_dir / key) for key in group]
+
+
+def write_local_dataset(
+    cfg: ConvertConfig,
+    tmp: Path,
+    parts_dir: Path,
+    groups: list[list[str]],
+    ignored: list[dict[str, str]],
+    rejects: Path,
+) -> dict[str, Any]:
+    """Write the dataset from local parts into ``tmp`` (not published) and return its report: a Ray task's body
+    (the tokenizer, needed to decode cut reasons and for the report, is loaded where it runs)."""
+    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    return write_dataset(cfg, tmp, tok, local_group_reader(parts_dir), groups, ignored, None, rejects)
+
+
+def reporter(
+    cfg: ConvertConfig, tok: Any, ignored: list[dict[str, str]]
+) -> Callable[[Tally, dict[str, Any]], dict[str, Any]]:
+    def report(tally: Tally, outputs: dict[str, Any]) -> dict[str, Any]:
+        data = build_report(cfg, tally, tokenizer_info(tok), ignored, outputs)
+        check_accounting(data)
+        return data
+
+    return report
+
+
+def assemble_to_store(
+    cfg: ConvertConfig, parts_url: str, groups: list[list[str]], ignored: list[dict[str, str]], target: str
+) -> dict[str, Any]:
+    """Assemble the dataset from parts on a store into the prefix ``target`` (a fresh version; publishing its
+    pointer is the caller's job). Runs where it is called: on the driver, or as a Ray task on a worker.
+
+    Parts are copied to local disk one input file at a time and memory-mapped, as local parts are; the dataset is
+    written to local disk (the writer needs files it can rename) and uploaded with ``report.json`` last.
+    """
+    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    store = Store.of(target)
+    with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
+        root = Path(scratch)
+        dataset, cache = root / "dataset", root / "parts"
+        dataset.mkdir()
+
+        def read_group(group: list[str]) -> list[tuple[dict[str, Any], pa.Table, str]]:
+            # The previous file's copies are no longer needed (tables already written keep their mapping).
+            shutil.rmtree(cache, ignore_errors=True)
+            return [read_part(fetch_part(parts_url, key, cache)) for key in group]
+
+        data = write_dataset(cfg, dataset, tok, read_group, groups, ignored, None, dataset / "rejects.jsonl")
+        store.upload_tree(dataset, target, last=("report.json",))
+    return data
+
+
+def write_dataset(
+    cfg: ConvertConfig,
+    tmp: Path,
+    tok: Any,
+    read_group: Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]],
+    groups: list[list[str]],
+    ignored: list[dict[str, str]],
+    progress: ProgressHook | None,
+    rejects_path: Path,
+) -> dict[str, Any]:
+    """Write the dataset, its rejects and ``report.json`` into ``tmp`` (not published); return the report."""
+    from msgtrain.export.split import SplitAssigner
+    from msgtrain.export.writer import DatasetWriter
+
+    writer = DatasetWriter(
+        tmp,
+        format=cfg.format,
+        target=cfg.target,
+        pack_length=cfg.pack_length,
+        tree_scope=cfg.tree_scope,
+        rows_per_shard=cfg.rows_per_shard,
+        row_group_size=cfg.row_group_size,
+        splits=SplitAssigner(cfg.split).names,
+        decode=tok.decode,
+    )
+    rejects_path.parent.mkdir(parents=True, exist_ok=True)
+    tally = Tally()
+    total, done_parts = sum(map(len, groups)), 0
+
+    def on_group(index: int) -> None:
+        nonlocal done_parts
+        done_parts += len(groups[index])
+        if progress:
+            progress(
+                "assemble", {"index": done_parts, "total": total, "samples": tally.samples, "tokens": tally.tokens}
+            )
+
+    with open(rejects_path, "w", encoding="utf-8") as rejects:
+        for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
+            writer.write(split, table)
+    outputs = writer.close()
+    # Relative to OUT in report.json; the caller returns where it was published.
+    outputs["drops"] = write_drops(tally, tmp)
+    data = build_report(cfg, tally, tokenizer_info(tok), ignored, outputs)
+    check_accounting(data)
+    if cfg.rejects is None and rejects_path.stat().st_size == 0:
+        rejects_path.unlink()
+    # report.json must not change between identical runs: timings live only in the returned report.
+    write_report(tmp, data)
+    return data
+
+
+def tokenizer_info(tok: Any) -> dict[str, Any]:
+    return {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER}
+
+
+def write_report(root: Path, data: dict[str, Any]) -> None:
+    (root / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

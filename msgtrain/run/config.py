@@ -18,7 +18,7 @@ import datetime as dt
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +39,8 @@ from msgtrain.limits import (
 from msgtrain.run.storage import is_remote, local_path
 
 CONFIG_VERSION = "msgtrain-convert-config/1"
+# What a run tells its caller as it goes (an event name and its figures): the command line draws progress from it.
+ProgressHook = Callable[[str, dict[str, Any]], None]
 
 
 def _location(value: Any) -> Any:

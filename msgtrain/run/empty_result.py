@@ -4,7 +4,7 @@ Invariant: when no record of the run was converted (no input file, every file un
 or skipped), the dataset is not published, whatever OUT held before: the run fails (exit 1) with the counts, the
 first reject and what to check, unless ``--allow-empty`` asks for an empty dataset. An empty dataset that looks
 like a successful night is worse than a failed one: the failure is seen. (A run that converted records but
-trained no turn is judged by :func:`msgtrain.run.pipeline._refuse_empty_replacement`: it may not replace a
+trained no turn is judged by :func:`refuse_empty_replacement`: it may not replace a
 dataset that has samples.)
 """
 
@@ -14,8 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msgtrain.errors import OutputError
+from msgtrain.errors import MsgtrainError, OutputError
 from msgtrain.run.config import ConvertConfig
+from msgtrain.run.parts import PartStats
+from msgtrain.run.publish import previous_report
 
 
 def first_reject(path: Path | None) -> str | None:
@@ -59,3 +61,29 @@ def refuse_nothing_read(cfg: ConvertConfig, report: dict[str, Any], rejects: Pat
         hint=hint + "`msgtrain validate INPUTS` lists every problem; --allow-empty publishes an empty dataset",
         code="nothing_read",
     )
+
+
+def refuse_empty_replacement(cfg: ConvertConfig, out: Path, samples: int) -> None:
+    """An empty result does not silently replace a dataset that has samples (a wrong template, a wrong folder)."""
+    if samples or cfg.allow_empty:
+        return
+    previous = previous_report(out)
+    had = ((previous or {}).get("samples") or {}).get("written") or 0
+    if had:
+        raise OutputError(
+            f"this run produced no samples; refusing to replace the {had} samples in {out}",
+            hint="check the inputs and the report's rejects; pass --allow-empty to publish an empty dataset",
+            code="empty_result",
+        )
+
+
+def check_reject_rate(cfg: ConvertConfig, stats: PartStats) -> None:
+    limit = cfg.max_reject_rate
+    rejected = sum(stats.records_rejected.values())
+    if limit is not None and stats.records_read and rejected / stats.records_read > limit:
+        raise MsgtrainError(
+            f"{rejected} of {stats.records_read} records rejected ({rejected / stats.records_read:.1%}), above"
+            f" --max-reject-rate {limit:.1%}; stopping",
+            hint="look at the rejects of the state directory's parts; the inputs may be the wrong format",
+            code="reject_rate",
+        )

@@ -28,8 +28,8 @@ from msgtrain.ingest.chunks import Chunk
 from msgtrain.run import parts
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job, write_part_to
-from msgtrain.run.plan import plan_file
 from msgtrain.run.signals import ignore_sigint_in_worker, sigint_deferred
+from msgtrain.run.units import plan_file
 
 OnDone = Callable[[Job, PartStats], None]
 OnPlan = Callable[[Path, str, list[Chunk]], list[Job]]

@@ -6,7 +6,7 @@ the local planner plans the same bytes, and each chunk's worker then fetches onl
 (:func:`masked_copy`) instead of the whole object.
 
 Invariants:
-- Same plan, same parts: the plan is :func:`msgtrain.run.plan.plan_file` of the object's bytes, so the chunks
+- Same plan, same parts: the plan is :func:`msgtrain.run.units.plan_file` of the object's bytes, so the chunks
   (their runs, byte offsets and line numbers) and the part keys are those of the same file on disk, and the
   assembled output is the unsplit object's.
 - The worker's local view of the object (:class:`ObjectView`) has the object's size, byte offsets and line
@@ -55,7 +55,7 @@ def _view_of(path: Path) -> ObjectView:
 def plan_object(url: str, settings: Any, chunk_bytes: int) -> tuple[list[Chunk], ObjectView | None]:
     """Chunks of an object (a task: one pass over a local copy), as :func:`plan_file` plans the same file; ``[]``
     when it stays one unit of work."""
-    from msgtrain.run.plan import plan_file
+    from msgtrain.run.units import plan_file
 
     with tempfile.TemporaryDirectory(prefix="msgtrain-plan-") as tmp:
         local = Path(tmp) / url.rpartition("/")[2]

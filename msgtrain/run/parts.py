@@ -369,7 +369,8 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
     if not isinstance(job.path, str):
         shown = job.meta.get("source", str(job.path))
         samples, stats, rejects = convert_file(job.path, settings, job.chunk, shown)
-        # A Ray task opens the absolute path (msgtrain.run.worker_paths); what it writes names the input as given.
+        # A Ray task opens the absolute path (msgtrain.run.ray_engine.job_for_workers); what it writes names the
+        # input as given.
         return _relabelled(samples, stats, rejects, str(job.path), shown)
     url = job.path
     with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:

@@ -29,97 +29,67 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
-import os
 import shutil
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.chunks import Chunk
 from msgtrain.ingest.faults import default_debug_log
-from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.assembly import (
     DROPS,
     Tally,
     assemble_on_cluster,
-    assembly_tables,
-    build_report,
+    assemble_to_store,
     distributable,
-    write_drops,
+    local_group_reader,
+    reporter,
+    write_dataset,
+    write_local_dataset,
 )
-from msgtrain.run.config import ConvertConfig
-from msgtrain.run.empty_result import refuse_nothing_read
+from msgtrain.run.config import ConvertConfig, ProgressHook
+from msgtrain.run.empty_result import check_reject_rate, refuse_empty_replacement, refuse_nothing_read
 from msgtrain.run.execute import executor_for
 from msgtrain.run.journal import append_manifest, load_manifest, save_manifest
 from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
 from msgtrain.run.object_chunks import ObjectView, plan_object
 from msgtrain.run.parts import (
-    PART_FILE,
     Job,
     PartStats,
-    fetch_part,
-    is_complete,
     part_key,
-    read_part,
     reuse_part,
     settings_from_config,
 )
-from msgtrain.run.plan import (
-    _chunkable,
-    _object_chunkable,
-    discover_locations,
-    input_digest,
-    plan_file,
-)
+from msgtrain.run.plan import clear_parts, completeness, discover_locations, load_tokenizer_checked, real_location
 from msgtrain.run.publish import (
     check_output,
     clean_litter,
     hidden_siblings,
-    previous_report,
     publish,
     staging_dir,
     state_dir,
 )
+from msgtrain.run.ray_engine import config_for_workers
 from msgtrain.run.storage import (
-    Store,
     is_remote,
-    iter_parts_complete,
     join,
     new_version,
     publish_pointer,
     version_url,
 )
-from msgtrain.run.worker_paths import config_for_workers
+from msgtrain.run.units import chunkable, input_digest, object_chunkable, plan_file
 
 MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
 DEBUG_LOG = "debug.log"  # in the state directory: tracebacks of reader_error rejects (never printed)
 STATE_PREFIX = "_state"  # an object-store OUT keeps its state under OUT/_state/ (no sibling to hide it in)
 
-ProgressHook = Callable[[str, dict[str, Any]], None]
-
 
 class Interrupted(MsgtrainError):
     code = "interrupted"
-
-
-def check_accounting(report: dict[str, Any]) -> None:
-    """The two identities every run must satisfy; raises AssertionError naming the broken one."""
-    r = report["records"]
-    assert r["read"] == r["converted"] + r["rejected"] + r["skipped"], f"records do not add up: {r}"
-    assert sum(r["rejected_by_reason"].values()) == r["rejected"], r
-    assert sum(r["skipped_by_reason"].values()) == r["skipped"], r
-    t = report["turns"]
-    assert t["found"] == t["trained"] + t["dropped"], f"turns do not add up: {t}"
-    assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
 
 
 # ---------------------------------------------------------------------------------------------------- convert
@@ -160,43 +130,6 @@ def convert(cfg: ConvertConfig, progress: ProgressHook | None = None) -> dict[st
         return _convert_in(cfg, out, local_state, local_state / "parts", started, progress)
 
 
-def _check_chat_template(tok: Any, source: str) -> None:
-    """A --chat-template that does not render a conversation is a usage error, found before any work."""
-    probe = [{"role": "user", "content": "msgtrain-probe-user"}, {"role": "assistant", "content": "msgtrain-probe-ok"}]
-    try:
-        text = tok.render(probe, add_generation_prompt=False)  # as apply_chat_template renders it
-    except Exception as e:  # a template that fails on the simplest conversation is not a chat template
-        raise ConfigError(
-            f"--chat-template {source} does not render a conversation: {type(e).__name__}: {e}",
-            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
-            code="bad_chat_template",
-        ) from None
-    if not isinstance(text, str) or "msgtrain-probe-user" not in text or "msgtrain-probe-ok" not in text:
-        raise ConfigError(
-            f"--chat-template {source} is not a chat template (it does not print the messages)",
-            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
-            code="bad_chat_template",
-        )
-
-
-def load_tokenizer_checked(cfg: ConvertConfig) -> Any:
-    """The tokenizer of a config, its ``--chat-template`` checked to render a conversation (a usage error if not)."""
-    if cfg.chat_template is None:
-        return load_tokenizer(cfg.tokenizer, None)
-    try:
-        tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-    except MsgtrainError:
-        raise
-    except (ValueError, AttributeError, TypeError, OSError) as e:  # not JSON, not a mapping, not UTF-8...
-        raise ConfigError(
-            f"--chat-template {cfg.chat_template} cannot be read as a chat template: {type(e).__name__}: {e}",
-            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
-            code="bad_chat_template",
-        ) from None
-    _check_chat_template(tok, cfg.chat_template)
-    return tok
-
-
 def _convert_in(
     cfg: ConvertConfig,
     out: Path | None,
@@ -221,13 +154,13 @@ def _convert_in(
     skey = settings.key(tok.fingerprint)
     manifest: dict[str, dict[str, Any]] = load_manifest(state) if cfg.resume else {}
     if not cfg.resume:
-        _clear_parts(parts_dir)
+        clear_parts(parts_dir)
     if isinstance(parts_dir, Path):
         parts_dir.mkdir(parents=True, exist_ok=True)
         for stray in parts_dir.glob(".tmp-*"):
             shutil.rmtree(stray, ignore_errors=True)
     # On a store, which parts are complete is one listing, not a request per part.
-    complete = _completeness(parts_dir)
+    complete = completeness(parts_dir)
     if not cfg.resume and isinstance(state, Path):
         (state / DEBUG_LOG).unlink(missing_ok=True)
 
@@ -252,7 +185,7 @@ def _convert_in(
             key = part_key(digest, skey, label, name=name)
             meta: dict[str, Any] = {
                 "source": str(f),
-                "real": _real(f),
+                "real": real_location(f),
                 "digest": digest,
                 "settings": skey,
                 "version": __version__,
@@ -288,13 +221,13 @@ def _convert_in(
             continue
         first_with_digest[digest] = f
         run_digests.add(digest)
-        run_paths.add(_real(f))
+        run_paths.add(real_location(f))
         if isinstance(f, str):
-            if _object_chunkable(f, chunk_bytes):
+            if object_chunkable(f, chunk_bytes):
                 object_plans.append((f, digest))
             else:
                 jobs += add_jobs(f, digest, [])
-        elif plan_in_workers and _chunkable(f, settings, chunk_bytes):
+        elif plan_in_workers and chunkable(f, settings, chunk_bytes):
             plans.append((f, digest))
         else:
             jobs += add_jobs(f, digest, plan_file(f, settings, chunk_bytes))
@@ -334,7 +267,7 @@ def _convert_in(
         # Mid-run, the rate is judged only on a sample large enough to speak for the run (not the first bad file);
         # the whole run is judged before publishing.
         if running.records_read >= MIN_RECORDS_FOR_RATE and done_files * 10 >= total_parts + len(plans):
-            _check_reject_rate(cfg, running)
+            check_reject_rate(cfg, running)
 
     # Once, before any part: a killed run resumes from its parts, found by key (journal.py: never once per part).
     save_manifest(state, manifest)
@@ -351,7 +284,7 @@ def _convert_in(
                 f"interrupted after {done_files} of {total_parts} parts; finished parts are kept",
                 hint="run the same command with --resume to finish",
             ) from None
-        complete = _completeness(parts_dir)
+        complete = completeness(parts_dir)
         lost = [job for job in jobs if not complete(job.key)]
         if lost:
             # Every job reported its part done: a part the driver cannot see was written where only its worker
@@ -397,7 +330,7 @@ def _convert_in(
             args = (cfg, parts_dir, groups, ignored, target)
             if cfg.engine == "ray" and distributable(cfg):  # one task per shard
                 rejects = join(target, "rejects.jsonl")
-                data = assemble_on_cluster(cfg, parts_dir, groups, target, rejects, _reporter(cfg, tok, ignored))
+                data = assemble_on_cluster(cfg, parts_dir, groups, target, rejects, reporter(cfg, tok, ignored))
             elif cfg.engine == "ray":
                 data = run_task_ray(assemble_to_store, *args)
             else:
@@ -435,52 +368,6 @@ def _convert_in(
     return data
 
 
-def _real(f: Path | str) -> str:
-    """A location's identity for --keep-missing: a local file's real path, an object's URL."""
-    return f if isinstance(f, str) else os.path.realpath(f)
-
-
-def _clear_parts(parts_dir: Path | str) -> None:
-    if isinstance(parts_dir, str):
-        Store.of(parts_dir).remove(parts_dir)
-    elif parts_dir.exists():
-        shutil.rmtree(parts_dir)
-
-
-def _completeness(parts_dir: Path | str) -> Callable[[str], bool]:
-    """Whether a part (by key) is complete: its marker is there."""
-    if isinstance(parts_dir, str):
-        done = set(iter_parts_complete(Store.of(parts_dir), parts_dir, PART_FILE))
-        return done.__contains__
-    return lambda key: is_complete(parts_dir / key)
-
-
-def _refuse_empty_replacement(cfg: ConvertConfig, out: Path, samples: int) -> None:
-    """An empty result does not silently replace a dataset that has samples (a wrong template, a wrong folder)."""
-    if samples or cfg.allow_empty:
-        return
-    previous = previous_report(out)
-    had = ((previous or {}).get("samples") or {}).get("written") or 0
-    if had:
-        raise OutputError(
-            f"this run produced no samples; refusing to replace the {had} samples in {out}",
-            hint="check the inputs and the report's rejects; pass --allow-empty to publish an empty dataset",
-            code="empty_result",
-        )
-
-
-def _check_reject_rate(cfg: ConvertConfig, stats: PartStats) -> None:
-    limit = cfg.max_reject_rate
-    rejected = sum(stats.records_rejected.values())
-    if limit is not None and stats.records_read and rejected / stats.records_read > limit:
-        raise MsgtrainError(
-            f"{rejected} of {stats.records_read} records rejected ({rejected / stats.records_read:.1%}), above"
-            f" --max-reject-rate {limit:.1%}; stopping",
-            hint="look at the rejects of the state directory's parts; the inputs may be the wrong format",
-            code="reject_rate",
-        )
-
-
 def _assemble(
     cfg: ConvertConfig,
     out: Path,
@@ -502,50 +389,19 @@ def _assemble(
 
             data = run_task_ray(write_local_dataset, cfg, tmp, parts_dir, groups, ignored, rejects_path)
         else:
-            data = _write_dataset(
-                cfg, tmp, tok, _local_group_reader(parts_dir), groups, ignored, progress, rejects_path
-            )
+            data = write_dataset(cfg, tmp, tok, local_group_reader(parts_dir), groups, ignored, progress, rejects_path)
         # The rate on every record of the run, whatever was judged mid-run.
         records = data["records"]
-        _check_reject_rate(
+        check_reject_rate(
             cfg, PartStats(records_read=records["read"], records_rejected=Counter(records["rejected_by_reason"]))
         )
         refuse_nothing_read(cfg, data, rejects_path)
-        _refuse_empty_replacement(cfg, out, data["samples"]["written"])
+        refuse_empty_replacement(cfg, out, data["samples"]["written"])
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return data
-
-
-def _local_group_reader(parts_dir: Path) -> Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]]:
-    return lambda group: [read_part(parts_dir / key) for key in group]
-
-
-def write_local_dataset(
-    cfg: ConvertConfig,
-    tmp: Path,
-    parts_dir: Path,
-    groups: list[list[str]],
-    ignored: list[dict[str, str]],
-    rejects: Path,
-) -> dict[str, Any]:
-    """Write the dataset from local parts into ``tmp`` (not published) and return its report: a Ray task's body
-    (the tokenizer, needed to decode cut reasons and for the report, is loaded where it runs)."""
-    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-    return _write_dataset(cfg, tmp, tok, _local_group_reader(parts_dir), groups, ignored, None, rejects)
-
-
-def _reporter(
-    cfg: ConvertConfig, tok: Any, ignored: list[dict[str, str]]
-) -> Callable[[Tally, dict[str, Any]], dict[str, Any]]:
-    def report(tally: Tally, outputs: dict[str, Any]) -> dict[str, Any]:
-        data = build_report(cfg, tally, _tokenizer_info(tok), ignored, outputs)
-        check_accounting(data)
-        return data
-
-    return report
 
 
 def _assemble_on_cluster(
@@ -556,102 +412,16 @@ def _assemble_on_cluster(
 
     def check(tally: Tally) -> None:
         stats = tally.stats
-        _check_reject_rate(cfg, PartStats(records_read=stats.records_read, records_rejected=stats.records_rejected))
-        _refuse_empty_replacement(cfg, out, tally.samples)
+        check_reject_rate(cfg, PartStats(records_read=stats.records_read, records_rejected=stats.records_rejected))
+        refuse_empty_replacement(cfg, out, tally.samples)
 
     tmp = staging_dir(out)
     try:
         rejects = Path(cfg.rejects) if cfg.rejects else tmp / "rejects.jsonl"
-        data = assemble_on_cluster(cfg, parts_dir, groups, tmp, rejects, _reporter(cfg, tok, ignored), check)
+        data = assemble_on_cluster(cfg, parts_dir, groups, tmp, rejects, reporter(cfg, tok, ignored), check)
         refuse_nothing_read(cfg, data, rejects)
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return data
-
-
-def assemble_to_store(
-    cfg: ConvertConfig, parts_url: str, groups: list[list[str]], ignored: list[dict[str, str]], target: str
-) -> dict[str, Any]:
-    """Assemble the dataset from parts on a store into the prefix ``target`` (a fresh version; publishing its
-    pointer is the caller's job). Runs where it is called: on the driver, or as a Ray task on a worker.
-
-    Parts are copied to local disk one input file at a time and memory-mapped, as local parts are; the dataset is
-    written to local disk (the writer needs files it can rename) and uploaded with ``report.json`` last.
-    """
-    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-    store = Store.of(target)
-    with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
-        root = Path(scratch)
-        dataset, cache = root / "dataset", root / "parts"
-        dataset.mkdir()
-
-        def read_group(group: list[str]) -> list[tuple[dict[str, Any], pa.Table, str]]:
-            # The previous file's copies are no longer needed (tables already written keep their mapping).
-            shutil.rmtree(cache, ignore_errors=True)
-            return [read_part(fetch_part(parts_url, key, cache)) for key in group]
-
-        data = _write_dataset(cfg, dataset, tok, read_group, groups, ignored, None, dataset / "rejects.jsonl")
-        store.upload_tree(dataset, target, last=("report.json",))
-    return data
-
-
-def _write_dataset(
-    cfg: ConvertConfig,
-    tmp: Path,
-    tok: Any,
-    read_group: Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]],
-    groups: list[list[str]],
-    ignored: list[dict[str, str]],
-    progress: ProgressHook | None,
-    rejects_path: Path,
-) -> dict[str, Any]:
-    """Write the dataset, its rejects and ``report.json`` into ``tmp`` (not published); return the report."""
-    from msgtrain.export.split import SplitAssigner
-    from msgtrain.export.writer import DatasetWriter
-
-    writer = DatasetWriter(
-        tmp,
-        format=cfg.format,
-        target=cfg.target,
-        pack_length=cfg.pack_length,
-        tree_scope=cfg.tree_scope,
-        rows_per_shard=cfg.rows_per_shard,
-        row_group_size=cfg.row_group_size,
-        splits=SplitAssigner(cfg.split).names,
-        decode=tok.decode,
-    )
-    rejects_path.parent.mkdir(parents=True, exist_ok=True)
-    tally = Tally()
-    total, done_parts = sum(map(len, groups)), 0
-
-    def on_group(index: int) -> None:
-        nonlocal done_parts
-        done_parts += len(groups[index])
-        if progress:
-            progress(
-                "assemble", {"index": done_parts, "total": total, "samples": tally.samples, "tokens": tally.tokens}
-            )
-
-    with open(rejects_path, "w", encoding="utf-8") as rejects:
-        for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
-            writer.write(split, table)
-    outputs = writer.close()
-    # Relative to OUT in report.json; the caller returns where it was published.
-    outputs["drops"] = write_drops(tally, tmp)
-    data = build_report(cfg, tally, _tokenizer_info(tok), ignored, outputs)
-    check_accounting(data)
-    if cfg.rejects is None and rejects_path.stat().st_size == 0:
-        rejects_path.unlink()
-    # report.json must not change between identical runs: timings live only in the returned report.
-    _write_report(tmp, data)
-    return data
-
-
-def _tokenizer_info(tok: Any) -> dict[str, Any]:
-    return {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER}
-
-
-def _write_report(root: Path, data: dict[str, Any]) -> None:
-    (root / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -4,26 +4,24 @@ into units of work (a huge JSON-lines log into chunks of whole conversations).
 Invariants:
 - Discovery is deterministic: sorted, hidden entries skipped, each real file once, OUT and its hidden siblings
   never inputs; what is passed over is listed with its reason.
-- A plan depends only on the bytes, the reader and the chunk size: reruns give the same chunks.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
-from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from msgtrain.errors import ConfigError, MsgtrainError
-from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
-from msgtrain.ingest.detect import detect_format, looks_like_a_log
-from msgtrain.ingest.registry import declared_siblings, directory_reader, get_reader
-from msgtrain.run.storage import Store, file_digest, is_remote, location_of, unit_prefixes, url_of
-
-if TYPE_CHECKING:
-    from msgtrain.run.parts import LinearizeSettings
+from msgtrain.ingest.detect import looks_like_a_log
+from msgtrain.ingest.registry import directory_reader
+from msgtrain.linearize import load_tokenizer
+from msgtrain.run.config import ConvertConfig
+from msgtrain.run.parts import PART_FILE, is_complete
+from msgtrain.run.storage import Store, is_remote, iter_parts_complete, unit_prefixes
 
 LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson", ".eval")
 
@@ -181,68 +179,58 @@ def _is_link_loop(path: Path) -> bool:
     return False
 
 
-def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> KeyFunction | None:
-    """The reader's chunk keys for a JSONL log above ``chunk_bytes``; None when the file stays one unit of work.
-
-    A file that cannot be looked at (no reader recognises it, unreadable) is left whole: its worker reports it.
-    """
+def _check_chat_template(tok: Any, source: str) -> None:
+    """A --chat-template that does not render a conversation is a usage error, found before any work."""
+    probe = [{"role": "user", "content": "msgtrain-probe-user"}, {"role": "assistant", "content": "msgtrain-probe-ok"}]
     try:
-        if chunk_bytes <= 0 or path.is_dir() or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
-            return None
-        reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
-        return key_function(reader, path)
-    except (MsgtrainError, OSError):
-        return None
+        text = tok.render(probe, add_generation_prompt=False)  # as apply_chat_template renders it
+    except Exception as e:  # a template that fails on the simplest conversation is not a chat template
+        raise ConfigError(
+            f"--chat-template {source} does not render a conversation: {type(e).__name__}: {e}",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        ) from None
+    if not isinstance(text, str) or "msgtrain-probe-user" not in text or "msgtrain-probe-ok" not in text:
+        raise ConfigError(
+            f"--chat-template {source} is not a chat template (it does not print the messages)",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        )
 
 
-def _object_chunkable(url: str, chunk_bytes: int) -> bool:
-    """An object worth planning (:mod:`msgtrain.run.object_chunks`): a JSON-lines name, above ``chunk_bytes``.
-    Whether its reader can cut it is decided by the plan, as for a local file."""
-    name = url.rpartition("/")[2].lower()
-    if chunk_bytes <= 0 or not name.endswith((".jsonl", ".ndjson")):
-        return False
-    return Store.of(url).size(url) > chunk_bytes
-
-
-def _chunkable(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> bool:
-    return _key_function(path, settings, chunk_bytes) is not None
-
-
-def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list[Chunk]:
-    """Chunks of a JSONL log above ``chunk_bytes`` whose reader can key its records; [] = one unit of work."""
-    keys = _key_function(path, settings, chunk_bytes)
-    if keys is None:
-        return []
+def load_tokenizer_checked(cfg: ConvertConfig) -> Any:
+    """The tokenizer of a config, its ``--chat-template`` checked to render a conversation (a usage error if not)."""
+    if cfg.chat_template is None:
+        return load_tokenizer(cfg.tokenizer, None)
     try:
-        return plan_chunks(path, keys, chunk_bytes)
-    except (MsgtrainError, OSError):
-        return []
+        tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    except MsgtrainError:
+        raise
+    except (ValueError, AttributeError, TypeError, OSError) as e:  # not JSON, not a mapping, not UTF-8...
+        raise ConfigError(
+            f"--chat-template {cfg.chat_template} cannot be read as a chat template: {type(e).__name__}: {e}",
+            hint="pass a .jinja chat template or a tokenizer_config.json with a chat_template",
+            code="bad_chat_template",
+        ) from None
+    _check_chat_template(tok, cfg.chat_template)
+    return tok
 
 
-def input_digest(f: Path | str) -> str:
-    """The content digest a part of ``f`` is keyed by: ``f``'s bytes (a store hashes an object from its metadata; a
-    folder log hashes its files), and, when a reader declares files it consults beside ``f``
-    (:func:`~msgtrain.ingest.registry.declared_siblings`), theirs too, absent ones included: a sub-agent converted
-    before its parent session arrived is converted again once it has (under ``--resume`` as in a clean run).
-    Raises OSError when ``f`` cannot be read."""
-    own = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
-    siblings = declared_siblings(location_of(f) if isinstance(f, str) else PurePosixPath(f.as_posix()))
-    if not siblings:
-        return own
-    h = hashlib.blake2b(own.encode(), digest_size=16)
-    for sibling in siblings:
-        h.update(f"\0{sibling.name}\0{_sibling_digest(f, sibling)}".encode())
-    return h.hexdigest()
+def real_location(f: Path | str) -> str:
+    """A location's identity for --keep-missing: a local file's real path, an object's URL."""
+    return f if isinstance(f, str) else os.path.realpath(f)
 
 
-def _sibling_digest(f: Path | str, sibling: PurePosixPath) -> str:
-    """A sibling's content digest, or ``absent`` (missing or unreadable: the reader cannot consult it either)."""
-    try:
-        if isinstance(f, str):
-            url = url_of(f, sibling)
-            store = Store.of(url)
-            return store.content_hash(url) if store.exists(url) else "absent"
-        local = Path(sibling)
-        return file_digest(local) if local.is_file() else "absent"
-    except OSError:
-        return "absent"
+def clear_parts(parts_dir: Path | str) -> None:
+    if isinstance(parts_dir, str):
+        Store.of(parts_dir).remove(parts_dir)
+    elif parts_dir.exists():
+        shutil.rmtree(parts_dir)
+
+
+def completeness(parts_dir: Path | str) -> Callable[[str], bool]:
+    """Whether a part (by key) is complete: its marker is there."""
+    if isinstance(parts_dir, str):
+        done = set(iter_parts_complete(Store.of(parts_dir), parts_dir, PART_FILE))
+        return done.__contains__
+    return lambda key: is_complete(parts_dir / key)

@@ -16,6 +16,13 @@ Invariants:
   only once its marker is written, so a half-written attempt is simply overwritten by the retry.
 - Each task holds one CPU and keeps the tokenizer's own thread pool to one thread (``RAYON_NUM_THREADS=1``); Ray
   reuses worker processes, which keep their loaded tokenizer (cached per process) across jobs.
+- Paths a task opens are absolute, resolved on the driver before any task is planned (:func:`config_for_workers`,
+  :func:`job_for_workers`): a worker runs in a working directory of its own (on another node, or in its session
+  directory on this one), so a relative path names nothing there, or another file. OUT (and with it the state,
+  parts and staging directories shard tasks write into), ``--rejects``, a ``--tokenizer`` folder, a
+  ``--chat-template`` file and each job's input are made absolute; URLs and hub ids mean the same on every node.
+  What a user reads keeps the spelling they gave: a sample's ``source`` and a reject's file name the input as it
+  was passed, as the local engine writes them (:func:`msgtrain.run.parts.convert_job` puts the spelling back).
 - A bad file never stops the run (its rejects are in its part); with ``strict`` the first error is raised as the
   original :class:`~msgtrain.errors.MsgtrainError`, not wrapped in Ray's error type.
 """
@@ -28,12 +35,15 @@ import os
 import pickle
 import socket
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ConfigError, MsgtrainError
+from msgtrain.linearize.tokenizer_source import looks_local
+from msgtrain.run.config import ConvertConfig
 from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job, write_part_to
-from msgtrain.run.worker_paths import job_for_workers
+from msgtrain.run.storage import is_remote
 
 TASK_ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 # Store credentials and endpoints the workers need as much as the driver (an S3-compatible server's address).
@@ -225,3 +235,28 @@ def put(value: Any) -> Any:
 def cluster_cpus() -> int:
     """The CPUs of the cluster this driver is connected to."""
     return max(1, int(_import_ray().cluster_resources().get("CPU", 1)))
+
+
+def _absolute(path: Path | str) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(path)))
+
+
+def config_for_workers(cfg: ConvertConfig) -> ConvertConfig:
+    """``cfg`` with every local path a task opens made absolute (inputs keep their spelling: see the module)."""
+    update: dict[str, Any] = {}
+    if cfg.output is not None and not is_remote(str(cfg.output)):
+        update["output"] = _absolute(cfg.output)
+    if cfg.rejects is not None:
+        update["rejects"] = _absolute(cfg.rejects)
+    if cfg.tokenizer is not None and looks_local(cfg.tokenizer):
+        update["tokenizer"] = str(_absolute(cfg.tokenizer))
+    if cfg.chat_template is not None and not is_remote(cfg.chat_template):
+        update["chat_template"] = str(_absolute(cfg.chat_template))
+    return cfg.model_copy(update=update) if update else cfg
+
+
+def job_for_workers(job: Job) -> Job:
+    """``job`` with a local input's path absolute; its ``meta["source"]`` keeps the spelling samples are named by."""
+    if isinstance(job.path, str) or job.path.is_absolute():
+        return job
+    return replace(job, path=_absolute(job.path))

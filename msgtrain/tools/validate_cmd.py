@@ -165,7 +165,7 @@ class Linearization:
         is given, no network), its checked ``--chat-template``, render date, policies and length policy."""
         from msgtrain.linearize.render import Renderer
         from msgtrain.run.parts import linearize_options, settings_from_config
-        from msgtrain.run.pipeline import load_tokenizer_checked
+        from msgtrain.run.plan import load_tokenizer_checked
 
         tok = load_tokenizer_checked(cfg)
         settings = settings_from_config(cfg)

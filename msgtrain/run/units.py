@@ -1,0 +1,90 @@
+"""Units of work: what an input's parts are keyed by (its content digest, siblings included) and how a huge
+JSON-lines log is cut into chunks of whole conversations.
+
+Invariants:
+- A plan depends only on the bytes, the reader and the chunk size: reruns give the same chunks.
+- A digest covers every byte a reader reads for the input: the input's own, and those of the files beside it that
+  its reader declares it consults (absent ones included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from msgtrain.errors import MsgtrainError
+from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
+from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.registry import declared_siblings, get_reader
+from msgtrain.run.storage import Store, file_digest, location_of, url_of
+
+if TYPE_CHECKING:
+    from msgtrain.run.parts import LinearizeSettings
+
+
+def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> KeyFunction | None:
+    """The reader's chunk keys for a JSONL log above ``chunk_bytes``; None when the file stays one unit of work.
+
+    A file that cannot be looked at (no reader recognises it, unreadable) is left whole: its worker reports it.
+    """
+    try:
+        if chunk_bytes <= 0 or path.is_dir() or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
+            return None
+        reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
+        return key_function(reader, path)
+    except (MsgtrainError, OSError):
+        return None
+
+
+def object_chunkable(url: str, chunk_bytes: int) -> bool:
+    """An object worth planning (:mod:`msgtrain.run.object_chunks`): a JSON-lines name, above ``chunk_bytes``.
+    Whether its reader can cut it is decided by the plan, as for a local file."""
+    name = url.rpartition("/")[2].lower()
+    if chunk_bytes <= 0 or not name.endswith((".jsonl", ".ndjson")):
+        return False
+    return Store.of(url).size(url) > chunk_bytes
+
+
+def chunkable(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> bool:
+    return _key_function(path, settings, chunk_bytes) is not None
+
+
+def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list[Chunk]:
+    """Chunks of a JSONL log above ``chunk_bytes`` whose reader can key its records; [] = one unit of work."""
+    keys = _key_function(path, settings, chunk_bytes)
+    if keys is None:
+        return []
+    try:
+        return plan_chunks(path, keys, chunk_bytes)
+    except (MsgtrainError, OSError):
+        return []
+
+
+def input_digest(f: Path | str) -> str:
+    """The content digest a part of ``f`` is keyed by: ``f``'s bytes (a store hashes an object from its metadata; a
+    folder log hashes its files), and, when a reader declares files it consults beside ``f``
+    (:func:`~msgtrain.ingest.registry.declared_siblings`), theirs too, absent ones included: a sub-agent converted
+    before its parent session arrived is converted again once it has (under ``--resume`` as in a clean run).
+    Raises OSError when ``f`` cannot be read."""
+    own = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
+    siblings = declared_siblings(location_of(f) if isinstance(f, str) else PurePosixPath(f.as_posix()))
+    if not siblings:
+        return own
+    h = hashlib.blake2b(own.encode(), digest_size=16)
+    for sibling in siblings:
+        h.update(f"\0{sibling.name}\0{_sibling_digest(f, sibling)}".encode())
+    return h.hexdigest()
+
+
+def _sibling_digest(f: Path | str, sibling: PurePosixPath) -> str:
+    """A sibling's content digest, or ``absent`` (missing or unreadable: the reader cannot consult it either)."""
+    try:
+        if isinstance(f, str):
+            url = url_of(f, sibling)
+            store = Store.of(url)
+            return store.content_hash(url) if store.exists(url) else "absent"
+        local = Path(sibling)
+        return file_digest(local) if local.is_file() else "absent"
+    except OSError:
+        return "absent"
