@@ -146,12 +146,13 @@ def test_targets_not_written_one_shard_per_task_are_written_by_a_task_not_the_dr
 ) -> None:
     local = pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / "local", workers=1, **options))
 
-    from msgtrain.run import assembly
+    from msgtrain.run import assembly, execute
 
     def not_here(*args: Any, **kwargs: Any) -> Any:  # Ray's workers are other processes: they keep the original
         raise AssertionError("the driver assembled the dataset itself")
 
     monkeypatch.setattr(assembly, "write_dataset", not_here)
+    monkeypatch.setattr(execute, "write_dataset", not_here)  # the local executor's, called on the driver
     report = _convert_with_ray(
         monkeypatch, ConvertConfig(inputs=(inputs,), output=tmp_path / "ray", engine="ray", **options)
     )

@@ -5,7 +5,8 @@ Two ways to run it, with the same bytes:
 - *Sequential* (:func:`assembly_tables` feeding one :class:`~msgtrain.export.writer.DatasetWriter`): the local
   engine, and any target whose rows depend on their neighbours (``packed``, ``tree``) or a format written as a
   whole (``hf``, ``jsonl``).
-- *One task per output shard* (:func:`plan_shards`, :func:`write_shard`), for Parquet of a row-wise target: a
+- *One task per output shard* (:func:`plan_shards`, :func:`write_shard`, run by
+  :func:`msgtrain.run.ray_engine.assemble_on_cluster`), for Parquet of a row-wise target: a
   first pass of tasks (:func:`scan_groups`) reads the parts and returns only counts (rows per split per input
   file, and the report's accounting); the driver cuts each split's row sequence into shards of
   ``rows_per_shard`` rows, exactly where the sequential writer cuts; each shard task reads only the input files
@@ -54,10 +55,9 @@ from msgtrain.export.writer import (
 from msgtrain.ingest.supplied import supplied_report
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.config import ConvertConfig, ProgressHook
+from msgtrain.run.empty_result import check_reject_rate, refuse_empty_replacement
 from msgtrain.run.parts import (
-    PART_FILE,
     REJECTS_FILE,
-    SAMPLES_FILE,
     PartStats,
     accounting_report,
     fetch_part,
@@ -65,8 +65,9 @@ from msgtrain.run.parts import (
     merge_chunk_tables,
     read_part,
 )
-from msgtrain.run.storage import Store, join
+from msgtrain.run.storage import Store, join, writable_dir
 
+REJECTS = "rejects.jsonl"  # in OUT, unless --rejects names a file of its own
 DROPS = "drops.jsonl"  # in OUT: one line per sample the length policy dropped whole (reason, ids, length)
 Group = list[str]  # the part keys of one input file (its chunks, in chunk order)
 ReadGroup = Callable[[Group], list[tuple[dict[str, Any], pa.Table, str]]]
@@ -252,18 +253,13 @@ def group_reader(parts: Path | str) -> Iterator[ReadGroup]:
     if isinstance(parts, Path):
         yield lambda group: [read_part(parts / key) for key in group]
         return
-    store = Store.of(parts)
     with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
         cache = Path(scratch) / "parts"
 
         def read_group(group: Group) -> list[tuple[dict[str, Any], pa.Table, str]]:
+            # The previous group's copies are no longer needed (tables already written keep their mapping).
             shutil.rmtree(cache, ignore_errors=True)
-            read = []
-            for key in group:
-                for name in (PART_FILE, SAMPLES_FILE, REJECTS_FILE):
-                    store.download(join(parts, key, name), cache / key / name)
-                read.append(read_part(cache / key))
-            return read
+            return [read_part(fetch_part(parts, key, cache)) for key in group]
 
         yield read_group
 
@@ -457,46 +453,6 @@ def scan_batches(groups: list[Group], tasks: int) -> list[tuple[int, int]]:
     return [(start, min(start + size, len(groups))) for start in range(0, len(groups), size)] if size else []
 
 
-def assemble_on_cluster(
-    cfg: ConvertConfig,
-    parts: Path | str,
-    groups: list[Group],
-    dest: Path | str,
-    rejects: Path | str,
-    report: Callable[[Tally, dict[str, Any]], dict[str, Any]],
-    check: Callable[[Tally], None] = lambda tally: None,
-) -> dict[str, Any]:
-    """Write the dataset into ``dest`` (a local directory every node sees, or a prefix on a store) with Ray tasks:
-    scan tasks, then one task per shard and one for ``rejects``; then one task writes ``dataset_info.json`` and,
-    last, ``report.json`` (``report(tally, outputs)`` builds it on the driver). ``check(tally)`` may refuse the
-    result before any shard is written. Returns the report."""
-    from msgtrain.run.ray_engine import cluster_cpus, put, run_tasks_ray
-
-    batches = scan_batches(groups, 2 * cluster_cpus())
-    shared = put(groups)  # one copy in Ray's object store, not one per task
-    scans: list[ScanResult] = run_tasks_ray(
-        [(_scan_slice, (cfg, parts, shared, start, stop)) for start, stop in batches]
-    )
-    tally = Tally()
-    for scan in scans:
-        tally.merge(scan.tally)
-    check(tally)
-    splits = SplitAssigner(cfg.split).names
-    plans = plan_shards(splits, [rows for scan in scans for rows in scan.rows], cfg.rows_per_shard)
-    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
-        (write_shard, (cfg, parts, shared, plan, dest)) for plan in plans
-    ]
-    calls.append((write_rejects, (parts, shared, rejects, cfg.rejects is not None)))
-    results = run_tasks_ray(calls)
-    outputs = shard_outputs(cfg, splits, plans, results[:-1])
-    outputs["drops"] = write_drops(tally, dest)  # small: ids and lengths, already on the driver with the tally
-    data = report(tally, outputs)
-    # A task too, though small: ``dataset_info.json`` is written by ``datasets``, whose import alone would add
-    # tens of MB to the driver.
-    run_tasks_ray([(write_metadata, (cfg.target, splits, [r.info for r in results[:-1]], data, dest))])
-    return data
-
-
 def write_metadata(
     target: str, splits: list[str], shards: list[ShardInfo], data: dict[str, Any], dest: Path | str
 ) -> None:
@@ -509,7 +465,7 @@ def write_metadata(
             _put(root / name, dest, name)
 
 
-def _scan_slice(cfg: ConvertConfig, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:
+def scan_slice(cfg: ConvertConfig, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:
     return scan_groups(cfg, parts, groups[start:stop])
 
 
@@ -524,110 +480,77 @@ def check_accounting(report: dict[str, Any]) -> None:
     assert sum(t["dropped_by_reason"].values()) == t["dropped"], t
 
 
-def local_group_reader(parts_dir: Path) -> Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]]:
-    return lambda group: [read_part(parts_dir / key) for key in group]
+@dataclass(frozen=True)
+class AssemblyJob:
+    """What writing a dataset needs, wherever it runs (a Ray task receives it whole)."""
+
+    cfg: ConvertConfig
+    parts: Path | str  # the parts' directory or prefix
+    groups: list[Group]  # the part keys of each input file, in assembly order
+    dest: Path | str  # the staging directory or version prefix the dataset is written into (not published)
+    rejects: Path | None  # a --rejects file of the user's; None: rejects.jsonl in the dataset
+    ignored: list[dict[str, str]]  # inputs passed over, for the report
+    tokenizer: dict[str, Any]  # the report's tokenizer entry (:func:`tokenizer_info`)
+    previous_samples: int  # the samples of the dataset OUT shows now: an empty result may not replace them
 
 
-def write_local_dataset(
-    cfg: ConvertConfig,
-    tmp: Path,
-    parts_dir: Path,
-    groups: list[list[str]],
-    ignored: list[dict[str, str]],
-    rejects: Path,
-) -> dict[str, Any]:
-    """Write the dataset from local parts into ``tmp`` (not published) and return its report: a Ray task's body
-    (the tokenizer, needed to decode cut reasons and for the report, is loaded where it runs)."""
-    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-    return write_dataset(cfg, tmp, tok, local_group_reader(parts_dir), groups, ignored, None, rejects)
+def refuse_result(job: AssemblyJob, tally: Tally) -> None:
+    """The checks a dataset must pass before it is written out in full: ``--max-reject-rate`` on every record of
+    the run, and an empty result never replacing a dataset with samples (a run that converted nothing at all is
+    refused afterwards, with its first reject: :func:`~msgtrain.run.empty_result.refuse_nothing_read`)."""
+    check_reject_rate(job.cfg, tally.stats)
+    if tally.stats.records_converted:
+        refuse_empty_replacement(job.cfg, job.previous_samples, tally.samples)
 
 
-def reporter(
-    cfg: ConvertConfig, tok: Any, ignored: list[dict[str, str]]
-) -> Callable[[Tally, dict[str, Any]], dict[str, Any]]:
-    def report(tally: Tally, outputs: dict[str, Any]) -> dict[str, Any]:
-        data = build_report(cfg, tally, tokenizer_info(tok), ignored, outputs)
-        check_accounting(data)
-        return data
-
-    return report
-
-
-def assemble_to_store(
-    cfg: ConvertConfig, parts_url: str, groups: list[list[str]], ignored: list[dict[str, str]], target: str
-) -> dict[str, Any]:
-    """Assemble the dataset from parts on a store into the prefix ``target`` (a fresh version; publishing its
-    pointer is the caller's job). Runs where it is called: on the driver, or as a Ray task on a worker.
-
-    Parts are copied to local disk one input file at a time and memory-mapped, as local parts are; the dataset is
-    written to local disk (the writer needs files it can rename) and uploaded with ``report.json`` last.
-    """
-    tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-    store = Store.of(target)
-    with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
-        root = Path(scratch)
-        dataset, cache = root / "dataset", root / "parts"
-        dataset.mkdir()
-
-        def read_group(group: list[str]) -> list[tuple[dict[str, Any], pa.Table, str]]:
-            # The previous file's copies are no longer needed (tables already written keep their mapping).
-            shutil.rmtree(cache, ignore_errors=True)
-            return [read_part(fetch_part(parts_url, key, cache)) for key in group]
-
-        data = write_dataset(cfg, dataset, tok, read_group, groups, ignored, None, dataset / "rejects.jsonl")
-        store.upload_tree(dataset, target, last=("report.json",))
-    return data
-
-
-def write_dataset(
-    cfg: ConvertConfig,
-    tmp: Path,
-    tok: Any,
-    read_group: Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]],
-    groups: list[list[str]],
-    ignored: list[dict[str, str]],
-    progress: ProgressHook | None,
-    rejects_path: Path,
-) -> dict[str, Any]:
-    """Write the dataset, its rejects and ``report.json`` into ``tmp`` (not published); return the report."""
+def write_dataset(job: AssemblyJob, tok: Any = None, progress: ProgressHook | None = None) -> dict[str, Any]:
+    """Write the dataset, its rejects and ``report.json`` (last) into ``job.dest``; return the report. Runs where
+    it is called: on the driver, or as a task (``tok`` None: the tokenizer, which decodes cut reasons, is loaded
+    there). Parts on a store are copied to local disk one input file at a time and memory-mapped, as local parts
+    are; a dataset for a store is written to local disk (the writer needs files it can rename) and uploaded."""
     from msgtrain.export.split import SplitAssigner
     from msgtrain.export.writer import DatasetWriter
 
-    writer = DatasetWriter(
-        tmp,
-        format=cfg.format,
-        target=cfg.target,
-        pack_length=cfg.pack_length,
-        tree_scope=cfg.tree_scope,
-        rows_per_shard=cfg.rows_per_shard,
-        row_group_size=cfg.row_group_size,
-        splits=SplitAssigner(cfg.split).names,
-        decode=tok.decode,
-    )
-    rejects_path.parent.mkdir(parents=True, exist_ok=True)
-    tally = Tally()
-    total, done_parts = sum(map(len, groups)), 0
+    cfg, groups = job.cfg, job.groups
+    if tok is None:
+        tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
+    with writable_dir(job.dest, last=("report.json",)) as root, group_reader(job.parts) as read_group:
+        writer = DatasetWriter(
+            root,
+            format=cfg.format,
+            target=cfg.target,
+            pack_length=cfg.pack_length,
+            tree_scope=cfg.tree_scope,
+            rows_per_shard=cfg.rows_per_shard,
+            row_group_size=cfg.row_group_size,
+            splits=SplitAssigner(cfg.split).names,
+            decode=tok.decode,
+        )
+        rejects_path = job.rejects or root / REJECTS
+        rejects_path.parent.mkdir(parents=True, exist_ok=True)
+        tally = Tally()
+        total, done_parts = sum(map(len, groups)), 0
 
-    def on_group(index: int) -> None:
-        nonlocal done_parts
-        done_parts += len(groups[index])
-        if progress:
-            progress(
-                "assemble", {"index": done_parts, "total": total, "samples": tally.samples, "tokens": tally.tokens}
-            )
+        def on_group(index: int) -> None:
+            nonlocal done_parts
+            done_parts += len(groups[index])
+            if progress:
+                figures = {"index": done_parts, "total": total, "samples": tally.samples, "tokens": tally.tokens}
+                progress("assemble", figures)
 
-    with open(rejects_path, "w", encoding="utf-8") as rejects:
-        for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
-            writer.write(split, table)
-    outputs = writer.close()
-    # Relative to OUT in report.json; the caller returns where it was published.
-    outputs["drops"] = write_drops(tally, tmp)
-    data = build_report(cfg, tally, tokenizer_info(tok), ignored, outputs)
-    check_accounting(data)
-    if cfg.rejects is None and rejects_path.stat().st_size == 0:
-        rejects_path.unlink()
-    # report.json must not change between identical runs: timings live only in the returned report.
-    write_report(tmp, data)
+        with open(rejects_path, "w", encoding="utf-8") as rejects:
+            for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
+                writer.write(split, table)
+        outputs = writer.close()
+        refuse_result(job, tally)
+        # Relative to OUT in report.json; the caller returns where it was published.
+        outputs["drops"] = write_drops(tally, root)
+        data = build_report(cfg, tally, job.tokenizer, job.ignored, outputs)
+        check_accounting(data)
+        if job.rejects is None and rejects_path.stat().st_size == 0:
+            rejects_path.unlink()
+        # report.json must not change between identical runs: timings live only in the returned report.
+        write_report(root, data)
     return data
 
 

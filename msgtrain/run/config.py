@@ -36,7 +36,7 @@ from msgtrain.limits import (
     DEFAULT_MAX_GRAPH_STATE_BYTES,
     DEFAULT_MAX_GRAPH_TOKENS,
 )
-from msgtrain.run.storage import is_remote, local_path
+from msgtrain.run.storage import normalize_location
 
 CONFIG_VERSION = "msgtrain-convert-config/1"
 # What a run tells its caller as it goes (an event name and its figures): the command line draws progress from it.
@@ -45,9 +45,7 @@ ProgressHook = Callable[[str, dict[str, Any]], None]
 
 def _location(value: Any) -> Any:
     """A URL stays a string (``Path`` would fold ``s3://b`` into ``s3:/b``); a local path becomes a Path."""
-    if isinstance(value, str):
-        return value.rstrip("/") if is_remote(value) else local_path(value)
-    return value
+    return normalize_location(value) if isinstance(value, str) else value
 
 
 class ConvertConfig(BaseModel):

@@ -17,26 +17,27 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, OutputError
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.parts import PartStats
-from msgtrain.run.publish import previous_report
+from msgtrain.run.storage import first_line
 
 
-def first_reject(path: Path | None) -> str | None:
-    """``where: message`` of the first line of a rejects file, or None."""
-    if path is None:
-        return None
+def first_reject(location: Path | str | None) -> str | None:
+    """``where: message`` of the first line of a rejects file (or object), or None."""
+    line = first_line(location) if location is not None else None
     try:
-        with open(path, encoding="utf-8") as f:
-            line = f.readline()
-        record = json.loads(line) if line.strip() else None
-    except (OSError, ValueError):
+        record = json.loads(line) if line and line.strip() else None
+    except ValueError:
         return None
     if not isinstance(record, dict):
         return None
     return f"{record.get('where') or record.get('file')}: {record.get('message')}"
 
 
-def refuse_nothing_read(cfg: ConvertConfig, report: dict[str, Any], rejects: Path | None = None) -> None:
-    """Raise :class:`OutputError` (code ``nothing_read``) when the run's report converted no record."""
+def refuse_nothing_read(
+    cfg: ConvertConfig, report: dict[str, Any], rejects: Path | str | None = None, hint: str = ""
+) -> None:
+    """Raise :class:`OutputError` (code ``nothing_read``) when the run's report converted no record. ``hint``: what
+    the executor's workers need to read the inputs (:attr:`msgtrain.run.execute.Executor.input_hint`), shown when
+    inputs were unreadable."""
     records = report["records"]
     if records["converted"] or cfg.allow_empty:
         return
@@ -51,11 +52,7 @@ def refuse_nothing_read(cfg: ConvertConfig, report: dict[str, Any], rejects: Pat
         what = f"{n} record{'s' * (n != 1)} in {f} file{'s' * (f != 1)}, none converted ({by_reason})"
     example = first_reject(rejects)
     unreadable = records["rejected_by_reason"].get("unreadable_file", 0)
-    hint = (
-        "with --engine ray every node must see the inputs at the same path (or read them from s3:// URLs); "
-        if unreadable and cfg.engine == "ray"
-        else ""
-    )
+    hint = hint if unreadable else ""
     raise OutputError(
         f"read nothing: {what}" + (f"; first: {example}" if example else "") + "; nothing was published",
         hint=hint + "`msgtrain validate INPUTS` lists every problem; --allow-empty publishes an empty dataset",
@@ -63,15 +60,14 @@ def refuse_nothing_read(cfg: ConvertConfig, report: dict[str, Any], rejects: Pat
     )
 
 
-def refuse_empty_replacement(cfg: ConvertConfig, out: Path, samples: int) -> None:
-    """An empty result does not silently replace a dataset that has samples (a wrong template, a wrong folder)."""
+def refuse_empty_replacement(cfg: ConvertConfig, had: int, samples: int) -> None:
+    """An empty result does not silently replace a dataset that has samples (``had``: the samples of the dataset
+    OUT shows now), whether OUT is a directory or a store prefix: a wrong template, a wrong folder."""
     if samples or cfg.allow_empty:
         return
-    previous = previous_report(out)
-    had = ((previous or {}).get("samples") or {}).get("written") or 0
     if had:
         raise OutputError(
-            f"this run produced no samples; refusing to replace the {had} samples in {out}",
+            f"this run produced no samples; refusing to replace the {had} samples in {cfg.output}",
             hint="check the inputs and the report's rejects; pass --allow-empty to publish an empty dataset",
             code="empty_result",
         )

@@ -1,6 +1,8 @@
-"""execute: planned jobs → parts, through one :class:`Executor` protocol with two implementations — a local
-process pool (:class:`LocalPool`) and Ray tasks (:class:`RayTasks`, :mod:`msgtrain.run.ray_engine`). The pipeline
-never branches on the engine: it asks :func:`executor_for` once and calls the protocol.
+"""execute: the second step of a run, planned jobs → parts, through one :class:`Executor` protocol with two
+implementations — a local process pool (:class:`LocalPool`) and Ray tasks (:class:`RayTasks`,
+:mod:`msgtrain.run.ray_engine`). The executor also runs the assembly where the parts are
+(:meth:`Executor.assemble`). No other step branches on the engine: the pipeline asks :func:`executor_for` once and
+calls the protocol.
 
 Invariants:
 - Every job's part is written by :func:`msgtrain.run.parts.write_part_to` wherever it runs, and ``on_done`` is
@@ -22,21 +24,38 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from msgtrain.errors import MsgtrainError, OutputError
 from msgtrain.ingest.chunks import Chunk
 from msgtrain.run import parts
-from msgtrain.run.config import ConvertConfig
+from msgtrain.run.assembly import AssemblyJob, write_dataset
+from msgtrain.run.config import ConvertConfig, ProgressHook
+from msgtrain.run.empty_result import check_reject_rate
 from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job, write_part_to
 from msgtrain.run.signals import ignore_sigint_in_worker, sigint_deferred
 from msgtrain.run.units import plan_file
 
+if TYPE_CHECKING:
+    from msgtrain.run.plan import RunPlan
+
 OnDone = Callable[[Job, PartStats], None]
 OnPlan = Callable[[Path, str, list[Chunk]], list[Job]]
+MIN_RECORDS_FOR_RATE = 1000  # --max-reject-rate stops a run early only once this many records were read
+
+
+class Interrupted(MsgtrainError):
+    code = "interrupted"
 
 
 class Executor(Protocol):
     """Where the work of a run happens."""
+
+    input_hint: str  # what a run that could read no input should check first, on this executor
+
+    def prepare(self, cfg: ConvertConfig) -> ConvertConfig:
+        """``cfg`` as the executor's workers need it (every path they open meaning the same to them)."""
+        ...
 
     def session(self) -> contextlib.AbstractContextManager[Any]:
         """Held for the whole run (a Ray connection; nothing for a local pool)."""
@@ -64,12 +83,22 @@ class Executor(Protocol):
         """Whether local files worth cutting are planned by the workers (while other files convert)."""
         ...
 
+    def assemble(self, job: AssemblyJob, tok: Any, progress: ProgressHook | None) -> dict[str, Any]:
+        """Write the dataset ``job`` describes into ``job.dest`` (not published) and return its report, running
+        where the parts are (``tok``: the driver's tokenizer, for work done on the driver)."""
+        ...
+
 
 class LocalPool:
     """A local pool of ``workers`` processes (in this process when 1)."""
 
+    input_hint = ""
+
     def __init__(self, workers: int):
         self.workers = workers
+
+    def prepare(self, cfg: ConvertConfig) -> ConvertConfig:
+        return cfg
 
     def session(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -92,9 +121,19 @@ class LocalPool:
     def plans_in_workers(self) -> bool:
         return self.workers > 1
 
+    def assemble(self, job: AssemblyJob, tok: Any, progress: ProgressHook | None) -> dict[str, Any]:
+        return write_dataset(job, tok, progress)
+
 
 class RayTasks:
     """Ray tasks, one CPU each, retried when their worker dies (:mod:`msgtrain.run.ray_engine`)."""
+
+    input_hint = "with --engine ray every node must see the inputs at the same path (or read them from s3:// URLs); "
+
+    def prepare(self, cfg: ConvertConfig) -> ConvertConfig:
+        from msgtrain.run.ray_engine import config_for_workers
+
+        return config_for_workers(cfg)  # a task's working directory is not the driver's: its paths are absolute
 
     def session(self) -> contextlib.AbstractContextManager[Any]:
         from msgtrain.run.ray_engine import ray_session
@@ -124,10 +163,69 @@ class RayTasks:
     def plans_in_workers(self) -> bool:
         return False
 
+    def assemble(self, job: AssemblyJob, tok: Any, progress: ProgressHook | None) -> dict[str, Any]:
+        from msgtrain.run.ray_engine import assemble_on_cluster
+
+        return assemble_on_cluster(job)
+
 
 def executor_for(cfg: ConvertConfig) -> Executor:
     """The executor ``--engine`` names."""
     return RayTasks() if cfg.engine == "ray" else LocalPool(cfg.workers)
+
+
+def execute(plan: RunPlan, executor: Executor, cfg: ConvertConfig, progress: ProgressHook | None) -> None:
+    """Convert the plan's jobs into parts; when it returns, every part of the run is complete in ``plan.parts``.
+
+    Mid-run, ``--max-reject-rate`` is judged once the records read speak for the run (not the first bad file)."""
+    running = PartStats()
+    done_files = plan.reused
+
+    def on_done(job: Job, stats: PartStats) -> None:
+        nonlocal done_files
+        done_files += 1
+        running.add(stats)
+        if progress:
+            rejected = sum(running.records_rejected.values())
+            figures = {"index": done_files, "total": plan.total_parts, "path": str(job.path)}
+            progress(
+                "file",
+                {**figures, "records": running.records_read, "rejected": rejected, "turns": running.turns_trained},
+            )
+        if running.records_read >= MIN_RECORDS_FOR_RATE and done_files * 10 >= plan.total_parts + len(plan.plans):
+            check_reject_rate(cfg, running)
+
+    try:
+        executor.run_parts(
+            plan.jobs, plan.settings, plan.parts, on_done, plan.plans, plan.chunk_bytes, plan.add_planned
+        )
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted after {done_files} of {plan.total_parts} parts; finished parts are kept",
+            hint="run the same command with --resume to finish",
+        ) from None
+    _check_parts(plan)
+
+
+def _check_parts(plan: RunPlan) -> None:
+    """Every part of the run is there for assembly, or the run stops (publishing without one would silently drop
+    its samples)."""
+    complete = plan.complete = plan.recheck()
+    lost = [job for job in plan.jobs if not complete(job.key)]
+    if lost:
+        # Every job reported its part done: a part the driver cannot see was written where only its worker sees
+        # it (a local OUT on another node).
+        raise OutputError(
+            f"{len(lost)} parts reported done are not in {plan.parts} (first: {lost[0].path})",
+            hint="with --engine ray on several nodes, write OUT to an object store (s3://...) or shared storage",
+        )
+    missing = sum(1 for k in plan.run_keys if not complete(k))
+    if missing:  # a part vanished or broke after it was written (disk, hand edits)
+        raise OutputError(
+            f"{missing} parts are missing or corrupt after conversion",
+            where=str(plan.parts),
+            hint="run the same command with --resume to recompute them",
+        )
 
 
 def _worker_init(parent: int) -> None:

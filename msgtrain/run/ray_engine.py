@@ -8,10 +8,10 @@ Invariants:
 - Workers read their input themselves (an object on a store, or a path on a filesystem every node sees) and write
   their part straight into the state directory or prefix; a task returns only the part's accounting (a few
   hundred bytes of JSON). The driver never holds a part's bytes: its memory does not grow with the parts' size.
-- The dataset is assembled by tasks too: one per output shard for Parquet of a row-wise target
-  (:mod:`msgtrain.run.assembly`, :func:`run_tasks_ray`), else one task for the whole dataset on an object-store
-  OUT (:func:`run_task_ray`) or the driver for a local OUT. The driver writes the small metadata files and
-  publishes (the pointer, or the symlink swap) last.
+- The dataset is assembled by tasks too (:func:`assemble_on_cluster`): one per output shard for Parquet of a
+  row-wise target (:mod:`msgtrain.run.assembly`), else one task for the whole dataset, written into OUT's staging
+  directory (a path every node sees) or a fresh version prefix on a store. The driver publishes (the pointer, or
+  the symlink swap) last.
 - A worker that dies (node lost, OOM-killed) has its task retried by Ray (``max_retries``); a part is complete
   only once its marker is written, so a half-written attempt is simply overwritten by the retry.
 - Each task holds one CPU and keeps the tokenizer's own thread pool to one thread (``RAYON_NUM_THREADS=1``); Ray
@@ -40,10 +40,30 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ConfigError, MsgtrainError
+from msgtrain.export.split import SplitAssigner
 from msgtrain.linearize.tokenizer_source import looks_local
+from msgtrain.run.assembly import (
+    REJECTS,
+    AssemblyJob,
+    ScanResult,
+    Tally,
+    build_report,
+    check_accounting,
+    distributable,
+    plan_shards,
+    refuse_result,
+    scan_batches,
+    scan_slice,
+    shard_outputs,
+    write_dataset,
+    write_drops,
+    write_metadata,
+    write_rejects,
+    write_shard,
+)
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job, write_part_to
-from msgtrain.run.storage import is_remote
+from msgtrain.run.storage import child, is_remote
 
 TASK_ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 # Store credentials and endpoints the workers need as much as the driver (an S3-compatible server's address).
@@ -260,3 +280,41 @@ def job_for_workers(job: Job) -> Job:
     if isinstance(job.path, str) or job.path.is_absolute():
         return job
     return replace(job, path=_absolute(job.path))
+
+
+def assemble_on_cluster(job: AssemblyJob) -> dict[str, Any]:
+    """Write the dataset ``job`` describes into ``job.dest`` (a local directory every node sees, or a prefix on a
+    store) with Ray tasks, the driver never holding a part's or a shard's bytes.
+
+    Parquet of a row-wise target (:func:`~msgtrain.run.assembly.distributable`): scan tasks, then one task per
+    shard and one for the rejects; then one task writes ``dataset_info.json`` and, last, ``report.json`` (built on
+    the driver from the scans' accounting, refused before any shard is written if it must be). Any other dataset
+    (rows that depend on their neighbours, hf or jsonl files) is written by one task. Returns the report."""
+    if not distributable(job.cfg):
+        return run_task_ray(write_dataset, job)
+    cfg, parts, dest = job.cfg, job.parts, job.dest
+    batches = scan_batches(job.groups, 2 * cluster_cpus())
+    shared = put(job.groups)  # one copy in Ray's object store, not one per task
+    scans: list[ScanResult] = run_tasks_ray(
+        [(scan_slice, (cfg, parts, shared, start, stop)) for start, stop in batches]
+    )
+    tally = Tally()
+    for scan in scans:
+        tally.merge(scan.tally)
+    refuse_result(job, tally)
+    splits = SplitAssigner(cfg.split).names
+    plans = plan_shards(splits, [rows for scan in scans for rows in scan.rows], cfg.rows_per_shard)
+    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
+        (write_shard, (cfg, parts, shared, plan, dest)) for plan in plans
+    ]
+    rejects = job.rejects or child(dest, REJECTS)
+    calls.append((write_rejects, (parts, shared, rejects, job.rejects is not None)))
+    results = run_tasks_ray(calls)
+    outputs = shard_outputs(cfg, splits, plans, results[:-1])
+    outputs["drops"] = write_drops(tally, dest)  # small: ids and lengths, already on the driver with the tally
+    data = build_report(cfg, tally, job.tokenizer, job.ignored, outputs)
+    check_accounting(data)
+    # A task too, though small: ``dataset_info.json`` is written by ``datasets``, whose import alone would add
+    # tens of MB to the driver.
+    run_tasks_ray([(write_metadata, (cfg.target, splits, [r.info for r in results[:-1]], data, dest))])
+    return data

@@ -37,7 +37,7 @@ import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
@@ -70,6 +70,47 @@ def protocol(location: str | os.PathLike[str]) -> str | None:
 
 def is_remote(location: str | os.PathLike[str] | None) -> bool:
     return location is not None and protocol(location) is not None
+
+
+def normalize_location(value: str) -> str | Path:
+    """A URL stays a string (``Path`` would fold ``s3://b`` into ``s3:/b``), without a trailing slash; a local path
+    becomes a Path."""
+    return value.rstrip("/") if is_remote(value) else local_path(value)
+
+
+def child(location: Path | str, name: str) -> Path | str:
+    """The location ``name`` (a relative path) inside the directory or prefix ``location``."""
+    return join(location, name) if isinstance(location, str) else location / name
+
+
+def first_line(location: Path | str) -> str | None:
+    """The first line of a file or object, or None when it is absent or unreadable."""
+    try:
+        if isinstance(location, str):
+            store = Store.of(location)
+            return (
+                store.read_bytes(location).decode("utf-8", "replace").split("\n", 1)[0]
+                if store.exists(location)
+                else None
+            )
+        with open(location, encoding="utf-8") as f:
+            return f.readline()
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def writable_dir(dest: Path | str, last: tuple[str, ...] = ()) -> Iterator[Path]:
+    """A local directory whose files end up at ``dest``: ``dest`` itself when local; else a scratch directory
+    uploaded when the body succeeds, the files named in ``last`` after all others (their presence means the rest
+    is there)."""
+    if not isinstance(dest, str):
+        dest.mkdir(parents=True, exist_ok=True)
+        yield dest
+        return
+    with tempfile.TemporaryDirectory(prefix="msgtrain-upload-") as scratch:
+        yield Path(scratch)
+        Store.of(dest).upload_tree(Path(scratch), dest, last=last)
 
 
 def local_path(location: str | os.PathLike[str]) -> Path:
@@ -310,6 +351,55 @@ class Store:
             return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
         except FileNotFoundError:
             return []
+
+
+# ------------------------------------------------------------------------------------------------------ discovery
+LOG_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".traj", ".ndjson", ".eval")
+NOT_A_LOG = "not a log file suffix"
+HIDDEN_DIRECTORY = "hidden directory, not searched"
+Found = tuple[list[Path | str], list[dict[str, str]]]  # (inputs, what was passed over with its reason)
+
+
+def discover(item: str, local: Callable[[str], tuple[list[Path], list[dict[str, str]]]]) -> Found:
+    """The inputs one location names: a local path through ``local`` (the file-system walk); a URL by listing its
+    objects, which are then judged as the local walk judges files (:func:`discover_objects`)."""
+    if is_remote(item):
+        return discover_objects(item)
+    files, ignored = local(item)
+    return list(files), ignored
+
+
+def discover_objects(item: str) -> Found:
+    """An object, or every object under a prefix, sorted; hidden names and names without a log suffix listed as
+    passed over, and a folder a directory reader takes as one log one input."""
+    ignored: list[dict[str, str]] = []
+    found = Store.of(item).list_files(item)
+    if not found:
+        raise ConfigError(f"input {item!r} names no object", hint="check the bucket and prefix")
+    # A folder a directory reader takes as one log is one input, as locally; its objects are not inputs.
+    units = unit_prefixes(item, [url for url, _ in found])
+    hidden_seen: set[str] = set()
+    inside = set(units)
+    mine: list[str] = list(units)
+    for url, _ in found:
+        parents = url.split("/")
+        if any("/".join(parents[:k]) in inside for k in range(len(parents) - 1, 3, -1)):
+            continue
+        rel = url[len(item.rstrip("/")) :].strip("/").split("/")
+        hidden = next((k for k, part in enumerate(rel[:-1]) if part.startswith(".")), None)
+        if hidden is not None:  # the hidden folder is listed once, as a local walk lists it
+            folder = item.rstrip("/") + "/" + "/".join(rel[: hidden + 1])
+            if folder not in hidden_seen:
+                hidden_seen.add(folder)
+                ignored.append({"path": folder, "reason": HIDDEN_DIRECTORY})
+            continue
+        name = url.rpartition("/")[2]
+        suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
+        if suffix in LOG_SUFFIXES or url == item.rstrip("/"):
+            mine.append(url)
+        else:
+            ignored.append({"path": url, "reason": NOT_A_LOG})
+    return sorted(mine), ignored
 
 
 def unit_prefixes(prefix: str, urls: list[str]) -> list[str]:
