@@ -1,0 +1,146 @@
+"""The run stage keeps its shape (issue #28): ``run/pipeline.py`` stays a conductor of four steps, no function in
+``run/`` grows past what one reads at once, and only the executor implementations know which engine runs the work
+and only the storage implementations ask where a location is.
+
+Read from the source with ``ast``, so the rules hold for code that is never run in the suite too:
+
+- an *engine branch* is any read of a config's ``engine`` (``cfg.engine``), an import of Ray or of
+  ``msgtrain.run.ray_engine``, or an ``isinstance`` test against an executor class: outside ``execute.py`` and
+  ``ray_engine.py`` a step calls the :class:`~msgtrain.run.execute.Executor` protocol instead;
+- a *location branch* is a call of ``is_remote`` / ``protocol`` (storage's URL test) or a test of a string for a
+  URL scheme (``x.startswith("s3://")``, ``"://" in x``): outside the executors (which make paths mean the same
+  on every node) and ``storage.py`` / ``outputs.py`` a step calls the storage interface or the
+  :class:`~msgtrain.run.outputs.Output` protocol instead.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).resolve().parents[1] / "msgtrain" / "run"
+PIPELINE_MAX_LINES = 299  # "under 300"
+FUNCTION_MAX_LINES = 80
+EXECUTORS = frozenset({"execute.py", "ray_engine.py"})
+STORAGE = frozenset({"storage.py", "outputs.py"})
+EXECUTOR_CLASSES = frozenset({"LocalPool", "RayTasks"})
+LOCATION_TESTS = frozenset({"is_remote", "protocol"})
+
+
+def _modules() -> list[Path]:
+    return sorted(RUN.glob("*.py"))
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def long_functions(tree: ast.Module) -> list[str]:
+    """Every function (nested ones on their own, and inside their parent) longer than the limit, with its length:
+    ``end_lineno - lineno + 1``, decorators not counted."""
+    return [
+        f"{node.name} (line {node.lineno}): {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > FUNCTION_MAX_LINES
+    ]
+
+
+def engine_branches(tree: ast.Module) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "engine":
+            found.append(f"line {node.lineno}: reads .engine")
+        elif isinstance(node, ast.Import):
+            found += [
+                f"line {node.lineno}: imports {a.name}"
+                for a in node.names
+                if a.name == "ray" or a.name.startswith(("ray.", "msgtrain.run.ray_engine"))
+            ]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            module = node.module
+            if module == "ray" or module.startswith(("ray.", "msgtrain.run.ray_engine")):
+                found.append(f"line {node.lineno}: imports from {module}")
+            elif module == "msgtrain.run" and any(a.name == "ray_engine" for a in node.names):
+                found.append(f"line {node.lineno}: imports msgtrain.run.ray_engine")
+        elif isinstance(node, ast.Call) and _name(node.func) == "isinstance" and len(node.args) == 2:
+            classes = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            if any(_name(c) in EXECUTOR_CLASSES for c in classes):
+                found.append(f"line {node.lineno}: isinstance of an executor")
+    return found
+
+
+def _is_scheme(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and "://" in node.value
+
+
+def location_branches(tree: ast.Module) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _name(node.func) in LOCATION_TESTS:
+            found.append(f"line {node.lineno}: calls {_name(node.func)}()")
+        elif isinstance(node, ast.Call) and _name(node.func) in ("startswith", "endswith", "match"):
+            args = [*node.args, *(a for arg in node.args if isinstance(arg, ast.Tuple) for a in arg.elts)]
+            if any(_is_scheme(a) for a in args):
+                found.append(f"line {node.lineno}: tests a string for a URL scheme")
+        elif isinstance(node, ast.Compare) and any(_is_scheme(c) for c in [node.left, *node.comparators]):
+            found.append(f"line {node.lineno}: compares with a URL scheme")
+    return found
+
+
+def test_pipeline_py_stays_under_300_lines() -> None:
+    lines = len((RUN / "pipeline.py").read_text(encoding="utf-8").splitlines())
+    assert lines <= PIPELINE_MAX_LINES, f"run/pipeline.py has {lines} lines: put the logic in its step's module"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: p.name)
+def test_no_function_in_the_run_stage_is_longer_than_80_lines(path: Path) -> None:
+    assert long_functions(_tree(path)) == [], f"split these functions of run/{path.name}"
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if p.name not in EXECUTORS], ids=lambda p: p.name)
+def test_only_the_executors_branch_on_the_engine(path: Path) -> None:
+    assert engine_branches(_tree(path)) == [], f"run/{path.name}: call the Executor protocol (run/execute.py)"
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if p.name not in EXECUTORS | STORAGE], ids=lambda p: p.name)
+def test_only_the_storage_implementations_branch_on_where_a_location_is(path: Path) -> None:
+    assert location_branches(_tree(path)) == [], (
+        f"run/{path.name}: go through run/storage.py or the Output protocol (run/outputs.py)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "rule"),
+    [
+        ("def f(cfg):\n    if cfg.engine == 'ray':\n        pass\n", engine_branches),
+        ("from msgtrain.run.ray_engine import run_task_ray\n", engine_branches),
+        ("def f():\n    from msgtrain.run import ray_engine\n", engine_branches),
+        ("import ray\n", engine_branches),
+        ("def f(e):\n    return isinstance(e, (LocalPool, RayTasks))\n", engine_branches),
+        ("def f(out):\n    return 1 if is_remote(str(out)) else 2\n", location_branches),
+        ("def f(out):\n    return storage.protocol(out)\n", location_branches),
+        ("def f(out):\n    return out.startswith(('s3://', 'gs://'))\n", location_branches),
+        ("def f(out):\n    return '://' in out\n", location_branches),
+    ],
+)
+def test_the_rules_see_the_branches_they_forbid(source: str, rule: object) -> None:
+    assert callable(rule)
+    assert rule(ast.parse(source)), f"{rule.__name__} missed: {source!r}"
+
+
+def test_the_function_length_rule_counts_nested_functions_on_their_own_and_in_their_parent() -> None:
+    inner = "    def inner():\n" + "        x = 1\n" * FUNCTION_MAX_LINES
+    found = long_functions(ast.parse("def outer():\n" + inner))
+    assert [f.split(" ")[0] for f in found] == ["outer", "inner"]
