@@ -148,6 +148,18 @@ def test_an_older_export_with_an_edited_prompt_trains_both_replies(tmp_path: Pat
     assert len(ev.graph.leaves()) == 2 and ev.extras["node_map"] == {"passed": {"empty_system_message": 1}}
 
 
+def test_a_reply_of_weight_zero_is_context_in_the_books_never_trained(tmp_path: Path) -> None:
+    doc = json.loads(EXPORT.read_text())[:1]
+    doc[0]["mapping"]["a3"]["message"]["weight"] = 0.0
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(doc))
+    (ev,), _ = read(path)
+    (reply,) = [n for n in ev.graph.nodes.values() if n.message.text == "The median is 5."]
+    assert reply.origin.value == "carried"
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert stats.turns_found == 7 and stats.turns_dropped["context_unknown"] == 2
+
+
 def test_explain_says_a_chatgpt_export_is_a_node_map(capsys: Any) -> None:
     from msgtrain.cli import main
 

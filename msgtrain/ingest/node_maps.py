@@ -27,6 +27,8 @@ the metadata) is not what the model read: the replies after it on its branch are
 the books as ``context_unknown``, never trained in a context the export does not hold; they are counted
 (``node_map.withheld_results``).
 
+An assistant message of ``weight`` 0 (OpenAI's mark for a reply not to train on) is context (``carried``).
+
 A tool result answers the oldest open call of its tool on its branch. One that answers no call (a file-search
 result the service added on upload) rejects the conversation naming the node (``unpaired_result``): a template
 cannot render a result without its call, and how the service showed it to the model is not in the export.
@@ -155,6 +157,8 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
         if kind is not None:
             passed[kind] = passed.get(kind, 0) + 1
         else:
+            # weight 0 marks a reply not to train on, as in OpenAI's fine-tuning files: kept as context.
+            unweighted = message.get("weight") == 0
             for data in _messages(message, branch, node_where):
                 data.pop("weight", None)
                 if data["role"] == "assistant":
@@ -163,7 +167,7 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
                 calls = getattr(msg, "calls", ())
                 branch.call_names.update({c.invocation_id: c.option_name for c in calls})
                 # After a result the export withheld, a reply's context is not the one the model saw.
-                origin = Origin.CARRIED if branch.withheld and msg.role == "assistant" else None
+                origin = Origin.CARRIED if (branch.withheld or unweighted) and msg.role == "assistant" else None
                 branch.parent = graph.add_node(branch.parent, msg, origin=origin)
                 if data["role"] == "tool" and not str(data.get("content") or "").strip():
                     branch.withheld = True
