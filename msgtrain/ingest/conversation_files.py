@@ -566,20 +566,3 @@ def dict_field(record: dict[str, Any], key: str) -> dict[str, Any]:
     """``record[key]`` when it is an object, else an empty dict (optional nested objects in logs)."""
     value = record.get(key)
     return value if isinstance(value, dict) else {}
-
-
-def parse_json_field(value: Any, *, what: str, where: str) -> Any:
-    """A field that may hold JSON as a string (ShareGPT ``tools``, LLaMA-Factory ``tool_call`` values)."""
-    if not isinstance(value, str):
-        return value
-    if not value.strip():
-        return None
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as e:
-        raise ValidationError(
-            f"{what} is not valid JSON: {e.msg} at char {e.pos}",
-            where=where,
-            code="bad_json_field",
-            hint=f"{what} must be a JSON string",
-        ) from e

@@ -307,7 +307,7 @@ class MessageNormaliser:
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
         if calls_only:  # ShareGPT function_call: the value is the call (or a list of calls) as JSON
-            value = _json_value(content, where)
+            value = parse_json_field(content, what="function_call value", where=where, code="bad_tool_call")
             for call in value if isinstance(value, list) else [value]:
                 calls.append(self._call(call, where, len(calls)))
         else:
@@ -490,13 +490,24 @@ def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return None
 
 
-def _json_value(value: Any, where: str) -> Any:
+def parse_json_field(value: Any, *, what: str, where: str, code: str = "bad_json_field") -> Any:
+    """A field that may hold JSON as a string (ShareGPT ``tools`` and ``function_call`` values, LLaMA-Factory
+    ``tool_call`` values, verifiers' tool calls, lm-evaluation-harness chat prompts): the readers' one
+    JSON-in-string parser. Anything but a string is returned as is; blank text is None; text that does not parse is
+    a :class:`ValidationError` with ``code``, never a guess."""
     if not isinstance(value, str):
         return value
+    if not value.strip():
+        return None
     try:
         return json.loads(value)
     except json.JSONDecodeError as e:
-        raise ValidationError(f"function_call value is not JSON: {e.msg}", where=where, code="bad_tool_call") from e
+        raise ValidationError(
+            f"{what} is not valid JSON: {e.msg} at char {e.pos}",
+            where=where,
+            code=code,
+            hint=f"{what} must be a JSON string",
+        ) from e
 
 
 def _content_value(parts: list[Any], logged: Any) -> Any:

@@ -46,11 +46,11 @@ from msgtrain.ingest.conversation_files import (
     conversation_chunk_key,
     kto_label,
     mark_last_reply,
-    parse_json_field,
     read_conversation_file,
 )
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
+from msgtrain.ingest.shapes import parse_json_field
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import (

@@ -27,7 +27,6 @@ Safe readings:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -46,6 +45,7 @@ from msgtrain.ingest.base import (
     head_objects,
 )
 from msgtrain.ingest.conversation_files import Step, base_graph_id, build_linear_graph, iter_raw_records
+from msgtrain.ingest.shapes import parse_json_field
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import Origin
@@ -176,7 +176,10 @@ def _openai_message(item: Any, open_calls: list[str], where: str) -> dict[str, A
     if calls is None:
         data.pop("tool_calls", None)
     elif isinstance(calls, list):
-        data["tool_calls"] = [_decoded_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(calls)]
+        data["tool_calls"] = [
+            parse_json_field(c, what="a tool call", where=f"{where}.tool_calls[{k}]", code="bad_tool_call")
+            for k, c in enumerate(calls)
+        ]
     if data.get("role") == "tool" and not data.get("tool_call_id"):
         if not open_calls:
             raise ValidationError(
@@ -189,15 +192,6 @@ def _openai_message(item: Any, open_calls: list[str], where: str) -> dict[str, A
     elif data.get("role") == "tool" and data["tool_call_id"] in open_calls:
         open_calls.remove(data["tool_call_id"])
     return data
-
-
-def _decoded_call(call: Any, where: str) -> Any:
-    if not isinstance(call, str):
-        return call
-    try:
-        return json.loads(call)
-    except json.JSONDecodeError as e:
-        raise ValidationError(f"a tool call is not JSON: {e.msg}", where=where, code="bad_tool_call") from e
 
 
 def _tools(rec: dict[str, Any], where: str) -> list[Any]:
