@@ -350,3 +350,72 @@ def test_instruction_datasets_trained_after_their_whole_instruction(
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
     users = [t for r, t, _ in _said(graph) if r == "user"]
     assert users == [user_text or row.get("question") or row.get("query")]
+
+
+# ------------------------------------------------------------------------------------------ lm-evaluation-harness
+# EleutherAI/lm-evaluation-harness lm_eval/loggers/evaluation_tracker.py save_results_samples (commit
+# 034ab03621186e68aa1f73ee1508370580ea77b5): samples_<task>_<date>.jsonl, one line per (doc, filter), arguments as
+# {"gen_args_<i>": {"arg_<j>": ...}}; a chat API model's context is its message list as JSON text.
+def _lm_eval_sample(context: Any, resps: list[Any], filter_key: str = "strict-match", **kw: Any) -> dict[str, Any]:
+    return {
+        "doc_id": kw.get("doc_id", 0),
+        "doc": {"question": "2+2?"},
+        "target": "4",
+        "arguments": {
+            "gen_args_0": {"arg_0": context, "arg_1": kw.get("arg_1", {"until": ["\n\n"], "do_sample": False})}
+        },
+        "resps": [resps],
+        "filtered_resps": ["4"],
+        "filter": filter_key,
+        "metrics": ["exact_match"],
+        "doc_hash": "d0",
+        "prompt_hash": "p0",
+        "target_hash": "t0",
+        "exact_match": 1.0,
+    }
+
+
+CHAT = json.dumps([{"role": "user", "content": "2+2?"}])
+
+
+def test_lm_eval_generations_of_a_chat_model_are_trained_once_with_their_metric_as_reward(tmp_path: Path) -> None:
+    path = _jsonl(
+        tmp_path / "samples_gsm8k_2025-01-01T00-00-00.000000.jsonl",
+        [_lm_eval_sample(CHAT, ["4"]), _lm_eval_sample(CHAT, ["4"], "flexible-extract")],
+    )
+    assert detect_format(path).name == "lm_eval"
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (1, 1)  # the second filter is the same reply
+    assert samples[0].reward == 1.0 and samples[0].metadata["task"] == "gsm8k"
+
+
+def test_lm_eval_repeats_of_one_request_are_sibling_replies_of_one_context(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "samples_gsm8k_2025-01-01T00-00-00.jsonl", [_lm_eval_sample(CHAT, ["4", "5", "four"])])
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert len(graph.graph.leaves()) == 3
+    _, stats, _ = convert_file(path, _settings())
+    assert stats.turns_trained == 3
+
+
+@pytest.mark.parametrize(
+    ("context", "reason"),
+    [
+        ("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n", "prerendered_prompt"),  # --apply_chat_template
+        ("Question: 2+2?\nAnswer:", "not_a_chat"),  # a base model's raw prompt
+    ],
+)
+def test_lm_eval_contexts_that_are_not_messages_are_rejected_counting_their_generations(
+    tmp_path: Path, context: str, reason: str
+) -> None:
+    path = _jsonl(tmp_path / "samples_gsm8k_2025-01-01T00-00-00.jsonl", [_lm_eval_sample(context, ["4", "4"])])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert samples == [] and stats.turns_lost == 2
+    assert json.loads(rejects[0])["reason"] == reason
+
+
+def test_lm_eval_loglikelihood_requests_hold_no_generation_and_are_skipped(tmp_path: Path) -> None:
+    row = _lm_eval_sample("A man", [[-3.1, False]], arg_1=" runs.")
+    _, stats, rejects = convert_file(
+        _jsonl(tmp_path / "samples_hellaswag_2025-01-01T00-00-00.jsonl", [row]), _settings()
+    )
+    assert rejects == [] and dict(stats.records_skipped) == {"no_generation": 1}

@@ -27,6 +27,7 @@ from msgtrain.ingest import (
     go_agent,
     inspect_ai,
     lionagi,
+    lm_eval,
     marsys,
     mini_swe_agent,
     native,
@@ -62,6 +63,7 @@ _READERS: list[Reader] = [
     # Eval-harness logs: documents with a harness-specific envelope (Inspect's eval spec, zip archives).
     inspect_ai.READER,
     verifiers.READER,
+    lm_eval.READER,
     # Conversation formats with a marker no other format has (kind tags, interactions:, lion_class, MARSYS roles,
     # Go AgentState, Anthropic-only blocks, Responses item types) go before the per-call OpenAI logs.
     options.READER,
