@@ -33,7 +33,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -163,8 +163,11 @@ def context_text(
     return json.dumps([r.to_data() for r in rules], sort_keys=True, ensure_ascii=False) if rules else None
 
 
-def rules_from_text(text: str | None) -> list[ContextRule]:
-    return [ContextRule.from_data(d) for d in json.loads(text)] if text else []
+@lru_cache(maxsize=4)
+def rules_from_text(text: str | None) -> tuple[ContextRule, ...]:
+    """The rules of :func:`context_text`'s text; parsed once per process (a run of many small files reads the same
+    settings for each)."""
+    return tuple(ContextRule.from_data(d) for d in json.loads(text)) if text else ()
 
 
 def with_supplied_context(
