@@ -58,6 +58,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/verifiers/results.jsonl",
     ),
     (
+        "lm_eval",
+        "EleutherAI lm-evaluation-harness samples_<task>_<date>.jsonl (--log_samples): generations per doc",
+        "sample_logs/lm_eval/samples_gsm8k_chat_2025-01-01T00-00-00.000000.jsonl",
+    ),
+    (
         "options",
         "Options-framework messages (seed 003): msgtrain Message JSON, kind = parts/option_call/option_result",
         "sample_logs/options/research_agent.jsonl",
