@@ -299,3 +299,18 @@ def test_a_bad_context_entry_is_a_config_error_naming_the_entry(entry: dict[str,
     with pytest.raises(ConfigError, match=expected) as info:
         ConvertConfig(context=[{"tools": "t.json"}, entry])
     assert "context[1]" in str(info.value)
+
+
+def test_a_session_log_that_holds_its_system_prompt_keeps_it_and_only_the_tools_are_supplied(
+    files: tuple[Path, Path],
+) -> None:
+    codex = SAMPLES / "codex" / "rollout.jsonl"
+    (plain,) = read_graphs(codex)
+    assert root_texts(plain.graph)[0].startswith("You are Codex")  # the rollout logs its own instructions
+    (ev,) = read_graphs(codex, load_rules([], *files))
+    assert root_texts(ev.graph) == root_texts(plain.graph)
+    assert list(ev.graph.env.tools) == OPENAI_TOOLS and missing_context(ev.graph) == []
+    assert ev.extras["context_supplied"] == {"tools": str(files[1])}
+    result = linearize_graph(ev.graph, load_named_tokenizer("demo"), extras=ev.extras)
+    assert result.samples and all("system_prompt_supplied" not in s.flags for s in result.samples)
+    assert all("tools_supplied" in s.flags for s in result.samples)
