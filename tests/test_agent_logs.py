@@ -507,3 +507,22 @@ def test_generated_turns_of_an_api_recorded_in_another_shape_are_rejects_with_th
     code, _, report = convert(tmp_path, path)
     assert code == 3 and report["records"]["rejected_by_reason"] == {"unsupported_api": 1}
     assert report["turns"]["in_rejected_records"] == 1 and report["turns"]["trained"] == 1  # the response's turn
+
+
+# Shape of Arize-ai/openinference python/instrumentation/openinference-instrumentation-langchain/tests/cassettes/
+# test_instrumentor/test_gemini_token_counts.yaml (commit 1fe497f1d9f45a07eee55d97fe185e020560f9c7): Vertex AI called
+# with `enum-encoding=int`, so the finish reason is a protocol-buffer enum number.
+def test_a_finish_reason_logged_as_an_enum_number_is_kept_as_text_not_a_fault(tmp_path: Path) -> None:
+    request = {"contents": [{"role": "user", "parts": [{"text": "Tell me a one-liner."}]}]}
+    body = {
+        "candidates": [{"content": {"role": "model", "parts": [{"text": "I see food, I eat it."}]}, "finishReason": 1}],
+        "usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 17},
+        "modelVersion": "gemini-2.5-flash",
+    }
+    uri = (
+        "https://us-central1-aiplatform.googleapis.com/v1beta1/projects/p/locations/us-central1/publishers/google/"
+        "models/gemini-2.5-flash:generateContent?%24alt=json%3Benum-encoding%3Dint"
+    )
+    path = _cassette(tmp_path / "logs" / "gemini.yaml", [(uri, request, json.dumps(body))])
+    code, _, report = convert(tmp_path, path)
+    assert code == 0 and report["turns"]["found"] == report["turns"]["trained"] == 1

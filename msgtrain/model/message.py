@@ -114,6 +114,15 @@ class Generation(Frozen):
     finish_reason: str | None = None
     created: int | None = None
 
+    @field_validator("finish_reason", mode="before")
+    @classmethod
+    def _finish_reason_as_text(cls, value: Any) -> str | None:
+        """A finish reason is kept as text whatever a log wrote it as: a protocol-buffer enum number (Gemini's gRPC
+        transport logs ``finishReason: 1``) is its number, as text; anything that is not a scalar is unknown."""
+        if value is None or isinstance(value, str):
+            return value
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
     @model_validator(mode="after")
     def _logprobs_align(self) -> Generation:
         if self.token_ids is not None and self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
