@@ -123,6 +123,16 @@ def test_a_node_whose_parent_is_not_in_the_map_rejects_its_conversation(tmp_path
     assert not graphs and reject.error.code == "orphan_message" and "'gone'" in reject.error.message
 
 
+def test_nodes_whose_parents_form_a_cycle_reject_their_conversation_never_dropped_silently(tmp_path: Path) -> None:
+    doc = json.loads(EXPORT.read_text())[:1]
+    mapping = doc[0]["mapping"]
+    mapping["u1-edit"]["parent"], mapping["a3"]["children"] = "a3", ["u1-edit"]  # u1-edit <-> a3
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(doc))
+    graphs, (reject,) = read(path)
+    assert not graphs and reject.error.code == "bad_structure" and "2 of" in reject.error.message
+
+
 def test_an_older_export_with_an_edited_prompt_trains_both_replies(tmp_path: Path) -> None:
     # The shape of mitkury/chatgpt-export-parser tests/example-conversation.json (commit 08b4d0b0): an empty system
     # message, then the user edits the second prompt; the reply to the first version exists, the second has none.

@@ -149,8 +149,6 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
     while stack:
         node_id, branch = stack.pop()
         seen += 1
-        if seen > len(nodes):
-            raise ValidationError("the node map has a cycle", where=where, code="bad_structure")
         message = nodes[node_id].get("message")
         node_where = f"{where}.{node_id}.message"
         kind = _passed_kind(message)
@@ -173,6 +171,12 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
                     branch.withheld = True
                     withheld += 1
         stack.extend((child, branch.fork(branch.parent)) for child in reversed(children.get(node_id, [])))
+    if seen < len(nodes):  # nodes whose parents form a cycle hang from no root: never dropped without a word
+        raise ValidationError(
+            f"{len(nodes) - seen} of {len(nodes)} nodes hang from no root (their parents form a cycle)",
+            where=where,
+            code="bad_structure",
+        )
     mark_context_incomplete(graph, ["system_prompt"], "a chat UI export holds the conversation, not its system prompt")
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     graph.graph_id = content_graph_id(base, graph)
