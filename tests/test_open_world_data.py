@@ -419,3 +419,55 @@ def test_lm_eval_loglikelihood_requests_hold_no_generation_and_are_skipped(tmp_p
         _jsonl(tmp_path / "samples_hellaswag_2025-01-01T00-00-00.jsonl", [row]), _settings()
     )
     assert rejects == [] and dict(stats.records_skipped) == {"no_generation": 1}
+
+
+# ------------------------------------------------------------------------------------------ generation records
+def test_openai_evals_sampling_events_train_what_was_sampled_after_the_prompt(tmp_path: Path) -> None:
+    # openai/evals evals/record.py RecorderBase.record_sampling: {"run_id", "event_id", "sample_id", "type":
+    # "sampling", "data": {"prompt", "sampled"}}, beside "match" events and the spec / final_report lines (shape of
+    # the log quoted in Significant-Gravitas/Auto-GPT-Benchmarks README.md, 2023-04-17 run 230417220821DPM75QNS).
+    rows = [
+        {"spec": {"eval_name": "test-match.s1.simple-v0", "run_id": "r1"}},
+        {"final_report": {"accuracy": 0.5}},
+        {
+            "run_id": "r1",
+            "event_id": 0,
+            "sample_id": "test-match.s1.2",
+            "type": "sampling",
+            "data": {"prompt": [{"role": "user", "content": "OpenAI was founded in 20"}], "sampled": ["15"]},
+        },
+        {"run_id": "r1", "event_id": 1, "type": "match", "data": {"correct": True, "expected": "15", "sampled": "15"}},
+        {
+            "run_id": "r1",
+            "event_id": 2,
+            "type": "sampling",
+            "data": {"prompt": "Once upon a", "sampled": ["time", "day"]},
+        },
+    ]
+    path = _jsonl(tmp_path / "230417220821DPM75QNS_gpt-4_test-match.jsonl", rows)
+    _, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (3, 3)  # two samples of one prompt: siblings
+    graphs = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert sorted(len(g.graph.leaves()) for g in graphs) == [1, 2]
+
+
+def test_a_distilabel_step_trains_its_raw_output_after_its_raw_input(tmp_path: Path) -> None:
+    # argilla-io/distilabel TextGeneration output rows: the step's exact model input and output under
+    # distilabel_metadata (raw_input_<step>, raw_output_<step>) beside the flattened instruction / generation.
+    row = {
+        "instruction": "Write a tagline.",
+        "generation": "Taste the future.",
+        "distilabel_metadata": {
+            "raw_input_text_generation_0": [
+                {"role": "system", "content": "Be bold."},
+                {"role": "user", "content": "Write a tagline."},
+            ],
+            "raw_output_text_generation_0": "Taste the future.",
+        },
+        "model_name": "meta-llama/Meta-Llama-3.1-8B-Instruct",
+    }
+    path = _jsonl(tmp_path / "gen.jsonl", [row])
+    _, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and stats.turns_trained == 1
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert [r for r, _, _ in _said(graph)] == ["system", "user", "assistant"]

@@ -118,6 +118,7 @@ PAIR_KEYS = (
     ("messages", "response"),
     ("origin_prompt", "prediction"),  # OpenCompass predictions/<model>/<dataset>.json
     ("input_prompt", "output_response"),  # SkyRL evaluation dumps
+    ("prompt", "sampled"),  # openai/evals recorder "sampling" events
 )
 # Where a preference record's prompt is (Intel/orca_dpo_pairs writes ``question``; OpenAI ``input.messages``).
 _PREFERENCE_PROMPT_KEYS = ("prompt", "input", "question", "instruction", "query")
@@ -240,7 +241,7 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     alpaca = _alpaca_columns(record, lists)
     if alpaca is not None:
         return Found(path, record, Mapping("alpaca", columns | alpaca))
-    for prompt_key, completion_key in PAIR_KEYS:
+    for prompt_key, completion_key in (*PAIR_KEYS, *_suffixed_pairs(record)):
         if prompt_key in record and _replies(record.get(completion_key)) and _prompt_like(record[prompt_key]):
             columns |= {"prompt": prompt_key, "completion": completion_key}
             return Found(path, record, Mapping("prompt_completion", columns))
@@ -387,10 +388,27 @@ def _is_prefix(short: list[Any], long: list[Any]) -> bool:
     return len(short) <= len(long) and [said(m) for m in short] == [said(m) for m in long[: len(short)]]
 
 
+def _suffixed_pairs(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """``raw_input_<step>`` + ``raw_output_<step>`` pairs: what a distilabel pipeline step sent its model and the text
+    it got back (``distilabel_metadata``), the exact context of the generation beside it."""
+    return [
+        (key, f"raw_output_{key[len('raw_input_') :]}")
+        for key in record
+        if isinstance(key, str) and key.startswith("raw_input_") and f"raw_output_{key[len('raw_input_') :]}" in record
+    ]
+
+
 def _replies(value: Any) -> bool:
     if isinstance(value, dict) and _choice_messages(value) is not None:
         return True
+    if _text_samples(value):
+        return True
     return isinstance(value, str) or is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
+
+
+def _text_samples(value: Any) -> bool:
+    """A list of generated texts for one context (OpenAI evals' ``sampled``, n > 1 completions)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
 
 
 def _choice_messages(value: dict[str, Any]) -> list[Any] | None:
@@ -494,8 +512,13 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         builder.add_list(_as_prompt(m.field_of(holder, "prompt")), f"{at}.{m.columns['prompt']}", trained=False)
         start = len(builder.steps)
         meta = {"label": label} if label is not None else None
-        _add_replies(builder, m.field_of(holder, "completion"), f"{at}.{m.columns['completion']}", meta)
-        if not any(s.message.role == "assistant" for s in builder.steps[start:]):
+        completion = m.field_of(holder, "completion")
+        if _text_samples(completion) and len(completion) > 1:  # n samples of one context: sibling replies
+            branches = _text_branches(builder, completion, f"{at}.{m.columns['completion']}", meta)
+        else:
+            completion = completion[0] if _text_samples(completion) else completion
+            _add_replies(builder, completion, f"{at}.{m.columns['completion']}", meta)
+        if not branches and not any(s.message.role == "assistant" for s in builder.steps[start:]):
             raise ValidationError(
                 f"the completion at {at}.{m.columns['completion']} holds no assistant message",
                 code="ambiguous_structure",
@@ -604,6 +627,19 @@ def _preference(builder: _Builder, holder: dict[str, Any], m: Mapping, at: str) 
         if not any(s.message.role == "assistant" for s in branch.steps):
             raise ValidationError(f"the {mark} reply at {at}.{m.columns[mark]} holds no assistant message")
         out.append((branch.steps, mark))
+    return out
+
+
+def _text_branches(
+    builder: _Builder, texts: list[str], where: str, metadata: dict[str, Any] | None
+) -> list[tuple[list[Step], str]]:
+    """One branch per generated text, each a reply sampled in the context ``builder`` holds."""
+    out: list[tuple[list[Step], str]] = []
+    for i, text in enumerate(texts):
+        branch = _Builder(_fork(builder.norm), call_names=dict(builder.call_names))
+        branch.steps = []
+        branch.add({"role": "assistant", "content": text}, f"{where}[{i}]", metadata=metadata)
+        out.append((branch.steps, "sample"))
     return out
 
 
