@@ -242,6 +242,10 @@ def register(app: typer.Typer) -> None:
         ),
         html: Path = typer.Option(None, "--html", help="Also write the view as a self-contained HTML page."),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
+        system_prompt: Path = typer.Option(
+            None, "--system-prompt", help="The system prompt of conversations whose log holds none, as convert."
+        ),
+        tools: Path = typer.Option(None, "--tools", help="The tools of conversations whose log has none, as convert."),
         max_turns: int = typer.Option(
             DEFAULT_MAX_TURNS, "--max-turns", min=0, help="Show at most this many trained turns in all (0: all)."
         ),
@@ -256,6 +260,7 @@ def register(app: typer.Typer) -> None:
 
         Bounded by default (terminal and --html alike): --max-turns and --max-chars; every elision is marked.
         """
+        from msgtrain.ingest.supplied import context_text
         from msgtrain.tools.bounds import limit
         from msgtrain.tools.inspect_cmd import inspect_input, render_inspection, write_html
 
@@ -266,6 +271,7 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer,
             chat_template=str(chat_template) if chat_template is not None else None,
             input_format=input_format,
+            context=context_text(None, system_prompt, tools),
         )
         ins.max_turns, ins.max_chars = limit(max_turns), limit(max_chars)
         console = _console()

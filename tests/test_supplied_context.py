@@ -314,3 +314,11 @@ def test_a_session_log_that_holds_its_system_prompt_keeps_it_and_only_the_tools_
     result = linearize_graph(ev.graph, load_named_tokenizer("demo"), extras=ev.extras)
     assert result.samples and all("system_prompt_supplied" not in s.flags for s in result.samples)
     assert all("tools_supplied" in s.flags for s in result.samples)
+
+
+def test_inspect_shows_the_supplied_prompt_at_the_root_of_the_tree(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", str(CLAUDE), "--system-prompt", str(files[0]), "--max-turns", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"[System] {PROMPT.splitlines()[0]}" in out

@@ -104,7 +104,10 @@ def inspect_input(
     tokenizer: str | None = None,
     chat_template: str | None = None,
     input_format: str | None = None,
+    context: str | None = None,
 ) -> Inspection:
+    """``context``: supplied context (:func:`msgtrain.ingest.supplied.context_text`), put into the graph as convert
+    puts it."""
     path = Path(input_path)
     if not path.exists():
         raise ConfigError(f"input {path} does not exist", hint="pass a log file, a directory of logs, or a dataset OUT")
@@ -116,7 +119,13 @@ def inspect_input(
             )
         return inspect_dataset(path, sample=sample, tokenizer=tokenizer, chat_template=chat_template)
     return inspect_logs(
-        path, graph=graph, sample=sample, tokenizer=tokenizer, chat_template=chat_template, input_format=input_format
+        path,
+        graph=graph,
+        sample=sample,
+        tokenizer=tokenizer,
+        chat_template=chat_template,
+        input_format=input_format,
+        context=context,
     )
 
 
@@ -129,7 +138,7 @@ class _Found:
     unread_files: int  # files not opened: the graph was found before them
 
 
-def _find_graph(path: Path, graph: str | None, input_format: str | None) -> _Found:
+def _find_graph(path: Path, graph: str | None, input_format: str | None, context: str | None = None) -> _Found:
     """The graph with id ``graph`` (or a unique id prefix; the first graph when None).
 
     Files are read in ``convert``'s order and reading stops after the file where the choice is settled (the
@@ -147,7 +156,12 @@ def _find_graph(path: Path, graph: str | None, input_format: str | None) -> _Fou
     for f in files:
         read += 1
         opened = open_reader(f, reader)
-        for ev in [opened] if isinstance(opened, ReadReject) else read_events(opened, f):
+        events = iter([opened]) if isinstance(opened, ReadReject) else read_events(opened, f)
+        if context and not isinstance(opened, ReadReject):
+            from msgtrain.ingest.supplied import rules_from_text, with_supplied_context
+
+            events = with_supplied_context(events, rules_from_text(context), opened.name, str(f))
+        for ev in events:
             if isinstance(ev, ReadReject):
                 rejects += ev.count
             elif isinstance(ev, ReadSkip):
@@ -189,11 +203,12 @@ def inspect_logs(
     tokenizer: str | None,
     chat_template: str | None,
     input_format: str | None,
+    context: str | None = None,
 ) -> Inspection:
     from msgtrain.linearize import linearize_graph
     from msgtrain.tools.tokenizer import load_bundle
 
-    found = _find_graph(path, graph, input_format)
+    found = _find_graph(path, graph, input_format, context)
     ev = found.event
     tok = load_bundle(tokenizer, chat_template)
     res = linearize_graph(ev.graph, tok, source=str(ev.source), extras=ev.extras)
