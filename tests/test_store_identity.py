@@ -5,6 +5,11 @@ folder of one file per event) reads the same files from a bucket as from the dis
 
 One conversion each (module-scoped): ``sample_logs/`` and, where it ships beside the checkout, ``../shared/real_logs``
 (every folder, new ones included), copied into one tree that is converted from the disk and from a local S3 server.
+
+Every reader that opens more than one file (it declares ``siblings``, or its unit is a folder: ``detect_directory``)
+has a case of its own in :data:`MULTI_FILE_CASES`, on the sample log that ships with the checkout and on the real
+logs where they are present; a new such reader without a case fails
+:func:`test_every_reader_that_opens_more_than_one_file_has_a_case`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from msgtrain.ingest.registry import REGISTRY
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.storage import Store, current_version, join, version_url
@@ -29,16 +35,29 @@ pytest.importorskip("s3fs", reason="needs s3fs: pip install 'msgtrain[store-test
 BUCKET = "msgtrain-identity"
 Rows = dict[str, dict[str, Any]]
 
+# reader → (folder of sample_logs/, folders of ../shared/real_logs/, what only reading the other files gives)
+MULTI_FILE_CASES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    # a sub-agent's type is in its parent session, the file beside its folder
+    "claude_code": ("sample_logs/claude_code", ("real_logs/claude_code_spotter",), "subagent:Explore"),
+    # a conversation folder: base_state.json + events/event-NNNNN-*.json, one event per file
+    "openhands_v1": ("sample_logs/openhands_v1", ("real_logs/openhands_v1_sdk",), "openhands"),
+}
+
 
 def _rows(tables: list[pa.Table]) -> dict[str, Rows]:
-    """Rows by the top folder of their source (``sample_logs``, ``real_logs``), each keyed by sample id, without
-    ``source``."""
+    """Rows by the folder of their source below the copied tree (``sample_logs/claude_code``,
+    ``real_logs/tau_bench``), each keyed by sample id, without ``source``."""
     out: dict[str, Rows] = {}
     for table in tables:
         for row in table.to_pylist():
-            tree = row.pop("source").split("/logs/", 1)[1].split("/", 1)[0]
-            out.setdefault(tree, {})[row["sample_id"]] = row
+            folder = "/".join(row.pop("source").split("/logs/", 1)[1].split("/", 2)[:2])
+            out.setdefault(folder, {})[row["sample_id"]] = row
     return out
+
+
+def _under(rows: dict[str, Rows], prefix: str) -> Rows:
+    """The rows of every folder at or below ``prefix`` (``sample_logs``, ``sample_logs/claude_code``)."""
+    return {k: row for folder, r in rows.items() if (folder + "/").startswith(prefix + "/") for k, row in r.items()}
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +95,30 @@ def _assert_same(local: Rows, remote: Rows) -> None:
 
 def test_sample_logs_give_the_same_rows_from_a_bucket_as_from_the_disk(runs: Any) -> None:
     local, remote = runs
-    _assert_same(local["sample_logs"], remote["sample_logs"])
-    # The one sample log a reader reads with a file beside it: the sub-agent's type comes from its parent session.
-    assert "subagent:Explore" in {row["policy"] for row in remote["sample_logs"].values()}
+    _assert_same(_under(local, "sample_logs"), _under(remote, "sample_logs"))
 
 
 def test_real_logs_give_the_same_rows_from_a_bucket_as_from_the_disk(runs: Any) -> None:
     shared_path("real_logs")
     local, remote = runs
-    _assert_same(local["real_logs"], remote["real_logs"])
+    _assert_same(_under(local, "real_logs"), _under(remote, "real_logs"))
+
+
+def test_every_reader_that_opens_more_than_one_file_has_a_case() -> None:
+    multi_file = {
+        name for name, reader in REGISTRY.items() if hasattr(reader, "siblings") or hasattr(reader, "detect_directory")
+    }
+    assert multi_file == set(MULTI_FILE_CASES), "add a case to MULTI_FILE_CASES (a sample log, the real logs)"
+
+
+@pytest.mark.parametrize("reader", sorted(MULTI_FILE_CASES))
+def test_a_reader_that_opens_more_than_one_file_reads_them_from_a_bucket_as_from_the_disk(
+    runs: Any, reader: str
+) -> None:
+    local, remote = runs
+    sample, real, evidence = MULTI_FILE_CASES[reader]
+    folders = [sample, *(f for f in real if (SHARED / f).is_dir())]
+    for folder in folders:
+        _assert_same(_under(local, folder), _under(remote, folder))
+    # What the reader can know only from its other files is in the rows read from the bucket.
+    assert evidence in {row["policy"] for row in _under(remote, sample).values()}

@@ -395,11 +395,27 @@ def discover_objects(item: str) -> Found:
             continue
         name = url.rpartition("/")[2]
         suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
-        if suffix in LOG_SUFFIXES or url == item.rstrip("/"):
+        if suffix in LOG_SUFFIXES or url == item.rstrip("/") or _object_looks_like_a_log(url):
             mine.append(url)
         else:
             ignored.append({"path": url, "reason": NOT_A_LOG})
     return sorted(mine), ignored
+
+
+def _object_looks_like_a_log(url: str) -> bool:
+    """:func:`~msgtrain.ingest.detect.looks_like_a_log` of an object without a log suffix, judged on a copy under its
+    own name, as the local walk judges the same file (a Letta ``.af``, an AG2 ``logs.db``): a bucket and a disk
+    holding the same files give the same inputs."""
+    from msgtrain.ingest.detect import looks_like_a_log
+
+    store = Store.of(url)
+    with tempfile.TemporaryDirectory(prefix="msgtrain-sniff-") as tmp:
+        local = Path(tmp) / url.rpartition("/")[2]
+        try:
+            store.download(url, local)
+        except OSError:
+            return False  # unreadable: passed over, as an unreadable local file is
+        return looks_like_a_log(local)
 
 
 def unit_prefixes(prefix: str, urls: list[str]) -> list[str]:
