@@ -526,3 +526,59 @@ def test_a_finish_reason_logged_as_an_enum_number_is_kept_as_text_not_a_fault(tm
     path = _cassette(tmp_path / "logs" / "gemini.yaml", [(uri, request, json.dumps(body))])
     code, _, report = convert(tmp_path, path)
     assert code == 0 and report["turns"]["found"] == report["turns"]["trained"] == 1
+
+
+# Shapes of Arize-ai/openinference python/instrumentation/openinference-instrumentation-ollama/tests/openinference/
+# instrumentation/ollama/cassettes/test_instrumentor/test_chat_with_tool_call.yaml and test_chat_stream.yaml (commit
+# 1fe497f1d9f45a07eee55d97fe185e020560f9c7): Ollama's /api/chat, one `message` per response (thinking, tool calls
+# with dict arguments), streamed as JSON lines, the prompt size as `prompt_eval_count`.
+OLLAMA = "http://127.0.0.1:11434/api/chat"
+OLLAMA_TOOLS = [{"type": "function", "function": {"name": "get_current_weather", "parameters": {"type": "object"}}}]
+
+
+def test_ollama_chat_calls_are_read_streamed_or_not_with_their_tool_calls_paired(tmp_path: Path) -> None:
+    ask = {"role": "user", "content": "Weather in Paris? Use the tool."}
+    call = {
+        "id": "call_gsiiy8py",
+        "function": {"index": 0, "name": "get_current_weather", "arguments": {"city": "Paris"}},
+    }
+    first = {"model": "qwen3.6:latest", "stream": False, "messages": [ask], "tools": OLLAMA_TOOLS}
+    answer = {
+        "model": "qwen3.6:latest",
+        "message": {"role": "assistant", "content": "", "thinking": "Use the tool.", "tool_calls": [call]},
+        "done": True,
+        "done_reason": "stop",
+        "prompt_eval_count": 40,
+        "eval_count": 30,
+    }
+    history = [ask, {"role": "assistant", "content": "", "thinking": "Use the tool.", "tool_calls": [call]}]
+    history.append({"role": "tool", "content": "18C, clear", "tool_name": "get_current_weather"})
+    second = {"model": "qwen3.6:latest", "stream": True, "messages": history, "tools": OLLAMA_TOOLS}
+    chunks = [
+        {
+            "model": "qwen3.6:latest",
+            "message": {"role": "assistant", "content": "", "thinking": "It is"},
+            "done": False,
+        },
+        {
+            "model": "qwen3.6:latest",
+            "message": {"role": "assistant", "content": "", "thinking": " mild."},
+            "done": False,
+        },
+        {"model": "qwen3.6:latest", "message": {"role": "assistant", "content": "18C and clear."}, "done": False},
+        {
+            "model": "qwen3.6:latest",
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": "stop",
+        },
+    ]
+    stream = "".join(json.dumps(c) + "\n" for c in chunks)
+    path = _cassette(tmp_path / "logs" / "ollama.yaml", [(OLLAMA, first, json.dumps(answer)), (OLLAMA, second, stream)])
+    code, _, report = convert(tmp_path, path)
+    assert code == 0 and report["turns"]["found"] == report["turns"]["trained"] == 2
+    graph = _graphs_of(path)[0]
+    roles = [(n.message.role, n.origin.value) for n in graph.nodes.values()]
+    assert roles == [("user", "context"), ("assistant", "sampled"), ("tool", "context"), ("assistant", "sampled")]
+    reply = list(graph.nodes.values())[-1].message
+    assert [(p.kind, p.text) for p in reply.parts] == [("reasoning", "It is mild."), ("text", "18C and clear.")]

@@ -15,7 +15,8 @@ Anthropic ``/messages``, Google Gemini ``:generateContent`` / ``:streamGenerateC
 with ``text``, ``thought``, ``functionCall``, ``functionResponse`` — camelCase or snake_case —,
 ``inlineData``/``fileData``; each ``candidates[]`` entry is a sample), AWS Bedrock ``/model/{id}/converse`` and
 ``converse-stream`` (:mod:`msgtrain.ingest.bedrock`), and Bedrock ``/model/{id}/invoke`` /
-``invoke-with-response-stream`` whose body is an Anthropic Messages body (read as Anthropic).
+``invoke-with-response-stream`` whose body is an Anthropic Messages body (read as Anthropic), and Ollama's
+``/api/chat`` (:mod:`msgtrain.ingest.ollama`).
 
 Streamed responses (SSE text, a Gemini JSON array, AWS event-stream bytes) are reassembled into the body the same
 call returns without streaming, by the provider SDK's accumulation rules (:mod:`msgtrain.ingest.streams`).
@@ -44,7 +45,7 @@ from typing import Any
 import yaml
 
 from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationError
-from msgtrain.ingest import anthropic, base, bedrock, cohere, openai_responses, streams
+from msgtrain.ingest import anthropic, base, bedrock, cohere, ollama, openai_responses, streams
 from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.call_log import Call, CallLogGraph
 from msgtrain.ingest.conversation_files import Step
@@ -172,6 +173,8 @@ class CassettesReader:
             if _is_embedding(resp_body):
                 return "not_a_generation_call"  # InvokeModel also serves embedding models
             return _invoke_call(req_body, resp_body), None
+        if endpoint.kind == "ollama_chat":
+            return openai_chat_call(*ollama.as_openai(req_body, resp_body)), None
         if endpoint.kind == "cohere_v2":
             return cohere.v2_call(req_body, resp_body), None
         if endpoint.kind == "cohere_v1":
@@ -292,6 +295,7 @@ _ENDPOINTS: tuple[tuple[str, Endpoint], ...] = (
     ("/converse", Endpoint("bedrock_converse")),
     ("/invoke-with-response-stream", Endpoint("bedrock_invoke", streamed=True)),
     ("/invoke", Endpoint("bedrock_invoke")),
+    ("/api/chat", Endpoint("ollama_chat")),
 )
 
 
@@ -374,6 +378,8 @@ def _response_body(response: dict[str, Any], endpoint: Endpoint) -> Any:
     """The response as the non-streamed body: streamed bodies reassembled (:mod:`msgtrain.ingest.streams`)."""
     if endpoint.kind.startswith("cohere"):
         return cohere.response_body(endpoint.kind, _json_body(response, "response"))
+    if endpoint.kind == "ollama_chat":
+        return ollama.response_body(_json_body(response, "response"))
     if endpoint.kind.startswith("bedrock") and endpoint.streamed:
         raw = _raw_body(response, "response")
         if isinstance(raw, bytes | list):
@@ -441,6 +447,8 @@ def openai_chat_call(request: dict[str, Any], response: dict[str, Any]) -> Call:
         if isinstance(msg, PartsMessage) and not msg.parts:
             continue  # nothing was sampled (e.g. a filtered choice)
         gen = generation_from_choice(choice, response) or Generation()
+        if isinstance(response.get("usage"), dict):  # the prompt size the API counted, for the usage check
+            msg = msg.model_copy(update={"metadata": {**msg.metadata, "usage": response["usage"]}})
         samples.append(Step(msg, generation=gen.model_copy(update={"sampling": sampling})))
     kwargs = request.get("chat_template_kwargs")
     env = Env.make(
