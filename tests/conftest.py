@@ -31,6 +31,8 @@ if "HF_DATASETS_CACHE" not in os.environ:
 
 import pytest
 
+from tests.gguf_vocab import GGUF_FAMILIES, require_family_folder
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 SAMPLE_LOGS = ROOT / "sample_logs"
@@ -230,6 +232,8 @@ def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
         return load_tokenizer(None)
     if name in SHAPED:
         return load_tokenizer(str(shaped_tokenizer_folder(name)))
+    if name in GGUF_FAMILIES:
+        return load_tokenizer(str(require_family_folder(name)))
     folder, template = TEMPLATES[name]
     if name not in ADDED_TOKENS:
         return load_tokenizer(str(shared_path(folder)), str(shared_path(template)) if template else None)

@@ -41,6 +41,13 @@ END_OF_TURN = {
     "role-headers": (["<|user|>", "<|observation|>", "<|endoftext|>"], "first"),
     "drops-calls": (["<|end_of_text|>"], "first"),
     "prefill-turns": (["<turn|>", "<|tool_response>"], "first"),
+    # Real vocabularies rebuilt from llama.cpp's GGUF files with the families' own templates (tests/gguf_vocab.py).
+    "command-r-plus": (["<|END_OF_TURN_TOKEN|>"], "first"),
+    "llama3.1": (["<|eot_id|>", "<|eom_id|>"], "first"),
+    "llama3.2": (["<|eot_id|>", "<|eom_id|>"], "first"),
+    "hermes3": (["<|im_end|>"], "first"),
+    "gemma4": (["<turn|>", "<|tool_response>"], "first"),
+    "qwen3.5": (["<|im_end|>"], "first"),
 }
 
 # Control-token text a user, a tool or a schema may carry, per template (its own tokens and some of its vocabulary's).
@@ -57,10 +64,20 @@ INJECT = {
     "role-headers": ["<|user|>", "<|observation|>", "<|assistant|>", "</think>"],
     "drops-calls": ["<|start_of_role|>", "<|end_of_text|>"],
     "prefill-turns": ["<|turn>", "<turn|>", "<|tool_response>"],
+    "command-r-plus": ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|CHATBOT_TOKEN|>", "<BOS_TOKEN>"],
+    "llama3.1": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>", "<|begin_of_text|>"],
+    "llama3.2": ["<|start_header_id|>", "<|eot_id|>", "<|eom_id|>"],
+    "hermes3": ["<|im_start|>", "<|im_end|>", "<|eot_id|>"],
+    "gemma4": ["<|turn>", "<turn|>", "<|tool_call>", '<|"|>', "<|channel>", "<bos>"],
+    "qwen3.5": ["<|im_start|>", "<|im_end|>", "<tool_call>", "</think>", "<|endoftext|>"],
 }
 
+# Tool-use variants of templates (the ``tool_use`` of a family's named templates): they iterate over the tools and
+# fail without them, and are served only to calls that offer tools.
+TOOLS_REQUIRED = {"command-r-plus", "hermes3"}
+
 # Templates that render one tool call per assistant message.
-SINGLE_CALL = {"gpt-oss", "llama3.1"}
+SINGLE_CALL = {"gpt-oss", "llama3.1", "llama3.2"}
 
 WORDS = [
     "the",
@@ -242,7 +259,8 @@ class RunGenerator:
 
     def run(self, n_turns: int) -> list[Call]:
         rng = self.rng
-        tools = self._tools() if self.with_tools and rng.random() < 0.8 else None
+        # (rng drawn first either way: a template's runs stay the same whether or not it requires tools)
+        tools = self._tools() if self.with_tools and (rng.random() < 0.8 or self.template in TOOLS_REQUIRED) else None
         history: list[dict[str, Any]] = []
         if rng.random() < 0.8:
             history.append({"role": "system", "content": "You are an agent. " + self._content()})
@@ -342,7 +360,11 @@ class Oracle:
         self._memo: dict[str, list[int]] = {}
 
     def _plain_tokenizers(self) -> tuple[Any, Any, int]:
-        """The vocabulary with no added token (plain text), the same with only a sentinel added token, its id."""
+        """The vocabulary with no added token (plain text), the same with only a sentinel added token, its id.
+
+        One tokenizer serves as both: text without the sentinel encodes as if it were not there (an added token
+        only splits where its own text occurs), and building a 256k vocabulary once, not twice, keeps the oracle
+        quick on the real vocabularies."""
         if self._plain is None:
             # Shared by templates over one vocabulary folder (added tokens, the only difference, are removed).
             key = str(self.hf.name_or_path)
@@ -351,10 +373,9 @@ class Oracle:
 
                 spec = json.loads(self.hf.backend_tokenizer.to_str())
                 spec["added_tokens"] = []
-                text = json.dumps(spec)
-                plain, after = Tokenizer.from_str(text), Tokenizer.from_str(text)
+                after = Tokenizer.from_str(json.dumps(spec))
                 after.add_special_tokens([AddedToken(self.sentinel, special=True, normalized=False)])
-                _PLAIN[key] = (plain, after, after.token_to_id(self.sentinel))
+                _PLAIN[key] = (after, after, after.token_to_id(self.sentinel))
             self._plain = _PLAIN[key]
         return self._plain
 
@@ -471,13 +492,12 @@ class Oracle:
             full = self.ids([*ctx, msg], tools, False, created)
         except Exception:  # jinja errors, raise_exception(...): the template cannot render this turn at all
             return None
-        start, end = len(p), len(full)
-        if full[: len(p)] != p:
+        rest = full[len(p) :] if full[: len(p)] == p else self._continued(p, full)
+        if rest is None:
             span = self._inserted(ctx, tools, full, p, created)
             if span is None:
                 return None
-            start, end = span
-        rest = full[start:end]
+            rest = full[span[0] : span[1]]
         ends, which = END_OF_TURN[self.template]
         end_ids = {self.hf.convert_tokens_to_ids(t) for t in ends}
         pos = [i for i, t in enumerate(rest) if t in end_ids]
@@ -514,6 +534,24 @@ class Oracle:
             if k < limit and followed[k] in end_ids:
                 return p, rest + followed[ends_at[0] : k + 1]
         return (p, rest) if rest else None  # a template that ends this turn with no token at all
+
+    def _continued(self, p: list[int], full: list[int]) -> list[int] | None:
+        """The completion when the turn's rendering extends the prompt's text but not its ids: the prompt's last
+        stretch of plain text merges with what follows it (Qwen3.5's prompt ends ``<think>`` + "\n", its message
+        renders ``<think>`` + "\n\n"). The model saw the prompt's ids and sampled the rest of the text: the
+        stretch's remaining text encoded as a continuation, then the rendering's ids from its next added token."""
+        j = 0
+        while j < min(len(p), len(full)) and p[j] == full[j]:
+            j += 1
+        added_ids = set(self.added.values())
+        if j == len(p) or any(t in added_ids for t in p[j:]):
+            return None  # the prompt's tail is re-rendered, not continued
+        m = next((k for k in range(j, len(full)) if full[k] in added_ids), len(full))
+        plain = self._plain_tokenizers()[0]
+        head, stretch = plain.decode(p[j:]), plain.decode(full[j:m])
+        if not head or not stretch.startswith(head) or "\ufffd" in head + stretch:
+            return None
+        return self._plain_ids(stretch[len(head) :], initial=False) + full[m:]
 
     def _inserted(
         self, ctx: list[dict[str, Any]], tools: Any, full: list[int], p: list[int], created: int | None
