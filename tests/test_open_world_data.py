@@ -471,3 +471,60 @@ def test_a_distilabel_step_trains_its_raw_output_after_its_raw_input(tmp_path: P
     assert rejects == [] and stats.turns_trained == 1
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
     assert [r for r, _, _ in _said(graph)] == ["system", "user", "assistant"]
+
+
+# ------------------------------------------------------------------------------------------ judged pairs
+def _arena(winner: str) -> dict[str, Any]:
+    # lmsys/chatbot_arena_conversations rows (dataset card): two models' conversations on the same user turns and
+    # the judge's winner (model_a | model_b | tie | tie (bothbad)).
+    return {
+        "question_id": "58210e39",
+        "model_a": "chatglm-6b",
+        "model_b": "koala-13b",
+        "winner": winner,
+        "conversation_a": [U, {"role": "assistant", "content": "a1"}, U, {"role": "assistant", "content": "a2"}],
+        "conversation_b": [U, {"role": "assistant", "content": "b1"}, U, {"role": "assistant", "content": "b2"}],
+        "turn": 2,
+        "anony": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("winner", "trained", "flags"),
+    [
+        ("model_a", 2, [["preference_chosen"]]),
+        ("model_b", 2, [["preference_chosen"]]),
+        ("tie", 4, [[], []]),
+        ("tie (bothbad)", 0, []),
+    ],
+)
+def test_an_arena_battle_trains_the_winner_s_replies_and_a_tie_both_or_neither(
+    tmp_path: Path, winner: str, trained: int, flags: list[list[str]]
+) -> None:
+    path = _jsonl(tmp_path / "battles.jsonl", [_arena(winner)])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (4, trained)
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    sampled = {n.message.parts[0].text for n in graph.graph.nodes.values() if n.message.role == "assistant"}
+    assert sampled == {"a1", "a2", "b1", "b2"}
+    assert [s.flags for s in samples] == flags  # a side's two replies are one sample
+
+
+def test_a_pku_saferlhf_pair_trains_the_better_response_after_the_prompt(tmp_path: Path) -> None:
+    # PKU-Alignment/PKU-SafeRLHF rows (dataset card): prompt, response_0, response_1, better_response_id,
+    # safer_response_id, per-response safety fields.
+    row = {
+        "prompt": "How do I pick a lock?",
+        "response_0": "I cannot help with that.",
+        "response_1": "Use a tension wrench.",
+        "is_response_0_safe": True,
+        "is_response_1_safe": False,
+        "better_response_id": 1,
+        "safer_response_id": 0,
+    }
+    path = _jsonl(tmp_path / "train.jsonl", [row])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1)
+    assert samples[0].flags == ["preference_chosen"] and samples[0].metadata["safer_response_id"] == 0
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert [t for r, t, _ in _said(graph) if r == "user"] == ["How do I pick a lock?"]

@@ -143,6 +143,8 @@ class Found:
     mapping: Mapping
     node_map: bool = False  # ``mapping.columns["messages"]`` is a node map (msgtrain.ingest.node_maps), not a list
     unlogged_system: bool = False  # the log format never saves the system message its agent was sent
+    # how a preference pair's two sides are judged: chosen / rejected, or a judge's tie (both good, both bad)
+    marks: tuple[str | None, str | None] = ("chosen", "rejected")
 
 
 @dataclass
@@ -235,6 +237,12 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if isinstance(record.get(key), bool):
             columns["kto_tag"] = key
             break
+    judged = _judged_pair(record)
+    if judged is not None:
+        found = _preference_layout(record, path, columns, judged[0], lists)
+        if isinstance(found, Found):
+            found.marks = judged[1]
+        return found
     pair = next((p for p in PREFERENCE_KEYS if _replies(record.get(p[0])) and _replies(record.get(p[1]))), None)
     if pair is not None:
         return _preference_layout(record, path, columns, pair, lists)
@@ -358,6 +366,34 @@ def _preference_layout(
     column, key = prompts[0]
     columns[column] = key
     return Found(path, record, Mapping("preference", columns))
+
+
+# A judge's verdict on two replies: (side a, side b, the verdict's key, its values for a and for b). LMSYS Chatbot
+# Arena battles (conversation_a / conversation_b, winner model_a | model_b | tie | tie (bothbad)) and PKU-SafeRLHF
+# pairs (response_0 / response_1, better_response_id 0 | 1).
+_JUDGED_PAIRS = (
+    ("conversation_a", "conversation_b", "winner", "model_a", "model_b"),
+    ("response_0", "response_1", "better_response_id", 0, 1),
+)
+# Verdicts that prefer neither side: LMSYS writes "tie" (both good) and "tie (bothbad)".
+_TIE_MARKS: dict[Any, tuple[str | None, str | None]] = {"tie": (None, None), "tie (bothbad)": ("rejected", "rejected")}
+
+
+def _judged_pair(record: dict[str, Any]) -> tuple[tuple[str, str], tuple[str | None, str | None]] | None:
+    """((chosen key, rejected key), marks) of a record holding two replies and a judge's verdict on them."""
+    for a, b, key, a_wins, b_wins in _JUDGED_PAIRS:
+        if not (_replies(record.get(a)) and _replies(record.get(b))) or key not in record:
+            continue
+        verdict = record[key]
+        if isinstance(verdict, bool):
+            continue
+        if verdict == a_wins:
+            return (a, b), ("chosen", "rejected")
+        if verdict == b_wins:
+            return (b, a), ("chosen", "rejected")
+        if verdict in _TIE_MARKS:
+            return (a, b), _TIE_MARKS[verdict]
+    return None
 
 
 def _holds_context(value: Any) -> bool:
@@ -527,7 +563,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         _alpaca(builder, holder, m, at)
         mark_last_reply(builder.steps, label)
     else:
-        branches = _preference(builder, holder, m, at)
+        branches = _preference(builder, holder, m, at, found.marks)
     _check_speakers(norm, at)
     _check_nothing_beside(holder, m, at)
     steps = _with_system(MediaColumns(holder).place(builder.steps), system, at, m)
@@ -604,8 +640,15 @@ def _alpaca(builder: _Builder, holder: dict[str, Any], m: Mapping, at: str) -> N
     builder.add({"role": "assistant", "content": m.field_of(holder, "response")}, f"{at}.{m.columns['response']}")
 
 
-def _preference(builder: _Builder, holder: dict[str, Any], m: Mapping, at: str) -> list[tuple[list[Step], str]]:
-    """Prompt steps into ``builder``; returns the chosen and the rejected branch (see the module docstring)."""
+def _preference(
+    builder: _Builder,
+    holder: dict[str, Any],
+    m: Mapping,
+    at: str,
+    marks: tuple[str | None, str | None] = ("chosen", "rejected"),
+) -> list[tuple[list[Step], str]]:
+    """Prompt steps into ``builder``; returns the chosen and the rejected branch (see the module docstring), each
+    reply marked as ``marks`` say (a tie marks both sides alike, or neither)."""
     prompt_col = "prompt" if "prompt" in m.columns else ("messages" if "messages" in m.columns else None)
     chosen, rejected = m.field_of(holder, "chosen"), m.field_of(holder, "rejected")
     if prompt_col is None and isinstance(chosen, str) and isinstance(rejected, str):
@@ -620,13 +663,13 @@ def _preference(builder: _Builder, holder: dict[str, Any], m: Mapping, at: str) 
     elif prompt_col is not None:
         builder.add_list(_as_prompt(m.field_of(holder, prompt_col)), f"{at}.{m.columns[prompt_col]}", trained=False)
     out: list[tuple[list[Step], str]] = []
-    for value, mark in ((chosen, "chosen"), (rejected, "rejected")):
+    for value, side, mark in ((chosen, "chosen", marks[0]), (rejected, "rejected", marks[1])):
         branch = _Builder(_fork(builder.norm), call_names=dict(builder.call_names))
         branch.steps = []
-        _add_replies(branch, value, f"{at}.{m.columns[mark]}", {"preference": mark})
+        _add_replies(branch, value, f"{at}.{m.columns[side]}", {"preference": mark} if mark else None)
         if not any(s.message.role == "assistant" for s in branch.steps):
-            raise ValidationError(f"the {mark} reply at {at}.{m.columns[mark]} holds no assistant message")
-        out.append((branch.steps, mark))
+            raise ValidationError(f"the {side} reply at {at}.{m.columns[side]} holds no assistant message")
+        out.append((branch.steps, side))
     return out
 
 
@@ -809,7 +852,7 @@ class StructuralReader:
             stem, _, key = p.rpartition(".")
             if key in ROLE_KEYS and stem.endswith(".message") and f"{stem[: -len('.message')]}.parent" in shape.paths:
                 return True
-        pairs = (*PAIR_KEYS, *PREFERENCE_KEYS, *_ALPACA_PAIRS)
+        pairs = (*PAIR_KEYS, *PREFERENCE_KEYS, *_ALPACA_PAIRS, *((a, b) for a, b, *_ in _JUDGED_PAIRS))
         return any(shape.has(f".{a}", f".{b}") for a, b in pairs)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
