@@ -322,3 +322,17 @@ def test_inspect_shows_the_supplied_prompt_at_the_root_of_the_tree(
     assert main(["inspect", str(CLAUDE), "--system-prompt", str(files[0]), "--max-turns", "1"]) == 0
     out = capsys.readouterr().out
     assert f"[System] {PROMPT.splitlines()[0]}" in out
+
+
+def test_a_run_whose_samples_mostly_lack_their_context_suggests_supplying_it() -> None:
+    from msgtrain.run.report_hints import next_step
+
+    report: dict[str, Any] = {
+        "samples": {"written": 4, "dropped_by_reason": {}},
+        "tokens": {"trained": 50, "total": 100},
+        "flags": {"context_incomplete": 3},
+    }
+    hint = next_step(report)
+    assert hint is not None and "--system-prompt FILE --tools FILE" in hint and "3 of 4" in hint
+    report["flags"] = {"context_incomplete": 1}
+    assert next_step(report) is None

@@ -15,6 +15,8 @@ RERENDER_SHARE = 0.2
 LOW_TRAINED_SHARE = 0.2
 # Samples dropped for length worth a hint (share of the samples that would have been written).
 DROPPED_SHARE = 0.05
+# Context-incomplete samples worth a hint (share of the samples written).
+INCOMPLETE_SHARE = 0.5
 
 
 def next_step(report: dict[str, Any]) -> str | None:
@@ -37,4 +39,11 @@ def next_step(report: dict[str, Any]) -> str | None:
         overflow = report.get("config", {}).get("overflow")
         fix = "raise --max-length" if overflow == "split" else "`--overflow split` keeps them as several rows"
         return f"{dropped} samples were dropped for their length (listed in drops.jsonl): {fix}"
+    incomplete = report.get("flags", {}).get("context_incomplete", 0)
+    if samples and incomplete >= INCOMPLETE_SHARE * samples:
+        return (
+            f"{incomplete} of {samples} samples lack the system prompt or tool schemas the model was sent (not in "
+            "the logs): if you know them, `--system-prompt FILE --tools FILE` (or `context:` per format in a "
+            "config) puts them in (README: Supplying what a log does not hold)"
+        )
     return None
