@@ -7,7 +7,9 @@ repository, path and commit its shape follows.
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -582,3 +584,59 @@ def test_ollama_chat_calls_are_read_streamed_or_not_with_their_tool_calls_paired
     assert roles == [("user", "context"), ("assistant", "sampled"), ("tool", "context"), ("assistant", "sampled")]
     reply = list(graph.nodes.values())[-1].message
     assert [(p.kind, p.text) for p in reply.parts] == [("reasoning", "It is mild."), ("text", "18C and clear.")]
+
+
+def _aws_event(payload: dict[str, Any]) -> bytes:
+    """One AWS event-stream message (application/vnd.amazon.eventstream) of an InvokeModel ``chunk`` event."""
+    headers = b""
+    for name, value in ((":event-type", "chunk"), (":content-type", "application/json"), (":message-type", "event")):
+        headers += bytes([len(name)]) + name.encode() + b"\x07" + len(value).to_bytes(2, "big") + value.encode()
+    body = json.dumps({"bytes": base64.b64encode(json.dumps(payload).encode()).decode()}).encode()
+    total = 12 + len(headers) + len(body) + 4
+    prelude = total.to_bytes(4, "big") + len(headers).to_bytes(4, "big")
+    prelude += zlib.crc32(prelude).to_bytes(4, "big")
+    message = prelude + headers + body
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+# Shapes of Arize-ai/openinference python/instrumentation/openinference-instrumentation-bedrock/tests/openinference/
+# instrumentation/bedrock/cassettes/TestNovaInvokeModel.test_nova_lite_with_system.yaml and
+# TestNovaInvokeModelWithResponseStream.test_nova_micro_streaming.yaml
+# (commit 1fe497f1d9f45a07eee55d97fe185e020560f9c7):
+# Amazon Nova's InvokeModel bodies are Converse's shape (`schemaVersion: messages-v1`, `output.message`), and its
+# response stream carries Converse events in its chunks.
+NOVA_REQUEST = {
+    "schemaVersion": "messages-v1",
+    "system": [{"text": "Keep responses brief."}],
+    "messages": [{"role": "user", "content": [{"text": "Who are you?"}]}],
+    "inferenceConfig": {"maxTokens": 128, "temperature": 0.5},
+}
+
+
+def test_amazon_nova_invoke_model_calls_are_read_as_converse_streamed_or_not(tmp_path: Path) -> None:
+    answer = {
+        "output": {"message": {"content": [{"text": "An AI assistant."}], "role": "assistant"}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": 16, "outputTokens": 5},
+    }
+    base = "https://bedrock-runtime.us-east-1.amazonaws.com/model/amazon.nova-lite-v1%3A0"
+    path = _cassette(tmp_path / "logs" / "nova.yaml", [(f"{base}/invoke", NOVA_REQUEST, json.dumps(answer))])
+    events = [
+        {"messageStart": {"role": "assistant"}},
+        {"contentBlockDelta": {"delta": {"text": "An AI "}, "contentBlockIndex": 0}},
+        {"contentBlockDelta": {"delta": {"text": "assistant."}, "contentBlockIndex": 0}},
+        {"contentBlockStop": {"contentBlockIndex": 0}},
+        {"messageStop": {"stopReason": "end_turn"}},
+        {"metadata": {"usage": {"inputTokens": 16}}, "amazon-bedrock-invocationMetrics": {"inputTokenCount": 16}},
+    ]
+    doc = yaml.safe_load(path.read_text())
+    streamed = json.loads(json.dumps(doc["interactions"][0]))
+    streamed["request"]["uri"] = f"{base}/invoke-with-response-stream"
+    streamed["response"]["body"]["string"] = b"".join(_aws_event(e) for e in events)
+    streamed["response"]["headers"] = {"Content-Type": ["application/vnd.amazon.eventstream"]}
+    doc["interactions"].append(streamed)
+    path.write_text(yaml.dump(doc), encoding="utf-8")
+    code, _, report = convert(tmp_path, path)
+    assert code == 0 and report["records"]["rejected"] == 0
+    replies = [n.message for g in _graphs_of(path) for n in g.nodes.values() if n.is_assistant]
+    assert {p.text for m in replies for p in m.parts} == {"An AI assistant."}

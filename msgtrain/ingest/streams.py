@@ -160,7 +160,12 @@ def assemble(kind: str, body: Any, where: str = "response") -> dict[str, Any]:
             raise _bad("a Bedrock stream is an AWS event stream (application/vnd.amazon.eventstream)", where)
         if kind == "bedrock_converse":
             return converse_response(events, where)
-        return anthropic_message(_invoke_chunks(events, where), where)
+        chunks = _invoke_chunks(events, where)
+        if chunks and all(isinstance(c, dict) and _CONVERSE_EVENTS & c.keys() for c in chunks):
+            # Amazon Nova's InvokeModel streams Converse events ({"messageStart": {...}}) in its chunks (the last
+            # one with Bedrock's invocation metrics beside them).
+            return converse_response([(k, v) for c in chunks for k, v in c.items() if k in _CONVERSE_EVENTS], where)
+        return anthropic_message(chunks, where)
     events_list = stream_events(body, where)
     if kind == "openai_chat":
         return chat_completion(events_list, where)
@@ -567,6 +572,11 @@ def _converse_delta(blocks: dict[int, dict[str, Any]], tool_json: dict[int, str]
             text["text"] = str(text.get("text", "")) + str(reasoning["text"])
         if reasoning.get("signature"):
             text["signature"] = reasoning["signature"]
+
+
+_CONVERSE_EVENTS = frozenset(
+    {"messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop", "messageStop", "metadata"}
+)
 
 
 def _invoke_chunks(events: list[tuple[str, Any]], where: str) -> list[Any]:
