@@ -13,24 +13,13 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import yaml
 
-from msgtrain.cli import main
 from msgtrain.ingest.base import ReadGraph, ReadReject
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
 from msgtrain.model.message import PartsMessage
-
-
-def convert(tmp_path: Path, *inputs: Path, out_name: str = "out") -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
-    out = tmp_path / out_name
-    code = main(["convert", *map(str, inputs), "-o", str(out)])
-    rows: list[dict[str, Any]] = []
-    for f in sorted((out / "data").glob("*.parquet")):
-        rows.extend(pq.read_table(f).to_pylist())
-    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
-    return code, rows, report
+from tests.test_ingest_harnesses import convert
 
 
 def _write(path: Path, value: Any) -> Path:
@@ -409,7 +398,7 @@ def test_a_transcript_whose_logged_usage_contradicts_the_context_built_is_flagge
     for m, start in zip(replies, starts, strict=True):
         m["metrics"]["tokens"]["prompt"] = start
     _write(path, history)
-    code, rows, report = convert(tmp_path, path, out_name="out2")
+    code, rows, report = convert(tmp_path / "again", path)
     assert code == 0 and not any("usage_mismatch" in r["flags"] for r in rows)
 
 
