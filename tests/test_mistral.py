@@ -369,3 +369,117 @@ def test_a_mistral_run_that_trains_nothing_exits_3_and_says_why(
     code = main(["convert", str(log), "-o", str(tmp_path / "out"), "--tokenizer", str(folders["spm-v1"])])
     assert code == 3  # v1 has no tool format: mistral-common refuses the turn
     assert "no sampled turn was trained: 1 dropped (render_error=1)" in capsys.readouterr().err
+
+
+def test_a_context_call_no_result_answers_is_left_out_while_the_sampled_message_keeps_every_call(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = folders["tekken-v11"]  # v11 pairs calls and results by id
+    tok = load_tokenizer(str(folder))
+    context = [
+        {"role": "user", "content": "find x"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("a1b2c3d4e"), _call("webSearch", "read_file")]},
+        {"role": "tool", "tool_call_id": "a1b2c3d4e", "content": "found"},  # the built-in search logged no result
+    ]
+    reply = {"role": "assistant", "content": None, "tool_calls": [_call("f5g6h7i8j"), _call("k1l2m3n4o")]}
+    _, prompt, completion = _one_turn(tok, context, reply, tmp_path)
+    answered = [context[0], {**context[1], "tool_calls": [_call("a1b2c3d4e")]}, context[2]]
+    expected = oracle_for(folder / "tekken.json").turn(Call(answered, TOOLS, [reply]), reply)
+    assert (prompt, completion) == (expected.prompt, expected.completion)
+    assert tok.decode(completion).count("[TOOL_CALLS]") == 2
+
+
+@pytest.mark.parametrize("kind", ["spm-v3", "spm-v7"])
+def test_a_system_message_after_an_assistant_message_is_encoded_where_the_version_puts_system_messages(
+    kind: str, folders: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = folders[kind]
+    tok = load_tokenizer(str(folder))
+    oracle = oracle_for(next(folder.iterdir()))
+    notice = {"role": "system", "content": "Approval granted."}  # Codex's developer notice between call and result
+    context = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "find x"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("a1b2c3d4e")]},
+        notice,
+        {"role": "tool", "tool_call_id": "a1b2c3d4e", "content": "found"},
+    ]
+    reply = {"role": "assistant", "content": "x is found"}
+    _, prompt, completion = _one_turn(tok, context, reply, tmp_path)
+    if kind == "spm-v3":  # before v7 every system message joins the one system prompt: where it stood is lost
+        moved = [context[0], notice, *context[1:3], context[4]]
+        expected = oracle.turn(Call(moved, TOOLS, [reply]), reply)
+        assert (prompt, completion) == (expected.prompt, expected.completion)
+        assert "You are an agent.\n\nApproval granted.\n\nfind x[/INST]" in tok.decode(prompt)
+    else:  # from v7 a system message is encoded in place: mistral-common's ids with [SYSTEM_PROMPT]…[/SYSTEM_PROMPT]
+        without = oracle.turn(Call([*context[:3], context[4]], TOOLS, [reply]), reply)
+        text = tok.decode(prompt)
+        assert "</s>[SYSTEM_PROMPT]Approval granted.[/SYSTEM_PROMPT][TOOL_RESULTS]" in text, text
+        begin = tok.raw.get_special_token("[SYSTEM_PROMPT]")
+        start = max(i for i, t in enumerate(prompt) if t == begin)  # the notice's, after the call
+        end = prompt.index(tok.raw.get_special_token("[/SYSTEM_PROMPT]"), start) + 1
+        assert (prompt[:start] + prompt[end:], completion) == (without.prompt, without.completion)
+
+
+def test_a_tool_schema_that_is_not_json_schema_is_shown_as_it_is_and_a_responses_tool_as_a_chat_tool(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    tok = load_tokenizer(str(folders["spm-v7"]))
+    odd = {
+        "name": "lookup",
+        "description": "d",
+        "parameters": {"type": "object", "properties": {"k": {"type": "dict"}}},
+    }
+    flat = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    ids = tok.encode_messages(
+        [{"role": "user", "content": "hi"}], [{"type": "function", "function": odd}, flat], final=False
+    )
+    shown = json.loads(tok.decode(ids.tolist()).split("[AVAILABLE_TOOLS]")[1].split("[/AVAILABLE_TOOLS]")[0])
+    assert [t["function"]["name"] for t in shown] == ["lookup", "get_weather"]
+    assert shown[0]["function"]["parameters"]["properties"]["k"] == {"type": "dict"}
+
+
+def test_media_given_by_url_is_never_fetched_and_the_turn_names_it(
+    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    def no_network(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("msgtrain opened a connection")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    tok = load_tokenizer(str(folders["tekken-v3"]))  # Pixtral's tekken file: it encodes images
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/chart.png"}}
+    context = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}]
+    records = [
+        {
+            "request": {"model": "m", "messages": context},
+            "response": {
+                "id": "r",
+                "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "a chart"}}],
+            },
+        }
+    ]
+    (g,) = _graphs_from_records(records, tmp_path)
+    (turn,) = linearize_graph(g, tok).turns
+    assert turn.status == "dropped" and turn.reason == "render_error"
+    assert "https://example.com/chart.png" in (turn.message or "") and "fetches nothing" in (turn.message or "")
+
+
+def test_before_v7_consecutive_assistant_messages_that_call_tools_lose_their_text_as_one_message(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = folders["tekken-v3"]
+    tok = load_tokenizer(str(folder))
+    context = [
+        {"role": "user", "content": "find x"},
+        {"role": "assistant", "content": "Let me look."},
+        {"role": "assistant", "content": None, "tool_calls": [_call("a1b2c3d4e")]},
+        {"role": "tool", "tool_call_id": "a1b2c3d4e", "content": "found"},
+    ]
+    reply = {"role": "assistant", "content": "x is found"}
+    _, prompt, completion = _one_turn(tok, context, reply, tmp_path)
+    expected = oracle_for(folder / "tekken.json").turn(Call([context[0], *context[2:]], TOOLS, [reply]), reply)
+    assert (prompt, completion) == (expected.prompt, expected.completion)

@@ -13,16 +13,10 @@ Invariants:
   appended after ``[/INST]`` / ``[/TOOL_RESULTS]``). System prompt placement per version (before the last user
   message in v2/v3, ``[SYSTEM_PROMPT]`` at the start from v7), re-rendered history and the like show up as a failed
   prefix test between turns, i.e. a ``template_rerender`` cut, detected by tokens.
-- Tool-call ids are served as vLLM serves them (``truncate_tool_call_ids``): an id longer than 9 characters is cut to
-  its last 9, on calls and on results alike. An id the version would still refuse (shorter than 9, or not letters
-  and digits in its last 9, before v13; empty or ``null`` from v13), which vLLM answers with an HTTP 400, becomes
-  ``served_call_id``'s 9 letters and digits derived from the whole id: one function of the id, so a call and its
-  result always get the same served id, in every turn of a log and in every run.
-- What a version cannot encode is left out of the message, as Mistral's own chat templates of that version do, and
-  a sampled turn that lost it is flagged (``template_dropped_content`` / ``template_dropped_reasoning``, by
-  :func:`msgtrain.linearize.completion.dropped_by_template` on the decoded completion): reasoning without the
-  ``[THINK]`` tokens (before v13, or a v13 file without them); the text of an assistant message that also calls
-  tools before v7 (v1 to v3 encode an assistant message as text or as ``[TOOL_CALLS]``, never both).
+- The messages are what :mod:`msgtrain.linearize.mistral_messages` makes of them first: call ids served as vLLM
+  serves them, what the version cannot encode left out (flagged on a sampled turn that lost it), unanswered calls
+  left out of the history, media by URL refused (never fetched), and two serving checks relaxed (a system message
+  after an assistant or tool message, a tool schema that is not valid JSON Schema).
 - Content is always text to mistral-common: a log's ``[INST]`` or ``</s>`` is encoded as plain text, never as a
   control token, so no content marking is needed.
 """
@@ -33,7 +27,6 @@ import functools
 import hashlib
 import importlib.util
 import json
-import string
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,12 +34,16 @@ from typing import Any
 import numpy as np
 
 from msgtrain.errors import ConfigError, RenderError
+from msgtrain.linearize.mistral_messages import (
+    answered_only,
+    chat_tool,
+    check_no_fetch,
+    relaxed_validator,
+    served_call_id,
+    text_or_calls,
+)
 from msgtrain.linearize.tokenizer import TokenizerBundle
 from msgtrain.linearize.tokenizer_source import MISTRAL_INSTALL, MISTRAL_PREFIX, TEKKEN
-
-ID_LENGTH = 9  # Mistral's tool-call ids: 9 letters or digits
-_ID_ALPHABET = string.ascii_letters + string.digits
-_NULL_ID = "null"  # mistral-common's placeholder for a call without an id
 
 
 def _require_mistral_common(path: Path) -> None:
@@ -87,13 +84,14 @@ class MistralBundle(TokenizerBundle):
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
         try:
-            self.serving = MistralTokenizer.from_file(str(path), mode=ValidationMode.test)
-            # The same encoder under fine-tuning validation (the file is read once: a tekken file takes seconds).
-            instruct = self.serving.instruct_tokenizer
-            self.training = MistralTokenizer(
-                instruct,
-                validator=get_validator(instruct.tokenizer.version, mode=ValidationMode.finetuning),
-                request_normalizer=self.serving._instruct_request_normalizer,
+            loaded = MistralTokenizer.from_file(str(path), mode=ValidationMode.test)
+            # One encoder (the file is read once: a tekken file takes seconds) under serving validation for
+            # prompts and fine-tuning validation for prompt + message, both relaxed as mistral_messages says.
+            instruct, normalizer = loaded.instruct_tokenizer, loaded._instruct_request_normalizer
+            version = instruct.tokenizer.version
+            self.serving, self.training = (
+                MistralTokenizer(instruct, relaxed_validator(get_validator(version, mode=mode)), normalizer)
+                for mode in (ValidationMode.test, ValidationMode.finetuning)
             )
         except Exception as e:  # mistral-common raises ValueError, JSON and SentencePiece errors: "cannot read"
             raise ConfigError(
@@ -141,8 +139,18 @@ class MistralBundle(TokenizerBundle):
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
         try:
-            request = ChatCompletionRequest.from_openai(self.as_served(messages), tools=list(tools) or None)
+            served = self.as_served(messages, final=final)
+            check_no_fetch(served)
+            request = ChatCompletionRequest.from_openai(served, tools=[chat_tool(t) for t in tools] or None)
             tokenized = (self.training if final else self.serving).encode_chat_completion(request)
+        except RenderError:
+            raise
+        except ImportError as e:  # media that mistral-common decodes with an optional package (opencv)
+            raise RenderError(
+                f"mistral-common needs an optional package to encode this conversation's media: {e}",
+                code="mistral_common_refused",
+                hint="pip install 'mistral-common[opencv]' (or leave the media out of the logs)",
+            ) from e
         except Exception as e:  # pydantic ValidationError, InvalidMessageStructureException, ...: all "refused"
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise RenderError(
@@ -155,10 +163,11 @@ class MistralBundle(TokenizerBundle):
         self.encoded_tokens += len(tokenized.tokens)
         return np.asarray(tokenized.tokens, dtype=np.int32)
 
-    def as_served(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The messages as this version can take them: call ids as :func:`served_call_id` serves them, reasoning
-        left out without think tokens, an assistant message's text left out next to its tool calls before v7.
-        Messages that need none of it are passed as they are (not copied)."""
+    def as_served(self, messages: Sequence[dict[str, Any]], *, final: bool) -> list[dict[str, Any]]:
+        """The messages as this version can take them (:mod:`msgtrain.linearize.mistral_messages`): call ids as
+        :func:`served_call_id` serves them, reasoning left out without think tokens, an assistant message's text left
+        out next to its tool calls before v7, calls without results left out of the history (``final``: the last
+        message is the sampled one and keeps its calls). Messages that need none of it are passed as they are."""
         out = []
         for m in messages:
             calls = m.get("tool_calls") or ()
@@ -167,15 +176,13 @@ class MistralBundle(TokenizerBundle):
                 pairs = list(zip(ids, calls, strict=True))
                 if any(i is not None and i != c["id"] for i, c in pairs):
                     m = {**m, "tool_calls": [c if i is None else {**c, "id": i} for i, c in pairs]}
-                if not self.text_with_calls and m.get("content"):
-                    m = {**m, "content": None}
             result_id = m.get("tool_call_id")
             if isinstance(result_id, str) and served_call_id(result_id, free=self.free_ids) != result_id:
                 m = {**m, "tool_call_id": served_call_id(result_id, free=self.free_ids)}
             if not self.thinks and m.get("reasoning_content") is not None:
                 m = {k: v for k, v in m.items() if k != "reasoning_content"}
             out.append(m)
-        return out
+        return answered_only(out if self.text_with_calls else text_or_calls(out), keep_last=final)
 
     # ------------------------------------------------------------ text
     def encode(self, text: str) -> np.ndarray:
@@ -204,23 +211,6 @@ class MistralBundle(TokenizerBundle):
 
     def content_has_control_text(self, value: Any, *, assistant: bool = False) -> bool:
         return False  # mistral-common encodes every content string as text
-
-
-def served_call_id(call_id: str, *, free: bool = False) -> str:
-    """The id a Mistral model is shown for a logged tool-call id: its last 9 characters when it is longer (vLLM's
-    ``truncate_tool_call_ids``), else the id itself when the version takes it (9 letters or digits; any id but
-    ``null`` from v13, ``free``), else 9 letters and digits derived from a hash of the whole id (vLLM refuses such
-    an id; a log written elsewhere still has to be encoded, the same way every time)."""
-    served = call_id[-ID_LENGTH:]
-    valid = len(served) == ID_LENGTH and all(c in _ID_ALPHABET for c in served)
-    if valid or (free and served and served != _NULL_ID):
-        return served
-    n = int.from_bytes(hashlib.blake2b(call_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
-    chars = []
-    for _ in range(ID_LENGTH):
-        n, k = divmod(n, len(_ID_ALPHABET))
-        chars.append(_ID_ALPHABET[k])
-    return "".join(chars)
 
 
 def load_mistral(name: str, path: Path, chat_template: str | None) -> MistralBundle:

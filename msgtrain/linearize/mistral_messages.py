@@ -1,0 +1,164 @@
+"""What a logged conversation becomes before mistral-common encodes it: the messages as a Mistral version can take
+them (:func:`served_messages`) and the checks mistral-common makes that concern serving, not the format
+(:func:`relaxed_validator`).
+
+Invariants:
+- Tool-call ids are served as vLLM serves them (``truncate_tool_call_ids``): an id longer than 9 characters is cut to
+  its last 9, on calls and on results alike. An id the version would still refuse (shorter than 9, or not letters
+  and digits in its last 9, before v13; empty or ``null`` from v13), which vLLM answers with an HTTP 400, becomes 9
+  letters and digits derived from a hash of the whole id (:func:`served_call_id`): one function of the id, so a call
+  and its result get the same served id in every turn of a log and in every run.
+- What a version cannot encode is left out of the message, as Mistral's own chat templates of that version do:
+  reasoning without the ``[THINK]`` tokens (before v13, or a v13 file without them); the text of an assistant message
+  that also calls tools before v7 (v1 to v3 encode an assistant message as text or as ``[TOOL_CALLS]``, never both;
+  consecutive assistant messages count as one, as mistral-common joins them).
+  The linearizer flags a sampled turn that lost any of it (``template_dropped_*``).
+- History holds only answered calls (msgtrain's pairing rule): a call in the context without a result before the
+  next assistant message (a built-in tool whose result the log lacks, an interrupted run) is left out of its message
+  (the message too when nothing is left), and so is a result no call of its assistant message asked for.
+  mistral-common refuses both ("Not the same number of function calls and responses"). The sampled message itself
+  keeps every call it made.
+- Nothing is fetched: an image given by URL (not ``data:``) makes the turn a render error naming it; mistral-common
+  would download it to count its ``[IMG]`` tokens.
+- Two of mistral-common's checks are about what a server accepts, not about the format, and are relaxed for logs
+  written elsewhere: a system message after an assistant or tool message (e.g. Codex's developer notices between a
+  call and its result) is encoded where the format puts every system message (in place as ``[SYSTEM_PROMPT]`` from
+  v7; joined into the one system prompt before), and a tool whose parameters are not valid JSON Schema (``"type":
+  "dict"``) is shown as the JSON it is. The function name is still checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from collections.abc import Sequence
+from typing import Any
+
+from msgtrain.errors import RenderError
+
+ID_LENGTH = 9  # Mistral's tool-call ids: 9 letters or digits
+_ID_ALPHABET = string.ascii_letters + string.digits
+_NULL_ID = "null"  # mistral-common's placeholder for a call without an id
+
+
+def served_call_id(call_id: str, *, free: bool = False) -> str:
+    """The id a Mistral model is shown for a logged tool-call id: its last 9 characters when it is longer (vLLM's
+    ``truncate_tool_call_ids``), else the id itself when the version takes it (9 letters or digits; any id but
+    ``null`` from v13, ``free``), else 9 letters and digits derived from a hash of the whole id (vLLM refuses such
+    an id; a log written elsewhere still has to be encoded, the same way every time)."""
+    served = call_id[-ID_LENGTH:]
+    valid = len(served) == ID_LENGTH and all(c in _ID_ALPHABET for c in served)
+    if valid or (free and served and served != _NULL_ID):
+        return served
+    n = int.from_bytes(hashlib.blake2b(call_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+    chars = []
+    for _ in range(ID_LENGTH):
+        n, k = divmod(n, len(_ID_ALPHABET))
+        chars.append(_ID_ALPHABET[k])
+    return "".join(chars)
+
+
+def answered_only(messages: Sequence[dict[str, Any]], *, keep_last: bool) -> list[dict[str, Any]]:
+    """The messages with each context call that no result answers (before the next assistant message) left out,
+    and each result that answers no call of its assistant message; ``keep_last``: the last message is the sampled
+    one and keeps its calls. Messages that lose nothing are passed as they are."""
+    answered: list[set[str]] = []  # per message: the result ids that follow it up to the next assistant message
+    pending: set[str] = set()
+    for m in reversed(messages):
+        answered.append(set(pending))
+        if m.get("role") == "assistant":
+            pending = set()
+        elif m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
+            pending.add(m["tool_call_id"])
+    answered.reverse()
+    out: list[dict[str, Any]] = []
+    open_ids: set[str] = set()
+    last = len(messages) - 1
+    for k, m in enumerate(messages):
+        role = m.get("role")
+        calls = m.get("tool_calls") or ()
+        if role == "assistant":
+            if calls and not (keep_last and k == last):
+                kept = [c for c in calls if c.get("id") in answered[k]]
+                if len(kept) < len(calls):
+                    if not kept and not m.get("content") and m.get("reasoning_content") is None:
+                        open_ids = set()
+                        continue
+                    m = {**m, "tool_calls": kept} if kept else {k2: v for k2, v in m.items() if k2 != "tool_calls"}
+                    calls = kept
+            open_ids = {c.get("id") for c in calls}
+        elif role == "tool":
+            if m.get("tool_call_id") not in open_ids:
+                continue
+            open_ids.discard(m.get("tool_call_id"))
+        out.append(m)
+    return out
+
+
+def text_or_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Before v7: the text of each run of consecutive assistant messages that calls tools left out (mistral-common
+    joins the run into one message, and that message holds text or calls, never both)."""
+    out = list(messages)
+    k = 0
+    while k < len(out):
+        end = k
+        while end < len(out) and out[end].get("role") == "assistant":
+            end += 1
+        run = out[k:end]
+        if any(m.get("tool_calls") for m in run):
+            # Text-only messages of the run go whole (nothing would be left of them).
+            kept = [{**m, "content": None} if m.get("content") else m for m in run if m.get("tool_calls")]
+            out[k:end] = kept
+            end = k + len(kept)
+        k = end + 1 if end == k else end
+    return out
+
+
+def chat_tool(tool: Any) -> Any:
+    """A tool schema in the chat-completions shape mistral-common reads: a Responses API tool (``name`` and
+    ``parameters`` beside ``"type": "function"``) wrapped in ``function``, as vLLM does before encoding."""
+    if isinstance(tool, dict) and "function" not in tool and "name" in tool:
+        return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+    return tool
+
+
+def check_no_fetch(messages: Sequence[dict[str, Any]]) -> None:
+    """Refuse (a :class:`RenderError`) a message with media given by URL: mistral-common would download it."""
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") == "text":
+                continue
+            media = part.get(str(part.get("type")))
+            url = media.get("url") if isinstance(media, dict) else media
+            if isinstance(url, str) and not url.startswith("data:"):
+                raise RenderError(
+                    f"message {i} holds {part.get('type')} {url[:80]!r}: mistral-common encodes media from its "
+                    "bytes ([IMG] tokens per patch), and msgtrain fetches nothing",
+                    code="media_not_fetched",
+                    hint="log media inline (a data: URL), or leave it out of the logs to train on their text",
+                )
+
+
+def relaxed_validator(validator: Any) -> Any:
+    """A copy of mistral-common's request validator (``validator``'s own version and mode) that lets a system
+    message follow any role and shows a tool whose parameters are not valid JSON Schema as they are."""
+    from mistral_common.exceptions import InvalidToolSchemaException
+    from mistral_common.protocol.instruct.messages import Roles
+
+    base = type(validator)
+
+    class Relaxed(base):  # type: ignore[misc,valid-type]
+        def _validate_message_order(self, messages: list[Any]) -> None:
+            super()._validate_message_order([m for m in messages if m.role != Roles.system])
+
+        def _validate_function(self, function: Any) -> None:
+            try:
+                super()._validate_function(function)
+            except InvalidToolSchemaException:
+                super()._validate_function(function.model_copy(update={"parameters": {}}))
+
+    Relaxed.__name__ = f"Relaxed{base.__name__}"
+    return Relaxed(mode=validator._mode)
