@@ -421,12 +421,12 @@ def test_a_system_message_after_an_assistant_message_is_encoded_where_the_versio
         assert (prompt[:start] + prompt[end:], completion) == (without.prompt, without.completion)
 
 
-def test_a_tool_schema_that_is_not_json_schema_is_shown_as_it_is_and_a_responses_tool_as_a_chat_tool(
+def test_a_tool_schema_that_is_not_json_schema_and_an_odd_name_are_shown_as_logged_and_a_responses_tool_as_chat(
     folders: dict[str, Path], tmp_path: Path
 ) -> None:
     tok = load_tokenizer(str(folders["spm-v7"]))
     odd = {
-        "name": "lookup",
+        "name": "db.lookup",
         "description": "d",
         "parameters": {"type": "object", "properties": {"k": {"type": "dict"}}},
     }
@@ -435,12 +435,19 @@ def test_a_tool_schema_that_is_not_json_schema_is_shown_as_it_is_and_a_responses
         [{"role": "user", "content": "hi"}], [{"type": "function", "function": odd}, flat], final=False
     )
     shown = json.loads(tok.decode(ids.tolist()).split("[AVAILABLE_TOOLS]")[1].split("[/AVAILABLE_TOOLS]")[0])
-    assert [t["function"]["name"] for t in shown] == ["lookup", "get_weather"]
+    assert [t["function"]["name"] for t in shown] == ["db.lookup", "get_weather"]
     assert shown[0]["function"]["parameters"]["properties"]["k"] == {"type": "dict"}
 
 
-def test_media_given_by_url_is_never_fetched_and_the_turn_names_it(
-    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("kind", "url", "why"),
+    [
+        ("tekken-v3", "https://example.com/chart.png", "msgtrain fetches nothing"),  # Pixtral's file: it reads images
+        ("spm-v7", "data:image/png;base64,iVBORw0KGgo=", "no encoder for image_url"),  # a text-only model
+    ],
+)
+def test_media_the_tokenizer_cannot_encode_or_that_is_given_by_url_drops_the_turn_and_nothing_is_fetched(
+    kind: str, url: str, why: str, folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import socket
 
@@ -449,23 +456,20 @@ def test_media_given_by_url_is_never_fetched_and_the_turn_names_it(
 
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    tok = load_tokenizer(str(folders["tekken-v3"]))  # Pixtral's tekken file: it encodes images
-    image = {"type": "image_url", "image_url": {"url": "https://example.com/chart.png"}}
+    tok = load_tokenizer(str(folders[kind]))
+    image = {"type": "image_url", "image_url": {"url": url}}
     context = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}]
+    reply = {"role": "assistant", "content": "a chart"}
     records = [
         {
             "request": {"model": "m", "messages": context},
-            "response": {
-                "id": "r",
-                "model": "m",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "a chart"}}],
-            },
+            "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply}]},
         }
     ]
     (g,) = _graphs_from_records(records, tmp_path)
     (turn,) = linearize_graph(g, tok).turns
-    assert turn.status == "dropped" and turn.reason == "render_error"
-    assert "https://example.com/chart.png" in (turn.message or "") and "fetches nothing" in (turn.message or "")
+    assert (turn.status, turn.reason) == ("dropped", "media_not_rendered")
+    assert "message 0 holds image_url" in (turn.message or "") and why in (turn.message or ""), turn.message
 
 
 def test_before_v7_consecutive_assistant_messages_that_call_tools_lose_their_text_as_one_message(

@@ -37,7 +37,7 @@ from msgtrain.errors import ConfigError, RenderError
 from msgtrain.linearize.mistral_messages import (
     answered_only,
     chat_tool,
-    check_no_fetch,
+    check_media,
     relaxed_validator,
     served_call_id,
     text_or_calls,
@@ -111,6 +111,12 @@ class MistralBundle(TokenizerBundle):
         self.text_with_calls = bool(getattr(validator, "_allow_tool_call_and_content", False))
         self.thinks = getattr(self.serving.instruct_tokenizer, "BEGIN_THINK", None) is not None
         self.free_ids = int(self.version.lstrip("v") or 0) >= 13
+        instruct = self.serving.instruct_tokenizer
+        self.media = [
+            kind
+            for kind, encoder in (("image_url", "image_encoder"), ("input_audio", "audio_encoder"))
+            if getattr(instruct, encoder, None) is not None
+        ]
         self.hf = _Vocabulary(int(inner.n_words), int(inner.eos_id), path)
         self.chat_template = ""
         self.stop_ids = {int(inner.eos_id)}
@@ -140,7 +146,7 @@ class MistralBundle(TokenizerBundle):
 
         try:
             served = self.as_served(messages, final=final)
-            check_no_fetch(served)
+            check_media(served, self.media)
             request = ChatCompletionRequest.from_openai(served, tools=[chat_tool(t) for t in tools] or None)
             tokenized = (self.training if final else self.serving).encode_chat_completion(request)
         except RenderError:

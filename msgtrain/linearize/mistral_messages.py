@@ -18,13 +18,14 @@ Invariants:
   (the message too when nothing is left), and so is a result no call of its assistant message asked for.
   mistral-common refuses both ("Not the same number of function calls and responses"). The sampled message itself
   keeps every call it made.
-- Nothing is fetched: an image given by URL (not ``data:``) makes the turn a render error naming it; mistral-common
-  would download it to count its ``[IMG]`` tokens.
-- Two of mistral-common's checks are about what a server accepts, not about the format, and are relaxed for logs
+- Media the tokenizer has no encoder for (an image for a text-only model), and media given by URL (not ``data:``),
+  which mistral-common would download to count its ``[IMG]`` tokens, drop the turn as ``media_not_rendered``, as for
+  chat templates: the tokens would not be what the model saw. Nothing is fetched.
+- Some of mistral-common's checks are about what a server accepts, not about the format, and are relaxed for logs
   written elsewhere: a system message after an assistant or tool message (e.g. Codex's developer notices between a
   call and its result) is encoded where the format puts every system message (in place as ``[SYSTEM_PROMPT]`` from
-  v7; joined into the one system prompt before), and a tool whose parameters are not valid JSON Schema (``"type":
-  "dict"``) is shown as the JSON it is. The function name is still checked.
+  v7; joined into the one system prompt before); a tool whose parameters are not valid JSON Schema (``"type":
+  "dict"``) and a function name outside ``[a-zA-Z0-9_-]{1,64}`` (``functions.exec``) are shown as logged.
 """
 
 from __future__ import annotations
@@ -122,30 +123,36 @@ def chat_tool(tool: Any) -> Any:
     return tool
 
 
-def check_no_fetch(messages: Sequence[dict[str, Any]]) -> None:
-    """Refuse (a :class:`RenderError`) a message with media given by URL: mistral-common would download it."""
+def check_media(messages: Sequence[dict[str, Any]], encodes: Sequence[str]) -> None:
+    """Refuse (a :class:`RenderError` coded ``media_not_rendered``, the linearizer's drop reason) a message holding
+    media this tokenizer cannot encode (``encodes``: the part types it has an encoder for, e.g. ``image_url``), or
+    media given by URL: mistral-common would download it to count its tokens, and msgtrain fetches nothing."""
     for i, m in enumerate(messages):
         content = m.get("content")
         if not isinstance(content, list):
             continue
         for part in content:
-            if not isinstance(part, dict) or part.get("type") == "text":
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in (None, "text", "thinking"):
                 continue
-            media = part.get(str(part.get("type")))
+            media = part.get(str(kind))
             url = media.get("url") if isinstance(media, dict) else media
-            if isinstance(url, str) and not url.startswith("data:"):
-                raise RenderError(
-                    f"message {i} holds {part.get('type')} {url[:80]!r}: mistral-common encodes media from its "
-                    "bytes ([IMG] tokens per patch), and msgtrain fetches nothing",
-                    code="media_not_fetched",
-                    hint="log media inline (a data: URL), or leave it out of the logs to train on their text",
-                )
+            if kind not in encodes:
+                why = f"this Mistral tokenizer has no encoder for {kind} (a text-only model did not see it)"
+            elif isinstance(url, str) and not url.startswith("data:"):
+                why = f"{url[:80]!r} is fetched to be encoded ([IMG] tokens per patch), and msgtrain fetches nothing"
+            else:
+                continue
+            raise RenderError(
+                f"message {i} holds {kind}: {why}",
+                code="media_not_rendered",
+                hint="train on the tokenizer of a model that reads it, with media logged inline (data: URLs)",
+            )
 
 
 def relaxed_validator(validator: Any) -> Any:
     """A copy of mistral-common's request validator (``validator``'s own version and mode) that lets a system
-    message follow any role and shows a tool whose parameters are not valid JSON Schema as they are."""
-    from mistral_common.exceptions import InvalidToolSchemaException
+    message follow any role and shows tool schemas and function names as they are logged."""
     from mistral_common.protocol.instruct.messages import Roles
 
     base = type(validator)
@@ -155,10 +162,13 @@ def relaxed_validator(validator: Any) -> Any:
             super()._validate_message_order([m for m in messages if m.role != Roles.system])
 
         def _validate_function(self, function: Any) -> None:
-            try:
-                super()._validate_function(function)
-            except InvalidToolSchemaException:
-                super()._validate_function(function.model_copy(update={"parameters": {}}))
+            return  # a schema that is not JSON Schema, a name with a dot: the model is shown them as text
+
+        def _validate_function_call(self, function_call: Any) -> None:
+            return
+
+        def _validate_tool_message(self, message: Any) -> None:
+            super()._validate_tool_message(message.model_copy(update={"name": None}))
 
     Relaxed.__name__ = f"Relaxed{base.__name__}"
     return Relaxed(mode=validator._mode)

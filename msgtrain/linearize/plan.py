@@ -590,8 +590,9 @@ class _GraphLinearizer:
             except _Drop as d:
                 self._drop(t, d.reason, d.message)
                 continue
-            except MsgtrainError as e:
-                self._drop(t, DropReason.RENDER_ERROR, str(e))
+            except MsgtrainError as e:  # an encoder's error may name the drop reason (media it cannot encode)
+                reason = DropReason(e.code) if e.code in DropReason.__members__.values() else DropReason.RENDER_ERROR
+                self._drop(t, reason, str(e))
                 continue
             if mark is not None:
                 tt.flags.append(mark)
