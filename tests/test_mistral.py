@@ -440,14 +440,14 @@ def test_a_tool_schema_that_is_not_json_schema_and_an_odd_name_are_shown_as_logg
 
 
 @pytest.mark.parametrize(
-    ("kind", "url", "why"),
+    ("kind", "url"),
     [
-        ("tekken-v3", "https://example.com/chart.png", "msgtrain fetches nothing"),  # Pixtral's file: it reads images
-        ("spm-v7", "data:image/png;base64,iVBORw0KGgo=", "no encoder for image_url"),  # a text-only model
+        ("tekken-v3", "https://example.com/chart.png"),  # Pixtral's file reads images, but only from their bytes
+        ("spm-v7", "data:image/png;base64,iVBORw0KGgo="),  # a text-only model
     ],
 )
-def test_media_the_tokenizer_cannot_encode_or_that_is_given_by_url_drops_the_turn_and_nothing_is_fetched(
-    kind: str, url: str, why: str, folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_media_the_tokenizer_cannot_encode_or_that_is_given_by_url_is_left_out_flagged_and_never_fetched(
+    kind: str, url: str, folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import socket
 
@@ -456,20 +456,16 @@ def test_media_the_tokenizer_cannot_encode_or_that_is_given_by_url_drops_the_tur
 
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    tok = load_tokenizer(str(folders[kind]))
+    folder = folders[kind]
+    tok = load_tokenizer(str(folder))
     image = {"type": "image_url", "image_url": {"url": url}}
     context = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}]
     reply = {"role": "assistant", "content": "a chart"}
-    records = [
-        {
-            "request": {"model": "m", "messages": context},
-            "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply}]},
-        }
-    ]
-    (g,) = _graphs_from_records(records, tmp_path)
-    (turn,) = linearize_graph(g, tok).turns
-    assert (turn.status, turn.reason) == ("dropped", "media_not_rendered")
-    assert "message 0 holds image_url" in (turn.message or "") and why in (turn.message or ""), turn.message
+    row, prompt, completion = _one_turn(tok, context, reply, tmp_path)
+    text_only = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}]}]
+    expected = oracle_for(next(folder.iterdir())).turn(Call(text_only, TOOLS, [reply]), reply)
+    assert (prompt, completion) == (expected.prompt, expected.completion)
+    assert row["flags"] == ["media_not_rendered"]
 
 
 def test_before_v7_consecutive_assistant_messages_that_call_tools_lose_their_text_as_one_message(

@@ -15,8 +15,8 @@ Invariants:
   prefix test between turns, i.e. a ``template_rerender`` cut, detected by tokens.
 - The messages are what :mod:`msgtrain.linearize.mistral_messages` makes of them first: call ids served as vLLM
   serves them, what the version cannot encode left out (flagged on a sampled turn that lost it), unanswered calls
-  left out of the history, media by URL refused (never fetched), and two serving checks relaxed (a system message
-  after an assistant or tool message, a tool schema that is not valid JSON Schema).
+  left out of the history, media it cannot encode (or given by URL: never fetched) left out, and serving checks
+  relaxed (a system message after an assistant or tool message, tool schemas and function names as logged).
 - Content is always text to mistral-common: a log's ``[INST]`` or ``</s>`` is encoded as plain text, never as a
   control token, so no content marking is needed.
 """
@@ -35,12 +35,14 @@ import numpy as np
 
 from msgtrain.errors import ConfigError, RenderError
 from msgtrain.linearize.mistral_messages import (
+    MEDIA_PARTS,
     answered_only,
     chat_tool,
-    check_media,
+    media_encodable,
     relaxed_validator,
     served_call_id,
     text_or_calls,
+    without_media,
 )
 from msgtrain.linearize.tokenizer import TokenizerBundle
 from msgtrain.linearize.tokenizer_source import MISTRAL_INSTALL, MISTRAL_PREFIX, TEKKEN
@@ -112,11 +114,7 @@ class MistralBundle(TokenizerBundle):
         self.thinks = getattr(self.serving.instruct_tokenizer, "BEGIN_THINK", None) is not None
         self.free_ids = int(self.version.lstrip("v") or 0) >= 13
         instruct = self.serving.instruct_tokenizer
-        self.media = [
-            kind
-            for kind, encoder in (("image_url", "image_encoder"), ("input_audio", "audio_encoder"))
-            if getattr(instruct, encoder, None) is not None
-        ]
+        self.media = [mod for mod, (_, encoder) in MEDIA_PARTS.items() if getattr(instruct, encoder, None) is not None]
         self.hf = _Vocabulary(int(inner.n_words), int(inner.eos_id), path)
         self.chat_template = ""
         self.stop_ids = {int(inner.eos_id)}
@@ -146,7 +144,6 @@ class MistralBundle(TokenizerBundle):
 
         try:
             served = self.as_served(messages, final=final)
-            check_media(served, self.media)
             request = ChatCompletionRequest.from_openai(served, tools=[chat_tool(t) for t in tools] or None)
             tokenized = (self.training if final else self.serving).encode_chat_completion(request)
         except RenderError:
@@ -188,7 +185,11 @@ class MistralBundle(TokenizerBundle):
             if not self.thinks and m.get("reasoning_content") is not None:
                 m = {k: v for k, v in m.items() if k != "reasoning_content"}
             out.append(m)
+        out = without_media(out, self.media)
         return answered_only(out if self.text_with_calls else text_or_calls(out), keep_last=final)
+
+    def encodes_media(self, modality: str, url: str) -> bool:
+        return media_encodable(modality, url, self.media)
 
     # ------------------------------------------------------------ text
     def encode(self, text: str) -> np.ndarray:

@@ -19,8 +19,8 @@ Invariants:
   mistral-common refuses both ("Not the same number of function calls and responses"). The sampled message itself
   keeps every call it made.
 - Media the tokenizer has no encoder for (an image for a text-only model), and media given by URL (not ``data:``),
-  which mistral-common would download to count its ``[IMG]`` tokens, drop the turn as ``media_not_rendered``, as for
-  chat templates: the tokens would not be what the model saw. Nothing is fetched.
+  which mistral-common would download to count its ``[IMG]`` tokens, are left out and the sample is flagged
+  ``media_not_rendered``, as for chat templates: its tokens hold the text around the media. Nothing is fetched.
 - Some of mistral-common's checks are about what a server accepts, not about the format, and are relaxed for logs
   written elsewhere: a system message after an assistant or tool message (e.g. Codex's developer notices between a
   call and its result) is encoded where the format puts every system message (in place as ``[SYSTEM_PROMPT]`` from
@@ -34,8 +34,6 @@ import hashlib
 import string
 from collections.abc import Sequence
 from typing import Any
-
-from msgtrain.errors import RenderError
 
 ID_LENGTH = 9  # Mistral's tool-call ids: 9 letters or digits
 _ID_ALPHABET = string.ascii_letters + string.digits
@@ -123,31 +121,38 @@ def chat_tool(tool: Any) -> Any:
     return tool
 
 
-def check_media(messages: Sequence[dict[str, Any]], encodes: Sequence[str]) -> None:
-    """Refuse (a :class:`RenderError` coded ``media_not_rendered``, the linearizer's drop reason) a message holding
-    media this tokenizer cannot encode (``encodes``: the part types it has an encoder for, e.g. ``image_url``), or
-    media given by URL: mistral-common would download it to count its tokens, and msgtrain fetches nothing."""
-    for i, m in enumerate(messages):
+# The OpenAI part type of each modality mistral-common encodes, and the encoder it needs on the instruct tokenizer.
+MEDIA_PARTS = {"image": ("image_url", "image_encoder"), "audio": ("input_audio", "audio_encoder")}
+
+
+def media_encodable(modality: str, url: str, encoders: Sequence[str]) -> bool:
+    """Whether a media part is encoded: the tokenizer has an encoder for its modality (``encoders``) and its bytes
+    are inline (a ``data:`` URL). mistral-common would download any other URL; msgtrain fetches nothing."""
+    return modality in encoders and url.startswith("data:")
+
+
+def without_media(messages: list[dict[str, Any]], encoders: Sequence[str]) -> list[dict[str, Any]]:
+    """The messages with each media part :func:`media_encodable` refuses left out (a message left without parts
+    keeps empty text). Messages without such parts are passed as they are."""
+    out = []
+    for m in messages:
         content = m.get("content")
-        if not isinstance(content, list):
-            continue
-        for part in content:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind in (None, "text", "thinking"):
-                continue
-            media = part.get(str(kind))
-            url = media.get("url") if isinstance(media, dict) else media
-            if kind not in encodes:
-                why = f"this Mistral tokenizer has no encoder for {kind} (a text-only model did not see it)"
-            elif isinstance(url, str) and not url.startswith("data:"):
-                why = f"{url[:80]!r} is fetched to be encoded ([IMG] tokens per patch), and msgtrain fetches nothing"
-            else:
-                continue
-            raise RenderError(
-                f"message {i} holds {kind}: {why}",
-                code="media_not_rendered",
-                hint="train on the tokenizer of a model that reads it, with media logged inline (data: URLs)",
-            )
+        if isinstance(content, list):
+            kept = [p for p in content if _kept_part(p, encoders)]
+            if len(kept) < len(content):
+                m = {**m, "content": kept or ""}
+        out.append(m)
+    return out
+
+
+def _kept_part(part: Any, encoders: Sequence[str]) -> bool:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in (None, "text", "thinking"):
+        return True
+    modality = next((mod for mod, (name, _) in MEDIA_PARTS.items() if name == kind), str(kind))
+    media = part.get(str(kind))
+    url = media.get("url") if isinstance(media, dict) else media
+    return media_encodable(modality, url if isinstance(url, str) else "", encoders)
 
 
 def relaxed_validator(validator: Any) -> Any:

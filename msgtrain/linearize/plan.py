@@ -286,8 +286,11 @@ class _GraphLinearizer:
             }
             template = (getattr(self.tok, "chat_template", None) or "").lower()
             self._graph_media = sorted(m for m in found if m not in template)
-        if not self._graph_media or self.tok.encodes_messages:
+        if not self._graph_media:
             return []
+        if self.tok.encodes_messages:  # the encoder leaves out what it cannot encode (Mistral: no encoder, a URL)
+            parts = (p for n in t.path for p in getattr(n.message, "parts", ()) if isinstance(p, MediaPart))
+            return sorted({p.modality for p in parts if not self.tok.encodes_media(p.modality, p.url)})
         on_path = {p.modality for n in t.path for p in getattr(n.message, "parts", ()) if isinstance(p, MediaPart)}
         return [m for m in self._graph_media if m in on_path]
 
@@ -590,9 +593,8 @@ class _GraphLinearizer:
             except _Drop as d:
                 self._drop(t, d.reason, d.message)
                 continue
-            except MsgtrainError as e:  # an encoder's error may name the drop reason (media it cannot encode)
-                reason = DropReason(e.code) if e.code in DropReason.__members__.values() else DropReason.RENDER_ERROR
-                self._drop(t, reason, str(e))
+            except MsgtrainError as e:
+                self._drop(t, DropReason.RENDER_ERROR, str(e))
                 continue
             if mark is not None:
                 tt.flags.append(mark)

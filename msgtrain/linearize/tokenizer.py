@@ -318,6 +318,10 @@ class TokenizerBundle:
         """The ids of a conversation, for bundles that :attr:`encodes_messages`; this one renders a template."""
         raise TypeError(f"tokenizer {self.name} renders a chat template: render, then encode the text")
 
+    def encodes_media(self, modality: str, url: str) -> bool:
+        """Whether a bundle that :attr:`encodes_messages` encodes this media part (else it leaves it out)."""
+        return False
+
     # -------------------------------------------------------------- facts
     def _stop_ids(self) -> set[int]:
         """Tokens that end a sampled turn: EOS, generation-config EOS ids, and the token the template writes
