@@ -528,3 +528,54 @@ def test_a_pku_saferlhf_pair_trains_the_better_response_after_the_prompt(tmp_pat
     assert samples[0].flags == ["preference_chosen"] and samples[0].metadata["safer_response_id"] == 0
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
     assert [t for r, t, _ in _said(graph) if r == "user"] == ["How do I pick a lock?"]
+
+
+# ------------------------------------------------------------------------------------------ batch results
+# OpenAI Batch API output lines (platform docs, "batch" guide; the same line litellm's
+# tests/batches_tests/test_batch_utils.py parses) and Anthropic Message Batches result lines (docs, "Retrieving
+# batch results"): each reply without the request it answers, which lives in the batch input file.
+BATCH_LINES = {
+    "openai": {
+        "id": "batch_req_123",
+        "custom_id": "request-2",
+        "response": {
+            "status_code": 200,
+            "request_id": "req_123",
+            "body": {
+                "object": "chat.completion",
+                "model": "gpt-4o-mini",
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "Hello."}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 22, "completion_tokens": 2, "total_tokens": 24},
+            },
+        },
+        "error": None,
+    },
+    "anthropic": {
+        "custom_id": "my-first-request",
+        "result": {
+            "type": "succeeded",
+            "message": {
+                "id": "msg_01",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-3-5-sonnet-20241022",
+                "content": [{"type": "text", "text": "Hello!"}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 10, "output_tokens": 34},
+            },
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("api", sorted(BATCH_LINES))
+def test_batch_results_are_rejected_saying_where_their_requests_are_and_counting_each_reply(
+    tmp_path: Path, api: str
+) -> None:
+    path = _jsonl(tmp_path / "batch_output.jsonl", [BATCH_LINES[api]] * 2)
+    samples, stats, rejects = convert_file(path, _settings())
+    assert samples == [] and stats.turns_lost == 2
+    reasons = [json.loads(r) for r in rejects]
+    assert all("custom_id" in r["message"] and "batch input file" in r["message"] for r in reasons)

@@ -133,6 +133,12 @@ def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | Non
     return ROLE_VOCABULARY.get(key.removeprefix("role_"))
 
 
+def is_wrapper(obj: dict[str, Any]) -> bool:
+    """A message-like object that wraps its message (an OpenAI choice, LangChain's type + data): counting what a
+    record holds counts it once, not again inside."""
+    return _unwrap(obj) is not obj
+
+
 def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     """LangChain ``{"type": "ai", "data": {...}}`` → the data dict (which repeats the type); an OpenAI ``choice``
     logged in a message list (``{"finish_reason", "index", "message"}``, as OpenPipe ART's ``messages_and_choices``
@@ -682,7 +688,7 @@ def message_like_count(value: Any) -> tuple[int, int]:
                 messages += 1
                 hit = role_of(item)
                 assistants += hit is not None and canonical_role(hit[1]) in ("assistant", "call")
-                if _unwrap(item) is not item:
+                if is_wrapper(item):
                     continue  # a wrapper (an OpenAI choice, LangChain's type + data): its message is this one
             stack.extend(v for v in item.values() if isinstance(v, dict | list))
     return messages, assistants

@@ -87,6 +87,7 @@ from msgtrain.ingest.shapes import (
     content_key_of,
     is_message_like,
     is_message_list,
+    is_wrapper,
     message_like_count,
     named_agents,
     named_agents_error,
@@ -237,6 +238,13 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if isinstance(record.get(key), bool):
             columns["kto_tag"] = key
             break
+    if _batch_result(record):
+        return Ambiguity(
+            path,
+            "a Batch API result: the reply without the request it answers (the requests are in the batch input "
+            "file; join the two by custom_id into {request, response} lines, which the calls reader reads)",
+            max(_assistant_count(record), 1),
+        )
     judged = _judged_pair(record)
     if judged is not None:
         found = _preference_layout(record, path, columns, judged[0], lists)
@@ -379,6 +387,17 @@ _JUDGED_PAIRS = (
 _TIE_MARKS: dict[Any, tuple[str | None, str | None]] = {"tie": (None, None), "tie (bothbad)": ("rejected", "rejected")}
 
 
+def _batch_result(record: dict[str, Any]) -> bool:
+    """A line of an OpenAI Batch API output file (``{custom_id, response: {status_code, body}}``) or of Anthropic
+    Message Batches results (``{custom_id, result: {type, message}}``): replies whose requests are elsewhere."""
+    if "custom_id" not in record:
+        return False
+    response, result = record.get("response"), record.get("result")
+    return (isinstance(response, dict) and isinstance(response.get("body"), dict)) or (
+        isinstance(result, dict) and isinstance(result.get("message"), dict)
+    )
+
+
 def _judged_pair(record: dict[str, Any]) -> tuple[tuple[str, str], tuple[str | None, str | None]] | None:
     """((chosen key, rejected key), marks) of a record holding two replies and a judge's verdict on them."""
     for a, b, key, a_wins, b_wins in _JUDGED_PAIRS:
@@ -477,6 +496,8 @@ def _assistant_count(value: Any, budget: list[int] | None = None) -> int:
     hit = role_of(value)
     if hit is not None and canonical_role(hit[1]) in ("assistant", "call"):
         own = 1
+        if is_wrapper(value):
+            return own
     return own + sum(_assistant_count(v, budget) for v in value.values() if isinstance(v, dict | list))
 
 
@@ -852,7 +873,14 @@ class StructuralReader:
             stem, _, key = p.rpartition(".")
             if key in ROLE_KEYS and stem.endswith(".message") and f"{stem[: -len('.message')]}.parent" in shape.paths:
                 return True
-        pairs = (*PAIR_KEYS, *PREFERENCE_KEYS, *_ALPACA_PAIRS, *((a, b) for a, b, *_ in _JUDGED_PAIRS))
+        pairs = (
+            *PAIR_KEYS,
+            *PREFERENCE_KEYS,
+            *_ALPACA_PAIRS,
+            *((a, b) for a, b, *_ in _JUDGED_PAIRS),
+            ("custom_id", "response.body"),  # Batch API results: rejected, saying where their requests are
+            ("custom_id", "result.message"),
+        )
         return any(shape.has(f".{a}", f".{b}") for a, b in pairs)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
