@@ -413,3 +413,20 @@ def test_a_huge_object_is_cut_into_byte_ranges_and_gives_the_unsplit_output(
         inside = any(s <= pos < e for s, e in kept)
         assert inside or not line.strip(), (pos, line[:80])
         pos += len(line)
+
+
+def test_an_empty_result_does_not_replace_a_bucket_dataset_with_samples_unless_asked(s3: Store, tmp_path: Path) -> None:
+    from msgtrain.errors import OutputError
+
+    logs = _upload(s3, _make_logs(tmp_path / "logs", 1), f"s3://{BUCKET}/empty-in")
+    out = f"s3://{BUCKET}/empty-out"
+    assert pipeline.convert(ConvertConfig(inputs=(logs,), output=out, quiet=True))["samples"]["written"] > 0
+    version = current_version(out)
+    # Records convert, but no turn of this policy exists: no samples (a wrong --policy, a wrong template).
+    nobody = ConvertConfig(inputs=(logs,), output=out, policies=("nobody",), quiet=True)
+    with pytest.raises(OutputError, match="refusing to replace") as err:
+        pipeline.convert(nobody)
+    assert err.value.code == "empty_result"
+    assert current_version(out) == version
+    pipeline.convert(nobody.model_copy(update={"allow_empty": True}))
+    assert current_version(out) != version
