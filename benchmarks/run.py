@@ -81,7 +81,9 @@ def build_corpus(spec: CorpusSpec, root: Path, pool: gen.ContentPool, tokenizers
     """Write the corpus's files (reused when its stamp matches the generator and the spec)."""
     out = root / spec.name
     stamp = {"spec": asdict(spec), "generator": _generator_digest(), "pool": pool.summary()}
-    stamp_file = out / ".stamp.json"
+    # Beside the corpus, not in it: msgtrain reads every file of the folder it is given (hidden files included)
+    # and would reject the stamp as a log it does not know (exit 3).
+    stamp_file = root / f".{spec.name}.stamp.json"
     if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
         return out
     shutil.rmtree(out, ignore_errors=True)
