@@ -31,7 +31,7 @@ from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.journal import Manifest, append_manifest, load_manifest, save_manifest
 from msgtrain.run.object_chunks import ObjectView, plan_object
 from msgtrain.run.parts import Job, LinearizeSettings, part_key, reuse_part, settings_from_config
-from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, discover
+from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, base_name, discover, identity
 from msgtrain.run.units import chunkable, input_digest, object_chunkable, plan_file
 
 if TYPE_CHECKING:
@@ -73,11 +73,10 @@ class RunPlan:
         todo = []
         for chunk in units:
             label = f"{chunk.index}/{chunk.count}/{self.chunk_bytes}" if chunk is not None else ""
-            name = f.name if isinstance(f, Path) else f.rstrip("/").rpartition("/")[2]
-            key = part_key(digest, self.skey, label, name=name)
+            key = part_key(digest, self.skey, label, name=base_name(f))
             meta: dict[str, Any] = {
                 "source": str(f),
-                "real": real_location(f),
+                "real": identity(f),
                 "digest": digest,
                 "settings": self.skey,
                 "version": __version__,
@@ -146,7 +145,7 @@ def plan_run(cfg: ConvertConfig, output: Output, executor: Executor, progress: P
             continue
         first_with_digest[digest] = f
         plan.run_digests.add(digest)
-        plan.run_paths.add(real_location(f))
+        plan.run_paths.add(identity(f))
         if isinstance(f, str):
             if object_chunkable(f, chunk_bytes):
                 objects.append((f, digest))
@@ -166,11 +165,6 @@ def plan_run(cfg: ConvertConfig, output: Output, executor: Executor, progress: P
     if progress:
         progress("planned", {"total": plan.total_parts + len(plan.plans), "reused": plan.reused})
     return plan
-
-
-def real_location(f: Path | str) -> str:
-    """A location's identity for --keep-missing: a local file's real path, an object's URL."""
-    return f if isinstance(f, str) else os.path.realpath(f)
 
 
 def _check_chat_template(tok: Any, source: str) -> None:

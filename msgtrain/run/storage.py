@@ -530,6 +530,43 @@ def file_digest(path: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------- locations for readers
+def content_digest(location: Path | str) -> str:
+    """A hash of an input's bytes: a local file's (a folder log's files), or an object's from its store
+    (:meth:`Store.content_hash`). Raises OSError when it cannot be read."""
+    return Store.of(location).content_hash(location) if isinstance(location, str) else file_digest(location)
+
+
+def reader_location(location: Path | str) -> PurePosixPath:
+    """Where a reader sees an input (:mod:`msgtrain.ingest.files`): a local path as it is, an object by its
+    bucket and key (``s3://b/k`` → ``/b/k``)."""
+    return location_of(location) if isinstance(location, str) else PurePosixPath(location.as_posix())
+
+
+def sibling_digest(location: Path | str, sibling: PurePosixPath) -> str:
+    """The content digest of the file ``sibling`` beside the input ``location``, on the same disk or store, or
+    ``absent`` (missing or unreadable: the reader cannot consult it either)."""
+    try:
+        if isinstance(location, str):
+            url = url_of(location, sibling)
+            store = Store.of(url)
+            return store.content_hash(url) if store.exists(url) else "absent"
+        local = Path(sibling)
+        return file_digest(local) if local.is_file() else "absent"
+    except OSError:
+        return "absent"
+
+
+def base_name(location: Path | str) -> str:
+    """An input's own name, without its folder or prefix."""
+    return location.rstrip("/").rpartition("/")[2] if isinstance(location, str) else location.name
+
+
+def identity(location: Path | str) -> str:
+    """What makes an input the same input across runs (``--keep-missing``): a local file's real path, an object's
+    URL."""
+    return location if isinstance(location, str) else os.path.realpath(location)
+
+
 def location_of(url: str) -> PurePosixPath:
     """An object's location as readers see it (:mod:`msgtrain.ingest.files`): ``s3://b/k`` → ``/b/k``."""
     return PurePosixPath("/" + url.partition("://")[2].strip("/"))

@@ -10,14 +10,14 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import declared_siblings, get_reader
-from msgtrain.run.storage import Store, file_digest, location_of, url_of
+from msgtrain.run.storage import Store, content_digest, reader_location, sibling_digest
 
 if TYPE_CHECKING:
     from msgtrain.run.parts import LinearizeSettings
@@ -67,24 +67,11 @@ def input_digest(f: Path | str) -> str:
     (:func:`~msgtrain.ingest.registry.declared_siblings`), theirs too, absent ones included: a sub-agent converted
     before its parent session arrived is converted again once it has (under ``--resume`` as in a clean run).
     Raises OSError when ``f`` cannot be read."""
-    own = Store.of(f).content_hash(f) if isinstance(f, str) else file_digest(f)
-    siblings = declared_siblings(location_of(f) if isinstance(f, str) else PurePosixPath(f.as_posix()))
+    own = content_digest(f)
+    siblings = declared_siblings(reader_location(f))
     if not siblings:
         return own
     h = hashlib.blake2b(own.encode(), digest_size=16)
     for sibling in siblings:
-        h.update(f"\0{sibling.name}\0{_sibling_digest(f, sibling)}".encode())
+        h.update(f"\0{sibling.name}\0{sibling_digest(f, sibling)}".encode())
     return h.hexdigest()
-
-
-def _sibling_digest(f: Path | str, sibling: PurePosixPath) -> str:
-    """A sibling's content digest, or ``absent`` (missing or unreadable: the reader cannot consult it either)."""
-    try:
-        if isinstance(f, str):
-            url = url_of(f, sibling)
-            store = Store.of(url)
-            return store.content_hash(url) if store.exists(url) else "absent"
-        local = Path(sibling)
-        return file_digest(local) if local.is_file() else "absent"
-    except OSError:
-        return "absent"
