@@ -579,3 +579,43 @@ def test_batch_results_are_rejected_saying_where_their_requests_are_and_counting
     assert samples == [] and stats.turns_lost == 2
     reasons = [json.loads(r) for r in rejects]
     assert all("custom_id" in r["message"] and "batch input file" in r["message"] for r in reasons)
+
+
+# ------------------------------------------------------------------------------------------ scored candidates
+# openbmb/UltraFeedback rows (dataset card): an instruction and its completions, each generated with its own
+# principle system prompt (custom_system_prompt) and scored (overall_score).
+ULTRAFEEDBACK_RAW = {
+    "source": "evol_instruct",
+    "instruction": "Write a haiku about rain.",
+    "models": ["gpt-4", "llama-2-7b-chat"],
+    "completions": [
+        {"model": "gpt-4", "custom_system_prompt": "You are a poet.", "response": "Soft rain", "overall_score": 8.5},
+        {
+            "model": "llama-2-7b-chat",
+            "custom_system_prompt": "Be honest.",
+            "response": "Rain rain",
+            "overall_score": 4.0,
+        },
+    ],
+    "correct_answers": ["None"],
+}
+
+
+def test_scored_candidates_are_each_a_conversation_with_its_score_and_only_the_best_is_trained_by_default(
+    tmp_path: Path,
+) -> None:
+    path = _jsonl(tmp_path / "ultrafeedback.jsonl", [ULTRAFEEDBACK_RAW])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1)
+    assert samples[0].reward == 8.5 and samples[0].metadata["model"] == "gpt-4"
+    graphs = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert sorted(_said(g)[0][1] for g in graphs) == ["Be honest.", "You are a poet."]  # each its own system prompt
+    samples, stats, _ = convert_file(path, _settings(train_negative=True))
+    assert sorted(s.reward for s in samples) == [4.0, 8.5]
+
+
+def test_generations_with_parallel_ratings_are_scored_candidates(tmp_path: Path) -> None:
+    # argilla-io/distilabel UltraFeedback task output: instruction, generations, ratings, rationales.
+    row = {"instruction": "Name a color.", "generations": ["Blue", "Banana"], "ratings": [5, 1], "rationales": ["", ""]}
+    samples, stats, rejects = convert_file(_jsonl(tmp_path / "rated.jsonl", [row]), _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1) and samples[0].reward == 5

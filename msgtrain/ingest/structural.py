@@ -202,6 +202,10 @@ def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
     if hit is not None:
         search.found.append(hit)
         return
+    scored = candidates(value, path)
+    if scored:
+        search.found.extend(scored)
+        return
     if depth < MAX_SEARCH_DEPTH:
         for key, item in value.items():
             if isinstance(item, dict | list):
@@ -385,6 +389,70 @@ _JUDGED_PAIRS = (
 )
 # Verdicts that prefer neither side: LMSYS writes "tie" (both good) and "tie (bothbad)".
 _TIE_MARKS: dict[Any, tuple[str | None, str | None]] = {"tie": (None, None), "tie (bothbad)": ("rejected", "rejected")}
+
+
+# Candidate replies to one instruction, each with its own score: UltraFeedback's ``completions`` ({model,
+# response, overall_score, custom_system_prompt}), distilabel's ``generations`` + ``ratings``. Each candidate is
+# its own conversation (its system prompt may differ), its score its reward; the best-scored are labelled good,
+# the others bad (trained only with --train-negative, as any reply marked bad).
+_CANDIDATE_LISTS = ("completions", "generations", "candidates")
+_CANDIDATE_TEXT = ("response", "text", "completion", "output")
+_CANDIDATE_SCORE = ("overall_score", "score", "reward", "rating")
+_CANDIDATE_SYSTEM = ("custom_system_prompt", "system_prompt", "system")
+_PARALLEL_SCORES = ("ratings", "scores", "rewards")
+
+
+def candidates(record: dict[str, Any], path: str) -> list[Found]:
+    """One prompt-completion conversation per scored candidate of a record (see above), or none."""
+    prompt_key = next((k for k in ("instruction", "prompt", "question") if _prompt_like(record.get(k))), None)
+    if prompt_key is None:
+        return []
+    for key in _CANDIDATE_LISTS:
+        items = record.get(key)
+        if not isinstance(items, list) or not items:
+            continue
+        holders = _candidate_holders(record, key, items)
+        if holders is None:
+            continue
+        out = []
+        best = max(h["reward"] for h in holders)
+        for i, extra in enumerate(holders):
+            # the best-scored candidates are the desirable replies; the others were judged worse than one of them,
+            # so they are trained only with --train-negative (each keeps its score as reward either way)
+            holder = {**extra, "prompt": record[prompt_key], "label": extra["reward"] == best}
+            columns = {"prompt": "prompt", "completion": "completion", "kto_tag": "label"}
+            columns |= {c: c for c in ("system", "reward") if c in holder}
+            out.append(Found(f"{path}.{key}[{i}]", holder, Mapping("prompt_completion", columns)))
+        return out
+    return []
+
+
+def _candidate_holders(record: dict[str, Any], key: str, items: list[Any]) -> list[dict[str, Any]] | None:
+    """Each candidate as {completion, reward?, system?, other scalar fields}; None unless every one is a scored
+    reply (a list of anything else is no candidate list)."""
+    if all(isinstance(t, str) for t in items):
+        scores = next((record[k] for k in _PARALLEL_SCORES if isinstance(record.get(k), list)), None)
+        if scores is None or len(scores) != len(items):
+            return None
+        values = [s.get("score") if isinstance(s, dict) else s for s in scores]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return None
+        return [{"completion": t, "reward": v} for t, v in zip(items, values, strict=True)]
+    holders = []
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        text = next((item[k] for k in _CANDIDATE_TEXT if isinstance(item.get(k), str)), None)
+        score = next((item[k] for k in _CANDIDATE_SCORE if k in item), None)
+        if text is None or not (isinstance(score, int | float) and not isinstance(score, bool)):
+            return None
+        holder = {k: v for k, v in item.items() if not isinstance(v, dict | list) and k not in _CANDIDATE_TEXT}
+        holder |= {"completion": text, "reward": score}
+        system = next((item[k] for k in _CANDIDATE_SYSTEM if isinstance(item.get(k), str) and item[k]), None)
+        if system is not None:
+            holder["system"] = system
+        holders.append(holder)
+    return holders
 
 
 def _batch_result(record: dict[str, Any]) -> bool:
@@ -878,6 +946,7 @@ class StructuralReader:
             *PREFERENCE_KEYS,
             *_ALPACA_PAIRS,
             *((a, b) for a, b, *_ in _JUDGED_PAIRS),
+            *((p, c) for p in ("instruction", "prompt") for c in _CANDIDATE_LISTS),
             ("custom_id", "response.body"),  # Batch API results: rejected, saying where their requests are
             ("custom_id", "result.message"),
         )
