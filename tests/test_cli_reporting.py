@@ -12,6 +12,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from msgtrain import __version__
@@ -293,3 +294,25 @@ def test_inspect_bounds_keep_every_shown_token_as_unbounded_and_decode_only_thos
     assert sum(b - a for a, b in ranges) + sum(b - a for a, b in hidden) == view.num_tokens
     assert sum(b - a for a, b in hidden) > view.num_tokens // 2
     assert len(calls) < view.num_tokens // 4  # the elided middle was never decoded
+
+
+@pytest.mark.parametrize(
+    ("target", "longest", "hinted"), [("canonical", 4096, True), ("trl", 1024, False), ("rl", 4096, False)]
+)
+def test_samples_longer_than_trls_default_max_length_suggest_setting_it(
+    target: str, longest: int, hinted: bool
+) -> None:
+    report = _report(80, 0, 1000, 500, target=target)
+    report["outputs"] = {
+        "splits": {"train": {"longest_sample_tokens": 100}, "test": {"longest_sample_tokens": longest}}
+    }
+    hint = next_step(report)
+    assert (hint is not None and f"SFTConfig(max_length={longest})" in hint) is hinted, hint
+
+
+def test_the_report_names_each_splits_longest_sample(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["convert", str(SAMPLE_LOGS), "-o", str(out), "-q"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    rows = pq.read_table(out / "data" / "train-00000-of-00001.parquet", columns=["num_tokens"])
+    assert report["outputs"]["splits"]["train"]["longest_sample_tokens"] == max(rows["num_tokens"].to_pylist())

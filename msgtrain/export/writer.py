@@ -277,6 +277,7 @@ class _SplitState:
     samples: int = 0
     tokens: int = 0
     trained_tokens: int = 0
+    longest_sample: int = 0  # tokens of the longest sample (a trainer's max_length below it truncates)
     files: list[str] = field(default_factory=list)
     file_rows: list[int] = field(default_factory=list)
 
@@ -372,7 +373,9 @@ class DatasetWriter:
         state = self._state(split)
         if table.num_rows:
             state.samples += table.num_rows
-            state.tokens += int(pc.sum(pc.list_value_length(table["input_ids"])).as_py() or 0)
+            lengths = pc.list_value_length(table["input_ids"])
+            state.tokens += int(pc.sum(lengths).as_py() or 0)
+            state.longest_sample = max(state.longest_sample, int(pc.max(lengths).as_py() or 0))
             state.trained_tokens += int(pc.sum(pc.list_flatten(table["loss_mask"])).as_py() or 0)
         state.sink.append(state.converter.convert(table))
 
@@ -467,6 +470,7 @@ class DatasetWriter:
                 "samples": state.samples,
                 "tokens": state.tokens,
                 "trained_tokens": state.trained_tokens,
+                "longest_sample_tokens": state.longest_sample,
                 "files": state.files,
             }
         summary: dict[str, Any] = {

@@ -15,6 +15,10 @@ RERENDER_SHARE = 0.2
 LOW_TRAINED_SHARE = 0.2
 # Samples dropped for length worth a hint (share of the samples that would have been written).
 DROPPED_SHARE = 0.05
+# TRL's SFTConfig.max_length default (trl 1.x): longer rows are cut from the right, their last trained turns lost.
+TRL_DEFAULT_MAX_LENGTH = 1024
+# Targets a TRL trainer reads as rows of one sample each (canonical through its assistant_masks column).
+TRL_READ_TARGETS = ("canonical", "trl", "labels")
 # Context-incomplete samples worth a hint (share of the samples written).
 INCOMPLETE_SHARE = 0.5
 
@@ -39,6 +43,14 @@ def next_step(report: dict[str, Any]) -> str | None:
         overflow = report.get("config", {}).get("overflow")
         fix = "raise --max-length" if overflow == "split" else "`--overflow split` keeps them as several rows"
         return f"{dropped} samples were dropped for their length (listed in drops.jsonl): {fix}"
+    splits = (report.get("outputs") or {}).get("splits") or {}
+    longest = max((s.get("longest_sample_tokens") or 0 for s in splits.values()), default=0)
+    if target in TRL_READ_TARGETS and longest > TRL_DEFAULT_MAX_LENGTH:
+        return (
+            f"the longest sample holds {longest} tokens: TRL's SFTConfig cuts rows at max_length="
+            f"{TRL_DEFAULT_MAX_LENGTH} by default, losing the trained turns at their ends; set "
+            f"SFTConfig(max_length={longest}) (or None), or convert with --max-length to fit the trainer"
+        )
     incomplete = report.get("flags", {}).get("context_incomplete", 0)
     if samples and incomplete >= INCOMPLETE_SHARE * samples:
         return (
