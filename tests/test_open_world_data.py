@@ -619,3 +619,20 @@ def test_generations_with_parallel_ratings_are_scored_candidates(tmp_path: Path)
     row = {"instruction": "Name a color.", "generations": ["Blue", "Banana"], "ratings": [5, 1], "rationales": ["", ""]}
     samples, stats, rejects = convert_file(_jsonl(tmp_path / "rated.jsonl", [row]), _settings())
     assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1) and samples[0].reward == 5
+
+
+def test_helm_request_states_train_each_completion_after_its_prompt(tmp_path: Path) -> None:
+    # stanford-crfm/helm scenario_state.json (src/helm/benchmark/adaptation/scenario_state.py, RequestState:
+    # instance, request {prompt, ...}, result {success, completions: [{text, logprob, tokens}]}).
+    state = {
+        "instance": {"input": {"text": "What is 2+2?"}, "references": [{"output": {"text": "4"}, "tags": ["correct"]}]},
+        "train_trial_index": 0,
+        "request": {"model": "openai/gpt-4o", "prompt": "Question: What is 2+2?\nAnswer:", "temperature": 0.0},
+        "result": {"success": True, "completions": [{"text": " 4", "logprob": -0.1, "tokens": []}], "cached": True},
+        "num_train_instances": 0,
+        "prompt_truncated": False,
+    }
+    path = tmp_path / "scenario_state.json"
+    path.write_text(json.dumps({"adapter_spec": {"method": "generation"}, "request_states": [state, state]}))
+    _, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 2)

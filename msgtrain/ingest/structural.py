@@ -75,7 +75,7 @@ from msgtrain.ingest.conversation_files import (
     mark_last_reply,
 )
 from msgtrain.ingest.head_shape import head_shape
-from msgtrain.ingest.mapping import Mapping, top_fields
+from msgtrain.ingest.mapping import Mapping, dig, top_fields
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.node_maps import node_map_graph, node_map_key
 from msgtrain.ingest.shapes import (
@@ -123,6 +123,9 @@ PAIR_KEYS = (
 )
 # Where a preference record's prompt is (Intel/orca_dpo_pairs writes ``question``; OpenAI ``input.messages``).
 _PREFERENCE_PROMPT_KEYS = ("prompt", "input", "question", "instruction", "query")
+# A request beside its result, as HELM's scenario_state.json logs each request_state (the chat models' clients send
+# the prompt as the user message) and as per-call logs of text-completion APIs do.
+_REQUEST_RESULT_PAIRS = (("request.prompt", "result.completions"), ("request.messages", "result.completions"))
 _ALPACA_PAIRS = (
     ("instruction", "output"),
     ("instruction", "response"),
@@ -261,8 +264,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     alpaca = _alpaca_columns(record, lists)
     if alpaca is not None:
         return Found(path, record, Mapping("alpaca", columns | alpaca))
-    for prompt_key, completion_key in (*PAIR_KEYS, *_suffixed_pairs(record)):
-        if prompt_key in record and _replies(record.get(completion_key)) and _prompt_like(record[prompt_key]):
+    for prompt_key, completion_key in (*PAIR_KEYS, *_suffixed_pairs(record), *_REQUEST_RESULT_PAIRS):
+        prompt, completion = dig(record, prompt_key), dig(record, completion_key)
+        if prompt is not None and _replies(completion) and _prompt_like(prompt):
             columns |= {"prompt": prompt_key, "completion": completion_key}
             return Found(path, record, Mapping("prompt_completion", columns))
     longest = _longest_holding_the_others(record, lists)
@@ -530,8 +534,17 @@ def _replies(value: Any) -> bool:
 
 
 def _text_samples(value: Any) -> bool:
-    """A list of generated texts for one context (OpenAI evals' ``sampled``, n > 1 completions)."""
-    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+    """A list of generated texts for one context (OpenAI evals' ``sampled``, n > 1 completions; HELM's and legacy
+    completions APIs' ``[{"text": ...}]``)."""
+    return isinstance(value, list) and bool(value) and all(_sample_text(v) is not None for v in value)
+
+
+def _sample_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("text"), str) and role_of(value) is None:
+        return value["text"]
+    return None
 
 
 def _choice_messages(value: dict[str, Any]) -> list[Any] | None:
@@ -638,6 +651,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         start = len(builder.steps)
         meta = {"label": label} if label is not None else None
         completion = m.field_of(holder, "completion")
+        if _text_samples(completion):
+            completion = [_sample_text(v) for v in completion]
         if _text_samples(completion) and len(completion) > 1:  # n samples of one context: sibling replies
             branches = _text_branches(builder, completion, f"{at}.{m.columns['completion']}", meta)
         else:
@@ -941,6 +956,10 @@ class StructuralReader:
             stem, _, key = p.rpartition(".")
             if key in ROLE_KEYS and stem.endswith(".message") and f"{stem[: -len('.message')]}.parent" in shape.paths:
                 return True
+        if any(p.endswith(".request.prompt") for p in shape.paths) and any(
+            p.endswith(".result.completions[].text") for p in shape.paths
+        ):
+            return True  # HELM request states, wherever the document keeps them
         pairs = (
             *PAIR_KEYS,
             *PREFERENCE_KEYS,
