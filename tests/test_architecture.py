@@ -34,7 +34,6 @@ LOCATION_TESTS = frozenset({"is_remote", "protocol"})
 # behind storage.py is taken off this list (the test fails until it is).
 TYPE_DISPATCH_LEFT = {
     "assembly.py": {"group_reader", "_read_rejects", "write_rejects", "_put"},
-    "journal.py": {"load_manifest", "save_manifest", "append_manifest"},
     "parts.py": {"reuse_part", "write_part_to"},
 }
 

@@ -18,11 +18,10 @@ Invariants:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from msgtrain.run.storage import Store, join
+from msgtrain.run.storage import append_if_possible, child, read_if_present, remove_file, replace_whole
 
 MANIFEST = "manifest.json"
 JOURNAL = "manifest.jsonl"
@@ -40,33 +39,27 @@ def _valid(entries: Any) -> Manifest:
 def load_manifest(state: Path | str) -> Manifest:
     """The parts earlier runs recorded: the snapshot, then the journal's entries over it."""
     try:
-        if isinstance(state, str):
-            store, url = Store.of(state), join(state, MANIFEST)
-            data = json.loads(store.read_bytes(url)) if store.exists(url) else {}
-        else:
-            path = state / MANIFEST
-            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        data = json.loads(read_if_present(child(state, MANIFEST)) or b"{}")
     except (OSError, ValueError):
         data = {}
     manifest = _valid(data.get("parts") if isinstance(data, dict) else None)
-    if isinstance(state, Path):
-        manifest.update(_replay(state / JOURNAL))
+    manifest.update(_replay(child(state, JOURNAL)))
     return manifest
 
 
-def _replay(path: Path) -> Manifest:
+def _replay(journal: Path | str) -> Manifest:
     entries: Manifest = {}
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a crash
-                if isinstance(entry, dict):
-                    entries.update(_valid({entry.get("key"): entry.get("meta")}))
+        text = (read_if_present(journal) or b"").decode("utf-8", errors="replace")
     except OSError:
-        pass
+        return entries
+    for line in text.split("\n"):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash
+        if isinstance(entry, dict):
+            entries.update(_valid({entry.get("key"): entry.get("meta")}))
     return entries
 
 
@@ -74,15 +67,9 @@ def save_manifest(state: Path | str, manifest: Manifest) -> None:
     """Write the whole manifest (and empty the journal, whose entries it now holds)."""
     data = {"format": "msgtrain.state", "version": 2, "parts": manifest}
     text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
-    if isinstance(state, str):  # one PUT: the previous manifest or this one, never half of one
-        Store.of(state).put_bytes(join(state, MANIFEST), text.encode())
-        return
-    state.mkdir(parents=True, exist_ok=True)
-    tmp = state / f".{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, state / MANIFEST)
+    replace_whole(child(state, MANIFEST), text.encode())  # the previous manifest or this one, never half of one
     # After the snapshot is in place: a crash in between leaves entries in both, which replay alike.
-    (state / JOURNAL).unlink(missing_ok=True)
+    remove_file(child(state, JOURNAL))
 
 
 def append_manifest(state: Path | str, entries: Manifest, manifest: Manifest) -> None:
@@ -90,10 +77,6 @@ def append_manifest(state: Path | str, entries: Manifest, manifest: Manifest) ->
     no append, gets the whole manifest (this happens once per planned file, not per part)."""
     if not entries:
         return
-    if isinstance(state, str):
-        save_manifest(state, manifest)
-        return
-    state.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps({"key": k, "meta": m}, sort_keys=True) + "\n" for k, m in entries.items())
-    with open(state / JOURNAL, "a", encoding="utf-8") as f:
-        f.write(lines)
+    if not append_if_possible(child(state, JOURNAL), lines.encode()):
+        save_manifest(state, manifest)

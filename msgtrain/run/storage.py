@@ -99,6 +99,45 @@ def first_line(location: Path | str) -> str | None:
         return None
 
 
+def read_if_present(location: Path | str) -> bytes | None:
+    """A file's or an object's bytes, or None when it is absent. Raises OSError when it is there but unreadable."""
+    if isinstance(location, str):
+        store = Store.of(location)
+        return store.read_bytes(location) if store.exists(location) else None
+    return location.read_bytes() if location.is_file() else None
+
+
+def replace_whole(location: Path | str, data: bytes) -> None:
+    """Write a file or an object so that a reader sees the previous bytes or these, never a part: one rename of a
+    written temporary file locally, one PUT on a store."""
+    if isinstance(location, str):
+        Store.of(location).put_bytes(location, data)
+        return
+    location.parent.mkdir(parents=True, exist_ok=True)
+    tmp = location.with_name(f".{location.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, location)
+
+
+def append_if_possible(location: Path | str, data: bytes) -> bool:
+    """Append to a local file (made if absent) and return True; an object store has no append: False, nothing
+    written (the caller writes the whole instead)."""
+    if isinstance(location, str):
+        return False
+    location.parent.mkdir(parents=True, exist_ok=True)
+    with open(location, "ab") as f:
+        f.write(data)
+    return True
+
+
+def remove_file(location: Path | str) -> None:
+    """Remove a file or an object; absent is fine."""
+    if isinstance(location, str):
+        Store.of(location).remove(location)
+    else:
+        location.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def writable_dir(dest: Path | str, last: tuple[str, ...] = ()) -> Iterator[Path]:
     """A local directory whose files end up at ``dest``: ``dest`` itself when local; else a scratch directory
