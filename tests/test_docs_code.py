@@ -230,3 +230,28 @@ def test_every_yaml_block_is_valid_yaml_with_keys() -> None:
         assert isinstance(data, dict) and data, block.where
         values = "\n".join(line.split("#", 1)[0] for line in block.code.splitlines())  # comments may describe
         assert "..." not in values, f"{block.where}: `...` in a config a user pastes"
+
+
+def _emitted_drop_reasons() -> set[str]:
+    """Every reason a sampled turn or a sample can be dropped with: the linearizer's DropReason and the length
+    policy's counters (``dropped_turns["..."]`` / ``dropped_samples["..."]`` anywhere in the package)."""
+    from msgtrain.linearize import DropReason
+
+    counted = re.compile(r"dropped_(?:turns|samples)\[\s*[\"'](\w+)[\"']\s*\]")
+    found = {r.value for r in DropReason}
+    for path in (ROOT / "msgtrain").rglob("*.py"):
+        found.update(counted.findall(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_every_drop_reason_the_code_can_emit_is_listed_with_its_fix_in_the_readme() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split('## What "token-exact" means', 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    listed = {name for line in rows for name in re.findall(r"`(\w+)`", line)}
+    reasons = _emitted_drop_reasons()
+    assert {"render_error", "completion_not_renderable", "sample_too_long", "no_turn_fits"} <= reasons
+    assert not reasons - listed, f"drop reasons missing from README's token-exactness table: {reasons - listed}"
+    for line in rows:  # reason | what happened | fix: every row names a fix
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == 3 and all(cells), line
