@@ -5,6 +5,7 @@ test_linearize_oracle.py checks them on random runs, these tests name each behav
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from msgtrain.cli import main
 from msgtrain.errors import ConfigError
 from msgtrain.linearize import linearize_graph, load_tokenizer
 from msgtrain.linearize.completion import NotRecoverable, completion_span
+from msgtrain.linearize.tokenizer import template_stop_texts
 from msgtrain.linearize.tokenizer_source import check_folder
 from tests.conftest import load_named_tokenizer
 from tests.test_linearize_oracle import _graphs_from_records
@@ -50,6 +52,8 @@ def test_a_turn_the_template_renders_differently_in_history_is_recovered_from_th
     tok = load_named_tokenizer("rerender-tooluse")
     completions = _completions(tok, _conversation())
     assert completions[0].startswith("Let me look.\nAction:") and "<|START_OF_TURN_TOKEN|>" not in completions[0]
+    # The template ends a tool-call turn with no token at all: the model stopped on EOS, right after its text.
+    assert completions[0].endswith("]```<|END_OF_TURN_TOKEN|>")
     assert completions[-1] == "It rains.<|END_OF_TURN_TOKEN|>"
 
 
@@ -159,3 +163,45 @@ def test_an_unreadable_sentencepiece_model_names_protobuf_when_it_is_missing(
     monkeypatch.setattr(source, "_find_spec", lambda module: None if module == "google.protobuf" else object())
     err = source.unreadable_vocabulary(tmp_path, str(tmp_path), RuntimeError("Error parsing line b'\\x0e'"))
     assert "pip install protobuf" in (err.hint or "")
+
+
+def _chatml_render(call_end: str, turn_end: str, after_calls: str, result_header: str) -> Any:
+    """A render function of the kind template_stop_texts probes: ChatML-like turns whose text turns end with
+    ``turn_end``, each tool call with ``call_end``, a tool-call message with ``after_calls``, a tool result opening
+    with ``result_header``."""
+
+    def render(messages: list[dict[str, Any]], tools: Any) -> str:
+        out = ""
+        for m in messages:
+            if m["role"] == "assistant" and m.get("tool_calls"):
+                calls = "".join(f"<call>{json.dumps(c['function']['arguments'])}{call_end}" for c in m["tool_calls"])
+                out += f"<assistant>{calls}{after_calls}"
+            elif m["role"] == "tool":
+                out += f"{result_header}{m['content']}"
+            else:
+                out += f"<{m['role']}>{m['content']}{turn_end if m['role'] == 'assistant' else '<end>'}"
+        return out
+
+    return render
+
+
+@pytest.mark.parametrize(
+    ("shape", "render", "stops"),
+    [
+        (
+            "a token after the calls (Gemma 4)",
+            _chatml_render("<call_end>", "<end>", "<result>", ""),
+            {"<end>", "<result>"},
+        ),
+        (
+            "a per-call closing token, then the turn's end (Qwen)",
+            _chatml_render("<call_end>", "<end>", "<end>", ""),
+            {"<end>"},
+        ),
+        ("role headers only (GLM)", _chatml_render("<call_end>", "", "", "<observation>"), {"<observation>"}),
+        ("nothing after the calls (Command R+)", _chatml_render("", "<end>", "", "<result>"), {"<end>"}),
+    ],
+)
+def test_the_stop_token_after_tool_calls_is_found_from_the_template(shape: str, render: Any, stops: set[str]) -> None:
+    added = re.compile(r"<[a-z_]+>")
+    assert template_stop_texts(render, added) - {"<user>"} == stops, shape

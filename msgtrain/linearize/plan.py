@@ -408,9 +408,12 @@ class _GraphLinearizer:
         comp_text = text[start:end]
         if not self._is_stop(completion).any():
             # No end-of-turn token in the rendering: the model stopped on the token the template writes before
-            # what follows the message (GLM's next role header), when that token stops generation.
+            # what follows the message (GLM's next role header), when that token stops generation; else, the
+            # template marking no end at all (Command R+'s tool-call turns), on its EOS.
             core = comp_text.rstrip()
-            stop = self._sampled_stop(t, core, marked, created)
+            stop = self._sampled_stop(t, core, marked, created) if core else None
+            if stop is None and core:
+                stop = self.tok.eos_stop_text
             if stop is not None:
                 with_stop = self._encode_after(prompt_text, core + stop, marked)
                 if with_stop.shape[0] and self._is_stop(with_stop[-1:]).all():

@@ -337,9 +337,20 @@ class TokenizerBundle:
                 ids.update(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
             except (ValueError, OSError):
                 pass
-        texts = template_stop_texts(lambda msgs: self.render(msgs, add_generation_prompt=False), self._added_re)
+        texts = template_stop_texts(
+            lambda msgs, tools: self.render(msgs, tools=tools, add_generation_prompt=False), self._added_re
+        )
         ids.update(int(self.hf.added_tokens_encoder[t]) for t in texts)
         return ids
+
+    @functools.cached_property
+    def eos_stop_text(self) -> str | None:
+        """The text of EOS when it is a stop token written as an added token (what a turn the template marks no end
+        of stopped on), else None."""
+        eos = self.hf.eos_token_id
+        if eos is None or int(eos) not in self.stop_ids or int(eos) not in self._added_set:
+            return None
+        return self.decode([int(eos)])
 
     @functools.cached_property
     def stop_pattern(self) -> re.Pattern[str] | None:
@@ -880,30 +891,106 @@ class TokenizerBundle:
         return [self.decode([i]) for i in ids]
 
 
+_PROBE = "msgtrainprobe"
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "probe_fn",
+            "description": "A probe.",
+            "parameters": {
+                "type": "object",
+                "properties": {"q": {"type": "string", "description": "a probe"}},
+                "required": ["q"],
+            },
+        },
+    }
+]
+
+
 def template_stop_texts(render: Any, added: re.Pattern[str]) -> set[str]:
-    """The added tokens a template writes right after an assistant message's content (found by rendering probe
-    conversations with ``render(messages) -> str``; renderings that fail are skipped)."""
-    probe = "msgtrainprobe"
+    """The added tokens a template writes right after an assistant message (found by rendering probe conversations
+    with ``render(messages, tools) -> str``; renderings that fail are skipped).
+
+    - after a text message's content, alone or followed by a user turn (Qwen's ``<|im_end|>``; GLM's ``<|user|>``,
+      the next role's header, where turns have no end token of their own);
+    - after a message's tool calls: the last added token of the message's rendering after its last call, unless
+      the template writes it after every call (Qwen's ``</tool_call>``): Gemma 4's ``<|tool_response>``, Llama
+      3.1's ``<|eom_id|>``. Where text turns have no end token of their own, the token the template writes right
+      after the calls once a tool result follows (GLM's ``<|observation|>``)."""
+    user = {"role": "user", "content": "q"}
     out: set[str] = set()
-    for msgs in (
-        [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}],
-        [
-            {"role": "user", "content": "q"},
-            {"role": "assistant", "content": probe},
-            {"role": "user", "content": "r"},
-        ],
-    ):
-        try:
-            text = render(msgs)
-        except Exception:  # a template that cannot render the probe: nothing learned from it
+    own = False  # whether text turns end with a token of their own (not only the next role's header)
+    for follow in ([], [{"role": "user", "content": "r"}]):
+        text = _first_rendering(render, [user, {"role": "assistant", "content": _PROBE}, *follow])
+        if text is None:  # a template that cannot render the probe: nothing learned from it
             continue
-        pos = text.find(probe)
+        pos = text.find(_PROBE)
         if pos < 0:
             continue
-        m = added.search(text, pos + len(probe))
-        if m is not None and text[pos + len(probe) : m.start()].strip() == "":
+        m = added.search(text, pos + len(_PROBE))
+        if m is not None and text[pos + len(_PROBE) : m.start()].strip() == "":
             out.add(m.group(0))
+            own = own or not follow
+    out.update(_call_stop_texts(render, added, user, follow_result=not own))
     return out
+
+
+def _first_rendering(render: Any, messages: list[dict[str, Any]]) -> str | None:
+    """``messages`` rendered without tools, else with the probe tool (templates that iterate over the tool list)."""
+    for tools in (None, _PROBE_TOOLS):
+        try:
+            return str(render(messages, tools))
+        except Exception:
+            continue
+    return None
+
+
+def _call_stop_texts(render: Any, added: re.Pattern[str], user: dict[str, Any], *, follow_result: bool) -> set[str]:
+    """The stop token after an assistant message's tool calls (see :func:`template_stop_texts`)."""
+    for n in (2, 1):  # two calls first, to tell a per-call closing token; one for templates that take one
+        # The OpenAI shape, with the flat name / arguments some templates read (gpt-oss), as messages carry them.
+        args = [{"q": f"{_PROBE}{i}"} for i in range(n)]
+        calls = [
+            {
+                "id": f"call0000{i}",
+                "type": "function",
+                "name": "probe_fn",
+                "arguments": a,
+                "function": {"name": "probe_fn", "arguments": a},
+            }
+            for i, a in enumerate(args)
+        ]
+        message = {"role": "assistant", "content": "", "tool_calls": calls}
+        try:
+            alone = str(render([user], _PROBE_TOOLS))
+            text = str(render([user, message], _PROBE_TOOLS))
+        except Exception:
+            continue
+        first, last = text.find(f"{_PROBE}0"), text.rfind(f"{_PROBE}{n - 1}")
+        if first < 0:
+            return set()  # the template drops tool calls: nothing of them ends a turn
+        if last < 0:
+            continue  # it renders one call per message (gpt-oss)
+        # The message's rendering ends where the context's own rendering resumes (a closing instruction).
+        end = len(text) if text.startswith(alone) else max(last, len(text) - common_prefix_len(alone[::-1], text[::-1]))
+        tokens = list(added.finditer(text, last, end))
+        if tokens and text[tokens[-1].end() : end].strip() == "":
+            token = tokens[-1].group(0)
+            if n == 1 or token not in text[first:last]:
+                return {token}
+        if not follow_result:
+            return set()
+        results = [{"role": "tool", "tool_call_id": c["id"], "name": "probe_fn", "content": "r"} for c in calls]
+        try:
+            followed = str(render([user, message, *results], _PROBE_TOOLS))
+        except Exception:
+            return set()
+        m = added.search(followed, end)
+        if followed[:end] == text[:end] and m is not None and followed[end : m.start()].strip() == "":
+            return {m.group(0)}
+        return set()
+    return set()
 
 
 def stop_pattern(stop_texts: Iterable[str]) -> re.Pattern[str] | None:

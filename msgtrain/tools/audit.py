@@ -75,6 +75,7 @@ class ProbeResult:
     divergence: Divergence | None = None
     dropped: list[str] = field(default_factory=list)  # texts missing from the render of their own turn
     end_of_turn: list[str] = field(default_factory=list)  # per turn: its end-of-turn token ("" if none)
+    eos_appended: list[bool] = field(default_factory=list)  # per turn: the template marks no end, EOS is trained
 
 
 @dataclass
@@ -82,8 +83,9 @@ class EndOfTurn:
     ok: bool
     tokens: list[str]  # distinct end-of-turn tokens found
     stop_tokens: list[str]  # what generation stops on (eos, generation_config)
-    missing: list[str]  # "feature message[k]" of turns without one
+    missing: list[str]  # "feature turn n" of turns without one
     detail: str
+    eos_appended: list[str] = field(default_factory=list)  # "feature turn n" of turns the template ends with nothing
 
 
 @dataclass
@@ -189,7 +191,9 @@ class TemplateAuditor:
         template = tok.chat_template if isinstance(tok.chat_template, str) else ""
         self.reads_reasoning = bool(REASONING_FIELDS.search(template))
         # What the linearizer ends a completion on, with this audit's template kwargs (the bundle probed without).
-        probed = template_stop_texts(lambda msgs: self.render(msgs, (), prompt=False).text, bundle.added_pattern)
+        probed = template_stop_texts(
+            lambda msgs, tools: self.render(msgs, tools or (), prompt=False).text, bundle.added_pattern
+        )
         self.stop_ids = {*bundle.stop_ids, *self.stops, *(int(tok.convert_tokens_to_ids(t)) for t in probed)}
         self.stop_pattern = stop_pattern(tok.decode([i]) for i in self.stop_ids if i in self.added)
 
@@ -250,8 +254,9 @@ class TemplateAuditor:
             seen = self.render(msgs[:k], tools, prompt=True)
             turn = self.render(msgs[: k + 1], tools, prompt=False)
             result.turns += 1
-            eot, stop = self._end_of_turn(probe, k, seen, turn)
+            eot, stop, appended = self._end_of_turn(probe, k, seen, turn)
             result.end_of_turn.append(stop)
+            result.eos_appended.append(appended)
             if turn.ids[: len(seen.ids)] != seen.ids:
                 # Every later check assumes the turn starts where the prompt ends; report the first such turn
                 # but keep collecting the end-of-turn tokens of the others.
@@ -342,15 +347,17 @@ class TemplateAuditor:
             out.extend(m for m in markers if m not in text and m not in out)
         return out
 
-    def _end_of_turn(self, probe: Probe, k: int, seen: _Render, turn: _Render) -> tuple[int | None, str]:
+    def _end_of_turn(self, probe: Probe, k: int, seen: _Render, turn: _Render) -> tuple[int | None, str, bool]:
         """Turn k's end-of-turn token as the linearizer trains it: (its index in ``turn.ids`` when the turn's own
-        render holds it, its text), or (None, "") when the completion has none.
+        render holds it, its text, whether it is EOS the template does not write), or (None, "", False) when the
+        completion has none.
 
         The completion is recovered by the linearizer's rule (:mod:`msgtrain.linearize.completion`), so a template
         that renders the turn differently after its generation prompt (Mistral's system prompt in the last user
         turn, a tool-use template's closing instruction) is judged on what is trained; the end-of-turn token is
         the first stop token (:attr:`TokenizerBundle.stop_ids`) after the turn's content in it, or else the stop
-        token the template writes right after the message once a following message exists (GLM's role headers)."""
+        token the template writes right after the message once a following message exists (GLM's role headers), or
+        else EOS (a template that marks no end of the turn: Command R+'s tool calls)."""
         msgs, tools = probe.messages, probe.tools
         try:
             start, end = completion_span(
@@ -360,7 +367,7 @@ class TemplateAuditor:
                 self.bundle.control_starts,
             )
         except NotRecoverable:
-            return None, ""
+            return None, "", False
         content_end = start
         for marker in probe.markers.get(k, ()):
             pos = turn.text.rfind(marker, start, end)
@@ -369,14 +376,16 @@ class TemplateAuditor:
         for t in range(len(turn.ids)):
             lo, hi = turn.offsets[t]
             if lo >= content_end and hi <= end and turn.ids[t] in self.stop_ids:
-                return t, str(self.tok.decode([turn.ids[t]]))
+                return t, str(self.tok.decode([turn.ids[t]])), False
+        core = turn.text[start:end].rstrip()
         try:
             followed = self.render([*msgs[: k + 1], *follower(msgs[k])], tools, prompt=False).text
+            stop = sampled_stop(followed, core, self.stop_pattern, self.bundle.added_pattern)
         except _Unsupported:
-            return None, ""
-        core = turn.text[start:end].rstrip()
-        stop = sampled_stop(followed, core, self.stop_pattern, self.bundle.added_pattern)
-        return None, (stop.strip() if stop else "")
+            stop = None
+        if stop is None and core and self.bundle.eos_stop_text:  # a turn the template marks no end of: EOS
+            return None, self.bundle.eos_stop_text, True
+        return None, (stop.strip() if stop else ""), False
 
     def _divergence(
         self,
@@ -427,8 +436,16 @@ class TemplateAuditor:
     def end_of_turn(self, results: list[ProbeResult]) -> EndOfTurn:
         tokens = sorted({t for r in results for t in r.end_of_turn if t})
         missing = [f"{r.feature} turn {n}" for r in results for n, t in enumerate(r.end_of_turn, 1) if not t]
+        appended = [f"{r.feature} turn {n}" for r in results for n, a in enumerate(r.eos_appended, 1) if a]
+        written = sum(1 for r in results for t, a in zip(r.end_of_turn, r.eos_appended, strict=True) if t and not a)
         stops = sorted(self.tok.decode([i]) for i in self.stops)
-        if missing:
+        if appended and not written:
+            missing = missing or appended
+            detail = (
+                "the template writes no end-of-turn token after any assistant turn: msgtrain trains EOS after each "
+                "(what stopped generation), but no history shows it; is this the model's chat template?"
+            )
+        elif missing:
             detail = (
                 "no control token follows the assistant content inside its own turn ("
                 + ", ".join(missing)
@@ -443,8 +460,18 @@ class TemplateAuditor:
                 detail += (
                     f"; generation stops on {', '.join(stops)}, so make sure the engine also stops on {', '.join(off)}"
                 )
+        if appended and written:
+            detail += (
+                f"; the template ends {', '.join(appended)} with no token: EOS is trained there, as the model "
+                "sampled it"
+            )
         return EndOfTurn(
-            ok=not missing and bool(tokens), tokens=tokens, stop_tokens=stops, missing=missing, detail=detail
+            ok=not missing and bool(tokens),
+            tokens=tokens,
+            stop_tokens=stops,
+            missing=missing,
+            detail=detail,
+            eos_appended=appended,
         )
 
     def generation_masks(self) -> GenerationMasks:
