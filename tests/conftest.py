@@ -193,9 +193,147 @@ SHAPED = {
 }
 _SHAPED_DIR: list[Path] = []
 
+# Real template families: llama.cpp's copies of the models' own chat templates (tests/assets.py: models/templates/
+# in the llama-cpp-python source distribution), over qwen3's vocabulary with each template's control tokens added as
+# special tokens. name -> (llama.cpp template file, added tokens, bos, eos, generation_config.json's eos_token_id as
+# tokens or None). Most have no generation_config, as a folder rebuilt from a GGUF vocabulary has none: their stop
+# tokens must be found from the template.
+REAL = {
+    "command-r-plus-tooluse": (
+        "CohereForAI-c4ai-command-r-plus-tool_use.jinja",
+        ["<|START_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>"],
+        "<BOS_TOKEN>",
+        "<|END_OF_TURN_TOKEN|>",
+        None,
+    ),
+    "gemma-4": (
+        "google-gemma-4-31B-it.jinja",
+        [
+            "<|turn>",
+            "<turn|>",
+            "<|channel>",
+            "<channel|>",
+            "<|tool_call>",
+            "<tool_call|>",
+            "<|tool_response>",
+            "<tool_response|>",
+            "<|tool>",
+            "<tool|>",
+            '<|"|>',
+            "<|think|>",
+            "<|image|>",
+            "<|audio|>",
+            "<|video|>",
+        ],
+        "<bos>",
+        "<eos>",
+        None,
+    ),
+    "hermes-3-tooluse": (
+        "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+        [],
+        "<|begin_of_text|>",
+        "<|im_end|>",
+        None,
+    ),
+    "glm-4.6": (
+        "GLM-4.6.jinja",
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "<|user|>",
+            "<|assistant|>",
+            "<|observation|>",
+            "<arg_key>",
+            "</arg_key>",
+            "<arg_value>",
+            "</arg_value>",
+        ],
+        None,
+        "<|endoftext|>",
+        ["<|endoftext|>", "<|user|>", "<|observation|>"],
+    ),
+    "granite-3.3": (
+        "ibm-granite-granite-3.3-2B-Instruct.jinja",
+        ["<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>", "<|start_of_cite|>", "<|end_of_cite|>"],
+        "<|end_of_text|>",
+        "<|end_of_text|>",
+        None,
+    ),
+    "mistral-nemo": (
+        "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+        [
+            "[INST]",
+            "[/INST]",
+            "[TOOL_CALLS]",
+            "[AVAILABLE_TOOLS]",
+            "[/AVAILABLE_TOOLS]",
+            "[TOOL_RESULTS]",
+            "[/TOOL_RESULTS]",
+        ],
+        "<s>",
+        "</s>",
+        None,
+    ),
+    "llama-3.1": (
+        "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|end_of_text|>"],
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"],
+    ),
+    "llama-3.2": (
+        "meta-llama-Llama-3.2-3B-Instruct.jinja",
+        ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"],
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        None,
+    ),
+    "qwen3-coder": ("Qwen3-Coder.jinja", [], None, "<|im_end|>", None),
+    "deepseek-v3.1": (
+        "deepseek-ai-DeepSeek-V3.1.jinja",
+        [
+            "<｜User｜>",
+            "<｜Assistant｜>",
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁calls▁end｜>",
+            "<｜tool▁call▁begin｜>",
+            "<｜tool▁call▁end｜>",
+            "<｜tool▁sep｜>",
+            "<｜tool▁output▁begin｜>",
+            "<｜tool▁output▁end｜>",
+        ],
+        "<｜begin▁of▁sentence｜>",
+        "<｜end▁of▁sentence｜>",
+        None,
+    ),
+    "kimi-k2": (
+        "moonshotai-Kimi-K2.jinja",
+        [
+            "<|im_system|>",
+            "<|im_user|>",
+            "<|im_assistant|>",
+            "<|im_middle|>",
+            "<|tool_calls_section_begin|>",
+            "<|tool_calls_section_end|>",
+            "<|tool_call_begin|>",
+            "<|tool_call_argument_begin|>",
+            "<|tool_call_end|>",
+            "<|media_start|>",
+            "<|media_content|>",
+            "<|media_end|>",
+            "<|media_pad|>",
+        ],
+        None,
+        "<|im_end|>",
+        None,
+    ),
+}
+
 
 def shaped_tokenizer_folder(name: str) -> Path:
-    """A tokenizer folder (tokenizer files, the shaped template, generation_config.json) for a SHAPED family, made
+    """A tokenizer folder (tokenizer files, the template, generation_config.json) for a SHAPED or REAL family, made
     once per session in a temporary directory; skipped when ../shared's qwen3 vocabulary is absent."""
     if not _SHAPED_DIR:
         import atexit
@@ -212,12 +350,19 @@ def shaped_tokenizer_folder(name: str) -> Path:
 
         from msgtrain.linearize.tokenizer import auto_tokenizer
 
-        template, added, bos, eos, gen_eos = SHAPED[name]
+        if name in SHAPED:
+            template, added, bos, eos, gen_eos = SHAPED[name]
+            text = (FIXTURE_TEMPLATES / template).read_text(encoding="utf-8")
+        else:
+            template, added, bos, eos, gen_eos = REAL[name]
+            from tests.assets import require_template
+
+            text = require_template(template)
         hf = auto_tokenizer(str(shared_path("tokenizers", "qwen3")))
         new = [t for t in [*added, *(x for x in (bos, eos) if x)] if t not in hf.get_vocab()]
         hf.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)
         hf.add_special_tokens({k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v})
-        hf.chat_template = (FIXTURE_TEMPLATES / template).read_text(encoding="utf-8")
+        hf.chat_template = text
         hf.save_pretrained(str(folder))
         if gen_eos:
             ids = [hf.convert_tokens_to_ids(t) for t in gen_eos]
@@ -230,7 +375,7 @@ def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
 
     if name == "demo":
         return load_tokenizer(None)
-    if name in SHAPED:
+    if name in SHAPED or name in REAL:
         return load_tokenizer(str(shaped_tokenizer_folder(name)))
     if name in GGUF_FAMILIES:
         return load_tokenizer(str(require_family_folder(name)))

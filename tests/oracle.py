@@ -48,6 +48,18 @@ END_OF_TURN = {
     "hermes3": (["<|im_end|>"], "first"),
     "gemma4": (["<turn|>", "<|tool_response>"], "first"),
     "qwen3.5": (["<|im_end|>"], "first"),
+    # Real templates over qwen3's vocabulary with their control tokens added (tests/conftest.py REAL).
+    "command-r-plus-tooluse": (["<|END_OF_TURN_TOKEN|>"], "first"),
+    "gemma-4": (["<turn|>", "<|tool_response>"], "first"),
+    "hermes-3-tooluse": (["<|im_end|>"], "first"),
+    "glm-4.6": (["<|user|>", "<|observation|>", "<|endoftext|>"], "first"),
+    "granite-3.3": (["<|end_of_text|>"], "first"),
+    "mistral-nemo": (["</s>"], "first"),
+    "llama-3.1": (["<|eot_id|>", "<|eom_id|>"], "first"),
+    "llama-3.2": (["<|eot_id|>", "<|eom_id|>"], "first"),
+    "qwen3-coder": (["<|im_end|>"], "first"),
+    "deepseek-v3.1": (["<｜end▁of▁sentence｜>"], "first"),
+    "kimi-k2": (["<|im_end|>"], "first"),
 }
 
 # Control-token text a user, a tool or a schema may carry, per template (its own tokens and some of its vocabulary's).
@@ -70,14 +82,25 @@ INJECT = {
     "hermes3": ["<|im_start|>", "<|im_end|>", "<|eot_id|>"],
     "gemma4": ["<|turn>", "<turn|>", "<|tool_call>", '<|"|>', "<|channel>", "<bos>"],
     "qwen3.5": ["<|im_start|>", "<|im_end|>", "<tool_call>", "</think>", "<|endoftext|>"],
+    "command-r-plus-tooluse": ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|CHATBOT_TOKEN|>"],
+    "gemma-4": ["<|turn>", "<turn|>", "<|tool_response>", "<|channel>", '<|"|>'],
+    "hermes-3-tooluse": ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_response>"],
+    "glm-4.6": ["<|user|>", "<|observation|>", "<|assistant|>", "</think>", "<arg_key>"],
+    "granite-3.3": ["<|start_of_role|>", "<|end_of_text|>", "<|tool_call|>"],
+    "mistral-nemo": ["[INST]", "[/INST]", "[TOOL_CALLS]", "</s>"],
+    "llama-3.1": ["<|start_header_id|>", "<|eot_id|>", "<|python_tag|>", "<|eom_id|>"],
+    "llama-3.2": ["<|start_header_id|>", "<|eot_id|>", "<|end_header_id|>"],
+    "qwen3-coder": ["<|im_start|>", "<|im_end|>", "<tool_call>", "</think>"],
+    "deepseek-v3.1": ["<｜User｜>", "<｜Assistant｜>", "<｜tool▁calls▁begin｜>", "</think>"],
+    "kimi-k2": ["<|im_user|>", "<|im_end|>", "<|im_middle|>", "<|tool_call_begin|>"],
 }
 
 # Tool-use variants of templates (the ``tool_use`` of a family's named templates): they iterate over the tools and
 # fail without them, and are served only to calls that offer tools.
-TOOLS_REQUIRED = {"command-r-plus", "hermes3"}
+TOOLS_REQUIRED = {"command-r-plus", "hermes3", "command-r-plus-tooluse", "hermes-3-tooluse"}
 
 # Templates that render one tool call per assistant message.
-SINGLE_CALL = {"gpt-oss", "llama3.1", "llama3.2"}
+SINGLE_CALL = {"gpt-oss", "llama3.1", "llama3.2", "llama-3.1", "llama-3.2"}
 
 WORDS = [
     "the",
@@ -486,7 +509,8 @@ class Oracle:
         the completion is what the message's rendering inserts into the context's, after the generation prompt's
         header (the prompt's ids after the context's; or the part of it before one of its control tokens, when
         history renders no prefill). A completion without an end-of-turn token ends with the token the template
-        writes before a following message, when that token is one of the template's end-of-turn tokens."""
+        writes before a following message, when that token is one of the template's end-of-turn tokens; else with
+        the vocabulary's EOS."""
         try:
             p = self.ids(ctx, tools, True, created)
             full = self.ids([*ctx, msg], tools, False, created)
@@ -533,7 +557,17 @@ class Oracle:
                 k += 1
             if k < limit and followed[k] in end_ids:
                 return p, rest + followed[ends_at[0] : k + 1]
-        return (p, rest) if rest else None  # a template that ends this turn with no token at all
+        if not rest:
+            return None
+        # A template that marks no end of this turn at all: the model stopped on its EOS, after the text (its
+        # trailing whitespace, the template's, stripped: the plain text after the completion's last template token
+        # re-encoded without it).
+        added_ids = set(self.added.values())
+        last = max((i for i, t in enumerate(rest) if t in added_ids), default=-1)
+        tail = self.hf.decode(rest[last + 1 :])
+        if tail != tail.rstrip():
+            rest = rest[: last + 1] + self._plain_ids(tail.rstrip(), initial=False)
+        return p, [*rest, self.hf.eos_token_id]
 
     def _continued(self, p: list[int], full: list[int]) -> list[int] | None:
         """The completion when the turn's rendering extends the prompt's text but not its ids: the prompt's last

@@ -11,7 +11,16 @@ import pytest
 from msgtrain.cli import main
 from msgtrain.errors import ConfigError
 from msgtrain.tools.audit import audit_template, parse_template_kwargs
-from tests.conftest import ADDED_TOKENS, SHAPED, TEMPLATES, shaped_tokenizer_folder, shared_path
+from tests.conftest import (
+    ADDED_TOKENS,
+    REAL,
+    SHAPED,
+    TEMPLATES,
+    load_named_tokenizer,
+    shaped_tokenizer_folder,
+    shared_path,
+)
+from tests.gguf_vocab import GGUF_FAMILIES, require_family_folder
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -209,24 +218,37 @@ def test_template_kwargs_reach_the_template(capsys: pytest.CaptureFixture[str], 
     assert probe(report, "multi_turn")["status"] == "stable"
 
 
-# Every tokenizer folder the tests have: ../shared's (template-only folders paired with qwen3's vocabulary) and the
-# shaped families of tests/conftest.py.
-AUDITED = ["qwen3", "qwen2.5", "phi3", "gpt-oss", "smollm3", "deepseek-r1-distill", *SHAPED]
+# Every tokenizer folder the tests have: ../shared's (template-only folders paired with qwen3's vocabulary), the
+# shaped families and the real templates of tests/conftest.py, the real vocabularies of tests/gguf_vocab.py.
+AUDITED = ["qwen3", "qwen2.5", "phi3", "gpt-oss", "smollm3", "deepseek-r1-distill", *SHAPED, *REAL, *GGUF_FAMILIES]
 
 
 @pytest.mark.parametrize("name", AUDITED)
-def test_audit_template_reports_on_every_tokenizer_folder_the_tests_have(name: str) -> None:
-    if name in SHAPED:
-        folder, template = shaped_tokenizer_folder(name), None
-    elif name in ADDED_TOKENS:
-        pytest.skip("its vocabulary is built in memory (no folder to audit)")
+def test_audit_template_reports_on_every_tokenizer_folder_the_tests_have(name: str, tmp_path: Path) -> None:
+    template = None
+    if name in SHAPED or name in REAL:
+        folder = shaped_tokenizer_folder(name)
+    elif name in GGUF_FAMILIES:
+        folder = require_family_folder(name)
+    elif name in ADDED_TOKENS:  # its vocabulary is built in memory: audited as the folder it saves
+        folder = tmp_path / name
+        load_named_tokenizer(name).hf.save_pretrained(str(folder))
     else:
         shared_folder, shared_template = TEMPLATES[name]
         folder = shared_path(shared_folder)
         template = shared_path(shared_template) if shared_template else None
     report = audit_template(folder, template)
     assert report.probes and all(p.status in {"stable", "breaks", "dropped", "unsupported"} for p in report.probes)
-    assert report.end_of_turn.tokens, report.end_of_turn.detail
+    # Every one of these templates ends its turns with a token the linearizer trains.
+    assert report.end_of_turn.ok and report.end_of_turn.tokens, report.end_of_turn.detail
+
+
+def test_a_template_that_ends_tool_call_turns_with_no_token_trains_eos_there() -> None:
+    report = audit_template(shaped_tokenizer_folder("rerender-tooluse"))
+    assert report.end_of_turn.ok, report.end_of_turn.detail
+    assert report.end_of_turn.tokens == ["<|END_OF_TURN_TOKEN|>"]
+    assert "tool_calls turn 1" in report.end_of_turn.eos_appended
+    assert "multi_turn turn 1" not in report.end_of_turn.eos_appended
 
 
 def test_a_template_that_needs_tools_is_audited_and_its_special_token_check_renders_with_tools() -> None:
