@@ -636,3 +636,22 @@ def test_helm_request_states_train_each_completion_after_its_prompt(tmp_path: Pa
     path.write_text(json.dumps({"adapter_spec": {"method": "generation"}, "request_states": [state, state]}))
     _, stats, rejects = convert_file(path, _settings())
     assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 2)
+
+
+def test_bedrock_conversation_fine_tuning_rows_keep_their_system_block(tmp_path: Path) -> None:
+    # Amazon Bedrock conversation fine-tuning JSONL (Bedrock user guide, "Prepare data for fine-tuning": schemaVersion
+    # bedrock-conversation-2024, system and content as Converse {"text"} blocks). Read by the Anthropic reader, the
+    # untyped blocks were unsupported.
+    row = {
+        "schemaVersion": "bedrock-conversation-2024",
+        "system": [{"text": "You are a friendly assistant."}],
+        "messages": [
+            {"role": "user", "content": [{"text": "What is the capital of Mars?"}]},
+            {"role": "assistant", "content": [{"text": "Mars has no capital."}]},
+        ],
+    }
+    path = _jsonl(tmp_path / "train.jsonl", [row])
+    _, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and stats.turns_trained == 1
+    (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+    assert _said(graph)[0][:2] == ("system", "You are a friendly assistant.")

@@ -432,6 +432,8 @@ def _is_pair(value: Any) -> bool:
 
 def _request_body(shape: HeadShape) -> bool:
     """A bare Messages request body: ``messages`` next to a top-level ``system`` (OpenAI has no such key)."""
+    if shape.has(".messages[].content[].text") and not shape.has(".messages[].content[].type"):
+        return False  # untyped {"text"} blocks: Bedrock Converse (its fine-tuning files), not the Messages API
     return shape.has(".messages[].role", ".system") and not shape.has(".messages[].tool_calls")
 
 

@@ -145,6 +145,8 @@ class OpenAIChatReader:
             shape.has(f"{p}.{chosen}", f"{p}.{rejected}") for p in ("", "[]") for chosen, rejected in PREFERENCE_KEYS
         ):
             return False  # a preference pair beside a copy of one side (UltraFeedback): the structural reader
+        if shape.has(".messages[].content[].text") and not shape.has(".messages[].content[].type"):
+            return False  # untyped {"text"} blocks and a block-list system: Bedrock Converse shape (structural)
         return any(_has_chat_roles(shape, p) for p in _READ_PATHS)
 
     def explain(self, path: Path, head: bytes) -> str | None:

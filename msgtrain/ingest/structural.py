@@ -229,7 +229,7 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         return Ambiguity(path, f"a message tree (messages nested under {', '.join(lists)} of a message)", count)
     columns: dict[str, str] = {}
     for key in _SYSTEM_KEYS:
-        if isinstance(record.get(key), str):
+        if isinstance(record.get(key), str) or _text_blocks(record.get(key)) is not None:
             columns["system"] = key
             break
     for key in _TOOL_KEYS:
@@ -459,6 +459,16 @@ def _candidate_holders(record: dict[str, Any], key: str, items: list[Any]) -> li
     return holders
 
 
+def _text_blocks(value: Any) -> str | None:
+    """A system prompt logged as one text block (``[{"text": ...}]``: Bedrock Converse and its fine-tuning files,
+    Anthropic's Messages API). Several blocks are not read: how the API joined them is not in the log."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+        block = value[0]
+        if isinstance(block.get("text"), str) and block.get("type", "text") == "text":
+            return block["text"]
+    return None
+
+
 def _batch_result(record: dict[str, Any]) -> bool:
     """A line of an OpenAI Batch API output file (``{custom_id, response: {status_code, body}}``) or of Anthropic
     Message Batches results (``{custom_id, result: {type, message}}``): replies whose requests are elsewhere."""
@@ -637,6 +647,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
     norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
     builder = _Builder(norm)
     system = m.field_of(holder, "system")
+    system = _text_blocks(system) if isinstance(system, list) else system
     if system is not None and not isinstance(system, str):
         raise ValidationError(f"the system prompt at {at}.{m.columns['system']} is not text", code="bad_content")
     label = _label(m, holder, at)
