@@ -655,3 +655,25 @@ def test_bedrock_conversation_fine_tuning_rows_keep_their_system_block(tmp_path:
     assert rejects == [] and stats.turns_trained == 1
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
     assert _said(graph)[0][:2] == ("system", "You are a friendly assistant.")
+
+
+@pytest.mark.parametrize(
+    ("row", "turns", "words"),
+    [
+        # huggingface/trl docs/source/dataset_formats.md (commit 2ee37b88647ef9c291eb39170009160c0ac4cc49),
+        # "Stepwise supervision": the steps of one reply, each labelled.
+        ({"prompt": "9.8 or 9.11?", "completions": ["0.8 > 0.11.", "So 9.8."], "labels": [True, True]}, 1, "stepwise"),
+        # lm-sys/FastChat fastchat/llm_judge model_answer/*.jsonl: the replies, the questions in another file.
+        (
+            {"question_id": 81, "model_id": "vicuna", "choices": [{"index": 0, "turns": ["Aloha!", "Sure."]}]},
+            2,
+            "question",
+        ),
+    ],
+)
+def test_replies_with_no_context_in_the_record_are_rejected_and_counted_not_passed_over(
+    tmp_path: Path, row: dict[str, Any], turns: int, words: str
+) -> None:
+    samples, stats, rejects = convert_file(_jsonl(tmp_path / "rows.jsonl", [row]), _settings())
+    assert samples == [] and stats.turns_lost == turns
+    assert words in json.loads(rejects[0])["message"]

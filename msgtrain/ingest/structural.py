@@ -245,6 +245,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if isinstance(record.get(key), bool):
             columns["kto_tag"] = key
             break
+    unreadable = _unreadable_replies(record)
+    if unreadable is not None:
+        return Ambiguity(path, unreadable[0], unreadable[1])
     if _batch_result(record):
         return Ambiguity(
             path,
@@ -466,6 +469,38 @@ def _text_blocks(value: Any) -> str | None:
         block = value[0]
         if isinstance(block.get("text"), str) and block.get("type", "text") == "text":
             return block["text"]
+    return None
+
+
+def _unreadable_replies(record: dict[str, Any]) -> tuple[str, int] | None:
+    """(why, how many replies) for records that hold replies no context can be built for, so they are rejected
+    and counted instead of being passed over as holding no conversation."""
+    completions, labels = record.get("completions"), record.get("labels")
+    if (
+        _prompt_like(record.get("prompt"))
+        and isinstance(completions, list)
+        and _text_samples(completions)
+        and isinstance(labels, list)
+        and len(labels) == len(completions)
+        and all(isinstance(v, bool) for v in labels)
+    ):  # TRL stepwise supervision: the steps of one reply, a label each
+        return (
+            "stepwise supervision (completions = the steps of one reply, labels per step): how the steps join into "
+            "the reply is the trainer's setting (TRL's step_separator); map it with --map once joined",
+            1,
+        )
+    choices = record.get("choices")
+    if (
+        isinstance(choices, list)
+        and choices
+        and all(isinstance(c, dict) and _text_samples(c.get("turns")) for c in choices)
+        and not any(_prompt_like(record.get(k)) for k in ("prompt", "question", "turns", "messages"))
+    ):  # FastChat MT-bench model_answer: each choice's replies, turn by turn
+        return (
+            "replies logged without the questions they answer (FastChat MT-bench model answers: the questions are in "
+            "question.jsonl, joined by question_id)",
+            sum(len(c["turns"]) for c in choices),
+        )
     return None
 
 
@@ -977,6 +1012,8 @@ class StructuralReader:
             *_ALPACA_PAIRS,
             *((a, b) for a, b, *_ in _JUDGED_PAIRS),
             *((p, c) for p in ("instruction", "prompt") for c in _CANDIDATE_LISTS),
+            ("prompt", "labels"),  # stepwise supervision and MT-bench answers: rejected, counted
+            ("question_id", "choices"),
             ("custom_id", "response.body"),  # Batch API results: rejected, saying where their requests are
             ("custom_id", "result.message"),
         )
