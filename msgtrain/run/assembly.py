@@ -65,7 +65,7 @@ from msgtrain.run.parts import (
     merge_chunk_tables,
     read_part,
 )
-from msgtrain.run.storage import Store, join, writable_dir
+from msgtrain.run.storage import child, put_file, read_location, writable_dir
 
 REJECTS = "rejects.jsonl"  # in OUT, unless --rejects names a file of its own
 DROPS = "drops.jsonl"  # in OUT: one line per sample the length policy dropped whole (reason, ids, length)
@@ -265,9 +265,7 @@ def group_reader(parts: Path | str) -> Iterator[ReadGroup]:
 
 
 def _read_rejects(parts: Path | str, key: str) -> str:
-    if isinstance(parts, Path):
-        return (parts / key / REJECTS_FILE).read_text(encoding="utf-8")
-    return Store.of(parts).read_bytes(join(parts, key, REJECTS_FILE)).decode("utf-8")
+    return read_location(child(parts, f"{key}/{REJECTS_FILE}")).decode("utf-8")
 
 
 # -------------------------------------------------------------------------------------------- one task per shard
@@ -344,6 +342,7 @@ class ShardResult:
     samples: int
     tokens: int
     trained_tokens: int
+    longest_sample_tokens: int
 
 
 def write_shard(
@@ -378,8 +377,8 @@ def write_shard(
         split = writer.close()["splits"][plan.split]
         assert len(split["files"]) == 1 and split["rows"] == plan.rows, split
         info = parquet_shard_info(plan.split, root / split["files"][0], plan.rows)
-        _put(root / split["files"][0], dest, plan.name)
-    return ShardResult(info, split["samples"], split["tokens"], split["trained_tokens"])
+        put_file(root / split["files"][0], child(dest, plan.name))
+    return ShardResult(info, split["samples"], split["tokens"], split["trained_tokens"], split["longest_sample_tokens"])
 
 
 def shard_outputs(
@@ -394,6 +393,7 @@ def shard_outputs(
             "samples": sum(r.samples for _, r in mine),
             "tokens": sum(r.tokens for _, r in mine),
             "trained_tokens": sum(r.trained_tokens for _, r in mine),
+            "longest_sample_tokens": max((r.longest_sample_tokens for _, r in mine), default=0),
             "files": [p.name for p, _ in mine],
         }
     return {
@@ -418,11 +418,7 @@ def write_rejects(parts: Path | str, groups: list[Group], dest: Path | str, keep
                     f.write(line)
                     count += 1
         if count or keep_empty:
-            if isinstance(dest, str):
-                Store.of(dest).upload(path, dest)
-            else:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(path, dest)
+            put_file(path, dest)
     return count
 
 
@@ -434,16 +430,8 @@ def write_drops(tally: Tally, dest: Path | str) -> str | None:
     with tempfile.TemporaryDirectory(prefix="msgtrain-drops-") as scratch:
         path = Path(scratch) / DROPS
         path.write_text("".join(json.dumps(d, sort_keys=True) + "\n" for d in tally.drops), encoding="utf-8")
-        _put(path, dest, DROPS)
+        put_file(path, child(dest, DROPS))
     return DROPS
-
-
-def _put(src: Path, dest: Path | str, name: str) -> None:
-    if isinstance(dest, str):
-        Store.of(dest).upload(src, join(dest, name))
-    else:
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(src, dest / name)
 
 
 def scan_batches(groups: list[Group], tasks: int) -> list[tuple[int, int]]:
@@ -462,7 +450,7 @@ def write_metadata(
         write_parquet_info(root, get_target(target), splits, shards)
         (root / "report.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         for name in (INFO_FILE, "report.json"):
-            _put(root / name, dest, name)
+            put_file(root / name, child(dest, name))
 
 
 def scan_slice(cfg: ConvertConfig, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:

@@ -34,6 +34,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -105,6 +106,20 @@ def read_if_present(location: Path | str) -> bytes | None:
         store = Store.of(location)
         return store.read_bytes(location) if store.exists(location) else None
     return location.read_bytes() if location.is_file() else None
+
+
+def read_location(location: Path | str) -> bytes:
+    """A file's or an object's bytes. Raises OSError (FileNotFoundError when absent)."""
+    return Store.of(location).read_bytes(location) if isinstance(location, str) else location.read_bytes()
+
+
+def put_file(src: Path, location: Path | str) -> None:
+    """Move the local file ``src`` to ``location`` (its folder made), or upload it there."""
+    if isinstance(location, str):
+        Store.of(location).upload(src, location)
+        return
+    location.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(src, location)
 
 
 def replace_whole(location: Path | str, data: bytes) -> None:
