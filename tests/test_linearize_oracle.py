@@ -27,7 +27,7 @@ from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.calls import READER as CALLS
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import Origin
-from tests.conftest import load_named_tokenizer
+from tests.conftest import REAL, load_named_tokenizer
 from tests.oracle import Call, ExpectedTurn, Oracle, RunGenerator, expected_turns, minimal_sample_count, to_records
 
 # The shaped families (tests/conftest.py SHAPED) render history differently from what follows the generation prompt,
@@ -117,6 +117,17 @@ def test_per_call_logs_train_every_sampled_turn_once_after_exactly_its_prompt(
 ) -> None:
     engine_share = 0.0 if seed % 3 == 0 else (1.0 if seed % 3 == 1 else 0.5)
     rows, expected = run_per_call(template, seed, tmp_path, engine_share)
+    check_rows(rows, expected, engine_logprobs=True)
+
+
+@pytest.mark.parametrize("mode", ["rendered", "engine"])
+@pytest.mark.parametrize("template", sorted(REAL))
+def test_real_templates_over_qwen3s_vocabulary_train_every_sampled_turn_once_after_exactly_its_prompt(
+    template: str, mode: str, tmp_path: Path
+) -> None:
+    """llama.cpp's copies of the families' own templates (tests/conftest.py REAL), one seed per mode here;
+    ``python -m tests.oracle_sweep --families <name>`` runs many."""
+    rows, expected = run_per_call(template, 7, tmp_path, 0.0 if mode == "rendered" else 1.0)
     check_rows(rows, expected, engine_logprobs=True)
 
 
