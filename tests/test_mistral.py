@@ -483,3 +483,46 @@ def test_before_v7_consecutive_assistant_messages_that_call_tools_lose_their_tex
     _, prompt, completion = _one_turn(tok, context, reply, tmp_path)
     expected = oracle_for(folder / "tekken.json").turn(Call([context[0], *context[2:]], TOOLS, [reply]), reply)
     assert (prompt, completion) == (expected.prompt, expected.completion)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_audit_template_on_a_folder_with_only_a_mistral_tokenizer_reports_its_trained_end_token(
+    kind: str, folders: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from msgtrain.cli import main
+
+    code = main(["audit-template", "--tokenizer", str(folders[kind]), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code in (0, 3), report  # 3: a property fails (the tool list moves before v13), never an internal error
+    assert report["end_of_turn"]["ok"] and report["end_of_turn"]["tokens"] == ["</s>"], report["end_of_turn"]
+    assert report["special_tokens"]["split_safe"]
+    probes = {p["feature"]: p for p in report["probes"]}
+    assert probes["multi_turn"]["status"] == "stable" and probes["date"]["status"] == "stable"
+    assert (probes["tool_calls"]["status"] == "unsupported") == (kind in NO_TOOLS)
+    assert (probes["reasoning"]["status"] == "dropped") == (kind not in THINKS)
+    # The tool list (and before v7 the system prompt) is written before the last user message until v13: the
+    # audit says the later turn re-encodes it, as the linearizer cuts there.
+    moves = kind not in NO_TOOLS and kind not in THINKS
+    assert (probes["tool_calls"]["status"] == "breaks") == moves
+    assert code == (3 if moves else 0)
+
+
+def test_inspect_shows_a_dataset_written_with_a_mistral_tokenizer(
+    folders: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from msgtrain.cli import main
+
+    log = tmp_path / "calls.jsonl"
+    context = [{"role": "user", "content": "say [INST] twice"}]
+    reply = {"role": "assistant", "content": "[INST] [INST]"}
+    record = {
+        "request": {"model": "m", "messages": context},
+        "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
+    }
+    log.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["convert", str(log), "-o", str(out), "--tokenizer", str(folders["tekken-v7"])]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--sample", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert "[INST]say [INST] twice[/INST][INST] [INST]</s>" in shown.replace("\n", ""), shown

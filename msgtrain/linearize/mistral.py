@@ -119,6 +119,7 @@ class MistralBundle(TokenizerBundle):
         self.chat_template = ""
         self.stop_ids = {int(inner.eos_id)}
         self.special_ids = {int(i) for i in inner.special_ids}
+        self.added_ids = np.asarray(sorted(self.special_ids), dtype=np.int32)  # its control tokens, as transformers'
         self.whitespace_ids = set()
         self.encode_calls = 0
         self.encoded_chars = 0

@@ -579,12 +579,38 @@ def audit_template(
     if unknown:
         raise ConfigError(f"unknown feature(s) {', '.join(unknown)}", hint=f"features: {', '.join(FEATURES)}")
     bundle = load_bundle(tokenizer, chat_template)
+    probes = [p for p in PROBES if not features or p.feature in features]
+    if bundle.encodes_messages:  # a Mistral tokenizer: no template, mistral-common encodes the probes
+        from msgtrain.tools.audit_mistral import audit_mistral
+
+        return audit_mistral(bundle, str(tokenizer), probes)  # type: ignore[arg-type]
     folder = Path(tokenizer) if Path(tokenizer).is_dir() else None
     auditor = TemplateAuditor(bundle, template_kwargs, folder)
-    probes = [p for p in PROBES if not features or p.feature in features]
     results = [auditor.run_probe(p) for p in probes]
-    if not any(r.status != "unsupported" for r in results):
-        # Nothing rendered: every later check would be vacuous, so say so rather than pass.
+    eot = auditor.end_of_turn(results) if any(r.status != "unsupported" for r in results) else None
+    return report_of(
+        str(tokenizer),
+        str(chat_template) if chat_template is not None else None,
+        dict(template_kwargs or {}),
+        results,
+        eot,
+        auditor.generation_masks(),
+        auditor.special_tokens(),
+    )
+
+
+def report_of(
+    tokenizer: str,
+    chat_template: str | None,
+    template_kwargs: dict[str, Any],
+    results: list[ProbeResult],
+    eot: EndOfTurn | None,
+    masks: GenerationMasks,
+    special: SpecialTokenSafety,
+) -> AuditReport:
+    """The report of probe results and template-wide checks: what fails, what is dropped. A run where nothing
+    rendered is a :class:`ConfigError` (every check would be vacuous)."""
+    if eot is None or not any(r.status != "unsupported" for r in results):
         results_note = "; ".join(f"{r.feature}: {r.detail}" for r in results)
         raise ConfigError(
             f"the template rendered none of the probes ({results_note})",
@@ -592,9 +618,6 @@ def audit_template(
             hint="check the template with a plain conversation",
         )
     prefix_stable = all(r.status != "breaks" for r in results)
-    eot = auditor.end_of_turn(results)
-    masks = auditor.generation_masks()
-    special = auditor.special_tokens()
     failures = []
     if not prefix_stable:
         failures.append("prefix_stable: " + ", ".join(r.feature for r in results if r.status == "breaks"))
@@ -605,9 +628,9 @@ def audit_template(
     drops = [f"{r.feature}: " + ", ".join(repr(d) for d in r.dropped) for r in results if r.dropped]
     return AuditReport(
         drops=drops,
-        tokenizer=str(tokenizer),
-        chat_template=str(chat_template) if chat_template is not None else None,
-        template_kwargs=dict(template_kwargs or {}),
+        tokenizer=tokenizer,
+        chat_template=chat_template,
+        template_kwargs=template_kwargs,
         probes=results,
         prefix_stable=prefix_stable,
         end_of_turn=eot,

@@ -126,16 +126,18 @@ _BUNDLES: dict[tuple[str, str | None], TokenizerBundle] = {}
 
 
 def load_bundle(tokenizer: str | Path | None, chat_template: str | Path | None = None) -> TokenizerBundle:
-    """The linearizer's tokenizer bundle: the embedded demo tokenizer for None, else a checked local folder.
+    """The linearizer's tokenizer bundle: the embedded demo tokenizer for None, a Mistral tokenizer (folder or
+    ``mistral:`` value) through mistral-common, else a checked local folder.
 
     Loaded once per process and (folder, template): a bundle is immutable once built and loading a large
     vocabulary takes seconds.
     """
     from msgtrain.linearize import TokenizerBundle, load_tokenizer
+    from msgtrain.linearize.tokenizer_source import mistral_selection
 
     template = str(chat_template) if chat_template is not None else None
-    if tokenizer is None:
-        return load_tokenizer(None, template)
+    if tokenizer is None or mistral_selection(str(tokenizer))[1] is not None:
+        return load_tokenizer(None if tokenizer is None else str(tokenizer), template)  # demo, or mistral-common
     key = (str(tokenizer), template)
     if key not in _BUNDLES:
         _BUNDLES[key] = TokenizerBundle(load_hf_tokenizer(tokenizer, chat_template), str(tokenizer))
