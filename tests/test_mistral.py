@@ -229,6 +229,13 @@ def test_a_mistral_folder_without_mistral_common_names_the_package_to_install(
     assert "msgtrain[mistral]" in (err.value.hint or "")
 
 
+def _record(context: list[dict[str, Any]], reply: dict[str, Any], tools: Any = TOOLS) -> dict[str, Any]:
+    """One logged call: its request (``context``, ``tools``) and its response (``reply``)."""
+    request = {"model": "m", "messages": context, **({"tools": tools} if tools else {})}
+    choice = {"index": 0, "message": reply, "finish_reason": "stop"}
+    return {"request": request, "response": {"id": "r", "model": "m", "choices": [choice]}}
+
+
 def test_tool_call_ids_longer_than_nine_characters_are_cut_to_their_last_nine_as_vllm_serves_them(
     folders: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -243,12 +250,7 @@ def test_tool_call_ids_longer_than_nine_characters_are_cut_to_their_last_nine_as
         {"role": "tool", "tool_call_id": long_id, "content": "found"},
     ]
     reply = {"role": "assistant", "content": "x is found"}
-    records = [
-        {
-            "request": {"model": "m", "messages": context, "tools": TOOLS},
-            "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
-        }
-    ]
+    records = [_record(context, reply)]
     (g,) = _graphs_from_records(records, tmp_path)
     result = linearize_graph(g, tok)
     served_context = [*context[:1], {**context[1], "tool_calls": [{**call, "id": served}]}]
@@ -264,12 +266,7 @@ def _one_turn(
     tok: Any, context: list[dict[str, Any]], reply: dict[str, Any], tmp_path: Path
 ) -> tuple[dict[str, Any], list[int], list[int]]:
     """(the row, its prompt ids, its completion ids) of one logged call answered by ``reply``."""
-    records = [
-        {
-            "request": {"model": "m", "messages": context, "tools": TOOLS},
-            "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
-        }
-    ]
+    records = [_record(context, reply)]
     (g,) = _graphs_from_records(records, tmp_path)
     result = linearize_graph(g, tok)
     assert set(result.drops) <= {"context_unknown"}, result.turns  # the logged history's own replies: not sampled
@@ -361,11 +358,7 @@ def test_a_mistral_run_that_trains_nothing_exits_3_and_says_why(
     log = tmp_path / "calls.jsonl"
     context = [{"role": "user", "content": "find x"}]
     reply = {"role": "assistant", "content": None, "tool_calls": [_call("a1b2c3d4e")]}
-    record = {
-        "request": {"model": "m", "messages": context, "tools": TOOLS},
-        "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
-    }
-    log.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    log.write_text(json.dumps(_record(context, reply)) + "\n", encoding="utf-8")
     code = main(["convert", str(log), "-o", str(tmp_path / "out"), "--tokenizer", str(folders["spm-v1"])])
     assert code == 3  # v1 has no tool format: mistral-common refuses the turn
     assert "no sampled turn was trained: 1 dropped (render_error=1)" in capsys.readouterr().err
@@ -515,11 +508,7 @@ def test_inspect_shows_a_dataset_written_with_a_mistral_tokenizer(
     log = tmp_path / "calls.jsonl"
     context = [{"role": "user", "content": "say [INST] twice"}]
     reply = {"role": "assistant", "content": "[INST] [INST]"}
-    record = {
-        "request": {"model": "m", "messages": context},
-        "response": {"id": "r", "model": "m", "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
-    }
-    log.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    log.write_text(json.dumps(_record(context, reply, tools=None)) + "\n", encoding="utf-8")
     out = tmp_path / "out"
     assert main(["convert", str(log), "-o", str(out), "--tokenizer", str(folders["tekken-v7"])]) == 0
     capsys.readouterr()
