@@ -255,9 +255,10 @@ class GgufFamily:
     """A chat-template family assembled offline: a rebuilt GGUF vocabulary and the family's real chat template.
 
     ``renamed`` gives tokens the later model of a family reassigned in the same vocabulary (Llama 3.1 named three of
-    Llama 3's reserved special tokens); ``added`` the tokens its template writes that the vocabulary file lacks (added
-    after the vocabulary as added tokens, special when ``added_special``); ``stop`` what generation_config.json lists
-    as ``eos_token_id`` (what stops generation besides ``eos``)."""
+    Llama 3's reserved special tokens); ``added`` the special tokens its template writes that the vocabulary file
+    lacks, ``added_plain`` the added tokens that are not special (Qwen's and DeepSeek's ``<think>``), both added after
+    the vocabulary; ``stop`` what generation_config.json lists as ``eos_token_id`` (what stops generation besides
+    ``eos``)."""
 
     vocab: str
     template: str | None  # a models/templates name, or None for the GGUF's own tokenizer.chat_template
@@ -266,7 +267,7 @@ class GgufFamily:
     stop: tuple[str, ...] = ()
     renamed: tuple[tuple[int, str], ...] = ()
     added: tuple[str, ...] = ()
-    added_special: bool = True
+    added_plain: tuple[str, ...] = ()
 
 
 LLAMA31_NAMES = ((128004, "<|finetune_right_pad_id|>"), (128008, "<|eom_id|>"), (128010, "<|python_tag|>"))
@@ -302,6 +303,63 @@ GGUF_FAMILIES = {
         LLAMA31_NAMES,
         ("<|im_start|>", "<|im_end|>"),
     ),
+    # Command R7B's tokenizer is Command R's vocabulary with its response, thinking, action and tool-result tokens.
+    "command-r7b": GgufFamily(
+        "command-r",
+        "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+        "<BOS_TOKEN>",
+        "<|END_OF_TURN_TOKEN|>",
+        added=tuple(
+            f"<|{edge}_{part}|>"
+            for part in ("RESPONSE", "THINKING", "ACTION", "TOOL_RESULT")
+            for edge in ("START", "END")
+        ),
+    ),
+    "llama3.3": GgufFamily(
+        "llama-bpe",
+        "meta-llama-Llama-3.3-70B-Instruct",
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        LLAMA31_STOP,
+        LLAMA31_NAMES,
+    ),
+    # A fine-tune of Llama 3 with its own tool-call format (">>>name" recipients); its template concatenates the
+    # arguments as a string, which serving engines hand it as a dict: replayed without tool turns (oracle.NO_TOOLS).
+    "functionary-v3.2": GgufFamily(
+        "llama-bpe", "meetkai-functionary-medium-v3.2", "<|begin_of_text|>", "<|eot_id|>", LLAMA31_STOP, LLAMA31_NAMES
+    ),
+    # DeepSeek-R1 distilled into Llama 3.1: DeepSeek's full-width tokens, added here.
+    "deepseek-r1-distill-llama": GgufFamily(
+        "llama-bpe",
+        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
+        "<｜begin▁of▁sentence｜>",
+        "<｜end▁of▁sentence｜>",
+        added=(
+            "<｜begin▁of▁sentence｜>",
+            "<｜end▁of▁sentence｜>",
+            "<｜User｜>",
+            "<｜Assistant｜>",
+            *(f"<｜tool▁{part}｜>" for part in ("calls▁begin", "calls▁end", "call▁begin", "call▁end", "sep")),
+            *(f"<｜tool▁{part}｜>" for part in ("outputs▁begin", "outputs▁end", "output▁begin", "output▁end")),
+        ),
+        added_plain=("<think>", "</think>"),
+    ),
+    # QwQ-32B: Qwen2's vocabulary with Qwen2.5's tool tags and the reasoning tags where Qwen2 kept placeholders.
+    "qwq": GgufFamily(
+        "qwen2",
+        "Qwen-QwQ-32B",
+        None,
+        "<|im_end|>",
+        ("<|im_end|>", "<|endoftext|>"),
+        (
+            (151657, "<tool_call>"),
+            (151658, "</tool_call>"),
+            (151665, "<tool_response>"),
+            (151666, "</tool_response>"),
+            (151667, "<think>"),
+            (151668, "</think>"),
+        ),
+    ),
     "gemma4": GgufFamily(
         "gemma-4", "google-gemma-4-31B-it", "<bos>", "<eos>", ("<eos>", "<turn|>", "<|tool_response>")
     ),
@@ -314,8 +372,7 @@ GGUF_FAMILIES = {
         "<|im_end|>",
         ("<|im_end|>", "<|endoftext|>"),
         (),
-        ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"),
-        added_special=False,
+        added_plain=("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"),
     ),
 }
 
@@ -345,8 +402,9 @@ def family_folder(name: str) -> Path | None:
         by_id[i]["content"] = new
         spec["model"]["vocab"][new] = spec["model"]["vocab"].pop(old)
     tok = Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))
-    fresh = [t for t in family.added if tok.token_to_id(t) is None]
-    tok.add_tokens([AddedToken(t, special=family.added_special, normalized=False) for t in fresh])
+    for tokens, special in ((family.added, True), (family.added_plain, False)):
+        fresh = [t for t in tokens if tok.token_to_id(t) is None]
+        tok.add_tokens([AddedToken(t, special=special, normalized=False) for t in fresh])
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=family.bos, eos_token=family.eos)
     hf.chat_template = template
     folder.parent.mkdir(exist_ok=True)

@@ -48,6 +48,11 @@ END_OF_TURN = {
     "hermes3": (["<|im_end|>"], "first"),
     "gemma4": (["<turn|>", "<|tool_response>"], "first"),
     "qwen3.5": (["<|im_end|>"], "first"),
+    "command-r7b": (["<|END_OF_TURN_TOKEN|>"], "first"),
+    "llama3.3": (["<|eot_id|>", "<|eom_id|>"], "first"),
+    "functionary-v3.2": (["<|eot_id|>"], "first"),
+    "deepseek-r1-distill-llama": (["<｜end▁of▁sentence｜>"], "first"),
+    "qwq": (["<|im_end|>"], "first"),
     # Real templates over qwen3's vocabulary with their control tokens added (tests/conftest.py REAL).
     "command-r-plus-tooluse": (["<|END_OF_TURN_TOKEN|>"], "first"),
     "gemma-4": (["<turn|>", "<|tool_response>"], "first"),
@@ -82,6 +87,11 @@ INJECT = {
     "hermes3": ["<|im_start|>", "<|im_end|>", "<|eot_id|>"],
     "gemma4": ["<|turn>", "<turn|>", "<|tool_call>", '<|"|>', "<|channel>", "<bos>"],
     "qwen3.5": ["<|im_start|>", "<|im_end|>", "<tool_call>", "</think>", "<|endoftext|>"],
+    "command-r7b": ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|START_ACTION|>", "<|END_RESPONSE|>"],
+    "llama3.3": ["<|start_header_id|>", "<|eot_id|>", "<|python_tag|>"],
+    "functionary-v3.2": ["<|start_header_id|>", "<|eot_id|>", "<|reserved_special_token_1|>"],
+    "deepseek-r1-distill-llama": ["<｜User｜>", "<｜end▁of▁sentence｜>", "<｜Assistant｜>", "<|eot_id|>"],
+    "qwq": ["<|im_start|>", "<|im_end|>", "<tool_call>", "</think>", "<|endoftext|>"],
     "command-r-plus-tooluse": ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|CHATBOT_TOKEN|>"],
     "gemma-4": ["<|turn>", "<turn|>", "<|tool_response>", "<|channel>", '<|"|>'],
     "hermes-3-tooluse": ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_response>"],
@@ -97,10 +107,15 @@ INJECT = {
 
 # Tool-use variants of templates (the ``tool_use`` of a family's named templates): they iterate over the tools and
 # fail without them, and are served only to calls that offer tools.
-TOOLS_REQUIRED = {"command-r-plus", "hermes3", "command-r-plus-tooluse", "hermes-3-tooluse"}
+TOOLS_REQUIRED = {"command-r-plus", "hermes3", "command-r7b", "command-r-plus-tooluse", "hermes-3-tooluse"}
+
+# Templates that cannot represent tool calls (Phi-3 and SmolLM3 render content only; the DeepSeek distill and
+# Functionary templates concatenate arguments as a string, which serving engines hand them as a dict): replayed
+# without tool turns.
+NO_TOOLS = {"phi3", "smollm3", "deepseek-r1-distill", "deepseek-r1-distill-llama", "functionary-v3.2"}
 
 # Templates that render one tool call per assistant message.
-SINGLE_CALL = {"gpt-oss", "llama3.1", "llama3.2", "llama-3.1", "llama-3.2"}
+SINGLE_CALL = {"gpt-oss", "llama3.1", "llama3.2", "llama3.3", "llama-3.1", "llama-3.2"}
 
 WORDS = [
     "the",

@@ -23,11 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.oracle import END_OF_TURN, Oracle, RunGenerator, expected_turns, to_records
+from tests.oracle import END_OF_TURN, NO_TOOLS, Oracle, RunGenerator, expected_turns, to_records
 
 MODES = {"engine": 1.0, "rendered": 0.0}
-# Templates that cannot represent tool calls are replayed without tool turns (as in tests/test_linearize_oracle.py).
-NO_TOOLS = {"phi3", "smollm3", "deepseek-r1-distill"}
 HARD = 0.5
 
 

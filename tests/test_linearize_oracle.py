@@ -28,15 +28,21 @@ from msgtrain.ingest.calls import READER as CALLS
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import Origin
 from tests.conftest import REAL, load_named_tokenizer
-from tests.oracle import Call, ExpectedTurn, Oracle, RunGenerator, expected_turns, minimal_sample_count, to_records
+from tests.oracle import (
+    NO_TOOLS,
+    Call,
+    ExpectedTurn,
+    Oracle,
+    RunGenerator,
+    expected_turns,
+    minimal_sample_count,
+    to_records,
+)
 
 # The shaped families (tests/conftest.py SHAPED) render history differently from what follows the generation prompt,
 # stop on the next role's header, drop tool calls, or prefill the generation prompt.
 SHAPED = ["rerender-tooluse", "calls-only", "role-headers", "drops-calls", "prefill-turns"]
 TEMPLATES = ["demo", "qwen3", "qwen2.5", "phi3", "gpt-oss", "smollm3", "deepseek-r1-distill", *SHAPED]
-# Templates that cannot represent tool calls (Phi-3 and SmolLM3 render content only; the DeepSeek distill template
-# concatenates arguments as a string, which serving engines hand it as a dict): replayed without tool turns.
-NO_TOOLS = {"phi3", "smollm3", "deepseek-r1-distill"}
 SEEDS = range(6)
 HARD = 0.5  # share of sessions with each hard case
 

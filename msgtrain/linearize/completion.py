@@ -12,9 +12,13 @@ The rule (stated in README "What token-exact means"): let ``P`` be the context r
   control tokens (longest first: what follows is a prefill, e.g. an empty thinking block). When ``B`` is exactly
   ``A`` with one insertion there, the insertion ends where ``A`` resumes; otherwise it ends where ``A`` and ``B``
   share their tail again.
+- What two renderings share is counted in whole control tokens: renderings that part inside a control token's
+  text part at its start.
 - The completion then ends at its first stop token followed only by template trailer (``_trim_completion`` in the
-  linearizer). A completion without a stop token ends with the one the model sampled when the template writes one
-  right after the message once a following message exists (GLM's ``<|user|>`` / ``<|observation|>`` role headers):
+  linearizer): whitespace, or the generation header the prompt ends with (its ids after its last stop token), which
+  a template that ignores ``add_generation_prompt`` (Command R7B's) renders after every conversation. A completion
+  without a stop token ends with the one the model sampled when the template writes one right after the message
+  once a following message exists (GLM's ``<|user|>`` / ``<|observation|>`` role headers):
   the stop tokens are whatever stops generation (EOS, ``generation_config.json``'s ``eos_token_id`` list, what
   the template writes after an assistant message).
 
@@ -40,14 +44,38 @@ def _common_suffix_len(a: str, b: str) -> int:
     return common_prefix_len(a[::-1], b[::-1])
 
 
+def _outside_controls(texts: Iterable[str], pos: int, controls: re.Pattern[str] | None, *, forward: bool) -> int:
+    """``pos`` moved out of any control token whose text it falls strictly inside, in any of ``texts``: to the
+    token's start (``forward`` False) or its end. Two renderings that part inside a control token's text (Command
+    R7B's ``<|START_THINKING|>`` and ``<|START_RESPONSE|>`` share ``<|START_``) share no part of that token."""
+    if controls is None:
+        return pos
+    moved = True
+    while moved:
+        moved = False
+        for text in texts:
+            for m in controls.finditer(text):
+                if m.start() >= pos:
+                    break
+                if m.end() > pos:
+                    pos, moved = (m.end() if forward else m.start()), True
+                    break
+    return pos
+
+
 def completion_span(
-    prompt: str, turn: str, context: Callable[[], str], control_starts: Callable[[str], Iterable[int]] | None = None
+    prompt: str,
+    turn: str,
+    context: Callable[[], str],
+    control_starts: Callable[[str], Iterable[int]] | None = None,
+    controls: re.Pattern[str] | None = None,
 ) -> tuple[int, int]:
     """``(start, end)`` of the sampled completion's text in ``turn`` (the rule in the module docstring).
 
     ``prompt`` is the context rendered with the generation prompt, ``turn`` the context plus the message rendered
     without it, ``context`` renders the context alone (only called when ``turn`` does not start with ``prompt``),
-    ``control_starts`` gives the offsets in a text where a control token starts.
+    ``control_starts`` gives the offsets in a text where a control token starts, ``controls`` matches control
+    tokens' text: what two renderings share is counted in whole control tokens.
     Raises :class:`NotRecoverable` with the reason when no rule applies.
     """
     if turn.startswith(prompt):
@@ -59,7 +87,7 @@ def completion_span(
             "after it cannot be told apart"
         )
     full_header = prompt[len(ctx) :]
-    lcp = common_prefix_len(ctx, turn)
+    lcp = _outside_controls((ctx, turn), common_prefix_len(ctx, turn), controls, forward=False)
     i, header = lcp, ""
     if full_header:
         # The whole generation prompt first, then shorter headers: a generation prompt can end with a prefill that
@@ -78,7 +106,8 @@ def completion_span(
     inserted = len(turn) - len(ctx)
     if i <= lcp and inserted >= len(header) and turn[i + inserted :] == ctx[i:]:
         return start, i + inserted
-    return start, len(turn) - _common_suffix_len(ctx[lcp:], turn[start:])
+    end = len(turn) - _common_suffix_len(ctx[lcp:], turn[start:])
+    return start, _outside_controls((turn,), end, controls, forward=True) if end > start else end
 
 
 # The content of :func:`follower` messages: found in a rendering, it marks where the follower's text begins.

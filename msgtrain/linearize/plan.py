@@ -240,11 +240,15 @@ class _GraphLinearizer:
         lcp = best_len if best is not None else None
         return self.tok.encode_from(best, text, marked, lcp=lcp, segments=self.segments, shared=self.r.segments)
 
-    def _trim_completion(self, raw: np.ndarray) -> np.ndarray:
-        """Up to and including the first stop token after which only template trailer follows."""
+    def _trim_completion(self, raw: np.ndarray, prompt: np.ndarray | None = None) -> np.ndarray:
+        """Up to and including the first stop token after which only template trailer follows: whitespace, or
+        (part of) the generation header ``prompt`` ends with, its ids after its last stop token (a template that
+        renders the generation prompt even without ``add_generation_prompt``, as Command R7B's does, writes it
+        after the message too; the policy stopped before it)."""
         if raw.shape[0] == 0:
             return raw
         is_stop = self._is_stop(raw)
+        header: np.ndarray | None = None
         for p in np.flatnonzero(is_stop):
             rest = raw[p + 1 :][~is_stop[p + 1 :]]
             # Usually the trailer is one newline token: known whitespace ids decide without decoding.
@@ -252,6 +256,16 @@ class _GraphLinearizer:
                 rest.shape[0] == 0
                 or (rest.shape[0] <= 8 and all(int(i) in self.tok.whitespace_ids for i in rest))
                 or self.tok.decode(rest.tolist()).strip() == ""
+            ):
+                return raw[: p + 1]
+            if prompt is not None and header is None:
+                stops = np.flatnonzero(self._is_stop(prompt))
+                header = prompt[stops[-1] + 1 :] if stops.shape[0] else prompt[:0]
+            after = raw[p + 1 :]
+            if (
+                header is not None
+                and 0 < after.shape[0] <= header.shape[0]
+                and np.array_equal(after, header[: after.shape[0]])
             ):
                 return raw[: p + 1]
         # No stop token (a template whose turns end in plain text): drop trailing whitespace only.
@@ -385,6 +399,7 @@ class _GraphLinearizer:
                 text,
                 lambda: self.r.render(t.context, t.env, add_generation_prompt=False, marked=marked, created=created),
                 self.tok.control_starts,
+                self.tok.added_pattern,
             )
         except NotRecoverable as e:
             raise _Drop(DropReason.COMPLETION_NOT_RENDERABLE, str(e)) from None
@@ -404,7 +419,7 @@ class _GraphLinearizer:
             # The template renders the message differently in history: its completion is recovered from the
             # difference and tokenized on its own, after the prompt ids.
             raw = self._encode_after(prompt_text, text[start:end], marked)
-        completion = self._trim_completion(raw)
+        completion = self._trim_completion(raw, prompt)
         comp_text = text[start:end]
         if not self._is_stop(completion).any():
             # No end-of-turn token in the rendering: the model stopped on the token the template writes before

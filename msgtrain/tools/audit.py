@@ -365,6 +365,7 @@ class TemplateAuditor:
                 turn.text,
                 lambda: self.render(msgs[:k], tools, prompt=False).text,
                 self.bundle.control_starts,
+                self.bundle.added_pattern,
             )
         except NotRecoverable:
             return None, "", False
