@@ -205,3 +205,26 @@ def _chatml_render(call_end: str, turn_end: str, after_calls: str, result_header
 def test_the_stop_token_after_tool_calls_is_found_from_the_template(shape: str, render: Any, stops: set[str]) -> None:
     added = re.compile(r"<[a-z_]+>")
     assert template_stop_texts(render, added) - {"<user>"} == stops, shape
+
+
+# In the shape of Apertus (llama.cpp models/templates/Apertus-8B-Instruct.jinja): tool results are written into the
+# model's open turn, which history continues without a header, while the generation prompt always writes one.
+OPEN_TURN = (
+    "{% set ns = namespace(open=false) %}{% for m in messages %}"
+    "{% if m.role == 'assistant' %}{% if not ns.open %}{{ '<|im_start|>assistant\\n' }}{% set ns.open = true %}"
+    "{% endif %}{{ m.content }}{% if m.tool_calls %}{{ ' [call ' + m.tool_calls[0].function.name + ']' }}"
+    "{% else %}{{ '<|im_end|>\\n' }}{% set ns.open = false %}{% endif %}"
+    "{% elif m.role == 'tool' %}{{ ' [result ' + m.content + ']' }}"
+    "{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_a_turn_history_continues_without_the_generation_prompts_header_is_what_the_message_inserts(
+    tmp_path: Path,
+) -> None:
+    template = tmp_path / "open_turn.jinja"
+    template.write_text(OPEN_TURN, encoding="utf-8")
+    tok = load_tokenizer(None, str(template))
+    completions = _completions(tok, _conversation())
+    assert completions[-1] == "It rains.<|im_end|>"

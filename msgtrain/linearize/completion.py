@@ -9,18 +9,20 @@ The rule (stated in README "What token-exact means"): let ``P`` be the context r
   generation prompt's *header* ``G`` is ``P`` after ``A`` (``P`` must extend ``A``); the message's rendering is what
   ``B`` inserts into ``A``; the completion is that insertion after ``G``'s first occurrence reaching past what
   ``A`` and ``B`` share. When history renders no such header, the header is the generation prompt up to one of its
-  control tokens (longest first: what follows is a prefill, e.g. an empty thinking block). When ``B`` is exactly
-  ``A`` with one insertion there, the insertion ends where ``A`` resumes; otherwise it ends where ``A`` and ``B``
-  share their tail again.
+  control tokens (longest first: what follows is a prefill, e.g. an empty thinking block); when history renders
+  none of it after the context but the context holds it (a turn still open: tool results written into the model's
+  turn, Apertus), the header is empty. When ``B`` is exactly ``A`` with one insertion there, the insertion ends
+  where ``A`` resumes; otherwise it ends where ``A`` and ``B`` share their tail again.
 - What two renderings share is counted in whole control tokens: renderings that part inside a control token's
   text part at its start.
 - The completion then ends at its first stop token followed only by template trailer (``_trim_completion`` in the
   linearizer): whitespace, or the generation header the prompt ends with (its ids after its last stop token), which
   a template that ignores ``add_generation_prompt`` (Command R7B's) renders after every conversation. A completion
   without a stop token ends with the one the model sampled when the template writes one right after the message
-  once a following message exists (GLM's ``<|user|>`` / ``<|observation|>`` role headers):
-  the stop tokens are whatever stops generation (EOS, ``generation_config.json``'s ``eos_token_id`` list, what
-  the template writes after an assistant message).
+  once a following message exists (GLM's ``<|user|>`` / ``<|observation|>`` role headers), else (a template that
+  marks no end of the turn: Command R+'s tool calls) with EOS, after the text without its trailing whitespace. The
+  stop tokens are whatever stops generation (EOS, ``generation_config.json``'s ``eos_token_id`` list, what the
+  template writes after an assistant message or after its tool calls).
 
 Nothing here is per model: every case is decided by comparing renderings.
 """
@@ -98,6 +100,10 @@ def completion_span(
             i = turn.find(header, max(0, lcp - len(header) + 1))
             if i >= 0:
                 break
+    if i < 0 and full_header in ctx:
+        # History continues a turn the context already opened with this header (Apertus writes tool results into
+        # the model's turn, which goes on without a new header): the message is what it inserts, no header.
+        i, header = lcp, ""
     if i < 0:
         raise NotRecoverable(
             f"the template renders this message without its generation prompt's header {full_header!r}"
