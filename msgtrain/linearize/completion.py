@@ -16,13 +16,13 @@ The rule (stated in README "What token-exact means"): let ``P`` be the context r
 - What two renderings share is counted in whole control tokens: renderings that part inside a control token's
   text part at its start.
 - The completion then ends at its first stop token followed only by template trailer (``_trim_completion`` in the
-  linearizer): whitespace, or the generation header the prompt ends with (its ids after its last stop token), which
-  a template that ignores ``add_generation_prompt`` (Command R7B's) renders after every conversation. A completion
-  without a stop token ends with the one the model sampled when the template writes one right after the message
-  once a following message exists (GLM's ``<|user|>`` / ``<|observation|>`` role headers), else (a template that
-  marks no end of the turn: Command R+'s tool calls) with EOS, after the text without its trailing whitespace. The
-  stop tokens are whatever stops generation (EOS, ``generation_config.json``'s ``eos_token_id`` list, what the
-  template writes after an assistant message or after its tool calls).
+  linearizer): whitespace, or the generation header the prompt ends with (its ids after its last occurrence of
+  that stop token), which a template that ignores ``add_generation_prompt`` (Command R7B's) renders after every
+  conversation. A completion without a stop token ends with the one the model sampled when the template writes one
+  right after the message once a following message exists (GLM's ``<|user|>`` / ``<|observation|>`` role headers),
+  else (a template that marks no end of the turn: Command R+'s tool calls) with EOS, after the text without its
+  trailing whitespace. The stop tokens are whatever stops generation (EOS, ``generation_config.json``'s
+  ``eos_token_id`` list, what the template writes after an assistant message or after its tool calls).
 
 Nothing here is per model: every case is decided by comparing renderings.
 """

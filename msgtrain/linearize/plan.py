@@ -242,13 +242,12 @@ class _GraphLinearizer:
 
     def _trim_completion(self, raw: np.ndarray, prompt: np.ndarray | None = None) -> np.ndarray:
         """Up to and including the first stop token after which only template trailer follows: whitespace, or
-        (part of) the generation header ``prompt`` ends with, its ids after its last stop token (a template that
-        renders the generation prompt even without ``add_generation_prompt``, as Command R7B's does, writes it
-        after the message too; the policy stopped before it)."""
+        (part of) the generation header ``prompt`` ends with, its ids after its last occurrence of that stop token
+        (a template that renders the generation prompt even without ``add_generation_prompt``, as Command R7B's
+        does, writes it after the message too; the policy stopped before it)."""
         if raw.shape[0] == 0:
             return raw
         is_stop = self._is_stop(raw)
-        header: np.ndarray | None = None
         for p in np.flatnonzero(is_stop):
             rest = raw[p + 1 :][~is_stop[p + 1 :]]
             # Usually the trailer is one newline token: known whitespace ids decide without decoding.
@@ -258,16 +257,12 @@ class _GraphLinearizer:
                 or self.tok.decode(rest.tolist()).strip() == ""
             ):
                 return raw[: p + 1]
-            if prompt is not None and header is None:
-                stops = np.flatnonzero(self._is_stop(prompt))
-                header = prompt[stops[-1] + 1 :] if stops.shape[0] else prompt[:0]
-            after = raw[p + 1 :]
-            if (
-                header is not None
-                and 0 < after.shape[0] <= header.shape[0]
-                and np.array_equal(after, header[: after.shape[0]])
-            ):
-                return raw[: p + 1]
+            if prompt is not None:
+                after = raw[p + 1 :]
+                last = np.flatnonzero(prompt == raw[p])
+                header = prompt[last[-1] + 1 :] if last.shape[0] else prompt[:0]
+                if after.shape[0] <= header.shape[0] and np.array_equal(after, header[: after.shape[0]]):
+                    return raw[: p + 1]
         # No stop token (a template whose turns end in plain text): drop trailing whitespace only.
         end = raw.shape[0]
         while end > 0 and self.tok.decode([int(raw[end - 1])]).strip() == "":
