@@ -228,3 +228,47 @@ def test_a_turn_history_continues_without_the_generation_prompts_header_is_what_
     tok = load_tokenizer(None, str(template))
     completions = _completions(tok, _conversation())
     assert completions[-1] == "It rains.<|im_end|>"
+
+
+def _named_templates_folder(tmp_path: Path, names: tuple[str, ...] = ("default", "tool_use")) -> Path:
+    """The demo tokenizer saved with a list of named templates in tokenizer_config.json (as Command R+ and Hermes
+    ship ``default`` and ``tool_use``): the tool-use one writes the tool names first."""
+    from msgtrain.linearize.tokenizer import CHATML_TEMPLATE, _build_demo_tokenizer
+
+    folder = tmp_path / "named"
+    _build_demo_tokenizer().save_pretrained(folder)
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    tool_use = "{{ 'TOOLS:' }}{% for t in tools %}{{ t.function.name }};{% endfor %}\n" + CHATML_TEMPLATE
+    templates = {"default": CHATML_TEMPLATE, "tool_use": tool_use, "rag": CHATML_TEMPLATE}
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = [{"name": n, "template": templates[n]} for n in names]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_named_templates_render_with_tool_use_when_tools_are_offered_as_apply_chat_template_does(
+    tmp_path: Path,
+) -> None:
+    from transformers import AutoTokenizer
+
+    folder = _named_templates_folder(tmp_path)
+    tok = load_tokenizer(str(folder))
+    hf = AutoTokenizer.from_pretrained(folder)
+    for tools in (TOOLS, None):
+        g = MessageGraph(graph_id="g", tools=tools)
+        g.append({"role": "user", "content": "Weather?"})
+        g.append({"role": "assistant", "content": "It rains."})
+        res = linearize_graph(g, tok)
+        assert not res.drops and len(res.samples) == 1, res.turns
+        messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "It rains."}]
+        expected = hf.apply_chat_template(messages, tools=tools, tokenize=False)
+        got = tok.decode(res.samples[0].input_ids.tolist())
+        assert expected.startswith(got) and got.endswith("It rains.<|im_end|>"), (tools, got)
+        assert got.startswith("TOOLS:search;") is bool(tools)
+
+
+def test_named_templates_without_a_default_are_refused_naming_them(tmp_path: Path) -> None:
+    from msgtrain.errors import TokenizerError
+
+    with pytest.raises(TokenizerError, match="rag, tool_use"):
+        load_tokenizer(str(_named_templates_folder(tmp_path, names=("tool_use", "rag"))))

@@ -117,6 +117,8 @@ class MistralBundle(TokenizerBundle):
         self.media = [mod for mod, (_, encoder) in MEDIA_PARTS.items() if getattr(instruct, encoder, None) is not None]
         self.hf = _Vocabulary(int(inner.n_words), int(inner.eos_id), path)
         self.chat_template = ""
+        self.named_templates: dict[str, str] = {}
+        self.reads_clock = False
         self.stop_ids = {int(inner.eos_id)}
         self.special_ids = {int(i) for i in inner.special_ids}
         self.added_ids = np.asarray(sorted(self.special_ids), dtype=np.int32)  # its control tokens, as transformers'

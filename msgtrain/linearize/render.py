@@ -103,23 +103,28 @@ def _time_bound(seconds: float) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _pinned_date(tok: TokenizerBundle, when: dt.datetime | None) -> Iterator[None]:
-    """Make ``strftime_now`` in the template return ``when`` (the compiled template is cached per text)."""
-    if when is None or "strftime_now" not in tok.chat_template:
+    """Make ``strftime_now`` in the templates return ``when`` (a compiled template is cached per text; a tokenizer
+    with named templates renders with either, so each one that reads the clock is pinned)."""
+    sources = [t for t in tok.template_texts() if "strftime_now" in t] if when is not None else []
+    if not sources:
         yield
         return
     try:
         from msgtrain.linearize.template import compile_chat_template
 
-        env = compile_chat_template(tok.chat_template).environment
+        envs = [compile_chat_template(t).environment for t in sources]
     except ImportError:  # older transformers: the date cannot be pinned; rendering still works
         yield
         return
-    old = env.globals.get("strftime_now")
-    env.globals["strftime_now"] = lambda fmt: when.strftime(fmt)
+    assert when is not None
+    olds = [env.globals.get("strftime_now") for env in envs]
+    for env in envs:
+        env.globals["strftime_now"] = lambda fmt: when.strftime(fmt)
     try:
         yield
     finally:
-        env.globals["strftime_now"] = old
+        for env, old in zip(envs, olds, strict=True):
+            env.globals["strftime_now"] = old
 
 
 class Renderer:
@@ -249,7 +254,7 @@ class Renderer:
         when = dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else self.render_date
         self.renders += 1
         try:
-            if getattr(_alarm, "installed", False) and (when is None or "strftime_now" not in self.tok.chat_template):
+            if getattr(_alarm, "installed", False) and (when is None or not self.tok.reads_clock):
                 # The common case, without two context managers per rendering: a watchdog is installed (by the file
                 # or the conversation) and no date to pin; the rendering notes its start as ``_time_bound`` does.
                 _alarm.limit = MAX_RENDER_SECONDS

@@ -54,7 +54,7 @@ from typing import Any
 from msgtrain.cache import cache_dir, version
 from msgtrain.errors import MsgtrainWarning, TokenizerError
 
-FORMAT = 3
+FORMAT = 4  # 4: named chat templates (a dict) are kept; 3 dropped them
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".h5", ".msgpack", ".npz")
 HASHED_BYTES = 64 * 1024 * 1024  # larger files are no tokenizer's: keyed by name and size, and not loaded
 PROBES = (
@@ -148,7 +148,7 @@ class SnapshotTokenizer:
         self.key = key  # the folder key the snapshot was verified against
         self.backend_tokenizer = backend
         self.backend_json = backend_json  # what ``backend.to_str()`` returns, known from restoring it
-        self.chat_template: str | None = facts["chat_template"]
+        self.chat_template: str | dict[str, str] | None = facts["chat_template"]
         self.added_tokens_decoder = {int(i): AddedToken(**t) for i, t in facts["added_tokens"].items()}
         self.added_tokens_encoder = {t.content: i for i, t in self.added_tokens_decoder.items()}
         self.all_special_ids = [int(i) for i in facts["all_special_ids"]]
@@ -190,7 +190,7 @@ class SnapshotTokenizer:
 
 def _facts(hf: Any) -> dict[str, Any]:
     return {
-        "chat_template": hf.chat_template if isinstance(hf.chat_template, str) else None,
+        "chat_template": hf.chat_template if isinstance(hf.chat_template, str | dict) else None,
         "added_tokens": {
             str(i): {
                 "content": t.content,

@@ -285,7 +285,11 @@ class TokenizerBundle:
     def __init__(self, hf: Any, name: str):
         self.hf = hf
         self.name = name
-        self.chat_template: str = hf.chat_template
+        # Named templates (tokenizer_config's list of {name, template}: Command R+, Hermes) are chosen per rendering
+        # as apply_chat_template chooses: ``tool_use`` when tools are offered and it exists, else ``default``.
+        self.named_templates: dict[str, str] = dict(hf.chat_template) if isinstance(hf.chat_template, dict) else {}
+        self.chat_template: str = self._default_template(hf.chat_template)
+        self.reads_clock = any("strftime_now" in t for t in self.template_texts())
         self._fast: Any = None
         self._kwargs_cache: dict[str, dict[str, Any]] = {}  # before _stop_ids(), which renders probes
         self.backend = hf.backend_tokenizer
@@ -379,7 +383,8 @@ class TokenizerBundle:
         # A restored snapshot knows its serialization (checked equal to ``to_str()`` when it was restored).
         known = getattr(self.hf, "backend_json", None) if self.backend is self.hf.backend_tokenizer else None
         h.update((known if isinstance(known, str) else self.backend.to_str()).encode())
-        h.update(b"\0" + self.chat_template.encode())
+        for text in self.template_texts():
+            h.update(b"\0" + text.encode())
         h.update(b"\0" + json.dumps(self._key_facts(), sort_keys=True, default=str).encode())
         return h.hexdigest()
 
@@ -442,7 +447,7 @@ class TokenizerBundle:
             return str(out)
         compile_template, plain, _ = fast
         # Looked up per call (a cached hit): the same object whose globals render._pinned_date patches.
-        compiled = compile_template(self.chat_template)
+        compiled = compile_template(self.template_for(tools))
         chat = list(messages) if prepared else self.prepare(messages)
         schemas = (list(tools) if prepared else plain(list(tools))) if tools else None
         from msgtrain.linearize.template import render_template
@@ -468,11 +473,35 @@ class TokenizerBundle:
             return None
         from msgtrain.linearize.template import compile_traced_template, render_traced
 
-        template = compile_traced_template(self.chat_template)
+        template = compile_traced_template(self.template_for(tools))
         if template is None:
             return None
         variables = self._variables(tools or None, add_generation_prompt, template_kwargs)
         return render_traced(template, messages, ids, ref, variables)
+
+    def template_for(self, tools: Sequence[Any] | None) -> str:
+        """The template a rendering with these tools uses: the ``tool_use`` one of named templates when tools are
+        offered (``transformers``' ``get_chat_template``), else the default."""
+        if tools and "tool_use" in self.named_templates:
+            return self.named_templates["tool_use"]
+        return self.chat_template
+
+    def template_texts(self) -> list[str]:
+        """Every template this tokenizer may render with (the default first)."""
+        return [self.chat_template, *(t for n, t in sorted(self.named_templates.items()) if t != self.chat_template)]
+
+    @staticmethod
+    def _default_template(template: Any) -> str:
+        if not isinstance(template, dict):
+            return template
+        if "default" in template:
+            return str(template["default"])
+        if len(template) == 1:
+            return str(next(iter(template.values())))
+        raise TokenizerError(
+            f"the tokenizer has several chat templates ({', '.join(sorted(template))}) and none named 'default'",
+            hint="pass the one the model was served with: --chat-template FILE (a .jinja file)",
+        )
 
     def _variables(
         self, tools: list[Any] | None, add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
