@@ -15,7 +15,7 @@ from msgtrain.ingest.calls import READER
 from msgtrain.linearize import linearize_graph
 from msgtrain.linearize.plan import LinearizeOptions
 from msgtrain.model.graph import MessageGraph
-from tests.conftest import load_named_tokenizer
+from tests.conftest import load_named_tokenizer, shared_path
 
 INLINE = "<think>\nCheck the booking first.\n</think>\n\nSure, what is your user id?"
 
@@ -89,9 +89,13 @@ def test_control_text_in_user_content_is_encoded_as_the_plain_text_of_its_whole_
     )
     ids = sample.samples[0].input_ids.tolist()
     # The stretch "user\n…" between <|im_start|> and <|im_end|>, encoded whole with special tokens split.
-    plain = tok.hf("user\n" + content, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    # transformers' own tokenizer of the folder (msgtrain's may be a snapshot, which is not a callable tokenizer).
+    from transformers import AutoTokenizer
+
+    ref = AutoTokenizer.from_pretrained(str(shared_path("tokenizers", "qwen3")))
+    plain = ref("user\n" + content, add_special_tokens=False, split_special_tokens=True)["input_ids"]
     assert _stretch_ids(tok, ids, "<|im_start|>") == plain
-    assert tok.hf.convert_ids_to_tokens(plain)[2:] == ["see", "Ġ<|", "im", "_start", "|", ">)", "Ġthanks"]
+    assert ref.convert_ids_to_tokens(plain)[2:] == ["see", "Ġ<|", "im", "_start", "|", ">)", "Ġthanks"]
 
 
 def test_sentencepiece_content_after_a_control_string_gains_no_word_start_prefix() -> None:

@@ -562,7 +562,8 @@ def test_a_declared_split_with_no_rows_is_reported_but_writes_no_file_so_the_res
     writer = DatasetWriter(tmp_path, format=fmt, target="labels", splits=["train", "validation"])
     writer.write("train", samples_to_table(fixed_samples(3)))
     summary = writer.close()
-    assert summary["splits"]["validation"] == {"rows": 0, "samples": 0, "tokens": 0, "trained_tokens": 0, "files": []}
+    empty = {"rows": 0, "samples": 0, "tokens": 0, "trained_tokens": 0, "longest_sample_tokens": 0, "files": []}
+    assert summary["splits"]["validation"] == empty
     assert not any("validation" in f for f in summary["files"])
     if fmt == "parquet":
         loaded = datasets.load_dataset(str(tmp_path), cache_dir=str(tmp_path / "cache"))
