@@ -59,7 +59,8 @@ def register(app: typer.Typer) -> None:
         Exits 3 when a property training relies on fails (not prefix-stable, no trained end-of-turn token,
         content control-token text not kept plain).
         """
-        from msgtrain.tools.audit import audit_template, parse_template_kwargs, render_audit
+        from msgtrain.tools.audit import parse_template_kwargs, render_audit
+        from msgtrain.tools.audit_cmd import audit_template
 
         report = audit_template(
             tokenizer,

@@ -10,7 +10,8 @@ import pytest
 
 from msgtrain.cli import main
 from msgtrain.errors import ConfigError
-from msgtrain.tools.audit import audit_template, parse_template_kwargs
+from msgtrain.tools.audit import parse_template_kwargs
+from msgtrain.tools.audit_cmd import audit_template
 from tests.conftest import (
     ADDED_TOKENS,
     REAL,

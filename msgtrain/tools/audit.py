@@ -35,8 +35,8 @@ import numpy as np
 from msgtrain.errors import ConfigError
 from msgtrain.linearize.completion import NotRecoverable, completion_span, follower, sampled_stop
 from msgtrain.linearize.tokenizer import stop_pattern, template_stop_texts
-from msgtrain.tools.battery import FEATURES, MULTI_TURN, PROBES, WEATHER_TOOL, Probe
-from msgtrain.tools.tokenizer import added_token_ids, control_token_ids, load_bundle, stop_token_ids
+from msgtrain.tools.battery import MULTI_TURN, WEATHER_TOOL, Probe
+from msgtrain.tools.tokenizer import added_token_ids, control_token_ids, stop_token_ids
 
 if TYPE_CHECKING:
     from msgtrain.linearize.tokenizer import TokenizerBundle
@@ -566,38 +566,6 @@ def parse_template_kwargs(items: Sequence[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = value
     return out
-
-
-def audit_template(
-    tokenizer: str | Path,
-    chat_template: str | Path | None = None,
-    *,
-    features: Sequence[str] = (),
-    template_kwargs: dict[str, Any] | None = None,
-) -> AuditReport:
-    """Load the tokenizer (local folder) and audit its chat template over the probe battery (or ``features``)."""
-    unknown = [f for f in features if f not in FEATURES]
-    if unknown:
-        raise ConfigError(f"unknown feature(s) {', '.join(unknown)}", hint=f"features: {', '.join(FEATURES)}")
-    bundle = load_bundle(tokenizer, chat_template)
-    probes = [p for p in PROBES if not features or p.feature in features]
-    if bundle.encodes_messages:  # a Mistral tokenizer: no template, mistral-common encodes the probes
-        from msgtrain.tools.audit_mistral import audit_mistral
-
-        return audit_mistral(bundle, str(tokenizer), probes)  # type: ignore[arg-type]
-    folder = Path(tokenizer) if Path(tokenizer).is_dir() else None
-    auditor = TemplateAuditor(bundle, template_kwargs, folder)
-    results = [auditor.run_probe(p) for p in probes]
-    eot = auditor.end_of_turn(results) if any(r.status != "unsupported" for r in results) else None
-    return report_of(
-        str(tokenizer),
-        str(chat_template) if chat_template is not None else None,
-        dict(template_kwargs or {}),
-        results,
-        eot,
-        auditor.generation_masks(),
-        auditor.special_tokens(),
-    )
 
 
 def report_of(
