@@ -73,7 +73,7 @@ def _no_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
 INTERRUPTS = {
     "convert": ("msgtrain.run.pipeline", "convert"),
     "validate": ("msgtrain.tools.validate_cmd", "validate_inputs"),
-    "audit-template": ("msgtrain.tools.audit", "audit_template"),
+    "audit-template": ("msgtrain.tools.audit_cmd", "audit_template"),
     "inspect": ("msgtrain.tools.inspect_cmd", "inspect_input"),
     "stats": ("msgtrain.tools.stats", "dataset_stats"),
 }
