@@ -8,6 +8,7 @@ the readers.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections import Counter
@@ -19,6 +20,7 @@ import pytest
 from msgtrain.ingest import claude_code, codex, gemini_cli, openhands, otel, swe_agent
 from msgtrain.ingest.base import Reader, ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import REGISTRY
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import MediaPart, OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart
@@ -755,3 +757,78 @@ def test_session_logs_that_do_not_hold_the_agents_request_mark_what_they_lack(sa
     reader = REGISTRY[sample.split("/")[0]]
     graphs = [e.graph for e in read_events(reader, path) if isinstance(e, ReadGraph)]
     assert graphs and all(missing_context(g) == missing for g in graphs)
+
+
+# ----------------------------------------------------------------------------------------------- Claude stream-json
+# The shape of `claude -p --verbose --output-format stream-json` (the Claude Agent SDK's message stream), as recorded
+# from Claude Code 2.1.276 in jonasthim/styr internal/harness/claude/testdata/02_tool_read.jsonl @ 6401e7e4: hook and
+# init system lines, a replayed prompt (`--replay-user-messages`), one assistant line per content block sharing the
+# message id, partial-message `stream_event` lines, the tool result as a user line, a rate-limit line and the closing
+# `result`. Sub-agent lines carry the `parent_tool_use_id` of the Task call that started them.
+_SID = "180be86c-2552-4676-a118-3ebfe8122940"
+_UUIDS = itertools.count()
+
+
+def _stream_line(kind: str, parent: str | None = None, **fields: Any) -> dict[str, Any]:
+    uuid = f"u-{next(_UUIDS)}"
+    return {"type": kind, **fields, "parent_tool_use_id": parent, "session_id": _SID, "uuid": uuid}
+
+
+def _stream_reply(mid: str, block: dict[str, Any], parent: str | None = None) -> dict[str, Any]:
+    usage = {"input_tokens": 2, "cache_creation_input_tokens": 18090, "cache_read_input_tokens": 15119}
+    message = {"model": "claude-fable-5-1", "id": mid, "type": "message", "role": "assistant", "content": [block]}
+    return _stream_line("assistant", parent, message={**message, "stop_reason": None, "usage": usage})
+
+
+def _stream_result(call_id: str, text: str, parent: str | None = None) -> dict[str, Any]:
+    content = [{"tool_use_id": call_id, "type": "tool_result", "content": text}]
+    return _stream_line("user", parent, message={"role": "user", "content": content})
+
+
+def _stream_session(tmp_path: Path, *, replay_prompt: bool) -> Path:
+    task = {"description": "find the note", "prompt": "Find note.txt", "subagent_type": "Explore"}
+    lines = [
+        {"type": "system", "subtype": "hook_started", "hook_name": "SessionStart:startup", "session_id": _SID},
+        {"type": "system", "subtype": "init", "cwd": "/tmp/ws", "session_id": _SID, "tools": ["Task", "Read"]},
+        *([_stream_line("user", message={"role": "user", "content": "Read note.txt."}, isReplay=True)] * replay_prompt),
+        {"type": "stream_event", "event": {"type": "message_start"}, "session_id": _SID, "parent_tool_use_id": None},
+        _stream_reply("msg_1", {"type": "thinking", "thinking": "", "signature": "CAQS"}),
+        _stream_reply("msg_1", {"type": "tool_use", "id": "toolu_task", "name": "Task", "input": task}),
+        _stream_line("user", "toolu_task", message={"role": "user", "content": [{"type": "text", "text": "Find it"}]}),
+        _stream_reply("msg_s1", {"type": "tool_use", "id": "toolu_ls", "name": "Bash", "input": {}}, "toolu_task"),
+        _stream_result("toolu_ls", "note.txt", "toolu_task"),
+        _stream_reply("msg_s2", {"type": "text", "text": "It is ./note.txt"}, "toolu_task"),
+        _stream_result("toolu_task", "It is ./note.txt"),
+        _stream_reply("msg_2", {"type": "tool_use", "id": "toolu_read", "name": "Read", "input": {"file_path": "n"}}),
+        _stream_result("toolu_read", "1\thello"),
+        {"type": "rate_limit_event", "rate_limit_info": {"status": "allowed"}, "session_id": _SID},
+        _stream_reply("msg_3", {"type": "text", "text": "hello"}),
+        {"type": "result", "subtype": "success", "result": "hello", "session_id": _SID, "total_cost_usd": 0.46},
+    ]
+    path = tmp_path / "stream.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_claude_stream_json_is_read_as_a_session_with_its_sub_agent_as_a_graph_of_its_own(tmp_path: Path) -> None:
+    path = _stream_session(tmp_path, replay_prompt=True)
+    assert detect_format(path).name == "claude_code"
+    graphs, rejects, skips = read_all(claude_code.READER, path)
+    assert not rejects
+    assert accounted(graphs, rejects, skips) == len(path.read_text().splitlines())
+    main, sub = (g.graph for g in graphs)
+    assert branch_codes(main) == ["U A* T A* T A*"]
+    assert [c.option_name for c in main.branches()[0].messages[1].calls] == ["Task"]  # thinking and call: one reply
+    assert main.graph_id.startswith(f"claude-code:{_SID}")
+    assert sub.policy == "subagent:Explore"  # from the Task call's input
+    assert branch_codes(sub) == ["U A* T A*"]
+    assert set(skips) == {f"non_message_record:{t}" for t in ("system", "stream_event", "rate_limit_event", "result")}
+
+
+def test_claude_stream_json_without_the_prompt_trains_nothing_whose_context_the_stream_lacks(tmp_path: Path) -> None:
+    # `claude -p "prompt" --output-format stream-json` does not echo the prompt: every reply followed it.
+    graphs, rejects, _ = read_all(claude_code.READER, _stream_session(tmp_path, replay_prompt=False))
+    assert not rejects
+    main, sub = (g.graph for g in graphs)
+    assert branch_codes(main) == ["A~ T A~ T A~"]
+    assert branch_codes(sub) == ["U A* T A*"]  # the sub-agent's own prompt is logged

@@ -25,6 +25,13 @@ A transcript is a real message graph: every record has a ``uuid`` and a ``parent
 - Records without conversation content (progress, system, file-history-snapshot, summary, queue-operation, …)
   are skipped with reason ``non_message_record:<type>``; a progress or system record inside the parent chain is
   transparent (its children hang from its parent).
+- **Streams** (``claude -p --output-format stream-json``, the Claude Agent SDK's message stream) hold the same
+  messages without ``parentUuid``: each message follows the previous one of its conversation. Lines of a
+  sub-agent carry the ``parent_tool_use_id`` of the call that started it and form its own graph (policy
+  ``subagent:<subagent_type>``). The prompt given on the command line is not in the stream (only with
+  ``--replay-user-messages`` or ``--input-format stream-json``): replies before any logged user message are
+  ``carried``. ``system`` (init, hooks, status), ``stream_event`` (partial deltas), ``rate_limit_event`` and
+  ``result`` lines are skipped with their type.
 - Streaming: the JSONL is read line by line; a session is one graph, so its message records are held until the
   file ends (bounded by the file).
 """
@@ -131,6 +138,7 @@ class ClaudeCodeReader:
         if isinstance(first, dict) and first.get("type") in _RECORD_TYPES:
             return (
                 "sessionId" in first
+                or _is_stream_record(first)
                 or ("uuid" in first and "parentUuid" in first)
                 or (first.get("type") == "summary" and "leafUuid" in first)
                 or (first.get("type") == "file-history-snapshot" and "snapshot" in first)
@@ -202,6 +210,8 @@ def _classify(obj: Any, ref: str, raw: bytes | str, earlier: list[_Rec]) -> _Rec
         bool(obj.get("isSidechain")),
         obj.get("agentId") if isinstance(obj.get("agentId"), str) else None,
     )
+    if isinstance(obj.get("parent_tool_use_id"), str):
+        group = (True, obj["parent_tool_use_id"])  # a stream's sub-agent line: the call that started the agent
     if rtype in ("user", "assistant") and "message" in obj:
         if not isinstance(obj["message"], dict):
             return ValidationError(f"{rtype} record's 'message' is not an object", code="bad_record")
@@ -230,6 +240,12 @@ def _classify(obj: Any, ref: str, raw: bytes | str, earlier: list[_Rec]) -> _Rec
         parent = obj.get("parentUuid") if isinstance(obj.get("parentUuid"), str) else None
         return _Rec(ref, uuid, parent, "transparent", group, {"type": rtype}, b"")
     return f"non_message_record:{rtype}"
+
+
+def _is_stream_record(obj: dict[str, Any]) -> bool:
+    """A line of a stream-json session: snake-case ``session_id`` with a subtype (system lines) or the
+    ``parent_tool_use_id`` every message line carries."""
+    return "session_id" in obj and ("subtype" in obj or "parent_tool_use_id" in obj)
 
 
 class _GraphBuild:
@@ -303,10 +319,13 @@ class _GraphBuild:
     # ------------------------------------------------------------------ building
     def events(self) -> Iterator[ReadEvent]:
         self._group_units()
-        session = next((r.data.get("sessionId") for r in self.recs if isinstance(r.data.get("sessionId"), str)), None)
+        session = next(
+            (s for r in self.recs for s in (r.data.get("sessionId"), r.data.get("session_id")) if isinstance(s, str)),
+            None,
+        )
         is_side, agent_id = self.group
         if is_side:
-            agent_type = _subagent_type(self.path, agent_id) if agent_id else None
+            agent_type = self._stream_agent_type() or (_subagent_type(self.path, agent_id) if agent_id else None)
             policy = f"subagent:{agent_type or agent_id or 'sidechain'}"
             key = f"{session}:agent-{agent_id or 'sidechain'}" if session else None
         else:
@@ -340,11 +359,27 @@ class _GraphBuild:
             # Only boundaries survived (every message was rejected): still accounted for.
             yield ReadSkip(SourceRef(str(self.path), self.recs[0].ref), "empty_session", self.records_in_graph)
 
+    def _stream_agent_type(self) -> str | None:
+        """A stream's sub-agent type: written on its own lines (``subagent_type``), else in the input of the call
+        that started it (the group's agent id is that call's id), which the main conversation's lines hold."""
+        named = next((r.data["subagent_type"] for r in self.recs if isinstance(r.data.get("subagent_type"), str)), None)
+        call_id = self.group[1]
+        for rec in self.by_uuid.values() if named is None and call_id else ():
+            if rec.kind != "message" or rec.data.get("type") != "assistant":
+                continue
+            for block in _blocks(rec.data["message"].get("content")):
+                inp = block.get("input")
+                if block.get("id") == call_id and isinstance(inp, dict) and isinstance(inp.get("subagent_type"), str):
+                    return inp["subagent_type"]
+        return named
+
     def _parent_of(self, rec: _Rec) -> tuple[str | None, bool, _Rec | None]:
-        """(parent node id, parent context incomplete?, compaction boundary above it or None)."""
+        """(parent node id, parent context incomplete?, compaction boundary above it or None). A reply with no
+        message above it was sampled after a prompt the log does not hold (``claude -p "..."`` streams do not echo
+        it): its context is incomplete."""
         kind, parent = self._resolve(rec.parent)
         if kind == "root":
-            return None, False, None
+            return None, rec.data.get("type") == "assistant", None
         if kind == "dangling":
             return None, True, None  # the context lives outside this file (e.g. the compaction agent's file)
         if kind == "boundary":
@@ -470,7 +505,7 @@ class _GraphBuild:
         if first.get("requestId"):
             meta["request_id"] = first["requestId"]
         origin = Origin.SAMPLED
-        if model == _SYNTHETIC_MODEL or first.get("isApiErrorMessage"):
+        if model == _SYNTHETIC_MODEL or first.get("isApiErrorMessage") or first.get("is_api_error_message"):
             origin = Origin.INJECTED  # written by Claude Code (an error notice, an interruption), not by the model
         elif unrendered:
             # The API spliced a server tool's result into this response; the model did not sample those tokens.
