@@ -17,6 +17,7 @@ from msgtrain.ingest import (
     ag2_logs,
     anthropic,
     autogen,
+    batch_files,
     calls,
     cassettes,
     claude_code,
@@ -67,6 +68,7 @@ _READERS: list[Reader] = [
     # Conversation formats with a marker no other format has (kind tags, interactions:, lion_class, MARSYS roles,
     # Go AgentState, Anthropic-only blocks, Responses item types) go before the per-call OpenAI logs.
     options.READER,
+    batch_files.READER,  # custom_id lines: a batch's requests or results, joined across the folder
     cassettes.READER,
     lionagi.READER,
     marsys.READER,

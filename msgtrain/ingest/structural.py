@@ -252,7 +252,7 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         return Ambiguity(
             path,
             "a Batch API result: the reply without the request it answers (the requests are in the batch input "
-            "file; join the two by custom_id into {request, response} lines, which the calls reader reads)",
+            "file: the batch reader joins the two by custom_id when they share a folder)",
             max(_assistant_count(record), 1),
         )
     judged = _judged_pair(record)

@@ -1,0 +1,279 @@
+"""Batch API files: OpenAI Batch input / output JSONL and Anthropic Message Batches requests / results, joined by
+``custom_id``.
+
+A batch job is a generation-call log cut in two files: the *input* file (one request per line: OpenAI
+``{custom_id, method, url, body}``, the same for Mistral / Groq / Together; Anthropic ``{custom_id, params}``) and
+the *output* file the provider returns (OpenAI ``{id, custom_id, response: {status_code, body}, error}``; Anthropic
+``{custom_id, result: {type, message | error}}``). An output line alone is a reply without its context; the two
+together are a complete call log: the exact context of each reply is its request's body.
+
+Invariants:
+- An output file is read with the batch input files of its own folder (every sibling file whose records are batch
+  requests). Each result line is joined to the request line of the same ``custom_id`` and read as that
+  endpoint's call (``url``: chat completions, Responses, Anthropic Messages, as the cassette reader reads them);
+  calls group into conversations like any call log (:class:`~msgtrain.ingest.call_log.CallLogGroups`).
+- Nothing is joined on a guess: a ``custom_id`` no input file of the folder holds is a ``batch_request_missing``
+  reject (the reply is lost, and counted); one that two input files hold with different requests is an
+  ``ambiguous_structure`` reject naming both.
+- A failed request (OpenAI ``error`` or a non-2xx ``status_code``, Anthropic ``errored`` / ``expired`` /
+  ``canceled``) generated nothing: a skip (``error_response``). A request to an endpoint that generates nothing
+  (embeddings, moderation) is a skip (``not_a_generation_call``); one to a generation endpoint no reader reads is
+  an ``unsupported_api`` reject.
+- An input file's lines are skips, never graphs: ``batch_request_answered`` when an output file of its folder
+  holds the reply (the call is read and counted there), ``batch_request_unanswered`` otherwise (a request holds no
+  reply to train; put the output file beside it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import MsgtrainError, ValidationError
+from msgtrain.ingest import anthropic, openai_responses
+from msgtrain.ingest.base import (
+    ReadEvent,
+    ReadReject,
+    ReadSkip,
+    SourceRef,
+    excerpt,
+    head_objects,
+    iter_json_lines,
+    read_head,
+)
+from msgtrain.ingest.call_log import Call, CallLogGroups
+from msgtrain.ingest.cassettes import endpoint_of, openai_chat_call
+from msgtrain.ingest.shapes import message_like_count
+
+BATCH_SUFFIXES = (".jsonl", ".json", ".ndjson")
+# Endpoints that take a message-like body but generate no turn.
+_NOT_GENERATION = ("embeddings", "moderations")
+# Anthropic result types of a request that generated nothing.
+_FAILED_RESULTS = frozenset({"errored", "expired", "canceled"})
+
+
+def is_batch_request(value: Any) -> bool:
+    """A line of a batch input file: OpenAI ``{custom_id, url, body}`` or Anthropic ``{custom_id, params}``."""
+    if not isinstance(value, dict) or not isinstance(value.get("custom_id"), str | int):
+        return False
+    body = value.get("body") if "url" in value else value.get("params")
+    return isinstance(body, dict)
+
+
+def is_batch_result(value: Any) -> bool:
+    """A line of a batch output file: OpenAI ``{custom_id, response, error}`` or Anthropic ``{custom_id, result}``."""
+    if not isinstance(value, dict) or not isinstance(value.get("custom_id"), str | int):
+        return False
+    response, result = value.get("response"), value.get("result")
+    if isinstance(result, dict) and isinstance(result.get("type"), str):
+        return True
+    return ("error" in value and response is None) or (isinstance(response, dict) and "body" in response)
+
+
+@dataclass(frozen=True)
+class _Located:
+    """Where a request line is: its file and line number."""
+
+    path: Path
+    lineno: int
+
+    def __str__(self) -> str:
+        return f"{self.path.name}:{self.lineno}"
+
+
+class _Folder:
+    """The batch files of one folder: each input file's requests by ``custom_id`` (where they are, not the bodies:
+    an input file may be hundreds of MiB) and the ``custom_id`` of every result line of its output files."""
+
+    def __init__(self, folder: Path):
+        self.requests: dict[str, list[_Located]] = {}
+        self.answered: set[str] = set()
+        for path in sorted(folder.iterdir()):
+            if not path.is_file() or not path.name.lower().endswith(BATCH_SUFFIXES):
+                continue
+            kind = _file_kind(path)
+            if kind is None:
+                continue
+            for lineno, _raw, value in iter_json_lines(path):
+                if not isinstance(value, dict):
+                    continue
+                if kind == "input" and is_batch_request(value):
+                    self.requests.setdefault(str(value["custom_id"]), []).append(_Located(path, lineno))
+                elif kind == "output" and is_batch_result(value):
+                    self.answered.add(str(value["custom_id"]))
+
+    def request(self, custom_id: str) -> tuple[dict[str, Any], _Located]:
+        """The request line of ``custom_id`` (raises a reject's error when there is none, or several that
+        differ)."""
+        found = self.requests.get(custom_id, [])
+        if not found:
+            raise ValidationError(
+                f"no batch input file beside this one holds custom_id {custom_id!r}: the reply's context is not "
+                "in the folder",
+                code="batch_request_missing",
+                hint="put the batch input file (the JSONL of requests uploaded for this batch) in the same folder "
+                "as its output file",
+            )
+        values = [_line_value(located) for located in found]
+        if any(v != values[0] for v in values[1:]):
+            shown = ", ".join(str(located) for located in found)
+            raise ValidationError(
+                f"custom_id {custom_id!r} names different requests in several batch input files ({shown}): which "
+                "one this reply answers is not in the files",
+                code="ambiguous_structure",
+                hint="keep each batch's input and output files in a folder of their own",
+            )
+        return values[0], found[0]
+
+
+def _file_kind(path: Path) -> str | None:
+    """``input`` / ``output`` for a batch file (by a majority of its head's records), else None."""
+    objects = head_objects(read_head(path))
+    if not objects:
+        return None
+    inputs = sum(is_batch_request(o) for o in objects)
+    outputs = sum(is_batch_result(o) for o in objects)
+    if max(inputs, outputs) * 2 < len(objects):
+        return None
+    return "input" if inputs > outputs else "output"
+
+
+def _line_value(located: _Located) -> dict[str, Any]:
+    for lineno, _raw, value in iter_json_lines(located.path):
+        if lineno == located.lineno and isinstance(value, dict):
+            return value
+    raise ValidationError(f"{located} changed while it was read", code="unreadable_file")
+
+
+class BatchReader:
+    name = "batch"
+    description = (
+        "Batch API files (OpenAI Batch input/output JSONL, Anthropic Message Batches requests/results): each result"
+        " joined to its request by custom_id from the input file in the same folder"
+    )
+    example = "sample_logs/batch/batch_output.jsonl"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        del path
+        objects = head_objects(head)
+        return bool(objects) and sum(is_batch_request(o) or is_batch_result(o) for o in objects) * 2 >= len(objects)
+
+    def read(self, path: Path) -> Iterator[ReadEvent]:
+        folder = _Folder(path.parent)
+        if _file_kind(path) == "input":
+            yield from self._read_input(path, folder)
+            return
+        groups = CallLogGroups(path, metadata={"source_format": self.name})
+        by_response: dict[str, str] = {}  # Responses API ids → their node (previous_response_id chains)
+        for lineno, raw, value in iter_json_lines(path):
+            ref = SourceRef(str(path), f"line {lineno}")
+            if isinstance(value, MsgtrainError):
+                yield ReadReject(ref, value, excerpt(raw))
+                continue
+            try:
+                event = self._result(value, folder, groups, by_response, ref)
+            except MsgtrainError as e:
+                turns = max(message_like_count(value)[1], 1) if e.code != "unsupported_api" else 1
+                yield ReadReject(ref, e if e.where else e.located(str(ref)), excerpt(raw), turns=turns)
+                continue
+            if event is not None:
+                yield event
+        yield from groups.events()
+
+    def _read_input(self, path: Path, folder: _Folder) -> Iterator[ReadEvent]:
+        for lineno, raw, value in iter_json_lines(path):
+            ref = SourceRef(str(path), f"line {lineno}")
+            if isinstance(value, MsgtrainError):
+                yield ReadReject(ref, value, excerpt(raw))
+            elif not is_batch_request(value):
+                error = ValidationError(
+                    "not a batch request line ({custom_id, url, body} or {custom_id, params})",
+                    where=str(ref),
+                    code="bad_record",
+                )
+                yield ReadReject(ref, error, excerpt(raw), turns=message_like_count(value)[1])
+            elif str(value["custom_id"]) in folder.answered:
+                yield ReadSkip(ref, "batch_request_answered")
+            else:
+                yield ReadSkip(ref, "batch_request_unanswered")
+
+    def _result(
+        self,
+        value: Any,
+        folder: _Folder,
+        groups: CallLogGroups,
+        by_response: dict[str, str],
+        ref: SourceRef,
+    ) -> ReadEvent | None:
+        """One result line: joined to its request and added to its conversation (None), or a skip."""
+        if not is_batch_result(value):
+            raise ValidationError(
+                "not a batch result line ({custom_id, response} or {custom_id, result})", code="bad_record"
+            )
+        custom_id = str(value["custom_id"])
+        anthropic_result = value.get("result")
+        if isinstance(anthropic_result, dict):
+            if anthropic_result.get("type") in _FAILED_RESULTS:
+                return ReadSkip(ref, "error_response")
+            body = anthropic_result.get("message")
+        else:
+            response = value.get("response")
+            status = response.get("status_code") if isinstance(response, dict) else None
+            if not isinstance(response, dict) or (isinstance(status, int) and not 200 <= status < 300):
+                return ReadSkip(ref, "error_response")
+            body = response.get("body")
+        if not isinstance(body, dict):
+            raise ValidationError("the result holds no response body", code="bad_record")
+        request_line, located = folder.request(custom_id)
+        call, response_id = self._call(request_line, body, groups, by_response, located)
+        if call is None:
+            return ReadSkip(ref, "not_a_generation_call")
+        added = groups.add(call, ref, policy=_model(request_line, body), extras={"custom_id": custom_id})
+        if response_id is not None and added:
+            by_response[response_id] = added[-1]
+        return None
+
+    def _call(
+        self,
+        request_line: dict[str, Any],
+        body: dict[str, Any],
+        groups: CallLogGroups,
+        by_response: dict[str, str],
+        located: _Located,
+    ) -> tuple[Call | None, str | None]:
+        """The call a request line and its response body make (None for an endpoint that generates nothing), and
+        the response's id when later calls can chain on it (Responses API)."""
+        if "params" in request_line and "url" not in request_line:  # Anthropic Message Batches
+            return anthropic.request_call(request_line["params"], body), None
+        url = str(request_line.get("url", ""))
+        request = request_line["body"]
+        if any(word in url for word in _NOT_GENERATION):
+            return None, None
+        endpoint = endpoint_of(url)
+        if endpoint is None or endpoint.kind not in ("openai_chat", "openai_responses", "anthropic"):
+            raise ValidationError(
+                f"a batch request to {url or 'no url'} ({located}): an endpoint this reader does not read",
+                code="unsupported_api",
+                hint="read: /v1/chat/completions, /v1/responses and Anthropic Messages batches",
+            )
+        if endpoint.kind == "openai_chat":
+            return openai_chat_call(request, body), None
+        if endpoint.kind == "anthropic":
+            return anthropic.request_call(request, body), None
+        call = openai_responses.responses_call(request, body, groups.history, by_response)
+        response_id = body.get("id")
+        return call, response_id if isinstance(response_id, str) else None
+
+
+def _model(request_line: dict[str, Any], body: dict[str, Any]) -> str | None:
+    """The model that answered: the response's own name for it, else the request's."""
+    request = request_line.get("body", request_line.get("params"))
+    for value in (body.get("model"), request.get("model") if isinstance(request, dict) else None):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+READER = BatchReader()
