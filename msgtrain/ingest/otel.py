@@ -51,6 +51,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import SkipTally, as_dict, as_list, graph_id_for, has_any, synthetic_call_id
+from msgtrain.ingest.span_conventions import as_genai
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -72,6 +73,8 @@ CHAT_OPERATIONS = {"chat", "call_llm", "text_completion", "generate_content"}
 TOOL_OPERATIONS = {"execute_tool"}
 AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
 DEFAULT_POLICY_NAME = "otel"
+# Bytes a span file's head holds in one of the conventions read here (GenAI, OpenInference, OpenLLMetry).
+_CONVENTION_MARKS = (b"gen_ai.", b"openinference.span.kind", b"llm.input_messages", b'"input_messages"')
 
 
 @dataclass
@@ -97,13 +100,15 @@ class OtelGenAiReader:
     example = "sample_logs/otel/trace.json"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        if b"gen_ai." not in head:
+        if not any(mark in head for mark in _CONVENTION_MARKS):
             return False
         shape = head_shape(head)
         if shape.layout == "object":
             return has_any(shape, ".spans[].attributes", ".resourceSpans[].scopeSpans")
         if shape.layout in ("array", "jsonl"):
-            return shape.has(".attributes") and has_any(shape, ".context", ".traceId", ".trace_id", ".span_id")
+            return has_any(shape, ".attributes", ".attributes.openinference.span.kind") and has_any(
+                shape, ".context", ".traceId", ".trace_id", ".span_id", ".context.trace_id"
+            )
         return False
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
@@ -193,8 +198,12 @@ def _normalize(span: Any, ref: str) -> _Span:
     if not isinstance(span, dict):
         raise ValidationError("span is not an object", code="bad_record")
     context = as_dict(span.get("context"))
-    trace_id = _id_hex(span.get("traceId") or context.get("trace_id") or span.get("trace_id"), 32)
-    span_id = _id_hex(span.get("spanId") or context.get("span_id") or span.get("span_id"), 16)
+    trace_id = _id_hex(
+        span.get("traceId") or context.get("trace_id") or span.get("trace_id") or span.get("context.trace_id"), 32
+    )
+    span_id = _id_hex(
+        span.get("spanId") or context.get("span_id") or span.get("span_id") or span.get("context.span_id"), 16
+    )
     if trace_id is None or span_id is None:
         raise ValidationError(
             "span has no trace id or span id",
@@ -202,10 +211,11 @@ def _normalize(span: Any, ref: str) -> _Span:
             hint="spans need context.trace_id/span_id (SDK JSON) or traceId/spanId (OTLP)",
         )
     attrs = span.get("attributes")
+    if attrs is None:  # a spans dataframe's rows (Phoenix): one column per attribute, "attributes.<name>"
+        attrs = {k.removeprefix("attributes."): v for k, v in span.items() if k.startswith("attributes.")}
     if isinstance(attrs, list):  # OTLP: [{"key": ..., "value": {"stringValue": ...}}]
         attrs = {a.get("key"): _otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}
-    if not isinstance(attrs, dict):
-        attrs = {}
+    attrs = as_genai(attrs) if isinstance(attrs, dict) else {}
     start = span.get("start_time", span.get("startTimeUnixNano", 0))
     try:
         start_key = float(start) if isinstance(start, str | int | float) else 0.0

@@ -1,0 +1,183 @@
+"""Spans in the OpenInference and OpenLLMetry conventions are read by the otel reader as GenAI spans are.
+
+Shapes: OpenInference attributes as Arize-ai/openinference writes them
+(js/packages/openinference-genai/test/__fixtures__/openinference_client_span_tool_calls.json @ 1fe497f1d) inside a
+span as the Python SDK's ``ReadableSpan.to_json`` exports it (Phoenix's manual-instrumentation docs); a Phoenix
+spans dataframe row (``attributes.llm.input_messages`` as rows of ``message.*`` fields); OpenLLMetry's indexed
+``gen_ai.prompt.<i>`` / ``gen_ai.completion.<i>`` attributes (traceloop's OpenAI instrumentation, the history's
+tool calls indexed or as one JSON text).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain.ingest import otel
+from msgtrain.ingest.base import ReadGraph, ReadReject
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.message import OptionCallMessage, OptionResultMessage
+
+_TRACE = "0x6c80880dbeb609e2ed41e06a6397a0dd"
+
+
+def _span(span_id: str, attributes: dict[str, Any], start: str = "2024-05-08T21:46:11.480777Z") -> dict[str, Any]:
+    return {
+        "name": "ChatCompletion",
+        "context": {"trace_id": _TRACE, "span_id": span_id, "trace_state": "[]"},
+        "kind": "SpanKind.INTERNAL",
+        "parent_id": None,
+        "start_time": start,
+        "status": {"status_code": "OK"},
+        "attributes": attributes,
+        "events": [],
+    }
+
+
+_OI_LLM = {
+    "openinference.span.kind": "LLM",
+    "llm.model_name": "gpt-4-0613",
+    "llm.invocation_parameters": '{"model":"gpt-4","temperature":0.5,"top_p":0.9}',
+    "llm.input_messages.0.message.role": "user",
+    "llm.input_messages.0.message.contents.0.message_content.type": "text",
+    "llm.input_messages.0.message.contents.0.message_content.text": "Weather in Paris?",
+    "llm.input_messages.1.message.role": "assistant",
+    "llm.input_messages.1.message.contents.0.message_content.type": "text",
+    "llm.input_messages.1.message.contents.0.message_content.text": "Absolutely! Let me check the weather for you.",
+    "llm.input_messages.1.message.tool_calls.0.tool_call.id": "1234",
+    "llm.input_messages.1.message.tool_calls.0.tool_call.function.name": "get_weather",
+    "llm.input_messages.1.message.tool_calls.0.tool_call.function.arguments": '{"location":"Paris"}',
+    "llm.input_messages.2.message.role": "tool",
+    "llm.input_messages.2.message.content": "rainy, 57°F",
+    "llm.input_messages.2.message.tool_call_id": "1234",
+    "llm.tools.0.tool.json_schema": json.dumps(
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    ),
+    "llm.output_messages.0.message.role": "assistant",
+    "llm.output_messages.0.message.contents.0.message_content.type": "text",
+    "llm.output_messages.0.message.contents.0.message_content.text": "It is rainy in Paris, 57°F.",
+    "output.value": '{"text":"It is rainy in Paris, 57°F.","finish_reason":"stop"}',
+    "output.mime_type": "application/json",
+    "llm.token_count.prompt": 97,
+    "llm.token_count.completion": 52,
+}
+
+
+def _read(path: Path) -> tuple[list[MessageGraph], list[ReadReject]]:
+    events = list(read_events(otel.READER, path))
+    return [e.graph for e in events if isinstance(e, ReadGraph)], [e for e in events if isinstance(e, ReadReject)]
+
+
+def _roles(graph: MessageGraph) -> list[str]:
+    (branch,) = graph.branches()
+    return [f"{n.message.role}{'*' if n.origin is Origin.SAMPLED else ''}" for n in branch.nodes]
+
+
+def _check_weather_graph(graph: MessageGraph) -> None:
+    assert _roles(graph) == ["user", "assistant", "tool", "assistant*"]
+    call, result = graph.branches()[0].messages[1:3]
+    assert isinstance(call, OptionCallMessage) and call.calls[0].raw_arguments == '{"location":"Paris"}'
+    assert isinstance(result, OptionResultMessage) and result.result.invocation_id == "1234"
+    reply = graph.sampled_nodes()[0]
+    assert reply.message.text == "It is rainy in Paris, 57°F."
+    assert reply.message.metadata["usage"]["input_tokens"] == 97  # compared with the built prompt when it can be
+    assert graph.generation(reply.id).model == "gpt-4-0613"
+    assert [t["function"]["name"] for t in graph.env.tools] == ["get_weather"]
+
+
+def test_openinference_llm_spans_train_their_output_in_their_flattened_input_messages(tmp_path: Path) -> None:
+    retriever = _span("0x03f3466720f4bfc7", {"openinference.span.kind": "RETRIEVER", "input.value": "postal"})
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps([_span("0xd9bdedf0df0b7208", _OI_LLM), retriever]))
+    assert detect_format(path).name == "otel"
+    (graph,), rejects = _read(path)
+    assert not rejects
+    _check_weather_graph(graph)
+
+
+def test_a_phoenix_spans_dataframe_row_with_message_rows_is_read_as_the_flattened_span(tmp_path: Path) -> None:
+    rows = (
+        {"message.role": "user", "message.content": "Weather in Paris?"},
+        {
+            "message.role": "assistant",
+            "message.content": "Absolutely! Let me check the weather for you.",
+            "message.tool_calls": [
+                {
+                    "tool_call.id": "1234",
+                    "tool_call.function.name": "get_weather",
+                    "tool_call.function.arguments": '{"location":"Paris"}',
+                }
+            ],
+        },
+        {"message.role": "tool", "message.content": "rainy, 57°F", "message.tool_call_id": "1234"},
+    )
+    row = {
+        "name": "ChatCompletion",
+        "span_kind": "LLM",
+        "context.trace_id": _TRACE,
+        "context.span_id": "0xd9bdedf0df0b7208",
+        "attributes.openinference.span.kind": "LLM",
+        "attributes.llm.model_name": "gpt-4-0613",
+        "attributes.llm.input_messages": list(rows),
+        "attributes.llm.output_messages": [
+            {"message.role": "assistant", "message.content": "It is rainy in Paris, 57°F."}
+        ],
+        "attributes.llm.tools": [{"tool.json_schema": _OI_LLM["llm.tools.0.tool.json_schema"]}],
+        "attributes.llm.token_count.prompt": 97,
+    }
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "context.span_id": "0xd9bdedf0df0b7209"}) + "\n")
+    assert detect_format(path).name == "otel"
+    (graph,), rejects = _read(path)
+    assert not rejects
+    _check_weather_graph(graph)  # the same call exported twice is one reply
+
+
+def test_openllmetry_indexed_prompt_and_completion_attributes_are_a_chat_span(tmp_path: Path) -> None:
+    attrs = {
+        "llm.request.type": "chat",
+        "gen_ai.system": "openai",
+        "gen_ai.request.model": "gpt-4-0613",
+        "gen_ai.prompt.0.role": "user",
+        "gen_ai.prompt.0.content": "Weather in Paris?",
+        "gen_ai.prompt.1.role": "assistant",
+        "gen_ai.prompt.1.content": "Absolutely! Let me check the weather for you.",
+        "gen_ai.prompt.1.tool_calls": json.dumps(
+            [
+                {
+                    "id": "1234",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"location":"Paris"}'},
+                }
+            ]
+        ),
+        "gen_ai.prompt.2.role": "tool",
+        "gen_ai.prompt.2.content": "rainy, 57°F",
+        "gen_ai.prompt.2.tool_call_id": "1234",
+        "llm.request.functions.0.name": "get_weather",
+        "llm.request.functions.0.parameters": '{"type": "object"}',
+        "gen_ai.completion.0.role": "assistant",
+        "gen_ai.completion.0.content": "It is rainy in Paris, 57°F.",
+        "gen_ai.completion.0.finish_reason": "stop",
+        "gen_ai.usage.prompt_tokens": 97,
+    }
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"spans": [_span("0xd9bdedf0df0b7208", attrs)]}))
+    assert detect_format(path).name == "otel"
+    (graph,), rejects = _read(path)
+    assert not rejects
+    reply = graph.sampled_nodes()[0]
+    assert graph.generation(reply.id).finish_reason == "stop"
+    _check_weather_graph(graph)
+
+
+def test_a_flattened_message_without_a_role_rejects_its_span_naming_the_attribute(tmp_path: Path) -> None:
+    attrs = {k: v for k, v in _OI_LLM.items() if k != "llm.input_messages.2.message.role"}
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps([_span("0xd9bdedf0df0b7208", attrs)]))
+    graphs, (reject,) = _read(path)
+    assert not graphs
+    assert reject.error.code == "unknown_role" and "llm.input_messages.2.message.role" in str(reject.error)
