@@ -33,8 +33,7 @@ LOCATION_TESTS = frozenset({"is_remote", "protocol"})
 # the disk and a store (the state's manifest, parts, assembly's reads and writes): not to grow; each one moved
 # behind storage.py is taken off this list (the test fails until it is).
 TYPE_DISPATCH_LEFT = {
-    "assembly.py": {"group_reader"},
-    "parts.py": {"reuse_part", "write_part_to"},
+    "part_store.py": {"group_reader", "reuse_part", "write_part_to"},
 }
 
 

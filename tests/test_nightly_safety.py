@@ -20,7 +20,7 @@ import pytest
 
 from msgtrain.cli import main
 from msgtrain.run.assembly import check_accounting
-from msgtrain.run.parts import is_complete
+from msgtrain.run.part_store import is_complete
 from msgtrain.run.publish import MARKER, clean_litter, publish, staging_dir, versions_dir
 from tests.conftest import ROOT, SAMPLE_LOGS
 

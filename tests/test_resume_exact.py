@@ -22,7 +22,7 @@ from msgtrain.errors import MsgtrainError
 from msgtrain.linearize.loading import load_tokenizer
 from msgtrain.linearize.tokenizer import CHATML_TEMPLATE, _build_demo_tokenizer
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.parts import SAMPLES_FILE
+from msgtrain.run.part_store import SAMPLES_FILE
 from msgtrain.run.pipeline import convert
 from msgtrain.run.publish import state_dir
 from tests.conftest import SAMPLE_LOGS

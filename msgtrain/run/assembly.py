@@ -26,10 +26,8 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -56,21 +54,13 @@ from msgtrain.ingest.supplied import supplied_report
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import check_reject_rate, refuse_empty_replacement
-from msgtrain.run.parts import (
-    REJECTS_FILE,
-    PartStats,
-    accounting_report,
-    fetch_part,
-    merge_chunk_rejects,
-    merge_chunk_tables,
-    read_part,
-)
-from msgtrain.run.storage import child, put_file, read_location, writable_dir
+from msgtrain.run.part_store import ReadGroup, group_reader, read_rejects
+from msgtrain.run.parts import PartStats, accounting_report, merge_chunk_rejects, merge_chunk_tables
+from msgtrain.run.storage import child, put_file, writable_dir
 
 REJECTS = "rejects.jsonl"  # in OUT, unless --rejects names a file of its own
 DROPS = "drops.jsonl"  # in OUT: one line per sample the length policy dropped whole (reason, ids, length)
 Group = list[str]  # the part keys of one input file (its chunks, in chunk order)
-ReadGroup = Callable[[Group], list[tuple[dict[str, Any], pa.Table, str]]]
 
 
 @dataclass
@@ -245,29 +235,6 @@ def build_report(
     }
 
 
-# ------------------------------------------------------------------------------------------------ reading parts
-@contextlib.contextmanager
-def group_reader(parts: Path | str) -> Iterator[ReadGroup]:
-    """Reads a group's parts from a local directory, or from a store through a scratch copy (one group at a time:
-    the previous group's copies are dropped; tables already handed out keep their memory map)."""
-    if isinstance(parts, Path):
-        yield lambda group: [read_part(parts / key) for key in group]
-        return
-    with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
-        cache = Path(scratch) / "parts"
-
-        def read_group(group: Group) -> list[tuple[dict[str, Any], pa.Table, str]]:
-            # The previous group's copies are no longer needed (tables already written keep their mapping).
-            shutil.rmtree(cache, ignore_errors=True)
-            return [read_part(fetch_part(parts, key, cache)) for key in group]
-
-        yield read_group
-
-
-def _read_rejects(parts: Path | str, key: str) -> str:
-    return read_location(child(parts, f"{key}/{REJECTS_FILE}")).decode("utf-8")
-
-
 # -------------------------------------------------------------------------------------------- one task per shard
 def distributable(cfg: ConvertConfig) -> bool:
     """Whether this dataset can be written one shard per task: Parquet of a row-wise target."""
@@ -412,7 +379,7 @@ def write_rejects(parts: Path | str, groups: list[Group], dest: Path | str, keep
         path = Path(scratch) / "rejects.jsonl"
         with open(path, "w", encoding="utf-8") as f:
             for group in groups:
-                texts = [_read_rejects(parts, key) for key in group]
+                texts = [read_rejects(parts, key) for key in group]
                 lines = merge_chunk_rejects(texts) if len(group) > 1 else texts[0].splitlines(keepends=True)
                 for line in lines:
                     f.write(line)

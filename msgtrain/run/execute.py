@@ -32,7 +32,8 @@ from msgtrain.run import parts
 from msgtrain.run.assembly import AssemblyJob, write_dataset
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import check_reject_rate
-from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job, write_part_to
+from msgtrain.run.part_store import write_part_to
+from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job
 from msgtrain.run.signals import ignore_sigint_in_worker, sigint_deferred
 from msgtrain.run.units import plan_file
 

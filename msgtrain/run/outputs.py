@@ -29,7 +29,7 @@ from msgtrain.run.config import ConvertConfig
 from msgtrain.run.journal import Manifest, save_manifest
 from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
-from msgtrain.run.parts import PART_FILE, is_complete
+from msgtrain.run.part_store import PART_FILE, is_complete
 from msgtrain.run.publish import (
     check_output,
     clean_litter,

@@ -30,7 +30,8 @@ from msgtrain.linearize import load_tokenizer
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.journal import Manifest, append_manifest, load_manifest, save_manifest
 from msgtrain.run.object_chunks import ObjectView, plan_object
-from msgtrain.run.parts import Job, LinearizeSettings, part_key, reuse_part, settings_from_config
+from msgtrain.run.part_store import reuse_part
+from msgtrain.run.parts import Job, LinearizeSettings, part_key, settings_from_config
 from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, base_name, discover, identity
 from msgtrain.run.units import chunkable, input_digest, object_chunkable, plan_file
 

@@ -62,7 +62,8 @@ from msgtrain.run.assembly import (
     write_shard,
 )
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job, write_part_to
+from msgtrain.run.part_store import write_part_to
+from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job
 from msgtrain.run.storage import child, is_remote
 
 TASK_ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
