@@ -12,7 +12,7 @@ Read from the source with ``ast``, so the rules hold for code that is never run 
   on every node) and ``storage.py`` / ``outputs.py`` a step calls the storage interface or the
   :class:`~msgtrain.run.outputs.Output` protocol instead. A function that picks local or store by the type of a
   ``Path | str`` parameter (a local location is a Path, a store location a URL string) branches on the location
-  too: the ones left are listed in :data:`TYPE_DISPATCH_LEFT`, to move behind ``storage.py``; a new one fails.
+  too: there is none (parts are written, reused and read through :class:`~msgtrain.run.part_store.PartsStore`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,6 @@ EXECUTORS = frozenset({"execute.py", "ray_engine.py"})
 STORAGE = frozenset({"storage.py", "outputs.py"})
 EXECUTOR_CLASSES = frozenset({"LocalPool", "RayTasks"})
 LOCATION_TESTS = frozenset({"is_remote", "protocol"})
-# Functions outside the storage implementations that still test a ``Path | str`` parameter's type to choose between
-# the disk and a store (the state's manifest, parts, assembly's reads and writes): not to grow; each one moved
-# behind storage.py is taken off this list (the test fails until it is).
-TYPE_DISPATCH_LEFT = {
-    "part_store.py": {"group_reader", "reuse_part", "write_part_to"},
-}
 
 
 def _modules() -> list[Path]:
@@ -161,9 +155,9 @@ def test_only_the_storage_implementations_branch_on_where_a_location_is(path: Pa
 
 @pytest.mark.parametrize("path", [p for p in _modules() if p.name not in EXECUTORS | STORAGE], ids=lambda p: p.name)
 def test_no_new_function_picks_the_disk_or_a_store_by_the_type_of_its_location(path: Path) -> None:
-    assert type_dispatches(_tree(path)) == TYPE_DISPATCH_LEFT.get(path.name, set()), (
-        f"run/{path.name}: move the choice between the disk and a store into run/storage.py (and keep"
-        " TYPE_DISPATCH_LEFT true)"
+    assert type_dispatches(_tree(path)) == set(), (
+        f"run/{path.name}: choose between the disk and a store once, where the location is resolved (an Output, a"
+        " PartsStore), and call its methods"
     )
 
 

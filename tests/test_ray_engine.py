@@ -12,6 +12,7 @@ from benchmarks import corpus as gen
 from msgtrain.errors import ConfigError, MsgtrainError
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
+from msgtrain.run.part_store import LocalParts
 from msgtrain.run.parts import Job, LinearizeSettings
 from tests.conftest import SAMPLE_LOGS
 
@@ -122,8 +123,8 @@ def test_strict_errors_come_back_as_msgtrain_errors(ray_local: Any, tmp_path: Pa
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"request": {"messages": []}, "response": {"choices": []}}\n', encoding="utf-8")
     settings = LinearizeSettings(None, None, (), None, "calls", strict=True)
-    parts = tmp_path / "parts"
-    parts.mkdir()
+    parts = LocalParts(tmp_path / "parts")
+    parts.reset(resume=False)
     with pytest.raises(MsgtrainError) as err:
         run_parts_ray([Job(bad, "k", {"source": str(bad)})], settings, parts, lambda job, stats: None)
     assert type(err.value).__module__.startswith("msgtrain")
@@ -137,7 +138,7 @@ def test_a_missing_ray_is_a_config_error_with_the_install_command(
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` raise ImportError
     settings = LinearizeSettings(None, None, (), None, None)
     with pytest.raises(ConfigError, match=r"msgtrain\[ray\]"):
-        run_parts_ray([Job(tmp_path / "x.jsonl", "k", {})], settings, tmp_path, lambda job, stats: None)
+        run_parts_ray([Job(tmp_path / "x.jsonl", "k", {})], settings, LocalParts(tmp_path), lambda job, stats: None)
 
 
 @pytest.mark.parametrize("options", [{"target": "packed", "pack_length": 1024}, {"format": "jsonl"}])

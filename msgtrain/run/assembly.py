@@ -54,7 +54,7 @@ from msgtrain.ingest.supplied import supplied_report
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import check_reject_rate, refuse_empty_replacement
-from msgtrain.run.part_store import ReadGroup, group_reader, read_rejects
+from msgtrain.run.part_store import PartsStore, ReadGroup
 from msgtrain.run.parts import PartStats, accounting_report, merge_chunk_rejects, merge_chunk_tables
 from msgtrain.run.storage import child, put_file, writable_dir
 
@@ -250,11 +250,11 @@ class ScanResult:
     tally: Tally
 
 
-def scan_groups(cfg: ConvertConfig, parts: Path | str, groups: list[Group]) -> ScanResult:
+def scan_groups(cfg: ConvertConfig, parts: PartsStore, groups: list[Group]) -> ScanResult:
     """Count the rows each group gives to each split (a task: reads parts, writes nothing)."""
     tally = Tally()
     rows: list[dict[str, int]] = [{} for _ in groups]
-    with group_reader(parts) as read_group:
+    with parts.reading() as read_group:
         for index, split, table in assembly_tables(cfg, groups, read_group, tally):
             rows[index][split] = rows[index].get(split, 0) + table.num_rows
     return ScanResult(rows, tally)
@@ -313,13 +313,13 @@ class ShardResult:
 
 
 def write_shard(
-    cfg: ConvertConfig, parts: Path | str, groups: list[Group], plan: ShardPlan, dest: Path | str
+    cfg: ConvertConfig, parts: PartsStore, groups: list[Group], plan: ShardPlan, dest: Path | str
 ) -> ShardResult:
     """Write one shard into ``dest`` (the dataset's directory, or its prefix on a store) at ``plan.name`` (a
     task): read the groups ``plan`` names, keep its rows, write them as the sequential writer writes that shard."""
     wanted = {g: (start, stop) for g, start, stop in plan.pieces}
     order = sorted(wanted)
-    with tempfile.TemporaryDirectory(prefix="msgtrain-shard-") as scratch, group_reader(parts) as read_group:
+    with tempfile.TemporaryDirectory(prefix="msgtrain-shard-") as scratch, parts.reading() as read_group:
         root = Path(scratch)
         writer = DatasetWriter(
             root,
@@ -371,7 +371,7 @@ def shard_outputs(
     }
 
 
-def write_rejects(parts: Path | str, groups: list[Group], dest: Path | str, keep_empty: bool) -> int:
+def write_rejects(parts: PartsStore, groups: list[Group], dest: Path | str, keep_empty: bool) -> int:
     """Write the rejects of every group, in assembly order, to ``dest`` (a path, or an object's URL); return their
     count. Nothing is written when there are none, unless ``keep_empty`` (a user-named ``--rejects`` file)."""
     count = 0
@@ -379,7 +379,7 @@ def write_rejects(parts: Path | str, groups: list[Group], dest: Path | str, keep
         path = Path(scratch) / "rejects.jsonl"
         with open(path, "w", encoding="utf-8") as f:
             for group in groups:
-                texts = [read_rejects(parts, key) for key in group]
+                texts = [parts.rejects(key) for key in group]
                 lines = merge_chunk_rejects(texts) if len(group) > 1 else texts[0].splitlines(keepends=True)
                 for line in lines:
                     f.write(line)
@@ -420,7 +420,7 @@ def write_metadata(
             put_file(root / name, child(dest, name))
 
 
-def scan_slice(cfg: ConvertConfig, parts: Path | str, groups: list[Group], start: int, stop: int) -> ScanResult:
+def scan_slice(cfg: ConvertConfig, parts: PartsStore, groups: list[Group], start: int, stop: int) -> ScanResult:
     return scan_groups(cfg, parts, groups[start:stop])
 
 
@@ -440,7 +440,7 @@ class AssemblyJob:
     """What writing a dataset needs, wherever it runs (a Ray task receives it whole)."""
 
     cfg: ConvertConfig
-    parts: Path | str  # the parts' directory or prefix
+    parts: PartsStore  # where the parts are
     groups: list[Group]  # the part keys of each input file, in assembly order
     dest: Path | str  # the staging directory or version prefix the dataset is written into (not published)
     rejects: Path | None  # a --rejects file of the user's; None: rejects.jsonl in the dataset
@@ -469,7 +469,7 @@ def write_dataset(job: AssemblyJob, tok: Any = None, progress: ProgressHook | No
     cfg, groups = job.cfg, job.groups
     if tok is None:
         tok = load_tokenizer(cfg.tokenizer, cfg.chat_template)
-    with writable_dir(job.dest, last=("report.json",)) as root, group_reader(job.parts) as read_group:
+    with writable_dir(job.dest, last=("report.json",)) as root, job.parts.reading() as read_group:
         writer = DatasetWriter(
             root,
             format=cfg.format,

@@ -5,9 +5,9 @@ implementations — a local process pool (:class:`LocalPool`) and Ray tasks (:cl
 calls the protocol.
 
 Invariants:
-- Every job's part is written by :func:`msgtrain.run.parts.write_part_to` wherever it runs, and ``on_done`` is
-  called on the driver once per job; output never depends on the order jobs finish in (parts are assembled in
-  sorted order).
+- Every job's part is written through the run's :class:`~msgtrain.run.part_store.PartsStore` wherever it runs,
+  and ``on_done`` is called on the driver once per job; output never depends on the order jobs finish in (parts
+  are assembled in sorted order).
 - A worker never outlives the run (Ctrl-C, SIGTERM, a SIGKILLed main process) and never prints a traceback for
   Ctrl-C; the tokenizer's thread pool is one thread per worker process.
 """
@@ -32,12 +32,12 @@ from msgtrain.run import parts
 from msgtrain.run.assembly import AssemblyJob, write_dataset
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import check_reject_rate
-from msgtrain.run.part_store import write_part_to
 from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job
 from msgtrain.run.signals import ignore_sigint_in_worker, sigint_deferred
 from msgtrain.run.units import plan_file
 
 if TYPE_CHECKING:
+    from msgtrain.run.part_store import PartsStore
     from msgtrain.run.plan import RunPlan
 
 OnDone = Callable[[Job, PartStats], None]
@@ -66,7 +66,7 @@ class Executor(Protocol):
         self,
         jobs: list[Job],
         settings: LinearizeSettings,
-        parts_dir: Path | str,
+        part_store: PartsStore,
         on_done: OnDone,
         plans: Sequence[tuple[Path, str]] = (),
         chunk_bytes: int = 0,
@@ -108,13 +108,13 @@ class LocalPool:
         self,
         jobs: list[Job],
         settings: LinearizeSettings,
-        parts_dir: Path | str,
+        part_store: PartsStore,
         on_done: OnDone,
         plans: Sequence[tuple[Path, str]] = (),
         chunk_bytes: int = 0,
         on_plan: OnPlan | None = None,
     ) -> None:
-        _run_parts(jobs, settings, parts_dir, self.workers, on_done, plans, chunk_bytes, on_plan)
+        _run_parts(jobs, settings, part_store, self.workers, on_done, plans, chunk_bytes, on_plan)
 
     def run_tasks(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
         return [fn(*args) for fn, args in calls]
@@ -145,7 +145,7 @@ class RayTasks:
         self,
         jobs: list[Job],
         settings: LinearizeSettings,
-        parts_dir: Path | str,
+        part_store: PartsStore,
         on_done: OnDone,
         plans: Sequence[tuple[Path, str]] = (),
         chunk_bytes: int = 0,
@@ -154,7 +154,7 @@ class RayTasks:
         from msgtrain.run.ray_engine import run_parts_ray
 
         assert not plans, "Ray plans huge inputs before conversion (plans_in_workers is False)"
-        run_parts_ray(jobs, settings, parts_dir, on_done)
+        run_parts_ray(jobs, settings, part_store, on_done)
 
     def run_tasks(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
         from msgtrain.run.ray_engine import run_tasks_ray
@@ -268,16 +268,16 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             process.kill()
 
 
-def _convert_to_part(job: Job, settings: LinearizeSettings, parts_dir: Path | str) -> dict[str, Any]:
+def _convert_to_part(job: Job, settings: LinearizeSettings, part_store: PartsStore) -> dict[str, Any]:
     samples, stats, rejects = convert_job(job, settings)
-    write_part_to(parts_dir, job.key, job.meta, samples, stats, rejects)
+    part_store.write(job.key, job.meta, samples, stats, rejects)
     return stats.to_json()
 
 
 def _run_parts(
     jobs: list[Job],
     settings: LinearizeSettings,
-    parts_dir: Path | str,
+    part_store: PartsStore,
     workers: int,
     on_done: Callable[[Job, PartStats], None],
     plans: Sequence[tuple[Path, str]] = (),
@@ -288,7 +288,7 @@ def _run_parts(
     returns the chunk jobs still to convert), then their chunks convert like any job."""
     if workers <= 1 or (len(jobs) <= 1 and not plans):
         for job in jobs:
-            on_done(job, PartStats.from_json(_convert_to_part(job, settings, parts_dir)))
+            on_done(job, PartStats.from_json(_convert_to_part(job, settings, part_store)))
         return
     ctx = get_context("spawn")  # fork after the tokenizer's threads exist can deadlock
     with ProcessPoolExecutor(
@@ -305,7 +305,7 @@ def _run_parts(
                     item = queue.pop(0)
                     with sigint_deferred():  # submit may start a worker process
                         if isinstance(item, Job):
-                            pending[pool.submit(_convert_to_part, item, settings, parts_dir)] = item
+                            pending[pool.submit(_convert_to_part, item, settings, part_store)] = item
                         else:
                             pending[pool.submit(plan_file, item[0], settings, chunk_bytes)] = item
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -29,7 +29,7 @@ from msgtrain.run.config import ConvertConfig
 from msgtrain.run.journal import Manifest, save_manifest
 from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
-from msgtrain.run.part_store import PART_FILE, is_complete
+from msgtrain.run.part_store import LocalParts, PartsStore, StoreParts
 from msgtrain.run.publish import (
     check_output,
     clean_litter,
@@ -43,7 +43,6 @@ from msgtrain.run.storage import (
     Store,
     current_version,
     is_remote,
-    iter_parts_complete,
     join,
     new_version,
     publish_pointer,
@@ -64,7 +63,7 @@ class Output(Protocol):
         ...
 
     @property
-    def parts(self) -> Path | str:
+    def parts(self) -> PartsStore:
         """Where the parts are, one per key, written by the executor's workers."""
         ...
 
@@ -123,7 +122,7 @@ class LocalOutput:
     def __init__(self, cfg: ConvertConfig, out: Path) -> None:
         self.cfg, self.out = cfg, out
         self.state: Path = state_dir(out)
-        self.parts: Path = self.state / "parts"
+        self.parts = LocalParts(self.state / "parts")
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -144,15 +143,12 @@ class LocalOutput:
 
     def reset(self, resume: bool) -> Callable[[str], bool]:
         if not resume:
-            shutil.rmtree(self.parts, ignore_errors=True)
             (self.state / DEBUG_LOG).unlink(missing_ok=True)
-        self.parts.mkdir(parents=True, exist_ok=True)
-        for stray in self.parts.glob(".tmp-*"):
-            shutil.rmtree(stray, ignore_errors=True)
+        self.parts.reset(resume)
         return self.complete()
 
     def complete(self) -> Callable[[str], bool]:
-        return lambda key: is_complete(self.parts / key)
+        return self.parts.complete()
 
     def previous_samples(self) -> int:
         return int(((previous_report(self.out) or {}).get("samples") or {}).get("written") or 0)
@@ -181,9 +177,7 @@ class LocalOutput:
         for key in [k for k in manifest if k not in kept]:
             del manifest[key]
         save_manifest(self.state, manifest)
-        for part in self.parts.iterdir():
-            if part.name not in kept:
-                shutil.rmtree(part, ignore_errors=True)
+        self.parts.keep_only(kept)
 
 
 class StoreOutput:
@@ -193,7 +187,7 @@ class StoreOutput:
     def __init__(self, cfg: ConvertConfig, out: str) -> None:
         self.cfg, self.out = cfg, out
         self.state: str = join(out, STATE_PREFIX)
-        self.parts: str = join(self.state, "parts")
+        self.parts = StoreParts(join(self.state, "parts"))
         self.lease: StoreLease | None = None
 
     @contextlib.contextmanager
@@ -218,13 +212,11 @@ class StoreOutput:
         return str(default_debug_log())
 
     def reset(self, resume: bool) -> Callable[[str], bool]:
-        if not resume:
-            Store.of(self.parts).remove(self.parts)
+        self.parts.reset(resume)
         return self.complete()
 
     def complete(self) -> Callable[[str], bool]:
-        # Which parts are complete is one listing, not a request per part.
-        return set(iter_parts_complete(Store.of(self.parts), self.parts, PART_FILE)).__contains__
+        return self.parts.complete()
 
     def previous_samples(self) -> int:
         version = current_version(self.out)

@@ -1,8 +1,30 @@
-"""Where a run's parts are kept, and how a part is written, checked, reused and read.
+"""Where a run keeps its parts: a local directory (:class:`LocalParts`) or a prefix on an object store
+(:class:`StoreParts`), behind one :class:`PartsStore` protocol. Which one is chosen once, where OUT is resolved
+(:attr:`msgtrain.run.outputs.Output.parts`); planning, the executors' workers and assembly call the protocol and
+never ask where the parts are. An implementation is a small value (a path or a URL) that a worker process or a Ray
+task receives as it is.
 
 A part is a folder (a prefix on a store) named by its key, holding ``samples.arrow`` (its canonical samples, an
 Arrow IPC file), ``rejects.jsonl`` (in file order) and ``part.json`` (the job's meta, the part's counters and the
 checksums of the other two files).
+
+Invariants:
+- Complete or absent. Locally a part is written into a temporary folder and published with one rename; a store has
+  no rename, so ``part.json`` is uploaded last and its presence marks a complete part (a worker killed mid-upload
+  leaves no marker; a retry overwrites its files).
+- Checksums: no part whose files differ from the checksums in its ``part.json`` (a disk error, a hand edit, an
+  object overwritten on the store) is ever assembled. A part this run wrote is not read back. A part a run finds:
+
+  * :class:`LocalParts` checks its files in :meth:`~PartsStore.reuse` (reading a local part costs no transfer),
+    so ``--resume`` recomputes a corrupt part in the same run;
+  * :class:`StoreParts` checks them in :meth:`~PartsStore.reuse` only when the part moved (it is then copied
+    anyway to rewrite its sources); otherwise reuse reads ``part.json`` alone, because checking the files there
+    would download every reused part once more than assembly does. Assembly checks every part it copies from the
+    store instead (:meth:`~PartsStore.reading`, :meth:`~PartsStore.rejects`): a part that does not match is
+    removed and the run stops before anything is published (``corrupt_part``); the next ``--resume`` recomputes
+    it. A part without checksums (an older msgtrain's) is not trusted either way.
+- Relocation: a part reused for content that moved to another folder is rewritten to name where it is now
+  (:func:`relocate`), exactly as converting it there would have written it.
 """
 
 from __future__ import annotations
@@ -13,9 +35,10 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -23,20 +46,181 @@ import pyarrow.ipc as ipc
 from msgtrain.errors import OutputError
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
 from msgtrain.run.parts import PartStats
-from msgtrain.run.storage import Store, child, join, read_location
+from msgtrain.run.storage import Store, iter_parts_complete, join
 
 SAMPLES_FILE = "samples.arrow"
 PART_FILE = "part.json"
 REJECTS_FILE = "rejects.jsonl"
 CHECKED_FILES = (SAMPLES_FILE, REJECTS_FILE)
 CHECKSUMS = "checksums"
-ReadGroup = Callable[[list[str]], list[tuple[dict[str, Any], pa.Table, str]]]
+PartData = tuple[dict[str, Any], pa.Table, str]  # a part's ``part.json``, samples and rejects (JSON lines)
+ReadGroup = Callable[[Sequence[str]], list[PartData]]
 
 
+class PartsStore(Protocol):
+    """Where a run's parts are kept, one per key (see the module for the checksum contract)."""
+
+    def reset(self, resume: bool) -> None:
+        """Ready the parts for a run: a fresh run (not ``resume``) starts without any."""
+        ...
+
+    def complete(self) -> Callable[[str], bool]:
+        """Whether a part (by key) is complete, as the parts are now."""
+        ...
+
+    def write(
+        self, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
+    ) -> None:
+        """Write part ``key``: complete or absent, whatever kills the writer."""
+        ...
+
+    def reuse(self, key: str, meta: dict[str, Any]) -> bool:
+        """Make the complete part ``key`` fit for a job whose ``meta`` names where its content is now (its sources
+        rewritten when the content moved); False when it cannot be reused (corrupt, unreadable): recompute it."""
+        ...
+
+    def reading(self) -> contextlib.AbstractContextManager[ReadGroup]:
+        """Read the parts of one input file at a time (tables memory-mapped; a group's tables stay valid after the
+        next group is read)."""
+        ...
+
+    def rejects(self, key: str) -> str:
+        """The rejects of part ``key`` (JSON lines, in file order)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalParts:
+    """Parts in a local (or mounted) directory."""
+
+    root: Path
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def reset(self, resume: bool) -> None:
+        if not resume:
+            shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        for stray in self.root.glob(".tmp-*"):  # left by killed writers
+            shutil.rmtree(stray, ignore_errors=True)
+
+    def complete(self) -> Callable[[str], bool]:
+        return lambda key: is_complete(self.root / key)
+
+    def write(
+        self, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
+    ) -> None:
+        write_part(self.root, key, meta, samples, stats, rejects)
+
+    def reuse(self, key: str, meta: dict[str, Any]) -> bool:
+        return _reuse_local(self.root, key, meta)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[ReadGroup]:
+        yield lambda group: [read_part(self.root / key) for key in group]
+
+    def rejects(self, key: str) -> str:
+        return (self.root / key / REJECTS_FILE).read_text(encoding="utf-8")
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Remove every part but ``keys``."""
+        for part in self.root.iterdir():
+            if part.name not in keys:
+                shutil.rmtree(part, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class StoreParts:
+    """Parts under a prefix of an object store, written and read through local copies."""
+
+    url: str
+
+    def __str__(self) -> str:
+        return self.url
+
+    def reset(self, resume: bool) -> None:
+        if not resume:
+            Store.of(self.url).remove(self.url)
+
+    def complete(self) -> Callable[[str], bool]:
+        # Which parts are complete is one listing, not a request per part.
+        return set(iter_parts_complete(Store.of(self.url), self.url, PART_FILE)).__contains__
+
+    def write(
+        self, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
+    ) -> None:
+        with tempfile.TemporaryDirectory(prefix="msgtrain-part-") as tmp:
+            part = write_part(Path(tmp), key, meta, samples, stats, rejects)
+            Store.of(self.url).upload_tree(part, join(self.url, key), last=(PART_FILE,))
+
+    def reuse(self, key: str, meta: dict[str, Any]) -> bool:
+        store = Store.of(self.url)
+        try:
+            recorded = json.loads(store.read_bytes(join(self.url, key, PART_FILE)))
+        except (OSError, ValueError):
+            return False
+        if recorded.get("source") == meta["source"]:
+            return True  # its files are checked when assembly copies them (see the module)
+        with tempfile.TemporaryDirectory(prefix="msgtrain-part-") as tmp:
+            try:
+                fetched = self.fetch(key, Path(tmp))
+            except OSError:  # unreadable, or corrupt (and removed)
+                return False
+            if not _reuse_local(fetched.parent, key, meta):
+                return False
+            store.upload_tree(fetched, join(self.url, key), last=(PART_FILE,))
+        return True
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[ReadGroup]:
+        with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
+            cache = Path(scratch) / "parts"
+
+            def read_group(group: Sequence[str]) -> list[PartData]:
+                # The previous group's copies are no longer needed (tables already written keep their mapping).
+                shutil.rmtree(cache, ignore_errors=True)
+                return [read_part(self.fetch(key, cache)) for key in group]
+
+            yield read_group
+
+    def rejects(self, key: str) -> str:
+        store = Store.of(self.url)
+        recorded = store.read_bytes(join(self.url, key, PART_FILE))
+        data = store.read_bytes(join(self.url, key, REJECTS_FILE))
+        try:
+            sums = json.loads(recorded).get(CHECKSUMS)
+        except (ValueError, AttributeError):
+            sums = None
+        if not isinstance(sums, dict) or _bytes_hash(data) != sums.get(REJECTS_FILE):
+            self._corrupt(key)
+        return data.decode("utf-8")
+
+    def fetch(self, key: str, dest: Path) -> Path:
+        """Copy part ``key`` into ``dest/key`` (to memory-map it like a local part), checked against its checksums:
+        a part that does not match is removed and the run stops (:class:`OutputError`)."""
+        store = Store.of(self.url)
+        for name in (PART_FILE, SAMPLES_FILE, REJECTS_FILE):
+            store.download(join(self.url, key, name), dest / key / name)
+        if not verify_part(dest / key):
+            self._corrupt(key)
+        return dest / key
+
+    def _corrupt(self, key: str) -> None:
+        Store.of(self.url).remove(join(self.url, key))
+        raise OutputError(
+            f"part {key} does not match its checksums (changed on the store since it was written); it was removed",
+            where=join(self.url, key),
+            hint="run the same command with --resume to recompute it",
+            code="corrupt_part",
+        )
+
+
+# ------------------------------------------------------------------------------------------------- a part's files
 def write_part(
     parts_dir: Path, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
 ) -> Path:
-    """Publish a part atomically (complete directory, then one rename)."""
+    """Publish a part into the local directory ``parts_dir`` atomically (complete directory, then one rename)."""
     table = samples_to_table(samples) if samples else CANONICAL_SCHEMA.empty_table()
     return _write_part_table(parts_dir, key, meta, table, stats, "".join(rejects))
 
@@ -70,6 +254,10 @@ def _file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+def _bytes_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 def verify_part(part: Path) -> bool:
     """True when the part's files hold exactly the bytes its worker wrote (their checksums in ``part.json``). A
     part without checksums (an older msgtrain's) is not trusted."""
@@ -92,33 +280,8 @@ def relocate(table: pa.Table, rejects: str, old: str, new: str) -> tuple[pa.Tabl
     return table, rejects.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
 
 
-def reuse_part(parts: Path | str, key: str, meta: dict[str, Any]) -> bool:
-    """Make the finished part ``key`` fit for reuse by a job whose ``meta`` names where its content is now: checked
-    against its checksums (False: corrupt, recompute it), and its sources rewritten when the content moved (a
-    renamed, rotated or moved log). On a store only ``part.json`` is read unless the part moved; its files are
-    checked when assembly fetches them (:func:`fetch_part`)."""
-    if isinstance(parts, str):
-        store = Store.of(parts)
-        try:
-            recorded = json.loads(store.read_bytes(join(parts, key, PART_FILE)))
-        except (OSError, ValueError):
-            return False
-        if recorded.get("source") == meta["source"]:
-            return True
-        with tempfile.TemporaryDirectory(prefix="msgtrain-part-") as tmp:
-            try:
-                local = fetch_part(parts, key, Path(tmp) / "fetched")
-            except OSError:
-                return False
-            if not _relocate_local(local.parent, key, meta):
-                return False
-            moved = Path(tmp) / "fetched" / key
-            store.upload_tree(moved, join(parts, key), last=(PART_FILE,))
-        return True
-    return _relocate_local(parts, key, meta)
-
-
-def _relocate_local(parts_dir: Path, key: str, meta: dict[str, Any]) -> bool:
+def _reuse_local(parts_dir: Path, key: str, meta: dict[str, Any]) -> bool:
+    """:meth:`PartsStore.reuse` of a part in the local directory ``parts_dir``: checked, then relocated."""
     part = parts_dir / key
     if not verify_part(part):
         return False
@@ -131,37 +294,7 @@ def _relocate_local(parts_dir: Path, key: str, meta: dict[str, Any]) -> bool:
     return True
 
 
-def write_part_to(
-    parts: Path | str, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
-) -> None:
-    """:func:`write_part` into a local directory, or onto a store: the same files, ``part.json`` uploaded last so
-    its presence marks a complete part (a store has no rename; a worker killed mid-upload leaves no marker)."""
-    if not isinstance(parts, str):
-        write_part(parts, key, meta, samples, stats, rejects)
-        return
-    with tempfile.TemporaryDirectory(prefix="msgtrain-part-") as tmp:
-        part = write_part(Path(tmp), key, meta, samples, stats, rejects)
-        Store.of(parts).upload_tree(part, join(parts, key), last=(PART_FILE,))
-
-
-def fetch_part(parts: str, key: str, dest: Path) -> Path:
-    """Copy a part from a store into ``dest/key`` (to memory-map it like a local part), checked against its
-    checksums: a part changed on the store is removed (the next ``--resume`` recomputes it) and the run stops."""
-    store = Store.of(parts)
-    for name in (PART_FILE, SAMPLES_FILE, REJECTS_FILE):
-        store.download(join(parts, key, name), dest / key / name)
-    if not verify_part(dest / key):
-        store.remove(join(parts, key))
-        raise OutputError(
-            f"part {key} does not match its checksums (changed on the store since it was written); it was removed",
-            where=join(parts, key),
-            hint="run the same command with --resume to recompute it",
-            code="corrupt_part",
-        )
-    return dest / key
-
-
-def read_part(part: Path) -> tuple[dict[str, Any], pa.Table, str]:
+def read_part(part: Path) -> PartData:
     meta = json.loads((part / PART_FILE).read_text(encoding="utf-8"))
     with pa.memory_map(str(part / SAMPLES_FILE)) as src:
         table = ipc.open_file(src).read_all()
@@ -182,26 +315,3 @@ def is_complete(part: Path) -> bool:
             return bool(ipc.open_file(src).schema.equals(CANONICAL_SCHEMA))
     except (OSError, ValueError, TypeError, AttributeError, pa.ArrowException):
         return False
-
-
-# ------------------------------------------------------------------------------------------------ reading parts
-@contextlib.contextmanager
-def group_reader(parts: Path | str) -> Iterator[ReadGroup]:
-    """Reads a group's parts from a local directory, or from a store through a scratch copy (one group at a time:
-    the previous group's copies are dropped; tables already handed out keep their memory map)."""
-    if isinstance(parts, Path):
-        yield lambda group: [read_part(parts / key) for key in group]
-        return
-    with tempfile.TemporaryDirectory(prefix="msgtrain-assemble-") as scratch:
-        cache = Path(scratch) / "parts"
-
-        def read_group(group: list[str]) -> list[tuple[dict[str, Any], pa.Table, str]]:
-            # The previous group's copies are no longer needed (tables already written keep their mapping).
-            shutil.rmtree(cache, ignore_errors=True)
-            return [read_part(fetch_part(parts, key, cache)) for key in group]
-
-        yield read_group
-
-
-def read_rejects(parts: Path | str, key: str) -> str:
-    return read_location(child(parts, f"{key}/{REJECTS_FILE}")).decode("utf-8")

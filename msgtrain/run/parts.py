@@ -8,12 +8,11 @@ Invariants:
   :attr:`~msgtrain.linearize.tokenizer.TokenizerBundle.fingerprint`); its key is a hash of exactly those, so a rerun
   with the same key can reuse it and any change recomputes it. Of the path, a part depends on the file's name
   (readers name graphs after it), which is in the key, and on its folder only through its ``source`` strings: a
-  part reused for content moved to another folder is rewritten to name where it is now (:func:`reuse_part`),
-  exactly as converting it there would have. Export settings (target, length policy, splits)
-  are applied later, at assembly, and never invalidate parts.
-- A part is published into the state directory with one rename of a complete directory: a killed worker leaves a
-  stray temp directory (removed later), never a half part. ``part.json`` holds checksums of the part's files; a
-  part whose files do not match them (a disk error, a hand edit) is recomputed, never reused.
+  part reused for content moved to another folder is rewritten to name where it is now
+  (:meth:`~msgtrain.run.part_store.PartsStore.reuse`), exactly as converting it there would have. Export settings
+  (target, length policy, splits) are applied later, at assembly, and never invalidate parts.
+- Where parts are kept, how they are written (complete or absent) and when their checksums are checked is
+  :mod:`msgtrain.run.part_store`'s business: a part whose files do not match them is never assembled.
 - Order: a part's rejects are in file order (:func:`reject_order`); its samples are in the reader's order, which
   for every reader that can be cut into chunks is the order of each conversation's first line. So a file's chunks
   merge back into exactly the whole file's part (:func:`merge_chunk_tables`, :func:`merge_chunk_rejects`).
@@ -136,7 +135,8 @@ def part_key(digest: str, settings_key: str, chunk: str = "", name: str = "") ->
     index, count, target size; empty for a whole file) and the file's own ``name`` (readers name graphs, and so
     sample and group ids, after it: ``conversations.jsonl#3``). Not its folder: the same bytes under the same name
     are one part wherever they are and however the path is spelled (relative, absolute, through a symlink, moved to
-    another folder), and only their ``source`` is rewritten on reuse (:func:`reuse_part`)."""
+    another folder), and only their ``source`` is rewritten on reuse
+    (:meth:`~msgtrain.run.part_store.PartsStore.reuse`)."""
     text = f"{digest}\0{settings_key}" + (f"\0{chunk}" if chunk or name else "") + (f"\0{name}" if name else "")
     # A file name the OS gave as undecodable bytes (surrogate escapes) is still a key: hash it losslessly.
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()

@@ -30,7 +30,6 @@ from msgtrain.linearize import load_tokenizer
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.journal import Manifest, append_manifest, load_manifest, save_manifest
 from msgtrain.run.object_chunks import ObjectView, plan_object
-from msgtrain.run.part_store import reuse_part
 from msgtrain.run.parts import Job, LinearizeSettings, part_key, settings_from_config
 from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, base_name, discover, identity
 from msgtrain.run.units import chunkable, input_digest, object_chunkable, plan_file
@@ -38,6 +37,7 @@ from msgtrain.run.units import chunkable, input_digest, object_chunkable, plan_f
 if TYPE_CHECKING:
     from msgtrain.run.execute import Executor
     from msgtrain.run.outputs import Output
+    from msgtrain.run.part_store import PartsStore
 
 __all__ = ["HIDDEN_DIRECTORY", "LOG_SUFFIXES", "NOT_A_LOG", "RunPlan", "discover_inputs", "plan_run"]
 
@@ -52,7 +52,7 @@ class RunPlan:
     settings: LinearizeSettings
     skey: str  # the linearization settings and tokenizer, as part keys carry them
     state: Path | str
-    parts: Path | str
+    parts: PartsStore
     resume: bool
     chunk_bytes: int
     complete: Callable[[str], bool]
@@ -87,7 +87,7 @@ class RunPlan:
             self.manifest[key] = meta
             self.run_keys[key] = None
             self.total_parts += 1
-            if self.resume and self.complete(key) and reuse_part(self.parts, key, meta):
+            if self.resume and self.complete(key) and self.parts.reuse(key, meta):
                 self.reused += 1
             else:
                 todo.append(Job(f, key, meta, chunk, view if chunk is not None else None))

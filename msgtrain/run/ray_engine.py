@@ -2,7 +2,8 @@
 
 Invariants:
 - Same work, same parts: each job (an input file, or one chunk of a huge one) runs
-  :func:`msgtrain.run.parts.convert_job` and :func:`msgtrain.run.parts.write_part_to` exactly as the local
+  :func:`msgtrain.run.parts.convert_job` and writes its part through the run's
+  :class:`~msgtrain.run.part_store.PartsStore` exactly as the local
   engine's workers do, so the pipeline's deterministic assembly gives output byte-identical to ``--engine local``
   (whatever the order jobs finish in, and whichever attempt of a retried job wrote the part).
 - Workers read their input themselves (an object on a store, or a path on a filesystem every node sees) and write
@@ -62,7 +63,7 @@ from msgtrain.run.assembly import (
     write_shard,
 )
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.part_store import write_part_to
+from msgtrain.run.part_store import PartsStore
 from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job
 from msgtrain.run.storage import child, is_remote
 
@@ -89,13 +90,13 @@ def _env() -> dict[str, str]:
     return {**TASK_ENV, **{name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}}
 
 
-def _convert_task(job: Job, settings: LinearizeSettings, parts: Path | str) -> tuple[str, bytes]:
+def _convert_task(job: Job, settings: LinearizeSettings, parts: PartsStore) -> tuple[str, bytes]:
     """Convert one job and write its part; return (stats JSON, b"") or ("", pickled strict error)."""
     for name, value in TASK_ENV.items():  # before the first tokenizer call of this worker process
         os.environ.setdefault(name, value)
     try:
         samples, stats, rejects = convert_job(job, settings)
-        write_part_to(parts, job.key, job.meta, samples, stats, rejects)
+        parts.write(job.key, job.meta, samples, stats, rejects)
     except MsgtrainError as e:  # only with strict: a bad record otherwise becomes a reject in the part
         return "", pickle.dumps(e)
     return json.dumps(stats.to_json()), b""
@@ -178,12 +179,12 @@ def ray_session(address: str | None = None) -> Iterator[Any]:
 def run_parts_ray(
     jobs: list[Job],
     settings: LinearizeSettings,
-    parts_dir: Path | str,
+    parts: PartsStore,
     on_done: Callable[[Job, PartStats], None],
     address: str | None = None,
 ) -> None:
-    """Convert ``jobs`` as Ray tasks that write their parts into ``parts_dir`` (a path every node sees, or a store
-    URL); call ``on_done`` on the driver as each part lands."""
+    """Convert ``jobs`` as Ray tasks that write their parts into ``parts`` (a directory every node sees, or a prefix
+    on a store); call ``on_done`` on the driver as each part lands."""
     if not jobs:
         return
     with ray_session(address) as ray:
@@ -191,8 +192,7 @@ def run_parts_ray(
         # Largest first, as the local engine, so a big file does not start last.
         # Each task opens its input by an absolute path: a worker's working directory is not the driver's.
         pending = {
-            task.remote(job_for_workers(job), settings, parts_dir): job
-            for job in sorted(jobs, key=lambda job: -job.size)
+            task.remote(job_for_workers(job), settings, parts): job for job in sorted(jobs, key=lambda job: -job.size)
         }
         try:
             while pending:
