@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 
 from benchmarks import corpus as gen
-from msgtrain.errors import ConfigError
+from msgtrain.errors import ConfigError, OutputError
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
+from msgtrain.run.part_store import SAMPLES_FILE
 from msgtrain.run.parts import LinearizeSettings
-from msgtrain.run.storage import POINTER, Store, current_version, join, version_url
+from msgtrain.run.publish import state_dir
+from msgtrain.run.storage import POINTER, Store, current_version, is_remote, join, version_url
 from tests.conftest import ROOT
 from tests.store_helpers import moto_s3, race
 
@@ -241,6 +243,52 @@ def test_a_killed_driver_leaves_the_published_version_and_resume_finishes_with_t
     # Only the current version and the one before it are kept.
     store_versions = s3.children(join(out, "_versions"))
     assert len(store_versions) == 2 and again["published"]["version"] in store_versions
+
+
+def _flip_a_byte_of_the_largest_part(s3: Store, out: str) -> None:
+    """A byte inside the token ids of the part with the most samples: the file stays a valid Arrow file of the
+    canonical schema, only its checksum tells."""
+    if is_remote(out):
+        s3.fs.invalidate_cache()
+        url = max((u for u, _ in s3.list_files(join(out, "_state", "parts")) if u.endswith(SAMPLES_FILE)), key=s3.size)
+        data = bytearray(s3.read_bytes(url))
+        data[len(data) // 2] ^= 0x01
+        s3.put_bytes(url, bytes(data))
+        return
+    path = max((state_dir(Path(out)) / "parts").glob(f"*/{SAMPLES_FILE}"), key=lambda p: p.stat().st_size)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _dataset(s3: Store, out: str) -> dict[str, bytes]:
+    if is_remote(out):
+        return _published(s3, out)
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(Path(out).rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["disk", "bucket", "bucket keeping no MD5"])
+def test_a_part_changed_after_it_was_written_is_never_assembled_and_resume_recomputes_it(
+    s3: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    logs = _make_logs(tmp_path / "logs", 2)
+    out = str(tmp_path / "out") if where == "disk" else f"s3://{BUCKET}/changed-part/{where.replace(' ', '-')}"
+    cfg = ConvertConfig(inputs=(str(logs),), output=out, resume=True, quiet=True)
+    assert pipeline.convert(cfg)["resume"]["converted"] == 3
+    want = _dataset(s3, out)
+    _flip_a_byte_of_the_largest_part(s3, out)
+    if where == "bucket keeping no MD5":
+        # A store whose metadata holds no MD5 of an object (an S3 multipart or SSE-KMS upload): reuse cannot check
+        # the part without downloading it, so assembly does, and the run stops before publishing anything.
+        monkeypatch.setattr(Store, "metadata_hash", lambda self, url: None)
+        version = current_version(out)
+        with pytest.raises(OutputError, match="does not match its checksums") as err:
+            pipeline.convert(cfg)
+        assert err.value.code == "corrupt_part"
+        assert current_version(out) == version and _dataset(s3, out) == want
+    # Locally the files are hashed at reuse, on a store their MD5s compared with the store's: recomputed at once.
+    assert pipeline.convert(cfg)["resume"] == {"parts": 3, "reused": 2, "converted": 1}
+    assert _dataset(s3, out) == want
 
 
 def test_the_store_hash_is_the_content_md5_and_a_changed_object_changes_it(s3: Store) -> None:

@@ -13,16 +13,20 @@ Invariants:
   no rename, so ``part.json`` is uploaded last and its presence marks a complete part (a worker killed mid-upload
   leaves no marker; a retry overwrites its files).
 - Checksums: no part whose files differ from the checksums in its ``part.json`` (a disk error, a hand edit, an
-  object overwritten on the store) is ever assembled. A part this run wrote is not read back. A part a run finds:
+  object overwritten on the store) is ever assembled, and ``--resume`` recomputes it. A part this run wrote is not
+  read back; a part a run finds is checked in :meth:`~PartsStore.reuse`, so it is recomputed in the same run:
 
-  * :class:`LocalParts` checks its files in :meth:`~PartsStore.reuse` (reading a local part costs no transfer),
-    so ``--resume`` recomputes a corrupt part in the same run;
-  * :class:`StoreParts` checks them in :meth:`~PartsStore.reuse` only when the part moved (it is then copied
-    anyway to rewrite its sources); otherwise reuse reads ``part.json`` alone, because checking the files there
-    would download every reused part once more than assembly does. Assembly checks every part it copies from the
-    store instead (:meth:`~PartsStore.reading`, :meth:`~PartsStore.rejects`): a part that does not match is
-    removed and the run stops before anything is published (``corrupt_part``); the next ``--resume`` recomputes
-    it. A part without checksums (an older msgtrain's) is not trusted either way.
+  * :class:`LocalParts` reads and hashes its files (reading a local part costs no transfer);
+  * :class:`StoreParts` never downloads a part to check it at reuse (that would download every reused part once
+    more than assembly does): it compares the MD5s ``part.json`` records with those the store keeps of the
+    objects (S3's ETag of an object written with one PUT, GCS ``md5Hash``, Azure ``Content-MD5``), one metadata
+    request per file, and checks the files themselves only when the part moved (it is then copied anyway to
+    rewrite its sources). Where the store keeps no MD5 (an S3 multipart or SSE-KMS upload, another store), the
+    check is deferred: assembly checks every part it copies from the store (:meth:`~PartsStore.reading`,
+    :meth:`~PartsStore.rejects`), and a part that does not match is removed and the run stops before anything is
+    published (``corrupt_part``); the next ``--resume`` recomputes it.
+
+  A part without checksums (an older msgtrain's) is not trusted.
 - Relocation: a part reused for content that moved to another folder is rewritten to name where it is now
   (:func:`relocate`), exactly as converting it there would have written it.
 """
@@ -37,6 +41,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,6 +58,9 @@ PART_FILE = "part.json"
 REJECTS_FILE = "rejects.jsonl"
 CHECKED_FILES = (SAMPLES_FILE, REJECTS_FILE)
 CHECKSUMS = "checksums"
+# A store part's files' MD5s too: the hash S3 (an object written with one PUT), GCS and Azure keep of an object, so
+# that reuse can compare them with the store's metadata without downloading the files.
+STORE_CHECKSUMS = "md5"
 PartData = tuple[dict[str, Any], pa.Table, str]  # a part's ``part.json``, samples and rejects (JSON lines)
 ReadGroup = Callable[[Sequence[str]], list[PartData]]
 
@@ -151,7 +159,7 @@ class StoreParts:
         self, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
     ) -> None:
         with tempfile.TemporaryDirectory(prefix="msgtrain-part-") as tmp:
-            part = write_part(Path(tmp), key, meta, samples, stats, rejects)
+            part = write_part(Path(tmp), key, meta, samples, stats, rejects, md5=True)
             Store.of(self.url).upload_tree(part, join(self.url, key), last=(PART_FILE,))
 
     def reuse(self, key: str, meta: dict[str, Any]) -> bool:
@@ -160,16 +168,38 @@ class StoreParts:
             recorded = json.loads(store.read_bytes(join(self.url, key, PART_FILE)))
         except (OSError, ValueError):
             return False
+        if not isinstance(recorded, dict):
+            return False
         if recorded.get("source") == meta["source"]:
-            return True  # its files are checked when assembly copies them (see the module)
+            return self._unchanged(key, recorded)
         with tempfile.TemporaryDirectory(prefix="msgtrain-part-") as tmp:
             try:
                 fetched = self.fetch(key, Path(tmp))
             except OSError:  # unreadable, or corrupt (and removed)
                 return False
-            if not _reuse_local(fetched.parent, key, meta):
+            if not _reuse_local(fetched.parent, key, meta, md5=True):
                 return False
             store.upload_tree(fetched, join(self.url, key), last=(PART_FILE,))
+        return True
+
+    def _unchanged(self, key: str, recorded: dict[str, Any]) -> bool:
+        """Whether part ``key``'s files still match ``recorded`` (its ``part.json``) as far as the store's own
+        content hashes tell, without a download: a file whose MD5 differs makes the part corrupt (it is removed,
+        to be recomputed); a missing file makes it incomplete. A store that keeps no MD5 of an object (an S3
+        multipart or SSE-KMS upload, a store of another hash), or a part without MD5s, leaves the check to
+        assembly."""
+        md5s = recorded.get(STORE_CHECKSUMS)
+        if not isinstance(md5s, dict):
+            return True
+        store = Store.of(self.url)
+        for name in CHECKED_FILES:
+            try:
+                known = store.metadata_hash(join(self.url, key, name))
+            except OSError:
+                return False
+            if known is not None and known.startswith("md5:") and known != f"md5:{md5s.get(name)}":
+                store.remove(join(self.url, key))
+                return False
         return True
 
     @contextlib.contextmanager
@@ -218,15 +248,22 @@ class StoreParts:
 
 # ------------------------------------------------------------------------------------------------- a part's files
 def write_part(
-    parts_dir: Path, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
+    parts_dir: Path,
+    key: str,
+    meta: dict[str, Any],
+    samples: list[Sample],
+    stats: PartStats,
+    rejects: list[str],
+    md5: bool = False,
 ) -> Path:
-    """Publish a part into the local directory ``parts_dir`` atomically (complete directory, then one rename)."""
+    """Publish a part into the local directory ``parts_dir`` atomically (complete directory, then one rename); with
+    ``md5``, ``part.json`` also holds its files' MD5s (:data:`STORE_CHECKSUMS`)."""
     table = samples_to_table(samples) if samples else CANONICAL_SCHEMA.empty_table()
-    return _write_part_table(parts_dir, key, meta, table, stats, "".join(rejects))
+    return _write_part_table(parts_dir, key, meta, table, stats, "".join(rejects), md5)
 
 
 def _write_part_table(
-    parts_dir: Path, key: str, meta: dict[str, Any], table: pa.Table, stats: PartStats, rejects: str
+    parts_dir: Path, key: str, meta: dict[str, Any], table: pa.Table, stats: PartStats, rejects: str, md5: bool
 ) -> Path:
     final = parts_dir / key
     tmp = parts_dir / f".tmp-{key}-{os.getpid()}"
@@ -239,6 +276,8 @@ def _write_part_table(
     # The checksums let a later run tell a part it can reuse from one a disk or a hand changed (verify_part).
     sums = {name: _file_hash(tmp / name) for name in CHECKED_FILES}
     record = {**meta, "stats": stats.to_json(), CHECKSUMS: sums}
+    if md5:
+        record[STORE_CHECKSUMS] = {name: _file_hash(tmp / name, hashlib.md5) for name in CHECKED_FILES}
     (tmp / PART_FILE).write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
     if final.exists():
         shutil.rmtree(final)
@@ -246,8 +285,8 @@ def _write_part_table(
     return final
 
 
-def _file_hash(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=16)
+def _file_hash(path: Path, new: Callable[[], Any] = partial(hashlib.blake2b, digest_size=16)) -> str:
+    h = new()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
@@ -280,7 +319,7 @@ def relocate(table: pa.Table, rejects: str, old: str, new: str) -> tuple[pa.Tabl
     return table, rejects.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
 
 
-def _reuse_local(parts_dir: Path, key: str, meta: dict[str, Any]) -> bool:
+def _reuse_local(parts_dir: Path, key: str, meta: dict[str, Any], md5: bool = False) -> bool:
     """:meth:`PartsStore.reuse` of a part in the local directory ``parts_dir``: checked, then relocated."""
     part = parts_dir / key
     if not verify_part(part):
@@ -290,7 +329,7 @@ def _reuse_local(parts_dir: Path, key: str, meta: dict[str, Any]) -> bool:
         return True
     table, rejects = relocate(table, rejects, recorded["source"], meta["source"])
     stats = PartStats.from_json(recorded["stats"])
-    _write_part_table(parts_dir, key, meta, table, stats, rejects)
+    _write_part_table(parts_dir, key, meta, table, stats, rejects, md5)
     return True
 
 

@@ -362,6 +362,14 @@ class Store:
             h.update(self.content_hash(member).encode() + b"\0")
         return "tree:" + h.hexdigest()
 
+    def metadata_hash(self, url: str) -> str | None:
+        """The content hash the store keeps for the object (an MD5, a sha256...: :func:`_metadata_hash`), read from
+        its metadata without reading the object; None when the store keeps none. Raises FileNotFoundError when the
+        object is absent."""
+        path = self._path(url)
+        self._fresh(path)
+        return _metadata_hash(self.protocol, self.fs.info(path))
+
     def content_hash(self, url: str) -> str:
         """A hash of the object's bytes: from the store's metadata when it is one, else read (blake2b)."""
         path = self._path(url)
