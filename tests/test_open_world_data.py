@@ -306,22 +306,6 @@ def test_openai_choices_inside_a_message_list_are_its_sampled_turns(tmp_path: Pa
     assert rejects == [] and stats.turns_trained == 1 and samples[0].reward == 1.0
 
 
-# ------------------------------------------------------------------------------------------ rendered prompts
-def test_a_prompt_a_chat_template_already_rendered_is_rejected_not_rendered_twice(tmp_path: Path) -> None:
-    # volcengine/verl RayPPOTrainer._dump_generations rows: "input" is the decoded prompt, chat template and all.
-    row = {
-        "input": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n",
-        "output": "4<|im_end|>",
-        "gts": "4",
-        "score": 1.0,
-        "step": 3,
-    }
-    samples, stats, rejects = convert_file(_jsonl(tmp_path / "3.jsonl", [row]), _settings())
-    assert samples == [] and stats.turns_lost == 1
-    (reject,) = (json.loads(r) for r in rejects)
-    assert reject["reason"] == "prerendered_prompt" and "<|im_start|>" in reject["message"]
-
-
 @pytest.mark.parametrize(
     ("row", "user_text"),
     [
@@ -400,7 +384,8 @@ def test_lm_eval_repeats_of_one_request_are_sibling_replies_of_one_context(tmp_p
 @pytest.mark.parametrize(
     ("context", "reason"),
     [
-        ("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n", "prerendered_prompt"),  # --apply_chat_template
+        # --apply_chat_template with a prefill after the generation prompt: not parsed back unambiguously
+        ("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\nThe answer is", "prerendered_prompt"),
         ("Question: 2+2?\nAnswer:", "not_a_chat"),  # a base model's raw prompt
     ],
 )

@@ -16,7 +16,9 @@ What is read:
 
 Safe readings:
 - A context a chat template already rendered (``--apply_chat_template`` with a local model: ``<|im_start|>...``)
-  is rejected (``prerendered_prompt``): read as a message it would be rendered twice. A raw-text context (a base
+  is parsed back into its messages (:mod:`msgtrain.ingest.rendered_prompts`; the replies keep the logged text, the
+  exact prompt); one whose markup is not unambiguous is rejected (``prerendered_prompt``): read as a message it
+  would be rendered twice. A raw-text context (a base
   model's few-shot prompt) is rejected (``not_a_chat``): no chat template renders what that model saw. Both count
   the generations they held.
 - Log-likelihood requests (multiple choice, perplexity: ``arg_1`` is a continuation, ``resps`` scores) hold no
@@ -47,6 +49,7 @@ from msgtrain.ingest.base import (
     head_objects,
 )
 from msgtrain.ingest.conversation_files import base_graph_id, content_graph_id, iter_raw_records
+from msgtrain.ingest.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.shapes import is_message_list, normalise_messages, parse_json_field, rendered_template_text
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.openai import from_openai_message
@@ -118,12 +121,13 @@ def _sample_events(path: Path, ref: SourceRef, rec: Any) -> list[ReadEvent]:
         texts = [o for o in outputs if isinstance(o, str)]
         if len(texts) != len(outputs):
             raise ValidationError(f"the outputs of request {k} are not text", where=str(ref), code="bad_record")
+        rendered = parse_rendered_prompt(context)
         try:
-            messages = _context(context, where)
+            messages = rendered.messages if rendered is not None else _context(context, where)
         except MsgtrainError as e:  # the books count the generations the record held (text no estimate sees)
             turns = sum(len(o) for _, o in generations)
             return [ReadReject(ref, e, excerpt(json.dumps(rec, default=str)), turns=turns)]
-        events.append(_graph(path, ref, rec, k, messages, texts))
+        events.append(_graph(path, ref, rec, k, messages, texts, rendered))
     return events
 
 
@@ -154,7 +158,13 @@ def _looks_like_json(value: Any) -> bool:
 
 
 def _graph(
-    path: Path, ref: SourceRef, rec: dict[str, Any], k: int, messages: list[dict[str, Any]], texts: list[str]
+    path: Path,
+    ref: SourceRef,
+    rec: dict[str, Any],
+    k: int,
+    messages: list[dict[str, Any]],
+    texts: list[str],
+    rendered: RenderedPrompt | None = None,
 ) -> ReadGraph:
     base = base_graph_id(path, ref) + (f"@{k}" if k else "")
     graph = MessageGraph(graph_id=base, metadata={"source_format": "lm_eval"})
@@ -165,7 +175,13 @@ def _graph(
         origin = Origin.INJECTED if msg.role == "assistant" else None  # few-shot answers are context here
         parent = graph.append(msg, origin=origin)
     for j, text in enumerate(texts):  # repeats of one request: sibling replies sampled in the same context
-        graph.add_node(parent, from_openai_message({"role": "assistant", "content": text}, index=len(messages) + j))
+        reply: dict[str, Any] = {"role": "assistant", "content": text}
+        if rendered is not None:  # the prompt as the model saw it, and the reply without the stop the engine left
+            reply = {**reply, "content": rendered.reply_text(text)}
+        msg = from_openai_message(reply, index=len(messages) + j)
+        if rendered is not None:
+            msg = msg.model_copy(update={"metadata": {**msg.metadata, RENDERED_PROMPT_KEY: rendered.metadata()}})
+        graph.add_node(parent, msg)
     graph.graph_id = content_graph_id(base, graph)
     return ReadGraph(graph, ref, records=1 if k == 0 else 0, extras=_extras(path, rec))
 

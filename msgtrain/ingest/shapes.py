@@ -87,7 +87,8 @@ _CALL_KEYS = ("tool_calls", "function_call", "functionCall", "toolCalls")
 # Chat-template control text that opens a conversation's first turn, or the assistant's turn at its end. A user or
 # system text that starts or ends with one is a prompt some chat template already rendered (veRL and SkyRL rollout
 # dumps, lm-evaluation-harness with --apply_chat_template): read as a message it would be rendered a second time,
-# around its own control text, a context no model ever saw.
+# around its own control text, a context no model ever saw. Readers parse a whole rendered prompt back into its
+# messages first (msgtrain.ingest.rendered_prompts); what reaches this check is markup no family reads unambiguously.
 _RENDERED_OPENINGS = (
     "<|im_start|>",  # ChatML (Qwen, ...)
     "<|begin_of_text|>",  # Llama 3

@@ -13,7 +13,9 @@ objects and lists (outermost first, never inside a conversation it found):
 - **prompt_completion**: ``prompt`` + ``completion`` (strings, one message each, or message lists as
   PrimeIntellect verifiers and TRL write them), and the other pairs of :data:`PAIR_KEYS` (``input`` + ``output`` of
   eval and tracing tools...); a reply may be an OpenAI response body (``{"choices": [{"message"}]}``, one
-  choice). Only the completion is trained: assistant messages of the prompt are context (``injected``);
+  choice). Only the completion is trained: assistant messages of the prompt are context (``injected``); a prompt
+  that is the text a chat template rendered is parsed back into its messages (:mod:`~msgtrain.ingest.rendered_prompts`),
+  the replies keeping the logged text as their exact prompt;
 - **preference**: ``chosen`` + ``rejected`` (with a ``prompt``, a LLaMA-Factory ``conversations`` list, or an
   implicit prompt: the common prefix of the two). One graph, the prompt then two sibling branches; the chosen
   reply is trained, the rejected reply is marked ``preference: rejected`` (dropped as ``negative_label``
@@ -78,6 +80,7 @@ from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.mapping import Mapping, dig, top_fields
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.node_maps import node_map_graph, node_map_key
+from msgtrain.ingest.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.shapes import (
     CONTENT_KEYS,
     PREFERENCE_KEYS,
@@ -693,12 +696,13 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         builder.add_list(messages, f"{at}.{m.columns['messages']}")
         mark_last_reply(builder.steps, label)
     elif m.layout == "prompt_completion":
-        builder.add_list(_as_prompt(m.field_of(holder, "prompt")), f"{at}.{m.columns['prompt']}", trained=False)
+        rendered = _prompt_steps(builder, m.field_of(holder, "prompt"), f"{at}.{m.columns['prompt']}")
         start = len(builder.steps)
-        meta = {"label": label} if label is not None else None
+        meta = _reply_metadata({"label": label} if label is not None else None, rendered)
         completion = m.field_of(holder, "completion")
         if _text_samples(completion):
             completion = [_sample_text(v) for v in completion]
+        completion = _logged_reply_text(completion, rendered)
         if _text_samples(completion) and len(completion) > 1:  # n samples of one context: sibling replies
             branches = _text_branches(builder, completion, f"{at}.{m.columns['completion']}", meta)
         else:
@@ -742,6 +746,33 @@ def _need_list(value: Any, where: str) -> None:
 
 def _as_prompt(value: Any) -> Any:
     return {"role": "user", "content": value} if isinstance(value, str) else value
+
+
+def _prompt_steps(builder: _Builder, value: Any, where: str) -> RenderedPrompt | None:
+    """A prompt's messages into ``builder`` as context: a text a chat template rendered is parsed back into its
+    messages (:mod:`msgtrain.ingest.rendered_prompts`; returned, so the replies keep the logged text), any other
+    text is one user message."""
+    rendered = parse_rendered_prompt(value)
+    builder.add_list(rendered.messages if rendered is not None else _as_prompt(value), where, trained=False)
+    return rendered
+
+
+def _reply_metadata(metadata: dict[str, Any] | None, rendered: RenderedPrompt | None) -> dict[str, Any] | None:
+    """A reply's metadata, with the rendered prompt it was sampled after (the exact context, as logged)."""
+    if rendered is None:
+        return metadata
+    return {**(metadata or {}), RENDERED_PROMPT_KEY: rendered.metadata()}
+
+
+def _logged_reply_text(value: Any, rendered: RenderedPrompt | None) -> Any:
+    """Replies logged as text after a rendered prompt, without the stop token the engine left at their end."""
+    if rendered is None:
+        return value
+    if isinstance(value, str):
+        return rendered.reply_text(value)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return [rendered.reply_text(v) for v in value]
+    return value
 
 
 def _add_replies(builder: _Builder, value: Any, where: str, metadata: dict[str, Any] | None) -> None:
@@ -804,19 +835,22 @@ def _preference(
     if prompt_col is None and isinstance(chosen, str) and isinstance(rejected, str):
         chosen = parse_transcript(chosen) or chosen  # Anthropic HH-RLHF: both sides are whole transcripts
         rejected = parse_transcript(rejected) or rejected
-    if prompt_col is None and isinstance(chosen, list) and isinstance(rejected, list):
+    shared_prefix = prompt_col is None and isinstance(chosen, list) and isinstance(rejected, list)
+    if shared_prefix:
         shared = 0  # implicit prompt: the messages the two conversations share
         while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
             shared += 1
         builder.add_list(chosen[:shared], f"{at}.chosen", trained=False)
         chosen, rejected = chosen[shared:], rejected[shared:]
-    elif prompt_col is not None:
-        builder.add_list(_as_prompt(m.field_of(holder, prompt_col)), f"{at}.{m.columns[prompt_col]}", trained=False)
+    rendered = None
+    if prompt_col is not None and not (isinstance(chosen, list) and isinstance(rejected, list) and shared_prefix):
+        rendered = _prompt_steps(builder, m.field_of(holder, prompt_col), f"{at}.{m.columns[prompt_col]}")
     out: list[tuple[list[Step], str]] = []
     for value, side, mark in ((chosen, "chosen", marks[0]), (rejected, "rejected", marks[1])):
         branch = _Builder(_fork(builder.norm), call_names=dict(builder.call_names))
         branch.steps = []
-        _add_replies(branch, value, f"{at}.{m.columns[side]}", {"preference": mark} if mark else None)
+        meta = _reply_metadata({"preference": mark} if mark else None, rendered)
+        _add_replies(branch, _logged_reply_text(value, rendered), f"{at}.{m.columns[side]}", meta)
         if not any(s.message.role == "assistant" for s in branch.steps):
             raise ValidationError(f"the {side} reply at {at}.{m.columns[side]} holds no assistant message")
         out.append((branch.steps, side))

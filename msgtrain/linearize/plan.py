@@ -47,7 +47,13 @@ from msgtrain.linearize.completion import (
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table, unmark
 from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
-from msgtrain.model.completeness import CONTEXT_INCOMPLETE, missing_context, reported_prompt_tokens, same_model
+from msgtrain.model.completeness import (
+    CONTEXT_INCOMPLETE,
+    RENDERED_PROMPT,
+    missing_context,
+    reported_prompt_tokens,
+    same_model,
+)
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.graphlog import subgraphs
 from msgtrain.model.message import AnyMessage, Generation, MediaPart
@@ -92,6 +98,8 @@ MEDIA_NOT_RENDERED = "media_not_rendered"
 # A sample whose reply's API-reported prompt size contradicts the prompt msgtrain built for it (the tokenizer being the
 # model's own): the context is not what the model saw (a forced reader, a missing system prompt...).
 USAGE_MISMATCH = "usage_mismatch"
+# The prompt is the logged text a chat template rendered, which this template renders differently (see _logged_prompt).
+RENDERED_PROMPT_LOGGED = "rendered_prompt_logged"
 USAGE_TOLERANCE = (16, 0.02)  # tokens, share of the reported size: whichever is larger
 
 # A reply the log judges (a KTO label, a chosen/rejected mark) carries the judgement in its message metadata; the
@@ -340,6 +348,11 @@ class _GraphLinearizer:
             )
         if completion.shape[0] == 0:
             raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
+        logged_prompt = None if prompt_engine or prompt_text is None else self._logged_prompt(t, prompt_text)
+        if logged_prompt is not None:  # the context the policy saw, as logged, not this template's rendering of it
+            prompt_text, prompt = logged_prompt
+            full_text = full_enc = prompt_enc = None
+            flags.append(RENDERED_PROMPT_LOGGED)
         if carries and not marked and not (prompt_engine and completion_engine):
             flags.append("content_special_tokens_parsed")
         if self._usage_contradicts(t, prompt.shape[0]):
@@ -362,6 +375,23 @@ class _GraphLinearizer:
                 self.recent.append(enc)
         del self.recent[:-4]
         return tt
+
+    def _logged_prompt(self, t: Turn, rendered: str) -> tuple[str, np.ndarray] | None:
+        """(text, ids) of the prompt the log holds for ``t`` as the text a chat template rendered (parsed back into
+        messages at ingest, :data:`RENDERED_PROMPT`), when it differs from ``rendered`` (this template's prompt for
+        those messages) and is this tokenizer's markup (the family's control strings are its added tokens): then
+        it, not the rendering, is the context the policy saw, as logged prompt ids are. Another family's markup
+        (the data feeds another model) or text without control tokens (Alpaca, Human / Assistant) leaves the
+        rendering, which is the conversation in this model's own template."""
+        logged = t.node.message.metadata.get(RENDERED_PROMPT)
+        if not isinstance(logged, dict) or not isinstance(logged.get("text"), str):
+            return None
+        text, controls = logged["text"], logged.get("controls")
+        if not controls or unmark(rendered)[0] == text:
+            return None
+        if not all(isinstance(c, str) and c in self.tok.added_strings for c in controls):
+            return None
+        return text, self.tok.encode(text)
 
     def _check_engine_parse(self, t: Turn, prompt: np.ndarray, created: int | None, flags: list[str]) -> None:
         """Flag logged prompt ids that parsed content's control-token text as control tokens. A diagnostic only:

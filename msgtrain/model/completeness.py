@@ -26,6 +26,9 @@ from msgtrain.model.graph import MessageGraph
 
 CONTEXT_INCOMPLETE = "context_incomplete"
 CONTEXT_PARTS = ("system_prompt", "tools")
+# A sampled reply's metadata key for the prompt it was sampled after, logged as the text a chat template rendered
+# (``{"family", "text", "controls"}``, written by msgtrain.ingest.rendered_prompts): the exact context, as logged.
+RENDERED_PROMPT = "rendered_prompt"
 
 
 def mark_context_incomplete(graph: MessageGraph, missing: Iterable[str], why: str) -> None:
