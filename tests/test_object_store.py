@@ -3,7 +3,8 @@ S3-compatible server (moto's server mode on 127.0.0.1) and a Ray cluster of two 
 
 What is checked: bucket to bucket on two nodes gives the local engine's bytes; a worker killed mid-run is retried
 and changes nothing; a driver killed mid-run leaves the published version in place and ``--resume`` finishes with
-the same bytes; a second run that adds one log converts one file.
+the same bytes; a second run that adds one log converts one file; a part changed after it was written is never
+assembled, on the disk as in a bucket (``--resume`` recomputes it; a kept part of a gone input is dropped and named).
 """
 
 from __future__ import annotations
@@ -289,6 +290,42 @@ def test_a_part_changed_after_it_was_written_is_never_assembled_and_resume_recom
     # Locally the files are hashed at reuse, on a store their MD5s compared with the store's: recomputed at once.
     assert pipeline.convert(cfg)["resume"] == {"parts": 3, "reused": 2, "converted": 1}
     assert _dataset(s3, out) == want
+
+
+def _flip_a_byte_of_the_part_of(s3: Store, out: str, source: Path) -> None:
+    """Flip a byte of the samples of the part converted from ``source``."""
+    if is_remote(out):
+        s3.fs.invalidate_cache()
+        metas = [u for u, _ in s3.list_files(join(out, "_state", "parts")) if u.endswith("/part.json")]
+        part = next(u for u in metas if json.loads(s3.read_bytes(u))["source"] == str(source)).rpartition("/")[0]
+        data = bytearray(s3.read_bytes(join(part, SAMPLES_FILE)))
+        data[len(data) // 2] ^= 0x01
+        s3.put_bytes(join(part, SAMPLES_FILE), bytes(data))
+        return
+    metas = (state_dir(Path(out)) / "parts").glob("*/part.json")
+    path = next(m for m in metas if json.loads(m.read_text())["source"] == str(source)).parent / SAMPLES_FILE
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["disk", "bucket"])
+def test_a_kept_part_of_a_rotated_log_that_changed_is_never_published_and_the_report_names_it(
+    s3: Store, tmp_path: Path, where: str
+) -> None:
+    logs = _make_logs(tmp_path / "logs", 2)
+    out = str(tmp_path / "out") if where == "disk" else f"s3://{BUCKET}/changed-kept-part/out"
+    cfg = ConvertConfig(inputs=(str(logs),), output=out, resume=True, keep_missing=True, quiet=True)
+    pipeline.convert(cfg)
+    rotated = logs / "calls-01.jsonl"
+    _flip_a_byte_of_the_part_of(s3, out, rotated)
+    rotated.unlink()
+    report = pipeline.convert(cfg)
+    assert [i["path"] for i in report["files"]["ignored"] if i["reason"].startswith("unreadable")] == [str(rotated)]
+    fresh = str(tmp_path / "fresh") if where == "disk" else f"s3://{BUCKET}/changed-kept-part/fresh"
+    pipeline.convert(cfg.model_copy(update={"output": fresh, "keep_missing": False}))
+    data = {name: blob for name, blob in _dataset(s3, out).items() if name.startswith("data/")}
+    assert data == {name: blob for name, blob in _dataset(s3, fresh).items() if name.startswith("data/")}
 
 
 def test_the_store_hash_is_the_content_md5_and_a_changed_object_changes_it(s3: Store) -> None:

@@ -18,7 +18,7 @@ import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msgtrain.run.assembly import REJECTS, AssemblyJob, Group, tokenizer_info
+from msgtrain.run.assembly import REJECTS, UNREADABLE, AssemblyJob, Group, tokenizer_info
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import refuse_nothing_read
 from msgtrain.run.storage import child
@@ -54,6 +54,18 @@ def assemble(
     return data, keys
 
 
+def _sound(plan: RunPlan, key: str) -> bool:
+    """Whether the kept part ``key`` (its input is gone) passes the checks a reused part passes
+    (:meth:`~msgtrain.run.part_store.PartsStore.reuse`). One that does not cannot be recomputed: it is left out, and
+    named among the report's unreadable inputs (the run exits 3)."""
+    meta = plan.manifest[key]
+    if plan.parts.reuse(key, meta):
+        return True
+    reason = f"{UNREADABLE}: its part, kept with --keep-missing since the input is gone, is corrupt and was dropped"
+    plan.ignored.append({"path": str(meta["source"]), "reason": reason})
+    return False
+
+
 def published_keys(cfg: ConvertConfig, plan: RunPlan) -> list[str]:
     """The parts the dataset is made of, in assembly order."""
     manifest, complete = plan.manifest, plan.complete
@@ -61,7 +73,7 @@ def published_keys(cfg: ConvertConfig, plan: RunPlan) -> list[str]:
     if cfg.keep_missing:
         # Parts of earlier inputs that are not inputs now (rotated logs); a file that is an input now with other
         # bytes replaces its old parts.
-        published += sorted(
+        kept = sorted(
             k
             for k, m in manifest.items()
             if k not in plan.run_keys
@@ -70,6 +82,7 @@ def published_keys(cfg: ConvertConfig, plan: RunPlan) -> list[str]:
             and m.get("real", m["source"]) not in plan.run_paths
             and complete(k)
         )
+        published += [k for k in kept if _sound(plan, k)]
     return sorted(
         published,
         key=lambda k: (manifest[k]["source"], manifest[k]["digest"], manifest[k].get("chunk") or [0, 1]),
