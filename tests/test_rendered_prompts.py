@@ -70,9 +70,35 @@ def test_each_markup_family_is_parsed_back_into_the_messages_it_was_rendered_fro
     assert parsed.messages == [*expected, {"role": "user", "content": U}]
 
 
+# volcengine/verl verl/trainer/ppo/ray_trainer.py (commit 00401103a8c8900774aba04b910de5b0af930b99) dumps rollouts as
+# tokenizer.batch_decode(prompts, skip_special_tokens=True): the ChatML markup without its special tokens.
+VERL_DECODED_ROW = {
+    "input": f"system\n{S}\nuser\n{U} Let's think step by step.\nassistant\n",
+    "output": "2+2 is 4.",
+    "score": 1.0,
+    "step": 1,
+}
+
+
+def test_a_rollout_prompt_decoded_without_its_special_tokens_is_read_as_its_messages_not_as_one_user_text(
+    tmp_path: Path,
+) -> None:
+    path = _jsonl(tmp_path / "1.jsonl", [VERL_DECODED_ROW])
+    assert _said(path) == [("system", S), ("user", f"{U} Let's think step by step."), ("assistant", "2+2 is 4.")]
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and stats.turns_trained == 1
+    start = samples[0].turn_spans[0][0]
+    decoded = VERL_DECODED_ROW["input"]
+    rendered = "<|im_start|>" + decoded.replace("\nuser\n", "<|im_end|>\n<|im_start|>user\n").replace(
+        "\nassistant\n", "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert load_tokenizer(None, None).decode(samples[0].input_ids[:start].tolist()) == rendered
+
+
 @pytest.mark.parametrize(
     "text",
     [
+        "user\nhi\nuser\nassistant\n",  # decoded ChatML whose role lines do not alternate: a content line
         "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\nThe answer is",  # a prefill: the reply's start
         "user\n2+2?<|im_end|>\n<|im_start|>assistant\n",  # cut before its first turn
         "<|im_start|>user\n2+2?<|im_end|>\n",  # no generation prompt: where the reply went is not said

@@ -7,7 +7,8 @@ is ``<|im_start|>user\\n...``), and preference datasets write whole conversation
 inside the template's own control text: a context no model ever saw. Parsed back, it is a conversation like any
 other.
 
-The markup family is told by its own tokens, never by a guess (:data:`FAMILIES`): ChatML (``<|im_start|>``),
+The markup family is told by its own tokens, never by a guess (:data:`FAMILIES`): ChatML (``<|im_start|>``, or its
+role lines alone where the text was decoded with special tokens skipped, as veRL dumps rollouts),
 Llama 3 headers, Gemma turns, Phi-3 / Zephyr role tags, DeepSeek's full-width markers, Mistral / Llama 2
 ``[INST]``, Anthropic Human / Assistant, Alpaca ``### Instruction:`` / ``### Response:``.
 
@@ -98,6 +99,27 @@ def _turns(
 
 def _chatml(text: str) -> list[tuple[str, str]] | None:
     return _turns(text, "<|im_start|>", "<|im_end|>", (), "\n")
+
+
+_DECODED_ROLE = re.compile(r"(?:^|\n)(system|user|assistant)\n")
+
+
+def _chatml_decoded(text: str) -> list[tuple[str, str]] | None:
+    """ChatML decoded with its special tokens skipped (``tokenizer.batch_decode(..., skip_special_tokens=True)``, as
+    veRL dumps rollouts): ``system\nS\nuser\nU\nassistant\n``. Role lines are read as turns only in the one order a
+    chat has (an optional system turn, then user and assistant alternating, ending with the assistant's opening):
+    a content line that is a role name breaks the order, and the text is not parsed."""
+    if "<|im_start|>" in text:
+        return None
+    marks = list(_DECODED_ROLE.finditer(text))
+    if not marks or marks[0].start() != 0 or marks[-1].group(1) != "assistant" or marks[-1].end() != len(text):
+        return None
+    roles = [m.group(1) for m in marks]
+    body = roles[1:] if roles[0] == "system" else roles
+    if not body or body != ["user", "assistant"] * (len(body) // 2) or len(body) % 2:
+        return None
+    out = [(m.group(1), text[m.end() : following.start()]) for m, following in itertools.pairwise(marks)]
+    return [*out, ("assistant", "")]
 
 
 def _llama3(text: str) -> list[tuple[str, str]] | None:
@@ -241,6 +263,8 @@ class _Family:
 
 FAMILIES: tuple[_Family, ...] = (
     _Family("chatml", "<|im_start|>", _chatml, ("<|im_start|>", "<|im_end|>"), ("<|im_end|>", "<|endoftext|>")),
+    # no control strings: the logged text lost them, so it cannot be the exact prompt; the messages are rendered
+    _Family("chatml_decoded", "\nassistant\n", _chatml_decoded, (), ()),
     _Family(
         "llama3",
         "<|start_header_id|>",
