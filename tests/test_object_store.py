@@ -21,13 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.ipc as ipc
 import pytest
 
 from benchmarks import corpus as gen
 from msgtrain.errors import ConfigError, OutputError
+from msgtrain.export.schema import CANONICAL_SCHEMA
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.part_store import SAMPLES_FILE
+from msgtrain.run.part_store import PART_FILE, SAMPLES_FILE
 from msgtrain.run.parts import LinearizeSettings
 from msgtrain.run.publish import state_dir
 from msgtrain.run.storage import POINTER, Store, current_version, is_remote, join, version_url
@@ -246,22 +249,6 @@ def test_a_killed_driver_leaves_the_published_version_and_resume_finishes_with_t
     assert len(store_versions) == 2 and again["published"]["version"] in store_versions
 
 
-def _flip_a_byte_of_the_largest_part(s3: Store, out: str) -> None:
-    """A byte inside the token ids of the part with the most samples: the file stays a valid Arrow file of the
-    canonical schema, only its checksum tells."""
-    if is_remote(out):
-        s3.fs.invalidate_cache()
-        url = max((u for u, _ in s3.list_files(join(out, "_state", "parts")) if u.endswith(SAMPLES_FILE)), key=s3.size)
-        data = bytearray(s3.read_bytes(url))
-        data[len(data) // 2] ^= 0x01
-        s3.put_bytes(url, bytes(data))
-        return
-    path = max((state_dir(Path(out)) / "parts").glob(f"*/{SAMPLES_FILE}"), key=lambda p: p.stat().st_size)
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
-
-
 def _dataset(s3: Store, out: str) -> dict[str, bytes]:
     if is_remote(out):
         return _published(s3, out)
@@ -277,7 +264,7 @@ def test_a_part_changed_after_it_was_written_is_never_assembled_and_resume_recom
     cfg = ConvertConfig(inputs=(str(logs),), output=out, resume=True, quiet=True)
     assert pipeline.convert(cfg)["resume"]["converted"] == 3
     want = _dataset(s3, out)
-    _flip_a_byte_of_the_largest_part(s3, out)
+    _flip_a_byte_of_the_part_of(s3, out, logs / "calls-00.jsonl")
     if where == "bucket keeping no MD5":
         # A store whose metadata holds no MD5 of an object (an S3 multipart or SSE-KMS upload): reuse cannot check
         # the part without downloading it, so assembly does, and the run stops before publishing anything.
@@ -292,21 +279,29 @@ def test_a_part_changed_after_it_was_written_is_never_assembled_and_resume_recom
     assert _dataset(s3, out) == want
 
 
+def _flipped(data: bytes) -> bytes:
+    """``data`` (an Arrow file of samples) with a byte inside its token ids flipped: still a valid Arrow file of the
+    canonical schema (so only the checksums can tell), with other tokens."""
+    flipped = bytearray(data)
+    flipped[len(flipped) // 2] ^= 0x01
+    table = ipc.open_file(pa.BufferReader(bytes(flipped))).read_all()
+    assert table.schema.equals(CANONICAL_SCHEMA) and not table.equals(ipc.open_file(pa.BufferReader(data)).read_all())
+    return bytes(flipped)
+
+
 def _flip_a_byte_of_the_part_of(s3: Store, out: str, source: Path) -> None:
-    """Flip a byte of the samples of the part converted from ``source``."""
+    """Flip a byte of the samples of the part converted from ``source`` (:func:`_flipped`)."""
     if is_remote(out):
         s3.fs.invalidate_cache()
-        metas = [u for u, _ in s3.list_files(join(out, "_state", "parts")) if u.endswith("/part.json")]
-        part = next(u for u in metas if json.loads(s3.read_bytes(u))["source"] == str(source)).rpartition("/")[0]
-        data = bytearray(s3.read_bytes(join(part, SAMPLES_FILE)))
-        data[len(data) // 2] ^= 0x01
-        s3.put_bytes(join(part, SAMPLES_FILE), bytes(data))
+        metas = [u for u, _ in s3.list_files(join(out, "_state", "parts")) if u.endswith(f"/{PART_FILE}")]
+        meta = next(u for u in metas if json.loads(s3.read_bytes(u))["source"] == str(source))
+        url = join(meta.rpartition("/")[0], SAMPLES_FILE)
+        s3.put_bytes(url, _flipped(s3.read_bytes(url)))
         return
-    metas = (state_dir(Path(out)) / "parts").glob("*/part.json")
-    path = next(m for m in metas if json.loads(m.read_text())["source"] == str(source)).parent / SAMPLES_FILE
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
+    metas_on_disk = (state_dir(Path(out)) / "parts").glob(f"*/{PART_FILE}")
+    meta_path = next(m for m in metas_on_disk if json.loads(m.read_text())["source"] == str(source))
+    path = meta_path.parent / SAMPLES_FILE
+    path.write_bytes(_flipped(path.read_bytes()))
 
 
 @pytest.mark.parametrize("where", ["disk", "bucket"])
