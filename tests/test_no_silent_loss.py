@@ -32,12 +32,13 @@ def test_hidden_files_are_read_and_hidden_directories_are_listed_with_a_reason(t
     (logs / ".git").mkdir(parents=True)
     (logs / ".git" / "HEAD.json").write_text("{}")
     (logs / ".session.jsonl").write_text(json.dumps(CHAT) + "\n" + json.dumps(CHAT) + "\n")
-    # aider's transcript: a dotfile in markdown, which no reader reads: listed, never silently passed over.
-    (logs / ".aider.chat.history.md").write_text("#### hi\n\nhello\n")
+    # aider's transcript: a dotfile in markdown, read by the aider reader; a README beside it is listed with why.
+    (logs / ".aider.chat.history.md").write_text("#### hi  \n\nhello\n")
+    (logs / "README.md").write_text("# logs\n")
     code, report = _convert(tmp_path, str(logs))
-    assert code == 0 and report["turns"]["trained"] == 2
-    ignored = {Path(i["path"]).name: i["reason"] for i in report["files"]["ignored"]}
-    assert ignored == {".git": "hidden directory, not searched", ".aider.chat.history.md": "not a log file suffix"}
+    assert code == 0 and report["turns"]["trained"] == 3
+    ignored = {Path(i["path"]).name: i["reason"].split(":")[0] for i in report["files"]["ignored"]}
+    assert ignored == {".git": "hidden directory, not searched", "README.md": "not a log file suffix"}
 
 
 def test_the_books_estimate_the_assistant_turns_of_rejected_records(tmp_path: Path) -> None:

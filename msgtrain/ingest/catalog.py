@@ -133,6 +133,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/codex/rollout.jsonl",
     ),
     (
+        "aider",
+        "aider chat transcripts (.aider.chat.history.md): sessions of #### prompts, > output, replies",
+        "sample_logs/aider/.aider.chat.history.md",
+    ),
+    (
         "copilot_cli",
         "GitHub Copilot CLI sessions (JSONL events: session.start, user/assistant.message, tool.execution_*)",
         "sample_logs/copilot_cli/session.jsonl",

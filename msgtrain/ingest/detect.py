@@ -66,14 +66,19 @@ def detect_format(path: Path) -> Reader:
 
 def looks_like_a_log(path: Path) -> bool:
     """Whether a file whose name has no log suffix (a Letta ``.af`` agent file, a ``.log`` of JSON lines, a file
-    without a suffix, an AG2 ``logs.db``) holds JSON a reader recognises, the structural reader's message shapes
-    included, or is a SQLite database a reader recognises by its tables. Nothing else is looked at: a notebook or a
-    config that holds no conversation is not a log, and stays passed over."""
+    without a suffix, an AG2 ``logs.db``, an aider ``.aider.chat.history.md``) holds JSON a reader recognises, the
+    structural reader's message shapes included, is a SQLite database a reader recognises by its tables, or is text
+    a text reader (``reads_text``) recognises from its name and first KiB. Nothing else is looked at: a notebook, a
+    README or a config that holds no conversation is not a log, and stays passed over
+    (:func:`passed_over_reason` says why)."""
     try:
         with open(path, "rb") as f:
-            start = f.read(1024).lstrip(b"\xef\xbb\xbf \t\r\n")
+            head = f.read(1024)
     except OSError:
         return False
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if any(_accepts(reader, path, head) for reader in text_readers()):
+        return True
     # JSON, or a SQLite database (AG2's runtime logs.db) that a reader recognises by its tables.
     if start[:1] not in (b"{", b"[") and not start.startswith(b"SQLite format 3\x00"):
         return False
@@ -82,6 +87,27 @@ def looks_like_a_log(path: Path) -> bool:
     except Exception:  # not recognised (or unreadable): passed over, with its reason
         return False
     return True
+
+
+TEXT_SUFFIXES = (".md", ".markdown")  # markdown a transcript reader could read: passed over with its why
+
+
+def text_readers() -> list[Reader]:
+    """The readers of a text format (``reads_text``: markdown transcripts, not JSON), asked about files without a
+    log suffix."""
+    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
+
+    return [r for r in REGISTRY.values() if getattr(r, "reads_text", False)]
+
+
+def passed_over_reason(name: str, not_a_log: str) -> str:
+    """Why input discovery passed over a file named ``name`` (``not_a_log``: the plain reason): for text a transcript
+    reader could have read (a README, notes), what such a transcript looks like, so a transcript whose head was cut
+    or changed is not lost without a word."""
+    if not name.lower().endswith(TEXT_SUFFIXES):
+        return not_a_log
+    hints = "; ".join(str(getattr(r, "text_hint", r.name)) for r in text_readers())
+    return f"{not_a_log}: text that is not a transcript a reader knows ({hints})"
 
 
 EXPLAIN_BYTES = 4 * 1024 * 1024  # how much of an unrecognised file the explanations look at

@@ -15,6 +15,7 @@ from typing import Any
 from msgtrain.errors import FormatError
 from msgtrain.ingest import (
     ag2_logs,
+    aider,
     anthropic,
     autogen,
     batch_files,
@@ -83,6 +84,7 @@ _READERS: list[Reader] = [
     # Agent sessions and traces: their detectors key on format-specific fields, so they go before generic lists.
     claude_code.READER,
     codex.READER,
+    aider.READER,  # markdown, never JSON: claims nothing another reader would
     copilot_cli.READER,
     gemini_cli.READER,
     swe_agent.READER,

@@ -83,12 +83,19 @@ class DropReason(StrEnum):
     # A reply the log holds (origin ``carried``) in a context it does not hold whole: a record before it was
     # rejected or unknown, so no sample can be exact. Counted so the books show every reply, never trained.
     CONTEXT_UNKNOWN = "context_unknown"
+    # A reply the user stopped before it ended (aider's ^C): kept as the context later replies saw, never trained.
+    INTERRUPTED = "interrupted"
 
 
 # Drops that are the user's choice or the log's own limit, not a failure of this run: listed, but they do not make
 # ``convert`` and ``validate`` exit with "problems" (both read this one set, so their exit codes agree).
 NOT_FAILURES = frozenset(
-    {DropReason.POLICY_NOT_SELECTED.value, DropReason.NEGATIVE_LABEL.value, DropReason.CONTEXT_UNKNOWN.value}
+    {
+        DropReason.POLICY_NOT_SELECTED.value,
+        DropReason.NEGATIVE_LABEL.value,
+        DropReason.CONTEXT_UNKNOWN.value,
+        DropReason.INTERRUPTED.value,
+    }
 )
 
 # A sample whose context holds media (an image, a video, an audio clip) that the chat template never renders: its
@@ -677,13 +684,18 @@ class _GraphLinearizer:
             if key in seen or (self.opts.policies and policy not in self.opts.policies):
                 continue
             seen.add(key)
-            message = "the log holds this reply, but not the whole context it was sampled in"
-            self.result.turns.append(
-                TurnOutcome(
-                    node.id, self.g.graph_id, policy, "dropped", DropReason.CONTEXT_UNKNOWN.value, None, message
-                )
+            # A reader may say why it kept the reply as context only (``why_not_trained``), and that the user
+            # interrupted it (``interrupted``): a reply cut short is its own reason, not an unknown context.
+            meta = node.message.metadata
+            reason = DropReason.INTERRUPTED if meta.get("interrupted") is True else DropReason.CONTEXT_UNKNOWN
+            why = meta.get("why_not_trained")
+            message = (
+                why if isinstance(why, str) else "the log holds this reply, but not the whole context it was sampled in"
             )
-            self.result.drops[DropReason.CONTEXT_UNKNOWN.value] += 1
+            self.result.turns.append(
+                TurnOutcome(node.id, self.g.graph_id, policy, "dropped", reason.value, None, message)
+            )
+            self.result.drops[reason.value] += 1
 
     def _drop(self, t: Turn, reason: DropReason, message: str | None) -> None:
         self.result.turns.append(

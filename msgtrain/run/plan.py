@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError
 from msgtrain.ingest.chunks import Chunk
-from msgtrain.ingest.detect import looks_like_a_log
+from msgtrain.ingest.detect import looks_like_a_log, passed_over_reason
 from msgtrain.ingest.registry import directory_reader
 from msgtrain.linearize import load_tokenizer
 from msgtrain.run.config import ConvertConfig, ProgressHook
@@ -279,7 +279,7 @@ class _Walk:
         if unit or f.suffix.lower() in LOG_SUFFIXES or looks_like_a_log(f):
             found.append(f)
         else:
-            self.ignored.append({"path": str(f), "reason": NOT_A_LOG})
+            self.ignored.append({"path": str(f), "reason": passed_over_reason(f.name, NOT_A_LOG)})
 
     def directory(self, directory: Path, active: tuple[str, ...], found: list[Path]) -> None:
         try:
@@ -300,7 +300,7 @@ class _Walk:
             return
         if entry.name.startswith(".") and _is_dir(entry):
             # .git, .venv, caches: listed, not searched; a hidden *file* is a file like any other (aider's
-            # .aider.chat.history.md is listed below, a hidden .jsonl log is read).
+            # .aider.chat.history.md is read, a hidden .jsonl log too).
             self.ignored.append({"path": str(path), "reason": HIDDEN_DIRECTORY})
             return
         try:

@@ -460,8 +460,14 @@ def discover_objects(item: str) -> Found:
         if suffix in LOG_SUFFIXES or url == item.rstrip("/") or _object_looks_like_a_log(url):
             mine.append(url)
         else:
-            ignored.append({"path": url, "reason": NOT_A_LOG})
+            ignored.append({"path": url, "reason": _passed_over_reason(name)})
     return sorted(mine), ignored
+
+
+def _passed_over_reason(name: str) -> str:
+    from msgtrain.ingest.detect import passed_over_reason  # as the local walk says it
+
+    return passed_over_reason(name, NOT_A_LOG)
 
 
 def _object_looks_like_a_log(url: str) -> bool:

@@ -320,7 +320,7 @@ def validate_inputs(
 
     reader = forced_reader(input_format, mapping)
     report = ValidationReport(
-        ignored=[i["path"] for i in ignored if i["reason"] == NOT_A_LOG], linearized=lin is not None
+        ignored=[i["path"] for i in ignored if i["reason"].startswith(NOT_A_LOG)], linearized=lin is not None
     )
     for path in files:
         validate_file(path, reader, report, lin)

@@ -1,0 +1,450 @@
+"""aider chat transcripts: the markdown file aider appends every session to (``.aider.chat.history.md`` in the
+repository, or any name given with ``--chat-history-file``).
+
+The grammar is the one aider's ``InputOutput`` writes (``aider/io.py``, Aider-AI/aider at 5dc9490b), one call per
+piece, each ending with a line break:
+- ``# aider chat started at YYYY-MM-DD HH:MM:SS`` opens a session (``# Aider chat started`` before v0.4).
+- ``user_input``: what the user typed, each of its lines prefixed ``#### `` and ended with two spaces (a markdown
+  line break), after a blank line; an empty input is ``#### <blank>``. Commands (``/add``, ``/run``, ``!cmd``) are
+  logged the same way, and so are the answers to a "(Y)es/(N)o" question a group preference answered.
+- ``tool_output`` / ``tool_warning`` / ``tool_error`` and every question with its answer: ``> `` lines ending with
+  two spaces (a multi-line ``tool_output`` message has ``> `` on its first line only; its last line ends with the
+  two spaces).
+- ``ai_output``: the assistant's reply, stripped, between blank lines, as plain markdown (SEARCH/REPLACE blocks,
+  diffs, whole files); reasoning, when the model streams it, wrapped in ``<thinking-content-...>`` tags (or the
+  model's own ``<think>``-like tag) before the answer.
+
+What is read (one graph per session, ``aider:file-<hash>:<n>``, policy ``aider``, each reply's model from the
+session's ``Main model:`` / ``Model:`` line):
+- A prompt is a user message, its lines joined; ``/ask``, ``/code``, ``/architect``, ``/context`` with text, and
+  ``/ok``, send their text (aider logs that text again as a prompt when it runs the command: the copy is not a
+  second message).
+- A reply after a logged prompt is a sampled turn; its reasoning is a reasoning part, its answer the text (what
+  aider keeps in its history).
+- ``/clear`` and ``/reset`` empty aider's history: what follows starts a new branch from the root (a ``rewind``
+  edge).
+- Architect mode: once the user accepts "Edit the files?", aider hands the architect's reply to a fresh editor
+  conversation, logging it again as a prompt: the editor's reply is sampled on a branch of its own, whose only
+  context is that prompt.
+- Other commands (``/add``, ``/drop``, ``/run``, ``/undo``, ``/tokens``, ``/model`` ...) are not messages, nor are
+  ``> `` lines: they are aider's terminal, not the model's context.
+
+Not trained, and said so:
+- A reply the user interrupted (``^C`` before it ended) stays in the history aider kept (with, from v0.72.2, the
+  ``^C KeyboardInterrupt`` / "I see that you interrupted my previous reply." pair aider adds after it), origin
+  ``carried``, dropped as ``interrupted``: never a positive example.
+- A reply whose prompt the transcript does not hold (a ``--watch-files`` "AI!" comment request, a lint or test
+  failure or a failed edit aider reflected back, ``/help`` answered with aider's docs) is a ``carried`` side
+  branch, dropped as ``context_unknown``: the next replies' contexts do not include it. One reflection is whole in
+  the transcript: the files a reply named that the user let aider add ("Add file to the chat?" answered yes, the
+  file on the line before): aider's note naming them is the next reply's prompt.
+- Every graph is ``context_incomplete`` (``system_prompt``): aider sends a system prompt, examples, the repository
+  map and the files in the chat, none of which the transcript holds; the same is true of the commit notes, command
+  output and web pages aider adds to its history and of the summaries that replace a long history. A system prompt
+  supplied in the config (``context:``, format ``aider``) is put in front of each branch.
+
+Accounting: a session is one record: a graph, or a ``ReadSkip`` (``aider_session_without_chat``) when it holds no
+prompt and no reply. A file with no session header is read as one session when it holds prompts (a transcript
+whose first lines were cut).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef, bounded_lines
+from msgtrain.ingest.session_common import Chain, graph_id_for
+from msgtrain.model.completeness import mark_context_incomplete
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.message import Generation, Part, PartsMessage, ReasoningPart, TextPart
+
+POLICY = "aider"
+TRANSCRIPT_NAME = ".aider.chat.history.md"
+HEADER = re.compile(r"^# aider chat started at (?P<when>.*?)\s*$", re.IGNORECASE)
+# aider's own commands (aider/commands.py): a typed ``/name`` resolves to the one command it is a prefix of.
+COMMANDS = (
+    "add", "architect", "ask", "chat-mode", "clear", "code", "commit", "context", "copy", "copy-context", "diff",
+    "drop", "edit", "editor", "editor-model", "exit", "git", "help", "lint", "load", "ls", "map", "map-refresh",
+    "model", "models", "multiline-mode", "ok", "paste", "quit", "read-only", "reasoning-effort", "report", "reset",
+    "run", "save", "settings", "test", "think-tokens", "tokens", "undo", "voice", "weak-model", "web",
+)  # fmt: skip
+CHAT_COMMANDS = frozenset({"ask", "code", "architect", "context"})  # their text is a user message
+CLEARING_COMMANDS = frozenset({"clear", "reset"})  # they empty aider's history
+OK_MESSAGE = "Ok, please go ahead and make those changes."  # what ``/ok`` sends (aider/commands.py cmd_ok)
+INTERRUPT_USER = "^C KeyboardInterrupt"  # the pair aider adds after an interrupted reply (base_coder, v0.72.2 on)
+INTERRUPT_ASSISTANT = "I see that you interrupted my previous reply."
+INTERRUPT_PAIR_SINCE = (0, 72, 2)
+# The note aider sends after adding the files a reply named (aider/prompts.py ``added_files``, unchanged since 2023).
+ADDED_FILES = "I added these files to the chat: {fnames}\nLet me know if there are others we should add."
+QUESTION = re.compile(r"\(Y\)es/\(N\)o.*\[[^\]]*\]:\s*\S*\s*$")  # a confirm question with its answer
+REASONING = re.compile(
+    r"\A<(?P<tag>thinking-content-[0-9a-f]+|think|thinking|reasoning)>\s*(?P<text>.*?)\s*</(?P=tag)>\s*", re.S
+)
+UNLOGGED_CONTEXT = (
+    "aider sends a system prompt, examples, the repository map and the files in the chat, which its transcript does"
+    " not hold (nor the commit notes, command output and web pages it adds to its history, nor its summaries)"
+)
+UNSEEN_PROMPT = (
+    "the transcript does not hold this reply's prompt (a --watch-files request, a reflected lint, test or edit"
+    " error, a /help question)"
+)
+INTERRUPTED_WHY = "the user interrupted this reply (^C) before it ended"
+
+Kind = Literal["user", "tool", "assistant"]
+
+
+@dataclass
+class Block:
+    """Consecutive lines of one kind, and the line number (1-based) of the first."""
+
+    kind: Kind
+    line: int
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Session:
+    """One ``# aider chat started at`` section (or the lines before the first header)."""
+
+    line: int
+    when: str | None
+    blocks: list[Block] = field(default_factory=list)
+
+
+class AiderReader:
+    name = "aider"
+    description = "aider chat transcripts (.aider.chat.history.md): sessions of #### prompts, > output, replies"
+    example = "sample_logs/aider/.aider.chat.history.md"
+    # A text format: input discovery asks this reader about files whose name has no log suffix (markdown).
+    reads_text = True
+    text_hint = "an aider transcript starts with '# aider chat started at'"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        """A head whose first non-blank line is aider's session header, or (for a transcript whose first session was
+        cut) a file named like aider's transcript that is not JSON."""
+        text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+        if HEADER.match(text.split("\n", 1)[0].rstrip("\r")):
+            return True
+        named = path.name.lower().endswith(TRANSCRIPT_NAME)
+        return named and text[:1] not in ("{", "[") and ("\n" + text).find("\n#### ") >= 0
+
+    def read(self, path: Path) -> Iterator[ReadItem]:
+        for index, session in enumerate(read_sessions(path)):
+            ref = SourceRef(str(path), f"line {session.line}")
+            yield RecordTask(ref, partial(_session_events, path, index, session, ref), raw=_session_excerpt(session))
+
+
+# ------------------------------------------------------------------------------------------------------ parsing
+def read_sessions(path: Path) -> Iterator[Session]:
+    """The sessions of a transcript, streamed, each as its blocks of user, tool and assistant lines."""
+    with open(path, "rb") as f:
+        raw_lines = [raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r") for raw in bounded_lines(f)]
+    # aider ends every prompt and output line with two spaces; a file that lost them (an editor trimming
+    # trailing whitespace) is read by prefixes alone, which cannot tell a reply's own "> " quote from output.
+    strict = any(line.endswith("  ") for line in raw_lines if line.startswith(("#### ", "> ")))
+    session: Session | None = None
+    lines: list[tuple[int, str]] = []
+    for number, line in enumerate(raw_lines, 1):
+        match = HEADER.match(line)
+        if match:
+            if session is not None or _has_chat(lines):
+                yield _blocks(session or Session(1, None), lines, strict)
+            session, lines = Session(number, match.group("when")), []
+            continue
+        lines.append((number, line))
+    if session is not None or _has_chat(lines):
+        yield _blocks(session or Session(1, None), lines, strict)
+
+
+def _has_chat(lines: list[tuple[int, str]]) -> bool:
+    return any(line.startswith("#### ") for _, line in lines)
+
+
+def _kind(line: str, strict: bool) -> Kind | None:
+    """The kind of a line that starts a prompt or an output line, or None (a reply's line, or blank)."""
+    ended = not strict or line.endswith("  ")
+    if (line.startswith("#### ") or line == "####") and ended:
+        return "user"
+    if line.startswith(("> ", ">")) and (len(line) == 1 or line[1] == " "):
+        # An output line; in a strict file one without the two spaces starts a multi-line message.
+        return "tool"
+    return None
+
+
+def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Session:
+    current: Block | None = None
+    continuing = False  # inside a multi-line output message (its lines after the first have no "> ")
+    for number, line in lines:
+        if continuing:
+            assert current is not None
+            current.lines.append(line)
+            continuing = not line.endswith("  ")
+            continue
+        kind = _kind(line, strict)
+        if kind == "tool" and strict and not line.endswith("  ") and (current is None or current.kind != "tool"):
+            kind = None  # a reply's own "> " quote: output lines come after output or prompts, as whole lines
+        if kind is None:
+            if not line.strip() and (current is None or current.kind != "assistant"):
+                current = None  # blank lines between pieces
+                continue
+            kind = "assistant"
+        if current is None or current.kind != kind:
+            current = Block(kind, number)
+            session.blocks.append(current)
+        if kind == "tool":
+            current.lines.append(line[2:] if line.startswith("> ") else line[1:])
+            continuing = strict and not line.endswith("  ")
+        elif kind == "user":
+            current.lines.append(line[5:])
+        else:
+            current.lines.append(line)
+    return session
+
+
+def prompt_text(block: Block) -> str:
+    """What the user typed: the ``#### `` lines joined, without the two spaces aider appended to each."""
+    return "\n".join(line[:-2] if line.endswith("  ") else line for line in block.lines)
+
+
+def reply_parts(block: Block) -> tuple[Part, ...]:
+    """A reply's reasoning (when aider logged it in tags) and its answer."""
+    text = "\n".join(block.lines).strip()
+    match = REASONING.match(text)
+    parts: list[Part] = []
+    if match:
+        if match.group("text"):
+            parts.append(ReasoningPart(text=match.group("text")))
+        text = text[match.end() :].strip()
+    if text or not parts:
+        parts.append(TextPart(text=text))
+    return tuple(parts)
+
+
+def _session_excerpt(session: Session) -> str:
+    head = [f"# aider chat started at {session.when}"] if session.when else []
+    for block in session.blocks[:6]:
+        prefix = {"user": "#### ", "tool": "> ", "assistant": ""}[block.kind]
+        head.extend(prefix + line for line in block.lines[:4])
+    return "\n".join(head)
+
+
+# ------------------------------------------------------------------------------------------------ interpretation
+def command_of(text: str) -> tuple[str | None, str] | None:
+    """``(command, arguments)`` of a typed command (``None`` as the command when no command or several match, as
+    aider's own ``Invalid``/``Ambiguous command``), or None when ``text`` is not a command."""
+    if not text.startswith(("/", "!")):
+        return None
+    if text.startswith("!"):
+        return "run", text[1:]
+    word, _, rest = text[1:].partition(" ")
+    word = word.split("\n", 1)[0]
+    rest = text[1 + len(word) :].strip()
+    if word in COMMANDS:
+        return word, rest
+    matches = [c for c in COMMANDS if c.startswith(word)] if word else []
+    return (matches[0] if len(matches) == 1 else None), rest
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    match = re.match(r"Aider v(\d+)\.(\d+)\.(\d+)", text)
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+class _SessionBuilder:
+    """Replays one session as aider kept its history (see the module docstring)."""
+
+    def __init__(self, path: Path, index: int, session: Session):
+        self.graph = MessageGraph(graph_id=f"{graph_id_for('aider', None, path)}:{index}", policy=POLICY)
+        self.chain = Chain(self.graph)
+        self.session = session
+        self.model: str | None = None
+        self.editor_model: str | None = None
+        self.version: tuple[int, ...] | None = None
+        self.prompt: str | None = None  # the logged prompt not yet answered (held: an interrupt may change it)
+        self.interrupted = False  # a ^C since the prompt, before any reply
+        self.in_flight = False  # that ^C came while the request could still be running (no output before it)
+        self.settled = False  # aider printed something since the prompt (an error, a refusal): not in flight
+        self.echo: str | None = None  # the text a chat command sends, which aider logs again as a prompt
+        self.last_reply: str | None = None
+        self.handoff = False  # the user accepted "Edit the files?": the editor is handed the last reply
+        self.editor_prompt: str | None = None
+        self.subject: str | None = None  # the last output line: the file a following question asks about
+        self.mentioned: list[str] = []  # files of the last reply the user let aider add: their note is the prompt
+        self.chat = False
+
+    def build(self) -> MessageGraph | None:
+        for block in self.session.blocks:
+            if block.kind == "tool":
+                self._output(block)
+            elif block.kind == "user":
+                self._prompt(block)
+            else:
+                self._reply(block)
+        self._flush_prompt()
+        if not self.chat:
+            return None
+        mark_context_incomplete(self.graph, ["system_prompt"], UNLOGGED_CONTEXT)
+        if self.session.when:
+            self.graph.metadata["started_at"] = self.session.when
+        return self.graph
+
+    # ------------------------------------------------------------------ the three kinds of block
+    def _output(self, block: Block) -> None:
+        for line in block.lines:
+            text = line.strip()
+            if text.startswith("^C ") and (self.prompt is not None or self.mentioned):
+                self.interrupted = True
+                self.in_flight = self.in_flight or not self.settled
+            elif text and not QUESTION.search(text):
+                self.settled = True
+            if text.startswith("^C "):
+                continue
+            if text == "Processing your request...":  # --watch-files: an "AI!" comment is the prompt, unlogged
+                self._flush_prompt()
+            elif match := re.match(r"(?:Main model|Models?): (\S+)", text):
+                self.model = match.group(1)
+            elif match := re.match(r"Editor model: (\S+)", text):
+                self.editor_model = match.group(1)
+            elif (version := _version(text)) is not None:
+                self.version = version
+            elif text.startswith("Edit the files?") and QUESTION.search(text):
+                self.handoff = _accepted(text)
+            elif (
+                text.startswith("Add file to the chat?")
+                and QUESTION.search(text)
+                and _accepted(text)
+                and self.prompt is None
+                and self.subject
+            ):
+                self.mentioned.append(self.subject)
+            if text and not QUESTION.search(text):
+                self.subject = text
+
+    def _prompt(self, block: Block) -> None:
+        text = prompt_text(block)
+        if text.strip() in ("", "<blank>") or ("\n" not in text and QUESTION.search(text)):
+            return  # an empty input, or a question's answer logged as input: nothing is sent
+        if self.handoff and self.last_reply is not None and text.strip() == self.last_reply:
+            self.handoff, self.editor_prompt = False, text
+            return
+        self.handoff = False
+        if self.echo is not None and text == self.echo:
+            self.echo = None
+            return
+        self.echo = None
+        command = command_of(text)
+        if command is None:
+            self._user(text)
+            return
+        name, args = command
+        if name in CHAT_COMMANDS and args:
+            self._user(args)
+            self.echo = args
+        elif name == "ok":
+            message = f"{OK_MESSAGE} {args}" if args else OK_MESSAGE
+            self._user(message)
+            self.echo = message
+        elif name == "help" and args:  # answered by aider's help coder, from its docs, not this conversation
+            self._flush_prompt()
+            self.echo = args
+        elif name in CLEARING_COMMANDS:
+            self._flush_prompt()
+            self.chain.rewind(0)
+
+    def _reply(self, block: Block) -> None:
+        message = PartsMessage(parts=reply_parts(block), policy=POLICY, role_hint_for_llm="assistant")
+        self.chat = True
+        self.last_reply = message.parts[-1].text if isinstance(message.parts[-1], TextPart) else None
+        if self.editor_prompt is not None:  # the editor's own conversation: the architect's reply, then this
+            root = self.graph.add_node(None, _user_message(self.editor_prompt), origin=Origin.CONTEXT)
+            generation = _generation(self.editor_model or self.model)
+            self.graph.add_node(root, message, origin=Origin.SAMPLED, generation=generation)
+            self.editor_prompt = None
+            return
+        if self.prompt is not None:
+            self.chain.append(_user_message(self.prompt))
+            self.prompt = None
+        elif self.mentioned:
+            # The files a reply named and the user let aider add: aider sends their note as the next prompt.
+            self.chain.append(_user_message(ADDED_FILES.format(fnames=", ".join(self.mentioned))), Origin.INJECTED)
+            self.mentioned = []
+        else:
+            # No logged prompt since the last reply: what the model answered is not in the transcript.
+            unseen = message.model_copy(update={"metadata": {"why_not_trained": UNSEEN_PROMPT}})
+            self.graph.add_node(self.chain.head, unseen, origin=Origin.CARRIED)
+            return
+        if self.interrupted:
+            interrupted = message.model_copy(
+                update={"metadata": {"interrupted": True, "why_not_trained": INTERRUPTED_WHY}}
+            )
+            self.chain.append(interrupted, Origin.CARRIED)
+            self._interrupt_pair(after_reply=True)
+            self.interrupted = self.in_flight = False
+            return
+        self.chain.append(message, Origin.SAMPLED, generation=_generation(self.model))
+
+    # ------------------------------------------------------------------ history as aider keeps it
+    def _user(self, text: str) -> None:
+        self._flush_prompt()
+        self.prompt = text
+        self.chat = True
+        self.interrupted = self.in_flight = self.settled = False
+        self.mentioned = []
+
+    def _flush_prompt(self) -> None:
+        """A prompt that got no reply stays in aider's history (the request failed, or was interrupted before any
+        text: then aider appends ``^C KeyboardInterrupt`` to it)."""
+        if self.prompt is None:
+            return
+        text, self.prompt = self.prompt, None
+        # Only a request still running when the user pressed ^C is interrupted; a ^C after aider refused or failed
+        # it (a context too large, an API error) was at the input prompt, and changes nothing.
+        in_flight = self.interrupted and self.in_flight and self._pairs_interrupts()
+        if in_flight:
+            text += "\n" + INTERRUPT_USER
+        self.chain.append(_user_message(text))
+        if in_flight:
+            self._interrupt_pair(after_reply=False)
+        self.interrupted = self.in_flight = False
+
+    def _pairs_interrupts(self) -> bool:
+        return self.version is None or self.version >= INTERRUPT_PAIR_SINCE
+
+    def _interrupt_pair(self, after_reply: bool) -> None:
+        if not self._pairs_interrupts():
+            return
+        if after_reply:
+            self.chain.append(_user_message(INTERRUPT_USER), Origin.INJECTED)
+        note = PartsMessage(parts=(TextPart(text=INTERRUPT_ASSISTANT),), policy=POLICY, role_hint_for_llm="assistant")
+        self.chain.append(note, Origin.INJECTED)
+
+
+def _accepted(question: str) -> bool:
+    """Whether a logged "(Y)es/(N)o ... [Default]: answer" question was answered yes (or all, or by default)."""
+    answer = question.rsplit(":", 1)[1].strip().lower()
+    default = question.rsplit("[", 1)[1].split("]", 1)[0].strip().lower()
+    return (answer or default)[:1] in ("y", "a")
+
+
+def _user_message(text: str) -> PartsMessage:
+    return PartsMessage(parts=(TextPart(text=text),), policy="user", role_hint_for_llm="user")
+
+
+def _generation(model: str | None) -> Generation | None:
+    return Generation(model=model) if model else None
+
+
+def _session_events(path: Path, index: int, session: Session, ref: SourceRef) -> Iterator[ReadEvent]:
+    graph = _SessionBuilder(path, index, session).build()
+    if graph is None:
+        yield ReadSkip(ref, "aider_session_without_chat")
+        return
+    yield ReadGraph(graph, ref)
+
+
+READER = AiderReader()

@@ -1,0 +1,301 @@
+"""aider chat transcripts (``.aider.chat.history.md``): the reader, its detection, and input discovery of markdown.
+
+The fixtures are written here in the shape aider writes (``aider/io.py`` ``user_input`` / ``ai_output`` /
+``append_chat_history``, ``aider/coders/base_coder.py``, ``aider/commands.py`` in Aider-AI/aider at
+5dc9490bb35f9729ef2c95d00a19ccd30c26339c), and in the shape of public transcripts (never their text):
+- AlexShchuka/mozgoslav ``.aider.chat.history.md`` at 1f66bc9d44c5950cada7054a9581d7058caaac66 (v0.86: streamed
+  ``<thinking-content-...>`` reasoning, a ``^C`` before the partial reply it interrupted, "Add file to the chat?"
+  answered by a group preference and logged as ``####`` input);
+- Abhisekpm/JobSpeak ``.aider.chat.history.md`` at 25a5ac71d552440f7f7e330ecb8e1f487e87dd5f (v0.79: a context too
+  large, "Try to proceed anyway? n", then ``^C`` at the input prompt);
+- BjornNordblom/pocketflow-text2sql-gui ``.aider.chat.history.md`` at fa36619313c0eb9605ca446524c7c0b111af6b59
+  (CRLF line ends, multi-line pasted prompts with blank lines written ``####   ``).
+``sample_logs/aider/.aider.chat.history.md`` is written by hand in the same shape.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from msgtrain.cli import main
+from msgtrain.ingest.aider import ADDED_FILES, INTERRUPT_ASSISTANT, INTERRUPT_USER, OK_MESSAGE, command_of
+from msgtrain.ingest.base import ReadGraph, ReadSkip
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format, looks_like_a_log
+from msgtrain.model.completeness import missing_context
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.run.plan import discover_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_logs" / "aider" / ".aider.chat.history.md"
+HEADER = "# aider chat started at 2025-06-02 10:14:03"
+STARTUP = "> Aider v0.86.1  \n> Main model: openai/gpt-4.1 with diff edit format  \n"
+THINK = "thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b"
+
+
+def transcript(*pieces: str, header: str = HEADER) -> str:
+    """A session as aider appends it: the header, then each piece after a blank line."""
+    return f"\n{header}\n\n" + STARTUP + "".join(f"\n{p}\n" for p in pieces)
+
+
+def prompt(text: str) -> str:
+    """``user_input``: each line prefixed ``#### `` and ended with two spaces."""
+    return "  \n".join(f"#### {line}" for line in text.split("\n")) + "  "
+
+
+def graphs_of(path: Path) -> list[MessageGraph]:
+    return [ev.graph for ev in read_events(detect_format(path), path) if isinstance(ev, ReadGraph)]
+
+
+def branch_texts(graph: MessageGraph) -> list[list[tuple[str, str, str]]]:
+    """Each branch as (role, origin, text) per message."""
+    return [
+        [(n.message.role, str(n.origin), n.message.text) for n in branch.nodes]
+        for branch in sorted(graph.branches(), key=lambda b: len(b.nodes))
+    ]
+
+
+def write(tmp_path: Path, text: str, name: str = ".aider.chat.history.md", newline: str = "\n") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text.replace("\n", newline).encode("utf-8"))
+    return path
+
+
+def test_the_sample_trains_each_reply_whose_prompt_the_transcript_holds_and_names_the_others() -> None:
+    out = []
+    for ev in read_events(detect_format(SAMPLE), SAMPLE):
+        assert isinstance(ev, ReadGraph)
+        out.append(ev.graph)
+    first, second = out
+    assert missing_context(first) == ["system_prompt"] and missing_context(second) == ["system_prompt"]
+    replies = [n for n in first.nodes.values() if n.message.role == "assistant"]
+    assert sorted(str(n.origin) for n in replies) == ["carried", "injected", "sampled", "sampled", "sampled", "sampled"]
+    users = [n.message.text for n in first.nodes.values() if n.message.role == "user"]
+    assert 'make greet() take a name\nand default it to "world"' in users
+    assert users.count("does anything else call greet()?") == 1  # /ask's text, not the copy aider logs again
+    assert ADDED_FILES.format(fnames="main.py") in users
+    assert not any(u.startswith(("/", "Add ")) for u in users)
+    # /clear: the test request starts a branch of its own, from the root.
+    assert "add a test for greet" in [first.nodes[r].message.text for r in first.children[None]]
+    # --watch-files: the reply to an "AI!" comment is not on the branch the next prompt extends.
+    (unseen,) = [n for n in second.nodes.values() if n.origin is Origin.CARRIED]
+    assert unseen.message.metadata["why_not_trained"].startswith("the transcript does not hold this reply's prompt")
+    assert [b[0][2] for b in branch_texts(second) if b[0][0] == "user"] == ["thanks, now also strip the name"]
+
+
+def test_converting_the_sample_counts_the_interrupted_and_the_unseen_replies_with_their_reasons(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    assert main(["convert", str(SAMPLE.parent), "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["turns"]["found"] == 7 and report["turns"]["trained"] == 5
+    assert report["turns"]["dropped_by_reason"] == {"interrupted": 1, "context_unknown": 1}
+    assert report["flags"]["context_incomplete"] == report["samples"]["written"]
+
+
+def test_a_reply_interrupted_mid_stream_is_context_for_later_turns_never_trained(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        transcript(
+            prompt("why is the hotkey slow?"),
+            ">  \n>  \n> ^C again to exit  ",  # keyboard_interrupt() logs before the partial reply (send's finally)
+            f"<{THINK}>\n\nLet me think.\n\n</{THINK}>\n\nThe hotkey handler waits",
+            "> Tokens: 9.1k sent, 20 received.  ",
+            prompt("you were looping; what is the cause?"),
+            "The handler awaits the backend on every key press.",
+        ),
+    )
+    (graph,) = graphs_of(path)
+    (branch,) = branch_texts(graph)
+    assert branch == [
+        ("user", "context", "why is the hotkey slow?"),
+        ("assistant", "carried", "The hotkey handler waits"),
+        ("user", "injected", INTERRUPT_USER),
+        ("assistant", "injected", INTERRUPT_ASSISTANT),
+        ("user", "context", "you were looping; what is the cause?"),
+        ("assistant", "sampled", "The handler awaits the backend on every key press."),
+    ]
+    interrupted = next(n for n in graph.nodes.values() if n.origin is Origin.CARRIED)
+    assert [p.kind for p in interrupted.message.parts] == ["reasoning", "text"]
+    out = tmp_path / "out"
+    assert main(["convert", str(path), "-o", str(out)]) == 0  # an interrupted reply is the log's limit, not a failure
+    report = json.loads((out / "report.json").read_text())
+    assert report["turns"]["dropped_by_reason"] == {"interrupted": 1}
+    assert report["turns"]["trained"] == 1
+
+
+def test_before_v0_72_2_an_interrupted_reply_is_followed_by_no_note(tmp_path: Path) -> None:
+    text = transcript(prompt("go"), "> ^C again to exit  ", "Partial", prompt("again"), "Whole.")
+    path = write(tmp_path, text.replace("Aider v0.86.1", "Aider v0.48.1"))
+    (graph,) = graphs_of(path)
+    assert [t[2] for t in branch_texts(graph)[0]] == ["go", "Partial", "again", "Whole."]
+
+
+def test_a_ctrl_c_after_aider_refused_the_request_changes_no_message(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        transcript(
+            prompt("can you run this application?"),
+            "> Your estimated chat context of 275,159 tokens exceeds the 200,000 token limit for anthropic/sonnet!  \n"
+            "> Try to proceed anyway? (Y)es/(N)o [Yes]: n  \n>  \n>  \n> ^C again to exit  ",
+            prompt("make the button black"),
+            "Done.",
+        ),
+    )
+    (graph,) = graphs_of(path)
+    assert [t[2] for t in branch_texts(graph)[0]] == ["can you run this application?", "make the button black", "Done."]
+
+
+def test_a_ctrl_c_before_any_text_of_a_running_request_ends_the_prompt_as_aider_records_it(tmp_path: Path) -> None:
+    path = write(tmp_path, transcript(prompt("hello"), ">  \n>  \n> ^C again to exit  ", prompt("hi"), "Hi!"))
+    (graph,) = graphs_of(path)
+    assert [t[2] for t in branch_texts(graph)[0]] == [
+        f"hello\n{INTERRUPT_USER}",
+        INTERRUPT_ASSISTANT,
+        "hi",
+        "Hi!",
+    ]
+
+
+def test_commands_are_not_messages_and_chat_commands_send_their_text_once(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        transcript(
+            prompt("/add src/app.py"),
+            "> Added src/app.py to the chat  ",
+            prompt("/ask what does main do?"),
+            prompt("what does main do?"),  # Coder.run(with_message) logs the text again
+            "It parses arguments.",
+            prompt("/tok"),
+            "> Approximate context window usage  ",
+            prompt("/ok and add a test"),
+            prompt(f"{OK_MESSAGE} and add a test"),
+            "Done.",
+            prompt("!ls"),
+            prompt("/undo"),
+        ),
+    )
+    (graph,) = graphs_of(path)
+    assert [t[2] for t in branch_texts(graph)[0]] == [
+        "what does main do?",
+        "It parses arguments.",
+        f"{OK_MESSAGE} and add a test",
+        "Done.",
+    ]
+
+
+def test_command_names_resolve_by_unique_prefix_as_aider_resolves_them() -> None:
+    assert command_of("/tok") == ("tokens", "")
+    assert command_of("/a x") == (None, "x")  # add, architect, ask: ambiguous, nothing runs
+    assert command_of("/ask  two  spaces") == ("ask", "two  spaces")
+    assert command_of("!pytest -q") == ("run", "pytest -q")
+    assert command_of("plain text") is None
+
+
+def test_the_editor_of_architect_mode_replies_in_a_conversation_of_its_own(tmp_path: Path) -> None:
+    plan = "Change `greet` to take a name.\n\n1. Add the parameter."
+    path = write(
+        tmp_path,
+        transcript(
+            "> Editor model: openai/gpt-4.1-mini with editor-diff edit format  ",
+            prompt("/architect greet by name"),
+            prompt("greet by name"),
+            plan,
+            "> Tokens: 1.2k sent, 30 received.  \n> Edit the files? (Y)es/(N)o [Yes]: y  ",
+            prompt(plan),  # editor_coder.run(with_message=content) logs the plan as a prompt
+            "greet.py\n```python\n<<<<<<< SEARCH\ndef greet():\n=======\ndef greet(name):\n>>>>>>> REPLACE\n```",
+            "> Applied edit to greet.py  ",
+        ),
+    )
+    (graph,) = graphs_of(path)
+    editor, architect = sorted(branch_texts(graph), key=lambda b: b[0][2] == "greet by name")
+    assert architect == [("user", "context", "greet by name"), ("assistant", "sampled", plan)]
+    assert editor[0] == ("user", "context", plan) and editor[1][1] == "sampled" and len(editor) == 2
+    models = {graph.nodes[nid].message.text[:8]: gen.model for nid, gen in graph.generations.items()}
+    assert models == {"Change `": "openai/gpt-4.1", "greet.py": "openai/gpt-4.1-mini"}
+
+
+def test_files_a_reply_named_and_the_user_added_are_the_next_replys_prompt(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        transcript(
+            prompt("where is the setting read?"),
+            "In `settings.py` and `config.py`.",
+            "> config.py  \n> Add file to the chat? (Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]: a  \n"
+            "> settings.py  ",
+            prompt("Add file to the chat? (Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]: all"),
+            "> Add file to the chat? (Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]: a  ",
+            "Both read `MOZ_SETTINGS`.",
+        ),
+    )
+    (graph,) = graphs_of(path)
+    assert branch_texts(graph)[0][2:] == [
+        ("user", "injected", ADDED_FILES.format(fnames="config.py, settings.py")),
+        ("assistant", "sampled", "Both read `MOZ_SETTINGS`."),
+    ]
+
+
+def test_crlf_transcripts_keep_blank_lines_and_prompt_lines_and_lost_trailing_spaces_are_read_by_prefix(
+    tmp_path: Path,
+) -> None:
+    text = transcript(prompt("first line\n\n  indented"), "Reply\n\nwith a paragraph.")
+    (crlf,) = graphs_of(write(tmp_path, text, "crlf.md", newline="\r\n"))
+    trimmed = "\n".join(line.rstrip() for line in text.split("\n"))
+    (bare,) = graphs_of(write(tmp_path, trimmed, "trimmed.md"))
+    assert [t[2] for t in branch_texts(crlf)[0]] == ["first line\n\n  indented", "Reply\n\nwith a paragraph."]
+    assert [t[2] for t in branch_texts(bare)[0]] == ["first line\n\n  indented", "Reply\n\nwith a paragraph."]
+
+
+def test_a_session_without_prompts_or_replies_is_one_skipped_record(tmp_path: Path) -> None:
+    text = transcript("> You can skip this check with --no-gitignore  ") + transcript(prompt("hi"), "Hello.")
+    path = write(tmp_path, text)
+    events = list(read_events(detect_format(path), path))
+    assert [type(e).__name__ for e in events] == ["ReadSkip", "ReadGraph"]
+    assert isinstance(events[0], ReadSkip) and events[0].reason == "aider_session_without_chat"
+
+
+def test_a_renamed_transcript_is_detected_by_its_head_and_a_readme_is_not(tmp_path: Path) -> None:
+    renamed = write(tmp_path, transcript(prompt("hi"), "Hello."), "notes.md")
+    assert detect_format(renamed).name == "aider" and looks_like_a_log(renamed)
+    readme = write(tmp_path, "# My project\n\n#### Usage  \n> quoted  \n", "README.md")
+    assert not looks_like_a_log(readme)
+    # Named as aider names it, a transcript whose first header was cut is still aider's.
+    headless = write(tmp_path, prompt("hi") + "\n\nHello.\n", ".aider.chat.history.md")
+    assert detect_format(headless).name == "aider"
+    assert [t[2] for t in branch_texts(graphs_of(headless)[0])[0]] == ["hi", "Hello."]
+
+
+def test_discovery_reads_the_hidden_transcript_and_lists_a_readme_with_its_reason(tmp_path: Path) -> None:
+    write(tmp_path, transcript(prompt("hi"), "Hello."))
+    write(tmp_path, "# My project\n", "README.md")
+    write(tmp_path, "print('hi')\n", "main.py")
+    files, ignored = discover_inputs([tmp_path])
+    assert [f.name for f in files] == [".aider.chat.history.md"]
+    reasons = {Path(i["path"]).name: i["reason"] for i in ignored}
+    assert reasons["main.py"] == "not a log file suffix"
+    assert reasons["README.md"].startswith("not a log file suffix: text that is not a transcript a reader knows")
+    assert "# aider chat started at" in reasons["README.md"]
+
+
+def test_validate_names_the_passed_over_readme(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path, transcript(prompt("hi"), "Hello."))
+    write(tmp_path, "# My project\n", "README.md")
+    main(["validate", str(tmp_path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["ignored"] == [str(tmp_path / "README.md")]
+
+
+def test_a_system_prompt_supplied_for_the_format_completes_every_branch(tmp_path: Path) -> None:
+    prompt_file = tmp_path / "aider-system.txt"
+    prompt_file.write_text("Act as an expert software developer.\n", encoding="utf-8")
+    config = tmp_path / "convert.yaml"
+    config.write_text(f"context:\n  - {{format: aider, system_prompt: {prompt_file}}}\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["convert", str(SAMPLE.parent), "-o", str(out), "--config", str(config)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert "context_incomplete" not in report["flags"]
+    assert report["context_supplied"]["samples"]["system_prompt"] == report["samples"]["written"]
