@@ -68,6 +68,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/options/research_agent.jsonl",
     ),
     (
+        "batch",
+        "Batch API files (OpenAI Batch input/output JSONL, Anthropic Message Batches requests/results): each result joined to its request by custom_id from the input file in the same folder",
+        "sample_logs/batch/batch_output.jsonl",
+    ),
+    (
         "cassettes",
         "VCR YAML cassettes of OpenAI chat / Responses, Anthropic, Gemini and Bedrock Converse / InvokeModel calls (streamed and compressed bodies too)",
         "sample_logs/cassettes/weather_tools.yaml",
