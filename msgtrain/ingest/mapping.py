@@ -160,12 +160,16 @@ def numbered_fields(record: dict[str, Any], stem: str) -> list[Any] | None:
 
 
 def dig(record: Any, path: str) -> Any:
-    """``record`` followed along a dotted path (``info.reward``); None where a step is missing."""
+    """``record`` followed along a dotted path (``info.reward``; a number steps into a list: ``inputs.messages.0``);
+    None where a step is missing."""
     value = record
     for step in path.split("."):
-        if not isinstance(value, dict) or step not in value:
+        if isinstance(value, list) and step.isdigit() and int(step) < len(value):
+            value = value[int(step)]
+        elif isinstance(value, dict) and step in value:
+            value = value[step]
+        else:
             return None
-        value = value[step]
     return value
 
 

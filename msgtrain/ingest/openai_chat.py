@@ -131,6 +131,12 @@ def _with_id(call: Any, index: int, k: int, legacy_calls: dict[str, list[str]]) 
     return {**call, "id": call_id}
 
 
+# Where messages with untyped content blocks are, relative to a record: the record itself, or its messages.
+_UNTYPED_AT = ("", ".messages[]")
+# A reply logged beside the messages it answers (a request and its response), not inside them.
+_REPLY_BESIDE = ("response", "completion")
+
+
 class OpenAIChatReader:
     name = "openai_chat"
     description = "OpenAI chat messages: JSON list(s) of messages, JSONL of {messages, tools}, tau-bench traj records"
@@ -145,8 +151,10 @@ class OpenAIChatReader:
             shape.has(f"{p}.{chosen}", f"{p}.{rejected}") for p in ("", "[]") for chosen, rejected in PREFERENCE_KEYS
         ):
             return False  # a preference pair beside a copy of one side (UltraFeedback): the structural reader
-        if shape.has(".messages[].content[].text") and not shape.has(".messages[].content[].type"):
-            return False  # untyped {"text"} blocks and a block-list system: Bedrock Converse shape (structural)
+        if any(shape.has(f"{p}.content[].text") and not shape.has(f"{p}.content[].type") for p in _UNTYPED_AT):
+            return False  # untyped {"text"} blocks: Bedrock Converse, Haystack ChatMessage dicts (structural)
+        if any(shape.has(f"{p}.messages", f"{p}.{reply}") for p in ("", "[]") for reply in _REPLY_BESIDE):
+            return False  # the request's messages beside the reply it got (DSPy's LM history): the structural reader
         return any(_has_chat_roles(shape, p) for p in _READ_PATHS)
 
     def explain(self, path: Path, head: bytes) -> str | None:

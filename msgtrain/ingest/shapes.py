@@ -76,6 +76,18 @@ ROLE_VOCABULARY: dict[str, str] = {
 
 # LangChain's serialised messages name their kind under "type"; only these values make "type" a role.
 _LANGCHAIN_TYPES = frozenset({"human", "ai", "system", "tool", "function"})
+# LangChain message classes (``dumpd``'s constructor id ends with one; ``*Chunk`` classes read as their message) →
+# their type; a ``ChatMessage`` names its own ``role``.
+_LANGCHAIN_CLASSES = {
+    "HumanMessage": "human",
+    "AIMessage": "ai",
+    "SystemMessage": "system",
+    "ToolMessage": "tool",
+    "FunctionMessage": "function",
+    "ChatMessage": "chat",
+}
+# LangChain generation records that hold the message generated (``outputs.generations`` of a LangSmith LLM run).
+_GENERATION_TYPES = frozenset({"ChatGeneration", "ChatGenerationChunk"})
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 # Reasoning blocks, by type: Anthropic's ``thinking``, Letta's ``reasoning`` (``ReasoningContent``); their redacted
 # or omitted forms hold no text that could be trained (Letta's ``redacted_reasoning`` / ``omitted_reasoning``).
@@ -140,16 +152,33 @@ def is_wrapper(obj: dict[str, Any]) -> bool:
     return _unwrap(obj) is not obj
 
 
+def unwrapped(obj: Any) -> Any:
+    """The message a wrapper holds (see :func:`_unwrap`); anything else as it is."""
+    return _unwrap(obj) if isinstance(obj, dict) else obj
+
+
 def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
-    """LangChain ``{"type": "ai", "data": {...}}`` → the data dict (which repeats the type); an OpenAI ``choice``
-    logged in a message list (``{"finish_reason", "index", "message"}``, as OpenPipe ART's ``messages_and_choices``
-    holds the sampled turns) → its message."""
+    """LangChain ``{"type": "ai", "data": {...}}`` → the data dict (which repeats the type); LangChain's ``dumpd``
+    form ``{"lc": 1, "type": "constructor", "id": [..., "AIMessage"], "kwargs": {...}}`` (LangSmith run inputs,
+    LangGraph checkpoints) → the kwargs, typed by the class; an OpenAI ``choice`` logged in a message list
+    (``{"finish_reason", "index", "message"}``, as OpenPipe ART's ``messages_and_choices`` holds the sampled turns)
+    and a LangChain ``ChatGeneration`` (``{"text", "message", "generation_info"}``, LangSmith run outputs) → its
+    message."""
     data = obj.get("data")
     if isinstance(data, dict) and obj.get("type") in _LANGCHAIN_TYPES and "content" in data:
         return {"type": obj["type"], **data}
+    kwargs = obj.get("kwargs")
+    if obj.get("lc") == 1 and obj.get("type") == "constructor" and isinstance(kwargs, dict) and "content" in kwargs:
+        ident = obj.get("id")
+        cls = ident[-1] if isinstance(ident, list) and ident else None
+        kind = _LANGCHAIN_CLASSES.get(str(cls).removesuffix("Chunk"))
+        if kind is not None:
+            return {**kwargs, "type": kind} if kind != "chat" else dict(kwargs)
     message = obj.get("message")
-    if isinstance(message, dict) and "finish_reason" in obj and isinstance(message.get("role"), str):
-        return message
+    if isinstance(message, dict) and ("finish_reason" in obj or obj.get("type") in _GENERATION_TYPES):
+        inner = _unwrap(message)
+        if isinstance(inner.get("role"), str) or inner.get("type") in _LANGCHAIN_TYPES:
+            return inner
     return obj
 
 
@@ -270,6 +299,9 @@ class MessageNormaliser:
                 self.names.add(name)
             return [self._assistant(obj, content, role == "call", where)]
         if role == "tool":
+            results = [_sdk_result(b) for b in content] if isinstance(content, list) and content else []
+            if results and all(r is not None for r in results):  # one message answering several calls
+                return [self._result(r[0], r[1], r[2], where) for r in results if r is not None]
             return [self._tool_message(obj, content, where)]
         return self._input(obj, role, content, where)
 
@@ -366,6 +398,8 @@ class MessageNormaliser:
             gemini_call = item.get("functionCall", item.get("function_call"))
             if kind == "tool_use" or isinstance(gemini_call, dict):
                 calls.append(self._call(item if kind == "tool_use" else gemini_call, where, len(calls)))
+            elif kind == "tool-call" or (kind is None and isinstance(item.get("tool_call"), dict)):
+                calls.append(self._call(_sdk_call(item), where, len(calls)))
             elif kind == "toolRequest":
                 calls.append(self._call(_goose_call(item, j, where), where, len(calls)))
             elif kind in _REASONING_BLOCKS or (item.get("thought") is True and isinstance(item.get("text"), str)):
@@ -526,6 +560,43 @@ def _content_value(parts: list[Any], logged: Any) -> Any:
     if len(parts) == 1 and parts[0].get("type") == "text":
         return parts[0]["text"]
     return parts
+
+
+def _sdk_call(item: dict[str, Any]) -> dict[str, Any]:
+    """A call part of an agent SDK's own message type → ``{"id", "name", "arguments"}``: the Vercel AI SDK's
+    ``{"type": "tool-call", "toolCallId", "toolName", "input" | "args"}``, Haystack's ``{"tool_call": {"id",
+    "tool_name", "arguments"}}``."""
+    if item.get("type") == "tool-call":
+        return {
+            "id": item.get("toolCallId"),
+            "name": item.get("toolName"),
+            "arguments": item.get("input", item.get("args")),
+        }
+    call = item["tool_call"]
+    return {"id": call.get("id"), "name": call.get("tool_name"), "arguments": call.get("arguments")}
+
+
+def _sdk_result(item: Any) -> tuple[Any, str | None, Any] | None:
+    """(call id, tool name, value) of a result part of an agent SDK's own message type, or None: the Vercel AI SDK's
+    ``{"type": "tool-result", "toolCallId", "toolName", "output": {"type", "value"} | "result"}``, Haystack's
+    ``{"tool_call_result": {"result", "origin": {the call}, "error"}}``."""
+    if not isinstance(item, dict):
+        return None
+    if item.get("type") == "tool-result":
+        output = item.get("output", item.get("result"))
+        if isinstance(output, dict) and "value" in output and output.get("type") in _SDK_OUTPUT_TYPES:
+            output = output["value"]  # AI SDK 5: a typed output (text, json, error-text, error-json, content)
+        name = item.get("toolName")
+        return item.get("toolCallId"), name if isinstance(name, str) else None, output
+    answer = item.get("tool_call_result")
+    if isinstance(answer, dict) and item.get("type") is None:
+        origin: dict[str, Any] = answer["origin"] if isinstance(answer.get("origin"), dict) else {}
+        name = origin.get("tool_name")
+        return origin.get("id"), name if isinstance(name, str) else None, answer.get("result")
+    return None
+
+
+_SDK_OUTPUT_TYPES = frozenset({"text", "json", "error-text", "error-json", "content"})
 
 
 def _goose_call(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:

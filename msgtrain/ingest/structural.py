@@ -96,6 +96,7 @@ from msgtrain.ingest.shapes import (
     named_agents_error,
     parse_transcript,
     role_of,
+    unwrapped,
     wrapped_messages,
 )
 from msgtrain.ingest.tool_schemas import openai_tools
@@ -128,7 +129,13 @@ PAIR_KEYS = (
 _PREFERENCE_PROMPT_KEYS = ("prompt", "input", "question", "instruction", "query")
 # A request beside its result, as HELM's scenario_state.json logs each request_state (the chat models' clients send
 # the prompt as the user message) and as per-call logs of text-completion APIs do.
-_REQUEST_RESULT_PAIRS = (("request.prompt", "result.completions"), ("request.messages", "result.completions"))
+_REQUEST_RESULT_PAIRS = (
+    ("request.prompt", "result.completions"),
+    ("request.messages", "result.completions"),
+    # A LangSmith LLM run: its one prompt's messages and the generations they got (batches of one; a batch of more
+    # leaves the other prompts beside the pair, which rejects the run as holding replies it does not read).
+    ("inputs.messages.0", "outputs.generations.0"),
+)
 _ALPACA_PAIRS = (
     ("instruction", "output"),
     ("instruction", "response"),
@@ -650,7 +657,7 @@ class _Builder:
             if isinstance(msg, OptionCallMessage):
                 self.call_names.update({c.invocation_id: c.option_name for c in msg.calls})
             origin: Origin | None = None
-            msg, generation = logged_reply(msg, raw)
+            msg, generation = logged_reply(msg, unwrapped(raw))  # usage beside the message, inside its wrapper
             if msg.role == "assistant":
                 if metadata:
                     msg = msg.model_copy(update={"metadata": {**msg.metadata, **metadata}})
@@ -1032,6 +1039,11 @@ class StructuralReader:
                 numbered[parent, hit.group("stem")] = numbered.get((parent, hit.group("stem")), 0) + 1
         if any(n >= 2 for n in numbered.values()):
             return True
+        for p in shape.paths:  # LangChain's serialised messages: dumpd's constructors, or {"type", "data"}
+            for wrapper, marker in ((".kwargs.content", ".lc"), (".data.content", ".type")):
+                owner = p.removesuffix(wrapper)
+                if owner != p and owner.endswith("[]") and f"{owner}{marker}" in shape.paths:
+                    return True
         for p in shape.paths:  # a node map: {id: {message: {author/role...}, parent}} (ChatGPT's mapping)
             stem, _, key = p.rpartition(".")
             if key in ROLE_KEYS and stem.endswith(".message") and f"{stem[: -len('.message')]}.parent" in shape.paths:

@@ -121,7 +121,8 @@ def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     coding assistants write them, or None for each that is not there:
 
     - usage: ``usage`` (OpenAI / Anthropic / pydantic-ai keys), LangChain's ``usage_metadata`` and
-      ``response_metadata.token_usage`` / ``.usage``, Gemini's ``usageMetadata``, Cline's ``metrics.tokens``
+      ``response_metadata.token_usage`` / ``.usage`` (Haystack: ``meta.usage``), Gemini's ``usageMetadata``,
+      Cline's ``metrics.tokens``
       (``prompt`` counts the cached tokens too: it becomes ``prompt_tokens``);
     - model: ``model``, ``model_name``, ``modelId``, Cline's ``modelInfo.modelId``, LangChain's
       ``response_metadata.model_name``.
@@ -130,6 +131,8 @@ def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(raw, dict):
         return None, None
     meta: dict[str, Any] = raw["response_metadata"] if isinstance(raw.get("response_metadata"), dict) else {}
+    if not meta and isinstance(raw.get("meta"), dict):
+        meta = raw["meta"]  # Haystack's ChatMessage keeps the reply's usage and model in its meta
     candidates: list[Any] = [
         raw.get("usage"),
         raw.get("usage_metadata"),
@@ -143,7 +146,14 @@ def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         candidates.append({"prompt_tokens": tokens["prompt"]})
     usage = next((u for u in candidates if isinstance(u, dict) and reported_prompt_tokens({"usage": u})), None)
     info: dict[str, Any] = raw["modelInfo"] if isinstance(raw.get("modelInfo"), dict) else {}
-    names = (raw.get("model"), raw.get("model_name"), raw.get("modelId"), info.get("modelId"), meta.get("model_name"))
+    names = (
+        raw.get("model"),
+        raw.get("model_name"),
+        raw.get("modelId"),
+        info.get("modelId"),
+        meta.get("model_name"),
+        meta.get("model"),
+    )
     model = next((n for n in names if isinstance(n, str) and n), None)
     return usage, model
 

@@ -1,0 +1,206 @@
+"""The open world, agent side: what agent frameworks, their tracers and coding agents save, with no reader of its own.
+
+Each fixture is written here in the shape of a real third-party file (the data itself is not copied); its comment
+says which repository, path and commit (or which published format) the shape follows. Each test failed before the
+fix it comes with.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain.ingest.base import ReadGraph, ReadReject
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.message import OptionResultMessage
+
+
+def _write(path: Path, doc: Any) -> Path:
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def _read(path: Path) -> tuple[str, list[ReadGraph], list[ReadReject]]:
+    reader = detect_format(path)
+    events = list(read_events(reader, path))
+    graphs = [e for e in events if isinstance(e, ReadGraph)]
+    return reader.name, graphs, [e for e in events if isinstance(e, ReadReject)]
+
+
+def _said(graph: ReadGraph) -> list[tuple[str, str, str]]:
+    """(role, text, origin) along the graph's one branch."""
+    (branch,) = graph.graph.branches()
+    return [(n.message.role, n.message.text, n.origin.value) for n in branch.nodes]
+
+
+# ------------------------------------------------------------------------------------------------ DSPy
+def test_dspy_lm_history_trains_the_response_in_the_messages_it_was_sent(tmp_path: Path) -> None:
+    # stanfordnlp/dspy dspy/clients/base_lm.py (BaseLM.update_history): each entry of `lm.history` holds the request's
+    # `messages`, the provider's whole `response` (an OpenAI chat completion) and its `outputs`, usage and model.
+    entry = {
+        "prompt": None,
+        "messages": [
+            {"role": "system", "content": "Your input fields are:\n1. `question` (str)"},
+            {"role": "user", "content": "[[ ## question ## ]]\nWhat is 2+2?"},
+        ],
+        "kwargs": {"temperature": 0.0},
+        "response": {
+            "object": "chat.completion",
+            "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "4"}}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 1},
+        },
+        "outputs": ["4"],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 1},
+        "cost": 0.0,
+        "model": "openai/gpt-4o-mini",
+        "model_type": "chat",
+    }
+    _name, (graph,), rejects = _read(_write(tmp_path / "history.json", [entry]))
+    assert not rejects
+    said = _said(graph)
+    assert [(role, origin) for role, _, origin in said] == [
+        ("system", "context"),
+        ("user", "context"),
+        ("assistant", "sampled"),
+    ]
+    assert said[-1][1] == "4"
+
+
+# ------------------------------------------------------------------------------------------------ LangChain
+def _lc(cls: str, **kwargs: Any) -> dict[str, Any]:
+    """A message as LangChain's ``dumpd`` serialises it (vercel/ai packages/langchain/src/__fixtures__/langgraph.ts
+    @ 65e67297: LangGraph stream values hold ``{"lc": 1, "type": "constructor", "id": [..., "HumanMessage"],
+    "kwargs": {...}}``)."""
+    return {"lc": 1, "type": "constructor", "id": ["langchain_core", "messages", cls], "kwargs": kwargs}
+
+
+def test_a_langgraph_checkpoint_of_serialised_messages_is_a_transcript(tmp_path: Path) -> None:
+    call = {"name": "add", "args": {"a": 2, "b": 2}, "id": "call_1", "type": "tool_call"}
+    checkpoint = {
+        "v": 1,
+        "id": "1ef4f797-8335-6428-8001-8a1503f9b875",
+        "channel_values": {
+            "messages": [
+                _lc("HumanMessage", content="What's 2+2?", additional_kwargs={}, id="m1"),
+                _lc("AIMessageChunk", content=[], tool_calls=[call], response_metadata={"model_name": "gpt-5"}),
+                _lc("ToolMessage", content="4", tool_call_id="call_1", name="add", id="m3"),
+                _lc("AIMessage", content="It is 4.", id="m4"),
+            ]
+        },
+    }
+    name, (graph,), rejects = _read(_write(tmp_path / "checkpoint.json", checkpoint))
+    assert (name, rejects) == ("structural", [])
+    assert [(r, o) for r, _, o in _said(graph)] == [
+        ("user", "context"),
+        ("assistant", "sampled"),
+        ("tool", "context"),
+        ("assistant", "sampled"),
+    ]
+
+
+def test_a_langsmith_llm_run_trains_its_generation_in_the_messages_of_its_inputs(tmp_path: Path) -> None:
+    # A run as langchain-ai/langsmith-sdk's Client.list_runs returns it (python/langsmith/schemas.py Run): the chat
+    # model's `inputs.messages` (a batch of one prompt) and `outputs.generations` (ChatGeneration records).
+    reply = _lc(
+        "AIMessage",
+        content="Hello!",
+        type="ai",
+        response_metadata={"finish_reason": "stop", "model_name": "gpt-4o-mini"},
+        usage_metadata={"input_tokens": 12, "output_tokens": 3, "total_tokens": 15},
+    )
+    run = {
+        "id": "6f3b2c1e-0a4d-4e5b-9c8a-1d2e3f4a5b6c",
+        "name": "ChatOpenAI",
+        "run_type": "llm",
+        "inputs": {"messages": [[_lc("SystemMessage", content="Be brief."), _lc("HumanMessage", content="Hi")]]},
+        "outputs": {
+            "generations": [[{"text": "Hello!", "type": "ChatGeneration", "message": reply}]],
+            "llm_output": {"model_name": "gpt-4o-mini"},
+        },
+    }
+    name, (graph,), rejects = _read(_write(tmp_path / "runs.json", [run]))
+    assert (name, rejects) == ("structural", [])
+    assert _said(graph) == [
+        ("system", "Be brief.", "context"),
+        ("user", "Hi", "context"),
+        ("assistant", "Hello!", "sampled"),
+    ]
+    (reply_node,) = graph.graph.sampled_nodes()
+    assert reply_node.message.metadata["usage"]["input_tokens"] == 12  # for the usage check
+
+
+# ------------------------------------------------------------------------------------------------ Vercel AI SDK
+def test_vercel_ai_sdk_model_messages_pair_tool_call_and_tool_result_parts(tmp_path: Path) -> None:
+    # vercel/ai packages/provider-utils/src/types/content-part.ts @ a68a53cd: ToolCallPart {type: "tool-call",
+    # toolCallId, toolName, input}, ToolResultPart {type: "tool-result", toolCallId, toolName, output: {type, value}};
+    # a "tool" message may answer several calls.
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather in SF and NYC?"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Let me check."},
+                {"type": "tool-call", "toolCallId": "call_1", "toolName": "weather", "input": {"city": "SF"}},
+                {"type": "tool-call", "toolCallId": "call_2", "toolName": "weather", "input": {"city": "NYC"}},
+            ],
+        },
+        {
+            "role": "tool",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "toolCallId": "call_2",
+                    "toolName": "weather",
+                    "output": {"type": "text", "value": "50F"},
+                },
+                {
+                    "type": "tool-result",
+                    "toolCallId": "call_1",
+                    "toolName": "weather",
+                    "output": {"type": "json", "value": {"t": 60}},
+                },
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "SF 60F, NYC 50F."}]},
+    ]
+    _name, (graph,), rejects = _read(_write(tmp_path / "messages.json", messages))
+    assert not rejects
+    said = _said(graph)
+    assert [r for r, _, _ in said] == ["system", "user", "assistant", "tool", "tool", "assistant"]
+    results = [n.message for n in graph.graph.branches()[0].nodes[3:5]]
+    assert [(r.result.invocation_id, r.result.result) for r in results] == [("call_2", "50F"), ("call_1", '{"t": 60}')]
+
+
+# ------------------------------------------------------------------------------------------------ Haystack
+def test_haystack_chat_messages_with_untyped_text_and_tool_call_parts_are_read(tmp_path: Path) -> None:
+    # deepset-ai/haystack haystack/dataclasses/chat_message.py @ b661efdc (ChatMessage.to_dict): content is a list
+    # of {"text"} / {"tool_call": {tool_name, arguments, id}} / {"tool_call_result": {result, origin, error}}; the
+    # reply's model and usage are in its meta.
+    call = {"tool_name": "weather", "arguments": {"city": "SF"}, "id": "call_1"}
+    messages = [
+        {"role": "system", "meta": {}, "name": None, "content": [{"text": "Be brief."}]},
+        {"role": "user", "meta": {}, "name": None, "content": [{"text": "Weather in SF?"}]},
+        {"role": "assistant", "meta": {"model": "gpt-4o-mini"}, "name": None, "content": [{"tool_call": call}]},
+        {
+            "role": "tool",
+            "meta": {},
+            "content": [{"tool_call_result": {"result": "60F", "origin": call, "error": False}}],
+        },
+        {
+            "role": "assistant",
+            "meta": {"model": "gpt-4o-mini", "usage": {"prompt_tokens": 40, "completion_tokens": 3}},
+            "name": None,
+            "content": [{"text": "60F"}],
+        },
+    ]
+    name, (graph,), rejects = _read(_write(tmp_path / "messages.json", messages))
+    assert (name, rejects) == ("structural", [])
+    result, reply = graph.graph.branches()[0].messages[-2:]
+    assert isinstance(result, OptionResultMessage) and result.result.result == "60F"
+    assert reply.text == "60F"
+    last = graph.graph.sampled_nodes()[-1]
+    assert last.message.metadata["usage"]["prompt_tokens"] == 40
