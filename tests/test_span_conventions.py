@@ -181,3 +181,52 @@ def test_a_flattened_message_without_a_role_rejects_its_span_naming_the_attribut
     graphs, (reject,) = _read(path)
     assert not graphs
     assert reject.error.code == "unknown_role" and "llm.input_messages.2.message.role" in str(reject.error)
+
+
+def test_mlflow_chat_model_spans_train_the_completion_in_the_request_messages_of_their_json_attributes(
+    tmp_path: Path,
+) -> None:
+    # An MLflow 3 trace as Databricks inference tables log it (spans with trace_id / span_id, every attribute JSON
+    # text: mlflow.spanInputs the request, mlflow.spanOutputs the chat completion, mlflow.chat.tokenUsage); the
+    # agent span around the call and a chat span whose output is its caller's message train nothing.
+    def span(span_id: str, kind: str, inputs: Any, outputs: Any, **more: Any) -> dict[str, Any]:
+        attributes = {
+            "mlflow.traceRequestId": '"tr-35b8"',
+            "mlflow.spanType": json.dumps(kind),
+            "mlflow.spanInputs": json.dumps(inputs),
+            "mlflow.spanOutputs": json.dumps(outputs),
+            **more,
+        }
+        return {"trace_id": "tr-35b8", "span_id": span_id, "name": kind, "attributes": attributes}
+
+    request = {
+        "model": "gpt-4.1",
+        "messages": [{"content": "You are a helpful assistant", "role": "system"}, {"content": "Pie?", "role": "user"}],
+        "temperature": 0.5,
+    }
+    completion = {
+        "choices": [{"finish_reason": "stop", "index": 0, "message": {"content": "Apple pie.", "role": "assistant"}}],
+        "model": "gpt-4.1-2025-04-14",
+        "object": "chat.completion",
+        "usage": {"completion_tokens": 3, "prompt_tokens": 27},
+    }
+    echo = {"choices": [{"index": 0, "message": {"role": "user", "content": "Pie?"}, "finish_reason": "stop"}]}
+    trace = {
+        "info": {"trace_id": "tr-35b8", "state": "OK"},
+        "data": {
+            "spans": [
+                span("s1", "AGENT", {"request": {"input": []}}, {"object": "response", "output": []}),
+                span("s2", "CHAT_MODEL", request, completion, **{"mlflow.chat.tokenUsage": '{"input_tokens": 27}'}),
+                span("s3", "CHAT_MODEL", {"messages": request["messages"][1:]}, echo),
+            ]
+        },
+    }
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    assert detect_format(path).name == "otel"
+    (graph,), rejects = _read(path)
+    assert not rejects
+    (reply,) = graph.sampled_nodes()
+    assert [n.message.role for n in graph.path(reply.id)] == ["system", "user", "assistant"]
+    assert reply.message.text == "Apple pie." and reply.message.metadata["usage"]["input_tokens"] == 27
+    assert graph.generation(reply.id).model == "gpt-4.1-2025-04-14"

@@ -74,7 +74,13 @@ TOOL_OPERATIONS = {"execute_tool"}
 AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
 DEFAULT_POLICY_NAME = "otel"
 # Bytes a span file's head holds in one of the conventions read here (GenAI, OpenInference, OpenLLMetry).
-_CONVENTION_MARKS = (b"gen_ai.", b"openinference.span.kind", b"llm.input_messages", b'"input_messages"')
+_CONVENTION_MARKS = (
+    b"gen_ai.",
+    b"openinference.span.kind",
+    b"llm.input_messages",
+    b'"input_messages"',
+    b"mlflow.spanType",
+)
 
 
 @dataclass
@@ -104,7 +110,7 @@ class OtelGenAiReader:
             return False
         shape = head_shape(head)
         if shape.layout == "object":
-            return has_any(shape, ".spans[].attributes", ".resourceSpans[].scopeSpans")
+            return has_any(shape, ".spans[].attributes", ".resourceSpans[].scopeSpans", ".data.spans[].attributes")
         if shape.layout in ("array", "jsonl"):
             return has_any(shape, ".attributes", ".attributes.openinference.span.kind") and has_any(
                 shape, ".context", ".traceId", ".trace_id", ".span_id", ".context.trace_id"
@@ -152,6 +158,8 @@ def _spans_of(doc: Any, ref: str, path: Path) -> Iterator[_Span | ReadReject]:
                     yield _span_or_reject(span, f"{ref} span {k}", path)
                     k += 1
         return
+    if isinstance(doc, dict) and isinstance(doc.get("data"), dict) and isinstance(doc["data"].get("spans"), list):
+        doc = doc["data"]  # an MLflow trace: {"info": ..., "data": {"spans": [...]}}
     if isinstance(doc, dict) and isinstance(doc.get("spans"), list):
         items = doc["spans"]
     elif isinstance(doc, list):

@@ -10,6 +10,8 @@ with messages flattened into one attribute per field and index:
   ``.tool_calls.<j>.tool_call.{id,function.name,function.arguments}`` / ``.tool_call_id``, the same under
   ``llm.output_messages``, ``llm.tools.<i>.tool.json_schema``, ``llm.model_name``, ``llm.invocation_parameters``,
   ``llm.token_count.prompt``; a tool span's ``tool.name``, ``output.value``.
+- **MLflow** tracing: ``mlflow.spanType`` (``CHAT_MODEL`` / ``LLM``), ``mlflow.spanInputs`` (the request: its
+  ``messages``, ``tools``, ``model``) and ``mlflow.spanOutputs`` (the chat completion), each attribute JSON text.
 - **OpenLLMetry / Traceloop** (the GenAI convention before messages became one attribute; Langfuse and many
   collectors ingest it): ``gen_ai.prompt.<i>.{role,content,tool_call_id}``,
   ``gen_ai.prompt.<i>.tool_calls.<j>.{id,name,arguments}``, ``gen_ai.completion.<i>.{role,content,finish_reason}``
@@ -40,7 +42,10 @@ _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 
 
 def convention_of(attrs: dict[str, Any]) -> str | None:
-    """``openinference`` / ``openllmetry`` when the (flattened) attributes are written in that convention."""
+    """``openinference`` / ``openllmetry`` / ``mlflow`` when the (flattened) attributes are written in that
+    convention."""
+    if "mlflow.spanType" in attrs:
+        return "mlflow"
     if "openinference.span.kind" in attrs or any(k.startswith("llm.input_messages.") for k in attrs):
         return "openinference"
     if any(k.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for k in attrs):
@@ -78,7 +83,8 @@ def as_genai(attrs: dict[str, Any]) -> dict[str, Any]:
     convention = convention_of(flat)
     if convention is None:
         return attrs
-    genai = _from_openinference(flat) if convention == "openinference" else _from_openllmetry(flat)
+    parse = {"openinference": _from_openinference, "openllmetry": _from_openllmetry, "mlflow": _from_mlflow}
+    genai = parse[convention](flat)
     return {**flat, **{k: v for k, v in genai.items() if k not in attrs}}
 
 
@@ -216,6 +222,45 @@ def _ollm_message(m: dict[str, Any], where: str) -> dict[str, Any]:
         msg["tool_calls"] = calls
     _put(msg, "tool_call_id", m.get("tool_call_id"))
     return msg
+
+
+# ------------------------------------------------------------------------------------------------ MLflow
+_MLFLOW_CHAT = {"CHAT_MODEL", "LLM"}
+
+
+def _from_mlflow(flat: dict[str, Any]) -> dict[str, Any]:
+    """An MLflow chat-model span: every attribute is JSON text; ``mlflow.spanInputs`` is the request (its
+    ``messages`` and ``tools``), ``mlflow.spanOutputs`` the chat completion it returned (or the reply's text). Only
+    an assistant choice is a reply (a wrapper span may log its caller's message as a choice)."""
+    out: dict[str, Any] = {}
+    if _json(flat.get("mlflow.spanType")) not in _MLFLOW_CHAT:
+        return out
+    out["gen_ai.operation.name"] = "chat"
+    inputs, outputs = _json(flat.get("mlflow.spanInputs")), _json(flat.get("mlflow.spanOutputs"))
+    if isinstance(inputs, dict) and isinstance(inputs.get("messages"), list):
+        out["gen_ai.input.messages"] = inputs["messages"]
+        if isinstance(inputs.get("tools"), list):
+            out["gen_ai.tool.definitions"] = inputs["tools"]
+        _put(out, "gen_ai.request.model", inputs.get("model"))
+    choices = outputs.get("choices") if isinstance(outputs, dict) else None
+    if isinstance(choices, list):
+        typed = []
+        for choice in choices:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
+                typed.append({**_typed({"role": "assistant", **message}), "finish_reason": choice.get("finish_reason")})
+        if typed:
+            out["gen_ai.output.messages"] = typed
+        usage = outputs.get("usage") if isinstance(outputs, dict) else None
+        if isinstance(usage, dict):
+            _put(out, "gen_ai.usage.input_tokens", usage.get("prompt_tokens"))
+        _put(out, "gen_ai.response.model", outputs.get("model") if isinstance(outputs, dict) else None)
+    elif isinstance(outputs, str) and outputs:
+        out["gen_ai.output"] = outputs
+    usage = _json(flat.get("mlflow.chat.tokenUsage"))  # MLflow 3's own record of the call's usage
+    if "gen_ai.usage.input_tokens" not in out and isinstance(usage, dict):
+        _put(out, "gen_ai.usage.input_tokens", usage.get("input_tokens"))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ shared
