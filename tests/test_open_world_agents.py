@@ -204,3 +204,41 @@ def test_haystack_chat_messages_with_untyped_text_and_tool_call_parts_are_read(t
     assert reply.text == "60F"
     last = graph.graph.sampled_nodes()[-1]
     assert last.message.metadata["usage"]["prompt_tokens"] == 40
+
+
+# ------------------------------------------------------------------------------------------------ Kimi CLI
+def test_kimi_cli_context_keeps_its_system_prompt_and_passes_over_its_own_marker_lines(tmp_path: Path) -> None:
+    # MoonshotAI/kimi-cli src/kimi_cli/soul/context.py @ 60930c68: ~/.kimi/sessions/<id>/context.jsonl holds the
+    # messages sent (kosong's Message: think / text parts, OpenAI tool_calls) and lines of the CLI's own: the system
+    # prompt (`_system_prompt`), checkpoints (`_checkpoint`) and the context's token count (`_usage`).
+    call = {"type": "function", "id": "tool_9", "function": {"name": "Shell", "arguments": '{"command": "ls"}'}}
+    lines = [
+        {"role": "_system_prompt", "content": "You are Kimi CLI."},
+        {"role": "_checkpoint", "id": 0},
+        {"role": "user", "content": [{"type": "text", "text": "list files"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "think", "think": "Use ls.", "encrypted": None}],
+            "tool_calls": [call],
+        },
+        {"role": "tool", "content": [{"type": "text", "text": "a.txt"}], "tool_call_id": "tool_9"},
+        {"role": "assistant", "content": [{"type": "text", "text": "One file: a.txt"}], "tool_calls": None},
+        {"role": "_usage", "token_count": 10863},
+        {"role": "_checkpoint", "id": 1},
+    ]
+    path = tmp_path / "context.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    events = list(read_events(detect_format(path), path))
+    (graph,) = [e for e in events if isinstance(e, ReadGraph)]
+    assert not [e for e in events if isinstance(e, ReadReject)]
+    said = _said(graph)
+    assert [(r, o) for r, _, o in said] == [
+        ("system", "context"),
+        ("user", "context"),
+        ("assistant", "sampled"),
+        ("tool", "context"),
+        ("assistant", "sampled"),
+    ]
+    assert said[0][1] == "You are Kimi CLI."
+    first_reply = graph.graph.branches()[0].messages[2]
+    assert [p.text for p in first_reply.parts if p.kind == "reasoning"] == ["Use ls."]

@@ -56,7 +56,8 @@ CONTENT_KEYS = ("content", "value", "text", "parts", "prompt")
 USER_ROLES = frozenset({"user", "human", "human_user", "prompter"})
 # "chatbot": Cohere's chat history and fine-tuning files (USER / CHATBOT / SYSTEM)
 ASSISTANT_ROLES = frozenset({"assistant", "gpt", "model", "bot", "ai", "chatbot", "chatgpt", "bard", "bing", "claude"})
-SYSTEM_ROLES = frozenset({"system"})
+# "_system_prompt": Kimi CLI's context.jsonl writes the system prompt it sends under this role
+SYSTEM_ROLES = frozenset({"system", "_system_prompt"})
 DEVELOPER_ROLES = frozenset({"developer"})
 TOOL_ROLES = frozenset({"tool", "function", "observation", "ipython", "tool_result", "function_response"})
 CALL_ROLES = frozenset({"function_call", "tool_call"})
@@ -91,7 +92,7 @@ _GENERATION_TYPES = frozenset({"ChatGeneration", "ChatGenerationChunk"})
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 # Reasoning blocks, by type: Anthropic's ``thinking``, Letta's ``reasoning`` (``ReasoningContent``); their redacted
 # or omitted forms hold no text that could be trained (Letta's ``redacted_reasoning`` / ``omitted_reasoning``).
-_REASONING_BLOCKS = frozenset({"thinking", "reasoning"})
+_REASONING_BLOCKS = frozenset({"thinking", "reasoning", "think"})  # think: Kimi's ThinkPart {"think": ...}
 _REDACTED_BLOCKS = frozenset({"redacted_thinking", "redacted_reasoning", "omitted_reasoning", "redactedThinking"})
 _CALL_KEYS = ("tool_calls", "function_call", "functionCall", "toolCalls")
 

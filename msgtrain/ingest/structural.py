@@ -1177,6 +1177,15 @@ def _session_header(value: Any) -> bool:
     return isinstance(value, dict) and message_like_count(value)[0] == 0
 
 
+def _writer_marker(value: Any) -> str | None:
+    """The role of a line the log's writer keeps for itself among the messages, or None: a role outside the
+    vocabulary that starts with ``_`` (Kimi CLI's ``_checkpoint`` and ``_usage`` lines), never sent to the model."""
+    hit = role_of(value) if isinstance(value, dict) else None
+    if hit is None or not isinstance(hit[1], str) or canonical_role(hit[1]) is not None:
+        return None
+    return hit[1] if hit[1].startswith("_") else None
+
+
 def _lone_message(value: Any) -> bool:
     """A record that is one message (message-per-line JSONL), not a record holding conversations."""
     return isinstance(value, dict) and is_message_like(value) and not any(is_message_list(v) for v in value.values())
@@ -1187,8 +1196,11 @@ def _message_lines(path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> 
     root of the tree they form (each path a branch, siblings sampled from the same context)."""
     lines: _Lines = []
     for ref, value, raw in stream:
+        marker = _writer_marker(value)
         if isinstance(value, MsgtrainError):
             yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
+        elif marker is not None:
+            yield ReadSkip(ref, f"writer_marker:{marker}")
         elif not _lone_message(value):
             err = ValidationError("not a message, in a file of one message per line", code="ambiguous_structure")
             yield ReadReject(ref, err.located(str(ref)), excerpt(raw), turns=message_like_count(value)[1])
