@@ -33,6 +33,9 @@ Not trained, and said so:
 - A reply the user interrupted (``^C`` before it ended) stays in the history aider kept (with, from v0.72.2, the
   ``^C KeyboardInterrupt`` / "I see that you interrupted my previous reply." pair aider adds after it), origin
   ``carried``, dropped as ``interrupted``: never a positive example.
+- In a session that starts by restoring the earlier transcript (``--restore-chat-history``: "Restored previous
+  conversation history." before its first prompt), aider's history is that transcript as its own simple parser
+  reads it, summarised in the background when long: replies up to a ``/clear`` are ``carried`` (``context_unknown``).
 - A reply whose prompt the transcript does not hold (a ``--watch-files`` "AI!" comment request, a lint or test
   failure or a failed edit aider reflected back, ``/help`` answered with aider's docs) is a ``carried`` side
   branch, dropped as ``context_unknown``: the next replies' contexts do not include it. One reflection is whole in
@@ -92,6 +95,10 @@ UNLOGGED_CONTEXT = (
 UNSEEN_PROMPT = (
     "the transcript does not hold this reply's prompt (a --watch-files request, a reflected lint, test or edit"
     " error, a /help question)"
+)
+RESTORED_WHY = (
+    "aider restored the earlier transcript into this session's history (--restore-chat-history), summarised when"
+    " long: the context it sent is not in the transcript"
 )
 INTERRUPTED_WHY = "the user interrupted this reply (^C) before it ended"
 
@@ -179,11 +186,11 @@ def _kind(line: str, strict: bool) -> Kind | None:
 def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Session:
     current: Block | None = None
     continuing = False  # inside a multi-line output message (its lines after the first have no "> ")
-    for number, line in lines:
+    for k, (number, line) in enumerate(lines):
         if continuing:
             assert current is not None
             current.lines.append(line)
-            continuing = not line.endswith("  ")
+            continuing = not _ends_message(line, lines[k + 1][1] if k + 1 < len(lines) else None)
             continue
         kind = _kind(line, strict)
         if kind == "tool" and strict and not line.endswith("  ") and (current is None or current.kind != "tool"):
@@ -198,12 +205,21 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
             session.blocks.append(current)
         if kind == "tool":
             current.lines.append(line[2:] if line.startswith("> ") else line[1:])
-            continuing = strict and not line.endswith("  ")
+            continuing = strict and not _ends_message(line, lines[k + 1][1] if k + 1 < len(lines) else None)
         elif kind == "user":
             current.lines.append(line[5:])
         else:
             current.lines.append(line)
     return session
+
+
+def _ends_message(line: str, following: str | None) -> bool:
+    """Whether ``line`` is the last of an output message: it ends with aider's two spaces and what follows starts
+    another piece (a blank line, a ``> `` or ``#### `` line, the end). The lines of a multi-line question's subject
+    are padded with spaces to one width, so two spaces alone do not end a message."""
+    if not line.endswith("  "):
+        return False
+    return following is None or not following.strip() or following.startswith((">", "#### "))
 
 
 def prompt_text(block: Block) -> str:
@@ -275,6 +291,7 @@ class _SessionBuilder:
         self.editor_prompt: str | None = None
         self.subject: str | None = None  # the last output line: the file a following question asks about
         self.mentioned: list[str] = []  # files of the last reply the user let aider add: their note is the prompt
+        self.restored = False  # aider loaded the earlier transcript into this session's history (until /clear)
         self.chat = False
 
     def build(self) -> MessageGraph | None:
@@ -304,7 +321,9 @@ class _SessionBuilder:
                 self.settled = True
             if text.startswith("^C "):
                 continue
-            if text == "Processing your request...":  # --watch-files: an "AI!" comment is the prompt, unlogged
+            if text == "Restored previous conversation history." and not self.chat:
+                self.restored = True  # --restore-chat-history: announced before the session's first prompt
+            elif text == "Processing your request...":  # --watch-files: an "AI!" comment is the prompt, unlogged
                 self._flush_prompt()
             elif match := re.match(r"(?:Main model|Models?): (\S+)", text):
                 self.model = match.group(1)
@@ -355,6 +374,7 @@ class _SessionBuilder:
         elif name in CLEARING_COMMANDS:
             self._flush_prompt()
             self.chain.rewind(0)
+            self.restored = False
 
     def _reply(self, block: Block) -> None:
         message = PartsMessage(parts=reply_parts(block), policy=POLICY, role_hint_for_llm="assistant")
@@ -385,6 +405,11 @@ class _SessionBuilder:
             self.chain.append(interrupted, Origin.CARRIED)
             self._interrupt_pair(after_reply=True)
             self.interrupted = self.in_flight = False
+            return
+        if self.restored:
+            self.chain.append(
+                message.model_copy(update={"metadata": {"why_not_trained": RESTORED_WHY}}), Origin.CARRIED
+            )
             return
         self.chain.append(message, Origin.SAMPLED, generation=_generation(self.model))
 
