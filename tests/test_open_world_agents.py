@@ -242,3 +242,44 @@ def test_kimi_cli_context_keeps_its_system_prompt_and_passes_over_its_own_marker
     assert said[0][1] == "You are Kimi CLI."
     first_reply = graph.graph.branches()[0].messages[2]
     assert [p.text for p in first_reply.parts if p.kind == "reasoning"] == ["Use ls."]
+
+
+# ------------------------------------------------------------------------------------------------ Semantic Kernel
+def test_semantic_kernel_chat_history_items_are_text_calls_and_results(tmp_path: Path) -> None:
+    # microsoft/semantic-kernel python/semantic_kernel/contents/chat_history.py (ChatHistory.serialize): messages
+    # hold `items` typed by `content_type` (text, function_call with the plugin-function name the kernel sends,
+    # function_result), the reply's usage in its metadata.
+    def message(role: str, *items: dict[str, Any], **more: Any) -> dict[str, Any]:
+        return {"metadata": {}, "content_type": "message", "role": role, "name": None, "items": list(items), **more}
+
+    call = {
+        "content_type": "function_call",
+        "id": "call_1",
+        "name": "weather-get_weather",
+        "arguments": '{"city": "Paris"}',
+    }
+    history = {
+        "messages": [
+            message("system", {"content_type": "text", "text": "Be brief.", "encoding": None}),
+            message("user", {"content_type": "text", "text": "Weather in Paris?"}),
+            message(
+                "assistant", {**call, "function_name": "get_weather", "plugin_name": "weather"}, ai_model_id="gpt-4o"
+            ),
+            message(
+                "tool",
+                {"content_type": "function_result", "id": "call_1", "name": "weather-get_weather", "result": "rainy"},
+            ),
+            message(
+                "assistant",
+                {"content_type": "text", "text": "It is rainy."},
+                metadata={"usage": {"prompt_tokens": 55, "completion_tokens": 4}},
+            ),
+        ]
+    }
+    name, (graph,), rejects = _read(_write(tmp_path / "chat_history.json", history))
+    assert (name, rejects) == ("structural", [])
+    messages = graph.graph.branches()[0].messages
+    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert messages[2].calls[0].option_name == "weather-get_weather"
+    assert messages[2].calls[0].raw_arguments == '{"city": "Paris"}'
+    assert messages[4].metadata["usage"]["prompt_tokens"] == 55

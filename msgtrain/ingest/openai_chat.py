@@ -153,6 +153,8 @@ class OpenAIChatReader:
             return False  # a preference pair beside a copy of one side (UltraFeedback): the structural reader
         if any(shape.has(f"{p}.content[].text") and not shape.has(f"{p}.content[].type") for p in _UNTYPED_AT):
             return False  # untyped {"text"} blocks: Bedrock Converse, Haystack ChatMessage dicts (structural)
+        if any(shape.has(f"{p}.items[].content_type") for p in _UNTYPED_AT):
+            return False  # Semantic Kernel's typed items instead of content (structural)
         if any(shape.has(f"{p}.messages", f"{p}.{reply}") for p in ("", "[]") for reply in _REPLY_BESIDE):
             return False  # the request's messages beside the reply it got (DSPy's LM history): the structural reader
         return any(_has_chat_roles(shape, p) for p in _READ_PATHS)

@@ -51,7 +51,8 @@ PREFERENCE_KEYS = (
     ("preferred_output", "non_preferred_output"),
 )
 # "prompt": OpenCompass's PromptList items ({"role": "HUMAN" | "BOT" | "SYSTEM", "prompt": ...})
-CONTENT_KEYS = ("content", "value", "text", "parts", "prompt")
+# "items": Semantic Kernel's ChatMessageContent (typed by "content_type")
+CONTENT_KEYS = ("content", "value", "text", "parts", "prompt", "items")
 
 USER_ROLES = frozenset({"user", "human", "human_user", "prompter"})
 # "chatbot": Cohere's chat history and fine-tuning files (USER / CHATBOT / SYSTEM)
@@ -284,7 +285,7 @@ class MessageNormaliser:
                 code="unknown_role",
                 hint="which side spoke is ambiguous; map it with --map (roles: {VALUE: user|assistant|system|tool})",
             )
-        content = obj.get(self.content_key) if self.content_key else _first(obj, CONTENT_KEYS)
+        content = _kernel_items(obj.get(self.content_key) if self.content_key else _first(obj, CONTENT_KEYS))
         if role == "thought":
             self.thought.append(content if isinstance(content, str) else _block_text(content, where))
             return []
@@ -598,6 +599,43 @@ def _sdk_result(item: Any) -> tuple[Any, str | None, Any] | None:
 
 
 _SDK_OUTPUT_TYPES = frozenset({"text", "json", "error-text", "error-json", "content"})
+
+
+def _kernel_items(content: Any) -> Any:
+    """Semantic Kernel's items (``ChatHistory.serialize``: ``{"content_type": "text" | "function_call" |
+    "function_result", ...}``) as the parts this module reads: text parts, and calls and results in the agent-SDK
+    shape (:func:`_sdk_call`, :func:`_sdk_result`); the call's ``name`` is the ``plugin-function`` name the kernel
+    sends. Any other content is returned as it is."""
+    if not (
+        isinstance(content, list) and content and all(isinstance(i, dict) and "content_type" in i for i in content)
+    ):
+        return content
+    out: list[Any] = []
+    for item in content:
+        kind = item["content_type"]
+        if kind == "text":
+            out.append({"type": "text", "text": item.get("text", "")})
+        elif kind == "function_call":
+            out.append(
+                {
+                    "type": "tool-call",
+                    "toolCallId": item.get("id"),
+                    "toolName": item.get("name"),
+                    "input": item.get("arguments"),
+                }
+            )
+        elif kind == "function_result":
+            out.append(
+                {
+                    "type": "tool-result",
+                    "toolCallId": item.get("id"),
+                    "toolName": item.get("name"),
+                    "output": item.get("result"),
+                }
+            )
+        else:
+            out.append({"type": f"semantic_kernel:{kind}"})  # not read: rejected by the part reader, named
+    return out
 
 
 def _goose_call(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:

@@ -121,8 +121,8 @@ def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     coding assistants write them, or None for each that is not there:
 
     - usage: ``usage`` (OpenAI / Anthropic / pydantic-ai keys), LangChain's ``usage_metadata`` and
-      ``response_metadata.token_usage`` / ``.usage`` (Haystack: ``meta.usage``), Gemini's ``usageMetadata``,
-      Cline's ``metrics.tokens``
+      ``response_metadata.token_usage`` / ``.usage`` (Haystack: ``meta.usage``, Semantic Kernel:
+      ``metadata.usage``), Gemini's ``usageMetadata``, Cline's ``metrics.tokens``
       (``prompt`` counts the cached tokens too: it becomes ``prompt_tokens``);
     - model: ``model``, ``model_name``, ``modelId``, Cline's ``modelInfo.modelId``, LangChain's
       ``response_metadata.model_name``.
@@ -131,8 +131,9 @@ def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(raw, dict):
         return None, None
     meta: dict[str, Any] = raw["response_metadata"] if isinstance(raw.get("response_metadata"), dict) else {}
-    if not meta and isinstance(raw.get("meta"), dict):
-        meta = raw["meta"]  # Haystack's ChatMessage keeps the reply's usage and model in its meta
+    for key in ("meta", "metadata"):  # Haystack's ChatMessage meta, Semantic Kernel's message metadata
+        if not meta and isinstance(raw.get(key), dict):
+            meta = raw[key]
     candidates: list[Any] = [
         raw.get("usage"),
         raw.get("usage_metadata"),
