@@ -336,3 +336,46 @@ def test_a_multi_line_output_message_is_output_even_where_its_padded_lines_end_i
     )
     (graph,) = graphs_of(path)
     assert [t[2] for t in branch_texts(graph)[0]] == ["write the script", "Here it is.", "thanks", "You're welcome."]
+
+
+def test_transcripts_of_aider_before_v0_5_are_read_in_their_own_grammar(tmp_path: Path) -> None:
+    # aider/io.py at 11c0dd89d (2023-05-17): "---" then "#### > " prompts; the first days' output was "_italic_".
+    text = (
+        "\n# Aider chat started at 2023-05-12 15:23:26\n\n"
+        "_Creating app.py_  \n_Add them? yes_  \n\n"
+        "---\n#### >  make a flask app  \n#### >    with two routes  \n\n"
+        "Ok, here are the changes:\n\n_emphasis in the reply_\n\n"
+        "_Applied edit to app.py_  \n\n"
+        "---\n#### >  remove one  \n\nDone.\n\n> Applied edit to app.py  \n"
+    )
+    (graph,) = graphs_of(write(tmp_path, text, "old.md"))
+    assert [t[2] for t in branch_texts(graph)[0]] == [
+        "make a flask app\n  with two routes",
+        "Ok, here are the changes:\n\n_emphasis in the reply_",
+        "remove one",
+        "Done.",
+    ]
+
+
+def test_a_forced_aider_reader_rejects_a_file_it_does_not_recognise(tmp_path: Path) -> None:
+    readme = write(tmp_path, "# My project\n\nSome text\n", "README.md")
+    out = tmp_path / "out"
+    assert main(["convert", str(readme), "--input-format", "aider", "-o", str(out), "--allow-empty"]) == 3
+    (reject,) = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert reject["reason"] == "forced_format_not_recognised"
+
+
+def test_a_bucket_lists_the_hidden_transcript_as_an_input_and_a_readme_with_its_reason() -> None:
+    fsspec = pytest.importorskip("fsspec")
+    from msgtrain.run.storage import discover_objects
+
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/aider-bucket/logs/.aider.chat.history.md", SAMPLE.read_bytes())
+    memory.pipe("/aider-bucket/logs/README.md", b"# notes\n")
+    try:
+        found, ignored = discover_objects("memory://aider-bucket/logs")
+    finally:
+        memory.rm("/aider-bucket", recursive=True)
+    assert [str(f).rsplit("/", 1)[1] for f in found] == [".aider.chat.history.md"]
+    assert [i["reason"].split(":")[0] for i in ignored] == ["not a log file suffix"]
+    assert "# aider chat started at" in ignored[0]["reason"]

@@ -48,7 +48,9 @@ Not trained, and said so:
 
 Accounting: a session is one record: a graph, or a ``ReadSkip`` (``aider_session_without_chat``) when it holds no
 prompt and no reply. A file with no session header is read as one session when it holds prompts (a transcript
-whose first lines were cut).
+whose first lines were cut), else it is one skipped record (``no_aider_session``; forced with ``--input-format
+aider``, a ``forced_format_not_recognised`` reject). Transcripts of aider before v0.5.0 (``# Aider chat started``:
+prompts as ``---`` then ``#### >  text``, output as ``_italic_`` lines at first) are read in the same grammar.
 """
 
 from __future__ import annotations
@@ -121,6 +123,9 @@ class Session:
     line: int
     when: str | None
     blocks: list[Block] = field(default_factory=list)
+    # Before v0.5.0 (May 2023, "# Aider chat started"): prompts written "---" then "#### >  text", and (in the
+    # first days) aider's output as "_italic_" lines rather than "> " quotes.
+    legacy: bool = False
 
 
 class AiderReader:
@@ -141,9 +146,13 @@ class AiderReader:
         return named and text[:1] not in ("{", "[") and ("\n" + text).find("\n#### ") >= 0
 
     def read(self, path: Path) -> Iterator[ReadItem]:
+        found = False
         for index, session in enumerate(read_sessions(path)):
+            found = True
             ref = SourceRef(str(path), f"line {session.line}")
             yield RecordTask(ref, partial(_session_events, path, index, session, ref), raw=_session_excerpt(session))
+        if not found:  # no session header and no prompt: one record, skipped (a forced read rejects it)
+            yield ReadSkip(SourceRef(str(path), "file"), "no_aider_session")
 
 
 # ------------------------------------------------------------------------------------------------------ parsing
@@ -161,7 +170,7 @@ def read_sessions(path: Path) -> Iterator[Session]:
         if match:
             if session is not None or _has_chat(lines):
                 yield _blocks(session or Session(1, None), lines, strict)
-            session, lines = Session(number, match.group("when")), []
+            session, lines = Session(number, match.group("when"), legacy=line.startswith("# Aider")), []
             continue
         lines.append((number, line))
     if session is not None or _has_chat(lines):
@@ -192,6 +201,8 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
             current.lines.append(line)
             continuing = not _ends_message(line, lines[k + 1][1] if k + 1 < len(lines) else None)
             continue
+        if session.legacy:
+            line = _modern(line, strict)
         kind = _kind(line, strict)
         if kind == "tool" and strict and not line.endswith("  ") and (current is None or current.kind != "tool"):
             kind = None  # a reply's own "> " quote: output lines come after output or prompts, as whole lines
@@ -211,6 +222,19 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
         else:
             current.lines.append(line)
     return session
+
+
+def _modern(line: str, strict: bool) -> str:
+    """A line of the pre-v0.5.0 grammar in today's: the ``---`` before a prompt is a blank, ``#### >  text`` is
+    ``#### text``, an ``_italic_`` (or ``*italic*``) output line is a ``> `` one."""
+    if line == "---":
+        return ""
+    if line.startswith("#### >  "):
+        return "#### " + line[8:]
+    body = line[:-2] if line.endswith("  ") else line
+    if (line.endswith("  ") or not strict) and len(body) > 2 and body[0] == body[-1] and body[0] in "_*":
+        return "> " + body[1:-1] + "  "
+    return line
 
 
 def _ends_message(line: str, following: str | None) -> bool:
