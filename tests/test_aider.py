@@ -21,7 +21,16 @@ from pathlib import Path
 import pytest
 
 from msgtrain.cli import main
-from msgtrain.ingest.aider import ADDED_FILES, INTERRUPT_ASSISTANT, INTERRUPT_USER, OK_MESSAGE, command_of
+from msgtrain.ingest.aider import (
+    ADDED_FILES,
+    EDITOR_DONE,
+    EDITS_COMMITTED,
+    EDITS_UNCOMMITTED,
+    INTERRUPT_ASSISTANT,
+    INTERRUPT_USER,
+    OK_MESSAGE,
+    command_of,
+)
 from msgtrain.ingest.base import ReadGraph, ReadSkip
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format, looks_like_a_log
@@ -72,11 +81,14 @@ def test_the_sample_trains_each_reply_whose_prompt_the_transcript_holds_and_name
     first, second = out
     assert missing_context(first) == ["system_prompt"] and missing_context(second) == ["system_prompt"]
     replies = [n for n in first.nodes.values() if n.message.role == "assistant"]
-    assert sorted(str(n.origin) for n in replies) == ["carried", "injected", "sampled", "sampled", "sampled", "sampled"]
+    # Injected: the "Ok." after the commit note, and aider's answer to the interrupt.
+    origins = sorted(str(n.origin) for n in replies)
+    assert origins == ["carried", "injected", "injected", "sampled", "sampled", "sampled", "sampled"]
     users = [n.message.text for n in first.nodes.values() if n.message.role == "user"]
     assert 'make greet() take a name\nand default it to "world"' in users
     assert users.count("does anything else call greet()?") == 1  # /ask's text, not the copy aider logs again
     assert ADDED_FILES.format(fnames="main.py") in users
+    assert EDITS_COMMITTED.format(hash="3f2a9c1", message="feat: add name parameter to greet") in users
     assert not any(u.startswith(("/", "Add ")) for u in users)
     # /clear: the test request starts a branch of its own, from the root.
     assert "add a test for greet" in [first.nodes[r].message.text for r in first.children[None]]
@@ -208,15 +220,19 @@ def test_the_editor_of_architect_mode_replies_in_a_conversation_of_its_own(tmp_p
             "> Tokens: 1.2k sent, 30 received.  \n> Edit the files? (Y)es/(N)o [Yes]: y  ",
             prompt(plan),  # editor_coder.run(with_message=content) logs the plan as a prompt
             "greet.py\n```python\n<<<<<<< SEARCH\ndef greet():\n=======\ndef greet(name):\n>>>>>>> REPLACE\n```",
-            "> Applied edit to greet.py  ",
+            "> Applied edit to greet.py  \n> Commit 0c1d2e3 feat: greet by name  ",
+            prompt("thanks"),
+            "Welcome.",
         ),
     )
     (graph,) = graphs_of(path)
     editor, architect = sorted(branch_texts(graph), key=lambda b: b[0][2] == "greet by name")
-    assert architect == [("user", "context", "greet by name"), ("assistant", "sampled", plan)]
+    assert architect[:2] == [("user", "context", "greet by name"), ("assistant", "sampled", plan)]
+    # The architect's history gets aider's note once the editor ran, not the editor's commit.
+    assert [t[2] for t in architect[2:]] == [EDITOR_DONE, "Ok.", "thanks", "Welcome."]
     assert editor[0] == ("user", "context", plan) and editor[1][1] == "sampled" and len(editor) == 2
     models = {graph.nodes[nid].message.text[:8]: gen.model for nid, gen in graph.generations.items()}
-    assert models == {"Change `": "openai/gpt-4.1", "greet.py": "openai/gpt-4.1-mini"}
+    assert models == {"Change `": "openai/gpt-4.1", "greet.py": "openai/gpt-4.1-mini", "Welcome.": "openai/gpt-4.1"}
 
 
 def test_files_a_reply_named_and_the_user_added_are_the_next_replys_prompt(tmp_path: Path) -> None:
@@ -328,14 +344,17 @@ def test_a_multi_line_output_message_is_output_even_where_its_padded_lines_end_i
         transcript(
             prompt("write the script"),
             "Here it is.",
-            "> Applied edit to run.sh  \n> export TOKEN=x\nexport OWNER=me    \n./run.sh  \n"
+            "> Applied edit to run.sh  \n> Commit e14ab36 feat: add run.sh  \n"
+            "> export TOKEN=x\nexport OWNER=me    \n./run.sh  \n"
             "> Run shell commands? (Y)es/(N)o/(D)on't ask again [Yes]: n  ",
             prompt("thanks"),
             "You're welcome.",
         ),
     )
     (graph,) = graphs_of(path)
-    assert [t[2] for t in branch_texts(graph)[0]] == ["write the script", "Here it is.", "thanks", "You're welcome."]
+    note = EDITS_COMMITTED.format(hash="e14ab36", message="feat: add run.sh")
+    texts = ["write the script", "Here it is.", note, "Ok.", "thanks", "You're welcome."]
+    assert [t[2] for t in branch_texts(graph)[0]] == texts
 
 
 def test_transcripts_of_aider_before_v0_5_are_read_in_their_own_grammar(tmp_path: Path) -> None:
@@ -379,3 +398,36 @@ def test_a_bucket_lists_the_hidden_transcript_as_an_input_and_a_readme_with_its_
     assert [str(f).rsplit("/", 1)[1] for f in found] == [".aider.chat.history.md"]
     assert [i["reason"].split(":")[0] for i in ignored] == ["not a log file suffix"]
     assert "# aider chat started at" in ignored[0]["reason"]
+
+
+def test_after_applied_edits_the_history_holds_aiders_note_and_ok_as_aider_keeps_it(tmp_path: Path) -> None:
+    # base_coder.send_message -> move_back_cur_messages(saved_message): the commit note (or "I updated the files."
+    # without a commit), then "Ok."; the linter's later commit is not the note.
+    path = write(
+        tmp_path,
+        transcript(
+            prompt("rename foo"),
+            "Renamed.",
+            "> Applied edit to a.py  \n> Commit 1a2b3c4 refactor: rename foo to bar  \n"
+            "> Commit 5d6e7f8 style: Ran the linter  ",
+            prompt("and baz"),
+            "Done.",
+            "> Applied edit to b.py  ",
+            prompt("thanks"),
+            "Welcome.",
+        ),
+    )
+    (graph,) = graphs_of(path)
+    assert [t[2] for t in branch_texts(graph)[0]] == [
+        "rename foo",
+        "Renamed.",
+        EDITS_COMMITTED.format(hash="1a2b3c4", message="refactor: rename foo to bar"),
+        "Ok.",
+        "and baz",
+        "Done.",
+        EDITS_UNCOMMITTED,
+        "Ok.",
+        "thanks",
+        "Welcome.",
+    ]
+    assert {str(n.origin) for n in graph.nodes.values() if n.message.text == "Ok."} == {"injected"}

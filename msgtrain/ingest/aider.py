@@ -26,6 +26,9 @@ session's ``Main model:`` / ``Model:`` line):
 - Architect mode: once the user accepts "Edit the files?", aider hands the architect's reply to a fresh editor
   conversation, logging it again as a prompt: the editor's reply is sampled on a branch of its own, whose only
   context is that prompt.
+- After a reply whose edits aider applied, aider's history holds its note and "Ok." (``injected``): the commit
+  (from the first ``Commit <hash> <message>`` line) or "I updated the files."; after architect mode's editor, "I
+  made those changes to the files." (``move_back_cur_messages``, v0.8.0 on).
 - Other commands (``/add``, ``/drop``, ``/run``, ``/undo``, ``/tokens``, ``/model`` ...) are not messages, nor are
   ``> `` lines: they are aider's terminal, not the model's context.
 
@@ -42,8 +45,8 @@ Not trained, and said so:
   the transcript: the files a reply named that the user let aider add ("Add file to the chat?" answered yes, the
   file on the line before): aider's note naming them is the next reply's prompt.
 - Every graph is ``context_incomplete`` (``system_prompt``): aider sends a system prompt, examples, the repository
-  map and the files in the chat, none of which the transcript holds; the same is true of the commit notes, command
-  output and web pages aider adds to its history and of the summaries that replace a long history. A system prompt
+  map and the files in the chat, none of which the transcript holds; the same is true of the command output and
+  web pages aider adds to its history and of the summaries that replace a long history. A system prompt
   supplied in the config (``context:``, format ``aider``) is put in front of each branch.
 
 Accounting: a session is one record: a graph, or a ``ReadSkip`` (``aider_session_without_chat``) when it holds no
@@ -84,6 +87,12 @@ OK_MESSAGE = "Ok, please go ahead and make those changes."  # what ``/ok`` sends
 INTERRUPT_USER = "^C KeyboardInterrupt"  # the pair aider adds after an interrupted reply (base_coder, v0.72.2 on)
 INTERRUPT_ASSISTANT = "I see that you interrupted my previous reply."
 INTERRUPT_PAIR_SINCE = (0, 72, 2)
+# The notes aider adds to its history after a reply's edits were applied (aider/coders/base_prompts.py
+# ``files_content_gpt_edits`` / ``files_content_gpt_edits_no_repo``, since 2023; architect_coder.py for the editor).
+EDITS_COMMITTED = "I committed the changes with git hash {hash} & commit msg: {message}"
+EDITS_UNCOMMITTED = "I updated the files."
+EDITOR_DONE = "I made those changes to the files."
+NOTES_SINCE = (0, 8, 0)
 # The note aider sends after adding the files a reply named (aider/prompts.py ``added_files``, unchanged since 2023).
 ADDED_FILES = "I added these files to the chat: {fnames}\nLet me know if there are others we should add."
 QUESTION = re.compile(r"\(Y\)es/\(N\)o.*\[[^\]]*\]:\s*\S*\s*$")  # a confirm question with its answer
@@ -92,7 +101,7 @@ REASONING = re.compile(
 )
 UNLOGGED_CONTEXT = (
     "aider sends a system prompt, examples, the repository map and the files in the chat, which its transcript does"
-    " not hold (nor the commit notes, command output and web pages it adds to its history, nor its summaries)"
+    " not hold (nor the command output and web pages it adds to its history, nor its summaries)"
 )
 UNSEEN_PROMPT = (
     "the transcript does not hold this reply's prompt (a --watch-files request, a reflected lint, test or edit"
@@ -316,6 +325,9 @@ class _SessionBuilder:
         self.subject: str | None = None  # the last output line: the file a following question asks about
         self.mentioned: list[str] = []  # files of the last reply the user let aider add: their note is the prompt
         self.restored = False  # aider loaded the earlier transcript into this session's history (until /clear)
+        self.tracking = False  # the last reply is on the branch: its output says whether its edits were applied
+        self.edits = False  # they were
+        self.note: str | None = None  # what aider adds to its history after that reply (a commit note), with "Ok."
         self.chat = False
 
     def build(self) -> MessageGraph | None:
@@ -355,6 +367,11 @@ class _SessionBuilder:
                 self.editor_model = match.group(1)
             elif (version := _version(text)) is not None:
                 self.version = version
+            elif text.startswith("Applied edit to ") and self.tracking:
+                self.edits = True
+            elif (commit := re.match(r"Commit ([0-9a-f]{7,40}) (.+)", text)) and self.edits and self.tracking:
+                self.note = EDITS_COMMITTED.format(hash=commit.group(1), message=commit.group(2))
+                self.tracking = False  # the first commit is the note; a later one (the linter's) is not
             elif text.startswith("Edit the files?") and QUESTION.search(text):
                 self.handoff = _accepted(text)
             elif (
@@ -374,7 +391,10 @@ class _SessionBuilder:
             return  # an empty input, or a question's answer logged as input: nothing is sent
         if self.handoff and self.last_reply is not None and text.strip() == self.last_reply:
             self.handoff, self.editor_prompt = False, text
+            self.note = EDITOR_DONE  # what the architect's history gets once the editor has run
+            self.tracking = False  # the editor's edits and commit are noted in its own conversation
             return
+        self._settle_note()
         self.handoff = False
         if self.echo is not None and text == self.echo:
             self.echo = None
@@ -410,6 +430,7 @@ class _SessionBuilder:
             self.graph.add_node(root, message, origin=Origin.SAMPLED, generation=generation)
             self.editor_prompt = None
             return
+        self._settle_note()
         if self.prompt is not None:
             self.chain.append(_user_message(self.prompt))
             self.prompt = None
@@ -430,6 +451,7 @@ class _SessionBuilder:
             self._interrupt_pair(after_reply=True)
             self.interrupted = self.in_flight = False
             return
+        self.tracking = self._notes_edits()  # its output says whether aider applied its edits
         if self.restored:
             self.chain.append(
                 message.model_copy(update={"metadata": {"why_not_trained": RESTORED_WHY}}), Origin.CARRIED
@@ -438,6 +460,18 @@ class _SessionBuilder:
         self.chain.append(message, Origin.SAMPLED, generation=_generation(self.model))
 
     # ------------------------------------------------------------------ history as aider keeps it
+    def _settle_note(self) -> None:
+        """After a reply whose edits aider applied, its history holds a note (the commit, or "I updated the files."
+        when nothing was committed) and "Ok." (``move_back_cur_messages``): put them on the branch before what
+        comes next."""
+        note = self.note or (EDITS_UNCOMMITTED if self.edits else None)
+        self.note, self.edits, self.tracking = None, False, False
+        if note is None or self.chain.head is None:
+            return
+        self.chain.append(_user_message(note), Origin.INJECTED)
+        ok = PartsMessage(parts=(TextPart(text="Ok."),), policy=POLICY, role_hint_for_llm="assistant")
+        self.chain.append(ok, Origin.INJECTED)
+
     def _user(self, text: str) -> None:
         self._flush_prompt()
         self.prompt = text
@@ -460,6 +494,10 @@ class _SessionBuilder:
         if in_flight:
             self._interrupt_pair(after_reply=False)
         self.interrupted = self.in_flight = False
+
+    def _notes_edits(self) -> bool:
+        """Whether this aider adds a note after applied edits (v0.8.0 on; not the pre-v0.5.0 grammar)."""
+        return not self.session.legacy and (self.version is None or self.version >= NOTES_SINCE)
 
     def _pairs_interrupts(self) -> bool:
         return self.version is None or self.version >= INTERRUPT_PAIR_SINCE
