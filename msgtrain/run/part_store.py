@@ -19,9 +19,10 @@ Invariants:
   * :class:`LocalParts` reads and hashes its files (reading a local part costs no transfer);
   * :class:`StoreParts` never downloads a part to check it at reuse (that would download every reused part once
     more than assembly does): it compares the MD5s ``part.json`` records with those the store keeps of the
-    objects (S3's ETag of an object written with one PUT, GCS ``md5Hash``, Azure ``Content-MD5``), one metadata
-    request per file, and checks the files themselves only when the part moved (it is then copied anyway to
-    rewrite its sources). Where the store keeps no MD5 (an S3 multipart or SSE-KMS upload, another store), the
+    objects (S3's ETag of an object written with one PUT, GCS ``md5Hash``, Azure ``Content-MD5``), as the listing
+    that found the complete parts shows them (no request of its own; one metadata request per file where the
+    listing shows another hash), and checks the files themselves only when the part moved (it is then copied
+    anyway to rewrite its sources). Where the store keeps no MD5 (an S3 multipart or SSE-KMS upload, another store), the
     check is deferred: assembly checks every part it copies from the store (:meth:`~PartsStore.reading`,
     :meth:`~PartsStore.rejects`), and a part that does not match is removed and the run stops before anything is
     published (``corrupt_part``); the next ``--resume`` recomputes it.
@@ -51,7 +52,7 @@ import pyarrow.ipc as ipc
 from msgtrain.errors import OutputError
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
 from msgtrain.run.parts import PartStats
-from msgtrain.run.storage import Store, iter_parts_complete, join
+from msgtrain.run.storage import Store, join
 
 SAMPLES_FILE = "samples.arrow"
 PART_FILE = "part.json"
@@ -138,11 +139,17 @@ class LocalParts:
                 shutil.rmtree(part, ignore_errors=True)
 
 
-@dataclass(frozen=True)
 class StoreParts:
     """Parts under a prefix of an object store, written and read through local copies."""
 
-    url: str
+    def __init__(self, url: str) -> None:
+        self.url = url
+        # The content hashes of the parts' files as the last listing (:meth:`complete`) showed them: reuse compares
+        # them with ``part.json`` at no further request. The driver's alone: a worker's copy starts without them.
+        self.listed: dict[str, str | None] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "listed": {}}
 
     def __str__(self) -> str:
         return self.url
@@ -152,8 +159,11 @@ class StoreParts:
             Store.of(self.url).remove(self.url)
 
     def complete(self) -> Callable[[str], bool]:
-        # Which parts are complete is one listing, not a request per part.
-        return set(iter_parts_complete(Store.of(self.url), self.url, PART_FILE)).__contains__
+        # Which parts are complete is one listing, not a request per part: the keys whose part.json (written last)
+        # is there.
+        self.listed = Store.of(self.url).listed_hashes(self.url)
+        marker = "/" + PART_FILE
+        return {url[: -len(marker)].rpartition("/")[2] for url in self.listed if url.endswith(marker)}.__contains__
 
     def write(
         self, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
@@ -193,11 +203,14 @@ class StoreParts:
             return True
         store = Store.of(self.url)
         for name in CHECKED_FILES:
-            try:
-                known = store.metadata_hash(join(self.url, key, name))
+            url, want = join(self.url, key, name), f"md5:{md5s.get(name)}"
+            if self.listed.get(url) == want:
+                continue  # as the listing showed it: no request
+            try:  # not listed, or listed with another hash, which may not be an MD5 (a listing shows no encryption)
+                known = store.metadata_hash(url)
             except OSError:
                 return False
-            if known is not None and known.startswith("md5:") and known != f"md5:{md5s.get(name)}":
+            if known is not None and known.startswith("md5:") and known != want:
                 store.remove(join(self.url, key))
                 return False
         return True

@@ -312,6 +312,15 @@ class Store:
     # ------------------------------------------------------------------------------------------------ reading
     def list_files(self, prefix: str) -> list[tuple[str, int]]:
         """Every object under ``prefix`` (recursively) as (url, size), sorted; a URL naming one object gives it."""
+        return sorted((url, int(info.get("size") or 0)) for url, info in self._listing(prefix).items())
+
+    def listed_hashes(self, prefix: str) -> dict[str, str | None]:
+        """The content hash of every object under ``prefix`` as one listing shows it (:func:`_metadata_hash`; None
+        where it shows none). A listing may lack what tells an MD5 from another ETag (S3 lists no encryption):
+        confirm a hash that disagrees with :meth:`metadata_hash` before acting on it."""
+        return {url: _metadata_hash(self.protocol, info) for url, info in self._listing(prefix).items()}
+
+    def _listing(self, prefix: str) -> dict[str, dict[str, Any]]:
         path = self._path(prefix)
         self._fresh(path)
         try:
@@ -320,7 +329,7 @@ class Store:
                 found = {path: self.fs.info(path)}
         except FileNotFoundError:
             found = {}
-        return sorted((self.url(p), int(info.get("size") or 0)) for p, info in found.items() if info["type"] == "file")
+        return {self.url(p): info for p, info in found.items() if info["type"] == "file"}
 
     def exists(self, url: str) -> bool:
         path = self._path(url)
@@ -574,14 +583,6 @@ def _pointer_bytes(version: str, target: str) -> bytes:
     return (
         json.dumps({"format": "msgtrain.latest", "version": version, "path": target}, sort_keys=True) + "\n"
     ).encode()
-
-
-def iter_parts_complete(store: Store, parts_url: str, marker: str) -> Iterator[str]:
-    """Keys of the parts under ``parts_url`` whose ``marker`` file (written last) is there: one listing."""
-    for url, _ in store.list_files(parts_url):
-        head, _, name = url.rpartition("/")
-        if name == marker:
-            yield head.rpartition("/")[2]
 
 
 def file_digest(path: Path) -> str:
