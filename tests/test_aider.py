@@ -428,3 +428,39 @@ def test_after_applied_edits_the_history_holds_aiders_note_and_ok_as_aider_keeps
         "thanks",
         "Welcome.",
     ]
+
+
+def test_a_failed_edit_is_reflected_back_as_the_next_prompt_whole(tmp_path: Path) -> None:
+    # Aquaticat/Monochromatic .aider.chat.history.md at 56372c6db0d4f2431d99bfdbe2142702ed891101 (v0.84): the error
+    # is one tool_output message, "> " on its first line only, stripped; aider sends str(err), which ends with "\n".
+    error = (
+        "# 1 SEARCH/REPLACE block failed to match!\n\n"
+        "## SearchReplaceNoExactMatch: This SEARCH block failed to exactly match lines in a.py\n"
+        "<<<<<<< SEARCH\n    x = 1\n=======\n    x = 2\n>>>>>>> REPLACE\n\n"
+        "The SEARCH section must exactly match an existing block of lines including all white space, comments,"
+        " indentation, docstrings, etc"
+    )
+    texts = first_branch(
+        tmp_path,
+        prompt("set x to 2"),
+        "a.py\n```python\n<<<<<<< SEARCH\n    x = 1\n=======\n    x = 2\n>>>>>>> REPLACE\n```",
+        "> Tokens: 2.0k sent, 40 received.  \n> The LLM did not conform to the edit format.  \n"
+        "> https://aider.chat/docs/troubleshooting/edit-errors.html  \n> " + error + "  ",
+        "You are right, the indentation differs.",
+        "> Applied edit to a.py  \n> Commit 1a2b3c4 fix: set x to 2  ",
+    )
+    assert texts[2:4] == [error + "\n", "You are right, the indentation differs."]
+
+
+def test_the_failed_edit_of_a_reply_off_the_branch_leaves_its_retry_off_the_branch(tmp_path: Path) -> None:
+    error = "# 1 SEARCH/REPLACE block failed to match!\n\nThe SEARCH section must exactly match"
+    failed = "> The LLM did not conform to the edit format.  \n> " + error + "  "
+    path = write(
+        tmp_path,
+        transcript(
+            "> Processing your request...  ", "Edit for the AI! comment.", failed, "Retry.", prompt("ok"), "Ok!"
+        ),
+    )
+    (graph,) = graphs_of(path)
+    carried = {n.message.text for n in graph.nodes.values() if n.origin is Origin.CARRIED}
+    assert carried == {"Edit for the AI! comment.", "Retry."}

@@ -40,10 +40,12 @@ Not trained, and said so:
   conversation history." before its first prompt), aider's history is that transcript as its own simple parser
   reads it, summarised in the background when long: replies up to a ``/clear`` are ``carried`` (``context_unknown``).
 - A reply whose prompt the transcript does not hold (a ``--watch-files`` "AI!" comment request, a lint or test
-  failure or a failed edit aider reflected back, ``/help`` answered with aider's docs) is a ``carried`` side
-  branch, dropped as ``context_unknown``: the next replies' contexts do not include it. One reflection is whole in
-  the transcript: the files a reply named that the user let aider add ("Add file to the chat?" answered yes, the
-  file on the line before): aider's note naming them is the next reply's prompt.
+  failure aider reflected back, whose lines the log strips, ``/help`` answered with aider's docs) is a ``carried``
+  side branch, dropped as ``context_unknown``: the next replies' contexts do not include it. Two reflections are
+  whole in the transcript, and are the next reply's prompt: the files a reply named that the user let aider add
+  ("Add file to the chat?" answered yes, the file on the line before; aider's note names them), and the error of
+  SEARCH/REPLACE blocks that failed to match (logged whole after "The LLM did not conform to the edit format.",
+  stripped of the newline it ends with).
 - Every graph is ``context_incomplete`` (``system_prompt``): aider sends a system prompt, examples, the repository
   map and the files in the chat, none of which the transcript holds; the same is true of the command output and
   web pages aider adds to its history and of the summaries that replace a long history. A system prompt
@@ -93,6 +95,8 @@ EDITS_COMMITTED = "I committed the changes with git hash {hash} & commit msg: {m
 EDITS_UNCOMMITTED = "I updated the files."
 EDITOR_DONE = "I made those changes to the files."
 NOTES_SINCE = (0, 8, 0)
+# The error aider reflects when a reply's SEARCH/REPLACE blocks fail (aider/coders/editblock_coder.py apply_edits).
+EDIT_FAILURE = re.compile(r"# \d+ SEARCH/REPLACE blocks? failed to match!\n")
 # The note aider sends after adding the files a reply named (aider/prompts.py ``added_files``, unchanged since 2023).
 ADDED_FILES = "I added these files to the chat: {fnames}\nLet me know if there are others we should add."
 QUESTION = re.compile(r"\(Y\)es/\(N\)o.*\[[^\]]*\]:\s*\S*\s*$")  # a confirm question with its answer
@@ -104,8 +108,8 @@ UNLOGGED_CONTEXT = (
     " not hold (nor the command output and web pages it adds to its history, nor its summaries)"
 )
 UNSEEN_PROMPT = (
-    "the transcript does not hold this reply's prompt (a --watch-files request, a reflected lint, test or edit"
-    " error, a /help question)"
+    "the transcript does not hold this reply's prompt (a --watch-files request, a reflected lint or test error, a"
+    " /help question)"
 )
 RESTORED_WHY = (
     "aider restored the earlier transcript into this session's history (--restore-chat-history), summarised when"
@@ -118,7 +122,8 @@ Kind = Literal["user", "tool", "assistant"]
 
 @dataclass
 class Block:
-    """Consecutive lines of one kind, and the line number (1-based) of the first."""
+    """Consecutive lines of one kind, and the line number (1-based) of the first; an output block's entries are its
+    messages (a multi-line one whole, its lines joined)."""
 
     kind: Kind
     line: int
@@ -207,7 +212,7 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
     for k, (number, line) in enumerate(lines):
         if continuing:
             assert current is not None
-            current.lines.append(line)
+            current.lines[-1] += "\n" + line  # a tool block's entries are its messages, whole
             continuing = not _ends_message(line, lines[k + 1][1] if k + 1 < len(lines) else None)
             continue
         if session.legacy:
@@ -324,6 +329,9 @@ class _SessionBuilder:
         self.editor_prompt: str | None = None
         self.subject: str | None = None  # the last output line: the file a following question asks about
         self.mentioned: list[str] = []  # files of the last reply the user let aider add: their note is the prompt
+        self.on_branch = False  # the last reply is on the branch (not a side branch, not interrupted)
+        self.edit_error = False  # aider said the last reply's edits failed: its error message comes next
+        self.reflection: str | None = None  # that error, which aider sends as the next prompt
         self.restored = False  # aider loaded the earlier transcript into this session's history (until /clear)
         self.tracking = False  # the last reply is on the branch: its output says whether its edits were applied
         self.edits = False  # they were
@@ -357,7 +365,12 @@ class _SessionBuilder:
                 self.settled = True
             if text.startswith("^C "):
                 continue
-            if text == "Restored previous conversation history." and not self.chat:
+            if self.edit_error and EDIT_FAILURE.match(text):
+                # aider sends str(err) back; the log holds it stripped, and this error always ends with a newline.
+                self.reflection, self.edit_error = text + "\n", False
+            elif text == "The LLM did not conform to the edit format." and self.prompt is None and self.on_branch:
+                self.edit_error = True
+            elif text == "Restored previous conversation history." and not self.chat:
                 self.restored = True  # --restore-chat-history: announced before the session's first prompt
             elif text == "Processing your request...":  # --watch-files: an "AI!" comment is the prompt, unlogged
                 self._flush_prompt()
@@ -422,6 +435,7 @@ class _SessionBuilder:
 
     def _reply(self, block: Block) -> None:
         message = PartsMessage(parts=reply_parts(block), policy=POLICY, role_hint_for_llm="assistant")
+        self.on_branch = False
         self.chat = True
         self.last_reply = message.parts[-1].text if isinstance(message.parts[-1], TextPart) else None
         if self.editor_prompt is not None:  # the editor's own conversation: the architect's reply, then this
@@ -438,6 +452,9 @@ class _SessionBuilder:
             # The files a reply named and the user let aider add: aider sends their note as the next prompt.
             self.chain.append(_user_message(ADDED_FILES.format(fnames=", ".join(self.mentioned))), Origin.INJECTED)
             self.mentioned = []
+        elif (reflection := self._take_reflection()) is not None:
+            # The edits of the last reply failed to match: aider sent the error back as the next prompt.
+            self.chain.append(_user_message(reflection), Origin.INJECTED)
         else:
             # No logged prompt since the last reply: what the model answered is not in the transcript.
             unseen = message.model_copy(update={"metadata": {"why_not_trained": UNSEEN_PROMPT}})
@@ -452,6 +469,7 @@ class _SessionBuilder:
             self.interrupted = self.in_flight = False
             return
         self.tracking = self._notes_edits()  # its output says whether aider applied its edits
+        self.on_branch = True  # a failed edit of this reply is reflected on this branch
         if self.restored:
             self.chain.append(
                 message.model_copy(update={"metadata": {"why_not_trained": RESTORED_WHY}}), Origin.CARRIED
@@ -460,6 +478,10 @@ class _SessionBuilder:
         self.chain.append(message, Origin.SAMPLED, generation=_generation(self.model))
 
     # ------------------------------------------------------------------ history as aider keeps it
+    def _take_reflection(self) -> str | None:
+        reflection, self.reflection, self.edit_error = self.reflection, None, False
+        return reflection
+
     def _settle_note(self) -> None:
         """After a reply whose edits aider applied, its history holds a note (the commit, or "I updated the files."
         when nothing was committed) and "Ok." (``move_back_cur_messages``): put them on the branch before what
@@ -478,6 +500,7 @@ class _SessionBuilder:
         self.chat = True
         self.interrupted = self.in_flight = self.settled = False
         self.mentioned = []
+        self._take_reflection()  # the user spoke instead
 
     def _flush_prompt(self) -> None:
         """A prompt that got no reply stays in aider's history (the request failed, or was interrupted before any
