@@ -230,7 +230,12 @@ def test_a_mutated_log_never_crashes_balances_its_books_and_keeps_untouched_samp
     # Bad text (lone surrogates among it) is a specific reject, never a fault of linearization or export.
     assert "internal_error" not in stats.records_rejected, rejects
     report = validate_inputs([path])
-    assert report.records == stats.records_read
+    if str(path) in report.ignored:
+        # a file without a log suffix that no reader recognises once mutated (a damaged logs.db): input discovery
+        # passes it over (`convert` and `validate` alike list it as ignored), so it holds nothing either could train
+        assert stats.records_converted == 0
+    else:
+        assert report.records == stats.records_read
 
     reader_name, before = originals[original]
     if line is None or _reader_name(path) != reader_name:

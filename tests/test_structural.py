@@ -581,3 +581,13 @@ def test_a_transcript_beside_its_own_prefix_is_read_once(tmp_path: Path) -> None
     path.write_text(json.dumps({"expected_output": [record, record]}), encoding="utf-8")
     graphs = _graphs(path)
     assert len(graphs) == 2 and all(len(g.graph.nodes) == 4 for g in graphs)
+
+
+def test_a_record_whose_type_field_is_a_list_is_judged_by_its_shape_not_a_crash_of_detection(tmp_path: Path) -> None:
+    # a Codex rollout line whose "type" a damaged writer (or a fuzzer) made a list: LangChain's message kinds are
+    # looked up only for a string "type"
+    line = {"timestamp": "2026-05-12T10:00:00Z", "type": [1], "payload": {"type": "message", "role": "user"}}
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("".join(json.dumps({**line, "n": i}) + "\n" for i in range(3)), encoding="utf-8")
+    _, stats, _ = convert_file(path, _settings())
+    assert set(stats.records_rejected) == {"unknown_format"}  # nothing message-like: no reader claims it

@@ -32,6 +32,7 @@ from msgtrain.ingest import (
     lm_eval,
     marsys,
     mini_swe_agent,
+    mt_bench,
     native,
     openai_chat,
     openai_responses,
@@ -66,6 +67,7 @@ _READERS: list[Reader] = [
     inspect_ai.READER,
     verifiers.READER,
     lm_eval.READER,
+    mt_bench.READER,  # answers joined with the question file beside them by question_id
     # Conversation formats with a marker no other format has (kind tags, interactions:, lion_class, MARSYS roles,
     # Go AgentState, Anthropic-only blocks, Responses item types) go before the per-call OpenAI logs.
     options.READER,

@@ -148,6 +148,12 @@ def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | Non
     return ROLE_VOCABULARY.get(key.removeprefix("role_"))
 
 
+def _langchain_type(obj: dict[str, Any]) -> bool:
+    """Whether ``type`` names a LangChain message kind (a value of any JSON type may stand there, a list too)."""
+    kind = obj.get("type")
+    return isinstance(kind, str) and kind in _LANGCHAIN_TYPES
+
+
 def is_wrapper(obj: dict[str, Any]) -> bool:
     """A message-like object that wraps its message (an OpenAI choice, LangChain's type + data): counting what a
     record holds counts it once, not again inside."""
@@ -167,7 +173,7 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     and a LangChain ``ChatGeneration`` (``{"text", "message", "generation_info"}``, LangSmith run outputs) → its
     message."""
     data = obj.get("data")
-    if isinstance(data, dict) and obj.get("type") in _LANGCHAIN_TYPES and "content" in data:
+    if isinstance(data, dict) and _langchain_type(obj) and "content" in data:
         return {"type": obj["type"], **data}
     kwargs = obj.get("kwargs")
     if obj.get("lc") == 1 and obj.get("type") == "constructor" and isinstance(kwargs, dict) and "content" in kwargs:
@@ -197,7 +203,7 @@ def role_of(obj: Any) -> tuple[str, Any] | None:
             return f"{key}.role", value["role"]
         if isinstance(value, str):
             return key, value
-    if obj.get("type") in _LANGCHAIN_TYPES and "content" in obj:
+    if _langchain_type(obj) and "content" in obj:
         return "type", obj["type"]
     return None
 

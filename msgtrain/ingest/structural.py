@@ -507,8 +507,8 @@ def _unreadable_replies(record: dict[str, Any]) -> tuple[str, int] | None:
         and not any(_prompt_like(record.get(k)) for k in ("prompt", "question", "turns", "messages"))
     ):  # FastChat MT-bench model_answer: each choice's replies, turn by turn
         return (
-            "replies logged without the questions they answer (FastChat MT-bench model answers: the questions are in "
-            "question.jsonl, joined by question_id)",
+            "replies logged without the questions they answer (FastChat MT-bench model answers: the mt_bench reader "
+            "joins them by question_id with the question.jsonl beside them or one folder up)",
             sum(len(c["turns"]) for c in choices),
         )
     return None
