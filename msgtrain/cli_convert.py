@@ -418,7 +418,7 @@ def register(app: typer.Typer) -> None:
             if not cfg.quiet and unreadable:
                 console.print(
                     f"[yellow]{unreadable} inputs could not be read (listed with the reason under files.ignored in"
-                    " the dataset's report.json): check their permissions[/]"
+                    " the dataset's report.json): see each one's reason (permissions, a disk error, a corrupt part)[/]"
                 )
             raise typer.Exit(EXIT_WITH_REJECTS)
         lost = lost_in_run(report)

@@ -30,8 +30,8 @@ from msgtrain.errors import ConfigError, OutputError
 from msgtrain.export.schema import CANONICAL_SCHEMA
 from msgtrain.run import pipeline, storage
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.part_store import PART_FILE, SAMPLES_FILE
-from msgtrain.run.parts import LinearizeSettings
+from msgtrain.run.part_store import PART_FILE, REJECTS_FILE, SAMPLES_FILE, StoreParts
+from msgtrain.run.parts import LinearizeSettings, PartStats
 from msgtrain.run.publish import state_dir
 from msgtrain.run.storage import POINTER, Store, current_version, is_remote, join, version_url
 from tests.conftest import ROOT
@@ -321,6 +321,18 @@ def test_a_kept_part_of_a_rotated_log_that_changed_is_never_published_and_the_re
     pipeline.convert(cfg.model_copy(update={"output": fresh, "keep_missing": False}))
     data = {name: blob for name, blob in _dataset(s3, out).items() if name.startswith("data/")}
     assert data == {name: blob for name, blob in _dataset(s3, fresh).items() if name.startswith("data/")}
+
+
+def test_the_rejects_of_a_store_part_that_changed_are_never_read_and_the_part_is_removed(s3: Store) -> None:
+    # The one read of a part that does not copy it whole: the rejects task of a dataset written one shard per task.
+    parts = StoreParts(f"s3://{BUCKET}/changed-rejects/parts")
+    line = '{"file": "x.jsonl", "reason": "parse_error"}\n'
+    parts.write("k", {"source": "x.jsonl"}, [], PartStats(records_read=1), [line])
+    assert parts.complete()("k") and parts.rejects("k") == line
+    s3.put_bytes(join(parts.url, "k", REJECTS_FILE), line.replace("x.jsonl", "y.jsonl").encode())
+    with pytest.raises(OutputError, match="does not match its checksums") as err:
+        parts.rejects("k")
+    assert err.value.code == "corrupt_part" and not parts.complete()("k")
 
 
 def test_the_store_hash_is_the_content_md5_and_a_changed_object_changes_it(s3: Store) -> None:
