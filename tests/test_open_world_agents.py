@@ -283,3 +283,46 @@ def test_semantic_kernel_chat_history_items_are_text_calls_and_results(tmp_path:
     assert messages[2].calls[0].option_name == "weather-get_weather"
     assert messages[2].calls[0].raw_arguments == '{"city": "Paris"}'
     assert messages[4].metadata["usage"]["prompt_tokens"] == 55
+
+
+# ------------------------------------------------------------------------------------------------ gateways, tracers
+_TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+_CALLED = {
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 58},
+}
+
+
+def test_a_gateway_request_log_trains_the_response_in_its_request_with_the_tools_it_sent(tmp_path: Path) -> None:
+    # Helicone's request records (HeliconeRequest: request_body, response_body, model, prompt_tokens) and W&B
+    # Weave calls (wandb/weave trace_server_interface.py CallSchema: op_name, inputs, output, summary).
+    helicone = {
+        "request_id": "r1",
+        "request_body": {"model": "gpt-4o", "messages": [{"role": "user", "content": "Weather?"}], "tools": [_TOOL]},
+        "response_body": _CALLED,
+        "model": "gpt-4o",
+        "prompt_tokens": 58,
+    }
+    weave = {
+        "id": "c1",
+        "op_name": "weave:///e/p/op/openai.chat.completions.create:abc",
+        "inputs": {"messages": [{"role": "user", "content": "Weather?"}], "model": "gpt-4o", "tools": [_TOOL]},
+        "output": _CALLED,
+    }
+    for doc in (helicone, weave):
+        name, (graph,), rejects = _read(_write(tmp_path / "log.json", [doc]))
+        assert (name, rejects) == ("structural", [])
+        assert [(r, o) for r, _, o in _said(graph)] == [("user", "context"), ("assistant", "sampled")]
+        assert [t["function"]["name"] for t in graph.graph.env.tools] == ["weather"]

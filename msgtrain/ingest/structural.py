@@ -135,6 +135,11 @@ _REQUEST_RESULT_PAIRS = (
     # A LangSmith LLM run: its one prompt's messages and the generations they got (batches of one; a batch of more
     # leaves the other prompts beside the pair, which rejects the run as holding replies it does not read).
     ("inputs.messages.0", "outputs.generations.0"),
+    # Gateways' and tracers' request/response logs: Helicone's request_body / response_body, W&B Weave calls'
+    # inputs / output, bodies under request.body / response.body.
+    ("request_body.messages", "response_body"),
+    ("inputs.messages", "output"),
+    ("request.body.messages", "response.body"),
 )
 _ALPACA_PAIRS = (
     ("instruction", "output"),
@@ -281,6 +286,10 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         prompt, completion = dig(record, prompt_key), dig(record, completion_key)
         if prompt is not None and _replies(completion) and _prompt_like(prompt):
             columns |= {"prompt": prompt_key, "completion": completion_key}
+            request = prompt_key.rpartition(".")[0]
+            tools = next((f"{request}.{k}" for k in _TOOL_KEYS if request and dig(record, f"{request}.{k}")), None)
+            if tools is not None and "tools" not in columns:
+                columns["tools"] = tools  # the tools the logged request sent, beside its messages
             return Found(path, record, Mapping("prompt_completion", columns))
     longest = _longest_holding_the_others(record, lists)
     if longest is not None and named_agents(record[longest]):
