@@ -170,16 +170,21 @@ class AiderReader:
 
 
 # ------------------------------------------------------------------------------------------------------ parsing
-def read_sessions(path: Path) -> Iterator[Session]:
-    """The sessions of a transcript, streamed, each as its blocks of user, tool and assistant lines."""
+def _text_lines(path: Path) -> Iterator[str]:
     with open(path, "rb") as f:
-        raw_lines = [raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r") for raw in bounded_lines(f)]
+        for raw in bounded_lines(f):
+            yield raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
+
+
+def read_sessions(path: Path) -> Iterator[Session]:
+    """The sessions of a transcript, streamed (one session held at a time), each as its blocks of user, tool and
+    assistant lines."""
     # aider ends every prompt and output line with two spaces; a file that lost them (an editor trimming
     # trailing whitespace) is read by prefixes alone, which cannot tell a reply's own "> " quote from output.
-    strict = any(line.endswith("  ") for line in raw_lines if line.startswith(("#### ", "> ")))
+    strict = any(line.endswith("  ") and line.startswith(("#### ", "> ")) for line in _text_lines(path))
     session: Session | None = None
     lines: list[tuple[int, str]] = []
-    for number, line in enumerate(raw_lines, 1):
+    for number, line in enumerate(_text_lines(path), 1):
         match = HEADER.match(line)
         if match:
             if session is not None or _has_chat(lines):
