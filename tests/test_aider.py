@@ -464,3 +464,12 @@ def test_the_failed_edit_of_a_reply_off_the_branch_leaves_its_retry_off_the_bran
     (graph,) = graphs_of(path)
     carried = {n.message.text for n in graph.nodes.values() if n.origin is Origin.CARRIED}
     assert carried == {"Edit for the AI! comment.", "Retry."}
+
+
+def test_markdown_with_prompt_lines_but_no_session_header_is_explained(tmp_path: Path) -> None:
+    from msgtrain.errors import FormatError
+
+    cut = write(tmp_path, "notes\n\n" + prompt("hi") + "\n\nHello.\n", "notes.md")
+    with pytest.raises(FormatError) as caught:
+        detect_format(cut)
+    assert "aider: 1 '#### ' prompt lines but no '# aider chat started at' session header" in str(caught.value.hint)

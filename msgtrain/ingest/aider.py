@@ -159,6 +159,18 @@ class AiderReader:
         named = path.name.lower().endswith(TRANSCRIPT_NAME)
         return named and text[:1] not in ("{", "[") and ("\n" + text).find("\n#### ") >= 0
 
+    def explain(self, path: Path, head: bytes) -> str | None:
+        """Why a markdown file with aider's prompt lines is not read as a transcript (shown in ``unknown_format``)."""
+        del path
+        text = head.decode("utf-8", "replace")
+        prompts = sum(1 for line in text.split("\n") if line.startswith("#### "))
+        if not prompts or text.lstrip("\ufeff \t\r\n")[:1] in ("{", "["):
+            return None
+        return (
+            f"{prompts} '#### ' prompt lines but no '# aider chat started at' session header first"
+            " (force it with --input-format aider)"
+        )
+
     def read(self, path: Path) -> Iterator[ReadItem]:
         found = False
         for index, session in enumerate(read_sessions(path)):
