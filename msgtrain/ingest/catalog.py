@@ -63,6 +63,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/lm_eval/samples_gsm8k_chat_2025-01-01T00-00-00.000000.jsonl",
     ),
     (
+        "mt_bench",
+        "FastChat MT-bench / Arena-Hard model answers (model_answer/<model>.jsonl), joined by question_id with the question.jsonl beside them or one folder up",
+        "sample_logs/mt_bench/model_answer/demo-model.jsonl",
+    ),
+    (
         "options",
         "Options-framework messages (seed 003): msgtrain Message JSON, kind = parts/option_call/option_result",
         "sample_logs/options/research_agent.jsonl",
