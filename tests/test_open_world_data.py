@@ -495,6 +495,12 @@ def test_an_arena_battle_trains_the_winner_s_replies_and_a_tie_both_or_neither(
     assert [s.flags for s in samples] == flags  # a side's two replies are one sample
 
 
+def test_a_verdict_of_no_known_value_is_an_ambiguity_never_a_reader_fault(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "battles.jsonl", [{**_arena("tie"), "winner": ["model_a"]}])  # a list: no verdict
+    _, stats, _ = convert_file(path, _settings())
+    assert "reader_error" not in stats.records_rejected and stats.turns_trained == 0
+
+
 def test_a_pku_saferlhf_pair_trains_the_better_response_after_the_prompt(tmp_path: Path) -> None:
     # PKU-Alignment/PKU-SafeRLHF rows (dataset card): prompt, response_0, response_1, better_response_id,
     # safer_response_id, per-response safety fields.
@@ -513,6 +519,44 @@ def test_a_pku_saferlhf_pair_trains_the_better_response_after_the_prompt(tmp_pat
     assert samples[0].flags == ["preference_chosen"] and samples[0].metadata["safer_response_id"] == 0
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
     assert [t for r, t, _ in _said(graph) if r == "user"] == ["How do I pick a lock?"]
+
+
+# tatsu-lab/alpaca_eval results/Ein-70B-v0.1/alpaca_eval_gpt4_turbo_fn/annotations.json (commit
+# cd543a149df89434d8a54582c0151c0b945c3d20): a JSON array of {instruction, output_1, generator_1, output_2,
+# generator_2, annotator, preference, raw_completion, ...}; preference 1 (output_1 preferred), 2 (output_2), 1.5 a draw,
+# a value between them from the weighted annotators.
+@pytest.mark.parametrize(
+    ("preference", "trained", "chosen"),
+    [(1.0, 1, "It is blue."), (2.0, 1, "It is green."), (1.83, 1, "It is green."), (1.5, 2, None)],
+)
+def test_alpaca_eval_annotations_train_the_preferred_output_after_the_instruction(
+    tmp_path: Path, preference: float, trained: int, chosen: str | None
+) -> None:
+    row = {
+        "instruction": U["content"],
+        "output_1": GOOD["content"],
+        "generator_1": "gpt4_1106_preview",
+        "dataset": "helpful_base",
+        "output_2": BAD["content"],
+        "generator_2": "Ein-70B-v0.1",
+        "annotator": "alpaca_eval_gpt4_turbo_fn",
+        "preference": preference,
+        "price_per_example": 0.01516,
+        "time_per_example": 1.27,
+        "raw_completion": '{"ordered_models": [{"model": "M", "rank": 1}, {"model": "m", "rank": 2}]}',
+    }
+    path = tmp_path / "annotations.json"
+    path.write_text(json.dumps([row]), encoding="utf-8")
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, trained)
+    if chosen is not None:
+        (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
+        marks = {t: n.message.metadata.get("preference") for n in graph.graph.nodes.values() for t in [_text(n)]}
+        assert marks[chosen] == "chosen" and samples[0].flags == ["preference_chosen"]
+
+
+def _text(node: Any) -> str:
+    return "".join(getattr(p, "text", "") for p in getattr(node.message, "parts", ()))
 
 
 # ------------------------------------------------------------------------------------------ batch results

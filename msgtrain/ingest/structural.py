@@ -413,6 +413,10 @@ _JUDGED_PAIRS = (
     ("conversation_a", "conversation_b", "winner", "model_a", "model_b"),
     ("response_0", "response_1", "better_response_id", 0, 1),
 )
+# A judge's verdict on a scale from one side to the other: AlpacaEval annotations (instruction, output_1 / output_2,
+# preference 1 = output_1 preferred, 2 = output_2, 1.5 a draw; the weighted annotators write the probability-weighted
+# value between them, read by which side of 1.5 it falls on).
+_SCALED_PAIRS = (("output_1", "output_2", "preference"),)
 # Verdicts that prefer neither side: LMSYS writes "tie" (both good) and "tie (bothbad)".
 _TIE_MARKS: dict[Any, tuple[str | None, str | None]] = {"tie": (None, None), "tie (bothbad)": ("rejected", "rejected")}
 
@@ -546,8 +550,16 @@ def _judged_pair(record: dict[str, Any]) -> tuple[tuple[str, str], tuple[str | N
             return (a, b), ("chosen", "rejected")
         if verdict == b_wins:
             return (b, a), ("chosen", "rejected")
-        if verdict in _TIE_MARKS:
+        if isinstance(verdict, str) and verdict in _TIE_MARKS:
             return (a, b), _TIE_MARKS[verdict]
+    for a, b, key in _SCALED_PAIRS:
+        verdict = record.get(key)
+        if not (_replies(record.get(a)) and _replies(record.get(b))) or isinstance(verdict, bool):
+            continue
+        if isinstance(verdict, int | float) and 1 <= verdict <= 2:
+            if verdict == 1.5:  # a draw: neither side preferred, both trained as LMSYS ties are
+                return (a, b), (None, None)
+            return ((a, b) if verdict < 1.5 else (b, a)), ("chosen", "rejected")
     return None
 
 
@@ -1066,6 +1078,7 @@ class StructuralReader:
             *PREFERENCE_KEYS,
             *_ALPACA_PAIRS,
             *((a, b) for a, b, *_ in _JUDGED_PAIRS),
+            *((a, b) for a, b, _ in _SCALED_PAIRS),
             *((p, c) for p in ("instruction", "prompt") for c in _CANDIDATE_LISTS),
             ("prompt", "labels"),  # stepwise supervision and MT-bench answers: rejected, counted
             ("question_id", "choices"),
