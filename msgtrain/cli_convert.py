@@ -85,7 +85,7 @@ def _summary(data: dict[str, Any], console: Console, output: str) -> None:
         # Not exact whatever the tokenizer: the log lacks part of what the model was sent (see docs/formats.md).
         t.add_row(
             "context",
-            f"[yellow]{incomplete} samples context-incomplete (system prompt or tools not in the log; "
+            f"[yellow]{incomplete} samples context-incomplete (system prompt, tools or files not in the log; "
             "see report.json flags)[/]",
         )
     supplied = data.get("context_supplied")

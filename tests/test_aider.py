@@ -31,9 +31,10 @@ from msgtrain.ingest.aider import (
     OK_MESSAGE,
     command_of,
 )
-from msgtrain.ingest.base import ReadGraph, ReadSkip
+from msgtrain.ingest.base import ReadGraph, ReadSkip, SourceRef
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format, looks_like_a_log
+from msgtrain.ingest.supplied import load_rules, with_supplied_context
 from msgtrain.model.completeness import missing_context
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.run.plan import discover_inputs
@@ -86,7 +87,7 @@ def test_the_sample_trains_each_reply_whose_prompt_the_transcript_holds_and_name
         assert isinstance(ev, ReadGraph)
         out.append(ev.graph)
     first, second = out
-    assert missing_context(first) == ["system_prompt"] and missing_context(second) == ["system_prompt"]
+    assert missing_context(first) == ["files", "system_prompt"] == missing_context(second)
     replies = [n for n in first.nodes.values() if n.message.role == "assistant"]
     # Injected: the "Ok." after the commit note, and aider's answer to the interrupt.
     origins = sorted(str(n.origin) for n in replies)
@@ -306,7 +307,9 @@ def test_validate_names_the_passed_over_readme(tmp_path: Path, capsys: pytest.Ca
     assert report["ignored"] == [str(tmp_path / "README.md")]
 
 
-def test_a_system_prompt_supplied_for_the_format_completes_every_branch(tmp_path: Path) -> None:
+def test_a_system_prompt_supplied_for_the_format_leads_every_branch_and_the_files_stay_missing(
+    tmp_path: Path,
+) -> None:
     prompt_file = tmp_path / "aider-system.txt"
     prompt_file.write_text("Act as an expert software developer.\n", encoding="utf-8")
     config = tmp_path / "convert.yaml"
@@ -314,8 +317,18 @@ def test_a_system_prompt_supplied_for_the_format_completes_every_branch(tmp_path
     out = tmp_path / "out"
     assert main(["convert", str(SAMPLE.parent), "-o", str(out), "--config", str(config)]) == 0
     report = json.loads((out / "report.json").read_text())
-    assert "context_incomplete" not in report["flags"]
-    assert report["context_supplied"]["samples"]["system_prompt"] == report["samples"]["written"]
+    written = report["samples"]["written"]
+    assert report["context_supplied"]["samples"]["system_prompt"] == written
+    # aider's chat files and repository map are still not in the samples: they stay context-incomplete.
+    assert report["flags"]["context_incomplete"] == written
+    graphs = [ev.graph for ev in read_events(detect_format(SAMPLE), SAMPLE) if isinstance(ev, ReadGraph)]
+    rules = load_rules([{"format": "aider", "system_prompt": str(prompt_file)}])
+    for ev in with_supplied_context(
+        (ReadGraph(g, SourceRef(str(SAMPLE))) for g in graphs), rules, "aider", str(SAMPLE)
+    ):
+        assert isinstance(ev, ReadGraph) and missing_context(ev.graph) == ["files"]
+        roots = [ev.graph.nodes[r].message for r in ev.graph.children[None]]
+        assert {m.role for m in roots} == {"system"}
 
 
 def test_a_session_that_restored_the_earlier_transcript_trains_nothing_until_clear(tmp_path: Path) -> None:

@@ -46,10 +46,11 @@ Not trained, and said so:
   ("Add file to the chat?" answered yes, the file on the line before; aider's note names them), and the error of
   SEARCH/REPLACE blocks that failed to match (logged whole after "The LLM did not conform to the edit format.",
   stripped of the newline it ends with).
-- Every graph is ``context_incomplete`` (``system_prompt``): aider sends a system prompt, examples, the repository
-  map and the files in the chat, none of which the transcript holds; the same is true of the command output and
-  web pages aider adds to its history and of the summaries that replace a long history. A system prompt
-  supplied in the config (``context:``, format ``aider``) is put in front of each branch.
+- Every graph is ``context_incomplete`` (``system_prompt`` and ``files``): aider sends a system prompt, examples,
+  the repository map and the files in the chat, none of which the transcript holds; the same is true of the
+  command output and web pages aider adds to its history and of the summaries that replace a long history. A
+  system prompt supplied in the config (``context:``, format ``aider``) is put in front of each branch; the files
+  stay missing (they change from request to request), so the samples stay flagged.
 
 Accounting: a session is one record: a graph, or a ``ReadSkip`` (``aider_session_without_chat``) when it holds no
 prompt and no reply. A file with no session header is read as one session when it holds prompts (a transcript
@@ -366,7 +367,7 @@ class _SessionBuilder:
         self._flush_prompt()
         if not self.chat:
             return None
-        mark_context_incomplete(self.graph, ["system_prompt"], UNLOGGED_CONTEXT)
+        mark_context_incomplete(self.graph, ["files", "system_prompt"], UNLOGGED_CONTEXT)
         if self.session.when:
             self.graph.metadata["started_at"] = self.session.when
         return self.graph

@@ -1,4 +1,5 @@
-"""Whether a graph holds everything the model was sent: its system prompt and its tool schemas.
+"""Whether a graph holds everything the model was sent: its system prompt, its tool schemas and the files an agent
+put into its requests.
 
 Many logs do not record them (coding-assistant session logs keep the conversation, not the request the assistant
 built around it). A sample trained on such a graph is not token-exact, whatever the tokenizer: the model saw more
@@ -25,7 +26,9 @@ from typing import Any
 from msgtrain.model.graph import MessageGraph
 
 CONTEXT_INCOMPLETE = "context_incomplete"
-CONTEXT_PARTS = ("system_prompt", "tools")
+# ``files``: the file contents and repository map an agent adds to each request (aider's chat files and repo map):
+# what its log does not hold and no supplied file can stand for, since they change from request to request.
+CONTEXT_PARTS = ("system_prompt", "tools", "files")
 # A sampled reply's metadata key for the prompt it was sampled after, logged as the text a chat template rendered
 # (``{"family", "text", "controls"}``, written by msgtrain.ingest.rendered_prompts): the exact context, as logged.
 RENDERED_PROMPT = "rendered_prompt"

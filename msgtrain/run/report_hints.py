@@ -54,8 +54,8 @@ def next_step(report: dict[str, Any]) -> str | None:
     incomplete = report.get("flags", {}).get("context_incomplete", 0)
     if samples and incomplete >= INCOMPLETE_SHARE * samples:
         return (
-            f"{incomplete} of {samples} samples lack the system prompt or tool schemas the model was sent (not in "
-            "the logs): if you know them, `--system-prompt FILE --tools FILE` (or `context:` per format in a "
-            "config) puts them in (README: Supplying what a log does not hold)"
+            f"{incomplete} of {samples} samples lack the system prompt, tool schemas or files the model was sent"
+            " (not in the logs): if you know the prompt and tools, `--system-prompt FILE --tools FILE` (or `context:`"
+            " per format in a config) puts them in (README: Supplying what a log does not hold)"
         )
     return None
