@@ -832,3 +832,67 @@ def test_claude_stream_json_without_the_prompt_trains_nothing_whose_context_the_
     main, sub = (g.graph for g in graphs)
     assert branch_codes(main) == ["A~ T A~ T A~"]
     assert branch_codes(sub) == ["U A* T A*"]  # the sub-agent's own prompt is logged
+
+
+# ----------------------------------------------------------------------------------------------- Qwen Code
+# QwenLM/qwen-code packages/core/src/services/chatRecordingService.ts @ 015346f1 (ChatRecord): Claude Code's tree of
+# uuid / parentUuid records under a sessionId, each message a Gemini Content (role user | model, parts), model and
+# usageMetadata beside it, tool results as `tool_result` records, a `system` / `chat_compression` record holding the
+# compressed history the model is sent from then on (systemPayload.compressedHistory).
+def _qwen(uuid: str, parent: str | None, kind: str, **fields: Any) -> dict[str, Any]:
+    base = {"uuid": uuid, "parentUuid": parent, "sessionId": "q1", "timestamp": "2025-11-20T10:00:00.000Z"}
+    return {**base, "type": kind, "cwd": "/w", "version": "0.2.1", **fields}
+
+
+def _content(role: str, *parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": role, "parts": list(parts)}
+
+
+def test_qwen_code_sessions_read_their_gemini_messages_and_resume_from_the_compressed_history(tmp_path: Path) -> None:
+    call = {"functionCall": {"id": "call_1", "name": "list_directory", "args": {"path": "/w"}}}
+    answer = {"functionResponse": {"id": "call_1", "name": "list_directory", "response": {"output": "a.txt"}}}
+    usage = {"promptTokenCount": 11000, "candidatesTokenCount": 20}
+    summary = _content("user", {"text": "<state_snapshot>listed /w: a.txt</state_snapshot>"})
+    ack = _content("model", {"text": "Got it. Thanks for the additional context!"})
+    records = [
+        _qwen("u1", None, "user", message=_content("user", {"text": "List the files."})),
+        _qwen("u2", "u1", "assistant", model="qwen3-coder-plus", message=_content("model", {"text": "Listing."}, call)),
+        _qwen("u3", "u2", "tool_result", message=_content("user", answer), toolCallResult={"callId": "call_1"}),
+        _qwen(
+            "u4",
+            "u3",
+            "assistant",
+            model="qwen3-coder-plus",
+            message=_content("model", {"text": "a.txt"}),
+            usageMetadata=usage,
+        ),
+        _qwen("u5", "u4", "system", subtype="ui_telemetry", systemPayload={"uiEvent": {}}),
+        _qwen(
+            "u6",
+            "u5",
+            "system",
+            subtype="chat_compression",
+            systemPayload={"info": {}, "compressedHistory": [summary, ack]},
+        ),
+        _qwen("u7", "u6", "user", message=_content("user", {"text": "And now?"})),
+        _qwen(
+            "u8",
+            "u7",
+            "assistant",
+            model="qwen3-coder-plus",
+            message=_content("model", {"thought": True, "text": "Hm."}, {"text": "Still a.txt"}),
+        ),
+    ]
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert detect_format(path).name == "claude_code"
+    graphs, rejects, skips = read_all(claude_code.READER, path)
+    assert not rejects and accounted(graphs, rejects, skips) == len(records)
+    (g,) = (x.graph for x in graphs)
+    assert g.policy == "qwen-code"
+    assert sorted(branch_codes(g)) == ["U A* T A*", "U! A! U A*"]  # after compression: its history, then the turn
+    last = next(n for n in g.sampled_nodes() if n.message.text == "Still a.txt")
+    assert [p.kind for p in last.message.parts] == ["reasoning", "text"]
+    assert any(e.kind is EdgeKind.COMPACTION for e in g.edges)
+    first_answer = next(n for n in g.sampled_nodes() if n.message.text == "a.txt")
+    assert first_answer.message.metadata["usage"]["promptTokenCount"] == 11000

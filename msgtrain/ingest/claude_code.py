@@ -59,6 +59,13 @@ from msgtrain.ingest.base import (
     iter_json_lines,
     load_json_document,
 )
+from msgtrain.ingest.content_records import (
+    GEMINI_MARK,
+    as_block_record,
+    compressed_history,
+    content_record,
+    is_content_record,
+)
 from msgtrain.ingest.files import input_files
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import SkipTally, as_dict, graph_id_for
@@ -80,6 +87,7 @@ from msgtrain.model.message import (
 )
 
 MAIN_POLICY = "claude-code"
+GEMINI_POLICY = "qwen-code"  # sessions of the same tree whose messages are Gemini Contents (Qwen Code)
 _RECORD_TYPES = {
     "user",
     "assistant",
@@ -154,10 +162,13 @@ class ClaudeCodeReader:
         skips = SkipTally(path)
         records: list[_Rec] = []
         rejected: list[ReadReject] = []
+        open_calls: list[tuple[str, str]] = []  # Gemini-content records: calls not answered yet (file order)
         for ref, raw, obj in _iter_records(path):
             if isinstance(obj, MsgtrainError):
                 yield ReadReject(SourceRef(str(path), ref), obj, excerpt(raw))
                 continue
+            if isinstance(obj, dict) and is_content_record(obj):
+                obj = as_block_record(obj, open_calls)  # Qwen Code: the same tree, Gemini messages
             rec = _classify(obj, ref, raw, records)
             if isinstance(rec, str):
                 skips.add(rec, ref)
@@ -236,6 +247,10 @@ def _classify(obj: Any, ref: str, raw: bytes | str, earlier: list[_Rec]) -> _Rec
         return _Rec(ref, uuid, parent, "message", group, obj, raw)
     if rtype == "system" and obj.get("subtype") == "compact_boundary":
         return _Rec(ref, uuid or f"boundary:{ref}", None, "boundary", group, obj, raw)
+    if rtype == "system" and obj.get("subtype") == "chat_compression" and compressed_history(obj) is not None:
+        # Qwen Code: the history the model is sent from here on is the record's own compressed history.
+        data = {**obj, "logicalParentUuid": obj.get("parentUuid")}
+        return _Rec(ref, uuid or f"boundary:{ref}", None, "boundary", group, data, raw)
     if uuid is not None:
         parent = obj.get("parentUuid") if isinstance(obj.get("parentUuid"), str) else None
         return _Rec(ref, uuid, parent, "transparent", group, {"type": rtype}, b"")
@@ -329,7 +344,8 @@ class _GraphBuild:
             policy = f"subagent:{agent_type or agent_id or 'sidechain'}"
             key = f"{session}:agent-{agent_id or 'sidechain'}" if session else None
         else:
-            policy, key = MAIN_POLICY, session
+            gemini = any(r.data.get(GEMINI_MARK) for r in self.recs)
+            policy, key = (GEMINI_POLICY if gemini else MAIN_POLICY), session
         self.policy = policy
         first = self.recs[0].data
         metadata = {
@@ -408,6 +424,11 @@ class _GraphBuild:
             return
         last = parent
         earlier = list(graph.children.get(parent, [])) if parent is not None else []
+        history = compressed_history(boundary.data) if boundary is not None else None
+        if history is not None and boundary is not None:
+            last = self._compressed(graph, boundary, history)  # the history the model was sent, above the unit
+            boundaries.append((boundary, graph.path(last)[0].id))
+            boundary = None
         for message, origin, generation in head:
             if origin is Origin.SAMPLED and tainted:
                 origin = Origin.CARRIED
@@ -438,6 +459,26 @@ class _GraphBuild:
             self.records_in_graph += 1
         self.tail[unit.key] = last
         self.tainted[unit.key] = tainted
+
+    def _compressed(self, graph: MessageGraph, boundary: _Rec, history: list[dict[str, Any]]) -> str:
+        """The compressed history a ``chat_compression`` record holds, as a new root branch of ``injected`` nodes
+        (a summariser wrote it; its replies are copies, never trained here); returns its last node."""
+        last: str | None = None
+        open_calls: list[tuple[str, str]] = []
+        for k, content in enumerate(history):
+            rec = _Rec(f"{boundary.ref} history[{k}]", f"{boundary.uuid}:{k}", None, "message", self.group, {})
+            rec.data = as_block_record({**content_record(content), "uuid": rec.uuid}, open_calls)
+            if rec.data["type"] == "assistant":
+                for block in _blocks(rec.data["message"].get("content")):
+                    if block.get("type") == "tool_use":
+                        self.call_names[str(block["id"])] = str(block.get("name") or "")
+                messages = [self._assistant(_Unit(rec.uuid, [rec]))[0]]
+            else:
+                messages = [m for m, _, _ in self._user(rec)]
+            for message in messages:
+                last = graph.add_node(last, message, origin=Origin.INJECTED)
+        assert last is not None  # a compression record's history is never empty (compressed_history)
+        return last
 
     def _record_compaction(self, graph: MessageGraph, boundary: _Rec, new_root: str) -> None:
         """Record that the branch the boundary closed was replaced by the summary branch starting at new_root.
