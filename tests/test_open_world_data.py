@@ -706,3 +706,16 @@ def test_replies_with_no_context_in_the_record_are_rejected_and_counted_not_pass
     samples, stats, rejects = convert_file(_jsonl(tmp_path / "rows.jsonl", [row]), _settings())
     assert samples == [] and stats.turns_lost == turns
     assert words in json.loads(rejects[0])["message"]
+
+
+def test_a_file_no_reader_claims_counts_the_replies_its_rows_hold_under_reply_fields_as_lost(tmp_path: Path) -> None:
+    # eval rows with no message objects: two models' replies side by side and a verdict msgtrain does not know (the
+    # shape of AlpacaEval's annotations, with the keys renamed): nothing is read, and the books say what was lost
+    rows = [
+        {"source_text": "Translate: bonjour", "response_a": "hello", "response_b": "hi", "judge_says": "A"},
+        {"source_text": "Translate: merci", "response_a": "thanks", "response_b": "thank you", "judge_says": "B"},
+    ]
+    path = tmp_path / "judged.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    samples, stats, _ = convert_file(path, _settings())
+    assert samples == [] and stats.records_rejected == {"unknown_format": 1} and stats.turns_lost == 4

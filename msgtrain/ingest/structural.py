@@ -1310,14 +1310,40 @@ def _tree_graph(
     return [ReadGraph(graph, root_ref, records=size)]
 
 
+# Top-level fields that name a generated reply in eval and dataset rows (output, response_1, model_answer,
+# generated_text, ...): what a file nothing could read still held, when it holds no message-like object.
+_REPLY_FIELD = re.compile(
+    r"^(?:model_)?(?:output|response|completion|answer|prediction|generation|reply|generated_text|sampled)"
+    r"(?:_?(?:\d+|[ab]))?s?$"
+)
+
+
+def _reply_fields(value: Any) -> int:
+    """Generated replies a record holds as text under reply-like fields (:data:`_REPLY_FIELD`)."""
+    if not isinstance(value, dict):
+        return 0
+    count = 0
+    for key, item in value.items():
+        if not isinstance(key, str) or _REPLY_FIELD.match(key.lower()) is None:
+            continue
+        if isinstance(item, str) and item.strip():
+            count += 1
+        elif isinstance(item, list) and item and all(isinstance(t, str) for t in item):
+            count += len(item)
+    return count
+
+
 def file_assistant_turns(path: Path) -> int:
     """An estimate of the assistant turns a whole file holds (for the books of a file nothing could read): its
-    assistant-like messages, record by record; 0 for a file that is not JSON / JSONL / YAML or too large."""
+    assistant-like messages, record by record, else its replies under reply-like fields (``output``,
+    ``response_1``...; an eval's rows hold no message objects); 0 for a file that is not JSON / JSONL / YAML or too
+    large."""
     from msgtrain.ingest.shapes import MAX_COUNT_BYTES, assistant_turns_in
 
     try:
         if path.is_dir() or path.stat().st_size > MAX_COUNT_BYTES:
             return 0
-        return sum(assistant_turns_in(value) for _, value, _ in _records(path) if not isinstance(value, Exception))
+        values = [value for _, value, _ in _records(path) if not isinstance(value, Exception)]
+        return sum(assistant_turns_in(v) for v in values) or sum(map(_reply_fields, values))
     except Exception:  # an estimate for the books never becomes a fault of its own
         return 0
