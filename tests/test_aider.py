@@ -486,3 +486,30 @@ def test_markdown_with_prompt_lines_but_no_session_header_is_explained(tmp_path:
     with pytest.raises(FormatError) as caught:
         detect_format(cut)
     assert "aider: 1 '#### ' prompt lines but no '# aider chat started at' session header" in str(caught.value.hint)
+
+
+def test_a_switch_to_another_edit_format_summarises_the_history_and_asks_and_codes_do_not(tmp_path: Path) -> None:
+    # commands.cmd_chat_mode / Coder.create(summarize_from_coder): a changed edit format summarises a history.
+    def announce(edit_format: str) -> str:
+        return f"> Aider v0.86.1  \n> Main model: openai/gpt-4.1 with {edit_format} edit format  "
+
+    path = write(
+        tmp_path,
+        transcript(
+            prompt("first"),
+            "One.",
+            prompt("/ask"),
+            announce("ask"),
+            prompt("second"),
+            "Two.",
+            prompt("/architect"),
+            announce("architect"),
+            prompt("third"),
+            "Three.",
+        ),
+    )
+    (graph,) = graphs_of(path)
+    origins = {n.message.text: n.origin for n in graph.nodes.values() if n.message.role == "assistant"}
+    assert origins == {"One.": Origin.SAMPLED, "Two.": Origin.SAMPLED, "Three.": Origin.CARRIED}
+    three = next(n for n in graph.nodes.values() if n.message.text == "Three.")
+    assert three.message.metadata["why_not_trained"].startswith("aider summarised its history")

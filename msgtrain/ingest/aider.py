@@ -38,7 +38,10 @@ Not trained, and said so:
   ``carried``, dropped as ``interrupted``: never a positive example.
 - In a session that starts by restoring the earlier transcript (``--restore-chat-history``: "Restored previous
   conversation history." before its first prompt), aider's history is that transcript as its own simple parser
-  reads it, summarised in the background when long: replies up to a ``/clear`` are ``carried`` (``context_unknown``).
+  reads it, summarised in the background when long; after a switch that changes the edit format (``/chat-mode``
+  to other than ask or code, ``/architect`` or ``/context`` alone, a ``/model`` whose format differs: the next
+  announcement says), aider summarises the history it had. Replies up to a ``/clear`` are then ``carried``
+  (``context_unknown``).
 - A reply whose prompt the transcript does not hold (a ``--watch-files`` "AI!" comment request, a lint or test
   failure aider reflected back, whose lines the log strips, ``/help`` answered with aider's docs) is a ``carried``
   side branch, dropped as ``context_unknown``: the next replies' contexts do not include it. Two reflections are
@@ -111,6 +114,10 @@ UNLOGGED_CONTEXT = (
 UNSEEN_PROMPT = (
     "the transcript does not hold this reply's prompt (a --watch-files request, a reflected lint or test error, a"
     " /help question)"
+)
+SUMMARISED_WHY = (
+    "aider summarised its history when the edit format changed (/chat-mode, /architect, /model): the context it"
+    " sent is not in the transcript"
 )
 RESTORED_WHY = (
     "aider restored the earlier transcript into this session's history (--restore-chat-history), summarised when"
@@ -350,7 +357,10 @@ class _SessionBuilder:
         self.on_branch = False  # the last reply is on the branch (not a side branch, not interrupted)
         self.edit_error = False  # aider said the last reply's edits failed: its error message comes next
         self.reflection: str | None = None  # that error, which aider sends as the next prompt
-        self.restored = False  # aider loaded the earlier transcript into this session's history (until /clear)
+        # Why aider's history is no longer what the transcript shows (a restored or summarised history), until /clear.
+        self.unknown_history: str | None = None
+        self.edit_format: str | None = None  # the coder's, from its announcement
+        self.switching = False  # a command that may summarise the history when the edit format changes ran
         self.tracking = False  # the last reply is on the branch: its output says whether its edits were applied
         self.edits = False  # they were
         self.note: str | None = None  # what aider adds to its history after that reply (a commit note), with "Ok."
@@ -389,11 +399,12 @@ class _SessionBuilder:
             elif text == "The LLM did not conform to the edit format." and self.prompt is None and self.on_branch:
                 self.edit_error = True
             elif text == "Restored previous conversation history." and not self.chat:
-                self.restored = True  # --restore-chat-history: announced before the session's first prompt
+                self.unknown_history = RESTORED_WHY  # --restore-chat-history: announced before any prompt
             elif text == "Processing your request...":  # --watch-files: an "AI!" comment is the prompt, unlogged
                 self._flush_prompt()
             elif match := re.match(r"(?:Main model|Models?): (\S+)", text):
                 self.model = match.group(1)
+                self._announced(re.search(r"(?:with|using) (\S+) edit format", text))
             elif match := re.match(r"Editor model: (\S+)", text):
                 self.editor_model = match.group(1)
             elif (version := _version(text)) is not None:
@@ -446,10 +457,13 @@ class _SessionBuilder:
         elif name == "help" and args:  # answered by aider's help coder, from its docs, not this conversation
             self._flush_prompt()
             self.echo = args
+        elif name == "chat-mode" or (name in ("architect", "context") and not args) or name == "model":
+            # Coder.create summarises the history when the edit format changes (not for ask and code modes).
+            self.switching = name == "model" or (args if name == "chat-mode" else name) not in ("ask", "code")
         elif name in CLEARING_COMMANDS:
             self._flush_prompt()
             self.chain.rewind(0)
-            self.restored = False
+            self.unknown_history = None
 
     def _reply(self, block: Block) -> None:
         message = PartsMessage(parts=reply_parts(block), policy=POLICY, role_hint_for_llm="assistant")
@@ -488,10 +502,9 @@ class _SessionBuilder:
             return
         self.tracking = self._notes_edits()  # its output says whether aider applied its edits
         self.on_branch = True  # a failed edit of this reply is reflected on this branch
-        if self.restored:
-            self.chain.append(
-                message.model_copy(update={"metadata": {"why_not_trained": RESTORED_WHY}}), Origin.CARRIED
-            )
+        if self.unknown_history is not None:
+            update = {"metadata": {"why_not_trained": self.unknown_history}}
+            self.chain.append(message.model_copy(update=update), Origin.CARRIED)
             return
         self.chain.append(message, Origin.SAMPLED, generation=_generation(self.model))
 
@@ -535,6 +548,16 @@ class _SessionBuilder:
         if in_flight:
             self._interrupt_pair(after_reply=False)
         self.interrupted = self.in_flight = False
+
+    def _announced(self, edit_format: re.Match[str] | None) -> None:
+        """A coder's announcement: after a switch that changed the edit format, aider summarised a non-empty
+        history (``Coder.create`` with ``summarize_from_coder``), with its weak model, unlogged."""
+        new = edit_format.group(1) if edit_format else None
+        changed = self.edit_format is not None and new is not None and new != self.edit_format
+        if self.switching and changed and self.chain.head is not None:
+            self.unknown_history = SUMMARISED_WHY
+        self.switching = False
+        self.edit_format = new or self.edit_format
 
     def _notes_edits(self) -> bool:
         """Whether this aider adds a note after applied edits (v0.8.0 on; not the pre-v0.5.0 grammar)."""
