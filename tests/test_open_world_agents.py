@@ -326,3 +326,75 @@ def test_a_gateway_request_log_trains_the_response_in_its_request_with_the_tools
         assert (name, rejects) == ("structural", [])
         assert [(r, o) for r, _, o in _said(graph)] == [("user", "context"), ("assistant", "sampled")]
         assert [t["function"]["name"] for t in graph.graph.env.tools] == ["weather"]
+
+
+def test_vercel_ai_sdk_ui_messages_split_into_their_steps_calls_and_results(tmp_path: Path) -> None:
+    # vercel/ai packages/ai/src/ui/ui-messages.ts @ dc94af03: a useChat message's parts hold every step of the
+    # assistant's turn (step-start between them), each tool part its call and, once run, its output; sources and
+    # data parts are the UI's. AI SDK 4 wrote tool-invocation parts and kept the text in content too.
+    v5 = [
+        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Weather in SF?"}]},
+        {
+            "id": "a1",
+            "role": "assistant",
+            "parts": [
+                {"type": "step-start"},
+                {"type": "reasoning", "text": "Need the tool."},
+                {
+                    "type": "tool-weather",
+                    "toolCallId": "c1",
+                    "state": "output-available",
+                    "input": {"city": "SF"},
+                    "output": {"t": 60},
+                },
+                {"type": "step-start"},
+                {"type": "source-url", "sourceId": "s1", "url": "https://weather.example"},
+                {"type": "text", "text": "It is 60F.", "state": "done"},
+            ],
+        },
+    ]
+    v4 = [
+        {
+            "id": "u1",
+            "role": "user",
+            "content": "Weather in SF?",
+            "parts": [{"type": "text", "text": "Weather in SF?"}],
+        },
+        {
+            "id": "a1",
+            "role": "assistant",
+            "content": "It is 60F.",
+            "parts": [
+                {"type": "step-start"},
+                {
+                    "type": "tool-invocation",
+                    "toolInvocation": {
+                        "state": "result",
+                        "toolCallId": "c1",
+                        "toolName": "weather",
+                        "args": {"city": "SF"},
+                        "result": {"t": 60},
+                    },
+                },
+                {"type": "step-start"},
+                {"type": "text", "text": "It is 60F."},
+            ],
+        },
+    ]
+    for messages in (v5, v4):
+        name, (graph,), rejects = _read(_write(tmp_path / "chat.json", messages))
+        assert (name, rejects) == ("structural", [])
+        said = _said(graph)
+        assert [(r, o) for r, _, o in said] == [
+            ("user", "context"),
+            ("assistant", "sampled"),
+            ("tool", "context"),
+            ("assistant", "sampled"),
+        ]
+        call, result, answer = graph.graph.branches()[0].messages[1:]
+        assert call.calls[0].option_name == "weather" and call.calls[0].arguments == {"city": "SF"}
+        assert result.result.invocation_id == "c1" and result.result.result == '{"t": 60}'
+        assert answer.text == "It is 60F."
+    assert [p.kind for p in _read(_write(tmp_path / "chat.json", v5))[1][0].graph.branches()[0].messages[1].parts] == [
+        "reasoning"
+    ]

@@ -46,7 +46,7 @@ from msgtrain.ingest.conversation_files import (
 )
 from msgtrain.ingest.head_shape import HeadShape, head_shape
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
-from msgtrain.ingest.shapes import PREFERENCE_KEYS, named_agents, named_agents_error
+from msgtrain.ingest.shapes import PREFERENCE_KEYS, is_ui_steps, named_agents, named_agents_error
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
@@ -155,6 +155,8 @@ class OpenAIChatReader:
             return False  # untyped {"text"} blocks: Bedrock Converse, Haystack ChatMessage dicts (structural)
         if any(shape.has(f"{p}.items[].content_type") for p in _UNTYPED_AT):
             return False  # Semantic Kernel's typed items instead of content (structural)
+        if any(is_ui_steps([{"type": t} for t in shape.values_at(f"{p}.parts[].type")]) for p in _UNTYPED_AT):
+            return False  # AI SDK UI messages: steps, calls and results in one message (structural)
         if any(shape.has(f"{p}.messages", f"{p}.{reply}") for p in ("", "[]") for reply in _REPLY_BESIDE):
             return False  # the request's messages beside the reply it got (DSPy's LM history): the structural reader
         return any(_has_chat_roles(shape, p) for p in _READ_PATHS)

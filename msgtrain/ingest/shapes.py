@@ -292,6 +292,8 @@ class MessageNormaliser:
                 hint="which side spoke is ambiguous; map it with --map (roles: {VALUE: user|assistant|system|tool})",
             )
         content = _kernel_items(obj.get(self.content_key) if self.content_key else _first(obj, CONTENT_KEYS))
+        if not self.content_key and is_ui_steps(obj.get("parts")):
+            content = obj["parts"]  # AI SDK 4 keeps the text in content too, the calls only in parts
         if role == "thought":
             self.thought.append(content if isinstance(content, str) else _block_text(content, where))
             return []
@@ -301,6 +303,8 @@ class MessageNormaliser:
                 where=where,
                 code="ambiguous_structure",
             )
+        if role == "assistant" and is_ui_steps(content):
+            return self._ui_steps(content, where)
         if role in ("assistant", "call"):
             name = obj.get("name")
             if isinstance(name, str) and name:
@@ -418,6 +422,34 @@ class MessageNormaliser:
                 )
             else:
                 parts.append(_part(item, j, where))
+
+    def _ui_steps(self, parts: list[Any], where: str) -> list[dict[str, Any]]:
+        """An AI SDK UI message (:func:`is_ui_steps`) as the model messages it stands for, as the SDK's
+        ``convertToModelMessages`` makes them: per step (``step-start`` separates them) one assistant message of its
+        text, reasoning and calls, then the results of the calls that have an output. Sources and data parts are
+        the UI's own, not model output."""
+        out: list[dict[str, Any]] = []
+        steps: list[list[dict[str, Any]]] = [[]]
+        for item in parts:
+            if isinstance(item, dict) and item.get("type") == "step-start":
+                steps.append([])
+            elif isinstance(item, dict) and not str(item.get("type", "")).startswith(_UI_ONLY_PARTS):
+                steps[-1].append(item)
+        for j, step in enumerate(s for s in steps if s):
+            content: list[Any] = []
+            results: list[tuple[Any, Any, Any]] = []
+            for item in step:
+                tool = _ui_tool(item)
+                if tool is None:
+                    content.append(item)
+                    continue
+                call_id, name, arguments, output = tool
+                content.append({"type": "tool-call", "toolCallId": call_id, "toolName": name, "input": arguments})
+                if output is not _NO_OUTPUT:
+                    results.append((call_id, name, output))
+            out.append(self._assistant({}, content, False, f"{where} step {j}"))
+            out.extend(self._result(call_id, name, value, where) for call_id, name, value in results)
+        return out
 
     def _call(self, call: Any, where: str, k: int) -> dict[str, Any]:
         """One call in any shape → an OpenAI ``tool_calls`` entry (arguments kept verbatim when a string)."""
@@ -605,6 +637,43 @@ def _sdk_result(item: Any) -> tuple[Any, str | None, Any] | None:
 
 
 _SDK_OUTPUT_TYPES = frozenset({"text", "json", "error-text", "error-json", "content"})
+
+
+# UI message parts no model sampled: cited sources and app data (AI SDK ``source-url``, ``source-document``,
+# ``data-<name>``).
+_UI_ONLY_PARTS = ("source-", "data-")
+_NO_OUTPUT = object()
+
+
+def is_ui_steps(parts: Any) -> bool:
+    """An AI SDK UI message's parts (``useChat`` messages): a step boundary or a tool part (``tool-<name>``,
+    ``dynamic-tool``, AI SDK 4's ``tool-invocation``), which hold a call and its result in the assistant message."""
+    return isinstance(parts, list) and any(
+        isinstance(p, dict)
+        and isinstance(p.get("type"), str)
+        and (p["type"] in ("step-start", "dynamic-tool", "tool-invocation") or p["type"].startswith("tool-"))
+        and p["type"] not in ("tool-call", "tool-result")
+        for p in parts
+    )
+
+
+def _ui_tool(item: dict[str, Any]) -> tuple[Any, Any, Any, Any] | None:
+    """(call id, tool name, input, output or ``_NO_OUTPUT``) of a UI tool part, or None for any other part. AI SDK
+    5: ``tool-<name>`` / ``dynamic-tool`` with ``toolCallId``, ``input``, ``state`` and ``output`` (``errorText``
+    when the call failed); AI SDK 4: ``tool-invocation`` holding ``toolInvocation`` (``args``, ``result``)."""
+    kind = str(item.get("type", ""))
+    if kind == "tool-invocation" and isinstance(item.get("toolInvocation"), dict):
+        inv = item["toolInvocation"]
+        output = inv["result"] if inv.get("state") == "result" and "result" in inv else _NO_OUTPUT
+        return inv.get("toolCallId"), inv.get("toolName"), inv.get("args"), output
+    if kind == "dynamic-tool" or (kind.startswith("tool-") and kind not in ("tool-call", "tool-result")):
+        name = item.get("toolName") if kind == "dynamic-tool" else kind.removeprefix("tool-")
+        state = item.get("state")
+        output = item.get("output") if state == "output-available" else _NO_OUTPUT
+        if state == "output-error":
+            output = item.get("errorText")
+        return item.get("toolCallId"), name, item.get("input"), output
+    return None
 
 
 def _kernel_items(content: Any) -> Any:
