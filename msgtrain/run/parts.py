@@ -22,13 +22,14 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import json
-import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,6 @@ from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef
 from msgtrain.ingest.boundary import open_reader, read_events
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.ingest.faults import log_traceback
-from msgtrain.ingest.files import reading_through
 from msgtrain.ingest.mapping import mapping_text
 from msgtrain.ingest.registry import forced_reader
 from msgtrain.ingest.supplied import context_text, rules_from_text, with_supplied_context
@@ -55,7 +55,7 @@ from msgtrain.linearize.budget import (
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.storage import Store, StoreFiles
+from msgtrain.run.storage import readable_input
 
 MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
 
@@ -351,43 +351,30 @@ def convert_file(
 
 
 def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], PartStats, list[str]]:
-    """:func:`convert_file` for a job; an object on a store is first copied to this worker's disk.
-
-    The readers open local files; the copy keeps the object's name (format detection looks at the suffix), and
-    the samples' sources and the rejects name the object's URL, not the copy. Readers that look at files beside
-    their input (a Claude Code sub-agent's parent session) open them on the store, through the storage interface
-    (:class:`~msgtrain.run.storage.StoreFiles`).
-    """
-    if not isinstance(job.path, str):
-        shown = job.meta.get("source", str(job.path))
-        samples, stats, rejects = convert_file(job.path, settings, job.chunk, shown)
-        # A Ray task opens the absolute path (msgtrain.run.ray_engine.job_for_workers); what it writes names the
-        # input as given.
-        return _relabelled(samples, stats, rejects, str(job.path), shown)
-    url = job.path
-    with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:
-        local = Path(tmp) / url.rstrip("/").rpartition("/")[2]
-        store = Store.of(url)
+    """:func:`convert_file` for a job, wherever its input is: the readers open a local path
+    (:func:`~msgtrain.run.storage.readable_input`: an object is first copied to this worker's disk, a chunk of a
+    huge object by its byte ranges), and the samples' sources and the rejects name the input as the user gave it
+    (``meta["source"]``: the object's URL, not the copy; a relative path, not the absolute one a Ray task opens)."""
+    shown = str(job.meta.get("source", job.path))
+    copy_chunk = partial(_copy_chunk, job.chunk, job.view) if job.chunk is not None and job.view is not None else None
+    with contextlib.ExitStack() as stack:
         try:
-            # A folder log (a directory reader's unit, named without a log suffix): the whole prefix.
-            if "." not in local.name and store.is_dir(url):
-                store.download_tree(url, local)
-            elif job.chunk is not None and job.view is not None:  # a chunk of a huge object: its ranges only
-                from msgtrain.run.object_chunks import masked_copy
-
-                masked_copy(url, job.chunk, job.view, local)
-            else:
-                store.download(url, local)
-        except OSError as e:
+            local = stack.enter_context(readable_input(job.path, copy_chunk))
+        except OSError as e:  # the copy failed (a local path is not read here: convert_file reports it)
             if settings.strict:
                 raise
             stats = PartStats(records_read=1, records_rejected=Counter(unreadable_file=1))
             error = MsgtrainError(f"{type(e).__name__}: {e}", code="unreadable_file")
-            return [], stats, [_reject_line(SourceRef(url, "file"), error)]
-        # Readers reach files beside the object on the store, as a local run reaches them on the disk.
-        with reading_through(StoreFiles(local, url)):
-            samples, stats, rejects = convert_file(local, settings, job.chunk, url)
-    return _relabelled(samples, stats, rejects, str(local), url)
+            return [], stats, [_reject_line(SourceRef(shown, "file"), error)]
+        samples, stats, rejects = convert_file(local, settings, job.chunk, shown)
+    return _relabelled(samples, stats, rejects, str(local), shown)
+
+
+def _copy_chunk(chunk: Chunk, view: Any, url: str, dest: Path) -> None:
+    """Copy a chunk of a huge object: its byte ranges only (:mod:`msgtrain.run.object_chunks`)."""
+    from msgtrain.run.object_chunks import masked_copy
+
+    masked_copy(url, chunk, view, dest)
 
 
 def _relabelled(

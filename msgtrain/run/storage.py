@@ -43,7 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.files import BytesSibling
+from msgtrain.ingest.files import BytesSibling, reading_through
 
 URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 POINTER = "_latest"
@@ -644,6 +644,29 @@ def location_of(url: str) -> PurePosixPath:
 def url_of(scheme_of: str, location: PurePosixPath) -> str:
     """The URL of a location on the store of ``scheme_of`` (any URL of that store)."""
     return f"{scheme_of.partition('://')[0]}://{str(location).lstrip('/')}"
+
+
+@contextlib.contextmanager
+def readable_input(location: Path | str, copy_chunk: Callable[[str, Path], None] | None = None) -> Iterator[Path]:
+    """``location`` as a local path readers open. A local path is itself. An object is copied into a temporary
+    directory under its own name (format detection looks at the suffix): a prefix a directory reader takes whole
+    (a folder log, named without a suffix) object by object, a chunk of a huge object by ``copy_chunk`` (its byte
+    ranges only); while it is open, readers reach the files beside it on the store (:class:`StoreFiles`), as a
+    local run reaches them on the disk. Raises OSError, before yielding, when the copy fails."""
+    if not isinstance(location, str):
+        yield location
+        return
+    with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:
+        local = Path(tmp) / base_name(location)
+        store = Store.of(location)
+        if "." not in local.name and store.is_dir(location):
+            store.download_tree(location, local)
+        elif copy_chunk is not None:
+            copy_chunk(location, local)
+        else:
+            store.download(location, local)
+        with reading_through(StoreFiles(local, location)):
+            yield local
 
 
 class StoreFiles:
