@@ -825,6 +825,23 @@ def test_claude_stream_json_is_read_as_a_session_with_its_sub_agent_as_a_graph_o
     assert set(skips) == {f"non_message_record:{t}" for t in ("system", "stream_event", "rate_limit_event", "result")}
 
 
+def test_a_claude_stream_whose_init_line_has_no_session_id_is_still_a_stream(tmp_path: Path) -> None:
+    # Streams trimmed to their shape, as parsers' tests keep them: {"type":"system","subtype":"init","cwd":"/tmp"}.
+    lines = [{"type": "system", "subtype": "init", "cwd": "/tmp", "tools": ["Read"]}]
+    lines.append({"type": "user", "message": {"role": "user", "content": "hi"}})
+    lines.append(
+        {
+            "type": "assistant",
+            "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+        }
+    )
+    path = tmp_path / "stream.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert detect_format(path).name == "claude_code"
+    graphs, rejects, _ = read_all(claude_code.READER, path)
+    assert not rejects and branch_codes(graphs[0].graph) == ["U A*"]
+
+
 def test_claude_stream_json_without_the_prompt_trains_nothing_whose_context_the_stream_lacks(tmp_path: Path) -> None:
     # `claude -p "prompt" --output-format stream-json` does not echo the prompt: every reply followed it.
     graphs, rejects, _ = read_all(claude_code.READER, _stream_session(tmp_path, replay_prompt=False))

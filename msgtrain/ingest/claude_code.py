@@ -259,7 +259,10 @@ def _classify(obj: Any, ref: str, raw: bytes | str, earlier: list[_Rec]) -> _Rec
 
 def _is_stream_record(obj: dict[str, Any]) -> bool:
     """A line of a stream-json session: snake-case ``session_id`` with a subtype (system lines) or the
-    ``parent_tool_use_id`` every message line carries."""
+    ``parent_tool_use_id`` every message line carries; or the session's ``init`` line, which names its tools and
+    working directory (some writers leave the session id out)."""
+    if obj.get("type") == "system" and obj.get("subtype") == "init" and ("tools" in obj or "cwd" in obj):
+        return True
     return "session_id" in obj and ("subtype" in obj or "parent_tool_use_id" in obj)
 
 
