@@ -719,3 +719,44 @@ def test_a_file_no_reader_claims_counts_the_replies_its_rows_hold_under_reply_fi
     path.write_text(json.dumps(rows), encoding="utf-8")
     samples, stats, _ = convert_file(path, _settings())
     assert samples == [] and stats.records_rejected == {"unknown_format": 1} and stats.turns_lost == 4
+
+
+# promptfoo/promptfoo test/__fixtures__/sample-export.json (commit 15e7d51283ffe02d9e033d88a9320042f916ec79): an eval
+# export {evalId, results: {prompts, results: [{prompt: {raw, label}, response: {output, tokenUsage}, gradingResult:
+# {pass, score, reason}, success, score, vars, provider, ...}]}}; a chat prompt's raw text is its messages as JSON.
+def _promptfoo_result(raw: str, output: str, passed: bool) -> dict[str, Any]:
+    return {
+        "cost": 0.0002,
+        "gradingResult": {"pass": passed, "score": 1 if passed else 0, "reason": "Assertion passed"},
+        "id": "aa60b488",
+        "latencyMs": 1197,
+        "prompt": {"raw": raw, "label": "Solve this riddle: {{riddle}}"},
+        "promptIdx": 0,
+        "provider": {"id": "openai:gpt-5", "label": ""},
+        "response": {"output": output, "tokenUsage": {"total": 41, "prompt": 25, "completion": 16}},
+        "score": 1 if passed else 0,
+        "success": passed,
+        "testIdx": 0,
+        "vars": {"riddle": "keys"},
+    }
+
+
+def test_promptfoo_results_train_passing_outputs_after_the_prompt_sent_and_hold_failing_ones_back(
+    tmp_path: Path,
+) -> None:
+    chat = json.dumps([{"role": "system", "content": "Answer in one word."}, U])
+    export = {
+        "evalId": "eval-WJi-2025-10-01T20:08:11",
+        "results": {
+            "version": 3,
+            "prompts": [{"raw": "Solve this riddle: {{riddle}}", "label": "Solve this riddle: {{riddle}}"}],
+            "results": [_promptfoo_result(chat, "Blue.", True), _promptfoo_result("Why is it blue?", "Green.", False)],
+        },
+    }
+    path = tmp_path / "output.json"
+    path.write_text(json.dumps(export), encoding="utf-8")
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1)
+    assert stats.turns_dropped == {"negative_label": 1} and samples[0].flags == ["label_positive"]
+    said = sorted(_said(e) for e in _events(path) if isinstance(e, ReadGraph))
+    assert said[0][:2] == [("system", "Answer in one word.", "context"), ("user", U["content"], "context")]

@@ -140,7 +140,11 @@ _REQUEST_RESULT_PAIRS = (
     ("request_body.messages", "response_body"),
     ("inputs.messages", "output"),
     ("request.body.messages", "response.body"),
+    # promptfoo eval results (results.results[]): the prompt sent (text, or a chat as JSON text) and the output
+    ("prompt.raw", "response.output"),
 )
+# A judge's pass / fail of a reply, nested in its record (promptfoo's gradingResult): a label like KTO's.
+_NESTED_LABEL_KEYS = ("gradingResult.pass",)
 _ALPACA_PAIRS = (
     ("instruction", "output"),
     ("instruction", "response"),
@@ -256,8 +260,8 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if isinstance(value, int | float) and not isinstance(value, bool):
             columns["reward"] = key
             break
-    for key in _LABEL_KEYS:
-        if isinstance(record.get(key), bool):
+    for key in (*_LABEL_KEYS, *_NESTED_LABEL_KEYS):
+        if isinstance(dig(record, key), bool):
             columns["kto_tag"] = key
             break
     unreadable = _unreadable_replies(record)
@@ -781,8 +785,20 @@ def _prompt_steps(builder: _Builder, value: Any, where: str) -> RenderedPrompt |
     messages (:mod:`msgtrain.ingest.rendered_prompts`; returned, so the replies keep the logged text), any other
     text is one user message."""
     rendered = parse_rendered_prompt(value)
-    builder.add_list(rendered.messages if rendered is not None else _as_prompt(value), where, trained=False)
+    chat = _json_chat(value) if rendered is None else None
+    builder.add_list(rendered.messages if rendered is not None else chat or _as_prompt(value), where, trained=False)
     return rendered
+
+
+def _json_chat(value: Any) -> list[Any] | None:
+    """A prompt logged as the JSON text of a message list (promptfoo's ``prompt.raw`` of a chat prompt): the list."""
+    if not isinstance(value, str) or not value.lstrip().startswith("["):
+        return None
+    try:
+        decoded = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    return decoded if is_message_list(decoded) else None
 
 
 def _reply_metadata(metadata: dict[str, Any] | None, rendered: RenderedPrompt | None) -> dict[str, Any] | None:
@@ -1073,6 +1089,10 @@ class StructuralReader:
             p.endswith(".result.completions[].text") for p in shape.paths
         ):
             return True  # HELM request states, wherever the document keeps them
+        if any(p.endswith("[].prompt.raw") for p in shape.paths) and any(
+            p.endswith("[].response.output") for p in shape.paths
+        ):
+            return True  # promptfoo eval results (results.results[])
         pairs = (
             *PAIR_KEYS,
             *PREFERENCE_KEYS,
