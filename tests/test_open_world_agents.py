@@ -398,3 +398,48 @@ def test_vercel_ai_sdk_ui_messages_split_into_their_steps_calls_and_results(tmp_
     assert [p.kind for p in _read(_write(tmp_path / "chat.json", v5))[1][0].graph.branches()[0].messages[1].parts] == [
         "reasoning"
     ]
+
+
+# ------------------------------------------------------------------------------------------------ opencode
+def test_an_opencode_export_reads_each_assistant_message_as_its_steps(tmp_path: Path) -> None:
+    # opencode packages/opencode/src/session/message-v2.ts (MessageV2; Kilo Code's CLI is the same code): messages
+    # are {info: {role, modelID, tokens}, parts}; an assistant message holds every step of its turn (step-start ...
+    # step-finish with the step's tokens), a tool part its call and its output (callID, tool, state {status, input,
+    # output}). `opencode export` writes {info: <session>, messages: [...]}.
+    def part(kind: str, **fields: Any) -> dict[str, Any]:
+        return {"id": f"prt_{kind}", "messageID": "msg_1", "sessionID": "ses_1", "type": kind, **fields}
+
+    tokens = {"input": 10, "output": 5, "reasoning": 0, "cache": {"read": 0, "write": 0}}
+    ls = {"status": "completed", "input": {"command": "ls"}, "output": "a.txt\n", "title": "ls", "metadata": {}}
+    export = {
+        "info": {"id": "ses_1", "title": "files", "version": "0.15.0"},
+        "messages": [
+            {
+                "info": {"id": "msg_0", "role": "user", "time": {"created": 1}},
+                "parts": [part("text", text="What is here?")],
+            },
+            {
+                "info": {"id": "msg_1", "role": "assistant", "modelID": "claude-sonnet-4", "tokens": tokens},
+                "parts": [
+                    part("step-start", snapshot="abc"),
+                    part("reasoning", text="List it."),
+                    part("tool", callID="toolu_1", tool="bash", state=ls),
+                    part("step-finish", reason="tool-calls", tokens=tokens, cost=0),
+                    part("step-start", snapshot="abc"),
+                    part("text", text="One file: a.txt"),
+                    part("step-finish", reason="stop", tokens=tokens, cost=0),
+                ],
+            },
+        ],
+    }
+    name, (graph,), rejects = _read(_write(tmp_path / "session.json", export))
+    assert (name, rejects) == ("structural", [])
+    assert [(r, o) for r, _, o in _said(graph)] == [
+        ("user", "context"),
+        ("assistant", "sampled"),
+        ("tool", "context"),
+        ("assistant", "sampled"),
+    ]
+    call, result = graph.graph.branches()[0].messages[1:3]
+    assert call.calls[0].option_name == "bash" and result.result.result == "a.txt\n"
+    assert all("usage" not in n.message.metadata for n in graph.graph.sampled_nodes())  # one usage, two replies
