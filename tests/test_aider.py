@@ -29,6 +29,7 @@ from msgtrain.ingest.aider import (
     INTERRUPT_ASSISTANT,
     INTERRUPT_USER,
     OK_MESSAGE,
+    UNDO_REPLY,
     command_of,
 )
 from msgtrain.ingest.base import ReadGraph, ReadSkip, SourceRef
@@ -513,3 +514,43 @@ def test_a_switch_to_another_edit_format_summarises_the_history_and_asks_and_cod
     assert origins == {"One.": Origin.SAMPLED, "Two.": Origin.SAMPLED, "Three.": Origin.CARRIED}
     three = next(n for n in graph.nodes.values() if n.message.text == "Three.")
     assert three.message.metadata["why_not_trained"].startswith("aider summarised its history")
+
+
+def test_before_v0_49_a_reply_to_add_or_undo_answers_the_message_the_command_returned(tmp_path: Path) -> None:
+    # AspireOne/laura-backend .aider.chat.history.md at 81d397da11050fcdbf267d221d5d5f1a8438c7e6 (v0.37): cmd_add
+    # returned prompts.added_files after some chat, cmd_undo prompts.undo_command_reply; run_loop sent them.
+    texts = first_branch(
+        tmp_path,
+        prompt("make a cron job"),
+        "Which module?",
+        prompt("/add src/app.module.ts"),
+        "> Added src/app.module.ts to the chat  ",
+        "I will register it there.",
+        prompt("/undo"),
+        "> Commit `1a2b3c4` was reset and removed from git.  ",
+        "Understood.",
+    )
+    assert texts == [
+        "make a cron job",
+        "Which module?",
+        ADDED_FILES.format(fnames="src/app.module.ts"),
+        "I will register it there.",
+        UNDO_REPLY,
+        "Understood.",
+    ]
+
+
+def test_output_messages_of_several_lines_are_output_after_a_prompt_and_at_a_sessions_start(tmp_path: Path) -> None:
+    # BartoshMaxim/TradePirates .aider.chat.history.md at 7dc1eafdccd922a08c04391e964451ff77f86e45: the command line
+    # of `aider --message` over several lines (CR CR LF ends), first in the session; a /git usage text after /git.
+    text = (
+        f"\r\n{HEADER}\r\n\r\n> aider --architect --message \r\r\n   1. Read TODO.md  \r\n"
+        + STARTUP.replace("\n", "\r\n")
+        + "\r\n"
+        + prompt("/git")
+        + "\r\n> usage: git [-v | --version]\r\n           <command> [<args>]  \r\n\r\n"
+        + prompt("hi")
+        + "\r\n\r\n> A quote in the reply\r\n\r\nHello.\r\n"
+    )
+    (graph,) = graphs_of(write(tmp_path, text, "crcrlf.md", newline="\n"))
+    assert [t[2] for t in branch_texts(graph)[0]] == ["hi", "> A quote in the reply\n\nHello."]

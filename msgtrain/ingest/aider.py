@@ -29,6 +29,8 @@ session's ``Main model:`` / ``Model:`` line):
 - After a reply whose edits aider applied, aider's history holds its note and "Ok." (``injected``): the commit
   (from the first ``Commit <hash> <message>`` line) or "I updated the files."; after architect mode's editor, "I
   made those changes to the files." (``move_back_cur_messages``, v0.8.0 on).
+- Before v0.49, ``/add`` (after some chat) and ``/undo`` returned a message that aider sent ("I added these files
+  to the chat: ...", the undo note): a reply right after such a command, nothing typed between, answers it.
 - Other commands (``/add``, ``/drop``, ``/run``, ``/undo``, ``/tokens``, ``/model`` ...) are not messages, nor are
   ``> `` lines: they are aider's terminal, not the model's context.
 
@@ -101,6 +103,11 @@ EDITOR_DONE = "I made those changes to the files."
 NOTES_SINCE = (0, 8, 0)
 # The error aider reflects when a reply's SEARCH/REPLACE blocks fail (aider/coders/editblock_coder.py apply_edits).
 EDIT_FAILURE = re.compile(r"# \d+ SEARCH/REPLACE blocks? failed to match!\n")
+# What /undo returned, sent when the model's settings asked for it (aider/prompts.py, unchanged since 2023-05).
+UNDO_REPLY = (
+    "I did `git reset --hard HEAD~1` to discard the last edits. Please wait for further instructions before"
+    " attempting that change again. Feel free to ask relevant questions about why the changes were reverted."
+)
 # The note aider sends after adding the files a reply named (aider/prompts.py ``added_files``, unchanged since 2023).
 ADDED_FILES = "I added these files to the chat: {fnames}\nLet me know if there are others we should add."
 QUESTION = re.compile(r"\(Y\)es/\(N\)o.*\[[^\]]*\]:\s*\S*\s*$")  # a confirm question with its answer
@@ -243,8 +250,10 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
         if session.legacy:
             line = _modern(line, strict)
         kind = _kind(line, strict)
-        if kind == "tool" and strict and not line.endswith("  ") and (current is None or current.kind != "tool"):
-            kind = None  # a reply's own "> " quote: output lines come after output or prompts, as whole lines
+        if kind == "tool" and strict and not line.endswith("  ") and current is None and not _one_message(lines, k):
+            # After a blank line, a "> " line starts a reply's own quote, unless it starts an output message whose
+            # lines run to aider's two spaces before any blank line (a multi-line command line at a session's start).
+            kind = None
         if kind is None:
             if not line.strip() and (current is None or current.kind != "assistant"):
                 current = None  # blank lines between pieces
@@ -274,6 +283,17 @@ def _modern(line: str, strict: bool) -> str:
     if (line.endswith("  ") or not strict) and len(body) > 2 and body[0] == body[-1] and body[0] in "_*":
         return "> " + body[1:-1] + "  "
     return line
+
+
+def _one_message(lines: list[tuple[int, str]], start: int) -> bool:
+    """Whether the lines from ``start`` on end as one output message (:func:`_ends_message`) before a blank line."""
+    for k in range(start, len(lines)):
+        line = lines[k][1]
+        if not line.strip():
+            return False
+        if _ends_message(line, lines[k + 1][1] if k + 1 < len(lines) else None):
+            return True
+    return False
 
 
 def _ends_message(line: str, following: str | None) -> bool:
@@ -356,6 +376,8 @@ class _SessionBuilder:
         self.mentioned: list[str] = []  # files of the last reply the user let aider add: their note is the prompt
         self.on_branch = False  # the last reply is on the branch (not a side branch, not interrupted)
         self.edit_error = False  # aider said the last reply's edits failed: its error message comes next
+        self.command: str | None = None  # the last command, while nothing else was typed after it
+        self.added: list[str] = []  # the files that command (an /add) added
         self.reflection: str | None = None  # that error, which aider sends as the next prompt
         # Why aider's history is no longer what the transcript shows (a restored or summarised history), until /clear.
         self.unknown_history: str | None = None
@@ -393,6 +415,8 @@ class _SessionBuilder:
                 self.settled = True
             if text.startswith("^C "):
                 continue
+            if self.command == "add" and (added := re.match(r"Added (.+) to the chat$", text)):
+                self.added.append(added.group(1))
             if self.edit_error and EDIT_FAILURE.match(text):
                 # aider sends str(err) back; the log holds it stripped, and this error always ends with a newline.
                 self.reflection, self.edit_error = text + "\n", False
@@ -402,6 +426,7 @@ class _SessionBuilder:
                 self.unknown_history = RESTORED_WHY  # --restore-chat-history: announced before any prompt
             elif text == "Processing your request...":  # --watch-files: an "AI!" comment is the prompt, unlogged
                 self._flush_prompt()
+                self.command, self.added = None, []
             elif match := re.match(r"(?:Main model|Models?): (\S+)", text):
                 self.model = match.group(1)
                 self._announced(re.search(r"(?:with|using) (\S+) edit format", text))
@@ -443,6 +468,7 @@ class _SessionBuilder:
             return
         self.echo = None
         command = command_of(text)
+        self.command, self.added = (command[0] if command else None), []
         if command is None:
             self._user(text)
             return
@@ -484,6 +510,9 @@ class _SessionBuilder:
             # The files a reply named and the user let aider add: aider sends their note as the next prompt.
             self.chain.append(_user_message(ADDED_FILES.format(fnames=", ".join(self.mentioned))), Origin.INJECTED)
             self.mentioned = []
+        elif (returned := self._command_message()) is not None:
+            # Before v0.49, /add (after some chat) and /undo returned a message aider sent: this reply answers it.
+            self.chain.append(_user_message(returned), Origin.INJECTED)
         elif (reflection := self._take_reflection()) is not None:
             # The edits of the last reply failed to match: aider sent the error back as the next prompt.
             self.chain.append(_user_message(reflection), Origin.INJECTED)
@@ -509,6 +538,13 @@ class _SessionBuilder:
         self.chain.append(message, Origin.SAMPLED, generation=_generation(self.model))
 
     # ------------------------------------------------------------------ history as aider keeps it
+    def _command_message(self) -> str | None:
+        """What the last command returned, when a reply follows it with nothing typed between."""
+        command, added, self.command, self.added = self.command, self.added, None, []
+        if command == "add" and added:
+            return ADDED_FILES.format(fnames=", ".join(added))
+        return UNDO_REPLY if command == "undo" else None
+
     def _take_reflection(self) -> str | None:
         reflection, self.reflection, self.edit_error = self.reflection, None, False
         return reflection
