@@ -182,6 +182,9 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
         kind = _LANGCHAIN_CLASSES.get(str(cls).removesuffix("Chunk"))
         if kind is not None:
             return {**kwargs, "type": kind} if kind != "chat" else dict(kwargs)
+    info = obj.get("info")
+    if isinstance(info, dict) and isinstance(info.get("role"), str) and isinstance(obj.get("parts"), list):
+        return _opencode_message(info, obj["parts"])
     message = obj.get("message")
     if isinstance(message, dict) and ("finish_reason" in obj or obj.get("type") in _GENERATION_TYPES):
         inner = _unwrap(message)
@@ -640,8 +643,28 @@ _SDK_OUTPUT_TYPES = frozenset({"text", "json", "error-text", "error-json", "cont
 
 
 # UI message parts no model sampled: cited sources and app data (AI SDK ``source-url``, ``source-document``,
-# ``data-<name>``).
-_UI_ONLY_PARTS = ("source-", "data-")
+# ``data-<name>``); opencode's step ends (with the step's usage), file snapshots and patches, retries.
+_UI_ONLY_PARTS = ("source-", "data-", "step-finish", "snapshot", "patch", "retry")
+
+
+def _opencode_message(info: dict[str, Any], parts: list[Any]) -> dict[str, Any]:
+    """An opencode message (``opencode export``, its storage and server API: ``{"info": {role, modelID, tokens,
+    ...}, "parts": [...]}``) as one message object: role and parts, the model, and the usage its tokens give (input,
+    cache reads and writes are the prompt)."""
+    out: dict[str, Any] = {"role": info["role"], "parts": parts}
+    if isinstance(info.get("modelID"), str):
+        out["model"] = info["modelID"]
+    tokens = info.get("tokens")
+    if isinstance(tokens, dict) and isinstance(tokens.get("input"), int):
+        cache: dict[str, Any] = tokens["cache"] if isinstance(tokens.get("cache"), dict) else {}
+        out["usage"] = {
+            "input_tokens": tokens["input"],
+            "cache_read_input_tokens": cache.get("read", 0),
+            "cache_creation_input_tokens": cache.get("write", 0),
+        }
+    return out
+
+
 _NO_OUTPUT = object()
 
 
@@ -651,7 +674,7 @@ def is_ui_steps(parts: Any) -> bool:
     return isinstance(parts, list) and any(
         isinstance(p, dict)
         and isinstance(p.get("type"), str)
-        and (p["type"] in ("step-start", "dynamic-tool", "tool-invocation") or p["type"].startswith("tool-"))
+        and (p["type"] in ("step-start", "dynamic-tool", "tool-invocation", "tool") or p["type"].startswith("tool-"))
         and p["type"] not in ("tool-call", "tool-result")
         for p in parts
     )
@@ -662,6 +685,12 @@ def _ui_tool(item: dict[str, Any]) -> tuple[Any, Any, Any, Any] | None:
     5: ``tool-<name>`` / ``dynamic-tool`` with ``toolCallId``, ``input``, ``state`` and ``output`` (``errorText``
     when the call failed); AI SDK 4: ``tool-invocation`` holding ``toolInvocation`` (``args``, ``result``)."""
     kind = str(item.get("type", ""))
+    if kind == "tool" and isinstance(item.get("state"), dict):  # opencode: callID, tool, state {status, input, ...}
+        state = item["state"]
+        output = state.get("output") if state.get("status") == "completed" else _NO_OUTPUT
+        if state.get("status") == "error":
+            output = state.get("error")
+        return item.get("callID"), item.get("tool"), state.get("input"), output
     if kind == "tool-invocation" and isinstance(item.get("toolInvocation"), dict):
         inv = item["toolInvocation"]
         output = inv["result"] if inv.get("state") == "result" and "result" in inv else _NO_OUTPUT

@@ -674,7 +674,11 @@ class _Builder:
     call_names: dict[str, str] = field(default_factory=dict)
 
     def add(self, raw: Any, where: str, *, trained: bool = True, metadata: dict[str, Any] | None = None) -> None:
-        for data in self.norm.normalise(raw, where):
+        normalised = self.norm.normalise(raw, where)
+        # What is logged beside the message (usage, model) belongs to one reply: a message that stands for several
+        # (a UI message's steps) cannot say which.
+        beside = unwrapped(raw) if sum(d["role"] == "assistant" for d in normalised) <= 1 else None
+        for data in normalised:
             weight = data.pop("weight", None)
             if data["role"] == "assistant" and weight != 0:
                 check_reply_present(data, where)
@@ -682,7 +686,7 @@ class _Builder:
             if isinstance(msg, OptionCallMessage):
                 self.call_names.update({c.invocation_id: c.option_name for c in msg.calls})
             origin: Origin | None = None
-            msg, generation = logged_reply(msg, unwrapped(raw))  # usage beside the message, inside its wrapper
+            msg, generation = logged_reply(msg, beside)  # usage beside the message, inside its wrapper
             if msg.role == "assistant":
                 if metadata:
                     msg = msg.model_copy(update={"metadata": {**msg.metadata, **metadata}})
@@ -1076,8 +1080,9 @@ class StructuralReader:
                 numbered[parent, hit.group("stem")] = numbered.get((parent, hit.group("stem")), 0) + 1
         if any(n >= 2 for n in numbered.values()):
             return True
-        for p in shape.paths:  # LangChain's serialised messages: dumpd's constructors, or {"type", "data"}
-            for wrapper, marker in ((".kwargs.content", ".lc"), (".data.content", ".type")):
+        for p in shape.paths:  # LangChain's serialised messages (dumpd's constructors, {"type", "data"}), opencode's
+            # {"info", "parts"}
+            for wrapper, marker in ((".kwargs.content", ".lc"), (".data.content", ".type"), (".info.role", ".parts")):
                 owner = p.removesuffix(wrapper)
                 if owner != p and owner.endswith("[]") and f"{owner}{marker}" in shape.paths:
                     return True
