@@ -204,3 +204,18 @@ def test_anthropic_message_batch_results_are_joined_to_their_params_with_the_top
         ("assistant", "Hello!", "sampled"),
     ]
     assert [e.reason for e in events if isinstance(e, ReadSkip)] == ["error_response"]
+
+
+def test_a_batch_of_text_completions_whose_prompts_a_template_rendered_is_joined_and_trained(tmp_path: Path) -> None:
+    prompt = "<|im_start|>user\nHello world!<|im_end|>\n<|im_start|>assistant\n"
+    request = {"custom_id": "c-1", "method": "POST", "url": "/v1/completions", "body": {"model": "m", "prompt": prompt}}
+    body = {
+        "object": "text_completion",
+        "model": "m",
+        "choices": [{"index": 0, "text": "Hi!", "finish_reason": "stop"}],
+    }
+    _jsonl(tmp_path / "batch_input.jsonl", [request])
+    result = {"id": "batch_req_1", "custom_id": "c-1", "response": {"status_code": 200, "body": body}, "error": None}
+    output = _jsonl(tmp_path / "batch_output.jsonl", [result])
+    (graph,) = [e for e in _events(output) if isinstance(e, ReadGraph)]
+    assert _said(graph) == [("user", "Hello world!", "context"), ("assistant", "Hi!", "sampled")]

@@ -211,3 +211,50 @@ def test_lm_eval_contexts_a_local_models_template_rendered_are_trained_after_the
     assert rejects == [] and stats.turns_trained == 2
     start = samples[0].turn_spans[0][0]
     assert load_tokenizer(None, None).decode(samples[0].input_ids[:start].tolist()) == rendered
+
+
+# A /v1/completions call log in the calls format ({request, response}), the response as vLLM's OpenAI-compatible
+# server returns a text completion (vllm-project/vllm vllm/entrypoints/openai/protocol.py CompletionResponse:
+# choices[].text, finish_reason, usage; prompt_token_ids / token_ids on each choice with return_token_ids).
+def _completion_call(prompt: str, text: str, **choice: Any) -> dict[str, Any]:
+    return {
+        "request": {"model": "Qwen/Qwen3-8B", "prompt": prompt, "max_tokens": 16, "temperature": 0.7},
+        "response": {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": 1752593576,
+            "model": "Qwen/Qwen3-8B",
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "stop", **choice}],
+            "usage": {"prompt_tokens": 21, "completion_tokens": 2, "total_tokens": 23},
+        },
+    }
+
+
+def test_a_text_completion_call_whose_prompt_a_template_rendered_trains_its_reply_in_that_prompt(
+    tmp_path: Path,
+) -> None:
+    prompt = VERL_ROW["input"]
+    path = _jsonl(tmp_path / "calls.jsonl", [_completion_call(prompt, "4<|im_end|>")])
+    assert _said(path) == [("system", S), ("user", U), ("assistant", A)]
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and stats.turns_trained == 1
+    start = samples[0].turn_spans[0][0]
+    assert load_tokenizer(None, None).decode(samples[0].input_ids[:start].tolist()) == prompt
+
+
+def test_a_text_completion_s_logged_ids_are_its_tokens(tmp_path: Path) -> None:
+    tok = load_tokenizer(None, None)
+    prompt = VERL_ROW["input"]
+    prompt_ids = tok.encode(prompt).tolist()
+    reply_ids = tok.encode("4<|im_end|>").tolist()
+    call = _completion_call(prompt, "4", prompt_token_ids=prompt_ids, token_ids=reply_ids)
+    samples, _, rejects = convert_file(_jsonl(tmp_path / "calls.jsonl", [call]), _settings())
+    assert rejects == [] and samples[0].input_ids.tolist() == prompt_ids + reply_ids
+    assert samples[0].engine_tokens == len(prompt_ids) + len(reply_ids)
+
+
+def test_a_text_completion_of_a_raw_prompt_is_a_counted_reject_not_a_chat(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "calls.jsonl", [_completion_call("Question: 2+2?\nAnswer:", " 4")])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert samples == [] and stats.turns_lost == 1
+    assert json.loads(rejects[0])["reason"] == "not_a_chat"

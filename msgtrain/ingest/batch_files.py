@@ -46,6 +46,7 @@ from msgtrain.ingest.base import (
 from msgtrain.ingest.call_log import Call, CallLogGroups
 from msgtrain.ingest.cassettes import endpoint_of, openai_chat_call
 from msgtrain.ingest.shapes import message_like_count
+from msgtrain.ingest.text_completions import is_text_completion, text_completion_call
 
 BATCH_SUFFIXES = (".jsonl", ".json", ".ndjson")
 # Endpoints that take a message-like body but generate no turn.
@@ -175,7 +176,7 @@ class BatchReader:
             try:
                 event = self._result(value, folder, groups, by_response, ref)
             except MsgtrainError as e:
-                turns = max(message_like_count(value)[1], 1) if e.code != "unsupported_api" else 1
+                turns = max(message_like_count(value)[1], 1) if e.code not in ("unsupported_api", "not_a_chat") else 1
                 yield ReadReject(ref, e if e.where else e.located(str(ref)), excerpt(raw), turns=turns)
                 continue
             if event is not None:
@@ -251,6 +252,8 @@ class BatchReader:
         request = request_line["body"]
         if any(word in url for word in _NOT_GENERATION):
             return None, None
+        if is_text_completion(request, body):  # /v1/completions with a prompt a chat template rendered
+            return text_completion_call(request, body), None
         endpoint = endpoint_of(url)
         if endpoint is None or endpoint.kind not in ("openai_chat", "openai_responses", "anthropic"):
             raise ValidationError(

@@ -35,6 +35,7 @@ from msgtrain.ingest.call_log import Call, CallLogGroups, conversation_key, sess
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import Step
 from msgtrain.ingest.streams import is_chunk_list, response_body
+from msgtrain.ingest.text_completions import is_text_completion, text_completion_call
 from msgtrain.model.graph import Env
 from msgtrain.model.message import AnyMessage
 from msgtrain.model.openai import check_reply_present, from_openai_message, generation_from_choice
@@ -86,12 +87,15 @@ class CallsReader:
 
     def detect(self, path: Path, head: bytes) -> bool:
         return any(
-            isinstance(o.get("request"), dict)
-            and "messages" in o["request"]
-            and (
-                (isinstance(o.get("response"), dict) and "choices" in o["response"])
-                or is_chunk_list("openai_chat", o.get("response"))
+            (
+                isinstance(o.get("request"), dict)
+                and "messages" in o["request"]
+                and (
+                    (isinstance(o.get("response"), dict) and "choices" in o["response"])
+                    or is_chunk_list("openai_chat", o.get("response"))
+                )
             )
+            or is_text_completion(o.get("request"), o.get("response"))
             for o in head_objects(head)
         )
 
@@ -107,7 +111,8 @@ class CallsReader:
                 call, model, extras = self._call(obj, f"{path}:{lineno}", seen)
                 groups.add(call, src, session_of(obj, obj["request"]), policy=model, extras=extras)
             except MsgtrainError as e:
-                yield ReadReject(src, e if e.where else e.located(f"{path}:{lineno}"), excerpt(raw))
+                error = e if e.where else e.located(f"{path}:{lineno}")
+                yield ReadReject(src, error, excerpt(raw), turns=_generated(obj))
         yield from groups.events()
 
     def chunk_keys(self, path: Path) -> KeyFunction:
@@ -156,6 +161,13 @@ class CallsReader:
             raise ValidationError(
                 f"the call failed: {str(response['error'])[:200]}", where=where, code="error_response"
             )
+        if is_text_completion(request, response):  # /v1/completions: a prompt text a chat template rendered
+            try:
+                call = text_completion_call(request, response)
+            except MsgtrainError as e:
+                raise e.located(where) from None
+            model = request.get("model") if isinstance(request.get("model"), str) else None
+            return call, model, {"reward": rec["reward"]} if isinstance(rec.get("reward"), int | float) else {}
         messages = request.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ValidationError("request.messages must be a non-empty list", where=where, code="bad_record")
@@ -200,6 +212,13 @@ class CallsReader:
         model = request.get("model") if isinstance(request.get("model"), str) else None
         extras = {"reward": rec["reward"]} if isinstance(rec.get("reward"), int | float) else {}
         return call, model, extras
+
+
+def _generated(record: Any) -> int:
+    """The replies a rejected call record held (its response's choices), for the books."""
+    response = record.get("response") if isinstance(record, dict) else None
+    choices = response.get("choices") if isinstance(response, dict) else None
+    return len(choices) if isinstance(choices, list) else 0
 
 
 READER = CallsReader()
