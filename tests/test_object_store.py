@@ -31,7 +31,7 @@ from msgtrain.export.schema import CANONICAL_SCHEMA
 from msgtrain.run import pipeline, storage
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.part_store import PART_FILE, REJECTS_FILE, SAMPLES_FILE, StoreParts
-from msgtrain.run.parts import LinearizeSettings, PartStats
+from msgtrain.run.parts import Job, LinearizeSettings, PartStats
 from msgtrain.run.publish import state_dir
 from msgtrain.run.storage import POINTER, Store, current_version, is_remote, join, version_url
 from tests.conftest import ROOT
@@ -333,6 +333,15 @@ def test_the_rejects_of_a_store_part_that_changed_are_never_read_and_the_part_is
     with pytest.raises(OutputError, match="does not match its checksums") as err:
         parts.rejects("k")
     assert err.value.code == "corrupt_part" and not parts.complete()("k")
+
+
+def test_a_job_on_an_object_has_its_size_so_the_executors_start_the_largest_first(s3: Store) -> None:
+    small, big = f"s3://{BUCKET}/sizes/a.jsonl", f"s3://{BUCKET}/sizes/b.jsonl"
+    s3.put_bytes(small, b"{}\n")
+    s3.put_bytes(big, b"{}\n" * 1000)
+    jobs = [Job(url, url, {"source": url}) for url in (small, big)]
+    assert [job.size for job in jobs] == [3, 3000]
+    assert Job(f"s3://{BUCKET}/sizes/gone.jsonl", "k", {}).size == 0
 
 
 def test_the_store_hash_is_the_content_md5_and_a_changed_object_changes_it(s3: Store) -> None:
