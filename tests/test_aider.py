@@ -554,3 +554,27 @@ def test_output_messages_of_several_lines_are_output_after_a_prompt_and_at_a_ses
     )
     (graph,) = graphs_of(write(tmp_path, text, "crcrlf.md", newline="\n"))
     assert [t[2] for t in branch_texts(graph)[0]] == ["hi", "> A quote in the reply\n\nHello."]
+
+
+def test_a_whole_file_listing_without_a_name_is_reflected_as_its_one_line_error(tmp_path: Path) -> None:
+    # BeauCranston/car-game .aider.chat.history.md at 62288fd46cb451c94de0fd94835ffe221dd3cc75 (wholefile_coder.py).
+    texts = first_branch(
+        tmp_path,
+        prompt("rewrite it"),
+        "```\ncode\n```",
+        "> Tokens: 21k sent, 4.7k received.  \n> The LLM did not conform to the edit format.  \n"
+        "> https://aider.chat/docs/troubleshooting/edit-errors.html  \n"
+        "> No filename provided before ``` in file listing  ",
+        "Here is the corrected listing.",
+    )
+    assert texts[2:] == ["No filename provided before ``` in file listing", "Here is the corrected listing."]
+
+
+def test_a_quote_ending_in_a_line_break_stays_in_its_reply_where_replies_are_followed_by_usage(
+    tmp_path: Path,
+) -> None:
+    # BeauCranston/car-game .aider.chat.history.md at 62288fd46cb451c94de0fd94835ffe221dd3cc75: a reply's own
+    # "> **Optionally** ...  " (a markdown line break) looks like aider's output; the usage report ends the reply.
+    reply = "## Plan\n\n> **Optionally** merge the classes  \n\n### Next\n\n> a quote  \n\nThe end."
+    texts = first_branch(tmp_path, prompt("plan it"), reply, "> Tokens: 2.0k sent, 90 received.  ", prompt("ok"), "Ok!")
+    assert texts == ["plan it", reply, "ok", "Ok!"]

@@ -101,8 +101,14 @@ EDITS_COMMITTED = "I committed the changes with git hash {hash} & commit msg: {m
 EDITS_UNCOMMITTED = "I updated the files."
 EDITOR_DONE = "I made those changes to the files."
 NOTES_SINCE = (0, 8, 0)
-# The error aider reflects when a reply's SEARCH/REPLACE blocks fail (aider/coders/editblock_coder.py apply_edits).
-EDIT_FAILURE = re.compile(r"# \d+ SEARCH/REPLACE blocks? failed to match!\n")
+# The edit errors aider reflects whose text the log holds whole (it logs str(err) stripped): the SEARCH/REPLACE
+# blocks that failed to match (editblock_coder.py apply_edits: always ends with a newline), and a whole-file listing
+# without a file name (wholefile_coder.py: one line). Other errors are parse errors quoting the reply's text as far
+# as it was read, whose leading white space the log may have lost: their retries stay unseen.
+EDIT_FAILURES = (
+    (re.compile(r"# \d+ SEARCH/REPLACE blocks? failed to match!\n"), "\n"),
+    (re.compile(r"No filename provided before \S+ in file listing\Z"), ""),
+)
 # What /undo returned, sent when the model's settings asked for it (aider/prompts.py, unchanged since 2023-05).
 UNDO_REPLY = (
     "I did `git reset --hard HEAD~1` to discard the last edits. Please wait for further instructions before"
@@ -143,6 +149,7 @@ class Block:
     kind: Kind
     line: int
     lines: list[str] = field(default_factory=list)
+    span: tuple[int, int] = (0, 0)  # the indices of its first and last line in its session's lines
 
 
 @dataclass
@@ -245,14 +252,13 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
         if continuing:
             assert current is not None
             current.lines[-1] += "\n" + line  # a tool block's entries are its messages, whole
+            current.span = (current.span[0], k)
             continuing = not _ends_message(line, lines[k + 1][1] if k + 1 < len(lines) else None)
             continue
         if session.legacy:
             line = _modern(line, strict)
         kind = _kind(line, strict)
-        if kind == "tool" and strict and not line.endswith("  ") and current is None and not _one_message(lines, k):
-            # After a blank line, a "> " line starts a reply's own quote, unless it starts an output message whose
-            # lines run to aider's two spaces before any blank line (a multi-line command line at a session's start).
+        if kind == "tool" and strict and not line.endswith("  ") and _quotes(current, lines, k):
             kind = None
         if kind is None:
             if not line.strip() and (current is None or current.kind != "assistant"):
@@ -260,8 +266,9 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
                 continue
             kind = "assistant"
         if current is None or current.kind != kind:
-            current = Block(kind, number)
+            current = Block(kind, number, span=(k, k))
             session.blocks.append(current)
+        current.span = (current.span[0], k)
         if kind == "tool":
             current.lines.append(line[2:] if line.startswith("> ") else line[1:])
             continuing = strict and not _ends_message(line, lines[k + 1][1] if k + 1 < len(lines) else None)
@@ -269,7 +276,35 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
             current.lines.append(line[5:])
         else:
             current.lines.append(line)
+    if any(entry.startswith("Tokens: ") for b in session.blocks if b.kind == "tool" for entry in b.lines):
+        _rejoin_quotes(session, [line for _, line in lines])
     return session
+
+
+def _rejoin_quotes(session: Session, lines: list[str]) -> None:
+    """Put back into their replies the ``> `` quotes that end with two spaces (a markdown line break), in a session
+    whose replies are each followed by aider's usage report (``Tokens: ...``, v0.4x on): output lines after a reply
+    that hold no report, followed by more of the reply or by the report, are the reply's own."""
+    blocks = session.blocks
+    i = 0
+    while i < len(blocks):
+        j = i + 1
+        if blocks[i].kind == "assistant":
+            while j < len(blocks) and blocks[j].kind == "tool" and not _reports_usage(blocks[j]):
+                j += 1
+            rest = blocks[j] if j < len(blocks) else None
+            ends = rest is not None and (rest.kind == "assistant" or (rest.kind == "tool" and _reports_usage(rest)))
+            if j > i + 1 and ends:
+                last = j if rest is not None and rest.kind == "assistant" else j - 1
+                first = blocks[i]
+                start, end = first.span[0], blocks[last].span[1]
+                blocks[i : last + 1] = [Block("assistant", first.line, lines[start : end + 1], (start, end))]
+                continue
+        i = j if j > i + 1 else i + 1
+
+
+def _reports_usage(block: Block) -> bool:
+    return any(entry.startswith("Tokens: ") for entry in block.lines)
 
 
 def _modern(line: str, strict: bool) -> str:
@@ -283,6 +318,16 @@ def _modern(line: str, strict: bool) -> str:
     if (line.endswith("  ") or not strict) and len(body) > 2 and body[0] == body[-1] and body[0] in "_*":
         return "> " + body[1:-1] + "  "
     return line
+
+
+def _quotes(current: Block | None, lines: list[tuple[int, str]], k: int) -> bool:
+    """Whether a ``> `` line without aider's two spaces is a reply's own quote rather than the first line of an output
+    message of several lines. Such a message comes right after a prompt or an output line (a /git usage text, an
+    edit error), or first in a session (a command line of several lines): inside a reply (blank lines are part of
+    it), or after a blank line, a quote, unless its lines run to aider's two spaces before any blank line."""
+    if current is not None:
+        return current.kind == "assistant"
+    return not _one_message(lines, k)
 
 
 def _one_message(lines: list[tuple[int, str]], start: int) -> bool:
@@ -417,9 +462,8 @@ class _SessionBuilder:
                 continue
             if self.command == "add" and (added := re.match(r"Added (.+) to the chat$", text)):
                 self.added.append(added.group(1))
-            if self.edit_error and EDIT_FAILURE.match(text):
-                # aider sends str(err) back; the log holds it stripped, and this error always ends with a newline.
-                self.reflection, self.edit_error = text + "\n", False
+            if self.edit_error and (failure := _edit_failure(text)) is not None:
+                self.reflection, self.edit_error = failure, False
             elif text == "The LLM did not conform to the edit format." and self.prompt is None and self.on_branch:
                 self.edit_error = True
             elif text == "Restored previous conversation history." and not self.chat:
@@ -609,6 +653,14 @@ class _SessionBuilder:
             self.chain.append(_user_message(INTERRUPT_USER), Origin.INJECTED)
         note = PartsMessage(parts=(TextPart(text=INTERRUPT_ASSISTANT),), policy=POLICY, role_hint_for_llm="assistant")
         self.chain.append(note, Origin.INJECTED)
+
+
+def _edit_failure(text: str) -> str | None:
+    """The message aider sent back for an edit error logged as ``text``, when the log holds it whole."""
+    for pattern, ending in EDIT_FAILURES:
+        if pattern.match(text):
+            return text + ending
+    return None
 
 
 def _accepted(question: str) -> bool:
