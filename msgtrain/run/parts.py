@@ -55,7 +55,7 @@ from msgtrain.linearize.budget import (
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.storage import readable_input
+from msgtrain.run.storage import input_size, readable_input
 
 MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
 
@@ -155,16 +155,8 @@ class Job:
 
     @property
     def size(self) -> int:
-        if self.chunk is not None:
-            return self.chunk.bytes
-        if isinstance(self.path, str):
-            return int(self.meta.get("size", 0))
-        try:
-            if self.path.is_dir():
-                return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
-            return self.path.stat().st_size
-        except OSError:
-            return 0
+        """Bytes to convert: the executors hand out the largest jobs first."""
+        return self.chunk.bytes if self.chunk is not None else input_size(self.path)
 
 
 @dataclass

@@ -599,6 +599,19 @@ def file_digest(path: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------- locations for readers
+def input_size(location: Path | str) -> int:
+    """An input's size in bytes (a folder log's files together), 0 when it cannot be told. An object's comes from
+    the listing that discovered it (fsspec keeps it) or its metadata, never from reading it."""
+    try:
+        if isinstance(location, str):
+            return Store.of(location).size(location)
+        if location.is_dir():
+            return sum(p.stat().st_size for p in location.rglob("*") if p.is_file())
+        return location.stat().st_size
+    except OSError:
+        return 0
+
+
 def content_digest(location: Path | str) -> str:
     """A hash of an input's bytes: a local file's (a folder log's files), or an object's from its store
     (:meth:`Store.content_hash`). Raises OSError when it cannot be read."""
