@@ -258,6 +258,12 @@ def test_files_a_reply_named_and_the_user_added_are_the_next_replys_prompt(tmp_p
     ]
 
 
+def test_a_byte_order_mark_before_the_header_keeps_the_first_session_whole(tmp_path: Path) -> None:
+    path = write(tmp_path, "\ufeff" + transcript(prompt("hi"), "Hello.").lstrip("\n"), "bom.md")
+    (graph,) = graphs_of(path)
+    assert graph.metadata["started_at"] == "2025-06-02 10:14:03"
+
+
 def test_crlf_transcripts_keep_blank_lines_and_prompt_lines_and_lost_trailing_spaces_are_read_by_prefix(
     tmp_path: Path,
 ) -> None:

@@ -206,8 +206,9 @@ class AiderReader:
 # ------------------------------------------------------------------------------------------------------ parsing
 def _text_lines(path: Path) -> Iterator[str]:
     with open(path, "rb") as f:
-        for raw in bounded_lines(f):
-            yield raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
+        for k, raw in enumerate(bounded_lines(f)):
+            line = raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
+            yield line.removeprefix("\ufeff") if k == 0 else line  # an editor's byte-order mark
 
 
 def read_sessions(path: Path) -> Iterator[Session]:
