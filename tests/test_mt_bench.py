@@ -105,3 +105,35 @@ def test_the_question_file_is_read_as_questions_that_hold_no_reply(tmp_path: Pat
     events = list(read_events(detect_format(path), path))
     assert [e.reason for e in events if isinstance(e, ReadSkip)] == ["benchmark_question"] * 2
     assert not [e for e in events if isinstance(e, ReadGraph | ReadReject)]
+
+
+# lm-sys/FastChat fastchat/llm_judge/common.py play_a_match_single (the judgment line gen_judgment.py appends):
+# {question_id, model, judge: [judge model, prompt name], user_prompt, judgment, score, turn, tstamp}; the judge's
+# system prompt is in judge_prompts.jsonl. DeL-TaiseiOzaki/jmt-bench-code data/mt_bench/model_judgment/
+# Qwen7_judgment.jsonl (commit db4ccc224a521204f3a897f47302983d444a33db) writes the judgment without its prompt.
+JUDGMENT = {
+    "question_id": 81,
+    "model": "Qwen7",
+    "judge": ["gpt-4", "single-v1"],
+    "user_prompt": "[Question]\nWrite a poem.\n\n[The Start of Assistant's Answer]\nRoses.\n[The End of Answer]",
+    "judgment": "The answer is short. Rating: [[3]]",
+    "score": 3,
+    "turn": 1,
+    "tstamp": 1736676802.77,
+}
+
+
+def test_a_judge_s_verdict_is_trained_after_its_prompt_with_the_judge_system_prompt_flagged_missing(
+    tmp_path: Path,
+) -> None:
+    path = _jsonl(tmp_path / "model_judgment" / "gpt-4_single.jsonl", [JUDGMENT])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and stats.turns_trained == 1
+    assert stats.flags["context_incomplete"] == 1 and samples[0].reward == 3
+
+
+def test_a_verdict_logged_without_its_prompt_is_counted_lost(tmp_path: Path) -> None:
+    row = {k: JUDGMENT[k] for k in ("question_id", "judgment", "tstamp")} | {"model_id": "Qwen7"}
+    path = _jsonl(tmp_path / "model_judgment" / "Qwen7_judgment.jsonl", [row, row])
+    samples, stats, _ = convert_file(path, _settings())
+    assert samples == [] and stats.turns_lost == 2

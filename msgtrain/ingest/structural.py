@@ -124,7 +124,9 @@ PAIR_KEYS = (
     ("origin_prompt", "prediction"),  # OpenCompass predictions/<model>/<dataset>.json
     ("input_prompt", "output_response"),  # SkyRL evaluation dumps
     ("prompt", "sampled"),  # openai/evals recorder "sampling" events
+    ("user_prompt", "judgment"),  # FastChat llm_judge model_judgment lines: the judge's prompt and verdict
 )
+_UNLOGGED_SYSTEM_PAIRS = frozenset({("user_prompt", "judgment")})
 # Where a preference record's prompt is (Intel/orca_dpo_pairs writes ``question``; OpenAI ``input.messages``).
 _PREFERENCE_PROMPT_KEYS = ("prompt", "input", "question", "instruction", "query")
 # A request beside its result, as HELM's scenario_state.json logs each request_state (the chat models' clients send
@@ -294,7 +296,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
             tools = next((f"{request}.{k}" for k in _TOOL_KEYS if request and dig(record, f"{request}.{k}")), None)
             if tools is not None and "tools" not in columns:
                 columns["tools"] = tools  # the tools the logged request sent, beside its messages
-            return Found(path, record, Mapping("prompt_completion", columns))
+            # a judge's system prompt is in the judge_prompts file, not in its judgment lines
+            unlogged = (prompt_key, completion_key) in _UNLOGGED_SYSTEM_PAIRS
+            return Found(path, record, Mapping("prompt_completion", columns), unlogged_system=unlogged)
     longest = _longest_holding_the_others(record, lists)
     if longest is not None and named_agents(record[longest]):
         return _agents_ambiguity(f"{path}.{longest}", named_agents(record[longest]), record[longest])
@@ -1338,7 +1342,7 @@ def _tree_graph(
 # Top-level fields that name a generated reply in eval and dataset rows (output, response_1, model_answer,
 # generated_text, ...): what a file nothing could read still held, when it holds no message-like object.
 _REPLY_FIELD = re.compile(
-    r"^(?:model_)?(?:output|response|completion|answer|prediction|generation|reply|generated_text|sampled)"
+    r"^(?:model_)?(?:output|response|completion|answer|prediction|generation|reply|generated_text|sampled|judgment)"
     r"(?:_?(?:\d+|[ab]))?s?$"
 )
 
