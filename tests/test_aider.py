@@ -584,3 +584,30 @@ def test_a_quote_ending_in_a_line_break_stays_in_its_reply_where_replies_are_fol
     reply = "## Plan\n\n> **Optionally** merge the classes  \n\n### Next\n\n> a quote  \n\nThe end."
     texts = first_branch(tmp_path, prompt("plan it"), reply, "> Tokens: 2.0k sent, 90 received.  ", prompt("ok"), "Ok!")
     assert texts == ["plan it", reply, "ok", "Ok!"]
+
+
+def test_lint_fixes_are_a_conversation_of_their_own_that_ends_when_the_user_types_again(tmp_path: Path) -> None:
+    # commands.cmd_lint: a clone of the coder with cur_messages=[] and done_messages=[] runs each file's errors.
+    errors = (
+        "# Fix any errors below, if possible.\n\n## Running: flake8 a.py\n\na.py:1:1: F401 'os' imported but unused"
+    )
+    path = write(
+        tmp_path,
+        transcript(
+            prompt("add a helper"),
+            "Added.",
+            "> Tokens: 1k sent, 9 received.  ",
+            prompt("/lint"),
+            "> " + errors.replace("\n", "  \n> ") + "  \n> Fix lint errors in a.py? (Y)es/(N)o [Yes]: y  ",
+            prompt(errors),
+            "Removed the import.",
+            "> Tokens: 1k sent, 9 received.  \n> Applied edit to a.py  ",
+            prompt("thanks"),
+            "Welcome.",
+        ),
+    )
+    (graph,) = graphs_of(path)
+    lint, main_branch = sorted(branch_texts(graph), key=lambda b: b[0][2] == "add a helper")
+    assert [t[2] for t in lint] == [errors, "Removed the import.", EDITS_UNCOMMITTED, "Ok."]  # the lint coder's own
+    assert [t[2] for t in main_branch] == ["add a helper", "Added.", "thanks", "Welcome."]
+    assert lint[1][1] == "sampled" and main_branch[3][1] == "sampled"

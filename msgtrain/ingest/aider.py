@@ -3,7 +3,7 @@ repository, or any name given with ``--chat-history-file``).
 
 The grammar is the one aider's ``InputOutput`` writes (``aider/io.py``, Aider-AI/aider at 5dc9490b), one call per
 piece, each ending with a line break:
-- ``# aider chat started at YYYY-MM-DD HH:MM:SS`` opens a session (``# Aider chat started`` before v0.4).
+- ``# aider chat started at YYYY-MM-DD HH:MM:SS`` opens a session (``# Aider chat started`` before v0.5.0).
 - ``user_input``: what the user typed, each of its lines prefixed ``#### `` and ended with two spaces (a markdown
   line break), after a blank line; an empty input is ``#### <blank>``. Commands (``/add``, ``/run``, ``!cmd``) are
   logged the same way, and so are the answers to a "(Y)es/(N)o" question a group preference answered.
@@ -31,6 +31,8 @@ session's ``Main model:`` / ``Model:`` line):
   made those changes to the files." (``move_back_cur_messages``, v0.8.0 on).
 - Before v0.49, ``/add`` (after some chat) and ``/undo`` returned a message that aider sent ("I added these files
   to the chat: ...", the undo note): a reply right after such a command, nothing typed between, answers it.
+- ``/lint`` fixes each file's errors with a coder whose history starts empty, logging the errors as a prompt: its
+  prompts and replies are a branch of their own from the root, until something else is typed.
 - Other commands (``/add``, ``/drop``, ``/run``, ``/undo``, ``/tokens``, ``/model`` ...) are not messages, nor are
   ``> `` lines: they are aider's terminal, not the model's context.
 
@@ -46,11 +48,10 @@ Not trained, and said so:
   (``context_unknown``).
 - A reply whose prompt the transcript does not hold (a ``--watch-files`` "AI!" comment request, a lint or test
   failure aider reflected back, whose lines the log strips, ``/help`` answered with aider's docs) is a ``carried``
-  side branch, dropped as ``context_unknown``: the next replies' contexts do not include it. Two reflections are
+  side branch, dropped as ``context_unknown``: the next replies' contexts do not include it. Some reflections are
   whole in the transcript, and are the next reply's prompt: the files a reply named that the user let aider add
-  ("Add file to the chat?" answered yes, the file on the line before; aider's note names them), and the error of
-  SEARCH/REPLACE blocks that failed to match (logged whole after "The LLM did not conform to the edit format.",
-  stripped of the newline it ends with).
+  ("Add file to the chat?" answered yes, the file on the line before; aider's note names them), and the edit errors
+  of :data:`EDIT_FAILURES` (logged whole after "The LLM did not conform to the edit format.").
 - Every graph is ``context_incomplete`` (``system_prompt`` and ``files``): aider sends a system prompt, examples,
   the repository map and the files in the chat, none of which the transcript holds; the same is true of the
   command output and web pages aider adds to its history and of the summaries that replace a long history. A
@@ -91,6 +92,7 @@ COMMANDS = (
 )  # fmt: skip
 CHAT_COMMANDS = frozenset({"ask", "code", "architect", "context"})  # their text is a user message
 CLEARING_COMMANDS = frozenset({"clear", "reset"})  # they empty aider's history
+LINT_PROMPT = "# Fix any errors below, if possible."  # how aider's linter report starts (aider/linter.py)
 OK_MESSAGE = "Ok, please go ahead and make those changes."  # what ``/ok`` sends (aider/commands.py cmd_ok)
 INTERRUPT_USER = "^C KeyboardInterrupt"  # the pair aider adds after an interrupted reply (base_coder, v0.72.2 on)
 INTERRUPT_ASSISTANT = "I see that you interrupted my previous reply."
@@ -277,7 +279,7 @@ def _blocks(session: Session, lines: list[tuple[int, str]], strict: bool) -> Ses
             current.lines.append(line[5:])
         else:
             current.lines.append(line)
-    if any(entry.startswith("Tokens: ") for b in session.blocks if b.kind == "tool" for entry in b.lines):
+    if any(b.kind == "tool" and _reports_usage(b) for b in session.blocks):
         _rejoin_quotes(session, [line for _, line in lines])
     return session
 
@@ -386,8 +388,7 @@ def command_of(text: str) -> tuple[str | None, str] | None:
         return None
     if text.startswith("!"):
         return "run", text[1:]
-    word, _, rest = text[1:].partition(" ")
-    word = word.split("\n", 1)[0]
+    word = text[1:].partition(" ")[0].split("\n", 1)[0]
     rest = text[1 + len(word) :].strip()
     if word in COMMANDS:
         return word, rest
@@ -422,9 +423,9 @@ class _SessionBuilder:
         self.mentioned: list[str] = []  # files of the last reply the user let aider add: their note is the prompt
         self.on_branch = False  # the last reply is on the branch (not a side branch, not interrupted)
         self.edit_error = False  # aider said the last reply's edits failed: its error message comes next
+        self.reflection: str | None = None  # that error, which aider sends as the next prompt
         self.command: str | None = None  # the last command, while nothing else was typed after it
         self.added: list[str] = []  # the files that command (an /add) added
-        self.reflection: str | None = None  # that error, which aider sends as the next prompt
         # Why aider's history is no longer what the transcript shows (a restored or summarised history), until /clear.
         self.unknown_history: str | None = None
         self.edit_format: str | None = None  # the coder's, from its announcement
@@ -433,6 +434,7 @@ class _SessionBuilder:
         self.edits = False  # they were
         self.note: str | None = None  # what aider adds to its history after that reply (a commit note), with "Ok."
         self.chat = False
+        self.main_chain: Chain | None = None  # the session's branch while /lint's conversation is the current one
 
     def build(self) -> MessageGraph | None:
         for block in self.session.blocks:
@@ -507,6 +509,9 @@ class _SessionBuilder:
             self.tracking = False  # the editor's edits and commit are noted in its own conversation
             return
         self._settle_note()
+        if self.main_chain is not None and not text.startswith(LINT_PROMPT):
+            self._flush_prompt()
+            self.chain, self.main_chain = self.main_chain, None  # /lint's own conversation is over
         self.handoff = False
         if self.echo is not None and text == self.echo:
             self.echo = None
@@ -535,6 +540,10 @@ class _SessionBuilder:
             self._flush_prompt()
             self.chain.rewind(0)
             self.unknown_history = None
+        elif name == "lint":
+            # cmd_lint runs a coder with an empty history on each file's errors, which it logs as prompts.
+            self._flush_prompt()
+            self.main_chain, self.chain = self.chain, Chain(self.graph)
 
     def _reply(self, block: Block) -> None:
         message = PartsMessage(parts=reply_parts(block), policy=POLICY, role_hint_for_llm="assistant")
