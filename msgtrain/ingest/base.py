@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -182,6 +182,13 @@ def head_objects(head: bytes, limit: int = 16) -> list[dict[str, Any]]:
             if len(out) >= limit:
                 break
     return out
+
+
+def head_mostly(head: bytes, test: Callable[[Any], bool]) -> bool:
+    """Whether at least half of the head's JSON-object lines (:func:`head_objects`, at least one) pass ``test``: a
+    format told by its records' own fields, surviving a few foreign or broken ones."""
+    objects = head_objects(head)
+    return bool(objects) and sum(map(test, objects)) * 2 >= len(objects)
 
 
 def first_json_value(head: bytes) -> Any:

@@ -39,6 +39,7 @@ from msgtrain.ingest.base import (
     ReadSkip,
     SourceRef,
     excerpt,
+    head_mostly,
     head_objects,
     iter_json_lines,
     read_head,
@@ -158,8 +159,7 @@ class BatchReader:
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path
-        objects = head_objects(head)
-        return bool(objects) and sum(is_batch_request(o) or is_batch_result(o) for o in objects) * 2 >= len(objects)
+        return head_mostly(head, lambda o: is_batch_request(o) or is_batch_result(o))
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         folder = _Folder(path.parent)

@@ -33,6 +33,7 @@ from msgtrain.ingest.base import (
     ReadSkip,
     SourceRef,
     excerpt,
+    head_mostly,
     head_objects,
     iter_json_lines,
     read_head,
@@ -101,9 +102,7 @@ class MtBenchReader:
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path
-        objects = head_objects(head)
-        answers, asked = sum(map(is_answer, objects)), sum(map(is_question, objects))
-        return bool(objects) and max(answers, asked) * 2 >= len(objects)
+        return head_mostly(head, is_answer) or head_mostly(head, is_question)
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         if path.name == QUESTION_FILE or not any(map(is_answer, head_objects(read_head(path)))):
