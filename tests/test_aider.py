@@ -611,3 +611,33 @@ def test_lint_fixes_are_a_conversation_of_their_own_that_ends_when_the_user_type
     assert [t[2] for t in lint] == [errors, "Removed the import.", EDITS_UNCOMMITTED, "Ok."]  # the lint coder's own
     assert [t[2] for t in main_branch] == ["add a helper", "Added.", "thanks", "Welcome."]
     assert lint[1][1] == "sampled" and main_branch[3][1] == "sampled"
+
+
+@pytest.mark.parametrize(
+    ("output", "fnames"),
+    [
+        # v0.7x on: the file's line, then the question (AlexShchuka/mozgoslav above).
+        ("> a.py  \n> Add file to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  ", "a.py"),
+        # v0.6x: the file in the question (ArkMaster123/clientdemoNISTAI at ce7c3092ade36b701a59c2448debdfc0e3cb6cd8).
+        ("> Add .gitignore to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  ", ".gitignore"),
+        # before: every file's line after the usage report, then one question (aider v0.50.0 base_coder.py).
+        ("> Tokens: 1k sent, 9 received.  \n> a.py  \n> b.py  \n> Add these files to the chat? y  ", "a.py, b.py"),
+    ],
+)
+def test_the_files_a_reply_named_are_the_next_prompt_in_each_versions_question(
+    tmp_path: Path, output: str, fnames: str
+) -> None:
+    texts = first_branch(tmp_path, prompt("where is it read?"), "In the files.", output, "Both read it.")
+    assert texts[2:] == [ADDED_FILES.format(fnames=fnames), "Both read it."]
+
+
+def test_adding_a_shell_commands_output_is_not_a_file_a_reply_named(tmp_path: Path) -> None:
+    output = "> Running ls  \n> Add command output to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  "
+    path = write(tmp_path, transcript(prompt("list"), "Run `ls`.", output, "Here they are."))
+    (graph,) = graphs_of(path)
+    carried = [n.message.text for n in graph.nodes.values() if n.origin is Origin.CARRIED]
+    assert carried == ["Here they are."]
+
+
+def test_a_prompt_that_ends_like_an_old_answer_is_still_a_prompt(tmp_path: Path) -> None:
+    assert first_branch(tmp_path, prompt("is this right? yes"), "It is.") == ["is this right? yes", "It is."]

@@ -50,7 +50,7 @@ Not trained, and said so:
   failure aider reflected back, whose lines the log strips, ``/help`` answered with aider's docs) is a ``carried``
   side branch, dropped as ``context_unknown``: the next replies' contexts do not include it. Some reflections are
   whole in the transcript, and are the next reply's prompt: the files a reply named that the user let aider add
-  ("Add file to the chat?" answered yes, the file on the line before; aider's note names them), and the edit errors
+  (a question about them answered yes, in each version's form; aider's note names them), and the edit errors
   of :data:`EDIT_FAILURES` (logged whole after "The LLM did not conform to the edit format.").
 - Every graph is ``context_incomplete`` (``system_prompt`` and ``files``): aider sends a system prompt, examples,
   the repository map and the files in the chat, none of which the transcript holds; the same is true of the
@@ -118,7 +118,10 @@ UNDO_REPLY = (
 )
 # The note aider sends after adding the files a reply named (aider/prompts.py ``added_files``, unchanged since 2023).
 ADDED_FILES = "I added these files to the chat: {fnames}\nLet me know if there are others we should add."
-QUESTION = re.compile(r"\(Y\)es/\(N\)o.*\[[^\]]*\]:\s*\S*\s*$")  # a confirm question with its answer
+# A confirm question with its answer: "... (Y)es/(N)o ... [Yes]: a" (v0.5x on; a group's answer is also logged as
+# a prompt in this form), or "...? y" before.
+ANSWERED = re.compile(r"\(Y\)es/\(N\)o.*\[[^\]]*\]:\s*\S*\s*$")
+QUESTION = re.compile(rf"{ANSWERED.pattern}|\? (?:y|n|yes|no)\s*$", re.IGNORECASE)
 REASONING = re.compile(
     r"\A<(?P<tag>thinking-content-[0-9a-f]+|think|thinking|reasoning)>\s*(?P<text>.*?)\s*</(?P=tag)>\s*", re.S
 )
@@ -421,6 +424,7 @@ class _SessionBuilder:
         self.editor_prompt: str | None = None
         self.subject: str | None = None  # the last output line: the file a following question asks about
         self.mentioned: list[str] = []  # files of the last reply the user let aider add: their note is the prompt
+        self.since_usage: list[str] = []  # the output lines since the last usage report
         self.on_branch = False  # the last reply is on the branch (not a side branch, not interrupted)
         self.edit_error = False  # aider said the last reply's edits failed: its error message comes next
         self.reflection: str | None = None  # that error, which aider sends as the next prompt
@@ -488,20 +492,15 @@ class _SessionBuilder:
                 self.tracking = False  # the first commit is the note; a later one (the linter's) is not
             elif text.startswith("Edit the files?") and QUESTION.search(text):
                 self.handoff = _accepted(text)
-            elif (
-                text.startswith("Add file to the chat?")
-                and QUESTION.search(text)
-                and _accepted(text)
-                and self.prompt is None
-                and self.subject
-            ):
-                self.mentioned.append(self.subject)
+            elif QUESTION.search(text) and self.prompt is None and _accepted(text):
+                self.mentioned.extend(self._mentions(text))
             if text and not QUESTION.search(text):
                 self.subject = text
+                self.since_usage = [] if text.startswith("Tokens: ") else [*self.since_usage, text]
 
     def _prompt(self, block: Block) -> None:
         text = prompt_text(block)
-        if text.strip() in ("", "<blank>") or ("\n" not in text and QUESTION.search(text)):
+        if text.strip() in ("", "<blank>") or ("\n" not in text and ANSWERED.search(text)):
             return  # an empty input, or a question's answer logged as input: nothing is sent
         if self.handoff and self.last_reply is not None and text.strip() == self.last_reply:
             self.handoff, self.editor_prompt = False, text
@@ -548,6 +547,7 @@ class _SessionBuilder:
     def _reply(self, block: Block) -> None:
         message = PartsMessage(parts=reply_parts(block), policy=POLICY, role_hint_for_llm="assistant")
         self.on_branch = False
+        self.since_usage = []
         self.chat = True
         self.last_reply = message.parts[-1].text if isinstance(message.parts[-1], TextPart) else None
         if self.editor_prompt is not None:  # the editor's own conversation: the architect's reply, then this
@@ -592,6 +592,19 @@ class _SessionBuilder:
         self.chain.append(message, Origin.SAMPLED, generation=_generation(self.model))
 
     # ------------------------------------------------------------------ history as aider keeps it
+    def _mentions(self, question: str) -> list[str]:
+        """The files an accepted question about the files a reply named adds, in aider's three forms: "Add file to
+        the chat?" after the file's line (v0.7x on), "Add NAME to the chat?" (v0.6x), "Add these files to the chat?"
+        after their lines (before)."""
+        if question.startswith("Add file to the chat?"):
+            return [self.subject] if self.subject else []
+        if question.startswith("Add these files to the chat?"):
+            return list(self.since_usage)
+        named = re.match(r"Add (.+) to the chat\? \(Y\)es", question)
+        if named is None or named.group(1) == "URL" or named.group(1).endswith("command output"):
+            return []  # a URL of a prompt, a shell command's output: not files a reply named
+        return [named.group(1)]
+
     def _command_message(self) -> str | None:
         """What the last command returned, when a reply follows it with nothing typed between."""
         command, added, self.command, self.added = self.command, self.added, None, []
@@ -674,7 +687,11 @@ def _edit_failure(text: str) -> str | None:
 
 
 def _accepted(question: str) -> bool:
-    """Whether a logged "(Y)es/(N)o ... [Default]: answer" question was answered yes (or all, or by default)."""
+    """Whether a logged question (:data:`QUESTION`) was answered yes (or all, or by its default)."""
+    if not question.rstrip().endswith("]:") and re.search(r"\? (?:y|yes)\s*$", question, re.IGNORECASE):
+        return True  # "...? y", before v0.5x
+    if "[" not in question:
+        return False
     answer = question.rsplit(":", 1)[1].strip().lower()
     default = question.rsplit("[", 1)[1].split("]", 1)[0].strip().lower()
     return (answer or default)[:1] in ("y", "a")
