@@ -219,3 +219,36 @@ def test_a_batch_of_text_completions_whose_prompts_a_template_rendered_is_joined
     output = _jsonl(tmp_path / "batch_output.jsonl", [result])
     (graph,) = [e for e in _events(output) if isinstance(e, ReadGraph)]
     assert _said(graph) == [("user", "Hello world!", "context"), ("assistant", "Hi!", "sampled")]
+
+
+# Amazon Bedrock batch inference output (Bedrock user guide, "View the results of a batch inference job"): the input
+# file's name with .out, one {recordId, modelInput, modelOutput} line per record, or {recordId, modelInput, error}.
+def test_a_bedrock_batch_output_reads_each_record_as_the_invoke_model_call_it_holds(tmp_path: Path) -> None:
+    model_input = {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 1024,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}],
+    }
+    output = {
+        "id": "msg_bdrk_01",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-3-haiku-20240307",
+        "content": [{"type": "text", "text": "4"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 14, "output_tokens": 5},
+    }
+    failed = {"recordId": "CALL0000002", "modelInput": model_input, "error": {"errorCode": 400, "errorMessage": "x"}}
+    path = _jsonl(
+        tmp_path / "records.jsonl.out",
+        [{"recordId": "CALL0000001", "modelInput": model_input, "modelOutput": output}, failed],
+    )
+    events = _events(path)
+    (graph,) = [e for e in events if isinstance(e, ReadGraph)]
+    assert _said(graph) == [
+        ("system", "Be brief.", "context"),
+        ("user", "What is 2+2?", "context"),
+        ("assistant", "4", "sampled"),
+    ]
+    assert [e.reason for e in events if isinstance(e, ReadSkip)] == ["error_response"]

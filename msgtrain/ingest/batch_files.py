@@ -19,6 +19,9 @@ Invariants:
   ``canceled``) generated nothing: a skip (``error_response``). A request to an endpoint that generates nothing
   (embeddings, moderation) is a skip (``not_a_generation_call``); one to a generation endpoint no reader reads is
   an ``unsupported_api`` reject.
+- An Amazon Bedrock batch output (``{recordId, modelInput, modelOutput}``, a ``.jsonl.out`` file) holds request and
+  answer in each line: each is read as the InvokeModel call it was (Anthropic Messages or Nova bodies); a record
+  with an ``error`` instead of an output is an ``error_response`` skip.
 - An input file's lines are skips, never graphs: ``batch_request_answered`` when an output file of its folder
   holds the reply (the call is read and counted there), ``batch_request_unanswered`` otherwise (a request holds no
   reply to train; put the output file beside it).
@@ -45,7 +48,7 @@ from msgtrain.ingest.base import (
     read_head,
 )
 from msgtrain.ingest.call_log import Call, CallLogGroups
-from msgtrain.ingest.cassettes import endpoint_of, openai_chat_call
+from msgtrain.ingest.cassettes import endpoint_of, invoke_call, openai_chat_call
 from msgtrain.ingest.shapes import message_like_count
 from msgtrain.ingest.text_completions import is_text_completion, text_completion_call
 
@@ -62,6 +65,17 @@ def is_batch_request(value: Any) -> bool:
         return False
     body = value.get("body") if "url" in value else value.get("params")
     return isinstance(body, dict)
+
+
+def is_bedrock_record(value: Any) -> bool:
+    """A line of an Amazon Bedrock batch inference output (``<input>.jsonl.out``): ``{recordId, modelInput,
+    modelOutput | error}``, the request and its answer in one line."""
+    return (
+        isinstance(value, dict)
+        and "recordId" in value
+        and isinstance(value.get("modelInput"), dict)
+        and (isinstance(value.get("modelOutput"), dict) or "error" in value)
+    )
 
 
 def is_batch_result(value: Any) -> bool:
@@ -159,7 +173,7 @@ class BatchReader:
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path
-        return head_mostly(head, lambda o: is_batch_request(o) or is_batch_result(o))
+        return head_mostly(head, lambda o: is_batch_request(o) or is_batch_result(o) or is_bedrock_record(o))
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         folder = _Folder(path.parent)
@@ -174,7 +188,10 @@ class BatchReader:
                 yield ReadReject(ref, value, excerpt(raw))
                 continue
             try:
-                event = self._result(value, folder, groups, by_response, ref)
+                if is_bedrock_record(value):
+                    event = _bedrock_record(value, groups, ref)
+                else:
+                    event = self._result(value, folder, groups, by_response, ref)
             except MsgtrainError as e:
                 turns = max(message_like_count(value)[1], 1) if e.code not in ("unsupported_api", "not_a_chat") else 1
                 yield ReadReject(ref, e if e.where else e.located(str(ref)), excerpt(raw), turns=turns)
@@ -268,6 +285,16 @@ class BatchReader:
         call = openai_responses.responses_call(request, body, groups.history, by_response)
         response_id = body.get("id")
         return call, response_id if isinstance(response_id, str) else None
+
+
+def _bedrock_record(value: dict[str, Any], groups: CallLogGroups, ref: SourceRef) -> ReadEvent | None:
+    """One Bedrock batch output line: its InvokeModel body and answer as a call (None), or a skip when the record
+    failed (``error``) and generated nothing."""
+    output = value.get("modelOutput")
+    if not isinstance(output, dict):
+        return ReadSkip(ref, "error_response")
+    groups.add(invoke_call(value["modelInput"], output, None), ref, extras={"record_id": str(value["recordId"])})
+    return None
 
 
 def _model(request_line: dict[str, Any], body: dict[str, Any]) -> str | None:

@@ -172,7 +172,7 @@ class CassettesReader:
         if endpoint.kind == "bedrock_invoke":
             if _is_embedding(resp_body):
                 return "not_a_generation_call"  # InvokeModel also serves embedding models
-            return _invoke_call(req_body, resp_body, bedrock.model_id(uri)), None
+            return invoke_call(req_body, resp_body, bedrock.model_id(uri)), None
         if endpoint.kind == "ollama_chat":
             return openai_chat_call(*ollama.as_openai(req_body, resp_body)), None
         if endpoint.kind == "cohere_v2":
@@ -401,7 +401,7 @@ def _is_embedding(response: dict[str, Any]) -> bool:
     )
 
 
-def _invoke_call(request: dict[str, Any], response: dict[str, Any], model: str | None) -> Call:
+def invoke_call(request: dict[str, Any], response: dict[str, Any], model: str | None) -> Call:
     """Bedrock ``InvokeModel``: the body is the model provider's own; Amazon Nova's (``schemaVersion``
     ``messages-v1``, answered with ``output.message``) is Converse's shape and read as Converse; Anthropic bodies
     are read as Messages."""
