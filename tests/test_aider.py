@@ -641,3 +641,18 @@ def test_adding_a_shell_commands_output_is_not_a_file_a_reply_named(tmp_path: Pa
 
 def test_a_prompt_that_ends_like_an_old_answer_is_still_a_prompt(tmp_path: Path) -> None:
     assert first_branch(tmp_path, prompt("is this right? yes"), "It is.") == ["is this right? yes", "It is."]
+
+
+def test_aiders_other_files_in_a_project_folder_are_skipped_by_name_not_rejected(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    write(project, transcript(prompt("hi"), "Hello."))
+    write(project, "model: sonnet\nauto-commits: false\n", ".aider.conf.yml")
+    write(project, "\n# 2025-06-02 10:14:03.123456\n+hi\n", ".aider.input.history")
+    (project / ".aider.tags.cache.v4").mkdir()
+    out = tmp_path / "out"
+    assert main(["convert", str(project), "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["records"]["skipped_by_reason"] == {"aider_config": 1, "aider_input_history": 1}
+    assert report["records"]["rejected"] == 0 and report["turns"]["trained"] == 1
+    assert [Path(i["path"]).name for i in report["files"]["ignored"]] == [".aider.tags.cache.v4"]

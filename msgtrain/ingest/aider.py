@@ -58,6 +58,9 @@ Not trained, and said so:
   system prompt supplied in the config (``context:``, format ``aider``) is put in front of each branch; the files
   stay missing (they change from request to request), so the samples stay flagged.
 
+aider's other files beside the transcript (``.aider.conf.yml``, ``.aider.input.history``, model settings) are
+claimed by name and skipped, one record each (``aider_config``, ``aider_input_history``): no conversation, no reject.
+
 Accounting: a session is one record: a graph, or a ``ReadSkip`` (``aider_session_without_chat``) when it holds no
 prompt and no reply. A file with no session header is read as one session when it holds prompts (a transcript
 whose first lines were cut), else it is one skipped record (``no_aider_session``; forced with ``--input-format
@@ -82,6 +85,14 @@ from msgtrain.model.message import Generation, Part, PartsMessage, ReasoningPart
 
 POLICY = "aider"
 TRANSCRIPT_NAME = ".aider.chat.history.md"
+# The other files aider keeps beside its transcript, which hold no conversation: claimed by name so that a folder of
+# an aider project is read without a reject for them, each one skipped record with what it is.
+COMPANIONS = {
+    ".aider.conf.yml": "aider_config",
+    ".aider.model.settings.yml": "aider_config",
+    ".aider.model.metadata.json": "aider_config",
+    ".aider.input.history": "aider_input_history",  # the prompts alone, with their times: the transcript has them
+}
 HEADER = re.compile(r"^# aider chat started at (?P<when>.*?)\s*$", re.IGNORECASE)
 # aider's own commands (aider/commands.py): a typed ``/name`` resolves to the one command it is a prefix of.
 COMMANDS = (
@@ -180,6 +191,8 @@ class AiderReader:
     def detect(self, path: Path, head: bytes) -> bool:
         """A head whose first non-blank line is aider's session header, or (for a transcript whose first session was
         cut) a file named like aider's transcript that is not JSON."""
+        if path.name in COMPANIONS:
+            return True
         text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
         if HEADER.match(text.split("\n", 1)[0].rstrip("\r")):
             return True
@@ -199,6 +212,9 @@ class AiderReader:
         )
 
     def read(self, path: Path) -> Iterator[ReadItem]:
+        if path.name in COMPANIONS:
+            yield ReadSkip(SourceRef(str(path), "file"), COMPANIONS[path.name])
+            return
         found = False
         for index, session in enumerate(read_sessions(path)):
             found = True
