@@ -192,3 +192,40 @@ def test_the_function_length_rule_counts_nested_functions_on_their_own_and_in_th
     inner = "    def inner():\n" + "        x = 1\n" * FUNCTION_MAX_LINES
     found = long_functions(ast.parse("def outer():\n" + inner))
     assert [f.split(" ")[0] for f in found] == ["outer", "inner"]
+
+
+# ------------------------------------------------------------------------------- readers reach siblings via storage
+INGEST = RUN.parent / "ingest"
+# Modules that may list a folder: the storage interface itself, input discovery (it walks the input roots the run
+# was given), and a folder log's reader (its input *is* the folder, copied whole from a store).
+MAY_LIST = frozenset({"files.py", "registry.py", "openhands_v1.py"})
+LISTING_CALLS = frozenset({"iterdir", "listdir", "scandir", "walk", "glob", "rglob", "is_file", "exists"})
+
+
+def folder_reads(tree: ast.Module) -> set[str]:
+    """What a module does to reach files beside its input without the storage interface: list a folder
+    (``iterdir``, ``glob``, ``os.listdir`` / ``scandir`` / ``walk``) or probe the disk for a file (``is_file``,
+    ``exists``). Computing a sibling's *location* (``location.parent / name``) is fine: opening it goes through
+    the interface."""
+    return {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LISTING_CALLS
+    }
+
+
+@pytest.mark.parametrize("path", sorted(INGEST.glob("*.py")), ids=lambda p: p.name)
+def test_readers_reach_files_beside_their_input_only_through_the_storage_interface(path: Path) -> None:
+    if path.name in MAY_LIST:
+        return
+    assert not folder_reads(_tree(path)), (
+        f"ingest/{path.name} lists a folder or opens a file beside its input on the local disk: an object-store run"
+        " cannot see it, so its rows differ from a local run's. Use msgtrain.ingest.files.input_files()"
+        " (folder, open_sibling, sibling_copy) and declare fixed sibling names with siblings(location)"
+    )
+
+
+def test_the_sibling_rule_sees_a_listing_and_a_path_beside_the_input() -> None:
+    assert folder_reads(ast.parse("for p in path.parent.iterdir():\n    pass\n")) == {"iterdir"}
+    assert folder_reads(ast.parse("q = path.parent / 'question.jsonl'\nq.is_file()\n")) == {"is_file"}
+    assert folder_reads(ast.parse("q = location.parent / 'question.jsonl'\n")) == set()

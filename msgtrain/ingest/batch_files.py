@@ -9,7 +9,10 @@ together are a complete call log: the exact context of each reply is its request
 
 Invariants:
 - An output file is read with the batch input files of its own folder (every sibling file whose records are batch
-  requests). Each result line is joined to the request line of the same ``custom_id`` and read as that
+  requests), listed and read through the storage interface (:mod:`msgtrain.ingest.files`), so a bucket gives the
+  rows the disk gives. The input files are not folded into the output's part key (which files they are takes a
+  listing and a look at each): after changing only an input file, convert without ``--resume``.
+  Each result line is joined to the request line of the same ``custom_id`` and read as that
   endpoint's call (``url``: chat completions, Responses, Anthropic Messages, as the cassette reader reads them);
   calls group into conversations like any call log (:class:`~msgtrain.ingest.call_log.CallLogGroups`).
 - Nothing is joined on a guess: a ``custom_id`` no input file of the folder holds is a ``batch_request_missing``
@@ -30,6 +33,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.call_log import Call, CallLogGroups
 from msgtrain.ingest.cassettes import endpoint_of, invoke_call, openai_chat_call
+from msgtrain.ingest.files import input_files
 from msgtrain.ingest.shapes import message_like_count
 from msgtrain.ingest.text_completions import is_text_completion, text_completion_call
 
@@ -103,22 +108,33 @@ class _Folder:
     """The batch files of one folder: each input file's requests by ``custom_id`` (where they are, not the bodies:
     an input file may be hundreds of MiB) and the ``custom_id`` of every result line of its output files."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, path: Path, copies: ExitStack):
+        """Index the batch files beside the input at ``path``, reached through the storage interface
+        (:mod:`msgtrain.ingest.files`: the disk, or the store the input came from); ``copies`` keeps the local
+        copies of an object store's files open while the reader reads (requests are read again by line)."""
         self.requests: dict[str, list[_Located]] = {}
         self.answered: set[str] = set()
-        for path in sorted(folder.iterdir()):
-            if not path.is_file() or not path.name.lower().endswith(BATCH_SUFFIXES):
+        files = input_files()
+        own = files.location(path)
+        for location in files.folder(path):
+            if not location.name.lower().endswith(BATCH_SUFFIXES):
                 continue
-            kind = _file_kind(path)
-            if kind is None:
+            local = path if location == own else copies.enter_context(files.sibling_copy(path, location))
+            if local is None:
                 continue
-            for lineno, _raw, value in iter_json_lines(path):
-                if not isinstance(value, dict):
-                    continue
-                if kind == "input" and is_batch_request(value):
-                    self.requests.setdefault(str(value["custom_id"]), []).append(_Located(path, lineno))
-                elif kind == "output" and is_batch_result(value):
-                    self.answered.add(str(value["custom_id"]))
+            self._index(local)
+
+    def _index(self, path: Path) -> None:
+        kind = _file_kind(path)
+        if kind is None:
+            return
+        for lineno, _raw, value in iter_json_lines(path):
+            if not isinstance(value, dict):
+                continue
+            if kind == "input" and is_batch_request(value):
+                self.requests.setdefault(str(value["custom_id"]), []).append(_Located(path, lineno))
+            elif kind == "output" and is_batch_result(value):
+                self.answered.add(str(value["custom_id"]))
 
     def request(self, custom_id: str) -> tuple[dict[str, Any], _Located]:
         """The request line of ``custom_id`` (raises a reject's error when there is none, or several that
@@ -176,7 +192,10 @@ class BatchReader:
         return head_mostly(head, lambda o: is_batch_request(o) or is_batch_result(o) or is_bedrock_record(o))
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
-        folder = _Folder(path.parent)
+        with ExitStack() as copies:
+            yield from self._read(path, _Folder(path, copies))
+
+    def _read(self, path: Path, folder: _Folder) -> Iterator[ReadEvent]:
         if _file_kind(path) == "input":
             yield from self._read_input(path, folder)
             return

@@ -7,7 +7,10 @@ category, turns: [question, ...]}``. An answer line alone holds replies without 
 
 Invariants:
 - An answer file is read with the ``question.jsonl`` of its own folder or of its parent (FastChat's layout), joined by
-  ``question_id``. A choice is one conversation: question 1, reply 1, question 2, reply 2, ... (the harness asks
+  ``question_id``, reached through the storage interface (:mod:`msgtrain.ingest.files`), so a bucket gives the rows
+  the disk gives. The question file is not folded into the answer's part key (declaring it would cost every input
+  of a run two store requests): after changing only questions, convert without ``--resume``.
+  A choice is one conversation: question 1, reply 1, question 2, reply 2, ... (the harness asks
   each question after the previous reply, in one conversation); several choices of one question are sibling
   conversations. Each reply is ``sampled`` in the context before it.
 - The harness sends the system message of the model's conversation template, which neither file logs: every graph
@@ -22,7 +25,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
@@ -39,6 +42,7 @@ from msgtrain.ingest.base import (
     read_head,
 )
 from msgtrain.ingest.conversation_files import base_graph_id, content_graph_id
+from msgtrain.ingest.files import input_files
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.openai import from_openai_message
@@ -76,19 +80,27 @@ def is_question(value: Any) -> bool:
     return isinstance(turns, list) and bool(turns) and all(_text(t) is not None for t in turns)
 
 
-def _questions(folder: Path) -> tuple[dict[str, list[str]], Path | None]:
-    """The questions by ``question_id`` from the question file of ``folder`` or its parent, and that file."""
-    for where in (folder, folder.parent):
-        path = where / QUESTION_FILE
-        if not path.is_file():
-            continue
-        found: dict[str, list[str]] = {}
-        for _lineno, _raw, value in iter_json_lines(path):
-            if isinstance(value, dict) and "question_id" in value and isinstance(value.get("turns"), list):
-                texts = [_text(t) for t in value["turns"]]
-                if all(t is not None for t in texts):
-                    found[str(value["question_id"])] = [t for t in texts if t is not None]
-        return found, path
+def _question_files(location: PurePosixPath) -> list[PurePosixPath]:
+    """Where the questions of the answer file at ``location`` may be: its folder's, then its parent's."""
+    folder = location.parent
+    return [folder / QUESTION_FILE, folder.parent / QUESTION_FILE]
+
+
+def _questions(path: Path) -> tuple[dict[str, list[str]], PurePosixPath | None]:
+    """The questions by ``question_id`` from the question file beside the answer file at ``path`` or one folder up,
+    and that file's location, read through the storage interface (the disk, or the store the input came from)."""
+    files = input_files()
+    for where in _question_files(files.location(path)):
+        with files.sibling_copy(path, where) as local:
+            if local is None:
+                continue
+            found: dict[str, list[str]] = {}
+            for _lineno, _raw, value in iter_json_lines(local):
+                if isinstance(value, dict) and "question_id" in value and isinstance(value.get("turns"), list):
+                    texts = [_text(t) for t in value["turns"]]
+                    if all(t is not None for t in texts):
+                        found[str(value["question_id"])] = [t for t in texts if t is not None]
+            return found, where
     return {}, None
 
 
@@ -108,7 +120,7 @@ class MtBenchReader:
         if path.name == QUESTION_FILE or not any(map(is_answer, head_objects(read_head(path)))):
             yield from _question_skips(path)
             return
-        questions, source = _questions(path.parent)
+        questions, source = _questions(path)
         for lineno, raw, value in iter_json_lines(path):
             ref = SourceRef(str(path), f"line {lineno}")
             if isinstance(value, MsgtrainError):
@@ -121,7 +133,7 @@ class MtBenchReader:
                 yield ReadReject(ref, e if e.where else e.located(str(ref)), excerpt(raw), turns=max(turns, 1))
 
     def _graph(
-        self, path: Path, ref: SourceRef, value: Any, questions: dict[str, list[str]], source: Path | None
+        self, path: Path, ref: SourceRef, value: Any, questions: dict[str, list[str]], source: PurePosixPath | None
     ) -> ReadGraph:
         if not is_answer(value):
             raise ValidationError("not a model answer line ({question_id, choices: [{turns}]})", code="bad_record")

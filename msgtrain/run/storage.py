@@ -704,3 +704,19 @@ class StoreFiles:
             return BytesSibling(store.read_bytes(url)) if store.exists(url) else None
         except OSError:  # unreadable: as if absent, as a local run treats it
             return None
+
+    @contextlib.contextmanager
+    def sibling_copy(self, path: Path, sibling: PurePosixPath) -> Iterator[Path | None]:
+        url = url_of(self.url, sibling)
+        with tempfile.TemporaryDirectory(prefix="msgtrain-sibling-") as tmp:
+            local: Path | None = Path(tmp) / sibling.name
+            try:
+                Store.of(url).download(url, Path(tmp) / sibling.name)
+            except OSError:  # missing or unreadable: as if absent, as a local run treats it
+                local = None
+            yield local
+
+    def folder(self, path: Path) -> list[PurePosixPath]:
+        parent = self.location(path).parent
+        listed = Store.of(self.url).list_files(url_of(self.url, parent))
+        return sorted(p for p in (location_of(url) for url, _size in listed) if p.parent == parent)
