@@ -842,6 +842,48 @@ def test_a_claude_stream_whose_init_line_has_no_session_id_is_still_a_stream(tmp
     assert not rejects and branch_codes(graphs[0].graph) == ["U A*"]
 
 
+def test_a_cursor_cli_stream_is_not_read_as_a_claude_stream(tmp_path: Path) -> None:
+    # `cursor-agent --print --output-format stream-json` copies Claude's init, user and assistant lines, but writes
+    # text fragments without a message id and tool calls as tool_call events (shape from Cursor's CLI docs, as
+    # parsers of it record it): read as a Claude stream, fragments would be replies and the calls would be lost.
+    sid = "c6b62c6f-7ead-4fd6-9922-e952131177ff"
+    lines = [
+        {
+            "type": "system",
+            "subtype": "init",
+            "apiKeySource": "login",
+            "cwd": "/p",
+            "session_id": sid,
+            "model": "Claude 4 Sonnet",
+        },
+        {
+            "type": "user",
+            "message": {"role": "user", "content": [{"type": "text", "text": "Read README.md"}]},
+            "session_id": sid,
+        },
+        {
+            "type": "assistant",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "I'll read "}]},
+            "session_id": sid,
+        },
+        {
+            "type": "tool_call",
+            "subtype": "started",
+            "call_id": "toolu_1",
+            "tool_call": {"readToolCall": {"args": {"path": "README.md"}}},
+            "session_id": sid,
+        },
+        {
+            "type": "assistant",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+            "session_id": sid,
+        },
+    ]
+    path = tmp_path / "cursor.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert not claude_code.READER.detect(path, read_head(path))
+
+
 def test_claude_stream_json_without_the_prompt_trains_nothing_whose_context_the_stream_lacks(tmp_path: Path) -> None:
     # `claude -p "prompt" --output-format stream-json` does not echo the prompt: every reply followed it.
     graphs, rejects, _ = read_all(claude_code.READER, _stream_session(tmp_path, replay_prompt=False))

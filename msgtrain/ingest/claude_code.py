@@ -146,7 +146,7 @@ class ClaudeCodeReader:
         if isinstance(first, dict) and first.get("type") in _RECORD_TYPES:
             return (
                 "sessionId" in first
-                or _is_stream_record(first)
+                or (_is_stream_record(first) and _claude_stream(head))
                 or ("uuid" in first and "parentUuid" in first)
                 or (first.get("type") == "summary" and "leafUuid" in first)
                 or (first.get("type") == "file-history-snapshot" and "snapshot" in first)
@@ -255,6 +255,34 @@ def _classify(obj: Any, ref: str, raw: bytes | str, earlier: list[_Rec]) -> _Rec
         parent = obj.get("parentUuid") if isinstance(obj.get("parentUuid"), str) else None
         return _Rec(ref, uuid, parent, "transparent", group, {"type": rtype}, b"")
     return f"non_message_record:{rtype}"
+
+
+# The line types of a Claude Code stream (the Agent SDK's SDKMessage union and the CLI's control protocol):
+# messages, and lines that hold none (skipped by type).
+_STREAM_TYPES = {
+    "user",
+    "assistant",
+    "system",
+    "stream_event",
+    "rate_limit_event",
+    "result",
+    "tool_progress",
+    "tool_use_summary",
+    "auth_status",
+    "keep_alive",
+    "control_request",
+    "control_response",
+}
+
+
+def _claude_stream(head: bytes) -> bool:
+    """Whether a stream's head is Claude Code's: no line of another type (other agents' CLIs copy its init line but
+    log tool calls and thinking as events of their own, Cursor's ``tool_call`` / ``thinking``, which this reader
+    would pass over, training replies in a context without them), and its replies carry the API's message id (the
+    key that joins a response's lines; Cursor writes text fragments without one)."""
+    shape = head_shape(head)
+    types = shape.values_at(".type")
+    return types <= _STREAM_TYPES and ("assistant" not in types or shape.has(".message.id"))
 
 
 def _is_stream_record(obj: dict[str, Any]) -> bool:
