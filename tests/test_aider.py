@@ -656,3 +656,13 @@ def test_aiders_other_files_in_a_project_folder_are_skipped_by_name_not_rejected
     assert report["records"]["skipped_by_reason"] == {"aider_config": 1, "aider_input_history": 1}
     assert report["records"]["rejected"] == 0 and report["turns"]["trained"] == 1
     assert [Path(i["path"]).name for i in report["files"]["ignored"]] == [".aider.tags.cache.v4"]
+
+
+def test_a_session_whose_prompts_got_no_reply_is_a_skip_that_says_so_not_an_empty_graph(tmp_path: Path) -> None:
+    # AgentArchitectDev/SYNERGIA_CORE_NEXT_PRO .aider.chat.history.md at a189f408ad93f156ccade3027dd7dd222cce0dbe:
+    # each request failed (an API error) or was interrupted; a run of such sessions converts nothing and says why.
+    failed = "> litellm.AuthenticationError: Incorrect API key provided  \n>  \n>  \n> ^C KeyboardInterrupt  "
+    path = write(tmp_path, transcript(prompt("hi"), failed), "failed.md")
+    (event,) = list(read_events(detect_format(path), path))
+    assert isinstance(event, ReadSkip) and event.reason == "aider_session_without_replies"
+    assert main(["convert", str(path), "-o", str(tmp_path / "out")]) != 0

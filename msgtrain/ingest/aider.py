@@ -61,10 +61,11 @@ Not trained, and said so:
 aider's other files beside the transcript (``.aider.conf.yml``, ``.aider.input.history``, model settings) are
 claimed by name and skipped, one record each (``aider_config``, ``aider_input_history``): no conversation, no reject.
 
-Accounting: a session is one record: a graph, or a ``ReadSkip`` (``aider_session_without_chat``) when it holds no
-prompt and no reply. A file with no session header is read as one session when it holds prompts (a transcript
-whose first lines were cut), else it is one skipped record (``no_aider_session``; forced with ``--input-format
-aider``, a ``forced_format_not_recognised`` reject). Transcripts of aider before v0.5.0 (``# Aider chat started``:
+Accounting: a session is one record: a graph, or a ``ReadSkip`` when it holds no reply: ``aider_session_without_chat``
+(no prompt either), ``aider_session_without_replies`` (prompts whose requests failed or were interrupted). A file
+with no session header is read as one session when it holds prompts (a transcript whose first lines were cut), else
+it is one skipped record (``no_aider_session``; forced with ``--input-format aider``, a
+``forced_format_not_recognised`` reject). Transcripts of aider before v0.5.0 (``# Aider chat started``:
 prompts as ``---`` then ``#### >  text``, output as ``_italic_`` lines at first) are read in the same grammar.
 """
 
@@ -465,8 +466,8 @@ class _SessionBuilder:
             else:
                 self._reply(block)
         self._flush_prompt()
-        if not self.chat:
-            return None
+        if not any(n.message.role == "assistant" for n in self.graph.nodes.values()):
+            return None  # no reply: nothing the model sampled (prompts whose requests failed, or none at all)
         mark_context_incomplete(self.graph, ["files", "system_prompt"], UNLOGGED_CONTEXT)
         if self.session.when:
             self.graph.metadata["started_at"] = self.session.when
@@ -722,9 +723,11 @@ def _generation(model: str | None) -> Generation | None:
 
 
 def _session_events(path: Path, index: int, session: Session, ref: SourceRef) -> Iterator[ReadEvent]:
-    graph = _SessionBuilder(path, index, session).build()
+    builder = _SessionBuilder(path, index, session)
+    graph = builder.build()
     if graph is None:
-        yield ReadSkip(ref, "aider_session_without_chat")
+        # Said apart: prompts that got no reply (failed requests, a refusal, ^C) are not a session with no chat.
+        yield ReadSkip(ref, "aider_session_without_replies" if builder.chat else "aider_session_without_chat")
         return
     yield ReadGraph(graph, ref)
 
