@@ -31,8 +31,8 @@ from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.journal import Manifest, append_manifest, load_manifest, save_manifest
 from msgtrain.run.object_chunks import ObjectView, plan_object
 from msgtrain.run.parts import Job, LinearizeSettings, part_key, settings_from_config
-from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, base_name, discover, identity
-from msgtrain.run.units import chunkable, input_digest, object_chunkable, plan_file
+from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, base_name, cut_by, discover, identity
+from msgtrain.run.units import chunkable, input_digest, plan_file
 
 if TYPE_CHECKING:
     from msgtrain.run.execute import Executor
@@ -147,15 +147,15 @@ def plan_run(cfg: ConvertConfig, output: Output, executor: Executor, progress: P
         first_with_digest[digest] = f
         plan.run_digests.add(digest)
         plan.run_paths.add(identity(f))
-        if isinstance(f, str):
-            if object_chunkable(f, chunk_bytes):
-                objects.append((f, digest))
-            else:
-                plan.jobs += plan.add_jobs(f, digest, [])
-        elif in_workers and chunkable(f, settings, chunk_bytes):
-            plan.plans.append((f, digest))
+        cut = cut_by(f, chunk_bytes)
+        if cut == "store":
+            objects.append((str(f), digest))
+        elif cut == "whole":
+            plan.jobs += plan.add_jobs(f, digest, [])
+        elif in_workers and chunkable(Path(f), settings, chunk_bytes):
+            plan.plans.append((Path(f), digest))
         else:
-            plan.jobs += plan.add_jobs(f, digest, plan_file(f, settings, chunk_bytes))
+            plan.jobs += plan.add_jobs(f, digest, plan_file(Path(f), settings, chunk_bytes))
     # Huge objects: planned by a task each (a pass over the object) before conversion; their chunks' workers then
     # fetch only their byte ranges.
     planned = executor.run_tasks([(plan_object, (url, settings, chunk_bytes)) for url, _ in objects])

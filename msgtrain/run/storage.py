@@ -40,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
 from msgtrain.ingest.files import BytesSibling, reading_through
@@ -622,6 +622,19 @@ def reader_location(location: Path | str) -> PurePosixPath:
     """Where a reader sees an input (:mod:`msgtrain.ingest.files`): a local path as it is, an object by its
     bucket and key (``s3://b/k`` → ``/b/k``)."""
     return location_of(location) if isinstance(location, str) else PurePosixPath(location.as_posix())
+
+
+def cut_by(location: Path | str, chunk_bytes: int) -> Literal["disk", "store", "whole"]:
+    """Where a huge input can be cut into chunks of whole conversations, by where it lies: ``disk`` (a local file: a
+    pass over it decides whether its reader can cut it), ``store`` (an object above ``chunk_bytes`` with a JSON-lines
+    name: a planning task reads it, and each chunk's worker fetches only its byte ranges; whether its reader can cut
+    it is decided there, as for a local file) or ``whole`` (any other object: one unit of work)."""
+    if not isinstance(location, str):
+        return "disk"
+    name = location.rpartition("/")[2].lower()
+    if chunk_bytes <= 0 or not name.endswith((".jsonl", ".ndjson")):
+        return "whole"
+    return "store" if Store.of(location).size(location) > chunk_bytes else "whole"
 
 
 def sibling_digest(location: Path | str, sibling: PurePosixPath) -> str:

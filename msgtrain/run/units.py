@@ -17,7 +17,7 @@ from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import declared_siblings, get_reader
-from msgtrain.run.storage import Store, content_digest, reader_location, sibling_digest
+from msgtrain.run.storage import content_digest, reader_location, sibling_digest
 
 if TYPE_CHECKING:
     from msgtrain.run.parts import LinearizeSettings
@@ -35,15 +35,6 @@ def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> 
         return key_function(reader, path)
     except (MsgtrainError, OSError):
         return None
-
-
-def object_chunkable(url: str, chunk_bytes: int) -> bool:
-    """An object worth planning (:mod:`msgtrain.run.object_chunks`): a JSON-lines name, above ``chunk_bytes``.
-    Whether its reader can cut it is decided by the plan, as for a local file."""
-    name = url.rpartition("/")[2].lower()
-    if chunk_bytes <= 0 or not name.endswith((".jsonl", ".ndjson")):
-        return False
-    return Store.of(url).size(url) > chunk_bytes
 
 
 def chunkable(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> bool:
