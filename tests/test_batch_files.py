@@ -252,3 +252,21 @@ def test_a_bedrock_batch_output_reads_each_record_as_the_invoke_model_call_it_ho
         ("assistant", "4", "sampled"),
     ]
     assert [e.reason for e in events if isinstance(e, ReadSkip)] == ["error_response"]
+
+
+# Gemini Batch API files (ai.google.dev batch-mode guide): a JSONL of {key, request: GenerateContentRequest} uploaded,
+# results {key, response: GenerateContentResponse} (or {key, error}).
+def test_gemini_batch_results_are_joined_to_their_requests_by_key(tmp_path: Path) -> None:
+    request = {"key": "request-1", "request": {"contents": [{"role": "user", "parts": [{"text": "Hi?"}]}]}}
+    _jsonl(tmp_path / "batch_requests.jsonl", [request, {**request, "key": "request-2"}])
+    response = {
+        "candidates": [{"content": {"parts": [{"text": "Hello."}], "role": "model"}, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 2, "candidatesTokenCount": 2},
+        "modelVersion": "gemini-2.5-flash",
+    }
+    failed = {"key": "request-2", "error": {"code": 400, "message": "bad"}}
+    results = _jsonl(tmp_path / "batch_results.jsonl", [{"key": "request-1", "response": response}, failed])
+    events = _events(results)
+    (graph,) = [e for e in events if isinstance(e, ReadGraph)]
+    assert _said(graph) == [("user", "Hi?", "context"), ("assistant", "Hello.", "sampled")]
+    assert [e.reason for e in events if isinstance(e, ReadSkip)] == ["error_response"]

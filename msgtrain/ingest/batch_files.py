@@ -22,6 +22,8 @@ Invariants:
   ``canceled``) generated nothing: a skip (``error_response``). A request to an endpoint that generates nothing
   (embeddings, moderation) is a skip (``not_a_generation_call``); one to a generation endpoint no reader reads is
   an ``unsupported_api`` reject.
+- Gemini Batch API files join alike, by ``key``: requests ``{key, request: {contents, ...}}``, results ``{key,
+  response: {candidates, usageMetadata}}`` (or an ``error``: a skip).
 - An Amazon Bedrock batch output (``{recordId, modelInput, modelOutput}``, a ``.jsonl.out`` file) holds request and
   answer in each line: each is read as the InvokeModel call it was (Anthropic Messages or Nova bodies); a record
   with an ``error`` instead of an output is an ``error_response`` skip.
@@ -52,7 +54,7 @@ from msgtrain.ingest.base import (
     read_head,
 )
 from msgtrain.ingest.call_log import Call, CallLogGroups
-from msgtrain.ingest.cassettes import endpoint_of, invoke_call, openai_chat_call
+from msgtrain.ingest.cassettes import endpoint_of, gemini_call, invoke_call, openai_chat_call
 from msgtrain.ingest.files import input_files
 from msgtrain.ingest.shapes import message_like_count
 from msgtrain.ingest.text_completions import is_text_completion, text_completion_call
@@ -64,12 +66,29 @@ _NOT_GENERATION = ("embeddings", "moderations")
 _FAILED_RESULTS = frozenset({"errored", "expired", "canceled"})
 
 
+def join_id(value: Any) -> str | None:
+    """The id a batch line is joined by: ``custom_id`` (OpenAI, Anthropic, Mistral...) or Gemini's ``key``."""
+    if not isinstance(value, dict):
+        return None
+    found = value.get("custom_id", value.get("key"))
+    return str(found) if isinstance(found, str | int) and not isinstance(found, bool) else None
+
+
+def _gemini_line(value: dict[str, Any], part: str, fields: tuple[str, ...]) -> bool:
+    """A Gemini Batch API line: ``{key, request: {contents}}`` or ``{key, response: {candidates | error}}``."""
+    body = value.get(part)
+    return "key" in value and "custom_id" not in value and isinstance(body, dict) and any(f in body for f in fields)
+
+
 def is_batch_request(value: Any) -> bool:
-    """A line of a batch input file: OpenAI ``{custom_id, url, body}`` or Anthropic ``{custom_id, params}``."""
-    if not isinstance(value, dict) or not isinstance(value.get("custom_id"), str | int):
+    """A line of a batch input file: OpenAI ``{custom_id, url, body}``, Anthropic ``{custom_id, params}``, Gemini
+    ``{key, request: {contents}}``."""
+    if join_id(value) is None:
         return False
+    if _gemini_line(value, "request", ("contents",)):
+        return True
     body = value.get("body") if "url" in value else value.get("params")
-    return isinstance(body, dict)
+    return "custom_id" in value and isinstance(body, dict)
 
 
 def is_bedrock_record(value: Any) -> bool:
@@ -84,9 +103,12 @@ def is_bedrock_record(value: Any) -> bool:
 
 
 def is_batch_result(value: Any) -> bool:
-    """A line of a batch output file: OpenAI ``{custom_id, response, error}`` or Anthropic ``{custom_id, result}``."""
-    if not isinstance(value, dict) or not isinstance(value.get("custom_id"), str | int):
+    """A line of a batch output file: OpenAI ``{custom_id, response, error}``, Anthropic ``{custom_id, result}``,
+    Gemini ``{key, response | error}``."""
+    if join_id(value) is None:
         return False
+    if "custom_id" not in value:
+        return _gemini_line(value, "response", ("candidates", "error")) or ("key" in value and "error" in value)
     response, result = value.get("response"), value.get("result")
     if isinstance(result, dict) and isinstance(result.get("type"), str):
         return True
@@ -132,9 +154,9 @@ class _Folder:
             if not isinstance(value, dict):
                 continue
             if kind == "input" and is_batch_request(value):
-                self.requests.setdefault(str(value["custom_id"]), []).append(_Located(path, lineno))
+                self.requests.setdefault(str(join_id(value)), []).append(_Located(path, lineno))
             elif kind == "output" and is_batch_result(value):
-                self.answered.add(str(value["custom_id"]))
+                self.answered.add(str(join_id(value)))
 
     def request(self, custom_id: str) -> tuple[dict[str, Any], _Located]:
         """The request line of ``custom_id`` (raises a reject's error when there is none, or several that
@@ -231,7 +253,7 @@ class BatchReader:
                     code="bad_record",
                 )
                 yield ReadReject(ref, error, excerpt(raw), turns=message_like_count(value)[1])
-            elif str(value["custom_id"]) in folder.answered:
+            elif join_id(value) in folder.answered:
                 yield ReadSkip(ref, "batch_request_answered")
             else:
                 yield ReadSkip(ref, "batch_request_unanswered")
@@ -249,9 +271,13 @@ class BatchReader:
             raise ValidationError(
                 "not a batch result line ({custom_id, response} or {custom_id, result})", code="bad_record"
             )
-        custom_id = str(value["custom_id"])
+        custom_id = str(join_id(value))
         anthropic_result = value.get("result")
-        if isinstance(anthropic_result, dict):
+        if "custom_id" not in value:  # Gemini: the response body is the line's response
+            body = value.get("response")
+            if not isinstance(body, dict) or not body.get("candidates"):
+                return ReadSkip(ref, "error_response")
+        elif isinstance(anthropic_result, dict):
             if anthropic_result.get("type") in _FAILED_RESULTS:
                 return ReadSkip(ref, "error_response")
             body = anthropic_result.get("message")
@@ -284,6 +310,8 @@ class BatchReader:
         the response's id when later calls can chain on it (Responses API)."""
         if "params" in request_line and "url" not in request_line:  # Anthropic Message Batches
             return anthropic.request_call(request_line["params"], body), None
+        if "custom_id" not in request_line:  # Gemini Batch API: a GenerateContentRequest
+            return gemini_call(request_line["request"], body), None
         url = str(request_line.get("url", ""))
         request = request_line["body"]
         if any(word in url for word in _NOT_GENERATION):
@@ -319,7 +347,11 @@ def _bedrock_record(value: dict[str, Any], groups: CallLogGroups, ref: SourceRef
 def _model(request_line: dict[str, Any], body: dict[str, Any]) -> str | None:
     """The model that answered: the response's own name for it, else the request's."""
     request = request_line.get("body", request_line.get("params"))
-    for value in (body.get("model"), request.get("model") if isinstance(request, dict) else None):
+    for value in (
+        body.get("model"),
+        body.get("modelVersion"),
+        request.get("model") if isinstance(request, dict) else None,
+    ):
         if isinstance(value, str) and value:
             return value
     return None
