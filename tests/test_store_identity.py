@@ -6,7 +6,8 @@ folder of one file per event) reads the same files from a bucket as from the dis
 One conversion each (module-scoped): ``sample_logs/`` and, where it ships beside the checkout, ``../shared/real_logs``
 (every folder, new ones included), copied into one tree that is converted from the disk and from a local S3 server.
 
-Every reader that opens more than one file (it declares ``siblings``, or its unit is a folder: ``detect_directory``)
+Every reader that opens more than one file (it declares ``siblings``, its unit is a folder: ``detect_directory``, or its
+module reaches files beside its input through ``input_files``)
 has a case of its own in :data:`MULTI_FILE_CASES`, on the sample log that ships with the checkout and on the real
 logs where they are present; a new such reader without a case fails
 :func:`test_every_reader_that_opens_more_than_one_file_has_a_case`.
@@ -14,8 +15,10 @@ logs where they are present; a new such reader without a case fails
 
 from __future__ import annotations
 
+import inspect
 import shutil
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -35,12 +38,25 @@ pytest.importorskip("s3fs", reason="needs s3fs: pip install 'msgtrain[store-test
 BUCKET = "msgtrain-identity"
 Rows = dict[str, dict[str, Any]]
 
-# reader → (folder of sample_logs/, folders of ../shared/real_logs/, what only reading the other files gives)
-MULTI_FILE_CASES: dict[str, tuple[str, tuple[str, ...], str]] = {
+# reader → (folder of sample_logs/, folders of ../shared/real_logs/, what only reading the other files gives: a test of
+# the sample's rows read from the bucket)
+MULTI_FILE_CASES: dict[str, tuple[str, tuple[str, ...], Callable[[Rows], bool]]] = {
     # a sub-agent's type is in its parent session, the file beside its folder
-    "claude_code": ("sample_logs/claude_code", ("real_logs/claude_code_spotter",), "subagent:Explore"),
+    "claude_code": (
+        "sample_logs/claude_code",
+        ("real_logs/claude_code_spotter",),
+        lambda rows: "subagent:Explore" in {row["policy"] for row in rows.values()},
+    ),
     # a conversation folder: base_state.json + events/event-NNNNN-*.json, one event per file
-    "openhands_v1": ("sample_logs/openhands_v1", ("real_logs/openhands_v1_sdk",), "openhands"),
+    "openhands_v1": (
+        "sample_logs/openhands_v1",
+        ("real_logs/openhands_v1_sdk",),
+        lambda rows: "openhands" in {row["policy"] for row in rows.values()},
+    ),
+    # an output file's replies have their context only in the input file beside it (found by listing the folder)
+    "batch": ("sample_logs/batch", (), bool),
+    # answers have their questions only in question.jsonl one folder up
+    "mt_bench": ("sample_logs/mt_bench", (), bool),
 }
 
 
@@ -106,7 +122,11 @@ def test_real_logs_give_the_same_rows_from_a_bucket_as_from_the_disk(runs: Any) 
 
 def test_every_reader_that_opens_more_than_one_file_has_a_case() -> None:
     multi_file = {
-        name for name, reader in REGISTRY.items() if hasattr(reader, "siblings") or hasattr(reader, "detect_directory")
+        name
+        for name, reader in REGISTRY.items()
+        if hasattr(reader, "siblings")
+        or hasattr(reader, "detect_directory")
+        or "input_files" in inspect.getsource(sys.modules[type(reader).__module__])
     }
     assert multi_file == set(MULTI_FILE_CASES), "add a case to MULTI_FILE_CASES (a sample log, the real logs)"
 
@@ -121,4 +141,4 @@ def test_a_reader_that_opens_more_than_one_file_reads_them_from_a_bucket_as_from
     for folder in folders:
         _assert_same(_under(local, folder), _under(remote, folder))
     # What the reader can know only from its other files is in the rows read from the bucket.
-    assert evidence in {row["policy"] for row in _under(remote, sample).values()}
+    assert evidence(_under(remote, sample))
