@@ -69,6 +69,11 @@ def branch_texts(graph: MessageGraph) -> list[list[tuple[str, str, str]]]:
     ]
 
 
+def side_and_main(graph: MessageGraph, main_prompt: str) -> list[list[tuple[str, str, str]]]:
+    """The two branches of ``graph``: the side one, then the one that starts with ``main_prompt``."""
+    return sorted(branch_texts(graph), key=lambda b: b[0][2] == main_prompt)
+
+
 def first_branch(tmp_path: Path, *pieces: str) -> list[str]:
     """The texts of the one branch of a one-session transcript of ``pieces``."""
     (graph,) = graphs_of(write(tmp_path, transcript(*pieces)))
@@ -229,7 +234,7 @@ def test_the_editor_of_architect_mode_replies_in_a_conversation_of_its_own(tmp_p
         ),
     )
     (graph,) = graphs_of(path)
-    editor, architect = sorted(branch_texts(graph), key=lambda b: b[0][2] == "greet by name")
+    editor, architect = side_and_main(graph, "greet by name")
     assert architect[:2] == [("user", "context", "greet by name"), ("assistant", "sampled", plan)]
     # The architect's history gets aider's note once the editor ran, not the editor's commit.
     assert [t[2] for t in architect[2:]] == [EDITOR_DONE, "Ok.", "thanks", "Welcome."]
@@ -607,7 +612,7 @@ def test_lint_fixes_are_a_conversation_of_their_own_that_ends_when_the_user_type
         ),
     )
     (graph,) = graphs_of(path)
-    lint, main_branch = sorted(branch_texts(graph), key=lambda b: b[0][2] == "add a helper")
+    lint, main_branch = side_and_main(graph, "add a helper")
     assert [t[2] for t in lint] == [errors, "Removed the import.", EDITS_UNCOMMITTED, "Ok."]  # the lint coder's own
     assert [t[2] for t in main_branch] == ["add a helper", "Added.", "thanks", "Welcome."]
     assert lint[1][1] == "sampled" and main_branch[3][1] == "sampled"
