@@ -29,6 +29,10 @@ def _read(path: Path) -> tuple[str, list[ReadGraph], list[ReadReject]]:
     return reader.name, graphs, [e for e in events if isinstance(e, ReadReject)]
 
 
+# A tool-calling turn: the user, the reply that calls, the result, the reply after it.
+TOOL_TURN = [("user", "context"), ("assistant", "sampled"), ("tool", "context"), ("assistant", "sampled")]
+
+
 def _said(graph: ReadGraph) -> list[tuple[str, str, str]]:
     """(role, text, origin) along the graph's one branch."""
     (branch,) = graph.graph.branches()
@@ -93,12 +97,7 @@ def test_a_langgraph_checkpoint_of_serialised_messages_is_a_transcript(tmp_path:
     }
     name, (graph,), rejects = _read(_write(tmp_path / "checkpoint.json", checkpoint))
     assert (name, rejects) == ("structural", [])
-    assert [(r, o) for r, _, o in _said(graph)] == [
-        ("user", "context"),
-        ("assistant", "sampled"),
-        ("tool", "context"),
-        ("assistant", "sampled"),
-    ]
+    assert [(r, o) for r, _, o in _said(graph)] == TOOL_TURN
 
 
 def test_a_langsmith_llm_run_trains_its_generation_in_the_messages_of_its_inputs(tmp_path: Path) -> None:
@@ -434,12 +433,7 @@ def test_an_opencode_export_reads_each_assistant_message_as_its_steps(tmp_path: 
     }
     name, (graph,), rejects = _read(_write(tmp_path / "session.json", export))
     assert (name, rejects) == ("structural", [])
-    assert [(r, o) for r, _, o in _said(graph)] == [
-        ("user", "context"),
-        ("assistant", "sampled"),
-        ("tool", "context"),
-        ("assistant", "sampled"),
-    ]
+    assert [(r, o) for r, _, o in _said(graph)] == TOOL_TURN
     call, result = graph.graph.branches()[0].messages[1:3]
     assert call.calls[0].option_name == "bash" and result.result.result == "a.txt\n"
     assert all("usage" not in n.message.metadata for n in graph.graph.sampled_nodes())  # one usage, two replies

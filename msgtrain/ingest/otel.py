@@ -51,7 +51,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import SkipTally, as_dict, as_list, graph_id_for, has_any, synthetic_call_id
-from msgtrain.ingest.span_conventions import as_genai
+from msgtrain.ingest.span_conventions import as_genai, json_attr
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -242,15 +242,6 @@ def _normalize(span: Any, ref: str) -> _Span:
     )
 
 
-def _json_attr(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
 class _TraceBuild:
     def __init__(self, path: Path, trace_id: str, trace: _Trace, skips: SkipTally):
         self.path = path
@@ -268,7 +259,7 @@ class _TraceBuild:
         )
         tools = next(
             (
-                _json_attr(s.attributes["gen_ai.tool.definitions"])
+                json_attr(s.attributes["gen_ai.tool.definitions"])
                 for s in self.spans
                 if "gen_ai.tool.definitions" in s.attributes
             ),
@@ -335,7 +326,7 @@ class _TraceBuild:
             # cannot be reconstructed.
             known_context = bool(ids) and self.graph.nodes[ids[-1]].message.role != "assistant"
         model = attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
-        finish = _json_attr(attrs.get("gen_ai.response.finish_reasons"))
+        finish = json_attr(attrs.get("gen_ai.response.finish_reasons"))
         sampling = {
             k.removeprefix("gen_ai.request."): v
             for k, v in attrs.items()
@@ -398,11 +389,11 @@ class _TraceBuild:
         raw = attrs.get("gen_ai.input.messages")
         if raw is None:
             return None
-        messages = _json_attr(raw)
+        messages = json_attr(raw)
         if not isinstance(messages, list):
             raise ValidationError("gen_ai.input.messages is not a list of messages", code="bad_content")
         out: list[AnyMessage] = []
-        system = _json_attr(attrs.get("gen_ai.system_instructions"))
+        system = json_attr(attrs.get("gen_ai.system_instructions"))
         if isinstance(system, list) and system:
             out.append(PartsMessage(parts=tuple(_parts(system)), role_hint_for_llm="system", policy="system"))
         elif isinstance(system, str) and system:
@@ -421,7 +412,7 @@ class _TraceBuild:
 
     def _outputs(self, span: _Span) -> list[AnyMessage]:
         attrs = span.attributes
-        typed = _json_attr(attrs.get("gen_ai.output.messages"))
+        typed = json_attr(attrs.get("gen_ai.output.messages"))
         if isinstance(typed, list):
             out: list[AnyMessage] = []
             for i, m in enumerate(typed):
@@ -435,7 +426,7 @@ class _TraceBuild:
         raw = attrs.get("gen_ai.output")
         if raw is None:
             return []
-        value = _json_attr(raw) if attrs.get("gen_ai.output.type") == "json" else raw
+        value = json_attr(raw) if attrs.get("gen_ai.output.type") == "json" else raw
         if isinstance(value, list) and value and all(isinstance(v, dict) and "tool.name" in v for v in value):
             calls = []
             for k, v in enumerate(value):

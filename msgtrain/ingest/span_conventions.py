@@ -112,11 +112,11 @@ def _from_openinference(flat: dict[str, Any]) -> dict[str, Any]:
         out["gen_ai.output.messages"] = [_typed(_oi_message(m, f"llm.output_messages.{i}")) for i, m in outputs]
     elif isinstance(flat.get("output.value"), str) and flat.get("output.mime_type") != "application/json":
         out["gen_ai.output"] = flat["output.value"]  # a text completion logged only as the span's output
-    tools = [_json(t.get("tool.json_schema")) for _, t in _indexed(flat, "llm.tools")]
+    tools = [json_attr(t.get("tool.json_schema")) for _, t in _indexed(flat, "llm.tools")]
     if tools and all(isinstance(t, dict) for t in tools):
         out["gen_ai.tool.definitions"] = tools
     _put(out, "gen_ai.request.model", flat.get("llm.model_name"))
-    params = _json(flat.get("llm.invocation_parameters"))
+    params = json_attr(flat.get("llm.invocation_parameters"))
     for key in ("temperature", "top_p", "max_tokens"):
         if isinstance(params, dict) and isinstance(params.get(key), int | float):
             out[f"gen_ai.request.{key}"] = params[key]
@@ -192,7 +192,7 @@ def _from_openllmetry(flat: dict[str, Any]) -> dict[str, Any]:
                 "function": {
                     "name": f.get("name"),
                     **({"description": f["description"]} if "description" in f else {}),
-                    "parameters": _json(f.get("parameters")),
+                    "parameters": json_attr(f.get("parameters")),
                 },
             }
             for _, f in functions
@@ -207,7 +207,7 @@ def _ollm_message(m: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(role, str) or not role:
         raise ValidationError(f"{where}.role is missing", code="unknown_role", hint="every message has a role")
     content = m.get("content")
-    parsed = _json(content) if isinstance(content, str) and content.startswith("[") else None
+    parsed = json_attr(content) if isinstance(content, str) and content.startswith("[") else None
     if isinstance(parsed, list) and parsed and all(isinstance(p, dict) and "type" in p for p in parsed):
         content = parsed  # content parts, which OpenLLMetry writes as JSON text
     msg: dict[str, Any] = {"role": role, "content": content}
@@ -215,7 +215,7 @@ def _ollm_message(m: dict[str, Any], where: str) -> dict[str, Any]:
         {"id": c.get("id"), "type": "function", "function": {"name": c.get("name"), "arguments": c.get("arguments")}}
         for _, c in _indexed(m, "tool_calls")
     ]
-    whole = _json(m.get("tool_calls"))  # some tracers write the OpenAI tool_calls list as one JSON text
+    whole = json_attr(m.get("tool_calls"))  # some tracers write the OpenAI tool_calls list as one JSON text
     if not calls and isinstance(whole, list) and all(isinstance(c, dict) for c in whole):
         calls = whole
     if calls:
@@ -233,10 +233,10 @@ def _from_mlflow(flat: dict[str, Any]) -> dict[str, Any]:
     ``messages`` and ``tools``), ``mlflow.spanOutputs`` the chat completion it returned (or the reply's text). Only
     an assistant choice is a reply (a wrapper span may log its caller's message as a choice)."""
     out: dict[str, Any] = {}
-    if _json(flat.get("mlflow.spanType")) not in _MLFLOW_CHAT:
+    if json_attr(flat.get("mlflow.spanType")) not in _MLFLOW_CHAT:
         return out
     out["gen_ai.operation.name"] = "chat"
-    inputs, outputs = _json(flat.get("mlflow.spanInputs")), _json(flat.get("mlflow.spanOutputs"))
+    inputs, outputs = json_attr(flat.get("mlflow.spanInputs")), json_attr(flat.get("mlflow.spanOutputs"))
     if isinstance(inputs, dict) and isinstance(inputs.get("messages"), list):
         out["gen_ai.input.messages"] = inputs["messages"]
         if isinstance(inputs.get("tools"), list):
@@ -257,7 +257,7 @@ def _from_mlflow(flat: dict[str, Any]) -> dict[str, Any]:
         _put(out, "gen_ai.response.model", outputs.get("model") if isinstance(outputs, dict) else None)
     elif isinstance(outputs, str) and outputs:
         out["gen_ai.output"] = outputs
-    usage = _json(flat.get("mlflow.chat.tokenUsage"))  # MLflow 3's own record of the call's usage
+    usage = json_attr(flat.get("mlflow.chat.tokenUsage"))  # MLflow 3's own record of the call's usage
     if "gen_ai.usage.input_tokens" not in out and isinstance(usage, dict):
         _put(out, "gen_ai.usage.input_tokens", usage.get("input_tokens"))
     return out
@@ -292,7 +292,9 @@ def _typed(msg: dict[str, Any]) -> dict[str, Any]:
     return {"role": msg.get("role", "assistant"), "parts": parts}
 
 
-def _json(value: Any) -> Any:
+def json_attr(value: Any) -> Any:
+    """An attribute that may hold JSON as text (tracers can only store strings): parsed when it parses, else as
+    it is."""
     if isinstance(value, str):
         try:
             return json.loads(value)
