@@ -760,3 +760,25 @@ def test_promptfoo_results_train_passing_outputs_after_the_prompt_sent_and_hold_
     assert stats.turns_dropped == {"negative_label": 1} and samples[0].flags == ["label_positive"]
     said = sorted(_said(e) for e in _events(path) if isinstance(e, ReadGraph))
     assert said[0][:2] == [("system", "Answer in one word.", "context"), ("user", U["content"], "context")]
+
+
+# berkeley-nest/Nectar rows (dataset card): an Anthropic-style "\n\nHuman: ...\n\nAssistant:" prompt and seven answers
+# of different models, each ranked (rank 1 the best), with turns, num_responses, source, good_natured.
+def test_ranked_answers_train_the_best_ranked_one_after_the_parsed_prompt(tmp_path: Path) -> None:
+    row = {
+        "prompt": "\n\nHuman: What color is the sky?\n\nAssistant:",
+        "answers": [
+            {"answer": "It is green.", "model": "alpaca-7b", "rank": 2.0},
+            {"answer": "It is blue.", "model": "gpt-4", "rank": 1.0},
+        ],
+        "turns": 1,
+        "num_responses": 2,
+        "source": ["sharegpt"],
+        "good_natured": True,
+    }
+    path = _jsonl(tmp_path / "nectar.jsonl", [row])
+    samples, stats, rejects = convert_file(path, _settings())
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1)
+    assert samples[0].flags == ["label_positive"] and samples[0].metadata["rank"] == 1.0
+    said = [_said(e) for e in _events(path) if isinstance(e, ReadGraph)]
+    assert all(s[0] == ("user", "What color is the sky?", "context") for s in said)

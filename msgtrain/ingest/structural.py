@@ -433,8 +433,9 @@ _TIE_MARKS: dict[Any, tuple[str | None, str | None]] = {"tie": (None, None), "ti
 # response, overall_score, custom_system_prompt}), distilabel's ``generations`` + ``ratings``. Each candidate is
 # its own conversation (its system prompt may differ), its score its reward; the best-scored are labelled good,
 # the others bad (trained only with --train-negative, as any reply marked bad).
-_CANDIDATE_LISTS = ("completions", "generations", "candidates")
-_CANDIDATE_TEXT = ("response", "text", "completion", "output")
+# berkeley-nest/Nectar: ``answers`` [{answer, model, rank}], rank 1 the best (a rank, not a score: lower is better)
+_CANDIDATE_LISTS = ("completions", "generations", "candidates", "answers")
+_CANDIDATE_TEXT = ("response", "text", "completion", "output", "answer")
 _CANDIDATE_SCORE = ("overall_score", "score", "reward", "rating")
 _CANDIDATE_SYSTEM = ("custom_system_prompt", "system_prompt", "system")
 _PARALLEL_SCORES = ("ratings", "scores", "rewards")
@@ -453,11 +454,13 @@ def candidates(record: dict[str, Any], path: str) -> list[Found]:
         if holders is None:
             continue
         out = []
-        best = max(h["reward"] for h in holders)
+        ranked = all("reward" not in h for h in holders)  # ranks: 1 the best; scores: the highest the best
+        best = min(h["rank"] for h in holders) if ranked else max(h["reward"] for h in holders)
         for i, extra in enumerate(holders):
-            # the best-scored candidates are the desirable replies; the others were judged worse than one of them,
-            # so they are trained only with --train-negative (each keeps its score as reward either way)
-            holder = {**extra, "prompt": record[prompt_key], "label": extra["reward"] == best}
+            # the best-judged candidates are the desirable replies; the others were judged worse than one of them,
+            # so they are trained only with --train-negative (each keeps its score as reward, or its rank, either way)
+            judged = extra["rank"] if ranked else extra["reward"]
+            holder = {**extra, "prompt": record[prompt_key], "label": judged == best}
             columns = {"prompt": "prompt", "completion": "completion", "kto_tag": "label"}
             columns |= {c: c for c in ("system", "reward") if c in holder}
             out.append(Found(f"{path}.{key}[{i}]", holder, Mapping("prompt_completion", columns)))
@@ -482,15 +485,17 @@ def _candidate_holders(record: dict[str, Any], key: str, items: list[Any]) -> li
             return None
         text = next((item[k] for k in _CANDIDATE_TEXT if isinstance(item.get(k), str)), None)
         score = next((item[k] for k in _CANDIDATE_SCORE if k in item), None)
-        if text is None or not (isinstance(score, int | float) and not isinstance(score, bool)):
+        judged = {"reward": score} if score is not None else {"rank": item.get("rank")}
+        value = next(iter(judged.values()))
+        if text is None or not (isinstance(value, int | float) and not isinstance(value, bool)):
             return None
         holder = {k: v for k, v in item.items() if not isinstance(v, dict | list) and k not in _CANDIDATE_TEXT}
-        holder |= {"completion": text, "reward": score}
+        holder |= {"completion": text, **judged}
         system = next((item[k] for k in _CANDIDATE_SYSTEM if isinstance(item.get(k), str) and item[k]), None)
         if system is not None:
             holder["system"] = system
         holders.append(holder)
-    return holders
+    return holders if len({"reward" in h for h in holders}) == 1 else None  # scores or ranks, never a mix
 
 
 def _text_blocks(value: Any) -> str | None:
