@@ -884,6 +884,17 @@ def test_a_cursor_cli_stream_is_not_read_as_a_claude_stream(tmp_path: Path) -> N
     assert not claude_code.READER.detect(path, read_head(path))
 
 
+def test_replies_after_a_stream_line_of_an_unknown_type_are_not_trained(tmp_path: Path) -> None:
+    path = _stream_session(tmp_path, replay_prompt=True)
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"msg_2"' in line)
+    lines.insert(at, json.dumps({"type": "tool_call", "subtype": "completed", "call_id": "c9", "session_id": _SID}))
+    path.write_text("\n".join(lines) + "\n")
+    graphs, rejects, _ = read_all(claude_code.READER, path)
+    assert not rejects
+    assert branch_codes(graphs[0].graph) == ["U A* T A~ T A~"]  # the event may have been part of their context
+
+
 def test_claude_stream_json_without_the_prompt_trains_nothing_whose_context_the_stream_lacks(tmp_path: Path) -> None:
     # `claude -p "prompt" --output-format stream-json` does not echo the prompt: every reply followed it.
     graphs, rejects, _ = read_all(claude_code.READER, _stream_session(tmp_path, replay_prompt=False))

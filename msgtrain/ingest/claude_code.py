@@ -31,7 +31,8 @@ A transcript is a real message graph: every record has a ``uuid`` and a ``parent
   ``subagent:<subagent_type>``). The prompt given on the command line is not in the stream (only with
   ``--replay-user-messages`` or ``--input-format stream-json``): replies before any logged user message are
   ``carried``. ``system`` (init, hooks, status), ``stream_event`` (partial deltas), ``rate_limit_event`` and
-  ``result`` lines are skipped with their type.
+  ``result`` lines are skipped with their type; a line of a type this reader does not know may have held what the
+  model saw next, so the replies after it are ``carried``.
 - Streaming: the JSONL is read line by line; a session is one graph, so its message records are held until the
   file ends (bounded by the file).
 """
@@ -163,13 +164,20 @@ class ClaudeCodeReader:
         records: list[_Rec] = []
         rejected: list[ReadReject] = []
         open_calls: list[tuple[str, str]] = []  # Gemini-content records: calls not answered yet (file order)
+        unread_event = False  # a stream line of a type this reader does not know since the last message
         for ref, raw, obj in _iter_records(path):
             if isinstance(obj, MsgtrainError):
                 yield ReadReject(SourceRef(str(path), ref), obj, excerpt(raw))
                 continue
             if isinstance(obj, dict) and is_content_record(obj):
                 obj = as_block_record(obj, open_calls)  # Qwen Code: the same tree, Gemini messages
+            if isinstance(obj, dict) and "parentUuid" not in obj and obj.get("type") not in _KNOWN_TYPES:
+                unread_event = True  # in a stream, order is the only link: what follows saw what this line held
             rec = _classify(obj, ref, raw, records)
+            if isinstance(rec, _Rec) and rec.kind == "message":
+                if unread_event and "parentUuid" not in rec.data:  # a session's messages name their parent
+                    rec.data = {**rec.data, _AFTER_UNREAD: True}
+                unread_event = False
             if isinstance(rec, str):
                 skips.add(rec, ref)
                 continue
@@ -273,6 +281,10 @@ _STREAM_TYPES = {
     "control_request",
     "control_response",
 }
+
+
+_KNOWN_TYPES = _STREAM_TYPES | _RECORD_TYPES
+_AFTER_UNREAD = "_after_unread_event"  # set on a stream's message that follows a line of an unknown type
 
 
 def _claude_stream(head: bytes) -> bool:
@@ -443,6 +455,7 @@ class _GraphBuild:
 
     def _emit(self, graph: MessageGraph, unit: _Unit, boundaries: list[tuple[_Rec, str]]) -> None:
         parent, tainted, boundary = self._parent_of(unit.first)
+        tainted = tainted or bool(unit.first.data.get(_AFTER_UNREAD))
         try:
             head = [self._assistant(unit)] if unit.is_assistant else self._user(unit.first)
         except MsgtrainError as e:
