@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
@@ -270,3 +272,24 @@ def test_gemini_batch_results_are_joined_to_their_requests_by_key(tmp_path: Path
     (graph,) = [e for e in events if isinstance(e, ReadGraph)]
     assert _said(graph) == [("user", "Hi?", "context"), ("assistant", "Hello.", "sampled")]
     assert [e.reason for e in events if isinstance(e, ReadSkip)] == ["error_response"]
+
+
+def test_an_input_file_is_scanned_once_whatever_the_number_of_results_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a batch holds up to 50,000 requests: finding each result's request by scanning the input file again would
+    # read it 50,000 times; each request is found again by its offset
+    from msgtrain.ingest import batch_files
+
+    inputs = _jsonl(tmp_path / "batch_input.jsonl", [_openai_request(f"r{i}", f"Q{i}?") for i in range(40)])
+    output = _jsonl(tmp_path / "batch_output.jsonl", [_openai_result(f"r{i}", f"A{i}.") for i in range(40)])
+    scans: list[Path] = []
+    real = batch_files.iter_json_lines
+
+    def counted(path: Path) -> Any:
+        scans.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(batch_files, "iter_json_lines", counted)
+    assert len([e for e in _events(output) if isinstance(e, ReadGraph)]) == 40
+    assert scans.count(inputs) <= 1

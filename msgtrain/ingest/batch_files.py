@@ -34,6 +34,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest import anthropic, openai_responses
 from msgtrain.ingest.base import (
+    LongLine,
     ReadEvent,
     ReadReject,
     ReadSkip,
@@ -51,6 +53,8 @@ from msgtrain.ingest.base import (
     head_mostly,
     head_objects,
     iter_json_lines,
+    line_size,
+    read_bounded_line,
     read_head,
 )
 from msgtrain.ingest.call_log import Call, CallLogGroups
@@ -117,10 +121,11 @@ def is_batch_result(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class _Located:
-    """Where a request line is: its file and line number."""
+    """Where a request line is: its file, line number and byte offset (read again by a seek, not a scan)."""
 
     path: Path
     lineno: int
+    offset: int
 
     def __str__(self) -> str:
         return f"{self.path.name}:{self.lineno}"
@@ -148,15 +153,13 @@ class _Folder:
 
     def _index(self, path: Path) -> None:
         kind = _file_kind(path)
-        if kind is None:
-            return
-        for lineno, _raw, value in iter_json_lines(path):
-            if not isinstance(value, dict):
-                continue
-            if kind == "input" and is_batch_request(value):
-                self.requests.setdefault(str(join_id(value)), []).append(_Located(path, lineno))
-            elif kind == "output" and is_batch_result(value):
-                self.answered.add(str(join_id(value)))
+        if kind == "input":
+            for located, request in _requests(path):
+                self.requests.setdefault(str(join_id(request)), []).append(located)
+        elif kind == "output":
+            for _lineno, _raw, result in iter_json_lines(path):
+                if isinstance(result, dict) and is_batch_result(result):
+                    self.answered.add(str(join_id(result)))
 
     def request(self, custom_id: str) -> tuple[dict[str, Any], _Located]:
         """The request line of ``custom_id`` (raises a reject's error when there is none, or several that
@@ -194,11 +197,35 @@ def _file_kind(path: Path) -> str | None:
     return "input" if inputs > outputs else "output"
 
 
+def _requests(path: Path) -> Iterator[tuple[_Located, dict[str, Any]]]:
+    """The request lines of a batch input file, with where each is (one pass, lines bounded as every reader's)."""
+    offset = lineno = 0
+    with open(path, "rb") as f:
+        while raw := read_bounded_line(f):
+            lineno, start, offset = lineno + 1, offset, offset + line_size(raw)
+            value = _parsed(raw)
+            if value is not None and is_batch_request(value):
+                yield _Located(path, lineno, start), value
+
+
+def _parsed(raw: bytes) -> dict[str, Any] | None:
+    if isinstance(raw, LongLine) or not raw.strip():
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _line_value(located: _Located) -> dict[str, Any]:
-    for lineno, _raw, value in iter_json_lines(located.path):
-        if lineno == located.lineno and isinstance(value, dict):
-            return value
-    raise ValidationError(f"{located} changed while it was read", code="unreadable_file")
+    """The request line at ``located``, read again by a seek (an input file may hold 50,000 requests)."""
+    with open(located.path, "rb") as f:
+        f.seek(located.offset)
+        value = _parsed(read_bounded_line(f))
+    if value is None or not is_batch_request(value):
+        raise ValidationError(f"{located} changed while it was read", code="unreadable_file")
+    return value
 
 
 class BatchReader:
