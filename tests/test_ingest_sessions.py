@@ -966,3 +966,29 @@ def test_qwen_code_sessions_read_their_gemini_messages_and_resume_from_the_compr
     assert any(e.kind is EdgeKind.COMPACTION for e in g.edges)
     first_answer = next(n for n in g.sampled_nodes() if n.message.text == "a.txt")
     assert first_answer.message.metadata["usage"]["promptTokenCount"] == 11000
+
+
+def test_a_gemini_cli_stream_joins_text_fragments_into_one_reply_before_its_calls(tmp_path: Path) -> None:
+    # google-gemini/gemini-cli docs/cli/headless.md @ 38950546 ("Streaming JSON output"): init, message (assistant
+    # text as delta fragments), tool_use (tool_name, tool_id, parameters), tool_result, result.
+    t = "2025-11-20T10:00:00.000Z"
+    lines = [
+        {"type": "init", "timestamp": t, "session_id": "s1", "model": "gemini-2.5-pro"},
+        {"type": "message", "role": "user", "content": "List files", "timestamp": t},
+        {"type": "message", "role": "assistant", "content": "I'll list ", "delta": True, "timestamp": t},
+        {"type": "message", "role": "assistant", "content": "them.", "delta": True, "timestamp": t},
+        {"type": "tool_use", "tool_name": "run_shell_command", "tool_id": "sh-1", "parameters": {"command": "ls"}},
+        {"type": "tool_result", "tool_id": "sh-1", "status": "success", "output": "a.txt", "timestamp": t},
+        {"type": "message", "role": "assistant", "content": "One file.", "delta": True, "timestamp": t},
+        {"type": "result", "status": "success", "stats": {"total_tokens": 250, "input_tokens": 200}, "timestamp": t},
+    ]
+    path = tmp_path / "stream.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert detect_format(path).name == "gemini_cli"
+    graphs, rejects, skips = read_all(gemini_cli.READER, path)
+    assert not rejects and accounted(graphs, rejects, skips) == len(lines)
+    (g,) = (x.graph for x in graphs)
+    assert branch_codes(g) == ["U A* T A*"]
+    call = g.branches()[0].messages[1]
+    assert isinstance(call, OptionCallMessage) and call.text == "I'll list them."
+    assert call.calls[0].arguments == {"command": "ls"}

@@ -38,7 +38,9 @@ from msgtrain.ingest.base import (
     is_json_lines,
     iter_json_lines,
     load_json_document,
+    read_head,
 )
+from msgtrain.ingest.gemini_cli_stream import is_stream_head, read_stream
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for, has_any
 from msgtrain.model.completeness import mark_unlogged_context
@@ -73,6 +75,8 @@ class GeminiCliReader:
     document_records = "messages"  # a JSON document's records (see msgtrain.ingest.base)
 
     def detect(self, path: Path, head: bytes) -> bool:
+        if is_stream_head(head):
+            return True  # gemini -p --output-format stream-json (ingest/gemini_cli_stream.py)
         shape = head_shape(head)
         if shape.layout == "object":
             return shape.has(".sessionId", ".messages[].type") and shape.any_value(
@@ -88,6 +92,9 @@ class GeminiCliReader:
         return False
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
+        if is_stream_head(read_head(path)):
+            yield from read_stream(path)
+            return
         if _is_jsonl(path):
             yield from _read_jsonl(path)
             return

@@ -153,6 +153,8 @@ class OpenAIChatReader:
             return False  # a preference pair beside a copy of one side (UltraFeedback): the structural reader
         if any(shape.has(f"{p}.content[].text") and not shape.has(f"{p}.content[].type") for p in _UNTYPED_AT):
             return False  # untyped {"text"} blocks: Bedrock Converse, Haystack ChatMessage dicts (structural)
+        if shape.has(".delta") and shape.any_value(".type", {"message"}):
+            return False  # message fragments of a stream (Gemini CLI's stream-json), not whole messages
         if any(shape.has(f"{p}.items[].content_type") for p in _UNTYPED_AT):
             return False  # Semantic Kernel's typed items instead of content (structural)
         if any(is_ui_steps([{"type": t} for t in shape.values_at(f"{p}.parts[].type")]) for p in _UNTYPED_AT):
