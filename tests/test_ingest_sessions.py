@@ -992,3 +992,37 @@ def test_a_gemini_cli_stream_joins_text_fragments_into_one_reply_before_its_call
     call = g.branches()[0].messages[1]
     assert isinstance(call, OptionCallMessage) and call.text == "I'll list them."
     assert call.calls[0].arguments == {"command": "ls"}
+
+
+def test_a_codex_exec_json_stream_is_rejected_naming_its_rollout_and_counting_its_replies(tmp_path: Path) -> None:
+    # openai/codex docs/exec.md @ 6171a7ff ("JSON output mode"): thread / turn / item events; items are the CLI's
+    # account (agent_message, reasoning, command_execution with its output), not the model's calls.
+    thread = "0199a213-81c0-7800-8aa1-bbab2a035a53"
+    lines = [
+        {"type": "thread.started", "thread_id": thread},
+        {"type": "turn.started"},
+        {"type": "item.completed", "item": {"id": "item_0", "type": "reasoning", "text": "**Listing files**"}},
+        {
+            "type": "item.completed",
+            "item": {
+                "id": "item_1",
+                "type": "command_execution",
+                "command": "bash -lc ls",
+                "aggregated_output": "a.txt\n",
+                "exit_code": 0,
+                "status": "completed",
+            },
+        },
+        {"type": "item.completed", "item": {"id": "item_2", "type": "agent_message", "text": "One file: a.txt"}},
+        {
+            "type": "turn.completed",
+            "usage": {"input_tokens": 24763, "cached_input_tokens": 24448, "output_tokens": 122},
+        },
+    ]
+    path = tmp_path / "exec.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert detect_format(path).name == "codex"
+    graphs, (reject,), _ = read_all(codex.READER, path)
+    assert not graphs
+    assert reject.error.code == "unsupported_log" and reject.turns == 1 and reject.count == len(lines)
+    assert thread in (reject.error.hint or "")

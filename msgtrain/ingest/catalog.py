@@ -74,7 +74,7 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "batch",
-        "Batch API files (OpenAI Batch input/output JSONL, Anthropic Message Batches requests/results): each result joined to its request by custom_id from the input file in the same folder",
+        "Batch API files (OpenAI Batch input/output JSONL, Anthropic Message Batches, Gemini Batch API): each result joined to its request by custom_id (Gemini: key) from the input file in the same folder; Bedrock batch .jsonl.out records",
         "sample_logs/batch/batch_output.jsonl",
     ),
     (

@@ -38,7 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, first_json_value, iter_json_lines
+from msgtrain.ingest.base import (
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    first_json_value,
+    iter_json_lines,
+    read_head,
+)
+from msgtrain.ingest.codex_exec import is_exec_stream, reject_exec_stream
 from msgtrain.ingest.session_common import Chain, SkipTally, as_dict, graph_id_for, synthetic_call_id, text_of_blocks
 from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import MessageGraph, Origin
@@ -92,11 +102,16 @@ class CodexReader:
 
     def detect(self, path: Path, head: bytes) -> bool:
         first = first_json_value(head)
+        if is_exec_stream(head):
+            return True  # `codex exec --json`: rejected naming the rollout that holds the session (codex_exec.py)
         return (
             isinstance(first, dict) and first.get("type") in _ROLLOUT_TYPES and isinstance(first.get("payload"), dict)
         )
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
+        if is_exec_stream(read_head(path)):
+            yield from reject_exec_stream(path)
+            return
         build = _RolloutBuild(path)
         for lineno, raw, obj in iter_json_lines(path):
             ref = f"line {lineno}"
