@@ -38,6 +38,43 @@ SHARED = ROOT.parent / "shared"
 SAMPLE_LOGS = ROOT / "sample_logs"
 
 
+def _sigint_state() -> tuple[object, frozenset[int]]:
+    import signal
+
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set()) if hasattr(signal, "pthread_sigmask") else set()
+    return signal.getsignal(signal.SIGINT), frozenset(int(s) for s in mask)
+
+
+def as_a_terminal_job() -> None:
+    """``preexec_fn`` for a process a test interrupts as a terminal would: SIGINT handled by default and not blocked,
+    whatever the test runner's process inherited (a job started in the background of a shell ignores SIGINT)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_it_was() -> Any:
+    """Every test leaves SIGINT's handler and this thread's signal mask as it found them. Processes the suite starts
+    inherit both (an ignored or blocked SIGINT survives exec), so a test that leaked them would make a later Ctrl-C
+    test's msgtrain ignore the interrupt and finish with exit 0. A leak is undone and reported as a warning naming
+    the test, never left to the next one."""
+    import signal
+    import warnings
+
+    before = _sigint_state()
+    yield
+    after = _sigint_state()
+    if after != before:
+        signal.signal(signal.SIGINT, before[0])  # type: ignore[arg-type]
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_SETMASK, before[1])
+        current = os.environ.get("PYTEST_CURRENT_TEST", "a test")
+        warnings.warn(f"{current} left SIGINT changed ({before} -> {after}); restored", stacklevel=1)
+
+
 # `.ci/run` sets MSGTRAIN_TEST_SHARED_USERS to a file: the tests that reach into ../shared are listed there (node
 # ids) so that they alone run again in a copy of the checkout with nothing beside it (MSGTRAIN_TEST_ONLY names the
 # list there), cheaply showing that a bare clone skips them rather than failing. A test reaches the materials through

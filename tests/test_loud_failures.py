@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from msgtrain.run.lock import LockedError, exclusive_lock
+from tests.conftest import as_a_terminal_job
 from tests.test_nightly_safety import ENV, ROOT, make_logs, report
 
 PR_CAPBSET_DROP = 24
@@ -139,6 +140,7 @@ def test_ctrl_c_while_workers_start_prints_no_traceback(tmp_path: Path, delay: f
         env=ENV,
         cwd=ROOT,
         start_new_session=True,  # its own process group, as a terminal's job
+        preexec_fn=as_a_terminal_job,
     )
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None and not _starting_worker(proc.pid):

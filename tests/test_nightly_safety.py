@@ -22,7 +22,7 @@ from msgtrain.cli import main
 from msgtrain.run.assembly import check_accounting
 from msgtrain.run.part_store import is_complete
 from msgtrain.run.publish import MARKER, clean_litter, publish, staging_dir, versions_dir
-from tests.conftest import ROOT, SAMPLE_LOGS
+from tests.conftest import ROOT, SAMPLE_LOGS, as_a_terminal_job
 
 GOOD_CALLS = (SAMPLE_LOGS / "calls" / "agent_calls.jsonl").read_text().splitlines()
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -468,6 +468,7 @@ def _start_with_workers(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int
         text=True,
         env=ENV,
         cwd=ROOT,
+        preexec_fn=as_a_terminal_job,
     )
     parts = tmp_path / ".out.msgtrain-state" / "parts"
     deadline = time.time() + 60

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from msgtrain.run.parts import LinearizeSettings, convert_file
-from tests.conftest import ROOT, SAMPLE_LOGS
+from tests.conftest import ROOT, SAMPLE_LOGS, as_a_terminal_job
 
 SETTINGS = LinearizeSettings(tokenizer=None, chat_template=None, policies=(), render_date=None, input_format=None)
 GOOD_CALLS = (SAMPLE_LOGS / "calls" / "agent_calls.jsonl").read_text().splitlines()
@@ -197,7 +197,9 @@ def test_ctrl_c_stops_cleanly_says_what_was_done_and_resume_finishes(tmp_path: P
     logs = _make_logs(tmp_path, 40)
     out = tmp_path / "out"
     state = tmp_path / ".out.msgtrain-state" / "parts"
-    proc = subprocess.Popen(_convert_cmd(logs, out, "--resume"), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _convert_cmd(logs, out, "--resume"), cwd=ROOT, stderr=subprocess.PIPE, text=True, preexec_fn=as_a_terminal_job
+    )
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
         if state.exists() and len([p for p in state.iterdir() if not p.name.startswith(".")]) >= 2:
