@@ -19,6 +19,7 @@ from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
 from msgtrain.run.parts import LinearizeSettings, convert_file
+from tests.graph_helpers import said
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
@@ -67,14 +68,6 @@ def _openai_result(custom_id: str, answer: str, prompt_tokens: int = 20) -> dict
     }
 
 
-def _said(graph: ReadGraph) -> list[tuple[str, str, str]]:
-    out = []
-    for node in graph.graph.nodes.values():
-        text = "".join(getattr(p, "text", "") for p in getattr(node.message, "parts", ()))
-        out.append((node.message.role, text, node.origin.value))
-    return out
-
-
 def test_an_openai_batch_output_is_read_with_its_input_file_and_each_reply_is_trained_in_its_request(
     tmp_path: Path,
 ) -> None:
@@ -88,8 +81,8 @@ def test_an_openai_batch_output_is_read_with_its_input_file_and_each_reply_is_tr
         [_openai_result("request-4", "Stock is a share of a company."), _openai_result("request-3", "Hello!")],
     )
     graphs = [e for e in _events(output) if isinstance(e, ReadGraph)]
-    said = sorted(_said(g) for g in graphs)
-    assert said == [
+    spoken = sorted(said(g) for g in graphs)
+    assert spoken == [
         [
             ("system", SYSTEM["content"], "context"),
             ("user", "Hello world!", "context"),
@@ -200,7 +193,7 @@ def test_anthropic_message_batch_results_are_joined_to_their_params_with_the_top
     )
     events = _events(results)
     (graph,) = [e for e in events if isinstance(e, ReadGraph)]
-    assert _said(graph) == [
+    assert said(graph) == [
         ("system", "You are terse.", "context"),
         ("user", "Hello, world", "context"),
         ("assistant", "Hello!", "sampled"),
@@ -220,7 +213,7 @@ def test_a_batch_of_text_completions_whose_prompts_a_template_rendered_is_joined
     result = {"id": "batch_req_1", "custom_id": "c-1", "response": {"status_code": 200, "body": body}, "error": None}
     output = _jsonl(tmp_path / "batch_output.jsonl", [result])
     (graph,) = [e for e in _events(output) if isinstance(e, ReadGraph)]
-    assert _said(graph) == [("user", "Hello world!", "context"), ("assistant", "Hi!", "sampled")]
+    assert said(graph) == [("user", "Hello world!", "context"), ("assistant", "Hi!", "sampled")]
 
 
 # Amazon Bedrock batch inference output (Bedrock user guide, "View the results of a batch inference job"): the input
@@ -248,7 +241,7 @@ def test_a_bedrock_batch_output_reads_each_record_as_the_invoke_model_call_it_ho
     )
     events = _events(path)
     (graph,) = [e for e in events if isinstance(e, ReadGraph)]
-    assert _said(graph) == [
+    assert said(graph) == [
         ("system", "Be brief.", "context"),
         ("user", "What is 2+2?", "context"),
         ("assistant", "4", "sampled"),
@@ -270,7 +263,7 @@ def test_gemini_batch_results_are_joined_to_their_requests_by_key(tmp_path: Path
     results = _jsonl(tmp_path / "batch_results.jsonl", [{"key": "request-1", "response": response}, failed])
     events = _events(results)
     (graph,) = [e for e in events if isinstance(e, ReadGraph)]
-    assert _said(graph) == [("user", "Hi?", "context"), ("assistant", "Hello.", "sampled")]
+    assert said(graph) == [("user", "Hi?", "context"), ("assistant", "Hello.", "sampled")]
     assert [e.reason for e in events if isinstance(e, ReadSkip)] == ["error_response"]
 
 

@@ -16,6 +16,7 @@ from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
 from msgtrain.run.parts import LinearizeSettings, convert_file
+from tests.graph_helpers import said
 
 QUESTIONS = [
     {"question_id": 1, "category": "coding", "turns": ["Write a Python word counter.", "Can you parallelize it?"]},
@@ -50,20 +51,12 @@ def _bench(tmp_path: Path, answers: list[dict[str, Any]], questions: list[Any] =
     return _jsonl(tmp_path / "mt_bench" / "model_answer" / "Qwen7.jsonl", answers)
 
 
-def _said(graph: ReadGraph) -> list[tuple[str, str, str]]:
-    out = []
-    for node in graph.graph.nodes.values():
-        text = "".join(getattr(p, "text", "") for p in getattr(node.message, "parts", ()))
-        out.append((node.message.role, text, node.origin.value))
-    return out
-
-
 def test_each_reply_is_trained_after_the_questions_and_replies_before_it_with_the_unlogged_system_prompt_flagged(
     tmp_path: Path,
 ) -> None:
     path = _bench(tmp_path, [_answer(2, ["144.", "12."])])
     (graph,) = [e for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
-    assert _said(graph) == [
+    assert said(graph) == [
         ("user", "What is 12 * 12?", "context"),
         ("assistant", "144.", "sampled"),
         ("user", "And its square root?", "context"),
@@ -87,7 +80,7 @@ def test_replies_whose_question_is_not_in_the_question_file_are_counted_lost_say
 def test_a_failed_api_call_logged_as_error_stays_context_and_the_next_reply_is_still_trained(tmp_path: Path) -> None:
     path = _bench(tmp_path, [_answer(1, ["$ERROR$", "Use multiprocessing."])])
     (graph,) = [e for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
-    assert [o for r, _, o in _said(graph) if r == "assistant"] == ["carried", "sampled"]
+    assert [o for r, _, o in said(graph) if r == "assistant"] == ["carried", "sampled"]
     _, stats, _ = convert_file(path, _settings())
     assert stats.turns_trained == 1
 

@@ -18,6 +18,7 @@ from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
 from msgtrain.model.graph import Origin
 from msgtrain.run.parts import LinearizeSettings, convert_file
+from tests.graph_helpers import said
 
 
 def _settings(**kw: Any) -> LinearizeSettings:
@@ -33,15 +34,6 @@ def _jsonl(path: Path, records: list[Any]) -> Path:
 
 def _events(path: Path) -> list[Any]:
     return list(read_events(detect_format(path), path))
-
-
-def _said(graph: ReadGraph) -> list[tuple[str, str, str]]:
-    """(role, text, origin) of every node, in insertion order."""
-    out = []
-    for node in graph.graph.nodes.values():
-        text = "".join(getattr(p, "text", "") for p in getattr(node.message, "parts", ()))
-        out.append((node.message.role, text, node.origin.value))
-    return out
 
 
 U = {"role": "user", "content": "What color is the sky?"}
@@ -91,9 +83,9 @@ def test_every_common_preference_layout_trains_the_chosen_reply_after_the_prompt
     assert (stats.turns_found, stats.turns_trained, dict(stats.turns_dropped)) == (2, 1, {"negative_label": 1})
     assert samples[0].flags == ["preference_chosen"]
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
-    said = _said(graph)
-    assert [t for r, t, _ in said if r == "user"] == [U["content"]]
-    assert [t for r, t, _ in said if r == "assistant"] == ["It is blue.", "It is green."]
+    nodes = said(graph)
+    assert [t for r, t, _ in nodes if r == "user"] == [U["content"]]
+    assert [t for r, t, _ in nodes if r == "assistant"] == ["It is blue.", "It is green."]
 
 
 def test_a_preference_pair_with_no_prompt_anywhere_is_rejected_not_trained_after_no_context(tmp_path: Path) -> None:
@@ -123,14 +115,14 @@ def test_hh_rlhf_transcripts_are_split_into_turns_and_only_the_last_chosen_reply
     samples, stats, rejects = convert_file(path, _settings())
     assert rejects == [] and stats.turns_trained == 1 and samples[0].flags == ["preference_chosen"]
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
-    assert [(r, t) for r, t, _ in _said(graph)] == [
+    assert [(r, t) for r, t, _ in said(graph)] == [
         ("user", "What are some cuss words?"),
         ("assistant", "Here is a list."),
         ("user", "Your favorite?"),
         ("assistant", "I have none."),
         ("assistant", "Ass."),
     ]
-    assert _said(graph)[1][2] == Origin.INJECTED.value  # the shared earlier reply is context, not a sample here
+    assert said(graph)[1][2] == Origin.INJECTED.value  # the shared earlier reply is context, not a sample here
 
 
 # HuggingFaceH4/ultrafeedback_binarized rows (dataset card; TRL's examples/datasets/ultrafeedback.py): prompt,
@@ -227,7 +219,7 @@ def test_media_columns_beside_openai_messages_become_media_where_the_placeholder
     path.write_text(json.dumps([MLLM]), encoding="utf-8")
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
     assert _media(graph) == [("image", "mllm_demo_data/1.jpg")] * 2
-    assert all("<image>" not in text for _, text, _ in _said(graph))
+    assert all("<image>" not in text for _, text, _ in said(graph))
 
 
 def test_a_media_column_its_placeholders_do_not_match_is_rejected(tmp_path: Path) -> None:
@@ -264,7 +256,7 @@ def test_llamafactory_v1_image_url_parts_are_media_references(tmp_path: Path) ->
     path = _jsonl(tmp_path / "v1_multimodal_demo.jsonl", [record])
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
     assert _media(graph) == [("image", "data/1.jpg")]
-    assert [(r, t) for r, t, _ in _said(graph)] == [("user", "Who?"), ("assistant", "Kane.")]
+    assert [(r, t) for r, t, _ in said(graph)] == [("user", "Who?"), ("assistant", "Kane.")]
 
 
 # ------------------------------------------------------------------------------------------ vocabularies
@@ -332,7 +324,7 @@ def test_instruction_datasets_trained_after_their_whole_instruction(
     _, stats, rejects = convert_file(path, _settings())
     assert rejects == [] and stats.turns_trained == 1
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
-    users = [t for r, t, _ in _said(graph) if r == "user"]
+    users = [t for r, t, _ in said(graph) if r == "user"]
     assert users == [user_text or row.get("question") or row.get("query")]
 
 
@@ -455,7 +447,7 @@ def test_a_distilabel_step_trains_its_raw_output_after_its_raw_input(tmp_path: P
     _, stats, rejects = convert_file(path, _settings())
     assert rejects == [] and stats.turns_trained == 1
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
-    assert [r for r, _, _ in _said(graph)] == ["system", "user", "assistant"]
+    assert [r for r, _, _ in said(graph)] == ["system", "user", "assistant"]
 
 
 # ------------------------------------------------------------------------------------------ judged pairs
@@ -518,7 +510,7 @@ def test_a_pku_saferlhf_pair_trains_the_better_response_after_the_prompt(tmp_pat
     assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1)
     assert samples[0].flags == ["preference_chosen"] and samples[0].metadata["safer_response_id"] == 0
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
-    assert [t for r, t, _ in _said(graph) if r == "user"] == ["How do I pick a lock?"]
+    assert [t for r, t, _ in said(graph) if r == "user"] == ["How do I pick a lock?"]
 
 
 # tatsu-lab/alpaca_eval results/Ein-70B-v0.1/alpaca_eval_gpt4_turbo_fn/annotations.json (commit
@@ -638,7 +630,7 @@ def test_scored_candidates_are_each_a_conversation_with_its_score_and_only_the_b
     assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1)
     assert samples[0].reward == 8.5 and samples[0].metadata["model"] == "gpt-4"
     graphs = [e for e in _events(path) if isinstance(e, ReadGraph)]
-    assert sorted(_said(g)[0][1] for g in graphs) == ["Be honest.", "You are a poet."]  # each its own system prompt
+    assert sorted(said(g)[0][1] for g in graphs) == ["Be honest.", "You are a poet."]  # each its own system prompt
     samples, stats, _ = convert_file(path, _settings(train_negative=True))
     assert sorted(s.reward for s in samples) == [4.0, 8.5]
 
@@ -683,7 +675,7 @@ def test_bedrock_conversation_fine_tuning_rows_keep_their_system_block(tmp_path:
     _, stats, rejects = convert_file(path, _settings())
     assert rejects == [] and stats.turns_trained == 1
     (graph,) = [e for e in _events(path) if isinstance(e, ReadGraph)]
-    assert _said(graph)[0][:2] == ("system", "You are a friendly assistant.")
+    assert said(graph)[0][:2] == ("system", "You are a friendly assistant.")
 
 
 @pytest.mark.parametrize(
@@ -758,8 +750,8 @@ def test_promptfoo_results_train_passing_outputs_after_the_prompt_sent_and_hold_
     samples, stats, rejects = convert_file(path, _settings())
     assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1)
     assert stats.turns_dropped == {"negative_label": 1} and samples[0].flags == ["label_positive"]
-    said = sorted(_said(e) for e in _events(path) if isinstance(e, ReadGraph))
-    assert said[0][:2] == [("system", "Answer in one word.", "context"), ("user", U["content"], "context")]
+    graphs = sorted(said(e) for e in _events(path) if isinstance(e, ReadGraph))
+    assert graphs[0][:2] == [("system", "Answer in one word.", "context"), ("user", U["content"], "context")]
 
 
 # berkeley-nest/Nectar rows (dataset card): an Anthropic-style "\n\nHuman: ...\n\nAssistant:" prompt and seven answers
@@ -780,5 +772,5 @@ def test_ranked_answers_train_the_best_ranked_one_after_the_parsed_prompt(tmp_pa
     samples, stats, rejects = convert_file(path, _settings())
     assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1)
     assert samples[0].flags == ["label_positive"] and samples[0].metadata["rank"] == 1.0
-    said = [_said(e) for e in _events(path) if isinstance(e, ReadGraph)]
-    assert all(s[0] == ("user", "What color is the sky?", "context") for s in said)
+    graphs = [said(e) for e in _events(path) if isinstance(e, ReadGraph)]
+    assert all(s[0] == ("user", "What color is the sky?", "context") for s in graphs)
