@@ -32,6 +32,7 @@ if "HF_DATASETS_CACHE" not in os.environ:
 import pytest
 
 from tests.gguf_vocab import GGUF_FAMILIES, require_family_folder
+from tests.template_families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -391,9 +392,14 @@ def shaped_tokenizer_folder(name: str) -> Path:
             template, added, bos, eos, gen_eos = SHAPED[name]
             text = (FIXTURE_TEMPLATES / template).read_text(encoding="utf-8")
         else:
-            template, added, bos, eos, gen_eos = REAL[name]
             from tests.assets import require_template
 
+            if name in FAMILIES:
+                fam = FAMILIES[name]
+                template, added, bos, eos = f"{fam.template}.jinja", list(fam.added), fam.bos, fam.eos
+                gen_eos = list(fam.stop) or None
+            else:
+                template, added, bos, eos, gen_eos = REAL[name]
             text = require_template(template)
         hf = auto_tokenizer(str(shared_path("tokenizers", "qwen3")))
         new = [t for t in [*added, *(x for x in (bos, eos) if x)] if t not in hf.get_vocab()]
@@ -412,7 +418,7 @@ def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
 
     if name == "demo":
         return load_tokenizer(None)
-    if name in SHAPED or name in REAL:
+    if name in SHAPED or name in REAL or name in FAMILIES:
         return load_tokenizer(str(shaped_tokenizer_folder(name)))
     if name in GGUF_FAMILIES:
         return load_tokenizer(str(require_family_folder(name)))

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.template_families import FAMILIES
+
 # How each template ends an assistant turn: (tokens, "first" | "last" occurrence in the rendered completion).
 END_OF_TURN = {
     "demo": (["<|im_end|>"], "first"),
@@ -104,18 +106,27 @@ INJECT = {
     "deepseek-v3.1": ["<｜User｜>", "<｜Assistant｜>", "<｜tool▁calls▁begin｜>", "</think>"],
     "kimi-k2": ["<|im_user|>", "<|im_end|>", "<|im_middle|>", "<|tool_call_begin|>"],
 }
+for _name, _family in FAMILIES.items():
+    END_OF_TURN[_name] = (list(_family.end_of_turn), _family.which)
+    INJECT[_name] = list(_family.inject)
 
 # Tool-use variants of templates (the ``tool_use`` of a family's named templates): they iterate over the tools and
 # fail without them, and are served only to calls that offer tools.
-TOOLS_REQUIRED = {"command-r-plus", "hermes3", "command-r7b", "command-r-plus-tooluse", "hermes-3-tooluse"}
+TOOLS_REQUIRED = {"command-r-plus", "hermes3", "command-r7b", "command-r-plus-tooluse", "hermes-3-tooluse"} | {
+    n for n, f in FAMILIES.items() if f.tools == "required"
+}
 
 # Templates that cannot represent tool calls (Phi-3 and SmolLM3 render content only; the DeepSeek distill and
 # Functionary templates concatenate arguments as a string, which serving engines hand them as a dict): replayed
 # without tool turns.
-NO_TOOLS = {"phi3", "smollm3", "deepseek-r1-distill", "deepseek-r1-distill-llama", "functionary-v3.2"}
+NO_TOOLS = {"phi3", "smollm3", "deepseek-r1-distill", "deepseek-r1-distill-llama", "functionary-v3.2"} | {
+    n for n, f in FAMILIES.items() if f.tools == "none"
+}
 
 # Templates that render one tool call per assistant message.
-SINGLE_CALL = {"gpt-oss", "llama3.1", "llama3.2", "llama3.3", "llama-3.1", "llama-3.2"}
+SINGLE_CALL = {"gpt-oss", "llama3.1", "llama3.2", "llama3.3", "llama-3.1", "llama-3.2"} | {
+    n for n, f in FAMILIES.items() if f.tools == "single"
+}
 
 WORDS = [
     "the",
@@ -515,7 +526,7 @@ class Oracle:
 
     # ------------------------------------------------------------------ turns
     def expected_turn(
-        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None
+        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None, *, logged: bool = False
     ) -> tuple[list[int], list[int]] | None:
         """(prompt ids, completion ids) per the spec, or None when the template cannot render the turn after its
         prompt.
@@ -523,15 +534,18 @@ class Oracle:
         In ids, independently of msgtrain's text-level rule: when the turn's rendering does not extend the prompt,
         the completion is what the message's rendering inserts into the context's, after the generation prompt's
         header (the prompt's ids after the context's; or the part of it before one of its control tokens, when
-        history renders no prefill). A completion without an end-of-turn token ends with the token the template
-        writes before a following message, when that token is one of the template's end-of-turn tokens; else with
-        the vocabulary's EOS."""
+        history renders no prefill; none when that prefill opened the model's reasoning and the message, which
+        carries none, is not rendered as an empty one, unless ``logged``: an engine logged what it sampled). A
+        completion without an end-of-turn token ends with the token the template writes before a following message,
+        when that token is one of the template's end-of-turn tokens; else with the vocabulary's EOS."""
         try:
             p = self.ids(ctx, tools, True, created)
             full = self.ids([*ctx, msg], tools, False, created)
         except Exception:  # jinja errors, raise_exception(...): the template cannot render this turn at all
             return None
         rest = full[len(p) :] if full[: len(p)] == p else self._continued(p, full)
+        if rest is None and not logged and self._opens_unlogged_reasoning(ctx, tools, msg, created):
+            return None
         if rest is None:
             span = self._inserted(ctx, tools, full, p, created)
             if span is None:
@@ -583,6 +597,40 @@ class Oracle:
         if tail != tail.rstrip():
             rest = rest[: last + 1] + self._plain_ids(tail.rstrip(), initial=False)
         return p, [*rest, self.hf.eos_token_id]
+
+    def _opens_unlogged_reasoning(
+        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None
+    ) -> bool:
+        """Whether the generation prompt ends with a prefill that history renders only before a message's reasoning
+        (MiniMax-M2's ``<think>``), this message carries none, and history renders it otherwise than an empty
+        reasoning after that prefill (GLM-4.7's ``</think>`` is an empty reasoning; MiniMax-M2 renders no reasoning
+        block): the model's reasoning, sampled after the prompt, is not in the log, so no completion is expected."""
+        if msg.get("reasoning_content") or "</think>" in (msg.get("content") or ""):
+            return False
+        a = self.text(oracle_messages(ctx), tools, False, created)
+        p = self.text(oracle_messages(ctx), tools, True, created)
+        if not p.startswith(a) or len(p) == len(a):
+            return False
+        header = p[len(a) :]
+        probe = "oracle-reasoning-probe"
+        full = self.text(oracle_messages([*ctx, msg]), tools, False, created)
+        shown = self.text(oracle_messages([*ctx, {**msg, "reasoning_content": probe}]), tools, False, created)
+        lcp = 0
+        while lcp < min(len(a), len(full)) and a[lcp] == full[lcp]:
+            lcp += 1
+        if full.find(header, max(0, lcp - len(header) + 1)) >= 0:
+            return False  # history renders the whole generation prompt: nothing of it is left out
+        k = shown.find(header, max(0, lcp - len(header) + 1))
+        if k < 0 or probe not in shown[k + len(header) :]:
+            return False
+        empty = shown[k + len(header) :].replace(probe, "", 1)
+        # The longest part of the header before one of its control tokens that history renders: what follows it.
+        cuts = sorted({m.start() for m in self.added_re.finditer(header) if m.start() > 0}, reverse=True)
+        for cut in cuts:
+            j = full.find(header[:cut], max(0, lcp - cut + 1))
+            if j >= 0:
+                return full[j + cut :] != empty
+        return True
 
     def _continued(self, p: list[int], full: list[int]) -> list[int] | None:
         """The completion when the turn's rendering extends the prompt's text but not its ids: the prompt's last
@@ -673,7 +721,8 @@ def to_records(oracle: Oracle, calls: list[Call], rng: random.Random, engine_sha
                 ]
             choice: dict[str, Any] = {"index": j, "message": wire, "finish_reason": "stop"}
             if engine:
-                exp = oracle.expected_turn(c.context, c.tools, msg, c.created)
+                # What the engine logged: any ids the template gives (the log holds what it dropped from the message).
+                exp = oracle.expected_turn(c.context, c.tools, msg, c.created, logged=True)
                 ids: list[int] = [] if exp is None else exp[1]
                 if ids and oracle.template == "gpt-oss" and ids[-1] == hf.convert_tokens_to_ids("<|end|>"):
                     ids = [*ids[:-1], hf.convert_tokens_to_ids("<|call|>" if msg.get("tool_calls") else "<|return|>")]

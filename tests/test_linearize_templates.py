@@ -84,6 +84,38 @@ def test_the_completion_span_rule_names_why_a_turn_cannot_be_recovered() -> None
     assert completion_span("abY<h>", "ab<h>msg<e>Y", lambda: "abY") == (len("ab<h>"), len("ab<h>msg<e>"))
 
 
+@pytest.mark.parametrize(
+    ("shape", "turn", "shown", "recovered"),
+    [
+        # MiniMax-M2 (llama.cpp models/templates/MiniMax-M2.jinja): the prompt opens <think>, a message without
+        # reasoning renders no reasoning block at all.
+        ("no reasoning block for a message without one", "c<a>\nhi<e>", "c<a>\n<t>\nPROBE\n</t>\n\nhi<e>", None),
+        # GLM-4.7 (GLM-4.7-Flash.jinja): a message without reasoning renders an empty one, "</t>" then the text.
+        ("an empty reasoning block", "c<a></t>hi<e>", "c<a><t>PROBE</t>hi<e>", "</t>hi<e>"),
+    ],
+)
+def test_a_prefill_that_opens_reasoning_the_message_lacks_is_refused_as_reasoning_not_logged(
+    shape: str, turn: str, shown: str, recovered: str | None
+) -> None:
+    """The generation prompt ends with a prefill that history writes only before a message's reasoning: the model
+    sampled its reasoning there. A message without it is recovered only when history renders it as an empty
+    reasoning; otherwise what the model sampled first is not in the log."""
+    from msgtrain.linearize.completion import REASONING_PROBE, ReasoningNotLogged
+
+    prompt = "c<a>\n<t>\n" if "\n" in turn else "c<a><t>"
+    shown = shown.replace("PROBE", REASONING_PROBE)
+    span = lambda: completion_span(  # noqa: E731
+        prompt, turn, lambda: "c", lambda text: [m.start() for m in re.finditer("<", text)], None, lambda: shown
+    )
+    if recovered is None:
+        with pytest.raises(ReasoningNotLogged, match="opens the model's reasoning"):
+            span()
+    else:
+        start, end = span()
+        assert turn[start:end] == recovered, shape
+    assert completion_span(prompt, turn, lambda: "c", lambda text: [m.start() for m in re.finditer("<", text)])
+
+
 RAISES_ON_CONTROL_TEXT = (
     "{% for m in messages %}{% if '<|im_start|>' in (m.content or '') %}"
     "{{ raise_exception('control text in content') }}{% endif %}"
@@ -205,6 +237,55 @@ def _chatml_render(call_end: str, turn_end: str, after_calls: str, result_header
 def test_the_stop_token_after_tool_calls_is_found_from_the_template(shape: str, render: Any, stops: set[str]) -> None:
     added = re.compile(r"<[a-z_]+>")
     assert template_stop_texts(render, added) - {"<user>"} == stops, shape
+
+
+def _sectioned_render(text_end: str, turn_end: str, final: str = "") -> Any:
+    """Assistant text closed by ``text_end`` then ``turn_end`` (Command A: ``<|END_TEXT|><|END_OF_TURN_TOKEN|>``;
+    Kimi K3: ``<|close|>response<|sep|>`` then ``<|close|>message<|sep|><|end_of_msg|>``), the conversation by
+    ``final`` (Phi-3 writes EOS once, after the last message)."""
+
+    def render(messages: list[dict[str, Any]], tools: Any) -> str:
+        out = ""
+        for m in messages:
+            if m["role"] == "assistant":
+                out += f"<open>assistant<sep>{m['content']}{text_end}{turn_end}"
+            else:
+                out += f"<open>{m['role']}<sep>{m['content']}<close>message<sep><eom>"
+        return out + final
+
+    return render
+
+
+@pytest.mark.parametrize(
+    ("shape", "text_end", "turn_end", "declared", "stops"),
+    [
+        ("a section's end token before the declared end (Command A)", "<end_text>", "<eot>", ["<eot>"], set()),
+        ("the turn's end, then EOS after the conversation (Phi-3)", "<end>", "\n", ["<eos>"], {"<end>"}),
+        (
+            "a section closed with text, then the declared end (Kimi K3)",
+            "<close>response<sep>",
+            "<close>message<sep><eom>",
+            ["<eom>"],
+            {"<eom>"},
+        ),
+        (
+            "a section closed with text, nothing declared",
+            "<close>response<sep>",
+            "<close>message<sep><eom>",
+            [],
+            {"<eom>"},
+        ),
+        ("the turn's own end token (Qwen)", "<eot>", "", ["<eos>"], {"<eot>"}),
+    ],
+)
+def test_a_token_that_closes_a_section_of_the_message_does_not_stop_the_turn(
+    shape: str, text_end: str, turn_end: str, declared: list[str], stops: set[str]
+) -> None:
+    """The model samples through a token that closes part of its message to the token that ends the turn: only
+    that one stops generation, so a completion is not cut at the first."""
+    added = re.compile(r"<[a-z_]+>")
+    render = _sectioned_render(text_end, turn_end, "<eos>" if "<eos>" in declared else "")
+    assert template_stop_texts(render, added, declared) == stops, shape
 
 
 # In the shape of Apertus (llama.cpp models/templates/Apertus-8B-Instruct.jinja): tool results are written into the

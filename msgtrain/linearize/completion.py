@@ -9,7 +9,9 @@ The rule (stated in README "What token-exact means"): let ``P`` be the context r
   generation prompt's *header* ``G`` is ``P`` after ``A`` (``P`` must extend ``A``); the message's rendering is what
   ``B`` inserts into ``A``; the completion is that insertion after ``G``'s first occurrence reaching past what
   ``A`` and ``B`` share. When history renders no such header, the header is the generation prompt up to one of its
-  control tokens (longest first: what follows is a prefill, e.g. an empty thinking block); when history renders
+  control tokens (longest first: what follows is a prefill, e.g. an empty thinking block), unless history renders
+  that prefill before a message's reasoning and this message has none (the prefill opened the model's reasoning,
+  which the log lost: not recoverable); when history renders
   none of it after the context but the context holds it (a turn still open: tool results written into the model's
   turn, Apertus), the header is empty. When ``B`` is exactly ``A`` with one insertion there, the insertion ends
   where ``A`` resumes; otherwise it ends where ``A`` and ``B`` share their tail again.
@@ -42,6 +44,11 @@ class NotRecoverable(Exception):
     """The template does not render the sampled message after its generation prompt in any recoverable way."""
 
 
+class ReasoningNotLogged(NotRecoverable):
+    """The generation prompt opened the model's reasoning and the logged message carries none: the log lost part of
+    what the model sampled."""
+
+
 def _common_suffix_len(a: str, b: str) -> int:
     return common_prefix_len(a[::-1], b[::-1])
 
@@ -65,19 +72,27 @@ def _outside_controls(texts: Iterable[str], pos: int, controls: re.Pattern[str] 
     return pos
 
 
+# The reasoning a message is rendered with to see whether the generation prompt opens the model's reasoning.
+REASONING_PROBE = "msgtrain-reasoning-probe"
+
+
 def completion_span(
     prompt: str,
     turn: str,
     context: Callable[[], str],
     control_starts: Callable[[str], Iterable[int]] | None = None,
     controls: re.Pattern[str] | None = None,
+    with_reasoning: Callable[[], str] | None = None,
 ) -> tuple[int, int]:
     """``(start, end)`` of the sampled completion's text in ``turn`` (the rule in the module docstring).
 
     ``prompt`` is the context rendered with the generation prompt, ``turn`` the context plus the message rendered
     without it, ``context`` renders the context alone (only called when ``turn`` does not start with ``prompt``),
     ``control_starts`` gives the offsets in a text where a control token starts, ``controls`` matches control
-    tokens' text: what two renderings share is counted in whole control tokens.
+    tokens' text: what two renderings share is counted in whole control tokens. ``with_reasoning`` renders the
+    context and the message with :data:`REASONING_PROBE` as its reasoning (None when the message carries reasoning):
+    a generation prompt whose prefill history renders only before a message's reasoning (MiniMax-M2's ``<think>``)
+    opened the model's reasoning, which a message without it lost, so the turn is not recoverable.
     Raises :class:`NotRecoverable` with the reason when no rule applies.
     """
     if turn.startswith(prompt):
@@ -111,9 +126,30 @@ def completion_span(
     start = i + len(header)
     inserted = len(turn) - len(ctx)
     if i <= lcp and inserted >= len(header) and turn[i + inserted :] == ctx[i:]:
-        return start, i + inserted
-    end = len(turn) - _common_suffix_len(ctx[lcp:], turn[start:])
-    return start, _outside_controls((turn,), end, controls, forward=True) if end > start else end
+        end = i + inserted
+    else:
+        end = len(turn) - _common_suffix_len(ctx[lcp:], turn[start:])
+        end = _outside_controls((turn,), end, controls, forward=True) if end > start else end
+    if header != full_header and header and with_reasoning is not None:
+        _check_prefill(full_header, len(header), turn[start:end], with_reasoning(), lcp)
+    return start, end
+
+
+def _check_prefill(full_header: str, cut: int, completion: str, shown: str, lcp: int) -> None:
+    """Raise :class:`NotRecoverable` when the generation prompt's prefill (``full_header`` after ``cut``) opens the
+    model's reasoning (``shown``, the message rendered with :data:`REASONING_PROBE` as its reasoning, has it before
+    the probe) and ``completion`` is not what history renders after it for an empty reasoning (GLM-4.7's
+    ``</think>`` is; MiniMax-M2, which renders no reasoning block at all for a message without one, is not): the
+    reasoning the model sampled there is not in the log."""
+    k = shown.find(full_header, max(0, lcp - len(full_header) + 1))
+    if k < 0 or REASONING_PROBE not in shown[k + len(full_header) :]:
+        return
+    if shown[k + len(full_header) :].replace(REASONING_PROBE, "", 1).startswith(completion):
+        return
+    raise ReasoningNotLogged(
+        f"the generation prompt opens the model's reasoning ({full_header[cut:]!r}), which this message does not "
+        "carry (the log dropped it): what the model sampled there is unknown"
+    )
 
 
 # The content of :func:`follower` messages: found in a rendering, it marks where the follower's text begins.
@@ -164,6 +200,13 @@ def follower(message: dict[str, Any]) -> list[dict[str, Any]]:
             {"role": "tool", "tool_call_id": c.get("id") or "", "name": fn.get("name") or "", "content": FOLLOWER_TEXT}
         )
     return out
+
+
+def carries_reasoning(message: dict[str, Any]) -> bool:
+    """Whether a message holds the model's reasoning: a reasoning field or reasoning inline in its content."""
+    content = message.get("content")
+    inline = isinstance(content, str) and _THINK_END in content
+    return bool(message.get("reasoning_content") or message.get("thinking") or inline)
 
 
 def _visible_texts(content: Any) -> list[str]:

@@ -38,7 +38,10 @@ from msgtrain.linearize.budget import (
     GraphBudget,
 )
 from msgtrain.linearize.completion import (
+    REASONING_PROBE,
     NotRecoverable,
+    ReasoningNotLogged,
+    carries_reasoning,
     completion_span,
     dropped_by_template,
     follower,
@@ -79,6 +82,9 @@ class DropReason(StrEnum):
     NO_TRAINABLE_TOKENS = "no_trainable_tokens"
     RENDER_ERROR = "render_error"
     COMPLETION_NOT_RENDERABLE = "completion_not_renderable"
+    # The generation prompt opened the model's reasoning (a ``<think>`` prefill) and the message carries none: the
+    # log dropped what the model sampled first.
+    REASONING_NOT_LOGGED = "reasoning_not_logged"
     NEGATIVE_LABEL = "negative_label"
     # A reply the log holds (origin ``carried``) in a context it does not hold whole: a record before it was
     # rejected or unknown, so no sample can be exact. Counted so the books show every reply, never trained.
@@ -425,6 +431,17 @@ class _GraphLinearizer:
         """(completion ids, prompt text + completion text, the joint encoding when there is one) of a turn without
         logged ids: the rule of :mod:`msgtrain.linearize.completion`."""
         text = self.r.render(t.path, t.env, add_generation_prompt=False, marked=marked, created=created)
+        message = self.r.message_dict(t.node)
+        with_reasoning = None
+        if not carries_reasoning(message):
+            probed = {**message, "reasoning_content": REASONING_PROBE, "thinking": REASONING_PROBE}
+
+            def with_reasoning() -> str:
+                try:
+                    return self.r.render_followed(t.context, [probed], t.env, marked=marked, created=created)
+                except MsgtrainError:  # a template that cannot render the probe: nothing learned from it
+                    return ""
+
         try:
             start, end = completion_span(
                 prompt_text,
@@ -432,7 +449,10 @@ class _GraphLinearizer:
                 lambda: self.r.render(t.context, t.env, add_generation_prompt=False, marked=marked, created=created),
                 self.tok.control_starts,
                 self.tok.added_pattern,
+                with_reasoning,
             )
+        except ReasoningNotLogged as e:
+            raise _Drop(DropReason.REASONING_NOT_LOGGED, str(e)) from None
         except NotRecoverable as e:
             raise _Drop(DropReason.COMPLETION_NOT_RENDERABLE, str(e)) from None
         full_enc = None
@@ -465,7 +485,6 @@ class _GraphLinearizer:
                 with_stop = self._encode_after(prompt_text, core + stop, marked)
                 if with_stop.shape[0] and self._is_stop(with_stop[-1:]).all():
                     completion, comp_text = with_stop, core + stop
-        message = self.r.message_dict(t.node)
         flags.extend(dropped_by_template(message, unmark(comp_text)[0]))
         return completion, prompt_text + comp_text, full_enc
 

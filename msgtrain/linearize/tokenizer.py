@@ -341,8 +341,9 @@ class TokenizerBundle:
                 ids.update(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
             except (ValueError, OSError):
                 pass
+        declared = [str(t) for t in self.hf.convert_ids_to_tokens(sorted(ids)) if t in self.hf.added_tokens_encoder]
         texts = template_stop_texts(
-            lambda msgs, tools: self.render(msgs, tools=tools, add_generation_prompt=False), self._added_re
+            lambda msgs, tools: self.render(msgs, tools=tools, add_generation_prompt=False), self._added_re, declared
         )
         ids.update(int(self.hf.added_tokens_encoder[t]) for t in texts)
         return ids
@@ -937,30 +938,51 @@ _PROBE_TOOLS = [
 ]
 
 
-def template_stop_texts(render: Any, added: re.Pattern[str]) -> set[str]:
+def template_stop_texts(render: Any, added: re.Pattern[str], declared: Iterable[str] = ()) -> set[str]:
     """The added tokens a template writes right after an assistant message (found by rendering probe conversations
-    with ``render(messages, tools) -> str``; renderings that fail are skipped).
+    with ``render(messages, tools) -> str``; renderings that fail are skipped). ``declared`` are the texts of the
+    stop tokens the folder declares (EOS, ``generation_config.json``'s ``eos_token_id``).
 
-    - after a text message's content, alone or followed by a user turn (Qwen's ``<|im_end|>``; GLM's ``<|user|>``,
-      the next role's header, where turns have no end token of their own);
+    - after a text message's content (Qwen's ``<|im_end|>``), unless the message's rendering goes on after that
+      token: to a declared stop with only control tokens between (Command A's ``<|END_TEXT|>`` before
+      ``<|END_OF_TURN_TOKEN|>``: the model sampled both), or with more text (Kimi K3's ``<|close|>response<|sep|>``
+      closes a section, not the turn), where the turn ends at the control token that ends the message's rendering;
+    - where text turns have no end token of their own: the token right after the content once a user turn follows
+      (GLM's ``<|user|>``, the next role's header);
     - after a message's tool calls: the last added token of the message's rendering after its last call, unless
       the template writes it after every call (Qwen's ``</tool_call>``): Gemma 4's ``<|tool_response>``, Llama
       3.1's ``<|eom_id|>``. Where text turns have no end token of their own, the token the template writes right
       after the calls once a tool result follows (GLM's ``<|observation|>``)."""
     user = {"role": "user", "content": "q"}
+    declared = set(declared)
+    probe = {"role": "assistant", "content": _PROBE}
     out: set[str] = set()
+    alone = _first_rendering(render, [user, probe])
+    followed = _first_rendering(render, [user, probe, {"role": "user", "content": "r"}])
     own = False  # whether text turns end with a token of their own (not only the next role's header)
-    for follow in ([], [{"role": "user", "content": "r"}]):
-        text = _first_rendering(render, [user, {"role": "assistant", "content": _PROBE}, *follow])
-        if text is None:  # a template that cannot render the probe: nothing learned from it
+    for text in (alone, followed):
+        if text is None or own:  # a template that cannot render the probe: nothing learned from it
             continue
         pos = text.find(_PROBE)
-        if pos < 0:
+        m = added.search(text, pos + len(_PROBE)) if pos >= 0 else None
+        if m is None or text[pos + len(_PROBE) : m.start()].strip() != "":
             continue
-        m = added.search(text, pos + len(_PROBE))
-        if m is not None and text[pos + len(_PROBE) : m.start()].strip() == "":
+        if text is followed:
             out.add(m.group(0))
-            own = own or not follow
+            continue
+        own = True
+        if followed is not None and followed.startswith(text[: m.end()]):
+            # Between turns, the template writes a declared stop after it with only control tokens between:
+            # this token closes a section, the turn ends at the declared one.
+            between = followed[m.end() :]
+            after = next((t for t in added.finditer(between) if t.group(0) in declared), None)
+            if after is not None and added.sub("", between[: after.start()]).strip() == "":
+                continue
+        rest = list(added.finditer(text, m.end()))
+        if added.sub("", text[m.end() :]).strip() and rest and text[rest[-1].end() :].strip() == "":
+            out.add(rest[-1].group(0))  # the message's rendering goes on with text: it ends at its last token
+            continue
+        out.add(m.group(0))
     out.update(_call_stop_texts(render, added, user, follow_result=not own))
     return out
 

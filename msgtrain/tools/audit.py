@@ -192,7 +192,9 @@ class TemplateAuditor:
         self.reads_reasoning = bool(REASONING_FIELDS.search(template))
         # What the linearizer ends a completion on, with this audit's template kwargs (the bundle probed without).
         probed = template_stop_texts(
-            lambda msgs, tools: self.render(msgs, tools or (), prompt=False).text, bundle.added_pattern
+            lambda msgs, tools: self.render(msgs, tools or (), prompt=False).text,
+            bundle.added_pattern,
+            [str(tok.convert_ids_to_tokens(i)) for i in self.stops],
         )
         self.stop_ids = {*bundle.stop_ids, *self.stops, *(int(tok.convert_tokens_to_ids(t)) for t in probed)}
         self.stop_pattern = stop_pattern(tok.decode([i]) for i in self.stop_ids if i in self.added)
