@@ -547,7 +547,7 @@ class Oracle:
         if rest is None and not logged and self._opens_unlogged_reasoning(ctx, tools, msg, created):
             return None
         if rest is None:
-            span = self._inserted(ctx, tools, full, p, created)
+            span = self._inserted(ctx, tools, msg, full, p, created)
             if span is None:
                 return None
             rest = full[span[0] : span[1]]
@@ -620,17 +620,21 @@ class Oracle:
             lcp += 1
         if full.find(header, max(0, lcp - len(header) + 1)) >= 0:
             return False  # history renders the whole generation prompt: nothing of it is left out
-        k = shown.find(header, max(0, lcp - len(header) + 1))
-        if k < 0 or probe not in shown[k + len(header) :]:
-            return False
-        empty = shown[k + len(header) :].replace(probe, "", 1)
-        # The longest part of the header before one of its control tokens that history renders: what follows it.
-        cuts = sorted({m.start() for m in self.added_re.finditer(header) if m.start() > 0}, reverse=True)
-        for cut in cuts:
+        # The longest part of the header before or after one of its control tokens that history renders.
+        cuts: set[int] = set()
+        for m in self.added_re.finditer(header):
+            after = header[m.end() :]
+            cuts.update({m.start(), m.end(), m.end() + len(after) - len(after.lstrip())})
+        for cut in sorted((k for k in cuts if 0 < k < len(header)), reverse=True):
             j = full.find(header[:cut], max(0, lcp - cut + 1))
-            if j >= 0:
-                return full[j + cut :] != empty
-        return True
+            if j < 0:
+                continue
+            k = shown.find(header[:cut], max(0, lcp - cut + 1))
+            q = shown.find(probe, k + cut) if k >= 0 else -1
+            if q < 0 or not header[cut:].endswith(shown[k + cut : q]):
+                return False  # the prefill goes on past the reasoning's place: it decided the reasoning
+            return full[j + cut :] != shown[q:].replace(probe, "", 1)
+        return False
 
     def _continued(self, p: list[int], full: list[int]) -> list[int] | None:
         """The completion when the turn's rendering extends the prompt's text but not its ids: the prompt's last
@@ -650,18 +654,37 @@ class Oracle:
             return None
         return self._plain_ids(stretch[len(head) :], initial=False) + full[m:]
 
+    def _header_cuts(self, header: list[int]) -> set[int]:
+        """Where the generation prompt's header may end before a prefill: before or after one of its added tokens
+        (and the whitespace after it)."""
+        added_ids = set(self.added.values())
+        cuts = set()
+        for k, t in enumerate(header):
+            if t in added_ids:
+                end = k + 1
+                while end < len(header) and not self.hf.decode(header[end : end + 1]).strip():
+                    end += 1
+                cuts.update({k, k + 1, end})
+        return {k for k in cuts if 0 < k < len(header)}
+
     def _inserted(
-        self, ctx: list[dict[str, Any]], tools: Any, full: list[int], p: list[int], created: int | None
+        self,
+        ctx: list[dict[str, Any]],
+        tools: Any,
+        msg: dict[str, Any],
+        full: list[int],
+        p: list[int],
+        created: int | None,
     ) -> tuple[int, int] | None:
         a = self.ids(ctx, tools, False, created)
         if p[: len(a)] != a:
-            return None
+            # The context's last token merges with the header's first (">" + "\n\n"): located in text instead.
+            return self._inserted_text(ctx, tools, msg, full, created)
         header = p[len(a) :]
         lcp = 0
         while lcp < min(len(a), len(full)) and a[lcp] == full[lcp]:
             lcp += 1
-        added_ids = set(self.added.values())
-        cuts = sorted({k for k, t in enumerate(header) if t in added_ids and k > 0}, reverse=True)
+        cuts = sorted(self._header_cuts(header), reverse=True)
         for h in [header, *(header[:k] for k in cuts), []]:
             if not h:
                 i = lcp
@@ -675,11 +698,66 @@ class Oracle:
             start = i + len(h)
             grown = len(full) - len(a)
             if i <= lcp and grown >= len(h) and full[i + grown :] == a[i:]:
-                return start, i + grown
-            tail = 0
-            while tail < min(len(a) - lcp, len(full) - start) and a[-1 - tail] == full[-1 - tail]:
-                tail += 1
-            return start, len(full) - tail
+                end = i + grown
+            else:
+                tail = 0
+                while tail < min(len(a) - lcp, len(full) - start) and a[-1 - tail] == full[-1 - tail]:
+                    tail += 1
+                end = len(full) - tail
+            return self._past_closing(header[len(h) :], full, start, end), end
+        return None
+
+    def _past_closing(self, prefill: list[int], full: list[int], start: int, end: int) -> int:
+        """``start`` moved past the prefill's closing part when the message's rendering starts with it (DeepSeek
+        V3.2 prompts ``<think></think>``, renders ``</think>`` + content): from one of its added tokens on."""
+        added_ids = set(self.added.values())
+        for c, t in enumerate(prefill):
+            tail = prefill[c:]
+            if t in added_ids and full[start : start + len(tail)] == tail and start + len(tail) <= end:
+                return start + len(tail)
+        return start
+
+    def _inserted_text(
+        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], full: list[int], created: int | None
+    ) -> tuple[int, int] | None:
+        """``_inserted`` located in the renderings' text, mapped onto ``full``'s ids where a token boundary falls
+        at the same place (None where none does)."""
+        a = self.text(oracle_messages(ctx), tools, False, created)
+        p = self.text(oracle_messages(ctx), tools, True, created)
+        f = self.text(oracle_messages([*ctx, msg]), tools, False, created)
+        if not p.startswith(a) or len(p) == len(a):
+            return None
+        header = p[len(a) :]
+        lcp = 0
+        while lcp < min(len(a), len(f)) and a[lcp] == f[lcp]:
+            lcp += 1
+        cuts: set[int] = set()
+        for m in self.added_re.finditer(header):
+            after = header[m.end() :]
+            cuts.update({m.start(), m.end(), m.end() + len(after) - len(after.lstrip())})
+        for cut in [len(header), *sorted((k for k in cuts if 0 < k < len(header)), reverse=True)]:
+            i = f.find(header[:cut], max(0, lcp - cut + 1))
+            if i < 0:
+                continue
+            start = i + cut
+            grown = len(f) - len(a)
+            if i <= lcp and grown >= cut and f[i + grown :] == a[i:]:
+                end = i + grown
+            else:
+                tail = 0
+                while tail < min(len(a) - lcp, len(f) - start) and a[-1 - tail] == f[-1 - tail]:
+                    tail += 1
+                end = len(f) - tail
+            prefill = header[cut:]
+            for m in self.added_re.finditer(prefill):
+                if f.startswith(prefill[m.start() :], start) and start + len(prefill) - m.start() <= end:
+                    start += len(prefill) - m.start()
+                    break
+            # Token boundaries of ``full``: the lengths of its decoded prefixes (its text is ``f``).
+            bounds = {len(self.hf.decode(full[:k])): k for k in range(len(full) + 1)}
+            if start in bounds and end in bounds:
+                return bounds[start], bounds[end]
+            return None
         return None
 
 

@@ -116,6 +116,15 @@ def test_a_prefill_that_opens_reasoning_the_message_lacks_is_refused_as_reasonin
     assert completion_span(prompt, turn, lambda: "c", lambda text: [m.start() for m in re.finditer("<", text)])
 
 
+def test_a_message_whose_rendering_starts_with_the_prefills_closing_part_starts_after_it() -> None:
+    """DeepSeek V3.2 (llama.cpp models/templates/deepseek-ai-DeepSeek-V3.2.jinja) prompts ``<think></think>`` and
+    renders a message without reasoning as ``</think>`` + content: the prompt holds that ``</think>`` already."""
+    starts = lambda text: [m.start() for m in re.finditer("<", text)]  # noqa: E731
+    prompt, turn = "c<a><t></t>", "c<a></t>hi<e>"
+    start, end = completion_span(prompt, turn, lambda: "c", starts)
+    assert turn[start:end] == "hi<e>"
+
+
 RAISES_ON_CONTROL_TEXT = (
     "{% for m in messages %}{% if '<|im_start|>' in (m.content or '') %}"
     "{{ raise_exception('control text in content') }}{% endif %}"

@@ -11,7 +11,8 @@ The rule (stated in README "What token-exact means"): let ``P`` be the context r
   ``A`` and ``B`` share. When history renders no such header, the header is the generation prompt up to one of its
   control tokens (longest first: what follows is a prefill, e.g. an empty thinking block), unless history renders
   that prefill before a message's reasoning and this message has none (the prefill opened the model's reasoning,
-  which the log lost: not recoverable); when history renders
+  which the log lost: not recoverable), and history's rendering of the message may start with the prefill's
+  closing part (DeepSeek V3.2's ``</think>``), which the prompt already holds; when history renders
   none of it after the context but the context holds it (a turn still open: tool results written into the model's
   turn, Apertus), the header is empty. When ``B`` is exactly ``A`` with one insertion there, the insertion ends
   where ``A`` resumes; otherwise it ends where ``A`` and ``B`` share their tail again.
@@ -108,9 +109,10 @@ def completion_span(
     i, header = lcp, ""
     if full_header:
         # The whole generation prompt first, then shorter headers: a generation prompt can end with a prefill that
-        # history does not render (Gemma 4's empty thought channel), so its header is its part before a control
-        # token (never nothing: a header none of which history renders is no header).
-        cuts = sorted({k for k in (control_starts(full_header) if control_starts else ()) if k > 0}, reverse=True)
+        # history does not render (Gemma 4's empty thought channel; Apriel 1.6's plain "Here are my reasoning
+        # steps:"), so its header is its part before or after a control token (never nothing: a header none of
+        # which history renders is no header).
+        cuts = sorted(_header_cuts(full_header, control_starts, controls), reverse=True)
         for header in [full_header, *(full_header[:k] for k in cuts)]:
             i = turn.find(header, max(0, lcp - len(header) + 1))
             if i >= 0:
@@ -130,25 +132,48 @@ def completion_span(
     else:
         end = len(turn) - _common_suffix_len(ctx[lcp:], turn[start:])
         end = _outside_controls((turn,), end, controls, forward=True) if end > start else end
-    if header != full_header and header and with_reasoning is not None:
-        _check_prefill(full_header, len(header), turn[start:end], with_reasoning(), lcp)
+    if header != full_header and header:
+        # History may render the prefill's closing part as the message's start (DeepSeek V3.2 prompts
+        # "<think></think>" and renders "</think>" + content): the prompt holds it already, the model sampled what
+        # follows. Counted in whole control tokens, longest first.
+        prefill = full_header[len(header) :]
+        for c in sorted(k for k in (control_starts(prefill) if control_starts else ()) if k < len(prefill)):
+            if turn.startswith(prefill[c:], start) and start + len(prefill) - c <= end:
+                start += len(prefill) - c
+                break
+        if with_reasoning is not None:
+            _check_prefill(prefill, header, turn[start:end], with_reasoning(), lcp)
     return start, end
 
 
-def _check_prefill(full_header: str, cut: int, completion: str, shown: str, lcp: int) -> None:
-    """Raise :class:`NotRecoverable` when the generation prompt's prefill (``full_header`` after ``cut``) opens the
-    model's reasoning (``shown``, the message rendered with :data:`REASONING_PROBE` as its reasoning, has it before
-    the probe) and ``completion`` is not what history renders after it for an empty reasoning (GLM-4.7's
-    ``</think>`` is; MiniMax-M2, which renders no reasoning block at all for a message without one, is not): the
-    reasoning the model sampled there is not in the log."""
-    k = shown.find(full_header, max(0, lcp - len(full_header) + 1))
-    if k < 0 or REASONING_PROBE not in shown[k + len(full_header) :]:
+def _header_cuts(
+    header: str, control_starts: Callable[[str], Iterable[int]] | None, controls: re.Pattern[str] | None
+) -> set[int]:
+    """Where a generation prompt's header may end before its prefill: before a control token, or after one (with
+    the whitespace that follows it); never at its start or end."""
+    cuts = set(control_starts(header) if control_starts else ())
+    for m in controls.finditer(header) if controls is not None else ():
+        cuts.add(m.end())
+        cuts.add(m.end() + len(header[m.end() :]) - len(header[m.end() :].lstrip()))
+    return {k for k in cuts if 0 < k < len(header)}
+
+
+def _check_prefill(prefill: str, header: str, completion: str, shown: str, lcp: int) -> None:
+    """Raise :class:`ReasoningNotLogged` when the generation prompt's ``prefill`` (what follows the ``header``
+    history renders) ends where history puts a message's reasoning (``shown``: the message rendered with
+    :data:`REASONING_PROBE` as its reasoning), so the model sampled its reasoning right after the prompt, and
+    ``completion`` is not what history renders there for an empty reasoning (GLM-4.7's ``</think>`` is;
+    MiniMax-M2, which renders no reasoning block for a message without one, is not). A prefill that goes on past
+    the reasoning's place (Gemma 4's closed, empty thought channel) decided the reasoning itself."""
+    k = shown.find(header, max(0, lcp - len(header) + 1))
+    p = shown.find(REASONING_PROBE, k + len(header)) if k >= 0 else -1
+    if p < 0 or not prefill.endswith(shown[k + len(header) : p]):
         return
-    if shown[k + len(full_header) :].replace(REASONING_PROBE, "", 1).startswith(completion):
+    if shown[p:].replace(REASONING_PROBE, "", 1).startswith(completion):
         return
     raise ReasoningNotLogged(
-        f"the generation prompt opens the model's reasoning ({full_header[cut:]!r}), which this message does not "
-        "carry (the log dropped it): what the model sampled there is unknown"
+        f"the generation prompt opens the model's reasoning ({prefill!r}), which this message does not carry (the "
+        "log dropped it): what the model sampled there is unknown"
     )
 
 
