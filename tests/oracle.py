@@ -624,7 +624,7 @@ class Oracle:
         cuts: set[int] = set()
         for m in self.added_re.finditer(header):
             after = header[m.end() :]
-            cuts.update({m.start(), m.end(), m.end() + len(after) - len(after.lstrip())})
+            cuts.update({m.start(), m.end() + len(after) - len(after.lstrip())} if after[:1].isspace() else {m.start()})
         for cut in sorted((k for k in cuts if 0 < k < len(header)), reverse=True):
             j = full.find(header[:cut], max(0, lcp - cut + 1))
             if j < 0:
@@ -655,8 +655,8 @@ class Oracle:
         return self._plain_ids(stretch[len(head) :], initial=False) + full[m:]
 
     def _header_cuts(self, header: list[int]) -> set[int]:
-        """Where the generation prompt's header may end before a prefill: before or after one of its added tokens
-        (and the whitespace after it)."""
+        """Where the generation prompt's header may end before a prefill: before one of its added tokens, or after
+        one and the whitespace after it."""
         added_ids = set(self.added.values())
         cuts = set()
         for k, t in enumerate(header):
@@ -664,7 +664,7 @@ class Oracle:
                 end = k + 1
                 while end < len(header) and not self.hf.decode(header[end : end + 1]).strip():
                     end += 1
-                cuts.update({k, k + 1, end})
+                cuts.update({k, end} if end > k + 1 else {k})
         return {k for k in cuts if 0 < k < len(header)}
 
     def _inserted(
@@ -734,7 +734,7 @@ class Oracle:
         cuts: set[int] = set()
         for m in self.added_re.finditer(header):
             after = header[m.end() :]
-            cuts.update({m.start(), m.end(), m.end() + len(after) - len(after.lstrip())})
+            cuts.update({m.start(), m.end() + len(after) - len(after.lstrip())} if after[:1].isspace() else {m.start()})
         for cut in [len(header), *sorted((k for k in cuts if 0 < k < len(header)), reverse=True)]:
             i = f.find(header[:cut], max(0, lcp - cut + 1))
             if i < 0:

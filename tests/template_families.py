@@ -461,7 +461,6 @@ FAMILIES: dict[str, TemplateFamily] = {
         "<|eot|>",
         ("<|eot|>",),
         ("<|start|>", "<|message|>", "<|eot|>", "<|eom|>"),
-        stop=("<|eot|>", "<|eom|>"),
         which="last",
     ),
     "hy3": TemplateFamily(

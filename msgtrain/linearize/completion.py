@@ -149,12 +149,15 @@ def completion_span(
 def _header_cuts(
     header: str, control_starts: Callable[[str], Iterable[int]] | None, controls: re.Pattern[str] | None
 ) -> set[int]:
-    """Where a generation prompt's header may end before its prefill: before a control token, or after one (with
-    the whitespace that follows it); never at its start or end."""
+    """Where a generation prompt's header may end before its prefill: before a control token, or after one and the
+    whitespace that follows it (Apriel 1.6's ``<|begin_assistant|>`` + newline, then plain text history never
+    renders; not right after a token that plain text follows: ``<|im_start|>`` + a role name is one header);
+    never at its start or end."""
     cuts = set(control_starts(header) if control_starts else ())
     for m in controls.finditer(header) if controls is not None else ():
-        cuts.add(m.end())
-        cuts.add(m.end() + len(header[m.end() :]) - len(header[m.end() :].lstrip()))
+        after = header[m.end() :]
+        if after[:1].isspace():
+            cuts.add(m.end() + len(after) - len(after.lstrip()))
     return {k for k in cuts if 0 < k < len(header)}
 
 

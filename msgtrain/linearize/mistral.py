@@ -120,6 +120,7 @@ class MistralBundle(TokenizerBundle):
         self.named_templates: dict[str, str] = {}
         self.reads_clock = False
         self.stop_ids = {int(inner.eos_id)}
+        self.declared_stop_ids = frozenset(self.stop_ids)
         self.special_ids = {int(i) for i in inner.special_ids}
         self.added_ids = np.asarray(sorted(self.special_ids), dtype=np.int32)  # its control tokens, as transformers'
         self.whitespace_ids = set()

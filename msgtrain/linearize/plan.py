@@ -473,6 +473,13 @@ class _GraphLinearizer:
             raw = self._encode_after(prompt_text, text[start:end], marked)
         completion = self._trim_completion(raw, prompt)
         comp_text = text[start:end]
+        flag_text = unmark(comp_text)[0]
+        declared = [p for p in range(completion.shape[0] - 1) if int(completion[p]) in self.tok.declared_stop_ids]
+        if declared:
+            # The template renders one sampled message as several turns (Nemotron Nano v2 writes the tool calls in
+            # an assistant turn of their own after the text's EOS): generation stopped at the first declared stop.
+            completion = completion[: declared[0] + 1]
+            flag_text = self.tok.decode(completion.tolist())
         if not self._is_stop(completion).any():
             # No end-of-turn token in the rendering: the model stopped on the token the template writes before
             # what follows the message (GLM's next role header), when that token stops generation; else, the
@@ -485,7 +492,7 @@ class _GraphLinearizer:
                 with_stop = self._encode_after(prompt_text, core + stop, marked)
                 if with_stop.shape[0] and self._is_stop(with_stop[-1:]).all():
                     completion, comp_text = with_stop, core + stop
-        flags.extend(dropped_by_template(message, unmark(comp_text)[0]))
+        flags.extend(dropped_by_template(message, flag_text))
         return completion, prompt_text + comp_text, full_enc
 
     def _encode_after(self, prompt_text: str, text: str, marked: bool) -> np.ndarray:

@@ -341,6 +341,7 @@ class TokenizerBundle:
                 ids.update(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
             except (ValueError, OSError):
                 pass
+        self.declared_stop_ids = frozenset(ids)
         declared = [str(t) for t in self.hf.convert_ids_to_tokens(sorted(ids)) if t in self.hf.added_tokens_encoder]
         texts = template_stop_texts(
             lambda msgs, tools: self.render(msgs, tools=tools, add_generation_prompt=False), self._added_re, declared
