@@ -32,7 +32,7 @@ if "HF_DATASETS_CACHE" not in os.environ:
 import pytest
 
 from tests.gguf_vocab import GGUF_FAMILIES, require_family_folder
-from tests.template_families import FAMILIES
+from tests.template_families import FAMILIES, GLM, KIMI_K2
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -276,18 +276,7 @@ REAL = {
     ),
     "glm-4.6": (
         "GLM-4.6.jinja",
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "<|user|>",
-            "<|assistant|>",
-            "<|observation|>",
-            "<arg_key>",
-            "</arg_key>",
-            "<arg_value>",
-            "</arg_value>",
-        ],
+        list(GLM),
         None,
         "<|endoftext|>",
         ["<|endoftext|>", "<|user|>", "<|observation|>"],
@@ -346,27 +335,7 @@ REAL = {
         "<｜end▁of▁sentence｜>",
         None,
     ),
-    "kimi-k2": (
-        "moonshotai-Kimi-K2.jinja",
-        [
-            "<|im_system|>",
-            "<|im_user|>",
-            "<|im_assistant|>",
-            "<|im_middle|>",
-            "<|tool_calls_section_begin|>",
-            "<|tool_calls_section_end|>",
-            "<|tool_call_begin|>",
-            "<|tool_call_argument_begin|>",
-            "<|tool_call_end|>",
-            "<|media_start|>",
-            "<|media_content|>",
-            "<|media_end|>",
-            "<|media_pad|>",
-        ],
-        None,
-        "<|im_end|>",
-        None,
-    ),
+    "kimi-k2": ("moonshotai-Kimi-K2.jinja", list(KIMI_K2), None, "<|im_end|>", None),
 }
 
 

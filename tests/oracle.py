@@ -526,7 +526,7 @@ class Oracle:
 
     # ------------------------------------------------------------------ turns
     def expected_turn(
-        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None, *, logged: bool = False
+        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None
     ) -> tuple[list[int], list[int]] | None:
         """(prompt ids, completion ids) per the spec, or None when the template cannot render the turn after its
         prompt.
@@ -534,23 +534,19 @@ class Oracle:
         In ids, independently of msgtrain's text-level rule: when the turn's rendering does not extend the prompt,
         the completion is what the message's rendering inserts into the context's, after the generation prompt's
         header (the prompt's ids after the context's; or the part of it before one of its control tokens, when
-        history renders no prefill; none when that prefill opened the model's reasoning and the message, which
-        carries none, is not rendered as an empty one, unless ``logged``: an engine logged what it sampled). A
-        completion without an end-of-turn token ends with the token the template writes before a following message,
-        when that token is one of the template's end-of-turn tokens; else with the vocabulary's EOS."""
+        history renders no prefill). A completion without an end-of-turn token ends with the token the template
+        writes before a following message, when that token is one of the template's end-of-turn tokens; else with
+        the vocabulary's EOS."""
         try:
             p = self.ids(ctx, tools, True, created)
             full = self.ids([*ctx, msg], tools, False, created)
         except Exception:  # jinja errors, raise_exception(...): the template cannot render this turn at all
             return None
         rest = full[len(p) :] if full[: len(p)] == p else self._continued(p, full)
-        if rest is None and not logged and self._opens_unlogged_reasoning(ctx, tools, msg, created):
-            return None
         if rest is None:
-            span = self._inserted(ctx, tools, msg, full, p, created)
-            if span is None:
+            rest = self._inserted(ctx, tools, msg, full, p, created)
+            if rest is None:
                 return None
-            rest = full[span[0] : span[1]]
         ends, which = END_OF_TURN[self.template]
         end_ids = {self.hf.convert_tokens_to_ids(t) for t in ends}
         pos = [i for i, t in enumerate(rest) if t in end_ids]
@@ -598,44 +594,6 @@ class Oracle:
             rest = rest[: last + 1] + self._plain_ids(tail.rstrip(), initial=False)
         return p, [*rest, self.hf.eos_token_id]
 
-    def _opens_unlogged_reasoning(
-        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None
-    ) -> bool:
-        """Whether the generation prompt ends with a prefill that history renders only before a message's reasoning
-        (MiniMax-M2's ``<think>``), this message carries none, and history renders it otherwise than an empty
-        reasoning after that prefill (GLM-4.7's ``</think>`` is an empty reasoning; MiniMax-M2 renders no reasoning
-        block): the model's reasoning, sampled after the prompt, is not in the log, so no completion is expected."""
-        if msg.get("reasoning_content") or "</think>" in (msg.get("content") or ""):
-            return False
-        a = self.text(oracle_messages(ctx), tools, False, created)
-        p = self.text(oracle_messages(ctx), tools, True, created)
-        if not p.startswith(a) or len(p) == len(a):
-            return False
-        header = p[len(a) :]
-        probe = "oracle-reasoning-probe"
-        full = self.text(oracle_messages([*ctx, msg]), tools, False, created)
-        shown = self.text(oracle_messages([*ctx, {**msg, "reasoning_content": probe}]), tools, False, created)
-        lcp = 0
-        while lcp < min(len(a), len(full)) and a[lcp] == full[lcp]:
-            lcp += 1
-        if full.find(header, max(0, lcp - len(header) + 1)) >= 0:
-            return False  # history renders the whole generation prompt: nothing of it is left out
-        # The longest part of the header before or after one of its control tokens that history renders.
-        cuts: set[int] = set()
-        for m in self.added_re.finditer(header):
-            after = header[m.end() :]
-            cuts.update({m.start(), m.end() + len(after) - len(after.lstrip())} if after[:1].isspace() else {m.start()})
-        for cut in sorted((k for k in cuts if 0 < k < len(header)), reverse=True):
-            j = full.find(header[:cut], max(0, lcp - cut + 1))
-            if j < 0:
-                continue
-            k = shown.find(header[:cut], max(0, lcp - cut + 1))
-            q = shown.find(probe, k + cut) if k >= 0 else -1
-            if q < 0 or not header[cut:].endswith(shown[k + cut : q]):
-                return False  # the prefill goes on past the reasoning's place: it decided the reasoning
-            return full[j + cut :] != shown[q:].replace(probe, "", 1)
-        return False
-
     def _continued(self, p: list[int], full: list[int]) -> list[int] | None:
         """The completion when the turn's rendering extends the prompt's text but not its ids: the prompt's last
         stretch of plain text merges with what follows it (Qwen3.5's prompt ends ``<think>`` + "\n", its message
@@ -675,7 +633,8 @@ class Oracle:
         full: list[int],
         p: list[int],
         created: int | None,
-    ) -> tuple[int, int] | None:
+    ) -> list[int] | None:
+        """The completion's ids: what the message's rendering inserts into the context's, after the header."""
         a = self.ids(ctx, tools, False, created)
         if p[: len(a)] != a:
             # The context's last token merges with the header's first (">" + "\n\n"): located in text instead.
@@ -686,6 +645,10 @@ class Oracle:
             lcp += 1
         cuts = sorted(self._header_cuts(header), reverse=True)
         for h in [header, *(header[:k] for k in cuts), []]:
+            if not h and header:
+                # No part of the header in the ids: history may render it with its last token merged into the
+                # message's first ("\n" + "\n"), which the text shows.
+                return self._inserted_text(ctx, tools, msg, full, created)
             if not h:
                 i = lcp
             else:
@@ -696,15 +659,8 @@ class Oracle:
                 if i < 0:
                     continue
             start = i + len(h)
-            grown = len(full) - len(a)
-            if i <= lcp and grown >= len(h) and full[i + grown :] == a[i:]:
-                end = i + grown
-            else:
-                tail = 0
-                while tail < min(len(a) - lcp, len(full) - start) and a[-1 - tail] == full[-1 - tail]:
-                    tail += 1
-                end = len(full) - tail
-            return self._past_closing(header[len(h) :], full, start, end), end
+            end = _insertion_end(a, full, i, len(h), lcp)
+            return full[self._past_closing(header[len(h) :], full, start, end) : end]
         return None
 
     def _past_closing(self, prefill: list[int], full: list[int], start: int, end: int) -> int:
@@ -719,9 +675,10 @@ class Oracle:
 
     def _inserted_text(
         self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], full: list[int], created: int | None
-    ) -> tuple[int, int] | None:
-        """``_inserted`` located in the renderings' text, mapped onto ``full``'s ids where a token boundary falls
-        at the same place (None where none does)."""
+    ) -> list[int] | None:
+        """``_inserted`` located in the renderings' text, mapped onto ``full``'s ids: from a token boundary, or
+        from inside a plain token, whose rest is then the plain text it holds after that point re-encoded as a
+        continuation (the model sampled after the prompt); to a token boundary (None otherwise)."""
         a = self.text(oracle_messages(ctx), tools, False, created)
         p = self.text(oracle_messages(ctx), tools, True, created)
         f = self.text(oracle_messages([*ctx, msg]), tools, False, created)
@@ -740,25 +697,37 @@ class Oracle:
             if i < 0:
                 continue
             start = i + cut
-            grown = len(f) - len(a)
-            if i <= lcp and grown >= cut and f[i + grown :] == a[i:]:
-                end = i + grown
-            else:
-                tail = 0
-                while tail < min(len(a) - lcp, len(f) - start) and a[-1 - tail] == f[-1 - tail]:
-                    tail += 1
-                end = len(f) - tail
+            end = _insertion_end(a, f, i, cut, lcp)
             prefill = header[cut:]
             for m in self.added_re.finditer(prefill):
                 if f.startswith(prefill[m.start() :], start) and start + len(prefill) - m.start() <= end:
                     start += len(prefill) - m.start()
                     break
             # Token boundaries of ``full``: the lengths of its decoded prefixes (its text is ``f``).
-            bounds = {len(self.hf.decode(full[:k])): k for k in range(len(full) + 1)}
-            if start in bounds and end in bounds:
-                return bounds[start], bounds[end]
-            return None
+            lengths = [len(self.hf.decode(full[:k])) for k in range(len(full) + 1)]
+            if end not in lengths:
+                return None
+            k_end = lengths.index(end)
+            if start in lengths:
+                return full[lengths.index(start) : k_end]
+            k = max(j for j in range(len(full)) if lengths[j] < start)
+            if full[k] in set(self.added.values()) or lengths[k + 1] > end:
+                return None
+            return self._plain_ids(f[start : lengths[k + 1]], initial=False) + full[k + 1 : k_end]
         return None
+
+
+def _insertion_end(a: Any, full: Any, i: int, header: int, lcp: int) -> int:
+    """Where the message's insertion into the context's rendering ``a`` ends in ``full`` (ids or text), its header
+    found at ``i``: where ``a`` resumes after it, else where the two share their tail again."""
+    grown = len(full) - len(a)
+    if i <= lcp and grown >= header and full[i + grown :] == a[i:]:
+        return i + grown
+    start = i + header
+    tail = 0
+    while tail < min(len(a) - lcp, len(full) - start) and a[-1 - tail] == full[-1 - tail]:
+        tail += 1
+    return len(full) - tail
 
 
 def non_canonical(hf: Any, ids: list[int]) -> list[int]:
@@ -799,8 +768,7 @@ def to_records(oracle: Oracle, calls: list[Call], rng: random.Random, engine_sha
                 ]
             choice: dict[str, Any] = {"index": j, "message": wire, "finish_reason": "stop"}
             if engine:
-                # What the engine logged: any ids the template gives (the log holds what it dropped from the message).
-                exp = oracle.expected_turn(c.context, c.tools, msg, c.created, logged=True)
+                exp = oracle.expected_turn(c.context, c.tools, msg, c.created)
                 ids: list[int] = [] if exp is None else exp[1]
                 if ids and oracle.template == "gpt-oss" and ids[-1] == hf.convert_tokens_to_ids("<|end|>"):
                     ids = [*ids[:-1], hf.convert_tokens_to_ids("<|call|>" if msg.get("tool_calls") else "<|return|>")]

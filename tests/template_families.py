@@ -50,6 +50,48 @@ MISTRAL_SMALL = (
     "[IMG]",
 )
 
+# Kimi K2's control tokens (its Thinking variant's template writes the same).
+KIMI_K2 = (
+    "<|im_system|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|im_middle|>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+    "<|media_start|>",
+    "<|media_content|>",
+    "<|media_end|>",
+    "<|media_pad|>",
+)
+# GLM-4.6 / 4.7's control tokens: role headers (the turn ends at the next one) and tool-call argument tags.
+GLM = (
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+)
+# Poolside Laguna's templates (XS.2, S-2.1): XML-like role tags, the turn ends with </assistant>.
+LAGUNA: tuple[tuple[str, ...], None, str, tuple[str, ...], tuple[str, ...]] = (
+    tuple(
+        f"<{end}{tag}>"
+        for tag in ("system", "user", "assistant", "available_tools", "arg_key", "arg_value")
+        for end in ("", "/")
+    ),
+    None,
+    "</assistant>",
+    ("</assistant>",),
+    ("<user>", "</assistant>", "<tool_call>", "<arg_key>", "</think>"),
+)
+
 FAMILIES: dict[str, TemplateFamily] = {
     "lfm2": TemplateFamily(
         "LFM2-8B-A1B",
@@ -73,65 +115,11 @@ FAMILIES: dict[str, TemplateFamily] = {
     "minicpm5": TemplateFamily(
         "openbmb-MiniCPM5-1B", ("<tool_sep>", "<tool_def_sep>"), None, "<|im_end|>", ("<|im_end|>",), CHATML_INJECT
     ),
-    "laguna-xs.2": TemplateFamily(
-        "poolside-Laguna-XS.2",
-        (
-            "<system>",
-            "</system>",
-            "<user>",
-            "</user>",
-            "<assistant>",
-            "</assistant>",
-            "<available_tools>",
-            "</available_tools>",
-            "<arg_key>",
-            "</arg_key>",
-            "<arg_value>",
-            "</arg_value>",
-        ),
-        None,
-        "</assistant>",
-        ("</assistant>",),
-        ("<user>", "</assistant>", "<tool_call>", "<arg_key>", "</think>"),
-    ),
-    "laguna-s-2.1": TemplateFamily(
-        "poolside-Laguna-S-2.1",
-        (
-            "<system>",
-            "</system>",
-            "<user>",
-            "</user>",
-            "<assistant>",
-            "</assistant>",
-            "<available_tools>",
-            "</available_tools>",
-            "<arg_key>",
-            "</arg_key>",
-            "<arg_value>",
-            "</arg_value>",
-        ),
-        None,
-        "</assistant>",
-        ("</assistant>",),
-        ("<user>", "</assistant>", "<tool_call>", "<arg_key>", "</think>"),
-    ),
+    "laguna-xs.2": TemplateFamily("poolside-Laguna-XS.2", *LAGUNA),
+    "laguna-s-2.1": TemplateFamily("poolside-Laguna-S-2.1", *LAGUNA),
     "kimi-k2-thinking": TemplateFamily(
         "Kimi-K2-Thinking",
-        (
-            "<|im_system|>",
-            "<|im_user|>",
-            "<|im_assistant|>",
-            "<|im_middle|>",
-            "<|tool_calls_section_begin|>",
-            "<|tool_calls_section_end|>",
-            "<|tool_call_begin|>",
-            "<|tool_call_argument_begin|>",
-            "<|tool_call_end|>",
-            "<|media_start|>",
-            "<|media_content|>",
-            "<|media_end|>",
-            "<|media_pad|>",
-        ),
+        KIMI_K2,
         None,
         "<|im_end|>",
         ("<|im_end|>",),
@@ -355,18 +343,7 @@ FAMILIES: dict[str, TemplateFamily] = {
     ),
     "glm-4.7": TemplateFamily(
         "GLM-4.7-Flash",
-        (
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "<|user|>",
-            "<|assistant|>",
-            "<|observation|>",
-            "<arg_key>",
-            "</arg_key>",
-            "<arg_value>",
-            "</arg_value>",
-        ),
+        GLM,
         None,
         "<|endoftext|>",
         ("<|user|>", "<|observation|>", "<|endoftext|>"),

@@ -85,35 +85,31 @@ def test_the_completion_span_rule_names_why_a_turn_cannot_be_recovered() -> None
 
 
 @pytest.mark.parametrize(
-    ("shape", "turn", "shown", "recovered"),
+    ("shape", "prompt", "turn", "shown", "completion", "flagged"),
     [
         # MiniMax-M2 (llama.cpp models/templates/MiniMax-M2.jinja): the prompt opens <think>, a message without
         # reasoning renders no reasoning block at all.
-        ("no reasoning block for a message without one", "c<a>\nhi<e>", "c<a>\n<t>\nPROBE\n</t>\n\nhi<e>", None),
+        ("no reasoning block", "c<a>\n<t>\n", "c<a>\nhi<e>", "c<a>\n<t>\nPROBE\n</t>\n\nhi<e>", "hi<e>", True),
         # GLM-4.7 (GLM-4.7-Flash.jinja): a message without reasoning renders an empty one, "</t>" then the text.
-        ("an empty reasoning block", "c<a></t>hi<e>", "c<a><t>PROBE</t>hi<e>", "</t>hi<e>"),
+        ("an empty reasoning block", "c<a><t>", "c<a></t>hi<e>", "c<a><t>PROBE</t>hi<e>", "</t>hi<e>", False),
+        # Gemma 4: the prompt's prefill is a closed, empty thought channel; reasoning would go inside it.
+        ("a closed empty reasoning prefill", "c<a>\n<t><c>", "c<a>\nhi<e>", "c<a>\n<t>PROBE<c>hi<e>", "hi<e>", False),
     ],
 )
-def test_a_prefill_that_opens_reasoning_the_message_lacks_is_refused_as_reasoning_not_logged(
-    shape: str, turn: str, shown: str, recovered: str | None
+def test_a_prefill_that_opens_reasoning_the_message_lacks_flags_the_turn_reasoning_not_logged(
+    shape: str, prompt: str, turn: str, shown: str, completion: str, flagged: bool
 ) -> None:
     """The generation prompt ends with a prefill that history writes only before a message's reasoning: the model
-    sampled its reasoning there. A message without it is recovered only when history renders it as an empty
-    reasoning; otherwise what the model sampled first is not in the log."""
-    from msgtrain.linearize.completion import REASONING_PROBE, ReasoningNotLogged
+    sampled its reasoning there. A message without it whose rendering is not an empty reasoning is trained as
+    rendered and flagged: what the model sampled first is not in the log."""
+    from msgtrain.linearize.completion import REASONING_NOT_LOGGED, REASONING_PROBE
 
-    prompt = "c<a>\n<t>\n" if "\n" in turn else "c<a><t>"
     shown = shown.replace("PROBE", REASONING_PROBE)
-    span = lambda: completion_span(  # noqa: E731
-        prompt, turn, lambda: "c", lambda text: [m.start() for m in re.finditer("<", text)], None, lambda: shown
-    )
-    if recovered is None:
-        with pytest.raises(ReasoningNotLogged, match="opens the model's reasoning"):
-            span()
-    else:
-        start, end = span()
-        assert turn[start:end] == recovered, shape
-    assert completion_span(prompt, turn, lambda: "c", lambda text: [m.start() for m in re.finditer("<", text)])
+    flags: list[str] = []
+    starts = lambda text: [m.start() for m in re.finditer("<", text)]  # noqa: E731
+    start, end = completion_span(prompt, turn, lambda: "c", starts, None, lambda: shown, flags)
+    assert turn[start:end] == completion, shape
+    assert flags == ([REASONING_NOT_LOGGED] if flagged else []), shape
 
 
 def test_a_message_whose_rendering_starts_with_the_prefills_closing_part_starts_after_it() -> None:

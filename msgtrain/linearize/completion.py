@@ -9,10 +9,11 @@ The rule (stated in README "What token-exact means"): let ``P`` be the context r
   generation prompt's *header* ``G`` is ``P`` after ``A`` (``P`` must extend ``A``); the message's rendering is what
   ``B`` inserts into ``A``; the completion is that insertion after ``G``'s first occurrence reaching past what
   ``A`` and ``B`` share. When history renders no such header, the header is the generation prompt up to one of its
-  control tokens (longest first: what follows is a prefill, e.g. an empty thinking block), unless history renders
-  that prefill before a message's reasoning and this message has none (the prefill opened the model's reasoning,
-  which the log lost: not recoverable), and history's rendering of the message may start with the prefill's
-  closing part (DeepSeek V3.2's ``</think>``), which the prompt already holds; when history renders
+  control tokens, or after one and its whitespace (longest first: what follows is a prefill, e.g. an empty
+  thinking block). When history renders that prefill before a message's reasoning and this message has none, the
+  prefill opened the model's reasoning, which the log lost: the turn is flagged ``reasoning_not_logged``. History's
+  rendering of the message may start with the prefill's closing part (DeepSeek V3.2's ``</think>``), which the
+  prompt already holds: the completion starts after it. When history renders
   none of it after the context but the context holds it (a turn still open: tool results written into the model's
   turn, Apertus), the header is empty. When ``B`` is exactly ``A`` with one insertion there, the insertion ends
   where ``A`` resumes; otherwise it ends where ``A`` and ``B`` share their tail again.
@@ -45,11 +46,6 @@ class NotRecoverable(Exception):
     """The template does not render the sampled message after its generation prompt in any recoverable way."""
 
 
-class ReasoningNotLogged(NotRecoverable):
-    """The generation prompt opened the model's reasoning and the logged message carries none: the log lost part of
-    what the model sampled."""
-
-
 def _common_suffix_len(a: str, b: str) -> int:
     return common_prefix_len(a[::-1], b[::-1])
 
@@ -75,6 +71,9 @@ def _outside_controls(texts: Iterable[str], pos: int, controls: re.Pattern[str] 
 
 # The reasoning a message is rendered with to see whether the generation prompt opens the model's reasoning.
 REASONING_PROBE = "msgtrain-reasoning-probe"
+# The flag of a turn whose prompt opened the model's reasoning while the logged message carries none: the
+# completion is the template's rendering of the message, without what the model sampled first.
+REASONING_NOT_LOGGED = "reasoning_not_logged"
 
 
 def completion_span(
@@ -84,6 +83,7 @@ def completion_span(
     control_starts: Callable[[str], Iterable[int]] | None = None,
     controls: re.Pattern[str] | None = None,
     with_reasoning: Callable[[], str] | None = None,
+    flags: list[str] | None = None,
 ) -> tuple[int, int]:
     """``(start, end)`` of the sampled completion's text in ``turn`` (the rule in the module docstring).
 
@@ -93,7 +93,8 @@ def completion_span(
     tokens' text: what two renderings share is counted in whole control tokens. ``with_reasoning`` renders the
     context and the message with :data:`REASONING_PROBE` as its reasoning (None when the message carries reasoning):
     a generation prompt whose prefill history renders only before a message's reasoning (MiniMax-M2's ``<think>``)
-    opened the model's reasoning, which a message without it lost, so the turn is not recoverable.
+    opened the model's reasoning, which a message without it lost: ``reasoning_not_logged`` is appended to
+    ``flags`` (the completion is still the message's rendering).
     Raises :class:`NotRecoverable` with the reason when no rule applies.
     """
     if turn.startswith(prompt):
@@ -141,8 +142,10 @@ def completion_span(
             if turn.startswith(prefill[c:], start) and start + len(prefill) - c <= end:
                 start += len(prefill) - c
                 break
-        if with_reasoning is not None:
-            _check_prefill(prefill, header, turn[start:end], with_reasoning(), lcp)
+        shown = with_reasoning() if with_reasoning is not None and flags is not None else None
+        if shown is not None and _opens_unlogged_reasoning(prefill, header, turn[start:end], shown, lcp):
+            assert flags is not None
+            flags.append(REASONING_NOT_LOGGED)
     return start, end
 
 
@@ -161,23 +164,18 @@ def _header_cuts(
     return {k for k in cuts if 0 < k < len(header)}
 
 
-def _check_prefill(prefill: str, header: str, completion: str, shown: str, lcp: int) -> None:
-    """Raise :class:`ReasoningNotLogged` when the generation prompt's ``prefill`` (what follows the ``header``
-    history renders) ends where history puts a message's reasoning (``shown``: the message rendered with
-    :data:`REASONING_PROBE` as its reasoning), so the model sampled its reasoning right after the prompt, and
-    ``completion`` is not what history renders there for an empty reasoning (GLM-4.7's ``</think>`` is;
-    MiniMax-M2, which renders no reasoning block for a message without one, is not). A prefill that goes on past
-    the reasoning's place (Gemma 4's closed, empty thought channel) decided the reasoning itself."""
+def _opens_unlogged_reasoning(prefill: str, header: str, completion: str, shown: str, lcp: int) -> bool:
+    """Whether the generation prompt's ``prefill`` (what follows the ``header`` history renders) ends where history
+    puts a message's reasoning (``shown``: the message rendered with :data:`REASONING_PROBE` as its reasoning), so
+    the model sampled its reasoning right after the prompt, and ``completion`` is not what history renders there for
+    an empty reasoning (GLM-4.7's ``</think>`` is; MiniMax-M2, which renders no reasoning block for a message without
+    one, is not): the reasoning the model sampled there is not in the log. A prefill that goes on past the
+    reasoning's place (Gemma 4's closed, empty thought channel) decided the reasoning itself."""
     k = shown.find(header, max(0, lcp - len(header) + 1))
     p = shown.find(REASONING_PROBE, k + len(header)) if k >= 0 else -1
     if p < 0 or not prefill.endswith(shown[k + len(header) : p]):
-        return
-    if shown[p:].replace(REASONING_PROBE, "", 1).startswith(completion):
-        return
-    raise ReasoningNotLogged(
-        f"the generation prompt opens the model's reasoning ({prefill!r}), which this message does not carry (the "
-        "log dropped it): what the model sampled there is unknown"
-    )
+        return False
+    return not shown[p:].replace(REASONING_PROBE, "", 1).startswith(completion)
 
 
 # The content of :func:`follower` messages: found in a rendering, it marks where the follower's text begins.

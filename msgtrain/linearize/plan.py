@@ -40,7 +40,6 @@ from msgtrain.linearize.budget import (
 from msgtrain.linearize.completion import (
     REASONING_PROBE,
     NotRecoverable,
-    ReasoningNotLogged,
     carries_reasoning,
     completion_span,
     dropped_by_template,
@@ -82,9 +81,6 @@ class DropReason(StrEnum):
     NO_TRAINABLE_TOKENS = "no_trainable_tokens"
     RENDER_ERROR = "render_error"
     COMPLETION_NOT_RENDERABLE = "completion_not_renderable"
-    # The generation prompt opened the model's reasoning (a ``<think>`` prefill) and the message carries none: the
-    # log dropped what the model sampled first.
-    REASONING_NOT_LOGGED = "reasoning_not_logged"
     NEGATIVE_LABEL = "negative_label"
     # A reply the log holds (origin ``carried``) in a context it does not hold whole: a record before it was
     # rejected or unknown, so no sample can be exact. Counted so the books show every reply, never trained.
@@ -450,9 +446,8 @@ class _GraphLinearizer:
                 self.tok.control_starts,
                 self.tok.added_pattern,
                 with_reasoning,
+                flags,
             )
-        except ReasoningNotLogged as e:
-            raise _Drop(DropReason.REASONING_NOT_LOGGED, str(e)) from None
         except NotRecoverable as e:
             raise _Drop(DropReason.COMPLETION_NOT_RENDERABLE, str(e)) from None
         full_enc = None
