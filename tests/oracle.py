@@ -17,6 +17,7 @@ is rendered as is (templates parse inline ``<think>``). The clock templates read
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import datetime as dt
@@ -647,8 +648,10 @@ class Oracle:
         for h in [header, *(header[:k] for k in cuts), []]:
             if not h and header:
                 # No part of the header in the ids: history may render it with its last token merged into the
-                # message's first ("\n" + "\n"), which the text shows.
-                return self._inserted_text(ctx, tools, msg, full, created)
+                # message's first ("\n" + "\n"), which the text shows; else it continues an open turn (Apertus).
+                by_text = self._inserted_text(ctx, tools, msg, full, created)
+                if by_text is not None:
+                    return by_text
             if not h:
                 i = lcp
             else:
@@ -658,6 +661,12 @@ class Oracle:
                 )
                 if i < 0:
                     continue
+            if len(h) < len(header):
+                # A shorter header: the text may show a longer one whose last token history merges into the
+                # message's first (Apriel 1.6's "\n" + "\n" after <|begin_assistant|>).
+                by_text = self._inserted_text(ctx, tools, msg, full, created)
+                if by_text is not None:
+                    return by_text
             start = i + len(h)
             end = _insertion_end(a, full, i, len(h), lcp)
             return full[self._past_closing(header[len(h) :], full, start, end) : end]
@@ -703,17 +712,24 @@ class Oracle:
                 if f.startswith(prefill[m.start() :], start) and start + len(prefill) - m.start() <= end:
                     start += len(prefill) - m.start()
                     break
-            # Token boundaries of ``full``: the lengths of its decoded prefixes (its text is ``f``).
-            lengths = [len(self.hf.decode(full[:k])) for k in range(len(full) + 1)]
-            if end not in lengths:
+
+            # Token boundaries of ``full`` (its text is ``f``): the first prefix whose decoded text reaches a place.
+            def length(k: int) -> int:
+                return len(self.hf.decode(full[:k]))
+
+            def reaching(pos: int) -> int:
+                return bisect.bisect_left(range(len(full) + 1), pos, key=length)
+
+            k_end = reaching(end)
+            if k_end > len(full) or length(k_end) != end:
                 return None
-            k_end = lengths.index(end)
-            if start in lengths:
-                return full[lengths.index(start) : k_end]
-            k = max(j for j in range(len(full)) if lengths[j] < start)
-            if full[k] in set(self.added.values()) or lengths[k + 1] > end:
+            k = reaching(start)
+            if length(k) == start:
+                return full[k:k_end]
+            k -= 1  # the token that holds the place
+            if full[k] in set(self.added.values()) or length(k + 1) > end:
                 return None
-            return self._plain_ids(f[start : lengths[k + 1]], initial=False) + full[k + 1 : k_end]
+            return self._plain_ids(f[start : length(k + 1)], initial=False) + full[k + 1 : k_end]
         return None
 
 

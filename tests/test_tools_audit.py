@@ -22,6 +22,8 @@ from tests.conftest import (
     shared_path,
 )
 from tests.gguf_vocab import GGUF_FAMILIES, require_family_folder
+from tests.template_families import FAMILIES
+from tests.test_linearize_oracle_families import SUITE as FAMILIES_SUITE
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -220,14 +222,26 @@ def test_template_kwargs_reach_the_template(capsys: pytest.CaptureFixture[str], 
 
 
 # Every tokenizer folder the tests have: ../shared's (template-only folders paired with qwen3's vocabulary), the
-# shaped families and the real templates of tests/conftest.py, the real vocabularies of tests/gguf_vocab.py.
-AUDITED = ["qwen3", "qwen2.5", "phi3", "gpt-oss", "smollm3", "deepseek-r1-distill", *SHAPED, *REAL, *GGUF_FAMILIES]
+# shaped families and the real templates of tests/conftest.py, the real vocabularies of tests/gguf_vocab.py, and the
+# families of tests/template_families.py the oracle suite replays.
+AUDITED = [
+    "qwen3",
+    "qwen2.5",
+    "phi3",
+    "gpt-oss",
+    "smollm3",
+    "deepseek-r1-distill",
+    *SHAPED,
+    *REAL,
+    *GGUF_FAMILIES,
+    *FAMILIES_SUITE,
+]
 
 
 @pytest.mark.parametrize("name", AUDITED)
 def test_audit_template_reports_on_every_tokenizer_folder_the_tests_have(name: str, tmp_path: Path) -> None:
     template = None
-    if name in SHAPED or name in REAL:
+    if name in SHAPED or name in REAL or name in FAMILIES:
         folder = shaped_tokenizer_folder(name)
     elif name in GGUF_FAMILIES:
         folder = require_family_folder(name)
