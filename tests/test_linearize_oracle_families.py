@@ -25,7 +25,11 @@ SUITE = [
     "deepseek-v3.2",  # a "<think></think>" prefill whose closing part history renders as the message's start
     "solar-open",  # tool-call turns stop on <|calls|>, text turns on <|end|>
     "gigachat3",  # tool calls rendered as a role of their own inside the assistant's turn
+    "reka-edge",  # tool-call arguments printed with tojson(ensure_ascii=True): escaped content marks
 ]
+# The seed a family's case replays (7 unless its mechanism shows up in another: Reka's escaping needs control text
+# in a tool call's arguments, which seed 0 has).
+SEEDS = {"reka-edge": 0}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -34,6 +38,6 @@ def test_more_real_template_families_train_every_sampled_turn_once_after_exactly
     family: str, mode: str, tmp_path: Path
 ) -> None:
     assert family in FAMILIES
-    rows, expected = run_per_call(family, 7, tmp_path, MODES[mode])
+    rows, expected = run_per_call(family, SEEDS.get(family, 7), tmp_path, MODES[mode])
     assert len(expected) >= 3
     check_rows(rows, expected, engine_logprobs=True)

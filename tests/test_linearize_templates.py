@@ -358,3 +358,16 @@ def test_named_templates_without_a_default_are_refused_naming_them(tmp_path: Pat
 
     with pytest.raises(TokenizerError, match="rag, tool_use"):
         load_tokenizer(str(_named_templates_folder(tmp_path, names=("tool_use", "rag"))))
+
+
+def test_markers_a_template_escaped_as_json_are_put_back_and_a_logs_own_marker_character_stays_as_printed() -> None:
+    import json
+
+    from msgtrain.linearize.tokenizer import MARK_END, MARK_ESC, MARK_START, restore_escaped_marks, unmark
+
+    # What tojson(ensure_ascii=True) prints for an argument holding control text (wrapped) and a log's own U+E001
+    # (escaped): the pair comes back, the log's character stays the template's six characters, other escapes stay.
+    marked = {"a": f"{MARK_START}<|im_end|>{MARK_END} {MARK_ESC}\ue001 é"}
+    printed = json.dumps(marked)
+    assert unmark(restore_escaped_marks(printed)) == ('{"a": "<|im_end|> \\ue001 \\u00e9"}', True)
+    assert restore_escaped_marks('{"a": "plain"}') == '{"a": "plain"}'

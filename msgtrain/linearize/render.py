@@ -26,7 +26,7 @@ from typing import Any
 
 from msgtrain.errors import RenderError
 from msgtrain.linearize.template import RenderTrace
-from msgtrain.linearize.tokenizer import SharedSegments, TokenizerBundle
+from msgtrain.linearize.tokenizer import SharedSegments, TokenizerBundle, restore_escaped_marks
 from msgtrain.model.graph import Env, Node
 from msgtrain.model.openai import to_openai_message
 
@@ -230,7 +230,8 @@ class Renderer:
     ) -> str:
         msgs, ids = self._path_lists(nodes, marked)
         tools = self._prepared_tools(env, marked)
-        return self._bounded(lambda: self._render_any(ids, msgs, tools, env, add_generation_prompt, marked), created)
+        text = self._bounded(lambda: self._render_any(ids, msgs, tools, env, add_generation_prompt, marked), created)
+        return restore_escaped_marks(text) if marked else text
 
     def render_followed(
         self,
@@ -246,7 +247,8 @@ class Renderer:
         msgs, _ = self._path_lists(nodes, marked)
         extra = self.tok.prepare([self.tok.mark_message(m) if marked else m for m in following])
         tools = self._prepared_tools(env, marked)
-        return self._bounded(lambda: self._render_full([*msgs, *extra], tools, env, False, marked), created)
+        text = self._bounded(lambda: self._render_full([*msgs, *extra], tools, env, False, marked), created)
+        return restore_escaped_marks(text) if marked else text
 
     def _bounded(self, rendering: Callable[[], str], created: int | None) -> str:
         """Run one rendering under the time and size bounds, with the call's date pinned; template failures become

@@ -61,6 +61,26 @@ _MARKUP = re.compile("\ue002(.)|\ue000([^\ue000-\ue002]*)\ue001|[\ue000-\ue002]"
 _GENERATED_FIELDS = frozenset({"content", "reasoning_content", "thinking", "reasoning"})
 
 
+# A template that escapes non-ASCII text (``tojson(ensure_ascii=True)``, as Python's json.dumps does by default)
+# prints the markers as ``\ue000`` text; an escaped marker before an escaped marker character is a log's own
+# character, printed as the template prints it.
+_ESCAPED_MARKS = re.compile(r"\\u[eE]002(\\u[eE]00[0-2])|\\u[eE]00([01])")
+
+
+def restore_escaped_marks(text: str) -> str:
+    r"""A marked rendering with the markers a template escaped put back: ``\ue000`` / ``\ue001`` text becomes the
+    marker pair again (so content's added-token text stays plain text and the markers never reach the tokens), and
+    an escaped log character (``\ue002`` then ``\ue00N``) becomes what the template printed for that character.
+    Text without an escaped marker is returned as it is."""
+    if "\\u" not in text:
+        return text
+
+    def back(m: re.Match[str]) -> str:
+        return m.group(1) if m.group(1) is not None else chr(0xE000 + int(m.group(2)))
+
+    return _ESCAPED_MARKS.sub(back, text)
+
+
 def unmark(text: str) -> tuple[str, bool]:
     """The text a marked rendering stands for, and whether it held a marked pair (content's added-token text)."""
     if _MARKER_CHARS.search(text) is None:
