@@ -46,25 +46,6 @@ def _sigint_state() -> tuple[object, frozenset[int]]:
     return signal.getsignal(signal.SIGINT), frozenset(int(s) for s in mask)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _tokenizers_of_one_test_file_at_a_time() -> Any:
-    """Tokenizers loaded by a test file are dropped when it ends (msgtrain's process-wide cache, the built ones here,
-    the oracles that hold them). A worker runs many files, and the suite loads some sixty vocabularies of up to
-    150k tokens: kept all at once, a worker grew past 10 GiB."""
-    yield
-    import gc
-    import sys
-
-    from msgtrain.linearize import loading
-
-    loading._CACHE.clear()
-    _BUILT.clear()
-    oracle_tests = sys.modules.get("tests.test_linearize_oracle")
-    if oracle_tests is not None:
-        oracle_tests._ORACLES.clear()
-    gc.collect()
-
-
 def as_a_terminal_job() -> None:
     """``preexec_fn`` for a process a test interrupts as a terminal would: SIGINT handled by default and not blocked,
     whatever the test runner's process inherited (a job started in the background of a shell ignores SIGINT)."""
