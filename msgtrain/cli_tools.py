@@ -212,10 +212,16 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Argument(..., help="An exported dataset directory (msgtrain convert -o OUT)."),
         plot: Path = typer.Option(None, "--plot", help="Also write length histograms to this PNG (needs matplotlib)."),
         as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
+        overwrite: bool = typer.Option(
+            False, "--overwrite", help="Replace an existing --plot file msgtrain did not write."
+        ),
     ) -> None:
         """Samples, tokens, trained tokens, turns, cut and drop reasons, engine share, per policy and source."""
+        from msgtrain.run.own_files import check_own_file
         from msgtrain.tools.stats import dataset_stats, plot_stats, render_stats
 
+        if plot is not None:
+            check_own_file(plot, "--plot", overwrite=overwrite)
         stats = dataset_stats(out)
         if plot is not None:
             stats["plot"] = str(plot_stats(stats, plot))
@@ -242,6 +248,9 @@ def register(app: typer.Typer) -> None:
             None, "--sample", "-s", help="Show only sample N (index) or the sample with this id."
         ),
         html: Path = typer.Option(None, "--html", help="Also write the view as a self-contained HTML page."),
+        overwrite: bool = typer.Option(
+            False, "--overwrite", help="Replace an existing --html file msgtrain did not write."
+        ),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
         system_prompt: Path = typer.Option(
             None, "--system-prompt", help="The system prompt of conversations whose log holds none, as convert."
@@ -262,9 +271,12 @@ def register(app: typer.Typer) -> None:
         Bounded by default (terminal and --html alike): --max-turns and --max-chars; every elision is marked.
         """
         from msgtrain.ingest.supplied import context_text
+        from msgtrain.run.own_files import check_own_file
         from msgtrain.tools.bounds import limit
         from msgtrain.tools.inspect_cmd import inspect_input, render_inspection, write_html
 
+        if html is not None:
+            check_own_file(html, "--html", overwrite=overwrite)
         ins = inspect_input(
             input_path,
             graph=graph,

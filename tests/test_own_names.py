@@ -111,3 +111,63 @@ def test_a_hand_edited_names_record_cannot_make_a_run_delete_other_paths(tmp_pat
     assert run(str(logs), "-o", str(out)) == 0
     assert (tmp_path / "keep.txt").read_text() == "mine" and (tmp_path / ".other.link-1").is_dir()
     assert state_dir(out).is_dir() and os.path.islink(out)
+
+
+def _broken_logs(tmp_path: Path) -> Path:
+    logs = make_logs(tmp_path, 1)
+    (logs / "broken.jsonl").write_text("{not json\n")
+    return logs
+
+
+def test_rejects_that_names_a_users_file_or_an_old_log_is_refused_unless_overwrite(tmp_path: Path) -> None:
+    logs = _broken_logs(tmp_path)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    yesterday = make_logs(tmp_path, 1, name="old") / "calls-000.jsonl"  # a log not given to tonight's run
+    kept = {p: p.read_bytes() for p in (notes, yesterday)}
+    (tmp_path / "to-notes").symlink_to(notes)
+    (tmp_path / "to-log").symlink_to(yesterday)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for name in ("notes.txt", "old/calls-000.jsonl", "to-notes", "to-log", "dangling"):
+        assert run(str(logs), "-o", str(tmp_path / "out"), "--rejects", str(tmp_path / name)) == 2, name
+        assert not (tmp_path / "out").exists(), name
+    assert all(p.read_bytes() == data for p, data in kept.items())
+    assert not (tmp_path / "nowhere").exists()
+    # --overwrite replaces the link itself, never the file it points at.
+    assert run(str(logs), "-o", str(tmp_path / "out"), "--rejects", str(tmp_path / "to-log"), "--overwrite") == 3
+    assert not (tmp_path / "to-log").is_symlink() and "broken.jsonl" in (tmp_path / "to-log").read_text()
+    assert yesterday.read_bytes() == kept[yesterday]
+    assert run(str(logs), "-o", str(tmp_path / "out"), "--rejects", str(notes), "--overwrite") == 3
+    assert "broken.jsonl" in notes.read_text()
+
+
+def test_a_rejects_file_msgtrain_wrote_is_replaced_until_someone_edits_it(tmp_path: Path) -> None:
+    logs = _broken_logs(tmp_path)
+    rejects = tmp_path / "rejects.jsonl"
+    assert run(str(logs), "-o", str(tmp_path / "out"), "--rejects", str(rejects)) == 3
+    first = rejects.read_bytes()
+    assert run(str(logs), "-o", str(tmp_path / "out"), "--rejects", str(rejects)) == 3
+    assert rejects.read_bytes() == first
+    with open(rejects, "a") as f:
+        f.write("my note about these rejects\n")
+    edited = rejects.read_bytes()
+    assert run(str(logs), "-o", str(tmp_path / "out"), "--rejects", str(rejects)) == 2
+    assert rejects.read_bytes() == edited
+
+
+def test_inspect_html_and_stats_plot_refuse_a_file_they_did_not_write(tmp_path: Path) -> None:
+    from msgtrain.cli import main
+
+    logs = make_logs(tmp_path, 1)
+    page = tmp_path / "page.html"
+    page.write_text("my page\n")
+    assert main(["inspect", str(logs / "calls-000.jsonl"), "--html", str(page)]) == 2
+    assert page.read_text() == "my page\n"
+    assert main(["inspect", str(logs / "calls-000.jsonl"), "--html", str(page), "--overwrite"]) == 0
+    assert "<html" in page.read_text().lower()
+    assert main(["inspect", str(logs / "calls-000.jsonl"), "--html", str(page)]) == 0  # its own page now
+    plot = tmp_path / "lengths.png"
+    plot.write_bytes(b"not mine")
+    assert run(str(logs), "-o", str(tmp_path / "out")) == 0
+    assert main(["stats", str(tmp_path / "out"), "--plot", str(plot)]) == 2
+    assert plot.read_bytes() == b"not mine"

@@ -26,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import tempfile
@@ -54,6 +55,7 @@ from msgtrain.ingest.supplied import supplied_report
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import check_reject_rate, refuse_empty_replacement
+from msgtrain.run.own_files import own_file
 from msgtrain.run.part_store import PartsStore, ReadGroup
 from msgtrain.run.parts import PartStats, accounting_report, merge_chunk_rejects, merge_chunk_tables
 from msgtrain.run.storage import child, put_file, writable_dir
@@ -481,8 +483,6 @@ def write_dataset(job: AssemblyJob, tok: Any = None, progress: ProgressHook | No
             splits=SplitAssigner(cfg.split).names,
             decode=tok.decode,
         )
-        rejects_path = job.rejects or root / REJECTS
-        rejects_path.parent.mkdir(parents=True, exist_ok=True)
         tally = Tally()
         total, done_parts = sum(map(len, groups)), 0
 
@@ -493,17 +493,21 @@ def write_dataset(job: AssemblyJob, tok: Any = None, progress: ProgressHook | No
                 figures = {"index": done_parts, "total": total, "samples": tally.samples, "tokens": tally.tokens}
                 progress("assemble", figures)
 
-        with open(rejects_path, "w", encoding="utf-8") as rejects:
-            for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
-                writer.write(split, table)
+        # A --rejects file of the user's is replaced whole, beside a marker (run/own_files.py), even when the
+        # result is refused below: the rejects say why.
+        with own_file(job.rejects) if job.rejects else contextlib.nullcontext(root / REJECTS) as rejects_path:
+            with open(rejects_path, "w", encoding="utf-8") as rejects:
+                for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
+                    writer.write(split, table)
+            empty = rejects_path.stat().st_size == 0
         outputs = writer.close()
         refuse_result(job, tally)
         # Relative to OUT in report.json; the caller returns where it was published.
         outputs["drops"] = write_drops(tally, root)
         data = build_report(cfg, tally, job.tokenizer, job.ignored, outputs)
         check_accounting(data)
-        if job.rejects is None and rejects_path.stat().st_size == 0:
-            rejects_path.unlink()
+        if job.rejects is None and empty:
+            (root / REJECTS).unlink()
         # report.json must not change between identical runs: timings live only in the returned report.
         write_report(root, data)
     return data

@@ -29,6 +29,7 @@ from msgtrain.run.config import ConvertConfig
 from msgtrain.run.journal import Manifest, save_manifest
 from msgtrain.run.lease import StoreLease, store_lock
 from msgtrain.run.lock import exclusive_lock
+from msgtrain.run.own_files import check_own_file
 from msgtrain.run.part_store import LocalParts, PartsStore, StoreParts
 from msgtrain.run.publish import (
     check_output,
@@ -130,6 +131,8 @@ class LocalOutput:
         inputs = [Path(p) for p in cfg.inputs if not is_remote(str(p))]
         rejects = Path(cfg.rejects) if cfg.rejects is not None else None
         check_output(self.out, inputs, overwrite=cfg.overwrite, rejects=rejects)
+        if rejects is not None:
+            check_own_file(rejects, "--rejects", overwrite=cfg.overwrite)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(self.state):
             clean_litter(self.out)

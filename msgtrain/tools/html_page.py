@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from msgtrain.errors import OutputError
+from msgtrain.run.own_files import own_file
 from msgtrain.tools.bounds import gap_note, gaps, turn_of_tokens
 from msgtrain.tools.sample_view import Decode, SampleView, describe_cut, plural, shown_pieces
 from msgtrain.tools.tree import TreeLine
@@ -175,8 +176,8 @@ def write_page(
     text = page(title, trees, samples, total, control_ids, notes)
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        with own_file(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
     except OSError as e:
         raise OutputError(f"cannot write the HTML page: {e.strerror or e}", where=str(path)) from e
     return path

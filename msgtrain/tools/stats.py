@@ -420,8 +420,10 @@ def plot_stats(stats: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle(_plot_title(stats), fontsize=9)
     fig.tight_layout()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        from msgtrain.run.own_files import own_file
+
+        with own_file(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
     except OSError as e:
         from msgtrain.errors import OutputError
 
