@@ -457,14 +457,18 @@ def test_a_pydantic_ai_message_history_is_read_as_its_model_was_sent_it(tmp_path
     assert nodes[5].message.result.result == "Unknown city.\n\nFix the errors and try again."
 
 
-def test_a_pydantic_ai_history_whose_instructions_change_is_ambiguous(tmp_path: Path) -> None:
+def test_a_pydantic_ai_history_whose_instructions_change_is_cut_there(tmp_path: Path) -> None:
     history = json.loads(json.dumps(PYDANTIC_AI_HISTORY))
     history[2]["instructions"] = "Be verbose."
     path = _write(tmp_path / "logs" / "history.json", history)
     events = list(read_events(detect_format(path), path))
     rejects = [e for e in events if isinstance(e, ReadReject)]
     assert [r.error.code for r in rejects] == ["ambiguous_structure"] and "instructions" in rejects[0].error.message
-    assert not any(isinstance(e, ReadGraph) for e in events)
+    assert rejects[0].count == 0  # a gap inside the conversation, not a record of its own
+    (graph,) = [e.graph for e in events if isinstance(e, ReadGraph)]
+    # the reply before the changed instructions is trained; none after them is (their system prompt is unknown)
+    origins = [n.origin.value for n in graph.nodes.values() if n.message.role == "assistant"]
+    assert origins[0] == "sampled" and set(origins[1:]) <= {"carried"} and len(origins) > 1
 
 
 # Shape of pydantic/pydantic-ai tests/models/cassettes/test_xai/test_xai_builtin_code_execution_tool.xai.yaml (commit

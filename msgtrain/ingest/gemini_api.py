@@ -34,6 +34,7 @@ from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.streams import assemble
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.completeness import mark_context_incomplete
+from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage
 
 POLICY = "gemini"
@@ -137,16 +138,47 @@ def _history_events(path: Path, ref: SourceRef, doc: Any) -> list[ReadEvent]:
     model = holder.get("model") if isinstance(holder.get("model"), str) else None
     log = CallLogGraph(base_graph_id(path, ref), metadata={"source_format": "gemini_api"}, policy=model or POLICY)
     calls = False
+    gap: ReadReject | None = None
+    last: str | None = None
     for k, content in enumerate(contents):
-        if isinstance(content, dict) and content.get("role") == "model":
+        if not (isinstance(content, dict) and content.get("role") == "model"):
+            continue
+        if gap is not None:
+            last = _after_gap(log, last, content, gap)
+            continue
+        try:
             call = gemini_call({**request, "contents": contents[:k]}, {"candidates": [{"content": content}]})
             calls = calls or any(isinstance(s.message, OptionCallMessage) for s in call.samples)
-            log.add(call)
+            last = log.add(call)[-1]
+        except MsgtrainError as e:
+            if not log.calls:
+                raise  # nothing readable before it: the history's reject
+            # A gap: the replies before it are trained, the ones after it were sampled after a content that
+            # cannot be read, so they are context only (context_unknown), never trained as if it were not there.
+            note = "; the history is trained up to it, the model contents after it are context only"
+            error = type(e)(e.message + note, where=e.where, hint=e.hint, code=e.code).located(f"{ref} contents")
+            gap = ReadReject(ref, error, count=0, turns=0)
+            last = _after_gap(log, last, content, gap)
     if not log.calls:
         raise ValidationError("the history holds no model content", code="no_model_turn")
     if calls and not openai_tools(request.get("tools"), where="tools"):
         mark_context_incomplete(log.graph, ["tools"], "the history calls functions but logs no tool declarations")
-    return [ReadGraph(log.finish(), ref, records=1)]
+    return [ReadGraph(log.finish(), ref, records=1), *([gap] if gap is not None else [])]
+
+
+def _after_gap(log: CallLogGraph, parent: str | None, content: dict[str, Any], gap: ReadReject) -> str | None:
+    """A model content after a gap: kept as context the log does not hold (``carried``, counted as
+    ``context_unknown``), or, when it cannot be read either, a turn lost with the gap."""
+    try:
+        samples = gemini_call({"contents": []}, {"candidates": [{"content": content}]}).samples
+    except MsgtrainError:
+        gap.turns += 1
+        return parent
+    why = f"after an unreadable content ({gap.error.where}): the context it was sampled in is not in the log"
+    for step in samples:
+        msg = step.message.model_copy(update={"metadata": {**step.message.metadata, "why_not_trained": why}})
+        parent = log.graph.add_node(parent, msg, origin=Origin.CARRIED)
+    return parent
 
 
 READER = GeminiApiReader()

@@ -54,14 +54,28 @@ PREFERENCE_KEYS = (
 # "items": Semantic Kernel's ChatMessageContent (typed by "content_type")
 CONTENT_KEYS = ("content", "value", "text", "parts", "prompt", "items")
 
+# The role table (case and surrounding space ignored; ``ROLE_USER``-style enum names are the role they end with).
+# docs/formats.md ("Roles") prints it; a mapping's ``roles`` / tags extend it and win over it.
 USER_ROLES = frozenset({"user", "human", "human_user", "prompter"})
-# "chatbot": Cohere's chat history and fine-tuning files (USER / CHATBOT / SYSTEM)
-ASSISTANT_ROLES = frozenset({"assistant", "gpt", "model", "bot", "ai", "chatbot", "chatgpt", "bard", "bing", "claude"})
+# "chatbot": Cohere's chat history and fine-tuning files (USER / CHATBOT / SYSTEM); "agent": agent frameworks and
+# customer-service logs that name the model's side after the agent
+ASSISTANT_ROLES = frozenset(
+    {"assistant", "gpt", "model", "bot", "ai", "agent", "chatbot", "chatgpt", "bard", "bing", "claude"}
+)
 # "_system_prompt": Kimi CLI's context.jsonl writes the system prompt it sends under this role
 SYSTEM_ROLES = frozenset({"system", "_system_prompt"})
 DEVELOPER_ROLES = frozenset({"developer"})
 TOOL_ROLES = frozenset({"tool", "function", "observation", "ipython", "tool_result", "function_response"})
 CALL_ROLES = frozenset({"function_call", "tool_call"})
+# Roles whose reading depends on the message's shape: (role when the shape holds a call / answers one, role of a
+# message that is plain text, None: no reading). smolagents' own messages (``tool-call`` / ``tool-response``: its
+# model classes send them as assistant and user text); ``api``: a tool result in multi-agent role-play logs, read
+# only where it answers an open call.
+SHAPED_ROLES: dict[str, tuple[str, str | None]] = {
+    "tool-call": ("call", "assistant"),
+    "tool-response": ("tool", "user"),
+    "api": ("tool", None),
+}
 # A message holding only the reasoning of the assistant message that follows it (Continue's ``thinking`` role).
 THOUGHT_ROLES = frozenset({"thinking"})
 
@@ -74,6 +88,7 @@ ROLE_VOCABULARY: dict[str, str] = {
     **dict.fromkeys(TOOL_ROLES, "tool"),
     **dict.fromkeys(CALL_ROLES, "call"),
     **dict.fromkeys(THOUGHT_ROLES, "thought"),
+    **{role: structured for role, (structured, _) in SHAPED_ROLES.items()},
 }
 
 # LangChain's serialised messages name their kind under "type"; only these values make "type" a role.
@@ -297,6 +312,7 @@ class MessageNormaliser:
         content = _kernel_items(obj.get(self.content_key) if self.content_key else _first(obj, CONTENT_KEYS))
         if not self.content_key and is_ui_steps(obj.get("parts")):
             content = obj["parts"]  # AI SDK 4 keeps the text in content too, the calls only in parts
+        role = self._shaped_role(logged, role, obj, content, where)
         if role == "thought":
             self.thought.append(content if isinstance(content, str) else _block_text(content, where))
             return []
@@ -319,6 +335,31 @@ class MessageNormaliser:
                 return [self._result(r[0], r[1], r[2], where) for r in results if r is not None]
             return [self._tool_message(obj, content, where)]
         return self._input(obj, role, content, where)
+
+    def _shaped_role(self, logged: Any, role: str, obj: dict[str, Any], content: Any, where: str) -> str:
+        """The role of a :data:`SHAPED_ROLES` value, by what the message holds: a call (structured, or JSON text
+        naming one) or a result answering an open call read as such, plain text as its text role."""
+        key = logged.strip().lower() if isinstance(logged, str) else None
+        if key not in SHAPED_ROLES or (self.roles and canonical_role(logged, self.roles) != ROLE_VOCABULARY[key]):
+            return role  # not a shaped role, or a mapping said what it is
+        structured, text = SHAPED_ROLES[key]
+        if structured == "call":
+            if any(obj.get(k) for k in _CALL_KEYS):
+                return "assistant"  # an assistant message whose calls are under their own key
+            holds = _json_call(content)
+        else:
+            ids = ("tool_call_id", "tool_use_id", "toolCallId")
+            holds = any(obj.get(k) for k in ids) or bool(self.open_calls)
+        if holds:
+            return structured
+        if text is None:
+            raise ValidationError(
+                f"role {json.dumps(logged)} answers no open tool call here, and is no role msgtrain reads as text",
+                where=where,
+                code="unknown_role",
+                hint="map it with --map (roles: {VALUE: user|assistant|system|tool})",
+            )
+        return text
 
     def _pydantic_ai(self, obj: dict[str, Any], where: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -565,6 +606,18 @@ class MessageNormaliser:
 
 
 _CONTENT_HINT = "content is text, or a list of text / image parts (OpenAI, Anthropic or Gemini shapes)"
+
+
+def _json_call(content: Any) -> bool:
+    """Text that is the JSON of a call (``{"name", "arguments"}``, or a list of them), as ShareGPT writes one."""
+    if not isinstance(content, str) or not content.lstrip().startswith(("{", "[")):
+        return False
+    try:
+        value = json.loads(content)
+    except (ValueError, RecursionError):
+        return False
+    calls = value if isinstance(value, list) else [value]
+    return bool(calls) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls)
 
 
 def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:

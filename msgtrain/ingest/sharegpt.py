@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.base import ReadItem
+from msgtrain.ingest.base import ReadGraph, ReadItem
 from msgtrain.ingest.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.conversation_files import (
     Conversation,
@@ -319,7 +319,8 @@ def _preference(path: Path, conv: Conversation) -> Converted:
             code="bad_preference",
             hint='write "chosen": {"from": "gpt", "value": ...} and the same for "rejected"',
         )
-    read = convert_found(path, conv.ref, found)
+    read = convert_found(path, conv.ref, found)[0]
+    assert isinstance(read, ReadGraph)  # a preference layout has no gap
     return Converted(read.graph, read.extras)
 
 

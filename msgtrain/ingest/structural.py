@@ -675,6 +675,25 @@ def _assistant_count(value: Any, budget: list[int] | None = None) -> int:
 
 
 @dataclass
+class Gap:
+    """Where a conversation stops being trainable: the first message that cannot be read (an unknown role, a result
+    answering no call, content in no shape). Replies before it are trained; replies after it were sampled in a
+    context that held it, which the log cannot give, so they are context only (``context_unknown``), never trained
+    as if it had not been there (that would stitch the two sides of the gap together)."""
+
+    where: str
+    error: MsgtrainError
+    turns: int  # the assistant turns the unreadable message held (lost with it)
+    after: int = 0  # replies after it, kept as context the log does not hold
+    unread: int = 0  # replies after it that could not be read either (lost)
+
+
+def _assistant_like(value: Any) -> bool:
+    hit = role_of(value)
+    return hit is not None and canonical_role(hit[1]) in ("assistant", "call")
+
+
+@dataclass
 class _Builder:
     """Normalised messages → steps, with JSON-path errors."""
 
@@ -705,6 +724,41 @@ class _Builder:
                     origin = Origin.CARRIED
             self.steps.append(Step(msg, origin=origin, generation=generation, index=len(self.steps)))
 
+    def add_until_gap(self, raw: list[Any], where: str) -> Gap | None:
+        """A conversation's messages, up to the first one that cannot be read (see :class:`Gap`): the messages
+        before it are added as usual; of the messages after it, the assistant ones are added as context the log
+        does not hold (``carried``, dropped as ``context_unknown``), the rest left out (nothing after the gap is
+        trained, so nothing after it needs its context)."""
+        for i, item in enumerate(raw):
+            at = f"{where}[{i}]"
+            try:
+                self.add(item, at)
+            except ValidationError as e:
+                if not any(s.message.role == "assistant" and s.origin is None for s in self.steps):
+                    raise  # nothing trainable before it: the conversation's reject, as it always was
+                gap = Gap(at, e, message_like_count(item)[1] or int(_assistant_like(item)))
+                for j, later in enumerate(raw[i + 1 :], start=i + 1):
+                    self._add_after_gap(later, f"{where}[{j}]", gap)
+                return gap
+        return None
+
+    def _add_after_gap(self, raw: Any, where: str, gap: Gap) -> None:
+        hit = role_of(raw)
+        if hit is None or canonical_role(hit[1], self.norm.roles) not in ("assistant", "call"):
+            return
+        try:
+            data = MessageNormaliser(roles=self.norm.roles, content_key=self.norm.content_key).normalise(raw, where)
+            messages = [from_openai_message({**d, "tool_calls": None} if d["role"] == "assistant" else d) for d in data]
+        except MsgtrainError:
+            gap.unread += 1
+            return
+        why = f"after an unreadable message at {gap.where}: the context it was sampled in is not in the log"
+        for msg in messages:
+            if msg.role == "assistant":
+                msg = msg.model_copy(update={"metadata": {**msg.metadata, "why_not_trained": why}})
+                self.steps.append(Step(msg, origin=Origin.CARRIED, index=len(self.steps)))
+                gap.after += 1
+
     def add_list(self, raw: Any, where: str, *, trained: bool = True) -> None:
         if isinstance(raw, str):
             self.add({"role": "user" if not trained else "assistant", "content": raw}, where, trained=trained)
@@ -722,10 +776,10 @@ def _located(make: Any, where: str) -> Any:
         raise type(e)(e.message, where=where, hint=e.hint, code=e.code) from e
 
 
-def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
+def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     """One conversation → a graph (raises :class:`ValidationError` naming the JSON path on anything ambiguous)."""
     if found.node_map:
-        return node_map_graph(path, ref, found.holder, found.mapping.columns["messages"], found.path)
+        return [node_map_graph(path, ref, found.holder, found.mapping.columns["messages"], found.path)]
     m, holder, at = found.mapping, found.holder, found.path
     norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
     builder = _Builder(norm)
@@ -735,10 +789,11 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
         raise ValidationError(f"the system prompt at {at}.{m.columns['system']} is not text", code="bad_content")
     label = _label(m, holder, at)
     branches: list[tuple[list[Step], str]] = []
+    gap: Gap | None = None
     if m.layout == "messages":
         messages = m.field_of(holder, "messages")
         _need_list(messages, f"{at}.{m.columns['messages']}")
-        builder.add_list(messages, f"{at}.{m.columns['messages']}")
+        gap = builder.add_until_gap(messages, f"{at}.{m.columns['messages']}")
         mark_last_reply(builder.steps, label)
     elif m.layout == "prompt_completion":
         rendered = _prompt_steps(builder, m.field_of(holder, "prompt"), f"{at}.{m.columns['prompt']}")
@@ -779,7 +834,19 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> ReadGraph:
     if found.unlogged_system and not any(s.message.role == "system" for s in steps):
         mark_context_incomplete(graph, ["system_prompt"], "the record does not save its agent's system message")
     graph.graph_id = content_graph_id(base, graph)
-    return ReadGraph(graph, ref, records=1, extras=_extras(holder, m))
+    out: list[ReadEvent] = [ReadGraph(graph, ref, records=1, extras=_extras(holder, m))]
+    if gap is not None:
+        out.append(gap_reject(ref, gap))
+    return out
+
+
+def gap_reject(ref: SourceRef, gap: Gap) -> ReadReject:
+    """The books' line for a gap: the unreadable message (and the replies after it that could not be read either)
+    as turns lost, in no record of their own (the conversation is the record, converted up to the gap)."""
+    error = gap.error.located(str(ref) if gap.error.where else f"{ref} {gap.where}")
+    note = f"; the conversation is trained up to it, {gap.after} later replies kept as context only"
+    error = type(error)(error.message + note, where=error.where, hint=error.hint, code=error.code)
+    return ReadReject(ref, error, "", count=0, turns=gap.turns + gap.unread)
 
 
 def _need_list(value: Any, where: str) -> None:
@@ -1188,7 +1255,7 @@ class StructuralReader:
 def _task(path: Path, ref: SourceRef, found: Found, raw: Any) -> Any:
     def parse() -> list[ReadEvent]:
         try:
-            return [convert_found(path, ref, found)]
+            return convert_found(path, ref, found)
         except MsgtrainError as e:  # ``file:line $.messages[3]``: the record, then the JSON path inside it
             turns = max(_replies_in(found), message_like_count(found.holder)[1])
             return [ReadReject(ref, e.located(str(ref)), excerpt(raw), turns=turns)]

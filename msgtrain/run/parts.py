@@ -292,7 +292,8 @@ def convert_file(
             for ev in events:
                 if isinstance(ev, ReadReject):
                     stats.records_read += ev.count
-                    stats.records_rejected[ev.error.code] += ev.count
+                    if ev.count:  # a gap inside a converted record (count 0) is a line of its own, no record
+                        stats.records_rejected[ev.error.code] += ev.count
                     stats.turns_lost += ev.turns
                     rejects.append(_reject_line(ev.source, ev.error, ev.excerpt))
                     if ev.detail:

@@ -1,0 +1,134 @@
+"""Conversations read by their units: the role table, gaps that cut a conversation, calls at any depth.
+
+Fixtures are small and written here in the shape of third-party logs (each names the project and file its shape
+follows); the real files' counts are in tests/test_unseen_projects.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.ingest.shapes import SHAPED_ROLES, canonical_role, normalise_messages
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _write(path: Path, value: Any) -> Path:
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+def _books(path: Path) -> tuple[int, dict[str, int], int, list[dict[str, Any]]]:
+    """(turns trained, drops by reason, turns lost, reject lines) of converting ``path``."""
+    _, stats, rejects = convert_file(path, SETTINGS)
+    return stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost, [json.loads(r) for r in rejects]
+
+
+@pytest.mark.parametrize(
+    ("logged", "role"),
+    [
+        ("agent", "assistant"),
+        ("Bot", "assistant"),
+        ("MODEL", "assistant"),
+        ("chatbot", "assistant"),
+        ("AI", "assistant"),
+        ("gpt", "assistant"),
+        ("System", "system"),
+        ("SYSTEM", "system"),
+        ("observation", "tool"),
+        ("ipython", "tool"),
+        ("function", "tool"),
+        ("ROLE_USER", "user"),
+        ("narrator", None),
+    ],
+)
+def test_the_role_table_reads_framework_vocabularies_case_insensitively(logged: str, role: str | None) -> None:
+    assert canonical_role(logged) == role
+
+
+def test_a_mapping_role_wins_over_the_table() -> None:
+    assert canonical_role("agent", {"agent": "user"}) == "user"
+
+
+def test_smolagents_tool_messages_are_read_by_their_shape() -> None:
+    # smolagents' memory (huggingface/smolagents src/smolagents/memory.py, ActionStep.to_messages): a tool-call
+    # message whose content is text, then the observation as a tool-response: sent as assistant and user text
+    messages = [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "tool-call", "content": [{"type": "text", "text": "Calling tools:\n[{'id': 'c1'}]"}]},
+        {"role": "tool-response", "content": [{"type": "text", "text": "Observation:\n4"}]},
+        {"role": "assistant", "content": "4"},
+    ]
+    assert [m["role"] for m in normalise_messages(messages, "$")[0]] == ["user", "assistant", "user", "assistant"]
+    # the same roles holding a structured call and its answer are a call and its result
+    structured = [
+        {"role": "user", "content": "What is 2+2?"},
+        {
+            "role": "tool-call",
+            "content": None,
+            "tool_calls": [{"id": "c1", "function": {"name": "add", "arguments": "{}"}}],
+        },
+        {"role": "tool-response", "tool_call_id": "c1", "content": "4"},
+    ]
+    assert [m["role"] for m in normalise_messages(structured, "$")[0]] == ["user", "assistant", "tool"]
+    assert set(SHAPED_ROLES) >= {"tool-call", "tool-response", "api"}
+
+
+# Shape of a multi-agent role-play log (customer-service simulations: agent / user turns with API lines between
+# them, "role": "API" results and "api_call" requests the table does not know).
+ROLE_PLAY = {
+    "dialogue_id": "d1",
+    "messages": [
+        {"role": "system", "content": "You book hotels."},
+        {"role": "user", "content": "Find a room in Paris."},
+        {"role": "agent", "content": "Let me search."},
+        {"role": "api_call", "content": "search_hotels(city='Paris')"},
+        {"role": "API", "content": "Hilton: available"},
+        {"role": "agent", "content": "A room at Hilton is available."},
+        {"role": "user", "content": "Book it."},
+        {"role": "agent", "content": "Booked."},
+    ],
+}
+
+
+def test_an_unknown_role_cuts_the_conversation_and_never_stitches_it(tmp_path: Path) -> None:
+    trained, drops, lost, rejects = _books(_write(tmp_path / "roleplay.json", ROLE_PLAY))
+    assert trained == 1  # "Let me search." only
+    assert drops == {"context_unknown": 2}  # the two replies after the API lines: their context is not in the log
+    assert lost == 0
+    (gap,) = rejects
+    assert gap["reason"] == "unknown_role" and "$.messages[3]" in gap["where"]
+    assert "trained up to it" in gap["message"]
+
+
+def test_an_unreadable_first_message_still_rejects_the_conversation(tmp_path: Path) -> None:
+    record = {"messages": [{"role": "narrator", "content": "Once"}, {"role": "assistant", "content": "upon"}]}
+    trained, _, lost, rejects = _books(_write(tmp_path / "bad.json", record))
+    assert trained == 0 and [r["reason"] for r in rejects] == ["unknown_role"] and lost == 1
+
+
+# Shape of a google-genai ChatSession history (googleapis/python-genai: chat.get_history() dumped as Content[]),
+# with one functionResponse whose functionCall was not logged.
+GEMINI_HISTORY = [
+    {"role": "user", "parts": [{"text": "hi"}]},
+    {"role": "model", "parts": [{"text": "hello"}]},
+    {"role": "user", "parts": [{"text": "weather in Oslo?"}]},
+    {"role": "model", "parts": [{"text": "Checking."}]},
+    {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"t": 3}}}]},
+    {"role": "model", "parts": [{"text": "3 degrees."}]},
+    {"role": "user", "parts": [{"text": "thanks"}]},
+    {"role": "model", "parts": [{"text": "bye"}]},
+]
+
+
+def test_an_orphan_function_response_cuts_a_gemini_history_there(tmp_path: Path) -> None:
+    trained, drops, lost, rejects = _books(_write(tmp_path / "history.json", GEMINI_HISTORY))
+    assert trained == 2 and drops == {"context_unknown": 2} and lost == 0
+    assert [r["reason"] for r in rejects] == ["unpaired_result"]
