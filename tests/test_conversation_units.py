@@ -132,3 +132,62 @@ def test_an_orphan_function_response_cuts_a_gemini_history_there(tmp_path: Path)
     trained, drops, lost, rejects = _books(_write(tmp_path / "history.json", GEMINI_HISTORY))
     assert trained == 2 and drops == {"context_unknown": 2} and lost == 0
     assert [r["reason"] for r in rejects] == ["unpaired_result"]
+
+
+def _call_step(history: list[dict[str, Any]], reply: dict[str, Any]) -> dict[str, Any]:
+    return {"input": history, "response": reply, "usage": {"prompt_tokens": 10 * len(history)}}
+
+
+SYSTEM = {"role": "system", "content": "You fix bugs."}
+ASK = {"role": "user", "content": "Fix the failing test."}
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
+}
+RESULT = {"role": "tool", "tool_call_id": "c1", "content": "test_a.py"}
+
+
+def _chat_completion(message: dict[str, Any]) -> dict[str, Any]:
+    return {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop", "message": message}]}
+
+
+# Shape of an agent trajectory that logs each step's model call (SWE-agent-style "trajectory" steps with the
+# request's messages and the provider's raw response: an OpenAI ChatCompletion, then an Anthropic Message).
+TRAJECTORY = {
+    "instance_id": "repo__1",
+    "trajectory": [
+        _call_step([SYSTEM, ASK], _chat_completion(CALL)),
+        _call_step(
+            [SYSTEM, ASK, CALL, RESULT],
+            {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Fixed test_a.py."}]},
+        ),
+        {"action": "submit", "observation": "done"},
+    ],
+}
+
+
+def test_calls_nested_in_steps_are_trained_after_exactly_their_own_messages(tmp_path: Path) -> None:
+    from msgtrain.ingest.boundary import read_events
+    from msgtrain.ingest.detect import detect_format
+
+    path = _write(tmp_path / "traj.json", TRAJECTORY)
+    events = list(read_events(detect_format(path), path))
+    (graph,) = [e.graph for e in events if hasattr(e, "graph")]
+    # the second call re-sends the first one's history: the shared prefix is one set of nodes, not two
+    assert [(n.message.role, n.origin.value) for n in graph.nodes.values()] == [
+        ("system", "context"),
+        ("user", "context"),
+        ("assistant", "sampled"),
+        ("tool", "context"),
+        ("assistant", "sampled"),
+    ]
+    trained, drops, lost, rejects = _books(path)
+    assert (trained, drops, lost, rejects) == (2, {}, 0, [])
+
+
+def test_a_bad_call_among_steps_costs_that_call_only(tmp_path: Path) -> None:
+    record = json.loads(json.dumps(TRAJECTORY))
+    record["trajectory"][0]["input"][1]["role"] = "narrator"  # the first call's own messages cannot be read
+    trained, _, _, rejects = _books(_write(tmp_path / "traj.json", record))
+    assert trained == 1 and [r["reason"] for r in rejects] == ["unknown_role"]

@@ -99,6 +99,7 @@ from msgtrain.ingest.shapes import (
     unwrapped,
     wrapped_messages,
 )
+from msgtrain.ingest.structural_calls import read_calls
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
@@ -121,6 +122,9 @@ PAIR_KEYS = (
     ("input", "completion"),
     ("messages", "completion"),
     ("messages", "response"),
+    ("input", "response"),  # agent trajectories' per-step {input: [messages], response: ChatCompletion | Message}
+    ("messages", "output"),
+    ("history", "response"),
     ("origin_prompt", "prediction"),  # OpenCompass predictions/<model>/<dataset>.json
     ("input_prompt", "output_response"),  # SkyRL evaluation dumps
     ("prompt", "sampled"),  # openai/evals recorder "sampling" events
@@ -1238,7 +1242,13 @@ class StructuralReader:
             else:
                 yield ReadSkip(ref, "no_conversation")
             return
-        several = len(found) > 1
+        calls = [f for f in found if _is_call(f)] if self.mapping is None else []
+        if len(calls) > 1:  # several calls in one record: read as a call log (msgtrain.ingest.structural_calls)
+            found = [f for f in found if f not in calls]
+            yield RecordTask(
+                ref, partial(read_calls, path, ref, calls, raw, convert_found), records=len(calls), raw=raw
+            )
+        several = len(found) > 1 or bool(calls)
         for item in found:
             sub = _sub_ref(ref, item.path, several)
             if isinstance(item, Ambiguity):
@@ -1250,6 +1260,13 @@ class StructuralReader:
                 yield ReadReject(sub, err.located(str(sub)), excerpt(raw), turns=item.assistant_messages)
                 continue
             yield RecordTask(sub, _task(path, sub, item, raw), records=1, raw=raw)
+
+
+def _is_call(found: Found | Ambiguity) -> bool:
+    """A prompt / completion find whose prompt is a message list: a model call (what it sent, what it got)."""
+    if not isinstance(found, Found) or found.mapping.layout != "prompt_completion":
+        return False
+    return is_message_list(found.mapping.field_of(found.holder, "prompt"))
 
 
 def _task(path: Path, ref: SourceRef, found: Found, raw: Any) -> Any:
