@@ -191,3 +191,33 @@ def test_a_bad_call_among_steps_costs_that_call_only(tmp_path: Path) -> None:
     record["trajectory"][0]["input"][1]["role"] = "narrator"  # the first call's own messages cannot be read
     trained, _, _, rejects = _books(_write(tmp_path / "traj.json", record))
     assert trained == 1 and [r["reason"] for r in rejects] == ["unknown_role"]
+
+
+def _autogen_record(messages: list[dict[str, Any]], reply: str) -> dict[str, Any]:
+    usage = {"prompt_tokens": 9, "completion_tokens": 3}
+    return {
+        "messages": messages,
+        "response": {"finish_reason": "stop", "content": reply, "usage": usage, "cached": False},
+    }
+
+
+# Shape of AutoGen 0.4 model calls saved with their results (autogen_core.models: LLMMessage lists as
+# model_dump() writes them, beside the CreateResult the client returned: finish_reason, content, usage, cached).
+AG_SYSTEM = {"type": "SystemMessage", "content": "You are a poet."}
+AG_ASK = {"type": "UserMessage", "content": "A haiku on rain.", "source": "user"}
+AG_REPLY = {"type": "AssistantMessage", "content": "Soft rain on the roof", "source": "poet"}
+AG_MORE = {"type": "UserMessage", "content": "Another.", "source": "user"}
+AUTOGEN_CALLS = [
+    _autogen_record([AG_SYSTEM, AG_ASK], "Soft rain on the roof"),
+    _autogen_record([AG_SYSTEM, AG_ASK, AG_REPLY, AG_MORE], "Puddles hold the sky"),
+]
+
+
+def test_autogen_calls_train_the_response_beside_their_messages(tmp_path: Path) -> None:
+    from msgtrain.ingest.detect import detect_format
+
+    path = _write(tmp_path / "session.json", AUTOGEN_CALLS)
+    assert detect_format(path).name == "autogen"
+    trained, drops, lost, rejects = _books(path)
+    # both responses trained once each: the first is also the second call's history (the same node, not a copy)
+    assert (trained, drops, lost, rejects) == (2, {}, 0, [])

@@ -28,8 +28,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from msgtrain.errors import ValidationError
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef, load_json_document
+from msgtrain.errors import MsgtrainError, ValidationError
+from msgtrain.ingest.base import (
+    ReadEvent,
+    ReadGraph,
+    ReadItem,
+    ReadReject,
+    ReadSkip,
+    RecordTask,
+    SourceRef,
+    excerpt,
+    load_json_document,
+)
+from msgtrain.ingest.call_log import Call, CallLogGraph, conversation_key
 from msgtrain.ingest.conversation_files import Step, base_graph_id, build_linear_graph
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.model.completeness import mark_context_incomplete
@@ -64,26 +75,89 @@ class AutogenReader:
         if not found:
             yield ReadSkip(SourceRef(str(path), "file"), "no AutoGen message list in the document")
             return
-        for where, kind, items in found:
-            ref = SourceRef(str(path), where or "file")
-            yield RecordTask(ref, partial(_events, path, ref, kind, items), raw=items)
+        calls = [(where, items, reply) for where, kind, items, reply in found if reply is not None]
+        if calls:  # model calls logged with their result: read as a call log (msgtrain.ingest.call_log)
+            ref = SourceRef(str(path), "file")
+            yield RecordTask(ref, partial(_call_events, path, calls), records=len(calls), raw=None)
+        for where, kind, items, reply in found:
+            if reply is None:
+                ref = SourceRef(str(path), where or "file")
+                yield RecordTask(ref, partial(_events, path, ref, kind, items), raw=items)
 
 
-def _conversations(value: Any, where: str) -> Iterator[tuple[str, str, list[Any]]]:
-    """(JSON path, "llm" | "chat", the list) for every AutoGen message list in a document, outermost first."""
+def _conversations(value: Any, where: str, reply: Any = None) -> Iterator[tuple[str, str, list[Any], Any]]:
+    """(JSON path, "llm" | "chat", the list, the reply logged beside it or None) for every AutoGen message list in a
+    document, outermost first. A model context beside the ``response`` it got (a ``CreateResult``, or the
+    ``ChatCompletion`` an ``LLMCallEvent`` logs) is a call: the reply sampled after exactly those messages."""
     if isinstance(value, list):
         types = {v.get("type") for v in value if isinstance(v, dict)}
-        if value and types <= LLM_TYPES | {None} and types & {"AssistantMessage"}:
-            yield where, "llm", value
+        if value and types <= LLM_TYPES | {None} and types & {"AssistantMessage", "UserMessage"}:
+            if reply is not None or "AssistantMessage" in types:
+                yield where, "llm", value, reply
             return
         if value and types & {"TextMessage", "ToolCallRequestEvent"} and all(isinstance(v, dict) for v in value):
-            yield where, "chat", value
+            yield where, "chat", value, None
             return
         for i, v in enumerate(value):
             yield from _conversations(v, f"{where}[{i}]")
     elif isinstance(value, dict):
+        beside = value.get("response")
+        beside = beside if isinstance(beside, dict) and _reply_message(beside) is not None else None
         for key, v in value.items():
-            yield from _conversations(v, f"{where}.{key}" if where else key)
+            yield from _conversations(v, f"{where}.{key}" if where else key, beside if key == "messages" else None)
+
+
+def _reply_message(response: dict[str, Any]) -> dict[str, Any] | None:
+    """The OpenAI message of a logged reply: a ``CreateResult`` (``finish_reason``, ``content`` a string or
+    ``FunctionCall`` list, ``thought``) or a ``ChatCompletion`` body (its one choice)."""
+    choices = response.get("choices")
+    if isinstance(choices, list):
+        if len(choices) == 1 and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict):
+            return choices[0]["message"]
+        return None
+    if "finish_reason" in response and "content" in response:
+        return _assistant(response.get("content"), response.get("thought"))
+    return None
+
+
+def _call_events(path: Path, calls: list[tuple[str, list[Any], Any]]) -> list[ReadEvent]:
+    """The calls of a document (context, reply), one graph per conversation (first two messages), a reject per
+    call that cannot be read."""
+    events: list[ReadEvent] = []
+    logs: dict[str, CallLogGraph] = {}
+    for where, items, reply in calls:
+        ref = SourceRef(str(path), where)
+        try:
+            context = from_openai_messages(_from_llm(items), policy=POLICY)
+            sample = from_openai_messages([*_from_llm(items), _reply_message(reply) or {}], policy=POLICY)[-1]
+            steps = [
+                Step(m, origin=None if m.role == "assistant" else Origin.CONTEXT, index=i)
+                for i, m in enumerate(context)
+            ]
+            call = Call(steps, [Step(sample, origin=Origin.SAMPLED)])
+            key = conversation_key(context[:2], None)
+            log = logs.get(key) or CallLogGraph(
+                f"{path.name}#{len(logs)}", metadata={"source_format": "autogen"}, policy=POLICY
+            )
+            log.add(call)
+            logs.setdefault(key, log)
+        except MsgtrainError as e:
+            events.append(ReadReject(ref, e.located(str(ref)), excerpt(items), turns=1))
+    read = len(calls) - len(events)
+    for n, log in enumerate(logs.values()):
+        graph = log.finish()
+        _mark_incomplete(graph, [n.message for n in graph.nodes.values()])
+        share = read - (len(logs) - 1) if n == 0 else 1
+        events.insert(n, ReadGraph(graph, SourceRef(str(path), "file"), records=share))
+    return events
+
+
+def _mark_incomplete(graph: Any, messages: list[Any]) -> None:
+    missing = [] if messages and messages[0].role == "system" else ["system_prompt"]
+    if any(isinstance(m, OptionCallMessage) for m in messages):
+        missing.append("tools")
+    if missing:
+        mark_context_incomplete(graph, missing, "an AutoGen agent sends its system message and tools apart")
 
 
 def _events(path: Path, ref: SourceRef, kind: str, items: list[Any]) -> list[ReadEvent]:
@@ -95,11 +169,7 @@ def _events(path: Path, ref: SourceRef, kind: str, items: list[Any]) -> list[Rea
     if not any(s.origin is Origin.SAMPLED for s in steps):
         return [ReadSkip(ref, "AutoGen conversation without a model reply")]
     graph = build_linear_graph(steps, base_id=base_graph_id(path, ref), policy=POLICY)
-    missing = [] if openai and openai[0]["role"] == "system" else ["system_prompt"]
-    if any(isinstance(s.message, OptionCallMessage) for s in steps):
-        missing.append("tools")
-    if missing:
-        mark_context_incomplete(graph, missing, "an AutoGen agent sends its system message and tools apart")
+    _mark_incomplete(graph, [s.message for s in steps])
     return [ReadGraph(graph, ref, records=1)]
 
 
