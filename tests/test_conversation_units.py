@@ -221,3 +221,47 @@ def test_autogen_calls_train_the_response_beside_their_messages(tmp_path: Path) 
     trained, drops, lost, rejects = _books(path)
     # both responses trained once each: the first is also the second call's history (the same node, not a copy)
     assert (trained, drops, lost, rejects) == (2, {}, 0, [])
+
+
+# Shape of a chatbot-ui export (mckaywrigley/chatbot-ui, types/export.ts v4: {version, history: [{id, name, messages,
+# model, prompt, temperature, folderId}], folders, prompts}): each conversation's system prompt is its ``prompt``.
+CHATBOT_UI = {
+    "version": 4,
+    "history": [
+        {
+            "id": "c1",
+            "name": "Rain",
+            "messages": [{"role": "user", "content": "A haiku?"}, {"role": "assistant", "content": "Soft rain."}],
+            "model": {"id": "gpt-4", "name": "GPT-4"},
+            "prompt": "You are a poet.",
+            "temperature": 1,
+            "folderId": None,
+        }
+    ],
+    "folders": [],
+    "prompts": [],
+}
+
+
+def test_a_system_prompt_beside_or_above_the_messages_is_the_conversations_system_message(tmp_path: Path) -> None:
+    from msgtrain.ingest.boundary import read_events
+    from msgtrain.ingest.detect import detect_format
+
+    path = _write(tmp_path / "chatbot_ui.json", CHATBOT_UI)
+    (graph,) = [e.graph for e in read_events(detect_format(path), path) if hasattr(e, "graph")]
+    first = next(iter(graph.nodes.values())).message
+    assert first.role == "system" and first.parts[0].text == "You are a poet."
+    # an ancestor's system prompt and tools reach the calls nested below it
+    record = {
+        "system_prompt": "You fix bugs.",
+        "tools": [{"type": "function", "function": {"name": "ls", "parameters": {}}}],
+    }
+    record["trajectory"] = [
+        {"input": [ASK], "response": _chat_completion(CALL)},
+        {"input": [ASK, CALL, RESULT], "response": _chat_completion({"role": "assistant", "content": "ok"})},
+    ]
+    path = _write(tmp_path / "traj.json", record)
+    (graph,) = [e.graph for e in read_events(detect_format(path), path) if hasattr(e, "graph")]
+    first = next(iter(graph.nodes.values())).message
+    assert first.role == "system" and first.parts[0].text == "You fix bugs."
+    assert [t["function"]["name"] for t in graph.env.tools] == ["ls"]

@@ -112,7 +112,9 @@ MAX_EXTRA_JSON = 4096  # sibling objects larger than this (as JSON) are not carr
 MAX_YAML_BYTES = 64 * 1024 * 1024
 YAML_SUFFIXES = (".yaml", ".yml")
 
-_SYSTEM_KEYS = ("system", "system_prompt")
+# Where a record keeps its conversation's system prompt, beside the messages or in an ancestor of them: chat UIs'
+# exports (chatbot-ui ``prompt``, LibreChat ``promptPrefix``), Cohere v1's ``preamble``, OpenAI ``instructions``.
+_SYSTEM_KEYS = ("system", "system_prompt", "systemPrompt", "instructions", "preamble", "promptPrefix")
 # (context, reply) key pairs of one generation: TRL / verifiers prompt + completion, and the input / output of
 # eval and tracing tools (a generation span's input messages and its output).
 PAIR_KEYS = (
@@ -171,6 +173,8 @@ class Found:
     holder: dict[str, Any]
     mapping: Mapping
     node_map: bool = False  # ``mapping.columns["messages"]`` is a node map (msgtrain.ingest.node_maps), not a list
+    # the system prompt and tools an ancestor of ``holder`` keeps for it: {"system" | "tools": (JSON path, value)}
+    inherited: dict[str, tuple[str, Any]] = field(default_factory=dict)
     unlogged_system: bool = False  # the log format never saves the system message its agent was sent
     # how a preference pair's two sides are judged: chosen / rejected, or a judge's tie (both good, both bad)
     marks: tuple[str | None, str | None] = ("chosen", "rejected")
@@ -197,11 +201,26 @@ class _Search:
 def locate(value: Any, path: str = "$") -> list[Found | Ambiguity]:
     """Every conversation (or ambiguous spot) in ``value``, outermost first (module docstring)."""
     search = _Search()
-    _locate(value, path, 0, search)
+    _locate(value, path, 0, search, {})
     return search.found
 
 
-def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
+def _context_here(value: dict[str, Any], path: str, inherited: dict[str, tuple[str, Any]]) -> dict[str, Any]:
+    """What an object passes down to the conversations inside it: its system prompt and tools (its own keys win
+    over its ancestors')."""
+    out = dict(inherited)
+    # an ancestor's ``prompt`` or ``instructions`` is as often the task as a system prompt: only sibling keys say so
+    keys = [k for k in _SYSTEM_KEYS if k != "instructions"]
+    system = next((k for k in keys if isinstance(value.get(k), str) and value[k].strip()), None)
+    if system is not None:
+        out["system"] = (f"{path}.{system}", value[system])
+    tools = next((k for k in _TOOL_KEYS if isinstance(value.get(k), list) and value[k]), None)
+    if tools is not None:
+        out["tools"] = (f"{path}.{tools}", value[tools])
+    return out
+
+
+def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[str, tuple[str, Any]]) -> None:
     search.nodes += 1
     if search.nodes > MAX_SEARCH_NODES:
         return
@@ -211,33 +230,41 @@ def _locate(value: Any, path: str, depth: int, search: _Search) -> None:
             if agents:
                 search.found.append(_agents_ambiguity(path, agents, value))
                 return
-            search.found.append(Found(path, {"messages": value}, Mapping("messages", {"messages": "messages"})))
+            found = Found(path, {"messages": value}, Mapping("messages", {"messages": "messages"}))
+            search.found.append(_inheriting(found, inherited))
             return
         wrapped = wrapped_messages(value)
         if wrapped is not None:  # each item holds its message under one key, beside its own bookkeeping
             key, messages = wrapped
             found = Found(f"{path}[].{key}", {"messages": messages}, Mapping("messages", {"messages": "messages"}))
-            search.found.append(found)
+            search.found.append(_inheriting(found, inherited))
             return
         if depth < MAX_SEARCH_DEPTH:
             for i, item in enumerate(value):
                 if isinstance(item, dict | list):
-                    _locate(item, f"{path}[{i}]", depth + 1, search)
+                    _locate(item, f"{path}[{i}]", depth + 1, search, inherited)
         return
     if not isinstance(value, dict):
         return
     hit = record_layout(value, path)
     if hit is not None:
-        search.found.append(hit)
+        search.found.append(_inheriting(hit, inherited) if isinstance(hit, Found) else hit)
         return
     scored = candidates(value, path)
     if scored:
         search.found.extend(scored)
         return
     if depth < MAX_SEARCH_DEPTH:
+        here = _context_here(value, path, inherited)
         for key, item in value.items():
             if isinstance(item, dict | list):
-                _locate(item, f"{path}.{key}", depth + 1, search)
+                _locate(item, f"{path}.{key}", depth + 1, search, here)
+
+
+def _inheriting(found: Found, inherited: dict[str, tuple[str, Any]]) -> Found:
+    """``found`` with the system prompt and tools its ancestors keep for it (where its own record has none)."""
+    found.inherited = {k: v for k, v in inherited.items() if k not in found.mapping.columns}
+    return found
 
 
 def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
@@ -308,6 +335,8 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         return _agents_ambiguity(f"{path}.{longest}", named_agents(record[longest]), record[longest])
     if longest is not None:  # one list, or a transcript beside its own prefixes (NeMo-Gym's input_message_log)
         columns["messages"] = longest
+        if "system" not in columns and isinstance(record.get("prompt"), str) and record["prompt"].strip():
+            columns["system"] = "prompt"  # a chat UI's conversation: its system prompt beside its messages
         return Found(path, record, Mapping("messages", columns))
     if len(lists) > 1:
         shown = ", ".join(f"{path}.{k}" for k in lists)
@@ -788,9 +817,13 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
     builder = _Builder(norm)
     system = m.field_of(holder, "system")
+    inherited_system = found.inherited.get("system", (None, None))[1] if system is None else None
     system = _text_blocks(system) if isinstance(system, list) else system
     if system is not None and not isinstance(system, str):
-        raise ValidationError(f"the system prompt at {at}.{m.columns['system']} is not text", code="bad_content")
+        raise ValidationError(
+            f"the system prompt at {at}.{m.columns.get('system', '(an enclosing object) system')} is not text",
+            code="bad_content",
+        )
     label = _label(m, holder, at)
     branches: list[tuple[list[Step], str]] = []
     gap: Gap | None = None
@@ -824,8 +857,14 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         branches = _preference(builder, holder, m, at, found.marks)
     _check_speakers(norm, at)
     _check_nothing_beside(holder, m, at)
-    steps = _with_system(MediaColumns(holder).place(builder.steps), system, at, m)
-    tools = openai_tools(m.field_of(holder, "tools"), where=f"{at}.{m.columns.get('tools', 'tools')}")
+    steps = MediaColumns(holder).place(builder.steps)
+    if inherited_system is not None and not any(s.message.role == "system" for s in steps):
+        system = inherited_system  # an enclosing object's system prompt, for a conversation that holds none
+    steps = _with_system(steps, system, at, m)
+    tools_value, tools_at = m.field_of(holder, "tools"), f"{at}.{m.columns.get('tools', 'tools')}"
+    if tools_value is None and "tools" in found.inherited:
+        tools_at, tools_value = found.inherited["tools"]
+    tools = openai_tools(tools_value, where=tools_at)
     base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
     graph = MessageGraph(graph_id=base, tools=tools, metadata={"source_format": "structural", "layout": m.layout})
     check_pairing(steps + [s for b, _ in branches for s in b])
@@ -1044,9 +1083,9 @@ def _with_system(steps: list[Step], system: str | None, at: str, m: Mapping) -> 
         texts = {"".join(getattr(p, "text", "") for p in getattr(s.message, "parts", ())) for s in own}
         if texts == {system} or all(t.startswith(system) for t in texts):
             return steps  # the conversation's system message is the one beside it, rendered with more: it was sent
+        beside = m.columns.get("system", "system")
         raise ValidationError(
-            f"{at}.{m.columns['system']} and the system message in the conversation differ: which one the policy "
-            "saw is ambiguous",
+            f"{at}.{beside} and the system message in the conversation differ: which one the policy saw is ambiguous",
             code="ambiguous_structure",
             hint="drop one of them, or map the system column away with --map",
         )
