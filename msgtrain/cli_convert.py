@@ -268,6 +268,12 @@ def register(app: typer.Typer) -> None:
         tree_scope: str = typer.Option(
             None, "--tree-scope", help="--target tree: graph (default, a trie per graph) | split (merge graphs)."
         ),
+        group_by: str = typer.Option(
+            None, "--group-by", help="--target rl: group trajectories by a metadata KEY (example_id) or @prompt."
+        ),
+        group_size: int = typer.Option(
+            None, "--group-size", help="--target rl with --group-by: keep groups of exactly N (rest dropped)."
+        ),
         rejects: Path = typer.Option(None, "--rejects", help="Where bad records go (default OUT/rejects.jsonl)."),
         strict: bool = typer.Option(None, "--strict/--no-strict", help="Fail on the first bad record."),
         max_reject_rate: float = typer.Option(
@@ -362,6 +368,8 @@ def register(app: typer.Typer) -> None:
             "split": parse_split_spec(",".join(split)) if split else None,
             "pack_length": pack_length,
             "tree_scope": tree_scope,
+            "group_by": group_by,
+            "group_size": group_size,
             "rejects": str(rejects) if rejects is not None else None,
             "strict": strict,
             "max_reject_rate": max_reject_rate,
@@ -433,9 +441,11 @@ def lost_in_run(report: dict[str, Any]) -> str:
     """What a run lost besides rejected records (turns dropped by failure, samples dropped by the length policy),
     as one phrase, or ``""``. ``validate`` counts exactly these as problems, so both commands exit 3 on the same
     input; drops that are the user's choice or the log's own limit (:data:`NOT_FAILURES`) are not losses."""
+    from msgtrain.export.groups import GROUP_DROPS
     from msgtrain.linearize.plan import NOT_FAILURES
 
-    turns = sum(n for r, n in report["turns"]["dropped_by_reason"].items() if r not in NOT_FAILURES)
+    chosen = NOT_FAILURES | GROUP_DROPS  # --group-size drops what does not fill a group: the user's choice
+    turns = sum(n for r, n in report["turns"]["dropped_by_reason"].items() if r not in chosen)
     samples = sum(report["samples"].get("dropped_by_reason", {}).values())
     parts = [f"{turns} turns dropped"] * bool(turns) + [f"{samples} samples dropped"] * bool(samples)
     return " and ".join(parts)

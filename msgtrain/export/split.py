@@ -130,15 +130,16 @@ class SplitAssigner:
         held_out = int(np.searchsorted(self._bounds, graph_fraction(graph_id), side="right"))
         return self._names[held_out] if held_out < len(self._names) else TRAIN
 
-    def split_table(self, table: pa.Table) -> dict[str, pa.Table]:
-        return split_table(table, self.fractions)
+    def split_table(self, table: pa.Table, by: str = "graph_id") -> dict[str, pa.Table]:
+        return split_table(table, self.fractions, by)
 
 
-def split_table(table: pa.Table, fractions: Mapping[str, float]) -> dict[str, pa.Table]:
-    """Partition a canonical table by split, keeping row order within each part; empty parts are omitted."""
+def split_table(table: pa.Table, fractions: Mapping[str, float], by: str = "graph_id") -> dict[str, pa.Table]:
+    """Partition a canonical table by split, keeping row order within each part; empty parts are omitted. ``by``
+    is the column hashed (``group_id`` keeps an RL group of several graphs in one split)."""
     if not fractions:
         return {TRAIN: table} if table.num_rows else {}
-    assigned = assign_splits(table["graph_id"], fractions)
+    assigned = assign_splits(table[by], fractions)
     codes = np.asarray(assigned.indices.to_numpy(zero_copy_only=False))
     parts = {}
     for code, name in enumerate([TRAIN, *fractions]):

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from msgtrain.errors import ConfigError
 from msgtrain.export import arrays
+from msgtrain.export.groups import GROUP_FIELDS, default_group_columns
 from msgtrain.export.pack import IGNORE_INDEX, PACKED_SCHEMA, Packer
 from msgtrain.export.schema import CANONICAL_SCHEMA, SPAN
 from msgtrain.export.tree import TREE_SCHEMA, TreeConverter
@@ -190,6 +191,7 @@ RL_SCHEMA = pa.schema(
         ("loss_mask", pa.list_(pa.int8())),
         ("logprobs", pa.list_(pa.float32())),
         ("reward", pa.float64()),
+        *[(f.name, f.type) for f in GROUP_FIELDS],
         ("prompt_length", pa.int32()),
         ("num_tokens", pa.int32()),
         ("num_trained_tokens", pa.int32()),
@@ -208,7 +210,9 @@ RL_SCHEMA = pa.schema(
 def to_rl(table: pa.Table) -> pa.Table:
     """Adds ``prompt_length`` (first trained token: ``input_ids[:prompt_length]`` is the prompt, the rest the
     response that ``loss_mask`` gates) and ``logprobs_complete`` (every trained token has an engine logprob,
-    so the row can serve as off-policy data with behaviour logprobs)."""
+    so the row can serve as off-policy data with behaviour logprobs). ``trajectory_id``, ``weight`` and
+    ``advantage`` come from the run's group plan (:mod:`msgtrain.export.groups`); rows converted without one get
+    ``weight`` = 1 / the trajectory's rows in this batch and no advantage."""
     _check_canonical(table)
     n = table.num_rows
     num_tokens = arrays.lengths_of(table["input_ids"])
@@ -231,6 +235,8 @@ def to_rl(table: pa.Table) -> pa.Table:
     columns: dict[str, Any] = {
         name: arrays.as_array(table[name]) for name in RL_SCHEMA.names if name in table.column_names
     }
+    if "weight" not in table.column_names:
+        columns.update(default_group_columns(table))
     columns["prompt_length"] = pa.array(first_start, type=pa.int32())
     columns["num_tokens"] = pa.array(num_tokens, type=pa.int32())
     columns["num_trained_tokens"] = pa.array(trained, type=pa.int32())
@@ -305,7 +311,8 @@ TARGETS: dict[str, Target] = {
         ),
         Target(
             name="rl",
-            description="one row per sample: ids, loss_mask, logprobs, reward, group_id, prompt_length, turns",
+            description="one row per sample: ids, loss_mask, logprobs, reward, group_id, trajectory_id, weight, "
+            "advantage, prompt_length, turns",
             trainers="GRPO/PPO-style trainers (verl, OpenRLHF, SkyRL, custom loops)",
             schema=RL_SCHEMA,
             make_converter=lambda _options: _RowWise(to_rl, RL_SCHEMA),

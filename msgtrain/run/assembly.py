@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgtrain import __version__
+from msgtrain.export.groups import GroupPlan, GroupPlanner
 from msgtrain.export.length import LengthStats, apply_length_policy
 from msgtrain.export.split import SplitAssigner
 from msgtrain.export.targets import TargetOptions, get_target, is_row_wise
@@ -83,6 +84,9 @@ class Tally:
     sources: set[str] = field(default_factory=set)
     # One record per sample the length policy dropped whole (``drops.jsonl``), in output order.
     drops: list[dict[str, Any]] = field(default_factory=list)
+    # Rows the rl target's group plan dropped whole, by reason (group_incomplete, group_key_missing).
+    group_dropped: Counter[str] = field(default_factory=Counter)
+    grouping: dict[str, Any] | None = None  # the group plan's report (rl target)
 
     def add_table(self, table: pa.Table) -> None:
         """Count rows that passed the length policy (before they are split)."""
@@ -101,7 +105,7 @@ class Tally:
     def merge(self, other: Tally) -> None:
         self.stats.add(other.stats)
         self.length.merge(other.length)
-        for name in ("length_dropped_turns", "cuts", "by_split"):
+        for name in ("length_dropped_turns", "cuts", "by_split", "group_dropped"):
             getattr(self, name).update(getattr(other, name))
         for name in ("by_policy", "by_source"):
             mine = getattr(self, name)
@@ -130,18 +134,15 @@ def _group_counts(table: pa.Table, column: str) -> dict[str, Counter[str]]:
     return out
 
 
-def assembly_tables(
+def policed_tables(
     cfg: ConvertConfig,
     groups: Iterable[Group],
     read_group: ReadGroup,
     tally: Tally,
     rejects: IO[str] | None = None,
     on_group: Callable[[int], None] | None = None,
-) -> Iterator[tuple[int, str, pa.Table]]:
-    """The dataset's rows as (index of the group in ``groups``, split, canonical table), in output order; counts
-    them into ``tally``, writes the groups' rejects to ``rejects`` (in file order) when given, and calls
-    ``on_group(index)`` after each group."""
-    splitter = SplitAssigner(cfg.split)
+) -> Iterator[tuple[int, pa.Table]]:
+    """The rows of each group (input file) after the length policy, before groups and splits: (index, table)."""
     for index, group in enumerate(groups):
         read = read_group(group)
         for meta, _, _ in read:
@@ -165,15 +166,68 @@ def assembly_tables(
             )
             tally.length_dropped_turns.update(dropped_turns)
             tally.drops.extend(dropped)
-            if table.num_rows == 0:
-                continue
-            tally.add_table(table)
-            for split, part in splitter.split_table(table).items():
-                if part.num_rows:
-                    tally.by_split[split] += part.num_rows
-                    yield index, split, part
+            if table.num_rows:
+                yield index, table
         if on_group is not None:
             on_group(index)
+
+
+def assembly_tables(
+    cfg: ConvertConfig,
+    groups: Iterable[Group],
+    read_group: ReadGroup,
+    tally: Tally,
+    rejects: IO[str] | None = None,
+    on_group: Callable[[int], None] | None = None,
+    grouping: GroupPlan | None = None,
+) -> Iterator[tuple[int, str, pa.Table]]:
+    """The dataset's rows as (index of the group in ``groups``, split, canonical table), in output order; counts
+    them into ``tally``, writes the groups' rejects to ``rejects`` (in file order) when given, and calls
+    ``on_group(index)`` after each group. With ``grouping`` (the ``rl`` target's :class:`GroupPlan`), rows get
+    their group, weight and advantage (or are dropped with the plan's reason), and a group's rows share a split."""
+    splitter = SplitAssigner(cfg.split)
+    for index, table in policed_tables(cfg, groups, read_group, tally, rejects, on_group):
+        by_group = False
+        if grouping is not None:
+            table = _apply_grouping(grouping, table, tally)
+            by_group = grouping.key is not None
+            if table.num_rows == 0:
+                continue
+        tally.add_table(table)
+        for split, part in splitter.split_table(table, by="group_id" if by_group else "graph_id").items():
+            if part.num_rows:
+                tally.by_split[split] += part.num_rows
+                yield index, split, part
+
+
+def _apply_grouping(grouping: GroupPlan, table: pa.Table, tally: Tally) -> pa.Table:
+    kept, dropped, reasons = grouping.apply(table)
+    for row, reason in zip(
+        dropped.select(["sample_id", "graph_id", "source", "num_tokens", "num_turns"]).to_pylist(), reasons, strict=True
+    ):
+        tally.group_dropped[reason] += 1
+        tally.length_dropped_turns[reason] += row["num_turns"]
+        tally.drops.append(
+            {
+                "reason": reason,
+                **{k: row[k] for k in ("sample_id", "graph_id", "source", "num_tokens")},
+                "turns": row["num_turns"],
+                "group_by": grouping.key,
+                "group_size": grouping.size,
+            }
+        )
+    return kept
+
+
+def plan_groups(cfg: ConvertConfig, groups: list[Group], read_group: ReadGroup) -> GroupPlan | None:
+    """The ``rl`` target's group plan, from a first pass over the rows (only their ids, keys and rewards are kept);
+    None for other targets."""
+    if cfg.target != "rl":
+        return None
+    planner = GroupPlanner(cfg.group_by, cfg.group_size)
+    for _, table in policed_tables(cfg, groups, read_group, Tally()):
+        planner.observe(table)
+    return planner.plan()
 
 
 UNREADABLE = "unreadable"  # the reason of every input discovery or hashing could not read starts with this
@@ -212,6 +266,7 @@ def build_report(
             "dropped_by_reason": dict(sorted(length.dropped_samples.items())),
             "length_policy": length.to_dict(),
         },
+        **({"groups": tally.grouping} if tally.grouping is not None else {}),
         "cuts_by_reason": dict(sorted(tally.cuts.items())),
         "flags": dict(sorted(stats.flags.items())),
         "context_supplied": supplied_report(cfg.context, cfg.system_prompt, cfg.tools, tally.sources, stats.flags),
@@ -241,7 +296,8 @@ def build_report(
 def distributable(cfg: ConvertConfig) -> bool:
     """Whether this dataset can be written one shard per task: Parquet of a row-wise target."""
     options = TargetOptions(pack_length=cfg.pack_length, tree_scope=cfg.tree_scope)
-    return bool(cfg.format == "parquet" and is_row_wise(get_target(cfg.target), options))
+    # rl rows carry their trajectory's weight and group, planned over the whole dataset first (plan_groups)
+    return bool(cfg.format == "parquet" and cfg.target != "rl" and is_row_wise(get_target(cfg.target), options))
 
 
 @dataclass(frozen=True)
@@ -495,11 +551,14 @@ def write_dataset(job: AssemblyJob, tok: Any = None, progress: ProgressHook | No
 
         # A --rejects file of the user's is replaced whole, beside a marker (run/own_files.py), even when the
         # result is refused below: the rejects say why.
+        grouping = plan_groups(cfg, groups, read_group)
         with own_file(job.rejects) if job.rejects else contextlib.nullcontext(root / REJECTS) as rejects_path:
             with open(rejects_path, "w", encoding="utf-8") as rejects:
-                for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group):
+                for _, split, table in assembly_tables(cfg, groups, read_group, tally, rejects, on_group, grouping):
                     writer.write(split, table)
             empty = rejects_path.stat().st_size == 0
+        if grouping is not None:
+            tally.grouping = grouping.report(tally.group_dropped)
         outputs = writer.close()
         refuse_result(job, tally)
         # Relative to OUT in report.json; the caller returns where it was published.

@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from msgtrain.errors import ConfigError, MsgtrainError
+from msgtrain.export.groups import check_group_key
 from msgtrain.export.length import Overflow
 from msgtrain.export.split import parse_split_spec
 from msgtrain.export.targets import TARGETS
@@ -115,6 +116,14 @@ class ConvertConfig(BaseModel):
     pack_length: int | None = Field(None, gt=0, description="row length for target=packed (and target=tree)")
     tree_scope: Literal["graph", "split"] = Field(
         "graph", description="target=tree: one trie per graph, or one per split buffer (merges shared prompts)"
+    )
+    group_by: str | None = Field(
+        None,
+        description="target=rl: put trajectories whose metadata KEY (example_id, info.task) or @prompt is equal in"
+        " one group, across files (docs/rl.md)",
+    )
+    group_size: int | None = Field(
+        None, gt=0, description="target=rl with group_by: keep groups of exactly N trajectories (the rest dropped)"
     )
     rows_per_shard: int = Field(DEFAULT_ROWS_PER_SHARD, gt=0)
     row_group_size: int = Field(DEFAULT_ROW_GROUP_SIZE, gt=0)
@@ -247,6 +256,15 @@ class ConvertConfig(BaseModel):
                 f"max_length {self.max_length} is longer than pack_length {self.pack_length}",
                 hint="a sample longer than a pack cannot be packed; make max_length <= pack_length",
             )
+        if (self.group_by is not None or self.group_size is not None) and self.target != "rl":
+            raise ConfigError("group_by and group_size only apply to target rl", hint="drop them or use --target rl")
+        if self.group_size is not None and self.group_by is None:
+            raise ConfigError(
+                "group_size needs group_by (what makes trajectories one group)",
+                hint="add --group-by KEY, e.g. --group-by example_id",
+            )
+        if self.group_by is not None:
+            check_group_key(self.group_by)
         if self.overflow != "drop" and self.max_length is None:
             raise ConfigError(
                 f"overflow {self.overflow!r} needs max_length", hint="set max_length, e.g. --max-length 8192"
@@ -310,6 +328,8 @@ OUTPUT_SETTINGS = frozenset(
         "split",
         "pack_length",
         "tree_scope",
+        "group_by",
+        "group_size",
         "rows_per_shard",
         "row_group_size",
     }

@@ -1,0 +1,94 @@
+"""Logged rollouts (``--target rl`` rows) handed to RL trainers as the rollouts they would have generated.
+
+TRL's GRPO trainer generates its own completions unless given a ``rollout_func(prompts, trainer) -> dict`` (TRL
+1.16, ``GRPOTrainer._generate``): it must return ``prompt_ids``, ``completion_ids`` and ``logprobs`` per prompt, may
+return ``env_mask`` (1 = a token the policy generated, 0 = a tool's output in the completion) and any other field,
+which TRL hands to the reward functions. The trainer's sampler repeats each dataset row ``num_generations`` times in a
+row, and normalizes rewards over those ``num_generations`` completions.
+
+:class:`LoggedRollouts` makes that path replay logged groups: its :meth:`~LoggedRollouts.dataset` has one row per
+group (the ``prompt`` column holds the ``group_id``), the call returns the group's logged rows in order (the j-th
+repeat of a group's prompt gets its j-th row), and :func:`logged_reward` is the reward function that returns each
+row's logged reward. Each row becomes one completion: ``prompt_ids = input_ids[:prompt_length]``, the rest is the
+completion, ``env_mask = loss_mask[prompt_length:]`` (tool outputs and untrained turns inside it are context, not
+trained), ``logprobs`` the logged behaviour logprobs (None → NaN where the log has none: TRL's importance-sampling
+correction then leaves those tokens uncorrected).
+
+A group must hold exactly ``num_generations`` rows: convert with ``--group-by KEY --group-size N`` and, where
+trajectories are cut into several rows, note that TRL gives each row its own advantage (it has no per-row weight:
+the ``weight`` column is for trainers that do; see docs/rl.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from msgtrain.errors import ConfigError
+
+REQUIRED = ("group_id", "input_ids", "loss_mask", "logprobs", "reward", "prompt_length")
+
+
+def _rows(rows: Any) -> list[dict[str, Any]]:
+    if hasattr(rows, "to_list"):  # datasets.Dataset
+        return list(rows.to_list())
+    if hasattr(rows, "to_pylist"):  # pyarrow.Table
+        return list(rows.to_pylist())
+    return [dict(r) for r in rows]
+
+
+class LoggedRollouts:
+    """A TRL GRPO ``rollout_func`` that returns logged ``--target rl`` rows instead of generating."""
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]] | Any, num_generations: int) -> None:
+        self.num_generations = num_generations
+        self.groups: dict[str, list[dict[str, Any]]] = {}
+        for row in _rows(rows):
+            missing = [k for k in REQUIRED if k not in row]
+            if missing:
+                raise ConfigError(
+                    f"not an rl row: missing {missing}", hint="convert with --target rl", code="not_rl_rows"
+                )
+            self.groups.setdefault(row["group_id"], []).append(row)
+        wrong = {g: len(r) for g, r in self.groups.items() if len(r) != num_generations}
+        if wrong:
+            shown = ", ".join(f"{g}: {n}" for g, n in list(wrong.items())[:3])
+            raise ConfigError(
+                f"{len(wrong)} group(s) do not hold num_generations={num_generations} rows ({shown})",
+                hint=f"convert with --group-by KEY --group-size {num_generations}, or set num_generations to the "
+                "group size",
+                code="group_size_mismatch",
+            )
+
+    def dataset(self) -> Any:
+        """One row per group, ``prompt`` = its group id (what the trainer's sampler repeats)."""
+        import datasets
+
+        return datasets.Dataset.from_dict({"prompt": list(self.groups)})
+
+    def __call__(self, prompts: Sequence[str], trainer: Any = None) -> dict[str, list[Any]]:
+        seen: dict[str, int] = {}
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "logged_reward")
+        }
+        for prompt in prompts:
+            members = self.groups.get(prompt)
+            if members is None:
+                raise ConfigError(f"prompt {prompt!r} is not a logged group id", code="unknown_group")
+            j = seen.get(prompt, 0) % len(members)
+            seen[prompt] = j + 1
+            row = members[j]
+            cut = int(row["prompt_length"])
+            ids = list(row["input_ids"])
+            out["prompt_ids"].append(ids[:cut])
+            out["completion_ids"].append(ids[cut:])
+            out["env_mask"].append([int(m) for m in row["loss_mask"][cut:]])
+            out["logprobs"].append([math.nan if lp is None else float(lp) for lp in row["logprobs"][cut:]])
+            out["logged_reward"].append(row["reward"])
+        return out
+
+
+def logged_reward(completions: Sequence[Any], logged_reward: Sequence[float | None], **_: Any) -> list[float | None]:
+    """TRL reward function: the reward the log holds for each completion (None: unscored, TRL's NaN)."""
+    return [None if r is None else float(r) for r in logged_reward]
