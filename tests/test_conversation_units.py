@@ -265,3 +265,45 @@ def test_a_system_prompt_beside_or_above_the_messages_is_the_conversations_syste
     first = next(iter(graph.nodes.values())).message
     assert first.role == "system" and first.parts[0].text == "You fix bugs."
     assert [t["function"]["name"] for t in graph.env.tools] == ["ls"]
+
+
+# Shape of a chat UI's recursive export (LibreChat's "export as JSON, recursive": messages nesting their replies
+# under ``children``; here with role / content keys): a regenerated reply is a sibling of the first one.
+NESTED_TREE = {
+    "conversationId": "x1",
+    "title": "Rain",
+    "messages": [
+        {
+            "messageId": "m1",
+            "role": "user",
+            "content": "A haiku on rain?",
+            "children": [
+                {"messageId": "m2", "role": "assistant", "content": "Soft rain on the roof.", "children": []},
+                {
+                    "messageId": "m3",
+                    "role": "assistant",
+                    "content": "Grey clouds, silver drops.",
+                    "children": [
+                        {
+                            "messageId": "m4",
+                            "role": "user",
+                            "content": "Another?",
+                            "children": [{"messageId": "m5", "role": "assistant", "content": "Puddles hold sky."}],
+                        }
+                    ],
+                },
+            ],
+        }
+    ],
+}
+
+
+def test_nested_children_are_a_tree_each_branch_a_sample(tmp_path: Path) -> None:
+    from msgtrain.ingest.boundary import read_events
+    from msgtrain.ingest.detect import detect_format
+
+    path = _write(tmp_path / "librechat.json", NESTED_TREE)
+    (graph,) = [e.graph for e in read_events(detect_format(path), path) if hasattr(e, "graph")]
+    assert len(graph.nodes) == 5 and len(graph.leaves()) == 2
+    trained, _, lost, rejects = _books(path)
+    assert (trained, lost, rejects) == (3, 0, [])  # both siblings and the reply on the longer branch

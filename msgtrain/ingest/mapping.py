@@ -49,6 +49,8 @@ _COLUMNS = (
     "rejected",
     "kto_tag",
     "reward",
+    # msgtrain: messages nest their replies under this key (a tree: each branch a conversation)
+    "children",
     # LLaMA-Factory media columns are accepted and not read: media paths are not followed (see the README).
     "images",
     "videos",

@@ -159,6 +159,8 @@ class OpenAIChatReader:
             return False  # Semantic Kernel's typed items instead of content (structural)
         if any(is_ui_steps([{"type": t} for t in shape.values_at(f"{p}.parts[].type")]) for p in _UNTYPED_AT):
             return False  # AI SDK UI messages: steps, calls and results in one message (structural)
+        if any(shape.has(f"{p}.messages[].{k}[].role") for p in ("", "[]") for k in ("children", "replies")):
+            return False  # messages nesting their replies: a tree (structural)
         if any(shape.has(f"{p}.messages", f"{p}.{reply}") for p in ("", "[]") for reply in _REPLY_BESIDE):
             return False  # the request's messages beside the reply it got (DSPy's LM history): the structural reader
         return any(_has_chat_roles(shape, p) for p in _READ_PATHS)

@@ -225,6 +225,13 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
     if search.nodes > MAX_SEARCH_NODES:
         return
     if isinstance(value, list):
+        children = tree_key(value)
+        if children is not None:  # nested children arrays (a chat UI's export, a search tree): each branch a sample
+            found = Found(
+                path, {"messages": value}, Mapping("messages", {"messages": "messages", "children": children})
+            )
+            search.found.append(_inheriting(found, inherited))
+            return
         if is_message_list(value):
             agents = named_agents(value)
             if agents:
@@ -261,6 +268,49 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
                 _locate(item, f"{path}.{key}", depth + 1, search, here)
 
 
+TREE_KEYS = ("children", "replies")
+
+
+def tree_key(value: Any) -> str | None:
+    """The key under which the messages of ``value`` (a message list) nest their replies as message lists (chat UI
+    exports' ``children``, OpenAssistant's ``replies``), or None."""
+    if not is_message_list(value):
+        return None
+    return next((k for k in TREE_KEYS if any(is_message_list(m.get(k)) for m in value)), None)
+
+
+def _tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
+    """Nested messages (``children`` of each message, at any depth) as a message tree: each root a graph, each path
+    from it a branch, siblings sampled from the same context (a regenerated reply, an edited prompt)."""
+    m = found.mapping
+    key = m.columns["children"]
+    roots = m.field_of(found.holder, "messages")
+    _need_list(roots, f"{found.path}.{m.columns['messages']}")
+    children: dict[str | None, _Lines] = {}
+    stack: list[tuple[Any, str | None, str]] = [
+        (node, None, f"{found.path}[{i}]") for i, node in reversed(list(enumerate(roots)))
+    ]
+    count = 0
+    while stack:
+        node, parent, where = stack.pop()
+        if not isinstance(node, dict):
+            raise ValidationError(f"{where} is not a message", code="bad_message")
+        node_id = str(count)
+        count += 1
+        flat = {k: v for k, v in node.items() if k != key} | {"_tree_id": node_id}
+        children.setdefault(parent, []).append((SourceRef(ref.file, f"{ref.record} {where}"), flat))
+        kids = node.get(key)
+        if isinstance(kids, list):
+            stack.extend((kid, node_id, f"{where}.{key}[{j}]") for j, kid in reversed(list(enumerate(kids))))
+    out: list[ReadEvent] = []
+    for n, (root_ref, root) in enumerate(children.get(None, [])):
+        (event,) = _tree_graph(path, root_ref if n else ref, root, children, "_tree_id", m)
+        assert isinstance(event, ReadGraph)
+        event.records = 1 if n == 0 else 0  # the tree is one record of the books
+        out.append(event)
+    return out
+
+
 def _inheriting(found: Found, inherited: dict[str, tuple[str, Any]]) -> Found:
     """``found`` with the system prompt and tools its ancestors keep for it (where its own record has none)."""
     found.inherited = {k: v for k, v in inherited.items() if k not in found.mapping.columns}
@@ -276,9 +326,11 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     if numbered is not None:  # message_1, message_2, ... (CAMEL role-playing records): one list, in number order
         return numbered_layout(record, path, *numbered)
     lists = [k for k, v in record.items() if is_message_list(v)]
-    if lists and is_message_like(record):  # a message tree (OpenAssistant ``replies``): children are no transcript
-        count = _assistant_count(record)
-        return Ambiguity(path, f"a message tree (messages nested under {', '.join(lists)} of a message)", count)
+    if lists and is_message_like(record):  # a message tree (OpenAssistant ``replies``): each branch a conversation
+        if len(lists) > 1:
+            count = _assistant_count(record)
+            return Ambiguity(path, f"a message tree nested under several keys ({', '.join(lists)})", count)
+        return Found(path, {"messages": [record]}, Mapping("messages", {"messages": "messages", "children": lists[0]}))
     columns: dict[str, str] = {}
     for key in _SYSTEM_KEYS:
         if isinstance(record.get(key), str) or _text_blocks(record.get(key)) is not None:
@@ -335,6 +387,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         return _agents_ambiguity(f"{path}.{longest}", named_agents(record[longest]), record[longest])
     if longest is not None:  # one list, or a transcript beside its own prefixes (NeMo-Gym's input_message_log)
         columns["messages"] = longest
+        children = tree_key(record[longest])
+        if children is not None:  # its messages nest their replies: a tree
+            columns["children"] = children
         if "system" not in columns and isinstance(record.get("prompt"), str) and record["prompt"].strip():
             columns["system"] = "prompt"  # a chat UI's conversation: its system prompt beside its messages
         return Found(path, record, Mapping("messages", columns))
@@ -813,6 +868,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     """One conversation → a graph (raises :class:`ValidationError` naming the JSON path on anything ambiguous)."""
     if found.node_map:
         return [node_map_graph(path, ref, found.holder, found.mapping.columns["messages"], found.path)]
+    if "children" in found.mapping.columns:
+        return _tree_events(path, ref, found)
     m, holder, at = found.mapping, found.holder, found.path
     norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
     builder = _Builder(norm)
@@ -1440,14 +1497,21 @@ def _linear_lines(path: Path, lines: _Lines) -> list[ReadEvent]:
 
 
 def _tree_graph(
-    path: Path, root_ref: SourceRef, root: dict[str, Any], children: dict[str | None, _Lines], id_key: str
+    path: Path,
+    root_ref: SourceRef,
+    root: dict[str, Any],
+    children: dict[str | None, _Lines],
+    id_key: str,
+    mapping: Mapping | None = None,
 ) -> list[ReadEvent]:
     """One root's tree: each message added under its parent, tool pairing carried down each branch."""
     base = base_graph_id(path, root_ref)
     graph = MessageGraph(graph_id=base, metadata={"source_format": "structural", "layout": "tree"})
     names: set[str] = set()
+    m = mapping or Mapping()
+    norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
     stack: list[tuple[SourceRef, dict[str, Any], str | None, MessageNormaliser, dict[str, str]]] = [
-        (root_ref, root, None, MessageNormaliser(), {})
+        (root_ref, root, None, norm, {})
     ]
     size = 0
     while stack:
