@@ -471,7 +471,7 @@ def test_an_output_whose_input_is_empty_is_not_trained_after_a_context_the_polic
     assert not [e for e in read_events(reader, path) if isinstance(e, ReadGraph)]
 
 
-def test_a_message_tree_is_rejected_not_read_as_a_transcript_of_its_replies(tmp_path: Path) -> None:
+def test_a_message_tree_is_read_as_a_tree_not_as_a_transcript_of_its_replies(tmp_path: Path) -> None:
     # Shape of OpenAssistant's message trees (LAION-AI/Open-Assistant data/datasets: {"role": "prompter", "text",
     # "replies": [...]}): the replies' context is the message above them, which a transcript of them would lose.
     tree = {
@@ -484,9 +484,11 @@ def test_a_message_tree_is_rejected_not_read_as_a_transcript_of_its_replies(tmp_
         ],
     }
     path = _jsonl(tmp_path / "trees.jsonl", [tree, tree])
-    events = _events(path)
-    assert [type(e) for e in events] == [ReadReject, ReadReject]
-    assert "message tree" in events[0].error.message and events[0].turns == 2
+    graphs = _graphs(path)
+    assert len(graphs) == 2
+    for read in graphs:  # the two replies are siblings after the prompt, each trained in its own context
+        assert sorted(_origins(read)) == [("assistant", "sampled"), ("assistant", "sampled"), ("user", "context")]
+        assert len(read.graph.leaves()) == 2
 
 
 def test_message_rows_with_parent_ids_are_read_as_a_tree_each_reply_in_its_own_context(tmp_path: Path) -> None:
