@@ -307,3 +307,35 @@ def test_nested_children_are_a_tree_each_branch_a_sample(tmp_path: Path) -> None
     assert len(graph.nodes) == 5 and len(graph.leaves()) == 2
     trained, _, lost, rejects = _books(path)
     assert (trained, lost, rejects) == (3, 0, [])  # both siblings and the reply on the longer branch
+
+
+# Shape of an agent-memory export that rebuilds its system message after each memory edit and keeps every version
+# in the history (letta-ai/letta agent files, .af: messages with role system / user / assistant in order).
+MEMORY_AGENT = {
+    "name": "companion",
+    "messages": [
+        {"role": "system", "content": "Persona. Memory: (empty)"},
+        {"role": "user", "content": "I am Ada."},
+        {"role": "assistant", "content": "Nice to meet you, Ada."},
+        {"role": "system", "content": "Persona. Memory: the user is Ada."},
+        {"role": "user", "content": "Who am I?"},
+        {"role": "assistant", "content": "You are Ada."},
+    ],
+}
+
+
+def test_each_reply_sees_only_the_latest_system_message_before_it(tmp_path: Path) -> None:
+    from msgtrain.ingest.boundary import read_events
+    from msgtrain.ingest.detect import detect_format
+
+    path = _write(tmp_path / "agent.json", MEMORY_AGENT)
+    (graph,) = [e.graph for e in read_events(detect_format(path), path) if hasattr(e, "graph")]
+    replies = [n for n in graph.nodes.values() if n.origin.value == "sampled"]
+    contexts = [[m.message.role for m in graph.path(n.id)] for n in replies]
+    assert contexts == [["system", "user", "assistant"], ["system", "user", "assistant", "user", "assistant"]]
+    second = graph.path(replies[1].id)[0].message
+    assert second.parts[0].text == "Persona. Memory: the user is Ada."  # never both system blocks in one context
+    assert "latest system message" in graph.metadata["system_messages"]
+    trained, drops, lost, rejects = _books(path)
+    assert drops == {}
+    assert (trained, lost, rejects) == (2, 0, [])

@@ -351,15 +351,69 @@ def build_linear_graph(
     graph = MessageGraph(
         graph_id=base_id, tools=tools, metadata=metadata, policy=policy, template_kwargs=template_kwargs
     )
+    marked = []
     for step in steps:
         origin = step.origin
         after_gap = incomplete_from is not None and step.index is not None and step.index >= incomplete_from
         if after_gap and step.message.role == "assistant" and origin in (None, Origin.SAMPLED):
             origin = Origin.CARRIED
-        graph.append(step.message, origin=origin, generation=step.generation)
+        marked.append(Step(step.message, origin, step.generation, step.index))
+    append_steps(graph, marked)
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     graph.graph_id = content_graph_id(base_id, graph)
     return graph
+
+
+# How a reply's system prompt is chosen when a history interleaves several: the latest one before it. A guess where
+# the log does not say which one each call was sent; graphs built by it say so in their metadata (system_messages).
+LATEST_SYSTEM = (
+    "latest system message before each reply (the log interleaves several; which one each call saw is inferred)"
+)
+
+
+def interleaved_systems(steps: Sequence[Step]) -> bool:
+    """Several system messages, one of them after the conversation began (an agent that rebuilds its system prompt
+    as its memory changes: Letta / MemGPT keep each version in the history)."""
+    seen_other = later = False
+    systems = 0
+    for step in steps:
+        if step.message.role == "system":
+            systems += 1
+            later = later or seen_other
+        else:
+            seen_other = True
+    return systems > 1 and later
+
+
+def append_steps(graph: MessageGraph, steps: Sequence[Step]) -> list[str]:
+    """Append a conversation's steps to ``graph``, returning their node ids. A history that interleaves several
+    system messages (:func:`interleaved_systems`) is read as the calls it stands for: each reply after the other
+    messages before it and only the latest system message before it (:data:`LATEST_SYSTEM`), never after several
+    system blocks no call was sent; the calls share their prefixes. The ids returned are then the last call's."""
+    if not interleaved_systems(steps):
+        return [graph.append(s.message, origin=s.origin, generation=s.generation) for s in steps]
+    graph.metadata["system_messages"] = LATEST_SYSTEM
+    system: Step | None = None
+    before: list[Step] = []
+    ids: list[str] = []
+    for step in steps:
+        if step.message.role == "system":
+            system = step
+            continue
+        if step.message.role == "assistant":
+            parent: str | None = None
+            ids = []
+            for s in [*([system] if system is not None else []), *before]:
+                origin = s.origin or (Origin.CARRIED if s.message.role == "assistant" else Origin.CONTEXT)
+                if s.message.role == "assistant" and s.origin in (None, Origin.SAMPLED):
+                    origin = Origin.CARRIED  # sampled in its own call, added there; here it is history
+                parent = graph.add_node(parent, s.message, origin=origin)
+                ids.append(parent)
+            parent = graph.add_node(parent, step.message, origin=step.origin, generation=step.generation)
+            ids.append(parent)
+        before.append(step)
+    graph.head = list(ids)
+    return ids
 
 
 def kto_label(container: dict[str, Any]) -> bool | None:

@@ -69,6 +69,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.conversation_files import (
     Step,
+    append_steps,
     base_graph_id,
     check_pairing,
     content_graph_id,
@@ -923,9 +924,9 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         tools_at, tools_value = found.inherited["tools"]
     tools = openai_tools(tools_value, where=tools_at)
     base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
-    graph = MessageGraph(graph_id=base, tools=tools, metadata={"source_format": "structural", "layout": m.layout})
     check_pairing(steps + [s for b, _ in branches for s in b])
-    ids = [graph.append(s.message, origin=s.origin) for s in steps]
+    graph = MessageGraph(graph_id=base, tools=tools, metadata={"source_format": "structural", "layout": m.layout})
+    ids = append_steps(graph, steps) if not branches else [graph.append(s.message, origin=s.origin) for s in steps]
     for branch, _ in branches:
         parent = ids[-1] if ids else None
         for s in branch:
