@@ -339,3 +339,62 @@ def test_each_reply_sees_only_the_latest_system_message_before_it(tmp_path: Path
     trained, drops, lost, rejects = _books(path)
     assert drops == {}
     assert (trained, lost, rejects) == (2, 0, [])
+
+
+def pasted_books(path: Path, tmp_path: Path) -> tuple[int, dict[str, int], int]:
+    """(trained, drops, lost) of converting ``path`` with the mapping ``msgtrain formats --explain`` prints for it,
+    pasted as is into a mapping file."""
+    from dataclasses import replace
+
+    from msgtrain.ingest.mapping import mapping_text
+    from msgtrain.tools.explain_cmd import explain_file
+
+    text = explain_file(path).mapping_yaml
+    assert text, f"--explain printed no mapping for {path.name}"
+    map_file = tmp_path / f"{path.stem}.map.yaml"
+    map_file.write_text(text, encoding="utf-8")
+    _, stats, _ = convert_file(path, replace(SETTINGS, mapping=mapping_text(map_file)))
+    return stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [("trajectory", TRAJECTORY), ("chatbot_ui", CHATBOT_UI), ("tree", NESTED_TREE), ("roleplay", ROLE_PLAY)],
+)
+def test_the_mapping_explain_prints_converts_the_same_turns_when_pasted(
+    name: str, record: dict[str, Any], tmp_path: Path
+) -> None:
+    path = _write(tmp_path / f"{name}.json", record)
+    trained, drops, lost, _ = _books(path)
+    assert trained > 0
+    assert pasted_books(path, tmp_path) == (trained, drops, lost)
+
+
+def test_a_mapping_reads_items_of_nested_lists_and_calls_in_them(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from msgtrain.ingest.mapping import mapping_text
+
+    record = {
+        "system_prompt": "You fix bugs.",
+        "transitions": [
+            {"actions": [{"context": [ASK], "completion": _chat_completion(CALL)}]},
+            {"actions": [{"context": [ASK, CALL, RESULT], "completion": "Fixed."}]},
+        ],
+    }
+    path = _write(tmp_path / "rollout.json", record)
+    mapping = {
+        "formatting": "prompt_completion",
+        "columns": {
+            "prompt": "transitions[].actions[].context",
+            "completion": "transitions[].actions[].completion",
+            "system": "system_prompt",
+        },
+    }
+    map_file = _write(tmp_path / "map.json", mapping)
+    _, stats, rejects = convert_file(path, replace(SETTINGS, mapping=mapping_text(map_file)))
+    assert (stats.turns_trained, stats.turns_lost, rejects) == (2, 0, [])
+    # a path into a field that is no list is named, not skipped
+    mapping["columns"] = {"prompt": "system_prompt[].context", "completion": "system_prompt[].completion"}
+    _, stats, rejects = convert_file(path, replace(SETTINGS, mapping=mapping_text(_write(map_file, mapping))))
+    assert stats.turns_trained == 0 and json.loads(rejects[0])["reason"] == "mapping_mismatch"

@@ -79,6 +79,7 @@ from msgtrain.ingest.conversation_files import (
 )
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.mapping import Mapping, dig, top_fields
+from msgtrain.ingest.mapping_paths import mapping_units
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.node_maps import node_map_graph, node_map_key
 from msgtrain.ingest.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
@@ -1323,7 +1324,15 @@ class StructuralReader:
                 err = ValidationError("record is not an object the mapping can read", code="mapping_mismatch")
                 yield ReadReject(ref, err.located(str(ref)), excerpt(raw))
                 return
-            found: list[Found | Ambiguity] = [Found("$", value, self.mapping)]
+            try:
+                units = mapping_units(self.mapping, value)
+            except MsgtrainError as e:
+                yield ReadReject(ref, e.located(str(ref)), excerpt(raw), turns=message_like_count(value)[1])
+                return
+            found: list[Found | Ambiguity] = [Found(where, holder, m) for where, holder, m in units]
+            if not found:
+                yield ReadSkip(ref, "no_conversation")
+                return
         else:
             found = locate(value)
         if not found:
@@ -1339,13 +1348,13 @@ class StructuralReader:
             else:
                 yield ReadSkip(ref, "no_conversation")
             return
-        calls = [f for f in found if _is_call(f)] if self.mapping is None else []
+        calls = [f for f in found if _is_call(f)]
         if len(calls) > 1:  # several calls in one record: read as a call log (msgtrain.ingest.structural_calls)
-            found = [f for f in found if f not in calls]
+            found = [f for f in found if not any(f is c for c in calls)]
             yield RecordTask(
                 ref, partial(read_calls, path, ref, calls, raw, convert_found), records=len(calls), raw=raw
             )
-        several = len(found) > 1 or bool(calls)
+        several = len(found) > 1 or len(calls) > 1
         for item in found:
             sub = _sub_ref(ref, item.path, several)
             if isinstance(item, Ambiguity):

@@ -111,7 +111,10 @@ def _structural(path: Path, exp: Explanation) -> None:
             _roles(item, exp, canonical_role, role_of)
             exp.carried.update(k for k in item.holder if k not in _used(item))
     if first is not None:
-        exp.mapping_yaml = _mapping_for(first, exp).to_yaml()
+        from msgtrain.ingest.mapping_paths import rooted
+
+        mapping = rooted(_mapping_for(first, exp), first.path, first.holder, first.inherited)
+        exp.mapping_yaml = mapping.to_yaml()
 
 
 def _shape_of(path: str) -> str:
