@@ -298,6 +298,11 @@ def register(app: typer.Typer) -> None:
             "--train-negative/--no-train-negative",
             help="Train replies the log marks bad (KTO label false, rejected of a pair), flagged; default: dropped.",
         ),
+        engine_ids_mismatch: str = typer.Option(
+            None,
+            "--engine-ids-mismatch",
+            help="Logged engine ids that do not decode to the logged text: drop (default) | render | keep (flagged).",
+        ),
         max_graph_tokens: int = typer.Option(
             None,
             "--max-graph-tokens",
@@ -376,6 +381,7 @@ def register(app: typer.Typer) -> None:
             "render_date": render_date,
             "content_special_tokens": content_special_tokens,
             "train_negative": train_negative,
+            "engine_ids_mismatch": engine_ids_mismatch,
             "max_graph_tokens": max_graph_tokens,
             "max_graph_samples": max_graph_samples,
             "max_graph_state_mb": max_graph_state_mb,

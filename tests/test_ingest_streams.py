@@ -623,7 +623,10 @@ def test_a_streamed_per_call_record_with_two_interleaved_choices_gives_two_sampl
     parts = sorted((n.message.parts for n in nodes if isinstance(n.message, PartsMessage)), key=len)
     assert parts == [(TextPart(text="Four."),), (ReasoningPart(text="Pick one."), TextPart(text="Two."))]
     gens = sorted((event.graph.generations[n.id].token_ids, event.graph.generations[n.id].logprobs) for n in nodes)
-    assert gens == [((11, 13), (-0.5, -0.1)), ((12, 13), (-0.7, -0.2))]
+    # The ids are the demo tokenizer's ids of the text (the linearizer checks that they decode to it).
+    four = ((37, 78, 84, 81, 13), (-0.5, -0.01, -0.01, -0.01, -0.1))
+    two = ((47, 72, 66, 74, 220, 78, 77, 68, 13, 51, 86, 78, 13), (-0.3, *[-0.01] * 8, -0.7, -0.01, -0.01, -0.2))
+    assert gens == [four, two]
     assert len({n.parent for n in nodes}) == 1
 
 

@@ -46,6 +46,7 @@ from msgtrain.linearize.completion import (
     follower,
     sampled_stop,
 )
+from msgtrain.linearize.engine_ids import ENGINE_IDS_MISMATCH, MismatchPolicy, engine_ids_disagree
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.linearize.tokenizer import Encoded, TokenizerBundle, in_table, unmark
 from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
@@ -87,6 +88,8 @@ class DropReason(StrEnum):
     CONTEXT_UNKNOWN = "context_unknown"
     # A reply the user stopped before it ended (aider's ^C): kept as the context later replies saw, never trained.
     INTERRUPTED = "interrupted"
+    # Logged engine ids that do not decode to the logged text (msgtrain.linearize.engine_ids).
+    ENGINE_IDS_MISMATCH = ENGINE_IDS_MISMATCH
 
 
 # Drops that are the user's choice or the log's own limit, not a failure of this run: listed, but they do not make
@@ -189,6 +192,9 @@ class LinearizeOptions:
     # ``negative_label`` unless this is set; then it is trained and its sample flagged with the mark, for trainers
     # that read the flags (KTO, preference pairs sharing a group id).
     train_negative: bool = False
+    # Logged engine ids that do not decode to the logged text: drop the turn, render it instead, or keep the ids
+    # (the last two flag the sample engine_ids_mismatch).
+    engine_ids_mismatch: MismatchPolicy = "drop"
     # Per-graph caps (msgtrain.linearize.budget): a graph whose samples would pass one is rejected; None = no cap.
     max_graph_tokens: int | None = DEFAULT_MAX_GRAPH_TOKENS
     max_graph_samples: int | None = DEFAULT_MAX_GRAPH_SAMPLES
@@ -290,15 +296,23 @@ class _GraphLinearizer:
         """``np.isin(ids, self.stop)`` by a table lookup."""
         return in_table(self._stop_table, ids)
 
-    def _usable(self, gen: Generation | None, flags: list[str]) -> Generation | None:
-        """Engine facts whose ids belong to this tokenizer; foreign or out-of-vocabulary ids are not used."""
+    def _usable(self, t: Turn, flags: list[str]) -> Generation | None:
+        """Engine facts whose ids belong to this tokenizer; foreign or out-of-vocabulary ids are not used, and ids
+        that do not decode to the logged text are dropped, rendered or kept flagged (:mod:`.engine_ids`)."""
+        gen = t.generation
         if gen is None or (gen.token_ids is None and gen.prompt_token_ids is None):
             return gen
         ids = [*(gen.token_ids or ()), *(gen.prompt_token_ids or ())]
         if gen.tokenizer is not None or (ids and (max(ids) >= self.vocab_size or min(ids) < 0)):
             flags.append("foreign_engine_ids")
             return None
-        return gen
+        why = engine_ids_disagree(self.tok.decode, t.node.message, t.context, gen.token_ids, gen.prompt_token_ids)
+        if why is None:
+            return gen
+        if self.opts.engine_ids_mismatch == "drop":
+            raise _Drop(DropReason.ENGINE_IDS_MISMATCH, why)
+        flags.append(ENGINE_IDS_MISMATCH)
+        return gen if self.opts.engine_ids_mismatch == "keep" else None
 
     def _unrenderable_media(self, t: Turn) -> list[str]:
         """Modalities on the turn's path that the chat template never mentions (a text-only template renders an
@@ -322,7 +336,7 @@ class _GraphLinearizer:
 
     def _tokens(self, t: Turn, anc: TurnTokens | None) -> TurnTokens:
         flags: list[str] = []
-        gen = self._usable(t.generation, flags)
+        gen = self._usable(t, flags)
         if self.tok.encodes_messages:
             return self._message_tokens(t, gen, flags)
         ctx = t.context

@@ -91,6 +91,11 @@ class ConvertConfig(BaseModel):
         description="train replies the log marks bad (KTO label false, rejected side of a preference pair),"
         " flagged label_negative / preference_rejected; default: dropped as negative_label",
     )
+    engine_ids_mismatch: Literal["drop", "render", "keep"] = Field(
+        "drop",
+        description="logged engine ids that do not decode to the logged text: drop the turn (engine_ids_mismatch),"
+        " render it from the logged text instead, or keep the ids; render and keep flag the sample",
+    )
     max_graph_tokens: int = Field(
         DEFAULT_MAX_GRAPH_TOKENS,
         ge=0,
@@ -316,6 +321,7 @@ OUTPUT_SETTINGS = frozenset(
         "render_date",
         "content_special_tokens",
         "train_negative",
+        "engine_ids_mismatch",
         "max_graph_tokens",
         "max_graph_samples",
         "max_graph_state_mb",

@@ -72,6 +72,7 @@ class LinearizeSettings:
     strict: bool = False
     content_special_tokens: str = "plain"
     train_negative: bool = False
+    engine_ids_mismatch: str = "drop"
     mapping: str | None = None  # a --map mapping, as canonical JSON (msgtrain.ingest.mapping.mapping_text)
     context: str | None = None  # supplied context, files' content included (msgtrain.ingest.supplied.context_text)
     # Per-graph caps (msgtrain.linearize.budget); None = no cap.
@@ -88,6 +89,7 @@ class LinearizeSettings:
             "render_date": self.render_date,
             "content_special_tokens": self.content_special_tokens,
             "train_negative": self.train_negative,
+            "engine_ids_mismatch": self.engine_ids_mismatch,
             "mapping": self.mapping,
             "context": self.context,
             "caps": [self.max_graph_tokens, self.max_graph_samples, self.max_graph_state_bytes],
@@ -107,6 +109,7 @@ def settings_from_config(cfg: ConvertConfig, debug_log: str | None = None) -> Li
         input_format=cfg.input_format,
         content_special_tokens=cfg.content_special_tokens,
         train_negative=cfg.train_negative,
+        engine_ids_mismatch=cfg.engine_ids_mismatch,
         mapping=mapping_text(cfg.mapping),
         context=context_text(cfg.context, cfg.system_prompt, cfg.tools),
         max_graph_tokens=cfg.max_graph_tokens or None,
@@ -124,6 +127,7 @@ def linearize_options(settings: LinearizeSettings) -> LinearizeOptions:
         render_date=settings.render_date,
         content_special_tokens=settings.content_special_tokens,
         train_negative=settings.train_negative,
+        engine_ids_mismatch=settings.engine_ids_mismatch,  # type: ignore[arg-type]
         max_graph_tokens=settings.max_graph_tokens,
         max_graph_samples=settings.max_graph_samples,
         max_graph_state_bytes=settings.max_graph_state_bytes,
