@@ -105,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.exit_code)
     except SystemExit as e:  # typer's --show-completion / --install-completion end with sys.exit
         return e.code if isinstance(e.code, int) else (EXIT_OK if e.code is None else EXIT_FATAL)
-    except (typer.Abort, KeyboardInterrupt):
-        err_console.print("[yellow]interrupted[/]")
+    except (typer.Abort, KeyboardInterrupt) as e:
+        from msgtrain.run.signals import what_stopped
+
+        err_console.print(f"[yellow]{what_stopped(e)}[/]")
         return EXIT_INTERRUPTED
     except OSError as e:  # the system refused (disk full, read-only, permission): one line, not a traceback
         err_console.print(f"[bold red]error:[/] {escape(os_error_line(e))}", highlight=False, soft_wrap=True)

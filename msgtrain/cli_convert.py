@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -130,16 +128,6 @@ def _summary(data: dict[str, Any], console: Console, output: str) -> None:
     hint = next_step(data)
     if hint:
         console.print(f"[cyan]next:[/] {escape(hint)}", highlight=False)
-
-
-def _interrupt_on_sigterm() -> None:
-    """SIGTERM (a scheduler's stop, ``kill``) ends a run like Ctrl-C: workers stopped, staging removed, exit 130."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
 
 
 class ConvertProgress:
@@ -403,7 +391,9 @@ def register(app: typer.Typer) -> None:
                 "convert needs inputs and an output", hint="pass INPUT... -o OUT (or set them in --config)"
             )
         console = Console(stderr=True)
-        _interrupt_on_sigterm()
+        from msgtrain.run.signals import terminate_on_sigterm
+
+        terminate_on_sigterm()
         show = not cfg.quiet and sys.stderr.isatty()
         if show:
             with ConvertProgress(console) as bar:

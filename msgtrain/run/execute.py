@@ -33,7 +33,7 @@ from msgtrain.run.assembly import AssemblyJob, write_dataset
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import check_reject_rate
 from msgtrain.run.parts import Job, LinearizeSettings, PartStats, convert_job
-from msgtrain.run.signals import ignore_sigint_in_worker, sigint_deferred
+from msgtrain.run.signals import ignore_sigint_in_worker, sigint_deferred, what_stopped
 from msgtrain.run.units import plan_file
 
 if TYPE_CHECKING:
@@ -200,9 +200,9 @@ def execute(plan: RunPlan, executor: Executor, cfg: ConvertConfig, progress: Pro
         executor.run_parts(
             plan.jobs, plan.settings, plan.parts, on_done, plan.plans, plan.chunk_bytes, plan.add_planned
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         raise Interrupted(
-            f"interrupted after {done_files} of {plan.total_parts} parts; finished parts are kept",
+            f"{what_stopped(e)} after {done_files} of {plan.total_parts} parts; workers stopped, finished parts kept",
             hint="run the same command with --resume to finish",
         ) from None
     _check_parts(plan)
@@ -260,12 +260,20 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Stop a pool's workers now (interrupt, error): waiting for their running conversions could take minutes."""
-    pool.shutdown(wait=False, cancel_futures=True)
+    """Stop a pool's workers now (interrupt, error) and reap them: waiting for their running conversions could take
+    minutes, and a finished part is complete on disk (``part.json`` last), so killing the rest loses nothing.
+
+    The process table is read before ``shutdown``, which drops it (``_processes = None`` on Python 3.11)."""
     # ProcessPoolExecutor has no public way to stop running tasks; its worker processes are in ``_processes``.
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
         with contextlib.suppress(Exception):
             process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + 1.0
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(max(0.0, deadline - time.monotonic()))
 
 
 def _convert_to_part(job: Job, settings: LinearizeSettings, part_store: PartsStore) -> dict[str, Any]:

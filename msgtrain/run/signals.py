@@ -11,6 +11,9 @@ Invariants:
   Python code, whenever it arrives.
 - The main process defers a SIGINT that arrives while it starts a worker to the end of that call (milliseconds);
   it is then delivered and handled as usual (workers stopped, finished parts kept).
+- SIGTERM to the main process raises :class:`Terminated`, a ``KeyboardInterrupt``: every stage unwinds as for
+  Ctrl-C (workers killed and reaped, staging removed, finished parts kept for ``--resume``, exit 130), and the
+  line printed names SIGTERM.
 """
 
 from __future__ import annotations
@@ -20,6 +23,25 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, ``kill``), unwinding the run as Ctrl-C does."""
+
+
+def what_stopped(e: BaseException) -> str:
+    """How the line about an interrupted run starts."""
+    return "stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"
+
+
+def terminate_on_sigterm() -> None:
+    """In the main process: SIGTERM raises :class:`Terminated` (where a handler can be set: the main thread)."""
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, terminate)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,112 @@
+"""Ctrl-C and SIGTERM stop a run with workers within two seconds: every worker killed and reaped, the state kept
+for ``--resume``, exit 130 and one line naming what stopped it. Real processes, real signals, timed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SAMPLE_LOGS, as_a_terminal_job
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+RECORDS = [json.loads(line) for line in (SAMPLE_LOGS / "calls" / "agent_calls.jsonl").read_text().splitlines()]
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to find the run's processes")
+
+
+def _busy_logs(root: Path, files: int, sessions: int) -> Path:
+    """Files each worker needs seconds to convert, so that a signal finds every worker in the middle of one."""
+    logs = root / "logs"
+    logs.mkdir()
+    for i in range(files):
+        with open(logs / f"calls-{i}.jsonl", "w") as f:
+            for k in range(sessions):
+                f.writelines(json.dumps({**rec, "session_id": f"{i}-{k}"}) + "\n" for rec in RECORDS)
+    return logs
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                kids = [int(x) for x in task.read_text().split()]
+            except OSError:
+                continue
+            found.update(kids)
+            todo += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_every_worker_within_two_seconds_with_one_line(
+    tmp_path: Path, workers: int, sig: signal.Signals
+) -> None:
+    logs = _busy_logs(tmp_path, workers, 500)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(out), "-q", "-j", str(workers)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        preexec_fn=as_a_terminal_job,
+    )
+    seen: set[int] = set()
+    deadline = time.monotonic() + 120
+    # Wait until every worker has started converting (past its imports): the signal must find them busy.
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen |= _descendants(proc.pid)
+        busy = [p for p in seen if _alive(p) and _cpu_seconds(p) > 1.5]
+        if len(busy) >= workers:
+            break
+        time.sleep(0.05)
+    seen |= _descendants(proc.pid)
+    assert proc.poll() is None, "the run finished before the signal: make the input larger"
+    names = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in seen if _alive(p)}
+    start = time.monotonic()
+    if sig == signal.SIGINT:  # a terminal's Ctrl-C reaches the whole process group
+        for pid in [proc.pid, *seen]:
+            if _alive(pid):
+                os.kill(pid, sig)
+    else:  # a scheduler's SIGTERM reaches the main process alone
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - start
+    assert proc.returncode == 130, err
+    assert took < 2.0, f"the run took {took:.1f} s to stop"
+    while any(_alive(p) for p in seen) and time.monotonic() < start + 2.0:
+        time.sleep(0.02)
+    alive = {p: names.get(p) for p in seen if _alive(p)}
+    assert not alive, f"processes of the run still alive 2 s after the signal: {alive}"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    said = "stopped by SIGTERM" if sig == signal.SIGTERM else "interrupted"
+    assert lines[0].startswith(said) and "--resume" in lines[0], err
+    assert not out.exists()
+    assert (tmp_path / ".out.msgtrain-state").is_dir()  # kept for --resume
