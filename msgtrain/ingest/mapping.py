@@ -51,6 +51,9 @@ _COLUMNS = (
     "reward",
     # msgtrain: messages nest their replies under this key (a tree: each branch a conversation)
     "children",
+    # msgtrain: each message's own id and its parent's (a tree written as links)
+    "id",
+    "parent",
     # LLaMA-Factory media columns are accepted and not read: media paths are not followed (see the README).
     "images",
     "videos",

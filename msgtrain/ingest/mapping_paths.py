@@ -27,6 +27,8 @@ from msgtrain.errors import ValidationError
 from msgtrain.ingest.mapping import Mapping, dig
 from msgtrain.ingest.shapes import is_message_like, message_like_count
 
+# Columns that name keys of each message (a tree's links), not paths in the record.
+MESSAGE_KEY_COLUMNS = frozenset({"id", "parent", "children"})
 # The column that holds a layout's conversation (its path decides the units).
 MAIN_COLUMN = {"messages": "messages", "prompt_completion": "prompt", "alpaca": "prompt", "preference": "chosen"}
 ROOT_PREFIX = "$root_"  # a unit's key for a column read once from the record (never a key a log writes)
@@ -35,7 +37,10 @@ ROOT_PREFIX = "$root_"  # a unit's key for a column read once from the record (n
 def unit_prefix(mapping: Mapping) -> str | None:
     """The path of a mapping's units (``steps[]``), or None when its conversation column has no ``[]``."""
     path = mapping.columns.get(MAIN_COLUMN.get(mapping.layout, "messages"), "")
-    return path[: path.rindex("[]") + 2] if "[]" in path else None
+    if "[]" not in path:
+        return None
+    end = path.rindex("[]") + 2
+    return path[: end + 1] if path[end : end + 1] == "*" else path[:end]
 
 
 def walk(value: Any, path: str, at: str = "$") -> Iterator[tuple[str, Any]]:
@@ -44,6 +49,19 @@ def walk(value: Any, path: str, at: str = "$") -> Iterator[tuple[str, Any]]:
         yield at, value
         return
     step, _, rest = path.partition(".")
+    if step.endswith("[]*"):  # a tree: the items of ``name``, and of each item's ``name``, at any depth
+        name = step[:-3]
+        items = dig(value, name)
+        if items is None and at != "$":
+            return  # a leaf of the tree
+        if not isinstance(items, list):
+            raise ValidationError(
+                f"{at}.{name} is not a list (the mapping steps into its items with {step})", code="mapping_mismatch"
+            )
+        for i, item in enumerate(items):
+            yield from walk(item, rest, f"{at}.{name}[{i}]")
+            yield from walk(item, path, f"{at}.{name}[{i}]")
+        return
     if step.endswith("[]"):
         name = step[:-2]
         items = dig(value, name) if name else value
@@ -66,13 +84,15 @@ def mapping_units(mapping: Mapping, record: dict[str, Any]) -> list[tuple[str, d
     if prefix is None:
         return [("$", record, mapping)]
     main = MAIN_COLUMN.get(mapping.layout, "messages")
-    inside = {c: p[len(prefix) + 1 :] for c, p in mapping.columns.items() if p.startswith(prefix + ".")}
-    outside = {c: p for c, p in mapping.columns.items() if c not in inside}
+    keys = {c: p for c, p in mapping.columns.items() if c in MESSAGE_KEY_COLUMNS}
+    paths = {c: p for c, p in mapping.columns.items() if c not in keys}
+    inside = {c: p[len(prefix) + 1 :] for c, p in paths.items() if p.startswith(prefix + ".")}
+    outside = {c: p for c, p in paths.items() if c not in inside}
     if main not in inside:
         raise ValidationError(f"columns.{main} ends in []: name the field inside each item", code="mapping_mismatch")
     units = list(walk(record, prefix))
     root = {f"{ROOT_PREFIX}{c}": dig(record, p) for c, p in outside.items()}
-    columns = {**inside, **{c: f"{ROOT_PREFIX}{c}" for c in outside}}
+    columns = {**inside, **{c: f"{ROOT_PREFIX}{c}" for c in outside}, **keys}
     values = [dig(u, inside[main]) if isinstance(u, dict) else None for _, u in units]
     if mapping.layout == "messages" and units and all(is_message_like(v) for v in values):
         # each item wraps one message: the items' messages, in order, are one conversation
@@ -84,6 +104,8 @@ def mapping_units(mapping: Mapping, record: dict[str, Any]) -> list[tuple[str, d
             raise ValidationError(f"{where} is not an object", code="mapping_mismatch", hint="fix the mapping's path")
         if value is None and message_like_count(unit)[1] == 0:
             continue  # an item without the conversation and without replies (an agent's tool step): nothing to read
+        if prefix.endswith("[]*"):  # a tree's node: its children are units of their own, read apart
+            unit = {k: v for k, v in unit.items() if k != prefix.rpartition(".")[2][:-3]}
         out.append((where, {**unit, **root}, replace(mapping, columns=dict(columns))))
     return out
 
@@ -94,8 +116,13 @@ def rooted(mapping: Mapping, found_path: str, holder: dict[str, Any], inherited:
     mapping that reads the same conversations when passed with ``--map``. A conversation found as a bare list (or as
     a list of wrappers, ``$.history[].message``) is named by its own path."""
     prefix = re.sub(r"\[\d+\]", "[]", found_path).removeprefix("$").removeprefix(".")
+    # a tree's nodes at any depth: children[].children[] ... is one recursive step, children[]*
+    prefix = re.sub(r"\b(children|replies)\[\](?:\.\1\[\])*", r"\1[]*", prefix)
     columns: dict[str, str] = {}
     for column, path in mapping.columns.items():
+        if column in MESSAGE_KEY_COLUMNS:
+            columns[column] = path
+            continue
         bare = column == "messages" and path == "messages" and set(holder) <= {"messages"}
         if bare:
             columns[column] = prefix or path

@@ -79,6 +79,10 @@ SHAPED_ROLES: dict[str, tuple[str, str | None]] = {
 # A message holding only the reasoning of the assistant message that follows it (Continue's ``thinking`` role).
 THOUGHT_ROLES = frozenset({"thinking"})
 
+# Boolean keys that say which side wrote a message, where the log names no role: (role when true, when false).
+# LibreChat's exports (``isCreatedByUser``; its ``sender`` is a display name), SillyTavern's chats (``is_user``).
+ROLE_FLAGS: dict[str, tuple[str, str]] = {"isCreatedByUser": ("user", "assistant"), "is_user": ("user", "assistant")}
+
 # Canonical roles: user, assistant, system, developer, tool, call (an assistant turn made only of calls).
 ROLE_VOCABULARY: dict[str, str] = {
     **dict.fromkeys(USER_ROLES, "user"),
@@ -223,6 +227,9 @@ def role_of(obj: Any) -> tuple[str, Any] | None:
             return key, value
     if _langchain_type(obj) and "content" in obj:
         return "type", obj["type"]
+    for key, (yes, no) in ROLE_FLAGS.items():
+        if isinstance(obj.get(key), bool):
+            return key, yes if obj[key] else no
     return None
 
 
@@ -384,6 +391,8 @@ class MessageNormaliser:
             value = obj.get(self.role_key)
             if value is None:
                 raise ValidationError(f"message has no {self.role_key!r}", where=where, code="bad_message")
+            if self.role_key in ROLE_FLAGS and isinstance(value, bool):
+                return ROLE_FLAGS[self.role_key][0 if value else 1]
             return value
         hit = role_of(obj)
         if hit is None:

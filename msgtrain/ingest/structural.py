@@ -86,7 +86,9 @@ from msgtrain.ingest.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt
 from msgtrain.ingest.shapes import (
     CONTENT_KEYS,
     PREFERENCE_KEYS,
+    ROLE_FLAGS,
     ROLE_KEYS,
+    SHAPED_ROLES,
     MessageNormaliser,
     canonical_role,
     content_key_of,
@@ -105,7 +107,7 @@ from msgtrain.ingest.structural_calls import read_calls
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
-from msgtrain.model.message import OptionCallMessage
+from msgtrain.model.message import OptionCallMessage, PartsMessage, TextPart
 from msgtrain.model.openai import check_reply_present, from_openai_message
 
 MAX_SEARCH_DEPTH = 6  # containers searched below a record for a conversation
@@ -270,6 +272,35 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
                 _locate(item, f"{path}.{key}", depth + 1, search, here)
 
 
+# Objects beside a conversation that hold its settings, the system prompt among them (LibreChat's ``options``).
+_SETTINGS_KEYS = ("options", "settings", "config", "preset", "conversation_settings")
+# A parent id that names no message: the root's (LibreChat writes the nil UUID).
+_NO_PARENT = frozenset({"00000000-0000-0000-0000-000000000000", "root", ""})
+
+
+def _keyed_messages(record: dict[str, Any]) -> dict[str, str] | None:
+    """Columns of an object of messages keyed by their ids that name their parents (``{id: {id, parentId, role,
+    content}}``), or None."""
+    for key, value in record.items():
+        if not (isinstance(value, dict) and value and is_message_list(list(value.values()))):
+            continue
+        links = _tree_keys([(SourceRef("", ""), v) for v in value.values()])
+        if links is not None:
+            return {"messages": key, "id": links[0], "parent": links[1]}
+    return None
+
+
+def _system_in_settings(record: dict[str, Any]) -> str | None:
+    """The path of a system prompt kept in a settings object beside the messages (``options.promptPrefix``)."""
+    for key in _SETTINGS_KEYS:
+        value = record.get(key)
+        if isinstance(value, dict):
+            hit = next((k for k in _SYSTEM_KEYS if isinstance(value.get(k), str) and value[k].strip()), None)
+            if hit is not None:
+                return f"{key}.{hit}"
+    return None
+
+
 TREE_KEYS = ("children", "replies")
 
 
@@ -285,6 +316,8 @@ def _tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     """Nested messages (``children`` of each message, at any depth) as a message tree: each root a graph, each path
     from it a branch, siblings sampled from the same context (a regenerated reply, an edited prompt)."""
     m = found.mapping
+    if "parent" in m.columns:
+        return _linked_tree_events(path, ref, found)
     key = m.columns["children"]
     roots = m.field_of(found.holder, "messages")
     _need_list(roots, f"{found.path}.{m.columns['messages']}")
@@ -304,13 +337,73 @@ def _tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         kids = node.get(key)
         if isinstance(kids, list):
             stack.extend((kid, node_id, f"{where}.{key}[{j}]") for j, kid in reversed(list(enumerate(kids))))
+    return _tree_roots(path, ref, found, children, "_tree_id")
+
+
+def _tree_roots(
+    path: Path, ref: SourceRef, found: Found, children: dict[str | None, _Lines], id_key: str
+) -> list[ReadEvent]:
+    """One graph per root of a message tree, with the system prompt and tools of the record around it."""
+    m = found.mapping
+    system = m.field_of(found.holder, "system")
+    if system is None and "system" in found.inherited:
+        system = found.inherited["system"][1]
+    logged = m.field_of(found.holder, "tools")
+    if logged is None and "tools" in found.inherited:
+        logged = found.inherited["tools"][1]
+    tools = openai_tools(logged, where=f"{found.path}.tools") if logged else []
     out: list[ReadEvent] = []
     for n, (root_ref, root) in enumerate(children.get(None, [])):
-        (event,) = _tree_graph(path, root_ref if n else ref, root, children, "_tree_id", m)
+        (event,) = _tree_graph(path, root_ref if n else ref, root, children, id_key, m, tools)
         assert isinstance(event, ReadGraph)
         event.records = 1 if n == 0 else 0  # the tree is one record of the books
+        if isinstance(system, str) and system.strip():
+            event.graph = _under_system(event.graph, system)
+        event.extras = _extras(found.holder, m)
         out.append(event)
     return out
+
+
+def _under_system(graph: MessageGraph, system: str) -> MessageGraph:
+    """``graph`` with ``system`` as the system message above each root (a tree's conversation-level prompt)."""
+    from msgtrain.model.message import PartsMessage, TextPart
+
+    if any(n.message.role == "system" for n in graph.nodes.values() if n.parent is None):
+        return graph
+    head = PartsMessage(parts=(TextPart(text=system),), role_hint_for_llm="system", policy="system")
+    out = MessageGraph(graph_id=graph.graph_id, metadata=dict(graph.metadata), tools=graph.env.tools)
+    top = out.add_node(None, head, origin=Origin.CONTEXT)
+    ids: dict[str, str] = {}
+    for node in sorted(graph.nodes.values(), key=lambda n: n.depth):
+        parent = ids[node.parent] if node.parent is not None else top
+        ids[node.id] = out.add_node(parent, node.message, origin=node.origin, generation=graph.generations.get(node.id))
+    out.graph_id = content_graph_id(graph.graph_id.rsplit(":", 1)[0], out)
+    return out
+
+
+def _linked_tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
+    """Messages that name their parent (``parentMessageId``) as a message tree (see :func:`_tree_events`)."""
+    m = found.mapping
+    id_key, parent_key = m.columns["id"], m.columns["parent"]
+    messages = m.field_of(found.holder, "messages")
+    if isinstance(messages, dict):  # keyed by id: the ids are in the messages too
+        messages = list(messages.values())
+    _need_list(messages, f"{found.path}.{m.columns['messages']}")
+    known = {str(v.get(id_key)) for v in messages if isinstance(v, dict)}
+    children: dict[str | None, _Lines] = {}
+    for i, value in enumerate(messages):
+        where = f"{found.path}.{m.columns['messages']}[{i}]"
+        if not isinstance(value, dict) or id_key not in value:
+            raise ValidationError(f"{where} has no {id_key!r}", code="bad_message")
+        parent = value.get(parent_key)
+        parent = None if parent is None or str(parent) in _NO_PARENT else str(parent)
+        if parent is not None and parent not in known:
+            raise ValidationError(
+                f"{where}: its parent {parent!r} is not in the conversation: the context it was written in is unknown",
+                code="orphan_message",
+            )
+        children.setdefault(parent, []).append((SourceRef(ref.file, f"{ref.record} {where}"), value))
+    return _tree_roots(path, ref, found, children, id_key)
 
 
 def _inheriting(found: Found, inherited: dict[str, tuple[str, Any]]) -> Found:
@@ -327,6 +420,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     numbered = _numbered_messages(record)
     if numbered is not None:  # message_1, message_2, ... (CAMEL role-playing records): one list, in number order
         return numbered_layout(record, path, *numbered)
+    keyed = _keyed_messages(record)
+    if keyed is not None:  # messages keyed by their ids, each naming its parent (Open WebUI's chat.history)
+        return Found(path, record, Mapping("messages", keyed))
     lists = [k for k, v in record.items() if is_message_list(v)]
     if lists and is_message_like(record):  # a message tree (OpenAssistant ``replies``): each branch a conversation
         if len(lists) > 1:
@@ -392,6 +488,13 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         children = tree_key(record[longest])
         if children is not None:  # its messages nest their replies: a tree
             columns["children"] = children
+        links = _tree_keys([(SourceRef("", ""), v) for v in record[longest] if isinstance(v, dict)])
+        if children is None and links is not None:  # its messages name their parents: a tree
+            columns |= {"id": links[0], "parent": links[1]}
+        if "system" not in columns:
+            beside = _system_in_settings(record)
+            if beside is not None:
+                columns["system"] = beside
         if "system" not in columns and isinstance(record.get("prompt"), str) and record["prompt"].strip():
             columns["system"] = "prompt"  # a chat UI's conversation: its system prompt beside its messages
         return Found(path, record, Mapping("messages", columns))
@@ -812,7 +915,28 @@ class _Builder:
                     origin = Origin.INJECTED
                 elif weight == 0:
                     origin = Origin.CARRIED
+            if self._merges(raw, msg):
+                continue
             self.steps.append(Step(msg, origin=origin, generation=generation, index=len(self.steps)))
+
+    def _merges(self, raw: Any, msg: Any) -> bool:
+        """Append a shaped-role message read as text (smolagents' ``tool-call`` / ``tool-response``) to the message
+        before it when both are text of the same role: smolagents' model classes send consecutive messages of one
+        role as one, their texts joined by a newline, so the two were one turn of the model's context."""
+        hit = role_of(raw)
+        if hit is None or not isinstance(hit[1], str) or hit[1].strip().lower() not in SHAPED_ROLES or not self.steps:
+            return False
+        prev = self.steps[-1].message
+        if not (isinstance(prev, PartsMessage) and isinstance(msg, PartsMessage) and prev.role == msg.role):
+            return False
+        if not (
+            prev.parts and isinstance(prev.parts[-1], TextPart) and msg.parts and isinstance(msg.parts[0], TextPart)
+        ):
+            return False
+        joined = TextPart(text=f"{prev.parts[-1].text}\n{msg.parts[0].text}")
+        merged = prev.model_copy(update={"parts": (*prev.parts[:-1], joined, *msg.parts[1:])})
+        self.steps[-1] = Step(merged, self.steps[-1].origin, self.steps[-1].generation, self.steps[-1].index)
+        return True
 
     def add_until_gap(self, raw: list[Any], where: str) -> Gap | None:
         """A conversation's messages, up to the first one that cannot be read (see :class:`Gap`): the messages
@@ -870,7 +994,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     """One conversation → a graph (raises :class:`ValidationError` naming the JSON path on anything ambiguous)."""
     if found.node_map:
         return [node_map_graph(path, ref, found.holder, found.mapping.columns["messages"], found.path)]
-    if "children" in found.mapping.columns:
+    if "children" in found.mapping.columns or "parent" in found.mapping.columns:
         return _tree_events(path, ref, found)
     m, holder, at = found.mapping, found.holder, found.path
     norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
@@ -1244,7 +1368,8 @@ class StructuralReader:
         for p in shape.paths:
             stem, _, key = p.rpartition(".")
             listed = stem.endswith("[]") or stem == "" or stem.rpartition(".")[0].endswith("[]")  # items, wrapped
-            if key in ROLE_KEYS and listed and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS):
+            role_like = key in ROLE_KEYS or key in ROLE_FLAGS
+            if role_like and listed and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS):
                 return True
             owner = p.removesuffix(".parts[].part_kind")
             if owner != p and (owner == "" or owner.endswith("[]")) and shape.any_value(f"{owner}.kind", _PAI):
@@ -1406,6 +1531,8 @@ READER = StructuralReader()
 
 # (id key, parent key) of messages logged one per line as a tree (OpenAssistant rows, chat UIs' exports).
 _TREE_KEYS = (
+    ("messageId", "parentMessageId"),  # LibreChat exports
+    ("id", "parentMessageId"),
     ("message_id", "parent_id"),
     ("user_message_id", "parent_message_id"),
     ("message_id", "parent_message_id"),
@@ -1513,10 +1640,11 @@ def _tree_graph(
     children: dict[str | None, _Lines],
     id_key: str,
     mapping: Mapping | None = None,
+    tools: Any = (),
 ) -> list[ReadEvent]:
     """One root's tree: each message added under its parent, tool pairing carried down each branch."""
     base = base_graph_id(path, root_ref)
-    graph = MessageGraph(graph_id=base, metadata={"source_format": "structural", "layout": "tree"})
+    graph = MessageGraph(graph_id=base, metadata={"source_format": "structural", "layout": "tree"}, tools=tools)
     names: set[str] = set()
     m = mapping or Mapping()
     norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)

@@ -1,0 +1,82 @@
+"""Exports of projects msgtrain has no reader for, read by the structural reader: each file's trained turns against a
+count made by hand from its JSON (tests/fixtures/unseen/PROVENANCE.md says where each file comes from), and the
+mapping ``msgtrain formats --explain`` prints for it, pasted as is, converting the same turns."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.mapping import mapping_text
+from msgtrain.run.parts import LinearizeSettings, convert_file
+from msgtrain.tools.explain_cmd import explain_file
+
+FIXTURES = Path(__file__).parent / "fixtures" / "unseen"
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+# (file, replies a careful reader counts in it, how they were counted)
+HAND_COUNTS = [
+    # the tree's five assistant messages: the first reply, the two regenerated "You're welcome!" siblings, the reply
+    # on the edited branch ("lol") and the one under the second sibling ("does coding make you happy")
+    ("librechat-tree.json", 5),
+    ("vestai-linear.json", 1),  # one reply, linked to its prompt by parentMessageId
+    ("chatbotui-export.json", 3),  # two conversations: two replies, then one
+    ("openwebui-export.json", 1),  # sa2, the reply to sa1
+    # two model calls: each assistant thought and the tool-call text after it are one message as smolagents sends it
+    ("smolagents-benchmark.jsonl", 2),
+    ("letta-memory-agent.json", 2),  # the memory edit call (message-2) and the greeting (message-5)
+    ("swe-search-tree.json", 3),  # three expanded nodes, each holding the call that made it
+    ("autogen-llm-calls.json", 2),  # two calls, the second re-sending the first one's reply as history
+]
+
+
+def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int, int, int]:
+    """(turns found, trained, dropped, lost) of converting ``path``."""
+    _, stats, _ = convert_file(path, settings)
+    return stats.turns_found, stats.turns_trained, sum(stats.turns_dropped.values()), stats.turns_lost
+
+
+@pytest.mark.parametrize(("name", "replies"), HAND_COUNTS)
+def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, replies: int) -> None:
+    path = FIXTURES / name
+    assert detect_format(path).name == ("autogen" if name.startswith("autogen") else "structural")
+    assert _books(path) == (replies, replies, 0, 0)
+
+
+@pytest.mark.parametrize(("name", "replies"), [c for c in HAND_COUNTS if not c[0].startswith("autogen")])
+def test_the_mapping_explain_prints_for_an_unseen_export_converts_it_the_same(
+    name: str, replies: int, tmp_path: Path
+) -> None:
+    path = FIXTURES / name
+    text = explain_file(path).mapping_yaml
+    assert text
+    map_file = tmp_path / "map.yaml"
+    map_file.write_text(text, encoding="utf-8")
+    assert _books(path, replace(SETTINGS, mapping=mapping_text(map_file))) == (replies, replies, 0, 0)
+
+
+def _graphs(name: str) -> list:
+    path = FIXTURES / name
+    return [e.graph for e in read_events(detect_format(path), path) if hasattr(e, "graph")]
+
+
+def test_a_conversation_level_system_prompt_heads_every_branch() -> None:
+    (tree,) = _graphs("librechat-tree.json")  # LibreChat keeps it in options.promptPrefix
+    roots = [n for n in tree.nodes.values() if n.parent is None]
+    assert [r.message.parts[0].text for r in roots] == ["You are an expert software engineer."]
+    for name in ("chatbotui-export.json", "swe-search-tree.json"):  # a sibling prompt; an ancestor's system_prompt
+        for graph in _graphs(name):
+            assert {n.message.role for n in graph.nodes.values() if n.parent is None} == {"system"}
+
+
+def test_the_memory_agent_reply_sees_only_the_system_message_rebuilt_before_it() -> None:
+    (graph,) = _graphs("letta-memory-agent.json")
+    last = [n for n in graph.nodes.values() if n.origin.value == "sampled"][-1]
+    systems = [n.message.parts[0].text for n in graph.path(last.id) if n.message.role == "system"]
+    assert systems == ["You are Sam.\n<human>\nFirst name: Chad\n</human>"]
