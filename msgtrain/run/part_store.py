@@ -51,7 +51,7 @@ import pyarrow.ipc as ipc
 
 from msgtrain.errors import OutputError
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
-from msgtrain.run.parts import PartStats
+from msgtrain.run.parts import PartStats, reusable
 from msgtrain.run.storage import Store, join
 
 SAMPLES_FILE = "samples.arrow"
@@ -178,7 +178,7 @@ class StoreParts:
             recorded = json.loads(store.read_bytes(join(self.url, key, PART_FILE)))
         except (OSError, ValueError):
             return False
-        if not isinstance(recorded, dict):
+        if not isinstance(recorded, dict) or not reusable(recorded):
             return False
         if recorded.get("source") == meta["source"]:
             return self._unchanged(key, recorded)
@@ -338,6 +338,8 @@ def _reuse_local(parts_dir: Path, key: str, meta: dict[str, Any], md5: bool = Fa
     if not verify_part(part):
         return False
     recorded, table, rejects = read_part(part)
+    if not reusable(recorded):
+        return False
     if recorded.get("source") == meta["source"]:
         return True
     table, rejects = relocate(table, rejects, recorded["source"], meta["source"])

@@ -55,7 +55,7 @@ from msgtrain.linearize.budget import (
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.storage import input_size, readable_input
+from msgtrain.run.storage import input_size, input_stamp, readable_input
 
 MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
 
@@ -156,6 +156,9 @@ class Job:
     chunk: Chunk | None = None
     # A chunk of an object: what its worker needs to fetch only the chunk's byte ranges (msgtrain.run.object_chunks)
     view: Any = None
+    # A local input's stamp when it was hashed (msgtrain.run.storage.input_stamp): the bytes read are those of the
+    # key only if the input has the same stamp before and after it is read.
+    stamp: Any = None
 
     @property
     def size(self) -> int:
@@ -347,12 +350,54 @@ def convert_file(
     return samples, stats, rejects
 
 
+CHANGED_WHILE_READING = "changed_while_reading"
+
+
+def _changed(shown: str, settings: LinearizeSettings) -> tuple[list[Sample], PartStats, list[str]]:
+    """The part of an input whose bytes changed between hashing and the end of its reading: one reject, no rows (a
+    mixture of old and new bytes is never published); such a part is never reused (:func:`reusable`)."""
+    error = MsgtrainError(
+        "the file changed while msgtrain read it (written in place during the run); none of its rows are kept",
+        code=CHANGED_WHILE_READING,
+        hint="run again once the file is no longer being written (--resume converts it then)",
+    )
+    if settings.strict:
+        raise error
+    stats = PartStats(records_read=1, records_rejected=Counter({CHANGED_WHILE_READING: 1}))
+    return [], stats, [_reject_line(SourceRef(shown, "file"), error)]
+
+
+def _reading_planned_bytes(job: Job) -> Any:
+    """The stamp the input must keep while it is read for its bytes to be those its key was made from, or None
+    when they no longer are. An input touched without a change of content (same digest, hashed while still) is
+    read as planned."""
+    from msgtrain.run.units import InputChangedError, stable_digest
+
+    if input_stamp(job.path) == job.stamp:
+        return job.stamp
+    try:
+        digest, stamp = stable_digest(job.path)
+    except (InputChangedError, OSError):
+        return None
+    return stamp if digest == job.meta.get("digest") and stamp is not None else None
+
+
+def reusable(recorded: Mapping[str, Any]) -> bool:
+    """Whether a complete part (its ``part.json``) may be reused by ``--resume``: not one whose input changed while
+    it was read (its key names bytes it did not read)."""
+    stats = recorded.get("stats")
+    return not (isinstance(stats, Mapping) and CHANGED_WHILE_READING in (stats.get("records_rejected") or {}))
+
+
 def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], PartStats, list[str]]:
     """:func:`convert_file` for a job, wherever its input is: the readers open a local path
     (:func:`~msgtrain.run.storage.readable_input`: an object is first copied to this worker's disk, a chunk of a
     huge object by its byte ranges), and the samples' sources and the rejects name the input as the user gave it
     (``meta["source"]``: the object's URL, not the copy; a relative path, not the absolute one a Ray task opens)."""
     shown = str(job.meta.get("source", job.path))
+    stamp = _reading_planned_bytes(job) if job.stamp is not None else None
+    if job.stamp is not None and stamp is None:
+        return _changed(shown, settings)
     copy_chunk = partial(_copy_chunk, job.chunk, job.view) if job.chunk is not None and job.view is not None else None
     with contextlib.ExitStack() as stack:
         try:
@@ -364,6 +409,8 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
             error = MsgtrainError(f"{type(e).__name__}: {e}", code="unreadable_file")
             return [], stats, [_reject_line(SourceRef(shown, "file"), error)]
         samples, stats, rejects = convert_file(local, settings, job.chunk, shown)
+    if stamp is not None and input_stamp(job.path) != stamp:
+        return _changed(shown, settings)
     return _relabelled(samples, stats, rejects, str(local), shown)
 
 

@@ -31,8 +31,8 @@ from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.journal import Manifest, append_manifest, load_manifest, save_manifest
 from msgtrain.run.object_chunks import ObjectView, plan_object
 from msgtrain.run.parts import Job, LinearizeSettings, part_key, settings_from_config
-from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, base_name, cut_by, discover, identity
-from msgtrain.run.units import chunkable, input_digest, plan_file
+from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, Stamp, base_name, cut_by, discover, identity
+from msgtrain.run.units import chunkable, plan_file, stable_digest
 
 if TYPE_CHECKING:
     from msgtrain.run.execute import Executor
@@ -64,6 +64,7 @@ class RunPlan:
     run_keys: dict[str, None] = field(default_factory=dict)
     run_digests: set[str] = field(default_factory=set)
     run_paths: set[str] = field(default_factory=set)
+    stamps: dict[Path | str, Stamp | None] = field(default_factory=dict)  # each input's as it was hashed
     reused: int = 0
     converted: int = 0
     total_parts: int = 0
@@ -90,7 +91,7 @@ class RunPlan:
             if self.resume and self.complete(key) and self.parts.reuse(key, meta):
                 self.reused += 1
             else:
-                todo.append(Job(f, key, meta, chunk, view if chunk is not None else None))
+                todo.append(Job(f, key, meta, chunk, view if chunk is not None else None, self.stamps.get(f)))
         self.converted += len(todo)
         return todo
 
@@ -137,7 +138,9 @@ def plan_run(cfg: ConvertConfig, output: Output, executor: Executor, progress: P
             progress("hash", {"index": index, "total": len(files)})
         try:
             # An object on a store is hashed by the store (its metadata, or a read); a folder log by its objects.
-            digest = input_digest(f)  # the file's bytes, and those of files its reader consults beside it
+            # The file's bytes, and those of files its reader consults beside it; taken while it did not change,
+            # with the stamp a worker checks before and after reading it (a part is keyed by the bytes it read).
+            digest, plan.stamps[f] = stable_digest(f)
         except OSError as e:
             ignored.append({"path": str(f), "reason": f"unreadable: {e.strerror or e}"})
             continue

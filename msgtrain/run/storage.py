@@ -612,6 +612,28 @@ def input_size(location: Path | str) -> int:
         return 0
 
 
+Stamp = tuple[tuple[str, int, int, int, int], ...]
+
+
+def input_stamp(location: Path | str) -> Stamp | None:
+    """What changes whenever a local input's bytes change: each file's inode, size, modification and change times
+    (a folder log's files, by name, sorted); the change time is set by the kernel on every write and cannot be set
+    back, so an in-place rewrite that restores the modification time still changes it. None for an object on a store
+    (an object is replaced whole, never rewritten in place) or when it cannot be told."""
+    if isinstance(location, str):
+        return None
+    try:
+        members = sorted(p for p in location.rglob("*") if p.is_file()) if location.is_dir() else [location]
+        stamps = []
+        for member in members:
+            st = member.stat()
+            name = str(member.relative_to(location)) if member is not location else ""
+            stamps.append((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    except OSError:
+        return None
+    return tuple(stamps)
+
+
 def content_digest(location: Path | str) -> str:
     """A hash of an input's bytes: a local file's (a folder log's files), or an object's from its store
     (:meth:`Store.content_hash`). Raises OSError when it cannot be read."""

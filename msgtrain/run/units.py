@@ -17,7 +17,7 @@ from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import declared_siblings, get_reader
-from msgtrain.run.storage import content_digest, reader_location, sibling_digest
+from msgtrain.run.storage import Stamp, content_digest, input_stamp, reader_location, sibling_digest
 
 if TYPE_CHECKING:
     from msgtrain.run.parts import LinearizeSettings
@@ -50,6 +50,25 @@ def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list
         return plan_chunks(path, keys, chunk_bytes)
     except (MsgtrainError, OSError):
         return []
+
+
+STABLE_TRIES = 3  # hashes of an input that keeps changing while it is hashed before it is given up
+
+
+def stable_digest(f: Path | str) -> tuple[str, Stamp | None]:
+    """:func:`input_digest` of ``f`` taken while ``f`` did not change (its :func:`~msgtrain.run.storage.input_stamp`
+    the same before and after hashing), with that stamp: a worker that finds the same stamp before and after reading
+    read the bytes of the digest. Raises :class:`InputChangedError` when ``f`` changed during every try."""
+    for _ in range(STABLE_TRIES):
+        before = input_stamp(f)
+        digest = input_digest(f)
+        if before is None or input_stamp(f) == before:
+            return digest, before
+    raise InputChangedError(f"{f} changed while it was hashed, {STABLE_TRIES} times")
+
+
+class InputChangedError(OSError):
+    """An input kept changing while msgtrain read it."""
 
 
 def input_digest(f: Path | str) -> str:
