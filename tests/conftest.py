@@ -37,6 +37,8 @@ from tests.template_families import FAMILIES, GLM, KIMI_K2
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 SAMPLE_LOGS = ROOT / "sample_logs"
+# pytest's wall time and each worker's peak memory, printed at the end of every run (tests/suite_stats.py)
+pytest_plugins = ["tests.suite_stats"]
 
 
 def _sigint_state() -> tuple[object, frozenset[int]]:
@@ -105,9 +107,30 @@ if _SHARED_USERS_FILE:
     sys.addaudithook(_audit)
 
 
+def _one_tokenizer_after_another(items: list[pytest.Item]) -> None:
+    """In a test module that names its tokenizer parameter (``TOKENIZER_PARAM = "template"``), the tests of one
+    tokenizer run one after another, in the order they were written, whichever test function they belong to: only the
+    few tokenizers used last stay loaded (msgtrain.linearize.loading.KEPT), so interleaved they would be loaded again
+    for every test function and seed."""
+    first: dict[tuple[str, object], int] = {}
+    keys = []
+    for index, item in enumerate(items):
+        name = getattr(getattr(item, "module", None), "TOKENIZER_PARAM", None)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if name is None or name not in params:
+            keys.append(index)
+            continue
+        group = (str(item.path), params[name])
+        keys.append(first.setdefault(group, index))
+    order = sorted(range(len(items)), key=lambda i: (keys[i], i))
+    items[:] = [items[i] for i in order]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With MSGTRAIN_TEST_ONLY: run only the listed tests, and the placeholder of a listed parametrization over
-    ../shared's folders (whose real parameters do not exist without them); the rest is deselected."""
+    """Tests grouped by tokenizer where a module asks for it; with MSGTRAIN_TEST_ONLY: run only the listed tests, and
+    the placeholder of a listed parametrization over ../shared's folders (whose real parameters do not exist without
+    them); the rest is deselected."""
+    _one_tokenizer_after_another(items)
     only = os.environ.get("MSGTRAIN_TEST_ONLY")
     if not only:
         return
@@ -229,7 +252,6 @@ SHAPED = {
         ["<turn|>", "<|tool_response>"],
     ),
 }
-_SHAPED_DIR: list[Path] = []
 
 # Real template families: llama.cpp's copies of the models' own chat templates (tests/assets.py: models/templates/
 # in the llama-cpp-python source distribution), over qwen3's vocabulary with each template's control tokens added as
@@ -339,46 +361,69 @@ REAL = {
 }
 
 
+def _shaped_spec(name: str) -> tuple[str, list[str], str | None, str | None, list[str] | None]:
+    """(chat template text, added tokens, bos, eos, generation_config.json's eos_token_id as tokens) of a SHAPED or
+    REAL family or of one in tests/template_families.py."""
+    if name in SHAPED:
+        template, added, bos, eos, gen_eos = SHAPED[name]
+        return (FIXTURE_TEMPLATES / template).read_text(encoding="utf-8"), list(added), bos, eos, gen_eos
+    from tests.assets import require_template
+
+    if name in FAMILIES:
+        fam = FAMILIES[name]
+        template, added, bos, eos = f"{fam.template}.jinja", list(fam.added), fam.bos, fam.eos
+        gen_eos = list(fam.stop) or None
+    else:
+        template, added, bos, eos, gen_eos = REAL[name]
+    return require_template(template), list(added), bos, eos, gen_eos
+
+
 def shaped_tokenizer_folder(name: str) -> Path:
     """A tokenizer folder (tokenizer files, the template, generation_config.json) for a SHAPED or REAL family, made
-    once per session in a temporary directory; skipped when ../shared's qwen3 vocabulary is absent."""
-    if not _SHAPED_DIR:
-        import atexit
-        import shutil
-        import tempfile
+    once beside the test assets (tests/assets.py) and kept there, keyed by everything it is made from (the template,
+    the tokens, qwen3's files, the library versions): both test workers and later sessions find it made. Skipped
+    when ../shared's qwen3 vocabulary is absent."""
+    import hashlib
+    import json
 
-        _SHAPED_DIR.append(Path(tempfile.mkdtemp(prefix="msgtrain-shaped-")))
-        atexit.register(shutil.rmtree, _SHAPED_DIR[0], True)
-    folder = _SHAPED_DIR[0] / name
-    if not folder.is_dir():
-        import json
+    from msgtrain.cache import version
+    from tests.assets import asset_dir
 
-        from tokenizers import AddedToken
+    base = shared_path("tokenizers", "qwen3")
+    text, added, bos, eos, gen_eos = _shaped_spec(name)
+    vocabulary = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(base.iterdir()) if p.is_file()]
+    made_of = [text, added, bos, eos, gen_eos, vocabulary, version("transformers"), version("tokenizers")]
+    key = hashlib.sha256(json.dumps(made_of).encode()).hexdigest()[:12]
+    folder = asset_dir() / "shaped-tokenizers" / f"{name}-{key}"
+    if folder.is_dir():
+        return folder
+    import shutil
+    import tempfile
 
-        from msgtrain.linearize.tokenizer import auto_tokenizer
+    from tokenizers import AddedToken
 
-        if name in SHAPED:
-            template, added, bos, eos, gen_eos = SHAPED[name]
-            text = (FIXTURE_TEMPLATES / template).read_text(encoding="utf-8")
-        else:
-            from tests.assets import require_template
+    from msgtrain.linearize.tokenizer import auto_tokenizer
 
-            if name in FAMILIES:
-                fam = FAMILIES[name]
-                template, added, bos, eos = f"{fam.template}.jinja", list(fam.added), fam.bos, fam.eos
-                gen_eos = list(fam.stop) or None
-            else:
-                template, added, bos, eos, gen_eos = REAL[name]
-            text = require_template(template)
-        hf = auto_tokenizer(str(shared_path("tokenizers", "qwen3")))
-        new = [t for t in [*added, *(x for x in (bos, eos) if x)] if t not in hf.get_vocab()]
-        hf.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)
-        hf.add_special_tokens({k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v})
-        hf.chat_template = text
-        hf.save_pretrained(str(folder))
+    hf = auto_tokenizer(str(base))
+    vocab = hf.get_vocab()  # a dict of 150k entries: built once, not per token
+    new = [t for t in [*added, *(x for x in (bos, eos) if x)] if t not in vocab]
+    hf.add_tokens([AddedToken(t, special=True, normalized=False) for t in new], special_tokens=True)
+    hf.add_special_tokens({k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v})
+    hf.chat_template = text
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
+    try:
+        hf.save_pretrained(str(tmp))
         if gen_eos:
             ids = [hf.convert_tokens_to_ids(t) for t in gen_eos]
-            (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": ids}), encoding="utf-8")
+            (tmp / "generation_config.json").write_text(json.dumps({"eos_token_id": ids}), encoding="utf-8")
+        try:
+            tmp.rename(folder)  # made by another worker meanwhile: theirs is the same
+        except OSError:
+            if not folder.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 

@@ -21,9 +21,11 @@ import bisect
 import contextlib
 import copy
 import datetime as dt
+import hashlib
 import json
 import random
 import re
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -390,7 +392,7 @@ def oracle_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_PLAIN: dict[str, tuple[Any, Any, int]] = {}
+_PLAIN: OrderedDict[str, tuple[Any, Any, int]] = OrderedDict()
 
 
 class Oracle:
@@ -416,16 +418,21 @@ class Oracle:
         only splits where its own text occurs), and building a 256k vocabulary once, not twice, keeps the oracle
         quick on the real vocabularies."""
         if self._plain is None:
-            # Shared by templates over one vocabulary folder (added tokens, the only difference, are removed).
-            key = str(self.hf.name_or_path)
+            # Shared by templates over one vocabulary (added tokens, the only difference, are removed): the families
+            # over qwen3's vocabulary, each in a folder of its own, share one. The last few are kept (120 MB each).
+            spec = json.loads(self.hf.backend_tokenizer.to_str())
+            spec["added_tokens"] = []
+            plain = json.dumps(spec)
+            key = hashlib.sha256(plain.encode()).hexdigest()
             if key not in _PLAIN:
                 from tokenizers import AddedToken, Tokenizer
 
-                spec = json.loads(self.hf.backend_tokenizer.to_str())
-                spec["added_tokens"] = []
-                after = Tokenizer.from_str(json.dumps(spec))
+                after = Tokenizer.from_str(plain)
                 after.add_special_tokens([AddedToken(self.sentinel, special=True, normalized=False)])
                 _PLAIN[key] = (after, after, after.token_to_id(self.sentinel))
+                while len(_PLAIN) > 3:
+                    _PLAIN.popitem(last=False)
+            _PLAIN.move_to_end(key)
             self._plain = _PLAIN[key]
         return self._plain
 

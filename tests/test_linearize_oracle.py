@@ -15,6 +15,7 @@ import copy
 import json
 import math
 import random
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +46,21 @@ SHAPED = ["rerender-tooluse", "calls-only", "role-headers", "drops-calls", "pref
 TEMPLATES = ["demo", "qwen3", "qwen2.5", "phi3", "gpt-oss", "smollm3", "deepseek-r1-distill", *SHAPED]
 SEEDS = range(6)
 HARD = 0.5  # share of sessions with each hard case
+TOKENIZER_PARAM = "template"  # the tests of one template run one after another (tests/conftest.py)
 
 
-_ORACLES: dict[str, Oracle] = {}
+# The oracles of the templates used last (each holds its tokenizer); the tests of one template run one after another
+# (``scope="module"`` on their parametrization), so a few are enough.
+_ORACLES: OrderedDict[str, Oracle] = OrderedDict()
 
 
 def _oracle(template: str) -> tuple[Any, Oracle]:
     tok = load_named_tokenizer(template)
-    if template not in _ORACLES:
+    if template not in _ORACLES or _ORACLES[template].hf is not tok.hf:
         _ORACLES[template] = Oracle(tok.hf, template)
+    _ORACLES.move_to_end(template)
+    while len(_ORACLES) > 3:
+        _ORACLES.popitem(last=False)
     return tok, _ORACLES[template]
 
 

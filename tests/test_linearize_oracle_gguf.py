@@ -21,6 +21,7 @@ from tests.gguf_vocab import GGUF_FAMILIES
 from tests.test_linearize_oracle import check_rows, run_per_call
 
 MODES = {"engine": 1.0, "rendered": 0.0}
+TOKENIZER_PARAM = "family"  # the tests of one vocabulary run one after another (tests/conftest.py)
 # In the suite: one family per vocabulary, and Hermes 3 (ChatML on Llama 3's vocabulary); all of GGUF_FAMILIES,
 # many seeds, in `python -m tests.oracle_sweep`. Loading a 256k vocabulary costs seconds, so the suite loads few.
 # Command R7B: its template renders the generation prompt after every conversation and parts from history inside

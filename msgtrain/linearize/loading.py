@@ -3,11 +3,13 @@ tokenizer file encoded through mistral-common (:mod:`msgtrain.linearize.mistral`
 
 This module sits above both encoders so that neither imports the other's loader (no import circle): each bundle is
 built by its own module, and only the choice between them lives here. One bundle per (name, template) is kept for
-the process and loaded again when its files change.
+the process and loaded again when its files change; only the few used last are kept (a vocabulary of 150k tokens
+holds about 120 MB, and a process that loads many, a test session or a loop over models, would keep them all).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,8 @@ from msgtrain.linearize.mistral import load_mistral
 from msgtrain.linearize.tokenizer import DEMO_TOKENIZER, TokenizerBundle, _load_hf
 from msgtrain.linearize.tokenizer_source import mistral_selection
 
-_CACHE: dict[tuple[str | None, str | None], tuple[tuple[Any, ...], TokenizerBundle]] = {}
+_CACHE: OrderedDict[tuple[str | None, str | None], tuple[tuple[Any, ...], TokenizerBundle]] = OrderedDict()
+KEPT = 4  # bundles kept loaded, the ones used last; a run uses one
 
 
 def _files_state(*locations: str | None) -> tuple[Any, ...]:
@@ -50,4 +53,7 @@ def load_tokenizer(name: str | None = None, chat_template: str | None = None) ->
         else:
             bundle = TokenizerBundle(_load_hf(hf_name, chat_template), hf_name or DEMO_TOKENIZER)
         _CACHE[key] = (state, bundle)
+    _CACHE.move_to_end(key)
+    while len(_CACHE) > KEPT:
+        _CACHE.popitem(last=False)
     return _CACHE[key][1]

@@ -22,6 +22,7 @@ import bisect
 import hashlib
 import json
 import sys
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -216,18 +217,21 @@ def _is_prefix(prefix: np.ndarray, seq: np.ndarray) -> bool:
     return bool(np.array_equal(seq[:n], prefix))
 
 
-_STOP_FACTS: dict[int, tuple[TokenizerBundle, np.ndarray, np.ndarray, int]] = {}
+# Held no longer than the tokenizer itself: a process that loads many tokenizers does not keep them all alive here.
+_STOP_FACTS: weakref.WeakKeyDictionary[TokenizerBundle, tuple[np.ndarray, np.ndarray, int]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _stop_facts(tok: TokenizerBundle) -> tuple[np.ndarray, np.ndarray, int]:
     """(sorted stop ids, a membership table indexed by id, vocabulary size) of ``tok``, made once per tokenizer."""
-    hit = _STOP_FACTS.get(id(tok))
-    if hit is None or hit[0] is not tok:
+    hit = _STOP_FACTS.get(tok)
+    if hit is None:
         stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
         table = np.zeros(int(stop.max()) + 1 if stop.shape[0] else 0, dtype=bool)
         table[stop] = True
-        hit = _STOP_FACTS[id(tok)] = (tok, stop, table, len(tok.hf))
-    return hit[1], hit[2], hit[3]
+        hit = _STOP_FACTS[tok] = (stop, table, len(tok.hf))
+    return hit
 
 
 class _GraphLinearizer:

@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,17 +123,18 @@ def stop_token_ids(tok: Any, folder: str | Path | None) -> set[int]:
     return out
 
 
-_BUNDLES: dict[tuple[str, str | None], TokenizerBundle] = {}
+_BUNDLES: OrderedDict[tuple[str, str | None], TokenizerBundle] = OrderedDict()
 
 
 def load_bundle(tokenizer: str | Path | None, chat_template: str | Path | None = None) -> TokenizerBundle:
     """The linearizer's tokenizer bundle: the embedded demo tokenizer for None, a Mistral tokenizer (folder or
     ``mistral:`` value) through mistral-common, else a checked local folder.
 
-    Loaded once per process and (folder, template): a bundle is immutable once built and loading a large
-    vocabulary takes seconds.
+    Loaded once per process and (folder, template), of which the few used last are kept: a bundle is immutable
+    once built and loading a large vocabulary takes seconds.
     """
     from msgtrain.linearize import TokenizerBundle, load_tokenizer
+    from msgtrain.linearize.loading import KEPT
     from msgtrain.linearize.tokenizer_source import mistral_selection
 
     template = str(chat_template) if chat_template is not None else None
@@ -141,4 +143,7 @@ def load_bundle(tokenizer: str | Path | None, chat_template: str | Path | None =
     key = (str(tokenizer), template)
     if key not in _BUNDLES:
         _BUNDLES[key] = TokenizerBundle(load_hf_tokenizer(tokenizer, chat_template), str(tokenizer))
+    _BUNDLES.move_to_end(key)
+    while len(_BUNDLES) > KEPT:  # the few used last, as msgtrain.linearize.loading keeps them
+        _BUNDLES.popitem(last=False)
     return _BUNDLES[key]
