@@ -248,7 +248,9 @@ def register(app: typer.Typer) -> None:
             " records none.",
         ),
         fmt: str = typer.Option(None, "--format", help="parquet (default) | hf | jsonl"),
-        target: str = typer.Option(None, "--target", help="canonical (default) | labels | trl | packed | rl | tree"),
+        target: str = typer.Option(
+            None, "--target", help="canonical (default) | labels | trl | packed | rl | tree | dpo | kto"
+        ),
         max_length: int = typer.Option(None, "--max-length", help="Longest sample in tokens."),
         overflow: str = typer.Option(None, "--overflow", help="drop (default) | truncate | split"),
         split: list[str] = typer.Option(None, "--split", help="e.g. validation=0.05 (by conversation)."),

@@ -29,6 +29,7 @@ from msgtrain.errors import ConfigError
 from msgtrain.export import arrays
 from msgtrain.export.groups import GROUP_FIELDS, default_group_columns
 from msgtrain.export.pack import IGNORE_INDEX, PACKED_SCHEMA, Packer
+from msgtrain.export.preference import DPO_SCHEMA, KTO_SCHEMA, DpoConverter, KtoConverter, completion_mask
 from msgtrain.export.schema import CANONICAL_SCHEMA, SPAN
 from msgtrain.export.tree import TREE_SCHEMA, TreeConverter
 
@@ -36,12 +37,16 @@ from msgtrain.export.tree import TREE_SCHEMA, TreeConverter
 @dataclass(frozen=True)
 class TargetOptions:
     """Target knobs. ``pack_length`` is required by ``packed``, optional for ``tree`` (row length; without it
-    one tree per row) and ignored elsewhere; ``tree_scope`` is read by ``tree`` only."""
+    one tree per row) and ignored elsewhere; ``tree_scope`` is read by ``tree`` only; ``tokenizer`` by ``dpo`` and
+    ``kto`` only."""
 
     pack_length: int | None = None
     tree_scope: str = "graph"
     pack_buffer_rows: int = 16384
     pack_buffer_tokens: int = 32 * 1024 * 1024
+    # The run's tokenizer (a TokenizerBundle or a transformers tokenizer): dpo and kto write text TRL tokenizes
+    # back into exactly the row's ids, which they check with it.
+    tokenizer: Any = None
 
 
 class Converter(Protocol):
@@ -269,6 +274,18 @@ class _CheckedTree(TreeConverter):
         return super().convert(table)
 
 
+class _CheckedDpo(DpoConverter):
+    def convert(self, table: pa.Table) -> pa.Table:
+        _check_canonical(table)
+        return super().convert(table)
+
+
+class _CheckedKto(KtoConverter):
+    def convert(self, table: pa.Table) -> pa.Table:
+        _check_canonical(table)
+        return super().convert(table)
+
+
 def _tree_converter(options: TargetOptions) -> Converter:
     return _CheckedTree(options.pack_length, options.tree_scope, options.pack_buffer_rows, options.pack_buffer_tokens)
 
@@ -326,6 +343,24 @@ TARGETS: dict[str, Target] = {
             schema=TREE_SCHEMA,
             make_converter=_tree_converter,
             train_mask=lambda table: _mask_list(table, "loss_mask"),
+        ),
+        Target(
+            name="dpo",
+            description="preference pairs: prompt/chosen/rejected text that tokenizes back to the logged ids, plus "
+            "prompt_ids/chosen_ids/rejected_ids, sample ids, rewards",
+            trainers="TRL DPOTrainer (defaults), OpenRLHF preference datasets (prompt/chosen/rejected keys)",
+            schema=DPO_SCHEMA,
+            make_converter=lambda options: _CheckedDpo(options.tokenizer),
+            train_mask=completion_mask("chosen_ids"),
+        ),
+        Target(
+            name="kto",
+            description="judged replies: prompt/completion text that tokenizes back to the logged ids, label, plus "
+            "prompt_ids/completion_ids",
+            trainers="TRL KTOTrainer (defaults; it builds its KL column), OpenRLHF KTO datasets",
+            schema=KTO_SCHEMA,
+            make_converter=lambda options: _CheckedKto(options.tokenizer),
+            train_mask=completion_mask("completion_ids"),
         ),
     ]
 }

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,6 +177,10 @@ class _JsonlSink:
             return
         if self._file is None:  # opened on the first row: an empty split leaves no file
             self._file = _open_output(lambda: self.path.open("w", encoding="utf-8", newline="\n"), self.path)
+        if "input_ids" not in table.column_names:  # preference rows: their text columns show what is trained
+            self._file.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in table.to_pylist()))
+            self.rows += table.num_rows
+            return
         mask = self.target.train_mask(table)
         offsets = arrays.offsets_of(mask)
         flat_mask = arrays.flat_values(mask, np.int8)
@@ -307,6 +312,7 @@ class DatasetWriter:
         splits: Iterable[str] = (),
         decode: Decode | None = None,
         compression: str = "zstd",
+        tokenizer: Any = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigError(
@@ -331,6 +337,7 @@ class DatasetWriter:
             tree_scope=tree_scope,
             pack_buffer_rows=pack_buffer_rows,
             pack_buffer_tokens=pack_buffer_tokens,
+            tokenizer=tokenizer,
         )
         self.rows_per_shard, self.row_group_size = rows_per_shard, row_group_size
         self.row_group_tokens = row_group_tokens
@@ -353,7 +360,9 @@ class DatasetWriter:
     def _state(self, split: str) -> _SplitState:
         state = self._splits.get(split)
         if state is None:
-            cutter = RowBuffer(self.row_group_size, self.row_group_tokens)
+            # row groups are cut by the tokens of each row's longest id column (preference rows have no input_ids)
+            length_column = "input_ids" if "input_ids" in self.target.schema.names else self.target.schema.names[3]
+            cutter = RowBuffer(self.row_group_size, self.row_group_tokens, length_column)
             sink: _ParquetSink | _ArrowStagingSink | _JsonlSink
             if self.format == "parquet":
                 sink = _ParquetSink(
@@ -499,6 +508,12 @@ class DatasetWriter:
                 "efficiency": round(tokens / capacity, 6) if capacity else 0.0,
                 "by_split": by_split,
             }
+        if self.target.name in ("dpo", "kto"):
+            by_split = {name: state.converter.stats() for name, state in self._splits.items()}
+            total: Counter[str] = Counter()
+            for counts in by_split.values():
+                total.update(counts)
+            summary["preference"] = {**dict(sorted(total.items())), "by_split": by_split}
         if self.target.name == "tree":
             summary["tree"] = _tree_summary(
                 {name: state.converter.stats() for name, state in self._splits.items()},

@@ -538,6 +538,7 @@ def write_dataset(job: AssemblyJob, tok: Any = None, progress: ProgressHook | No
             row_group_size=cfg.row_group_size,
             splits=SplitAssigner(cfg.split).names,
             decode=tok.decode,
+            tokenizer=tok,
         )
         tally = Tally()
         total, done_parts = sum(map(len, groups)), 0

@@ -230,6 +230,9 @@ class ConvertConfig(BaseModel):
         # overflow policy (drop by default, each drop counted and listed) instead of failing the run. Packed
         # rows also need a length, so for them max_length implies pack_length; a tree without pack_length is
         # one row per tree and needs no limit.
+        if isinstance(data, dict) and data.get("target") in ("dpo", "kto") and data.get("train_negative") is None:
+            # the undesirable replies are half of what these targets are for
+            data = {**data, "train_negative": True}
         if isinstance(data, dict) and data.get("target") in ("packed", "tree"):
             data = dict(data)
             if (
