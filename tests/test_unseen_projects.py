@@ -80,3 +80,6 @@ def test_the_memory_agent_reply_sees_only_the_system_message_rebuilt_before_it()
     last = [n for n in graph.nodes.values() if n.origin.value == "sampled"][-1]
     systems = [n.message.parts[0].text for n in graph.path(last.id) if n.message.role == "system"]
     assert systems == ["You are Sam.\n<human>\nFirst name: Chad\n</human>"]
+    # the agent file's tools, each holding the schema it sends under json_schema, are the calls' tools
+    (tool,) = graph.envs[last.env_id].tools
+    assert tool["function"]["name"] == "core_memory_replace" and "new_content" in str(tool["function"]["parameters"])

@@ -9,6 +9,7 @@ Chat templates receive ``tools`` verbatim and most read ``tool.function.name`` /
 - Gemini ``{"functionDeclarations" | "function_declarations": [...]}``: one function per declaration
   (``parameters`` or ``parametersJsonSchema``).
 - Bare ``{"name", "description", "parameters"}`` (ShareGPT / Glaive, LLaMA-Factory): wrapped.
+- A tool record holding its schema under ``json_schema`` (Letta's agent files): that schema.
 
 Invariant: a schema is never invented or dropped. Provider built-in tools that are not functions (Anthropic
 ``web_search_*``, Responses ``web_search``...) are kept verbatim; key order inside a function is preserved.
@@ -55,6 +56,9 @@ def openai_tools(raw: Any, *, where: str = "tools") -> list[Any]:
 
 
 def _one_tool(tool: dict[str, Any]) -> list[Any]:
+    schema = tool.get("json_schema")
+    if isinstance(schema, dict) and isinstance(schema.get("name"), str):
+        return _one_tool(schema)  # a tool record holding the schema it sends (Letta's agent files, tool registries)
     declarations = tool.get("functionDeclarations", tool.get("function_declarations"))
     if isinstance(declarations, list):
         return [_wrap(_gemini_declaration(d)) for d in declarations if isinstance(d, dict)]
