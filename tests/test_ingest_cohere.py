@@ -267,3 +267,22 @@ def test_cohere_v1_raw_prompting_call_is_rejected_as_not_a_chat(tmp_path: Path) 
     )
     graphs, rejects, skips = _read(path)
     assert not graphs and not skips and [r.error.code for r in rejects] == ["not_a_chat"]
+
+
+def test_cohere_v1_roles_are_read_whatever_their_case(tmp_path: Path) -> None:
+    # Cohere's SDK sends any case (chat_history roles written "System" / "User" / "Chatbot" by many callers)
+    history = [
+        {"role": "System", "message": "Be brief."},
+        {"role": "User", "message": "Hi"},
+        {"role": "Chatbot", "message": "Hello."},
+    ]
+    request = {"message": "Bye", "chat_history": history, "model": "command-r"}
+    reply = {"response_id": "r", "text": "Bye!", "generation_id": "g", "finish_reason": "COMPLETE"}
+    path = _cassette(
+        tmp_path / "v1.yaml",
+        [_interaction("https://api.cohere.com/v1/chat", request, json.dumps(reply), "application/json")],
+    )
+    (graph,), rejects, _ = _read(path)
+    assert not rejects
+    (branch,) = graph.graph.branches()
+    assert [n.message.role for n in branch.nodes] == ["system", "user", "assistant", "user", "assistant"]

@@ -32,6 +32,7 @@ from typing import Any
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.call_log import Call
 from msgtrain.ingest.conversation_files import Step
+from msgtrain.ingest.shapes import canonical_role
 from msgtrain.ingest.streams import StreamFailed, stream_events
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Env
@@ -229,15 +230,16 @@ def _v1_calls(calls: Any, position: int) -> list[dict[str, Any]]:
 
 
 def _v1_turn(turn: Any, where: str, convo: list[dict[str, Any]], open_calls: list[dict[str, Any]]) -> None:
-    if not isinstance(turn, dict) or turn.get("role") not in _V1_ROLES:
-        role = turn.get("role") if isinstance(turn, dict) else None
+    logged = turn.get("role") if isinstance(turn, dict) else None
+    # the role table, case-insensitively (``System`` and ``Chatbot`` are written as often as ``SYSTEM``)
+    role = canonical_role(logged) if isinstance(logged, str) else None
+    if not isinstance(turn, dict) or role not in _V1_ROLES.values():
         raise ValidationError(
-            f"unknown v1 role {role!r}",
+            f"unknown v1 role {logged!r}",
             where=where,
             code="unknown_role",
             hint="Cohere v1 roles: SYSTEM, USER, CHATBOT, TOOL",
         )
-    role = _V1_ROLES[turn["role"]]
     if role == "tool":
         _v1_results(turn.get("tool_results") or [], where, convo, open_calls)
         return
