@@ -398,3 +398,17 @@ def test_a_mapping_reads_items_of_nested_lists_and_calls_in_them(tmp_path: Path)
     mapping["columns"] = {"prompt": "system_prompt[].context", "completion": "system_prompt[].completion"}
     _, stats, rejects = convert_file(path, replace(SETTINGS, mapping=mapping_text(_write(map_file, mapping))))
     assert stats.turns_trained == 0 and json.loads(rejects[0])["reason"] == "mapping_mismatch"
+
+
+def test_a_gemini_response_beside_its_contents_is_a_call_at_any_depth(tmp_path: Path) -> None:
+    # Shape of google-genai calls logged per step: the request's contents and the GenerateContentResponse
+    def call(contents: list[dict[str, Any]], text: str) -> dict[str, Any]:
+        candidate = {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}
+        return {"input": contents, "response": {"candidates": [candidate], "usageMetadata": {"promptTokenCount": 9}}}
+
+    ask = {"role": "user", "parts": [{"text": "A haiku?"}]}
+    first = {"role": "model", "parts": [{"text": "Soft rain."}]}
+    more = {"role": "user", "parts": [{"text": "Another."}]}
+    record = {"steps": [call([ask], "Soft rain."), call([ask, first, more], "Grey sky.")]}
+    trained, drops, lost, rejects = _books(_write(tmp_path / "gemini_steps.json", record))
+    assert (trained, drops, lost, rejects) == (2, {}, 0, [])

@@ -135,7 +135,7 @@ def _call_events(path: Path, calls: list[tuple[str, list[Any], Any]]) -> list[Re
                 for i, m in enumerate(context)
             ]
             call = Call(steps, [Step(sample, origin=Origin.SAMPLED)])
-            key = conversation_key(context[:2], None)
+            key = conversation_key(context[:1], None)  # calls sharing their first message share its tree
             log = logs.get(key) or CallLogGraph(
                 f"{path.name}#{len(logs)}", metadata={"source_format": "autogen"}, policy=POLICY
             )

@@ -829,13 +829,21 @@ def _sample_text(value: Any) -> str | None:
     return None
 
 
+# (list key, message key) of a response body's samples: OpenAI's choices, Gemini's candidates
+_SAMPLE_LISTS = (("choices", "message"), ("candidates", "content"))
+
+
 def _choice_messages(value: dict[str, Any]) -> list[Any] | None:
-    """The reply of an OpenAI response body logged as a completion (``{"choices": [{"message": ...}]}``)."""
-    choices = value.get("choices")
-    if not (isinstance(choices, list) and choices and all(isinstance(c, dict) for c in choices)):
-        return None
-    messages = [c.get("message") for c in choices]
-    return messages if all(isinstance(m, dict) and is_message_like(m) for m in messages) else None
+    """The reply of a response body logged as a completion: OpenAI's (``{"choices": [{"message": ...}]}``) or
+    Gemini's (``{"candidates": [{"content": {"role": "model", "parts"}}]}``)."""
+    for key, inner in _SAMPLE_LISTS:
+        samples = value.get(key)
+        if not (isinstance(samples, list) and samples and all(isinstance(c, dict) for c in samples)):
+            continue
+        messages = [c.get(inner) for c in samples]
+        if all(isinstance(m, dict) and is_message_like(m) for m in messages):
+            return messages
+    return None
 
 
 def _prompt_like(value: Any) -> bool:
@@ -1135,7 +1143,8 @@ def _add_replies(builder: _Builder, value: Any, where: str, metadata: dict[str, 
                 code="ambiguous_structure",
                 hint="log one choice per record, or use the calls format ({request, response})",
             )
-        value, where = choices[0], f"{where}.choices[0].message"
+        key, inner = next((k, i) for k, i in _SAMPLE_LISTS if isinstance(value.get(k), list))
+        value, where = choices[0], f"{where}.{key}[0].{inner}"
     items = value if isinstance(value, list) else [value]
     for i, item in enumerate(items):
         builder.add(item, f"{where}[{i}]" if isinstance(value, list) else where, metadata=metadata)

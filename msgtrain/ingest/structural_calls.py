@@ -5,7 +5,7 @@ an RL rollout's ``transitions[].actions[]``, a search tree whose nodes each hold
 read as the per-call logs are (:mod:`msgtrain.ingest.call_log`): each sampled reply is trained after exactly the
 messages its own call sent, with the tools and system prompt of that call; calls whose messages share a prefix
 share those nodes, so a history re-sent with every step is one conversation, not a copy per step. Calls whose
-first two messages differ are different conversations (one graph each), as in the per-call reader.
+first messages differ are different conversations (one graph each).
 
 Invariants:
 - A call is read by the same conversion as a lone prompt / completion record (the structural reader's
@@ -65,7 +65,10 @@ def read_calls(path: Path, ref: SourceRef, found: Sequence[Any], raw: Any, conve
             events.extend(e for e in read if not isinstance(e, ReadGraph))
             for event in graphs:
                 for call in calls_of(event.graph):
-                    key = conversation_key([s.message for s in call.context[:2]], None)
+                    # one conversation per first message: calls that share it share the root and every node of
+                    # their common prefix (the per-call reader's first-two-messages key would split a conversation
+                    # whose first call had only one message)
+                    key = conversation_key([s.message for s in call.context[:1]], None)
                     log = logs.get(key)
                     if log is None:
                         digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
