@@ -129,3 +129,51 @@ def test_the_mismatch_policy_is_part_of_the_parts_key(policy: str) -> None:
         for p in ("drop", "render", "keep")
     }
     assert len(set(keys.values())) == 3 and keys[policy]
+
+
+# --- the behaviour policy beside the ids ---------------------------------------------------------------------
+
+
+def test_rl_rows_carry_the_behaviour_policys_model_and_sampling_and_the_report_counts_them(tmp_path: Path) -> None:
+    record = json.loads((SAMPLES / "calls/streamed_chunks.jsonl").read_text())
+    record["request"].update(temperature=0.7, top_p=0.9, top_k=20)
+    plain = json.loads(json.dumps(record))
+    plain["request"] = {"model": "local-model", "messages": [{"role": "user", "content": "Flip a coin."}]}
+    for chunk in plain["response"]:
+        for choice in chunk["choices"]:
+            choice.pop("token_ids")
+            choice["logprobs"] = None
+    path = tmp_path / "logs" / "calls.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps(record) + "\n" + json.dumps(plain) + "\n")
+    out = tmp_path / "out"
+    assert main(["convert", str(path), "-o", str(out), "-q", "--target", "rl"]) == 0
+    rows = [r for f in sorted((out / "data").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    sampled = [r for r in rows if r["logprobs_complete"]]
+    assert len(sampled) == 2 and len(rows) == 4
+    for r in sampled:
+        assert (r["behaviour_model"], r["temperature"], r["top_p"], r["top_k"]) == ("local-model", 0.7, 0.9, 20)
+        assert json.loads(r["metadata"])["behaviour"] == {
+            "model": "local-model",
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "top_k": 20,
+        }
+    for r in rows:
+        if not r["logprobs_complete"]:  # the log names the model only
+            assert (r["behaviour_model"], r["temperature"]) == ("local-model", None)
+    report = json.loads((out / "report.json").read_text())
+    assert report["behaviour"] == {"rows_with_complete_logprobs": 2, "rows_naming_the_model_or_sampling": 4}
+
+
+def test_turns_sampled_differently_keep_their_behaviour_per_turn() -> None:
+    from msgtrain.linearize.behaviour import sample_behaviour
+
+    hot, cold = (
+        Generation(model="m", sampling={"temperature": 1.0, "topK": 5}),
+        Generation(model="m", sampling={"temperature": 0.2}),
+    )
+    assert sample_behaviour([hot, hot]) == {"model": "m", "temperature": 1.0, "top_k": 5}
+    assert sample_behaviour([hot, None]) == {"per_turn": [{"model": "m", "temperature": 1.0, "top_k": 5}, None]}
+    assert sample_behaviour([cold, hot])["per_turn"][0] == {"model": "m", "temperature": 0.2}
+    assert sample_behaviour([None, Generation()]) is None

@@ -17,6 +17,7 @@ Invariants (tested for every target):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -185,6 +186,16 @@ def to_trl(table: pa.Table) -> pa.Table:
 
 # --- rl: one row per sample with logprobs, reward, group and per-turn spans ---------------------------------
 
+# The behaviour policy's model and sampling parameters (metadata ``behaviour``, msgtrain.linearize.behaviour) as
+# columns: null where the log does not say, or where the row's trained turns were sampled differently.
+BEHAVIOUR_FIELDS = [
+    ("behaviour_model", pa.string()),
+    ("temperature", pa.float64()),
+    ("top_p", pa.float64()),
+    ("top_k", pa.float64()),
+]
+
+
 RL_SCHEMA = pa.schema(
     [
         ("sample_id", pa.string()),
@@ -201,6 +212,7 @@ RL_SCHEMA = pa.schema(
         ("num_tokens", pa.int32()),
         ("num_trained_tokens", pa.int32()),
         ("logprobs_complete", pa.bool_()),
+        *BEHAVIOUR_FIELDS,
         ("turn_ids", pa.list_(pa.string())),
         ("turn_spans", pa.list_(SPAN)),
         ("turn_group_ids", pa.list_(pa.string())),
@@ -215,7 +227,8 @@ RL_SCHEMA = pa.schema(
 def to_rl(table: pa.Table) -> pa.Table:
     """Adds ``prompt_length`` (first trained token: ``input_ids[:prompt_length]`` is the prompt, the rest the
     response that ``loss_mask`` gates) and ``logprobs_complete`` (every trained token has an engine logprob,
-    so the row can serve as off-policy data with behaviour logprobs). ``trajectory_id``, ``weight`` and
+    so the row can serve as off-policy data with behaviour logprobs) and the behaviour policy's model and sampling
+    parameters where the log names them (:data:`BEHAVIOUR_FIELDS`). ``trajectory_id``, ``weight`` and
     ``advantage`` come from the run's group plan (:mod:`msgtrain.export.groups`); rows converted without one get
     ``weight`` = 1 / the trajectory's rows in this batch and no advantage."""
     _check_canonical(table)
@@ -230,9 +243,6 @@ def to_rl(table: pa.Table) -> pa.Table:
     first_start = num_tokens.copy()
     first_start[has_turn] = span_starts[span_offsets[:-1][has_turn]]
 
-    lp_offsets = arrays.offsets_of(table["logprobs"])
-    lp_valid = pc.is_valid(pc.list_flatten(arrays.as_array(table["logprobs"]))).to_numpy(zero_copy_only=False)
-    with_logprob = arrays.per_row_sum(lp_valid.astype(np.int64), lp_offsets)
     trained = arrays.per_row_sum(
         arrays.flat_values(table["loss_mask"], np.int64), arrays.offsets_of(table["loss_mask"])
     )
@@ -245,8 +255,30 @@ def to_rl(table: pa.Table) -> pa.Table:
     columns["prompt_length"] = pa.array(first_start, type=pa.int32())
     columns["num_tokens"] = pa.array(num_tokens, type=pa.int32())
     columns["num_trained_tokens"] = pa.array(trained, type=pa.int32())
-    columns["logprobs_complete"] = pa.array((with_logprob == trained) & (trained > 0) if n else np.zeros(0, bool))
+    columns["logprobs_complete"] = pa.array(logprobs_complete(table) if n else np.zeros(0, bool))
+    columns.update(behaviour_columns(table))
     return pa.Table.from_arrays([columns[f.name] for f in RL_SCHEMA], schema=RL_SCHEMA)
+
+
+def logprobs_complete(table: pa.Table) -> np.ndarray:
+    """Per canonical row: it trains tokens and every trained token has an engine logprob."""
+    lp_offsets = arrays.offsets_of(table["logprobs"])
+    lp_valid = pc.is_valid(pc.list_flatten(arrays.as_array(table["logprobs"]))).to_numpy(zero_copy_only=False)
+    with_logprob = arrays.per_row_sum(lp_valid.astype(np.int64), lp_offsets)
+    trained = arrays.per_row_sum(
+        arrays.flat_values(table["loss_mask"], np.int64), arrays.offsets_of(table["loss_mask"])
+    )
+    return np.asarray((with_logprob == trained) & (trained > 0), dtype=bool)
+
+
+def behaviour_columns(table: pa.Table) -> dict[str, pa.Array]:
+    values: dict[str, list[Any]] = {name: [] for name, _ in BEHAVIOUR_FIELDS}
+    for text in table["metadata"].to_pylist():
+        found = json.loads(text).get("behaviour") if text and '"behaviour"' in text else None
+        found = found if isinstance(found, dict) else {}
+        for name, _ in BEHAVIOUR_FIELDS:
+            values[name].append(found.get("model" if name == "behaviour_model" else name))
+    return {name: pa.array(values[name], type=typ) for name, typ in BEHAVIOUR_FIELDS}
 
 
 # --- the registry -------------------------------------------------------------------------------------------

@@ -199,7 +199,7 @@ class CallsReader:
                     if prompt_ids is not None
                     else {**response, "prompt_token_ids": choice.get("prompt_token_ids")}
                 )
-                samples.append(Step(msg, generation=generation_from_choice(choice, resp)))
+                samples.append(Step(msg, generation=generation_from_choice(choice, resp, request)))
         except MsgtrainError as e:
             raise e.located(where) from None
         except ValueError as e:  # pydantic validation of a field (e.g. logprobs not aligned with ids)

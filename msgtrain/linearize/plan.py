@@ -32,6 +32,7 @@ import numpy as np
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.export.schema import Sample
+from msgtrain.linearize.behaviour import sample_behaviour
 from msgtrain.linearize.budget import (
     DEFAULT_MAX_GRAPH_SAMPLES,
     DEFAULT_MAX_GRAPH_STATE_BYTES,
@@ -782,6 +783,7 @@ class _GraphLinearizer:
                 leaf.completion.shape[0] if leaf.completion_engine else 0
             )
             sid = _h(self.g.graph_id, nid, *todo)
+            behaviour = sample_behaviour([self.tt[c].turn.generation for c in todo])
             sample = Sample(
                 sample_id=sid,
                 graph_id=self.g.graph_id,
@@ -798,7 +800,7 @@ class _GraphLinearizer:
                 engine_tokens=engine,
                 reward=float(reward) if isinstance(reward, int | float) and not isinstance(reward, bool) else None,
                 flags=sorted(flags),
-                metadata=metadata,
+                metadata=metadata if behaviour is None else {**metadata, "behaviour": behaviour},
             )
             res.samples.append(sample)
             if cut is not CutReason.START:

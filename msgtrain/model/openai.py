@@ -246,9 +246,17 @@ def from_openai_messages(messages: Iterable[dict[str, Any]], *, policy: str = DE
     return out
 
 
-def generation_from_choice(choice: dict[str, Any], response: dict[str, Any] | None = None) -> Generation | None:
-    """Engine facts from an OpenAI/vLLM ``choices[i]`` (+ the response body): ids, logprobs, model..."""
+# Request fields that set how an OpenAI-compatible engine samples (vLLM and SGLang also take top_k, min_p).
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "n", "max_tokens", "max_completion_tokens")
+
+
+def generation_from_choice(
+    choice: dict[str, Any], response: dict[str, Any] | None = None, request: dict[str, Any] | None = None
+) -> Generation | None:
+    """Engine facts from an OpenAI/vLLM ``choices[i]`` (+ the response body, + the request for its sampling
+    parameters): ids, logprobs, model..."""
     response = response or {}
+    request = request or {}
     token_ids = choice.get("token_ids")
     logprobs = None
     lp = choice.get("logprobs")
@@ -267,6 +275,7 @@ def generation_from_choice(choice: dict[str, Any], response: dict[str, Any] | No
         model=response.get("model"),
         finish_reason=choice.get("finish_reason"),
         created=response.get("created") if isinstance(response.get("created"), int) else None,
+        sampling={k: request[k] for k in SAMPLING_FIELDS if isinstance(request.get(k), int | float)},
     )
     return gen
 

@@ -43,7 +43,7 @@ from msgtrain import __version__
 from msgtrain.export.groups import GroupPlan, GroupPlanner
 from msgtrain.export.length import LengthStats, apply_length_policy
 from msgtrain.export.split import SplitAssigner
-from msgtrain.export.targets import TargetOptions, get_target, is_row_wise
+from msgtrain.export.targets import TargetOptions, get_target, is_row_wise, logprobs_complete
 from msgtrain.export.writer import (
     DATA_DIR,
     INFO_FILE,
@@ -87,6 +87,7 @@ class Tally:
     # Rows the rl target's group plan dropped whole, by reason (group_incomplete, group_key_missing).
     group_dropped: Counter[str] = field(default_factory=Counter)
     grouping: dict[str, Any] | None = None  # the group plan's report (rl target)
+    behaviour: Counter[str] = field(default_factory=Counter)  # rows with behaviour-policy data
 
     def add_table(self, table: pa.Table) -> None:
         """Count rows that passed the length policy (before they are split)."""
@@ -95,6 +96,10 @@ class Tally:
         self.tokens += int(pc.sum(table["num_tokens"]).as_py() or 0)
         self.trained_tokens += int(pc.sum(table["num_trained_tokens"]).as_py() or 0)
         self.engine_tokens += int(pc.sum(table["engine_tokens"]).as_py() or 0)
+        self.behaviour["rows_with_complete_logprobs"] += int(logprobs_complete(table).sum())
+        self.behaviour["rows_naming_the_model_or_sampling"] += sum(
+            '"behaviour"' in text for text in table["metadata"].to_pylist()
+        )
         for bucket, column in ((self.by_policy, "policy"), (self.by_source, "source")):
             for name, c in _group_counts(table, column).items():
                 if column == "source":  # the file: without ``:<record>`` and `` (<graph>)``
@@ -105,7 +110,7 @@ class Tally:
     def merge(self, other: Tally) -> None:
         self.stats.add(other.stats)
         self.length.merge(other.length)
-        for name in ("length_dropped_turns", "cuts", "by_split", "group_dropped"):
+        for name in ("length_dropped_turns", "cuts", "by_split", "group_dropped", "behaviour"):
             getattr(self, name).update(getattr(other, name))
         for name in ("by_policy", "by_source"):
             mine = getattr(self, name)
@@ -267,6 +272,10 @@ def build_report(
             "length_policy": length.to_dict(),
         },
         **({"groups": tally.grouping} if tally.grouping is not None else {}),
+        "behaviour": {
+            "rows_with_complete_logprobs": tally.behaviour["rows_with_complete_logprobs"],
+            "rows_naming_the_model_or_sampling": tally.behaviour["rows_naming_the_model_or_sampling"],
+        },
         "cuts_by_reason": dict(sorted(tally.cuts.items())),
         "flags": dict(sorted(stats.flags.items())),
         "context_supplied": supplied_report(cfg.context, cfg.system_prompt, cfg.tools, tally.sources, stats.flags),
