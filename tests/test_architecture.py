@@ -221,8 +221,42 @@ def test_readers_reach_files_beside_their_input_only_through_the_storage_interfa
     assert not folder_reads(_tree(path)), (
         f"ingest/{path.name} lists a folder or opens a file beside its input on the local disk: an object-store run"
         " cannot see it, so its rows differ from a local run's. Use msgtrain.ingest.files.input_files()"
-        " (folder, open_sibling, sibling_copy) and declare fixed sibling names with siblings(location)"
+        " (listing, head, open_sibling, sibling_copy, kept_copy) and declare the files with partners(location, beside)"
     )
+
+
+def consults_other_files(tree: ast.Module) -> bool:
+    """Whether a module reaches files beside its input (calls ``input_files()``)."""
+    return any(isinstance(node, ast.Call) and _name(node.func) == "input_files" for node in ast.walk(tree))
+
+
+def declares_partners(tree: ast.Module) -> bool:
+    """Whether a class of the module has a ``partners`` method (the reader protocol's declaration)."""
+    return any(
+        isinstance(node, ast.ClassDef)
+        and any(isinstance(f, ast.FunctionDef) and f.name == "partners" for f in node.body)
+        for node in ast.walk(tree)
+    )
+
+
+@pytest.mark.parametrize("path", sorted(INGEST.glob("*.py")), ids=lambda p: p.name)
+def test_a_reader_that_consults_another_file_declares_its_partners(path: Path) -> None:
+    """The reader protocol's rule (msgtrain.ingest.events.Reader): whatever a reader joins its input with is in the
+    part's key, or --resume would reuse a part built from the old partner."""
+    tree = _tree(path)
+    if path.name == "files.py" or not consults_other_files(tree):
+        return
+    assert declares_partners(tree), (
+        f"ingest/{path.name} reads files beside its input (input_files()) but its reader declares none: add"
+        " partners(location, beside) returning them, so that changing one converts again the parts that used it"
+    )
+
+
+def test_the_partners_rule_sees_a_reader_that_consults_a_file_without_declaring_it() -> None:
+    undeclared = ast.parse("class R:\n    def read(self, path):\n        input_files().open_sibling(path, x)\n")
+    assert consults_other_files(undeclared) and not declares_partners(undeclared)
+    declared = ast.parse("class R:\n    def partners(self, location, beside):\n        return []\n")
+    assert declares_partners(declared)
 
 
 def test_the_sibling_rule_sees_a_listing_and_a_path_beside_the_input() -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from msgtrain.ingest.registry import declared_siblings
+from msgtrain.ingest.files import LocalFiles
+from msgtrain.ingest.registry import declared_partners
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
 from tests.conftest import SAMPLE_LOGS
@@ -26,8 +27,8 @@ def _convert(logs: Path, out: Path, resume: bool) -> tuple[dict[str, Any], list[
 
 def test_a_claude_code_sub_agent_declares_its_parent_session_and_nothing_else() -> None:
     sub = PurePosixPath("/logs/abc/subagents/agent-x.jsonl")
-    assert declared_siblings(sub) == [PurePosixPath("/logs/abc.jsonl")]
-    assert declared_siblings(PurePosixPath("/logs/abc.jsonl")) == []
+    assert declared_partners(sub, LocalFiles()) == [PurePosixPath("/logs/abc.jsonl")]
+    assert declared_partners(PurePosixPath("/logs/abc.jsonl"), LocalFiles()) == []
 
 
 def test_a_sub_agent_converted_before_its_parent_session_arrived_is_converted_again_under_resume(

@@ -10,8 +10,12 @@ together are a complete call log: the exact context of each reply is its request
 Invariants:
 - An output file is read with the batch input files of its own folder (every sibling file whose records are batch
   requests), listed and read through the storage interface (:mod:`msgtrain.ingest.files`), so a bucket gives the
-  rows the disk gives. The input files are not folded into the output's part key (which files they are takes a
-  listing and a look at each): after changing only an input file, convert without ``--resume``.
+  rows the disk gives. Those files are the output's *partners* (:meth:`BatchReader.partners`), and an input file's
+  are the folder's output files (they say which of its requests were answered): their bytes are in the part's key,
+  so changing either side converts again, under ``--resume`` as in a clean run, exactly the parts that used it.
+- The folder's requests (where each is, not the bodies) and answered ids are indexed once per folder and run, in
+  an SQLite file the run's workers share (:meth:`msgtrain.ingest.files.InputFiles.shared_index`), and a store's
+  input file is copied once per run: N batch files cost O(N) index work, not N × N.
   Each result line is joined to the request line of the same ``custom_id`` and read as that
   endpoint's call (``url``: chat completions, Responses, Anthropic Messages, as the cassette reader reads them);
   calls group into conversations like any call log (:class:`~msgtrain.ingest.call_log.CallLogGroups`).
@@ -35,10 +39,12 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import ExitStack
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
@@ -59,7 +65,7 @@ from msgtrain.ingest.base import (
 )
 from msgtrain.ingest.call_log import Call, CallLogGroups
 from msgtrain.ingest.cassettes import endpoint_of, gemini_call, invoke_call, openai_chat_call
-from msgtrain.ingest.files import input_files
+from msgtrain.ingest.files import Beside, InputFiles, input_files
 from msgtrain.ingest.shapes import message_like_count
 from msgtrain.ingest.text_completions import is_text_completion, text_completion_call
 
@@ -131,40 +137,107 @@ class _Located:
         return f"{self.path.name}:{self.lineno}"
 
 
-class _Folder:
-    """The batch files of one folder: each input file's requests by ``custom_id`` (where they are, not the bodies:
-    an input file may be hundreds of MiB) and the ``custom_id`` of every result line of its output files."""
+def _head_kind(head: bytes) -> str | None:
+    """``input`` / ``output`` for a batch file's first bytes (by a majority of its records), else None."""
+    objects = head_objects(head)
+    if not objects:
+        return None
+    inputs = sum(is_batch_request(o) for o in objects)
+    outputs = sum(is_batch_result(o) for o in objects)
+    if max(inputs, outputs) * 2 < len(objects):
+        return None
+    return "input" if inputs > outputs else "output"
 
-    def __init__(self, path: Path, copies: ExitStack):
-        """Index the batch files beside the input at ``path``, reached through the storage interface
-        (:mod:`msgtrain.ingest.files`: the disk, or the store the input came from); ``copies`` keeps the local
-        copies of an object store's files open while the reader reads (requests are read again by line)."""
-        self.requests: dict[str, list[_Located]] = {}
-        self.answered: set[str] = set()
-        files = input_files()
-        own = files.location(path)
-        for location in files.folder(path):
-            if not location.name.lower().endswith(BATCH_SUFFIXES):
-                continue
-            local = path if location == own else copies.enter_context(files.sibling_copy(path, location))
+
+def _folder_kinds(folder: PurePosixPath, beside: Beside) -> dict[str, list[PurePosixPath]]:
+    """The batch files of ``folder`` by kind (``input`` / ``output``), each file's head looked at once."""
+    kinds: dict[str, list[PurePosixPath]] = {"input": [], "output": []}
+    for location in beside.listing(folder):
+        kind = _head_kind(beside.head(location)) if location.name.lower().endswith(BATCH_SUFFIXES) else None
+        if kind is not None:
+            kinds[kind].append(location)
+    return kinds
+
+
+def batch_partners(location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
+    """The files a batch file is read with: an input file's are the output files of its folder (which requests were
+    answered), any other batch file's the input files of its folder (the requests its results answer)."""
+    if not location.name.lower().endswith(BATCH_SUFFIXES):
+        return []
+    head = beside.head(location)
+    kind = _head_kind(head)
+    if kind is None and not any(is_batch_result(o) for o in head_objects(head)):
+        return []  # not a batch file (a Bedrock output holds its requests itself)
+    kinds = beside.remember(("batch", location.parent), lambda: _folder_kinds(location.parent, beside))
+    return kinds["output" if kind == "input" else "input"]  # the folder's list itself: never this file's kind
+
+
+def _build_requests(path: Path, files: InputFiles, copies: ExitStack, dest: Path) -> None:
+    """The requests index of the folder of the batch file at ``path``: each input file's requests by ``custom_id``
+    (where they are, not the bodies: an input file may be hundreds of MiB, read again by a seek)."""
+    with closing(sqlite3.connect(dest)) as db, db:
+        db.execute("CREATE TABLE requests (custom_id TEXT, file TEXT, line INTEGER, offset INTEGER)")
+        for partner in batch_partners(files.location(path), files):
+            local = copies.enter_context(files.kept_copy(path, partner))
             if local is None:
                 continue
-            self._index(local)
+            rows = ((str(join_id(r)), str(local), at.lineno, at.offset) for at, r in _requests(local))
+            db.executemany("INSERT INTO requests VALUES (?, ?, ?, ?)", rows)
+        db.execute("CREATE INDEX by_id ON requests (custom_id)")
 
-    def _index(self, path: Path) -> None:
-        kind = _file_kind(path)
-        if kind == "input":
-            for located, request in _requests(path):
-                self.requests.setdefault(str(join_id(request)), []).append(located)
-        elif kind == "output":
-            for _lineno, _raw, result in iter_json_lines(path):
-                if isinstance(result, dict) and is_batch_result(result):
-                    self.answered.add(str(join_id(result)))
+
+def _build_answered(path: Path, files: InputFiles, dest: Path) -> None:
+    """The answered index of the folder of the batch input file at ``path``: the ``custom_id`` of every result line
+    of its output files."""
+    with closing(sqlite3.connect(dest)) as db, db:
+        db.execute("CREATE TABLE answered (custom_id TEXT PRIMARY KEY)")
+        for partner in batch_partners(files.location(path), files):
+            with files.sibling_copy(path, partner) as local:
+                if local is None:
+                    continue
+                ids = (
+                    (str(join_id(result)),)
+                    for _lineno, _raw, result in iter_json_lines(local)
+                    if isinstance(result, dict) and is_batch_result(result)
+                )
+                db.executemany("INSERT OR IGNORE INTO answered VALUES (?)", ids)
+
+
+def _open_index(index: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{index.absolute().as_uri()}?mode=ro&immutable=1", uri=True)
+
+
+class _Folder:
+    """The batch files beside the input at ``path``, through the storage interface (:mod:`msgtrain.ingest.files`:
+    the disk, or the store the input came from) and the run's shared indexes; ``copies`` keeps open, while the
+    reader reads, what they point into (requests are read again by line)."""
+
+    def __init__(self, path: Path, copies: ExitStack):
+        self.path, self.copies = path, copies
+        self.files = input_files()
+        self._requests: sqlite3.Connection | None = None
+        self._answered: sqlite3.Connection | None = None
+
+    def _index(self, name: str, build: Callable[[Path], None]) -> sqlite3.Connection:
+        index = self.copies.enter_context(self.files.shared_index(self.path, name, build))
+        return self.copies.enter_context(closing(_open_index(index)))
+
+    def answered(self, custom_id: str) -> bool:
+        """Whether an output file of the folder holds the result of ``custom_id``."""
+        if self._answered is None:
+            self._answered = self._index("batch-answered", partial(_build_answered, self.path, self.files))
+        return self._answered.execute("SELECT 1 FROM answered WHERE custom_id = ?", (custom_id,)).fetchone() is not None
 
     def request(self, custom_id: str) -> tuple[dict[str, Any], _Located]:
         """The request line of ``custom_id`` (raises a reject's error when there is none, or several that
         differ)."""
-        found = self.requests.get(custom_id, [])
+        if self._requests is None:
+            build = partial(_build_requests, self.path, self.files, self.copies)
+            self._requests = self._index("batch-requests", build)
+        rows = self._requests.execute(
+            "SELECT file, line, offset FROM requests WHERE custom_id = ? ORDER BY rowid", (custom_id,)
+        ).fetchall()
+        found = [_Located(Path(file), line, offset) for file, line, offset in rows]
         if not found:
             raise ValidationError(
                 f"no batch input file beside this one holds custom_id {custom_id!r}: the reply's context is not "
@@ -187,14 +260,7 @@ class _Folder:
 
 def _file_kind(path: Path) -> str | None:
     """``input`` / ``output`` for a batch file (by a majority of its head's records), else None."""
-    objects = head_objects(read_head(path))
-    if not objects:
-        return None
-    inputs = sum(is_batch_request(o) for o in objects)
-    outputs = sum(is_batch_result(o) for o in objects)
-    if max(inputs, outputs) * 2 < len(objects):
-        return None
-    return "input" if inputs > outputs else "output"
+    return _head_kind(read_head(path))
 
 
 def _requests(path: Path) -> Iterator[tuple[_Located, dict[str, Any]]]:
@@ -241,6 +307,10 @@ class BatchReader:
         del path
         return head_mostly(head, lambda o: is_batch_request(o) or is_batch_result(o) or is_bedrock_record(o))
 
+    def partners(self, location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
+        """The batch files of its folder a batch file is joined with (:func:`batch_partners`)."""
+        return batch_partners(location, beside)
+
     def read(self, path: Path) -> Iterator[ReadEvent]:
         with ExitStack() as copies:
             yield from self._read(path, _Folder(path, copies))
@@ -281,7 +351,7 @@ class BatchReader:
                     code="bad_record",
                 )
                 yield ReadReject(ref, error, excerpt(raw), turns=message_like_count(value)[1])
-            elif join_id(value) in folder.answered:
+            elif folder.answered(str(join_id(value))):
                 yield ReadSkip(ref, "batch_request_answered")
             else:
                 yield ReadSkip(ref, "batch_request_unanswered")

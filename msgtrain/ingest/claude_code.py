@@ -67,7 +67,7 @@ from msgtrain.ingest.content_records import (
     content_record,
     is_content_record,
 )
-from msgtrain.ingest.files import input_files
+from msgtrain.ingest.files import Beside, input_files
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.session_common import SkipTally, as_dict, graph_id_for
 from msgtrain.model.completeness import mark_unlogged_context
@@ -155,8 +155,10 @@ class ClaudeCodeReader:
         shape = head_shape(head)
         return shape.layout == "object" and shape.has(".loglines", ".loglines[].type", ".loglines[].message")
 
-    def siblings(self, location: PurePosixPath) -> list[PurePosixPath]:
-        """Files this reader consults beside ``location`` (:mod:`msgtrain.ingest.files`): a sub-agent's session."""
+    def partners(self, location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
+        """The file this reader joins ``location`` with (:mod:`msgtrain.ingest.files`): a sub-agent's parent session,
+        named by the sub-agent's location alone (present or not: the part is keyed by its absence too)."""
+        del beside
         return _parent_session(location)
 
     def read(self, path: Path) -> Iterator[ReadEvent]:

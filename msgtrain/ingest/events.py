@@ -108,8 +108,13 @@ class Reader(Protocol):
     ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
     the whole file's (``vote_layout`` in :mod:`msgtrain.ingest.conversation_files`).
 
-    Optional: ``siblings(location)`` declares the files beside the input the reader may consult, opened only
-    through :func:`msgtrain.ingest.files.input_files` (a part's key covers their bytes).
+    Optional, and required of a reader that consults any file other than its input (files that answer each other:
+    a batch output and its input file, answers and their ``question.jsonl``, a sub-agent and its parent session):
+    ``partners(location, beside)`` declares the files it joins the input at ``location`` with, decided from
+    locations, folder listings and files' first bytes (:class:`msgtrain.ingest.files.Beside`), absent ones
+    included, and returns [] for an input it would read alone. It reaches them only through
+    :func:`msgtrain.ingest.files.input_files`. A part's key covers their bytes, so changing either side of a join
+    converts again exactly the parts that used it (:func:`msgtrain.run.units.input_digest`).
 
     Optional: ``detect_directory(path)`` makes the reader's unit a *directory* (a log written as a folder, one file
     per event): it says, cheaply (a few ``stat`` calls), whether ``path`` is one of its folders. Input discovery

@@ -8,8 +8,8 @@ category, turns: [question, ...]}``. An answer line alone holds replies without 
 Invariants:
 - An answer file is read with the ``question.jsonl`` of its own folder or of its parent (FastChat's layout), joined by
   ``question_id``, reached through the storage interface (:mod:`msgtrain.ingest.files`), so a bucket gives the rows
-  the disk gives. The question file is not folded into the answer's part key (declaring it would cost every input
-  of a run two store requests): after changing only questions, convert without ``--resume``.
+  the disk gives. The question file is the answer file's *partner* (:meth:`MtBenchReader.partners`): its bytes are
+  in the part's key, so after changing only questions ``--resume`` converts the answers again, as a clean run does.
   A choice is one conversation: question 1, reply 1, question 2, reply 2, ... (the harness asks
   each question after the previous reply, in one conversation); several choices of one question are sibling
   conversations. Each reply is ``sampled`` in the context before it.
@@ -42,7 +42,7 @@ from msgtrain.ingest.base import (
     read_head,
 )
 from msgtrain.ingest.conversation_files import base_graph_id, content_graph_id
-from msgtrain.ingest.files import input_files
+from msgtrain.ingest.files import Beside, input_files
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.openai import from_openai_message
@@ -91,7 +91,7 @@ def _questions(path: Path) -> tuple[dict[str, list[str]], PurePosixPath | None]:
     and that file's location, read through the storage interface (the disk, or the store the input came from)."""
     files = input_files()
     for where in _question_files(files.location(path)):
-        with files.sibling_copy(path, where) as local:
+        with files.kept_copy(path, where) as local:
             if local is None:
                 continue
             found: dict[str, list[str]] = {}
@@ -115,6 +115,18 @@ class MtBenchReader:
     def detect(self, path: Path, head: bytes) -> bool:
         del path
         return head_mostly(head, is_answer) or head_mostly(head, is_question)
+
+    def partners(self, location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
+        """The question file an answer file is read with: its folder's, else its parent's (the first that is there,
+        and the absent ones looked at before it: a question file that arrives beside the answers takes over)."""
+        if location.name == QUESTION_FILE or not any(map(is_answer, head_objects(beside.head(location)))):
+            return []
+        declared: list[PurePosixPath] = []
+        for where in _question_files(location):
+            declared.append(where)
+            if where in beside.listing(where.parent):
+                break
+        return declared
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         if path.name == QUESTION_FILE or not any(map(is_answer, head_objects(read_head(path)))):

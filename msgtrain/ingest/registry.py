@@ -49,6 +49,7 @@ from msgtrain.ingest import (
     verifiers,
 )
 from msgtrain.ingest.base import Reader
+from msgtrain.ingest.files import Beside
 from msgtrain.ingest.mapping import parse_mapping
 
 REGISTRY: dict[str, Reader] = {}
@@ -148,13 +149,18 @@ def forced_reader(input_format: str | None, mapping: str | None) -> Any:
     return get_reader(input_format) if input_format else None
 
 
-def declared_siblings(location: PurePosixPath) -> list[PurePosixPath]:
-    """Every file a reader declares it may consult beside the input at ``location`` (its optional ``siblings``
-    method, :mod:`msgtrain.ingest.files`), sorted: what the run stage folds into the part's key. Readers declare by
-    location alone, so this needs no detection and reads nothing."""
-    found: set[PurePosixPath] = set()
-    for reader in REGISTRY.values():
-        siblings = getattr(reader, "siblings", None)
-        if siblings is not None:
-            found.update(p for p in siblings(location) if p != location)
-    return sorted(found)
+def declared_partners(location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
+    """Every file a reader declares it joins with the input at ``location`` (its optional ``partners`` method,
+    :class:`~msgtrain.ingest.events.Reader`; never the input itself), sorted: what the run stage folds into the
+    part's key. Every reader is asked, so no detection is needed: each returns [] for an input it would not join (by
+    its location, or its first bytes through ``beside``). One reader's list is returned as it gave it (a folder's
+    files, shared by every file of the folder: no copy, no sort per file)."""
+    declared = [found for reader in REGISTRY.values() if (found := _partners_of(reader, location, beside))]
+    if len(declared) == 1:
+        return declared[0]
+    return sorted({p for found in declared for p in found})
+
+
+def _partners_of(reader: Reader, location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
+    partners = getattr(reader, "partners", None)
+    return partners(location, beside) if partners is not None else []

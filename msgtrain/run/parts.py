@@ -43,6 +43,7 @@ from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef
 from msgtrain.ingest.boundary import open_reader, read_events
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.ingest.faults import log_traceback
+from msgtrain.ingest.files import SharedIndex
 from msgtrain.ingest.mapping import mapping_text
 from msgtrain.ingest.registry import forced_reader
 from msgtrain.ingest.supplied import context_text, rules_from_text, with_supplied_context
@@ -81,6 +82,9 @@ class LinearizeSettings:
     max_graph_state_bytes: int | None = DEFAULT_MAX_GRAPH_STATE_BYTES
     # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
     debug_log: str | None = None
+    # Where the run's workers share indexes of files that answer each other (msgtrain.ingest.files.SharedIndex);
+    # not part of the key.
+    shared: str | None = None
 
     def key(self, tokenizer_fingerprint: str) -> str:
         data = {
@@ -99,7 +103,9 @@ class LinearizeSettings:
         return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
-def settings_from_config(cfg: ConvertConfig, debug_log: str | None = None) -> LinearizeSettings:
+def settings_from_config(
+    cfg: ConvertConfig, debug_log: str | None = None, shared: str | None = None
+) -> LinearizeSettings:
     """The linearize settings of a :class:`msgtrain.run.config.ConvertConfig` (``convert`` and ``validate`` alike)."""
     return LinearizeSettings(
         tokenizer=cfg.tokenizer,
@@ -117,6 +123,7 @@ def settings_from_config(cfg: ConvertConfig, debug_log: str | None = None) -> Li
         max_graph_state_bytes=int(cfg.max_graph_state_mb * 2**20) or None,
         strict=cfg.strict,
         debug_log=debug_log,
+        shared=shared,
     )
 
 
@@ -159,6 +166,8 @@ class Job:
     # A local input's stamp when it was hashed (msgtrain.run.storage.input_stamp): the bytes read are those of the
     # key only if the input has the same stamp before and after it is read.
     stamp: Any = None
+    # The content digest of the files a reader joins the input with (msgtrain.run.units.InputDigest), None if none
+    partners: str | None = None
 
     @property
     def size(self) -> int:
@@ -379,7 +388,7 @@ def _reading_planned_bytes(job: Job) -> Any:
         digest, stamp = stable_digest(job.path)
     except (InputChangedError, OSError):
         return None
-    return stamp if digest == job.meta.get("digest") and stamp is not None else None
+    return stamp if digest.content == job.meta.get("digest") and stamp is not None else None
 
 
 def reusable(recorded: Mapping[str, Any]) -> bool:
@@ -401,7 +410,8 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
     copy_chunk = partial(_copy_chunk, job.chunk, job.view) if job.chunk is not None and job.view is not None else None
     with contextlib.ExitStack() as stack:
         try:
-            local = stack.enter_context(readable_input(job.path, copy_chunk))
+            shared = SharedIndex.of_run(settings.shared)
+            local = stack.enter_context(readable_input(job.path, copy_chunk, shared, job.partners))
         except OSError as e:  # the copy failed (a local path is not read here: convert_file reports it)
             if settings.strict:
                 raise

@@ -31,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+import tempfile
 import time
 from typing import Any
 
@@ -58,8 +59,9 @@ def convert(cfg: ConvertConfig, progress: ProgressHook | None = None) -> dict[st
     if cfg.keep_missing and not cfg.resume:
         raise ConfigError("--keep-missing keeps parts of earlier runs: it needs --resume", hint="add --resume")
     output = output_for(cfg)
-    with output.held(), executor.session():
-        plan = plan_run(cfg, output, executor, progress)
+    # The indexes of files that answer each other, built once per folder and shared by this machine's workers.
+    with output.held(), executor.session(), tempfile.TemporaryDirectory(prefix="msgtrain-shared-") as shared:
+        plan = plan_run(cfg, output, executor, progress, shared)
         execute(plan, executor, cfg, progress)
         with output.staging() as staged:
             data, published = assemble(cfg, plan, output, executor, staged, progress)

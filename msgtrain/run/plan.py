@@ -32,7 +32,7 @@ from msgtrain.run.journal import Manifest, append_manifest, load_manifest, save_
 from msgtrain.run.object_chunks import ObjectView, plan_object
 from msgtrain.run.parts import Job, LinearizeSettings, part_key, settings_from_config
 from msgtrain.run.storage import HIDDEN_DIRECTORY, LOG_SUFFIXES, NOT_A_LOG, Stamp, base_name, cut_by, discover, identity
-from msgtrain.run.units import chunkable, plan_file, stable_digest
+from msgtrain.run.units import PartnerViews, chunkable, plan_file, stable_digest
 
 if TYPE_CHECKING:
     from msgtrain.run.execute import Executor
@@ -65,6 +65,7 @@ class RunPlan:
     run_digests: set[str] = field(default_factory=set)
     run_paths: set[str] = field(default_factory=set)
     stamps: dict[Path | str, Stamp | None] = field(default_factory=dict)  # each input's as it was hashed
+    partners: dict[str, str | None] = field(default_factory=dict)  # content digest → its partners' (units.py)
     reused: int = 0
     converted: int = 0
     total_parts: int = 0
@@ -91,7 +92,17 @@ class RunPlan:
             if self.resume and self.complete(key) and self.parts.reuse(key, meta):
                 self.reused += 1
             else:
-                todo.append(Job(f, key, meta, chunk, view if chunk is not None else None, self.stamps.get(f)))
+                todo.append(
+                    Job(
+                        f,
+                        key,
+                        meta,
+                        chunk,
+                        view if chunk is not None else None,
+                        self.stamps.get(f),
+                        self.partners.get(digest),
+                    )
+                )
         self.converted += len(todo)
         return todo
 
@@ -103,15 +114,18 @@ class RunPlan:
         return todo
 
 
-def plan_run(cfg: ConvertConfig, output: Output, executor: Executor, progress: ProgressHook | None) -> RunPlan:
+def plan_run(
+    cfg: ConvertConfig, output: Output, executor: Executor, progress: ProgressHook | None, shared: str | None = None
+) -> RunPlan:
     """Discover, hash and cut the inputs of ``cfg`` and key their parts; with ``--resume`` a complete part is
-    reused. The manifest is saved before returning."""
+    reused. The manifest is saved before returning. ``shared``: the directory where the run's workers on this
+    machine share the indexes of files that answer each other (:class:`msgtrain.ingest.files.SharedIndex`)."""
     forced = bool(cfg.input_format or cfg.mapping)
     files, ignored = discover_locations([str(p) for p in cfg.inputs], output.exclude(), forced)
     if progress:  # the total is known from here on: a progress display needs no "?"
         progress("listed", {"files": len(files)})
     tok = load_tokenizer_checked(cfg)
-    settings = settings_from_config(cfg, debug_log=output.debug_log())
+    settings = settings_from_config(cfg, debug_log=output.debug_log(), shared=shared)
     manifest: Manifest = load_manifest(output.state) if cfg.resume else {}
     complete = output.reset(cfg.resume)
     chunk_bytes = int(cfg.chunk_mb * (1 << 20))
@@ -133,21 +147,24 @@ def plan_run(cfg: ConvertConfig, output: Output, executor: Executor, progress: P
     in_workers = executor.plans_in_workers()
     objects: list[tuple[str, str]] = []
     first_with_digest: dict[str, Path | str] = {}
+    views = PartnerViews()  # each folder listed, each file's head read, once per run
     for index, f in enumerate(files):
         if progress:
             progress("hash", {"index": index, "total": len(files)})
         try:
-            # An object on a store is hashed by the store (its metadata, or a read); a folder log by its objects.
-            # The file's bytes, and those of files its reader consults beside it; taken while it did not change,
-            # with the stamp a worker checks before and after reading it (a part is keyed by the bytes it read).
-            digest, plan.stamps[f] = stable_digest(f)
+            # The file's bytes and those of the files a reader joins it with (its partners). An object on a store
+            # is hashed by the store (its metadata, or a read); a folder log by its objects. Taken while it did not
+            # change, with the stamp a worker checks before and after reading it (a part is keyed by the bytes it read).
+            keyed, plan.stamps[f] = stable_digest(f, views)
         except OSError as e:
             ignored.append({"path": str(f), "reason": f"unreadable: {e.strerror or e}"})
             continue
+        digest = keyed.content
         if digest in first_with_digest:  # the same bytes under another name: converted once
             ignored.append({"path": str(f), "reason": f"same content as {first_with_digest[digest]}"})
             continue
         first_with_digest[digest] = f
+        plan.partners[digest] = keyed.partners
         plan.run_digests.add(digest)
         plan.run_paths.add(identity(f))
         cut = cut_by(f, chunk_bytes)

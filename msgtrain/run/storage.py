@@ -38,13 +38,14 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, TypeVar
 
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.files import BytesSibling, reading_through
+from msgtrain.ingest.files import HEAD_BYTES, BytesSibling, LocalFiles, SharedIndex, index_key, reading_through
 
+T = TypeVar("T")
 URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 POINTER = "_latest"
 VERSIONS = "_versions"
@@ -349,6 +350,23 @@ class Store:
 
     def size(self, url: str) -> int:
         return int(self.fs.size(self._path(url)) or 0)
+
+    def folder_files(self, url: str) -> list[str]:
+        """The objects directly under the prefix ``url`` (one listing, not a walk), sorted."""
+        path = self._path(url)
+        self._fresh(path)
+        try:
+            entries = self.fs.ls(path, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(self.url(e["name"]) for e in entries if e.get("type") == "file")
+
+    def head(self, url: str, size: int) -> bytes:
+        """The object's first ``size`` bytes (one ranged read), ``b""`` when it is absent."""
+        try:
+            return bytes(self.fs.cat_file(self._path(url), start=0, end=size))
+        except FileNotFoundError:
+            return b""
 
     def is_dir(self, url: str) -> bool:
         """Whether ``url`` is a prefix (a "folder" of objects), not one object."""
@@ -659,20 +677,6 @@ def cut_by(location: Path | str, chunk_bytes: int) -> Literal["disk", "store", "
     return "store" if Store.of(location).size(location) > chunk_bytes else "whole"
 
 
-def sibling_digest(location: Path | str, sibling: PurePosixPath) -> str:
-    """The content digest of the file ``sibling`` beside the input ``location``, on the same disk or store, or
-    ``absent`` (missing or unreadable: the reader cannot consult it either)."""
-    try:
-        if isinstance(location, str):
-            url = url_of(location, sibling)
-            store = Store.of(url)
-            return store.content_hash(url) if store.exists(url) else "absent"
-        local = Path(sibling)
-        return file_digest(local) if local.is_file() else "absent"
-    except OSError:
-        return "absent"
-
-
 def base_name(location: Path | str) -> str:
     """An input's own name, without its folder or prefix."""
     return location.rstrip("/").rpartition("/")[2] if isinstance(location, str) else location.name
@@ -695,14 +699,21 @@ def url_of(scheme_of: str, location: PurePosixPath) -> str:
 
 
 @contextlib.contextmanager
-def readable_input(location: Path | str, copy_chunk: Callable[[str, Path], None] | None = None) -> Iterator[Path]:
+def readable_input(
+    location: Path | str,
+    copy_chunk: Callable[[str, Path], None] | None = None,
+    shared: SharedIndex | None = None,
+    partners: str | None = None,
+) -> Iterator[Path]:
     """``location`` as a local path readers open. A local path is itself. An object is copied into a temporary
     directory under its own name (format detection looks at the suffix): a prefix a directory reader takes whole
     (a folder log, named without a suffix) object by object, a chunk of a huge object by ``copy_chunk`` (its byte
     ranges only); while it is open, readers reach the files beside it on the store (:class:`StoreFiles`), as a
-    local run reaches them on the disk. Raises OSError, before yielding, when the copy fails."""
+    local run reaches them on the disk, and the indexes of its partners (whose content digest is ``partners``) in
+    ``shared``. Raises OSError, before yielding, when the copy fails."""
     if not isinstance(location, str):
-        yield location
+        with reading_through(LocalFiles(shared, partners)):
+            yield location
         return
     with tempfile.TemporaryDirectory(prefix="msgtrain-input-") as tmp:
         local = Path(tmp) / base_name(location)
@@ -713,17 +724,52 @@ def readable_input(location: Path | str, copy_chunk: Callable[[str, Path], None]
             copy_chunk(location, local)
         else:
             store.download(location, local)
-        with reading_through(StoreFiles(local, location)):
+        with reading_through(StoreFiles(local, location, shared, partners)):
             yield local
+
+
+def store_of(location: Path | str) -> str | None:
+    """Where a location is, for the functions below: None for the local disk, else its store's root URL."""
+    return f"{protocol(location)}://" if isinstance(location, str) else None
+
+
+def folder_locations(scheme_of: str | None, folder: PurePosixPath) -> list[PurePosixPath]:
+    """The files directly in ``folder`` on the local disk (``scheme_of`` None) or on the store of the URL
+    ``scheme_of``, sorted (:meth:`msgtrain.ingest.files.Beside.listing`)."""
+    if scheme_of is None:
+        return LocalFiles().listing(folder)
+    return [location_of(url) for url in Store.of(scheme_of).folder_files(url_of(scheme_of, folder))]
+
+
+def head_of(scheme_of: str | None, location: PurePosixPath) -> bytes:
+    """The first bytes of the file at ``location`` (:meth:`msgtrain.ingest.files.Beside.head`)."""
+    if scheme_of is None:
+        return LocalFiles().head(location)
+    return Store.of(scheme_of).head(url_of(scheme_of, location), HEAD_BYTES)
+
+
+def location_digest(scheme_of: str | None, location: PurePosixPath) -> str:
+    """The content digest of the file at ``location`` on the disk or store of ``scheme_of`` (``absent`` when it
+    cannot be read: a reader cannot consult it either)."""
+    try:
+        if scheme_of is None:
+            local = Path(location)
+            return file_digest(local) if local.is_file() else "absent"
+        url = url_of(scheme_of, location)
+        return Store.of(url).content_hash(url)
+    except OSError:
+        return "absent"
 
 
 class StoreFiles:
     """The storage interface readers see (:class:`msgtrain.ingest.files.InputFiles`) for an object copied to
     ``local``: its location is the object's, and a sibling is read from the store, as a local run reads it from
-    the disk beside the input."""
+    the disk beside the input; a kept copy and a partners' index are made once per run in ``shared``."""
 
-    def __init__(self, local: Path, url: str):
+    def __init__(self, local: Path, url: str, shared: SharedIndex | None = None, partners: str | None = None):
         self.local, self.url = local, url
+        self.shared = shared or SharedIndex.of_process()
+        self.partners = partners
 
     def location(self, path: Path) -> PurePosixPath:
         if path == self.local:
@@ -731,6 +777,15 @@ class StoreFiles:
         if self.local in path.parents:  # a file of a folder log copied whole
             return location_of(self.url).joinpath(*path.relative_to(self.local).parts)
         return PurePosixPath(path.as_posix())
+
+    def listing(self, folder: PurePosixPath) -> list[PurePosixPath]:
+        return folder_locations(self.url, folder)
+
+    def head(self, location: PurePosixPath) -> bytes:
+        return head_of(self.url, location)
+
+    def remember(self, key: Hashable, compute: Callable[[], T]) -> T:
+        return compute()
 
     def open_sibling(self, path: Path, sibling: PurePosixPath) -> BinaryIO | None:
         url = url_of(self.url, sibling)
@@ -751,7 +806,18 @@ class StoreFiles:
                 local = None
             yield local
 
-    def folder(self, path: Path) -> list[PurePosixPath]:
-        parent = self.location(path).parent
-        listed = Store.of(self.url).list_files(url_of(self.url, parent))
-        return sorted(p for p in (location_of(url) for url, _size in listed) if p.parent == parent)
+    @contextlib.contextmanager
+    def kept_copy(self, path: Path, sibling: PurePosixPath) -> Iterator[Path | None]:
+        url = url_of(self.url, sibling)
+
+        def download(dest: Path) -> None:
+            dest.mkdir()
+            with contextlib.suppress(OSError):  # missing or unreadable: as if absent, as a local run treats it
+                Store.of(url).download(url, dest / sibling.name)
+
+        copied = self.shared.get(index_key("copy", sibling, None), download) / sibling.name
+        yield copied if copied.is_file() else None
+
+    @contextlib.contextmanager
+    def shared_index(self, path: Path, name: str, build: Callable[[Path], None]) -> Iterator[Path]:
+        yield self.shared.get(index_key(name, self.location(path).parent, self.partners), build)
