@@ -245,3 +245,67 @@ def test_trl_grpo_takes_a_step_on_logged_groups_through_rollout_func(tmp_path: P
         row = logged[tuple(p + c)]
         assert len(p) == row["prompt_length"] and m == row["loss_mask"][len(p) :]
         assert 0 in m  # the tool output inside the completion is context, not trained
+
+
+# --- tinker and verl views ----------------------------------------------------------------------------------
+
+
+def _converted(tmp_path: Path) -> list[dict[str, Any]]:
+    inputs = write_rollouts(tmp_path / "logs", EIGHT)
+    code, rows, _ = convert(tmp_path / "out", inputs, "--group-by", "example_id")
+    assert code == 0
+    return rows
+
+
+def test_tinker_datum_fields_follow_the_cookbooks_shift(tmp_path: Path) -> None:
+    """Against tinker-cookbook's ``trajectory_to_data`` (tinker_cookbook/rl/data_processing.py at 11885f5): the model
+    input is tokens[:-1]; target_tokens, logprobs, advantages and mask are the per-token lists of the whole sequence
+    with their first entry dropped; advantages and mask are 0 on observation (not sampled) tokens."""
+    from msgtrain.trainers.rl import tinker_datum_fields
+
+    for row in _converted(tmp_path):
+        fields = tinker_datum_fields(row)
+        ids, inputs = row["input_ids"], fields["loss_fn_inputs"]
+        assert fields["model_input"] == ids[:-1] and inputs["target_tokens"] == ids[1:]
+        assert {len(v) for v in inputs.values()} == {len(ids) - 1}
+        assert inputs["mask"] == [float(m) for m in row["loss_mask"][1:]]
+        assert inputs["advantages"] == [row["advantage"] * m for m in inputs["mask"]]
+        # the sampled targets are exactly the trained tokens of the row
+        trained = [t for t, m in zip(ids, row["loss_mask"], strict=True) if m]
+        assert [t for t, m in zip(inputs["target_tokens"], inputs["mask"], strict=True) if m] == trained
+
+
+def test_tinker_builds_its_datum_from_a_row(tmp_path: Path) -> None:
+    pytest.importorskip("tinker", reason="tinker not installed (pip install tinker)")
+    from msgtrain.trainers.rl import tinker_datum
+
+    row = _converted(tmp_path)[0]
+    datum = tinker_datum(row)
+    assert datum.model_input.to_ints() == row["input_ids"][:-1]
+
+
+def test_verl_batch_holds_each_row_in_its_prompt_and_response_layout(tmp_path: Path) -> None:
+    """verl's layout (verl/workers/actor/dp_actor.py ``update_policy`` reads responses, response_mask, input_ids,
+    attention_mask, position_ids; its agent loop documents prompts / responses / response_mask / input_ids /
+    attention_mask / position_ids): prompts left-padded, responses right-padded, input_ids their concatenation."""
+    torch = pytest.importorskip("torch")
+    from msgtrain.trainers.rl import verl_batch
+
+    rows = _converted(tmp_path)
+    batch = verl_batch(rows, pad_token_id=0)
+    p_len = batch["prompts"].shape[1]
+    assert torch.equal(batch["input_ids"], torch.cat([batch["prompts"], batch["responses"]], dim=1))
+    for i, row in enumerate(rows):
+        real = batch["attention_mask"][i].bool()
+        assert batch["input_ids"][i][real].tolist() == row["input_ids"]  # the row, token for token
+        assert batch["position_ids"][i][real].tolist() == list(range(len(row["input_ids"])))
+        k = len(row["input_ids"]) - row["prompt_length"]
+        assert batch["response_mask"][i, :k].tolist() == row["loss_mask"][row["prompt_length"] :]
+        assert batch["response_mask"][i, k:].sum() == 0 and real[:p_len].sum() == row["prompt_length"]
+        assert batch["token_level_scores"][i].sum().item() == row["reward"]
+        assert batch["token_level_scores"][i, k - 1].item() == row["reward"]
+    try:
+        from verl import DataProto
+    except ImportError:
+        return
+    assert len(DataProto.from_dict(tensors=batch)) == len(rows)

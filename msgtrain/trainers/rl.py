@@ -92,3 +92,86 @@ class LoggedRollouts:
 def logged_reward(completions: Sequence[Any], logged_reward: Sequence[float | None], **_: Any) -> list[float | None]:
     """TRL reward function: the reward the log holds for each completion (None: unscored, TRL's NaN)."""
     return [None if r is None else float(r) for r in logged_reward]
+
+
+# --- tinker: one Datum per row ----------------------------------------------------------------------------------
+
+
+def tinker_datum_fields(row: Mapping[str, Any], advantage: float | None = None) -> dict[str, Any]:
+    """The fields of a ``tinker.Datum`` for one ``--target rl`` row, as tinker-cookbook builds them from a trajectory
+    (``tinker_cookbook/rl/data_processing.py``, ``trajectory_to_data``): ``model_input`` = tokens[:-1], and
+    ``loss_fn_inputs`` aligned with the targets tokens[1:]: ``target_tokens``, ``logprobs`` (the behaviour logprob of
+    each sampled token, 0.0 elsewhere and where the log has none), ``advantages`` (the trajectory's advantage on its
+    sampled tokens, 0 elsewhere) and ``mask`` (1.0 on sampled tokens = ``loss_mask``). ``advantage`` defaults to the
+    row's ``advantage`` column (0 where null); the cookbook's own is the group-centred reward ``r - mean(r)``."""
+    ids = [int(t) for t in row["input_ids"]]
+    mask = [float(m) for m in row["loss_mask"]]
+    adv = float(advantage if advantage is not None else (row.get("advantage") or 0.0))
+    logprobs = [0.0 if lp is None else float(lp) for lp in row["logprobs"]]
+    return {
+        "model_input": ids[:-1],
+        "loss_fn_inputs": {
+            "target_tokens": ids[1:],
+            "logprobs": logprobs[1:],
+            "advantages": [adv * m for m in mask[1:]],
+            "mask": mask[1:],
+        },
+    }
+
+
+def tinker_datum(row: Mapping[str, Any], advantage: float | None = None) -> Any:
+    """A ``tinker.Datum`` for one row (needs the ``tinker`` package): :func:`tinker_datum_fields`, wrapped."""
+    import tinker
+    import torch
+
+    fields = tinker_datum_fields(row, advantage)
+    dtypes = {"target_tokens": torch.int64}
+    return tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(tokens=fields["model_input"]),
+        loss_fn_inputs={
+            key: tinker.TensorData.from_torch(torch.tensor(value, dtype=dtypes.get(key, torch.float32)))
+            for key, value in fields["loss_fn_inputs"].items()
+        },
+    )
+
+
+# --- verl: the batch its actor updates from ---------------------------------------------------------------------
+
+
+def verl_batch(rows: Sequence[Mapping[str, Any]], pad_token_id: int) -> dict[str, Any]:
+    """The tensors of a verl ``DataProto`` batch for ``--target rl`` rows (needs torch), in verl's layout (its agent
+    loop's output and ``dp_actor.update_policy``'s keys): ``prompts`` left-padded, ``responses`` right-padded,
+    ``input_ids`` = prompts ‖ responses, ``attention_mask``, ``position_ids`` (positions of the real tokens, counted
+    from the first), ``response_mask`` (1 on sampled tokens: tool outputs inside a response are 0),
+    ``rollout_log_probs`` (the behaviour logprobs, 0 where unknown), and ``token_level_scores`` (the row's reward on
+    its last response token, as verl's reward managers place it). The prompt is ``input_ids[:prompt_length]``."""
+    import torch
+
+    prompts = [list(r["input_ids"][: r["prompt_length"]]) for r in rows]
+    responses = [list(r["input_ids"][r["prompt_length"] :]) for r in rows]
+    p_len = max((len(p) for p in prompts), default=0)
+    r_len = max(max((len(x) for x in responses), default=0), 1)
+    n = len(rows)
+    out = {
+        "prompts": torch.full((n, p_len), pad_token_id, dtype=torch.long),
+        "responses": torch.full((n, r_len), pad_token_id, dtype=torch.long),
+        "response_mask": torch.zeros((n, r_len), dtype=torch.long),
+        "rollout_log_probs": torch.zeros((n, r_len), dtype=torch.float32),
+        "token_level_scores": torch.zeros((n, r_len), dtype=torch.float32),
+    }
+    attention = torch.zeros((n, p_len + r_len), dtype=torch.long)
+    for i, (row, prompt, response) in enumerate(zip(rows, prompts, responses, strict=True)):
+        cut = int(row["prompt_length"])
+        if prompt:
+            out["prompts"][i, p_len - len(prompt) :] = torch.tensor(prompt)
+        k = len(response)
+        if k:
+            out["responses"][i, :k] = torch.tensor(response)
+            out["response_mask"][i, :k] = torch.tensor([int(m) for m in row["loss_mask"][cut:]])
+            out["rollout_log_probs"][i, :k] = torch.tensor([0.0 if lp is None else lp for lp in row["logprobs"][cut:]])
+            out["token_level_scores"][i, k - 1] = float(row["reward"] or 0.0)
+        attention[i, p_len - len(prompt) : p_len + k] = 1
+    out["input_ids"] = torch.cat([out["prompts"], out["responses"]], dim=1)
+    out["attention_mask"] = attention
+    out["position_ids"] = torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0)
+    return out
