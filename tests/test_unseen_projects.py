@@ -31,6 +31,8 @@ HAND_COUNTS = [
     # two model calls: each assistant thought and the tool-call text after it are one message as smolagents sends it
     ("smolagents-benchmark.jsonl", 2),
     ("letta-memory-agent.json", 2),  # the memory edit call (message-2) and the greeting (message-5)
+    # two agents: the builder's one reply ("\n\n"), the sleeptime agent's two memory-tool calls
+    ("lettabot-builder.af", 3),
     ("swe-search-tree.json", 3),  # three expanded nodes, each holding the call that made it
     ("autogen-llm-calls.json", 2),  # two calls, the second re-sending the first one's reply as history
 ]
@@ -83,3 +85,11 @@ def test_the_memory_agent_reply_sees_only_the_system_message_rebuilt_before_it()
     # the agent file's tools, each holding the schema it sends under json_schema, are the calls' tools
     (tool,) = graph.envs[last.env_id].tools
     assert tool["function"]["name"] == "core_memory_replace" and "new_content" in str(tool["function"]["parameters"])
+
+
+def test_each_agent_of_an_agent_file_is_sent_only_the_tools_it_names() -> None:
+    tools = {tuple(t["function"]["name"] for t in g.env.tools) for g in _graphs("lettabot-builder.af")}
+    assert tools == {
+        ("web_search", "conversation_search", "fetch_webpage", "memory_rethink"),  # tool_ids tool-0, -1, -2, -3
+        ("memory_finish_edits", "memory_replace", "memory_insert", "memory_rethink"),  # tool-4, -5, -6, -3
+    }

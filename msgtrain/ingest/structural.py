@@ -350,7 +350,7 @@ def _tree_roots(
         system = found.inherited["system"][1]
     logged = m.field_of(found.holder, "tools")
     if logged is None and "tools" in found.inherited:
-        logged = found.inherited["tools"][1]
+        logged = _inherited_tools(found)[1]
     tools = openai_tools(logged, where=f"{found.path}.tools") if logged else []
     out: list[ReadEvent] = []
     for n, (root_ref, root) in enumerate(children.get(None, [])):
@@ -404,6 +404,24 @@ def _linked_tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEv
             )
         children.setdefault(parent, []).append((SourceRef(ref.file, f"{ref.record} {where}"), value))
     return _tree_roots(path, ref, found, children, id_key)
+
+
+def _inherited_tools(found: Found) -> tuple[str, Any]:
+    """(path, tools) an enclosing object keeps for ``found``: when the conversation's object names the tools it has
+    by id (``tool_ids``: Letta's agents, each given some of the file's tools), only those, in its order."""
+    where, tools = found.inherited["tools"]
+    ids = found.holder.get("tool_ids")
+    if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids) and isinstance(tools, list)):
+        return where, tools
+    by_id = {t.get("id"): t for t in tools if isinstance(t, dict)}
+    if not set(ids) <= set(by_id):
+        missing = sorted(set(ids) - set(by_id))
+        raise ValidationError(
+            f"tool_ids name tools {missing[:3]} that {where} does not hold: the tools this conversation was sent are "
+            "not all in the file",
+            code="context_incomplete",
+        )
+    return f"{where}[id in tool_ids]", [by_id[i] for i in ids]
 
 
 def _inheriting(found: Found, inherited: dict[str, tuple[str, Any]]) -> Found:
@@ -1054,7 +1072,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     steps = _with_system(steps, system, at, m)
     tools_value, tools_at = m.field_of(holder, "tools"), f"{at}.{m.columns.get('tools', 'tools')}"
     if tools_value is None and "tools" in found.inherited:
-        tools_at, tools_value = found.inherited["tools"]
+        tools_at, tools_value = _inherited_tools(found)
     tools = openai_tools(tools_value, where=tools_at)
     base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
     check_pairing(steps + [s for b, _ in branches for s in b])
