@@ -35,11 +35,29 @@ It is conservative: a turn is trained only where its context is unambiguous. Any
 JSON path and what was ambiguous (``ambiguous_structure``): two message lists side by side, assistant messages of
 several named speakers (which one is the policy, and how it saw the others?), a system prompt both in the
 messages and beside them that differ (unless the one beside starts the one inside: a template the messages hold
-rendered, as Letta agent files keep ``system`` and the compiled system message), a role outside the vocabulary
-(``unknown_role``). A record that holds message-like objects in no trainable layout is a reject saying how many
-assistant messages it saw; a record with none is a skip (``no_conversation``).
+rendered, as Letta agent files keep ``system`` and the compiled system message). A role outside the vocabulary
+(``unknown_role``) cuts the conversation there (a gap, below). A record that holds message-like objects in no
+trainable layout is a reject saying how many assistant messages it saw; a record with none is a skip
+(``no_conversation``).
 
 Each conversation found is one record of the books (a document holding several counts several).
+
+The rules every conversation follows (docs/formats.md, "The structural reader's rules"):
+
+- **calls**: a record holding several message lists each beside the reply sampled for it (an agent's steps, a search
+  tree's nodes) is read as a call log (:mod:`msgtrain.ingest.structural_calls`): each reply after exactly its own
+  messages, calls sharing a prefix sharing nodes; replies may be OpenAI, Anthropic or Gemini response bodies;
+- **roles** through the table of :mod:`msgtrain.ingest.shapes` (case-insensitive, shaped roles, boolean role flags);
+- **gaps**: a message that cannot be read ends the conversation for training (:class:`Gap`): replies before it are
+  trained, replies after it kept as context the log does not hold; a conversation with nothing trainable before its
+  first bad message is rejected as a whole;
+- **context**: a system prompt beside the messages, in a settings object beside them or in an enclosing object, and
+  tools kept by an enclosing object (those it names by ``tool_ids`` when it does), are the conversation's; of several
+  interleaved system messages each reply sees the latest before it (``append_steps`` in conversation_files);
+- **trees**: nested ``children`` / ``replies``, ``parentMessageId``-style links, messages keyed by id: each branch a
+  sample, siblings versions of one context;
+- with a mapping, paths may step into list items (``steps[].input``) and trees (``children[]*``):
+  :mod:`msgtrain.ingest.mapping_paths`.
 """
 
 from __future__ import annotations
