@@ -10,7 +10,7 @@ from pathlib import Path
 
 from msgtrain import MessageGraph
 from msgtrain.linearize import linearize_graph, load_tokenizer
-from msgtrain.linearize.completion import completion_span
+from msgtrain.linearize.completion import completion_span, with_probe_text
 
 CONTROLS = re.compile(r"<\|START_THINKING\|>|<\|START_RESPONSE\|>|<\|END_THINKING\|>|<\|END\|>|<\|BOT\|>")
 
@@ -46,3 +46,40 @@ def test_a_template_that_always_renders_the_generation_prompt_trains_the_turn_up
     res = linearize_graph(g, tok)
     completions = [tok.decode(s.input_ids[a:b].tolist()) for s in res.samples for a, b in s.turn_spans]
     assert completions == ["hello<|im_end|>", "more<|im_end|>"]
+
+
+def test_a_message_that_ends_like_the_one_before_it_is_recovered_whole() -> None:
+    """Qwen3's shape: the last assistant message renders an empty thinking block, an earlier one does not, so a
+    second adjacent assistant message is recovered from the difference. Both end "… Please provide me the": the
+    tail the context and the turn share reaches into the message's text, and is bounded by what the template writes
+    after the text (the same turn rendered with a probe text)."""
+    first, second = "Sure. Please provide me the", "I need your dates. Please provide me the"
+    head = "<u>book</u><a>"
+    ctx = head + "<t></t>" + first + "<e>"
+    prompt = ctx + "<a>"
+    turn = head + first + "<e><a><t></t>" + second + "<e>"
+    probe = with_probe_text({"role": "assistant", "content": second})
+    assert probe is not None and not probe["content"].endswith("e")
+    probed = head + first + "<e><a><t></t>" + probe["content"] + "<e>"
+    start, end = completion_span(prompt, turn, lambda: ctx, None, None, None, None, lambda: probed)
+    assert turn[start:end] == "<t></t>" + second
+    # Without the bound, the shared words are lost (what the rule did before).
+    start, end = completion_span(prompt, turn, lambda: ctx, None, None)
+    assert turn[start:end] == "<t></t>I need your dates"
+
+
+def test_two_adjacent_assistant_messages_are_two_whole_turns_on_qwen3() -> None:
+    from tests.conftest import load_named_tokenizer
+
+    tok = load_named_tokenizer("qwen3")
+    g = MessageGraph(graph_id="adjacent")
+    g.append({"role": "user", "content": "Book me a flight."})
+    g.append({"role": "assistant", "content": "Sure, I can help. Please provide me the"})
+    g.append({"role": "assistant", "content": "I need your dates. Please provide me the"})
+    res = linearize_graph(g, tok)
+    completions = [tok.decode(s.input_ids[a:b].tolist()) for s in res.samples for a, b in s.turn_spans]
+    assert [c.split("</think>\n\n")[-1] for c in completions] == [
+        "Sure, I can help. Please provide me the<|im_end|>",
+        "I need your dates. Please provide me the<|im_end|>",
+    ]
+    assert not res.flags and not res.drops

@@ -16,7 +16,11 @@ The rule (stated in README "What token-exact means"): let ``P`` be the context r
   prompt already holds: the completion starts after it. When history renders
   none of it after the context but the context holds it (a turn still open: tool results written into the model's
   turn, Apertus), the header is empty. When ``B`` is exactly ``A`` with one insertion there, the insertion ends
-  where ``A`` resumes; otherwise it ends where ``A`` and ``B`` share their tail again.
+  where ``A`` resumes; otherwise it ends where ``A`` and ``B`` share their tail again, and never inside the
+  message's text: that shared tail is at most what ``B`` shares with the same conversation whose message's text is
+  a probe (the message's calls and reasoning kept), i.e. what the template writes after the text. Without that
+  bound, a message that ends like the one before it (two adjacent assistant messages both ending "… Please provide
+  me the") would lose the words they share.
 - What two renderings share is counted in whole control tokens: renderings that part inside a control token's
   text part at its start.
 - The completion then ends at its first stop token followed only by template trailer (``_trim_completion`` in the
@@ -84,6 +88,7 @@ def completion_span(
     controls: re.Pattern[str] | None = None,
     with_reasoning: Callable[[], str] | None = None,
     flags: list[str] | None = None,
+    with_probe_text: Callable[[], str] | None = None,
 ) -> tuple[int, int]:
     """``(start, end)`` of the sampled completion's text in ``turn`` (the rule in the module docstring).
 
@@ -94,7 +99,9 @@ def completion_span(
     context and the message with :data:`REASONING_PROBE` as its reasoning (None when the message carries reasoning):
     a generation prompt whose prefill history renders only before a message's reasoning (MiniMax-M2's ``<think>``)
     opened the model's reasoning, which a message without it lost: ``reasoning_not_logged`` is appended to
-    ``flags`` (the completion is still the message's rendering).
+    ``flags`` (the completion is still the message's rendering). ``with_probe_text`` renders the context and the
+    message as :func:`with_probe_text` makes it (None when the message has no text): what ``turn`` shares
+    with it at its end is what follows the text, which bounds the tail ``turn`` shares with the context.
     Raises :class:`NotRecoverable` with the reason when no rule applies.
     """
     if turn.startswith(prompt):
@@ -131,7 +138,11 @@ def completion_span(
     if i <= lcp and inserted >= len(header) and turn[i + inserted :] == ctx[i:]:
         end = i + inserted
     else:
-        end = len(turn) - _common_suffix_len(ctx[lcp:], turn[start:])
+        tail = _common_suffix_len(ctx[lcp:], turn[start:])
+        probed = with_probe_text() if with_probe_text is not None and tail else ""
+        if probed:
+            tail = min(tail, _common_suffix_len(probed, turn[start:]))
+        end = len(turn) - tail
         end = _outside_controls((turn,), end, controls, forward=True) if end > start else end
     if header != full_header and header:
         # History may render the prefill's closing part as the message's start (DeepSeek V3.2 prompts
@@ -176,6 +187,28 @@ def _opens_unlogged_reasoning(prefill: str, header: str, completion: str, shown:
     if p < 0 or not prefill.endswith(shown[k + len(header) : p]):
         return False
     return not shown[p:].replace(REASONING_PROBE, "", 1).startswith(completion)
+
+
+_TEXT_PROBE = "msgtrain-text-probe"
+
+
+def with_probe_text(message: dict[str, Any]) -> dict[str, Any] | None:
+    """``message`` with its visible text replaced by a probe that ends with a character the text does not end with
+    (stripped, as templates often strip it), its calls and reasoning kept: a rendering of it shares no character of
+    the text's end with the message's. None when the message has no text to replace (string content, or a list of
+    text parts)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        texts = [content]
+    elif isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        texts = [str(p.get("text") or "") for p in content]
+    else:
+        return None
+    last = "".join(texts).rstrip()[-1:]
+    if not last:
+        return None
+    probe = _TEXT_PROBE if last != _TEXT_PROBE[-1] else _TEXT_PROBE + "."
+    return {**message, "content": probe if isinstance(content, str) else [{"type": "text", "text": probe}]}
 
 
 # The content of :func:`follower` messages: found in a rendering, it marks where the follower's text begins.

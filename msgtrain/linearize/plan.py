@@ -47,6 +47,7 @@ from msgtrain.linearize.completion import (
     dropped_by_template,
     follower,
     sampled_stop,
+    with_probe_text,
 )
 from msgtrain.linearize.engine_ids import ENGINE_IDS_MISMATCH, MismatchPolicy, engine_ids_disagree
 from msgtrain.linearize.render import Renderer, alarm_handler
@@ -457,6 +458,16 @@ class _GraphLinearizer:
                 except MsgtrainError:  # a template that cannot render the probe: nothing learned from it
                     return ""
 
+        retexted = with_probe_text(message)
+        probed_text = None
+        if retexted is not None:
+
+            def probed_text() -> str:
+                try:
+                    return self.r.render_followed(t.context, [retexted], t.env, marked=marked, created=created)
+                except MsgtrainError:
+                    return ""
+
         try:
             start, end = completion_span(
                 prompt_text,
@@ -466,6 +477,7 @@ class _GraphLinearizer:
                 self.tok.added_pattern,
                 with_reasoning,
                 flags,
+                probed_text,
             )
         except NotRecoverable as e:
             raise _Drop(DropReason.COMPLETION_NOT_RENDERABLE, str(e)) from None
