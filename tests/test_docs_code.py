@@ -82,7 +82,7 @@ def _setup_args(command: str) -> list[str]:
     args = shlex.split(command)[1:]
     out = []
     for a in args:
-        if a == "sample_logs" or a.startswith("configs/"):
+        if a == "sample_logs" or a.startswith(("configs/", "sample_logs/")):
             a = str(SAMPLE_LOGS if a == "sample_logs" else ROOT / a)
         out.append(a)
     return [*out, "-q"]
