@@ -88,31 +88,11 @@ def _read(out: Path) -> Any:
     return pq.read_table(sorted((out / "data").glob("*.parquet")))
 
 
-def training_step(canonical: Any, max_tree_tokens: int, graphs: int) -> dict[str, Any]:
-    """Forward + backward of a tiny random Qwen3 over the canonical rows of up to ``graphs`` graphs whose tree
-    fits ``max_tree_tokens`` vs over their tree rows (one row per graph, batch 1 each)."""
-    import pyarrow.compute as pc
+def _tiny_qwen3(vocab: int) -> Any:
+    """The test suite's small Qwen3 shape (2 layers, 4 heads of 16, 2 KV heads), random, fp32, SDPA."""
     import torch
     import transformers
 
-    from msgtrain.export.tree import tree_table
-    from msgtrain.trainers.tree import collate, tree_logprobs
-
-    whole = tree_table(canonical, None)
-    fitting = [
-        r
-        for r in whole.select(["graph_ids", "num_tokens", "num_flat_tokens", "num_samples"]).to_pylist()
-        if r["num_tokens"] <= max_tree_tokens and r["num_samples"] > 1
-    ]
-    # The graphs whose trees save the most (ties: the larger tree), so the step shows what sharing buys.
-    fitting.sort(key=lambda r: (-r["num_flat_tokens"] / r["num_tokens"], -r["num_tokens"]))
-    chosen = fitting[:graphs]
-    if not chosen:
-        return {}
-    keep = sorted({g for r in chosen for g in r["graph_ids"]})
-    subset = canonical.filter(pc.is_in(canonical["graph_id"], value_set=__import__("pyarrow").array(keep)))
-    tree = tree_table(subset, None)
-    vocab = 2048
     torch.manual_seed(0)
     config = transformers.Qwen3Config(
         vocab_size=vocab,
@@ -125,31 +105,68 @@ def training_step(canonical: Any, max_tree_tokens: int, graphs: int) -> dict[str
         max_position_embeddings=1 << 17,
     )
     config._attn_implementation = "sdpa"
-    model = transformers.Qwen3ForCausalLM(config).float()
+    return transformers.Qwen3ForCausalLM(config).float()
 
-    def canonical_step() -> dict[tuple[str, str, int], float]:
+
+def training_step(canonical: Any, pack_length: int, graphs: int, repeat: int, dense: bool = False) -> dict[str, Any]:
+    """Forward + backward of a tiny random Qwen3 over the canonical rows of ``graphs`` graphs (0: all) that fit
+    ``pack_length`` vs over their tree rows at that pack length (batch 1 each), in ``repeat`` interleaved pairs.
+
+    Reports the token ratio (tree / flat tokens), the median step-time ratio and the two against each other, the
+    summed loss of both (relative difference), the largest logprob difference of a trained token and the
+    largest relative difference of a parameter's gradient. With ``dense``, a third side: the tree rows through a
+    dense ``L × L`` boolean mask (what ``msgtrain.trainers.tree`` passed before it had a sparse form)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import torch
+
+    from msgtrain.export.tree import tree_table
+    from msgtrain.trainers.tree import collate, dense_mask, tree_logprobs
+
+    kept = canonical.filter(pc.less_equal(canonical["num_tokens"], pack_length))
+    ids = sorted(set(kept["graph_id"].to_pylist()))
+    if graphs:
+        ids = ids[:graphs]
+    subset = kept.filter(pc.is_in(kept["graph_id"], value_set=pa.array(ids)))
+    if not subset.num_rows:
+        return {}
+    tree = tree_table(subset, pack_length)
+    vocab = 2048
+    model = _tiny_qwen3(vocab)
+    flat_rows = subset.to_pylist()
+    tree_rows = tree.to_pylist()
+    for r in tree_rows:
+        r["input_ids"] = [i % vocab for i in r["input_ids"]]
+
+    def canonical_step() -> tuple[dict[tuple[str, str, int], float], float]:
         got: dict[tuple[str, str, int], float] = {}
+        total = 0.0
         model.zero_grad()
-        for c in subset.to_pylist():
+        for c in flat_rows:
             ids = torch.tensor([c["input_ids"]]) % vocab
             logits = model(input_ids=ids).logits
             lp = torch.log_softmax(logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
             mask = torch.tensor(c["loss_mask"][1:], dtype=torch.bool)
-            (-(lp[mask]).sum()).backward()
+            loss = -(lp[mask]).sum()
+            loss.backward()
+            total += loss.item()
             values = lp.detach().tolist()
             for tid, span in zip(c["turn_ids"], c["turn_spans"], strict=True):
                 for k in range(span["end"] - span["start"]):
                     got[(c["sample_id"], tid, k)] = values[span["start"] - 1 + k]
-        return got
+        return got, total
 
-    def tree_step() -> dict[tuple[str, str, int], float]:
+    def tree_step(dense: bool = False) -> tuple[dict[tuple[str, str, int], float], float]:
         got: dict[tuple[str, str, int], float] = {}
+        total = 0.0
         model.zero_grad()
-        for r in tree.to_pylist():
-            r["input_ids"] = [i % vocab for i in r["input_ids"]]
+        for r in tree_rows:
             batch = collate([r])
-            lp = tree_logprobs(model, batch)
-            (-(lp * batch["loss_mask"]).sum()).backward()
+            mask = dense_mask(batch["subtree_end"], batch["lengths"]) if dense else None
+            lp = tree_logprobs(model, batch, mask)
+            loss = -(lp * batch["loss_mask"]).sum()
+            loss.backward()
+            total += loss.item()
             values = lp[0].detach().tolist()
             seen: dict[int, int] = {}
             for q, t in enumerate(r["turn_index"]):
@@ -157,27 +174,92 @@ def training_step(canonical: Any, max_tree_tokens: int, graphs: int) -> dict[str
                     k = seen.get(t, 0)
                     seen[t] = k + 1
                     got[(r["turn_sample_ids"][t], r["turn_ids"][t], k)] = values[q]
-        return got
+        return got, total
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1)))
-    started = time.perf_counter()
-    flat_lp = canonical_step()
-    canonical_seconds = time.perf_counter() - started
-    started = time.perf_counter()
-    tree_lp = tree_step()
-    tree_seconds = time.perf_counter() - started
+    # One thread: the matrices are tiny, and on a shared machine a second OpenMP thread spins waiting for a core
+    # (measured: small ops 30x slower at load 11 on 2 cores); both sides run the same way.
+    torch.set_num_threads(1)
+    flat_times, tree_times, dense_times = [], [], []
+    for _ in range(max(1, repeat)):  # interleaved pairs: both sides see the same machine load
+        started = time.process_time()
+        flat_lp, flat_loss = canonical_step()
+        flat_times.append(time.process_time() - started)
+        flat_grad = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        started = time.process_time()
+        tree_lp, tree_loss = tree_step()
+        tree_times.append(time.process_time() - started)
+        if dense:
+            started = time.process_time()
+            tree_step(dense=True)
+            dense_times.append(time.process_time() - started)
     assert flat_lp.keys() == tree_lp.keys()
-    return {
-        "graphs": len(keep),
+    grad_diff = max(
+        float((p.grad - flat_grad[n]).norm() / flat_grad[n].norm().clamp(min=1e-30))
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    )
+    flat_tokens = int(pc.sum(subset["num_tokens"]).as_py())
+    tree_tokens_ = int(pc.sum(tree["num_tokens"]).as_py())
+    time_ratio = statistics.median(t / f for t, f in zip(tree_times, flat_times, strict=True))
+    token_ratio = tree_tokens_ / flat_tokens
+    result = {
+        "pack_length": pack_length,
+        "graphs": len(ids),
         "samples": subset.num_rows,
-        "flat_tokens": int(pc.sum(subset["num_tokens"]).as_py()),
-        "tree_tokens": int(pc.sum(tree["num_tokens"]).as_py()),
-        "canonical_seconds": round(canonical_seconds, 3),
-        "tree_seconds": round(tree_seconds, 3),
-        "time_ratio": round(tree_seconds / canonical_seconds, 3),
+        "tree_rows": tree.num_rows,
+        "flat_tokens": flat_tokens,
+        "tree_tokens": tree_tokens_,
+        "token_ratio": round(token_ratio, 4),
+        "canonical_cpu_seconds": [round(t, 2) for t in flat_times],
+        "tree_cpu_seconds": [round(t, 2) for t in tree_times],
+        "time_ratio": round(time_ratio, 4),
+        "time_ratio_per_token_ratio": round(time_ratio / token_ratio, 3),
+        "summed_loss_canonical": flat_loss,
+        "summed_loss_tree": tree_loss,
+        "loss_relative_diff": abs(tree_loss - flat_loss) / abs(flat_loss),
         "max_abs_logprob_diff": max(abs(flat_lp[k] - tree_lp[k]) for k in flat_lp),
+        "max_relative_grad_diff": grad_diff,
         "trained_tokens": len(flat_lp),
     }
+    if dense_times:
+        result["dense_mask_cpu_seconds"] = [round(t, 2) for t in dense_times]
+        result["dense_mask_time_ratio"] = round(
+            statistics.median(t / f for t, f in zip(dense_times, flat_times, strict=True)), 4
+        )
+    return result
+
+
+def collate_peak(canonical: Any, pack_length: int = 32768) -> dict[str, Any]:
+    """Peak memory of :func:`collate` for the longest tree row at ``pack_length``: the rise of the process's
+    resident high-water mark (reset through ``/proc/self/clear_refs``) above its resident size before the call."""
+    from msgtrain.export.tree import tree_table
+    from msgtrain.trainers.tree import collate
+
+    rows = tree_table(canonical, pack_length).to_pylist()
+    if not rows:
+        return {}
+    row = max(rows, key=lambda r: len(r["input_ids"]))
+    peak = _peak_rise(lambda: collate([row]))
+    return {"row_tokens": len(row["input_ids"]), "collate_peak_mb": None if peak is None else round(peak / 2**20, 2)}
+
+
+def _peak_rise(call: Any) -> int | None:
+    """Bytes the resident high-water mark rises above the current resident size while ``call()`` runs (Linux)."""
+    status = Path("/proc/self/status")
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+
+    def field(name: str) -> int:
+        line = next(x for x in status.read_text().splitlines() if x.startswith(name + ":"))
+        return int(line.split()[1]) * 1024
+
+    before = field("VmRSS")
+    result = call()
+    rise = field("VmHWM") - before
+    del result
+    return rise
 
 
 def tree_tokens(canonical: Any, pack_length: int | None, scope: str) -> dict[str, Any]:
@@ -212,8 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-step", action="store_true", help="skip the training step (minutes on a small CPU)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".corpus" / "tree")
-    parser.add_argument("--step-max-tree-tokens", type=int, default=8192)
-    parser.add_argument("--step-graphs", type=int, default=3)
+    parser.add_argument("--step-pack-length", type=int, default=4096)
+    parser.add_argument("--step-graphs", type=int, default=0, help="graphs in the training step (0: all that fit)")
+    parser.add_argument("--step-repeat", type=int, default=2, help="interleaved canonical/tree step pairs")
+    parser.add_argument("--step-dense", action="store_true", help="also time the tree rows with a dense mask")
+    parser.add_argument("--only", help="run only the data sets whose name contains this")
     args = parser.parse_args(argv)
     if not (SHARED / "real_logs").is_dir() or not (SHARED / "tokenizers" / "qwen3").is_dir():
         print("skipped: ../shared (real logs and tokenizers) is not present")
@@ -222,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {os.getloadavg()}")
     results = []
     for name, inputs, template in _data_sets(args.work):
+        if args.only and args.only not in name:
+            continue
         out = args.work / "out"
         _convert(inputs, out / "canonical", template)  # warm-up: file cache, imports, tokenizer files
         times_c, times_t = [], []
@@ -248,7 +335,10 @@ def main(argv: list[str] | None = None) -> int:
             for pack_length in PACK_LENGTHS:
                 entry["trees"][f"{scope}@{pack_length or 'none'}"] = tree_tokens(canonical, pack_length, scope)
         if not args.no_step:
-            entry["training_step"] = training_step(canonical, args.step_max_tree_tokens, args.step_graphs)
+            entry["training_step"] = training_step(
+                canonical, args.step_pack_length, args.step_graphs, args.step_repeat, args.step_dense
+            )
+        entry["collate_32k"] = collate_peak(canonical)
         results.append(entry)
         print(json.dumps(entry, indent=2))
     print(f"load average at end: {os.getloadavg()}")
