@@ -169,11 +169,13 @@ def _memory_kb(pid: int) -> tuple[int, int]:
     return rss, hwm
 
 
-def run_measured(cmd: Sequence[str]) -> tuple[float, float, float]:
+def run_measured(cmd: Sequence[str], sample_memory: bool = True) -> tuple[float, float, float]:
     """Run ``cmd``; return (wall seconds, largest process peak RSS MB, peak summed tree RSS MB).
 
     Memory is sampled from /proc every 20 ms (VmHWM per process after its exec, so a child forked from this large
-    process is not charged for our pages, which ``wait4``'s ru_maxrss would do).
+    process is not charged for our pages, which ``wait4``'s ru_maxrss would do). The sampler walks /proc and
+    takes CPU from the run it watches (a loaded 2-core machine turned a 0.80 msgtrain/TRL ratio into 1.33), so a
+    run whose time is compared with an unsampled one passes ``sample_memory=False`` (memory then reads 0).
     """
     tree_peak = 0
     hwm: dict[int, int] = {}
@@ -192,11 +194,13 @@ def run_measured(cmd: Sequence[str]) -> tuple[float, float, float]:
             tree_peak = max(tree_peak, total)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    if sample_memory:
+        sampler.start()
     _, err = proc.communicate()
     seconds = time.perf_counter() - started
     stop.set()
-    sampler.join()
+    if sample_memory:
+        sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err.decode(errors='replace')[-2000:]}")
     return seconds, max(hwm.values(), default=0) / 1024, tree_peak / 1024
@@ -279,7 +283,13 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
 
 
 def run_convert(
-    inputs: Path, out: Path, template: str, workers: int, extra: Sequence[str] = (), warm: bool = True
+    inputs: Path,
+    out: Path,
+    template: str,
+    workers: int,
+    extra: Sequence[str] = (),
+    warm: bool = True,
+    sample_memory: bool = True,
 ) -> ProcResult:
     tpl = TEMPLATES[template][0]
     args = [str(inputs), "-o", str(out), "-q", "--tokenizer", str(TOKENIZER), "--workers", str(workers), *extra]
@@ -288,7 +298,7 @@ def run_convert(
     timing = out.with_name(out.name + ".timing.json")
     child = "--child-convert" if warm else "--child-convert-cold"
     cmd = [sys.executable, str(Path(__file__).resolve()), child, str(timing), "--", *args]
-    seconds, max_rss, tree_rss = run_measured(cmd)
+    seconds, max_rss, tree_rss = run_measured(cmd, sample_memory)
     report = json.loads((out / "report.json").read_text())
     inner = json.loads(timing.read_text())
     return ProcResult(
@@ -572,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for _ in range(args.repeat):
                 with tempfile.TemporaryDirectory(dir=root) as tmp:
-                    runs.append(run_convert(probe, Path(tmp) / "out", template, w))
+                    runs.append(run_convert(probe, Path(tmp) / "out", template, w, sample_memory=False))
             start[(template, w)] = statistics.median(r.seconds - r.convert_seconds - r.pool_seconds for r in runs)
             pool_start[(template, w)] = statistics.median(r.pool_seconds for r in runs)
             fixed[(template, w)] = statistics.median(r.convert_seconds for r in runs)
@@ -600,18 +610,21 @@ def main(argv: list[str] | None = None) -> int:
                     row.naive_s, row.naive_measured_on = naive_cache[(template, turns)]
                 digests: set[str] = set()
                 for w in args.workers:
+                    # Timed runs unsampled, as the floor and naive baselines run; memory from one more run.
                     runs = []
                     for _ in range(args.repeat):
                         with tempfile.TemporaryDirectory(dir=root) as tmp:
-                            runs.append(run_convert(path, Path(tmp) / "out", template, w))
-                    digests.update(r.digest for r in runs)
+                            runs.append(run_convert(path, Path(tmp) / "out", template, w, sample_memory=False))
+                    with tempfile.TemporaryDirectory(dir=root) as tmp:
+                        sampled = run_convert(path, Path(tmp) / "out", template, w)
+                    digests.update(r.digest for r in [*runs, sampled])
                     if w > 1 and not all(r.warm_pool for r in runs):
                         print(f"  note: j{w} ran without the pre-started pool (pipeline changed?): pool start included")
                     row.wall_s[w] = statistics.median(r.seconds for r in runs)
                     inner = statistics.median(r.convert_seconds for r in runs)
                     row.convert_s[w] = max(inner - fixed[(template, w)], 1e-3)
-                    row.max_rss_mb[w] = max(r.max_rss_mb for r in runs)
-                    row.tree_rss_mb[w] = max(r.tree_rss_mb for r in runs)
+                    row.max_rss_mb[w] = sampled.max_rss_mb
+                    row.tree_rss_mb[w] = sampled.tree_rss_mb
                     rep = runs[0].report
                     row.samples, row.tokens_out = rep["samples"]["written"], rep["tokens"]["total"]
                     row.records = rep["records"]["read"] if fmt != "native" else fl.calls

@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                     with tempfile.TemporaryDirectory(dir=root) as tmp:
                         out = Path(tmp) / "out"
                         # -j N as a user runs it: the pool starts inside the clock (TRL's num_proc forks in its own)
-                        m = run_convert(corpus, out, template, w, warm=False)
+                        # No memory sampler: it would take CPU from msgtrain's run only (TRL's runs unsampled)
+                        m = run_convert(corpus, out, template, w, warm=False, sample_memory=False)
                         digest = output_digest(out)
                     t = run_trl(data, template, w)
                     pairs.append((m, t, digest))
