@@ -309,3 +309,36 @@ def test_verl_batch_holds_each_row_in_its_prompt_and_response_layout(tmp_path: P
     except ImportError:
         return
     assert len(DataProto.from_dict(tensors=batch)) == len(rows)
+
+
+# OpenRLHF's Experience fields (openrlhf/trainer/ppo_utils/experience.py at db825a2): step tensors over the whole
+# sequence (sequences, attention_mask) or over the action (response) tokens (action_mask, *_log_probs, values,
+# returns, advantages, kl); episode scalars (rewards, scores, response_length, truncated, total_length).
+OPENRLHF_STEP_T = {"sequences", "attention_mask"}
+OPENRLHF_STEP_A = {"action_mask", "action_log_probs", "base_action_log_probs", "rollout_log_probs", "values"}
+OPENRLHF_EPISODE = {"rewards", "scores", "response_length", "truncated", "total_length"}
+
+
+def test_openrlhf_experience_fields_hold_the_row_in_its_action_layout(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from msgtrain.trainers.rl import openrlhf_experience_fields
+
+    for row in _converted(tmp_path):
+        fields = openrlhf_experience_fields(row)
+        assert set(fields) <= OPENRLHF_STEP_T | OPENRLHF_STEP_A | OPENRLHF_EPISODE
+        t = len(row["input_ids"])
+        a = t - row["prompt_length"]
+        assert all(fields[k].shape == (t,) for k in OPENRLHF_STEP_T & set(fields))
+        assert all(fields[k].shape == (a,) for k in OPENRLHF_STEP_A & set(fields))
+        assert all(fields[k].dim() == 0 for k in OPENRLHF_EPISODE & set(fields))
+        # the action tokens are the last A of the sequence; the sampled ones are exactly the trained tokens
+        actions = fields["sequences"][-a:][fields["action_mask"]].tolist()
+        assert actions == [tok for tok, m in zip(row["input_ids"], row["loss_mask"], strict=True) if m]
+        assert fields["rewards"].item() == row["reward"]
+    try:
+        from openrlhf.trainer.ppo_utils.experience import Experience, make_experience_batch
+    except ImportError:
+        return
+    rows = _converted(tmp_path / "again")
+    batch = make_experience_batch([Experience(**openrlhf_experience_fields(r)) for r in rows])
+    assert batch.sequences.shape[0] == len(rows)

@@ -175,3 +175,29 @@ def verl_batch(rows: Sequence[Mapping[str, Any]], pad_token_id: int) -> dict[str
     out["attention_mask"] = attention
     out["position_ids"] = torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0)
     return out
+
+
+# --- OpenRLHF: one single-sample Experience per row --------------------------------------------------------------
+
+
+def openrlhf_experience_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The tensor fields of one single-sample OpenRLHF ``Experience`` (``openrlhf/trainer/ppo_utils/experience.py``)
+    for an ``--target rl`` row (needs torch): ``sequences`` = prompt ‖ response (T), ``attention_mask`` (T),
+    ``action_mask`` over the response's A = T - ``prompt_length`` tokens (True on sampled tokens: tool outputs inside
+    the response are False), ``rollout_log_probs`` (A; 0 where the log has none), and the episode scalars
+    ``rewards``, ``response_length``, ``total_length``. ``make_experience_batch`` pads a list of them."""
+    import torch
+
+    ids = [int(t) for t in row["input_ids"]]
+    cut = int(row["prompt_length"])
+    return {
+        "sequences": torch.tensor(ids, dtype=torch.long),
+        "attention_mask": torch.ones(len(ids), dtype=torch.long),
+        "action_mask": torch.tensor([bool(m) for m in row["loss_mask"][cut:]], dtype=torch.bool),
+        "rollout_log_probs": torch.tensor(
+            [0.0 if lp is None else float(lp) for lp in row["logprobs"][cut:]], dtype=torch.float32
+        ),
+        "rewards": torch.tensor(float(row["reward"] or 0.0)),
+        "response_length": torch.tensor(float(sum(int(m) for m in row["loss_mask"][cut:]))),
+        "total_length": torch.tensor(float(len(ids))),
+    }
