@@ -412,3 +412,20 @@ def test_a_gemini_response_beside_its_contents_is_a_call_at_any_depth(tmp_path: 
     record = {"steps": [call([ask], "Soft rain."), call([ask, first, more], "Grey sky.")]}
     trained, drops, lost, rejects = _books(_write(tmp_path / "gemini_steps.json", record))
     assert (trained, drops, lost, rejects) == (2, {}, 0, [])
+
+
+def test_a_conversation_readers_record_is_cut_at_its_bad_message_not_rejected(tmp_path: Path) -> None:
+    # ShareGPT (the sharegpt reader): an agent-named reply is an assistant turn (the role table every reader shares);
+    # a tag no table knows cuts the record there
+    record = {
+        "conversations": [
+            {"from": "human", "value": "hi"},
+            {"from": "agent", "value": "hello"},
+            {"from": "narrator", "value": "(the lights dim)"},
+            {"from": "human", "value": "bye"},
+            {"from": "gpt", "value": "ciao"},
+        ]
+    }
+    trained, drops, lost, rejects = _books(_write(tmp_path / "sharegpt.json", [record]))
+    assert (trained, drops, lost) == (1, {"context_unknown": 1}, 0)
+    assert [r["reason"] for r in rejects] == ["unknown_role"] and "trained up to it" in rejects[0]["message"]

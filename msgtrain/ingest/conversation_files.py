@@ -558,13 +558,30 @@ _MESSAGE_INDEX = re.compile(r"\[(\d+)\]")
 
 
 def _without_message(conv: Conversation, e: MsgtrainError) -> _MessageRejected | None:
-    """The bad message a conversion error names, split off a message-per-line run (None when it names none)."""
-    if conv.refs is None or len(conv.messages) < 2:
+    """The bad message a conversion error names, split off the conversation (None when it names none).
+
+    In a message-per-line run the message is its own line: that line is rejected. In a conversation that is one
+    record, it is a gap (docs/formats.md, rule 3): the record is converted up to it, the replies after it kept as
+    context only, and the gap is a line of the rejects that counts no record; a record with no reply before its first
+    bad message is rejected whole, as it always was."""
+    if len(conv.messages) < 2:
         return None
     found = _MESSAGE_INDEX.search(e.where or "")
     index = int(found.group(1)) if found else -1
     if not 0 <= index < len(conv.messages):
         return None
+    if conv.refs is None:
+        if not assistant_turns_in(conv.messages[:index]):
+            return None
+        note = "; the conversation is trained up to it, the replies after it kept as context only"
+        error = type(e)(e.message + note, where=e.where, hint=e.hint, code=e.code).located(str(conv.ref))
+        reject = ReadReject(conv.ref, error, _short_json(conv.messages[index]), count=0)
+        reject.turns = assistant_turns_in([conv.messages[index]])
+        gap = index if conv.incomplete_from is None else min(index, conv.incomplete_from)
+        rest = dataclasses.replace(
+            conv, messages=conv.messages[:index] + conv.messages[index + 1 :], incomplete_from=gap
+        )
+        return _MessageRejected(reject, rest)
     messages = conv.messages[:index] + conv.messages[index + 1 :]
     refs = conv.refs[:index] + conv.refs[index + 1 :]
     reject = ReadReject(

@@ -50,7 +50,7 @@ from msgtrain.ingest.conversation_files import (
 )
 from msgtrain.ingest.head_shape import head_shape
 from msgtrain.ingest.media_columns import MEDIA_COLUMNS, MediaColumns
-from msgtrain.ingest.shapes import parse_json_field
+from msgtrain.ingest.shapes import canonical_role, parse_json_field
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import (
@@ -129,6 +129,10 @@ def _sharegpt_turn(raw: Any, index: int) -> _Turn:
     ):
         if tag in tags:
             return _Turn(role, [("text", as_text(value))], index, weight)
+    # beyond ShareGPT's own tags, the role table every reader shares (agent, bot, chatbot, ...)
+    role = {"tool": "result"}.get(str(canonical_role(tag)), str(canonical_role(tag)))
+    if role in ("user", "assistant", "system", "result"):
+        return _Turn(role, [("text", as_text(value))], index, weight)
     raise ValidationError(
         f"unknown turn tag {raw['from']!r}",
         where=where,
