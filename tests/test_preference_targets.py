@@ -193,3 +193,16 @@ def test_trl_kto_trainer_trains_the_labelled_replies_with_its_defaults(tmp_path:
     before = [p.detach().clone() for p in model.parameters()]
     trainer.train()
     assert any(not a.equal(p.detach()) for a, p in zip(before, model.parameters(), strict=True))
+
+
+def test_dataset_tools_say_what_to_do_with_preference_rows(tmp_path: Path) -> None:
+    code, _, out = _convert(tmp_path, "pairs.jsonl", PAIRS, "dpo")
+    assert code == 0
+    from msgtrain.errors import ConfigError
+    from msgtrain.tools.dataset import data_files, target_of
+
+    for command in ("stats", "inspect"):
+        assert main([command, str(out)]) != 0
+    with pytest.raises(ConfigError, match="--target canonical --train-negative") as raised:
+        target_of(data_files(out)[0].names)
+    assert raised.value.code == "preference_dataset"

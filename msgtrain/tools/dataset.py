@@ -182,6 +182,13 @@ def target_of(names: list[str]) -> str:
         return "canonical"
     if {"input_ids", "labels"} <= columns:
         return "labels"
+    if {"prompt_ids", "chosen_ids"} <= columns or {"prompt_ids", "completion_ids", "label"} <= columns:
+        raise ConfigError(
+            "preference rows (--target dpo / kto) pair or label samples: this command reads samples",
+            hint="convert the same logs with --target canonical --train-negative to read their samples here "
+            "(report.json's outputs.preference counts the pairs)",
+            code="preference_dataset",
+        )
     raise ConfigError(
         f"not a msgtrain dataset: columns {', '.join(sorted(columns)) or '(none)'}",
         hint="pass an OUT written by `msgtrain convert` (any --target and --format)",
