@@ -429,3 +429,28 @@ def test_a_conversation_readers_record_is_cut_at_its_bad_message_not_rejected(tm
     trained, drops, lost, rejects = _books(_write(tmp_path / "sharegpt.json", [record]))
     assert (trained, drops, lost) == (1, {"context_unknown": 1}, 0)
     assert [r["reason"] for r in rejects] == ["unknown_role"] and "trained up to it" in rejects[0]["message"]
+
+
+def test_a_call_log_of_one_call_per_line_is_joined_where_each_call_resends_the_last(tmp_path: Path) -> None:
+    # Shape of AutoGen 0.4's LLMCallEvent lines (autogen_core.logging: {"type": "LLMCall", "messages", "response",
+    # "prompt_tokens", "completion_tokens", "agent_id"}): the second call re-sends the first one's history
+    def line(messages: list[dict[str, Any]], text: str) -> str:
+        reply = _chat_completion({"role": "assistant", "content": text})
+        return json.dumps({"type": "LLMCall", "messages": messages, "response": reply, "agent_id": "planner"})
+
+    system, rome = {"role": "system", "content": "You plan trips."}, {"role": "user", "content": "Rome?"}
+    first = {"role": "assistant", "content": "Colosseum."}
+    lines = [
+        line([system, rome], "Colosseum."),
+        line([system, rome, first, {"role": "user", "content": "Dinner?"}], "Trastevere."),
+        line([system, {"role": "user", "content": "Paris?"}], "Louvre."),  # another conversation
+    ]
+    path = tmp_path / "llm_calls.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    trained, drops, lost, rejects = _books(path)
+    assert (trained, drops, lost, rejects) == (3, {}, 0, [])  # the re-sent reply is the first call's, not a copy
+    from msgtrain.ingest.boundary import read_events
+    from msgtrain.ingest.detect import detect_format
+
+    graphs = [e for e in read_events(detect_format(path), path) if hasattr(e, "graph")]
+    assert sorted((e.records, len(e.graph.nodes)) for e in graphs) == [(1, 3), (2, 5)]

@@ -121,7 +121,7 @@ from msgtrain.ingest.shapes import (
     unwrapped,
     wrapped_messages,
 )
-from msgtrain.ingest.structural_calls import read_calls
+from msgtrain.ingest.structural_calls import continuation_groups, read_call_items, read_calls
 from msgtrain.ingest.tool_schemas import openai_tools
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
@@ -1473,7 +1473,7 @@ class StructuralReader:
                 first = second
             elif second is not None:
                 records = itertools.chain([second], records)
-        stream = itertools.chain([first], records)
+        stream: Iterator[tuple[SourceRef, Any, Any]] = itertools.chain([first], records)
         if self.mapping is None and first[0].record.startswith("line ") and _lone_message(first[1]):
             yield from _message_lines(path, stream)
             return
@@ -1482,11 +1482,21 @@ class StructuralReader:
             if is_message_list(first[1]) and _tree_keys(items) is not None:  # a JSON array of message rows, a tree
                 yield from _message_lines(path, ((ref, v, v) for ref, v in items))
                 return
+        stream, chained = _call_log_file(stream, self.mapping)
+        calls: list[tuple[SourceRef, Found, list[Any]]] = []
         for ref, value, raw in stream:
             if isinstance(value, MsgtrainError):
                 yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
                 continue
+            one = _one_call(value, self.mapping) if chained else None
+            if one is not None:  # kept until the file ends: later records may continue it
+                calls.append((ref, one, one.mapping.field_of(one.holder, "prompt")))
+                continue
             yield from self._record(path, ref, value, raw)
+        for group in continuation_groups([prompt for _, _, prompt in calls]):
+            items = [(calls[i][0], calls[i][1]) for i in group]
+            task = partial(read_call_items, path, items[0][0], items, None, convert_found)
+            yield RecordTask(items[0][0], task, records=len(items), raw=calls[group[0]][1].holder)
 
     def _record(self, path: Path, ref: SourceRef, value: Any, raw: Any) -> Iterator[ReadItem]:
         if self.mapping is not None:
@@ -1536,6 +1546,38 @@ class StructuralReader:
                 yield ReadReject(sub, err.located(str(sub)), excerpt(raw), turns=item.assistant_messages)
                 continue
             yield RecordTask(sub, _task(path, sub, item, raw), records=1, raw=raw)
+
+
+def _one_call(value: Any, mapping: Mapping | None) -> Found | None:
+    """The one call a record is (a message list beside its reply, nothing else found in it), or None."""
+    if not isinstance(value, dict):
+        return None
+    if mapping is not None:
+        try:
+            units = mapping_units(mapping, value)
+        except MsgtrainError:
+            return None
+        found: list[Found | Ambiguity] = [Found(w, h, m) for w, h, m in units]
+    else:
+        found = locate(value)
+    return found[0] if len(found) == 1 and isinstance(found[0], Found) and _is_call(found[0]) else None
+
+
+def _call_log_file(
+    stream: Iterator[tuple[SourceRef, Any, Any]], mapping: Mapping | None
+) -> tuple[Iterator[tuple[SourceRef, Any, Any]], bool]:
+    """(the stream, whether the file is a call log): its first two records are each one call, the second
+    re-sending the first one's messages and more (an agent's calls logged one per line). Only then are its calls
+    kept until the file ends and joined into conversations; any other file streams record by record."""
+    head = list(itertools.islice(stream, 2))
+    stream = itertools.chain(head, stream)
+    if len(head) < 2 or any(isinstance(v, MsgtrainError) for _, v, _ in head):
+        return stream, False
+    first, second = (_one_call(v, mapping) for _, v, _ in head)
+    if first is None or second is None:
+        return stream, False
+    a, b = (f.mapping.field_of(f.holder, "prompt") for f in (first, second))
+    return stream, isinstance(a, list) and isinstance(b, list) and len(a) < len(b) and b[: len(a)] == a
 
 
 def _is_call(found: Found | Ambiguity) -> bool:

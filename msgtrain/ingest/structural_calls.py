@@ -5,7 +5,9 @@ an RL rollout's ``transitions[].actions[]``, a search tree whose nodes each hold
 read as the per-call logs are (:mod:`msgtrain.ingest.call_log`): each sampled reply is trained after exactly the
 messages its own call sent, with the tools and system prompt of that call; calls whose messages share a prefix
 share those nodes, so a history re-sent with every step is one conversation, not a copy per step. Calls whose
-first messages differ are different conversations (one graph each).
+first messages differ are different conversations (one graph each). Records of one file that are each one call are
+joined the same way when each re-sends an earlier one's messages (:func:`continuation_groups`): an agent's per-call
+log written one call per line.
 
 Invariants:
 - A call is read by the same conversion as a lone prompt / completion record (the structural reader's
@@ -53,12 +55,20 @@ def calls_of(graph: MessageGraph) -> list[Call]:
 def read_calls(path: Path, ref: SourceRef, found: Sequence[Any], raw: Any, convert: Convert) -> list[ReadEvent]:
     """The events of a record's calls (``found``: the structural reader's prompt / completion finds, one per
     call): one graph per conversation, a reject per call that cannot be read."""
+    items = [(SourceRef(ref.file, f"{ref.record} {f.path}" if ref.record != "file" else f.path), f) for f in found]
+    return read_call_items(path, ref, items, raw, convert)
+
+
+def read_call_items(
+    path: Path, ref: SourceRef, found: Sequence[tuple[SourceRef, Any]], raw: Any, convert: Convert
+) -> list[ReadEvent]:
+    """:func:`read_calls` for calls each at its own place (``(where, find)``: several records of one file whose
+    calls re-send each other's histories)."""
     events: list[ReadEvent] = []
     logs: dict[str, CallLogGraph] = {}
     extras: dict[str, dict[str, Any]] = {}
     base = base_graph_id(path, ref)
-    for item in found:
-        sub = SourceRef(ref.file, f"{ref.record} {item.path}" if ref.record != "file" else item.path)
+    for sub, item in found:
         try:
             read = convert(path, sub, item)
             graphs = [e for e in read if isinstance(e, ReadGraph)]
@@ -78,7 +88,9 @@ def read_calls(path: Path, ref: SourceRef, found: Sequence[Any], raw: Any, conve
                     logs.setdefault(key, log)
                     extras.setdefault(key, {}).update(event.extras)
         except MsgtrainError as e:
-            events.append(ReadReject(sub, e.located(str(sub)), excerpt(raw), turns=1))
+            events.append(
+                ReadReject(sub, e.located(str(sub)), excerpt(raw if raw is not None else item.holder), turns=1)
+            )
     out: list[ReadEvent] = []
     records = sum(1 for e in events if isinstance(e, ReadReject) and e.count)
     budget = len(found) - records  # the calls read, shared among the conversations they form
@@ -90,3 +102,27 @@ def read_calls(path: Path, ref: SourceRef, found: Sequence[Any], raw: Any, conve
     if not logs and budget > 0:  # calls read but holding no reply (cannot happen: each call samples one)
         out.append(ReadReject(ref, MsgtrainError("no call holds a reply", code="no_conversation"), count=budget))
     return out + events
+
+
+def continuation_groups(prompts: Sequence[list[Any]]) -> list[list[int]]:
+    """Records (by position) grouped into conversations: a record whose logged messages start with an earlier
+    record's messages, and hold more, continues that record's conversation (its history re-sent, the earlier
+    reply in it); any other starts its own. Compared as logged, before any parsing."""
+    groups: list[list[int]] = []
+    group_of: dict[int, int] = {}
+    for i, prompt in enumerate(prompts):
+        earlier = next(
+            (
+                j
+                for j in range(i - 1, -1, -1)
+                if len(prompts[j]) < len(prompt) and prompt[: len(prompts[j])] == prompts[j]
+            ),
+            None,
+        )
+        if earlier is None:
+            group_of[i] = len(groups)
+            groups.append([i])
+        else:
+            group_of[i] = group_of[earlier]
+            groups[group_of[i]].append(i)
+    return groups
