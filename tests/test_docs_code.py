@@ -244,14 +244,60 @@ def _emitted_drop_reasons() -> set[str]:
     return found
 
 
-def test_every_drop_reason_the_code_can_emit_is_listed_with_its_fix_in_the_readme() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_every_drop_reason_the_code_can_emit_is_listed_with_its_fix_in_the_exactness_rules() -> None:
+    text = (ROOT / "docs" / "exactness.md").read_text(encoding="utf-8")
     section = text.split('## What "token-exact" means', 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     listed = {name for line in rows for name in re.findall(r"`(\w+)`", line)}
     reasons = _emitted_drop_reasons()
     assert {"render_error", "completion_not_renderable", "sample_too_long", "no_turn_fits"} <= reasons
-    assert not reasons - listed, f"drop reasons missing from README's token-exactness table: {reasons - listed}"
+    assert not reasons - listed, f"drop reasons missing from docs/exactness.md's table: {reasons - listed}"
     for line in rows:  # reason | what happened | fix: every row names a fix
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert len(cells) == 3 and all(cells), line
+
+
+def test_the_readme_is_a_users_path_of_at_most_300_lines() -> None:
+    """What it does, the two commands, converting, feeding a trainer, nightly runs, scaling out, links: everything
+    longer lives in docs/, linked from where it matters."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    sections = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+    assert sections == [
+        "Two commands",
+        "Convert your logs",
+        "Feed your trainer",
+        "Run it nightly",
+        "Scale out",
+        "Links",
+    ]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but hyphens and underscores dropped, spaces hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(doc: Path) -> set[str]:
+    """The anchors of a markdown file's headings (outside code blocks)."""
+    out, fenced = set(), False
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and line.startswith("#"):
+            out.add(_slug(line.lstrip("#")))
+    return out
+
+
+def test_every_relative_link_of_the_readme_and_docs_names_a_file_and_heading_that_exist() -> None:
+    link = re.compile(r"\]\((?!https?://|mailto:)([^)\s]+)\)")
+    checked = 0
+    for doc in DOCS:
+        for target in link.findall(doc.read_text(encoding="utf-8")):
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            assert file.exists(), f"{doc.relative_to(ROOT)}: link to {target}: no such file"
+            if anchor and file.suffix == ".md":
+                assert anchor in _anchors(file), f"{doc.relative_to(ROOT)}: link to {target}: no such heading"
+            checked += 1
+    assert checked > 20
