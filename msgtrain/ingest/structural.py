@@ -982,13 +982,13 @@ class _Builder:
         self.steps[-1] = Step(merged, self.steps[-1].origin, self.steps[-1].generation, self.steps[-1].index)
         return True
 
-    def add_until_gap(self, raw: list[Any], where: str) -> Gap | None:
+    def add_until_gap(self, raw: list[Any], where: str, places: list[str] | None = None) -> Gap | None:
         """A conversation's messages, up to the first one that cannot be read (see :class:`Gap`): the messages
         before it are added as usual; of the messages after it, the assistant ones are added as context the log
         does not hold (``carried``, dropped as ``context_unknown``), the rest left out (nothing after the gap is
         trained, so nothing after it needs its context)."""
         for i, item in enumerate(raw):
-            at = f"{where}[{i}]"
+            at = places[i] if places is not None else f"{where}[{i}]"
             try:
                 self.add(item, at)
             except ValidationError as e:
@@ -996,7 +996,7 @@ class _Builder:
                     raise  # nothing trainable before it: the conversation's reject, as it always was
                 gap = Gap(at, e, message_like_count(item)[1] or int(_assistant_like(item)))
                 for j, later in enumerate(raw[i + 1 :], start=i + 1):
-                    self._add_after_gap(later, f"{where}[{j}]", gap)
+                    self._add_after_gap(later, places[j] if places is not None else f"{where}[{j}]", gap)
                 return gap
         return None
 
@@ -1707,17 +1707,56 @@ def _subtree_size(node_id: str, children: dict[str | None, _Lines], id_key: str)
     return size
 
 
+# Keys a chat UI writes on the replies it generated (SillyTavern: ``gen_started``); in a log that writes them, an
+# assistant message without one was not sampled (a character card's scripted greeting): context, never a turn.
+GENERATION_MARKS = ("gen_started",)
+# A message the UI keeps in the log but never sends to the model (SillyTavern's hidden ``is_system`` notes).
+HIDDEN_FLAGS = ("is_system",)
+# Alternative replies kept with the one shown (SillyTavern's ``swipes``): each was sampled in the same context.
+SWIPE_KEYS = ("swipes",)
+
+
 def _linear_lines(path: Path, lines: _Lines) -> list[ReadEvent]:
+    """One message per line, one conversation: cut at a line that cannot be read (a gap, :class:`Gap`); lines the
+    UI hides from the model left out; alternative replies (swipes) added as siblings of the one shown; in a log that
+    marks generated replies, an unmarked assistant message is context (scripted), not a turn."""
+    shown = [(ref, v) for ref, v in lines if not any(v.get(k) is True for k in HIDDEN_FLAGS)]
+    marked = any(any(k in v for k in GENERATION_MARKS) for _, v in shown)
     builder = _Builder(MessageNormaliser())
-    for ref, value in lines:
-        builder.add(value, f"{ref} $")
+    gap = builder.add_until_gap([v for _, v in shown], "$", places=[f"{ref} $" for ref, _ in shown])
     _check_speakers(builder.norm, "$")
     graph = MessageGraph(graph_id=base_graph_id(path, lines[0][0]), metadata={"source_format": "structural"})
-    for step in builder.steps:
-        graph.append(step.message, origin=step.origin)
+    for step, (_, raw) in zip(builder.steps, shown, strict=False):
+        origin = step.origin
+        if (
+            marked
+            and step.message.role == "assistant"
+            and origin is None
+            and not any(k in raw for k in GENERATION_MARKS)
+        ):
+            origin = Origin.INJECTED
+        parent = graph.head[-1] if graph.head else None
+        node = graph.append(step.message, origin=origin)
+        if origin is None and step.message.role == "assistant":
+            _add_swipes(graph, parent, node, raw)
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     graph.graph_id = content_graph_id(graph.graph_id, graph)
-    return [ReadGraph(graph, lines[0][0], records=len(lines))]
+    events: list[ReadEvent] = [ReadGraph(graph, lines[0][0], records=len(lines))]
+    return events + ([gap_reject(lines[0][0], gap)] if gap is not None else [])
+
+
+def _add_swipes(graph: MessageGraph, parent: str | None, shown: str, raw: dict[str, Any]) -> None:
+    """The alternative replies a line keeps beside the one shown, each a sibling sampled in the same context."""
+    text = graph.nodes[shown].message
+    current = "".join(getattr(p, "text", "") for p in getattr(text, "parts", ()))
+    for key in SWIPE_KEYS:
+        swipes = raw.get(key)
+        if not (isinstance(swipes, list) and all(isinstance(t, str) for t in swipes)):
+            continue
+        for alternative in dict.fromkeys(swipes):
+            if alternative != current and alternative.strip():
+                reply = PartsMessage(parts=(TextPart(text=alternative),), role_hint_for_llm="assistant")
+                graph.add_node(parent, reply, origin=Origin.SAMPLED)
 
 
 def _tree_graph(
