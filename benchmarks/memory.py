@@ -1,6 +1,6 @@
 """Peak memory of ``msgtrain convert`` against the size of the largest record: the bound in docs/performance.md.
 
-Usage: ``python3 benchmarks/memory.py`` (record sizes 1, 2, 4, 8 and 16 MB; ``--sizes 1 4 16``; ``--tokenizer
+Usage: ``python3 benchmarks/memory.py`` (record sizes 1, 10 and 45 MB; ``--sizes 1 4 16``; ``--tokenizer
 PATH``, default the Qwen3 tokenizer of ../shared when present, else the embedded demo tokenizer).
 
 Per size, one JSONL file holds a few small conversations and one conversation whose record is that large (a user
@@ -73,7 +73,7 @@ def peak_rss(path: Path, out: Path, tokenizer: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 2, 4, 8, 16], help="record sizes in MB")
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 10, 45], help="record sizes in MB")
     parser.add_argument("--tokenizer", default=str(QWEN3) if QWEN3.is_dir() else None)
     args = parser.parse_args(argv)
     sizes = sorted(int(s * 1_000_000) for s in args.sizes)

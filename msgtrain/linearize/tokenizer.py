@@ -36,6 +36,7 @@ import numpy as np
 
 from msgtrain.errors import TokenizerError
 from msgtrain.linearize.hf_load import auto_tokenizer
+from msgtrain.linearize.pieces import PIECE_CHARS, encode_in_pieces, fast_batch, pieces_agree, splits_at_spaces
 from msgtrain.linearize.tokenizer_source import (
     load_from_hub,
     resolve_tokenizer,
@@ -325,6 +326,7 @@ class TokenizerBundle:
         self.stop_ids = self._stop_ids()
         self.whitespace_ids = self._whitespace_ids()
         self.boundary_reuse = self._check_boundary_split()
+        self._pieces: bool | None = None  # whether long texts are encoded in pieces: decided at the first one
         self._decode_direct = self._backend_decodes_alike()
         self.encode_calls = 0
         self.encoded_chars = 0
@@ -591,7 +593,10 @@ class TokenizerBundle:
         self.encode_calls += 1
         self._unsplit()
         self.encoded_chars += len(text)
-        ids = np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+        if len(text) > PIECE_CHARS and self._in_pieces():
+            ids = self._batch_ids([text])[0]
+        else:
+            ids = np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int32)
         self.encoded_tokens += int(ids.shape[0])
         return ids
 
@@ -599,10 +604,32 @@ class TokenizerBundle:
         self.encode_calls += 1
         self._unsplit()
         self.encoded_chars += sum(map(len, texts))
-        outs = self.backend.encode_batch(texts, add_special_tokens=False)
-        arrays = [np.asarray(o.ids, dtype=np.int32) for o in outs]
+        arrays = self._batch_ids(texts)
         self.encoded_tokens += sum(int(a.shape[0]) for a in arrays)
         return arrays
+
+    def _in_pieces(self) -> bool:
+        """Whether a long text may be encoded in bounded pieces (:mod:`msgtrain.linearize.pieces`), decided once."""
+        if self._pieces is None:
+            self._pieces = splits_at_spaces(self.backend.to_str()) and pieces_agree(
+                fast_batch(self.backend), self._added_re
+            )
+        return self._pieces
+
+    def _batch_ids(self, texts: list[str]) -> list[np.ndarray]:
+        """The ids of each text (no offsets); a text over ``PIECE_CHARS`` in bounded pieces where that is exact,
+        so a long text costs the library's per-token overhead for one piece at a time, not for all of it."""
+        batch = fast_batch(self.backend)
+        long = [i for i, t in enumerate(texts) if len(t) > PIECE_CHARS] if self._in_pieces() else []
+        if not long:
+            return [np.asarray(ids, dtype=np.int32) for ids in batch(texts)]
+        out: list[np.ndarray | None] = [None] * len(texts)
+        for i in long:
+            out[i] = encode_in_pieces(batch, texts[i], PIECE_CHARS, self._added_re)
+        short = [i for i in range(len(texts)) if out[i] is None]
+        for i, ids in zip(short, batch([texts[i] for i in short]) if short else [], strict=True):
+            out[i] = np.asarray(ids, dtype=np.int32)
+        return [a for a in out if a is not None]
 
     def _control_matches(self, text: str) -> list[re.Match[str]]:
         """The template's own control tokens in a marked rendering: added-token text outside marked pairs, up to the
@@ -687,8 +714,7 @@ class TokenizerBundle:
             self.encoded_chars += sum(len(k[1]) for k in new)
             self._unsplit()
             # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on.
-            batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-            id_lists = [out.ids for out in batch([k[1] for k in new], add_special_tokens=False)]
+            id_lists = self._batch_ids([k[1] for k in new])
             lengths = list(map(len, id_lists))
             total = sum(lengths)
             self.encoded_tokens += total

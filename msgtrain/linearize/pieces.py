@@ -1,0 +1,130 @@
+"""Encoding a long text in bounded pieces, with the ids of the whole-text encoding.
+
+One ``encode`` of a long text by the ``tokenizers`` library holds, per token, the token's string, its offsets, its
+word index and masks, besides the pre-tokenizer's words with their offsets: 100–200 bytes per input byte at its
+peak (4 MB of prose: +550 MB with Qwen3, +780 MB with a byte-level vocabulary). Encoded ``PIECE_CHARS`` characters
+at a time, a text costs that much for one piece only, and 4 bytes per id for the rest.
+
+Why the ids are the same: a piece boundary is a space between two letters (``"word| word"``), and a text is cut
+there only for tokenizers whose structure makes that a boundary no token crosses (:func:`splits_at_spaces`):
+
+- a BPE model (no dropout) over a pre-tokenizer that cuts words with the GPT-2 family's regular expressions
+  (GPT-2's own through ``ByteLevel(use_regex=True)``; Qwen2/3's and Llama 3's / cl100k's as a ``Split`` before a
+  ``ByteLevel`` without a regex). In each of them, a match that takes a letter takes a run of letters (optionally
+  after one non-letter, non-digit, non-newline character) or an English contraction that ends in a letter; none
+  takes a space after a letter, and none looks behind. So the match holding the letter before the space ends at
+  the space, the next match starts at the space whatever came before it, and BPE merges only inside a match;
+- or a byte-level BPE without merges (msgtrain's demo tokenizer): one token per byte, any boundary;
+- with no normalizer, or NFC (a space is a starter that composes with nothing before it).
+
+Added tokens are cut out of the text before the pre-tokenizer runs: no piece boundary falls inside one's text.
+Each tokenizer is also checked once against whole-text encoding of a probe (:func:`pieces_agree`); a tokenizer
+that fails it is encoded whole. ``tests/test_bounded_pieces.py`` compares both encodings on seeded random texts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+PIECE_CHARS = 1 << 16  # a text longer than this is encoded about this many characters at a time
+
+# GPT-2's pattern (ByteLevel's own), Qwen2/3's, and Llama 3's / cl100k's, as tokenizer.json spells them.
+_QWEN_TAIL = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_WORD_PATTERNS = frozenset(
+    {
+        r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}" + _QWEN_TAIL,
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}" + _QWEN_TAIL,
+    }
+)
+# A space between two letters. ``[^\W\d_]`` is a letter for Python (str.isalpha) or a non-decimal numeral; either
+# ends its match at the space in every pattern above.
+_BOUNDARY = re.compile(r"(?<=[^\W\d_]) (?=[^\W\d_])")
+_PROBE = (
+    "It's   a test: naïve café, 12345 items; they'll go.\n\n  Indented\tline ¼ done — ok?!\r\n"
+    "日本語のテキスト and Ελληνικά words, e\u0301 combining, ÅNGSTRÖM \u00a0nbsp x" * 3
+)
+
+
+def splits_at_spaces(backend_json: str) -> bool:
+    """Whether a tokenizer (its ``tokenizer.json`` text) is one whose ids never cross a space between two letters
+    (the module's reasons)."""
+    try:
+        spec = json.loads(backend_json)
+    except ValueError:
+        return False
+    model, pre, norm = spec.get("model") or {}, spec.get("pre_tokenizer"), spec.get("normalizer")
+    if model.get("type") != "BPE" or model.get("dropout") not in (None, 0, 0.0):
+        return False
+    if norm is not None and norm.get("type") != "NFC":
+        return False
+    if not isinstance(pre, dict):
+        return False
+    if pre.get("type") == "ByteLevel" and not pre.get("add_prefix_space"):
+        return bool(pre.get("use_regex", True)) or not model.get("merges")
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
+    if not steps or len(steps) != 2:
+        return False
+    split, byte_level = steps
+    return (
+        split.get("type") == "Split"
+        and (split.get("pattern") or {}).get("Regex") in _WORD_PATTERNS
+        and split.get("behavior") == "Isolated"
+        and not split.get("invert")
+        and byte_level.get("type") == "ByteLevel"
+        and not byte_level.get("add_prefix_space")
+        and not byte_level.get("use_regex", True)
+    )
+
+
+def piece_bounds(text: str, piece_chars: int, added: re.Pattern[str]) -> list[int]:
+    """Where to cut ``text`` into pieces of about ``piece_chars`` characters: at spaces between two letters outside
+    every added token's text, the first one at or after each multiple of ``piece_chars`` from the last cut (a text
+    without such a space is one piece). Ends with ``len(text)``."""
+    taken = [(m.start(), m.end()) for m in added.finditer(text)] if added.pattern != "(?!)" else []
+    cuts: list[int] = []
+    start = 0
+    while len(text) - start > piece_chars:
+        at = start + piece_chars
+        m = _BOUNDARY.search(text, at)
+        while m is not None and any(a < m.start() < b for a, b in taken):
+            m = _BOUNDARY.search(text, m.start() + 1)
+        if m is None:
+            break
+        cuts.append(m.start())
+        start = m.start()
+    return [*cuts, len(text)]
+
+
+def encode_in_pieces(
+    batch: Callable[[list[str]], Sequence[Sequence[int]]], text: str, piece_chars: int, added: re.Pattern[str]
+) -> np.ndarray:
+    """The ids of ``text``, encoded a few pieces at a time by ``batch`` (texts → id lists), as int32."""
+    bounds = piece_bounds(text, piece_chars, added)
+    out: list[np.ndarray] = []
+    start = 0
+    for i in range(0, len(bounds), 4):
+        group = bounds[i : i + 4]
+        texts = []
+        for end in group:
+            texts.append(text[start:end])
+            start = end
+        out += [np.asarray(ids, dtype=np.int32) for ids in batch(texts)]
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
+
+
+def pieces_agree(batch: Callable[[list[str]], Sequence[Sequence[int]]], added: re.Pattern[str]) -> bool:
+    """Whether encoding the probe in small pieces gives the ids of encoding it whole (checked once per tokenizer)."""
+    whole = np.asarray(batch([_PROBE])[0], dtype=np.int32)
+    return bool(np.array_equal(encode_in_pieces(batch, _PROBE, 16, added), whole))
+
+
+def fast_batch(backend: Any) -> Callable[[list[str]], list[list[int]]]:
+    """The backend's batch encoder without offsets (tokenizers >= 0.21; else the plain one), as texts → id lists."""
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    return lambda texts: [out.ids for out in encode(texts, add_special_tokens=False)]
