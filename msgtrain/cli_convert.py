@@ -308,6 +308,12 @@ def register(app: typer.Typer) -> None:
             "--max-graph-state-mb",
             help="Reject a conversation whose rows take more MiB (default 512; 0 = no cap).",
         ),
+        max_record_mb: float = typer.Option(
+            None,
+            "--max-record-mb",
+            help="Reject a record, or a decoded HTTP body, larger than this many MiB (default 64); a worker's "
+            "memory is about its start plus ten times the largest record (docs/performance.md).",
+        ),
         rows_per_shard: int = typer.Option(None, "--rows-per-shard", help="Rows per output file (default 100000)."),
         row_group_size: int = typer.Option(None, "--row-group-size", help="Rows per Parquet row group (default 1000)."),
         workers: int = typer.Option(
@@ -375,6 +381,7 @@ def register(app: typer.Typer) -> None:
             "max_graph_tokens": max_graph_tokens,
             "max_graph_samples": max_graph_samples,
             "max_graph_state_mb": max_graph_state_mb,
+            "max_record_mb": max_record_mb,
             "quiet": quiet or None,
             "allow_partial_turns": allow_partial_turns,
             "rows_per_shard": rows_per_shard,

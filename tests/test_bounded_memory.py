@@ -179,3 +179,46 @@ def test_the_caps_are_options_and_a_capped_conversation_is_one_reject_in_a_run(t
     out2 = tmp_path / "out2"
     assert main(["convert", str(logs), "-o", str(out2), "--max-graph-tokens", "0", "-q"]) == 0
     assert json.loads((out2 / "report.json").read_text(encoding="utf-8"))["records"]["converted"] == 2
+
+
+def test_max_record_mb_rejects_a_larger_record_and_a_larger_decoded_body_naming_the_limit(tmp_path: Path) -> None:
+    import gzip
+
+    import yaml
+
+    from msgtrain.cli import main
+    from msgtrain.ingest import http_bodies
+
+    big = {"messages": [{"role": "user", "content": "word " * 300_000}, {"role": "assistant", "content": "ok"}]}
+    log = tmp_path / "logs" / "chats.jsonl"
+    log.parent.mkdir()
+    log.write_bytes(_chat(0) + json.dumps(big).encode() + b"\n" + _chat(1))
+    reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
+    body = gzip.compress(json.dumps({**reply, "pad": "x" * 1_500_000}).encode())  # 1.5 MB decoded, 5 KB on disk
+    interactions = [
+        {
+            "request": {
+                "method": "POST",
+                "uri": "https://api.openai.com/v1/chat/completions",
+                "body": json.dumps({"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}),
+            },
+            "response": {
+                "status": {"code": 200},
+                "headers": {"Content-Type": ["application/json"], "Content-Encoding": ["gzip"]},
+                "body": {"string": data},
+            },
+        }
+        for i, data in enumerate([body, gzip.compress(json.dumps(reply).encode())])
+    ]
+    (tmp_path / "logs" / "cassette.yaml").write_text(yaml.safe_dump({"interactions": interactions}))
+    out = tmp_path / "out"
+    assert main(["convert", str(log.parent), "-o", str(out), "-q", "--max-record-mb", "1"]) == 3
+    rejects = {r["reason"]: r for r in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())}
+    assert set(rejects) == {"record_too_large", "body_too_large"}
+    for r in rejects.values():
+        assert "--max-record-mb limit (1 MiB)" in r["message"] and "--max-record-mb" in r["hint"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["records"]["converted"] == 3  # the two small chats and the small interaction
+    # The limits are the run's alone: the defaults stand again after it, and by default both records convert.
+    assert base.MAX_RECORD_BYTES == http_bodies.MAX_BODY_BYTES == 64 << 20
+    assert main(["convert", str(log.parent), "-o", str(out), "-q"]) == 0

@@ -115,6 +115,38 @@ def line_size(raw: bytes) -> int:
     return raw.size if isinstance(raw, LongLine) else len(raw)
 
 
+@contextmanager
+def record_limit(max_bytes: int | None) -> Iterator[None]:
+    """In the body, ``max_bytes`` (``--max-record-mb``) is the largest record every reader holds and the largest
+    HTTP body a cassette decodes: one budget, so that what one record may cost a worker follows from one number.
+    Readers read the limits at call time; None leaves them as they are."""
+    import sys
+
+    from msgtrain.ingest import events, http_bodies
+
+    global MAX_RECORD_BYTES
+    if max_bytes is None:
+        yield
+        return
+    # Readers that took the limit by name at import hold a copy of their own.
+    holders: list[Any] = [m for m in (events, sys.modules.get("msgtrain.ingest.openhands_v1")) if m is not None]
+    before = (MAX_RECORD_BYTES, http_bodies.MAX_BODY_BYTES, [m.MAX_RECORD_BYTES for m in holders])
+    MAX_RECORD_BYTES = http_bodies.MAX_BODY_BYTES = max_bytes
+    for m in holders:
+        m.MAX_RECORD_BYTES = max_bytes
+    try:
+        yield
+    finally:
+        MAX_RECORD_BYTES, http_bodies.MAX_BODY_BYTES = before[0], before[1]
+        for m, value in zip(holders, before[2], strict=True):
+            m.MAX_RECORD_BYTES = value
+
+
+def limit_text(max_bytes: int) -> str:
+    """The record limit as a user names it."""
+    return f"--max-record-mb limit ({max_bytes / 2**20:g} MiB)"
+
+
 def read_bounded_line(f: BinaryIO) -> bytes:
     """The next line of an open binary file (``b""`` at its end), holding at most ``MAX_RECORD_BYTES + 1`` bytes.
 
@@ -294,9 +326,10 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
                 lineno,
                 raw[:EXCERPT_BYTES],
                 ParseError(
-                    f"record of {line_size(raw)} bytes exceeds the {MAX_RECORD_BYTES} byte limit",
+                    f"record of {line_size(raw)} bytes exceeds the {limit_text(MAX_RECORD_BYTES)}",
                     where=where,
                     code="record_too_large",
+                    hint="split or drop the record, or raise --max-record-mb (a worker holds about ten times it)",
                 ),
             )
             continue

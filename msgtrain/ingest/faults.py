@@ -129,9 +129,9 @@ def _oversized(task: RecordTask) -> ReadReject | None:
     if size <= base.MAX_RECORD_BYTES:
         return None
     err = ParseError(
-        f"record of about {size} bytes exceeds the {base.MAX_RECORD_BYTES} byte limit",
+        f"record of about {size} bytes exceeds the {base.limit_text(base.MAX_RECORD_BYTES)}",
         where=str(task.source),
-        hint="a record this large is a writer bug, not a conversation; split or drop it",
+        hint="split or drop the record, or raise --max-record-mb (a worker holds about ten times it)",
         code="record_too_large",
     )
     return ReadReject(task.source, err, excerpt(task.raw), count=task.records)

@@ -75,10 +75,12 @@ def _decode_one(body: bytes, coding: str, where: str, cap: int) -> bytes:
         return _decode_bounded(body, coding, where, cap)
     except _TooLarge:
         raise ValidationError(
-            f"{coding}-encoded body of {len(body)} bytes decodes to more than {cap} bytes",
+            f"{coding}-encoded body of {len(body)} bytes decodes to more than the --max-record-mb limit "
+            f"({cap / 2**20:g} MiB)",
             where=where,
             code="body_too_large",
-            hint="a body this large is not one API call (or is a decompression bomb); the record is skipped",
+            hint="a body this large is not one API call (or is a decompression bomb); the record is skipped "
+            "(raise --max-record-mb to read it)",
         ) from None
 
 

@@ -36,6 +36,7 @@ from msgtrain.limits import (
     DEFAULT_MAX_GRAPH_SAMPLES,
     DEFAULT_MAX_GRAPH_STATE_BYTES,
     DEFAULT_MAX_GRAPH_TOKENS,
+    DEFAULT_MAX_RECORD_MB,
 )
 from msgtrain.run.storage import normalize_location
 
@@ -105,6 +106,11 @@ class ConvertConfig(BaseModel):
         DEFAULT_MAX_GRAPH_SAMPLES,
         ge=0,
         description="reject a conversation that gives more samples (graph_too_many_samples); 0 = no cap",
+    )
+    max_record_mb: float = Field(
+        DEFAULT_MAX_RECORD_MB,
+        gt=0,
+        description="reject a record (and a decoded HTTP body) larger than this many MiB (record_too_large)",
     )
     max_graph_state_mb: float = Field(
         DEFAULT_MAX_GRAPH_STATE_BYTES / 2**20,
@@ -328,6 +334,7 @@ OUTPUT_SETTINGS = frozenset(
         "max_graph_tokens",
         "max_graph_samples",
         "max_graph_state_mb",
+        "max_record_mb",
         "policies",
         "format",
         "target",

@@ -39,7 +39,7 @@ import pyarrow as pa
 from msgtrain import __version__
 from msgtrain.errors import MsgtrainError, printable, reject_hint
 from msgtrain.export.schema import Sample
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef
+from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef, record_limit
 from msgtrain.ingest.boundary import open_reader, read_events
 from msgtrain.ingest.chunks import Chunk, reading_chunk
 from msgtrain.ingest.faults import log_traceback
@@ -47,6 +47,7 @@ from msgtrain.ingest.files import SharedIndex
 from msgtrain.ingest.mapping import mapping_text
 from msgtrain.ingest.registry import forced_reader
 from msgtrain.ingest.supplied import context_text, rules_from_text, with_supplied_context
+from msgtrain.limits import DEFAULT_MAX_RECORD_MB
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.budget import (
     DEFAULT_MAX_GRAPH_SAMPLES,
@@ -80,6 +81,7 @@ class LinearizeSettings:
     max_graph_tokens: int | None = DEFAULT_MAX_GRAPH_TOKENS
     max_graph_samples: int | None = DEFAULT_MAX_GRAPH_SAMPLES
     max_graph_state_bytes: int | None = DEFAULT_MAX_GRAPH_STATE_BYTES
+    max_record_bytes: int = DEFAULT_MAX_RECORD_MB << 20  # --max-record-mb: records and decoded bodies
     # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
     debug_log: str | None = None
     # Where the run's workers share indexes of files that answer each other (msgtrain.ingest.files.SharedIndex);
@@ -87,7 +89,7 @@ class LinearizeSettings:
     shared: str | None = None
 
     def key(self, tokenizer_fingerprint: str) -> str:
-        data = {
+        data: dict[str, Any] = {
             "tokenizer": tokenizer_fingerprint,
             "policies": sorted(self.policies),
             "render_date": self.render_date,
@@ -100,6 +102,8 @@ class LinearizeSettings:
             "input_format": self.input_format,
             "version": __version__,
         }
+        if self.max_record_bytes != DEFAULT_MAX_RECORD_MB << 20:  # the default keeps the keys parts had before it
+            data["max_record_bytes"] = self.max_record_bytes
         return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
@@ -121,6 +125,7 @@ def settings_from_config(
         max_graph_tokens=cfg.max_graph_tokens or None,
         max_graph_samples=cfg.max_graph_samples or None,
         max_graph_state_bytes=int(cfg.max_graph_state_mb * 2**20) or None,
+        max_record_bytes=int(cfg.max_record_mb * 2**20),
         strict=cfg.strict,
         debug_log=debug_log,
         shared=shared,
@@ -284,6 +289,11 @@ def settle_heap() -> None:
         gc.freeze()
 
 
+def _record_limit(settings: LinearizeSettings) -> int | None:
+    """``--max-record-mb`` where it is not the default (the readers' own limits, which tests may lower, stand)."""
+    return None if settings.max_record_bytes == DEFAULT_MAX_RECORD_MB << 20 else settings.max_record_bytes
+
+
 def convert_file(
     path: Path, settings: LinearizeSettings, chunk: Chunk | None = None, source: str | None = None
 ) -> tuple[list[Sample], PartStats, list[str]]:
@@ -304,7 +314,7 @@ def convert_file(
         if settings.context and not isinstance(opened, ReadReject):
             events = with_supplied_context(events, rules_from_text(settings.context), opened.name, source or str(path))
         # One render watchdog for the whole file (its conversations' renderings only note their start).
-        with reading_chunk(path, chunk), alarm_handler():
+        with reading_chunk(path, chunk), alarm_handler(), record_limit(_record_limit(settings)):
             for ev in events:
                 if isinstance(ev, ReadReject):
                     stats.records_read += ev.count
