@@ -451,6 +451,6 @@ def lost_in_run(report: dict[str, Any]) -> str:
 
     chosen = NOT_FAILURES | GROUP_DROPS  # --group-size drops what does not fill a group: the user's choice
     turns = sum(n for r, n in report["turns"]["dropped_by_reason"].items() if r not in chosen)
-    samples = sum(report["samples"].get("dropped_by_reason", {}).values())
+    samples = sum(n for r, n in report["samples"].get("dropped_by_reason", {}).items() if r not in chosen)
     parts = [f"{turns} turns dropped"] * bool(turns) + [f"{samples} samples dropped"] * bool(samples)
     return " and ".join(parts)

@@ -36,7 +36,9 @@ def test_hidden_files_are_read_and_hidden_directories_are_listed_with_a_reason(t
     (logs / ".aider.chat.history.md").write_text("#### hi  \n\nhello\n")
     (logs / "README.md").write_text("# logs\n")
     code, report = _convert(tmp_path, str(logs))
-    assert code == 0 and report["turns"]["trained"] == 3
+    # The session's second record repeats the first: read, and its reply counted once as a duplicate.
+    assert code == 0 and report["turns"]["trained"] == 2
+    assert report["turns"]["dropped_by_reason"] == {"duplicate": 1} and report["records"]["converted"] == 3
     ignored = {Path(i["path"]).name: i["reason"].split(":")[0] for i in report["files"]["ignored"]}
     assert ignored == {".git": "hidden directory, not searched", "README.md": "not a log file suffix"}
 
@@ -77,7 +79,8 @@ def test_a_forced_reader_reads_any_suffix(tmp_path: Path) -> None:
     path = tmp_path / "chat.log"
     path.write_text(json.dumps(CHAT) + "\n" + json.dumps(CHAT) + "\n")
     code, report = _convert(tmp_path, str(path), "--input-format", "openai_chat")
-    assert code == 0 and report["turns"]["trained"] == 2
+    assert code == 0 and report["records"]["converted"] == 2
+    assert report["turns"]["trained"] == 1 and report["turns"]["dropped_by_reason"] == {"duplicate": 1}
 
 
 def test_a_forced_reader_that_recognises_nothing_rejects_instead_of_skipping_everything(

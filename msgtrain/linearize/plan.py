@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from msgtrain.errors import MsgtrainError
+from msgtrain.export.dedupe import DUPLICATE
 from msgtrain.export.schema import Sample
 from msgtrain.linearize.behaviour import sample_behaviour
 from msgtrain.linearize.budget import (
@@ -103,6 +104,7 @@ NOT_FAILURES = frozenset(
         DropReason.NEGATIVE_LABEL.value,
         DropReason.CONTEXT_UNKNOWN.value,
         DropReason.INTERRUPTED.value,
+        DUPLICATE,  # trained once already, by an earlier sample of the run (msgtrain.export.dedupe)
     }
 )
 

@@ -9,7 +9,9 @@ Two ways to run it, with the same bytes:
   :func:`msgtrain.run.ray_engine.assemble_on_cluster`), for Parquet of a row-wise target: a
   first pass of tasks (:func:`scan_groups`) reads the parts and returns only counts (rows per split per input
   file, and the report's accounting); the driver cuts each split's row sequence into shards of
-  ``rows_per_shard`` rows, exactly where the sequential writer cuts; each shard task reads only the input files
+  ``rows_per_shard`` rows, exactly where the sequential writer cuts (before the scan, a pass of tasks returns the
+  digests of every trained turn, :func:`digest_groups`, and the driver decides the run's duplicate turns, which
+  the sequential writer decides as it goes: :mod:`msgtrain.export.dedupe`); each shard task reads only the input files
   its rows come from, and writes its shard where it belongs. The driver writes ``dataset_info.json`` and
   ``report.json`` from the tasks' accounting.
 
@@ -40,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgtrain import __version__
+from msgtrain.export.dedupe import DUPLICATE, DuplicateCount, Position, TrainedOnce, decide, turn_digests
 from msgtrain.export.groups import GroupPlan, GroupPlanner
 from msgtrain.export.length import LengthStats, apply_length_policy
 from msgtrain.export.split import SplitAssigner
@@ -82,8 +85,9 @@ class Tally:
     trained_tokens: int = 0
     engine_tokens: int = 0
     sources: set[str] = field(default_factory=set)
-    # One record per sample the length policy dropped whole (``drops.jsonl``), in output order.
+    # One record per sample the length policy or the duplicate rule dropped whole (``drops.jsonl``), in order.
     drops: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: DuplicateCount = field(default_factory=DuplicateCount)
     # Rows the rl target's group plan dropped whole, by reason (group_incomplete, group_key_missing).
     group_dropped: Counter[str] = field(default_factory=Counter)
     grouping: dict[str, Any] | None = None  # the group plan's report (rl target)
@@ -110,6 +114,7 @@ class Tally:
     def merge(self, other: Tally) -> None:
         self.stats.add(other.stats)
         self.length.merge(other.length)
+        self.duplicates.merge(other.duplicates)
         for name in ("length_dropped_turns", "cuts", "by_split", "group_dropped", "behaviour"):
             getattr(self, name).update(getattr(other, name))
         for name in ("by_policy", "by_source"):
@@ -146,9 +151,14 @@ def policed_tables(
     tally: Tally,
     rejects: IO[str] | None = None,
     on_group: Callable[[int], None] | None = None,
+    once: TrainedOnce | None = None,
 ) -> Iterator[tuple[int, pa.Table]]:
-    """The rows of each group (input file) after the length policy, before groups and splits: (index, table)."""
+    """The rows of each group (input file) after the length policy, before groups and splits: (index, table). A
+    turn an earlier row trained is not trained again (:mod:`msgtrain.export.dedupe`), decided before the length
+    policy: ``once`` judges (a new judge when None: ``groups`` are then the whole run)."""
+    once = once if once is not None else TrainedOnce()
     for index, group in enumerate(groups):
+        first_row = 0
         read = read_group(group)
         for meta, _, _ in read:
             tally.sources.add(meta["source"])
@@ -162,6 +172,9 @@ def policed_tables(
                 rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
             tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
         for table in tables:
+            rows = table.num_rows
+            table = once.apply(group[0], table, first_row, tally.duplicates, tally.drops)
+            first_row += rows
             table, _, dropped_turns, dropped = apply_length_policy(
                 table,
                 max_length=cfg.max_length,
@@ -185,13 +198,14 @@ def assembly_tables(
     rejects: IO[str] | None = None,
     on_group: Callable[[int], None] | None = None,
     grouping: GroupPlan | None = None,
+    once: TrainedOnce | None = None,
 ) -> Iterator[tuple[int, str, pa.Table]]:
     """The dataset's rows as (index of the group in ``groups``, split, canonical table), in output order; counts
     them into ``tally``, writes the groups' rejects to ``rejects`` (in file order) when given, and calls
     ``on_group(index)`` after each group. With ``grouping`` (the ``rl`` target's :class:`GroupPlan`), rows get
     their group, weight and advantage (or are dropped with the plan's reason), and a group's rows share a split."""
     splitter = SplitAssigner(cfg.split)
-    for index, table in policed_tables(cfg, groups, read_group, tally, rejects, on_group):
+    for index, table in policed_tables(cfg, groups, read_group, tally, rejects, on_group, once):
         by_group = False
         if grouping is not None:
             table = _apply_grouping(grouping, table, tally)
@@ -249,7 +263,8 @@ def build_report(
 ) -> dict[str, Any]:
     """``report.json``'s content (``tokenizer``: name, fingerprint, demo)."""
     stats, length = tally.stats, tally.length
-    turns_dropped = stats.turns_dropped + tally.length_dropped_turns
+    duplicates = tally.duplicates
+    turns_dropped = stats.turns_dropped + tally.length_dropped_turns + Counter({DUPLICATE: duplicates.turns})
     tokens, engine_tokens = tally.tokens, tally.engine_tokens
     return {
         "msgtrain_version": __version__,
@@ -261,14 +276,18 @@ def build_report(
             stats.records_skipped,
             stats.graphs,
             stats.turns_found,
-            stats.turns_trained - sum(tally.length_dropped_turns.values()),
+            stats.turns_trained - sum(tally.length_dropped_turns.values()) - duplicates.turns,
             turns_dropped,
             stats.turns_lost,
         ),
         "samples": {
             "written": tally.samples,
             "by_split": dict(sorted(tally.by_split.items())),
-            "dropped_by_reason": dict(sorted(length.dropped_samples.items())),
+            "dropped_by_reason": dict(
+                sorted((length.dropped_samples + Counter({DUPLICATE: duplicates.dropped_samples})).items())
+            ),
+            # Rows kept for their new turns, with a turn an earlier row trained masked off.
+            "duplicate_turns_masked": duplicates.masked_samples,
             "length_policy": length.to_dict(),
         },
         **({"groups": tally.grouping} if tally.grouping is not None else {}),
@@ -317,12 +336,43 @@ class ScanResult:
     tally: Tally
 
 
-def scan_groups(cfg: ConvertConfig, parts: PartsStore, groups: list[Group]) -> ScanResult:
-    """Count the rows each group gives to each split (a task: reads parts, writes nothing)."""
+Decided = dict[str, frozenset[Position]]  # input file (its first part key) → its duplicate turns
+
+
+def digest_groups(cfg: ConvertConfig, parts: PartsStore, groups: list[Group]) -> list[tuple[str, list[list[bytes]]]]:
+    """Per group, the digests of its rows' trained turns, rows in assembly order (a task: the first pass of an
+    assembly one shard per task, from which the driver decides the run's duplicate turns,
+    :func:`~msgtrain.export.dedupe.decide`)."""
+    out = []
+    with parts.reading() as read_group:
+        for group in groups:
+            read = read_group(group)
+            if len(group) == 1:
+                tables: Iterable[pa.Table] = [read[0][1]]
+            else:
+                tables = merge_chunk_tables([t for _, t, _ in read], cfg.row_group_size)
+            out.append((group[0], [d for table in tables for d in turn_digests(table)]))
+    return out
+
+
+def digest_slice(
+    cfg: ConvertConfig, parts: PartsStore, groups: list[Group], start: int, stop: int
+) -> list[tuple[str, list[list[bytes]]]]:
+    return digest_groups(cfg, parts, groups[start:stop])
+
+
+def decide_duplicates(digests: list[list[tuple[str, list[list[bytes]]]]]) -> Decided:
+    """The run's duplicate turns from the digest tasks' results (in batch order)."""
+    return decide(item for batch in digests for item in batch)
+
+
+def scan_groups(cfg: ConvertConfig, parts: PartsStore, groups: list[Group], decided: Decided) -> ScanResult:
+    """Count the rows each group gives to each split (a task: reads parts, writes nothing); ``decided``: the run's
+    duplicate turns."""
     tally = Tally()
     rows: list[dict[str, int]] = [{} for _ in groups]
     with parts.reading() as read_group:
-        for index, split, table in assembly_tables(cfg, groups, read_group, tally):
+        for index, split, table in assembly_tables(cfg, groups, read_group, tally, once=TrainedOnce(decided)):
             rows[index][split] = rows[index].get(split, 0) + table.num_rows
     return ScanResult(rows, tally)
 
@@ -380,10 +430,11 @@ class ShardResult:
 
 
 def write_shard(
-    cfg: ConvertConfig, parts: PartsStore, groups: list[Group], plan: ShardPlan, dest: Path | str
+    cfg: ConvertConfig, parts: PartsStore, groups: list[Group], plan: ShardPlan, dest: Path | str, decided: Decided
 ) -> ShardResult:
     """Write one shard into ``dest`` (the dataset's directory, or its prefix on a store) at ``plan.name`` (a
-    task): read the groups ``plan`` names, keep its rows, write them as the sequential writer writes that shard."""
+    task): read the groups ``plan`` names, keep its rows, write them as the sequential writer writes that shard
+    (``decided``: the run's duplicate turns)."""
     wanted = {g: (start, stop) for g, start, stop in plan.pieces}
     order = sorted(wanted)
     with tempfile.TemporaryDirectory(prefix="msgtrain-shard-") as scratch, parts.reading() as read_group:
@@ -399,7 +450,7 @@ def write_shard(
         )
         seen = dict.fromkeys(order, 0)
         chosen = [groups[g] for g in order]
-        for local, split, table in assembly_tables(cfg, chosen, read_group, Tally()):
+        for local, split, table in assembly_tables(cfg, chosen, read_group, Tally(), once=TrainedOnce(decided)):
             if split != plan.split:
                 continue
             g = order[local]
@@ -487,8 +538,10 @@ def write_metadata(
             put_file(root / name, child(dest, name))
 
 
-def scan_slice(cfg: ConvertConfig, parts: PartsStore, groups: list[Group], start: int, stop: int) -> ScanResult:
-    return scan_groups(cfg, parts, groups[start:stop])
+def scan_slice(
+    cfg: ConvertConfig, parts: PartsStore, groups: list[Group], start: int, stop: int, decided: Decided
+) -> ScanResult:
+    return scan_groups(cfg, parts, groups[start:stop], decided)
 
 
 def check_accounting(report: dict[str, Any]) -> None:

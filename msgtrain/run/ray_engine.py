@@ -50,6 +50,8 @@ from msgtrain.run.assembly import (
     Tally,
     build_report,
     check_accounting,
+    decide_duplicates,
+    digest_slice,
     distributable,
     plan_shards,
     refuse_result,
@@ -296,8 +298,11 @@ def assemble_on_cluster(job: AssemblyJob) -> dict[str, Any]:
     cfg, parts, dest = job.cfg, job.parts, job.dest
     batches = scan_batches(job.groups, 2 * cluster_cpus())
     shared = put(job.groups)  # one copy in Ray's object store, not one per task
+    # A first pass for the run's duplicate turns (decided in assembly order, as the sequential writer decides).
+    digests = run_tasks_ray([(digest_slice, (cfg, parts, shared, start, stop)) for start, stop in batches])
+    decided = put(decide_duplicates(digests))
     scans: list[ScanResult] = run_tasks_ray(
-        [(scan_slice, (cfg, parts, shared, start, stop)) for start, stop in batches]
+        [(scan_slice, (cfg, parts, shared, start, stop, decided)) for start, stop in batches]
     )
     tally = Tally()
     for scan in scans:
@@ -306,7 +311,7 @@ def assemble_on_cluster(job: AssemblyJob) -> dict[str, Any]:
     splits = SplitAssigner(cfg.split).names
     plans = plan_shards(splits, [rows for scan in scans for rows in scan.rows], cfg.rows_per_shard)
     calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
-        (write_shard, (cfg, parts, shared, plan, dest)) for plan in plans
+        (write_shard, (cfg, parts, shared, plan, dest, decided)) for plan in plans
     ]
     rejects = job.rejects or child(dest, REJECTS)
     calls.append((write_rejects, (parts, shared, rejects, job.rejects is not None)))

@@ -82,6 +82,8 @@ class ValidationReport:
     turns_dropped: Counter[str] = field(default_factory=Counter)
     samples_dropped: Counter[str] = field(default_factory=Counter)
     turns_lost: int = 0  # estimated assistant turns in rejected records, as convert counts them
+    # The turns trained so far, by digest: a later copy is a duplicate, as convert counts it (msgtrain.export.dedupe).
+    once: Any = field(default=None, repr=False, compare=False)  # a TrainedOnce, made at the first linearized graph
 
     @property
     def ok(self) -> bool:
@@ -189,6 +191,7 @@ class Linearization:
 def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationReport) -> bool:
     """Run convert's own per-graph linearization and length policy; what it would reject or drop is a problem.
     Counts what convert counts. Returns whether convert would keep the graph (not reject it)."""
+    from msgtrain.export.dedupe import DUPLICATE, DuplicateCount, TrainedOnce
     from msgtrain.export.length import apply_length_policy
     from msgtrain.export.schema import samples_to_table
     from msgtrain.linearize.plan import NOT_FAILURES
@@ -209,9 +212,17 @@ def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationRep
     trained = sum(len(s.turn_ids) for s in res.samples)
     drops = Counter(res.drops)
     sample_drops: Counter[str] = Counter()
-    if lin.max_length is not None and res.samples:
+    table = samples_to_table(res.samples) if res.samples else None
+    if table is not None:
+        dupes = DuplicateCount()
+        report.once = report.once or TrainedOnce()
+        table = report.once.apply(source, table, 0, dupes, [])
+        trained -= dupes.turns
+        drops.update({DUPLICATE: dupes.turns} if dupes.turns else {})
+        sample_drops.update({DUPLICATE: dupes.dropped_samples} if dupes.dropped_samples else {})
+    if lin.max_length is not None and table is not None and table.num_rows:
         kept = apply_length_policy(
-            samples_to_table(res.samples),
+            table,
             max_length=lin.max_length,
             overflow=lin.overflow,
             allow_partial_turns=lin.allow_partial_turns,
@@ -233,6 +244,8 @@ def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationRep
             )
         )
     for reason, n in sorted(sample_drops.items()):
+        if reason == DUPLICATE:  # trained once already: not a loss
+            continue
         report.problems.append(
             Finding(
                 source,
