@@ -89,6 +89,25 @@ def test_kto_rows_carry_each_judged_reply_with_its_label(tmp_path: Path) -> None
     ]
 
 
+def test_ranked_answers_pair_each_worse_one_with_the_best(tmp_path: Path) -> None:
+    # berkeley-nest/Nectar rows (dataset card; as in tests/test_open_world_data.py): answers ranked, 1 the best.
+    row = {
+        "prompt": "\n\nHuman: What color is the sky?\n\nAssistant:",
+        "answers": [
+            {"answer": "It is green.", "model": "a", "rank": 2.0},
+            {"answer": "It is blue.", "model": "b", "rank": 1.0},
+            {"answer": "Purple.", "model": "c", "rank": 3.0},
+        ],
+    }
+    code, rows, _ = _convert(tmp_path, "nectar.jsonl", [row], "dpo")
+    assert code == 0
+    assert sorted((r["chosen"], r["rejected"]) for r in rows) == [
+        ("It is blue.<|im_end|>", "It is green.<|im_end|>"),
+        ("It is blue.<|im_end|>", "Purple.<|im_end|>"),
+    ]
+    assert {r["paired_by"] for r in rows} == {"judgement"} and len({r["prompt"] for r in rows}) == 1
+
+
 def test_scored_siblings_without_a_judgement_pair_the_best_with_the_worst(tmp_path: Path) -> None:
     records = [rollout(5, a, r, tool=False) for a, r in enumerate([0.5, 1.0, 0.0])] + [rollout(6, 0, 1.0, tool=False)]
     code, rows, out = _convert(tmp_path, "results.jsonl", records, "dpo")
