@@ -356,11 +356,23 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
                 ),
             )
         except RecursionError:
-            yield lineno, raw, ParseError("JSON nested too deeply", where=where, code="too_deep")
+            yield lineno, raw, too_deep_error(where)
 
 
 # A JSON escape of a UTF-16 surrogate: the only way a strictly decoded UTF-8 line yields a lone surrogate.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def too_deep_error(where: str) -> ParseError:
+    """Valid JSON nested deeper than the parser goes: said as the nesting limit it is, not as invalid JSON."""
+    import sys
+
+    return ParseError(
+        f"JSON nested deeper than the parser's nesting limit (about {sys.getrecursionlimit()} levels)",
+        where=where,
+        code="too_deep",
+        hint="no conversation nests this deep: the writer is broken; fix or drop the record",
+    )
 
 
 def load_json_document(path: Path) -> Any:
@@ -391,7 +403,7 @@ def load_json_document(path: Path) -> Any:
             raise _document_error(path, e) from e
         value = recovered
     except RecursionError as e:
-        raise ParseError("JSON nested too deeply", where=str(path), code="too_deep") from e
+        raise too_deep_error(str(path)) from e
     view = _DOCUMENT_VIEW.get()
     if view is not None and view.path == str(path):
         value = view.apply(value)

@@ -46,6 +46,7 @@ from msgtrain.ingest.base import (
     is_json_lines,
     iter_json_lines,
     load_json_document,
+    too_deep_error,
 )
 from msgtrain.ingest.chunks import ChunkKey, active_chunk, whole_file
 from msgtrain.ingest.shapes import assistant_turns_in
@@ -90,6 +91,9 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
         for lineno, raw, obj in iter_json_lines(path):
             yield RawRecord(SourceRef(str(path), f"line {lineno}"), obj, raw)
         return
+    if parsed is _TOO_DEEP and not second:
+        yield RawRecord(SourceRef(str(path), "line 1"), too_deep_error(f"{path}:1"), first)
+        return
     if parsed is _UNPARSED and not second and not isinstance(first, LongLine) and not first.lstrip().startswith(b"["):
         # (a one-line document longer than a record is not held by the line reader, and an array is read item by
         # item: both are loaded as documents)
@@ -101,13 +105,16 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
 
 
 _UNPARSED = object()
+_TOO_DEEP = object()
 
 
 def _parse(raw: bytes) -> Any:
     try:
         return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (UnicodeDecodeError, json.JSONDecodeError):
         return _UNPARSED
+    except RecursionError:
+        return _TOO_DEEP
 
 
 @dataclass

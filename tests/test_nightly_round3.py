@@ -1,0 +1,31 @@
+"""Smaller failures of the third nightly sweep: each said as what it is, nothing left behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from msgtrain.cli import main
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+
+
+def _rejects(out: Path) -> list[dict[str, str]]:
+    return [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+
+
+def test_valid_json_nested_past_the_parsers_limit_is_a_nesting_reject_not_invalid_json(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    deep = "[" * 100_000 + "]" * 100_000
+    record = json.dumps(CHAT)[:-1] + ', "meta": ' + deep + "}"
+    (logs / "deep.json").write_text(record)  # one document on one line
+    (logs / "deep.jsonl").write_text(json.dumps(CHAT) + "\n" + record + "\n" + json.dumps(CHAT) + "\n")
+    out = tmp_path / "out"
+    assert main(["convert", str(logs), "-o", str(out), "-q"]) == 3
+    rejects = _rejects(out)
+    assert [(Path(r["file"]).name, r["reason"]) for r in rejects] == [
+        ("deep.json", "too_deep"),
+        ("deep.jsonl", "too_deep"),
+    ]
+    assert all("nesting limit" in r["message"] for r in rejects)
