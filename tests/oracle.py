@@ -25,6 +25,7 @@ import hashlib
 import json
 import random
 import re
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -393,6 +394,9 @@ def oracle_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 _PLAIN: OrderedDict[str, tuple[Any, Any, int]] = OrderedDict()
+# A vocabulary's key (the hash of its serialization without added tokens), per loaded backend: found once, however
+# many oracles are made over one tokenizer.
+_PLAIN_KEYS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 class Oracle:
@@ -420,13 +424,21 @@ class Oracle:
         if self._plain is None:
             # Shared by templates over one vocabulary (added tokens, the only difference, are removed): the families
             # over qwen3's vocabulary, each in a folder of its own, share one. The last few are kept (120 MB each).
-            spec = json.loads(self.hf.backend_tokenizer.to_str())
-            spec["added_tokens"] = []
-            plain = json.dumps(spec)
-            key = hashlib.sha256(plain.encode()).hexdigest()
+            backend = self.hf.backend_tokenizer
+            key = _PLAIN_KEYS.get(backend)
+            plain = None
+            if key is None:
+                spec = json.loads(backend.to_str())
+                spec["added_tokens"] = []
+                plain = json.dumps(spec)
+                key = _PLAIN_KEYS[backend] = hashlib.sha256(plain.encode()).hexdigest()
             if key not in _PLAIN:
                 from tokenizers import AddedToken, Tokenizer
 
+                if plain is None:
+                    spec = json.loads(backend.to_str())
+                    spec["added_tokens"] = []
+                    plain = json.dumps(spec)
                 after = Tokenizer.from_str(plain)
                 after.add_special_tokens([AddedToken(self.sentinel, special=True, normalized=False)])
                 _PLAIN[key] = (after, after, after.token_to_id(self.sentinel))

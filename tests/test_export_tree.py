@@ -29,6 +29,7 @@ from tests.oracle import Oracle, RunGenerator, to_records
 
 # The oracle corpora's templates; these cannot represent tools and are replayed without tool turns.
 NO_TOOLS = {"phi3", "smollm3", "deepseek-r1-distill"}
+TOKENIZER_PARAM = "template"  # the tests of one template run one after another (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 
