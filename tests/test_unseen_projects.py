@@ -38,6 +38,9 @@ HAND_COUNTS = [
     # the reply shown on line 4 and its other swipe, and line 7; the card's scripted greeting (no gen_started) and
     # the hidden is_system note are not sampled turns
     ("sillytavern-chat.jsonl", 3),
+    # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
+    # the prompt and the two answers to each of their follow-up questions
+    ("oasst-trees.jsonl", 9),
 ]
 
 
@@ -100,3 +103,33 @@ def test_each_agent_of_an_agent_file_is_sent_only_the_tools_it_names() -> None:
         ("web_search", "conversation_search", "fetch_webpage", "memory_rethink"),  # tool_ids tool-0, -1, -2, -3
         ("memory_finish_edits", "memory_replace", "memory_insert", "memory_rethink"),  # tool-4, -5, -6, -3
     }
+
+
+def _contexts(name: str) -> list[list[tuple[str, str]]]:
+    """(role, text) of every message on the path to each sampled reply, the reply last, in file order."""
+    return [
+        [(n.message.role, n.message.parts[0].text) for n in graph.path(node.id)]
+        for graph in _graphs(name)
+        for node in graph.nodes.values()
+        if node.origin.value == "sampled"
+    ]
+
+
+def test_a_reply_in_a_message_tree_sees_only_its_own_branch() -> None:
+    contexts = _contexts("oasst-trees.jsonl")
+    # the three ranked answers are siblings: each sees the prompt alone, none sees another
+    assert [len(c) for c in contexts[:3]] == [2, 2, 2]
+    # the answer to the second follow-up question sees the answer it followed, not the first branch
+    assert contexts[-1] == [
+        (
+            "user",
+            "How to protect my eyes when I have to stare at my computer screen for longer than 10 hours every day?",
+        ),
+        (
+            "assistant",
+            "You should rest your eyes by either closing it or looking away from the screen for 30 seconds every 30"
+            " minutes.",
+        ),
+        ("user", "Thanks! It was really helpful. Are there more ways to protect my eyes?"),
+        ("assistant", "Looking at a screen for 10 hours a day will always be bad for your eyes."),
+    ]

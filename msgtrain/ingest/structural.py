@@ -338,6 +338,8 @@ def _tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         return _linked_tree_events(path, ref, found)
     key = m.columns["children"]
     roots = m.field_of(found.holder, "messages")
+    if isinstance(roots, dict) and is_message_like(roots):  # the tree's one root message (OpenAssistant's prompt)
+        roots = [roots]
     _need_list(roots, f"{found.path}.{m.columns['messages']}")
     children: dict[str | None, _Lines] = {}
     stack: list[tuple[Any, str | None, str]] = [
