@@ -103,6 +103,19 @@ def test_eight_rollouts_of_four_tasks_make_four_groups_of_two_across_files(tmp_p
     assert by_task[2] == 0.0 and by_task[0] > 0.7
 
 
+def test_a_nested_metadata_key_groups_rows(tmp_path: Path) -> None:
+    spec = [[(e, a, float(a)) for e in range(2) for a in range(2)]]
+    inputs = write_rollouts(tmp_path / "logs", spec)
+    lines = [json.loads(line) for line in inputs[0].read_text().splitlines()]
+    for line in lines:  # verifiers keeps a task's own fields under info; the schemas there stay out of the rows
+        line["info"] = {"task": f"t{line.pop('example_id')}", "oai_tools": [{"type": "function"}]}
+    inputs[0].write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, rows, _ = convert(tmp_path / "out", inputs, "--group-by", "info.task", "--group-size", "2")
+    assert code == 0 and len(rows) == 4
+    assert {r["group_id"] for r in rows} == {group_id_of("info.task", '"t0"'), group_id_of("info.task", '"t1"')}
+    assert all(json.loads(r["metadata"])["info"] == {"task": json.loads(r["metadata"])["info"]["task"]} for r in rows)
+
+
 def test_group_ids_do_not_depend_on_workers_or_file_order(tmp_path: Path) -> None:
     inputs = write_rollouts(tmp_path / "logs", EIGHT)
     _, one, _ = convert(tmp_path / "one", inputs, "--group-by", "example_id")

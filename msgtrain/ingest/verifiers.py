@@ -11,7 +11,7 @@ What is read:
   that carry no ``tool_call_id`` (older outputs) answer the calls of the assistant message before them, in order.
 - Tool schemas: ``tool_defs`` (``{name, description, parameters}``), else ``info.oai_tools`` (older outputs).
 - ``reward`` is the sample's reward; ``example_id``, ``task``, ``answer`` and every numeric metric logged beside
-  them are extras; ``info`` goes to graph metadata.
+  them are extras; ``info`` goes to graph metadata, and its scalar fields are an extra too (``info``).
 
 Safe readings:
 - A completion that starts by repeating the prompt's trailing messages is the harness's rendering of a trajectory
@@ -210,6 +210,12 @@ def _extras(rec: dict[str, Any]) -> dict[str, Any]:
     flat = {k: v for k, v in rec.items() if isinstance(v, int | float) and not isinstance(v, bool)}
     found = {**flat, **metrics}
     extras["metrics"] = {k: v for k, v in found.items() if k not in _NOT_METRICS and k not in _EXTRA_KEYS}
+    # info's scalar fields (a task name, an id) ride on every row, so rows can be grouped by them (--group-by
+    # info.task); its lists and objects (tool schemas) stay in the graph's metadata only.
+    info = rec.get("info") if isinstance(rec.get("info"), dict) else {}
+    scalars = {k: v for k, v in info.items() if isinstance(v, str | int | float | bool)}
+    if scalars:
+        extras["info"] = scalars
     return extras
 
 
