@@ -29,3 +29,19 @@ def test_valid_json_nested_past_the_parsers_limit_is_a_nesting_reject_not_invali
         ("deep.jsonl", "too_deep"),
     ]
     assert all("nesting limit" in r["message"] for r in rejects)
+
+
+def test_a_failed_first_run_leaves_no_state_or_lock_folder_and_an_interrupted_one_keeps_its_parts(
+    tmp_path: Path,
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "junk.jsonl").write_text("{broken\n")
+    out = tmp_path / "out"
+    assert main(["convert", str(logs), "-o", str(out), "-q"]) == 1  # nothing read: refused
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]
+    # A run that published before keeps its state when a later run fails (its parts serve --resume).
+    (logs / "good.jsonl").write_text(json.dumps(CHAT) + "\n")
+    assert main(["convert", str(logs), "-o", str(out), "-q"]) == 3
+    assert main(["convert", str(logs), "-o", str(out), "-q", "--max-reject-rate", "0.1"]) == 1
+    assert (tmp_path / ".out.msgtrain-state").is_dir() and (out / "report.json").is_file()

@@ -39,6 +39,7 @@ from msgtrain.run.publish import (
     publish,
     staging_dir,
     state_dir,
+    versions_dir,
 )
 from msgtrain.run.storage import (
     Store,
@@ -134,9 +135,23 @@ class LocalOutput:
         if rejects is not None:
             check_own_file(rejects, "--rejects", overwrite=cfg.overwrite)
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        with exclusive_lock(self.state):
-            clean_litter(self.out)
-            yield
+        fresh = not (self.state.exists() or versions_dir(self.out).exists())
+        failed = False
+        try:
+            with exclusive_lock(self.state):
+                clean_litter(self.out)
+                try:
+                    yield
+                except Exception as e:
+                    # An interrupt keeps its parts for --resume (and says so); any other failure of a run that
+                    # made OUT's folders and published nothing leaves none of them behind (its parts, its lock).
+                    failed = getattr(e, "code", None) != "interrupted"
+                    raise
+        finally:
+            if failed and fresh and not (self.out.exists() or self.out.is_symlink()):
+                shutil.rmtree(self.state, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    versions_dir(self.out).rmdir()  # only when empty (staging is removed on failure)
 
     def exclude(self) -> list[Path]:
         return [self.out, *hidden_siblings(self.out)]
