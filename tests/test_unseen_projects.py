@@ -41,6 +41,9 @@ HAND_COUNTS = [
     # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
     # the prompt and the two answers to each of their follow-up questions
     ("oasst-trees.jsonl", 9),
+    ("litellm-standard-logging-payload.json", 1),  # the messages sent and the response beside them: one call
+    # LiteLLM's Langfuse batch: the trace and its generation each log the same call's input.messages and output
+    ("litellm-langfuse-batch.json", 1),
 ]
 
 
@@ -133,3 +136,12 @@ def test_a_reply_in_a_message_tree_sees_only_its_own_branch() -> None:
         ("user", "Thanks! It was really helpful. Are there more ways to protect my eyes?"),
         ("assistant", "Looking at a screen for 10 hours a day will always be bad for your eyes."),
     ]
+
+
+@pytest.mark.parametrize("name", ["litellm-standard-logging-payload.json", "litellm-langfuse-batch.json"])
+def test_a_gateway_logs_reply_is_trained_after_exactly_the_messages_logged_beside_it(name: str) -> None:
+    expected = {
+        "litellm-standard-logging-payload.json": [("user", "Hello, world!"), ("assistant", "hi")],
+        "litellm-langfuse-batch.json": [("user", "Hello!"), ("assistant", "Hello! How can I assist you today?")],
+    }
+    assert _contexts(name) == [expected[name]]  # one reply, no system prompt the log does not hold, no second copy

@@ -169,6 +169,7 @@ _REQUEST_RESULT_PAIRS = (
     # inputs / output, bodies under request.body / response.body.
     ("request_body.messages", "response_body"),
     ("inputs.messages", "output"),
+    ("input.messages", "output"),  # Langfuse observations as LiteLLM's callback sends them (batch[].body)
     ("request.body.messages", "response.body"),
     # promptfoo eval results (results.results[]): the prompt sent (text, or a chat as JSON text) and the output
     ("prompt.raw", "response.output"),
