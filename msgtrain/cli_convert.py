@@ -430,9 +430,16 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[yellow]{n_rejected} records rejected: see {where}[/]")
             if not cfg.quiet and unreadable:
                 console.print(
-                    f"[yellow]{unreadable} inputs could not be read (listed with the reason under files.ignored in"
-                    " the dataset's report.json): see each one's reason (permissions, a disk error, a corrupt part)[/]"
+                    f"[yellow]{unreadable} inputs could not be read (also under files.ignored in the dataset's"
+                    " report.json):[/]"
                 )
+                listed = [i for i in report["files"]["ignored"] if str(i.get("reason", "")).startswith("unreadable")]
+                for item in listed[:20]:
+                    console.print(
+                        f"  {escape(item['path'])}: {escape(item['reason'])}", highlight=False, soft_wrap=True
+                    )
+                if len(listed) > 20:
+                    console.print(f"  ... and {len(listed) - 20} more (report.json)")
             raise typer.Exit(EXIT_WITH_REJECTS)
         lost = lost_in_run(report)
         if lost:

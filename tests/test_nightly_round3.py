@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 from msgtrain.cli import main
 
@@ -45,3 +48,23 @@ def test_a_failed_first_run_leaves_no_state_or_lock_folder_and_an_interrupted_on
     assert main(["convert", str(logs), "-o", str(out), "-q"]) == 3
     assert main(["convert", str(logs), "-o", str(out), "-q", "--max-reject-rate", "0.1"]) == 1
     assert (tmp_path / ".out.msgtrain-state").is_dir() and (out / "report.json").is_file()
+
+
+def test_fifos_dangling_links_and_link_loops_are_listed_on_screen_as_unreadable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "good.jsonl").write_text(json.dumps(CHAT) + "\n")
+    os.mkfifo(logs / "pipe.jsonl")
+    (logs / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    (logs / "loop.jsonl").symlink_to(logs / "loop.jsonl")
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["convert", str(logs), "-o", str(out)]) == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert "3 inputs could not be read" in err
+    assert f"{logs / 'pipe.jsonl'}: unreadable: a FIFO, not a regular file" in err
+    assert f"{logs / 'gone.jsonl'}: unreadable: dangling symlink" in err
+    assert f"{logs / 'loop.jsonl'}: unreadable: symlink loop" in err
+    assert json.loads((out / "report.json").read_text())["files"]["unreadable"] == 3

@@ -432,13 +432,13 @@ def test_unreadable_directories_symlink_loops_and_dangling_links_are_listed_with
     out = tmp_path / "out"
     locked.chmod(0)
     try:
-        assert run(str(logs), "-o", str(out)) == 0
+        assert run(str(logs), "-o", str(out)) == 3  # inputs that cannot be read: exit 3, as rejects
     finally:
         locked.chmod(0o755)
     ignored = {Path(i["path"]).name: i["reason"] for i in report(out)["files"]["ignored"]}
-    assert ignored["loop"] == "symlink loop"
-    assert ignored["self"] == "symlink loop"
-    assert ignored["dangling.jsonl"] == "dangling symlink"
+    assert ignored["loop"] == "symlink loop"  # a link to a folder being walked: its files are read once
+    assert ignored["self"] == "unreadable: symlink loop"
+    assert ignored["dangling.jsonl"] == f"unreadable: dangling symlink (to {tmp_path / 'gone.jsonl'})"
     assert ignored["README.txt"] == "not a log file suffix"
     if os.geteuid() != 0:  # root reads any directory
         assert ignored["locked"].startswith("unreadable directory")

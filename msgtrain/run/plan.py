@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -327,11 +328,13 @@ class _Walk:
             is_dir, is_file = entry.is_dir(), entry.is_file()
         except OSError as e:
             loop = e.errno == errno.ELOOP
-            self.ignored.append({"path": str(path), "reason": "symlink loop" if loop else f"unreadable: {e.strerror}"})
+            reason = "symlink loop" if loop else str(e.strerror)
+            self.ignored.append({"path": str(path), "reason": f"unreadable: {reason}"})
             return
         if entry.is_symlink() and not os.path.exists(path):
-            reason = "symlink loop" if _is_link_loop(path) else "dangling symlink"
-            self.ignored.append({"path": str(path), "reason": reason})
+            # Nothing can be read through it: unreadable, counted and listed on screen, not only in the report.
+            reason = "symlink loop" if _is_link_loop(path) else f"dangling symlink (to {os.readlink(path)})"
+            self.ignored.append({"path": str(path), "reason": f"unreadable: {reason}"})
         elif is_dir:
             if real in active:  # a link back to a directory being walked
                 self.ignored.append({"path": str(path), "reason": "symlink loop"})
@@ -340,7 +343,20 @@ class _Walk:
         elif is_file:
             self.add_file(path, found)
         else:
-            self.ignored.append({"path": str(path), "reason": "not a regular file"})
+            self.ignored.append({"path": str(path), "reason": f"unreadable: {_special_kind(path)}, not a regular file"})
+
+
+def _special_kind(path: Path) -> str:
+    """What a file that is neither a regular file nor a directory is (reading a FIFO would block the run)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "a special file"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
