@@ -230,17 +230,38 @@ def training_step(canonical: Any, pack_length: int, graphs: int, repeat: int, de
 
 
 def collate_peak(canonical: Any, pack_length: int = 32768) -> dict[str, Any]:
-    """Peak memory of :func:`collate` for the longest tree row at ``pack_length``: the rise of the process's
-    resident high-water mark (reset through ``/proc/self/clear_refs``) above its resident size before the call."""
+    """Peak memory of :func:`collate` for the longest tree row at ``pack_length``, in a fresh process (a large one
+    reuses its freed memory and would hide an allocation): the rise of its resident high-water mark (reset through
+    ``/proc/self/clear_refs``) above its resident size before the call."""
+    import subprocess
+    import tempfile
+
     from msgtrain.export.tree import tree_table
-    from msgtrain.trainers.tree import collate
 
     rows = tree_table(canonical, pack_length).to_pylist()
     if not rows:
         return {}
     row = max(rows, key=lambda r: len(r["input_ids"]))
-    peak = _peak_rise(lambda: collate([row]))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "row.json"
+        path.write_text(json.dumps(row))
+        out = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--collate-peak", str(path)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    peak = json.loads(out)
     return {"row_tokens": len(row["input_ids"]), "collate_peak_mb": None if peak is None else round(peak / 2**20, 2)}
+
+
+def _child_collate_peak(path: Path) -> int:
+    from msgtrain.trainers.tree import collate
+
+    row = json.loads(path.read_text())
+    collate([row])  # warm: imports, torch's first allocations
+    print(json.dumps(_peak_rise(lambda: collate([row]))))
+    return 0
 
 
 def _peak_rise(call: Any) -> int | None:
@@ -289,6 +310,9 @@ def tree_tokens(canonical: Any, pack_length: int | None, scope: str) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--collate-peak"]:
+        return _child_collate_peak(Path(argv[1]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-step", action="store_true", help="skip the training step (minutes on a small CPU)")

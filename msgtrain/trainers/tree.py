@@ -135,6 +135,9 @@ def block_mask(subtree_end: torch.Tensor, block_size: int = 128, lengths: torch.
     )
 
 
+TILE_CACHE_BYTES = 64 << 20  # block masks kept per TreeMask across layers
+
+
 class _Block(NamedTuple):
     """A block of queries ``[start, stop)`` and the keys it may see (:func:`_root_keys`) with their subtree ends."""
 
@@ -164,6 +167,8 @@ class TreeMask(torch.Tensor):
     lengths: torch.Tensor | None
     block_size: int
     _plan: list[list[_Block]] | None
+    _tiles: dict[tuple[int, int, torch.dtype], torch.Tensor]
+    _tile_bytes: int
 
     @staticmethod
     def __new__(
@@ -178,6 +183,7 @@ class TreeMask(torch.Tensor):
             cls, (batch, 1, length, length), dtype=dtype, device=subtree_end.device
         )
         self.subtree_end, self.lengths, self.block_size, self._plan = subtree_end, lengths, block_size, None
+        self._tiles, self._tile_bytes = {}, 0
         return self
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
@@ -208,6 +214,25 @@ class TreeMask(torch.Tensor):
                 plan.append(blocks)
             self._plan = plan
         return self._plan
+
+    def tile(self, row: int, index: int, dtype: torch.dtype) -> torch.Tensor:
+        """The additive mask (0 / -inf) of one query block over its keys, ``[1, 1, block, keys]`` in ``dtype``.
+
+        Every layer uses the same tiles: they are kept while their total stays under ``TILE_CACHE_BYTES`` (a long
+        deep row's tiles add up to ``L²/2`` values; past the budget they are built per call)."""
+        cached = self._tiles.get((row, index, dtype))
+        if cached is not None:
+            return cached
+        start, stop, keys, key_ends, _ = self.plan()[row][index]
+        positions = torch.arange(start, stop, device=keys.device).unsqueeze(1)
+        allowed = (keys.unsqueeze(0) <= positions) & (positions < key_ends.unsqueeze(0))
+        tile = torch.zeros(allowed.shape, dtype=dtype, device=keys.device).masked_fill_(~allowed, float("-inf"))
+        tile = tile[None, None]
+        size = tile.numel() * tile.element_size()
+        if self._tile_bytes + size <= TILE_CACHE_BYTES:
+            self._tiles[(row, index, dtype)] = tile
+            self._tile_bytes += size
+        return tile
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -276,7 +301,7 @@ def tree_attention(
     rows = []
     for b, blocks in enumerate(mask.plan()):
         pieces = []
-        for start, stop, keys, key_ends, causal in blocks:
+        for index, (start, stop, keys, _ends, causal) in enumerate(blocks):
             q = query[b : b + 1, :, start:stop]
             if causal:
                 k, v = key[b : b + 1, :, start:stop], value[b : b + 1, :, start:stop]
@@ -287,13 +312,10 @@ def tree_attention(
                 )
                 continue
             k, v = key[b : b + 1].index_select(2, keys), value[b : b + 1].index_select(2, keys)
-            positions = torch.arange(start, stop, device=keys.device).unsqueeze(1)
-            tile = (keys.unsqueeze(0) <= positions) & (positions < key_ends.unsqueeze(0))
-            if mask.dtype != torch.bool:
-                tile = additive_mask(tile, query.dtype)
+            tile = mask.tile(b, index, query.dtype)  # additive: SDPA would convert a boolean one on every call
             pieces.append(
                 F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=tile[None, None], dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa
+                    q, k, v, attn_mask=tile, dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa
                 )
             )
         used = blocks[-1][1] if blocks else 0
@@ -351,10 +373,13 @@ def collate(
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, parent_index: torch.Tensor) -> torch.Tensor:
     """Log-probability of each token under the logits at its parent position, ``[B, L]`` (0 at roots).
 
-    Compute in float32: ``log_softmax`` of the gathered parent logits."""
+    Computed in float32: ``log_softmax`` over each position's logits, then the entry ``[parent, token]`` per token
+    (one pass over the ``L × vocab`` logits, as a flat sample's shifted gather; the logits are not copied per
+    parent)."""
+    batch, length, vocab = logits.shape
     safe_parent = parent_index.clamp(min=0)
-    parent_logits = torch.gather(logits, 1, safe_parent.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
-    lp = torch.log_softmax(parent_logits.float(), dim=-1).gather(-1, input_ids.unsqueeze(-1)).squeeze(-1)
+    flat = torch.log_softmax(logits.float(), dim=-1).reshape(batch, length * vocab)
+    lp = flat.gather(1, safe_parent * vocab + input_ids)
     return torch.where(parent_index >= 0, lp, torch.zeros_like(lp))
 
 
