@@ -44,7 +44,12 @@ HAND_COUNTS = [
     ("litellm-standard-logging-payload.json", 1),  # the messages sent and the response beside them: one call
     # LiteLLM's Langfuse batch: the trace and its generation each log the same call's input.messages and output
     ("litellm-langfuse-batch.json", 1),
+    # a ChatGPT export's six assistant messages: the regenerated joke is its sibling's text after the same prompt
+    # (one reply), and the story the user stopped (finish_details "interrupted") is in the books, not trained
+    ("chatgpt-tree.json", 5),
 ]
+# replies of a file kept out of training, each with a reason in the books
+NOT_TRAINED = {"chatgpt-tree.json": 1}
 
 
 def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int, int, int]:
@@ -57,13 +62,15 @@ def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int
 def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, replies: int) -> None:
     path = FIXTURES / name
     assert detect_format(path).name == ("autogen" if name.startswith("autogen") else "structural")
-    assert _books(path) == (replies, replies, 0, 0)
+    dropped = NOT_TRAINED.get(name, 0)
+    assert _books(path) == (replies, replies - dropped, dropped, 0)
 
 
-# AutoGen's file is its own reader's; a file of one message per line has no --map form (a mapping reads each record
-# as a conversation), and --explain prints none for it
+# AutoGen's file is its own reader's; a file of one message per line and a node map (ChatGPT's mapping) have no
+# --map form (a mapping reads each record as a conversation; the node maps are read by their shape alone), and
+# --explain prints none for them
 @pytest.mark.parametrize(
-    ("name", "replies"), [c for c in HAND_COUNTS if not c[0].startswith(("autogen", "sillytavern"))]
+    ("name", "replies"), [c for c in HAND_COUNTS if not c[0].startswith(("autogen", "sillytavern", "chatgpt"))]
 )
 def test_the_mapping_explain_prints_for_an_unseen_export_converts_it_the_same(
     name: str, replies: int, tmp_path: Path
@@ -73,7 +80,8 @@ def test_the_mapping_explain_prints_for_an_unseen_export_converts_it_the_same(
     assert text
     map_file = tmp_path / "map.yaml"
     map_file.write_text(text, encoding="utf-8")
-    assert _books(path, replace(SETTINGS, mapping=mapping_text(map_file))) == (replies, replies, 0, 0)
+    dropped = NOT_TRAINED.get(name, 0)
+    assert _books(path, replace(SETTINGS, mapping=mapping_text(map_file))) == (replies, replies - dropped, dropped, 0)
 
 
 def _graphs(name: str) -> list:
@@ -145,3 +153,21 @@ def test_a_gateway_logs_reply_is_trained_after_exactly_the_messages_logged_besid
         "litellm-langfuse-batch.json": [("user", "Hello!"), ("assistant", "Hello! How can I assist you today?")],
     }
     assert _contexts(name) == [expected[name]]  # one reply, no system prompt the log does not hold, no second copy
+
+
+def test_a_reply_the_user_stopped_is_in_the_books_and_its_regenerated_sibling_is_one_reply() -> None:
+    _, stats, _ = convert_file(FIXTURES / "chatgpt-tree.json", SETTINGS)
+    assert stats.turns_dropped == {"interrupted": 1}
+    (tree,) = _graphs("chatgpt-tree.json")
+    stopped = [n for n in tree.nodes.values() if n.message.metadata.get("interrupted")]
+    assert [n.message.parts[0].text[-7:] for n in stopped] == ["rolling"]
+    contexts = _contexts("chatgpt-tree.json")
+    # the joke, after the "hi again" branch only; the export's empty hidden system message is not a message
+    assert [role for role, _ in contexts[-1]] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert [text for _, text in contexts[-1][:5]] == [
+        "hi there",
+        "Hello! How can I assist you today?",
+        "hi again",
+        "Hey! Welcome back. What's on your mind?",
+        "tell me a joke",
+    ]

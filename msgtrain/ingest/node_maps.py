@@ -27,7 +27,9 @@ the metadata) is not what the model read: the replies after it on its branch are
 the books as ``context_unknown``, never trained in a context the export does not hold; they are counted
 (``node_map.withheld_results``).
 
-An assistant message of ``weight`` 0 (OpenAI's mark for a reply not to train on) is context (``carried``).
+An assistant message of ``weight`` 0 (OpenAI's mark for a reply not to train on) is context (``carried``). So is a
+reply the user stopped before it ended (``metadata.finish_details.type`` ``interrupted``, or ``status``
+``in_progress``): cut short, it is in the books as ``interrupted``, never a positive example.
 
 A tool result answers the oldest open call of its tool on its branch. One that answers no call (a file-search
 result the service added on upload) rejects the conversation naming the node (``unpaired_result``): a template
@@ -62,6 +64,7 @@ _PASSED = ("reasoning_recap", "thoughts")
 _PROMPT_SOURCES = ("user_editable_context", "model_editable_context")
 _MEDIA_POINTERS = ("image_asset_pointer",)
 _TRANSCRIPTS = ("audio_transcription",)
+_INTERRUPTED_WHY = "the user stopped this reply before it ended"
 _HINT = "export the conversation without it, or write a mapping (--map) for a plain message list"
 
 
@@ -157,6 +160,7 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
         else:
             # weight 0 marks a reply not to train on, as in OpenAI's fine-tuning files: kept as context.
             unweighted = message.get("weight") == 0
+            cut_short = _interrupted(message)
             for data in _messages(message, branch, node_where):
                 data.pop("weight", None)
                 if data["role"] == "assistant":
@@ -166,6 +170,9 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
                 branch.call_names.update({c.invocation_id: c.option_name for c in calls})
                 # After a result the export withheld, a reply's context is not the one the model saw.
                 origin = Origin.CARRIED if (branch.withheld or unweighted) and msg.role == "assistant" else None
+                if cut_short and msg.role == "assistant":
+                    metadata = {**msg.metadata, "interrupted": True, "why_not_trained": _INTERRUPTED_WHY}
+                    msg, origin = msg.model_copy(update={"metadata": metadata}), Origin.CARRIED
                 branch.parent = graph.add_node(branch.parent, msg, origin=origin)
                 if data["role"] == "tool" and not str(data.get("content") or "").strip():
                     branch.withheld = True
@@ -188,6 +195,14 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
         if withheld:
             extras["node_map"]["withheld_results"] = withheld
     return ReadGraph(graph, ref, records=1, extras=extras)
+
+
+def _interrupted(message: dict[str, Any]) -> bool:
+    """Whether the user stopped this reply before it ended (the UI keeps what was written so far)."""
+    details = (message.get("metadata") or {}).get("finish_details")
+    return message.get("status") == "in_progress" or (
+        isinstance(details, dict) and details.get("type") == "interrupted"
+    )
 
 
 def _passed_kind(message: Any) -> str | None:
