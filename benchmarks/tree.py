@@ -16,9 +16,11 @@ Per data set: flat tokens (canonical rows), trie tokens (each graph's distinct p
 several ``--pack-length`` values and both ``--tree-scope`` values (samples longer than the pack length dropped,
 as convert drops them), with ``tokens_lower_bound``: no cut into rows of that length can hold fewer tokens;
 convert time canonical vs tree (median of
-``--repeat``, in one process, tokenizer load included on both sides); and a training step (forward + backward)
-of a tiny random Qwen3 on CPU (fp32, SDPA) over the canonical rows of a few graphs vs their tree rows, with the
-largest difference of the trained tokens' logprobs between the two (numeric equivalence).
+``--repeat``, in one process, tokenizer load included on both sides); a training step (forward + backward) of a
+tiny random Qwen3 on CPU (fp32, SDPA, one thread) over the canonical rows that fit ``--step-pack-length`` vs their
+tree rows, in interleaved pairs: the time ratio against the token ratio, the summed loss of both, the largest
+logprob and gradient differences (``--step-dense`` adds the tree rows through a dense mask); and the peak memory
+of ``collate`` for the longest row at 32768 tokens.
 """
 
 from __future__ import annotations
