@@ -68,3 +68,16 @@ def test_fifos_dangling_links_and_link_loops_are_listed_on_screen_as_unreadable(
     assert f"{logs / 'gone.jsonl'}: unreadable: dangling symlink" in err
     assert f"{logs / 'loop.jsonl'}: unreadable: symlink loop" in err
     assert json.loads((out / "report.json").read_text())["files"]["unreadable"] == 3
+
+
+def test_validate_and_convert_agree_that_a_lone_csv_is_not_a_log_and_both_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = tmp_path / "data.csv"
+    csv.write_text("a,b\n1,2\n")
+    capsys.readouterr()
+    assert main(["validate", str(csv)]) == 3  # was 0, "no problems"
+    said = " ".join(capsys.readouterr().out.split())
+    assert "nothing_read" in said and f"{csv} (not a log file suffix)" in said
+    assert main(["convert", str(csv), "-o", str(tmp_path / "out"), "-q"]) == 1
+    assert f"{csv} (not a log file suffix)" in " ".join(capsys.readouterr().err.split())

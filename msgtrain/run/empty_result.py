@@ -32,6 +32,16 @@ def first_reject(location: Path | str | None) -> str | None:
     return f"{record.get('where') or record.get('file')}: {record.get('message')}"
 
 
+def nothing_found(ignored: Any) -> str:
+    """What a run (or ``validate``) that found no log file in its inputs says: how many paths it passed over, and
+    the first one with its reason."""
+    ignored = list(ignored)
+    first = (
+        f": {ignored[0]['path']} ({ignored[0]['reason']})" + (", ..." if len(ignored) > 1 else "") if ignored else ""
+    )
+    return f"no log file found in the inputs ({len(ignored)} paths passed over{first})"
+
+
 def refuse_nothing_read(
     cfg: ConvertConfig, report: dict[str, Any], rejects: Path | str | None = None, hint: str = ""
 ) -> None:
@@ -42,9 +52,8 @@ def refuse_nothing_read(
     if records["converted"] or cfg.allow_empty:
         return
     files = report.get("files", {}).get("read", 0)
-    ignored = len(report.get("files", {}).get("ignored", ()))
     if not records["read"]:
-        what = f"no log file found in the inputs ({ignored} paths passed over)" if files == 0 else "no record"
+        what = nothing_found(report.get("files", {}).get("ignored", ())) if files == 0 else "no record"
     else:
         reasons = {**records["rejected_by_reason"], **records["skipped_by_reason"]}
         by_reason = ", ".join(f"{k}={v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))

@@ -317,6 +317,9 @@ def _add_reject(report: ValidationReport, ev: ReadReject, path: str) -> None:
         log_traceback(default_debug_log(), ev)
 
 
+NOTHING_FOUND_HINT = "pass log files or folders; force a reader for a file of another suffix with --input-format"
+
+
 def validate_inputs(
     inputs: Sequence[str | Path],
     input_format: str | None = None,
@@ -337,6 +340,12 @@ def validate_inputs(
     )
     for path in files:
         validate_file(path, reader, report, lin)
+    if not files:  # what convert refuses as "read nothing": a problem here too, named
+        from msgtrain.run.empty_result import nothing_found
+
+        report.problems.append(
+            Finding(", ".join(map(str, inputs)), "", "nothing_read", nothing_found(ignored), NOTHING_FOUND_HINT)
+        )
     return report
 
 
