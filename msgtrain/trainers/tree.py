@@ -215,7 +215,7 @@ class TreeMask(torch.Tensor):
             self._plan = plan
         return self._plan
 
-    def tile(self, row: int, index: int, dtype: torch.dtype) -> torch.Tensor:
+    def block_tile(self, row: int, index: int, dtype: torch.dtype) -> torch.Tensor:
         """The additive mask (0 / -inf) of one query block over its keys, ``[1, 1, block, keys]`` in ``dtype``.
 
         Every layer uses the same tiles: they are kept while their total stays under ``TILE_CACHE_BYTES`` (a long
@@ -312,7 +312,7 @@ def tree_attention(
                 )
                 continue
             k, v = key[b : b + 1].index_select(2, keys), value[b : b + 1].index_select(2, keys)
-            tile = mask.tile(b, index, query.dtype)  # additive: SDPA would convert a boolean one on every call
+            tile = mask.block_tile(b, index, query.dtype)  # additive: SDPA would convert a boolean one on every call
             pieces.append(
                 F.scaled_dot_product_attention(
                     q, k, v, attn_mask=tile, dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa
