@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from msgtrain import MessageGraph
 from msgtrain.linearize import linearize_graph, load_tokenizer
@@ -83,3 +86,34 @@ def test_two_adjacent_assistant_messages_are_two_whole_turns_on_qwen3() -> None:
         "I need your dates. Please provide me the<|im_end|>",
     ]
     assert not res.flags and not res.drops
+
+
+@pytest.mark.parametrize(
+    ("family", "reply", "usage", "flagged"),
+    [
+        # The server's reasoning parser cut "<think>…</think>" out and left the blank line after it.
+        ("qwen3", "\n\n<guess>42</guess>", None, True),
+        # The API counted reasoning tokens the log does not hold.
+        ("qwen3", "<guess>42</guess>", {"completion_tokens_details": {"reasoning_tokens": 57}}, True),
+        ("qwen3", "<guess>42</guess>", None, False),  # nothing says reasoning was sampled
+        ("qwen2.5", "\n\n<guess>42</guess>", None, False),  # the template has no place for reasoning
+    ],
+)
+def test_a_thinking_models_reply_logged_without_its_reasoning_is_flagged_reasoning_not_logged(
+    family: str, reply: str, usage: dict[str, Any] | None, flagged: bool
+) -> None:
+    """Qwen3 renders a reply without reasoning with an empty ``<think></think>`` block, where the model sampled its
+    reasoning: when the log shows there was some (the blank line a reasoning parser leaves, reasoning tokens in
+    the usage), the turn says so."""
+    from msgtrain.linearize.completion import REASONING_NOT_LOGGED
+    from tests.conftest import load_named_tokenizer
+
+    tok = load_named_tokenizer(family)
+    g = MessageGraph(graph_id="stripped")
+    g.append({"role": "user", "content": "Guess a number."})
+    nid = g.append({"role": "assistant", "content": reply})
+    if usage is not None:  # as a reader records the call's usage beside the reply
+        g.nodes[nid].message.metadata["usage"] = usage
+    res = linearize_graph(g, tok)
+    assert not res.drops and len(res.samples) == 1
+    assert (REASONING_NOT_LOGGED in res.samples[0].flags) == flagged

@@ -160,6 +160,22 @@ def completion_span(
     return start, end
 
 
+def reasoning_stripped(message: dict[str, Any], reasoning_tokens: int | None, shown: Callable[[], str]) -> bool:
+    """Whether a message without reasoning was sampled with reasoning the log lost, where the template has a place
+    for it (``shown``: the message rendered with :data:`REASONING_PROBE` as its reasoning holds the probe): the API
+    counted reasoning tokens for the reply, or its text starts with the blank line a server's reasoning parser
+    leaves where it cut ``<think>…</think>`` out (``"\n\n<guess>…"``). The template then renders an empty reasoning
+    block where the model sampled its reasoning: the turn is flagged :data:`REASONING_NOT_LOGGED`."""
+    if carries_reasoning(message):
+        return False
+    content = message.get("content")
+    text = content if isinstance(content, str) else "".join(_visible_texts(content)) if content else ""
+    cut = text.startswith("\n\n") and bool(text.strip())
+    if not cut and not (reasoning_tokens or 0) > 0:
+        return False
+    return REASONING_PROBE in shown()
+
+
 def _header_cuts(
     header: str, control_starts: Callable[[str], Iterable[int]] | None, controls: re.Pattern[str] | None
 ) -> set[int]:

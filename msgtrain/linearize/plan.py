@@ -41,12 +41,14 @@ from msgtrain.linearize.budget import (
     GraphBudget,
 )
 from msgtrain.linearize.completion import (
+    REASONING_NOT_LOGGED,
     REASONING_PROBE,
     NotRecoverable,
     carries_reasoning,
     completion_span,
     dropped_by_template,
     follower,
+    reasoning_stripped,
     sampled_stop,
     with_probe_text,
 )
@@ -59,6 +61,7 @@ from msgtrain.model.completeness import (
     RENDERED_PROMPT,
     missing_context,
     reported_prompt_tokens,
+    reported_reasoning_tokens,
     same_model,
 )
 from msgtrain.model.graph import MessageGraph, Origin
@@ -483,6 +486,12 @@ class _GraphLinearizer:
             )
         except NotRecoverable as e:
             raise _Drop(DropReason.COMPLETION_NOT_RENDERABLE, str(e)) from None
+        if (
+            with_reasoning is not None
+            and REASONING_NOT_LOGGED not in flags
+            and reasoning_stripped(message, reported_reasoning_tokens(t.node.message.metadata), with_reasoning)
+        ):
+            flags.append(REASONING_NOT_LOGGED)
         full_enc = None
         if start == len(prompt_text) and end == len(text):
             base = prompt_enc or self._encode(prompt_text, marked, [anc.full_enc if anc else None])

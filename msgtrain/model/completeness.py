@@ -119,6 +119,23 @@ def reported_prompt_tokens(metadata: dict[str, Any]) -> int | None:
     return None
 
 
+def reported_reasoning_tokens(metadata: dict[str, Any]) -> int | None:
+    """The reasoning tokens the API counted for a reply (OpenAI's ``completion_tokens_details`` /
+    ``output_tokens_details``, Gemini's ``thoughtsTokenCount``), or None when not logged."""
+    usage = metadata.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    places = [usage, usage.get("completion_tokens_details"), usage.get("output_tokens_details")]
+    for place in places:
+        if not isinstance(place, dict):
+            continue
+        for key in ("reasoning_tokens", "thoughtsTokenCount", "thoughts_token_count"):
+            value = place.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
 def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     """(usage, model) a transcript logged beside one assistant message, in the places agent frameworks and
     coding assistants write them, or None for each that is not there:
