@@ -47,6 +47,9 @@ HAND_COUNTS = [
     # a ChatGPT export's six assistant messages: the regenerated joke is its sibling's text after the same prompt
     # (one reply), and the story the user stopped (finish_details "interrupted") is in the books, not trained
     ("chatgpt-tree.json", 5),
+    # an AgentScope session: memory of [message, marks] pairs, three model calls (each text + tool_use), their
+    # tool_result blocks logged as role system, and a last user message no reply answers
+    ("agentscope-session.json", 3),
 ]
 # replies of a file kept out of training, each with a reason in the books
 NOT_TRAINED = {"chatgpt-tree.json": 1}
@@ -117,9 +120,13 @@ def test_each_agent_of_an_agent_file_is_sent_only_the_tools_it_names() -> None:
 
 
 def _contexts(name: str) -> list[list[tuple[str, str]]]:
-    """(role, text) of every message on the path to each sampled reply, the reply last, in file order."""
+    """(role, text) of every message on the path to each sampled reply, the reply last, in file order (text None for
+    a message without text parts: a tool call or result)."""
     return [
-        [(n.message.role, n.message.parts[0].text) for n in graph.path(node.id)]
+        [
+            (n.message.role, n.message.parts[0].text if getattr(n.message, "parts", None) else None)
+            for n in graph.path(node.id)
+        ]
         for graph in _graphs(name)
         for node in graph.nodes.values()
         if node.origin.value == "sampled"
@@ -171,3 +178,20 @@ def test_a_reply_the_user_stopped_is_in_the_books_and_its_regenerated_sibling_is
         "Hey! Welcome back. What's on your mind?",
         "tell me a joke",
     ]
+
+
+def test_an_agent_memory_of_message_and_marks_pairs_trains_each_call_after_its_results() -> None:
+    contexts = _contexts("agentscope-session.json")
+    # each call sees the user's request, the earlier calls and their results (the tool_result blocks AgentScope logs
+    # with role system are tool results, not system prompts), and nothing of the later ones
+    assert [[role for role, _ in c] for c in contexts] == [
+        ["user", "assistant"],
+        ["user", "assistant", "tool", "assistant"],
+        ["user", "assistant", "tool", "assistant", "tool", "assistant"],
+    ]
+    (graph,) = _graphs("agentscope-session.json")
+    results = [n.message for n in graph.nodes.values() if n.message.role == "tool"]
+    assert [r.name for r in results] == ["view_text_file", "execute_shell_command", "execute_shell_command"]
+    # _sys_prompt is the base its ReActAgent extends with its skills' prompt: not given as if it were the system
+    # message, and the graph says what is missing
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]

@@ -39,6 +39,9 @@ _FORMATTING.update({"prompt_completion": "prompt_completion", "preference": "pre
 _COLUMNS = (
     "messages",
     "system",
+    # msgtrain: an agent's base system prompt its framework extends at call time: the conversations are marked
+    # incomplete for their system message, never given the base as if it were that message
+    "base_system",
     "tools",
     "prompt",
     "query",

@@ -93,7 +93,8 @@ def mapping_units(mapping: Mapping, record: dict[str, Any]) -> list[tuple[str, d
     units = list(walk(record, prefix))
     root = {f"{ROOT_PREFIX}{c}": dig(record, p) for c, p in outside.items()}
     columns = {**inside, **{c: f"{ROOT_PREFIX}{c}" for c in outside}, **keys}
-    values = [dig(u, inside[main]) if isinstance(u, dict) else None for _, u in units]
+    # an item may be a list holding its message at an index (AgentScope's [message, marks] pairs: ``content[].0``)
+    values = [dig(u, inside[main]) if isinstance(u, dict | list) else None for _, u in units]
     if mapping.layout == "messages" and units and all(is_message_like(v) for v in values):
         # each item wraps one message: the items' messages, in order, are one conversation
         holder = {"messages": values, **root}

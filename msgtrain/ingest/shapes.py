@@ -266,21 +266,25 @@ def is_message_list(value: Any) -> bool:
 
 def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
     """(key, messages) when ``value`` is a list of wrappers that each hold one message under the same key and are
-    not messages themselves (Continue's ``history[].message`` beside its ``contextItems``), else None."""
-    if not isinstance(value, list) or not value or not all(isinstance(item, dict) for item in value):
+    not messages themselves (Continue's ``history[].message`` beside its ``contextItems``; AgentScope's memory of
+    ``[message, marks]`` pairs, key ``"0"``), else None."""
+    if not isinstance(value, list) or not value:
         return None
     keys: set[str] = set()
     for item in value:
-        if is_message_like(item):
+        if isinstance(item, list):
+            inner = [str(i) for i, v in enumerate(item) if is_message_like(v)]
+        elif isinstance(item, dict) and not is_message_like(item):
+            inner = [k for k, v in item.items() if is_message_like(v)]
+        else:
             return None
-        inner = [k for k, v in item.items() if is_message_like(v)]
         if len(inner) != 1:
             return None
         keys.add(inner[0])
     if len(keys) != 1:
         return None
     key = keys.pop()
-    messages = [item[key] for item in value]
+    messages = [item[int(key)] if isinstance(item, list) else item[key] for item in value]
     return (key, messages) if is_message_list(messages) else None
 
 

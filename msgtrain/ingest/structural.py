@@ -137,6 +137,10 @@ YAML_SUFFIXES = (".yaml", ".yml")
 # Where a record keeps its conversation's system prompt, beside the messages or in an ancestor of them: chat UIs'
 # exports (chatbot-ui ``prompt``, LibreChat ``promptPrefix``), Cohere v1's ``preamble``, OpenAI ``instructions``.
 _SYSTEM_KEYS = ("system", "system_prompt", "systemPrompt", "instructions", "preamble", "promptPrefix")
+# An agent's base system prompt, which its framework extends when it calls the model (AgentScope's ReActAgent state
+# ``_sys_prompt``, to which the prompts of its registered skills are added): the system message the calls were sent
+# is not in the log, so the conversations under it are marked incomplete for it, never given the base as if exact.
+_BASE_SYSTEM_KEYS = ("_sys_prompt",)
 # (context, reply) key pairs of one generation: TRL / verifiers prompt + completion, and the input / output of
 # eval and tracing tools (a generation span's input messages and its output).
 PAIR_KEYS = (
@@ -237,6 +241,9 @@ def _context_here(value: dict[str, Any], path: str, inherited: dict[str, tuple[s
     system = next((k for k in keys if isinstance(value.get(k), str) and value[k].strip()), None)
     if system is not None:
         out["system"] = (f"{path}.{system}", value[system])
+    base = next((k for k in _BASE_SYSTEM_KEYS if isinstance(value.get(k), str) and value[k].strip()), None)
+    if base is not None:
+        out["base_system"] = (f"{path}.{base}", value[base])
     tools = next((k for k in _TOOL_KEYS if isinstance(value.get(k), list) and value[k]), None)
     if tools is not None:
         out["tools"] = (f"{path}.{tools}", value[tools])
@@ -1106,11 +1113,24 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     if found.unlogged_system and not any(s.message.role == "system" for s in steps):
         mark_context_incomplete(graph, ["system_prompt"], "the record does not save its agent's system message")
+    elif _base_system_at(found, m, holder, at) and not any(s.message.role == "system" for s in steps):
+        where = _base_system_at(found, m, holder, at)
+        why = f"the log holds the agent's base system prompt ({where}), not the one its framework sent with each call"
+        mark_context_incomplete(graph, ["system_prompt"], why)
     graph.graph_id = content_graph_id(base, graph)
     out: list[ReadEvent] = [ReadGraph(graph, ref, records=1, extras=_extras(holder, m))]
     if gap is not None:
         out.append(gap_reject(ref, gap))
     return out
+
+
+def _base_system_at(found: Found, m: Mapping, holder: dict[str, Any], at: str) -> str | None:
+    """Where the conversation's agent keeps its base system prompt (:data:`_BASE_SYSTEM_KEYS`, or a mapping's
+    ``base_system`` column), or None."""
+    if "base_system" in found.inherited:
+        return found.inherited["base_system"][0]
+    value = m.field_of(holder, "base_system")
+    return f"{at}.{m.columns['base_system']}" if isinstance(value, str) and value.strip() else None
 
 
 def gap_reject(ref: SourceRef, gap: Gap) -> ReadReject:
