@@ -77,7 +77,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("validate")
     def validate_cmd(
-        inputs: list[Path] = typer.Argument(None, help="Log files or directories (searched recursively)."),
+        inputs: list[str] = typer.Argument(
+            None, help="Log files or directories (searched recursively), or one dataset OUT (also s3:// / gs://)."
+        ),
         input_format: str = typer.Option(None, "--input-format", help="Force a reader (see `msgtrain formats`)."),
         as_json: bool = typer.Option(False, "--json", help="Print the problems as JSON."),
         structure_only: bool = typer.Option(
@@ -122,14 +124,17 @@ def register(app: typer.Typer) -> None:
         """
         from msgtrain.errors import ConfigError
         from msgtrain.run.config import load_config_data, merge_cli
-        from msgtrain.tools.dataset import is_dataset
+        from msgtrain.run.storage import is_remote
+        from msgtrain.tools.dataset import is_dataset, readable_dataset
         from msgtrain.tools.validate_cmd import Linearization, render_validation, validate_inputs
 
-        if inputs and len(inputs) == 1 and config is None and is_dataset(inputs[0]):
+        one = inputs[0] if inputs and len(inputs) == 1 and config is None else None
+        if one is not None and (is_remote(one) or is_dataset(Path(one))):
             # An exported dataset (convert's OUT): checked against its own invariants, not read as logs.
             from msgtrain.tools.validate_dataset import render_dataset_validation, validate_dataset
 
-            result = validate_dataset(inputs[0])
+            with readable_dataset(one) as local:
+                result = validate_dataset(local)
             if as_json:
                 _print_json(result.to_json())
             else:
@@ -209,7 +214,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("stats")
     def stats_cmd(
-        out: Path = typer.Argument(..., help="An exported dataset directory (msgtrain convert -o OUT)."),
+        out: str = typer.Argument(
+            ..., help="An exported dataset (msgtrain convert -o OUT): a directory, or an s3:// / gs:// prefix."
+        ),
         plot: Path = typer.Option(None, "--plot", help="Also write length histograms to this PNG (needs matplotlib)."),
         as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
         overwrite: bool = typer.Option(
@@ -222,7 +229,11 @@ def register(app: typer.Typer) -> None:
 
         if plot is not None:
             check_own_file(plot, "--plot", overwrite=overwrite)
-        stats = dataset_stats(out)
+        from msgtrain.tools.dataset import readable_dataset
+
+        with readable_dataset(out) as local:
+            stats = dataset_stats(local)
+        stats["dataset"] = out
         if plot is not None:
             stats["plot"] = str(plot_stats(stats, plot))
         if as_json:
@@ -235,7 +246,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("inspect")
     def inspect_cmd(
-        input_path: Path = typer.Argument(..., help="A log file, a directory of logs, or an exported dataset OUT."),
+        input_path: str = typer.Argument(
+            ..., help="A log file, a directory of logs, or an exported dataset OUT (a directory, or s3:// / gs://)."
+        ),
         graph: str = typer.Option(None, "--graph", "-g", help="Graph id (or a unique prefix); default: the first."),
         tokenizer: str = typer.Option(
             None,
@@ -277,15 +290,18 @@ def register(app: typer.Typer) -> None:
 
         if html is not None:
             check_own_file(html, "--html", overwrite=overwrite)
-        ins = inspect_input(
-            input_path,
-            graph=graph,
-            sample=sample,
-            tokenizer=tokenizer,
-            chat_template=str(chat_template) if chat_template is not None else None,
-            input_format=input_format,
-            context=context_text(None, system_prompt, tools),
-        )
+        from msgtrain.tools.dataset import readable_dataset
+
+        with readable_dataset(input_path) as local:
+            ins = inspect_input(
+                local,
+                graph=graph,
+                sample=sample,
+                tokenizer=tokenizer,
+                chat_template=str(chat_template) if chat_template is not None else None,
+                input_format=input_format,
+                context=context_text(None, system_prompt, tools),
+            )
         ins.max_turns, ins.max_chars = limit(max_turns), limit(max_chars)
         console = _console()
         console.print(render_inspection(ins))

@@ -81,3 +81,31 @@ def test_validate_and_convert_agree_that_a_lone_csv_is_not_a_log_and_both_say_so
     assert "nothing_read" in said and f"{csv} (not a log file suffix)" in said
     assert main(["convert", str(csv), "-o", str(tmp_path / "out"), "-q"]) == 1
     assert f"{csv} (not a log file suffix)" in " ".join(capsys.readouterr().err.split())
+
+
+def test_stats_validate_and_inspect_read_an_object_store_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("moto", reason="the store tests need moto (pip install 'msgtrain[store-test]')")
+    from tests.store_helpers import moto_s3
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    chats = [
+        {"messages": [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": "hello"}]}
+        for i in range(3)
+    ]
+    (logs / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in chats))
+    with moto_s3("round3"):
+        out = "s3://round3/sft"
+        assert main(["convert", str(logs), "-o", out, "-q"]) == 0
+        capsys.readouterr()
+        assert main(["stats", out, "--json"]) == 0
+        stats = json.loads(capsys.readouterr().out)
+        assert stats["dataset"] == out and stats["samples"] == 3
+        assert main(["validate", out]) == 0
+        assert "s3:/round3" not in capsys.readouterr().out
+        assert main(["inspect", out, "--sample", "0"]) == 0
+        assert "hello" in capsys.readouterr().out
+        assert main(["stats", "s3://round3/nothing-here"]) == 2  # no dataset there: said so, a usage error
+        assert "no published msgtrain dataset" in capsys.readouterr().err

@@ -130,6 +130,31 @@ class DataFile:
         return self._table if columns is None else self._table.select(columns)
 
 
+@contextlib.contextmanager
+def readable_dataset(location: str | Path) -> Iterator[Path]:
+    """A local path to read the dataset at ``location`` from: the path itself, or, for an object-store OUT
+    (``s3://``, ``gs://``...), a temporary copy of the version its ``_latest`` pointer names (the whole dataset is
+    downloaded: a store has no random access the readers here could use)."""
+    import tempfile
+
+    from msgtrain.run.storage import Store, current_version, is_remote, version_url
+
+    text = str(location)
+    if not is_remote(text):
+        yield Path(location)
+        return
+    version = current_version(text)
+    if version is None:
+        raise ConfigError(
+            f"{text} holds no published msgtrain dataset (no _latest pointer)",
+            hint="pass the -o of a finished `msgtrain convert` run (the prefix, not a version inside it)",
+        )
+    with tempfile.TemporaryDirectory(prefix="msgtrain-dataset-") as tmp:
+        local = Path(tmp) / "out"
+        Store.of(text).download_tree(version_url(text, version), local)
+        yield local
+
+
 def data_files(out: str | Path) -> list[DataFile]:
     """The data files of the dataset at ``out``, split by split, in the order the writer numbered them."""
     out = Path(out)
