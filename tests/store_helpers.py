@@ -57,6 +57,7 @@ def moto_s3(bucket: str) -> Iterator[Any]:
     s3fs.S3FileSystem.clear_instance_cache()
     store = Store.of(f"s3://{bucket}")
     store.fs.mkdir(bucket)
+    store.server = server  # type: ignore[attr-defined]  # a test may stop it mid-run
     try:
         yield store
     finally:

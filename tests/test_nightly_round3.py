@@ -109,3 +109,54 @@ def test_stats_validate_and_inspect_read_an_object_store_output(
         assert "hello" in capsys.readouterr().out
         assert main(["stats", "s3://round3/nothing-here"]) == 2  # no dataset there: said so, a usage error
         assert "no published msgtrain dataset" in capsys.readouterr().err
+
+
+def test_store_errors_are_one_line_naming_the_url_and_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("moto", reason="the store tests need moto (pip install 'msgtrain[store-test]')")
+    import s3fs
+
+    from msgtrain.run import pipeline
+    from tests.store_helpers import moto_s3
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "chats.jsonl").write_text(json.dumps(CHAT) + "\n")
+
+    def said() -> str:
+        err = capsys.readouterr().err
+        assert "internal error" not in err and "Traceback" not in err, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        return lines[0]
+
+    with moto_s3("round3-errors") as store:
+        capsys.readouterr()
+        # A bucket that does not exist: not "another run is writing this output".
+        assert main(["convert", str(logs), "-o", "s3://no-such-bucket/sft", "-q"]) == 1
+        line = said()
+        assert "s3://no-such-bucket/sft" in line and "bucket no-such-bucket does not exist" in line
+        # No credentials: named, with how to pass them under ray job submit.
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(name)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        s3fs.S3FileSystem.clear_instance_cache()
+        assert main(["convert", str(logs), "-o", "s3://round3-errors/sft", "-q"]) == 1
+        line = said()
+        assert "s3://round3-errors/sft" in line and "no usable credentials" in line and "runtime env" in line
+        monkeypatch.undo()
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        s3fs.S3FileSystem.clear_instance_cache()
+        # The endpoint gone mid-run (after the lease was taken): the connection error, not the lease's release.
+        execute = pipeline.execute
+
+        def server_dies(*args: object, **kwargs: object) -> object:
+            store.server.stop()
+            return execute(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(pipeline, "execute", server_dies)
+        assert main(["convert", str(logs), "-o", "s3://round3-errors/sft", "-q"]) == 1
+        line = said()
+        assert "cannot connect to the s3:// store at http://127.0.0.1" in line and "s3://round3-errors/sft" in line

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from msgtrain.run.lock import LockedError
-from msgtrain.run.storage import Store
+from msgtrain.run.storage import Store, StoreAccessError
 
 LEASE_OBJECT = "lock"
 DEFAULT_TTL = 120.0  # seconds a lease lives without a heartbeat
@@ -106,7 +106,10 @@ class StoreLease:
             match = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
             try:
                 out = self.store.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body, **match)
-            except (FileExistsError, FileNotFoundError) as e:
+            except FileNotFoundError as e:
+                self._check_bucket(bucket)  # a bucket that is not there is said so, never taken for a live run
+                raise _Conflict(str(e)) from None
+            except FileExistsError as e:
                 raise _Conflict(str(e)) from None
             except OSError as e:
                 if _precondition_failed(e):
@@ -124,6 +127,18 @@ class StoreLease:
             raise _Conflict("another run wrote the lease at the same time")
         return after[1]
 
+    def _check_bucket(self, bucket: str) -> None:
+        try:
+            self.store.fs.call_s3("head_bucket", Bucket=bucket)
+        except FileNotFoundError:
+            raise StoreAccessError(
+                f"the bucket {bucket} does not exist at {self.store.endpoint()}",
+                where=self.url,
+                hint=f"create it (aws s3 mb s3://{bucket}), or fix the bucket name in -o",
+            ) from None
+        except OSError:
+            pass  # not allowed to look: the write's own error stands
+
     def _delete(self, tag: str) -> None:
         current = self._read()
         if current is not None and current[1] == tag:
@@ -131,7 +146,12 @@ class StoreLease:
 
     # ---------------------------------------------------------------------------------------------- the lease
     def acquire(self) -> None:
-        """Take the lease, or raise :class:`LockedError` naming the live holder."""
+        """Take the lease, or raise :class:`LockedError` naming the live holder (a store that cannot be reached,
+        refuses this process or lacks the bucket says so, naming the URL)."""
+        with self.store.connection_errors(self.url):
+            self._acquire()
+
+    def _acquire(self) -> None:
         for _ in range(3):  # a lease that vanished or changed between our read and our write: look again
             current = self._read()
             try:
@@ -175,7 +195,9 @@ class StoreLease:
             self._thread.join()
         with self._lock:
             if self._tag is not None and not self._lost:
-                with contextlib.suppress(OSError):
+                # Best effort: the lease expires by itself. A store gone mid-run must not replace the error that
+                # stopped the run (the store's own connection errors are not OSErrors).
+                with contextlib.suppress(Exception):
                     if self._conditional:
                         bucket, key, _ = self.store.fs.split_path(self.store._path(self.url))
                         current = self._read()
@@ -188,7 +210,7 @@ class StoreLease:
     def _start_heartbeat(self) -> None:
         def beat() -> None:
             while not self._stop.wait(self.ttl / 4):
-                with contextlib.suppress(OSError):  # a failed renewal is retried at the next beat
+                with contextlib.suppress(Exception):  # a failed renewal is retried at the next beat
                     self.renew()
 
         self._thread = threading.Thread(target=beat, name="msgtrain-lease", daemon=True)

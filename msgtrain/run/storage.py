@@ -185,6 +185,58 @@ class StoreConnectionError(OutputError):
     code = "store_unreachable"
 
 
+class StoreAccessError(OutputError):
+    """The object store refused this process (no credentials, wrong or expired ones, access denied) or the bucket
+    does not exist: the message names the URL and what to set."""
+
+    code = "store_access"
+
+
+# Each store package's own "no credentials / refused" exceptions, by module (only imported modules are looked at).
+_CREDENTIAL_ERRORS = {
+    "botocore.exceptions": ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"),
+    "google.auth.exceptions": ("DefaultCredentialsError", "RefreshError"),
+    "azure.core.exceptions": ("ClientAuthenticationError",),
+}
+CREDENTIAL_VARIABLES = {
+    "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)",
+    "s3a": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS",
+    "gcs": "GOOGLE_APPLICATION_CREDENTIALS",
+    "az": "AZURE_STORAGE_CONNECTION_STRING",
+    "abfs": "AZURE_STORAGE_CONNECTION_STRING",
+    "abfss": "AZURE_STORAGE_CONNECTION_STRING",
+    "hf": "HF_TOKEN",
+}
+
+
+def _credential_problem(error: BaseException) -> str | None:
+    """What is wrong with this process's credentials, when ``error`` (or what caused it) says so; else None."""
+    types: list[type] = []
+    for module, names in _CREDENTIAL_ERRORS.items():
+        loaded = sys.modules.get(module)
+        types += [t for t in (getattr(loaded, n, None) for n in names) if isinstance(t, type)]
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and not isinstance(current, MsgtrainError):
+        if types and isinstance(current, tuple(types)):
+            return "no usable credentials"
+        if isinstance(current, PermissionError):
+            return "access denied"
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def credentials_hint(proto: str) -> str:
+    """How to give a run credentials for ``proto``, on this machine and under ``ray job submit``."""
+    variables = CREDENTIAL_VARIABLES.get(proto, "the store's credential variables")
+    return (
+        f"set {variables} for a principal allowed to read and write there; under `ray job submit`, pass them in "
+        "the runtime env (--runtime-env-json '{\"env_vars\": {...}}'), or give the cluster's nodes a role"
+    )
+
+
 # Each store package's own "could not connect" exceptions, by module: only a module already imported can have
 # raised one, so none is imported here.
 _CONNECTION_ERRORS = {
@@ -269,6 +321,14 @@ class Store:
         try:
             yield
         except Exception as e:
+            problem = None if isinstance(e, MsgtrainError) else _credential_problem(e)
+            if problem is not None:
+                raise StoreAccessError(
+                    f"the {self.protocol}:// store at {self.endpoint()} refused this process: {problem}"
+                    f" ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'})",
+                    where=url,
+                    hint=credentials_hint(self.protocol),
+                ) from None
             if not _is_connection_error(e):
                 raise
             raise StoreConnectionError(
