@@ -9,6 +9,9 @@ affects them alike. For ``convert`` of one conversation (the Qwen3 tokenizer of 
 embedded demo tokenizer) also the moment the first record is read: the child notes the wall-clock time of its first
 call into the readers, against the parent's clock before it started the process.
 
+Then, for ``--help`` and ``convert``, the modules they import, from one ``python -X importtime`` run each: the
+time spent importing and the top-level packages that took most of it.
+
 Invariants: nothing here changes what msgtrain does (the first-record hook wraps ``read_events`` in the child only);
 the conversion's output is checked to exist after each run.
 """
@@ -123,8 +126,32 @@ def main(argv: list[str] | None = None) -> int:
             f"| first record of `convert` read after | {statistics.median(firsts):.2f} | "
             f"{min(firsts):.2f} – {max(firsts):.2f} | – |"
         )
+        for name in ("--help", f"convert ({what})"):
+            print(f"\ntop imports of `{name}` (python -X importtime, one run; self time summed per package):")
+            shutil.rmtree(out, ignore_errors=True)
+            total, top = top_imports(commands[name])
+            print(f"  all imports: {total * 1000:.0f} ms")
+            for package, seconds in top:
+                print(f"  {seconds * 1000:7.1f} ms  {package}")
         print(f"\nload average now {os.getloadavg()[0]:.1f}")
     return 0
+
+
+def top_imports(argv: list[str], n: int = 12) -> tuple[float, list[tuple[str, float]]]:
+    """(seconds spent importing, the ``n`` top-level packages that took most of it) for ``msgtrain ARGV``, from
+    ``python -X importtime``'s self times (each module's own, without its imports), summed per top-level package."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", RUN, *argv], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"msgtrain {' '.join(argv)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    per_package: dict[str, float] = {}
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, _cumulative, name = line[len("import time:") :].split("|", 2)
+        package = name.strip().split(".")[0]
+        per_package[package] = per_package.get(package, 0.0) + int(self_us) / 1e6
+    ranked = sorted(per_package.items(), key=lambda kv: -kv[1])
+    return sum(per_package.values()), ranked[:n]
 
 
 if __name__ == "__main__":

@@ -5,10 +5,16 @@ Pipeline: ``ingest`` (logs → MessageGraph) → ``linearize`` (graphs → token
 
 The public names below are imported on first use (PEP 562), so ``msgtrain --help`` does not pay for building
 the pydantic models.
+
+Dependencies print no banner: transformers announces on import that PyTorch is missing ("Models won't be
+available"), noise for a tool that never loads a model. Its advisory messages are off in every process that imports
+msgtrain before transformers (the command line, its workers, Ray tasks), unless the environment says otherwise
+(``TRANSFORMERS_NO_ADVISORY_WARNINGS`` set, even empty, is kept as it is).
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from msgtrain.errors import MsgtrainError
@@ -17,6 +23,7 @@ if TYPE_CHECKING:
     from msgtrain.model import MessageBuilder, MessageGraph, OptionResultBuilder, load_graphs
 
 __version__ = "0.1.0"
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 __all__ = [
     "MessageBuilder",
     "MessageGraph",

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +94,7 @@ def test_the_formats_catalogue_is_the_registry() -> None:
 RUN = """
 import atexit, sys, threading, time
 from pathlib import Path
+from typing import Any
 mode, marker = sys.argv[1], Path(sys.argv[2])
 atexit.register(lambda: marker.with_suffix(".atexit").write_text("ran"))
 if mode == "thread":
@@ -136,3 +138,148 @@ def test_the_console_script_waits_for_a_running_non_daemon_thread(tmp_path: Path
     assert proc.returncode == 0
     assert marker.with_suffix(".thread").read_text() == "done"  # the normal exit joined it
     assert marker.with_suffix(".atexit").read_text() == "ran"
+
+
+# ------------------------------------------------------------------ a conversion imports what it uses
+def test_a_convert_on_the_embedded_tokenizer_imports_neither_transformers_nor_torch(tmp_path: Path) -> None:
+    """The embedded tokenizer is built with ``tokenizers`` alone and templates render through transformers' own
+    chat-template module loaded without its package (msgtrain.linearize.hf_chat): no transformers, no torch."""
+    log = tmp_path / "one.jsonl"
+    log.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}) + "\n"
+    )
+    code, heavy = _imported_by("convert", str(log), "-q", "-o", str(tmp_path / "out"), watch=("transformers", "torch"))
+    assert code == 0 and (tmp_path / "out" / "report.json").is_file()
+    assert heavy == []
+
+
+def test_the_embedded_tokenizer_is_the_one_transformers_builds() -> None:
+    """Oracle: the tokenizer built through transformers (what the embedded one stands for): the same vocabulary and
+    pipeline, added tokens, special ids and fingerprint (which keys resumed parts)."""
+    from msgtrain.linearize.snapshot import _facts
+    from msgtrain.linearize.tokenizer import DEMO_TOKENIZER, TokenizerBundle, _build_demo_tokenizer, _demo_tokenizer
+
+    light, truth = _demo_tokenizer(), _build_demo_tokenizer()
+    assert light.backend_tokenizer.to_str() == truth.backend_tokenizer.to_str()
+    assert _facts(light) == _facts(truth)
+    for text in ("<|im_start|>user\nhé 👋<|im_end|>\n", "  \t\r\n", "<|endoftext|>x"):
+        assert light.encode(text, add_special_tokens=False) == truth.encode(text, add_special_tokens=False)
+        ids = truth.encode(text, add_special_tokens=False)
+        assert light.decode(ids) == truth.decode(ids)
+        assert light.convert_ids_to_tokens(ids) == truth.convert_ids_to_tokens(ids)
+    assert TokenizerBundle(light, DEMO_TOKENIZER).fingerprint == TokenizerBundle(truth, DEMO_TOKENIZER).fingerprint
+
+
+def test_templates_render_through_the_standalone_chat_template_module_as_apply_chat_template_renders_them() -> None:
+    """Oracle: ``apply_chat_template`` of transformers itself, for the embedded template and the real Qwen3 one
+    (tools, reasoning), against transformers' chat-template module executed without its package."""
+    from transformers import AutoTokenizer
+
+    from msgtrain.linearize.hf_chat import standalone
+    from msgtrain.linearize.tokenizer import _build_demo_tokenizer
+    from tests.conftest import shared_path
+
+    module = standalone()
+    assert module.__name__.startswith("_msgtrain_transformers_chat")
+    tool: dict[str, Any] = {
+        "type": "function",
+        "function": {"name": "add", "description": "Add.", "parameters": {"type": "object"}},
+    }
+    messages: list[Any] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "2+2? Ünïcode «ok»"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}],
+        },
+        {"role": "tool", "content": "4"},
+        {"role": "assistant", "content": "4."},
+    ]
+    for hf in (_build_demo_tokenizer(), AutoTokenizer.from_pretrained(shared_path("tokenizers", "qwen3"))):
+        for tools, generation in ((None, False), ([tool], True)):
+            offered: Any = tools
+            expected = hf.apply_chat_template(messages, tools=offered, add_generation_prompt=generation, tokenize=False)
+            data = module._plain_template_data({"messages": messages, "tools": tools})
+            rendered = module._compile_jinja_template(hf.chat_template).render(
+                **data, add_generation_prompt=generation, **hf.special_tokens_map
+            )
+            assert rendered == expected
+
+
+BANNER = """
+import os, sys
+sys.modules["torch"] = None  # torch is installed here: find_spec("torch") now says it is not
+import msgtrain.cli
+import transformers  # what any command that loads a tokenizer through transformers does
+from msgtrain.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("advisory", [None, ""])
+def test_no_dependency_prints_a_banner_when_torch_is_missing(advisory: str | None) -> None:
+    """On a base install (no torch) transformers announces "PyTorch was not found" as it is imported; msgtrain turns
+    its advisory messages off before any import of transformers. With the variable set empty by the user the banner
+    shows: the simulated absence of torch is seen."""
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_NO_ADVISORY_WARNINGS"}
+    env["PYTHONPATH"] = str(ROOT)
+    if advisory is not None:
+        env["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = advisory
+    proc = subprocess.run(
+        [sys.executable, "-c", BANNER, "formats"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0
+    printed = proc.stdout + proc.stderr
+    if advisory is None:
+        assert "PyTorch" not in printed and proc.stderr == ""
+    else:
+        assert "PyTorch was not found" in printed
+
+
+@pytest.mark.parametrize(
+    "shards",
+    [
+        [("train", 4, 100, 50)],
+        [("train", 2, 60, 30), ("train", 3, 70, 35), ("validation", 1, 9, 8)],
+        [],
+    ],
+    ids=["one-shard", "splits-and-shards", "empty"],
+)
+def test_features_and_dataset_info_are_what_datasets_writes(tmp_path: Path, shards: list[tuple[Any, ...]]) -> None:
+    """Oracle: ``datasets`` itself (``Features.from_arrow_schema``, ``DatasetInfo.write_to_directory``), for every
+    target; msgtrain writes both without importing it."""
+    from datasets import DatasetInfo, Features, SplitDict, SplitInfo
+
+    from msgtrain.export.targets import TARGETS
+    from msgtrain.export.writer import INFO_FILE, ShardInfo, hf_features, write_parquet_info
+
+    infos = [ShardInfo(split, rows, num_bytes, size) for split, rows, num_bytes, size in shards]
+    for target in TARGETS.values():
+        assert hf_features(target.schema) == Features.from_arrow_schema(target.schema).to_dict(), target.name
+        ours, theirs = tmp_path / target.name / "ours", tmp_path / target.name / "theirs"
+        ours.mkdir(parents=True)
+        theirs.mkdir()
+        write_parquet_info(ours, target, ["train", "validation"], infos)
+        split_infos = SplitDict()
+        for name in ("train", "validation"):
+            mine = [s for s in infos if s.split == name]
+            if mine:
+                rows = [s.rows for s in mine]
+                split_infos.add(
+                    SplitInfo(
+                        name=name,
+                        num_bytes=sum(s.num_bytes for s in mine),
+                        num_examples=sum(rows),
+                        shard_lengths=rows if len(mine) > 1 else None,
+                    )
+                )
+        DatasetInfo(
+            description=f"msgtrain export, target {target.name!r}: {target.description}",
+            features=Features.from_arrow_schema(target.schema),
+            splits=split_infos,
+            download_size=sum(s.size for s in infos),
+            dataset_size=sum(s.num_bytes for s in split_infos.values()),
+            config_name="default",
+        ).write_to_directory(str(theirs))
+        assert (ours / INFO_FILE).read_bytes() == (theirs / INFO_FILE).read_bytes(), target.name

@@ -55,12 +55,43 @@ DEFAULT_ROW_GROUP_TOKENS = 8 * 1024 * 1024  # ~32 MiB of int32 ids per row group
 Decode = Callable[[list[int]], str]
 
 
+# Arrow types as ``datasets`` names them in a ``Value`` feature (its ``_arrow_to_datasets_dtype``).
+_VALUE_DTYPES = {
+    pa.bool_(): "bool",
+    pa.int8(): "int8",
+    pa.int16(): "int16",
+    pa.int32(): "int32",
+    pa.int64(): "int64",
+    pa.float32(): "float32",
+    pa.float64(): "float64",
+    pa.string(): "string",
+    pa.large_string(): "large_string",
+}
+
+
+def hf_features(schema: pa.Schema) -> dict[str, Any]:
+    """The ``datasets`` features of ``schema`` as ``Features.from_arrow_schema(schema).to_dict()`` gives them, made
+    without importing ``datasets`` (about half a second, and pandas with it) for the types the targets use; any
+    other type is asked of ``datasets`` itself. tests/test_startup.py compares both for every target."""
+    try:
+        return {f.name: _feature(f.type) for f in schema}
+    except KeyError:
+        from datasets import Features
+
+        return dict(Features.from_arrow_schema(schema).to_dict())
+
+
+def _feature(t: pa.DataType) -> dict[str, Any]:
+    if pa.types.is_list(t):
+        return {"feature": _feature(t.value_type), "_type": "List"}
+    if pa.types.is_struct(t):
+        return {field.name: _feature(field.type) for field in t}
+    return {"dtype": _VALUE_DTYPES[t], "_type": "Value"}
+
+
 def _features_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
     """The ``huggingface`` schema metadata ``datasets`` writes and reads back as exact features."""
-    from datasets import Features
-
-    features = Features.from_arrow_schema(schema)
-    return {b"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True).encode()}
+    return {b"huggingface": json.dumps({"info": {"features": hf_features(schema)}}, sort_keys=True).encode()}
 
 
 @dataclass
@@ -244,33 +275,33 @@ def parquet_shard_info(split: str, path: Path, rows: int) -> ShardInfo:
 
 def write_parquet_info(out_dir: Path, target: Target, splits: list[str], shards: list[ShardInfo]) -> None:
     """``dataset_info.json`` of a Parquet dataset from its shards (in shard order within each split), splits in
-    ``splits`` order; a split without shards is not listed (``datasets`` cannot load a split without files)."""
-    from datasets import DatasetInfo, Features, SplitDict, SplitInfo
+    ``splits`` order; a split without shards is not listed (``datasets`` cannot load a split without files).
 
-    split_infos = SplitDict()
+    The bytes ``datasets.DatasetInfo.write_to_directory`` writes for this info (its fields in its order, unset ones
+    left out), made without importing ``datasets``: tests/test_startup.py compares them."""
+    split_infos: dict[str, dict[str, Any]] = {}
     for name in splits:
         mine = [s for s in shards if s.split == name]
         if not mine:
             continue
         rows = [s.rows for s in mine]
-        split_infos.add(
-            SplitInfo(
-                name=name,
-                num_bytes=sum(s.num_bytes for s in mine),
-                num_examples=sum(rows),
-                shard_lengths=rows if len(mine) > 1 else None,
-            )
-        )
-    info = DatasetInfo(
-        description=f"msgtrain export, target {target.name!r}: {target.description}",
-        features=Features.from_arrow_schema(target.schema),
-        splits=split_infos,
-        download_size=sum(s.size for s in shards),
-        dataset_size=sum(s.num_bytes for s in split_infos.values()),
-        config_name="default",
-    )
+        split: dict[str, Any] = {"name": name, "num_bytes": sum(s.num_bytes for s in mine), "num_examples": sum(rows)}
+        if len(mine) > 1:
+            split["shard_lengths"] = rows
+        split_infos[name] = {**split, "dataset_name": None}
+    info = {
+        "description": f"msgtrain export, target {target.name!r}: {target.description}",
+        "citation": "",
+        "homepage": "",
+        "license": "",
+        "features": hf_features(target.schema),
+        "config_name": "default",
+        "splits": split_infos,
+        "download_size": sum(s.size for s in shards),
+        "dataset_size": sum(s["num_bytes"] for s in split_infos.values()),
+    }
     try:
-        info.write_to_directory(str(out_dir))
+        (out_dir / INFO_FILE).write_bytes(json.dumps(info).encode("utf-8"))
     except OSError as e:
         raise OutputError(f"cannot write dataset_info.json: {e}", where=str(out_dir)) from e
 

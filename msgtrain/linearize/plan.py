@@ -237,7 +237,7 @@ def _stop_facts(tok: TokenizerBundle) -> tuple[np.ndarray, np.ndarray, int]:
         stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
         table = np.zeros(int(stop.max()) + 1 if stop.shape[0] else 0, dtype=bool)
         table[stop] = True
-        hit = _STOP_FACTS[tok] = (stop, table, len(tok.hf))
+        hit = _STOP_FACTS[tok] = (stop, table, len(tok.base))
     return hit
 
 

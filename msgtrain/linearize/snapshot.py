@@ -166,6 +166,14 @@ class SnapshotTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return str(self.backend_tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
 
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]:
+        """Each id's token (an added token's content, else the vocabulary's), as transformers' fast tokenizer
+        gives it."""
+        return [
+            t.content if (t := self.added_tokens_decoder.get(int(i))) else self.backend_tokenizer.id_to_token(i)
+            for i in ids
+        ]
+
     def __getattr__(self, name: str) -> Any:
         # Only reached for what the snapshot does not hold: the transformers tokenizer, loaded on first use.
         if name.startswith("__") or name == "_hf":

@@ -155,7 +155,9 @@ def compile_chat_template(source: str) -> Any:
     Raises ImportError when this transformers has no ``_compile_jinja_template`` (callers then fall back to
     ``apply_chat_template``).
     """
-    from transformers.utils.chat_template_utils import _compile_jinja_template
+    from msgtrain.linearize.hf_chat import chat_template_helper
+
+    _compile_jinja_template = chat_template_helper("_compile_jinja_template")
 
     # transformers builds the same environment whatever the template: take it from the empty template (compiled
     # once per process) rather than compiling this one a second time.

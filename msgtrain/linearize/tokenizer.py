@@ -130,7 +130,52 @@ CHATML_TEMPLATE = (
 )
 
 
+DEMO_EOS, DEMO_PAD, DEMO_START = "<|im_end|>", "<|endoftext|>", "<|im_start|>"
+
+
+def _demo_tokenizer() -> Any:
+    """The embedded demo tokenizer (256 byte tokens, ChatML) built with ``tokenizers`` alone: the backend, added
+    tokens and facts :func:`_build_demo_tokenizer` gets through transformers (tests/test_startup.py compares them),
+    so a run on it never imports transformers; anything else is asked of transformers' tokenizer, built on first
+    use."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    from msgtrain.linearize.snapshot import SnapshotTokenizer
+
+    byte_chars = pre_tokenizers.ByteLevel.alphabet()
+    backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(sorted(byte_chars))}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1", special_tokens=[])
+    specials = (DEMO_EOS, DEMO_PAD, DEMO_START)  # in the order transformers adds them: eos, pad, additional
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    flags = {"special": True, "lstrip": False, "rstrip": False, "normalized": False, "single_word": False}
+    ids: dict[str, int] = {t: backend.token_to_id(t) or 0 for t in specials}  # added just above: never None
+    facts = {
+        "chat_template": CHATML_TEMPLATE,
+        "added_tokens": {str(ids[t]): {"content": t, **flags} for t in specials},
+        "all_special_ids": sorted(ids.values()),
+        "eos_token_id": ids[DEMO_EOS],
+        "special_tokens_map": {"eos_token": DEMO_EOS, "pad_token": DEMO_PAD},
+        "len": backend.get_vocab_size(with_added_tokens=True),
+    }
+
+    class DemoTokenizer(SnapshotTokenizer):
+        def _transformers(self) -> Any:
+            return _build_demo_tokenizer()
+
+        def as_transformers(self) -> Any:
+            """transformers' build of this tokenizer (with this one's chat template), made once."""
+            if self._hf is None:
+                self._hf = self._transformers()
+            self._hf.chat_template = self.chat_template
+            return self._hf
+
+    return DemoTokenizer(Path(DEMO_TOKENIZER), facts, backend, backend.to_str())
+
+
 def _build_demo_tokenizer() -> Any:
+    """The embedded demo tokenizer through transformers (what :func:`_demo_tokenizer` stands for)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -140,10 +185,7 @@ def _build_demo_tokenizer() -> Any:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"],
+        tokenizer_object=tok, eos_token=DEMO_EOS, pad_token=DEMO_PAD, additional_special_tokens=[DEMO_START]
     )
     hf.chat_template = CHATML_TEMPLATE
     hf.name_or_path = DEMO_TOKENIZER
@@ -199,7 +241,7 @@ def backend_decodes_alike(hf: Any) -> bool:
 
 def _load_hf(name: str | None, chat_template: str | None) -> Any:
     if name is None or name == DEMO_TOKENIZER:
-        hf = _build_demo_tokenizer()
+        hf = _demo_tokenizer()
     else:
         source = resolve_tokenizer(name, download=True)
         if source.folder is None:
@@ -304,7 +346,7 @@ class TokenizerBundle:
     encodes_messages = False
 
     def __init__(self, hf: Any, name: str):
-        self.hf = hf
+        self.base = hf  # what the linearizer reads: the loaded tokenizer (a snapshot, the embedded one, transformers')
         self.name = name
         # Named templates (tokenizer_config's list of {name, template}: Command R+, Hermes) are chosen per rendering
         # as apply_chat_template chooses: ``tool_use`` when tools are offered and it exists, else ``default``.
@@ -349,13 +391,24 @@ class TokenizerBundle:
         return False
 
     # -------------------------------------------------------------- facts
+    @property
+    def hf(self) -> Any:
+        """The tokenizer as transformers gives it (a trainer's ``processing_class``, ``save_pretrained``): the loaded
+        one, or for the embedded tokenizer (built without transformers) transformers' build of it, on first use."""
+        as_transformers = getattr(self.base, "as_transformers", None)
+        return as_transformers() if as_transformers is not None else self.base
+
+    @hf.setter
+    def hf(self, value: Any) -> None:
+        self.base = value
+
     def _stop_ids(self) -> set[int]:
         """Tokens that end a sampled turn: EOS, generation-config EOS ids, and the token the template writes
         right after an assistant message's content (found by probing the template, not per model)."""
         ids: set[int] = set()
-        if self.hf.eos_token_id is not None:
-            ids.add(int(self.hf.eos_token_id))
-        folder = Path(str(getattr(self.hf, "name_or_path", "")))
+        if self.base.eos_token_id is not None:
+            ids.add(int(self.base.eos_token_id))
+        folder = Path(str(getattr(self.base, "name_or_path", "")))
         gen_cfg = folder / "generation_config.json"
         if gen_cfg.is_file():
             try:
@@ -364,18 +417,18 @@ class TokenizerBundle:
             except (ValueError, OSError):
                 pass
         self.declared_stop_ids = frozenset(ids)
-        declared = [str(t) for t in self.hf.convert_ids_to_tokens(sorted(ids)) if t in self.hf.added_tokens_encoder]
+        declared = [str(t) for t in self.base.convert_ids_to_tokens(sorted(ids)) if t in self.base.added_tokens_encoder]
         texts = template_stop_texts(
             lambda msgs, tools: self.render(msgs, tools=tools, add_generation_prompt=False), self._added_re, declared
         )
-        ids.update(int(self.hf.added_tokens_encoder[t]) for t in texts)
+        ids.update(int(self.base.added_tokens_encoder[t]) for t in texts)
         return ids
 
     @functools.cached_property
     def eos_stop_text(self) -> str | None:
         """The text of EOS when it is a stop token written as an added token (what a turn the template marks no end
         of stopped on), else None."""
-        eos = self.hf.eos_token_id
+        eos = self.base.eos_token_id
         if eos is None or int(eos) not in self.stop_ids or int(eos) not in self._added_set:
             return None
         return self.decode([int(eos)])
@@ -389,7 +442,7 @@ class TokenizerBundle:
     def _whitespace_ids(self) -> set[int]:
         out = set()
         for s in (" ", "\n", "\n\n", "\t", "  ", "\r\n", " \n"):
-            enc = self.hf.encode(s, add_special_tokens=False)
+            enc = self.base.encode(s, add_special_tokens=False)
             if len(enc) == 1:
                 out.add(int(enc[0]))
         return out
@@ -405,7 +458,7 @@ class TokenizerBundle:
         its workers do not."""
         h = hashlib.blake2b(digest_size=12)
         # A restored snapshot knows its serialization (checked equal to ``to_str()`` when it was restored).
-        known = getattr(self.hf, "backend_json", None) if self.backend is self.hf.backend_tokenizer else None
+        known = getattr(self.base, "backend_json", None) if self.backend is self.base.backend_tokenizer else None
         h.update((known if isinstance(known, str) else self.backend.to_str()).encode())
         for text in self.template_texts():
             h.update(b"\0" + text.encode())
@@ -419,11 +472,11 @@ class TokenizerBundle:
 
         added = sorted(
             (int(i), t.content, bool(t.special), bool(t.lstrip), bool(t.rstrip), bool(t.normalized))
-            for i, t in self.hf.added_tokens_decoder.items()
+            for i, t in self.base.added_tokens_decoder.items()
         )
-        folder = Path(str(getattr(self.hf, "name_or_path", "") or ""))
+        folder = Path(str(getattr(self.base, "name_or_path", "") or ""))
         return {
-            "special_tokens_map": self.hf.special_tokens_map,
+            "special_tokens_map": self.base.special_tokens_map,
             "added_tokens": added,
             "stop_ids": sorted(self.stop_ids),
             "files": snapshot_key(folder) if folder.is_dir() else None,
@@ -436,10 +489,10 @@ class TokenizerBundle:
             "alpha beta" + (self.added_strings[0] if self.added_strings else "") + "\n  gamma delta  \n",
         ]
         for text in samples:
-            whole = self.hf.encode(text, add_special_tokens=False)
+            whole = self.base.encode(text, add_special_tokens=False)
             for m in self._added_re.finditer(text):
-                left = self.hf.encode(text[: m.end()], add_special_tokens=False)
-                right = self.hf.encode(text[m.end() :], add_special_tokens=False)
+                left = self.base.encode(text[: m.end()], add_special_tokens=False)
+                right = self.base.encode(text[m.end() :], add_special_tokens=False)
                 if left + right != whole:
                     return False
         return True
@@ -461,7 +514,7 @@ class TokenizerBundle:
         """
         fast = self._fast_render()
         if fast is None:
-            out = self.hf.apply_chat_template(
+            out = self.base.apply_chat_template(
                 list(messages),
                 tools=list(tools) if tools else None,
                 add_generation_prompt=add_generation_prompt,
@@ -544,7 +597,7 @@ class TokenizerBundle:
         out = self._kwargs_cache.get(key)
         if out is None:
             fast = self._fast_render()
-            merged = {**self.hf.special_tokens_map, **(template_kwargs or {})}
+            merged = {**self.base.special_tokens_map, **(template_kwargs or {})}
             out = fast[1](merged) if fast is not None else merged
             if len(self._kwargs_cache) > 64:
                 self._kwargs_cache.clear()
@@ -565,12 +618,15 @@ class TokenizerBundle:
         rendering goes through ``apply_chat_template``)."""
         if self._fast is None:
             try:
-                from transformers.utils.chat_template_utils import _alias_reasoning_fields, _plain_template_data
-
+                from msgtrain.linearize.hf_chat import chat_template_helper
                 from msgtrain.linearize.template import compile_chat_template
 
+                plain, alias = (
+                    chat_template_helper("_plain_template_data"),
+                    chat_template_helper("_alias_reasoning_fields"),
+                )
                 compile_chat_template(self.chat_template)  # ImportError here too when transformers lacks it
-                self._fast = (compile_chat_template, _plain_template_data, _alias_reasoning_fields)
+                self._fast = (compile_chat_template, plain, alias)
             except ImportError:
                 self._fast = False
         return self._fast or None
@@ -959,10 +1015,10 @@ class TokenizerBundle:
     def decode(self, ids: Iterable[int]) -> str:
         if self._decode_direct:
             return str(self.backend.decode(list(map(int, ids)), skip_special_tokens=False))
-        return str(self.hf.decode(list(map(int, ids)), skip_special_tokens=False))
+        return str(self.base.decode(list(map(int, ids)), skip_special_tokens=False))
 
     def _backend_decodes_alike(self) -> bool:
-        return self.backend is self.hf.backend_tokenizer and backend_decodes_alike(self.hf)
+        return self.backend is self.base.backend_tokenizer and backend_decodes_alike(self.base)
 
     def decode_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.decode([i]) for i in ids]
