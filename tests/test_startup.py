@@ -141,14 +141,16 @@ def test_the_console_script_waits_for_a_running_non_daemon_thread(tmp_path: Path
 
 
 # ------------------------------------------------------------------ a conversion imports what it uses
-def test_a_convert_on_the_embedded_tokenizer_imports_neither_transformers_nor_torch(tmp_path: Path) -> None:
-    """The embedded tokenizer is built with ``tokenizers`` alone and templates render through transformers' own
-    chat-template module loaded without its package (msgtrain.linearize.hf_chat): no transformers, no torch."""
+def test_a_convert_on_the_embedded_tokenizer_imports_neither_transformers_nor_datasets(tmp_path: Path) -> None:
+    """The embedded tokenizer is built with ``tokenizers`` alone, templates render through transformers' own
+    chat-template module loaded without its package (msgtrain.linearize.hf_chat), and the Parquet features and
+    dataset_info.json are written without ``datasets``: no transformers, torch, datasets or hub client."""
     log = tmp_path / "one.jsonl"
     log.write_text(
         json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}) + "\n"
     )
-    code, heavy = _imported_by("convert", str(log), "-q", "-o", str(tmp_path / "out"), watch=("transformers", "torch"))
+    watch = ("transformers", "torch", "datasets", "huggingface_hub")
+    code, heavy = _imported_by("convert", str(log), "-q", "-o", str(tmp_path / "out"), watch=watch)
     assert code == 0 and (tmp_path / "out" / "report.json").is_file()
     assert heavy == []
 
