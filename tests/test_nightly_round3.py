@@ -160,3 +160,21 @@ def test_store_errors_are_one_line_naming_the_url_and_what_to_do(
         assert main(["convert", str(logs), "-o", "s3://round3-errors/sft", "-q"]) == 1
         line = said()
         assert "cannot connect to the s3:// store at http://127.0.0.1" in line and "s3://round3-errors/sft" in line
+
+
+def test_a_latin1_line_is_one_reject_naming_the_encoding_and_a_utf16_file_is_named_by_its_bom(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    chats = [{**CHAT, "messages": [{"role": "user", "content": w}, CHAT["messages"][1]]} for w in ("hi", "café", "hey")]
+    (logs / "latin.jsonl").write_bytes(
+        "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in chats).encode("latin-1")
+    )
+    (logs / "wide.jsonl").write_bytes((json.dumps(CHAT) + "\n").encode("utf-16"))
+    out = tmp_path / "out"
+    assert main(["convert", str(logs), "-o", str(out), "-q"]) == 3
+    rejects = {Path(r["file"]).name: r for r in _rejects(out)}
+    assert rejects["latin.jsonl"]["record"] == "line 2" and rejects["latin.jsonl"]["reason"] == "bad_utf8"
+    assert "Latin-1" in rejects["latin.jsonl"]["hint"] and "iconv" in rejects["latin.jsonl"]["hint"]
+    assert rejects["wide.jsonl"]["reason"] == "not_utf8" and "UTF-16LE" in rejects["wide.jsonl"]["message"]
+    assert "iconv -f UTF-16 -t UTF-8" in rejects["wide.jsonl"]["hint"]
+    assert json.loads((out / "report.json").read_text())["records"]["converted"] == 2  # latin.jsonl's valid lines

@@ -342,7 +342,7 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
             yield (
                 lineno,
                 raw,
-                ParseError(f"invalid UTF-8 at byte {e.start}", where=where, code="bad_utf8"),
+                ParseError(f"invalid UTF-8 at byte {e.start}", where=where, code="bad_utf8", hint=not_utf8_hint(raw)),
             )
         except json.JSONDecodeError as e:
             truncated = not raw.endswith(b"\n")
@@ -361,6 +361,45 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
 
 # A JSON escape of a UTF-16 surrogate: the only way a strictly decoded UTF-8 line yields a lone surrogate.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+# Byte-order marks of the Unicode encodings that are not UTF-8, longest first (UTF-32 LE starts like UTF-16 LE).
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32LE"),
+    (b"\x00\x00\xfe\xff", "UTF-32BE"),
+    (b"\xff\xfe", "UTF-16LE"),
+    (b"\xfe\xff", "UTF-16BE"),
+)
+
+
+def bom_encoding(head: bytes) -> str | None:
+    """The encoding a file's byte-order mark names, when it is one msgtrain does not read (UTF-16, UTF-32)."""
+    return next((name for bom, name in _BOMS if head.startswith(bom)), None)
+
+
+def not_utf8_error(path: Path, encoding: str) -> ParseError:
+    """The reject of a whole file in an encoding named by its byte-order mark."""
+    return ParseError(
+        f"the file is {encoding} text (by its byte-order mark); msgtrain reads UTF-8",
+        where=str(path),
+        code="not_utf8",
+        # iconv's UTF-16 / UTF-32 read the byte-order mark (the LE/BE names would keep it as a character)
+        hint=f"re-encode it as UTF-8: iconv -f {encoding[:6]} -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix}",
+    )
+
+
+def not_utf8_hint(raw: bytes | bytearray) -> str:
+    """The fix for bytes that are not UTF-8, naming the encoding they most likely are."""
+    try:
+        bytes(raw).decode("cp1252")
+        guess = "Windows-1252 / Latin-1"
+        source = "WINDOWS-1252"
+    except UnicodeDecodeError:
+        guess, source = "Latin-1", "LATIN1"
+    return (
+        f"the line is not UTF-8 (it reads as {guess} text); re-encode the file as UTF-8 "
+        f"(iconv -f {source} -t UTF-8), the other lines are read as they are"
+    )
 
 
 def too_deep_error(where: str) -> ParseError:
@@ -412,7 +451,9 @@ def load_json_document(path: Path) -> Any:
 
 def _document_error(path: Path, e: UnicodeDecodeError | json.JSONDecodeError) -> ParseError:
     if isinstance(e, UnicodeDecodeError):
-        return ParseError(f"invalid UTF-8 at byte {e.start}", where=str(path), code="bad_utf8")
+        return ParseError(
+            f"invalid UTF-8 at byte {e.start}", where=str(path), code="bad_utf8", hint=not_utf8_hint(e.object)
+        )
     return ParseError(f"invalid JSON at line {e.lineno}: {e.msg}", where=str(path), code="bad_json")
 
 

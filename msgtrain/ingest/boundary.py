@@ -15,7 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from msgtrain.errors import FormatError, MsgtrainError
-from msgtrain.ingest.base import Reader, ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, read_head
+from msgtrain.ingest.base import (
+    Reader,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    SourceRef,
+    bom_encoding,
+    not_utf8_error,
+    read_head,
+)
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.faults import _read_streaming, fault_reject, unreadable_file_error
 from msgtrain.ingest.isolate import read_document_isolating, read_folder_isolating, read_isolating, retry_keys
@@ -24,9 +34,12 @@ from msgtrain.ingest.text_check import graph_reject
 
 def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject:
     """The reader for ``path`` (``forced``, or detected), or the reject that stands for the whole file."""
+    file_ref = SourceRef(str(path), "file")
+    encoding = _bom_encoding(path)
+    if encoding is not None:
+        return ReadReject(file_ref, not_utf8_error(path, encoding))
     if forced is not None:
         return forced
-    file_ref = SourceRef(str(path), "file")
     try:
         return detect_format(path)
     except MsgtrainError as e:
@@ -37,6 +50,16 @@ def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject
         return ReadReject(file_ref, unreadable_file_error(path, e))
     except Exception as e:
         return fault_reject(file_ref, e, "format detection", traceback.format_exc(), path)
+
+
+def _bom_encoding(path: Path) -> str | None:
+    if path.is_dir():
+        return None
+    try:
+        with open(path, "rb") as f:
+            return bom_encoding(f.read(4))
+    except OSError:
+        return None  # detection reports it
 
 
 def read_events(reader: Reader, path: Path, forced: bool = False) -> Iterator[ReadEvent]:
