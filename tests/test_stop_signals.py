@@ -108,5 +108,8 @@ def test_a_signal_stops_every_worker_within_two_seconds_with_one_line(
     assert len(lines) == 1, err
     said = "stopped by SIGTERM" if sig == signal.SIGTERM else "interrupted"
     assert lines[0].startswith(said) and "--resume" in lines[0], err
+    assert "finished parts kept (" in lines[0] and f"MiB in {tmp_path / '.out.msgtrain-state' / 'parts'}" in lines[0], (
+        err
+    )
     assert not out.exists()
     assert (tmp_path / ".out.msgtrain-state").is_dir()  # kept for --resume

@@ -201,8 +201,13 @@ def execute(plan: RunPlan, executor: Executor, cfg: ConvertConfig, progress: Pro
             plan.jobs, plan.settings, plan.parts, on_done, plan.plans, plan.chunk_bytes, plan.add_planned
         )
     except KeyboardInterrupt as e:
+        try:
+            count, size = plan.parts.footprint()
+            kept = f"{count} finished parts kept ({size / 2**20:.1f} MiB in {plan.parts})"
+        except Exception:  # a store gone: the interrupt is still said
+            kept = f"finished parts kept in {plan.parts}"
         raise Interrupted(
-            f"{what_stopped(e)} after {done_files} of {plan.total_parts} parts; workers stopped, finished parts kept",
+            f"{what_stopped(e)} after {done_files} of {plan.total_parts} parts; workers stopped, {kept}",
             hint="run the same command with --resume to finish",
         ) from None
     _check_parts(plan)

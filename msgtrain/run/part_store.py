@@ -97,6 +97,10 @@ class PartsStore(Protocol):
         """The rejects of part ``key`` (JSON lines, in file order)."""
         ...
 
+    def footprint(self) -> tuple[int, int]:
+        """How many complete parts there are and the bytes all parts take (what an interrupted run leaves)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LocalParts:
@@ -132,6 +136,12 @@ class LocalParts:
     def rejects(self, key: str) -> str:
         return (self.root / key / REJECTS_FILE).read_text(encoding="utf-8")
 
+    def footprint(self) -> tuple[int, int]:
+        if not self.root.is_dir():
+            return 0, 0
+        parts = sum(1 for p in self.root.iterdir() if (p / PART_FILE).is_file())
+        return parts, sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())
+
     def keep_only(self, keys: set[str]) -> None:
         """Remove every part but ``keys``."""
         for part in self.root.iterdir():
@@ -164,6 +174,10 @@ class StoreParts:
         self.listed = Store.of(self.url).listed_hashes(self.url)
         marker = "/" + PART_FILE
         return {url[: -len(marker)].rpartition("/")[2] for url in self.listed if url.endswith(marker)}.__contains__
+
+    def footprint(self) -> tuple[int, int]:
+        files = Store.of(self.url).list_files(self.url)
+        return sum(1 for url, _ in files if url.endswith("/" + PART_FILE)), sum(size for _, size in files)
 
     def write(
         self, key: str, meta: dict[str, Any], samples: list[Sample], stats: PartStats, rejects: list[str]
