@@ -50,9 +50,13 @@ HAND_COUNTS = [
     # an AgentScope session: memory of [message, marks] pairs, three model calls (each text + tool_use), their
     # tool_result blocks logged as role system, and a last user message no reply answers
     ("agentscope-session.json", 3),
+    # OpenAI Swarm eval results: four prompts, five samples each; two prompts' samples are five distinct texts, the
+    # two others' are "None" five times (the agent called a function instead: the sample's text is not in the log),
+    # one reply each after its prompt, kept as context and in the books, not trained
+    ("swarm-triage-evals.json", 12),
 ]
 # replies of a file kept out of training, each with a reason in the books
-NOT_TRAINED = {"chatgpt-tree.json": 1}
+NOT_TRAINED = {"chatgpt-tree.json": 1, "swarm-triage-evals.json": 2}
 
 
 def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int, int, int]:
@@ -195,3 +199,15 @@ def test_an_agent_memory_of_message_and_marks_pairs_trains_each_call_after_its_r
     # _sys_prompt is the base its ReActAgent extends with its skills' prompt: not given as if it were the system
     # message, and the graph says what is missing
     assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
+
+
+def test_n_samples_of_one_prompt_are_siblings_and_a_sample_logged_as_none_is_not_trained() -> None:
+    _, stats, _ = convert_file(FIXTURES / "swarm-triage-evals.json", SETTINGS)
+    assert stats.turns_dropped == {"context_unknown": 2}
+    contexts = _contexts("swarm-triage-evals.json")
+    assert len(contexts) == 10  # the sampled texts, each after its own prompt alone (no sibling in its context)
+    assert {c[0] for c in contexts} == {
+        ("user", "I had some turbulence on my flight"),
+        ("user", "What is the meaning of life"),
+    }
+    assert all(len(c) == 2 for c in contexts) and "None" not in {c[1][1] for c in contexts}

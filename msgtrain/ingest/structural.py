@@ -157,6 +157,7 @@ PAIR_KEYS = (
     ("input_prompt", "output_response"),  # SkyRL evaluation dumps
     ("prompt", "sampled"),  # openai/evals recorder "sampling" events
     ("user_prompt", "judgment"),  # FastChat llm_judge model_judgment lines: the judge's prompt and verdict
+    ("messages", "actual_message"),  # OpenAI Swarm eval results: the messages sent, the n replies sampled for them
 )
 _UNLOGGED_SYSTEM_PAIRS = frozenset({("user_prompt", "judgment")})
 # Where a preference record's prompt is (Intel/orca_dpo_pairs writes ``question``; OpenAI ``input.messages``).
@@ -1278,14 +1279,26 @@ def _preference(
 def _text_branches(
     builder: _Builder, texts: list[str], where: str, metadata: dict[str, Any] | None
 ) -> list[tuple[list[Step], str]]:
-    """One branch per generated text, each a reply sampled in the context ``builder`` holds."""
+    """One branch per generated text, each a reply sampled in the context ``builder`` holds. A sample logged as the
+    text of a null (``None``: Python's ``str(None)``, as OpenAI Swarm's evals write a sample that called a function
+    instead of answering) is not what the model wrote: kept as context, in the books with the reason, never
+    trained."""
     out: list[tuple[list[Step], str]] = []
     for i, text in enumerate(texts):
         branch = _Builder(_fork(builder.norm), call_names=dict(builder.call_names))
         branch.steps = []
-        branch.add({"role": "assistant", "content": text}, f"{where}[{i}]", metadata=metadata)
+        raw: dict[str, Any] = {"role": "assistant", "content": text}
+        meta = metadata
+        if text.strip() in _NULL_TEXTS:
+            raw["weight"] = 0
+            meta = {**(metadata or {}), "why_not_trained": _NULL_WHY.format(text=text.strip())}
+        branch.add(raw, f"{where}[{i}]", metadata=meta)
         out.append((branch.steps, "sample"))
     return out
+
+
+_NULL_TEXTS = frozenset({"None", "null"})
+_NULL_WHY = "the sample was logged as {text!r}, a null written as text: what the model returned is not in the log"
 
 
 def _fork(norm: MessageNormaliser) -> MessageNormaliser:

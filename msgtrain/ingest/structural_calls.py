@@ -37,17 +37,20 @@ Convert = Callable[[Path, SourceRef, Any], list[ReadEvent]]
 
 def calls_of(graph: MessageGraph) -> list[Call]:
     """The calls a one-call graph holds: one per sampled reply, its context the path to it (a completion that runs
-    on after a tool result is a second call, whose context holds the first reply and the result)."""
+    on after a tool result is a second call, whose context holds the first reply and the result). A reply the log
+    holds but that is not to be trained (``carried``: weight 0, a sample logged as a null) is a call too, kept
+    ``carried`` so the books count it, never dropped without a word."""
     out: list[Call] = []
     for node in graph.nodes.values():
-        if node.origin is not Origin.SAMPLED:
+        carried = node.origin is Origin.CARRIED and node.message.role == "assistant"
+        if node.origin is not Origin.SAMPLED and not carried:
             continue
         path = graph.path(node.id)[:-1]
         context = [
             Step(n.message, origin=None if n.message.role == "assistant" else n.origin, index=i)
             for i, n in enumerate(path)
         ]
-        sample = Step(node.message, origin=Origin.SAMPLED, generation=graph.generations.get(node.id))
+        sample = Step(node.message, origin=node.origin, generation=graph.generations.get(node.id))
         out.append(Call(context, [sample], graph.envs[node.env_id]))
     return out
 
