@@ -212,7 +212,8 @@ def _extras(rec: dict[str, Any]) -> dict[str, Any]:
     extras["metrics"] = {k: v for k, v in found.items() if k not in _NOT_METRICS and k not in _EXTRA_KEYS}
     # info's scalar fields (a task name, an id) ride on every row, so rows can be grouped by them (--group-by
     # info.task); its lists and objects (tool schemas) stay in the graph's metadata only.
-    info = rec.get("info") if isinstance(rec.get("info"), dict) else {}
+    raw_info = rec.get("info")
+    info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
     scalars = {k: v for k, v in info.items() if isinstance(v, str | int | float | bool)}
     if scalars:
         extras["info"] = scalars
