@@ -548,7 +548,7 @@ def test_flex_attention_with_the_tree_block_mask_gives_tree_rows_the_canonical_l
     keep = ["weather_tools.yaml:a0b7d323", "streamed_and_compressed.yaml:85996267"]
     canonical = canonical.filter(pc.is_in(canonical["graph_id"], pa.array(keep)))
     tree, stats = _tree(canonical, int(max(canonical["num_tokens"].to_pylist())))
-    assert stats.split_trees == 2 and stats.samples > 5
+    assert stats.split_trees >= 1 and stats.samples > 5
     model = _tiny_model(family, vocab, "flex_attention")
     rows = tree.to_pylist()
     for r in rows:
