@@ -85,7 +85,7 @@ class Tally:
     trained_tokens: int = 0
     engine_tokens: int = 0
     sources: set[str] = field(default_factory=set)
-    # One record per sample the length policy or the duplicate rule dropped whole (``drops.jsonl``), in order.
+    # One record per sample the length policy dropped whole (``drops.jsonl``), in output order.
     drops: list[dict[str, Any]] = field(default_factory=list)
     duplicates: DuplicateCount = field(default_factory=DuplicateCount)
     # Rows the rl target's group plan dropped whole, by reason (group_incomplete, group_key_missing).
@@ -173,7 +173,7 @@ def policed_tables(
             tables = merge_chunk_tables([table for _, table, _ in read], cfg.row_group_size)
         for table in tables:
             rows = table.num_rows
-            table = once.apply(group[0], table, first_row, tally.duplicates, tally.drops)
+            table = once.apply(group[0], table, first_row, tally.duplicates, [])
             first_row += rows
             table, _, dropped_turns, dropped = apply_length_policy(
                 table,
