@@ -89,6 +89,10 @@ def _click_exceptions() -> tuple[type[Exception], ...]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; map msgtrain's errors to one red line and the exit code of the README's table."""
     _register_commands()
+    import logging
+
+    # gcsfs logs every exhausted retry with its traceback on stderr; the error that ends the run is said once, below.
+    logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
     try:
         # The program's name, whatever runs it (``python -m msgtrain``, a test): completion scripts are keyed by it.
         rv = app(args=argv, prog_name="msgtrain", standalone_mode=False)

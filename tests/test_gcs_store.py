@@ -9,6 +9,7 @@ the lease on a store without conditional writes here (write, settle, read back).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -125,3 +126,18 @@ def test_a_huge_object_on_gcs_is_read_in_ranges_with_the_unsplit_output(gcs: Sto
     )
     assert whole["resume"]["parts"] == 1 and split["resume"]["parts"] >= 3
     assert _published(gcs, f"gs://{BUCKET}/huge/b") == _published(gcs, f"gs://{BUCKET}/huge/a")
+
+
+def test_a_missing_gcs_bucket_is_one_line_naming_it(
+    gcs: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from msgtrain.cli import main
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    chat = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    (logs / "c.jsonl").write_text(json.dumps(chat) + "\n")
+    capsys.readouterr()
+    assert main(["convert", str(logs), "-o", "gs://no-such-bucket/sft", "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the bucket no-such-bucket does not exist" in err[0], err

@@ -128,16 +128,25 @@ class StoreLease:
         return after[1]
 
     def _check_bucket(self, bucket: str) -> None:
+        """Raise :class:`StoreAccessError` when ``bucket`` does not exist (a write there fails as 'not found')."""
         try:
-            self.store.fs.call_s3("head_bucket", Bucket=bucket)
+            if self._conditional:
+                self.store.fs.call_s3("head_bucket", Bucket=bucket)
+                missing = False
+            else:
+                missing = not self.store.fs.exists(bucket)
         except FileNotFoundError:
+            missing = True
+        except OSError:
+            return  # not allowed to look: the write's own error stands
+        if missing:
+            proto = self.store.protocol
+            how = f"aws s3 mb s3://{bucket}" if self._conditional else f"create the bucket {proto}://{bucket}"
             raise StoreAccessError(
                 f"the bucket {bucket} does not exist at {self.store.endpoint()}",
                 where=self.url,
-                hint=f"create it (aws s3 mb s3://{bucket}), or fix the bucket name in -o",
-            ) from None
-        except OSError:
-            pass  # not allowed to look: the write's own error stands
+                hint=f"{how}, or fix the bucket name in -o",
+            )
 
     def _delete(self, tag: str) -> None:
         current = self._read()
@@ -149,7 +158,11 @@ class StoreLease:
         """Take the lease, or raise :class:`LockedError` naming the live holder (a store that cannot be reached,
         refuses this process or lacks the bucket says so, naming the URL)."""
         with self.store.connection_errors(self.url):
-            self._acquire()
+            try:
+                self._acquire()
+            except FileNotFoundError:
+                self._check_bucket(self.store._path(self.url).split("/")[0])
+                raise
 
     def _acquire(self) -> None:
         for _ in range(3):  # a lease that vanished or changed between our read and our write: look again
