@@ -81,8 +81,8 @@ def build_corpus(root: Path, scale: int) -> Path:
 
 def conversation_records(corpus: Path) -> list[dict[str, Any]]:
     """Per conversation of the corpus, ``{"messages", "tools"}`` as msgtrain's readers and renderer see it."""
-    from msgtrain.ingest.base import ReadGraph
     from msgtrain.ingest.boundary import read_events
+    from msgtrain.ingest.core.base import ReadGraph
     from msgtrain.ingest.detect import detect_format
     from msgtrain.ingest.registry import REGISTRY  # noqa: F401 - fills the registry
     from msgtrain.model.openai import to_openai_message

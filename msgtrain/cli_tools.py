@@ -162,7 +162,7 @@ def register(app: typer.Typer) -> None:
         if not cfg.inputs:
             raise ConfigError("validate needs inputs", hint="pass INPUT... (or set inputs in --config)")
         lin = None if structure_only else Linearization.from_config(cfg)
-        from msgtrain.ingest.mapping import mapping_text
+        from msgtrain.ingest.structure.mapping import mapping_text
 
         report = validate_inputs(list(cfg.inputs), cfg.input_format, lin, mapping_text(cfg.mapping))
         if as_json:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msgtrain.ingest.events import ReadGraph
+from msgtrain.ingest.core.events import ReadGraph
 
 
 def said(graph: ReadGraph) -> list[tuple[str, str, str]]:

@@ -59,9 +59,9 @@ def replay(
 ) -> tuple[Tally, list[dict[str, Any]], list[Any]]:
     """One seeded run of ``name`` in ``mode`` through msgtrain: (tally, rows, expected turns)."""
     from msgtrain.export.schema import samples_to_table
-    from msgtrain.ingest.base import ReadGraph
     from msgtrain.ingest.boundary import read_events
-    from msgtrain.ingest.calls import READER as CALLS
+    from msgtrain.ingest.core.base import ReadGraph
+    from msgtrain.ingest.formats.api.calls import READER as CALLS
     from msgtrain.linearize import linearize_graph
 
     tok, oracle = _oracle(name, {} if cache is None else cache)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.cli import main
-from msgtrain.ingest.base import ReadGraph, ReadReject
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject
 from msgtrain.ingest.detect import detect_format, looks_like_a_log
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.completeness import missing_context

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from msgtrain.ingest.base import ReadGraph, ReadReject
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject
 from msgtrain.ingest.detect import detect_format
 from msgtrain.model.message import PartsMessage
 from tests.test_ingest_harnesses import convert

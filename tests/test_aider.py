@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 
 from msgtrain.cli import main
-from msgtrain.ingest.aider import (
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadSkip, SourceRef
+from msgtrain.ingest.detect import detect_format, looks_like_a_log
+from msgtrain.ingest.formats.sessions.aider import (
     ADDED_FILES,
     EDITOR_DONE,
     EDITS_COMMITTED,
@@ -32,9 +35,6 @@ from msgtrain.ingest.aider import (
     UNDO_REPLY,
     command_of,
 )
-from msgtrain.ingest.base import ReadGraph, ReadSkip, SourceRef
-from msgtrain.ingest.boundary import read_events
-from msgtrain.ingest.detect import detect_format, looks_like_a_log
 from msgtrain.ingest.supplied import load_rules, with_supplied_context
 from msgtrain.model.completeness import missing_context
 from msgtrain.model.graph import MessageGraph, Origin

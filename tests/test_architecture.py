@@ -214,13 +214,14 @@ def folder_reads(tree: ast.Module) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("path", sorted(INGEST.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(INGEST.rglob("*.py")), ids=lambda p: p.relative_to(INGEST).as_posix())
 def test_readers_reach_files_beside_their_input_only_through_the_storage_interface(path: Path) -> None:
     if path.name in MAY_LIST:
         return
     assert not folder_reads(_tree(path)), (
-        f"ingest/{path.name} lists a folder or opens a file beside its input on the local disk: an object-store run"
-        " cannot see it, so its rows differ from a local run's. Use msgtrain.ingest.files.input_files()"
+        f"ingest/{path.relative_to(INGEST).as_posix()} lists a folder or opens a file beside its input"
+        " on the local disk: an object-store run"
+        " cannot see it, so its rows differ from a local run's. Use msgtrain.ingest.core.files.input_files()"
         " (listing, head, open_sibling, sibling_copy, kept_copy) and declare the files with partners(location, beside)"
     )
 
@@ -239,15 +240,16 @@ def declares_partners(tree: ast.Module) -> bool:
     )
 
 
-@pytest.mark.parametrize("path", sorted(INGEST.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(INGEST.rglob("*.py")), ids=lambda p: p.relative_to(INGEST).as_posix())
 def test_a_reader_that_consults_another_file_declares_its_partners(path: Path) -> None:
-    """The reader protocol's rule (msgtrain.ingest.events.Reader): whatever a reader joins its input with is in the
+    """The reader protocol's rule (msgtrain.ingest.core.events.Reader): whatever a reader joins its input with is in the
     part's key, or --resume would reuse a part built from the old partner."""
     tree = _tree(path)
     if path.name == "files.py" or not consults_other_files(tree):
         return
     assert declares_partners(tree), (
-        f"ingest/{path.name} reads files beside its input (input_files()) but its reader declares none: add"
+        f"ingest/{path.relative_to(INGEST).as_posix()} reads files beside its input (input_files()) but its reader"
+        " declares none: add"
         " partners(location, beside) returning them, so that changing one converts again the parts that used it"
     )
 

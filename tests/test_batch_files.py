@@ -1,4 +1,5 @@
-"""Batch API files: a batch's output read with its input file, joined by custom_id (msgtrain.ingest.batch_files).
+"""Batch API files: a batch's output read with its input file, joined by custom_id
+(msgtrain.ingest.formats.api.batch_files).
 
 The fixtures are written here in the shape of real batch files (the data is not copied): OpenAI Batch input and
 output lines as CheolheeLee0/go-batch batch_input.jsonl / batch_output.jsonl (commit
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
 from msgtrain.run.parts import LinearizeSettings, convert_file
 from tests.graph_helpers import said
@@ -272,7 +273,7 @@ def test_an_input_file_is_scanned_once_whatever_the_number_of_results_it_answers
 ) -> None:
     # a batch holds up to 50,000 requests: finding each result's request by scanning the input file again would
     # read it 50,000 times; each request is found again by its offset
-    from msgtrain.ingest import batch_files
+    from msgtrain.ingest.formats.api import batch_files
 
     inputs = _jsonl(tmp_path / "batch_input.jsonl", [_openai_request(f"r{i}", f"Q{i}?") for i in range(40)])
     output = _jsonl(tmp_path / "batch_output.jsonl", [_openai_result(f"r{i}", f"A{i}.") for i in range(40)])

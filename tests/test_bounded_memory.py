@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-import msgtrain.ingest.base as base
-from msgtrain.ingest.base import ReadGraph, ReadReject, is_json_lines
+import msgtrain.ingest.core.base as base
 from msgtrain.ingest.boundary import read_events
-from msgtrain.ingest.chunks import key_function, line_groups
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, is_json_lines
+from msgtrain.ingest.core.chunks import key_function, line_groups
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import get_reader
 
 LIMIT = 64 * 1024
 TAIL = 8 * 1024 * 1024  # 128 times the limit
-STEP = 256 * 1024  # msgtrain.ingest.base.LINE_STEP, what skipping a long line reads at a time
+STEP = 256 * 1024  # msgtrain.ingest.core.base.LINE_STEP, what skipping a long line reads at a time
 BOUND = 2 * (LIMIT + STEP) + 1024 * 1024  # what reading such a file may hold at its peak
 
 
@@ -187,7 +187,7 @@ def test_max_record_mb_rejects_a_larger_record_and_a_larger_decoded_body_naming_
     import yaml
 
     from msgtrain.cli import main
-    from msgtrain.ingest import http_bodies
+    from msgtrain.ingest.core import http_bodies
 
     big = {"messages": [{"role": "user", "content": "word " * 300_000}, {"role": "assistant", "content": "ok"}]}
     log = tmp_path / "logs" / "chats.jsonl"

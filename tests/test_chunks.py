@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from benchmarks import corpus as gen
 from msgtrain.errors import MsgtrainError
 from msgtrain.export.schema import CANONICAL_SCHEMA, samples_to_table
-from msgtrain.ingest.chunks import ChunkKey, is_jsonl, iter_chunk_lines, key_function, plan_chunks
+from msgtrain.ingest.core.chunks import ChunkKey, is_jsonl, iter_chunk_lines, key_function, plan_chunks
 from msgtrain.ingest.detect import detect_format
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig

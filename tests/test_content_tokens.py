@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from msgtrain.ingest.base import ReadGraph
-from msgtrain.ingest.calls import READER
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.formats.api.calls import READER
 from msgtrain.linearize import linearize_graph
 from msgtrain.linearize.plan import LinearizeOptions
 from msgtrain.model.graph import MessageGraph

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from msgtrain.ingest.shapes import SHAPED_ROLES, canonical_role, normalise_messages
+from msgtrain.ingest.common.shapes import SHAPED_ROLES, canonical_role, normalise_messages
 from msgtrain.run.parts import LinearizeSettings, convert_file
 
 SETTINGS = LinearizeSettings(
@@ -346,7 +346,7 @@ def pasted_books(path: Path, tmp_path: Path) -> tuple[int, dict[str, int], int]:
     pasted as is into a mapping file."""
     from dataclasses import replace
 
-    from msgtrain.ingest.mapping import mapping_text
+    from msgtrain.ingest.structure.mapping import mapping_text
     from msgtrain.tools.explain_cmd import explain_file
 
     text = explain_file(path).mapping_yaml
@@ -373,7 +373,7 @@ def test_the_mapping_explain_prints_converts_the_same_turns_when_pasted(
 def test_a_mapping_reads_items_of_nested_lists_and_calls_in_them(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from msgtrain.ingest.mapping import mapping_text
+    from msgtrain.ingest.structure.mapping import mapping_text
 
     record = {
         "system_prompt": "You fix bugs.",

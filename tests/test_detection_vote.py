@@ -1,4 +1,4 @@
-"""Format detection by a per-record majority vote (msgtrain.ingest.base.detect_format).
+"""Format detection by a per-record majority vote (msgtrain.ingest.core.base.detect_format).
 
 Each parseable record of a file's head (a JSONL line, or an item of a top-level JSON array) is shown to every
 detector on its own; the reader accepting most of them (at least half; ties by registry order) reads the file, and
@@ -17,7 +17,7 @@ import pytest
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.ingest import registry  # noqa: F401 - registers the readers
-from msgtrain.ingest.base import read_head
+from msgtrain.ingest.core.base import read_head
 from msgtrain.ingest.detect import _majority_reader, detect_format, head_records
 from msgtrain.ingest.registry import REGISTRY
 from msgtrain.run.parts import LinearizeSettings, convert_file

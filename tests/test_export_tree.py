@@ -107,8 +107,8 @@ def _tree(canonical: pa.Table, pack_length: int | None, scope: str = "graph") ->
 
 
 def _canonical_of_oracle(template: str, seed: int, tmp_path: Path) -> pa.Table:
-    from msgtrain.ingest.base import ReadGraph
-    from msgtrain.ingest.calls import READER as CALLS
+    from msgtrain.ingest.core.base import ReadGraph
+    from msgtrain.ingest.formats.api.calls import READER as CALLS
 
     tok = load_named_tokenizer(template)
     # Hard cases (inline reasoning, control-token text, mid-run changes) on half the sessions, as the oracle tests do.

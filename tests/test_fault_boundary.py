@@ -1,4 +1,5 @@
-"""The fault boundary around every reader (msgtrain.ingest.base.read_events) and detection that survives bad records.
+"""The fault boundary around every reader (msgtrain.ingest.core.base.read_events) and detection that survives bad
+records.
 
 Properties checked: whatever a reader raises becomes a reject (``reader_error`` unless the reader's own error), the
 rest of the file is still read, the books balance (records read = converted + rejected + skipped, counting every
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 
 from msgtrain.cli import main
 from msgtrain.errors import ParseError, ValidationError
-from msgtrain.ingest.base import (
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import (
     EXCERPT_BYTES,
     ReadEvent,
     ReadGraph,
@@ -30,8 +32,7 @@ from msgtrain.ingest.base import (
     excerpt,
     iter_json_lines,
 )
-from msgtrain.ingest.boundary import read_events
-from msgtrain.ingest.chunks import ChunkKey, KeyFunction
+from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.faults import records_of
 from msgtrain.ingest.registry import get_reader
@@ -394,7 +395,7 @@ def test_a_record_inside_a_json_document_is_held_to_the_per_record_limit(
 ) -> None:
     # The JSONL line limit must hold for records inside a document too: an oversized item is rejected before any
     # reader works on it, and the other items of the same document still convert.
-    import msgtrain.ingest.base as base
+    import msgtrain.ingest.core.base as base
 
     monkeypatch.setattr(base, "MAX_RECORD_BYTES", 4096)
     records = [_chat_record(0), _chat_record(1), _chat_record(2)]
@@ -444,7 +445,7 @@ def test_single_byte_mutants_of_an_array_document_lose_at_most_the_items_the_byt
     separator joins two), and no item is invented or changed."""
     import random
 
-    from msgtrain.ingest.tolerant_json import recover_array_items
+    from msgtrain.ingest.core.tolerant_json import recover_array_items
 
     items = _sharegpt_items(40)
     for indent in (None, 2):

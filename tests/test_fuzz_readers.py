@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.ingest import registry  # noqa: F401 - registers the readers
-from msgtrain.ingest.chunks import is_jsonl, key_function, line_groups
+from msgtrain.ingest.core.chunks import is_jsonl, key_function, line_groups
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import REGISTRY
 from msgtrain.run.parts import LinearizeSettings, PartStats, convert_file, source_line

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
 from msgtrain.model.message import OptionCallMessage, OptionResultMessage
 

@@ -16,21 +16,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msgtrain.ingest import (
-    anthropic,
-    cassettes,
-    go_agent,
-    lionagi,
-    marsys,
-    openai_chat,
-    openai_responses,
-    options,
-    sharegpt,
-)
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.common.head_shape import head_shape
+from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.detect import detect_format
-from msgtrain.ingest.head_shape import head_shape
+from msgtrain.ingest.formats.api import anthropic, cassettes, openai_chat, openai_responses
+from msgtrain.ingest.formats.chats import options, sharegpt
+from msgtrain.ingest.formats.sessions import go_agent, lionagi, marsys
 from msgtrain.ingest.registry import REGISTRY
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.graphlog import load_graphs, subgraphs

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgtrain.ingest.base import ReadGraph, ReadReject
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject
 from msgtrain.ingest.detect import detect_format
 from msgtrain.model.completeness import missing_context
 from msgtrain.model.graph import MessageGraph

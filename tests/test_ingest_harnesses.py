@@ -33,8 +33,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from msgtrain.cli import main
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
 from msgtrain.model.completeness import missing_context
 from msgtrain.model.graph import MessageGraph

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from msgtrain.errors import MsgtrainError
-from msgtrain.ingest.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.detect import detect_format, specific_readers
 from msgtrain.ingest.registry import REGISTRY, directory_reader, unit_directories
 from msgtrain.model.completeness import missing_context

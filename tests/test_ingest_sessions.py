@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from msgtrain.ingest import claude_code, codex, gemini_cli, openhands, otel, swe_agent
-from msgtrain.ingest.base import Reader, ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import Reader, ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.formats.sessions import claude_code, codex, gemini_cli, openhands, swe_agent
+from msgtrain.ingest.formats.traces import otel
 from msgtrain.ingest.registry import REGISTRY
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import MediaPart, OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart

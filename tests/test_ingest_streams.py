@@ -23,10 +23,11 @@ import pytest
 import yaml
 
 from msgtrain.errors import FormatError, ValidationError
-from msgtrain.ingest import anthropic, bedrock, calls, cassettes, http_bodies, openai_responses, streams
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core import http_bodies
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.formats.api import anthropic, bedrock, calls, cassettes, openai_responses, streams
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart, TextPart
 

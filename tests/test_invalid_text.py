@@ -191,7 +191,7 @@ def test_the_c_speed_check_never_clears_a_value_the_walk_would_reject() -> None:
     clean, the field-naming walk must find nothing; whenever the walk finds something, it must not say clean."""
     from hypothesis import given, settings
 
-    from msgtrain.ingest.text_check import lone_surrogate_field, surely_clean
+    from msgtrain.ingest.core.text_check import lone_surrogate_field, surely_clean
 
     seen = {"flagged": 0, "clean": 0}
 

@@ -1,5 +1,5 @@
 """Files that answer each other: a reader that joins its input with other files declares them (its *partners*,
-:mod:`msgtrain.ingest.files`), their bytes are in the part's key, and ``--resume`` after changing either side gives
+:mod:`msgtrain.ingest.core.files`), their bytes are in the part's key, and ``--resume`` after changing either side gives
 the bytes of a clean run, converting again exactly the parts that used the changed file. A folder's batch index is
 built once per run, on the disk and on an object store.
 
@@ -19,8 +19,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from msgtrain.ingest import batch_files
-from msgtrain.ingest.files import LocalFiles, SharedIndex
+from msgtrain.ingest.core.files import LocalFiles, SharedIndex
+from msgtrain.ingest.formats.api import batch_files
 from msgtrain.ingest.registry import declared_partners
 from msgtrain.linearize import load_tokenizer
 from msgtrain.run import pipeline

@@ -23,9 +23,9 @@ import pytest
 
 from msgtrain import MessageGraph
 from msgtrain.export.schema import check_sample, samples_to_table
-from msgtrain.ingest.base import ReadGraph
 from msgtrain.ingest.boundary import read_events
-from msgtrain.ingest.calls import READER as CALLS
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.formats.api.calls import READER as CALLS
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import Origin
 from tests.conftest import REAL, load_named_tokenizer

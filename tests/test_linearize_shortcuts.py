@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from msgtrain.ingest.base import ReadGraph
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import REGISTRY  # noqa: F401 - fills the registry
 from msgtrain.linearize import linearize_graph

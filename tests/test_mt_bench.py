@@ -1,4 +1,4 @@
-"""MT-bench / Arena-Hard model answers read with their question file (msgtrain.ingest.mt_bench).
+"""MT-bench / Arena-Hard model answers read with their question file (msgtrain.ingest.formats.harnesses.mt_bench).
 
 Fixtures are written here in the shape of real files (the data is not copied): FastChat's layout as
 DeL-TaiseiOzaki/jmt-bench-code data/mt_bench/question.jsonl and data/mt_bench/model_answer/Qwen7_answer.jsonl (commit
@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
 from msgtrain.run.parts import LinearizeSettings, convert_file
 from tests.graph_helpers import said

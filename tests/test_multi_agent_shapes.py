@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from msgtrain.cli import main
-from msgtrain.ingest.base import ReadGraph, ReadReject
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject
 from msgtrain.ingest.detect import detect_format
 from msgtrain.model.completeness import missing_context
 from msgtrain.run.parts import LinearizeSettings, convert_file

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msgtrain.ingest.base import ReadGraph, ReadReject
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject
 from msgtrain.ingest.detect import detect_format
 from msgtrain.model.message import OptionResultMessage
 

@@ -122,7 +122,7 @@ def test_a_broken_node_costs_its_own_record_and_what_hangs_below_it_not_the_othe
 
 
 def test_absurd_sizes_are_rejected_not_attempted(tmp_path: Path) -> None:
-    from msgtrain.ingest import base
+    from msgtrain.ingest.core import base
 
     path = tmp_path / "huge.jsonl"
     big = json.dumps({"request": {"messages": [{"role": "user", "content": "x" * (base.MAX_RECORD_BYTES + 10)}]}})

@@ -1,5 +1,5 @@
-"""Prompts a chat template already rendered, parsed back into messages (msgtrain.ingest.rendered_prompts), and the
-logged text preferred as the prompt where this tokenizer's template renders those messages differently.
+"""Prompts a chat template already rendered, parsed back into messages (msgtrain.ingest.common.rendered_prompts), and
+the logged text preferred as the prompt where this tokenizer's template renders those messages differently.
 
 Fixtures are written here in the shape of real files (the data is not copied); each comment names the source.
 """
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from msgtrain.ingest.base import ReadGraph
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.common.rendered_prompts import parse_rendered_prompt
+from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
-from msgtrain.ingest.rendered_prompts import parse_rendered_prompt
 from msgtrain.linearize import load_tokenizer
 from msgtrain.run.parts import LinearizeSettings, convert_file
 

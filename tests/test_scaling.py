@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from benchmarks import corpus as gen
-from msgtrain.ingest.base import ReadGraph
 from msgtrain.ingest.boundary import read_events
-from msgtrain.ingest.calls import READER as CALLS_READER
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.formats.api.calls import READER as CALLS_READER
 from msgtrain.linearize import linearize_graph
 from tests.conftest import load_named_tokenizer
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgtrain.ingest.base import ReadGraph
 from msgtrain.ingest.boundary import read_events
-from msgtrain.ingest.calls import READER
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.formats.api.calls import READER
 from msgtrain.linearize import linearize_graph
 from msgtrain.model.graph import MessageGraph
 from tests.conftest import load_named_tokenizer

@@ -2,7 +2,7 @@
 
 Session readers (Claude Code, Codex, Copilot CLI, Gemini CLI JSONL, options logs) read a whole file as one
 generator and build their sessions from every record; an exception escaping that generator ends it. The fault
-boundary (:func:`msgtrain.ingest.base.read_events`) finds the record the fault comes from (the line being read, or,
+boundary (:func:`msgtrain.ingest.core.base.read_events`) finds the record the fault comes from (the line being read, or,
 for a fault raised while the session is built after the last line, the shortest failing prefix) and reads the file
 again with that record handed over as a rejected one, which the reader rejects as it rejects a record that does not
 parse (keeping later turns of the session as context only: their context lacked the record). Here a poisoned record
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest import base
+from msgtrain.ingest.core import base
 from msgtrain.ingest.detect import detect_format
 from msgtrain.run.parts import LinearizeSettings, convert_file
 from tests.conftest import ROOT, shared_path
@@ -102,14 +102,29 @@ SIMONW = ("shared", "real_logs", "claude_code_simonw", "sample_session.jsonl")
 # (reader, module whose iter_json_lines the reader calls, log, 1-based line after which the poison goes; negative:
 # from the end, so that turns before it give samples although the reader keeps later ones as context only)
 CASES = [
-    ("claude_code", "msgtrain.ingest.claude_code", ("sample_logs", "claude_code", "session.jsonl"), 4),
-    ("codex", "msgtrain.ingest.codex", ("sample_logs", "codex", "rollout.jsonl"), 4),
-    ("copilot_cli", "msgtrain.ingest.copilot_cli", ("sample_logs", "copilot_cli", "session.jsonl"), -3),
-    ("options", "msgtrain.ingest.conversation_files", ("sample_logs", "options", "research_agent.jsonl"), 2),
-    ("codex", "msgtrain.ingest.codex", ("shared", "real_logs", "codex_codemie", "turn-2.jsonl"), -3),
-    ("gemini_cli", "msgtrain.ingest.gemini_cli", ("shared", "real_logs", "gemini_cli_jsonl_vct", "gemini.jsonl"), -3),
-    ("copilot_cli", "msgtrain.ingest.copilot_cli", ("shared", "real_logs", "copilot_cli_vct", "copilot.jsonl"), 20),
-    ("claude_code", "msgtrain.ingest.claude_code", SIMONW, 2),
+    ("claude_code", "msgtrain.ingest.formats.sessions.claude_code", ("sample_logs", "claude_code", "session.jsonl"), 4),
+    ("codex", "msgtrain.ingest.formats.sessions.codex", ("sample_logs", "codex", "rollout.jsonl"), 4),
+    (
+        "copilot_cli",
+        "msgtrain.ingest.formats.sessions.copilot_cli",
+        ("sample_logs", "copilot_cli", "session.jsonl"),
+        -3,
+    ),
+    ("options", "msgtrain.ingest.common.conversation_files", ("sample_logs", "options", "research_agent.jsonl"), 2),
+    ("codex", "msgtrain.ingest.formats.sessions.codex", ("shared", "real_logs", "codex_codemie", "turn-2.jsonl"), -3),
+    (
+        "gemini_cli",
+        "msgtrain.ingest.formats.sessions.gemini_cli",
+        ("shared", "real_logs", "gemini_cli_jsonl_vct", "gemini.jsonl"),
+        -3,
+    ),
+    (
+        "copilot_cli",
+        "msgtrain.ingest.formats.sessions.copilot_cli",
+        ("shared", "real_logs", "copilot_cli_vct", "copilot.jsonl"),
+        20,
+    ),
+    ("claude_code", "msgtrain.ingest.formats.sessions.claude_code", SIMONW, 2),
 ]
 
 
@@ -230,7 +245,7 @@ def test_a_late_fault_in_a_claude_code_session_is_found_by_its_record_not_the_la
     path, poisoned = _insert_poison(original, tmp_path, 4)  # a message record, kept until the graph is built
     last = len([line for line in path.read_bytes().splitlines() if line.strip()])
     assert poisoned < last
-    monkeypatch.setattr("msgtrain.ingest.claude_code.iter_json_lines", _poisoning("late"))
+    monkeypatch.setattr("msgtrain.ingest.formats.sessions.claude_code.iter_json_lines", _poisoning("late"))
     _, stats, rejects = convert_file(path, SETTINGS)
     (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
     assert reject["record"] == f"line {poisoned}"
@@ -274,14 +289,24 @@ MINI_REAL = ("shared", "real_logs", "mini_swe_agent", "pvlib__pvlib-python-1072.
 GEMINI_REAL = ("shared", "real_logs", "gemini_cli_codemie", "session-2026-01-16T11-01-file-ops-37b7abef.json")
 # (reader, module, log, item after which the poison goes)
 DOCUMENT_CASES = [
-    ("openhands", "msgtrain.ingest.openhands", ("sample_logs", "openhands", "events.json"), 3),
-    ("swe_agent", "msgtrain.ingest.swe_agent", ("sample_logs", "swe_agent", "run.traj"), -3),
-    ("mini_swe_agent", "msgtrain.ingest.mini_swe_agent", ("sample_logs", "mini_swe_agent", "run.traj.json"), 2),
-    ("gemini_cli", "msgtrain.ingest.gemini_cli", ("sample_logs", "gemini_cli", "session.json"), -2),
-    ("openhands", "msgtrain.ingest.openhands", ("shared", "real_logs", "openhands", "basic_interactions.json"), 4),
-    ("swe_agent", "msgtrain.ingest.swe_agent", SWE_REAL, 3),
-    ("mini_swe_agent", "msgtrain.ingest.mini_swe_agent", MINI_REAL, 40),
-    ("gemini_cli", "msgtrain.ingest.gemini_cli", GEMINI_REAL, -2),
+    ("openhands", "msgtrain.ingest.formats.sessions.openhands", ("sample_logs", "openhands", "events.json"), 3),
+    ("swe_agent", "msgtrain.ingest.formats.sessions.swe_agent", ("sample_logs", "swe_agent", "run.traj"), -3),
+    (
+        "mini_swe_agent",
+        "msgtrain.ingest.formats.sessions.mini_swe_agent",
+        ("sample_logs", "mini_swe_agent", "run.traj.json"),
+        2,
+    ),
+    ("gemini_cli", "msgtrain.ingest.formats.sessions.gemini_cli", ("sample_logs", "gemini_cli", "session.json"), -2),
+    (
+        "openhands",
+        "msgtrain.ingest.formats.sessions.openhands",
+        ("shared", "real_logs", "openhands", "basic_interactions.json"),
+        4,
+    ),
+    ("swe_agent", "msgtrain.ingest.formats.sessions.swe_agent", SWE_REAL, 3),
+    ("mini_swe_agent", "msgtrain.ingest.formats.sessions.mini_swe_agent", MINI_REAL, 40),
+    ("gemini_cli", "msgtrain.ingest.formats.sessions.gemini_cli", GEMINI_REAL, -2),
 ]
 
 
@@ -360,7 +385,7 @@ def test_a_fault_in_a_directory_log_costs_only_the_failing_record_file(
         doc = real(path)
         return _Poison(doc, lambda: True) if isinstance(doc, dict) and MARK in doc else doc
 
-    monkeypatch.setattr("msgtrain.ingest.openhands_v1.load_json_document", load)
+    monkeypatch.setattr("msgtrain.ingest.formats.sessions.openhands_v1.load_json_document", load)
     samples, stats, rejects = convert_file(folder, SETTINGS)
     (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
     assert reject["file"] == str(poisoned) and reject["message"] == "_Boom: poisoned record touched"

@@ -1,5 +1,5 @@
 """Files a reader consults beside its input (a Claude Code sub-agent's parent session) are part of what a part is
-keyed by, and are reached through the storage interface (:mod:`msgtrain.ingest.files`)."""
+keyed by, and are reached through the storage interface (:mod:`msgtrain.ingest.core.files`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from msgtrain.ingest.files import LocalFiles
+from msgtrain.ingest.core.files import LocalFiles
 from msgtrain.ingest.registry import declared_partners
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig

@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msgtrain.ingest import otel
-from msgtrain.ingest.base import ReadGraph, ReadReject
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject
 from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.formats.traces import otel
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import OptionCallMessage, OptionResultMessage
 

@@ -24,7 +24,7 @@ FORMATS_LIGHT = (
     "numpy",
     "yaml",
     "msgtrain.model",
-    "msgtrain.ingest.base",
+    "msgtrain.ingest.core.base",
     "msgtrain.ingest.registry",
 )
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from msgtrain.ingest import registry
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.common.shapes import canonical_role, normalise_messages
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
-from msgtrain.ingest.shapes import canonical_role, normalise_messages
 from msgtrain.run.parts import LinearizeSettings, convert_file
 
 SETTINGS = LinearizeSettings(
@@ -368,7 +368,7 @@ MAPPINGS = {
 def test_a_mapping_in_either_convention_reads_a_shape_no_reader_knows(tmp_path: Path, form: str) -> None:
     import yaml
 
-    from msgtrain.ingest.mapping import mapping_text
+    from msgtrain.ingest.structure.mapping import mapping_text
 
     data = _jsonl(tmp_path / "desk.jsonl", DESK_ROWS)
     mapping = tmp_path / "mapping.yaml"
@@ -383,7 +383,7 @@ def test_a_mapping_in_either_convention_reads_a_shape_no_reader_knows(tmp_path: 
 
 def test_a_mapping_with_an_unknown_key_is_an_error_naming_it(tmp_path: Path) -> None:
     from msgtrain.errors import ConfigError
-    from msgtrain.ingest.mapping import load_mapping
+    from msgtrain.ingest.structure.mapping import load_mapping
 
     with pytest.raises(ConfigError, match="unknown column 'mesages'"):
         load_mapping({"formatting": "sharegpt", "columns": {"mesages": "x"}})

@@ -17,8 +17,8 @@ import pytest
 
 from msgtrain.cli import main
 from msgtrain.errors import ConfigError
-from msgtrain.ingest.base import ReadGraph
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.supplied import glob_matches, glob_pattern, load_rules, with_supplied_context
 from msgtrain.linearize import linearize_graph

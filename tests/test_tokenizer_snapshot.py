@@ -101,8 +101,8 @@ def test_a_snapshot_is_the_tokenizer_it_was_taken_of(folder_name: str, cache: Pa
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen2.5", "phi3", "gpt-oss"])
 def test_linearized_samples_are_the_same_from_a_snapshot(name: str, cache: Path) -> None:
-    from msgtrain.ingest.base import ReadGraph
     from msgtrain.ingest.boundary import read_events
+    from msgtrain.ingest.core.base import ReadGraph
     from msgtrain.ingest.detect import detect_format
     from msgtrain.ingest.registry import REGISTRY  # noqa: F401 - fills the registry
     from msgtrain.linearize import linearize_graph

@@ -11,7 +11,7 @@ import pytest
 
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
-from msgtrain.ingest.mapping import mapping_text
+from msgtrain.ingest.structure.mapping import mapping_text
 from msgtrain.run.parts import LinearizeSettings, convert_file
 from msgtrain.tools.explain_cmd import explain_file
 

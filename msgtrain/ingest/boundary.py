@@ -1,11 +1,11 @@
 """The fault boundary: the one way every consumer (convert, validate, inspect) reads a file — never through
 ``Reader.read`` directly.
 
-Invariants (the details are in :mod:`msgtrain.ingest.base`'s docstring):
+Invariants (the details are in :mod:`msgtrain.ingest.core.base`'s docstring):
 - :func:`open_reader` never raises: a file no reader recognises, or one that cannot be read, is one reject.
 - :func:`read_events` never raises for anything a reader does (only ``KeyboardInterrupt`` and the like pass):
   whatever escapes a reader costs the record it comes from (:mod:`msgtrain.ingest.isolate`), and a graph holding
-  text that is not Unicode is an ``invalid_text`` reject (:mod:`msgtrain.ingest.text_check`).
+  text that is not Unicode is an ``invalid_text`` reject (:mod:`msgtrain.ingest.core.text_check`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from msgtrain.errors import FormatError, MsgtrainError
-from msgtrain.ingest.base import (
+from msgtrain.ingest.core.base import (
     Reader,
     ReadEvent,
     ReadGraph,
@@ -26,10 +26,10 @@ from msgtrain.ingest.base import (
     not_utf8_error,
     read_head,
 )
+from msgtrain.ingest.core.text_check import graph_reject
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.faults import _read_streaming, fault_reject, unreadable_file_error
 from msgtrain.ingest.isolate import read_document_isolating, read_folder_isolating, read_isolating, retry_keys
-from msgtrain.ingest.text_check import graph_reject
 
 
 def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject:
@@ -43,7 +43,7 @@ def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject
     try:
         return detect_format(path)
     except MsgtrainError as e:
-        from msgtrain.ingest.structural import file_assistant_turns
+        from msgtrain.ingest.structure.structural import file_assistant_turns
 
         return ReadReject(file_ref, e, turns=file_assistant_turns(path))
     except OSError as e:
@@ -96,7 +96,7 @@ def _forced_unrecognised(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     if graphs:
         yield from skipped
         return
-    from msgtrain.ingest.structural import file_assistant_turns
+    from msgtrain.ingest.structure.structural import file_assistant_turns
 
     count = sum(s.count for s in skipped)
     reasons = ", ".join(sorted({s.reason for s in skipped}))

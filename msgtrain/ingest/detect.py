@@ -1,7 +1,7 @@
 """Per-file format detection: which reader reads a file, decided by a vote of its records.
 
 Invariants:
-- Cheap and bounded: only the file's first :data:`~msgtrain.ingest.base.HEAD_BYTES` are read (more only to explain
+- Cheap and bounded: only the file's first :data:`~msgtrain.ingest.core.base.HEAD_BYTES` are read (more only to explain
   an unrecognised file); at most :data:`VOTE_RECORDS` records, each shown to every detector once.
 - Bad records do not decide: each parseable record of the head (a JSONL line, or an item of a top-level JSON array)
   votes, and a reader accepting at least half of them reads the file (most votes; ties by registry order), so
@@ -21,9 +21,9 @@ import json
 from pathlib import Path
 
 from msgtrain.errors import FormatError
-from msgtrain.ingest.base import HEAD_BYTES, Reader, _head_lines, _mostly_records, read_head
+from msgtrain.ingest.common.shapes import is_message_like
+from msgtrain.ingest.core.base import HEAD_BYTES, Reader, _head_lines, _mostly_records, read_head
 from msgtrain.ingest.registry import REGISTRY, directory_reader
-from msgtrain.ingest.shapes import is_message_like
 
 VOTE_RECORDS = 32  # records of the head that vote on the file's format
 
@@ -207,7 +207,7 @@ def _mostly_messages(records: list[bytes]) -> bool:
 
 def describe_head(head: bytes) -> str:
     """What a file looks like, in one phrase, from its head (``JSONL of objects with keys a, b, c``)."""
-    from msgtrain.ingest.head_shape import head_shape
+    from msgtrain.ingest.common.head_shape import head_shape
 
     shape = head_shape(head)
     if shape.layout == "other":

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ParseError
-from msgtrain.ingest import base
-from msgtrain.ingest.base import (
+from msgtrain.ingest.core import base
+from msgtrain.ingest.core.base import (
     _TRACE,
     Reader,
     ReadEvent,
@@ -141,7 +141,7 @@ def _run_task(reader: Reader, task: RecordTask) -> list[ReadEvent]:
     too_large = _oversized(task)
     if too_large is not None:
         return [too_large]
-    from msgtrain.ingest.shapes import assistant_turns_in
+    from msgtrain.ingest.common.shapes import assistant_turns_in
 
     try:
         events = list(task.parse())

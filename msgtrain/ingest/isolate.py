@@ -1,5 +1,5 @@
 """Re-reading a file around the records a reader fails on: the part of the fault boundary that isolates a fault
-which escaped a reader's generator (:func:`msgtrain.ingest.base.read_events` calls it).
+which escaped a reader's generator (:func:`msgtrain.ingest.core.base.read_events` calls it).
 
 Invariants:
 - A fault costs exactly what an unreadable record costs. The file is read again with the failing record handed to
@@ -7,7 +7,7 @@ Invariants:
   ``null``, a directory log's record file as an unreadable file), so the reader applies its own policy — a session
   keeps the turns after a rejected record as context only, never trained, since the context they were sampled in
   held that record — and reads every other record. A reader that groups lines (``chunk_keys``) loses the failing
-  record's conversation instead, as a chunk leaves it out (:mod:`msgtrain.ingest.chunks`).
+  record's conversation instead, as a chunk leaves it out (:mod:`msgtrain.ingest.core.chunks`).
 - The failing record is the one being read when the fault escaped, or — for a reader that builds its session after
   the last record was handed out — the last record of the shortest failing prefix, found by binary search (about
   log2(records) reads per fault; faults are rare). The reject carries the fault (type, message, traceback).
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError
-from msgtrain.ingest.base import (
+from msgtrain.ingest.core.base import (
     _DOCUMENT_VIEW,
     _FOLDER_READ,
     _LEFT_OUT_LINES,
@@ -61,7 +61,7 @@ def retry_keys(reader: Reader, path: Path) -> Any:
     """How to leave out a failing record of this file when reading it again: the reader's chunk key function (the
     record's whole conversation goes), or :func:`_each_line` for a JSONL file it does not cut (only that line goes);
     None when the file is not line-oriented."""
-    from msgtrain.ingest.chunks import is_jsonl, key_function
+    from msgtrain.ingest.core.chunks import is_jsonl, key_function
 
     try:
         if not is_jsonl(path):
@@ -85,7 +85,7 @@ def read_lines_isolating(reader: Reader, path: Path) -> Iterator[ReadEvent]:
     a rejected line: a ``reader_error`` in place of its value, which the reader rejects as it rejects a line that is
     not JSON — and, like it, keeps later turns of that session as context, never trained (their context lacked the
     record): a fault costs exactly what an unreadable line costs. Tracebacks are put back on those rejects."""
-    from msgtrain.ingest.chunks import active_chunk
+    from msgtrain.ingest.core.chunks import active_chunk
 
     failed: dict[int, MsgtrainError] = {}
     details: dict[int, str] = {}
@@ -163,7 +163,7 @@ def read_grouped_isolating(reader: Reader, path: Path, keys: Any) -> Iterator[Re
 
     Events are held back until a read completes, since a fault may invalidate what came before it (a reader that
     groups lines emits its conversations at the end)."""
-    from msgtrain.ingest.chunks import active_chunk, chunk_without, reading_chunk
+    from msgtrain.ingest.core.chunks import active_chunk, chunk_without, reading_chunk
 
     base = active_chunk(path)
     failed: list[int] = []
@@ -215,7 +215,7 @@ def _culprit(reader: Reader, path: Path, within: Any, fault: _Fault) -> _Fault:
     every record and builds its session at the end fails after the last line was handed out, whichever record is
     bad: a binary search over prefixes finds that record in about log2(lines) reads. Faults are rare, and
     :data:`MAX_RETRIES` bounds how many a file may cost."""
-    from msgtrain.ingest.chunks import chunk_through, iter_chunk_lines, reading_chunk
+    from msgtrain.ingest.core.chunks import chunk_through, iter_chunk_lines, reading_chunk
 
     assert fault.line is not None
     # Line numbers only: the file's lines are not held (one is read back below, the culprit's).

@@ -13,44 +13,39 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from msgtrain.errors import FormatError
-from msgtrain.ingest import (
-    ag2_logs,
-    aider,
+from msgtrain.ingest.core.base import Reader
+from msgtrain.ingest.core.files import Beside
+from msgtrain.ingest.formats.api import (
     anthropic,
-    autogen,
     batch_files,
     calls,
     cassettes,
+    gemini_api,
+    openai_chat,
+    openai_responses,
+)
+from msgtrain.ingest.formats.chats import native, options, sharegpt
+from msgtrain.ingest.formats.harnesses import inspect_ai, lm_eval, mt_bench, tau2_bench, toolbench, verifiers
+from msgtrain.ingest.formats.sessions import (
+    ag2_logs,
+    aider,
+    autogen,
     claude_code,
     codex,
     copilot_cli,
-    gemini_api,
     gemini_cli,
     go_agent,
-    inspect_ai,
     lionagi,
-    lm_eval,
     marsys,
     mini_swe_agent,
-    mt_bench,
-    native,
-    openai_chat,
-    openai_responses,
     openhands,
     openhands_v1,
-    options,
-    otel,
-    sharegpt,
     smolagents,
-    structural,
     swe_agent,
-    tau2_bench,
-    toolbench,
-    verifiers,
 )
-from msgtrain.ingest.base import Reader
-from msgtrain.ingest.files import Beside
-from msgtrain.ingest.mapping import parse_mapping
+from msgtrain.ingest.formats.traces import otel
+from msgtrain.ingest.structure import structural
+from msgtrain.ingest.structure.mapping import parse_mapping
 
 REGISTRY: dict[str, Reader] = {}
 
@@ -151,7 +146,7 @@ def forced_reader(input_format: str | None, mapping: str | None) -> Any:
 
 def declared_partners(location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
     """Every file a reader declares it joins with the input at ``location`` (its optional ``partners`` method,
-    :class:`~msgtrain.ingest.events.Reader`; never the input itself), sorted: what the run stage folds into the
+    :class:`~msgtrain.ingest.core.events.Reader`; never the input itself), sorted: what the run stage folds into the
     part's key. Every reader is asked, so no detection is needed: each returns [] for an input it would not join (by
     its location, or its first bytes through ``beside``). One reader's list is returned as it gave it (a folder's
     files, shared by every file of the folder: no copy, no sort per file)."""

@@ -16,7 +16,7 @@ Invariants:
 - A system prompt file is UTF-8 text, taken verbatim except for one final line break (``\\n`` or ``\\r\\n``),
   which editors add and prompts rarely end with. A tools file is JSON: a list of tool schemas, or an object with a
   ``tools`` list (a saved request body); OpenAI function tools, Anthropic ``input_schema`` tools and the other
-  shapes of :mod:`msgtrain.ingest.tool_schemas` are normalised to OpenAI function tools.
+  shapes of :mod:`msgtrain.ingest.common.tool_schemas` are normalised to OpenAI function tools.
 - Each part is taken from the first entry that matches the file and gives that part, then from the top-level
   ``system_prompt`` / ``tools``; what the log holds is kept (:func:`msgtrain.model.supply.supply_context`).
 - A glob without a leading ``/`` (or a URL scheme) matches the end of the path at a folder boundary, as if it
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ConfigError, MsgtrainError
-from msgtrain.ingest.events import ReadEvent, ReadGraph
-from msgtrain.ingest.tool_schemas import openai_tools
+from msgtrain.ingest.common.tool_schemas import openai_tools
+from msgtrain.ingest.core.events import ReadEvent, ReadGraph
 from msgtrain.model.supply import SUPPLIED_FLAGS, supply_context
 
 _ENTRY_KEYS = ("format", "glob", "system_prompt", "tools")

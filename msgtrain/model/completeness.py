@@ -30,7 +30,8 @@ CONTEXT_INCOMPLETE = "context_incomplete"
 # what its log does not hold and no supplied file can stand for, since they change from request to request.
 CONTEXT_PARTS = ("system_prompt", "tools", "files")
 # A sampled reply's metadata key for the prompt it was sampled after, logged as the text a chat template rendered
-# (``{"family", "text", "controls"}``, written by msgtrain.ingest.rendered_prompts): the exact context, as logged.
+# (``{"family", "text", "controls"}``, written by msgtrain.ingest.common.rendered_prompts): the exact context, as
+# logged.
 RENDERED_PROMPT = "rendered_prompt"
 
 

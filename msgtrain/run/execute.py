@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from msgtrain.errors import MsgtrainError, OutputError
-from msgtrain.ingest.chunks import Chunk
+from msgtrain.ingest.core.chunks import Chunk
 from msgtrain.run import parts
 from msgtrain.run.assembly import AssemblyJob, write_dataset
 from msgtrain.run.config import ConvertConfig, ProgressHook

@@ -1,6 +1,6 @@
 """Huge JSONL objects on a store, cut into chunks that workers read with range requests.
 
-A local file above ``--chunk-mb`` is cut into chunks of whole conversations (:mod:`msgtrain.ingest.chunks`); an
+A local file above ``--chunk-mb`` is cut into chunks of whole conversations (:mod:`msgtrain.ingest.core.chunks`); an
 object is cut the same way: one task (:func:`plan_object`) reads the object once and plans its chunks exactly as
 the local planner plans the same bytes, and each chunk's worker then fetches only the byte ranges it needs
 (:func:`masked_copy`) instead of the whole object.
@@ -10,10 +10,10 @@ Invariants:
   (their runs, byte offsets and line numbers) and the part keys are those of the same file on disk, and the
   assembled output is the unsplit object's.
 - The worker's local view of the object (:class:`ObjectView`) has the object's size, byte offsets and line
-  numbers: the chunk's lines and the head (what format detection reads: :data:`~msgtrain.ingest.base.HEAD_BYTES`
+  numbers: the chunk's lines and the head (what format detection reads: :data:`~msgtrain.ingest.core.base.HEAD_BYTES`
   and at least the first two non-blank lines) are the object's bytes at their offsets; every other line is
   replaced by a blank line of the same length. Readers read only the chunk's lines; detection sees the real head;
-  the fault boundary's re-plan (:func:`msgtrain.ingest.chunks.chunk_without`) finds every kept line at its line
+  the fault boundary's re-plan (:func:`msgtrain.ingest.core.chunks.chunk_without`) finds every kept line at its line
   number, and blank lines carry no conversation key.
 - Bytes fetched per chunk: its runs plus the head, in concurrent range requests; nothing else.
 """
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msgtrain.ingest.base import HEAD_BYTES, bounded_lines, line_size
-from msgtrain.ingest.chunks import Chunk
+from msgtrain.ingest.core.base import HEAD_BYTES, bounded_lines, line_size
+from msgtrain.ingest.core.chunks import Chunk
 from msgtrain.run.storage import Store
 
 

@@ -2,7 +2,7 @@
 The unit of work and of resume.
 
 Invariants:
-- A part depends only on the file's bytes (and which chunk of it: :mod:`msgtrain.ingest.chunks`), the
+- A part depends only on the file's bytes (and which chunk of it: :mod:`msgtrain.ingest.core.chunks`), the
   linearization settings (policies, render date, forced input format, msgtrain version) and the tokenizer's
   fingerprint (vocabulary, template, special tokens, stop ids, every file of its folder:
   :attr:`~msgtrain.linearize.tokenizer.TokenizerBundle.fingerprint`); its key is a hash of exactly those, so a rerun
@@ -39,13 +39,13 @@ import pyarrow as pa
 from msgtrain import __version__
 from msgtrain.errors import MsgtrainError, printable, reject_hint
 from msgtrain.export.schema import Sample
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip, SourceRef, record_limit
 from msgtrain.ingest.boundary import open_reader, read_events
-from msgtrain.ingest.chunks import Chunk, reading_chunk
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip, SourceRef, record_limit
+from msgtrain.ingest.core.chunks import Chunk, reading_chunk
+from msgtrain.ingest.core.files import SharedIndex
 from msgtrain.ingest.faults import log_traceback
-from msgtrain.ingest.files import SharedIndex
-from msgtrain.ingest.mapping import mapping_text
 from msgtrain.ingest.registry import forced_reader
+from msgtrain.ingest.structure.mapping import mapping_text
 from msgtrain.ingest.supplied import context_text, rules_from_text, with_supplied_context
 from msgtrain.limits import DEFAULT_MAX_RECORD_MB
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
@@ -75,7 +75,7 @@ class LinearizeSettings:
     content_special_tokens: str = "plain"
     train_negative: bool = False
     engine_ids_mismatch: str = "drop"
-    mapping: str | None = None  # a --map mapping, as canonical JSON (msgtrain.ingest.mapping.mapping_text)
+    mapping: str | None = None  # a --map mapping, as canonical JSON (msgtrain.ingest.structure.mapping.mapping_text)
     context: str | None = None  # supplied context, files' content included (msgtrain.ingest.supplied.context_text)
     # Per-graph caps (msgtrain.linearize.budget); None = no cap.
     max_graph_tokens: int | None = DEFAULT_MAX_GRAPH_TOKENS
@@ -84,7 +84,7 @@ class LinearizeSettings:
     max_record_bytes: int = DEFAULT_MAX_RECORD_MB << 20  # --max-record-mb: records and decoded bodies
     # Where reader_error tracebacks are appended (the state directory's debug log); not part of the key.
     debug_log: str | None = None
-    # Where the run's workers share indexes of files that answer each other (msgtrain.ingest.files.SharedIndex);
+    # Where the run's workers share indexes of files that answer each other (msgtrain.ingest.core.files.SharedIndex);
     # not part of the key.
     shared: str | None = None
 

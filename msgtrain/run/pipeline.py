@@ -17,7 +17,7 @@ Invariants:
 - Deterministic: parts are assembled in sorted (source path, content hash, chunk) order whatever the number of
   workers or the order they finished in, so the same inputs and settings give byte-identical output.
 - Work is split by input file, and a JSONL log larger than ``chunk_mb`` into chunks of whole conversations
-  (:mod:`msgtrain.ingest.chunks`): the same samples and accounting as the whole file, in parallel and in memory
+  (:mod:`msgtrain.ingest.core.chunks`): the same samples and accounting as the whole file, in parallel and in memory
   bounded by the chunk, not the file.
 - Resumable / incremental: a part is keyed by file content + file name + linearization settings + tokenizer
   (:func:`~msgtrain.run.parts.part_key`; never the folder: a file moved elsewhere is reused, its sources rewritten;

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgtrain import __version__
 from msgtrain.errors import ConfigError, MsgtrainError
-from msgtrain.ingest.chunks import Chunk
+from msgtrain.ingest.core.chunks import Chunk
 from msgtrain.ingest.detect import looks_like_a_log, passed_over_reason
 from msgtrain.ingest.registry import directory_reader
 from msgtrain.linearize import load_tokenizer
@@ -120,7 +120,7 @@ def plan_run(
 ) -> RunPlan:
     """Discover, hash and cut the inputs of ``cfg`` and key their parts; with ``--resume`` a complete part is
     reused. The manifest is saved before returning. ``shared``: the directory where the run's workers on this
-    machine share the indexes of files that answer each other (:class:`msgtrain.ingest.files.SharedIndex`)."""
+    machine share the indexes of files that answer each other (:class:`msgtrain.ingest.core.files.SharedIndex`)."""
     forced = bool(cfg.input_format or cfg.mapping)
     files, ignored = discover_locations([str(p) for p in cfg.inputs], output.exclude(), forced)
     if progress:  # the total is known from here on: a progress display needs no "?"
@@ -253,7 +253,7 @@ def discover_inputs(
     files like any other), each real file once (overlapping
     inputs such as ``logs`` and ``logs/sub`` name it once), symlinked directories followed once.
 
-    A directory that a reader takes as one log (:func:`~msgtrain.ingest.base.directory_reader`, e.g. an OpenHands
+    A directory that a reader takes as one log (:func:`~msgtrain.ingest.core.base.directory_reader`, e.g. an OpenHands
     V1 conversation folder) is one input, handed over whole; the files inside it are not inputs of their own.
 
     A file without a log suffix is an input when it holds JSON a reader recognises

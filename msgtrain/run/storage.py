@@ -43,7 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Literal, TypeVar
 
 from msgtrain.errors import ConfigError, MsgtrainError, OutputError
-from msgtrain.ingest.files import HEAD_BYTES, BytesSibling, LocalFiles, SharedIndex, index_key, reading_through
+from msgtrain.ingest.core.files import HEAD_BYTES, BytesSibling, LocalFiles, SharedIndex, index_key, reading_through
 
 T = TypeVar("T")
 URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -719,7 +719,7 @@ def content_digest(location: Path | str) -> str:
 
 
 def reader_location(location: Path | str) -> PurePosixPath:
-    """Where a reader sees an input (:mod:`msgtrain.ingest.files`): a local path as it is, an object by its
+    """Where a reader sees an input (:mod:`msgtrain.ingest.core.files`): a local path as it is, an object by its
     bucket and key (``s3://b/k`` → ``/b/k``)."""
     return location_of(location) if isinstance(location, str) else PurePosixPath(location.as_posix())
 
@@ -749,7 +749,7 @@ def identity(location: Path | str) -> str:
 
 
 def location_of(url: str) -> PurePosixPath:
-    """An object's location as readers see it (:mod:`msgtrain.ingest.files`): ``s3://b/k`` → ``/b/k``."""
+    """An object's location as readers see it (:mod:`msgtrain.ingest.core.files`): ``s3://b/k`` → ``/b/k``."""
     return PurePosixPath("/" + url.partition("://")[2].strip("/"))
 
 
@@ -795,14 +795,14 @@ def store_of(location: Path | str) -> str | None:
 
 def folder_locations(scheme_of: str | None, folder: PurePosixPath) -> list[PurePosixPath]:
     """The files directly in ``folder`` on the local disk (``scheme_of`` None) or on the store of the URL
-    ``scheme_of``, sorted (:meth:`msgtrain.ingest.files.Beside.listing`)."""
+    ``scheme_of``, sorted (:meth:`msgtrain.ingest.core.files.Beside.listing`)."""
     if scheme_of is None:
         return LocalFiles().listing(folder)
     return [location_of(url) for url in Store.of(scheme_of).folder_files(url_of(scheme_of, folder))]
 
 
 def head_of(scheme_of: str | None, location: PurePosixPath) -> bytes:
-    """The first bytes of the file at ``location`` (:meth:`msgtrain.ingest.files.Beside.head`)."""
+    """The first bytes of the file at ``location`` (:meth:`msgtrain.ingest.core.files.Beside.head`)."""
     if scheme_of is None:
         return LocalFiles().head(location)
     return Store.of(scheme_of).head(url_of(scheme_of, location), HEAD_BYTES)
@@ -822,7 +822,7 @@ def location_digest(scheme_of: str | None, location: PurePosixPath) -> str:
 
 
 class StoreFiles:
-    """The storage interface readers see (:class:`msgtrain.ingest.files.InputFiles`) for an object copied to
+    """The storage interface readers see (:class:`msgtrain.ingest.core.files.InputFiles`) for an object copied to
     ``local``: its location is the object's, and a sibling is read from the store, as a local run reads it from
     the disk beside the input; a kept copy and a partners' index are made once per run in ``shared``."""
 

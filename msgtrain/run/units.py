@@ -4,7 +4,7 @@ JSON-lines log is cut into chunks of whole conversations.
 Invariants:
 - A plan depends only on the bytes, the reader and the chunk size: reruns give the same chunks.
 - A digest covers every byte a reader reads for the input: the input's own, and those of the files a reader
-  declares it joins the input with (its *partners*, absent ones included: :mod:`msgtrain.ingest.files`), named by
+  declares it joins the input with (its *partners*, absent ones included: :mod:`msgtrain.ingest.core.files`), named by
   their path relative to the input's folder (never the folder itself: a moved tree is reused).
 - Planning a run reads each folder's listing, each file's head and each partner's digest once
   (:class:`PartnerView`), so a folder of N files that answer each other is planned in O(N) reads.
@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from msgtrain.errors import MsgtrainError
-from msgtrain.ingest.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
+from msgtrain.ingest.core.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import declared_partners, get_reader
 from msgtrain.run.storage import (
@@ -97,8 +97,8 @@ class InputDigest(NamedTuple):
 
 class PartnerView:
     """The files beside a run's inputs as readers' partner declarations see them
-    (:class:`msgtrain.ingest.files.Beside`), on the local disk or on one store: each folder listed once, each file's
-    head and each partner's digest read once, per run."""
+    (:class:`msgtrain.ingest.core.files.Beside`), on the local disk or on one store: each folder listed once, each
+    file's head and each partner's digest read once, per run."""
 
     def __init__(self, scheme_of: str | None):
         self.scheme_of = scheme_of  # a URL of the store, or None for the local disk

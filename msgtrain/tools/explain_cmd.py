@@ -60,7 +60,7 @@ class Explanation:
 def explain_file(path: Path) -> Explanation:
     """See the module docstring."""
     from msgtrain.ingest import registry  # noqa: F401 - registers the readers
-    from msgtrain.ingest.base import read_head
+    from msgtrain.ingest.core.base import read_head
     from msgtrain.ingest.detect import detect_format, unknown_format_hint
 
     try:
@@ -81,8 +81,8 @@ def explain_file(path: Path) -> Explanation:
 
 
 def _structural(path: Path, exp: Explanation) -> None:
-    from msgtrain.ingest.shapes import canonical_role, role_of
-    from msgtrain.ingest.structural import Ambiguity, Found, _records, locate, message_like_count
+    from msgtrain.ingest.common.shapes import canonical_role, role_of
+    from msgtrain.ingest.structure.structural import Ambiguity, Found, _records, locate, message_like_count
 
     first: Found | None = None
     for n, (ref, value, _) in enumerate(_records(path)):
@@ -111,7 +111,7 @@ def _structural(path: Path, exp: Explanation) -> None:
             _roles(item, exp, canonical_role, role_of)
             exp.carried.update(k for k in item.holder if k not in _used(item))
     if first is not None:
-        from msgtrain.ingest.mapping_paths import rooted
+        from msgtrain.ingest.structure.mapping_paths import rooted
 
         mapping = rooted(_mapping_for(first, exp), first.path, first.holder, first.inherited)
         exp.mapping_yaml = mapping.to_yaml()
@@ -124,7 +124,7 @@ def _shape_of(path: str) -> str:
 
 
 def _used(found: Any) -> set[str]:
-    from msgtrain.ingest.mapping import top_fields
+    from msgtrain.ingest.structure.mapping import top_fields
 
     columns = found.mapping.columns
     return {f for k, v in columns.items() if k not in ("reward", "kto_tag") for f in top_fields(found.holder, v)}
@@ -146,7 +146,7 @@ def _mapping_for(found: Any, exp: Explanation) -> Any:
     roles it saw written out, so that the user edits a complete mapping."""
     from dataclasses import replace
 
-    from msgtrain.ingest.shapes import content_key_of, role_of
+    from msgtrain.ingest.common.shapes import content_key_of, role_of
 
     mapping = found.mapping
     value = mapping.field_of(found.holder, "messages") or mapping.field_of(found.holder, "completion")

@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msgtrain.errors import ConfigError
-from msgtrain.ingest.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import open_reader, read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.registry import get_reader
 from msgtrain.tools.bounds import DEFAULT_MAX_CHARS, DEFAULT_MAX_TURNS
 from msgtrain.tools.dataset import DataFile, data_files, is_dataset, report_of, sample_table, samples_per_row, target_of

@@ -29,8 +29,8 @@ from rich.console import Group
 from rich.text import Text
 
 from msgtrain.errors import printable
-from msgtrain.ingest.base import Reader, ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.boundary import open_reader, read_events
+from msgtrain.ingest.core.base import Reader, ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.faults import default_debug_log, log_traceback
 from msgtrain.model.validate import validate_graph
 

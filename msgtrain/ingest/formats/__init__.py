@@ -1,0 +1,1 @@
+"""The format readers, grouped by kind."""

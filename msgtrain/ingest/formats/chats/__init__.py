@@ -1,0 +1,1 @@
+"""Chat exports: ShareGPT-style datasets, msgtrain's typed messages and its native graph log."""

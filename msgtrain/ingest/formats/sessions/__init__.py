@@ -1,0 +1,1 @@
+"""Agent sessions: coding agents' and agent frameworks' own session logs."""

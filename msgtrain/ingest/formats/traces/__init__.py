@@ -1,0 +1,1 @@
+"""Traces and spans: OpenTelemetry GenAI spans and the other tracing conventions."""

@@ -1,0 +1,533 @@
+"""OpenTelemetry GenAI spans: exported traces whose spans carry the GenAI semantic-convention attributes.
+
+Accepted layouts: a JSON document ``{"spans": [...]}`` (any-agent's ``AgentTrace``, SDK ``ReadableSpan.to_json``
+span objects), a JSON list of such spans, an OTLP/JSON export ``{"resourceSpans": [{"scopeSpans": [{"spans":
+[...]}]}]}`` (attributes as ``[{key, value}]``), or JSONL with one span or one OTLP export per line.
+
+What is read (one span = one record; all spans of a trace become one graph ``otel:<trace id>``):
+- Chat spans (``gen_ai.operation.name`` ``chat`` / ``call_llm`` / ``text_completion`` / ``generate_content``): the
+  output (``gen_ai.output.messages`` with typed parts, or any-agent's ``gen_ai.output`` text / tool-call list) is a
+  response sampled in exactly the span's input context (``gen_ai.system_instructions`` + ``gen_ai.input.messages``,
+  typed ``parts`` or OpenAI-style messages). Contexts are added with ``add_node`` from the root, so spans that share
+  a history share nodes and a span whose input differs from the previous history starts a branch. Several output
+  messages (n > 1) are sibling samples. Model, finish reasons and usage go to ``Generation`` / metadata;
+  ``gen_ai.tool.definitions`` is the environment's tool list.
+- Tool spans (``execute_tool``): the tool's result (``gen_ai.tool.call.result``, or any-agent's ``gen_ai.output``)
+  answers the call with ``gen_ai.tool.call.id``, else the oldest unanswered call of that tool name.
+- Agent spans (``invoke_agent`` / ``create_agent``) name the policy (``gen_ai.agent.name``); other spans carry no
+  conversation and are skipped (``non_genai_span``).
+
+Safe readings:
+- Instrumentations may record the input messages only on the first chat span of a trace (any-agent does). A chat
+  span without input messages is then read as a conversation list is: its context is the previous span's context,
+  that span's output and the tool results recorded since (tool-call ids synthesized deterministically from the span
+  when the output does not carry them). A chat span with no recorded input and nothing before it has an unknown
+  context: its output is kept as context (``carried``), not trained. The same holds when nothing was recorded
+  between the previous response and this span (the caller sent something the trace does not hold, e.g. a
+  structured-output follow-up).
+- A tool span that answers no call in the graph is skipped (``tool_span_without_call``) and taints the branch (the
+  next response saw a result the graph does not place).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import MsgtrainError, ValidationError
+from msgtrain.ingest.common.head_shape import head_shape
+from msgtrain.ingest.common.session_common import SkipTally, as_dict, as_list, graph_id_for, has_any, synthetic_call_id
+from msgtrain.ingest.core.base import (
+    HEAD_BYTES,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    first_json_value,
+    iter_json_lines,
+    load_json_document,
+)
+from msgtrain.ingest.formats.traces.span_conventions import as_genai, json_attr
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.message import (
+    RUNTIME_POLICY,
+    AnyMessage,
+    Generation,
+    MediaPart,
+    OptionCallMessage,
+    OptionCallPayload,
+    OptionResultMessage,
+    OptionResultPayload,
+    Part,
+    PartsMessage,
+    ReasoningPart,
+    TextPart,
+)
+from msgtrain.model.openai import from_openai_message, parse_arguments
+
+CHAT_OPERATIONS = {"chat", "call_llm", "text_completion", "generate_content"}
+TOOL_OPERATIONS = {"execute_tool"}
+AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
+DEFAULT_POLICY_NAME = "otel"
+# Bytes a span file's head holds in one of the conventions read here (GenAI, OpenInference, OpenLLMetry).
+_CONVENTION_MARKS = (
+    b"gen_ai.",
+    b"openinference.span.kind",
+    b"llm.input_messages",
+    b'"input_messages"',
+    b"mlflow.spanType",
+)
+
+
+@dataclass
+class _Span:
+    ref: str
+    raw: str
+    trace_id: str
+    span_id: str
+    start: float
+    attributes: dict[str, Any]
+    status_error: bool = False
+    order: int = 0
+
+
+@dataclass
+class _Trace:
+    spans: list[_Span] = field(default_factory=list)
+
+
+class OtelGenAiReader:
+    name = "otel"
+    description = "OpenTelemetry GenAI spans (gen_ai.input/output.messages, tool spans; JSON, OTLP/JSON or JSONL)"
+    example = "sample_logs/otel/trace.json"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        if not any(mark in head for mark in _CONVENTION_MARKS):
+            return False
+        shape = head_shape(head)
+        if shape.layout == "object":
+            return has_any(shape, ".spans[].attributes", ".resourceSpans[].scopeSpans", ".data.spans[].attributes")
+        if shape.layout in ("array", "jsonl"):
+            return has_any(shape, ".attributes", ".attributes.openinference.span.kind") and has_any(
+                shape, ".context", ".traceId", ".trace_id", ".span_id", ".context.trace_id"
+            )
+        return False
+
+    def read(self, path: Path) -> Iterator[ReadEvent]:
+        traces: dict[str, _Trace] = {}
+        skips = SkipTally(path)
+        order = 0
+        for item in _iter_spans(path):
+            if isinstance(item, ReadReject):
+                yield item
+                continue
+            item.order = order
+            order += 1
+            traces.setdefault(item.trace_id, _Trace()).spans.append(item)
+        for trace_id, trace in traces.items():
+            yield from _TraceBuild(path, trace_id, trace, skips).events()
+        yield from skips.events()
+
+
+def _iter_spans(path: Path) -> Iterator[_Span | ReadReject]:
+    with open(path, "rb") as f:
+        head = f.read(HEAD_BYTES)
+    first = first_json_value(head)
+    is_jsonl = isinstance(first, dict) and head_shape(head).layout == "jsonl"
+    if is_jsonl:
+        for lineno, raw, obj in iter_json_lines(path):
+            ref = f"line {lineno}"
+            if isinstance(obj, MsgtrainError):
+                yield ReadReject(SourceRef(str(path), ref), obj, excerpt(raw))
+                continue
+            yield from _spans_of(obj, ref, path)
+        return
+    yield from _spans_of(load_json_document(path), "file", path)
+
+
+def _spans_of(doc: Any, ref: str, path: Path) -> Iterator[_Span | ReadReject]:
+    if isinstance(doc, dict) and isinstance(doc.get("resourceSpans"), list):
+        k = 0
+        for rs in doc["resourceSpans"]:
+            for ss in (rs or {}).get("scopeSpans") or []:
+                for span in (ss or {}).get("spans") or []:
+                    yield _span_or_reject(span, f"{ref} span {k}", path)
+                    k += 1
+        return
+    if isinstance(doc, dict) and isinstance(doc.get("data"), dict) and isinstance(doc["data"].get("spans"), list):
+        doc = doc["data"]  # an MLflow trace: {"info": ..., "data": {"spans": [...]}}
+    if isinstance(doc, dict) and isinstance(doc.get("spans"), list):
+        items = doc["spans"]
+    elif isinstance(doc, list):
+        items = doc
+    elif isinstance(doc, dict):
+        items = [doc]
+    else:
+        err = ValidationError("not a span, a list of spans or an OTLP export", code="bad_record")
+        yield ReadReject(SourceRef(str(path), ref), err.located(f"{path} ({ref})"), excerpt(str(doc)))
+        return
+    for k, span in enumerate(items):
+        yield _span_or_reject(span, ref if len(items) == 1 and ref != "file" else f"span {k}", path)
+
+
+def _span_or_reject(span: Any, ref: str, path: Path) -> _Span | ReadReject:
+    try:
+        return _normalize(span, ref)
+    except MsgtrainError as e:
+        return ReadReject(SourceRef(str(path), ref), e.located(f"{path} ({ref})"), excerpt(str(span)))
+
+
+def _id_hex(value: Any, width: int) -> str | None:
+    if isinstance(value, int):
+        return format(value, f"0{width}x")
+    if isinstance(value, str) and value:
+        return value.removeprefix("0x").lower()
+    return None
+
+
+def _otlp_value(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    for key in ("stringValue", "boolValue", "doubleValue"):
+        if key in value:
+            return value[key]
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "arrayValue" in value:
+        return [_otlp_value(v) for v in (value["arrayValue"] or {}).get("values") or []]
+    return None
+
+
+def _normalize(span: Any, ref: str) -> _Span:
+    if not isinstance(span, dict):
+        raise ValidationError("span is not an object", code="bad_record")
+    context = as_dict(span.get("context"))
+    trace_id = _id_hex(
+        span.get("traceId") or context.get("trace_id") or span.get("trace_id") or span.get("context.trace_id"), 32
+    )
+    span_id = _id_hex(
+        span.get("spanId") or context.get("span_id") or span.get("span_id") or span.get("context.span_id"), 16
+    )
+    if trace_id is None or span_id is None:
+        raise ValidationError(
+            "span has no trace id or span id",
+            code="bad_record",
+            hint="spans need context.trace_id/span_id (SDK JSON) or traceId/spanId (OTLP)",
+        )
+    attrs = span.get("attributes")
+    if attrs is None:  # a spans dataframe's rows (Phoenix): one column per attribute, "attributes.<name>"
+        attrs = {k.removeprefix("attributes."): v for k, v in span.items() if k.startswith("attributes.")}
+    if isinstance(attrs, list):  # OTLP: [{"key": ..., "value": {"stringValue": ...}}]
+        attrs = {a.get("key"): _otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}
+    attrs = as_genai(attrs) if isinstance(attrs, dict) else {}
+    start = span.get("start_time", span.get("startTimeUnixNano", 0))
+    try:
+        start_key = float(start) if isinstance(start, str | int | float) else 0.0
+    except ValueError:
+        start_key = 0.0  # ISO timestamps: keep file order (the sort below is stable)
+    status = as_dict(span.get("status"))
+    code = str(status.get("status_code") or status.get("code") or "").lower()
+    return _Span(
+        ref,
+        json.dumps(span, ensure_ascii=False, default=str)[:4096],
+        trace_id,
+        span_id,
+        start_key,
+        attrs,
+        status_error=code in ("error", "2", "status_code_error"),
+    )
+
+
+class _TraceBuild:
+    def __init__(self, path: Path, trace_id: str, trace: _Trace, skips: SkipTally):
+        self.path = path
+        self.trace_id = trace_id
+        self.spans = sorted(trace.spans, key=lambda s: (s.start, s.order))
+        self.skips = skips
+        agent = next(
+            (
+                s.attributes.get("gen_ai.agent.name")
+                for s in self.spans
+                if s.attributes.get("gen_ai.operation.name") in AGENT_OPERATIONS
+                and isinstance(s.attributes.get("gen_ai.agent.name"), str)
+            ),
+            None,
+        )
+        tools = next(
+            (
+                json_attr(s.attributes["gen_ai.tool.definitions"])
+                for s in self.spans
+                if "gen_ai.tool.definitions" in s.attributes
+            ),
+            None,
+        )
+        self.graph = MessageGraph(
+            tools=tools if isinstance(tools, list) else None,
+            graph_id=graph_id_for("otel", trace_id, path),
+            policy=agent or DEFAULT_POLICY_NAME,
+            metadata={"format": "otel", "trace_id": trace_id, **({"agent": agent} if agent else {})},
+        )
+        self.running: list[str] = []  # the reconstructed current conversation, as node ids
+        self.pending: list[OptionCallPayload] = []
+        self.call_names: dict[str, str] = {}
+        self.tainted = False
+        self.records = 0
+
+    def events(self) -> Iterator[ReadEvent]:
+        rejects: list[ReadReject] = []
+        for span in self.spans:
+            op = span.attributes.get("gen_ai.operation.name")
+            try:
+                if op in CHAT_OPERATIONS:
+                    self._chat(span)
+                elif op in TOOL_OPERATIONS:
+                    self._tool(span)
+                elif op in AGENT_OPERATIONS:
+                    self.records += 1
+                else:
+                    self.skips.add("non_genai_span", span.ref)
+            except MsgtrainError as e:
+                self.tainted = True
+                rejects.append(
+                    ReadReject(
+                        SourceRef(str(self.path), span.ref), e.located(f"{self.path} ({span.ref})"), excerpt(span.raw)
+                    )
+                )
+        yield from rejects
+        if self.graph.nodes:
+            yield ReadGraph(self.graph, SourceRef(str(self.path), self.spans[0].ref), records=self.records)
+        elif self.records:
+            self.skips.add("trace_without_messages", self.spans[0].ref, self.records)
+
+    def _chat(self, span: _Span) -> None:
+        attrs = span.attributes
+        context = self._input(attrs)
+        outputs = self._outputs(span)
+        if not outputs:
+            self.skips.add("chat_span_without_output", span.ref)
+            return
+        known_context = True
+        if context is not None:
+            parent: str | None = None
+            ids: list[str] = []
+            for msg in context:
+                origin = Origin.CARRIED if msg.role == "assistant" else Origin.CONTEXT
+                parent = self.graph.add_node(parent, msg, origin=origin)
+                ids.append(parent)
+            self.tainted = False
+        else:
+            ids = list(self.running)
+            # Nothing recorded since the previous response (no tool result, no user turn): the caller must have
+            # sent something this trace does not hold (e.g. a structured-output follow-up call), so the context
+            # cannot be reconstructed.
+            known_context = bool(ids) and self.graph.nodes[ids[-1]].message.role != "assistant"
+        model = attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
+        finish = json_attr(attrs.get("gen_ai.response.finish_reasons"))
+        sampling = {
+            k.removeprefix("gen_ai.request."): v
+            for k, v in attrs.items()
+            if k in ("gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.request.max_tokens")
+        }
+        usage = {k.removeprefix("gen_ai.usage."): v for k, v in attrs.items() if k.startswith("gen_ai.usage.")}
+        first_id: str | None = None
+        for k, out in enumerate(outputs):
+            reason = out.metadata.get("finish_reason") or (
+                finish[k] if isinstance(finish, list) and k < len(finish) else None
+            )
+            meta = {**out.metadata, "span_id": span.span_id, **({"usage": usage} if usage else {})}
+            if context is None:
+                meta["context_reconstructed"] = True
+            out = out.model_copy(update={"metadata": meta})
+            origin = Origin.SAMPLED if known_context and not self.tainted else Origin.CARRIED
+            gen = Generation(
+                model=model if isinstance(model, str) else None,
+                sampling=sampling,
+                finish_reason=reason if isinstance(reason, str) else None,
+            )
+            nid = self.graph.add_node(ids[-1] if ids else None, out, origin=origin, generation=gen)
+            if first_id is None:
+                first_id = nid
+                self.pending = list(out.calls) if isinstance(out, OptionCallMessage) else []
+                self.call_names.update({c.invocation_id: c.option_name for c in self.pending})
+        assert first_id is not None
+        self.running = [*ids, first_id]
+        self.records += 1
+
+    def _tool(self, span: _Span) -> None:
+        attrs = span.attributes
+        name = attrs.get("gen_ai.tool.name")
+        call_id = attrs.get("gen_ai.tool.call.id")
+        call = next((c for c in self.pending if c.invocation_id == call_id), None) if call_id else None
+        if call is None and not call_id:
+            call = next((c for c in self.pending if c.option_name == name), None)
+        if call is None or not self.running:
+            self.skips.add("tool_span_without_call", span.ref)
+            self.tainted = True  # the next response saw a result the graph cannot place
+            return
+        self.pending.remove(call)
+        value = attrs.get("gen_ai.tool.call.result", attrs.get("gen_ai.output"))
+        result = OptionResultMessage(
+            result=OptionResultPayload(
+                invocation_id=call.invocation_id,
+                option_name=call.option_name,
+                result=value if value is not None else "",
+                is_error=span.status_error,
+            ),
+            policy=RUNTIME_POLICY,
+            role_hint_for_llm="tool",
+            metadata={"span_id": span.span_id},
+        )
+        self.running.append(self.graph.add_node(self.running[-1], result, origin=Origin.CONTEXT))
+        self.records += 1
+
+    # ------------------------------------------------------------------ parsing
+    def _input(self, attrs: dict[str, Any]) -> list[AnyMessage] | None:
+        raw = attrs.get("gen_ai.input.messages")
+        if raw is None:
+            return None
+        messages = json_attr(raw)
+        if not isinstance(messages, list):
+            raise ValidationError("gen_ai.input.messages is not a list of messages", code="bad_content")
+        out: list[AnyMessage] = []
+        system = json_attr(attrs.get("gen_ai.system_instructions"))
+        if isinstance(system, list) and system:
+            out.append(PartsMessage(parts=tuple(_parts(system)), role_hint_for_llm="system", policy="system"))
+        elif isinstance(system, str) and system:
+            out.append(PartsMessage(parts=(TextPart(text=system),), role_hint_for_llm="system", policy="system"))
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise ValidationError(f"gen_ai.input.messages[{i}] is not an object", code="bad_message")
+            if "parts" in m:
+                out.extend(self._typed_message(m, f"gen_ai.input.messages[{i}]"))
+            else:
+                msg = from_openai_message(m, index=i, call_names=self.call_names, policy=self.graph.policy)
+                if isinstance(msg, OptionCallMessage):
+                    self.call_names.update({c.invocation_id: c.option_name for c in msg.calls})
+                out.append(msg)
+        return out
+
+    def _outputs(self, span: _Span) -> list[AnyMessage]:
+        attrs = span.attributes
+        typed = json_attr(attrs.get("gen_ai.output.messages"))
+        if isinstance(typed, list):
+            out: list[AnyMessage] = []
+            for i, m in enumerate(typed):
+                if not isinstance(m, dict):
+                    raise ValidationError(f"gen_ai.output.messages[{i}] is not an object", code="bad_message")
+                msgs = self._typed_message({**m, "role": m.get("role", "assistant")}, f"gen_ai.output.messages[{i}]")
+                for msg in msgs:
+                    meta = {"finish_reason": m["finish_reason"]} if isinstance(m.get("finish_reason"), str) else {}
+                    out.append(msg.model_copy(update={"metadata": {**msg.metadata, **meta}}))
+            return out
+        raw = attrs.get("gen_ai.output")
+        if raw is None:
+            return []
+        value = json_attr(raw) if attrs.get("gen_ai.output.type") == "json" else raw
+        if isinstance(value, list) and value and all(isinstance(v, dict) and "tool.name" in v for v in value):
+            calls = []
+            for k, v in enumerate(value):
+                args, raw_args = parse_arguments(v.get("tool.args"))
+                call_id = v.get("tool.call.id") or synthetic_call_id(self.trace_id, span.span_id, k)
+                calls.append(
+                    OptionCallPayload(
+                        invocation_id=str(call_id),
+                        option_name=str(v["tool.name"]),
+                        arguments=args,
+                        raw_arguments=raw_args,
+                    )
+                )
+            return [OptionCallMessage(calls=tuple(calls), policy=self.graph.policy, role_hint_for_llm="assistant")]
+        text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+        return [PartsMessage(parts=(TextPart(text=text),), policy=self.graph.policy, role_hint_for_llm="assistant")]
+
+    def _typed_message(self, m: dict[str, Any], where: str) -> list[AnyMessage]:
+        """A semantic-convention message ``{role, parts: [...]}`` (one message, or one result per response)."""
+        role = m.get("role")
+        items = as_list(m.get("parts"))
+        parts: list[Part] = []
+        calls: list[OptionCallPayload] = []
+        results: list[AnyMessage] = []
+        for k, p in enumerate(items):
+            ptype = p.get("type") if isinstance(p, dict) else None
+            if ptype == "tool_call":
+                args, raw = parse_arguments(p.get("arguments"))
+                call_id = p.get("id") or synthetic_call_id(self.trace_id, where, k)
+                calls.append(
+                    OptionCallPayload(
+                        invocation_id=str(call_id),
+                        option_name=str(p.get("name") or ""),
+                        arguments=args,
+                        raw_arguments=raw,
+                    )
+                )
+                self.call_names[str(call_id)] = str(p.get("name") or "")
+            elif ptype == "tool_call_response":
+                call_id = str(p.get("id"))
+                results.append(
+                    OptionResultMessage(
+                        result=OptionResultPayload(
+                            invocation_id=call_id,
+                            option_name=self.call_names.get(call_id, ""),
+                            result=p.get("response", p.get("result")),
+                        ),
+                        policy=RUNTIME_POLICY,
+                        role_hint_for_llm="tool",
+                    )
+                )
+            else:
+                parts.extend(_parts([p], where))
+        if results:
+            if not all(r.result.option_name for r in results if isinstance(r, OptionResultMessage)):
+                raise ValidationError(
+                    "tool_call_response answers no earlier tool_call",
+                    where=where,
+                    code="unpaired_result",
+                    hint="the tool_call part must come first",
+                )
+            return results
+        if role == "assistant" and calls:
+            return [
+                OptionCallMessage(
+                    parts=tuple(parts), calls=tuple(calls), policy=self.graph.policy, role_hint_for_llm="assistant"
+                )
+            ]
+        if role not in ("system", "user", "assistant"):
+            raise ValidationError(f"unknown role {role!r}", where=where, code="unknown_role")
+        policy = self.graph.policy if role == "assistant" else role
+        return [PartsMessage(parts=tuple(parts), role_hint_for_llm=role, policy=policy)]
+
+
+def _parts(items: list[Any], where: str = "gen_ai.system_instructions") -> list[Part]:
+    parts: list[Part] = []
+    for k, p in enumerate(items):
+        ptype = p.get("type") if isinstance(p, dict) else None
+        if isinstance(p, str):
+            parts.append(TextPart(text=p))
+        elif ptype == "text" and isinstance(p, dict):
+            parts.append(TextPart(text=str(p.get("content", p.get("text", "")))))
+        elif ptype in ("reasoning", "thinking") and isinstance(p, dict):
+            parts.append(ReasoningPart(text=str(p.get("content", ""))))
+        elif ptype in ("uri", "blob", "file") and isinstance(p, dict):
+            modality = p.get("modality") if p.get("modality") in ("image", "audio", "video") else "document"
+            mime = p.get("mime_type")
+            url = p.get("uri") or p.get("file_id")
+            if ptype == "blob":
+                url = f"data:{mime or 'application/octet-stream'};base64,{p.get('content', '')}"
+            if not isinstance(url, str) or not url:
+                raise ValidationError(f"parts[{k}] {ptype} part has no reference", where=where, code="bad_content")
+            parts.append(MediaPart(modality=modality, url=url, mime=mime if isinstance(mime, str) else None))
+        else:
+            raise ValidationError(
+                f"parts[{k}] has unknown type {ptype!r}",
+                where=where,
+                code="bad_content",
+                hint="supported: text, reasoning, tool_call, tool_call_response, uri, blob, file",
+            )
+    return parts
+
+
+READER = OtelGenAiReader()

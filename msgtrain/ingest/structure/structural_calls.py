@@ -1,0 +1,131 @@
+"""Calls found at any depth of a record: each message list logged beside the reply sampled for it is one call.
+
+A record that holds several such pairs (an agent's trajectory ``{steps: [{input: [...], response: {...}}, ...]}``,
+an RL rollout's ``transitions[].actions[]``, a search tree whose nodes each hold the call that expanded them) is
+read as the per-call logs are (:mod:`msgtrain.ingest.common.call_log`): each sampled reply is trained after exactly the
+messages its own call sent, with the tools and system prompt of that call; calls whose messages share a prefix
+share those nodes, so a history re-sent with every step is one conversation, not a copy per step. Calls whose
+first messages differ are different conversations (one graph each). Records of one file that are each one call are
+joined the same way when each re-sends an earlier one's messages (:func:`continuation_groups`): an agent's per-call
+log written one call per line.
+
+Invariants:
+- A call is read by the same conversion as a lone prompt / completion record (the structural reader's
+  ``convert_found``), so the shapes it reads (OpenAI, Anthropic, Gemini replies, rendered prompts, reasoning) are
+  the same at any depth.
+- A call that cannot be read is one reject (one record of the books); the other calls are read: each holds its
+  own full context, so a bad call leaves no gap in the ones after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import MsgtrainError
+from msgtrain.ingest.common.call_log import Call, CallLogGraph, conversation_key
+from msgtrain.ingest.common.conversation_files import Step, base_graph_id
+from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt
+from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
+from msgtrain.model.graph import MessageGraph, Origin
+
+# convert_found of msgtrain.ingest.structure.structural, passed in (that module imports this one)
+Convert = Callable[[Path, SourceRef, Any], list[ReadEvent]]
+
+
+def calls_of(graph: MessageGraph) -> list[Call]:
+    """The calls a one-call graph holds: one per sampled reply, its context the path to it (a completion that runs
+    on after a tool result is a second call, whose context holds the first reply and the result). A reply the log
+    holds but that is not to be trained (``carried``: weight 0, a sample logged as a null) is a call too, kept
+    ``carried`` so the books count it, never dropped without a word."""
+    out: list[Call] = []
+    for node in graph.nodes.values():
+        carried = node.origin is Origin.CARRIED and node.message.role == "assistant"
+        if node.origin is not Origin.SAMPLED and not carried:
+            continue
+        path = graph.path(node.id)[:-1]
+        context = [
+            Step(n.message, origin=None if n.message.role == "assistant" else n.origin, index=i)
+            for i, n in enumerate(path)
+        ]
+        sample = Step(node.message, origin=node.origin, generation=graph.generations.get(node.id))
+        out.append(Call(context, [sample], graph.envs[node.env_id]))
+    return out
+
+
+def read_calls(path: Path, ref: SourceRef, found: Sequence[Any], raw: Any, convert: Convert) -> list[ReadEvent]:
+    """The events of a record's calls (``found``: the structural reader's prompt / completion finds, one per
+    call): one graph per conversation, a reject per call that cannot be read."""
+    items = [(SourceRef(ref.file, f"{ref.record} {f.path}" if ref.record != "file" else f.path), f) for f in found]
+    return read_call_items(path, ref, items, raw, convert)
+
+
+def read_call_items(
+    path: Path, ref: SourceRef, found: Sequence[tuple[SourceRef, Any]], raw: Any, convert: Convert
+) -> list[ReadEvent]:
+    """:func:`read_calls` for calls each at its own place (``(where, find)``: several records of one file whose
+    calls re-send each other's histories)."""
+    events: list[ReadEvent] = []
+    logs: dict[str, CallLogGraph] = {}
+    extras: dict[str, dict[str, Any]] = {}
+    base = base_graph_id(path, ref)
+    for sub, item in found:
+        try:
+            read = convert(path, sub, item)
+            graphs = [e for e in read if isinstance(e, ReadGraph)]
+            events.extend(e for e in read if not isinstance(e, ReadGraph))
+            for event in graphs:
+                for call in calls_of(event.graph):
+                    # one conversation per first message: calls that share it share the root and every node of
+                    # their common prefix (the per-call reader's first-two-messages key would split a conversation
+                    # whose first call had only one message)
+                    key = conversation_key([s.message for s in call.context[:1]], None)
+                    log = logs.get(key)
+                    if log is None:
+                        digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+                        log = CallLogGraph(f"{base}#{digest}", metadata={"source_format": "structural"})
+                        log.graph.metadata["layout"] = "calls"
+                    log.add(call)
+                    logs.setdefault(key, log)
+                    extras.setdefault(key, {}).update(event.extras)
+        except MsgtrainError as e:
+            events.append(
+                ReadReject(sub, e.located(str(sub)), excerpt(raw if raw is not None else item.holder), turns=1)
+            )
+    out: list[ReadEvent] = []
+    records = sum(1 for e in events if isinstance(e, ReadReject) and e.count)
+    budget = len(found) - records  # the calls read, shared among the conversations they form
+    for n, (key, log) in enumerate(logs.items()):
+        graph = log.finish()
+        mark_calls_without_tools(graph, UNLOGGED_TOOLS)
+        share = budget - (len(logs) - 1) if n == 0 else 1  # every graph is at least one record; the rest to the first
+        out.append(ReadGraph(graph, ref, records=max(share, 1), extras=extras[key]))
+    if not logs and budget > 0:  # calls read but holding no reply (cannot happen: each call samples one)
+        out.append(ReadReject(ref, MsgtrainError("no call holds a reply", code="no_conversation"), count=budget))
+    return out + events
+
+
+def continuation_groups(prompts: Sequence[list[Any]]) -> list[list[int]]:
+    """Records (by position) grouped into conversations: a record whose logged messages start with an earlier
+    record's messages, and hold more, continues that record's conversation (its history re-sent, the earlier
+    reply in it); any other starts its own. Compared as logged, before any parsing."""
+    groups: list[list[int]] = []
+    group_of: dict[int, int] = {}
+    for i, prompt in enumerate(prompts):
+        earlier = next(
+            (
+                j
+                for j in range(i - 1, -1, -1)
+                if len(prompts[j]) < len(prompt) and prompt[: len(prompts[j])] == prompts[j]
+            ),
+            None,
+        )
+        if earlier is None:
+            group_of[i] = len(groups)
+            groups.append([i])
+        else:
+            group_of[i] = group_of[earlier]
+            groups[group_of[i]].append(i)
+    return groups
