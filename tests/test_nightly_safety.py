@@ -547,7 +547,7 @@ def test_yaml_with_ordinary_aliases_loads_as_safe_load_does() -> None:
 
     import yaml
 
-    from msgtrain.ingest.formats.api.cassettes import load_yaml_bounded
+    from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
 
     text = "common: &h {accept: json}\na: {headers: *h}\nb: {headers: *h, list: [*h, *h]}\nself: &s [1, 2]\n"
     assert load_yaml_bounded(io.StringIO(text), "t") == yaml.safe_load(text)

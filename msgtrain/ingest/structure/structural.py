@@ -1405,7 +1405,7 @@ def _records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
 
 
 def _load_yaml(path: Path) -> Any:
-    from msgtrain.ingest.formats.api.cassettes import load_yaml_bounded
+    from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
 
     if path.stat().st_size > MAX_YAML_BYTES:
         return ParseError("YAML document too large", where=str(path), code="record_too_large")
