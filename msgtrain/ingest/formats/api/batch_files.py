@@ -50,21 +50,18 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGroups
 from msgtrain.ingest.common.shapes import message_like_count
-from msgtrain.ingest.core.base import (
-    LongLine,
+from msgtrain.ingest.core.base import LongLine, head_mostly, line_size, read_bounded_line
+from msgtrain.ingest.core.files import Beside, InputFiles, input_files
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadReject,
     ReadSkip,
     SourceRef,
     excerpt,
-    head_mostly,
     head_objects,
     iter_json_lines,
-    line_size,
-    read_bounded_line,
     read_head,
 )
-from msgtrain.ingest.core.files import Beside, InputFiles, input_files
 from msgtrain.ingest.formats.api import anthropic, openai_responses
 from msgtrain.ingest.formats.api.cassettes import endpoint_of, gemini_call, invoke_call, openai_chat_call
 from msgtrain.ingest.formats.api.text_completions import is_text_completion, text_completion_call

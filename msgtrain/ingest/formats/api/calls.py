@@ -32,8 +32,8 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGroups, conversation_key, session_of
 from msgtrain.ingest.common.conversation_files import Step
-from msgtrain.ingest.core.base import ReadEvent, ReadReject, SourceRef, excerpt, head_objects, iter_json_lines
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
+from msgtrain.ingest.formats import ReadEvent, ReadReject, SourceRef, excerpt, head_objects, iter_json_lines
 from msgtrain.ingest.formats.api.streams import is_chunk_list, response_body
 from msgtrain.ingest.formats.api.text_completions import is_text_completion, text_completion_call
 from msgtrain.model.graph import Env

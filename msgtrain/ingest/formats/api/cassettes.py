@@ -50,9 +50,9 @@ from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.common.shapes import assistant_turns_in
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core import base
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.core.http_bodies import decode_content, header, is_sse, recorded_bytes
 from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
+from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.formats.api import anthropic, bedrock, cohere, ollama, openai_responses, streams
 from msgtrain.ingest.formats.api.openai_chat import chat_steps
 from msgtrain.ingest.formats.api.streams import StreamFailed

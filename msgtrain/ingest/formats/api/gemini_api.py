@@ -34,9 +34,17 @@ from msgtrain.ingest.common.conversation_files import (
     iter_call_records,
     iter_raw_records,
 )
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadItem, ReadReject, RecordTask, SourceRef, excerpt
+from msgtrain.ingest.formats import (
+    ReadEvent,
+    ReadGraph,
+    ReadItem,
+    ReadReject,
+    RecordTask,
+    SourceRef,
+    excerpt,
+    head_shape,
+)
 from msgtrain.ingest.formats.api.cassettes import gemini_call
 from msgtrain.ingest.formats.api.streams import assemble
 from msgtrain.model.completeness import mark_context_incomplete

@@ -42,12 +42,12 @@ from msgtrain.ingest.common.conversation_files import (
     mark_last_reply,
     read_conversation_file,
 )
-from msgtrain.ingest.common.head_shape import HeadShape, head_shape
+from msgtrain.ingest.common.head_shape import HeadShape
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.common.shapes import PREFERENCE_KEYS, is_ui_steps, named_agents, named_agents_error
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import ReadItem
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
+from msgtrain.ingest.formats import ReadItem, head_shape
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
 from msgtrain.model.openai import CONTENT_PART_TYPES, KNOWN_ROLES, check_reply_present, from_openai_message

@@ -44,10 +44,9 @@ from msgtrain.ingest.common.conversation_files import (
     read_conversation_file,
     vote_layout,
 )
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import ReadEvent, ReadItem, ReadReject, excerpt
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
+from msgtrain.ingest.formats import ReadEvent, ReadItem, ReadReject, excerpt, head_shape
 from msgtrain.ingest.formats.api.streams import is_chunk_list, response_body
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.core.base import (
+from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
     ReadReject,
@@ -22,7 +23,6 @@ from msgtrain.ingest.core.base import (
     head_objects,
     iter_json_lines,
 )
-from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.model.graph import GRAPH_LOG_FORMAT
 from msgtrain.model.graphlog import Damage, graph_from_records
 

@@ -35,8 +35,7 @@ from msgtrain.ingest.common.conversation_files import (
     build_linear_graph,
     read_conversation_file,
 )
-from msgtrain.ingest.common.head_shape import head_shape
-from msgtrain.ingest.core.base import ReadItem
+from msgtrain.ingest.formats import ReadItem, head_shape
 from msgtrain.model.message import parse_message
 
 KINDS = frozenset({"parts", "option_call", "option_result"})

@@ -46,12 +46,11 @@ from msgtrain.ingest.common.conversation_files import (
     mark_last_reply,
     read_conversation_file,
 )
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.common.shapes import canonical_role, parse_json_field
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import ReadGraph, ReadItem
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
+from msgtrain.ingest.formats import ReadGraph, ReadItem, head_shape
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,

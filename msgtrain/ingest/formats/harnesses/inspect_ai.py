@@ -39,16 +39,16 @@ from typing import Any
 from msgtrain.errors import ParseError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGraph
 from msgtrain.ingest.common.conversation_files import Step
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import (
-    MAX_DOCUMENT_BYTES,
+from msgtrain.ingest.core.base import MAX_DOCUMENT_BYTES
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
     ReadItem,
     ReadSkip,
     RecordTask,
     SourceRef,
+    head_shape,
     load_json_document,
 )
 from msgtrain.model.completeness import mark_context_incomplete

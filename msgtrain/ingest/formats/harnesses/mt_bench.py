@@ -30,19 +30,19 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.conversation_files import base_graph_id, content_graph_id
-from msgtrain.ingest.core.base import (
+from msgtrain.ingest.core.base import head_mostly
+from msgtrain.ingest.core.files import Beside, input_files
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
     ReadReject,
     ReadSkip,
     SourceRef,
     excerpt,
-    head_mostly,
     head_objects,
     iter_json_lines,
     read_head,
 )
-from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.openai import from_openai_message

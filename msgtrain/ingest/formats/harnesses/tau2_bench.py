@@ -36,10 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.session_common import as_dict, as_list, graph_id_for
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadItem, RecordTask, SourceRef, load_json_document
+from msgtrain.ingest.formats import (
+    ReadEvent,
+    ReadGraph,
+    ReadItem,
+    RecordTask,
+    SourceRef,
+    head_shape,
+    load_json_document,
+)
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import Generation, OptionCallMessage

@@ -39,10 +39,18 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.session_common import as_dict, as_list, graph_id_for
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt, load_json_document
+from msgtrain.ingest.formats import (
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    SourceRef,
+    excerpt,
+    head_shape,
+    load_json_document,
+)
 from msgtrain.ingest.formats.api.openai_chat import chat_steps
 from msgtrain.model.graph import MessageGraph, Origin
 

@@ -36,7 +36,7 @@ from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id, build_linear_graph, iter_raw_records
 from msgtrain.ingest.common.shapes import parse_json_field
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import (
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
     ReadItem,

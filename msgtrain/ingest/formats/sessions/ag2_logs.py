@@ -26,7 +26,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import CallLogGroups
-from msgtrain.ingest.core.base import ReadEvent, ReadReject, SourceRef, excerpt
+from msgtrain.ingest.formats import ReadEvent, ReadReject, SourceRef, excerpt
 from msgtrain.ingest.formats.api.calls import READER as CALLS
 
 SQLITE_HEADER = b"SQLite format 3\x00"

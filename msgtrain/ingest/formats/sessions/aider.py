@@ -79,7 +79,8 @@ from pathlib import Path
 from typing import Literal
 
 from msgtrain.ingest.common.session_common import Chain, graph_id_for
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef, bounded_lines
+from msgtrain.ingest.core.base import bounded_lines
+from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import Generation, Part, PartsMessage, ReasoningPart, TextPart

@@ -31,8 +31,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGraph, conversation_key
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id, build_linear_graph
-from msgtrain.ingest.common.head_shape import head_shape
-from msgtrain.ingest.core.base import (
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
     ReadItem,
@@ -41,6 +40,7 @@ from msgtrain.ingest.core.base import (
     RecordTask,
     SourceRef,
     excerpt,
+    head_shape,
     load_json_document,
 )
 from msgtrain.model.completeness import mark_context_incomplete

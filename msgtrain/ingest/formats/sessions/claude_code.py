@@ -47,22 +47,20 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Literal
 
 from msgtrain.errors import FormatError, MsgtrainError, ValidationError
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.session_common import SkipTally, as_dict, graph_id_for
-from msgtrain.ingest.core.base import (
-    HEAD_BYTES,
+from msgtrain.ingest.core.base import HEAD_BYTES, bounded_lines, first_json_value
+from msgtrain.ingest.core.files import Beside, input_files
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
     ReadReject,
     ReadSkip,
     SourceRef,
-    bounded_lines,
     excerpt,
-    first_json_value,
+    head_shape,
     iter_json_lines,
     load_json_document,
 )
-from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.ingest.formats.sessions.content_records import (
     GEMINI_MARK,
     as_block_record,

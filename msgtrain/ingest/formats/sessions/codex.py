@@ -46,16 +46,8 @@ from msgtrain.ingest.common.session_common import (
     synthetic_call_id,
     text_of_blocks,
 )
-from msgtrain.ingest.core.base import (
-    ReadEvent,
-    ReadGraph,
-    ReadReject,
-    SourceRef,
-    excerpt,
-    first_json_value,
-    iter_json_lines,
-    read_head,
-)
+from msgtrain.ingest.core.base import first_json_value
+from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, iter_json_lines, read_head
 from msgtrain.ingest.formats.sessions.codex_exec import is_exec_stream, reject_exec_stream
 from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import MessageGraph, Origin

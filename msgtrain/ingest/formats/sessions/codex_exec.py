@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.common.head_shape import head_shape
-from msgtrain.ingest.core.base import ReadEvent, ReadReject, SourceRef, iter_json_lines
+from msgtrain.ingest.formats import ReadEvent, ReadReject, SourceRef, head_shape, iter_json_lines
 
 EVENT_TYPES = frozenset(
     {

@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for, has_any
-from msgtrain.ingest.core.base import (
+from msgtrain.ingest.core.base import is_json_lines
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
     ReadReject,
     SourceRef,
     excerpt,
-    is_json_lines,
+    head_shape,
     iter_json_lines,
     load_json_document,
     read_head,

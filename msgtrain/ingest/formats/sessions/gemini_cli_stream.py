@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.session_common import Chain, SkipTally, graph_id_for
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, iter_json_lines
+from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, head_shape, iter_json_lines
 from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.message import (

@@ -44,8 +44,7 @@ from msgtrain.ingest.common.conversation_files import (
     dict_field,
     read_conversation_file,
 )
-from msgtrain.ingest.common.head_shape import head_shape
-from msgtrain.ingest.core.base import ReadItem
+from msgtrain.ingest.formats import ReadItem, head_shape
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,

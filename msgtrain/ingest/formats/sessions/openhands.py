@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, graph_id_for, has_any
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
+from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, head_shape, load_json_document
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,

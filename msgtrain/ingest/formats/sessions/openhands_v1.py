@@ -40,15 +40,8 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for
-from msgtrain.ingest.core.base import (
-    MAX_RECORD_BYTES,
-    ReadEvent,
-    ReadGraph,
-    ReadReject,
-    SourceRef,
-    excerpt,
-    load_json_document,
-)
+from msgtrain.ingest.core.base import MAX_RECORD_BYTES
+from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,

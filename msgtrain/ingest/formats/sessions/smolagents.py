@@ -29,8 +29,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGroups
 from msgtrain.ingest.common.conversation_files import Step, iter_call_records, iter_raw_records
-from msgtrain.ingest.common.head_shape import head_shape
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, excerpt
+from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, ReadSkip, excerpt, head_shape
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage

@@ -38,16 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.session_common import SkipTally, as_dict, as_list, graph_id_for, has_any, synthetic_call_id
-from msgtrain.ingest.core.base import (
-    HEAD_BYTES,
+from msgtrain.ingest.core.base import HEAD_BYTES, first_json_value
+from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
     ReadReject,
     SourceRef,
     excerpt,
-    first_json_value,
+    head_shape,
     iter_json_lines,
     load_json_document,
 )
