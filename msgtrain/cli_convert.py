@@ -293,6 +293,12 @@ def register(app: typer.Typer) -> None:
             "--engine-ids-mismatch",
             help="Logged engine ids that do not decode to the logged text: drop (default) | render | keep (flagged).",
         ),
+        content_format: str = typer.Option(
+            None,
+            "--content-format",
+            help="How list content reaches the chat template: auto (default, detected as vLLM does) | string (text"
+            " parts joined) | openai (parts as logged).",
+        ),
         max_graph_tokens: int = typer.Option(
             None,
             "--max-graph-tokens",
@@ -378,6 +384,7 @@ def register(app: typer.Typer) -> None:
             "content_special_tokens": content_special_tokens,
             "train_negative": train_negative,
             "engine_ids_mismatch": engine_ids_mismatch,
+            "content_format": content_format,
             "max_graph_tokens": max_graph_tokens,
             "max_graph_samples": max_graph_samples,
             "max_graph_state_mb": max_graph_state_mb,

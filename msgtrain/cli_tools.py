@@ -105,6 +105,9 @@ def register(app: typer.Typer) -> None:
         train_negative: bool = typer.Option(
             None, "--train-negative/--no-train-negative", help="Train replies marked bad, as convert."
         ),
+        content_format: str = typer.Option(
+            None, "--content-format", help="auto (default) | string | openai, as convert."
+        ),
         mapping: Path = typer.Option(None, "--map", help="Read every file with this mapping, as convert."),
         system_prompt: Path = typer.Option(
             None, "--system-prompt", help="The system prompt of conversations whose log holds none, as convert."
@@ -154,6 +157,7 @@ def register(app: typer.Typer) -> None:
             "overflow": overflow,
             "allow_partial_turns": allow_partial_turns,
             "train_negative": train_negative,
+            "content_format": content_format,
             "mapping": str(mapping) if mapping is not None else None,
             "system_prompt": str(system_prompt) if system_prompt is not None else None,
             "tools": str(tools) if tools is not None else None,

@@ -98,15 +98,35 @@ def test_qwen25_template_is_prefix_stable_for_tools_and_multi_turn(
 
 
 def test_features_a_template_cannot_render_are_reported_not_raised(
-    capsys: pytest.CaptureFixture[str], qwen3: Path
+    capsys: pytest.CaptureFixture[str], qwen3: Path, tmp_path: Path
 ) -> None:
-    template = shared_path("tokenizers", "qwen2.5-instruct", "tokenizer_config.json")
+    template = tmp_path / "no_tools.jinja"
+    template.write_text(
+        "{% for message in messages %}{% if message.role == 'tool' %}{{ raise_exception('no tool role') }}"
+        "{% endif %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        encoding="utf-8",
+    )
     code, report = run_json(capsys, "--tokenizer", str(qwen3), "--chat-template", str(template))
-    images = probe(report, "images")
-    assert images["status"] == "unsupported" and "cannot render" in images["detail"]
-    # Qwen2.5 knows nothing of reasoning: it is dropped, which is not a prefix failure for a non-reasoning model.
+    tools = probe(report, "tool_calls")
+    assert tools["status"] == "unsupported" and "no tool role" in tools["detail"]
+    # It knows nothing of reasoning: it is dropped, which is not a prefix failure for a non-reasoning model.
     assert probe(report, "reasoning")["status"] == "dropped"
     assert code == 0 and report["ok"]
+
+
+def test_a_string_template_renders_list_content_as_its_text_parts_joined_as_vllm_does(
+    capsys: pytest.CaptureFixture[str], qwen3: Path
+) -> None:
+    # Qwen2.5's template concatenates ``message.content``: vLLM detects the "string" content format and hands it
+    # the text parts joined with a newline, so the image probe renders (the image left out) instead of failing.
+    template = shared_path("tokenizers", "qwen2.5-instruct", "tokenizer_config.json")
+    code, report = run_json(capsys, "--tokenizer", str(qwen3), "--chat-template", str(template), "-f", "images")
+    assert code == 0 and report["content_format"] == "string"
+    assert probe(report, "images")["status"] == "stable"
+    # Qwen3's own template loops over no content either; a template that does is "openai".
+    code, report = run_json(capsys, "--tokenizer", str(qwen3), "-f", "multi_turn")
+    assert report["content_format"] == "string"
 
 
 def test_terminal_report_names_the_breaking_features_and_the_differing_tokens(

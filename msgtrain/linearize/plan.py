@@ -203,6 +203,9 @@ class LinearizeOptions:
     # Logged engine ids that do not decode to the logged text: drop the turn, render it instead, or keep the ids
     # (the last two flag the sample engine_ids_mismatch).
     engine_ids_mismatch: MismatchPolicy = "drop"
+    # How list content reaches the template (msgtrain.linearize.content_format): "auto" (detected from the
+    # template, as vLLM does), "string" (text parts joined with "\n") or "openai" (the parts as logged).
+    content_format: str = "auto"
     # Per-graph caps (msgtrain.linearize.budget): a graph whose samples would pass one is rejected; None = no cap.
     max_graph_tokens: int | None = DEFAULT_MAX_GRAPH_TOKENS
     max_graph_samples: int | None = DEFAULT_MAX_GRAPH_SAMPLES
@@ -866,7 +869,7 @@ def linearize_graph(
 ) -> LinearizeResult:
     """Linearize one graph (and, recursively, the sub-agent graphs nested in its tool results)."""
     opts = options or LinearizeOptions()
-    r = renderer or Renderer(tok, opts.render_date)
+    r = renderer or Renderer(tok, opts.render_date, opts.content_format)
     with alarm_handler():
         result = _GraphLinearizer(graph, tok, r, opts).run(source, extras or {})
     for sub in subgraphs(graph):

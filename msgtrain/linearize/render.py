@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from msgtrain.errors import RenderError
+from msgtrain.linearize.content_format import joined_text, resolve_content_format
 from msgtrain.linearize.template import RenderTrace
 from msgtrain.linearize.tokenizer import SharedSegments, TokenizerBundle, restore_escaped_marks
 from msgtrain.model.graph import Env, Node
@@ -130,9 +131,12 @@ def _pinned_date(tok: TokenizerBundle, when: dt.datetime | None) -> Iterator[Non
 class Renderer:
     """Renders node paths; caches each node's template dict and whether it carries control-token text."""
 
-    def __init__(self, tok: TokenizerBundle, render_date: str | None = None):
+    def __init__(self, tok: TokenizerBundle, render_date: str | None = None, content_format: str = "auto"):
         self.tok = tok
         self.render_date = dt.datetime.fromisoformat(render_date) if render_date else None
+        # How the template reads content (msgtrain.linearize.content_format): list content reaches a string
+        # template as its text parts joined, as a serving engine hands it over.
+        self.content_format = resolve_content_format(content_format, getattr(tok, "chat_template", None))
         self._dicts: dict[str, dict[str, Any]] = {}
         self._unsafe: dict[str, bool] = {}
         self._unsafe_path: dict[str, bool] = {}
@@ -157,6 +161,8 @@ class Renderer:
         d = self._dicts.get(node.id)
         if d is None:
             d = to_openai_message(node.message, for_template=True)
+            if self.content_format == "string" and isinstance(d.get("content"), list):
+                d["content"] = joined_text(d["content"])
             self._dicts[node.id] = d
             self._unsafe[node.id] = self.tok.content_has_control_text(d, assistant=d.get("role") == "assistant")
         return d

@@ -46,7 +46,14 @@ def assemble(
     ]
     rejects = Path(cfg.rejects) if cfg.rejects is not None else None
     job = AssemblyJob(
-        cfg, plan.parts, groups, staged, rejects, plan.ignored, tokenizer_info(plan.tok), output.previous_samples()
+        cfg,
+        plan.parts,
+        groups,
+        staged,
+        rejects,
+        plan.ignored,
+        tokenizer_info(plan.tok, cfg.content_format),
+        output.previous_samples(),
     )
     data = executor.assemble(job, plan.tok, progress)
     refuse_nothing_read(cfg, data, rejects or child(staged, REJECTS), executor.input_hint)

@@ -57,6 +57,7 @@ from msgtrain.export.writer import (
 )
 from msgtrain.ingest.supplied import supplied_report
 from msgtrain.linearize import DEMO_TOKENIZER, load_tokenizer
+from msgtrain.linearize.content_format import resolve_content_format
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import check_reject_rate, refuse_empty_replacement
 from msgtrain.run.own_files import own_file
@@ -635,8 +636,18 @@ def write_dataset(job: AssemblyJob, tok: Any = None, progress: ProgressHook | No
     return data
 
 
-def tokenizer_info(tok: Any) -> dict[str, Any]:
-    return {"name": tok.name, "fingerprint": tok.fingerprint, "demo": tok.name == DEMO_TOKENIZER}
+def tokenizer_info(tok: Any, content_format: str = "auto") -> dict[str, Any]:
+    """The report's tokenizer entry; ``content_format`` is how list content reached the template (given or, for
+    ``auto``, detected: msgtrain.linearize.content_format), ``content_format_detected`` what detection says."""
+    template = getattr(tok, "chat_template", None) if not getattr(tok, "encodes_messages", False) else None
+    detected = resolve_content_format("auto", template) if template else None
+    return {
+        "name": tok.name,
+        "fingerprint": tok.fingerprint,
+        "demo": tok.name == DEMO_TOKENIZER,
+        "content_format": resolve_content_format(content_format, template) if template else None,
+        "content_format_detected": detected,
+    }
 
 
 def write_report(root: Path, data: dict[str, Any]) -> None:

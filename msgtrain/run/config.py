@@ -97,6 +97,12 @@ class ConvertConfig(BaseModel):
         description="logged engine ids that do not decode to the logged text: drop the turn (engine_ids_mismatch),"
         " render it from the logged text instead, or keep the ids; render and keep flag the sample",
     )
+    content_format: Literal["auto", "string", "openai"] = Field(
+        "auto",
+        description="how list content reaches the chat template: auto = detected from the template as vLLM"
+        " does; string = text parts joined with a newline (media left out, samples flagged media_not_rendered);"
+        " openai = the parts as logged",
+    )
     max_graph_tokens: int = Field(
         DEFAULT_MAX_GRAPH_TOKENS,
         ge=0,
@@ -331,6 +337,7 @@ OUTPUT_SETTINGS = frozenset(
         "content_special_tokens",
         "train_negative",
         "engine_ids_mismatch",
+        "content_format",
         "max_graph_tokens",
         "max_graph_samples",
         "max_graph_state_mb",

@@ -75,6 +75,7 @@ class LinearizeSettings:
     content_special_tokens: str = "plain"
     train_negative: bool = False
     engine_ids_mismatch: str = "drop"
+    content_format: str = "auto"
     mapping: str | None = None  # a --map mapping, as canonical JSON (msgtrain.ingest.structure.mapping.mapping_text)
     context: str | None = None  # supplied context, files' content included (msgtrain.ingest.supplied.context_text)
     # Per-graph caps (msgtrain.linearize.budget); None = no cap.
@@ -96,6 +97,7 @@ class LinearizeSettings:
             "content_special_tokens": self.content_special_tokens,
             "train_negative": self.train_negative,
             "engine_ids_mismatch": self.engine_ids_mismatch,
+            "content_format": self.content_format,
             "mapping": self.mapping,
             "context": self.context,
             "caps": [self.max_graph_tokens, self.max_graph_samples, self.max_graph_state_bytes],
@@ -120,6 +122,7 @@ def settings_from_config(
         content_special_tokens=cfg.content_special_tokens,
         train_negative=cfg.train_negative,
         engine_ids_mismatch=cfg.engine_ids_mismatch,
+        content_format=cfg.content_format,
         mapping=mapping_text(cfg.mapping),
         context=context_text(cfg.context, cfg.system_prompt, cfg.tools),
         max_graph_tokens=cfg.max_graph_tokens or None,
@@ -140,6 +143,7 @@ def linearize_options(settings: LinearizeSettings) -> LinearizeOptions:
         content_special_tokens=settings.content_special_tokens,
         train_negative=settings.train_negative,
         engine_ids_mismatch=settings.engine_ids_mismatch,  # type: ignore[arg-type]
+        content_format=settings.content_format,
         max_graph_tokens=settings.max_graph_tokens,
         max_graph_samples=settings.max_graph_samples,
         max_graph_state_bytes=settings.max_graph_state_bytes,
@@ -302,7 +306,7 @@ def convert_file(
     it), when ``path`` is a copy or an absolute form."""
     tok = load_tokenizer(settings.tokenizer, settings.chat_template)
     settle_heap()
-    renderer = Renderer(tok, settings.render_date)
+    renderer = Renderer(tok, settings.render_date, settings.content_format)
     opts = linearize_options(settings)
     stats = PartStats()
     samples: list[Sample] = []

@@ -34,6 +34,7 @@ import numpy as np
 
 from msgtrain.errors import ConfigError
 from msgtrain.linearize.completion import NotRecoverable, completion_span, follower, sampled_stop
+from msgtrain.linearize.content_format import joined_text, resolve_content_format
 from msgtrain.linearize.tokenizer import stop_pattern, template_stop_texts
 from msgtrain.tools.battery import MULTI_TURN, WEATHER_TOOL, Probe
 from msgtrain.tools.tokenizer import added_token_ids, control_token_ids, stop_token_ids
@@ -121,6 +122,9 @@ class AuditReport:
     # Per probe whose render loses part of a message ("feature: 'text', ..."): the linearizer trains such turns as
     # rendered and flags them template_dropped_content / _tool_calls / _reasoning.
     drops: list[str] = field(default_factory=list)
+    # How the template reads content, as a serving engine detects it (msgtrain.linearize.content_format): the probes
+    # hand a "string" template list content as its text parts joined, as convert does; None for mistral-common.
+    content_format: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -190,6 +194,7 @@ class TemplateAuditor:
         self.seen_added: set[int] = set()  # added tokens the template itself writes (collected over renders)
         template = tok.chat_template if isinstance(tok.chat_template, str) else ""
         self.reads_reasoning = bool(REASONING_FIELDS.search(template))
+        self.content_format = resolve_content_format("auto", template)
         # What the linearizer ends a completion on, with this audit's template kwargs (the bundle probed without).
         probed = template_stop_texts(
             lambda msgs, tools: self.render(msgs, tools or (), prompt=False).text,
@@ -211,7 +216,7 @@ class TemplateAuditor:
         try:
             with frozen_clock(when):
                 text = self.tok.apply_chat_template(
-                    [dict(m) for m in messages],
+                    [self._as_template_reads(m) for m in messages],
                     tools=list(tools) or None,
                     add_generation_prompt=prompt,
                     tokenize=False,
@@ -223,6 +228,13 @@ class TemplateAuditor:
         ids, offsets = self.encode(text)
         self.seen_added.update(i for i in ids if i in self.added)
         return _Render(text, ids, offsets)
+
+    def _as_template_reads(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A probe message as convert hands it to this template: list content joined for a string template."""
+        out = dict(message)
+        if self.content_format == "string" and isinstance(out.get("content"), list):
+            out["content"] = joined_text(out["content"])
+        return out
 
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Plain encode of rendered text (what a chat template's output becomes) with character offsets."""
@@ -578,6 +590,7 @@ def report_of(
     eot: EndOfTurn | None,
     masks: GenerationMasks,
     special: SpecialTokenSafety,
+    content_format: str | None = None,
 ) -> AuditReport:
     """The report of probe results and template-wide checks: what fails, what is dropped. A run where nothing
     rendered is a :class:`ConfigError` (every check would be vacuous)."""
@@ -608,6 +621,7 @@ def report_of(
         generation_masks=masks,
         special_tokens=special,
         failures=failures,
+        content_format=content_format,
     )
 
 
@@ -668,6 +682,22 @@ def render_audit(report: AuditReport) -> Any:
             report.generation_masks.detail,
         ),
         verdict(report.special_tokens.split_safe, "special-token text in content safe", report.special_tokens.detail),
+        *(
+            [
+                verdict(
+                    True,
+                    "content format",
+                    f"{report.content_format} (as vLLM detects it; convert --content-format overrides)"
+                    + (
+                        ": list content is rendered as its text parts joined with a newline, media left out"
+                        if report.content_format == "string"
+                        else ": list content is rendered as its parts"
+                    ),
+                )
+            ]
+            if report.content_format
+            else []
+        ),
         verdict(
             None if report.drops else True,
             "renders every part of a sampled message",

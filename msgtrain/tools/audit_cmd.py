@@ -42,4 +42,5 @@ def audit_template(
         eot,
         auditor.generation_masks(),
         auditor.special_tokens(),
+        auditor.content_format,
     )

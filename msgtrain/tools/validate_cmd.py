@@ -173,7 +173,7 @@ class Linearization:
         settings = settings_from_config(cfg)
         return cls(
             tok,
-            Renderer(tok, settings.render_date),
+            Renderer(tok, settings.render_date, settings.content_format),
             linearize_options(settings),
             max_length=cfg.max_length,
             overflow=cfg.overflow,
