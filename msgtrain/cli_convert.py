@@ -293,6 +293,11 @@ def register(app: typer.Typer) -> None:
             "--engine-ids-mismatch",
             help="Logged engine ids that do not decode to the logged text: drop (default) | render | keep (flagged).",
         ),
+        train_dropped: bool = typer.Option(
+            None,
+            "--train-dropped/--no-train-dropped",
+            help="Train turns whose template dropped their tool calls or text, flagged; default: dropped.",
+        ),
         content_format: str = typer.Option(
             None,
             "--content-format",
@@ -385,6 +390,7 @@ def register(app: typer.Typer) -> None:
             "train_negative": train_negative,
             "engine_ids_mismatch": engine_ids_mismatch,
             "content_format": content_format,
+            "train_dropped": train_dropped,
             "max_graph_tokens": max_graph_tokens,
             "max_graph_samples": max_graph_samples,
             "max_graph_state_mb": max_graph_state_mb,

@@ -108,6 +108,9 @@ def register(app: typer.Typer) -> None:
         content_format: str = typer.Option(
             None, "--content-format", help="auto (default) | string | openai, as convert."
         ),
+        train_dropped: bool = typer.Option(
+            None, "--train-dropped/--no-train-dropped", help="Train turns a template dropped parts of, as convert."
+        ),
         mapping: Path = typer.Option(None, "--map", help="Read every file with this mapping, as convert."),
         system_prompt: Path = typer.Option(
             None, "--system-prompt", help="The system prompt of conversations whose log holds none, as convert."
@@ -158,6 +161,7 @@ def register(app: typer.Typer) -> None:
             "allow_partial_turns": allow_partial_turns,
             "train_negative": train_negative,
             "content_format": content_format,
+            "train_dropped": train_dropped,
             "mapping": str(mapping) if mapping is not None else None,
             "system_prompt": str(system_prompt) if system_prompt is not None else None,
             "tools": str(tools) if tools is not None else None,

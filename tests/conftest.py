@@ -244,6 +244,7 @@ SHAPED = {
         "<|end_of_text|>",
         None,
     ),
+    "moves-context": ("moves_context.jinja", ["<|user|>", "<|end|>", "<|tool|>"], None, "<|eot|>", None),
     "prefill-turns": (
         "prefill_turns.jinja",
         ["<|turn>", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>"],

@@ -414,6 +414,7 @@ class Oracle:
         self.sentinel = "⟪oracle-sentinel⟫"
         self._plain: tuple[Any, Any, int] | None = None
         self._memo: dict[str, list[int]] = {}
+        self.train_dropped = False  # expect turns whose template dropped their text or calls (--train-dropped)
 
     def _plain_tokenizers(self) -> tuple[Any, Any, int]:
         """The vocabulary with no added token (plain text), the same with only a sentinel added token, its id.
@@ -548,6 +549,25 @@ class Oracle:
     def expected_turn(
         self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None
     ) -> tuple[list[int], list[int]] | None:
+        """:meth:`rendered_turn`, or None for a turn whose completion lost the message's text or one of its tool
+        calls (the template dropped it), which is not trained unless :attr:`train_dropped`."""
+        turn = self.rendered_turn(ctx, tools, msg, created)
+        if turn is None or self.train_dropped:
+            return turn
+        text = self.hf.decode(turn[1])
+        content = msg.get("content")
+        if isinstance(content, str):
+            visible = content.rsplit("</think>", 1)[-1].strip()
+            if visible and visible not in text:
+                return None
+        names = [tc["function"]["name"] for tc in msg.get("tool_calls") or ()]
+        if any(text.count(n) < names.count(n) for n in set(names)):
+            return None
+        return turn
+
+    def rendered_turn(
+        self, ctx: list[dict[str, Any]], tools: Any, msg: dict[str, Any], created: int | None
+    ) -> tuple[list[int], list[int]] | None:
         """(prompt ids, completion ids) per the spec, or None when the template cannot render the turn after its
         prompt.
 
@@ -565,6 +585,12 @@ class Oracle:
         rest = full[len(p) :] if full[: len(p)] == p else self._continued(p, full)
         if rest is None:
             rest = self._inserted(ctx, tools, msg, full, p, created)
+            empty_header = p == self.ids(ctx, tools, False, created)
+            if rest is not None and self._holds_another(ctx, msg, p, rest, empty_header):
+                # History renders the context differently away from the reply (NeMo's system prompt lives only in
+                # the last user message): the message's own rendering where history puts it, when that place ends
+                # as the prompt does; else the turn is not trained.
+                rest = self._own_rendering(ctx, tools, full, p, created)
             if rest is None:
                 return None
         ends, which = END_OF_TURN[self.template]
@@ -613,6 +639,58 @@ class Oracle:
         if tail != tail.rstrip():
             rest = rest[: last + 1] + self._plain_ids(tail.rstrip(), initial=False)
         return p, [*rest, self.hf.eos_token_id]
+
+    def _holds_another(
+        self, ctx: list[dict[str, Any]], msg: dict[str, Any], p: list[int], rest: list[int], empty_header: bool
+    ) -> bool:
+        """Whether a completion holds another message: for a template whose generation prompt is empty, the
+        prompt's last token when it is a template token (the one that closes the user's turn and opens the
+        model's) before its end; or the content of a context message (8 characters or more) that the message
+        itself does not hold."""
+        if empty_header and p and p[-1] in set(self.added.values()) and p[-1] in rest[:-1]:
+            return True
+        text = self.hf.decode(rest)
+        own = json.dumps(msg, ensure_ascii=False) + str(msg.get("content") or "")
+        for m in ctx:
+            content = m.get("content")
+            if isinstance(content, str) and len(content.strip()) >= 8:
+                c = content.strip()
+                if c in text and c not in own:
+                    return True
+        return False
+
+    def _own_rendering(
+        self, ctx: list[dict[str, Any]], tools: Any, full: list[int], p: list[int], created: int | None
+    ) -> list[int] | None:
+        """The message's rendering in ``full`` (ids) from where the renderings of the context followed by two other
+        replies part from it, after the generation header when history renders one; None when that place does not
+        end as the prompt does."""
+        stands = [
+            self.ids([*ctx, {"role": "assistant", "content": f"{c} stand-in"}], tools, False, created) for c in "xy"
+        ]
+
+        def lcp(x: list[int], y: list[int]) -> int:
+            n = 0
+            while n < min(len(x), len(y)) and x[n] == y[n]:
+                n += 1
+            return n
+
+        k = min(lcp(full, stands[0]), lcp(stands[0], stands[1]))
+        a = self.ids(ctx, tools, False, created)
+        header = p[len(a) :] if p[: len(a)] == a else []
+        if header:
+            hits = [j for j in range(k - len(header), -1, -1) if full[j : j + len(header)] == header]
+            if not hits:
+                return None
+            start = hits[0] + len(header)
+        else:
+            if k == 0 or not p or full[k - 1] != p[-1] or p[-1] not in set(self.added.values()):
+                return None
+            start = k
+        tail = 0
+        while tail < min(len(a), len(full) - start) and a[-1 - tail] == full[-1 - tail]:
+            tail += 1
+        return full[start : len(full) - tail] or None
 
     def _continued(self, p: list[int], full: list[int]) -> list[int] | None:
         """The completion when the turn's rendering extends the prompt's text but not its ids: the prompt's last
@@ -803,7 +881,8 @@ def to_records(oracle: Oracle, calls: list[Call], rng: random.Random, engine_sha
                 ]
             choice: dict[str, Any] = {"index": j, "message": wire, "finish_reason": "stop"}
             if engine:
-                exp = oracle.expected_turn(c.context, c.tools, msg, c.created)
+                # What the engine sampled: the template's rendering, whatever it drops (engine ids are the truth).
+                exp = oracle.rendered_turn(c.context, c.tools, msg, c.created)
                 ids: list[int] = [] if exp is None else exp[1]
                 if ids and oracle.template == "gpt-oss" and ids[-1] == hf.convert_tokens_to_ids("<|end|>"):
                     ids = [*ids[:-1], hf.convert_tokens_to_ids("<|call|>" if msg.get("tool_calls") else "<|return|>")]

@@ -15,7 +15,7 @@ import copy
 import json
 import math
 import random
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from msgtrain.export.schema import check_sample, samples_to_table
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.formats.api.calls import READER as CALLS
-from msgtrain.linearize import linearize_graph
+from msgtrain.linearize import LinearizeOptions, linearize_graph
 from msgtrain.model.graph import Origin
 from tests.conftest import REAL, load_named_tokenizer
 from tests.oracle import (
@@ -107,16 +107,32 @@ def _graphs_from_records(records: list[dict[str, Any]], tmp_path: Path) -> list[
     return [e.graph for e in events]
 
 
-def run_per_call(template: str, seed: int, tmp_path: Path, engine_share: float, n_turns: int = 7) -> tuple:
-    """(rows, expected turns) of one seeded per-call log replayed through msgtrain."""
+def run_per_call(
+    template: str,
+    seed: int,
+    tmp_path: Path,
+    engine_share: float,
+    n_turns: int = 7,
+    options: LinearizeOptions | None = None,
+    drops: Counter[str] | None = None,
+) -> tuple:
+    """(rows, expected turns) of one seeded per-call log replayed through msgtrain (with ``options``; the
+    oracle expects turns a template dropped parts of when they set ``train_dropped``); ``drops`` counts the drops."""
     tok, oracle = _oracle(template)
     rng = random.Random(1000 + seed)
     calls = RunGenerator(seed, template, with_tools=template not in NO_TOOLS, hard=HARD).run(n_turns=n_turns)
     records = to_records(oracle, calls, rng, engine_share)
-    expected = expected_turns(oracle, calls)
+    oracle.train_dropped = bool(options and options.train_dropped)
+    try:
+        expected = expected_turns(oracle, calls)
+    finally:
+        oracle.train_dropped = False
     samples = []
     for g in _graphs_from_records(records, tmp_path):
-        samples.extend(linearize_graph(g, tok).samples)
+        res = linearize_graph(g, tok, options=options)
+        samples.extend(res.samples)
+        if drops is not None:
+            drops.update(res.drops)
     rows = samples_to_table(samples).to_pylist() if samples else []
     for row in rows:
         check_sample(row)
@@ -291,3 +307,22 @@ def test_user_text_that_looks_like_control_tokens_stays_plain_text() -> None:
     count, text = control_count(evil)
     assert count == baseline  # only the template's own control tokens
     assert evil in text
+
+
+def test_granites_tool_call_turns_are_dropped_by_default_and_trained_as_rendered_when_asked(tmp_path: Path) -> None:
+    # Granite 3.3's template renders a tool call as a bare <|end_of_text|>: by default such a turn is dropped with
+    # its reason (never trained as "answer with nothing"); --train-dropped trains it as rendered, exactly.
+    (tmp_path / "default").mkdir()
+    (tmp_path / "kept").mkdir()
+    drops: Counter[str] = Counter()
+    rows, expected = run_per_call("granite-3.3", 7, tmp_path / "default", 0.0, drops=drops)
+    check_rows(rows, expected, engine_logprobs=True)
+    assert drops["template_dropped_tool_calls"] >= 1
+    assert not any("template_dropped_tool_calls" in row["flags"] for row in rows)
+    kept: Counter[str] = Counter()
+    options = LinearizeOptions(train_dropped=True)
+    rows, expected_all = run_per_call("granite-3.3", 7, tmp_path / "kept", 0.0, options=options, drops=kept)
+    check_rows(rows, expected_all, engine_logprobs=True)
+    assert not kept["template_dropped_tool_calls"]
+    assert len(expected_all) == len(expected) + drops["template_dropped_tool_calls"] + drops["template_dropped_content"]
+    assert sum("template_dropped_tool_calls" in row["flags"] for row in rows) >= 1

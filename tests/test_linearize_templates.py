@@ -14,7 +14,7 @@ import pytest
 from msgtrain import MessageGraph
 from msgtrain.cli import main
 from msgtrain.errors import ConfigError
-from msgtrain.linearize import linearize_graph, load_tokenizer
+from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
 from msgtrain.linearize.completion import NotRecoverable, completion_span
 from msgtrain.linearize.tokenizer import template_stop_texts
 from msgtrain.linearize.tokenizer_source import check_folder
@@ -65,9 +65,14 @@ def test_a_generation_prompt_prefill_that_history_does_not_render_is_not_part_of
     assert completions[-1] == "It rains.<turn|>"  # continued in the model's turn, no generation prompt
 
 
-def test_a_turn_whose_rendering_lost_its_tool_calls_is_trained_and_flagged() -> None:
+def test_a_turn_whose_rendering_lost_its_tool_calls_is_dropped_unless_asked_then_trained_and_flagged() -> None:
+    # Trained, the turn would be a bare end token: the model taught to answer a tool-needing request with nothing.
     tok = load_named_tokenizer("drops-calls")
     res = linearize_graph(_conversation(), tok)
+    assert res.drops == {"template_dropped_tool_calls": 1} and not res.flags["template_dropped_tool_calls"]
+    (dropped,) = [t for t in res.turns if t.status == "dropped"]
+    assert "without its tool calls" in (dropped.message or "") and "--train-dropped" in (dropped.message or "")
+    res = linearize_graph(_conversation(), tok, options=LinearizeOptions(train_dropped=True))
     assert not res.drops and res.flags["template_dropped_tool_calls"] == 1
     flagged = [s for s in res.samples if "template_dropped_tool_calls" in s.flags]
     assert len(flagged) == 1

@@ -24,7 +24,7 @@ import pytest
 
 from msgtrain.errors import ConfigError
 from msgtrain.export.schema import check_sample, samples_to_table
-from msgtrain.linearize import linearize_graph
+from msgtrain.linearize import LinearizeOptions, linearize_graph
 from msgtrain.linearize.loading import load_tokenizer
 from tests.mistral_files import KINDS, mistral_folder
 from tests.oracle import TOOLS, Call, ExpectedTurn, RunGenerator
@@ -263,12 +263,12 @@ def test_tool_call_ids_longer_than_nine_characters_are_cut_to_their_last_nine_as
 
 
 def _one_turn(
-    tok: Any, context: list[dict[str, Any]], reply: dict[str, Any], tmp_path: Path
+    tok: Any, context: list[dict[str, Any]], reply: dict[str, Any], tmp_path: Path, **options: Any
 ) -> tuple[dict[str, Any], list[int], list[int]]:
     """(the row, its prompt ids, its completion ids) of one logged call answered by ``reply``."""
     records = [_record(context, reply)]
     (g,) = _graphs_from_records(records, tmp_path)
-    result = linearize_graph(g, tok)
+    result = linearize_graph(g, tok, options=LinearizeOptions(**options))
     assert set(result.drops) <= {"context_unknown"}, result.turns  # the logged history's own replies: not sampled
     (row,) = samples_to_table(result.samples).to_pylist()
     (span,) = row["turn_spans"]
@@ -339,7 +339,11 @@ def test_text_next_to_tool_calls_is_encoded_from_v7_and_before_it_left_out_with_
         {"role": "tool", "tool_call_id": "a1b2c3d4e", "content": "nothing"},
     ]
     reply = {"role": "assistant", "content": "Once more.", "tool_calls": [_call("f5g6h7i8j")]}
-    row, prompt, completion = _one_turn(tok, context, reply, tmp_path)
+    if not kept:
+        # By default a turn whose encoding lost its text is not trained (its tokens are not what was sampled).
+        (g,) = _graphs_from_records([_record(context, reply)], tmp_path)
+        assert linearize_graph(g, tok).drops["template_dropped_content"] == 1
+    row, prompt, completion = _one_turn(tok, context, reply, tmp_path, train_dropped=True)
     if kept:
         encoded_context, encoded = context, reply
     else:

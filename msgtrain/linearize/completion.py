@@ -32,11 +32,19 @@ The rule (stated in README "What token-exact means"): let ``P`` be the context r
   trailing whitespace. The stop tokens are whatever stops generation (EOS, ``generation_config.json``'s
   ``eos_token_id`` list, what the template writes after an assistant message or after its tool calls).
 
+- The completion is then checked (the linearizer's self-check): it must not hold a control token that opens
+  another turn, nor another message's text (:func:`foreign_text`). When the rule's difference holds one, the
+  template's history moves context away from the reply (Mistral NeMo's writes the system prompt only into the last
+  user message): the completion is the message's own rendering where history puts it (:func:`moved_context_span`,
+  the engine-mode rule), when that place ends as the prompt does; else the turn is dropped
+  (``completion_mismatch``). docs/completion-rules.md states the guards.
+
 Nothing here is per model: every case is decided by comparing renderings.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -320,3 +328,105 @@ def dropped_by_template(message: dict[str, Any], completion: str) -> list[str]:
     if isinstance(reasoning, str) and reasoning.strip() and reasoning.strip() not in completion:
         flags.append("template_dropped_reasoning")
     return flags
+
+
+# The reason a rendered completion is not trained when it holds what belongs to another message (another message's
+# text, the header that opens another turn): the template's rendering of the turn is not what the model sampled.
+COMPLETION_MISMATCH = "completion_mismatch"
+# Another message's text shorter than this is not looked for: a short reply ("ok", "42") occurs anywhere.
+MIN_FOREIGN_TEXT = 8
+
+
+def _string_leaves(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _string_leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _string_leaves(v)
+
+
+def own_material(message: dict[str, Any]) -> str:
+    """Everything a message's own rendering may print: its content (text parts), its reasoning, its tool calls'
+    names and arguments (as text, as JSON, and every string inside them), joined by NUL. Another message's text
+    found inside it is the model's own words, not a leak."""
+    parts: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    for key in ("reasoning_content", "thinking"):
+        if isinstance(message.get(key), str):
+            parts.append(message[key])
+    for c in message.get("tool_calls") or []:
+        fn = c.get("function") or {}
+        parts.append(str(fn.get("name") or c.get("name") or ""))
+        args = fn.get("arguments", c.get("arguments"))
+        parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        parts.extend(_string_leaves(args))
+    return "\0".join(parts)
+
+
+def message_texts(message: dict[str, Any]) -> tuple[str, ...]:
+    """The texts of a message another turn's completion must not hold: its visible content, stripped, long enough
+    to be told apart (:data:`MIN_FOREIGN_TEXT`)."""
+    return tuple(t for t in _visible_texts(message.get("content")) if len(t) >= MIN_FOREIGN_TEXT)
+
+
+def foreign_text(completion: str, material: str, others: Iterable[tuple[str, ...]]) -> str | None:
+    """The first text of ``others`` (other messages' :func:`message_texts`) that ``completion`` holds and the
+    message's own ``material`` (:func:`own_material`) does not: the completion carries another message."""
+    n = len(completion)
+    for texts in others:
+        for text in texts:
+            if len(text) <= n and text in completion and text not in material:
+                return text
+    return None
+
+
+def moved_context_span(
+    prompt: str,
+    turn: str,
+    stand_ins: list[str],
+    context: str,
+    header: str,
+    controls: re.Pattern[str] | None,
+) -> tuple[int, int]:
+    """``(start, end)`` of the message's rendering in ``turn`` for a template whose history renders the context
+    differently from the prompt away from the reply (Mistral NeMo's template writes the system prompt only into the
+    last user message, so once a reply follows, that message renders without it): the engine-mode rule, the
+    template's rendering of the message right after where history puts the generation prompt.
+
+    ``stand_ins`` are the context and two stand-in messages (other contents, no calls) rendered as history: where
+    they part from each other and from ``turn`` is where the message's own rendering begins (after the generation
+    header ``header``, the prompt after the context's rendering, when history renders one). Well defined only when
+    history there ends as the prompt does (the same text after the prompt's last control token, or the whole
+    header): else
+    :class:`NotRecoverable`. The end is where ``turn`` and ``context`` share their tail again."""
+    k = min(common_prefix_len(turn, stand_ins[0]), *(common_prefix_len(stand_ins[0], s) for s in stand_ins[1:]))
+    k = _outside_controls((turn, *stand_ins), k, controls, forward=False)
+    if header:
+        i = turn.rfind(header, 0, k)
+        if i < 0:
+            raise NotRecoverable(
+                f"history moves the context, and renders no generation header {header!r} before the message"
+            )
+        start = i + len(header)
+    else:
+        start = k
+        last = max(controls.finditer(prompt), key=lambda m: m.start(), default=None) if controls else None
+        tail = prompt[last.start() :] if last is not None else ""
+        if not tail or not turn[:start].endswith(tail):
+            raise NotRecoverable(
+                "history moves the context, and where it renders the message does not end as the generation prompt "
+                f"does ({prompt[-24:]!r}): what the model sampled after the prompt cannot be told"
+            )
+    end = len(turn) - _common_suffix_len(context, turn[start:])
+    end = _outside_controls((turn,), end, controls, forward=True) if end > start else end
+    if end <= start:
+        raise NotRecoverable("history moves the context, and renders nothing of the message where it should be")
+    return start, end

@@ -41,6 +41,7 @@ from msgtrain.linearize.budget import (
     GraphBudget,
 )
 from msgtrain.linearize.completion import (
+    FOLLOWER_TEXT,
     REASONING_NOT_LOGGED,
     REASONING_PROBE,
     NotRecoverable,
@@ -48,6 +49,10 @@ from msgtrain.linearize.completion import (
     completion_span,
     dropped_by_template,
     follower,
+    foreign_text,
+    message_texts,
+    moved_context_span,
+    own_material,
     reasoning_stripped,
     sampled_stop,
     with_probe_text,
@@ -89,6 +94,14 @@ class DropReason(StrEnum):
     NO_TRAINABLE_TOKENS = "no_trainable_tokens"
     RENDER_ERROR = "render_error"
     COMPLETION_NOT_RENDERABLE = "completion_not_renderable"
+    # A rendered completion that holds another message's text or another turn's header (the self-check,
+    # msgtrain.linearize.completion): what the template renders there is not what the model sampled.
+    COMPLETION_MISMATCH = "completion_mismatch"
+    # The template renders the reply without its tool calls or its text (Granite 3.3 renders a tool call as a bare
+    # end token): trained, it would teach the model to answer with what it did not sample. ``--train-dropped``
+    # trains such turns, flagged with the same name.
+    TEMPLATE_DROPPED_TOOL_CALLS = "template_dropped_tool_calls"
+    TEMPLATE_DROPPED_CONTENT = "template_dropped_content"
     NEGATIVE_LABEL = "negative_label"
     # A reply the log holds (origin ``carried``) in a context it does not hold whole: a record before it was
     # rejected or unknown, so no sample can be exact. Counted so the books show every reply, never trained.
@@ -206,6 +219,9 @@ class LinearizeOptions:
     # How list content reaches the template (msgtrain.linearize.content_format): "auto" (detected from the
     # template, as vLLM does), "string" (text parts joined with "\n") or "openai" (the parts as logged).
     content_format: str = "auto"
+    # A turn whose template dropped its tool calls or its text is dropped with that reason unless this is set; then
+    # it is trained as rendered, flagged template_dropped_tool_calls / template_dropped_content.
+    train_dropped: bool = False
     # Per-graph caps (msgtrain.linearize.budget): a graph whose samples would pass one is rejected; None = no cap.
     max_graph_tokens: int | None = DEFAULT_MAX_GRAPH_TOKENS
     max_graph_samples: int | None = DEFAULT_MAX_GRAPH_SAMPLES
@@ -263,6 +279,7 @@ class _GraphLinearizer:
         # turns; the renderer's bounded cache shares them between the conversations it serves.
         self.segments: dict[tuple[bool, str], np.ndarray] = {}
         self._graph_media: list[str] | None = None  # modalities in the graph the template cannot render
+        self._node_texts: dict[str, tuple[str, ...]] = {}  # node id -> its texts the self-check looks for
 
     # ------------------------------------------------------------ per-turn tokens
     def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
@@ -453,7 +470,10 @@ class _GraphLinearizer:
         flags: list[str],
     ) -> tuple[np.ndarray, str, Encoded | None]:
         """(completion ids, prompt text + completion text, the joint encoding when there is one) of a turn without
-        logged ids: the rule of :mod:`msgtrain.linearize.completion`."""
+        logged ids: the rule of :mod:`msgtrain.linearize.completion`, then the self-check (:meth:`_mismatch`). A
+        recovered completion that holds another message (a template whose history moves context) is recovered
+        again by the engine-mode rule (:func:`moved_context_span`); one that still fails is dropped as
+        ``completion_mismatch``."""
         text = self.r.render(t.path, t.env, add_generation_prompt=False, marked=marked, created=created)
         message = self.r.message_dict(t.node)
         with_reasoning = None
@@ -476,11 +496,14 @@ class _GraphLinearizer:
                 except MsgtrainError:
                     return ""
 
+        def context() -> str:
+            return self.r.render(t.context, t.env, add_generation_prompt=False, marked=marked, created=created)
+
         try:
             start, end = completion_span(
                 prompt_text,
                 text,
-                lambda: self.r.render(t.context, t.env, add_generation_prompt=False, marked=marked, created=created),
+                context,
                 self.tok.control_starts,
                 self.tok.added_pattern,
                 with_reasoning,
@@ -495,6 +518,79 @@ class _GraphLinearizer:
             and reasoning_stripped(message, reported_reasoning_tokens(t.node.message.metadata), with_reasoning)
         ):
             flags.append(REASONING_NOT_LOGGED)
+        attempt: list[str] = []
+        out = self._span_tokens(t, prompt, prompt_text, prompt_enc, anc, marked, created, text, start, end, attempt)
+        why = self._mismatch(t, message, out[0], out[3])
+        if why is not None and (start, end) != (len(prompt_text), len(text)):
+            # History renders the context differently from the prompt away from the reply: the message's own
+            # rendering where history puts it, if that place ends as the prompt does.
+            try:
+                ctx = context()
+                stand_ins = [
+                    self.r.render_followed(
+                        t.context, [{"role": "assistant", "content": f"{c}-{FOLLOWER_TEXT}"}], t.env, marked=marked
+                    )
+                    for c in "xy"
+                ]
+                start, end = moved_context_span(
+                    prompt_text, text, stand_ins, ctx, prompt_text[len(ctx) :], self.tok.added_pattern
+                )
+            except (NotRecoverable, MsgtrainError) as e:
+                raise _Drop(DropReason.COMPLETION_MISMATCH, f"{why}; {e}") from None
+            attempt = []
+            out = self._span_tokens(t, prompt, prompt_text, prompt_enc, anc, marked, created, text, start, end, attempt)
+            why = self._mismatch(t, message, out[0], out[3])
+        if why is not None:
+            raise _Drop(DropReason.COMPLETION_MISMATCH, why)
+        completion, comp_text, full_enc, flag_text = out
+        flags.extend(attempt)
+        flags.extend(dropped_by_template(message, flag_text))
+        return completion, prompt_text + comp_text, full_enc
+
+    def _mismatch(self, t: Turn, message: dict[str, Any], completion: np.ndarray, text: str) -> str | None:
+        """Why a rendered completion is not the message it claims to be, or None: it holds the header that opens
+        another turn (the generation prompt's opening control token), or another message's text. Cheap: one
+        table lookup over the ids, and a substring test per earlier message no longer than the completion."""
+        body = completion[:-1] if completion.shape[0] and self._is_stop(completion[-1:]).all() else completion
+        openers = self.r.turn_openers()
+        if openers.shape[0] and body.shape[0] and bool(np.isin(body, openers).any()):
+            opener = next(int(i) for i in body if int(i) in set(openers.tolist()))
+            return (
+                f"the completion holds {self.tok.decode([opener])!r}, which opens another turn: the template renders "
+                "this message differently in history than after its generation prompt"
+            )
+        others = (self._texts(n) for n in t.context)
+        found = foreign_text(text, own_material(message), others)
+        if found is not None:
+            shown = found if len(found) <= 60 else found[:57] + "..."
+            return (
+                f"the completion holds another message's text ({shown!r}): the template renders this message "
+                "differently in history than after its generation prompt"
+            )
+        return None
+
+    def _texts(self, node: Any) -> tuple[str, ...]:
+        hit = self._node_texts.get(node.id)
+        if hit is None:
+            hit = self._node_texts[node.id] = message_texts(self.r.message_dict(node))
+        return hit
+
+    def _span_tokens(
+        self,
+        t: Turn,
+        prompt: np.ndarray,
+        prompt_text: str,
+        prompt_enc: Encoded | None,
+        anc: TurnTokens | None,
+        marked: bool,
+        created: int | None,
+        text: str,
+        start: int,
+        end: int,
+        flags: list[str],
+    ) -> tuple[np.ndarray, str, Encoded | None, str]:
+        """(completion ids, completion text, joint encoding or None, the completion's plain text) of the span
+        ``text[start:end]``: trimmed at its stop token, or ended with the stop token the model sampled."""
         full_enc = None
         if start == len(prompt_text) and end == len(text):
             base = prompt_enc or self._encode(prompt_text, marked, [anc.full_enc if anc else None])
@@ -532,8 +628,7 @@ class _GraphLinearizer:
                 with_stop = self._encode_after(prompt_text, core + stop, marked)
                 if with_stop.shape[0] and self._is_stop(with_stop[-1:]).all():
                     completion, comp_text = with_stop, core + stop
-        flags.extend(dropped_by_template(message, flag_text))
-        return completion, prompt_text + comp_text, full_enc
+        return completion, comp_text, full_enc, flag_text
 
     def _encode_after(self, prompt_text: str, text: str, marked: bool) -> np.ndarray:
         """``text`` tokenized on its own as what follows ``prompt_text``."""
@@ -706,6 +801,7 @@ class _GraphLinearizer:
             anc = self._nearest_turn_ancestor(t)
             try:
                 tt = self._tokens(t, anc)
+                self._check_template_dropped(tt)
             except _Drop as d:
                 self._drop(t, d.reason, d.message)
                 continue
@@ -723,6 +819,23 @@ class _GraphLinearizer:
         self._emit_samples(source, extras)
         self._count_carried_replies(turns)
         return res
+
+    def _check_template_dropped(self, tt: TurnTokens) -> None:
+        """Drop a turn whose rendered completion lost its tool calls or its text (flagged by
+        :func:`~msgtrain.linearize.completion.dropped_by_template`), unless ``train_dropped``: its tokens are not
+        what the model sampled (a tool-call turn trained as a bare end token teaches it to answer with nothing)."""
+        if self.opts.train_dropped:
+            return
+        for reason, what in (
+            (DropReason.TEMPLATE_DROPPED_TOOL_CALLS, "its tool calls"),
+            (DropReason.TEMPLATE_DROPPED_CONTENT, "its text"),
+        ):
+            if reason.value in tt.flags:
+                raise _Drop(
+                    reason,
+                    f"the template renders this reply without {what}: its tokens are not what the model sampled"
+                    " (--train-dropped trains it as rendered, flagged)",
+                )
 
     def _usage_contradicts(self, t: Turn, prompt_tokens: int) -> bool:
         """Whether the prompt size the reply's API reported contradicts the prompt built here: checked only when

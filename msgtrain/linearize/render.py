@@ -24,10 +24,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from msgtrain.errors import RenderError
 from msgtrain.linearize.content_format import joined_text, resolve_content_format
 from msgtrain.linearize.template import RenderTrace
-from msgtrain.linearize.tokenizer import SharedSegments, TokenizerBundle, restore_escaped_marks
+from msgtrain.linearize.tokenizer import SharedSegments, TokenizerBundle, common_prefix_len, restore_escaped_marks
 from msgtrain.model.graph import Env, Node
 from msgtrain.model.openai import to_openai_message
 
@@ -152,10 +154,55 @@ class Renderer:
         # Segment ids shared by the conversations this renderer serves (one file or chunk in ``convert``).
         self.segments = SharedSegments()
         self.min_traced = MIN_TRACED_MESSAGES
+        self._openers: np.ndarray | None = None
         self.renders = 0
         self.traced_renders = 0  # renderings that recorded a trace (and could replay)
         self.iterations_run = 0  # the template's loop iterations over messages actually executed
         self.iterations_replayed = 0
+
+    def turn_openers(self) -> np.ndarray:
+        """Ids of control tokens that open another turn and never stand inside a sampled reply, found once from a
+        probe conversation: those the template writes between a reply and the next user's text (NeMo's
+        ``[INST]``; the reply's stop token aside) and, when its generation prompt is empty, the prompt's last one
+        (NeMo's ``[/INST]``), less any it writes in the generation prompt or in a reply (ChatML's
+        ``<|im_start|>`` opens every turn, gpt-oss's ``<|start|>`` opens each channel of a reply: neither tells
+        another turn) and the stop tokens. Empty when the template cannot render the probe."""
+        if self._openers is None:
+            self._openers = np.zeros(0, dtype=np.int64)
+            user = {"role": "user", "content": "msgtrain-opener-probe"}
+            reply = {"role": "assistant", "content": "msgtrain-reply-probe"}
+            try:
+                bare = self.tok.render([user], add_generation_prompt=False)
+                prompt = self.tok.render([user], add_generation_prompt=True)
+                full = self.tok.render([user, reply], add_generation_prompt=False)
+                full_two = self.tok.render([user, reply, user], add_generation_prompt=False)
+                thought = {
+                    **reply,
+                    "reasoning_content": "msgtrain-reasoning-probe",
+                    "thinking": "msgtrain-reasoning-probe",
+                }
+                full += self.tok.render([user, thought], add_generation_prompt=False)[len(bare) :]
+            except Exception:  # a template that needs more (a system message, tools): no opener check
+                return self._openers
+            pattern = self.tok.added_pattern
+
+            def controls(text: str) -> set[str]:
+                return {m.group(0) for m in pattern.finditer(text)}
+
+            header = prompt[len(bare) :] if prompt.startswith(bare) else prompt
+            shared = common_prefix_len(full, prompt)
+            reply_part = full[shared:]
+            # The user's header: what the template writes between a reply and the next user's text.
+            later = full_two[full_two.find("msgtrain-reply-probe") + 20 : full_two.rfind("msgtrain-opener-probe")]
+            found = controls(later)
+            if not header:
+                last = max(pattern.finditer(prompt), key=lambda m: m.start(), default=None)
+                if last is not None:
+                    found.add(last.group(0))
+            found -= controls(header) | controls(reply_part)
+            ids = {self.tok.hf.added_tokens_encoder.get(t) for t in found} - {None} - set(self.tok.stop_ids)
+            self._openers = np.array(sorted(i for i in ids if i is not None), dtype=np.int64)
+        return self._openers
 
     def message_dict(self, node: Node) -> dict[str, Any]:
         d = self._dicts.get(node.id)

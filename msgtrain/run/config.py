@@ -97,6 +97,11 @@ class ConvertConfig(BaseModel):
         description="logged engine ids that do not decode to the logged text: drop the turn (engine_ids_mismatch),"
         " render it from the logged text instead, or keep the ids; render and keep flag the sample",
     )
+    train_dropped: bool = Field(
+        False,
+        description="train turns whose template dropped their tool calls or text, flagged"
+        " template_dropped_tool_calls / template_dropped_content; default: dropped with that reason",
+    )
     content_format: Literal["auto", "string", "openai"] = Field(
         "auto",
         description="how list content reaches the chat template: auto = detected from the template as vLLM"
@@ -338,6 +343,7 @@ OUTPUT_SETTINGS = frozenset(
         "train_negative",
         "engine_ids_mismatch",
         "content_format",
+        "train_dropped",
         "max_graph_tokens",
         "max_graph_samples",
         "max_graph_state_mb",

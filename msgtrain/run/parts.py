@@ -76,6 +76,7 @@ class LinearizeSettings:
     train_negative: bool = False
     engine_ids_mismatch: str = "drop"
     content_format: str = "auto"
+    train_dropped: bool = False
     mapping: str | None = None  # a --map mapping, as canonical JSON (msgtrain.ingest.structure.mapping.mapping_text)
     context: str | None = None  # supplied context, files' content included (msgtrain.ingest.supplied.context_text)
     # Per-graph caps (msgtrain.linearize.budget); None = no cap.
@@ -98,6 +99,7 @@ class LinearizeSettings:
             "train_negative": self.train_negative,
             "engine_ids_mismatch": self.engine_ids_mismatch,
             "content_format": self.content_format,
+            "train_dropped": self.train_dropped,
             "mapping": self.mapping,
             "context": self.context,
             "caps": [self.max_graph_tokens, self.max_graph_samples, self.max_graph_state_bytes],
@@ -123,6 +125,7 @@ def settings_from_config(
         train_negative=cfg.train_negative,
         engine_ids_mismatch=cfg.engine_ids_mismatch,
         content_format=cfg.content_format,
+        train_dropped=cfg.train_dropped,
         mapping=mapping_text(cfg.mapping),
         context=context_text(cfg.context, cfg.system_prompt, cfg.tools),
         max_graph_tokens=cfg.max_graph_tokens or None,
@@ -144,6 +147,7 @@ def linearize_options(settings: LinearizeSettings) -> LinearizeOptions:
         train_negative=settings.train_negative,
         engine_ids_mismatch=settings.engine_ids_mismatch,  # type: ignore[arg-type]
         content_format=settings.content_format,
+        train_dropped=settings.train_dropped,
         max_graph_tokens=settings.max_graph_tokens,
         max_graph_samples=settings.max_graph_samples,
         max_graph_state_bytes=settings.max_graph_state_bytes,

@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from msgtrain.errors import ConfigError
-from msgtrain.linearize.completion import NotRecoverable, completion_span, follower, sampled_stop
+from msgtrain.linearize.completion import (
+    NotRecoverable,
+    completion_span,
+    follower,
+    foreign_text,
+    message_texts,
+    moved_context_span,
+    own_material,
+    sampled_stop,
+)
 from msgtrain.linearize.content_format import joined_text, resolve_content_format
 from msgtrain.linearize.tokenizer import stop_pattern, template_stop_texts
 from msgtrain.tools.battery import MULTI_TURN, WEATHER_TOOL, Probe
@@ -77,6 +86,8 @@ class ProbeResult:
     dropped: list[str] = field(default_factory=list)  # texts missing from the render of their own turn
     end_of_turn: list[str] = field(default_factory=list)  # per turn: its end-of-turn token ("" if none)
     eos_appended: list[bool] = field(default_factory=list)  # per turn: the template marks no end, EOS is trained
+    # Per turn whose history moves context: what convert does with it (recovered by the engine-mode rule, dropped).
+    moved_context: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -119,8 +130,8 @@ class AuditReport:
     generation_masks: GenerationMasks
     special_tokens: SpecialTokenSafety
     failures: list[str]  # properties training relies on that fail; empty means the template is fine
-    # Per probe whose render loses part of a message ("feature: 'text', ..."): the linearizer trains such turns as
-    # rendered and flags them template_dropped_content / _tool_calls / _reasoning.
+    # Per probe whose render loses part of a message ("feature: 'text', ..."): the linearizer drops turns that lose
+    # text or tool calls (template_dropped_content / _tool_calls, unless --train-dropped) and flags lost reasoning.
     drops: list[str] = field(default_factory=list)
     # How the template reads content, as a serving engine detects it (msgtrain.linearize.content_format): the probes
     # hand a "string" template list content as its text parts joined, as convert does; None for mistral-common.
@@ -274,10 +285,15 @@ class TemplateAuditor:
             if turn.ids[: len(seen.ids)] != seen.ids:
                 # Every later check assumes the turn starts where the prompt ends; report the first such turn
                 # but keep collecting the end-of-turn tokens of the others.
+                moved = self._moved_context(probe, k, seen, turn)
+                if moved is not None:
+                    result.moved_context.append(moved)
                 if result.divergence is None:
                     name = f"messages[:{k + 1}] (the turn itself)"
                     result.divergence = self._divergence(k, name, seen.ids, turn.ids, seen.text, turn.text, probe)
-                    if not turn.text.startswith(seen.text):
+                    if moved is not None:
+                        result.divergence.cause = moved
+                    elif not turn.text.startswith(seen.text):
                         result.divergence.cause = "the generation prompt is not how the template opens the turn"
                 continue
             cut = eot + 1 if eot is not None else len(turn.ids)  # a stop only a follower shows: the whole render
@@ -302,6 +318,37 @@ class TemplateAuditor:
                 result.status = "dropped"
                 result.detail = "renders without " + ", ".join(repr(d) for d in dropped)
         return result
+
+    def _moved_context(self, probe: Probe, k: int, seen: _Render, turn: _Render) -> str | None:
+        """What ``convert`` does with turn ``k`` when the completion rule's difference holds another message (the
+        template's history moves context, as Mistral NeMo's moves the system prompt): recovers it by the
+        engine-mode rule, or drops it as ``completion_mismatch`` (msgtrain.linearize.completion). None when the
+        rule's difference is the message alone."""
+        msgs, tools = probe.messages, probe.tools
+        try:
+            context = self.render(msgs[:k], tools, prompt=False).text
+            start, end = completion_span(
+                seen.text, turn.text, lambda: context, self.bundle.control_starts, self.bundle.added_pattern
+            )
+        except (NotRecoverable, _Unsupported):
+            return None
+        others = [message_texts(m) for m in msgs[:k]]
+        if foreign_text(turn.text[start:end], own_material(msgs[k]), others) is None:
+            return None
+        lead = "history moves context (an earlier message renders differently once a reply follows)"
+        try:
+            stand_ins = [
+                self.render([*msgs[:k], {"role": "assistant", "content": f"{c}-stand-in"}], tools, prompt=False).text
+                for c in "xy"
+            ]
+            start, end = moved_context_span(
+                seen.text, turn.text, stand_ins, context, seen.text[len(context) :], self.bundle.added_pattern
+            )
+        except (NotRecoverable, _Unsupported) as e:
+            return f"{lead}: convert drops such turns (completion_mismatch: {e})"
+        if foreign_text(turn.text[start:end], own_material(msgs[k]), others) is not None:
+            return f"{lead}: convert drops such turns (completion_mismatch)"
+        return f"{lead}: convert trains each reply as the template renders it after the prompt (engine-mode rule)"
 
     def _first_break(self, probe: Probe, sampled: list[tuple[int, list[int], str]]) -> Divergence | None:
         """The first sampled turn whose tokens are not a prefix of a later render, if any."""
@@ -701,7 +748,9 @@ def render_audit(report: AuditReport) -> Any:
         verdict(
             None if report.drops else True,
             "renders every part of a sampled message",
-            "; ".join(report.drops) + " — such turns are trained as rendered and flagged template_dropped_*"
+            "; ".join(report.drops)
+            + " — convert drops turns that lose text or tool calls (template_dropped_content / _tool_calls;"
+            " --train-dropped trains them, flagged) and flags lost reasoning (template_dropped_reasoning)"
             if report.drops
             else "no probe loses a message's text, reasoning or tool calls",
         ),
