@@ -881,8 +881,9 @@ def to_records(oracle: Oracle, calls: list[Call], rng: random.Random, engine_sha
                 ]
             choice: dict[str, Any] = {"index": j, "message": wire, "finish_reason": "stop"}
             if engine:
-                # What the engine sampled: the template's rendering, whatever it drops (engine ids are the truth).
-                exp = oracle.rendered_turn(c.context, c.tools, msg, c.created)
+                # What the engine sampled: the template's rendering, for a reply it renders whole (sampled ids hold
+                # the reply's text and calls; a rendering that lost them is no model's sample: logged without ids).
+                exp = oracle.expected_turn(c.context, c.tools, msg, c.created)
                 ids: list[int] = [] if exp is None else exp[1]
                 if ids and oracle.template == "gpt-oss" and ids[-1] == hf.convert_tokens_to_ids("<|end|>"):
                     ids = [*ids[:-1], hf.convert_tokens_to_ids("<|call|>" if msg.get("tool_calls") else "<|return|>")]
