@@ -46,7 +46,7 @@ DATA = {
 
 def _graphs(inputs: list[str], work: Path) -> list[Any]:
     from msgtrain.ingest.boundary import open_reader, read_events
-    from msgtrain.ingest.events import ReadGraph
+    from msgtrain.ingest.core.events import ReadGraph
     from msgtrain.run.plan import discover_inputs
 
     if inputs == ["<generated>"]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from msgtrain.ingest.boundary import open_reader, read_events
-from msgtrain.ingest.events import ReadGraph
+from msgtrain.ingest.core.events import ReadGraph
 from msgtrain.linearize import LinearizeOptions, linearize_graph
 from msgtrain.linearize.content_format import detect_content_format, joined_text, resolve_content_format
 from msgtrain.linearize.render import Renderer
