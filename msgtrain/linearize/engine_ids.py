@@ -6,8 +6,9 @@ of the text the log holds. An id range check cannot tell: ids of another vocabul
 for a different reply, are in range and decode to other text (a toy log's Qwen3 ids decode to ``",."`` where its
 reply says ``"Four"``). So the ids are decoded and compared with the message:
 
-- completion ids: every piece of the reply a template prints verbatim (each text part, each reasoning part not
-  redacted, each tool call's name) must occur in the decoded completion;
+- completion ids: every piece of the reply a template prints verbatim (each text part, each tool call's name) must
+  occur in the decoded completion. Reasoning is not required: a template may leave it out of what the model saw and
+  sampled (Qwen2.5's, Llama's), and an API may log a summary of it rather than the sampled text;
 - prompt ids: the text of the last user message of the context must occur in the decoded prompt.
 
 Both comparisons ignore whitespace (engines and APIs strip or re-indent around a reply; templates add newlines), and
@@ -25,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from msgtrain.model.message import OptionCallMessage, PartsMessage, ReasoningPart, TextPart
+from msgtrain.model.message import OptionCallMessage, PartsMessage, TextPart
 
 ENGINE_IDS_MISMATCH = "engine_ids_mismatch"
 MismatchPolicy = Literal["drop", "render", "keep"]
@@ -43,7 +44,7 @@ def reply_pieces(message: Any) -> list[str]:
     """The pieces of a sampled message that a chat template prints as they are (whitespace aside)."""
     pieces: list[str] = []
     for part in getattr(message, "parts", ()):
-        if isinstance(part, TextPart) or (isinstance(part, ReasoningPart) and not part.redacted):
+        if isinstance(part, TextPart):
             pieces.append(part.text)
     if isinstance(message, OptionCallMessage):
         pieces.extend(call.option_name for call in message.calls)
