@@ -6,9 +6,11 @@ of the text the log holds. An id range check cannot tell: ids of another vocabul
 for a different reply, are in range and decode to other text (a toy log's Qwen3 ids decode to ``",."`` where its
 reply says ``"Four"``). So the ids are decoded and compared with the message:
 
-- completion ids: every piece of the reply a template prints verbatim (each text part, each tool call's name) must
-  occur in the decoded completion. Reasoning is not required: a template may leave it out of what the model saw and
-  sampled (Qwen2.5's, Llama's), and an API may log a summary of it rather than the sampled text;
+- completion ids: one of the pieces of the reply a template prints verbatim (a text part, a tool call's name) must
+  occur in the decoded completion. Not every piece: a template may leave the text of a tool-calling reply or its
+  reasoning out of what the model saw and sampled (Qwen2.5's and Llama's drop reasoning, some drop text beside
+  calls), and an API may log a summary of reasoning rather than the sampled text. Ids of another vocabulary or of
+  another reply hold none of them;
 - prompt ids: the text of the last user message of the context must occur in the decoded prompt.
 
 Both comparisons ignore whitespace (engines and APIs strip or re-indent around a reply; templates add newlines), and
@@ -61,11 +63,11 @@ def last_user_text(context: Sequence[Any]) -> str | None:
 
 
 def _missing(pieces: Sequence[str], decoded: str) -> str | None:
+    """The first piece, when none of them occurs in the decoded text (whitespace aside); None when one does."""
     squeezed = _squeeze(decoded)
-    for piece in pieces:
-        if _squeeze(piece) not in squeezed:
-            return piece
-    return None
+    if not pieces or any(_squeeze(piece) in squeezed for piece in pieces):
+        return None
+    return pieces[0]
 
 
 def engine_ids_disagree(

@@ -49,7 +49,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from msgtrain.cache import cache_dir, version
 from msgtrain.errors import MsgtrainWarning, TokenizerError
@@ -166,13 +166,20 @@ class SnapshotTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return str(self.backend_tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
 
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]:
+    @overload
+    def convert_ids_to_tokens(self, ids: int) -> str | None: ...
+    @overload
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]: ...
+    def convert_ids_to_tokens(self, ids: int | list[int]) -> str | list[str | None] | None:
         """Each id's token (an added token's content, else the vocabulary's), as transformers' fast tokenizer
-        gives it."""
-        return [
-            t.content if (t := self.added_tokens_decoder.get(int(i))) else self.backend_tokenizer.id_to_token(i)
-            for i in ids
-        ]
+        gives it: one id gives one token, a list a list."""
+        if isinstance(ids, int):
+            return self._id_to_token(ids)
+        return [self._id_to_token(i) for i in ids]
+
+    def _id_to_token(self, i: int) -> str | None:
+        t = self.added_tokens_decoder.get(int(i))
+        return t.content if t else self.backend_tokenizer.id_to_token(int(i))
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for what the snapshot does not hold: the transformers tokenizer, loaded on first use.
