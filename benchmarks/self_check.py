@@ -58,7 +58,7 @@ def _graphs(inputs: list[str], work: Path) -> list[Any]:
     else:
         paths = [str(SHARED / "real_logs" / i) for i in inputs]
     files, _ = discover_inputs(paths)
-    out = []
+    out: list[Any] = []
     for f in files:
         opened = open_reader(f)
         if not hasattr(opened, "read"):
@@ -83,7 +83,7 @@ def measure(graphs: list[Any], tok: Any) -> tuple[float, float, int]:
             spent[0] += time.perf_counter() - t0
             spent[1] += 1
 
-    _GraphLinearizer._mismatch = timed  # type: ignore[method-assign]
+    _GraphLinearizer._mismatch = timed  # type: ignore[method-assign,assignment]
     try:
         t0 = time.perf_counter()
         for g in graphs:
