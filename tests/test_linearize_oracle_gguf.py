@@ -78,6 +78,6 @@ def test_real_vocabulary_families_train_every_sampled_turn_once_after_exactly_it
 ) -> None:
     gguf_vocab.require_family_folder(family)
     seed = 7 if mode == "engine" else 8
-    rows, expected = run_per_call(family, seed, tmp_path, MODES[mode])
+    rows, expected = run_per_call(family, seed, tmp_path, MODES[mode], n_turns=10)
     assert len(expected) >= 5
     check_rows(rows, expected, engine_logprobs=True)

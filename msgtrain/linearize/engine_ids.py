@@ -36,6 +36,7 @@ MISMATCH_POLICIES: tuple[str, ...] = ("drop", "render", "keep")
 
 _SPACE = re.compile(r"\s+")
 _EXCERPT = 40
+_TAIL = 16  # characters of a piece's end (whitespace aside) the decoded ids must hold
 
 
 def _squeeze(text: str) -> str:
@@ -62,10 +63,17 @@ def last_user_text(context: Sequence[Any]) -> str | None:
     return None
 
 
+def _tail(piece: str) -> str:
+    lines = [line for line in piece.splitlines() if _squeeze(line)]
+    return _squeeze(lines[-1])[-_TAIL:] if lines else ""
+
+
 def _missing(pieces: Sequence[str], decoded: str) -> str | None:
-    """The first piece, when none of them occurs in the decoded text (whitespace aside); None when one does."""
+    """The first piece, when the decoded text holds the end of none of them (whitespace aside); None when it holds
+    one. A piece's end (the end of its last non-blank line), not all of it: a template may strip what opens a text
+    (DeepSeek R1's drops the ``<think>…</think>`` a logged text begins with) but prints its end as sampled."""
     squeezed = _squeeze(decoded)
-    if not pieces or any(_squeeze(piece) in squeezed for piece in pieces):
+    if not pieces or any(_tail(piece) in squeezed for piece in pieces):
         return None
     return pieces[0]
 
