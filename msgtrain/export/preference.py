@@ -78,6 +78,8 @@ class TrlText:
 
     def __init__(self, tokenizer: Any) -> None:
         hf = getattr(tokenizer, "hf", tokenizer)
+        if hf is not None and not callable(hf) and hasattr(type(hf), "transformers_tokenizer"):
+            hf = hf.transformers_tokenizer()  # a tokenizer restored from its snapshot: transformers' own object
         if hf is None or not callable(hf):
             raise ConfigError(
                 "the dpo and kto targets need a Hugging Face tokenizer (TRL tokenizes their text with it)",

@@ -181,6 +181,14 @@ class SnapshotTokenizer:
         t = self.added_tokens_decoder.get(int(i))
         return t.content if t else self.backend_tokenizer.id_to_token(int(i))
 
+    def transformers_tokenizer(self) -> Any:
+        """The transformers tokenizer of the folder (loaded on first use), for callers that need its own object:
+        TRL tokenizes the preference targets' text by calling it."""
+        if self._hf is None:
+            self._hf = self._transformers()
+        self._hf.chat_template = self.chat_template
+        return self._hf
+
     def __getattr__(self, name: str) -> Any:
         # Only reached for what the snapshot does not hold: the transformers tokenizer, loaded on first use.
         if name.startswith("__") or name == "_hf":
