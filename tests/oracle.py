@@ -647,7 +647,10 @@ class Oracle:
         prompt's last token when it is a template token (the one that closes the user's turn and opens the
         model's) before its end; or the content of a context message (8 characters or more) that the message
         itself does not hold."""
-        if empty_header and p and p[-1] in set(self.added.values()) and p[-1] in rest[:-1]:
+        # A reply that reasons may close its reasoning with the very token a prefill of an empty reasoning block
+        # ends the prompt with (Command R7B's <|END_THINKING|>): in it, that token is its own, not another turn's.
+        reasons = bool(str(msg.get("reasoning_content") or "").strip())
+        if empty_header and not reasons and p and p[-1] in set(self.added.values()) and p[-1] in rest[:-1]:
             return True
         text = self.hf.decode(rest)
         own = json.dumps(msg, ensure_ascii=False) + str(msg.get("content") or "")

@@ -22,6 +22,7 @@ from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.supplied import glob_matches, glob_pattern, load_rules, with_supplied_context
 from msgtrain.linearize import linearize_graph
+from msgtrain.linearize.content_format import detect_content_format, joined_text
 from msgtrain.model.completeness import missing_context
 from msgtrain.model.graph import MessageGraph
 from msgtrain.model.openai import to_openai_message
@@ -104,6 +105,11 @@ def test_supplied_prompt_and_tools_are_the_context_apply_chat_template_renders(
             {"role": "system", "content": PROMPT},
             *(to_openai_message(n.message, for_template=True) for n in context),
         ]
+        if detect_content_format(tok.hf.chat_template) == "string":  # list content joined, as a serving engine does
+            messages = [
+                {**m, "content": joined_text(m["content"])} if isinstance(m.get("content"), list) else m
+                for m in messages
+            ]
         expected = tok.hf.apply_chat_template(messages, tools=OPENAI_TOOLS, add_generation_prompt=True, tokenize=False)
         assert tok.hf.decode(sample.input_ids[:start].tolist()) == expected
         assert {"system_prompt_supplied", "tools_supplied"} <= set(sample.flags)
