@@ -96,3 +96,47 @@ def test_a_file_rewritten_while_read_gives_old_rows_new_rows_or_a_reject_and_res
     log.write_bytes(old)
     assert _convert(log, out, "--resume") == 0
     assert _rows(out) == old_rows
+
+
+@pytest.mark.parametrize("when", ["before_reading", "while_reading"])
+def test_a_partner_rewritten_after_planning_is_a_reject_and_resume_after_a_restore_is_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """A batch output is joined with its input file (its partner): the partner rewritten between planning and the
+    end of the reading leaves no rows built from bytes the part's key does not name."""
+    from msgtrain.run import parts
+
+    folder, out, clean = tmp_path / "batch", tmp_path / "out", tmp_path / "clean"
+    folder.mkdir()
+    for name in ("batch_input.jsonl", "batch_output.jsonl"):
+        (folder / name).write_bytes((SAMPLE_LOGS / "batch" / name).read_bytes())
+    partner = folder / "batch_input.jsonl"
+    old = partner.read_bytes()
+    new = old.replace(b"The kettle boils fast", b"The new toaster browns bread evenly and boils fast")
+    assert new != old
+    assert _convert(folder / "batch_output.jsonl", clean) == 0
+    clean_rows = _rows(clean)
+    assert clean_rows
+
+    def rewrite_partner() -> None:
+        with open(partner, "r+b") as f:
+            f.write(new)
+            f.truncate()
+
+    hooked = "_reading_planned_bytes" if when == "before_reading" else "convert_file"
+    real = getattr(parts, hooked)
+
+    def rewritten_first(*args: object, **kwargs: object) -> object:
+        rewrite_partner()
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(parts, hooked, rewritten_first)
+        assert _convert(folder / "batch_output.jsonl", out) == 3  # finished, with a reject
+    report = json.loads((out / "report.json").read_text())
+    assert not _rows(out)
+    assert report["records"]["rejected_by_reason"] == {"changed_while_reading": 1}, report["records"]
+    # The partner's original bytes put back: --resume gives what a clean run gives (the part was not kept).
+    partner.write_bytes(old)
+    assert _convert(folder / "batch_output.jsonl", out, "--resume") == 0
+    assert _rows(out) == clean_rows

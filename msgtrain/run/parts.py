@@ -57,7 +57,7 @@ from msgtrain.linearize.budget import (
 from msgtrain.linearize.plan import LinearizeResult
 from msgtrain.linearize.render import Renderer, alarm_handler
 from msgtrain.run.config import ConvertConfig
-from msgtrain.run.storage import input_size, input_stamp, readable_input
+from msgtrain.run.storage import input_size, readable_input
 
 MAX_GRAPH_NODES = 50_000  # a conversation larger than this is rejected as absurd (rendering is per turn)
 
@@ -176,8 +176,8 @@ class Job:
     chunk: Chunk | None = None
     # A chunk of an object: what its worker needs to fetch only the chunk's byte ranges (msgtrain.run.object_chunks)
     view: Any = None
-    # A local input's stamp when it was hashed (msgtrain.run.storage.input_stamp): the bytes read are those of the
-    # key only if the input has the same stamp before and after it is read.
+    # A local input's stamp when it was hashed, its partners' included (msgtrain.run.units.stable_digest): the bytes
+    # read are those of the key only if the input has the same stamp before and after it is read.
     stamp: Any = None
     # The content digest of the files a reader joins the input with (msgtrain.run.units.InputDigest), None if none
     partners: str | None = None
@@ -398,15 +398,21 @@ def _reading_planned_bytes(job: Job) -> Any:
     """The stamp the input must keep while it is read for its bytes to be those its key was made from, or None
     when they no longer are. An input touched without a change of content (same digest, hashed while still) is
     read as planned."""
-    from msgtrain.run.units import InputChangedError, stable_digest
+    from msgtrain.run.units import InputChangedError, reading_stamp, stable_digest
 
-    if input_stamp(job.path) == job.stamp:
+    if reading_stamp(job.path, job.stamp) == job.stamp:
         return job.stamp
     try:
         digest, stamp = stable_digest(job.path)
     except (InputChangedError, OSError):
         return None
     return stamp if digest.content == job.meta.get("digest") and stamp is not None else None
+
+
+def _stamp_now(path: Path | str, planned: Any) -> Any:
+    from msgtrain.run.units import reading_stamp
+
+    return reading_stamp(path, planned)
 
 
 def reusable(recorded: Mapping[str, Any]) -> bool:
@@ -437,7 +443,7 @@ def convert_job(job: Job, settings: LinearizeSettings) -> tuple[list[Sample], Pa
             error = MsgtrainError(f"{type(e).__name__}: {e}", code="unreadable_file")
             return [], stats, [_reject_line(SourceRef(shown, "file"), error)]
         samples, stats, rejects = convert_file(local, settings, job.chunk, shown)
-    if stamp is not None and input_stamp(job.path) != stamp:
+    if stamp is not None and _stamp_now(job.path, stamp) != stamp:
         return _changed(shown, settings)
     return _relabelled(samples, stats, rejects, str(local), shown)
 

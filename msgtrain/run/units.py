@@ -8,11 +8,14 @@ Invariants:
   their path relative to the input's folder (never the folder itself: a moved tree is reused).
 - Planning a run reads each folder's listing, each file's head and each partner's digest once
   (:class:`PartnerView`), so a folder of N files that answer each other is planned in O(N) reads.
+- A local input's stamp (what a worker checks before and after reading it) covers its partners too: a partner
+  rewritten between planning and the end of the reading is a ``changed_while_reading`` reject, as the input is.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 from collections.abc import Callable, Hashable
 from pathlib import Path, PurePosixPath
@@ -77,10 +80,35 @@ def stable_digest(f: Path | str, views: PartnerViews | None = None) -> tuple[Inp
     read the bytes of the digest. Raises :class:`InputChangedError` when ``f`` changed during every try."""
     for _ in range(STABLE_TRIES):
         before = input_stamp(f)
-        digest = input_digest(f, views)
+        digest = input_digest(f, views, before)
         if before is None or input_stamp(f) == before:
-            return digest, before
+            return digest, before + digest.stamps if before is not None else None
     raise InputChangedError(f"{f} changed while it was hashed, {STABLE_TRIES} times")
+
+
+# A partner's entry in its input's stamp is named by this prefix and its location (no file name holds a NUL).
+PARTNER = "\0partner\0"
+StampEntry = tuple[str, int, int, int, int]
+
+
+def partner_entry(location: PurePosixPath) -> StampEntry:
+    """A local partner's part of its input's stamp (-1s when it is absent: its arrival is a change too)."""
+    name = PARTNER + str(location)
+    try:
+        st = os.stat(location)
+    except OSError:
+        return (name, -1, -1, -1, -1)
+    return (name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def reading_stamp(f: Path | str, planned: Stamp | None) -> Stamp | None:
+    """``f``'s stamp now, with the partners ``planned`` (a stamp :func:`stable_digest` gave) names: equal to
+    ``planned`` only when neither ``f`` nor any of those partners changed since."""
+    own = input_stamp(f)
+    if own is None:
+        return None
+    partners = [PurePosixPath(e[0][len(PARTNER) :]) for e in planned or () if e[0].startswith(PARTNER)]
+    return own + tuple(partner_entry(p) for p in partners)
 
 
 class InputChangedError(OSError):
@@ -93,6 +121,8 @@ class InputDigest(NamedTuple):
 
     content: str
     partners: str | None
+    # The local partners' stamp entries as they were when hashed (:func:`partner_entry`), in declaration order
+    stamps: tuple[StampEntry, ...] = ()
 
 
 class PartnerView:
@@ -105,6 +135,7 @@ class PartnerView:
         self._listings: dict[PurePosixPath, list[PurePosixPath]] = {}
         self._heads: dict[PurePosixPath, bytes] = {}
         self._digests: dict[PurePosixPath, str] = {}
+        self._stamps: dict[PurePosixPath, StampEntry] = {}
         self._remembered: dict[Hashable, Any] = {}
         self._combined: dict[int, tuple[list[PurePosixPath], PurePosixPath, str]] = {}
 
@@ -128,12 +159,28 @@ class PartnerView:
         if location not in self._digests:
             folder = location.parent
             there = location in self.remember(("listed", folder), lambda: frozenset(self.listing(folder)))
-            self._digests[location] = location_digest(self.scheme_of, location) if there else "absent"
+            if self.scheme_of is not None:
+                self._digests[location] = location_digest(self.scheme_of, location) if there else "absent"
+                return self._digests[location]
+            # On the disk, hashed while it did not change (as an input is), with the stamp that says so.
+            for _ in range(STABLE_TRIES):
+                before = partner_entry(location)
+                digest = location_digest(None, location) if there else "absent"
+                if partner_entry(location) == before:
+                    break
+            self._digests[location], self._stamps[location] = digest, before
         return self._digests[location]
 
-    def known(self, location: PurePosixPath, digest: str) -> None:
-        """``digest`` is the content digest of ``location`` (an input of the run, just hashed)."""
+    def stamp(self, location: PurePosixPath) -> StampEntry | None:
+        """A local partner's stamp entry as it was when :meth:`digest` hashed it (None on a store)."""
+        return self._stamps.get(location)
+
+    def known(self, location: PurePosixPath, digest: str, stamp: Stamp | None = None) -> None:
+        """``digest`` is the content digest of ``location`` (an input of the run, just hashed, ``stamp`` its stamp
+        then)."""
         self._digests[location] = digest
+        if stamp is not None and len(stamp) == 1 and stamp[0][0] == "":
+            self._stamps[location] = (PARTNER + str(location), *stamp[0][1:])
 
     def combined(self, folder: PurePosixPath, partners: list[PurePosixPath]) -> str:
         """One digest of ``partners`` as seen from ``folder``: each one's path relative to it, and its digest. The
@@ -160,19 +207,20 @@ class PartnerViews(dict[str | None, PartnerView]):
         return self[place]
 
 
-def input_digest(f: Path | str, views: PartnerViews | None = None) -> InputDigest:
+def input_digest(f: Path | str, views: PartnerViews | None = None, stamp: Stamp | None = None) -> InputDigest:
     """The content digest a part of ``f`` is keyed by: ``f``'s bytes (a store hashes an object from its metadata; a
     folder log hashes its files), and, when a reader declares partners of ``f``
     (:func:`~msgtrain.ingest.registry.declared_partners`), theirs too, absent ones included: a sub-agent converted
     before its parent session arrived, a batch output after its input file changed, answers after their
-    ``question.jsonl`` changed, are converted again (under ``--resume`` as in a clean run). Raises OSError when ``f``
-    cannot be read."""
+    ``question.jsonl`` changed, are converted again (under ``--resume`` as in a clean run). ``stamp``: ``f``'s stamp
+    taken before hashing it. Raises OSError when ``f`` cannot be read."""
     own = content_digest(f)
     view = (views if views is not None else PartnerViews()).of(f)
     location = reader_location(f)
-    view.known(location, own)  # an input that is another's partner is not read twice
+    view.known(location, own, stamp)  # an input that is another's partner is not read twice
     partners = declared_partners(location, view)
     if not partners:
         return InputDigest(own, None)
     combined = view.combined(location.parent, partners)
-    return InputDigest(hashlib.blake2b(f"{own}\0{combined}".encode(), digest_size=16).hexdigest(), combined)
+    stamps = tuple(e for e in map(view.stamp, partners) if e is not None)
+    return InputDigest(hashlib.blake2b(f"{own}\0{combined}".encode(), digest_size=16).hexdigest(), combined, stamps)
