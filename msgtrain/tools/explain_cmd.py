@@ -81,11 +81,13 @@ def explain_file(path: Path) -> Explanation:
 
 
 def _structural(path: Path, exp: Explanation) -> None:
-    from msgtrain.ingest.common.shapes import canonical_role, role_of
-    from msgtrain.ingest.structure.structural import Ambiguity, Found, _records, locate, message_like_count
+    from msgtrain.ingest.common.shapes import canonical_role, message_like_count, role_of
+    from msgtrain.ingest.structure.found import Ambiguity, Found
+    from msgtrain.ingest.structure.locate import locate
+    from msgtrain.ingest.structure.structural import file_records
 
     first: Found | None = None
-    for n, (ref, value, _) in enumerate(_records(path)):
+    for n, (ref, value, _) in enumerate(file_records(path)):
         if n >= EXPLAIN_RECORDS:
             break
         exp.records += 1

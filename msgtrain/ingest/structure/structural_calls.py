@@ -31,7 +31,7 @@ from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRe
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 
-# convert_found of msgtrain.ingest.structure.structural, passed in (that module imports this one)
+# convert_found of msgtrain.ingest.structure.convert, passed in by the structural reader
 Convert = Callable[[Path, SourceRef, Any], list[ReadEvent]]
 
 

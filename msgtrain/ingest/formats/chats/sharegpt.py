@@ -311,7 +311,9 @@ def _split_results(text: str, calls: list[OptionCallPayload], where: str) -> lis
 def _preference(path: Path, conv: Conversation) -> Converted:
     """A LLaMA-Factory ranking record (``conversations`` + ``chosen`` / ``rejected`` replies): read as the
     structural reader reads preference pairs (one graph, the prompt then two sibling replies)."""
-    from msgtrain.ingest.structure.structural import Found, convert_found, record_layout
+    from msgtrain.ingest.structure.convert import convert_found
+    from msgtrain.ingest.structure.found import Found
+    from msgtrain.ingest.structure.locate import record_layout
 
     record = {**conv.container, (conv.key or "conversations"): conv.messages}
     found = record_layout(record, "$")

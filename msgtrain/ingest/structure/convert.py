@@ -1,0 +1,293 @@
+"""One found conversation → its graph, layout by layout (messages, prompt / completion, alpaca, preference).
+
+Invariants:
+- Only the replies the layout says were sampled are trained: a prompt's assistant messages are context
+  (``injected``); a preference pair's rejected side is marked so; n text samples of one context are siblings.
+- A prompt that is the text a chat template rendered is parsed back into its messages, and the replies keep the
+  logged text as their exact prompt.
+- Anything ambiguous raises a :class:`~msgtrain.errors.ValidationError` naming the JSON path (the reader turns it
+  into the conversation's reject); assistant messages beside the conversation that it does not read are an
+  ambiguity, never silently dropped.
+- Deterministic: the graph id is the record's place plus a digest of the graph's leaves, the same on every rerun.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.conversation_files import (
+    Step,
+    append_steps,
+    base_graph_id,
+    check_pairing,
+    content_graph_id,
+    mark_last_reply,
+)
+from msgtrain.ingest.common.media_columns import MediaColumns
+from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
+from msgtrain.ingest.common.shapes import MessageNormaliser, is_message_list, message_like_count, parse_transcript
+from msgtrain.ingest.common.tool_schemas import openai_tools
+from msgtrain.ingest.core.base import ReadEvent, ReadGraph, SourceRef
+from msgtrain.ingest.structure.context import base_system_at, inherited_tools, text_blocks, with_system
+from msgtrain.ingest.structure.found import SAMPLE_LISTS, Found, choice_messages, is_prefix, sample_text, text_samples
+from msgtrain.ingest.structure.mapping import Mapping, top_fields
+from msgtrain.ingest.structure.node_maps import node_map_graph
+from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
+from msgtrain.ingest.structure.trees import tree_events
+from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
+from msgtrain.model.graph import MessageGraph
+
+
+def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
+    """One conversation → a graph (raises :class:`ValidationError` naming the JSON path on anything ambiguous)."""
+    if found.node_map:
+        return [node_map_graph(path, ref, found.holder, found.mapping.columns["messages"], found.path)]
+    if "children" in found.mapping.columns or "parent" in found.mapping.columns:
+        return tree_events(path, ref, found)
+    m, holder, at = found.mapping, found.holder, found.path
+    norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
+    builder = StepBuilder(norm)
+    system = m.field_of(holder, "system")
+    inherited_system = found.inherited.get("system", (None, None))[1] if system is None else None
+    system = text_blocks(system) if isinstance(system, list) else system
+    if system is not None and not isinstance(system, str):
+        raise ValidationError(
+            f"the system prompt at {at}.{m.columns.get('system', '(an enclosing object) system')} is not text",
+            code="bad_content",
+        )
+    label = _label(m, holder, at)
+    branches: list[tuple[list[Step], str]] = []
+    gap: Gap | None = None
+    if m.layout == "messages":
+        messages = m.field_of(holder, "messages")
+        need_list(messages, f"{at}.{m.columns['messages']}")
+        gap = builder.add_until_gap(messages, f"{at}.{m.columns['messages']}")
+        mark_last_reply(builder.steps, label)
+    elif m.layout == "prompt_completion":
+        rendered = _prompt_steps(builder, m.field_of(holder, "prompt"), f"{at}.{m.columns['prompt']}")
+        start = len(builder.steps)
+        meta = _reply_metadata({"label": label} if label is not None else None, rendered)
+        completion = m.field_of(holder, "completion")
+        if text_samples(completion):
+            completion = [sample_text(v) for v in completion]
+        completion = _logged_reply_text(completion, rendered)
+        if text_samples(completion) and len(completion) > 1:  # n samples of one context: sibling replies
+            branches = _text_branches(builder, completion, f"{at}.{m.columns['completion']}", meta)
+        else:
+            completion = completion[0] if text_samples(completion) else completion
+            _add_replies(builder, completion, f"{at}.{m.columns['completion']}", meta)
+        if not branches and not any(s.message.role == "assistant" for s in builder.steps[start:]):
+            raise ValidationError(
+                f"the completion at {at}.{m.columns['completion']} holds no assistant message",
+                code="ambiguous_structure",
+            )
+    elif m.layout == "alpaca":
+        _alpaca(builder, holder, m, at)
+        mark_last_reply(builder.steps, label)
+    else:
+        branches = _preference(builder, holder, m, at, found.marks)
+    check_speakers(norm, at)
+    _check_nothing_beside(holder, m, at)
+    steps = MediaColumns(holder).place(builder.steps)
+    if inherited_system is not None and not any(s.message.role == "system" for s in steps):
+        system = inherited_system  # an enclosing object's system prompt, for a conversation that holds none
+    steps = with_system(steps, system, at, m)
+    tools_value, tools_at = m.field_of(holder, "tools"), f"{at}.{m.columns.get('tools', 'tools')}"
+    if tools_value is None and "tools" in found.inherited:
+        tools_at, tools_value = inherited_tools(found)
+    tools = openai_tools(tools_value, where=tools_at)
+    base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
+    check_pairing(steps + [s for b, _ in branches for s in b])
+    graph = MessageGraph(graph_id=base, tools=tools, metadata={"source_format": "structural", "layout": m.layout})
+    ids = append_steps(graph, steps) if not branches else [graph.append(s.message, origin=s.origin) for s in steps]
+    for branch, _ in branches:
+        parent = ids[-1] if ids else None
+        for s in branch:
+            parent = graph.add_node(parent, s.message, origin=s.origin)
+    mark_calls_without_tools(graph, UNLOGGED_TOOLS)
+    if found.unlogged_system and not any(s.message.role == "system" for s in steps):
+        mark_context_incomplete(graph, ["system_prompt"], "the record does not save its agent's system message")
+    elif base_system_at(found, m, holder, at) and not any(s.message.role == "system" for s in steps):
+        where = base_system_at(found, m, holder, at)
+        why = f"the log holds the agent's base system prompt ({where}), not the one its framework sent with each call"
+        mark_context_incomplete(graph, ["system_prompt"], why)
+    graph.graph_id = content_graph_id(base, graph)
+    out: list[ReadEvent] = [ReadGraph(graph, ref, records=1, extras=row_extras(holder, m))]
+    if gap is not None:
+        out.append(gap_reject(ref, gap))
+    return out
+
+
+def _as_prompt(value: Any) -> Any:
+    return {"role": "user", "content": value} if isinstance(value, str) else value
+
+
+def _prompt_steps(builder: StepBuilder, value: Any, where: str) -> RenderedPrompt | None:
+    """A prompt's messages into ``builder`` as context: a text a chat template rendered is parsed back into its
+    messages (:mod:`msgtrain.ingest.common.rendered_prompts`; returned, so the replies keep the logged text), any other
+    text is one user message."""
+    rendered = parse_rendered_prompt(value)
+    chat = _json_chat(value) if rendered is None else None
+    builder.add_list(rendered.messages if rendered is not None else chat or _as_prompt(value), where, trained=False)
+    return rendered
+
+
+def _json_chat(value: Any) -> list[Any] | None:
+    """A prompt logged as the JSON text of a message list (promptfoo's ``prompt.raw`` of a chat prompt): the list."""
+    if not isinstance(value, str) or not value.lstrip().startswith("["):
+        return None
+    try:
+        decoded = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    return decoded if is_message_list(decoded) else None
+
+
+def _reply_metadata(metadata: dict[str, Any] | None, rendered: RenderedPrompt | None) -> dict[str, Any] | None:
+    """A reply's metadata, with the rendered prompt it was sampled after (the exact context, as logged)."""
+    if rendered is None:
+        return metadata
+    return {**(metadata or {}), RENDERED_PROMPT_KEY: rendered.metadata()}
+
+
+def _logged_reply_text(value: Any, rendered: RenderedPrompt | None) -> Any:
+    """Replies logged as text after a rendered prompt, without the stop token the engine left at their end."""
+    if rendered is None:
+        return value
+    if isinstance(value, str):
+        return rendered.reply_text(value)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return [rendered.reply_text(v) for v in value]
+    return value
+
+
+def _add_replies(builder: StepBuilder, value: Any, where: str, metadata: dict[str, Any] | None) -> None:
+    if isinstance(value, str):
+        value = {"role": "assistant", "content": value}
+    elif isinstance(value, dict) and (choices := choice_messages(value)) is not None:
+        if len(choices) > 1:  # n > 1 samples of one context: siblings, which one list cannot say
+            raise ValidationError(
+                f"{where} holds {len(choices)} choices: read them as siblings with a per-call reader",
+                code="ambiguous_structure",
+                hint="log one choice per record, or use the calls format ({request, response})",
+            )
+        key, inner = next((k, i) for k, i in SAMPLE_LISTS if isinstance(value.get(k), list))
+        value, where = choices[0], f"{where}.{key}[0].{inner}"
+    items = value if isinstance(value, list) else [value]
+    for i, item in enumerate(items):
+        builder.add(item, f"{where}[{i}]" if isinstance(value, list) else where, metadata=metadata)
+
+
+def _label(m: Mapping, holder: dict[str, Any], at: str) -> bool | None:
+    if "kto_tag" not in m.columns:
+        return None
+    value = m.field_of(holder, "kto_tag")
+    if isinstance(value, bool) or value is None:
+        return value
+    if value in (0, 1):
+        return bool(value)
+    raise ValidationError(
+        f"the label at {at}.{m.columns['kto_tag']} is {json.dumps(value, default=str)}, not true or false",
+        code="ambiguous_structure",
+        hint="a KTO label says whether the reply is desirable: true or false",
+    )
+
+
+def _alpaca(builder: StepBuilder, holder: dict[str, Any], m: Mapping, at: str) -> None:
+    """LLaMA-Factory's alpaca reading: history pairs, then ``prompt`` (+ "\\n" + ``query``) → ``response``."""
+    history = m.field_of(holder, "history") or []
+    for i, pair in enumerate(history if isinstance(history, list) else []):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
+            raise ValidationError(f"{at}.history[{i}] is not a [query, response] pair", code="ambiguous_structure")
+        builder.add({"role": "user", "content": pair[0]}, f"{at}.history[{i}][0]")
+        builder.add({"role": "assistant", "content": pair[1]}, f"{at}.history[{i}][1]")
+    prompt = m.field_of(holder, "prompt")
+    query = m.field_of(holder, "query")
+    text = "\n".join(t for t in (prompt, query) if isinstance(t, str) and t)
+    builder.add({"role": "user", "content": text}, f"{at}.{m.columns['prompt']}")
+    builder.add({"role": "assistant", "content": m.field_of(holder, "response")}, f"{at}.{m.columns['response']}")
+
+
+def _preference(
+    builder: StepBuilder,
+    holder: dict[str, Any],
+    m: Mapping,
+    at: str,
+    marks: tuple[str | None, str | None] = ("chosen", "rejected"),
+) -> list[tuple[list[Step], str]]:
+    """Prompt steps into ``builder``; returns the chosen and the rejected branch (see the module docstring), each
+    reply marked as ``marks`` say (a tie marks both sides alike, or neither)."""
+    prompt_col = "prompt" if "prompt" in m.columns else ("messages" if "messages" in m.columns else None)
+    chosen, rejected = m.field_of(holder, "chosen"), m.field_of(holder, "rejected")
+    if prompt_col is None and isinstance(chosen, str) and isinstance(rejected, str):
+        chosen = parse_transcript(chosen) or chosen  # Anthropic HH-RLHF: both sides are whole transcripts
+        rejected = parse_transcript(rejected) or rejected
+    shared_prefix = prompt_col is None and isinstance(chosen, list) and isinstance(rejected, list)
+    if shared_prefix:
+        shared = 0  # implicit prompt: the messages the two conversations share
+        while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+            shared += 1
+        builder.add_list(chosen[:shared], f"{at}.chosen", trained=False)
+        chosen, rejected = chosen[shared:], rejected[shared:]
+    rendered = None
+    if prompt_col is not None and not (isinstance(chosen, list) and isinstance(rejected, list) and shared_prefix):
+        rendered = _prompt_steps(builder, m.field_of(holder, prompt_col), f"{at}.{m.columns[prompt_col]}")
+    out: list[tuple[list[Step], str]] = []
+    for value, side, mark in ((chosen, "chosen", marks[0]), (rejected, "rejected", marks[1])):
+        branch = StepBuilder(forked(builder.norm), call_names=dict(builder.call_names))
+        branch.steps = []
+        meta = _reply_metadata({"preference": mark} if mark else None, rendered)
+        _add_replies(branch, _logged_reply_text(value, rendered), f"{at}.{m.columns[side]}", meta)
+        if not any(s.message.role == "assistant" for s in branch.steps):
+            raise ValidationError(f"the {side} reply at {at}.{m.columns[side]} holds no assistant message")
+        out.append((branch.steps, side))
+    return out
+
+
+def _text_branches(
+    builder: StepBuilder, texts: list[str], where: str, metadata: dict[str, Any] | None
+) -> list[tuple[list[Step], str]]:
+    """One branch per generated text, each a reply sampled in the context ``builder`` holds. A sample logged as the
+    text of a null (``None``: Python's ``str(None)``, as OpenAI Swarm's evals write a sample that called a function
+    instead of answering) is not what the model wrote: kept as context, in the books with the reason, never
+    trained."""
+    out: list[tuple[list[Step], str]] = []
+    for i, text in enumerate(texts):
+        branch = StepBuilder(forked(builder.norm), call_names=dict(builder.call_names))
+        branch.steps = []
+        raw: dict[str, Any] = {"role": "assistant", "content": text}
+        meta = metadata
+        if text.strip() in _NULL_TEXTS:
+            raw["weight"] = 0
+            meta = {**(metadata or {}), "why_not_trained": _NULL_WHY.format(text=text.strip())}
+        branch.add(raw, f"{where}[{i}]", metadata=meta)
+        out.append((branch.steps, "sample"))
+    return out
+
+
+_NULL_TEXTS = frozenset({"None", "null"})
+_NULL_WHY = "the sample was logged as {text!r}, a null written as text: what the model returned is not in the log"
+
+
+def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
+    """Refuse a conversation whose record holds more replies beside it (ranked completions, a second transcript):
+    reading one part and dropping the rest would lose those turns without a word."""
+    used = {f for v in m.columns.values() for f in top_fields(holder, v)}
+    # copies of a conversation read (UltraFeedback's ``messages`` beside ``chosen``) or of its prefixes (NeMo-Gym's
+    # ``input_message_log``) hold no other reply
+    read = [holder[c] for c in (m.columns.get(k) for k in ("messages", "chosen", "rejected")) if c in holder]
+    read = [conv for conv in read if is_message_list(conv)]
+    used |= {k for k, v in holder.items() if is_message_list(v) and any(is_prefix(v, conv) for conv in read)}
+    beside = {k: message_like_count(v)[1] for k, v in holder.items() if k not in used and isinstance(v, dict | list)}
+    beside = {k: n for k, n in beside.items() if n}
+    if beside:
+        shown = ", ".join(f"{at}.{k} ({n})" for k, n in sorted(beside.items()))
+        raise ValidationError(
+            f"assistant messages beside the conversation, in {shown}: which of them were sampled, and in which "
+            "context, is ambiguous",
+            code="ambiguous_structure",
+            hint="write a mapping (--map) naming the messages, prompt/completion or chosen/rejected fields",
+        )

@@ -1,0 +1,129 @@
+"""What the structural reader's search finds, and the shapes of values it judges by.
+
+A :class:`Found` is one conversation: the object around it (``holder``), the JSON path to it, and the
+:class:`~msgtrain.ingest.structure.mapping.Mapping` that reads it; an :class:`Ambiguity` is a spot holding
+message-like content no layout reads unambiguously, with the assistant messages that reject costs the books.
+
+Invariants:
+- ``Found.mapping.columns`` name keys (or dotted paths) of ``Found.holder``; ``Found.inherited`` holds only what the
+  holder does not map itself (the system prompt, tools an ancestor keeps for it), each with its JSON path.
+- The predicates here only look at a value: they never raise and never change it, so the search, detection and the
+  conversion judge a value the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgtrain.ingest.common.shapes import canonical_role, content_key_of, is_message_like, is_message_list, role_of
+from msgtrain.ingest.core.base import SourceRef
+from msgtrain.ingest.structure.mapping import Mapping
+
+
+@dataclass
+class Found:
+    """A conversation found in a record: where (``path``), in which ``layout``, read through ``mapping``
+    (``mapping.columns`` are keys of ``holder``, the object around the conversation)."""
+
+    path: str
+    holder: dict[str, Any]
+    mapping: Mapping
+    node_map: bool = (
+        False  # ``mapping.columns["messages"]`` is a node map (msgtrain.ingest.structure.node_maps), not a list
+    )
+    # the system prompt and tools an ancestor of ``holder`` keeps for it: {"system" | "tools": (JSON path, value)}
+    inherited: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    unlogged_system: bool = False  # the log format never saves the system message its agent was sent
+    # how a preference pair's two sides are judged: chosen / rejected, or a judge's tie (both good, both bad)
+    marks: tuple[str | None, str | None] = ("chosen", "rejected")
+
+
+@dataclass
+class Ambiguity:
+    """A spot that holds message-like content no layout reads unambiguously."""
+
+    path: str
+    message: str
+    assistant_messages: int
+
+
+TREE_KEYS = ("children", "replies")
+
+
+def tree_key(value: Any) -> str | None:
+    """The key under which the messages of ``value`` (a message list) nest their replies as message lists (chat UI
+    exports' ``children``, OpenAssistant's ``replies``), or None."""
+    if not is_message_list(value):
+        return None
+    return next((k for k in TREE_KEYS if any(is_message_list(m.get(k)) for m in value)), None)
+
+
+def is_prefix(short: list[Any], long: list[Any]) -> bool:
+    """``short`` says what the start of ``long`` says (same roles and contents, in order)."""
+
+    def said(message: Any) -> tuple[Any, str]:
+        hit = role_of(message)
+        return (hit[1] if hit else None), json.dumps(message.get(content_key_of(message) or ""), sort_keys=True)
+
+    return len(short) <= len(long) and [said(m) for m in short] == [said(m) for m in long[: len(short)]]
+
+
+def text_samples(value: Any) -> bool:
+    """A list of generated texts for one context (OpenAI evals' ``sampled``, n > 1 completions; HELM's and legacy
+    completions APIs' ``[{"text": ...}]``)."""
+    return isinstance(value, list) and bool(value) and all(sample_text(v) is not None for v in value)
+
+
+def sample_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("text"), str) and role_of(value) is None:
+        return value["text"]
+    return None
+
+
+# (list key, message key) of a response body's samples: OpenAI's choices, Gemini's candidates
+SAMPLE_LISTS = (("choices", "message"), ("candidates", "content"))
+
+
+def choice_messages(value: dict[str, Any]) -> list[Any] | None:
+    """The reply of a response body logged as a completion: OpenAI's (``{"choices": [{"message": ...}]}``) or
+    Gemini's (``{"candidates": [{"content": {"role": "model", "parts"}}]}``)."""
+    for key, inner in SAMPLE_LISTS:
+        samples = value.get(key)
+        if not (isinstance(samples, list) and samples and all(isinstance(c, dict) for c in samples)):
+            continue
+        messages = [c.get(inner) for c in samples]
+        if all(isinstance(m, dict) and is_message_like(m) for m in messages):
+            return messages
+    return None
+
+
+def assistant_like(value: Any) -> bool:
+    hit = role_of(value)
+    return hit is not None and canonical_role(hit[1]) in ("assistant", "call")
+
+
+# (id key, parent key) of messages logged one per line as a tree (OpenAssistant rows, chat UIs' exports).
+_TREE_KEYS = (
+    ("messageId", "parentMessageId"),  # LibreChat exports
+    ("id", "parentMessageId"),
+    ("message_id", "parent_id"),
+    ("user_message_id", "parent_message_id"),
+    ("message_id", "parent_message_id"),
+    ("id", "parent_message_id"),
+    ("id", "parent_id"),
+    ("id", "parentId"),
+    ("id", "parent"),
+    ("uuid", "parentUuid"),
+)
+Lines = list[tuple[SourceRef, dict[str, Any]]]
+
+
+def link_keys(lines: Lines) -> tuple[str, str] | None:
+    """The (id, parent) keys of message rows that form a tree: every row has the id, some have a parent."""
+    return next(
+        (k for k in _TREE_KEYS if all(k[0] in v for _, v in lines) and any(v.get(k[1]) for _, v in lines)), None
+    )

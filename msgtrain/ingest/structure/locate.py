@@ -1,0 +1,588 @@
+"""The structural reader's search: which conversations a record holds, and in which layout.
+
+:func:`locate` walks a record (objects and lists, outermost first, bounded by :data:`MAX_SEARCH_DEPTH` and
+:data:`MAX_SEARCH_NODES`) and returns a :class:`~msgtrain.ingest.structure.found.Found` per conversation, an
+:class:`~msgtrain.ingest.structure.found.Ambiguity` per spot no layout reads; :func:`record_layout` judges one
+object: messages, prompt / completion (and request / result pairs), preference pairs (with a judge's verdict),
+alpaca instructions, scored candidates, numbered messages, trees.
+
+Invariants:
+- Never inside a conversation it found: a found conversation's subtree is not searched again, so no message is read
+  twice by one record.
+- Conservative: a layout is chosen only where the context of its replies is unambiguous; anything else is an
+  Ambiguity that counts the replies it leaves untrained (two lists side by side, named agents, a preference pair with
+  no or several prompts, replies logged without their requests).
+- The search only looks: it neither raises nor converts (conversion is :mod:`msgtrain.ingest.structure.convert`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgtrain.ingest.common.shapes import (
+    PREFERENCE_KEYS,
+    canonical_role,
+    is_message_like,
+    is_message_list,
+    is_wrapper,
+    named_agents,
+    named_agents_error,
+    parse_transcript,
+    role_of,
+    wrapped_messages,
+)
+from msgtrain.ingest.core.base import SourceRef
+from msgtrain.ingest.structure.context import (
+    SYSTEM_KEYS,
+    TOOL_KEYS,
+    context_here,
+    inheriting,
+    system_in_settings,
+    text_blocks,
+)
+from msgtrain.ingest.structure.found import (
+    Ambiguity,
+    Found,
+    choice_messages,
+    is_prefix,
+    link_keys,
+    text_samples,
+    tree_key,
+)
+from msgtrain.ingest.structure.mapping import Mapping, dig
+from msgtrain.ingest.structure.node_maps import node_map_key
+
+MAX_SEARCH_DEPTH = 6  # containers searched below a record for a conversation
+MAX_SEARCH_NODES = 20_000  # objects and lists looked at per record
+# (context, reply) key pairs of one generation: TRL / verifiers prompt + completion, and the input / output of
+# eval and tracing tools (a generation span's input messages and its output).
+PAIR_KEYS = (
+    ("prompt", "completion"),
+    ("prompt", "response"),
+    ("input", "output"),
+    ("input", "completion"),
+    ("messages", "completion"),
+    ("messages", "response"),
+    ("input", "response"),  # agent trajectories' per-step {input: [messages], response: ChatCompletion | Message}
+    ("messages", "output"),
+    ("history", "response"),
+    ("origin_prompt", "prediction"),  # OpenCompass predictions/<model>/<dataset>.json
+    ("input_prompt", "output_response"),  # SkyRL evaluation dumps
+    ("prompt", "sampled"),  # openai/evals recorder "sampling" events
+    ("user_prompt", "judgment"),  # FastChat llm_judge model_judgment lines: the judge's prompt and verdict
+    ("messages", "actual_message"),  # OpenAI Swarm eval results: the messages sent, the n replies sampled for them
+)
+_UNLOGGED_SYSTEM_PAIRS = frozenset({("user_prompt", "judgment")})
+# Where a preference record's prompt is (Intel/orca_dpo_pairs writes ``question``; OpenAI ``input.messages``).
+_PREFERENCE_PROMPT_KEYS = ("prompt", "input", "question", "instruction", "query")
+# A request beside its result, as HELM's scenario_state.json logs each request_state (the chat models' clients send
+# the prompt as the user message) and as per-call logs of text-completion APIs do.
+_REQUEST_RESULT_PAIRS = (
+    ("request.prompt", "result.completions"),
+    ("request.messages", "result.completions"),
+    # A LangSmith LLM run: its one prompt's messages and the generations they got (batches of one; a batch of more
+    # leaves the other prompts beside the pair, which rejects the run as holding replies it does not read).
+    ("inputs.messages.0", "outputs.generations.0"),
+    # Gateways' and tracers' request/response logs: Helicone's request_body / response_body, W&B Weave calls'
+    # inputs / output, bodies under request.body / response.body.
+    ("request_body.messages", "response_body"),
+    ("inputs.messages", "output"),
+    ("input.messages", "output"),  # Langfuse observations as LiteLLM's callback sends them (batch[].body)
+    ("request.body.messages", "response.body"),
+    # promptfoo eval results (results.results[]): the prompt sent (text, or a chat as JSON text) and the output
+    ("prompt.raw", "response.output"),
+)
+# A judge's pass / fail of a reply, nested in its record (promptfoo's gradingResult): a label like KTO's.
+_NESTED_LABEL_KEYS = ("gradingResult.pass",)
+ALPACA_PAIRS = (
+    ("instruction", "output"),
+    ("instruction", "response"),
+    ("question", "response"),
+    ("query", "response"),
+)
+_REWARD_KEYS = ("reward", "score")
+_LABEL_KEYS = ("label", "kto_tag")
+
+
+@dataclass
+class _Search:
+    nodes: int = 0
+    found: list[Found | Ambiguity] = field(default_factory=list)
+
+
+def locate(value: Any, path: str = "$") -> list[Found | Ambiguity]:
+    """Every conversation (or ambiguous spot) in ``value``, outermost first (module docstring)."""
+    search = _Search()
+    _locate(value, path, 0, search, {})
+    return search.found
+
+
+def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[str, tuple[str, Any]]) -> None:
+    search.nodes += 1
+    if search.nodes > MAX_SEARCH_NODES:
+        return
+    if isinstance(value, list):
+        children = tree_key(value)
+        if children is not None:  # nested children arrays (a chat UI's export, a search tree): each branch a sample
+            found = Found(
+                path, {"messages": value}, Mapping("messages", {"messages": "messages", "children": children})
+            )
+            search.found.append(inheriting(found, inherited))
+            return
+        if is_message_list(value):
+            agents = named_agents(value)
+            if agents:
+                search.found.append(_agents_ambiguity(path, agents, value))
+                return
+            found = Found(path, {"messages": value}, Mapping("messages", {"messages": "messages"}))
+            search.found.append(inheriting(found, inherited))
+            return
+        wrapped = wrapped_messages(value)
+        if wrapped is not None:  # each item holds its message under one key, beside its own bookkeeping
+            key, messages = wrapped
+            found = Found(f"{path}[].{key}", {"messages": messages}, Mapping("messages", {"messages": "messages"}))
+            search.found.append(inheriting(found, inherited))
+            return
+        if depth < MAX_SEARCH_DEPTH:
+            for i, item in enumerate(value):
+                if isinstance(item, dict | list):
+                    _locate(item, f"{path}[{i}]", depth + 1, search, inherited)
+        return
+    if not isinstance(value, dict):
+        return
+    hit = record_layout(value, path)
+    if hit is not None:
+        search.found.append(inheriting(hit, inherited) if isinstance(hit, Found) else hit)
+        return
+    scored = candidates(value, path)
+    if scored:
+        search.found.extend(scored)
+        return
+    if depth < MAX_SEARCH_DEPTH:
+        here = context_here(value, path, inherited)
+        for key, item in value.items():
+            if isinstance(item, dict | list):
+                _locate(item, f"{path}.{key}", depth + 1, search, here)
+
+
+def _keyed_messages(record: dict[str, Any]) -> dict[str, str] | None:
+    """Columns of an object of messages keyed by their ids that name their parents (``{id: {id, parentId, role,
+    content}}``), or None."""
+    for key, value in record.items():
+        if not (isinstance(value, dict) and value and is_message_list(list(value.values()))):
+            continue
+        links = link_keys([(SourceRef("", ""), v) for v in value.values()])
+        if links is not None:
+            return {"messages": key, "id": links[0], "parent": links[1]}
+    return None
+
+
+def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
+    """The layout of one object, if it holds a conversation directly (not in a nested object)."""
+    tree = node_map_key(record)
+    if tree is not None:  # a chat UI's message tree (ChatGPT's mapping): msgtrain.ingest.structure.node_maps
+        return Found(path, record, Mapping("messages", {"messages": tree}), node_map=True)
+    numbered = _numbered_messages(record)
+    if numbered is not None:  # message_1, message_2, ... (CAMEL role-playing records): one list, in number order
+        return numbered_layout(record, path, *numbered)
+    keyed = _keyed_messages(record)
+    if keyed is not None:  # messages keyed by their ids, each naming its parent (Open WebUI's chat.history)
+        return Found(path, record, Mapping("messages", keyed))
+    lists = [k for k, v in record.items() if is_message_list(v)]
+    if lists and is_message_like(record):  # a message tree (OpenAssistant ``replies``): each branch a conversation
+        if len(lists) > 1:
+            count = _assistant_count(record)
+            return Ambiguity(path, f"a message tree nested under several keys ({', '.join(lists)})", count)
+        return Found(path, {"messages": [record]}, Mapping("messages", {"messages": "messages", "children": lists[0]}))
+    columns: dict[str, str] = {}
+    for key in SYSTEM_KEYS:
+        if isinstance(record.get(key), str) or text_blocks(record.get(key)) is not None:
+            columns["system"] = key
+            break
+    for key in TOOL_KEYS:
+        if record.get(key):
+            columns["tools"] = key
+            break
+    for key in _REWARD_KEYS:
+        value = record.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            columns["reward"] = key
+            break
+    for key in (*_LABEL_KEYS, *_NESTED_LABEL_KEYS):
+        if isinstance(dig(record, key), bool):
+            columns["kto_tag"] = key
+            break
+    unreadable = _unreadable_replies(record)
+    if unreadable is not None:
+        return Ambiguity(path, unreadable[0], unreadable[1])
+    if _batch_result(record):
+        return Ambiguity(
+            path,
+            "a Batch API result: the reply without the request it answers (the requests are in the batch input "
+            "file: the batch reader joins the two by custom_id when they share a folder)",
+            max(_assistant_count(record), 1),
+        )
+    judged = _judged_pair(record)
+    if judged is not None:
+        found = _preference_layout(record, path, columns, judged[0], lists)
+        if isinstance(found, Found):
+            found.marks = judged[1]
+        return found
+    pair = next((p for p in PREFERENCE_KEYS if _replies(record.get(p[0])) and _replies(record.get(p[1]))), None)
+    if pair is not None:
+        return _preference_layout(record, path, columns, pair, lists)
+    alpaca = _alpaca_columns(record, lists)
+    if alpaca is not None:
+        return Found(path, record, Mapping("alpaca", columns | alpaca))
+    for prompt_key, completion_key in (*PAIR_KEYS, *_suffixed_pairs(record), *_REQUEST_RESULT_PAIRS):
+        prompt, completion = dig(record, prompt_key), dig(record, completion_key)
+        if prompt is not None and _replies(completion) and _prompt_like(prompt):
+            columns |= {"prompt": prompt_key, "completion": completion_key}
+            request = prompt_key.rpartition(".")[0]
+            tools = next((f"{request}.{k}" for k in TOOL_KEYS if request and dig(record, f"{request}.{k}")), None)
+            if tools is not None and "tools" not in columns:
+                columns["tools"] = tools  # the tools the logged request sent, beside its messages
+            # a judge's system prompt is in the judge_prompts file, not in its judgment lines
+            unlogged = (prompt_key, completion_key) in _UNLOGGED_SYSTEM_PAIRS
+            return Found(path, record, Mapping("prompt_completion", columns), unlogged_system=unlogged)
+    longest = _longest_holding_the_others(record, lists)
+    if longest is not None and named_agents(record[longest]):
+        return _agents_ambiguity(f"{path}.{longest}", named_agents(record[longest]), record[longest])
+    if longest is not None:  # one list, or a transcript beside its own prefixes (NeMo-Gym's input_message_log)
+        columns["messages"] = longest
+        children = tree_key(record[longest])
+        if children is not None:  # its messages nest their replies: a tree
+            columns["children"] = children
+        links = link_keys([(SourceRef("", ""), v) for v in record[longest] if isinstance(v, dict)])
+        if children is None and links is not None:  # its messages name their parents: a tree
+            columns |= {"id": links[0], "parent": links[1]}
+        if "system" not in columns:
+            beside = system_in_settings(record)
+            if beside is not None:
+                columns["system"] = beside
+        if "system" not in columns and isinstance(record.get("prompt"), str) and record["prompt"].strip():
+            columns["system"] = "prompt"  # a chat UI's conversation: its system prompt beside its messages
+        return Found(path, record, Mapping("messages", columns))
+    if len(lists) > 1:
+        shown = ", ".join(f"{path}.{k}" for k in lists)
+        count = max(_assistant_count(record[k]) for k in lists)
+        return Ambiguity(path, f"several message lists side by side ({shown}): which is the conversation?", count)
+    return None
+
+
+NUMBERED_KEY = re.compile(r"^(?P<stem>.*?)_?(?P<n>\d+)$")
+# CAMEL's RoleType names, as its messages' ``to_dict`` writes them: which agent spoke, whatever the OpenAI role.
+CAMEL_ROLE_TYPES = {"USER": "user", "ASSISTANT": "assistant"}
+
+
+def _numbered_messages(record: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(stem, keys in number order) when the record's message-like values are all under numbered keys of one stem
+    (``message_1``, ``message_2``, ...), at least two of them; else None."""
+    keys = [k for k, v in record.items() if is_message_like(v)]
+    if len(keys) < 2:
+        return None
+    matches = [NUMBERED_KEY.match(k) for k in keys]
+    if not all(matches) or len({m.group("stem") for m in matches if m}) != 1:
+        return None
+    numbers = sorted((int(m.group("n")), k) for m, k in zip(matches, keys, strict=True) if m)
+    if len({n for n, _ in numbers}) != len(numbers):
+        return None
+    return matches[0].group("stem") if matches[0] else "", [k for _, k in numbers]
+
+
+def numbered_layout(record: dict[str, Any], path: str, stem: str, keys: list[str]) -> Found:
+    """A record of numbered messages as one message list (``{stem}_*``, in number order). Messages that name their
+    agent with CAMEL's ``role_type`` (``USER`` / ``ASSISTANT``) are read by it: in a CAMEL role-playing session both
+    agents are models, and the log writes each reply's OpenAI role as its own agent saw it; the ASSISTANT agent's
+    view is the one read (its replies trained, the AI user's instructions its user turns), and its system message,
+    which the record does not save, is marked missing."""
+    column = f"{stem}_*"  # the mapping reads the numbered fields in number order (Mapping.field_of)
+    camel = all(record[k].get("role_type") in CAMEL_ROLE_TYPES for k in keys)
+    mapping = Mapping("messages", {"messages": column})
+    if camel:
+        mapping = Mapping("messages", {"messages": column}, role_key="role_type", roles=dict(CAMEL_ROLE_TYPES))
+    return Found(path, record, mapping, unlogged_system=camel)
+
+
+def _agents_ambiguity(path: str, agents: list[str], messages: list[Any]) -> Ambiguity:
+    """A transcript among named agents (AutoGen): refused, with the mapping that would train one of them."""
+    error = named_agents_error(agents, path)
+    return Ambiguity(path, f"{error.message} ({error.hint})", _assistant_count(messages))
+
+
+def _alpaca_columns(record: dict[str, Any], lists: list[str]) -> dict[str, str] | None:
+    """Columns of an instruction record: alpaca's ``instruction`` (+ ``input``) + ``output``, and the variants
+    instruction datasets write beside no message list (databricks-dolly ``instruction`` + ``context`` +
+    ``response``, OpenOrca ``question`` + ``response``, MetaMathQA ``query`` + ``response``). Beside a message list
+    (Magpie repeats its conversation as ``instruction`` + ``response``), the list is the conversation."""
+    prompt: str | None = None
+    response: str | None = None
+    if isinstance(record.get("instruction"), str) and isinstance(record.get("output"), str):
+        prompt, response = "instruction", "output"
+    elif not lists:
+        prompt = next((k for k in ("instruction", "question", "query") if _prompt_like(record.get(k))), None)
+        response = next((k for k in ("output", "response") if isinstance(record.get(k), str)), None)
+    if prompt is None or response is None:
+        return None
+    columns = {"prompt": prompt, "response": response}
+    query = next((k for k in ("input", "context") if isinstance(record.get(k), str) and k != prompt), None)
+    if query is not None:
+        columns["query"] = query
+    if isinstance(record.get("history"), list):
+        columns["history"] = "history"
+    return columns
+
+
+def _preference_layout(
+    record: dict[str, Any], path: str, columns: dict[str, str], pair: tuple[str, str], lists: list[str]
+) -> Found | Ambiguity:
+    """A preference record: its two replies and where their shared context is (module docstring).
+
+    Conversations that hold their own context (the messages both sides share, or two role-labelled text
+    transcripts) need no prompt column: a ``prompt`` / ``messages`` beside them repeats it and is carried to the
+    rows. Bare replies need exactly one prompt; with none, the context they were sampled in is not in the record."""
+    chosen_key, rejected_key = pair
+    columns |= {"chosen": chosen_key, "rejected": rejected_key}
+    chosen, rejected = record[chosen_key], record[rejected_key]
+    if _holds_context(chosen) and _holds_context(rejected):
+        return Found(path, record, Mapping("preference", columns))
+    prompts: list[tuple[str, str]] = []  # (column, path in the record)
+    for key in dict.fromkeys((*_PREFERENCE_PROMPT_KEYS, *lists)):
+        value = record.get(key)
+        if key in pair or value is None:
+            continue
+        if isinstance(value, dict) and is_message_list(value.get("messages")):  # OpenAI preference fine-tuning
+            prompts.append(("messages", f"{key}.messages"))
+            if value.get("tools") and "tools" not in columns:
+                columns["tools"] = f"{key}.tools"
+        elif _prompt_like(value):
+            prompts.append(("messages" if isinstance(value, list) else "prompt", key))
+    if len(prompts) > 1:
+        shown = ", ".join(p for _, p in prompts)
+        return Ambiguity(path, f"preference pair with several prompts ({shown})", _assistant_count(record))
+    if not prompts:
+        return Ambiguity(
+            path,
+            f"preference pair ({chosen_key} / {rejected_key}) with no prompt: the context its replies were "
+            "sampled in is not in the record",
+            _assistant_count(record) or 2,
+        )
+    column, key = prompts[0]
+    columns[column] = key
+    return Found(path, record, Mapping("preference", columns))
+
+
+# A judge's verdict on two replies: (side a, side b, the verdict's key, its values for a and for b). LMSYS Chatbot
+# Arena battles (conversation_a / conversation_b, winner model_a | model_b | tie | tie (bothbad)) and PKU-SafeRLHF
+# pairs (response_0 / response_1, better_response_id 0 | 1).
+JUDGED_PAIRS = (
+    ("conversation_a", "conversation_b", "winner", "model_a", "model_b"),
+    ("response_0", "response_1", "better_response_id", 0, 1),
+)
+# A judge's verdict on a scale from one side to the other: AlpacaEval annotations (instruction, output_1 / output_2,
+# preference 1 = output_1 preferred, 2 = output_2, 1.5 a draw; the weighted annotators write the probability-weighted
+# value between them, read by which side of 1.5 it falls on).
+SCALED_PAIRS = (("output_1", "output_2", "preference"),)
+# Verdicts that prefer neither side: LMSYS writes "tie" (both good) and "tie (bothbad)".
+_TIE_MARKS: dict[Any, tuple[str | None, str | None]] = {"tie": (None, None), "tie (bothbad)": ("rejected", "rejected")}
+
+
+# Candidate replies to one instruction, each with its own score: UltraFeedback's ``completions`` ({model,
+# response, overall_score, custom_system_prompt}), distilabel's ``generations`` + ``ratings``. Each candidate is
+# its own conversation (its system prompt may differ), its score its reward; the best-scored are labelled good,
+# the others bad (trained only with --train-negative, as any reply marked bad).
+# berkeley-nest/Nectar: ``answers`` [{answer, model, rank}], rank 1 the best (a rank, not a score: lower is better)
+CANDIDATE_LISTS = ("completions", "generations", "candidates", "answers")
+_CANDIDATE_TEXT = ("response", "text", "completion", "output", "answer")
+_CANDIDATE_SCORE = ("overall_score", "score", "reward", "rating")
+_CANDIDATE_SYSTEM = ("custom_system_prompt", "system_prompt", "system")
+_PARALLEL_SCORES = ("ratings", "scores", "rewards")
+
+
+def candidates(record: dict[str, Any], path: str) -> list[Found]:
+    """One prompt-completion conversation per scored candidate of a record (see above), or none."""
+    prompt_key = next((k for k in ("instruction", "prompt", "question") if _prompt_like(record.get(k))), None)
+    if prompt_key is None:
+        return []
+    for key in CANDIDATE_LISTS:
+        items = record.get(key)
+        if not isinstance(items, list) or not items:
+            continue
+        holders = _candidate_holders(record, key, items)
+        if holders is None:
+            continue
+        out = []
+        ranked = all("reward" not in h for h in holders)  # ranks: 1 the best; scores: the highest the best
+        best = min(h["rank"] for h in holders) if ranked else max(h["reward"] for h in holders)
+        for i, extra in enumerate(holders):
+            # the best-judged candidates are the desirable replies; the others were judged worse than one of them,
+            # so they are trained only with --train-negative (each keeps its score as reward, or its rank, either way)
+            judged = extra["rank"] if ranked else extra["reward"]
+            holder = {**extra, "prompt": record[prompt_key], "label": judged == best}
+            columns = {"prompt": "prompt", "completion": "completion", "kto_tag": "label"}
+            columns |= {c: c for c in ("system", "reward") if c in holder}
+            out.append(Found(f"{path}.{key}[{i}]", holder, Mapping("prompt_completion", columns)))
+        return out
+    return []
+
+
+def _candidate_holders(record: dict[str, Any], key: str, items: list[Any]) -> list[dict[str, Any]] | None:
+    """Each candidate as {completion, reward?, system?, other scalar fields}; None unless every one is a scored
+    reply (a list of anything else is no candidate list)."""
+    if all(isinstance(t, str) for t in items):
+        scores = next((record[k] for k in _PARALLEL_SCORES if isinstance(record.get(k), list)), None)
+        if scores is None or len(scores) != len(items):
+            return None
+        values = [s.get("score") if isinstance(s, dict) else s for s in scores]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return None
+        return [{"completion": t, "reward": v} for t, v in zip(items, values, strict=True)]
+    holders = []
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        text = next((item[k] for k in _CANDIDATE_TEXT if isinstance(item.get(k), str)), None)
+        score = next((item[k] for k in _CANDIDATE_SCORE if k in item), None)
+        judged = {"reward": score} if score is not None else {"rank": item.get("rank")}
+        value = next(iter(judged.values()))
+        if text is None or not (isinstance(value, int | float) and not isinstance(value, bool)):
+            return None
+        holder = {k: v for k, v in item.items() if not isinstance(v, dict | list) and k not in _CANDIDATE_TEXT}
+        holder |= {"completion": text, **judged}
+        system = next((item[k] for k in _CANDIDATE_SYSTEM if isinstance(item.get(k), str) and item[k]), None)
+        if system is not None:
+            holder["system"] = system
+        holders.append(holder)
+    return holders if len({"reward" in h for h in holders}) == 1 else None  # scores or ranks, never a mix
+
+
+def _unreadable_replies(record: dict[str, Any]) -> tuple[str, int] | None:
+    """(why, how many replies) for records that hold replies no context can be built for, so they are rejected
+    and counted instead of being passed over as holding no conversation."""
+    completions, labels = record.get("completions"), record.get("labels")
+    if (
+        _prompt_like(record.get("prompt"))
+        and isinstance(completions, list)
+        and text_samples(completions)
+        and isinstance(labels, list)
+        and len(labels) == len(completions)
+        and all(isinstance(v, bool) for v in labels)
+    ):  # TRL stepwise supervision: the steps of one reply, a label each
+        return (
+            "stepwise supervision (completions = the steps of one reply, labels per step): how the steps join into "
+            "the reply is the trainer's setting (TRL's step_separator); map it with --map once joined",
+            1,
+        )
+    choices = record.get("choices")
+    if (
+        isinstance(choices, list)
+        and choices
+        and all(isinstance(c, dict) and text_samples(c.get("turns")) for c in choices)
+        and not any(_prompt_like(record.get(k)) for k in ("prompt", "question", "turns", "messages"))
+    ):  # FastChat MT-bench model_answer: each choice's replies, turn by turn
+        return (
+            "replies logged without the questions they answer (FastChat MT-bench model answers: the mt_bench reader "
+            "joins them by question_id with the question.jsonl beside them or one folder up)",
+            sum(len(c["turns"]) for c in choices),
+        )
+    return None
+
+
+def _batch_result(record: dict[str, Any]) -> bool:
+    """A line of an OpenAI Batch API output file (``{custom_id, response: {status_code, body}}``) or of Anthropic
+    Message Batches results (``{custom_id, result: {type, message}}``): replies whose requests are elsewhere."""
+    if "custom_id" not in record:
+        return False
+    response, result = record.get("response"), record.get("result")
+    return (isinstance(response, dict) and isinstance(response.get("body"), dict)) or (
+        isinstance(result, dict) and isinstance(result.get("message"), dict)
+    )
+
+
+def _judged_pair(record: dict[str, Any]) -> tuple[tuple[str, str], tuple[str | None, str | None]] | None:
+    """((chosen key, rejected key), marks) of a record holding two replies and a judge's verdict on them."""
+    for a, b, key, a_wins, b_wins in JUDGED_PAIRS:
+        if not (_replies(record.get(a)) and _replies(record.get(b))) or key not in record:
+            continue
+        verdict = record[key]
+        if isinstance(verdict, bool):
+            continue
+        if verdict == a_wins:
+            return (a, b), ("chosen", "rejected")
+        if verdict == b_wins:
+            return (b, a), ("chosen", "rejected")
+        if isinstance(verdict, str) and verdict in _TIE_MARKS:
+            return (a, b), _TIE_MARKS[verdict]
+    for a, b, key in SCALED_PAIRS:
+        verdict = record.get(key)
+        if not (_replies(record.get(a)) and _replies(record.get(b))) or isinstance(verdict, bool):
+            continue
+        if isinstance(verdict, int | float) and 1 <= verdict <= 2:
+            if verdict == 1.5:  # a draw: neither side preferred, both trained as LMSYS ties are
+                return (a, b), (None, None)
+            return ((a, b) if verdict < 1.5 else (b, a)), ("chosen", "rejected")
+    return None
+
+
+def _holds_context(value: Any) -> bool:
+    """A preference side that is a whole conversation: messages before its reply, or a text transcript."""
+    if isinstance(value, str):
+        return parse_transcript(value) is not None
+    if not is_message_list(value) or len(value) < 2:
+        return False
+    first = role_of(value[0])
+    return first is not None and canonical_role(first[1]) not in ("assistant", "call")
+
+
+def _longest_holding_the_others(record: dict[str, Any], lists: list[str]) -> str | None:
+    """The message list that every other one is a prefix of (same roles and contents, in order), or None."""
+    if not lists:
+        return None
+    longest = max(lists, key=lambda k: len(record[k]))
+    return longest if all(is_prefix(record[key], record[longest]) for key in lists) else None
+
+
+def _suffixed_pairs(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """``raw_input_<step>`` + ``raw_output_<step>`` pairs: what a distilabel pipeline step sent its model and the text
+    it got back (``distilabel_metadata``), the exact context of the generation beside it."""
+    return [
+        (key, f"raw_output_{key[len('raw_input_') :]}")
+        for key in record
+        if isinstance(key, str) and key.startswith("raw_input_") and f"raw_output_{key[len('raw_input_') :]}" in record
+    ]
+
+
+def _replies(value: Any) -> bool:
+    if isinstance(value, dict) and choice_messages(value) is not None:
+        return True
+    if text_samples(value):
+        return True
+    return isinstance(value, str) or is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
+
+
+def _prompt_like(value: Any) -> bool:
+    """A context: text or a message list. An empty one is not (the context is elsewhere, e.g. CAMEL's
+    ``{"instruction", "instances": [{"input": "", "output"}]}``: reading ``input`` as the prompt would train the
+    output after a context the policy never saw)."""
+    return (isinstance(value, str) and value.strip() != "") or is_message_list(value)
+
+
+def _assistant_count(value: Any, budget: list[int] | None = None) -> int:
+    """How many assistant-like messages ``value`` holds anywhere (bounded search)."""
+    budget = budget if budget is not None else [MAX_SEARCH_NODES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        return 0
+    if isinstance(value, list):
+        return sum(_assistant_count(v, budget) for v in value if isinstance(v, dict | list))
+    if not isinstance(value, dict):
+        return 0
+    own = 0
+    hit = role_of(value)
+    if hit is not None and canonical_role(hit[1]) in ("assistant", "call"):
+        own = 1
+        if is_wrapper(value):
+            return own
+    return own + sum(_assistant_count(v, budget) for v in value.values() if isinstance(v, dict | list))

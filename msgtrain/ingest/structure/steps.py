@@ -1,0 +1,215 @@
+"""Messages into steps: normalised, paired, cut at the first message that cannot be read.
+
+:class:`StepBuilder` turns raw messages (any dialect :mod:`msgtrain.ingest.common.shapes` reads) into
+:class:`~msgtrain.ingest.common.conversation_files.Step` s, with errors that name the JSON path; the checks here are
+the ones every layout's conversation passes (one policy speaker; the rows' extras).
+
+Invariants:
+- A message that cannot be read ends the conversation for training (:class:`Gap`): the steps before it are kept as
+  read; after it only assistant messages are kept, as context the log does not hold (``carried``, with why), never
+  trained; nothing is stitched across the gap. A conversation with nothing trainable before the gap is rejected whole.
+- A reply's logged metadata (usage, model) stays with that reply only, never spread over several.
+- A forked normaliser (:func:`forked`) starts from a copy of its parent's open tool calls: sibling branches pair
+  their calls and results independently.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgtrain.errors import MsgtrainError, ValidationError
+from msgtrain.ingest.common.conversation_files import Step, logged_reply
+from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS
+from msgtrain.ingest.common.shapes import (
+    SHAPED_ROLES,
+    MessageNormaliser,
+    canonical_role,
+    message_like_count,
+    role_of,
+    unwrapped,
+)
+from msgtrain.ingest.core.base import ReadReject, SourceRef
+from msgtrain.ingest.structure.found import assistant_like
+from msgtrain.ingest.structure.mapping import Mapping, top_fields
+from msgtrain.model.graph import Origin
+from msgtrain.model.message import OptionCallMessage, PartsMessage, TextPart
+from msgtrain.model.openai import check_reply_present, from_openai_message
+
+MAX_EXTRA_JSON = 4096  # sibling objects larger than this (as JSON) are not carried to the rows
+
+
+@dataclass
+class Gap:
+    """Where a conversation stops being trainable: the first message that cannot be read (an unknown role, a result
+    answering no call, content in no shape). Replies before it are trained; replies after it were sampled in a
+    context that held it, which the log cannot give, so they are context only (``context_unknown``), never trained
+    as if it had not been there (that would stitch the two sides of the gap together)."""
+
+    where: str
+    error: MsgtrainError
+    turns: int  # the assistant turns the unreadable message held (lost with it)
+    after: int = 0  # replies after it, kept as context the log does not hold
+    unread: int = 0  # replies after it that could not be read either (lost)
+
+
+@dataclass
+class StepBuilder:
+    """Normalised messages → steps, with JSON-path errors."""
+
+    norm: MessageNormaliser
+    steps: list[Step] = field(default_factory=list)
+    call_names: dict[str, str] = field(default_factory=dict)
+
+    def add(self, raw: Any, where: str, *, trained: bool = True, metadata: dict[str, Any] | None = None) -> None:
+        normalised = self.norm.normalise(raw, where)
+        # What is logged beside the message (usage, model) belongs to one reply: a message that stands for several
+        # (a UI message's steps) cannot say which.
+        beside = unwrapped(raw) if sum(d["role"] == "assistant" for d in normalised) <= 1 else None
+        for data in normalised:
+            weight = data.pop("weight", None)
+            if data["role"] == "assistant" and weight != 0:
+                check_reply_present(data, where)
+            msg = _located(lambda d=data: from_openai_message(d, call_names=self.call_names), where)
+            if isinstance(msg, OptionCallMessage):
+                self.call_names.update({c.invocation_id: c.option_name for c in msg.calls})
+            origin: Origin | None = None
+            msg, generation = logged_reply(msg, beside)  # usage beside the message, inside its wrapper
+            if msg.role == "assistant":
+                if metadata:
+                    msg = msg.model_copy(update={"metadata": {**msg.metadata, **metadata}})
+                if not trained:
+                    origin = Origin.INJECTED
+                elif weight == 0:
+                    origin = Origin.CARRIED
+            if self._merges(raw, msg):
+                continue
+            self.steps.append(Step(msg, origin=origin, generation=generation, index=len(self.steps)))
+
+    def _merges(self, raw: Any, msg: Any) -> bool:
+        """Append a shaped-role message read as text (smolagents' ``tool-call`` / ``tool-response``) to the message
+        before it when both are text of the same role: smolagents' model classes send consecutive messages of one
+        role as one, their texts joined by a newline, so the two were one turn of the model's context."""
+        hit = role_of(raw)
+        if hit is None or not isinstance(hit[1], str) or hit[1].strip().lower() not in SHAPED_ROLES or not self.steps:
+            return False
+        prev = self.steps[-1].message
+        if not (isinstance(prev, PartsMessage) and isinstance(msg, PartsMessage) and prev.role == msg.role):
+            return False
+        if not (
+            prev.parts and isinstance(prev.parts[-1], TextPart) and msg.parts and isinstance(msg.parts[0], TextPart)
+        ):
+            return False
+        joined = TextPart(text=f"{prev.parts[-1].text}\n{msg.parts[0].text}")
+        merged = prev.model_copy(update={"parts": (*prev.parts[:-1], joined, *msg.parts[1:])})
+        self.steps[-1] = Step(merged, self.steps[-1].origin, self.steps[-1].generation, self.steps[-1].index)
+        return True
+
+    def add_until_gap(self, raw: list[Any], where: str, places: list[str] | None = None) -> Gap | None:
+        """A conversation's messages, up to the first one that cannot be read (see :class:`Gap`): the messages
+        before it are added as usual; of the messages after it, the assistant ones are added as context the log
+        does not hold (``carried``, dropped as ``context_unknown``), the rest left out (nothing after the gap is
+        trained, so nothing after it needs its context)."""
+        for i, item in enumerate(raw):
+            at = places[i] if places is not None else f"{where}[{i}]"
+            try:
+                self.add(item, at)
+            except ValidationError as e:
+                if not any(s.message.role == "assistant" and s.origin is None for s in self.steps):
+                    raise  # nothing trainable before it: the conversation's reject, as it always was
+                gap = Gap(at, e, message_like_count(item)[1] or int(assistant_like(item)))
+                for j, later in enumerate(raw[i + 1 :], start=i + 1):
+                    self._add_after_gap(later, places[j] if places is not None else f"{where}[{j}]", gap)
+                return gap
+        return None
+
+    def _add_after_gap(self, raw: Any, where: str, gap: Gap) -> None:
+        hit = role_of(raw)
+        if hit is None or canonical_role(hit[1], self.norm.roles) not in ("assistant", "call"):
+            return
+        try:
+            data = MessageNormaliser(roles=self.norm.roles, content_key=self.norm.content_key).normalise(raw, where)
+            messages = [from_openai_message({**d, "tool_calls": None} if d["role"] == "assistant" else d) for d in data]
+        except MsgtrainError:
+            gap.unread += 1
+            return
+        why = f"after an unreadable message at {gap.where}: the context it was sampled in is not in the log"
+        for msg in messages:
+            if msg.role == "assistant":
+                msg = msg.model_copy(update={"metadata": {**msg.metadata, "why_not_trained": why}})
+                self.steps.append(Step(msg, origin=Origin.CARRIED, index=len(self.steps)))
+                gap.after += 1
+
+    def add_list(self, raw: Any, where: str, *, trained: bool = True) -> None:
+        if isinstance(raw, str):
+            self.add({"role": "user" if not trained else "assistant", "content": raw}, where, trained=trained)
+        elif isinstance(raw, dict):
+            self.add(raw, where, trained=trained)
+        else:
+            for i, item in enumerate(raw or []):
+                self.add(item, f"{where}[{i}]", trained=trained)
+
+
+def _located(make: Any, where: str) -> Any:
+    try:
+        return make()
+    except MsgtrainError as e:  # the model's errors say ``message``; the user needs the JSON path
+        raise type(e)(e.message, where=where, hint=e.hint, code=e.code) from e
+
+
+def gap_reject(ref: SourceRef, gap: Gap) -> ReadReject:
+    """The books' line for a gap: the unreadable message (and the replies after it that could not be read either)
+    as turns lost, in no record of their own (the conversation is the record, converted up to the gap)."""
+    error = gap.error.located(str(ref) if gap.error.where else f"{ref} {gap.where}")
+    note = f"; the conversation is trained up to it, {gap.after} later replies kept as context only"
+    error = type(error)(error.message + note, where=error.where, hint=error.hint, code=error.code)
+    return ReadReject(ref, error, "", count=0, turns=gap.turns + gap.unread)
+
+
+def need_list(value: Any, where: str) -> None:
+    if not isinstance(value, list):
+        raise ValidationError(
+            f"{where} is not a message list", code="ambiguous_structure", hint="fix the mapping's messages column"
+        )
+
+
+def forked(norm: MessageNormaliser) -> MessageNormaliser:
+    return MessageNormaliser(
+        roles=norm.roles, role_key=norm.role_key, content_key=norm.content_key, open_calls=list(norm.open_calls)
+    )
+
+
+def check_speakers(norm: MessageNormaliser, at: str) -> None:
+    if len(norm.names) > 1:
+        shown = ", ".join(sorted(norm.names)[:5])
+        raise ValidationError(
+            f"assistant messages at {at} come from {len(norm.names)} named speakers ({shown}): which one is the "
+            "policy, and how it saw the others' messages, is ambiguous",
+            code="ambiguous_structure",
+            hint="convert one speaker's own view of the conversation, or map the others to user with --map (roles)",
+        )
+
+
+def row_extras(holder: dict[str, Any], m: Mapping) -> dict[str, Any]:
+    """Sibling fields carried to the rows: scalars and small objects; the mapped reward as ``reward``."""
+    used = {f for k, v in m.columns.items() if k not in ("reward", "kto_tag") for f in top_fields(holder, v)}
+    used |= set(MEDIA_COLUMNS)
+    extras: dict[str, Any] = {}
+    for key, value in holder.items():
+        if key in used or not isinstance(key, str):
+            continue
+        if isinstance(value, dict | list):
+            try:
+                if len(json.dumps(value, ensure_ascii=False)) > MAX_EXTRA_JSON:
+                    continue
+            except (TypeError, ValueError):
+                continue
+        extras[key] = value
+    reward = m.field_of(holder, "reward")
+    if isinstance(reward, int | float) and not isinstance(reward, bool):
+        extras["reward"] = reward
+    label = m.field_of(holder, "kto_tag")
+    if isinstance(label, bool):
+        extras["label"] = label
+    return extras

@@ -1,0 +1,281 @@
+"""Message trees: nested ``children`` arrays, ``parent``-linked messages, and files of one message per line.
+
+Every branch from a root is a sample; siblings are versions sampled in one context (a regenerated reply, an edited
+prompt, a UI's swipes).
+
+Invariants:
+- A tree is one record of the books, whatever its number of roots (one graph per root, the first counting it).
+- A message whose parent is not in the conversation is rejected (``orphan_message``): its context is unknown.
+- Tool-call pairing is carried down each branch separately (a forked normaliser per child).
+- In a log that marks the replies its UI generated, an unmarked assistant message is context (scripted), not a turn;
+  a message the UI hides from the model is left out; a writer's own marker lines are skipped, never read as messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import MsgtrainError, ValidationError
+from msgtrain.ingest.common.conversation_files import base_graph_id, content_graph_id
+from msgtrain.ingest.common.shapes import (
+    MessageNormaliser,
+    canonical_role,
+    is_message_like,
+    is_message_list,
+    message_like_count,
+    role_of,
+)
+from msgtrain.ingest.common.tool_schemas import openai_tools
+from msgtrain.ingest.core.base import (
+    ReadEvent,
+    ReadGraph,
+    ReadItem,
+    ReadReject,
+    ReadSkip,
+    RecordTask,
+    SourceRef,
+    excerpt,
+)
+from msgtrain.ingest.structure.context import inherited_tools, under_system
+from msgtrain.ingest.structure.found import Found, Lines, link_keys
+from msgtrain.ingest.structure.mapping import Mapping
+from msgtrain.ingest.structure.steps import StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
+from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.message import PartsMessage, TextPart
+
+# A parent id that names no message: the root's (LibreChat writes the nil UUID).
+_NO_PARENT = frozenset({"00000000-0000-0000-0000-000000000000", "root", ""})
+
+
+def tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
+    """Nested messages (``children`` of each message, at any depth) as a message tree: each root a graph, each path
+    from it a branch, siblings sampled from the same context (a regenerated reply, an edited prompt)."""
+    m = found.mapping
+    if "parent" in m.columns:
+        return _linked_tree_events(path, ref, found)
+    key = m.columns["children"]
+    roots = m.field_of(found.holder, "messages")
+    if isinstance(roots, dict) and is_message_like(roots):  # the tree's one root message (OpenAssistant's prompt)
+        roots = [roots]
+    need_list(roots, f"{found.path}.{m.columns['messages']}")
+    children: dict[str | None, Lines] = {}
+    stack: list[tuple[Any, str | None, str]] = [
+        (node, None, f"{found.path}[{i}]") for i, node in reversed(list(enumerate(roots)))
+    ]
+    count = 0
+    while stack:
+        node, parent, where = stack.pop()
+        if not isinstance(node, dict):
+            raise ValidationError(f"{where} is not a message", code="bad_message")
+        node_id = str(count)
+        count += 1
+        flat = {k: v for k, v in node.items() if k != key} | {"_tree_id": node_id}
+        children.setdefault(parent, []).append((SourceRef(ref.file, f"{ref.record} {where}"), flat))
+        kids = node.get(key)
+        if isinstance(kids, list):
+            stack.extend((kid, node_id, f"{where}.{key}[{j}]") for j, kid in reversed(list(enumerate(kids))))
+    return _tree_roots(path, ref, found, children, "_tree_id")
+
+
+def _tree_roots(
+    path: Path, ref: SourceRef, found: Found, children: dict[str | None, Lines], id_key: str
+) -> list[ReadEvent]:
+    """One graph per root of a message tree, with the system prompt and tools of the record around it."""
+    m = found.mapping
+    system = m.field_of(found.holder, "system")
+    if system is None and "system" in found.inherited:
+        system = found.inherited["system"][1]
+    logged = m.field_of(found.holder, "tools")
+    if logged is None and "tools" in found.inherited:
+        logged = inherited_tools(found)[1]
+    tools = openai_tools(logged, where=f"{found.path}.tools") if logged else []
+    out: list[ReadEvent] = []
+    for n, (root_ref, root) in enumerate(children.get(None, [])):
+        (event,) = _tree_graph(path, root_ref if n else ref, root, children, id_key, m, tools)
+        assert isinstance(event, ReadGraph)
+        event.records = 1 if n == 0 else 0  # the tree is one record of the books
+        if isinstance(system, str) and system.strip():
+            event.graph = under_system(event.graph, system)
+        event.extras = row_extras(found.holder, m)
+        out.append(event)
+    return out
+
+
+def _linked_tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
+    """Messages that name their parent (``parentMessageId``) as a message tree (see :func:`tree_events`)."""
+    m = found.mapping
+    id_key, parent_key = m.columns["id"], m.columns["parent"]
+    messages = m.field_of(found.holder, "messages")
+    if isinstance(messages, dict):  # keyed by id: the ids are in the messages too
+        messages = list(messages.values())
+    need_list(messages, f"{found.path}.{m.columns['messages']}")
+    known = {str(v.get(id_key)) for v in messages if isinstance(v, dict)}
+    children: dict[str | None, Lines] = {}
+    for i, value in enumerate(messages):
+        where = f"{found.path}.{m.columns['messages']}[{i}]"
+        if not isinstance(value, dict) or id_key not in value:
+            raise ValidationError(f"{where} has no {id_key!r}", code="bad_message")
+        parent = value.get(parent_key)
+        parent = None if parent is None or str(parent) in _NO_PARENT else str(parent)
+        if parent is not None and parent not in known:
+            raise ValidationError(
+                f"{where}: its parent {parent!r} is not in the conversation: the context it was written in is unknown",
+                code="orphan_message",
+            )
+        children.setdefault(parent, []).append((SourceRef(ref.file, f"{ref.record} {where}"), value))
+    return _tree_roots(path, ref, found, children, id_key)
+
+
+def _writer_marker(value: Any) -> str | None:
+    """The role of a line the log's writer keeps for itself among the messages, or None: a role outside the
+    vocabulary that starts with ``_`` (Kimi CLI's ``_checkpoint`` and ``_usage`` lines), never sent to the model."""
+    hit = role_of(value) if isinstance(value, dict) else None
+    if hit is None or not isinstance(hit[1], str) or canonical_role(hit[1]) is not None:
+        return None
+    return hit[1] if hit[1].startswith("_") else None
+
+
+def lone_message(value: Any) -> bool:
+    """A record that is one message (message-per-line JSONL), not a record holding conversations."""
+    return isinstance(value, dict) and is_message_like(value) and not any(is_message_list(v) for v in value.values())
+
+
+def message_lines(path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> Iterator[ReadItem]:
+    """Message-per-line JSONL: one conversation of all lines, or, when the lines carry parent ids, one graph per
+    root of the tree they form (each path a branch, siblings sampled from the same context)."""
+    lines: Lines = []
+    for ref, value, raw in stream:
+        marker = _writer_marker(value)
+        if isinstance(value, MsgtrainError):
+            yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
+        elif marker is not None:
+            yield ReadSkip(ref, f"writer_marker:{marker}")
+        elif not lone_message(value):
+            err = ValidationError("not a message, in a file of one message per line", code="ambiguous_structure")
+            yield ReadReject(ref, err.located(str(ref)), excerpt(raw), turns=message_like_count(value)[1])
+        else:
+            lines.append((ref, value))
+    if not lines:
+        return
+    keys = link_keys(lines)
+    if keys is None:
+        yield RecordTask(lines[0][0], partial(_linear_lines, path, lines), records=len(lines), raw=lines[0][1])
+        return
+    known = {str(v[keys[0]]) for _, v in lines}
+    children: dict[str | None, Lines] = {}
+    for ref, v in lines:
+        parent = v.get(keys[1])
+        parent_key = str(parent) if parent is not None else None
+        if parent_key is not None and parent_key not in known:
+            err = ValidationError(
+                f"its parent {parent_key!r} is not in the file: the context it was written in is unknown",
+                code="orphan_message",
+            )
+            yield ReadReject(ref, err.located(str(ref)), excerpt(v), turns=message_like_count(v)[1])
+            continue
+        children.setdefault(parent_key, []).append((ref, v))
+    for root_ref, root in children.get(None, []):
+        size = _subtree_size(str(root[keys[0]]), children, keys[0])
+        yield RecordTask(
+            root_ref, partial(_tree_graph, path, root_ref, root, children, keys[0]), records=size, raw=root
+        )
+
+
+def _subtree_size(node_id: str, children: dict[str | None, Lines], id_key: str) -> int:
+    size, stack = 0, [node_id]
+    while stack:
+        size += 1
+        stack.extend(str(v[id_key]) for _, v in children.get(stack.pop(), []))
+    return size
+
+
+# Keys a chat UI writes on the replies it generated (SillyTavern: ``gen_started``); in a log that writes them, an
+# assistant message without one was not sampled (a character card's scripted greeting): context, never a turn.
+GENERATION_MARKS = ("gen_started",)
+# A message the UI keeps in the log but never sends to the model (SillyTavern's hidden ``is_system`` notes).
+HIDDEN_FLAGS = ("is_system",)
+# Alternative replies kept with the one shown (SillyTavern's ``swipes``): each was sampled in the same context.
+SWIPE_KEYS = ("swipes",)
+
+
+def _linear_lines(path: Path, lines: Lines) -> list[ReadEvent]:
+    """One message per line, one conversation: cut at a line that cannot be read (a gap, :class:`Gap`); lines the
+    UI hides from the model left out; alternative replies (swipes) added as siblings of the one shown; in a log that
+    marks generated replies, an unmarked assistant message is context (scripted), not a turn."""
+    shown = [(ref, v) for ref, v in lines if not any(v.get(k) is True for k in HIDDEN_FLAGS)]
+    marked = any(any(k in v for k in GENERATION_MARKS) for _, v in shown)
+    builder = StepBuilder(MessageNormaliser())
+    gap = builder.add_until_gap([v for _, v in shown], "$", places=[f"{ref} $" for ref, _ in shown])
+    check_speakers(builder.norm, "$")
+    graph = MessageGraph(graph_id=base_graph_id(path, lines[0][0]), metadata={"source_format": "structural"})
+    for step, (_, raw) in zip(builder.steps, shown, strict=False):
+        origin = step.origin
+        if (
+            marked
+            and step.message.role == "assistant"
+            and origin is None
+            and not any(k in raw for k in GENERATION_MARKS)
+        ):
+            origin = Origin.INJECTED
+        parent = graph.head[-1] if graph.head else None
+        node = graph.append(step.message, origin=origin)
+        if origin is None and step.message.role == "assistant":
+            _add_swipes(graph, parent, node, raw)
+    mark_calls_without_tools(graph, UNLOGGED_TOOLS)
+    graph.graph_id = content_graph_id(graph.graph_id, graph)
+    events: list[ReadEvent] = [ReadGraph(graph, lines[0][0], records=len(lines))]
+    return events + ([gap_reject(lines[0][0], gap)] if gap is not None else [])
+
+
+def _add_swipes(graph: MessageGraph, parent: str | None, shown: str, raw: dict[str, Any]) -> None:
+    """The alternative replies a line keeps beside the one shown, each a sibling sampled in the same context."""
+    text = graph.nodes[shown].message
+    current = "".join(getattr(p, "text", "") for p in getattr(text, "parts", ()))
+    for key in SWIPE_KEYS:
+        swipes = raw.get(key)
+        if not (isinstance(swipes, list) and all(isinstance(t, str) for t in swipes)):
+            continue
+        for alternative in dict.fromkeys(swipes):
+            if alternative != current and alternative.strip():
+                reply = PartsMessage(parts=(TextPart(text=alternative),), role_hint_for_llm="assistant")
+                graph.add_node(parent, reply, origin=Origin.SAMPLED)
+
+
+def _tree_graph(
+    path: Path,
+    root_ref: SourceRef,
+    root: dict[str, Any],
+    children: dict[str | None, Lines],
+    id_key: str,
+    mapping: Mapping | None = None,
+    tools: Any = (),
+) -> list[ReadEvent]:
+    """One root's tree: each message added under its parent, tool pairing carried down each branch."""
+    base = base_graph_id(path, root_ref)
+    graph = MessageGraph(graph_id=base, metadata={"source_format": "structural", "layout": "tree"}, tools=tools)
+    names: set[str] = set()
+    m = mapping or Mapping()
+    norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
+    stack: list[tuple[SourceRef, dict[str, Any], str | None, MessageNormaliser, dict[str, str]]] = [
+        (root_ref, root, None, norm, {})
+    ]
+    size = 0
+    while stack:
+        ref, value, parent, norm, call_names = stack.pop()
+        size += 1
+        builder = StepBuilder(norm, call_names=call_names)
+        builder.add(value, f"{ref} $")
+        names |= norm.names
+        node = parent
+        for step in builder.steps:
+            node = graph.add_node(node, step.message, origin=step.origin)
+        for child_ref, child in reversed(children.get(str(value[id_key]), [])):
+            stack.append((child_ref, child, node, forked(norm), dict(builder.call_names)))
+    check_speakers(MessageNormaliser(names=names), "$")
+    mark_calls_without_tools(graph, UNLOGGED_TOOLS)
+    graph.graph_id = content_graph_id(base, graph)
+    return [ReadGraph(graph, root_ref, records=size)]
