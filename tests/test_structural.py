@@ -241,6 +241,23 @@ def test_roles_are_normalised_through_one_vocabulary(logged: str, canonical: str
     assert canonical_role(logged) == canonical
 
 
+@pytest.mark.parametrize("role", ["function_call", "tool-call"])
+def test_a_message_that_is_a_call_is_read_as_the_call_alone_never_also_as_its_json_text(role: str) -> None:
+    # ShareGPT's function_call turn (glaive / LLaMA-Factory) and smolagents' tool-call message: the value is the
+    # call; kept as the reply's text too, the call would be rendered, and trained, twice.
+    call = {"name": "get_rate", "arguments": {"base": "USD"}}
+    messages = [
+        {"from": "human", "value": "Rate?"},
+        {"from": role, "value": json.dumps(call)},
+        {"from": "observation", "value": '{"rate": 0.92}'},
+        {"from": "gpt", "value": "0.92."},
+    ]
+    out, _ = normalise_messages(messages, "$.conversations")
+    reply = out[1]
+    assert reply["role"] == "assistant" and not reply["content"]
+    assert [c["function"]["name"] for c in reply["tool_calls"]] == ["get_rate"]
+
+
 def test_a_tool_result_answering_no_open_call_is_an_error_not_a_guess() -> None:
     with pytest.raises(Exception, match="answers no open tool call"):
         normalise_messages([{"role": "user", "content": "q"}, {"role": "tool", "content": "x"}], "$.m")

@@ -432,7 +432,8 @@ class MessageNormaliser:
             if isinstance(value, str) and value:
                 reasoning.insert(0, value)
                 break
-        out: dict[str, Any] = {"role": "assistant", "content": _content_value(parts, content)}
+        # a call-only message's value is its calls, not text the model wrote besides them
+        out: dict[str, Any] = {"role": "assistant", "content": None if calls_only else _content_value(parts, content)}
         reasoning[:0], self.thought = self.thought, []  # reasoning logged as a message of its own comes first
         if reasoning:
             out["reasoning_content"] = "\n".join(reasoning)

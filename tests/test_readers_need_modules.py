@@ -1,0 +1,119 @@
+"""Each format reader is a module because a mapping cannot state its format (issue #36, item 9).
+
+A reader whose example the structural reader reads into the same graphs (ids, nodes, origins, messages, tools,
+engine facts), the same extras (what reaches the rows' metadata), the same rejects and the same skips would be a
+mapping, not code. For every registered reader this reads the example ``msgtrain formats`` lists both ways: with the
+reader, and with the structural reader (with the mapping it finds by itself, and with the closest hand-written
+mapping where one was tried). A reader passes when the two differ; the test fails, naming the reader, when they
+agree, so a change that makes the structural reader read a format exactly as its reader does says that the reader
+can become a mapping. The difference each reader shows is listed in docs/formats.md ("Why each reader is code").
+
+Graph metadata that only names the reader or the variant (``source_format`` / ``format``, ``dialect``, the
+structural reader's ``layout``, the message list's key) is left out of the comparison: a mapping shipped under the
+reader's name would set it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.catalog import FORMATS
+from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip
+from msgtrain.ingest.registry import get_reader
+from msgtrain.ingest.structure.mapping import parse_mapping
+from msgtrain.ingest.structure.structural import StructuralReader
+from tests.conftest import ROOT
+
+# Graph metadata naming the reader, not the conversation.
+_NAMING_KEYS = frozenset({"source_format", "format", "layout", "dialect", "messages_key"})
+
+# The closest mapping written by hand for the readers whose example the found mapping reads nearly alike (the
+# same messages, other ids or extras). Each is what a shipped mapping of that format would say.
+_MESSAGES = {"formatting": "sharegpt", "columns": {"messages": "messages"}}
+HAND_WRITTEN = {
+    "go_agent": {**_MESSAGES, "tags": {"role_tag": "role", "content_tag": "content"}},
+    "openai_chat": {**_MESSAGES, "columns": {"messages": "messages", "tools": "tools"}},
+    "sharegpt": {
+        "formatting": "sharegpt",
+        "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
+        "tags": {
+            "role_tag": "from",
+            "content_tag": "value",
+            "user_tag": "human",
+            "assistant_tag": "gpt",
+            "observation_tag": "observation",
+            "function_tag": "function_call",
+            "system_tag": "system",
+        },
+    },
+    "mini_swe_agent": {**_MESSAGES, "tags": {"role_tag": "role", "content_tag": "content"}},
+    "tau2_bench": {"formatting": "sharegpt", "columns": {"messages": "simulations[].messages"}},
+    "verifiers": {"formatting": "prompt_completion", "columns": {"prompt": "prompt", "completion": "completion"}},
+}
+
+
+def _canonical(event: ReadEvent) -> tuple[Any, ...]:
+    """What of an event reaches the rows and the books (module docstring)."""
+    if isinstance(event, ReadGraph):
+        records = []
+        for record in event.graph.records():
+            if record["type"] == "graph":
+                record = {**record, "metadata": {k: v for k, v in record["metadata"].items() if k not in _NAMING_KEYS}}
+            records.append(record)
+        return ("graph", event.records, json.dumps(event.extras, sort_keys=True, default=str), records)
+    if isinstance(event, ReadReject):
+        return ("reject", event.source.record, event.error.code, event.count)
+    assert isinstance(event, ReadSkip)
+    return ("skip", event.source.record, event.reason, event.count)
+
+
+def first_difference(a: list[ReadEvent], b: list[ReadEvent]) -> str | None:
+    """The first way the reader's events ``a`` and the structural reader's ``b`` differ, or None."""
+    ca, cb = [_canonical(e) for e in a], [_canonical(e) for e in b]
+    for i, (x, y) in enumerate(zip(ca, cb, strict=False)):
+        if x != y:
+            return f"event {i}: {str(x)[:200]} != {str(y)[:200]}"
+    if len(ca) != len(cb):
+        return f"{len(ca)} events != {len(cb)} events"
+    return None
+
+
+READERS = [(name, example) for name, _, example in FORMATS if name != "structural"]
+
+
+@pytest.mark.parametrize(("name", "example"), READERS, ids=[name for name, _ in READERS])
+def test_the_structural_reader_does_not_read_a_readers_example_as_the_reader_does(name: str, example: str) -> None:
+    path = ROOT / example
+    assert path.exists(), f"{name}: its example {example} is missing"
+    own = list(read_events(get_reader(name), path))
+    assert any(isinstance(e, ReadGraph) for e in own), f"{name} reads no conversation from its own example"
+    readings = {"the mapping it finds": StructuralReader()}
+    if name in HAND_WRITTEN:
+        readings["the hand-written mapping"] = StructuralReader(parse_mapping(HAND_WRITTEN[name]))
+    for how, structural in readings.items():
+        found = list(read_events(structural, path, forced=True))
+        assert first_difference(own, found) is not None, (
+            f"the structural reader with {how} reads {example} exactly as the {name} reader does: "
+            f"{name} can be a mapping (docs/formats.md, 'Why each reader is code')"
+        )
+
+
+def test_the_comparison_finds_equal_readings_equal(tmp_path: Path) -> None:
+    """The oracle itself: the structural reader against itself agrees, and one changed extra is a difference."""
+    path = tmp_path / "chats.jsonl"
+    path.write_text(
+        json.dumps({"id": 1, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+        + "\n",
+        encoding="utf-8",
+    )
+    once = list(read_events(StructuralReader(), path, forced=True))
+    again = list(read_events(StructuralReader(parse_mapping(_MESSAGES)), path, forced=True))
+    assert first_difference(once, again) is None
+    (graph,) = [e for e in again if isinstance(e, ReadGraph)]
+    graph.extras["id"] = 2
+    assert first_difference(once, again) is not None
