@@ -16,6 +16,7 @@ reader's name would set it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.registry import get_reader
 from msgtrain.ingest.structure.mapping import parse_mapping
 from msgtrain.ingest.structure.structural import StructuralReader
-from tests.conftest import ROOT
+from msgtrain.model.message import OptionCallMessage
+from tests.conftest import ROOT, shared_path
 
 # Graph metadata naming the reader, not the conversation.
 _NAMING_KEYS = frozenset({"source_format", "format", "layout", "dialect", "messages_key"})
@@ -117,3 +119,35 @@ def test_the_comparison_finds_equal_readings_equal(tmp_path: Path) -> None:
     (graph,) = [e for e in again if isinstance(e, ReadGraph)]
     graph.extras["id"] = 2
     assert first_difference(once, again) is not None
+
+
+def _conversation(event: ReadGraph) -> list[Any]:
+    """A graph's nodes with the call ids numbered in order of appearance and results' ``name`` left out: what the
+    chat template renders (the demo template, and LLaMA-Factory's, render neither)."""
+    ids: dict[str, str] = {}
+    out = []
+    for node in event.graph.nodes.values():
+        text = json.dumps(node.message.model_dump(mode="json", exclude={"name"}), sort_keys=True)
+        for logged in re.findall(r'"invocation_id": "([^"]*)"', text):
+            ids.setdefault(logged, f"call_{len(ids)}")
+        text = re.sub(r'"invocation_id": "([^"]*)"', lambda m: f'"invocation_id": "{ids[m.group(1)]}"', text)
+        out.append((node.origin.value, text))
+    return out
+
+
+def test_the_llamafactory_mapping_reads_real_glaive_data_as_the_sharegpt_reader_does_up_to_call_ids() -> None:
+    # The sharegpt reader is an independent reading of the same format: on LLaMA-Factory's glaive tool-call demo
+    # every conversation, tool calls and results included, comes out the same but for the call ids each scheme
+    # writes (call_<turn>_<k> against the message's JSON path), which is why sharegpt stays a reader.
+    path = shared_path("real_logs", "sharegpt_llamafactory", "glaive_toolcall_en_demo.json")
+    own = [e for e in read_events(get_reader("sharegpt"), path) if isinstance(e, ReadGraph)]
+    mapped = StructuralReader(parse_mapping(HAND_WRITTEN["sharegpt"]))
+    found = [e for e in read_events(mapped, path, forced=True) if isinstance(e, ReadGraph)]
+    assert len(own) == len(found) == 300
+    calls = 0
+    for a, b in zip(own, found, strict=True):
+        assert a.source.record == b.source.record and a.extras == b.extras
+        assert _conversation(a) == _conversation(b), a.source
+        calls += sum(isinstance(n.message, OptionCallMessage) for n in a.graph.nodes.values())
+    assert calls > 100  # the file's tool calls were compared, not only its plain replies
+    assert first_difference(own, found) is not None  # the call ids differ, so the graph ids do
