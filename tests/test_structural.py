@@ -258,6 +258,32 @@ def test_a_message_that_is_a_call_is_read_as_the_call_alone_never_also_as_its_js
     assert [c["function"]["name"] for c in reply["tool_calls"]] == ["get_rate"]
 
 
+def test_chat_template_kwargs_beside_the_messages_are_the_template_arguments_as_the_openai_reader_reads_them(
+    tmp_path: Path,
+) -> None:
+    # vLLM / SGLang requests carry chat_template_kwargs (Qwen3's enable_thinking changes the rendered prompt): the
+    # OpenAI chat reader, an independent reading, puts them in the graph's environment; so does the structural reader.
+    kwargs = {"enable_thinking": False}
+    chat = [("user", "Is 7 prime?"), ("assistant", "Yes.")]
+    openai = _jsonl(
+        tmp_path / "openai.jsonl",
+        [{"messages": [{"role": r, "content": c} for r, c in chat], "chat_template_kwargs": kwargs, "run": 1}],
+    )
+    other = _jsonl(
+        tmp_path / "other.jsonl",
+        [{"turns": [{"speaker": r, "text": c} for r, c in chat], "chat_template_kwargs": kwargs, "run": 1}],
+    )
+    (own,) = [e for e in read_events(detect_format(openai), openai) if isinstance(e, ReadGraph)]
+    (found,) = _graphs(other)
+    assert found.graph.current_env.kwargs == own.graph.current_env.kwargs == kwargs
+    assert found.extras == own.extras == {"run": 1}
+    bad = _jsonl(
+        tmp_path / "bad.jsonl", [{"turns": [{"speaker": r, "text": c} for r, c in chat], "chat_template_kwargs": 1}]
+    )
+    (reject,) = [e for e in _events(bad) if isinstance(e, ReadReject)]
+    assert reject.error.code == "bad_record" and "chat_template_kwargs" in str(reject.error)
+
+
 def test_a_tool_result_answering_no_open_call_is_an_error_not_a_guess() -> None:
     with pytest.raises(Exception, match="answers no open tool call"):
         normalise_messages([{"role": "user", "content": "q"}, {"role": "tool", "content": "x"}], "$.m")

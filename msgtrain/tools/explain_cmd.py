@@ -126,10 +126,12 @@ def _shape_of(path: str) -> str:
 
 
 def _used(found: Any) -> set[str]:
+    from msgtrain.ingest.structure.convert import TEMPLATE_KWARGS_KEY
     from msgtrain.ingest.structure.mapping import top_fields
 
     columns = found.mapping.columns
-    return {f for k, v in columns.items() if k not in ("reward", "kto_tag") for f in top_fields(found.holder, v)}
+    used = {f for k, v in columns.items() if k not in ("reward", "kto_tag") for f in top_fields(found.holder, v)}
+    return used | {TEMPLATE_KWARGS_KEY}  # the template's arguments, read into the graph, not carried
 
 
 def _roles(found: Any, exp: Explanation, canonical_role: Any, role_of: Any) -> None:

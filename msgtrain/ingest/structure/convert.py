@@ -8,6 +8,8 @@ Invariants:
 - Anything ambiguous raises a :class:`~msgtrain.errors.ValidationError` naming the JSON path (the reader turns it
   into the conversation's reject); assistant messages beside the conversation that it does not read are an
   ambiguity, never silently dropped.
+- Context the record holds is the graph's: a system prompt and tools (:mod:`~msgtrain.ingest.structure.context`), and
+  ``chat_template_kwargs`` beside the messages as the template arguments the conversation is rendered with.
 - Deterministic: the graph id is the record's place plus a digest of the graph's leaves, the same on every rerun.
 """
 
@@ -39,6 +41,8 @@ from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, fo
 from msgtrain.ingest.structure.trees import tree_events
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
 from msgtrain.model.graph import MessageGraph
+
+TEMPLATE_KWARGS_KEY = "chat_template_kwargs"
 
 
 def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
@@ -101,7 +105,13 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     tools = openai_tools(tools_value, where=tools_at)
     base = base_graph_id(path, ref) + ("" if at == "$" else f"@{at[2:]}")
     check_pairing(steps + [s for b, _ in branches for s in b])
-    graph = MessageGraph(graph_id=base, tools=tools, metadata={"source_format": "structural", "layout": m.layout})
+    kwargs = _template_kwargs(holder, at)
+    graph = MessageGraph(
+        graph_id=base,
+        tools=tools,
+        template_kwargs=kwargs,
+        metadata={"source_format": "structural", "layout": m.layout},
+    )
     ids = append_steps(graph, steps) if not branches else [graph.append(s.message, origin=s.origin) for s in steps]
     for branch, _ in branches:
         parent = ids[-1] if ids else None
@@ -115,10 +125,28 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         why = f"the log holds the agent's base system prompt ({where}), not the one its framework sent with each call"
         mark_context_incomplete(graph, ["system_prompt"], why)
     graph.graph_id = content_graph_id(base, graph)
-    out: list[ReadEvent] = [ReadGraph(graph, ref, records=1, extras=row_extras(holder, m))]
+    extras = row_extras(holder, m)
+    if kwargs is not None:
+        del extras[TEMPLATE_KWARGS_KEY]  # read into the graph's environment, not a fact about the rows
+    out: list[ReadEvent] = [ReadGraph(graph, ref, records=1, extras=extras)]
     if gap is not None:
         out.append(gap_reject(ref, gap))
     return out
+
+
+def _template_kwargs(holder: dict[str, Any], at: str) -> dict[str, Any] | None:
+    """The chat template arguments the conversation was rendered with (``chat_template_kwargs`` beside the messages,
+    as vLLM and SGLang requests send ``enable_thinking``...): the graph's, so it is rendered as the model saw it."""
+    kwargs = holder.get(TEMPLATE_KWARGS_KEY)
+    if kwargs is None:
+        return None
+    if not isinstance(kwargs, dict):
+        raise ValidationError(
+            f"{at}.{TEMPLATE_KWARGS_KEY} is a {type(kwargs).__name__}, not an object",
+            code="bad_record",
+            hint='chat_template_kwargs names template arguments, e.g. {"enable_thinking": false}',
+        )
+    return kwargs
 
 
 def _as_prompt(value: Any) -> Any:
