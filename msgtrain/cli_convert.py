@@ -322,8 +322,9 @@ def register(app: typer.Typer) -> None:
         max_record_mb: float = typer.Option(
             None,
             "--max-record-mb",
-            help="Reject a record, or a decoded HTTP body, larger than this many MiB (default 64); a worker's "
-            "memory is about its start plus ten times the largest record (docs/performance.md).",
+            help="Reject a record (a JSONL line, a list item, a file read whole such as a JSON document or a "
+            "cassette), or a decoded HTTP body, larger than this many MiB (default 64); a worker's memory is about "
+            "its start plus ten times the largest record (docs/performance.md).",
         ),
         rows_per_shard: int = typer.Option(None, "--rows-per-shard", help="Rows per output file (default 100000)."),
         row_group_size: int = typer.Option(None, "--row-group-size", help="Rows per Parquet row group (default 1000)."),

@@ -92,14 +92,36 @@ def test_planning_chunks_and_telling_jsonl_from_a_document_hold_no_long_line(
     assert nonblank.tolist() == [True, True, True]
 
 
-def test_a_cassette_larger_than_the_document_limit_is_rejected_before_it_is_parsed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_cassette_larger_than_the_record_limit_is_rejected_before_it_is_parsed(
+    tmp_path: Path, small_records: None
 ) -> None:
-    monkeypatch.setattr(base, "MAX_DOCUMENT_BYTES", LIMIT)
     path = tmp_path / "big.yaml"
     path.write_text("interactions:\n" + "# padding\n" * LIMIT, encoding="utf-8")
     events = list(read_events(get_reader("cassettes"), path))
     assert [(e.error.code, e.count) for e in events if isinstance(e, ReadReject)] == [("record_too_large", 1)]
+
+
+def test_a_whole_json_document_is_one_record_for_max_record_mb_and_over_it_is_a_reject_naming_the_option(
+    tmp_path: Path,
+) -> None:
+    """A file read whole (one JSON document, not JSON lines) is held whole: the same --max-record-mb bounds it, and
+    a document over it is one reject naming the limit and the option, read before it is parsed."""
+    from msgtrain.cli import main
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    chats = [json.loads(_chat(i)) for i in range(12_000)]  # about 1.1 MB as one JSON document
+    (logs / "conversations.json").write_text(json.dumps(chats), encoding="utf-8")
+    assert (logs / "conversations.json").stat().st_size > 2**20
+    (logs / "small.jsonl").write_bytes(_chat(0) + _chat(1))
+    out = tmp_path / "out"
+    assert main(["convert", str(logs), "-o", str(out), "-q", "--max-record-mb", "1"]) == 3
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["reason"], r["record"]) for r in rejects] == [("record_too_large", "file")]
+    assert "--max-record-mb limit (1 MiB)" in rejects[0]["message"] and "--max-record-mb" in rejects[0]["hint"]
+    assert json.loads((out / "report.json").read_text())["records"]["converted"] == 2
+    # Under a limit it fits in, the same document converts.
+    assert main(["convert", str(logs), "-o", str(tmp_path / "out2"), "-q", "--max-record-mb", "2"]) == 0
 
 
 # ----------------------------------------------------------------------------------------------- per-graph caps

@@ -14,7 +14,9 @@ Invariants:
   skipped.
 - A bad record never stops the file: readers yield a reject and go on; only an unreadable file (missing, not the
   format at all) raises.
-- Readers stream: JSONL is read line by line; a single JSON document is bounded by its file.
+- Readers stream: JSONL is read line by line; a file held whole (a JSON document, a YAML cassette, an archive's
+  member) is one record for memory purposes, refused above the same ``--max-record-mb`` before it is read
+  (:func:`check_whole_file`).
 - Bounded lines: every line reader (:func:`bounded_lines`) holds at most :data:`MAX_RECORD_BYTES` + 1 bytes of a
   line; a longer line (a crashed writer's NUL tail, a sparse file) is skipped in :data:`LINE_STEP` steps, never held,
   and comes out as a :class:`LongLine` (its head and its true size), which readers reject as ``record_too_large``.
@@ -63,7 +65,6 @@ from msgtrain.errors import MsgtrainError, ParseError
 from msgtrain.ingest.core.events import (
     EXCERPT_BYTES,
     HEAD_BYTES,
-    MAX_DOCUMENT_BYTES,
     MAX_RECORD_BYTES,
     Reader,
     ReadEvent,
@@ -81,7 +82,6 @@ from msgtrain.ingest.core.text_check import line_error
 __all__ = [
     "EXCERPT_BYTES",
     "HEAD_BYTES",
-    "MAX_DOCUMENT_BYTES",
     "MAX_RECORD_BYTES",
     "ReadEvent",
     "ReadGraph",
@@ -147,6 +147,21 @@ def record_limit(max_bytes: int | None) -> Iterator[None]:
 def limit_text(max_bytes: int) -> str:
     """The record limit as a user names it."""
     return f"--max-record-mb limit ({max_bytes / 2**20:g} MiB)"
+
+
+def check_whole_file(
+    size: int, where: str, what: str = "JSON document", hint: str = "split it into JSONL records"
+) -> None:
+    """Refuse, before it is read, a file a reader holds whole (``what``: a JSON document, a YAML cassette, an archive's
+    member) larger than :data:`MAX_RECORD_BYTES` (read at call time): it is one record for memory purposes, so one
+    budget, ``--max-record-mb``, bounds what any input costs a worker."""
+    if size > MAX_RECORD_BYTES:
+        raise ParseError(
+            f"{what} of {size} bytes exceeds the {limit_text(MAX_RECORD_BYTES)} (a file read whole is one record)",
+            where=where,
+            code="record_too_large",
+            hint=f"{hint}, or raise --max-record-mb (a worker holds about ten times it)",
+        )
 
 
 def read_bounded_line(f: BinaryIO) -> bytes:
@@ -424,14 +439,7 @@ def load_json_document(path: Path) -> Any:
         if left_out is not None:
             raise left_out
         folder.last = str(path)
-    size = path.stat().st_size
-    if size > MAX_DOCUMENT_BYTES:
-        raise ParseError(
-            f"JSON document of {size} bytes exceeds the {MAX_DOCUMENT_BYTES} byte limit",
-            where=str(path),
-            hint="split it into JSONL records",
-            code="record_too_large",
-        )
+    check_whole_file(path.stat().st_size, str(path))
     raw = path.read_bytes()
     try:
         value = json.loads(raw.decode("utf-8"))

@@ -25,8 +25,9 @@ from msgtrain.model.graph import MessageGraph
 EXCERPT_BYTES = 2048
 HEAD_BYTES = 64 * 1024
 # Absurd sizes are rejected, not attempted: a record larger than this is a bug in the writer, not a conversation.
+# A file a reader holds whole (a JSON document, a YAML cassette) is one record for memory purposes: the same limit
+# (msgtrain.ingest.core.base.check_whole_file).
 MAX_RECORD_BYTES = 64 * 1024 * 1024
-MAX_DOCUMENT_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)

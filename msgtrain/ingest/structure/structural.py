@@ -121,7 +121,6 @@ from msgtrain.ingest.structure.mapping_paths import mapping_units
 from msgtrain.ingest.structure.structural_calls import continuation_groups, read_call_items, read_calls
 from msgtrain.ingest.structure.trees import lone_message, message_lines
 
-MAX_YAML_BYTES = 64 * 1024 * 1024
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -141,11 +140,11 @@ def file_records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
 
 
 def _load_yaml(path: Path) -> Any:
+    from msgtrain.ingest.core.base import check_whole_file
     from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
 
-    if path.stat().st_size > MAX_YAML_BYTES:
-        return ParseError("YAML document too large", where=str(path), code="record_too_large")
     try:
+        check_whole_file(path.stat().st_size, str(path), "YAML document", "split it into several files")
         with open(path, encoding="utf-8") as f:
             return load_yaml_bounded(f, str(path))
     except (yaml.YAMLError, UnicodeDecodeError) as e:

@@ -194,14 +194,8 @@ def _generated_turns(interaction: Any) -> int:
 
 
 def _load(path: Path) -> list[Any]:
-    size = path.stat().st_size
-    if size > base.MAX_DOCUMENT_BYTES:  # a YAML document is held whole while it is parsed: bounded as JSON ones are
-        raise ParseError(
-            f"cassette of {size} bytes exceeds the {base.MAX_DOCUMENT_BYTES} byte limit",
-            where=str(path),
-            hint="split the recording into several cassettes",
-            code="record_too_large",
-        )
+    # A YAML document is held whole while it is parsed: bounded as JSON documents are.
+    base.check_whole_file(path.stat().st_size, str(path), "cassette", "split the recording into several cassettes")
     try:
         with open(path, encoding="utf-8") as f:
             data = load_yaml_bounded(f, str(path))

@@ -40,7 +40,7 @@ from msgtrain.errors import ParseError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGraph
 from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.core.base import MAX_DOCUMENT_BYTES
+from msgtrain.ingest.core.base import check_whole_file
 from msgtrain.ingest.formats import (
     ReadEvent,
     ReadGraph,
@@ -153,12 +153,7 @@ def _is_zip(path: Path) -> bool:
 
 def _archive_json(archive: zipfile.ZipFile, name: str, path: Path) -> Any:
     info = archive.getinfo(name)
-    if info.file_size > MAX_DOCUMENT_BYTES:
-        raise ParseError(
-            f"{name} holds {info.file_size} bytes, over the {MAX_DOCUMENT_BYTES} byte limit",
-            where=f"{path} ({name})",
-            code="record_too_large",
-        )
+    check_whole_file(info.file_size, f"{path} ({name})", f"{name}", "split the log into smaller ones")
     try:
         return json.loads(archive.read(name).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
