@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from msgtrain.ingest import registry
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.common.shapes import canonical_role, normalise_messages
 from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.registry import get_reader
 from msgtrain.run.parts import LinearizeSettings, convert_file
 
 SETTINGS = LinearizeSettings(
@@ -510,7 +510,7 @@ def test_an_output_whose_input_is_empty_is_not_trained_after_a_context_the_polic
     rows = [{"id": "t1", "instruction": "Write a story.", "instances": [{"input": "", "output": "Once upon a time."}]}]
     path = tmp_path / "data_output.json"
     path.write_text(json.dumps(rows), encoding="utf-8")
-    reader = registry.structural.READER
+    reader = get_reader("structural")
     assert not [e for e in read_events(reader, path) if isinstance(e, ReadGraph)]
 
 

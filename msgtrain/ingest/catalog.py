@@ -1,44 +1,25 @@
-"""The input formats as plain data (name, description, example), in detection order, for ``msgtrain formats``.
+"""The input formats as plain data, in detection order: the registry's catalogue.
 
-Listing the formats from the registry imports every reader module, and with them the typed message model
-(pydantic) and YAML: most of a second, for a command that prints a table. This module is the registry's listing
-written out, and imports nothing. Its table is generated, not edited: after adding or changing a reader, run
-``python -m msgtrain.ingest.catalog`` (``tests/test_startup.py`` fails, saying so, when it differs from the
-registry).
+Listing the formats or detecting a file's format from the registry's readers would import every reader module, and
+with them the typed message model (pydantic) and YAML: most of a second, for a command that prints a table or
+converts one file. This module is what the registry needs to know of every reader without importing it, written
+out: ``FORMATS`` (name, description, example) for ``msgtrain formats``, ``READERS`` (name, module, traits, marks,
+partner marks; :mod:`msgtrain.ingest.registry`) for detection. It imports nothing. Its tables are generated, not
+edited: after adding or changing a reader, run ``python -m msgtrain.ingest.registry`` (``tests/test_startup.py``
+fails, saying so, when they differ from the readers).
 """
 
 # ruff: noqa: E501 - the generated table holds each reader's description as one string, however long
 
 from __future__ import annotations
 
-# Everything from this line on is written by generate().
-_TABLE_MARK = "# -- the table" + " (generated) --"
+# Everything from this line on is written by msgtrain.ingest.registry.catalog_text().
+TABLE_MARK = "# -- the table" + " (generated) --"
 
-
-def generate() -> str:
-    """This module's text with the table the registry gives now."""
-    import json
-    from pathlib import Path
-
-    from msgtrain.ingest import registry  # noqa: F401 - importing it registers the built-in readers
-    from msgtrain.ingest.registry import REGISTRY
-
-    source = Path(__file__).read_text(encoding="utf-8")
-    head = source[: source.index("\n" + _TABLE_MARK) + 1]
-    # The layout ``ruff format`` gives the table (JSON string literals are Python ones, in double quotes).
-    rows = "".join(
-        "    (\n"
-        + "".join(f"        {json.dumps(v, ensure_ascii=False)},\n" for v in (r.name, r.description, r.example))
-        + "    ),\n"
-        for r in REGISTRY.values()
-    )
-    return f"{head}{_TABLE_MARK}\nFORMATS: tuple[tuple[str, str, str], ...] = (\n{rows})\n"
-
-
-if __name__ == "__main__":
-    from pathlib import Path
-
-    Path(__file__).write_text(generate(), encoding="utf-8")
+# A reader's marks (msgtrain.ingest.core.marks.Marks) as data: (texts, path patterns); None: any file.
+MarksData = tuple[tuple[str, ...], tuple[str, ...]] | None
+# name, module (whose READER it is), traits (msgtrain.ingest.registry.TRAITS), marks, partner marks
+Row = tuple[str, str, tuple[str, ...], MarksData, MarksData]
 
 # -- the table (generated) --
 FORMATS: tuple[tuple[str, str, str], ...] = (
@@ -208,3 +189,40 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/structural/chat_export.jsonl",
     ),
 )
+# fmt: off
+READERS: tuple[Row, ...] = (
+    ('graph', 'msgtrain.ingest.formats.chats.native', (), (('"msgtrain.graph"',), ()), None),
+    ('inspect_ai', 'msgtrain.ingest.formats.harnesses.inspect_ai', ('explain',), (('"eval"', '_journal/start.json', 'header.json'), ()), None),
+    ('verifiers', 'msgtrain.ingest.formats.harnesses.verifiers', (), (('"reward"',), ()), None),
+    ('lm_eval', 'msgtrain.ingest.formats.harnesses.lm_eval', (), (('"doc_id"',), ()), None),
+    ('mt_bench', 'msgtrain.ingest.formats.harnesses.mt_bench', ('partners',), (('"question_id"',), ()), (('"question_id"',), ())),
+    ('options', 'msgtrain.ingest.formats.chats.options', (), (('"option_call"', '"option_result"', '"parts"'), ()), None),
+    ('batch', 'msgtrain.ingest.formats.api.batch_files', ('partners',), (('"custom_id"', '"key"', '"recordId"'), ()), (('"custom_id"', '"key"'), ())),
+    ('cassettes', 'msgtrain.ingest.formats.api.cassettes', (), ((), ('*.yaml', '*.yml')), None),
+    ('lionagi', 'msgtrain.ingest.formats.sessions.lionagi', (), (('lionagi.', '"sender"'), ()), None),
+    ('marsys', 'msgtrain.ingest.formats.sessions.marsys', (), (('"agent_call"', '"agent_response"', '"error"', '"message_id"'), ()), None),
+    ('go_agent', 'msgtrain.ingest.formats.sessions.go_agent', (), (('"args"', '"thread_id"'), ()), None),
+    ('anthropic', 'msgtrain.ingest.formats.api.anthropic', (), (('"redacted_thinking"', '"request"', '"response"', '"system"', '"thinking"', '"tool_result"', '"tool_use"'), ()), None),
+    ('openai_responses', 'msgtrain.ingest.formats.api.openai_responses', (), (('"custom_tool_call"', '"custom_tool_call_output"', '"function_call"', '"function_call_output"', '"input_audio"', '"input_file"', '"input_image"', '"input_text"', '"output_text"', '"reasoning"', '"request"', '"response"'), ()), None),
+    ('calls', 'msgtrain.ingest.formats.api.calls', (), None, None),
+    ('ag2_sqlite', 'msgtrain.ingest.formats.sessions.ag2_logs', (), ((), ()), None),
+    ('gemini_api', 'msgtrain.ingest.formats.api.gemini_api', (), (('"parts"',), ()), None),
+    ('smolagents', 'msgtrain.ingest.formats.sessions.smolagents', (), (('"model_input_messages"',), ()), None),
+    ('autogen', 'msgtrain.ingest.formats.sessions.autogen', (), (('"AssistantMessage"', '"TextMessage"', '"ToolCallRequestEvent"', '"UserMessage"'), ()), None),
+    ('claude_code', 'msgtrain.ingest.formats.sessions.claude_code', ('partners',), (('"init"', '"leafUuid"', '"loglines"', '"parentUuid"', '"sessionId"', '"session_id"', '"snapshot"'), ()), ((), ('*/subagents/*',))),
+    ('codex', 'msgtrain.ingest.formats.sessions.codex', (), (('"payload"', '"thread.started"'), ()), None),
+    ('aider', 'msgtrain.ingest.formats.sessions.aider', ('reads_text', 'explain'), (('# aider chat started at',), ('*.aider.chat.history.md', '*/.aider.conf.yml', '*/.aider.input.history', '*/.aider.model.metadata.json', '*/.aider.model.settings.yml')), None),
+    ('copilot_cli', 'msgtrain.ingest.formats.sessions.copilot_cli', (), (('"assistant.message"', '"session.start"', '"tool.execution_complete"', '"user.message"'), ()), None),
+    ('gemini_cli', 'msgtrain.ingest.formats.sessions.gemini_cli', (), (('"$set"', '"sessionId"', '"session_id"', '"thoughts"', '"toolCalls"'), ()), None),
+    ('swe_agent', 'msgtrain.ingest.formats.sessions.swe_agent', (), (('"history"',), ()), None),
+    ('mini_swe_agent', 'msgtrain.ingest.formats.sessions.mini_swe_agent', (), (('"model_stats"', '"trajectory_format"'), ()), None),
+    ('tau2_bench', 'msgtrain.ingest.formats.harnesses.tau2_bench', (), (('"agent_info"', '"reward_info"', '"user_scenario"'), ()), None),
+    ('toolbench', 'msgtrain.ingest.formats.harnesses.toolbench', (), (('"node_type"', '"train_messages"'), ()), None),
+    ('openhands', 'msgtrain.ingest.formats.sessions.openhands', (), (('"action"', '"observation"'), ()), None),
+    ('openhands_v1', 'msgtrain.ingest.formats.sessions.openhands_v1', ('detect_directory',), ((), ()), None),
+    ('otel', 'msgtrain.ingest.formats.traces.otel', (), (('gen_ai.', 'openinference.span.kind', 'llm.input_messages', '"input_messages"', 'mlflow.spanType'), ()), None),
+    ('sharegpt', 'msgtrain.ingest.formats.chats.sharegpt', (), (('"from"', '"value"'), ()), None),
+    ('openai_chat', 'msgtrain.ingest.formats.api.openai_chat', ('explain',), (('"role"',), ()), None),
+    ('structural', 'msgtrain.ingest.structure.structural', ('fallback',), None, None),
+)
+# fmt: on

@@ -2,7 +2,10 @@
 
 Invariants:
 - Cheap and bounded: only the file's first :data:`~msgtrain.ingest.core.base.HEAD_BYTES` are read (more only to explain
-  an unrecognised file); at most :data:`VOTE_RECORDS` records, each shown to every detector once.
+  an unrecognised file); at most :data:`VOTE_RECORDS` records, each shown to every candidate's detector once.
+- Lazy, with the same answer: only the readers whose marks the head holds (the candidates,
+  :func:`~msgtrain.ingest.registry.candidates`) are imported and asked; every other reader's detector refuses the
+  head and each of its records, so leaving it out changes no vote.
 - Bad records do not decide: each parseable record of the head (a JSONL line, or an item of a top-level JSON array)
   votes, and a reader accepting at least half of them reads the file (most votes; ties by registry order), so
   broken or foreign records anywhere — the first ones included — cost only themselves. Only when no reader takes
@@ -23,7 +26,7 @@ from pathlib import Path
 from msgtrain.errors import FormatError
 from msgtrain.ingest.common.shapes import is_message_like
 from msgtrain.ingest.core.base import HEAD_BYTES, Reader, _head_lines, _mostly_records, read_head
-from msgtrain.ingest.registry import REGISTRY, directory_reader
+from msgtrain.ingest.registry import REGISTRY, candidates, directory_reader, entries, with_trait
 
 VOTE_RECORDS = 32  # records of the head that vote on the file's format
 
@@ -37,11 +40,11 @@ def detect_format(path: Path) -> Reader:
     accepts at least half of them reads the file (the one accepting most; ties by registry order), so bad records
     anywhere — the first ones included — cost only themselves. Formats whose records cannot be told apart one by
     one (a session header line, then events) are recognised from the head as a whole: when no reader takes half of
-    the records, the first reader (registry order) accepting the whole head reads the file. Cost: one 64 KiB head,
-    at most ``VOTE_RECORDS`` × readers cheap detector calls, each record's shape scanned once.
+    the records, the first reader (registry order) accepting the whole head reads the file. Only the readers whose
+    marks admit the head are imported and asked (:func:`~msgtrain.ingest.registry.candidates`; the others refuse it
+    and each of its records). Cost: one 64 KiB head, at most ``VOTE_RECORDS`` × candidates cheap detector calls,
+    each record's shape scanned once.
     """
-    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
-
     if path.is_dir():
         reader = directory_reader(path)
         if reader is not None:
@@ -52,15 +55,17 @@ def detect_format(path: Path) -> Reader:
             hint="pass the log files inside it, or a folder a directory reader knows (see msgtrain formats)",
         )
     head = read_head(path)
-    voted = _majority_reader(path, head)
+    found = candidates(path, head)
+    specific = [e.load() for e in found if "fallback" not in e.traits]
+    voted = _majority_reader(path, head, specific)
     if voted is not None:
         return voted
-    for reader in specific_readers():
+    for reader in specific:
         if _accepts(reader, path, head):
             return reader
-    for reader in REGISTRY.values():  # fallback readers: only where no specific reader claims the file
-        if getattr(reader, "fallback", False) and _accepts(reader, path, head):
-            return reader
+    for entry in found:  # fallback readers: only where no specific reader claims the file
+        if "fallback" in entry.traits and _accepts(fallback := entry.load(), path, head):
+            return fallback
     raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
 
 
@@ -77,7 +82,8 @@ def looks_like_a_log(path: Path) -> bool:
     except OSError:
         return False
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if any(_accepts(reader, path, head) for reader in text_readers()):
+    readers = [e.load() for e in candidates(path, head) if "reads_text" in e.traits]
+    if any(_accepts(reader, path, head) for reader in readers):
         return True
     # JSON, or a SQLite database (AG2's runtime logs.db) that a reader recognises by its tables.
     if start[:1] not in (b"{", b"[") and not start.startswith(b"SQLite format 3\x00"):
@@ -95,9 +101,7 @@ TEXT_SUFFIXES = (".md", ".markdown")  # markdown a transcript reader could read:
 def text_readers() -> list[Reader]:
     """The readers of a text format (``reads_text``: markdown transcripts, not JSON), asked about files without a
     log suffix."""
-    from msgtrain.ingest import registry  # noqa: F401 - importing registers the built-in readers
-
-    return [r for r in REGISTRY.values() if getattr(r, "reads_text", False)]
+    return with_trait("reads_text")
 
 
 def passed_over_reason(name: str, not_a_log: str) -> str:
@@ -126,8 +130,8 @@ def _explain_head(path: Path, head: bytes) -> bytes:
 
 def specific_readers() -> list[Reader]:
     """The registered readers that are not fallbacks (a fallback, such as the structural reader, finds
-    conversations by shape in any file; it is offered a file only when none of these claims it)."""
-    return [r for r in REGISTRY.values() if not getattr(r, "fallback", False)]
+    conversations by shape in any file; it is offered a file only when none of these claims it), all imported."""
+    return [e.load() for e in entries() if "fallback" not in e.traits]
 
 
 def _accepts(reader: Reader, path: Path, head: bytes) -> bool:
@@ -173,19 +177,21 @@ def _array_items(head: bytes, limit: int) -> list[bytes]:
     return out
 
 
-def _majority_reader(path: Path, head: bytes) -> Reader | None:
+def _majority_reader(path: Path, head: bytes, readers: list[Reader] | None = None) -> Reader | None:
     """The reader accepting most of the head's records if it accepts at least half of them (ties: registry order),
-    or None (fewer than two records, or no reader takes half). Records are looked at one at a time, every reader
-    in turn, so each record's shape is scanned once (detectors share :func:`head_shape`'s cache)."""
+    or None (fewer than two records, or no reader takes half). ``readers``: the specific readers that may vote (in
+    registry order; by default all of them). Records are looked at one at a time, every reader in turn, so each
+    record's shape is scanned once (detectors share :func:`head_shape`'s cache)."""
     records = head_records(head)
     if len(records) < 2 or _mostly_messages(records):
         return None
-    readers = specific_readers()
+    if readers is None:
+        readers = specific_readers()
     votes = [0] * len(readers)
     for record in records:
         for i, reader in enumerate(readers):
             votes[i] += _accepts(reader, path, record)
-    best = max(votes)
+    best = max(votes, default=0)
     if best == 0 or best * 2 < len(records):
         return None
     return readers[votes.index(best)]
@@ -225,10 +231,8 @@ def unknown_format_hint(path: Path, head: bytes) -> str:
     """The hint of an ``unknown_format`` reject: what the file looks like, and why the closest readers refused."""
     reasons: list[str] = []
     wide = _explain_head(path, head)
-    for reader in REGISTRY.values():
-        explain = getattr(reader, "explain", None)
-        if not callable(explain):
-            continue
+    for reader in with_trait("explain"):
+        explain = reader.explain  # type: ignore[attr-defined]
         try:
             why = explain(path, wide)
         except Exception:

@@ -1,107 +1,150 @@
-"""The one table of input formats. Adding a format = one new module + one line here.
+"""The one table of input formats. Adding a format = one new module + one line in :data:`MODULES`, then
+``python -m msgtrain.ingest.registry`` (it writes the catalogue, :mod:`msgtrain.ingest.catalog`).
 
 The registry sits above every reader: readers never import it (nor :mod:`msgtrain.ingest.boundary`).
 
 Order matters for detection: more specific detectors come first; generic ones (plain OpenAI message lists) last.
+
+Invariants:
+- Lazy: a reader's module is imported when the reader is asked for (by name, or as a candidate for a file), not when
+  the registry is. What detection needs to know of every reader without importing it — its name, its traits
+  (fallback, text reader, directory reader, partners, explain) and its marks (what its ``detect`` needs to see in a
+  file, :mod:`msgtrain.ingest.core.marks`) — is read from the generated catalogue.
+- The same answers as importing every reader: a reader whose marks do not admit a file is one whose ``detect``
+  refuses it, so leaving it out changes no vote (``tests/test_lazy_detection.py`` compares both over every sample
+  and real log). A catalogue that does not list exactly :data:`MODULES` (a reader added without regenerating it) is
+  not used: every reader is then imported, as before.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from msgtrain.errors import FormatError
+from msgtrain.ingest import catalog
 from msgtrain.ingest.core.base import Reader
 from msgtrain.ingest.core.files import Beside
-from msgtrain.ingest.formats.api import (
-    anthropic,
-    batch_files,
-    calls,
-    cassettes,
-    gemini_api,
-    openai_chat,
-    openai_responses,
-)
-from msgtrain.ingest.formats.chats import native, options, sharegpt
-from msgtrain.ingest.formats.harnesses import inspect_ai, lm_eval, mt_bench, tau2_bench, toolbench, verifiers
-from msgtrain.ingest.formats.sessions import (
-    ag2_logs,
-    aider,
-    autogen,
-    claude_code,
-    codex,
-    copilot_cli,
-    gemini_cli,
-    go_agent,
-    lionagi,
-    marsys,
-    mini_swe_agent,
-    openhands,
-    openhands_v1,
-    smolagents,
-    swe_agent,
-)
-from msgtrain.ingest.formats.traces import otel
-from msgtrain.ingest.structure import structural
-from msgtrain.ingest.structure.mapping import parse_mapping
+from msgtrain.ingest.core.marks import Marks, head_text
 
-REGISTRY: dict[str, Reader] = {}
-
-
-def register(reader: Reader) -> Reader:
-    if reader.name in REGISTRY:
-        raise ValueError(f"reader {reader.name!r} registered twice")
-    REGISTRY[reader.name] = reader
-    return reader
-
-
-_READERS: list[Reader] = [
-    native.READER,
+_FORMATS = "msgtrain.ingest.formats."
+# The readers, in detection order: each module's ``READER``.
+MODULES: tuple[str, ...] = (
+    _FORMATS + "chats.native",
     # Eval-harness logs: documents with a harness-specific envelope (Inspect's eval spec, zip archives).
-    inspect_ai.READER,
-    verifiers.READER,
-    lm_eval.READER,
-    mt_bench.READER,  # answers joined with the question file beside them by question_id
+    _FORMATS + "harnesses.inspect_ai",
+    _FORMATS + "harnesses.verifiers",
+    _FORMATS + "harnesses.lm_eval",
+    _FORMATS + "harnesses.mt_bench",  # answers joined with the question file beside them by question_id
     # Conversation formats with a marker no other format has (kind tags, interactions:, lion_class, MARSYS roles,
     # Go AgentState, Anthropic-only blocks, Responses item types) go before the per-call OpenAI logs.
-    options.READER,
-    batch_files.READER,  # custom_id lines: a batch's requests or results, joined across the folder
-    cassettes.READER,
-    lionagi.READER,
-    marsys.READER,
-    go_agent.READER,
-    anthropic.READER,
-    openai_responses.READER,
-    calls.READER,
-    ag2_logs.READER,  # a SQLite database, never JSON: claims nothing another reader would
-    gemini_api.READER,
-    smolagents.READER,
-    autogen.READER,
+    _FORMATS + "chats.options",
+    _FORMATS + "api.batch_files",  # custom_id lines: a batch's requests or results, joined across the folder
+    _FORMATS + "api.cassettes",
+    _FORMATS + "sessions.lionagi",
+    _FORMATS + "sessions.marsys",
+    _FORMATS + "sessions.go_agent",
+    _FORMATS + "api.anthropic",
+    _FORMATS + "api.openai_responses",
+    _FORMATS + "api.calls",
+    _FORMATS + "sessions.ag2_logs",  # a SQLite database, never JSON: claims nothing another reader would
+    _FORMATS + "api.gemini_api",
+    _FORMATS + "sessions.smolagents",
+    _FORMATS + "sessions.autogen",
     # Agent sessions and traces: their detectors key on format-specific fields, so they go before generic lists.
-    claude_code.READER,
-    codex.READER,
-    aider.READER,  # markdown, never JSON: claims nothing another reader would
-    copilot_cli.READER,
-    gemini_cli.READER,
-    swe_agent.READER,
-    mini_swe_agent.READER,
-    tau2_bench.READER,
-    toolbench.READER,
-    openhands.READER,
-    openhands_v1.READER,
-    otel.READER,
+    _FORMATS + "sessions.claude_code",
+    _FORMATS + "sessions.codex",
+    _FORMATS + "sessions.aider",  # markdown, never JSON: claims nothing another reader would
+    _FORMATS + "sessions.copilot_cli",
+    _FORMATS + "sessions.gemini_cli",
+    _FORMATS + "sessions.swe_agent",
+    _FORMATS + "sessions.mini_swe_agent",
+    _FORMATS + "harnesses.tau2_bench",
+    _FORMATS + "harnesses.toolbench",
+    _FORMATS + "sessions.openhands",
+    _FORMATS + "sessions.openhands_v1",
+    _FORMATS + "traces.otel",
     # The generic conversation lists last: ShareGPT turns, then any list of OpenAI-role messages.
-    sharegpt.READER,
-    openai_chat.READER,
+    _FORMATS + "chats.sharegpt",
+    _FORMATS + "api.openai_chat",
     # The fallback: conversations found by shape, offered a file only when no reader above claims it.
-    structural.READER,
-]
+    "msgtrain.ingest.structure.structural",
+)
 
-if not REGISTRY:
-    for _reader in _READERS:
-        register(_reader)
+# The traits detection asks about, each an optional reader attribute (:class:`~msgtrain.ingest.core.events.Reader`).
+TRAITS = ("fallback", "reads_text", "detect_directory", "partners", "explain")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One reader as detection knows it before importing it."""
+
+    name: str
+    module: str
+    traits: frozenset[str]
+    marks: Marks | None  # None: any file
+    partner_marks: Marks | None
+
+    def load(self) -> Reader:
+        reader: Reader = importlib.import_module(self.module).READER
+        return reader
+
+    def admits(self, path: Path, text: str | None) -> bool:
+        """Whether the reader may detect the file at ``path`` whose head is ``text`` (:func:`head_text`)."""
+        return self.marks is None or self.marks.admits(path, text)
+
+
+def _entry_of(module: str, reader: Reader) -> Entry:
+    traits = frozenset(t for t in TRAITS if getattr(reader, t, False))
+    return Entry(reader.name, module, traits, getattr(reader, "marks", None), getattr(reader, "partner_marks", None))
+
+
+def _marks(data: Any) -> Marks | None:
+    return None if data is None else Marks(tuple(data[0]), tuple(data[1]))
+
+
+@cache
+def entries() -> tuple[Entry, ...]:
+    """Every reader, in detection order: from the catalogue, or by importing every reader when the catalogue does not
+    list exactly :data:`MODULES`."""
+    if tuple(row[1] for row in catalog.READERS) == MODULES:
+        return tuple(
+            Entry(name, module, frozenset(traits), _marks(marks), _marks(partner_marks))
+            for name, module, traits, marks, partner_marks in catalog.READERS
+        )
+    return tuple(_entry_of(m, importlib.import_module(m).READER) for m in MODULES)
+
+
+@cache
+def _by_name() -> dict[str, Entry]:
+    found: dict[str, Entry] = {}
+    for entry in entries():
+        if entry.name in found:
+            raise ValueError(f"reader {entry.name!r} registered twice")
+        found[entry.name] = entry
+    return found
+
+
+class _Registry(Mapping[str, Reader]):
+    """The readers by name, in detection order; a reader's module is imported when it is looked up."""
+
+    def __getitem__(self, name: str) -> Reader:
+        return _by_name()[name].load()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_by_name())
+
+    def __len__(self) -> int:
+        return len(_by_name())
+
+
+REGISTRY: Mapping[str, Reader] = _Registry()
 
 
 def get_reader(name: str) -> Reader:
@@ -111,11 +154,23 @@ def get_reader(name: str) -> Reader:
         raise FormatError(f"unknown input format {name!r}", hint=f"known formats: {', '.join(REGISTRY)}") from None
 
 
+def with_trait(trait: str) -> list[Reader]:
+    """The readers that have ``trait`` (one of :data:`TRAITS`), in registry order: only those are imported."""
+    return [e.load() for e in entries() if trait in e.traits]
+
+
+def candidates(path: Path, head: bytes) -> list[Entry]:
+    """The readers that may detect the file at ``path`` whose first bytes are ``head`` (those whose marks admit it),
+    in registry order, not imported yet. Detection asks only these: every other reader's ``detect`` refuses the file
+    and each of its records (a record is a part of the head)."""
+    text = head_text(head)
+    return [e for e in entries() if e.admits(path, text)]
+
+
 def directory_reader(path: Path) -> Reader | None:
     """The reader whose unit is the directory ``path`` (see ``Reader.detect_directory``), or None."""
-    for reader in REGISTRY.values():
-        detect_directory = getattr(reader, "detect_directory", None)
-        if detect_directory is not None and detect_directory(path):
+    for reader in with_trait("detect_directory"):
+        if reader.detect_directory(path):  # type: ignore[attr-defined]
             return reader
     return None
 
@@ -140,6 +195,9 @@ def forced_reader(input_format: str | None, mapping: str | None) -> Any:
     """The reader every file is read with when the user says so: the structural reader with a mapping (``--map``,
     given as the JSON text of :meth:`Mapping.to_data`), a reader by name (``--input-format``), or None (detect)."""
     if mapping:
+        from msgtrain.ingest.structure import structural
+        from msgtrain.ingest.structure.mapping import parse_mapping
+
         return structural.StructuralReader(parse_mapping(json.loads(mapping)))
     return get_reader(input_format) if input_format else None
 
@@ -147,15 +205,58 @@ def forced_reader(input_format: str | None, mapping: str | None) -> Any:
 def declared_partners(location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
     """Every file a reader declares it joins with the input at ``location`` (its optional ``partners`` method,
     :class:`~msgtrain.ingest.core.events.Reader`; never the input itself), sorted: what the run stage folds into the
-    part's key. Every reader is asked, so no detection is needed: each returns [] for an input it would not join (by
-    its location, or its first bytes through ``beside``). One reader's list is returned as it gave it (a folder's
-    files, shared by every file of the folder: no copy, no sort per file)."""
-    declared = [found for reader in REGISTRY.values() if (found := _partners_of(reader, location, beside))]
+    part's key. Every reader with ``partners`` whose ``partner_marks`` admit the input is asked, so no detection is
+    needed: each returns [] for an input it would not join (by its location, or its first bytes through ``beside``).
+    One reader's list is returned as it gave it (a folder's files, shared by every file of the folder: no copy, no
+    sort per file)."""
+    declared = [
+        found
+        for entry in entries()
+        if "partners" in entry.traits
+        and _partners_admit(entry.partner_marks, location, beside)
+        and (found := entry.load().partners(location, beside))  # type: ignore[attr-defined]
+    ]
     if len(declared) == 1:
         return declared[0]
     return sorted({p for found in declared for p in found})
 
 
-def _partners_of(reader: Reader, location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
-    partners = getattr(reader, "partners", None)
-    return partners(location, beside) if partners is not None else []
+def _partners_admit(marks: Marks | None, location: PurePosixPath, beside: Beside) -> bool:
+    """Whether a reader's ``partners`` may return files for ``location``: its path patterns first, then (only if it
+    names texts) its head, read through ``beside`` (which reads each file's head once)."""
+    if marks is None or marks.matches_name(location):
+        return True
+    return bool(marks.texts) and marks.admits(location, head_text(beside.head(location)))
+
+
+def catalog_text() -> str:
+    """The catalogue's module text for the readers as they are now (every reader imported)."""
+    readers = [(m, importlib.import_module(m).READER) for m in MODULES]
+    source = Path(catalog.__file__).read_text(encoding="utf-8")
+    head = source[: source.index("\n" + catalog.TABLE_MARK) + 1]
+
+    def literal(value: Any) -> str:  # JSON string literals are Python ones, in double quotes, as ruff formats them
+        return json.dumps(value, ensure_ascii=False)
+
+    def marks(m: Marks | None) -> str:
+        return "None" if m is None else repr(m.as_data())
+
+    formats = "".join(
+        "    (\n" + "".join(f"        {literal(v)},\n" for v in (r.name, r.description, r.example)) + "    ),\n"
+        for _, r in readers
+    )
+    rows = []
+    for module, reader in readers:
+        entry = _entry_of(module, reader)
+        traits = tuple(t for t in TRAITS if t in entry.traits)
+        rows.append(
+            f"    ({entry.name!r}, {module!r}, {traits!r}, {marks(entry.marks)}, {marks(entry.partner_marks)}),\n"
+        )
+    return (
+        f"{head}{catalog.TABLE_MARK}\nFORMATS: tuple[tuple[str, str, str], ...] = (\n{formats})\n"
+        f"# fmt: off\nREADERS: tuple[Row, ...] = (\n{''.join(rows)})\n# fmt: on\n"
+    )
+
+
+if __name__ == "__main__":
+    Path(catalog.__file__).write_text(catalog_text(), encoding="utf-8")

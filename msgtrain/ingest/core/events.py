@@ -122,6 +122,11 @@ class Reader(Protocol):
     then hands the folder to ``read`` once and does not look at the files inside it
     (:func:`~msgtrain.ingest.registry.unit_directories`); ``detect`` is still asked about single files and should
     claim none of them.
+
+    Optional: ``marks`` (:class:`msgtrain.ingest.core.marks.Marks`): texts one of which ``detect`` needs in a file's
+    head, or path patterns one of which its path matches; detection imports and asks only the readers whose marks
+    admit a file (the registry's catalogue holds them as data). ``partner_marks`` say the same of ``partners``. No
+    marks: any file.
     """
 
     name: str

@@ -20,8 +20,10 @@ from msgtrain.ingest.core.base import (
     load_json_document,
     read_head,
 )
+from msgtrain.ingest.core.marks import Marks, quoted
 
 __all__ = [
+    "Marks",
     "ReadEvent",
     "ReadGraph",
     "ReadItem",
@@ -34,5 +36,6 @@ __all__ = [
     "head_shape",
     "iter_json_lines",
     "load_json_document",
+    "quoted",
     "read_head",
 ]

@@ -46,7 +46,7 @@ from msgtrain.ingest.common.conversation_files import (
 from msgtrain.ingest.common.head_shape import HeadShape
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
-from msgtrain.ingest.formats import ReadEvent, ReadItem, ReadReject, excerpt, head_shape
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadItem, ReadReject, excerpt, head_shape, quoted
 from msgtrain.ingest.formats.api.streams import response_body
 from msgtrain.model.graph import Env, Origin
 from msgtrain.model.message import (
@@ -333,6 +333,9 @@ class AnthropicReader:
         " responses as event lists)"
     )
     example = "sample_logs/anthropic/request_response.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(ANTHROPIC_ONLY_BLOCKS | {"request", "response", "system"}))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

@@ -53,6 +53,7 @@ from msgtrain.ingest.common.shapes import message_like_count
 from msgtrain.ingest.core.base import LongLine, head_mostly, line_size, read_bounded_line
 from msgtrain.ingest.core.files import Beside, InputFiles, input_files
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadReject,
     ReadSkip,
@@ -60,6 +61,7 @@ from msgtrain.ingest.formats import (
     excerpt,
     head_objects,
     iter_json_lines,
+    quoted,
     read_head,
 )
 from msgtrain.ingest.formats.api import anthropic, openai_responses
@@ -299,6 +301,11 @@ class BatchReader:
         " .jsonl.out records"
     )
     example = "sample_logs/batch/batch_output.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["custom_id", "key", "recordId"]))
+    # What partners needs to return any file (its location, its head).
+    partner_marks = Marks(texts=quoted(["custom_id", "key"]))  # join_id
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

@@ -52,7 +52,7 @@ from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core import base
 from msgtrain.ingest.core.http_bodies import decode_content, header, is_sse, recorded_bytes
 from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.formats.api import anthropic, bedrock, cohere, ollama, openai_responses, streams
 from msgtrain.ingest.formats.api.openai_chat import chat_steps
 from msgtrain.ingest.formats.api.streams import StreamFailed
@@ -85,6 +85,9 @@ class CassettesReader:
         " (streamed and compressed bodies too)"
     )
     example = "sample_logs/cassettes/weather_tools.yaml"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(names=("*.yaml", "*.yml"))
 
     def detect(self, path: Path, head: bytes) -> bool:
         if path.suffix.lower() not in (".yaml", ".yml"):

@@ -36,6 +36,7 @@ from msgtrain.ingest.common.conversation_files import (
 )
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadItem,
@@ -44,6 +45,7 @@ from msgtrain.ingest.formats import (
     SourceRef,
     excerpt,
     head_shape,
+    quoted,
 )
 from msgtrain.ingest.formats.api.cassettes import gemini_call
 from msgtrain.ingest.formats.api.streams import assemble
@@ -59,6 +61,9 @@ class GeminiApiReader:
     name = "gemini_api"
     description = "Gemini API generateContent {request, response} logs and saved Content[] histories (role model)"
     example = "sample_logs/gemini_api/calls.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["parts"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

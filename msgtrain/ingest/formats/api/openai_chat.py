@@ -47,7 +47,7 @@ from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.common.shapes import PREFERENCE_KEYS, is_ui_steps, named_agents, named_agents_error
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
-from msgtrain.ingest.formats import ReadItem, head_shape
+from msgtrain.ingest.formats import Marks, ReadItem, head_shape, quoted
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
 from msgtrain.model.openai import CONTENT_PART_TYPES, KNOWN_ROLES, check_reply_present, from_openai_message
@@ -141,6 +141,9 @@ class OpenAIChatReader:
     name = "openai_chat"
     description = "OpenAI chat messages: JSON list(s) of messages, JSONL of {messages, tools}, tau-bench traj records"
     example = "sample_logs/openai_chat/conversations.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["role"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

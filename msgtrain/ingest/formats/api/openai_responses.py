@@ -46,7 +46,7 @@ from msgtrain.ingest.common.conversation_files import (
 )
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
-from msgtrain.ingest.formats import ReadEvent, ReadItem, ReadReject, excerpt, head_shape
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadItem, ReadReject, excerpt, head_shape, quoted
 from msgtrain.ingest.formats.api.streams import is_chunk_list, response_body
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
@@ -332,6 +332,11 @@ class OpenAIResponsesReader:
         " (streamed responses as event lists)"
     )
     example = "sample_logs/openai_responses/items.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(
+        texts=quoted(ASSISTANT_ITEMS | RESULT_ITEMS | (_CONTENT_TYPES - {"refusal"}) | {"request", "response"})
+    )
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

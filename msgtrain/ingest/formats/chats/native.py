@@ -14,6 +14,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadReject,
@@ -22,6 +23,7 @@ from msgtrain.ingest.formats import (
     excerpt,
     head_objects,
     iter_json_lines,
+    quoted,
 )
 from msgtrain.model.graph import GRAPH_LOG_FORMAT
 from msgtrain.model.graphlog import Damage, graph_from_records
@@ -31,6 +33,9 @@ class NativeGraphReader:
     name = "graph"
     description = "msgtrain native graph log (MessageGraph.save / log=...), JSONL of graph/node/edge records"
     example = "sample_logs/native/edit_and_compaction.graph.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted([GRAPH_LOG_FORMAT]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         return any(o.get("format") == GRAPH_LOG_FORMAT and o.get("type") == "graph" for o in head_objects(head))

@@ -35,7 +35,7 @@ from msgtrain.ingest.common.conversation_files import (
     build_linear_graph,
     read_conversation_file,
 )
-from msgtrain.ingest.formats import ReadItem, head_shape
+from msgtrain.ingest.formats import Marks, ReadItem, head_shape, quoted
 from msgtrain.model.message import parse_message
 
 KINDS = frozenset({"parts", "option_call", "option_result"})
@@ -72,6 +72,9 @@ class OptionsReader:
     name = "options"
     description = "Options-framework messages (seed 003): msgtrain Message JSON, kind = parts/option_call/option_result"
     example = "sample_logs/options/research_agent.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(KINDS))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

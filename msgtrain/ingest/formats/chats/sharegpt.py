@@ -50,7 +50,7 @@ from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS, MediaColumns
 from msgtrain.ingest.common.shapes import canonical_role, parse_json_field
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
-from msgtrain.ingest.formats import ReadGraph, ReadItem, head_shape
+from msgtrain.ingest.formats import Marks, ReadGraph, ReadItem, head_shape, quoted
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -335,6 +335,9 @@ class ShareGPTReader:
         "ShareGPT conversations[{from, value}] (function_call / observation, tools) and LLaMA-Factory messages"
     )
     example = "sample_logs/sharegpt/glaive_style.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["from", "value"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

@@ -42,6 +42,7 @@ from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.base import check_whole_file
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadItem,
@@ -70,6 +71,9 @@ class InspectAIReader:
     name = "inspect_ai"
     description = "Inspect AI eval logs (.json log format v2, .eval zip): one graph per sample and epoch"
     example = "sample_logs/inspect_ai/popularity.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=('"eval"', "_journal/start.json", "header.json"))
 
     def detect(self, path: Path, head: bytes) -> bool:
         if head.startswith(_ZIP_MAGIC):

@@ -41,6 +41,7 @@ from msgtrain.ingest.common.conversation_files import base_graph_id, content_gra
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.common.shapes import is_message_list, normalise_messages, parse_json_field, rendered_template_text
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadItem,
@@ -50,6 +51,7 @@ from msgtrain.ingest.formats import (
     SourceRef,
     excerpt,
     head_objects,
+    quoted,
 )
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.openai import from_openai_message
@@ -61,6 +63,9 @@ class LmEvalReader:
     name = "lm_eval"
     description = "EleutherAI lm-evaluation-harness samples_<task>_<date>.jsonl (--log_samples): generations per doc"
     example = "sample_logs/lm_eval/samples_gsm8k_chat_2025-01-01T00-00-00.000000.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["doc_id"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

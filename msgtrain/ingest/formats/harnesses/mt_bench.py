@@ -33,6 +33,7 @@ from msgtrain.ingest.common.conversation_files import base_graph_id, content_gra
 from msgtrain.ingest.core.base import head_mostly
 from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadReject,
@@ -41,6 +42,7 @@ from msgtrain.ingest.formats import (
     excerpt,
     head_objects,
     iter_json_lines,
+    quoted,
     read_head,
 )
 from msgtrain.model.completeness import mark_context_incomplete
@@ -111,6 +113,11 @@ class MtBenchReader:
         " question.jsonl beside them or one folder up"
     )
     example = "sample_logs/mt_bench/model_answer/demo-model.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["question_id"]))
+    # What partners needs to return any file (its location, its head).
+    partner_marks = Marks(texts=quoted(["question_id"]))  # is_answer
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

@@ -39,6 +39,7 @@ from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.session_common import as_dict, as_list, graph_id_for
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadItem,
@@ -46,6 +47,7 @@ from msgtrain.ingest.formats import (
     SourceRef,
     head_shape,
     load_json_document,
+    quoted,
 )
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
@@ -59,6 +61,9 @@ class Tau2BenchReader:
     name = "tau2_bench"
     description = "tau2-bench results (JSON {info, tasks, simulations[{messages, reward_info}]}), one graph each"
     example = "sample_logs/tau2_bench/results.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["agent_info", "user_scenario", "reward_info"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

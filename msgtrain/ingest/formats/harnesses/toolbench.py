@@ -42,6 +42,7 @@ from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import as_dict, as_list, graph_id_for
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadReject,
@@ -50,6 +51,7 @@ from msgtrain.ingest.formats import (
     excerpt,
     head_shape,
     load_json_document,
+    quoted,
 )
 from msgtrain.ingest.formats.api.openai_chat import chat_steps
 from msgtrain.model.graph import MessageGraph, Origin
@@ -70,6 +72,9 @@ class ToolBenchReader:
     name = "toolbench"
     description = "ToolBench answers (answer_generation.train_messages + the DFSDT search tree; branches kept)"
     example = "sample_logs/toolbench/answer_DFS.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["train_messages", "node_type"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

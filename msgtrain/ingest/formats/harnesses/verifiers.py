@@ -37,6 +37,7 @@ from msgtrain.ingest.common.conversation_files import Step, base_graph_id, build
 from msgtrain.ingest.common.shapes import parse_json_field
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadItem,
@@ -46,6 +47,7 @@ from msgtrain.ingest.formats import (
     SourceRef,
     excerpt,
     head_objects,
+    quoted,
 )
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import Origin
@@ -62,6 +64,9 @@ class VerifiersReader:
     name = "verifiers"
     description = "PrimeIntellect verifiers rollouts (vf-eval results.jsonl: prompt, completion, reward, info)"
     example = "sample_logs/verifiers/results.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["reward"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

@@ -26,7 +26,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import CallLogGroups
-from msgtrain.ingest.formats import ReadEvent, ReadReject, SourceRef, excerpt
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadReject, SourceRef, excerpt
 from msgtrain.ingest.formats.api.calls import READER as CALLS
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -52,6 +52,9 @@ class AG2SqliteReader:
     name = "ag2_sqlite"
     description = "AG2 / AutoGen 0.2 runtime logs: the SQLite logs.db of autogen.runtime_logging (chat_completions)"
     example = "sample_logs/ag2/logs.db"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks()
 
     def detect(self, path: Path, head: bytes) -> bool:
         return head.startswith(SQLITE_HEADER) and _has_table(path)

@@ -80,7 +80,7 @@ from typing import Literal
 
 from msgtrain.ingest.common.session_common import Chain, graph_id_for
 from msgtrain.ingest.core.base import bounded_lines
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import Generation, Part, PartsMessage, ReasoningPart, TextPart
@@ -189,6 +189,11 @@ class AiderReader:
     # A text format: input discovery asks this reader about files whose name has no log suffix (markdown).
     reads_text = True
     text_hint = "an aider transcript starts with '# aider chat started at'"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(
+        texts=("# aider chat started at",), names=(f"*{TRANSCRIPT_NAME}", *(f"*/{n}" for n in sorted(COMPANIONS)))
+    )
 
     def detect(self, path: Path, head: bytes) -> bool:
         """A head whose first non-blank line is aider's session header, or (for a transcript whose first session was

@@ -32,6 +32,7 @@ from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGraph, conversation_key
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id, build_linear_graph
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadItem,
@@ -42,6 +43,7 @@ from msgtrain.ingest.formats import (
     excerpt,
     head_shape,
     load_json_document,
+    quoted,
 )
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import Origin
@@ -60,6 +62,9 @@ class AutogenReader:
     name = "autogen"
     description = "AutoGen 0.4+ model contexts (llm_context / LLMMessage lists) and agentchat TaskResult messages"
     example = "sample_logs/autogen/agent_state.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["AssistantMessage", "UserMessage", "TextMessage", "ToolCallRequestEvent"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

@@ -51,6 +51,7 @@ from msgtrain.ingest.common.session_common import SkipTally, as_dict, graph_id_f
 from msgtrain.ingest.core.base import HEAD_BYTES, bounded_lines, first_json_value
 from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadReject,
@@ -60,6 +61,7 @@ from msgtrain.ingest.formats import (
     head_shape,
     iter_json_lines,
     load_json_document,
+    quoted,
 )
 from msgtrain.ingest.formats.sessions.content_records import (
     GEMINI_MARK,
@@ -139,6 +141,11 @@ class ClaudeCodeReader:
     description = "Claude Code session transcripts (JSONL with uuid/parentUuid, sub-agent files, loglines exports)"
     example = "sample_logs/claude_code/session.jsonl"
     document_records = "loglines"  # a JSON document's records (see msgtrain.ingest.core.base)
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["sessionId", "session_id", "init", "parentUuid", "leafUuid", "snapshot", "loglines"]))
+    # What partners needs to return any file (its location, its head).
+    partner_marks = Marks(names=("*/subagents/*",))  # _parent_session
 
     def detect(self, path: Path, head: bytes) -> bool:
         first = first_json_value(head)

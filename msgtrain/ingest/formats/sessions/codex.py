@@ -47,7 +47,17 @@ from msgtrain.ingest.common.session_common import (
     text_of_blocks,
 )
 from msgtrain.ingest.core.base import first_json_value
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, iter_json_lines, read_head
+from msgtrain.ingest.formats import (
+    Marks,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    iter_json_lines,
+    quoted,
+    read_head,
+)
 from msgtrain.ingest.formats.sessions.codex_exec import is_exec_stream, reject_exec_stream
 from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import MessageGraph, Origin
@@ -98,6 +108,9 @@ class CodexReader:
     name = "codex"
     description = "OpenAI Codex CLI rollouts (JSONL: session_meta, response_item, turn_context, compacted)"
     example = "sample_logs/codex/rollout.jsonl"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["thread.started", "payload"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         first = first_json_value(head)

@@ -41,7 +41,17 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, head_shape, iter_json_lines
+from msgtrain.ingest.formats import (
+    Marks,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    head_shape,
+    iter_json_lines,
+    quoted,
+)
 from msgtrain.model.completeness import mark_unlogged_context
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
@@ -61,20 +71,23 @@ from msgtrain.model.openai import parse_arguments
 POLICY = "copilot-cli"
 
 
+# The event types detection looks for (one of them in the head).
+_DETECTED_TYPES = frozenset({"session.start", "user.message", "assistant.message", "tool.execution_complete"})
+
+
 class CopilotCliReader:
     name = "copilot_cli"
     description = "GitHub Copilot CLI sessions (JSONL events: session.start, user/assistant.message, tool.execution_*)"
     example = "sample_logs/copilot_cli/session.jsonl"
 
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(_DETECTED_TYPES))
+
     def detect(self, path: Path, head: bytes) -> bool:
         del path
         shape = head_shape(head)
         types = shape.values_at(".type")
-        return (
-            shape.layout in ("jsonl", "object")
-            and shape.has(".type", ".data")
-            and bool(types & {"session.start", "user.message", "assistant.message", "tool.execution_complete"})
-        )
+        return shape.layout in ("jsonl", "object") and shape.has(".type", ".data") and bool(types & _DETECTED_TYPES)
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         build = _Build(path)

@@ -32,6 +32,7 @@ from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for, has_any
 from msgtrain.ingest.core.base import is_json_lines
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadReject,
@@ -40,6 +41,7 @@ from msgtrain.ingest.formats import (
     head_shape,
     iter_json_lines,
     load_json_document,
+    quoted,
     read_head,
 )
 from msgtrain.ingest.formats.sessions.gemini_cli_stream import is_stream_head, read_stream
@@ -73,6 +75,9 @@ class GeminiCliReader:
     )
     example = "sample_logs/gemini_cli/session.json"
     document_records = "messages"  # a JSON document's records (see msgtrain.ingest.core.base)
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["session_id", "sessionId", "$set", "toolCalls", "thoughts"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         if is_stream_head(head):

@@ -34,7 +34,7 @@ from msgtrain.ingest.common.conversation_files import (
     build_linear_graph,
     read_conversation_file,
 )
-from msgtrain.ingest.formats import ReadItem, head_shape
+from msgtrain.ingest.formats import Marks, ReadItem, head_shape, quoted
 from msgtrain.model.message import OptionCallMessage
 from msgtrain.model.openai import from_openai_message
 from msgtrain.model.validate import validate_dicts
@@ -78,6 +78,9 @@ class GoAgentReader:
     name = "go_agent"
     description = "Go agent AgentState JSON (seed 004): messages with tool_calls[{id, name, args}], tool_call_id"
     example = "sample_logs/go_agent/thread_state.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["thread_id", "args"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

@@ -44,7 +44,7 @@ from msgtrain.ingest.common.conversation_files import (
     dict_field,
     read_conversation_file,
 )
-from msgtrain.ingest.formats import ReadItem, head_shape
+from msgtrain.ingest.formats import Marks, ReadItem, head_shape
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -267,6 +267,9 @@ class LionAGIReader:
         "LionAGI RoledMessage dicts (seed 002): System, Instruction, AssistantResponse, ActionRequest/Response"
     )
     example = "sample_logs/lionagi/branch_messages.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=("lionagi.", '"sender"'))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

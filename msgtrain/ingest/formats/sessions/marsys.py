@@ -39,7 +39,7 @@ from msgtrain.ingest.common.conversation_files import (
     dict_field,
     read_conversation_file,
 )
-from msgtrain.ingest.formats import ReadItem, head_shape
+from msgtrain.ingest.formats import Marks, ReadItem, head_shape, quoted
 from msgtrain.model.message import (
     DEFAULT_POLICY,
     RUNTIME_POLICY,
@@ -157,6 +157,9 @@ class MarsysReader:
     name = "marsys"
     description = "MARSYS agent memories (seed 001): roles incl. agent_call, agent_response, error; message_id"
     example = "sample_logs/marsys/orchestrator_memory.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(MARSYS_ONLY_ROLES | {"message_id"}))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

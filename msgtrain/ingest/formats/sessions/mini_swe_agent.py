@@ -28,7 +28,17 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, graph_id_for, has_any
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, head_shape, load_json_document
+from msgtrain.ingest.formats import (
+    Marks,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    head_shape,
+    load_json_document,
+    quoted,
+)
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import Generation, OptionCallMessage
 from msgtrain.model.openai import from_openai_message
@@ -41,6 +51,9 @@ class MiniSweAgentReader:
     description = "mini-SWE-agent trajectories (.traj.json: info + OpenAI-style messages, final 'exit' record)"
     example = "sample_logs/mini_swe_agent/run.traj.json"
     document_records = "messages"  # a JSON document's records (see msgtrain.ingest.core.base)
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["trajectory_format", "model_stats"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         shape = head_shape(head)

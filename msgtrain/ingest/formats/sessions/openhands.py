@@ -35,7 +35,17 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, graph_id_for, has_any
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, head_shape, load_json_document
+from msgtrain.ingest.formats import (
+    Marks,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    head_shape,
+    load_json_document,
+    quoted,
+)
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -60,6 +70,9 @@ class OpenHandsReader:
     description = "OpenHands event streams (JSON list of actions/observations embedding the raw model response)"
     example = "sample_logs/openhands/events.json"
     document_records = ""  # a JSON document's records (see msgtrain.ingest.core.base)
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["action", "observation"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         shape = head_shape(head)

@@ -41,7 +41,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for
 from msgtrain.ingest.core.base import MAX_RECORD_BYTES
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -73,6 +73,9 @@ class OpenHandsV1Reader:
     name = "openhands_v1"
     description = "OpenHands V1 (software-agent-sdk) conversation folders: base_state.json + events/event-*.json"
     example = "sample_logs/openhands_v1/conv0001"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks()
 
     def detect(self, path: Path, head: bytes) -> bool:
         # The unit is the folder; a single event file is not a conversation.

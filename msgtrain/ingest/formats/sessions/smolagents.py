@@ -29,7 +29,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGroups
 from msgtrain.ingest.common.conversation_files import Step, iter_call_records, iter_raw_records
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, ReadSkip, excerpt, head_shape
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, ReadSkip, excerpt, head_shape, quoted
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage
@@ -45,6 +45,9 @@ class SmolagentsReader:
     name = "smolagents"
     description = "smolagents memory steps with model_input_messages / model_output_message (get_full_steps)"
     example = "sample_logs/smolagents/steps.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["model_input_messages"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path

@@ -32,7 +32,17 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for, has_any
-from msgtrain.ingest.formats import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, head_shape, load_json_document
+from msgtrain.ingest.formats import (
+    Marks,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    SourceRef,
+    excerpt,
+    head_shape,
+    load_json_document,
+    quoted,
+)
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -60,6 +70,9 @@ class SweAgentReader:
     description = "SWE-agent trajectories (.traj JSON: history with role/content/tool_calls, is_demo, info)"
     example = "sample_logs/swe_agent/run.traj"
     document_records = "history"  # a JSON document's records (see msgtrain.ingest.core.base)
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=quoted(["history"]))
 
     def detect(self, path: Path, head: bytes) -> bool:
         shape = head_shape(head)

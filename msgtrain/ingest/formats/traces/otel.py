@@ -41,6 +41,7 @@ from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import SkipTally, as_dict, as_list, graph_id_for, has_any, synthetic_call_id
 from msgtrain.ingest.core.base import HEAD_BYTES, first_json_value
 from msgtrain.ingest.formats import (
+    Marks,
     ReadEvent,
     ReadGraph,
     ReadReject,
@@ -103,6 +104,9 @@ class OtelGenAiReader:
     name = "otel"
     description = "OpenTelemetry GenAI spans (gen_ai.input/output.messages, tool spans; JSON, OTLP/JSON or JSONL)"
     example = "sample_logs/otel/trace.json"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks(texts=tuple(m.decode() for m in _CONVENTION_MARKS))
 
     def detect(self, path: Path, head: bytes) -> bool:
         if not any(mark in head for mark in _CONVENTION_MARKS):
