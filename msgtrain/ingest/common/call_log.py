@@ -14,11 +14,30 @@ Invariants:
   reader that reuses parsed history passes them again) map to the same nodes and are not added again.
 - A call is checked before it touches the graph (a tool result must answer a call issued earlier on its path),
   so a rejected call leaves no partial nodes behind.
+
+Which calls are one conversation (:class:`CallLogGroups`, the rule every request/response log shares):
+
+- A call that names its session (``session_id``, ``conversation_id``, ...) joins that session's conversation.
+- Otherwise a call **continues** an earlier call when the earlier call's full message list (its context, then its
+  reply) is a prefix of its context: it re-sent that history, the earlier reply in it. It joins the conversation of
+  the longest such earlier call, however short that call's context was (a first call of one user message included).
+- Messages are compared as the same turn (:func:`turn_identity`): a user, system or tool message by its content; an
+  assistant message by its text and its calls (name, parsed arguments), as the books tell replies apart, because a
+  client may re-send a reply without its reasoning or with its arguments re-serialised.
+- A call that continues no earlier call starts a conversation of its own, even when it opens with the same messages
+  as another (two sessions that both start with "hi", a retry of a first call): each reply stays in the
+  conversation whose later calls re-send it, and what one session logs with its calls (a reward) never reaches the
+  other.
+- Ambiguity: two conversations may both hold a call that a later call continues (they opened with the very same
+  call, reply included). Nothing in the log tells them apart; the later call joins the one that logged such a call
+  last (a log appends a conversation's calls in order). Either choice trains the same replies in the same contexts.
+- Calls are taken in file order: a call logged before the call it continues starts its own conversation.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,18 +132,17 @@ def _env_used(graph: MessageGraph, env_id: str) -> bool:
 
 
 class CallLogGroups:
-    """Call logs holding many conversations: one :class:`CallLogGraph` per conversation.
-
-    A call joins the conversation named by its record's session id when there is one; otherwise the
-    conversation is keyed by its first two context messages (system prompt + first user turn), which every
-    later call of the same conversation repeats.
-    """
+    """Call logs holding many conversations: one :class:`CallLogGraph` per conversation, the calls joined by the
+    rule of the module docstring (a session id, else a call continuing an earlier call's full message list)."""
 
     def __init__(self, path: Path, metadata: dict[str, Any] | None = None):
         self.path = path
         self.metadata = metadata
         self.logs: dict[str, CallLogGraph] = {}
         self.first_ref: dict[str, SourceRef] = {}
+        # the digest of each full message list a call logged (context + one reply) -> the conversation holding it
+        self._ends: dict[str, str] = {}
+        self._last: tuple[list[AnyMessage], list[str]] = ([], [])  # the last call's context and its prefix digests
 
     def add(
         self,
@@ -138,7 +156,16 @@ class CallLogGroups:
         """Add a call to its conversation. ``policy`` names the graph's policy when the conversation is new;
         ``extras`` (e.g. a reward logged with the call) are carried to the conversation's samples, later
         calls overriding earlier ones."""
-        key = self._key(call, session)
+        chain = self._chain([step.message for step in call.context]) if not session else []
+        key = f"session:{session}" if session else self._continued(chain)
+        if key is None:  # a conversation of its own, named by its opening call (an ordinal when several open alike)
+            opening = chain[-1] if chain else ""
+            if call.samples:
+                opening = _extend(opening, call.samples[0].message)
+            key, n = "prefix:" + opening, 1
+            while (key if n == 1 else f"{key}#{n}") in self.logs:
+                n += 1
+            key = key if n == 1 else f"{key}#{n}"
         log = self.logs.get(key)
         if log is None:
             # Named by file and conversation key, not by line: records around it (even garbage) do not move it.
@@ -149,6 +176,10 @@ class CallLogGroups:
         log.extras.update(extras or {})
         self.logs.setdefault(key, log)
         self.first_ref.setdefault(key, ref)
+        if not session:
+            tip = chain[-1] if chain else ""
+            for step in call.samples:
+                self._ends[_extend(tip, step.message)] = key
         return added
 
     def history(self, node_id: str) -> list[AnyMessage] | None:
@@ -156,21 +187,67 @@ class CallLogGroups:
         log = next((log for log in self.logs.values() if node_id in log.graph.nodes), None)
         return log.history(node_id) if log is not None else None
 
-    def _key(self, call: Call, session: str | None) -> str:
-        return conversation_key([step.message for step in list(call.context)[:2]], session)
+    def _continued(self, chain: list[str]) -> str | None:
+        """The conversation of the longest earlier call whose full message list starts this context, or None."""
+        return next((self._ends[d] for d in reversed(chain) if d in self._ends), None)
+
+    def _chain(self, messages: list[AnyMessage]) -> list[str]:
+        """The digest of each prefix of ``messages`` (turn identities, :func:`turn_identity`). The leading messages
+        that are the very objects of the last call's (a reader that reuses parsed history passes them again) keep
+        their digests: a call costs what is new in it."""
+        last, digests = self._last
+        n = 0
+        for new, old in zip(messages, last, strict=False):
+            if new is not old:
+                break
+            n += 1
+        chain = digests[:n]
+        for message in messages[n:]:
+            chain.append(_extend(chain[-1] if chain else "", message))
+        self._last = (messages, chain)
+        return chain
 
     def events(self) -> Iterator[ReadGraph]:
         for key, log in self.logs.items():
             yield ReadGraph(log.finish(), self.first_ref[key], records=log.calls, extras=log.extras)
 
 
+def turn_identity(message: AnyMessage) -> str:
+    """What makes two logged messages the same turn of a conversation: an assistant message's text and calls (name,
+    parsed arguments; not its reasoning, which a re-sent history may drop, nor its call ids), any other message's
+    canonical content. The books tell replies apart the same way (``msgtrain.linearize.plan``)."""
+    if message.role != "assistant":
+        return message.canonical_json()
+    calls = [(c.option_name, json.dumps(c.arguments, sort_keys=True)) for c in getattr(message, "calls", ())]
+    return json.dumps(["assistant", message.text, calls], ensure_ascii=False)
+
+
+def _extend(digest: str, message: AnyMessage) -> str:
+    """The digest of a message list one message longer than the one ``digest`` stands for."""
+    h = hashlib.blake2b(digest.encode(), digest_size=16)
+    h.update(turn_identity(message).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
 def conversation_key(first_messages: Sequence[AnyMessage], session: str | None) -> str:
-    """The conversation a call belongs to: its session id, else its first two context messages. The splitter of
-    huge files (``chunk_key``) uses this very function, so it never separates calls that the reader joins."""
+    """The key a huge file's splitter (``chunk_keys``) files a call under: its session id, else the first two
+    messages of its full message list (its context, then its reply; :func:`call_chunk_keys`). Every call a
+    conversation joins (module docstring) shares those two with the call that opened it, so no chunk separates calls
+    the reader joins."""
     if session:
         return f"session:{session}"
-    head = "\x00".join(m.canonical_json() for m in list(first_messages)[:2])
+    head = "\x00".join(turn_identity(m) for m in list(first_messages)[:2])
     return "prefix:" + hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def call_chunk_keys(
+    context: Sequence[AnyMessage], samples: Sequence[AnyMessage], session: str | None
+) -> tuple[str, ...]:
+    """The chunk keys of a call (:func:`conversation_key`): one, from its first two context messages; a call whose
+    context is one message has one per reply (each reply is the second message of the lists that continue it)."""
+    if session or len(context) >= 2 or not samples:
+        return (conversation_key(context, session),)
+    return tuple(dict.fromkeys(conversation_key([*context, sample], None) for sample in samples))
 
 
 def session_of(record: dict[str, Any], request: dict[str, Any]) -> str | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.call_log import Call, CallLogGroups, conversation_key, session_of
+from msgtrain.ingest.common.call_log import Call, CallLogGroups, call_chunk_keys, conversation_key, session_of
 from msgtrain.ingest.common.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -411,8 +411,8 @@ def _pairs_layout(first: Any) -> bool:
 
 
 def _pair_chunk_key(value: Any) -> ChunkKey:
-    """The conversation key :class:`CallLogGroups` files a pair under: its session, else its first two context
-    messages (the system prompt and the first message), converted as :func:`request_call` converts them."""
+    """The chunk key of a pair (:func:`~msgtrain.ingest.common.call_log.call_chunk_keys`): its session, else the
+    first two messages of its context and reply, converted as :func:`request_call` converts them."""
     if not _is_pair(value) or not isinstance(value["request"], dict):
         return ()  # rejected on its own
     request = value["request"]
@@ -424,9 +424,12 @@ def _pair_chunk_key(value: Any) -> ChunkKey:
         return ()
     try:
         first = request_context(request, AnthropicConverter(), at_least=2)[:2]
+        if len(first) >= 2:
+            return (conversation_key([s.message for s in first], None),)
+        call = request_call(request, value["response"])  # one message: its reply is the second of its continuations
     except (MsgtrainError, ValueError):
         return ()
-    return (conversation_key([s.message for s in first], None),)
+    return call_chunk_keys([s.message for s in call.context], [s.message for s in call.samples], None)
 
 
 def _is_pair(value: Any) -> bool:

@@ -14,8 +14,9 @@ Invariants:
   earlier call. A later call whose history differs from what was sampled (edited, compacted, reasoning dropped,
   tool-call JSON rewritten, other tools) lands on another branch; the linearizer finds the cut.
 - Records are grouped into conversations by a session id (``session_id`` / ``conversation_id`` / ``thread_id`` /
-  ``trajectory_id``, top level or in ``request.metadata``) when present, else by the first two request messages
-  (``ingest/common/call_log.py``, shared with the other request/response readers). A file's graphs stay in memory until
+  ``trajectory_id``, top level or in ``request.metadata``) when present, else a call joins the conversation of the
+  earlier call whose messages and reply its request re-sends (``ingest/common/call_log.py``, shared with the other
+  request/response readers). A file's graphs stay in memory until
   the file ends (calls of one conversation may be spread over it); files are read line by line.
 - Linear in what is new: a request that re-sends the previous request of its session (or, without sessions, of
   the previous record) reuses that request's parsed messages for the shared prefix; only the rest is parsed.
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.call_log import Call, CallLogGroups, conversation_key, session_of
+from msgtrain.ingest.common.call_log import Call, CallLogGroups, call_chunk_keys, conversation_key, session_of
 from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import ReadEvent, ReadReject, SourceRef, excerpt, head_objects, iter_json_lines
@@ -132,10 +133,13 @@ class CallsReader:
         if not isinstance(messages, list) or not messages:
             return ()
         try:
-            first, _ = _parse_history(messages[:2], None)
+            if len(messages) >= 2:
+                first, _ = _parse_history(messages[:2], None)
+                return (conversation_key(first, None),)
+            call, _, _ = self._call(rec, "")  # one message: the reply is the second message of its continuations
         except (MsgtrainError, ValueError):
             return ()
-        return (conversation_key(first, None),)
+        return call_chunk_keys([s.message for s in call.context], [s.message for s in call.samples], None)
 
     def _call(
         self, rec: Any, where: str, seen: dict[str | None, _Parsed] | None = None

@@ -6,7 +6,8 @@ What is read:
   :mod:`msgtrain.ingest.formats.api.streams`): each record is one call, read as a cassette's Gemini call is
   (:func:`msgtrain.ingest.formats.api.cassettes.gemini_call`: ``systemInstruction``, ``contents[].parts``, ``tools``
   ``functionDeclarations``, each candidate a sample). Calls are joined into conversations by a session id when the
-  record has one, else by their first two messages (:mod:`msgtrain.ingest.common.call_log`), so every reply is
+  record has one, else a call joins the earlier call whose contents and reply it re-sends
+  (:mod:`msgtrain.ingest.common.call_log`), so every reply is
   ``sampled`` in exactly the contents, system instruction and tools its request sent.
 - **Histories**: a JSON document that is a ``Content[]`` list (``{"role": "user" | "model", "parts": [...]}``, as
   ``ChatSession.history`` / ``chat.get_history()`` serialise it), or an object holding one under ``contents``

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.call_log import Call, CallLogGroups, conversation_key, session_of
+from msgtrain.ingest.common.call_log import Call, CallLogGroups, call_chunk_keys, session_of
 from msgtrain.ingest.common.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -416,11 +416,11 @@ def _calls_layout(first: Any) -> bool:
 class _ChainKeys:
     """Chunk keys of a Responses call log, computed as :meth:`OpenAIResponsesReader._read_calls` groups calls.
 
-    A call is filed under :func:`conversation_key` of its first two context messages, and a call continuing a
-    ``previous_response_id`` takes its history from that response, wherever it was filed. So each call carries
-    its conversation key (computed from the chain: the first two non-instruction messages of a recorded
-    response's path are remembered by response id) and links to its own and its previous response id. Records
-    are fed in file order, as the reader reads them.
+    A call is filed under :func:`call_chunk_keys` (the first two messages of its context and reply), and a call
+    continuing a ``previous_response_id`` takes its history from that response, wherever it was filed. So each call
+    carries its conversation key (computed from the chain: the first two non-instruction messages of a recorded
+    response's path are remembered by response id) and links to its own and its previous response id. Records are
+    fed in file order, as the reader reads them.
     """
 
     def __init__(self) -> None:
@@ -452,8 +452,9 @@ class _ChainKeys:
         path = [*history, *(s.message for s in new_input)]
         if own is not None and sample is not None:
             self.heads[own] = [*path, sample.message][:2]
-        first = [*(s.message for s in instructions), *path][:2]
-        return (conversation_key(first, session_of(value, request)), *links)
+        context = [*(s.message for s in instructions), *path]
+        samples = [sample.message] if sample is not None else []
+        return (*call_chunk_keys(context, samples, session_of(value, request)), *links)
 
 
 def _call_pieces(

@@ -6,7 +6,8 @@ What is read:
   and planning steps alike): its input messages, as smolagents' model classes send them, are the context, and its
   output message is ``sampled`` in exactly that context (:mod:`msgtrain.ingest.common.call_log`). Assistant messages of
   an input are the agent's rendering of earlier outputs, which their own steps log: context, not turns. Calls of one
-  run share their history's nodes; the calls of a file are joined into conversations by their first two messages.
+  run share their history's nodes; the calls of a file are joined into conversations where a call re-sends an
+  earlier call's messages and output (:mod:`msgtrain.ingest.common.call_log`).
 - "As the model classes send them": ``get_clean_message_list`` with ``tool_role_conversions`` — ``tool-call``
   messages become ``assistant`` and ``tool-response`` messages ``user``, and consecutive messages of one role are
   merged, text parts joined with a newline.

@@ -1,0 +1,180 @@
+"""Per-call logs without session ids: which calls are one conversation (msgtrain.ingest.common.call_log).
+
+A call continues an earlier call when the earlier call's messages and reply start its context, however short the
+earlier call was; calls that merely open alike (two sessions both starting with "hi") stay apart. Checked on a
+hand-written log and over seeded random logs against the calls that were written (the oracle): every reply is
+sampled once, after exactly the messages its call sent, the books train each once and drop none, and a huge file
+cut into chunks gives the same books.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.chunks import key_function, plan_chunks
+from msgtrain.ingest.core.events import ReadGraph
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.graph import Origin
+from msgtrain.run.parts import LinearizeSettings, PartStats, convert_file
+
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def _assistant(text: str, reasoning: str | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def _call(messages: list[dict[str, Any]], reply: dict[str, Any]) -> str:
+    """One line of a per-call log (OpenAI chat-completions request and response bodies, the `calls` format)."""
+    response = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "policy",
+        "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}],
+    }
+    return json.dumps({"request": {"model": "policy", "messages": messages}, "response": response})
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _graphs(path: Path) -> list[ReadGraph]:
+    return [e for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
+
+
+def _said(message: Any) -> tuple[str, str]:
+    return message.role, message.text
+
+
+def _sampled(graphs: list[ReadGraph]) -> list[tuple[tuple[tuple[str, str], ...], tuple[str, str]]]:
+    """(context, reply) of every sampled node of the graphs read, as (role, text) pairs."""
+    out = []
+    for event in graphs:
+        graph = event.graph
+        for node in graph.nodes.values():
+            if node.origin is Origin.SAMPLED:
+                context = tuple(_said(n.message) for n in graph.path(node.id)[:-1])
+                out.append((context, _said(node.message)))
+    return out
+
+
+def test_a_first_call_of_one_message_and_its_continuations_are_one_conversation(tmp_path: Path) -> None:
+    hello, weather = _assistant("Hello!"), _assistant("Sunny.")
+    lines = [
+        _call([_user("hi")], hello),
+        _call([_user("hi"), hello, _user("Weather?")], weather),
+        _call([_user("hi"), hello, _user("Weather?"), weather, _user("Tomorrow?")], _assistant("Rain.")),
+        # another session opening with the same message: its own conversation, not a sibling of the first
+        _call([_user("hi")], _assistant("Hey there")),
+        _call([_user("hi"), _assistant("Hey there"), _user("A joke?")], _assistant("Knock knock.")),
+    ]
+    path = _write(tmp_path / "calls.jsonl", lines)
+    _, stats, rejects = convert_file(path, SETTINGS)
+    # before: the first replies were trained in the first call's graph and dropped again (context_unknown) as the
+    # history of a second graph keyed by the first two messages
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost, rejects) == (5, {}, 0, [])
+    graphs = _graphs(path)
+    assert sorted((e.records, len(e.graph.nodes)) for e in graphs) == [(2, 4), (3, 6)]
+    by_reply = {reply[1]: context for context, reply in _sampled(graphs)}
+    assert by_reply["Knock knock."] == (("user", "hi"), ("assistant", "Hey there"), ("user", "A joke?"))
+    assert by_reply["Rain."][1] == ("assistant", "Hello!")
+
+
+def test_a_reply_resent_without_its_reasoning_still_continues_its_call(tmp_path: Path) -> None:
+    lines = [
+        _call([_user("2+2?")], _assistant("4.", reasoning="Two and two make four.")),
+        _call([_user("2+2?"), _assistant("4."), _user("And 3+3?")], _assistant("6.")),  # reasoning dropped
+    ]
+    path = _write(tmp_path / "calls.jsonl", lines)
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), rejects) == (2, {}, [])
+    assert [e.records for e in _graphs(path)] == [2]
+
+
+def test_calls_that_open_alike_but_never_resend_each_other_stay_apart(tmp_path: Path) -> None:
+    # a system prompt and the same first message in two sessions, each logging a reward with its calls
+    system = {"role": "system", "content": "Be helpful."}
+    lines = [
+        json.loads(_call([system, _user("hi")], _assistant("Hello A"))) | {"reward": 1.0},
+        json.loads(_call([system, _user("hi")], _assistant("Hello B"))) | {"reward": 0.0},
+    ]
+    path = _write(tmp_path / "calls.jsonl", [json.dumps(x) for x in lines])
+    samples, stats, _ = convert_file(path, SETTINGS)
+    assert stats.turns_trained == 2 and len(_graphs(path)) == 2
+    assert sorted(s.reward for s in samples) == [0.0, 1.0]  # each session's reward on its own reply
+
+
+Pairs = list[tuple[tuple[tuple[str, str], ...], tuple[str, str]]]
+
+
+def _random_log(rng: random.Random) -> tuple[list[str], Pairs, int]:
+    """Per-call lines of several conversations interleaved (each one's order kept), the (context, reply) of every
+    call written, and how many conversations hold a reply no call sampled: first calls of 1..4 messages, openings
+    shared across conversations, sampled replies unique."""
+    openings = ["hi", "hello", "hi"]  # "hi" twice: conversations that open alike
+    conversations: list[list[str]] = []
+    oracle: Pairs = []
+    scripted = 0
+    for c in range(rng.randint(2, 6)):
+        history: list[dict[str, Any]] = []
+        if rng.random() < 0.3:
+            history.append({"role": "system", "content": rng.choice(["Be brief.", "Be kind."])})
+        history.append(_user(rng.choice(openings)))
+        # a longer first call: turns the log never sampled (a scripted greeting, a pasted transcript)
+        if rng.random() < 0.5:
+            history += [_assistant(rng.choice(["Welcome.", "Hi!"])), _user(rng.choice([*openings, "q"]))]
+            scripted += 1
+        lines = []
+        for t in range(rng.randint(1, 4)):
+            reply = _assistant(f"reply {c}.{t}", reasoning=f"thinking {c}.{t}" if rng.random() < 0.3 else None)
+            lines.append(_call(list(history), reply))
+            oracle.append((tuple((m["role"], m["content"]) for m in history), ("assistant", reply["content"])))
+            resent = {"role": "assistant", "content": reply["content"]}  # a client drops the reasoning
+            history += [resent, _user(rng.choice(["go on", "why?", f"more {t}"]))]
+        conversations.append(lines)
+    lines = []
+    queues = [list(q) for q in conversations]
+    while any(queues):
+        lines.append(rng.choice([q for q in queues if q]).pop(0))
+    return lines, oracle, scripted
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_per_call_logs_train_every_reply_once_in_its_own_context(tmp_path: Path, seed: int) -> None:
+    lines, oracle, scripted = _random_log(random.Random(seed))
+    path = _write(tmp_path / "calls.jsonl", lines)
+    assert detect_format(path).name == "calls"
+    graphs = _graphs(path)
+    assert sorted(_sampled(graphs)) == sorted(oracle)  # each reply sampled once, after exactly its messages
+    assert sum(e.records for e in graphs) == len(lines)
+    _, stats, rejects = convert_file(path, SETTINGS)
+    # the books: every sampled reply trained once; a scripted reply the log holds but no call sampled is context,
+    # counted once per conversation (not once per call that re-sent it, nor per graph a conversation was split in)
+    dropped = {"context_unknown": scripted} if scripted else {}
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost, rejects) == (len(oracle), dropped, 0, [])
+    # a huge file is cut where no conversation is: the chunks' books are the whole file's
+    keys = key_function(detect_format(path), path)
+    assert keys is not None
+    chunks = plan_chunks(path, keys, max(path.stat().st_size // 4, 1))
+    if chunks:
+        total = PartStats()
+        for chunk in chunks:
+            total.add(convert_file(path, SETTINGS, chunk)[1])
+        assert total.to_json() == stats.to_json()
