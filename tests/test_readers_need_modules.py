@@ -151,3 +151,10 @@ def test_the_llamafactory_mapping_reads_real_glaive_data_as_the_sharegpt_reader_
         calls += sum(isinstance(n.message, OptionCallMessage) for n in a.graph.nodes.values())
     assert calls > 100  # the file's tool calls were compared, not only its plain replies
     assert first_difference(own, found) is not None  # the call ids differ, so the graph ids do
+
+
+def test_docs_say_for_every_reader_what_a_mapping_cannot_state() -> None:
+    text = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
+    section = text[text.index("## Why each reader is code") :]
+    listed = re.findall(r"^\| `([a-z0-9_]+)` \| ", section, re.M)
+    assert sorted(listed) == sorted(name for name, _ in READERS), "list each reader in docs/formats.md's table"
