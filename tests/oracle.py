@@ -21,12 +21,9 @@ import bisect
 import contextlib
 import copy
 import datetime as dt
-import hashlib
 import json
 import random
 import re
-import weakref
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -393,12 +390,6 @@ def oracle_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_PLAIN: OrderedDict[str, tuple[Any, Any, int]] = OrderedDict()
-# A vocabulary's key (the hash of its serialization without added tokens), per loaded backend: found once, however
-# many oracles are made over one tokenizer.
-_PLAIN_KEYS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-
-
 class Oracle:
     """Expected ids for one template (see the module docstring)."""
 
@@ -420,33 +411,21 @@ class Oracle:
         """The vocabulary with no added token (plain text), the same with only a sentinel added token, its id.
 
         One tokenizer serves as both: text without the sentinel encodes as if it were not there (an added token
-        only splits where its own text occurs), and building a 256k vocabulary once, not twice, keeps the oracle
-        quick on the real vocabularies."""
+        only splits where its own text occurs). It is built around the backend's own model, normalizer,
+        pre-tokenizer and decoder, shared rather than copied (a copy of a 256k vocabulary takes seconds to build and
+        holds its own memory); that it serializes as the backend's JSON without its added tokens (plus the sentinel)
+        would is checked in tests/test_linearize_shortcuts.py."""
         if self._plain is None:
-            # Shared by templates over one vocabulary (added tokens, the only difference, are removed): the families
-            # over qwen3's vocabulary, each in a folder of its own, share one. The last few are kept (120 MB each).
-            backend = self.hf.backend_tokenizer
-            key = _PLAIN_KEYS.get(backend)
-            plain = None
-            if key is None:
-                spec = json.loads(backend.to_str())
-                spec["added_tokens"] = []
-                plain = json.dumps(spec)
-                key = _PLAIN_KEYS[backend] = hashlib.sha256(plain.encode()).hexdigest()
-            if key not in _PLAIN:
-                from tokenizers import AddedToken, Tokenizer
+            from tokenizers import AddedToken, Tokenizer
 
-                if plain is None:
-                    spec = json.loads(backend.to_str())
-                    spec["added_tokens"] = []
-                    plain = json.dumps(spec)
-                after = Tokenizer.from_str(plain)
-                after.add_special_tokens([AddedToken(self.sentinel, special=True, normalized=False)])
-                _PLAIN[key] = (after, after, after.token_to_id(self.sentinel))
-                while len(_PLAIN) > 3:
-                    _PLAIN.popitem(last=False)
-            _PLAIN.move_to_end(key)
-            self._plain = _PLAIN[key]
+            backend = self.hf.backend_tokenizer
+            after = Tokenizer(backend.model)
+            after.normalizer = backend.normalizer
+            after.pre_tokenizer = backend.pre_tokenizer
+            after.post_processor = backend.post_processor
+            after.decoder = backend.decoder
+            after.add_special_tokens([AddedToken(self.sentinel, special=True, normalized=False)])
+            self._plain = (after, after, after.token_to_id(self.sentinel))
         return self._plain
 
     # ------------------------------------------------------------------ rendering

@@ -90,22 +90,41 @@ def test_direct_decode_equals_transformers_decode(template: str) -> None:
         assert tok.decode(ids) == tok.hf.decode(ids, skip_special_tokens=False)
 
 
-def test_one_plain_tokenizer_encodes_initial_text_as_one_without_added_tokens() -> None:
+@pytest.mark.parametrize("template", ["qwen3", "phi3", "gpt-oss"])
+def test_one_plain_tokenizer_encodes_initial_text_as_one_without_added_tokens(template: str) -> None:
+    """The plain tokenizer shares the backend's model instead of copying it: it must be, to its serialization, the
+    tokenizer the backend's JSON describes with the sentinel as its only added token, and text without the sentinel
+    must encode as with no added token at all."""
     from tokenizers import Tokenizer
 
-    tok = load_named_tokenizer("qwen3")
+    tok = load_named_tokenizer(template)
+    sentinel = "\ue0030\ue003"
+    plain = tok._plain_tokenizer(sentinel)
     spec = json.loads(tok.backend.to_str())
+    sentinel_spec = {
+        "content": sentinel,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": True,
+    }
+    got = json.loads(plain.to_str())
+    assert [{k: v for k, v in t.items() if k != "id"} for t in got.pop("added_tokens")] == [sentinel_spec]
+    assert got == {k: v for k, v in spec.items() if k != "added_tokens"}
     spec["added_tokens"] = []
     bare = Tokenizer.from_str(json.dumps(spec))
     texts = [
         "<|im_start|>user\nhi<|im_end|>",
         " leading space <think>x</think> and <tool_call>{}</tool_call>",
-        "\ue0030\ue003 holds the first sentinel <|im_end|>",
+        "\ue0031\ue003 holds another sentinel <|im_end|> <|end|> <|start|>",
         "plain text, no control text at all",
     ]
     for text in texts:
         want = bare.encode(text, add_special_tokens=False).ids
         assert tok.encode_plain(text, initial=True).tolist() == want, text
+        after = plain.encode(sentinel + text, add_special_tokens=False).ids
+        assert tok.encode_plain(text, initial=False).tolist() == after[1:], text
 
 
 def test_the_render_watchdog_stops_a_looping_template_and_leaves_no_timer_behind(

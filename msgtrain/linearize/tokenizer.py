@@ -374,7 +374,6 @@ class TokenizerBundle:
         self.encoded_chars = 0
         self.encoded_tokens = 0
         self._plain: dict[str, Any] = {}
-        self._plain_spec: dict[str, Any] | None = None  # the tokenizer's JSON, once a plain copy is needed
         # added-token text -> whether the tokenizer strips whitespace before it (lstrip) / after it (rstrip)
         decoder = hf.added_tokens_decoder.values()
         self._strips: tuple[dict[str, bool], dict[str, bool]] = (
@@ -884,28 +883,24 @@ class TokenizerBundle:
         """The same tokenizer with one added token only, ``sentinel``: control-token text is ordinary text. Encoding
         ``sentinel + text`` encodes ``text`` as a stretch that follows a control token, the way the tokenizer encodes
         what follows one (SentencePiece word-start rules apply to the start of the input only); a text without the
-        sentinel encodes as with no added token at all, so one tokenizer serves both (building one copies the
-        whole vocabulary: about a second for 150k tokens)."""
+        sentinel encodes as with no added token at all, so one tokenizer serves both.
+
+        Built around the backend's own model, normalizer, pre-tokenizer, post-processor and decoder (shared, not
+        copied: the vocabulary is neither serialized nor rebuilt, which took about a second for 150k tokens and held
+        a second copy of it); it serializes exactly as the backend's JSON with its added tokens replaced by the
+        sentinel would (tests/test_linearize_shortcuts.py)."""
         tok = self._plain.get(sentinel)
         if tok is None:
-            from tokenizers import Tokenizer
+            from tokenizers import AddedToken, Tokenizer
 
-            if self._plain_spec is None:
-                self._plain_spec = json.loads(self.backend.to_str())
-            spec = self._plain_spec
-            free = self.backend.get_vocab_size(with_added_tokens=True)
-            spec["added_tokens"] = [
-                {
-                    "id": free,
-                    "content": sentinel,
-                    "single_word": False,
-                    "lstrip": False,
-                    "rstrip": False,
-                    "normalized": False,
-                    "special": True,
-                }
-            ]
-            tok = self._plain[sentinel] = Tokenizer.from_str(json.dumps(spec))
+            backend = self.backend
+            tok = Tokenizer(backend.model)
+            tok.normalizer = backend.normalizer
+            tok.pre_tokenizer = backend.pre_tokenizer
+            tok.post_processor = backend.post_processor
+            tok.decoder = backend.decoder
+            tok.add_special_tokens([AddedToken(sentinel, special=True, normalized=False)])
+            self._plain[sentinel] = tok
         return tok
 
     def encode_plain(self, text: str, *, initial: bool) -> np.ndarray:
