@@ -15,6 +15,9 @@ import this module instead of growing their own tables. What it knows:
   messages), the Anthropic shape (``tool_use`` / ``tool_result`` / ``thinking`` blocks; Letta's ``reasoning``
   blocks; goose's ``toolRequest`` / ``toolResponse``) and the Gemini shape (``functionCall`` /
   ``functionResponse`` / ``thought`` parts), and bare ``{"name", "arguments"}`` calls.
+- **Model calls folded into one message's text**: Open WebUI's ``<details type="reasoning" | "tool_calls">``
+  markup in an assistant message's content is read back into the assistant messages and results it stands for
+  (:mod:`msgtrain.ingest.common.details_markup`), never trained as text.
 
 Invariants:
 - Nothing is invented: argument strings are kept verbatim, ids the log gave are kept; a synthetic id
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.details_markup import DetailsStep, details_steps
 from msgtrain.ingest.common.pydantic_ai_messages import (
     INSTRUCTIONS_MARK,
     is_pydantic_ai_message,
@@ -337,6 +341,9 @@ class MessageNormaliser:
             )
         if role == "assistant" and is_ui_steps(content):
             return self._ui_steps(content, where)
+        folded = details_steps(content, where) if role == "assistant" and isinstance(content, str) else None
+        if folded is not None:  # Open WebUI's <details> markup: the model calls one message stands for
+            return self._details_steps(obj, folded, where)
         if role in ("assistant", "call"):
             name = obj.get("name")
             if isinstance(name, str) and name:
@@ -509,6 +516,19 @@ class MessageNormaliser:
                     results.append((call_id, name, output))
             out.append(self._assistant({}, content, False, f"{where} step {j}"))
             out.extend(self._result(call_id, name, value, where) for call_id, name, value in results)
+        return out
+
+    def _details_steps(self, obj: dict[str, Any], steps: list[DetailsStep], where: str) -> list[dict[str, Any]]:
+        """An assistant message whose text folds its model calls into markup (:mod:`.details_markup`): per call one
+        assistant message of its reasoning, text and tool calls, then its calls' results."""
+        out: list[dict[str, Any]] = []
+        for j, step in enumerate(steps):
+            logged: dict[str, Any] = {"tool_calls": step.calls}
+            if step.reasoning:
+                logged["reasoning_content"] = "\n".join(step.reasoning)
+            logged |= {k: v for k, v in obj.items() if k in ("name", "weight", "loss_weight")}  # the message's, all
+            out.append(self._assistant(logged, step.text or None, False, f"{where} call {j}"))
+            out.extend(self._result(call_id, name, value, where) for call_id, name, value in step.results)
         return out
 
     def _call(self, call: Any, where: str, k: int) -> dict[str, Any]:

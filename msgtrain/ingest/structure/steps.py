@@ -120,11 +120,13 @@ class StepBuilder:
                     raise  # nothing trainable before it: the conversation's reject, as it always was
                 gap = Gap(at, e, message_like_count(item)[1] or int(assistant_like(item)))
                 for j, later in enumerate(raw[i + 1 :], start=i + 1):
-                    self._add_after_gap(later, places[j] if places is not None else f"{where}[{j}]", gap)
+                    self.add_after_gap(later, places[j] if places is not None else f"{where}[{j}]", gap)
                 return gap
         return None
 
-    def _add_after_gap(self, raw: Any, where: str, gap: Gap) -> None:
+    def add_after_gap(self, raw: Any, where: str, gap: Gap) -> None:
+        """A message after ``gap``: an assistant one kept as context the log does not hold (``carried``, with
+        why), any other left out."""
         hit = role_of(raw)
         if hit is None or canonical_role(hit[1], self.norm.roles) not in ("assistant", "call"):
             return

@@ -6,6 +6,9 @@ prompt, a UI's swipes).
 Invariants:
 - A tree is one record of the books, whatever its number of roots (one graph per root, the first counting it).
 - A message whose parent is not in the conversation is rejected (``orphan_message``): its context is unknown.
+- A message that cannot be read is a gap on its branch (the tree's root excepted: nothing before it, the tree's
+  reject): the messages above it and the branches beside it are read as usual, the replies below it kept as context
+  the log does not hold, never trained, and the books say so.
 - Tool-call pairing is carried down each branch separately (a forked normaliser per child).
 - In a log that marks the replies its UI generated, an unmarked assistant message is context (scripted), not a turn;
   a message the UI hides from the model is left out; a writer's own marker lines are skipped, never read as messages.
@@ -40,9 +43,9 @@ from msgtrain.ingest.core.base import (
     excerpt,
 )
 from msgtrain.ingest.structure.context import inherited_tools, under_system
-from msgtrain.ingest.structure.found import Found, Lines, link_keys
+from msgtrain.ingest.structure.found import Found, Lines, assistant_like, link_keys
 from msgtrain.ingest.structure.mapping import Mapping
-from msgtrain.ingest.structure.steps import StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
+from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import PartsMessage, TextPart
@@ -95,13 +98,14 @@ def _tree_roots(
     tools = openai_tools(logged, where=f"{found.path}.tools") if logged else []
     out: list[ReadEvent] = []
     for n, (root_ref, root) in enumerate(children.get(None, [])):
-        (event,) = _tree_graph(path, root_ref if n else ref, root, children, id_key, m, tools)
+        event, *gaps = _tree_graph(path, root_ref if n else ref, root, children, id_key, m, tools)
         assert isinstance(event, ReadGraph)
         event.records = 1 if n == 0 else 0  # the tree is one record of the books
         if isinstance(system, str) and system.strip():
             event.graph = under_system(event.graph, system)
         event.extras = row_extras(found.holder, m)
         out.append(event)
+        out.extend(gaps)
     return out
 
 
@@ -264,11 +268,18 @@ def _tree_graph(
         (root_ref, root, None, norm, {})
     ]
     size = 0
+    gaps: list[Gap] = []
     while stack:
         ref, value, parent, norm, call_names = stack.pop()
         size += 1
         builder = StepBuilder(norm, call_names=call_names)
-        builder.add(value, f"{ref} $")
+        try:
+            builder.add(value, f"{ref} $")
+        except ValidationError as e:
+            if parent is None:
+                raise  # nothing before it: the tree's reject, as a conversation's first message is
+            size += _cut_below(graph, parent, builder, e, ref, value, children, id_key, gaps)
+            continue
         names |= norm.names
         node = parent
         for step in builder.steps:
@@ -278,4 +289,33 @@ def _tree_graph(
     check_speakers(MessageNormaliser(names=names), "$")
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     graph.graph_id = content_graph_id(base, graph)
-    return [ReadGraph(graph, root_ref, records=size)]
+    return [ReadGraph(graph, root_ref, records=size), *(gap_reject(root_ref, gap) for gap in gaps)]
+
+
+def _cut_below(
+    graph: MessageGraph,
+    parent: str,
+    builder: StepBuilder,
+    error: ValidationError,
+    ref: SourceRef,
+    value: dict[str, Any],
+    children: dict[str | None, Lines],
+    id_key: str,
+    gaps: list[Gap],
+) -> int:
+    """A message of a tree that cannot be read is a gap on its branch (:class:`~.steps.Gap`): the branches beside
+    it and the messages above it are read as usual; the replies below it were sampled in a context that held it, so
+    they are kept as context the log does not hold (under its parent, never trained). Returns how many messages
+    below it were passed over."""
+    gap = Gap(f"{ref} $", error, message_like_count(value)[1] or int(assistant_like(value)))
+    below = 0
+    stack = list(reversed(children.get(str(value[id_key]), [])))
+    while stack:
+        child_ref, child = stack.pop()
+        below += 1
+        builder.add_after_gap(child, f"{child_ref} $", gap)
+        stack.extend(reversed(children.get(str(child[id_key]), [])))
+    for step in builder.steps:
+        graph.add_node(parent, step.message, origin=step.origin)
+    gaps.append(gap)
+    return below
