@@ -417,6 +417,10 @@ def register(app: typer.Typer) -> None:
         from msgtrain.run.signals import terminate_on_sigterm
 
         terminate_on_sigterm()
+        if cfg.engine == "local":  # this process runs msgtrain alone (Ray's driver may hold pandas objects)
+            from msgtrain.export.without_pandas import skip_pandas
+
+            skip_pandas()
         show = not cfg.quiet and sys.stderr.isatty()
         if show:
             with ConvertProgress(console) as bar:

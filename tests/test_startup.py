@@ -74,6 +74,56 @@ def test_the_probe_sees_a_heavy_import() -> None:
     assert heavy == ["pyarrow"]
 
 
+# What a one-record convert with the embedded tokenizer must not import: the libraries a tokenizer folder, a hub id,
+# a --config or pandas objects would need, and readers its file does not need (tests/test_lazy_detection.py).
+CONVERT_LIGHT = ("pandas", "datasets", "torch", "transformers", "yaml", "msgtrain.ingest.structure.structural")
+
+
+def test_a_one_record_convert_imports_no_pandas_datasets_torch_transformers_or_yaml(tmp_path: Path) -> None:
+    log = tmp_path / "one.jsonl"
+    with open(ROOT / "sample_logs" / "calls" / "agent_calls.jsonl", encoding="utf-8") as f:
+        log.write_text(f.readline(), encoding="utf-8")
+    code, heavy = _imported_by("convert", str(log), "-q", "-o", str(tmp_path / "out"), watch=CONVERT_LIGHT)
+    assert code == 0 and (tmp_path / "out" / "report.json").is_file()
+    assert heavy == []
+
+
+PANDAS_LATER = """
+import sys
+import pyarrow as pa
+from msgtrain.export.without_pandas import skip_pandas
+assert skip_pandas()
+table = pa.table({"ids": pa.array([[1, 2], [3]], type=pa.list_(pa.int32())), "s": ["a", None]})
+table.column("ids").chunk(0).offsets.to_numpy()
+assert "pandas" not in sys.modules
+frame = table.to_pandas()  # what asks pyarrow for pandas still gets it
+assert "pandas" in sys.modules and frame["s"].isna().tolist() == [False, True]
+print("ok")
+"""
+
+LIBRARY = """
+import sys
+from pathlib import Path
+import pyarrow as pa
+from msgtrain.run.config import ConvertConfig
+from msgtrain.run.pipeline import convert
+convert(ConvertConfig(inputs=[sys.argv[1]], output=sys.argv[2], quiet=True))
+print(pa.lib._pandas_api.have_pandas)
+"""
+
+
+def test_pyarrow_without_pandas_imports_it_when_asked_and_only_in_msgtrains_own_processes(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", PANDAS_LATER], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+    # A library call leaves pyarrow's pandas integration as it was (it sees pandas, which is installed).
+    log = ROOT / "sample_logs" / "calls" / "agent_calls.jsonl"
+    args = [sys.executable, "-c", LIBRARY, str(log), str(tmp_path / "out")]
+    run = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "True"
+
+
 def test_formats_imports_no_reader_and_no_message_model() -> None:
     code, heavy = _imported_by("formats", watch=FORMATS_LIGHT)
     assert code == 0

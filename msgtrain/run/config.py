@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from msgtrain.errors import ConfigError, MsgtrainError
@@ -433,6 +432,8 @@ def load_config_data(path: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"cannot read config: {e.strerror or e}", where=str(path), hint="check the --config path"
         ) from e
+    import yaml  # only for a --config file: a convert without one does not import it
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

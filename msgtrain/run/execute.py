@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from msgtrain.errors import MsgtrainError, OutputError
+from msgtrain.export.without_pandas import skip_pandas
 from msgtrain.ingest.core.chunks import Chunk
 from msgtrain.run import parts
 from msgtrain.run.assembly import AssemblyJob, write_dataset
@@ -243,6 +244,7 @@ def _worker_init(parent: int) -> None:
     ignore_sigint_in_worker()
     _die_with_parent(parent)
     parts.SETTLE_HEAP = True
+    skip_pandas()  # a worker runs msgtrain alone: pyarrow need not import pandas
 
 
 def _die_with_parent(parent: int) -> None:

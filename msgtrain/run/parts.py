@@ -45,7 +45,6 @@ from msgtrain.ingest.core.chunks import Chunk, reading_chunk
 from msgtrain.ingest.core.files import SharedIndex
 from msgtrain.ingest.faults import log_traceback
 from msgtrain.ingest.registry import forced_reader
-from msgtrain.ingest.structure.mapping import mapping_text
 from msgtrain.ingest.supplied import context_text, rules_from_text, with_supplied_context
 from msgtrain.limits import DEFAULT_MAX_RECORD_MB
 from msgtrain.linearize import LinearizeOptions, linearize_graph, load_tokenizer
@@ -111,6 +110,15 @@ class LinearizeSettings:
         return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
+def _mapping_text(mapping: Any) -> str | None:
+    """A ``--map`` mapping as its canonical JSON (the mapping module, and YAML with it, only when there is one)."""
+    if mapping is None:
+        return None
+    from msgtrain.ingest.structure.mapping import mapping_text
+
+    return mapping_text(mapping)
+
+
 def settings_from_config(
     cfg: ConvertConfig, debug_log: str | None = None, shared: str | None = None
 ) -> LinearizeSettings:
@@ -126,7 +134,7 @@ def settings_from_config(
         engine_ids_mismatch=cfg.engine_ids_mismatch,
         content_format=cfg.content_format,
         train_dropped=cfg.train_dropped,
-        mapping=mapping_text(cfg.mapping),
+        mapping=_mapping_text(cfg.mapping),
         context=context_text(cfg.context, cfg.system_prompt, cfg.tools),
         max_graph_tokens=cfg.max_graph_tokens or None,
         max_graph_samples=cfg.max_graph_samples or None,
