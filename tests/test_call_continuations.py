@@ -178,3 +178,46 @@ def test_random_per_call_logs_train_every_reply_once_in_its_own_context(tmp_path
         for chunk in chunks:
             total.add(convert_file(path, SETTINGS, chunk)[1])
         assert total.to_json() == stats.to_json()
+
+
+def test_one_call_per_line_records_follow_the_same_rule_in_the_structural_reader(tmp_path: Path) -> None:
+    # Shape of AutoGen 0.4's LLMCallEvent lines ({"type": "LLMCall", "messages", "response", "agent_id"}), read by
+    # the structural reader: two sessions open with "hi"; the third call of the first comes after the second opened
+    def line(messages: list[dict[str, Any]], text: str) -> str:
+        response = json.loads(_call([], _assistant(text)))["response"]
+        return json.dumps({"type": "LLMCall", "messages": messages, "response": response, "agent_id": "planner"})
+
+    hello_a, hello_b = _assistant("Hello A"), _assistant("Hello B")
+    lines = [
+        line([_user("hi")], "Hello A"),
+        line([_user("hi"), hello_a, _user("Weather?")], "Sunny."),
+        line([_user("hi")], "Hello B"),
+        line([_user("hi"), hello_a, _user("Weather?"), _assistant("Sunny."), _user("Tomorrow?")], "Rain."),
+        line([_user("hi"), hello_b, _user("A joke?")], "Knock knock."),
+    ]
+    path = _write(tmp_path / "llm_calls.jsonl", lines)
+    assert detect_format(path).name == "structural"
+    _, stats, rejects = convert_file(path, SETTINGS)
+    # before: the third call of the first session was joined to the second session (the nearest earlier record its
+    # messages start with), which held "Hello A" and "Sunny." as context only: trained once and dropped again
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost, rejects) == (5, {}, 0, [])
+    graphs = _graphs(path)
+    assert len(graphs) == 2 and sum(e.records for e in graphs) == len(lines)
+    by_reply = {reply[1]: context for context, reply in _sampled(graphs)}
+    assert by_reply["Knock knock."] == (("user", "hi"), ("assistant", "Hello B"), ("user", "A joke?"))
+    assert by_reply["Rain."][:2] == (("user", "hi"), ("assistant", "Hello A"))
+
+
+def test_a_call_logged_twice_is_one_call(tmp_path: Path) -> None:
+    # a gateway that logs a call from its trace and from its span: the same messages, the same reply
+    hello = _assistant("Hello!")
+    lines = [
+        _call([_user("hi")], hello),
+        _call([_user("hi")], hello),
+        _call([_user("hi"), hello, _user("Weather?")], _assistant("Sunny.")),
+    ]
+    path = _write(tmp_path / "calls.jsonl", lines)
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), rejects) == (2, {}, [])
+    graphs = _graphs(path)
+    assert len(graphs) == 1 and graphs[0].records == 3

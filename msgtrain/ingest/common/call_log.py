@@ -24,14 +24,20 @@ Which calls are one conversation (:class:`CallLogGroups`, the rule every request
 - Messages are compared as the same turn (:func:`turn_identity`): a user, system or tool message by its content; an
   assistant message by its text and its calls (name, parsed arguments), as the books tell replies apart, because a
   client may re-send a reply without its reasoning or with its arguments re-serialised.
+- A call that logs an earlier call again (the same messages and the same reply: a trace and its span, a retry that
+  got the same reply) is that call, in its conversation.
 - A call that continues no earlier call starts a conversation of its own, even when it opens with the same messages
-  as another (two sessions that both start with "hi", a retry of a first call): each reply stays in the
-  conversation whose later calls re-send it, and what one session logs with its calls (a reward) never reaches the
-  other.
+  as another (two sessions that both start with "hi", a retry of a first call that got another reply): each reply
+  stays in the conversation whose later calls re-send it, and what one session logs with its calls (a reward) never
+  reaches the other.
 - Ambiguity: two conversations may both hold a call that a later call continues (they opened with the very same
   call, reply included). Nothing in the log tells them apart; the later call joins the one that logged such a call
   last (a log appends a conversation's calls in order). Either choice trains the same replies in the same contexts.
 - Calls are taken in file order: a call logged before the call it continues starts its own conversation.
+- A reader whose client rewrites the replies it re-sends (smolagents renders each output into the next call's
+  messages, joined with what follows it) says so (``rewritten_replies``): there a call whose context starts with an
+  earlier call's context, then an assistant message, continues that call when no call is continued as logged (the
+  longest such context; a guess where two conversations share it).
 """
 
 from __future__ import annotations
@@ -131,65 +137,59 @@ def _env_used(graph: MessageGraph, env_id: str) -> bool:
     return any(node.env_id == env_id for node in graph.nodes.values())
 
 
-class CallLogGroups:
-    """Call logs holding many conversations: one :class:`CallLogGraph` per conversation, the calls joined by the
-    rule of the module docstring (a session id, else a call continuing an earlier call's full message list)."""
+class Continuations:
+    """Which conversation each call of a log joins, by the rule of the module docstring (calls taken in order):
+    :meth:`conversation` names it, :meth:`added` records the call once its conversation holds it. Readers that keep
+    their own :class:`CallLogGraph` per conversation use it as :class:`CallLogGroups` does."""
 
-    def __init__(self, path: Path, metadata: dict[str, Any] | None = None):
-        self.path = path
-        self.metadata = metadata
-        self.logs: dict[str, CallLogGraph] = {}
-        self.first_ref: dict[str, SourceRef] = {}
+    def __init__(self, *, rewritten_replies: bool = False) -> None:
         # the digest of each full message list a call logged (context + one reply) -> the conversation holding it
         self._ends: dict[str, str] = {}
+        # with ``rewritten_replies``: the digest of each call's context -> the conversation holding it
+        self._contexts: dict[str, str] | None = {} if rewritten_replies else None
+        self._opened: set[str] = set()
         self._last: tuple[list[AnyMessage], list[str]] = ([], [])  # the last call's context and its prefix digests
 
-    def add(
-        self,
-        call: Call,
-        ref: SourceRef,
-        session: str | None = None,
-        *,
-        policy: str | None = None,
-        extras: dict[str, Any] | None = None,
-    ) -> list[str]:
-        """Add a call to its conversation. ``policy`` names the graph's policy when the conversation is new;
-        ``extras`` (e.g. a reward logged with the call) are carried to the conversation's samples, later
-        calls overriding earlier ones."""
-        chain = self._chain([step.message for step in call.context]) if not session else []
-        key = f"session:{session}" if session else self._continued(chain)
-        if key is None:  # a conversation of its own, named by its opening call (an ordinal when several open alike)
-            opening = chain[-1] if chain else ""
-            if call.samples:
-                opening = _extend(opening, call.samples[0].message)
-            key, n = "prefix:" + opening, 1
-            while (key if n == 1 else f"{key}#{n}") in self.logs:
-                n += 1
-            key = key if n == 1 else f"{key}#{n}"
-        log = self.logs.get(key)
-        if log is None:
-            # Named by file and conversation key, not by line: records around it (even garbage) do not move it.
-            conv = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
-            base = f"{self.path.name}#{conv}"
-            log = CallLogGraph(base, metadata={**(self.metadata or {}), "conversation_key": key}, policy=policy)
-        added = log.add(call)  # raises before anything is registered when the call is invalid
-        log.extras.update(extras or {})
-        self.logs.setdefault(key, log)
-        self.first_ref.setdefault(key, ref)
-        if not session:
-            tip = chain[-1] if chain else ""
-            for step in call.samples:
-                self._ends[_extend(tip, step.message)] = key
-        return added
+    def conversation(self, call: Call) -> str:
+        """The conversation ``call`` continues, else a new one named by its opening call (an ordinal where several
+        conversations open alike)."""
+        chain = self._chain([step.message for step in call.context])
+        tip = chain[-1] if chain else ""
+        whole = [_extend(tip, step.message) for step in call.samples]
+        again = next((self._ends[d] for d in whole if d in self._ends), None)
+        if again is not None:  # the very call logged again (a trace and its span, a retry that got the same reply)
+            return again
+        continued = next((self._ends[d] for d in reversed(chain) if d in self._ends), None)
+        if continued is not None:
+            return continued
+        if self._contexts is not None:  # an earlier call's messages, then its reply as the client rewrote it
+            messages = call.context
+            continued = next(
+                (
+                    self._contexts[chain[k - 1]]
+                    for k in range(len(chain) - 1, 0, -1)
+                    if messages[k].message.role == "assistant" and chain[k - 1] in self._contexts
+                ),
+                None,
+            )
+            if continued is not None:
+                return continued
+        opening = whole[0] if whole else tip
+        key, n = "prefix:" + opening, 1
+        while (key if n == 1 else f"{key}#{n}") in self._opened:
+            n += 1
+        return key if n == 1 else f"{key}#{n}"
 
-    def history(self, node_id: str) -> list[AnyMessage] | None:
-        """The messages from a root to a recorded node (None if no conversation holds it)."""
-        log = next((log for log in self.logs.values() if node_id in log.graph.nodes), None)
-        return log.history(node_id) if log is not None else None
-
-    def _continued(self, chain: list[str]) -> str | None:
-        """The conversation of the longest earlier call whose full message list starts this context, or None."""
-        return next((self._ends[d] for d in reversed(chain) if d in self._ends), None)
+    def added(self, call: Call, key: str) -> None:
+        """Record that conversation ``key`` holds ``call``: later calls that re-send its messages and a reply of it
+        continue that conversation."""
+        self._opened.add(key)
+        chain = self._chain([step.message for step in call.context])
+        tip = chain[-1] if chain else ""
+        if self._contexts is not None and chain:
+            self._contexts[tip] = key
+        for step in call.samples:
+            self._ends[_extend(tip, step.message)] = key
 
     def _chain(self, messages: list[AnyMessage]) -> list[str]:
         """The digest of each prefix of ``messages`` (turn identities, :func:`turn_identity`). The leading messages
@@ -206,6 +206,50 @@ class CallLogGroups:
             chain.append(_extend(chain[-1] if chain else "", message))
         self._last = (messages, chain)
         return chain
+
+
+class CallLogGroups:
+    """Call logs holding many conversations: one :class:`CallLogGraph` per conversation, the calls joined by the
+    rule of the module docstring (a session id, else a call continuing an earlier call's full message list)."""
+
+    def __init__(self, path: Path, metadata: dict[str, Any] | None = None, *, rewritten_replies: bool = False):
+        self.path = path
+        self.metadata = metadata
+        self.logs: dict[str, CallLogGraph] = {}
+        self.first_ref: dict[str, SourceRef] = {}
+        self._continuations = Continuations(rewritten_replies=rewritten_replies)
+
+    def add(
+        self,
+        call: Call,
+        ref: SourceRef,
+        session: str | None = None,
+        *,
+        policy: str | None = None,
+        extras: dict[str, Any] | None = None,
+    ) -> list[str]:
+        """Add a call to its conversation. ``policy`` names the graph's policy when the conversation is new;
+        ``extras`` (e.g. a reward logged with the call) are carried to the conversation's samples, later
+        calls overriding earlier ones."""
+        key = f"session:{session}" if session else self._continuations.conversation(call)
+        log = self.logs.get(key)
+        if log is None:
+            # Named by file and conversation key, not by line: records around it (even garbage) do not move it.
+            conv = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+            base = f"{self.path.name}#{conv}"
+            log = CallLogGraph(base, metadata={**(self.metadata or {}), "conversation_key": key}, policy=policy)
+        added = log.add(call)  # raises before anything is registered when the call is invalid
+        log.extras.update(extras or {})
+        self.logs.setdefault(key, log)
+        self.first_ref.setdefault(key, ref)
+        if not session:
+            self._continuations.added(call, key)
+        return added
+
+    def history(self, node_id: str) -> list[AnyMessage] | None:
+        """The messages from a root to a recorded node (None if no conversation holds it)."""
+        log = next((log for log in self.logs.values() if node_id in log.graph.nodes), None)
+        return log.history(node_id) if log is not None else None
 
     def events(self) -> Iterator[ReadGraph]:
         for key, log in self.logs.items():

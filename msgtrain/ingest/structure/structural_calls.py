@@ -4,10 +4,11 @@ A record that holds several such pairs (an agent's trajectory ``{steps: [{input:
 an RL rollout's ``transitions[].actions[]``, a search tree whose nodes each hold the call that expanded them) is
 read as the per-call logs are (:mod:`msgtrain.ingest.common.call_log`): each sampled reply is trained after exactly the
 messages its own call sent, with the tools and system prompt of that call; calls whose messages share a prefix
-share those nodes, so a history re-sent with every step is one conversation, not a copy per step. Calls whose
-first messages differ are different conversations (one graph each). Records of one file that are each one call are
-joined the same way when each re-sends an earlier one's messages (:func:`continuation_groups`): an agent's per-call
-log written one call per line.
+share those nodes, so a history re-sent with every step is one conversation, not a copy per step. Which calls are
+one conversation is the call log's rule (:class:`~msgtrain.ingest.common.call_log.Continuations`): a call joins the
+conversation whose messages and reply it re-sends; calls that only open alike are conversations of their own (one
+graph each). Records of one file that are each one call are joined the same way (:func:`continuation_groups`): an
+agent's per-call log written one call per line.
 
 Invariants:
 - A call is read by the same conversion as a lone prompt / completion record (the structural reader's
@@ -20,12 +21,13 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError
-from msgtrain.ingest.common.call_log import Call, CallLogGraph, conversation_key
+from msgtrain.ingest.common.call_log import Call, CallLogGraph, Continuations
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
@@ -70,6 +72,7 @@ def read_call_items(
     events: list[ReadEvent] = []
     logs: dict[str, CallLogGraph] = {}
     extras: dict[str, dict[str, Any]] = {}
+    continuations = Continuations()
     base = base_graph_id(path, ref)
     for sub, item in found:
         try:
@@ -78,16 +81,16 @@ def read_call_items(
             events.extend(e for e in read if not isinstance(e, ReadGraph))
             for event in graphs:
                 for call in calls_of(event.graph):
-                    # one conversation per first message: calls that share it share the root and every node of
-                    # their common prefix (the per-call reader's first-two-messages key would split a conversation
-                    # whose first call had only one message)
-                    key = conversation_key([s.message for s in call.context[:1]], None)
+                    # a call joins the conversation whose messages and reply it re-sends, as every call log's calls
+                    # do (msgtrain.ingest.common.call_log): calls that only open alike stay apart
+                    key = continuations.conversation(call)
                     log = logs.get(key)
                     if log is None:
                         digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
                         log = CallLogGraph(f"{base}#{digest}", metadata={"source_format": "structural"})
                         log.graph.metadata["layout"] = "calls"
                     log.add(call)
+                    continuations.added(call, key)
                     logs.setdefault(key, log)
                     extras.setdefault(key, {}).update(event.extras)
         except MsgtrainError as e:
@@ -108,24 +111,12 @@ def read_call_items(
 
 
 def continuation_groups(prompts: Sequence[list[Any]]) -> list[list[int]]:
-    """Records (by position) grouped into conversations: a record whose logged messages start with an earlier
-    record's messages, and hold more, continues that record's conversation (its history re-sent, the earlier
-    reply in it); any other starts its own. Compared as logged, before any parsing."""
-    groups: list[list[int]] = []
-    group_of: dict[int, int] = {}
+    """Records (by position) grouped so that no group parts calls that may be one conversation: by their first
+    logged message (a call that continues another re-sends all of it, the first message included). Which calls of a
+    group are one conversation is the call log's rule (:class:`~msgtrain.ingest.common.call_log.Continuations`,
+    in :func:`read_call_items`). Compared as logged, before any parsing."""
+    groups: dict[str, list[int]] = {}
     for i, prompt in enumerate(prompts):
-        earlier = next(
-            (
-                j
-                for j in range(i - 1, -1, -1)
-                if len(prompts[j]) < len(prompt) and prompt[: len(prompts[j])] == prompts[j]
-            ),
-            None,
-        )
-        if earlier is None:
-            group_of[i] = len(groups)
-            groups.append([i])
-        else:
-            group_of[i] = group_of[earlier]
-            groups[group_of[i]].append(i)
-    return groups
+        opening = json.dumps(prompt[:1], sort_keys=True, ensure_ascii=False, default=str)
+        groups.setdefault(opening, []).append(i)
+    return list(groups.values())

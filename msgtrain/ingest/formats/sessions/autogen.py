@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.call_log import Call, CallLogGraph, conversation_key
+from msgtrain.ingest.common.call_log import Call, CallLogGraph, Continuations
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id, build_linear_graph
 from msgtrain.ingest.formats import (
     Marks,
@@ -126,10 +126,12 @@ def _reply_message(response: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _call_events(path: Path, calls: list[tuple[str, list[Any], Any]]) -> list[ReadEvent]:
-    """The calls of a document (context, reply), one graph per conversation (first two messages), a reject per
-    call that cannot be read."""
+    """The calls of a document (context, reply), one graph per conversation (a call joins the one whose messages and
+    reply it re-sends, :class:`~msgtrain.ingest.common.call_log.Continuations`), a reject per call that cannot be
+    read."""
     events: list[ReadEvent] = []
     logs: dict[str, CallLogGraph] = {}
+    continuations = Continuations()
     for where, items, reply in calls:
         ref = SourceRef(str(path), where)
         try:
@@ -140,11 +142,12 @@ def _call_events(path: Path, calls: list[tuple[str, list[Any], Any]]) -> list[Re
                 for i, m in enumerate(context)
             ]
             call = Call(steps, [Step(sample, origin=Origin.SAMPLED)])
-            key = conversation_key(context[:1], None)  # calls sharing their first message share its tree
+            key = continuations.conversation(call)  # the conversation whose messages and reply it re-sends
             log = logs.get(key) or CallLogGraph(
                 f"{path.name}#{len(logs)}", metadata={"source_format": "autogen"}, policy=POLICY
             )
             log.add(call)
+            continuations.added(call, key)
             logs.setdefault(key, log)
         except MsgtrainError as e:
             events.append(ReadReject(ref, e.located(str(ref)), excerpt(items), turns=1))

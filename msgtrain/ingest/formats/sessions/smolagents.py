@@ -7,7 +7,8 @@ What is read:
   output message is ``sampled`` in exactly that context (:mod:`msgtrain.ingest.common.call_log`). Assistant messages of
   an input are the agent's rendering of earlier outputs, which their own steps log: context, not turns. Calls of one
   run share their history's nodes; the calls of a file are joined into conversations where a call re-sends an
-  earlier call's messages and output (:mod:`msgtrain.ingest.common.call_log`).
+  earlier call's messages and then its output as smolagents rewrites it (:mod:`msgtrain.ingest.common.call_log`,
+  ``rewritten_replies``).
 - "As the model classes send them": ``get_clean_message_list`` with ``tool_role_conversions`` — ``tool-call``
   messages become ``assistant`` and ``tool-response`` messages ``user``, and consecutive messages of one role are
   merged, text parts joined with a newline.
@@ -56,7 +57,9 @@ class SmolagentsReader:
         return shape.has(".model_input_messages[].role") or shape.has(".steps[].model_input_messages[].role")
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
-        groups = CallLogGroups(path, metadata={"source_format": self.name})
+        # smolagents renders each output into the next call's messages (joined with the observation's text): a
+        # re-sent reply is not the reply as sampled
+        groups = CallLogGroups(path, metadata={"source_format": self.name}, rewritten_replies=True)
         skipped = 0
         first_skip = None
         native_calls = False
