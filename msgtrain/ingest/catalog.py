@@ -39,6 +39,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/verifiers/results.jsonl",
     ),
     (
+        "nemo_gym",
+        "NVIDIA NeMo Gym rollouts (responses_create_params, response, reward; engine token ids per model call)",
+        "sample_logs/nemo_gym/example_rollouts.jsonl",
+    ),
+    (
         "lm_eval",
         "EleutherAI lm-evaluation-harness samples_<task>_<date>.jsonl (--log_samples): generations per doc",
         "sample_logs/lm_eval/samples_gsm8k_chat_2025-01-01T00-00-00.000000.jsonl",
@@ -194,6 +199,7 @@ READERS: tuple[Row, ...] = (
     ('graph', 'msgtrain.ingest.formats.chats.native', (), (('"msgtrain.graph"',), ()), None),
     ('inspect_ai', 'msgtrain.ingest.formats.harnesses.inspect_ai', ('explain',), (('"eval"', '_journal/start.json', 'header.json'), ()), None),
     ('verifiers', 'msgtrain.ingest.formats.harnesses.verifiers', (), (('"reward"',), ()), None),
+    ('nemo_gym', 'msgtrain.ingest.formats.harnesses.nemo_gym', (), (('"responses_create_params"',), ()), None),
     ('lm_eval', 'msgtrain.ingest.formats.harnesses.lm_eval', (), (('"doc_id"',), ()), None),
     ('mt_bench', 'msgtrain.ingest.formats.harnesses.mt_bench', ('partners',), (('"question_id"',), ()), (('"question_id"',), ())),
     ('options', 'msgtrain.ingest.formats.chats.options', (), (('"option_call"', '"option_result"', '"parts"'), ()), None),

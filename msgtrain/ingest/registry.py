@@ -40,6 +40,7 @@ MODULES: tuple[str, ...] = (
     # Eval-harness logs: documents with a harness-specific envelope (Inspect's eval spec, zip archives).
     _FORMATS + "harnesses.inspect_ai",
     _FORMATS + "harnesses.verifiers",
+    _FORMATS + "harnesses.nemo_gym",  # Responses request/response pairs with a reward: before openai_responses
     _FORMATS + "harnesses.lm_eval",
     _FORMATS + "harnesses.mt_bench",  # answers joined with the question file beside them by question_id
     # Conversation formats with a marker no other format has (kind tags, interactions:, lion_class, MARSYS roles,

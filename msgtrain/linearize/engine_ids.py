@@ -7,11 +7,14 @@ for a different reply, are in range and decode to other text (a toy log's Qwen3 
 reply says ``"Four"``). So the ids are decoded and compared with the message:
 
 - completion ids: one of the pieces of the reply a template prints verbatim (a text part, a tool call's name) must
-  occur in the decoded completion. Not every piece: a template may leave the text of a tool-calling reply or its
-  reasoning out of what the model saw and sampled (Qwen2.5's and Llama's drop reasoning, some drop text beside
-  calls), and an API may log a summary of reasoning rather than the sampled text. Ids of another vocabulary or of
-  another reply hold none of them;
-- prompt ids: the text of the last user message of the context must occur in the decoded prompt.
+  occur in the decoded completion, whole. Not every piece: a template may leave the text of a tool-calling reply or
+  its reasoning out of what the model saw and sampled (Qwen2.5's and Llama's drop reasoning, some drop text beside
+  calls), and an API may log a summary of reasoning rather than the sampled text. A piece that opens with a tagged
+  block (``<think>…</think>``) may be held without it: a template may strip the block a logged text begins with
+  (DeepSeek R1's). Whole, not its end: rollouts of one task often end alike (a code fence, ``return 0; }``, the same
+  boxed answer), so ids of a sibling reply hold the end of this one (NeMo Gym's real competitive-coding rollouts:
+  five C++ answers ending in ``return 0; }`` and a code fence). Ids of another vocabulary or of another reply hold none;
+- prompt ids: the text of the last user message of the context must occur in the decoded prompt, whole.
 
 Both comparisons ignore whitespace (engines and APIs strip or re-indent around a reply; templates add newlines), and
 nothing else: an argument string is not compared, because a serving engine's tool parser re-serializes arguments.
@@ -36,7 +39,8 @@ MISMATCH_POLICIES: tuple[str, ...] = ("drop", "render", "keep")
 
 _SPACE = re.compile(r"\s+")
 _EXCERPT = 40
-_TAIL = 16  # characters of a piece's end (whitespace aside) the decoded ids must hold
+# A block a text opens with that a template may strip: <think>…</think> and its like.
+_OPENING_BLOCK = re.compile(r"^\s*<([A-Za-z][\w-]*)>.*?</\1>", re.DOTALL)
 
 
 def _squeeze(text: str) -> str:
@@ -63,17 +67,19 @@ def last_user_text(context: Sequence[Any]) -> str | None:
     return None
 
 
-def _tail(piece: str) -> str:
-    lines = [line for line in piece.splitlines() if _squeeze(line)]
-    return _squeeze(lines[-1])[-_TAIL:] if lines else ""
+def _forms(piece: str) -> list[str]:
+    """What the decoded ids may hold of ``piece`` (whitespace aside): all of it, or all but an opening tagged block."""
+    whole = _squeeze(piece)
+    opening = _OPENING_BLOCK.match(piece)
+    rest = _squeeze(piece[opening.end() :]) if opening else ""
+    return [whole, rest] if rest else [whole]
 
 
 def _missing(pieces: Sequence[str], decoded: str) -> str | None:
-    """The first piece, when the decoded text holds the end of none of them (whitespace aside); None when it holds
-    one. A piece's end (the end of its last non-blank line), not all of it: a template may strip what opens a text
-    (DeepSeek R1's drops the ``<think>…</think>`` a logged text begins with) but prints its end as sampled."""
+    """The first piece, when the decoded text holds none of them whole (whitespace aside, an opening tagged block
+    aside); None when it holds one."""
     squeezed = _squeeze(decoded)
-    if not pieces or any(_tail(piece) in squeezed for piece in pieces):
+    if not pieces or any(form in squeezed for piece in pieces for form in _forms(piece)):
         return None
     return pieces[0]
 

@@ -341,6 +341,8 @@ class OpenAIResponsesReader:
     def detect(self, path: Path, head: bytes) -> bool:
         del path
         shape = head_shape(head)
+        if shape.has(".responses_create_params"):
+            return False  # a NeMo Gym rollout (a whole trajectory with its reward): the nemo_gym reader's
         if shape.any_value(".object", {"response"}) or shape.any_value(".response.object", {"response"}):
             return True
         if shape.has(".request.input") and shape.any_value(".response[].type", {"response.created"}):
