@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -292,6 +293,30 @@ def test_no_dependency_prints_a_banner_when_torch_is_missing(advisory: str | Non
         assert "PyTorch" not in printed and proc.stderr == ""
     else:
         assert "PyTorch was not found" in printed
+
+
+def test_no_command_prints_a_dependency_banner_or_warning(tmp_path: Path) -> None:
+    """Every command that reads logs or output, on a base install (torch absent) with transformers imported, prints
+    only its own output: stderr stays empty, stdout names no dependency's advisory."""
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_NO_ADVISORY_WARNINGS"}
+    env["PYTHONPATH"] = str(ROOT)
+    log = tmp_path / "one.jsonl"
+    with open(ROOT / "sample_logs" / "calls" / "agent_calls.jsonl", encoding="utf-8") as f:
+        log.write_text(f.readline(), encoding="utf-8")
+    out = str(tmp_path / "out")
+    for argv in (
+        ["convert", str(log), "-q", "-o", out],
+        ["validate", str(log)],
+        ["inspect", str(log)],
+        ["stats", out],
+        ["formats", "--explain", str(log)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", BANNER, *argv], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert proc.returncode == 0, (argv, proc.stderr[-2000:])
+        assert proc.stderr == "", (argv, proc.stderr[-2000:])
+        assert not re.search(r"PyTorch|TensorFlow|Flax|Warning", proc.stdout), (argv, proc.stdout[-2000:])
 
 
 @pytest.mark.parametrize(

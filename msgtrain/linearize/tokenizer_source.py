@@ -25,8 +25,6 @@ import importlib.util
 import os
 import re
 import socket
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,6 +237,9 @@ def offline_reason() -> str | None:
     for name in OFFLINE_VARIABLES:
         if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
             return f"{name} is set"
+    import urllib.parse
+    import urllib.request  # the proxy settings (and the HTTP client with them) only when the hub is asked
+
     endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
     host = endpoint.hostname or "huggingface.co"
     port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
