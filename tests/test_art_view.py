@@ -267,3 +267,12 @@ def test_art_builds_its_own_objects_from_the_layout(tmp_path: Path) -> None:
     choices = [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]
     assert len(choices) == 2 and choices[0].logprobs.content[0].token.startswith("token_id:")
     assert json.loads(trajectory.model_dump_json())["reward"] == trajectory.reward
+
+
+def test_a_record_convert_rejects_is_left_out_and_the_rest_become_groups(tmp_path: Path) -> None:
+    (path,) = write_rollouts(tmp_path / "logs", EIGHT[:1])
+    path.write_text(path.read_text() + '{"example_id": 9, "prompt": \n')  # a line cut short
+    _, rows, report = convert(tmp_path / "out", [path], "--group-by", "example_id")
+    assert report["records"]["rejected"] == 1 and len(rows) == 4
+    groups = art_trajectory_groups(rows, read_graphs([path]))
+    assert sum(len(g["trajectories"]) for g in groups) == 4

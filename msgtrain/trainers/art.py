@@ -74,8 +74,8 @@ def _rows(rows: Any) -> list[dict[str, Any]]:
 def read_graphs(paths: Sequence[str | Path], input_format: str | None = None) -> dict[str, MessageGraph]:
     """The message graphs of the logs at ``paths`` (files or folders, read in ``convert``'s order), by graph id.
 
-    A record no reader reads is a ConfigError naming it: a trajectory left out here would be missing from ART's
-    groups, so it is not skipped silently (convert's ``drops.jsonl`` lists why it rejected one)."""
+    Records no reader reads are left out, as convert leaves them out (its ``drops.jsonl`` and report list them): no
+    row comes from them, and a row whose graph is missing here is an error in :func:`art_trajectory_groups`."""
     from msgtrain.ingest.boundary import open_reader, read_events
     from msgtrain.ingest.core.events import ReadGraph, ReadReject
     from msgtrain.ingest.registry import get_reader
@@ -86,16 +86,11 @@ def read_graphs(paths: Sequence[str | Path], input_format: str | None = None) ->
     graphs: dict[str, MessageGraph] = {}
     for f in files:
         opened = open_reader(f, forced)
-        events = iter([opened]) if isinstance(opened, ReadReject) else read_events(opened, f)
-        for event in events:
+        if isinstance(opened, ReadReject):
+            continue
+        for event in read_events(opened, f):
             if isinstance(event, ReadGraph):
                 graphs[event.graph.graph_id] = event.graph
-            elif isinstance(event, ReadReject):
-                raise ConfigError(
-                    f"{event.source}: {event.error}",
-                    hint="fix or remove the record (convert rejects it too), then read the logs again",
-                    code="graph_unreadable",
-                )
     return graphs
 
 
