@@ -77,7 +77,16 @@ def test_the_probe_sees_a_heavy_import() -> None:
 
 # What a one-record convert with the embedded tokenizer must not import: the libraries a tokenizer folder, a hub id,
 # a --config or pandas objects would need, and readers its file does not need (tests/test_lazy_detection.py).
-CONVERT_LIGHT = ("pandas", "datasets", "torch", "transformers", "yaml", "msgtrain.ingest.structure.structural")
+CONVERT_LIGHT = (
+    "pandas",
+    "datasets",
+    "torch",
+    "transformers",
+    "yaml",
+    "pyarrow.acero",
+    "pyarrow.dataset",
+    "msgtrain.ingest.structure.structural",
+)
 
 
 def test_a_one_record_convert_imports_no_pandas_datasets_torch_transformers_or_yaml(tmp_path: Path) -> None:
@@ -87,6 +96,47 @@ def test_a_one_record_convert_imports_no_pandas_datasets_torch_transformers_or_y
     code, heavy = _imported_by("convert", str(log), "-q", "-o", str(tmp_path / "out"), watch=CONVERT_LIGHT)
     assert code == 0 and (tmp_path / "out" / "report.json").is_file()
     assert heavy == []
+
+
+def test_the_reports_counts_per_policy_and_source_equal_pyarrows_group_by() -> None:
+    """The run's tally sums with numpy (pyarrow's group_by would import Acero at every convert); checked against
+    ``Table.group_by().aggregate()`` on seeded random tables (null keys and sample ids, chunked columns)."""
+    import random
+    from collections import Counter
+
+    import pyarrow as pa
+
+    from msgtrain.run.assembly import _group_counts
+
+    rng = random.Random(37)
+    for trial in range(60):
+        n = rng.randint(1, 30)
+        table = pa.table(
+            {
+                "policy": pa.array([rng.choice(["a", "b", None, "c"]) for _ in range(n)], type=pa.string()),
+                "source": pa.array([rng.choice(["x", "y"]) for _ in range(n)], type=pa.string()),
+                "sample_id": pa.array([rng.choice(["s", None]) for _ in range(n)], type=pa.string()),
+                "num_tokens": pa.array([rng.randint(0, 2**31 - 1) for _ in range(n)], type=pa.int32()),
+                "num_trained_tokens": pa.array([rng.randint(0, 999) for _ in range(n)], type=pa.int32()),
+                "num_turns": pa.array([rng.randint(0, 9) for _ in range(n)], type=pa.int32()),
+            }
+        )
+        if trial % 2:
+            table = pa.concat_tables([table, table])
+        for column in ("policy", "source"):
+            agg = table.group_by(column).aggregate(
+                [("num_tokens", "sum"), ("num_trained_tokens", "sum"), ("num_turns", "sum"), ("sample_id", "count")]
+            )
+            expected = {
+                str(r[column]): Counter(
+                    samples=r["sample_id_count"],
+                    tokens=r["num_tokens_sum"],
+                    trained_tokens=r["num_trained_tokens_sum"],
+                    turns=r["num_turns_sum"],
+                )
+                for r in agg.to_pylist()
+            }
+            assert _group_counts(table, column) == expected
 
 
 PANDAS_LATER = """
