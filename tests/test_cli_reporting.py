@@ -30,10 +30,17 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().out.strip() == f"msgtrain {__version__}"
 
 
-def test_shell_completion_is_offered_and_prints_a_script(capsys: pytest.CaptureFixture[str]) -> None:
+def test_shell_completion_is_offered_and_prints_a_script(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["--help"]) == 0
     assert "--install-completion" in capsys.readouterr().out
-    assert main(["--show-completion", "bash"]) == 0
+    # --show-completion is a flag for the shell the process runs under, which typer finds by walking the parent
+    # processes; a test worker may have none (a detached or CI runner), so the shell is given as found.
+    import shellingham
+
+    monkeypatch.setattr(shellingham, "detect_shell", lambda *a, **k: ("bash", "/bin/bash"))
+    assert main(["--show-completion"]) == 0
     assert "_MSGTRAIN_COMPLETE" in capsys.readouterr().out
 
 
