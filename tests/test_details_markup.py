@@ -157,3 +157,20 @@ def test_an_unreadable_reply_in_a_tree_cuts_its_branch_only(tmp_path: Path) -> N
     assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (5, {"context_unknown": 1}, 1)
     assert [json.loads(r)["reason"] for r in rejects] == ["interrupted_markup"]
     assert stats.records_read == 1 and not stats.records_rejected
+
+
+def test_the_replies_open_webui_keeps_only_in_its_history_are_read(tmp_path: Path) -> None:
+    # Open WebUI saves the branch shown as chat.messages and every message in chat.history.messages: a regenerated
+    # reply to "And in Oslo?" that is not shown is in the history only
+    chat = json.loads(EXPORT.read_text(encoding="utf-8"))[0]
+    messages = chat["chat"]["history"]["messages"]
+    messages["u2"]["childrenIds"].append("a2r")
+    regenerated = "Oslo is cold today: a coat and gloves."
+    messages["a2r"] = {"id": "a2r", "parentId": "u2", "childrenIds": [], "role": "assistant", "content": regenerated}
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps([chat]), encoding="utf-8")
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost, rejects) == (6, {}, 0, [])
+    (graph,) = (e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph))
+    (sibling,) = (n for n in graph.nodes.values() if n.message.text == regenerated)
+    assert [_said(n.message) for n in graph.path(sibling.id)[:-1]] == WEATHER[:5]  # after exactly "And in Oslo?"

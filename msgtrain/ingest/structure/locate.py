@@ -258,6 +258,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         links = link_keys([(SourceRef("", ""), v) for v in record[longest] if isinstance(v, dict)])
         if children is None and links is not None:  # its messages name their parents: a tree
             columns |= {"id": links[0], "parent": links[1]}
+        whole = _tree_holding(record, longest) if children is None else None
+        if whole is not None:  # the branch shown, beside the whole tree it was cut from: the tree
+            columns |= whole
         if "system" not in columns:
             beside = system_in_settings(record)
             if beside is not None:
@@ -269,6 +272,23 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         shown = ", ".join(f"{path}.{k}" for k in lists)
         count = max(_assistant_count(record[k]) for k in lists)
         return Ambiguity(path, f"several message lists side by side ({shown}): which is the conversation?", count)
+    return None
+
+
+def _tree_holding(record: dict[str, Any], key: str) -> dict[str, str] | None:
+    """Columns of a tree of messages keyed by id, in an object beside the list ``record[key]``, that holds every
+    message of the list (Open WebUI saves a chat's shown branch as ``messages`` beside ``history.messages``, which
+    also keeps the regenerated replies and edited prompts): the list is one of its branches, so the tree is read.
+    None when there is no such tree."""
+    for name, value in record.items():
+        keyed = _keyed_messages(value) if isinstance(value, dict) else None
+        if keyed is None:
+            continue
+        id_key = keyed["id"]
+        tree = value[keyed["messages"]]
+        ids = {str(m.get(id_key)) for m in tree.values() if isinstance(m, dict)}
+        if all(isinstance(m, dict) and str(m.get(id_key)) in ids for m in record[key]):
+            return {"messages": f"{name}.{keyed['messages']}", "id": id_key, "parent": keyed["parent"]}
     return None
 
 
