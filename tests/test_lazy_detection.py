@@ -186,3 +186,20 @@ def test_detecting_a_file_imports_only_its_candidate_readers() -> None:
     assert seen["after"] == alone
     assert "msgtrain.ingest.structure.structural" not in seen["after"]  # the fallback: only when no reader claims
     assert len(seen["after"]) <= len(registry.MODULES) // 2, seen["after"]
+
+
+def test_a_stale_catalogue_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader added to the registry without regenerating the catalogue is still found: every reader is imported."""
+    from msgtrain.ingest import catalog
+
+    monkeypatch.setattr(catalog, "READERS", catalog.READERS[:-1])
+    registry.entries.cache_clear()
+    registry._by_name.cache_clear()
+    try:
+        found = registry.entries()
+        assert [e.module for e in found] == list(registry.MODULES)
+        assert found[-1].name == "structural" and "fallback" in found[-1].traits
+        assert detect_format(ROOT / "sample_logs" / "calls" / "agent_calls.jsonl").name == "calls"
+    finally:
+        registry.entries.cache_clear()
+        registry._by_name.cache_clear()
