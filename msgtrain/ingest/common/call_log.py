@@ -52,7 +52,7 @@ from typing import Any
 from msgtrain.ingest.common.conversation_files import Step, check_pairing, content_graph_id, dict_field
 from msgtrain.ingest.core.base import ReadGraph, SourceRef
 from msgtrain.model.graph import Env, MessageGraph, Origin
-from msgtrain.model.message import AnyMessage
+from msgtrain.model.message import AnyMessage, OptionCallMessage
 
 
 @dataclass
@@ -193,12 +193,12 @@ class Continuations:
 
     def _chain(self, messages: list[AnyMessage]) -> list[str]:
         """The digest of each prefix of ``messages`` (turn identities, :func:`turn_identity`). The leading messages
-        that are the very objects of the last call's (a reader that reuses parsed history passes them again) keep
-        their digests: a call costs what is new in it."""
+        that are those of the last call (the very objects, as a reader that reuses parsed history passes them, or
+        equal ones) keep their digests: a call costs what is new in it."""
         last, digests = self._last
         n = 0
         for new, old in zip(messages, last, strict=False):
-            if new is not old:
+            if new is not old and new != old:
                 break
             n += 1
         chain = digests[:n]
@@ -262,8 +262,9 @@ def turn_identity(message: AnyMessage) -> str:
     canonical content. The books tell replies apart the same way (``msgtrain.linearize.plan``)."""
     if message.role != "assistant":
         return message.canonical_json()
-    calls = [(c.option_name, json.dumps(c.arguments, sort_keys=True)) for c in getattr(message, "calls", ())]
-    return json.dumps(["assistant", message.text, calls], ensure_ascii=False)
+    calls = message.calls if isinstance(message, OptionCallMessage) else ()
+    named = [(c.option_name, json.dumps(c.arguments, sort_keys=True)) for c in calls]
+    return json.dumps(["assistant", message.text, named], ensure_ascii=False)
 
 
 def _extend(digest: str, message: AnyMessage) -> str:
