@@ -215,7 +215,26 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
         inner = _unwrap(message)
         if isinstance(inner.get("role"), str) or inner.get("type") in _LANGCHAIN_TYPES:
             return inner
-    return obj
+    event = _event_message(obj)
+    return event if event is not None else obj
+
+
+def _event_message(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The message an event holds as its ``content`` (Google ADK's session events: ``{"author": <agent name or
+    "user">, "content": {"role": "user" | "model", "parts": [...]}}``), or None. The message's own role says
+    which side spoke; the event's author (an agent's name) is the speaker of a model message, so that a session
+    in which several agents speak is seen as such."""
+    content = obj.get("content")
+    if not isinstance(content, dict) or not isinstance(content.get("role"), str):
+        return None
+    if not any(key in content for key in CONTENT_KEYS if key != "content") and "content" not in content:
+        return None
+    author = next((obj[key] for key in ROLE_KEYS if key != "role" and isinstance(obj.get(key), str)), None)
+    if author is None and not isinstance(obj.get("role"), str):
+        return None
+    if author is not None and canonical_role(content["role"]) == "assistant" and canonical_role(author) is None:
+        return {**content, "name": author}
+    return dict(content)
 
 
 def role_of(obj: Any) -> tuple[str, Any] | None:

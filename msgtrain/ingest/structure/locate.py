@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from msgtrain.ingest.common.shapes import (
     PREFERENCE_KEYS,
     canonical_role,
+    content_key_of,
     is_message_like,
     is_message_list,
     is_wrapper,
@@ -31,6 +33,7 @@ from msgtrain.ingest.common.shapes import (
     named_agents_error,
     parse_transcript,
     role_of,
+    unwrapped,
     wrapped_messages,
 )
 from msgtrain.ingest.core.base import SourceRef
@@ -45,6 +48,7 @@ from msgtrain.ingest.structure.context import (
 from msgtrain.ingest.structure.found import (
     Ambiguity,
     Found,
+    assistant_like,
     choice_messages,
     is_prefix,
     link_keys,
@@ -93,6 +97,20 @@ _REQUEST_RESULT_PAIRS = (
     ("request.body.messages", "response.body"),
     # promptfoo eval results (results.results[]): the prompt sent (text, or a chat as JSON text) and the output
     ("prompt.raw", "response.output"),
+    # Gemini requests beside their GenerateContentResponse (google-genai's contents + config): Google ADK's session
+    # event_logs (model_request / model_response) and its callbacks' and traces' llm_request / llm_response
+    ("model_request.contents", "model_response"),
+    ("llm_request.contents", "llm_response"),
+)
+# Where a logged request keeps its system prompt beside its messages, relative to the request (google-genai's
+# GenerateContentConfig: a string, or a Content of text parts).
+_REQUEST_SYSTEM_KEYS = (
+    "config.system_instruction",
+    "config.systemInstruction",
+    "config.system_instruction.parts",
+    "config.systemInstruction.parts",
+    "system_instruction",
+    "systemInstruction",
 )
 # A judge's pass / fail of a reply, nested in its record (promptfoo's gradingResult): a label like KTO's.
 _NESTED_LABEL_KEYS = ("gradingResult.pass",)
@@ -152,19 +170,60 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         return
     if not isinstance(value, dict):
         return
-    hit = record_layout(value, path)
+    copy = transcript_of_calls(value)
+    hit = record_layout(value, path) if copy is None else None
     if hit is not None:
         search.found.append(inheriting(hit, inherited) if isinstance(hit, Found) else hit)
         return
-    scored = candidates(value, path)
+    scored = candidates(value, path) if copy is None else []
     if scored:
         search.found.extend(scored)
         return
     if depth < MAX_SEARCH_DEPTH:
         here = context_here(value, path, inherited)
         for key, item in value.items():
-            if isinstance(item, dict | list):
+            if isinstance(item, dict | list) and key != copy:
                 _locate(item, f"{path}.{key}", depth + 1, search, here)
+
+
+def transcript_of_calls(record: dict[str, Any]) -> str | None:
+    """The key of the one message list of ``record`` that a list of calls beside it reproduces (Google ADK's session:
+    ``events``, the transcript, beside ``event_logs``, each model call's request and response), or None. Every
+    assistant message of the transcript is the reply of one of the calls, so the calls are read, each reply after
+    exactly the request its call sent (with that request's system prompt and tools, which a transcript leaves out),
+    and the transcript is passed over as their copy. A transcript holding a reply no call holds is not a copy: the
+    record stays ambiguous (:func:`_check_nothing_beside` of the structural conversion refuses it)."""
+    lists = [k for k, v in record.items() if is_message_list(v)]
+    if len(lists) != 1:
+        return None
+    replies: set[str] = set()
+    for key, value in record.items():
+        if key == lists[0] or not (isinstance(value, list) and value and all(isinstance(v, dict) for v in value)):
+            continue
+        layouts = [record_layout(item, "") for item in value]
+        if not all(isinstance(f, Found) and f.mapping.layout == "prompt_completion" for f in layouts):
+            continue
+        for item, found in zip(value, layouts, strict=True):
+            assert isinstance(found, Found)
+            replies |= {_content_json(m) for m in _reply_messages(dig(item, found.mapping.columns["completion"]))}
+    sampled = [_content_json(m) for m in record[lists[0]] if assistant_like(m)]
+    return lists[0] if replies and sampled and all(s in replies for s in sampled) else None
+
+
+def _reply_messages(value: Any) -> list[Any]:
+    """The messages of a logged reply: a response body's choices / candidates, a message, a list of them, text."""
+    if isinstance(value, dict):
+        return choice_messages(value) or [value]
+    return value if isinstance(value, list) else [value]
+
+
+def _content_json(message: Any) -> str:
+    """A message's content as compact JSON (a text as itself), to compare a transcript's copy with a call's reply."""
+    inner = unwrapped(message)
+    if isinstance(inner, dict):
+        key = content_key_of(inner)
+        inner = inner.get(key) if key is not None else inner
+    return json.dumps(inner, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _keyed_messages(record: dict[str, Any]) -> dict[str, str] | None:
@@ -241,9 +300,16 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if prompt is not None and _replies(completion) and _prompt_like(prompt):
             columns |= {"prompt": prompt_key, "completion": completion_key}
             request = prompt_key.rpartition(".")[0]
-            tools = next((f"{request}.{k}" for k in TOOL_KEYS if request and dig(record, f"{request}.{k}")), None)
+            where = (f"{request}.{k}" for k in (*TOOL_KEYS, *(f"config.{t}" for t in TOOL_KEYS)))
+            tools = next((k for k in where if request and dig(record, k)), None)
             if tools is not None and "tools" not in columns:
-                columns["tools"] = tools  # the tools the logged request sent, beside its messages
+                columns["tools"] = tools  # the tools the logged request sent, beside its messages (or its config)
+            system = next(
+                (f"{request}.{k}" for k in _REQUEST_SYSTEM_KEYS if request and _system_text(record, f"{request}.{k}")),
+                None,
+            )
+            if system is not None and "system" not in columns:
+                columns["system"] = system  # the system prompt the logged request sent
             # a judge's system prompt is in the judge_prompts file, not in its judgment lines
             unlogged = (prompt_key, completion_key) in _UNLOGGED_SYSTEM_PAIRS
             return Found(path, record, Mapping("prompt_completion", columns), unlogged_system=unlogged)
@@ -580,6 +646,12 @@ def _replies(value: Any) -> bool:
     if text_samples(value):
         return True
     return isinstance(value, str) or is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
+
+
+def _system_text(record: dict[str, Any], key: str) -> bool:
+    """Whether ``key`` holds a system prompt: text, or text blocks."""
+    value = dig(record, key)
+    return (isinstance(value, str) and value.strip() != "") or text_blocks(value) is not None
 
 
 def _prompt_like(value: Any) -> bool:

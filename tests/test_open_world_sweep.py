@@ -1,0 +1,149 @@
+"""Shapes met on real logs of projects no other test reads, each hand-written here in the real file's shape (no
+third-party data): the books against a count made by hand, and the context each trained reply sits after.
+
+Provenance of the shapes:
+- Google ADK session dump (``Session.model_dump()``: ``events`` of ``{author, content: {role, parts}}`` beside
+  ``event_logs`` of ``{model_request: {contents, config: {system_instruction, tools}}, model_response}``):
+  google/adk-python ``tests/integration/fixture/context_update_test/successful_test.session.json`` and
+  ``tests/integration/fixture/flow_complex_spark/sample.session.json`` @ 7c670f638bc17374ceb08740bdd057e55c9c2e12.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _write(path: Path, value: Any) -> Path:
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+def _graphs(path: Path) -> tuple[list[MessageGraph], list[ReadReject]]:
+    events = list(read_events(detect_format(path), path))
+    return [e.graph for e in events if isinstance(e, ReadGraph)], [e for e in events if isinstance(e, ReadReject)]
+
+
+def _sampled(graphs: list[MessageGraph]) -> list[tuple[list[tuple[str, str]], str, tuple[Any, ...]]]:
+    """(context as (role, text) pairs, reply text or call names, tools) of every sampled reply."""
+    out = []
+    for graph in graphs:
+        for node in graph.nodes.values():
+            if node.origin is not Origin.SAMPLED:
+                continue
+            path = graph.path(node.id)[:-1]
+            reply = node.message
+            text = reply.text or ",".join(c.option_name for c in getattr(reply, "calls", ()) or ())
+            out.append(([(n.message.role, n.message.text) for n in path], text, graph.envs[node.env_id].tools))
+    return sorted(out, key=lambda s: len(s[0]))
+
+
+# -------------------------------------------------------------------------------------------------- Google ADK
+
+_ADK_SYSTEM = "You are an agent. Your name is root_agent.\nCall tools"
+_ADK_TOOLS = [
+    {
+        "function_declarations": [
+            {
+                "name": "set_light",
+                "description": "Switch a light.",
+                "parameters": {"type": "OBJECT", "properties": {"on": {"type": "BOOLEAN"}}},
+            }
+        ]
+    }
+]
+
+
+def _content(role: str, *parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": role, "parts": list(parts)}
+
+
+def _adk_session(event_logs: bool = True) -> dict[str, Any]:
+    """A one-agent ADK session: hi / hello, then a request that the model answers with a call, its result, a
+    reply. Each model call logged in ``event_logs`` with the request it was sent."""
+    hi = _content("user", {"text": "hi"})
+    hello = _content("model", {"text": "Hello! How can I help?"})
+    ask = _content("user", {"text": "Turn the light on."})
+    call = _content("model", {"function_call": {"name": "set_light", "args": {"on": True}}})
+    result = _content("user", {"function_response": {"name": "set_light", "response": {"ok": True}}})
+    done = _content("model", {"text": "The light is on."})
+    events = [
+        {"invocation_id": "i1", "author": "user", "content": hi, "id": "e1", "timestamp": 1.0},
+        {"invocation_id": "i1", "author": "root_agent", "content": hello, "id": "e2", "timestamp": 2.0},
+        {"invocation_id": "i2", "author": "user", "content": ask, "id": "e3", "timestamp": 3.0},
+        {"invocation_id": "i2", "author": "root_agent", "content": call, "id": "e4", "timestamp": 4.0},
+        {"invocation_id": "i2", "author": "root_agent", "content": result, "id": "e5", "timestamp": 5.0},
+        {"invocation_id": "i2", "author": "root_agent", "content": done, "id": "e6", "timestamp": 6.0},
+    ]
+    config = {"system_instruction": _ADK_SYSTEM, "tools": _ADK_TOOLS}
+    calls = [([hi], hello), ([hi, hello, ask], call), ([hi, hello, ask, call, result], done)]
+    logs = [
+        {
+            "invocation_id": "i",
+            "event_id": f"c{n}",
+            "model_request": {"model": "gemini-1.5-flash", "contents": contents, "config": config},
+            "model_response": {"candidates": [{"content": reply, "finish_reason": "STOP"}], "model_version": "g"},
+        }
+        for n, (contents, reply) in enumerate(calls)
+    ]
+    session = {"id": "s1", "context": {}, "events": events, "past_events": [], "pending_events": {}}
+    return session | ({"event_logs": logs} if event_logs else {})
+
+
+def test_adk_session_trains_each_model_call_after_the_request_it_sent(tmp_path: Path) -> None:
+    """The calls (``event_logs``) are read, each reply after its own request's contents, with the request's
+    system instruction and tools; the transcript beside them (``events``) is their copy, not trained again. Before:
+    the transcript's Content objects under ``content`` were unreadable parts, and the calls' requests and
+    responses were read as separate conversations (replies with no context at all)."""
+    path = _write(tmp_path / "session.json", _adk_session())
+    graphs, rejects = _graphs(path)
+    assert not rejects
+    sampled = _sampled(graphs)
+    assert [s[1] for s in sampled] == ["Hello! How can I help?", "set_light", "The light is on."]
+    for context, _, tools in sampled:
+        assert context[0] == ("system", _ADK_SYSTEM)
+        assert [t["function"]["name"] for t in tools] == ["set_light"]
+    assert [r for r, _ in sampled[2][0]] == ["system", "user", "assistant", "user", "assistant", "tool"]
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (3, 3, 0)
+
+
+def test_adk_events_alone_are_a_transcript_of_wrapped_messages(tmp_path: Path) -> None:
+    """Without the calls, the events are the conversation: each event's ``content`` is its message (role from
+    the Content, the author the speaker), the model's replies sampled after the events before them."""
+    path = _write(tmp_path / "session.json", _adk_session(event_logs=False))
+    graphs, rejects = _graphs(path)
+    assert not rejects
+    sampled = _sampled(graphs)
+    assert [s[1] for s in sampled] == ["Hello! How can I help?", "set_light", "The light is on."]
+    assert [r for r, _ in sampled[2][0]] == ["user", "assistant", "user", "assistant", "tool"]
+
+
+def test_adk_session_of_several_agents_is_refused_not_trained_in_one_view(tmp_path: Path) -> None:
+    """Each agent of a multi-agent session saw the others' replies rewritten ("For context: ..."): one view of
+    all of them would be a context no call had."""
+    session = _adk_session(event_logs=False)
+    session["events"][5]["author"] = "summary_agent"
+    path = _write(tmp_path / "session.json", session)
+    graphs, rejects = _graphs(path)
+    assert not graphs and [r.error.code for r in rejects] == ["ambiguous_structure"]
+    assert "summary_agent" in rejects[0].error.message
+
+
+def test_a_transcript_holding_a_reply_no_call_holds_is_not_dropped_as_a_copy(tmp_path: Path) -> None:
+    session = _adk_session()
+    session["event_logs"].pop()  # the last reply is in the transcript only
+    path = _write(tmp_path / "session.json", session)
+    graphs, rejects = _graphs(path)
+    assert not graphs and [r.error.code for r in rejects] == ["ambiguous_structure"]
