@@ -162,7 +162,7 @@ def test_store_errors_are_one_line_naming_the_url_and_what_to_do(
         assert "cannot connect to the s3:// store at http://127.0.0.1" in line and "s3://round3-errors/sft" in line
 
 
-def test_a_latin1_line_is_one_reject_naming_the_encoding_and_a_utf16_file_is_named_by_its_bom(tmp_path: Path) -> None:
+def test_a_latin1_line_is_one_reject_naming_the_encoding_and_a_utf16_file_is_decoded_by_its_bom(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     chats = [{**CHAT, "messages": [{"role": "user", "content": w}, CHAT["messages"][1]]} for w in ("hi", "café", "hey")]
@@ -175,6 +175,5 @@ def test_a_latin1_line_is_one_reject_naming_the_encoding_and_a_utf16_file_is_nam
     rejects = {Path(r["file"]).name: r for r in _rejects(out)}
     assert rejects["latin.jsonl"]["record"] == "line 2" and rejects["latin.jsonl"]["reason"] == "bad_utf8"
     assert "Latin-1" in rejects["latin.jsonl"]["hint"] and "iconv" in rejects["latin.jsonl"]["hint"]
-    assert rejects["wide.jsonl"]["reason"] == "not_utf8" and "UTF-16LE" in rejects["wide.jsonl"]["message"]
-    assert "iconv -f UTF-16 -t UTF-8" in rejects["wide.jsonl"]["hint"]
-    assert json.loads((out / "report.json").read_text())["records"]["converted"] == 2  # latin.jsonl's valid lines
+    assert "wide.jsonl" not in rejects  # UTF-16 by its byte-order mark: decoded (tests/test_text_encodings.py)
+    assert json.loads((out / "report.json").read_text())["records"]["converted"] == 3  # latin.jsonl's valid lines + 1

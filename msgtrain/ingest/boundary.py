@@ -22,8 +22,6 @@ from msgtrain.ingest.core.base import (
     ReadReject,
     ReadSkip,
     SourceRef,
-    bom_encoding,
-    not_utf8_error,
     read_head,
 )
 from msgtrain.ingest.core.text_check import graph_reject
@@ -35,9 +33,6 @@ from msgtrain.ingest.isolate import read_document_isolating, read_folder_isolati
 def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject:
     """The reader for ``path`` (``forced``, or detected), or the reject that stands for the whole file."""
     file_ref = SourceRef(str(path), "file")
-    encoding = _bom_encoding(path)
-    if encoding is not None:
-        return ReadReject(file_ref, not_utf8_error(path, encoding))
     if forced is not None:
         return forced
     try:
@@ -50,16 +45,6 @@ def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject
         return ReadReject(file_ref, unreadable_file_error(path, e))
     except Exception as e:
         return fault_reject(file_ref, e, "format detection", traceback.format_exc(), path)
-
-
-def _bom_encoding(path: Path) -> str | None:
-    if path.is_dir():
-        return None
-    try:
-        with open(path, "rb") as f:
-            return bom_encoding(f.read(4))
-    except OSError:
-        return None  # detection reports it
 
 
 def read_events(reader: Reader, path: Path, forced: bool = False) -> Iterator[ReadEvent]:

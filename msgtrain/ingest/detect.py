@@ -26,6 +26,7 @@ from pathlib import Path
 from msgtrain.errors import FormatError
 from msgtrain.ingest.common.shapes import is_message_like
 from msgtrain.ingest.core.base import HEAD_BYTES, Reader, _head_lines, _mostly_records, read_head
+from msgtrain.ingest.core.text_input import open_input
 from msgtrain.ingest.registry import REGISTRY, candidates, directory_reader, entries, with_trait
 
 VOTE_RECORDS = 32  # records of the head that vote on the file's format
@@ -77,7 +78,7 @@ def looks_like_a_log(path: Path) -> bool:
     README or a config that holds no conversation is not a log, and stays passed over
     (:func:`passed_over_reason` says why)."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             head = f.read(1024)
     except OSError:
         return False
@@ -122,7 +123,7 @@ def _explain_head(path: Path, head: bytes) -> bytes:
     if len(head) < HEAD_BYTES:
         return head
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             return f.read(EXPLAIN_BYTES)
     except OSError:
         return head

@@ -77,6 +77,7 @@ from msgtrain.ingest.core.events import (
     excerpt,
 )
 from msgtrain.ingest.core.text_check import line_error
+from msgtrain.ingest.core.text_input import file_encoding, line_encoding_hint, open_input
 
 # The reader interface (msgtrain.ingest.core.events) is re-exported: a reader imports what it needs from this module.
 __all__ = [
@@ -191,14 +192,14 @@ def bounded_lines(f: BinaryIO) -> Iterator[bytes]:
 
 
 def read_head(path: Path) -> bytes:
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         return f.read(HEAD_BYTES)
 
 
 def first_two_lines(path: Path) -> tuple[bytes, bytes]:
     """The first two non-blank lines of a file (``b""`` where there is none): what decides JSONL or one document."""
     first = second = b""
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         for line in bounded_lines(f):
             if not line.strip():
                 continue
@@ -315,7 +316,7 @@ def is_json_lines(path: Path) -> bool:
 
 
 def _numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         yield from enumerate(bounded_lines(f), 1)
 
 
@@ -359,7 +360,7 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
             yield (
                 lineno,
                 raw,
-                ParseError(f"invalid UTF-8 at byte {e.start}", where=where, code="bad_utf8", hint=not_utf8_hint(raw)),
+                bad_text_error(path, raw, e.start, where),
             )
         except json.JSONDecodeError as e:
             truncated = not raw.endswith(b"\n")
@@ -380,28 +381,18 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, bytes, Any | MsgtrainErro
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-# Byte-order marks of the Unicode encodings that are not UTF-8, longest first (UTF-32 LE starts like UTF-16 LE).
-_BOMS = (
-    (b"\xff\xfe\x00\x00", "UTF-32LE"),
-    (b"\x00\x00\xfe\xff", "UTF-32BE"),
-    (b"\xff\xfe", "UTF-16LE"),
-    (b"\xfe\xff", "UTF-16BE"),
-)
-
-
-def bom_encoding(head: bytes) -> str | None:
-    """The encoding a file's byte-order mark names, when it is one msgtrain does not read (UTF-16, UTF-32)."""
-    return next((name for bom, name in _BOMS if head.startswith(bom)), None)
-
-
-def not_utf8_error(path: Path, encoding: str) -> ParseError:
-    """The reject of a whole file in an encoding named by its byte-order mark."""
+def bad_text_error(path: Path | str, raw: bytes | bytearray, at: int, where: str) -> ParseError:
+    """The reject of text that does not decode: named by the encoding the file's byte-order mark gives
+    (:mod:`msgtrain.ingest.core.text_input` decodes such a file line by line), else as UTF-8 with a guess at what
+    it is instead."""
+    encoding = file_encoding(path)
+    if encoding is None:
+        return ParseError(f"invalid UTF-8 at byte {at}", where=where, code="bad_utf8", hint=not_utf8_hint(raw))
     return ParseError(
-        f"the file is {encoding} text (by its byte-order mark); msgtrain reads UTF-8",
-        where=str(path),
-        code="not_utf8",
-        # iconv's UTF-16 / UTF-32 read the byte-order mark (the LE/BE names would keep it as a character)
-        hint=f"re-encode it as UTF-8: iconv -f {encoding[:6]} -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix}",
+        f"text that is not valid {encoding} (the file's encoding, by its byte-order mark)",
+        where=where,
+        code="bad_utf8",
+        hint=line_encoding_hint(path),
     )
 
 
@@ -440,7 +431,8 @@ def load_json_document(path: Path) -> Any:
             raise left_out
         folder.last = str(path)
     check_whole_file(path.stat().st_size, str(path))
-    raw = path.read_bytes()
+    with open_input(path) as f:
+        raw = f.read()
     try:
         value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -461,9 +453,7 @@ def load_json_document(path: Path) -> Any:
 
 def _document_error(path: Path, e: UnicodeDecodeError | json.JSONDecodeError) -> ParseError:
     if isinstance(e, UnicodeDecodeError):
-        return ParseError(
-            f"invalid UTF-8 at byte {e.start}", where=str(path), code="bad_utf8", hint=not_utf8_hint(e.object)
-        )
+        return bad_text_error(path, e.object, e.start, str(path))
     return ParseError(f"invalid JSON at line {e.lineno}: {e.msg}", where=str(path), code="bad_json")
 
 
@@ -562,7 +552,7 @@ def active_chunk(path: Path | str) -> Chunk | None:
 
 def iter_chunk_lines(path: Path | str, chunk: Chunk) -> Iterator[tuple[int, bytes]]:
     """(line number, raw line) of the chunk's lines, in file order."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         for start, end, first in chunk.runs:
             f.seek(start)
             pos, lineno = start, first
@@ -581,7 +571,7 @@ def chunk_through(path: Path | str, within: Chunk | None, last_line: int) -> Chu
     fault comes from."""
     runs: list[tuple[int, int, int]] = []
     spans = within.runs if within is not None else ((0, 1 << 62, 1),)
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         for start, end, first in spans:
             if first > last_line:
                 break

@@ -61,6 +61,7 @@ from msgtrain.ingest.core.base import (
     reading_chunk,
     whole_file,
 )
+from msgtrain.ingest.core.text_input import file_encoding, open_input
 
 # What a reader's key function returns: the record's conversation keys (``()``: a record independent of all
 # others), or ``None``: keep this record with the line before it.
@@ -119,7 +120,7 @@ def line_groups(path: Path, keys: KeyFunction) -> tuple[Any, Any, Any]:
     prev = -1
     pos = 0
     blank = array("b")
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         for raw in bounded_lines(f):
             offsets.append(pos)
             pos += line_size(raw)
@@ -202,10 +203,12 @@ def chunk_without(
 def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]:
     """Cut ``path`` into chunks of about ``target_bytes`` holding whole conversations (see the module docstring).
 
-    Returns ``[]`` when the file is not worth splitting (at most one chunk would come out).
+    Returns ``[]`` when the file is not worth splitting (at most one chunk would come out), or when it starts with a
+    byte-order mark: its text is read through a UTF-8 copy (:mod:`msgtrain.ingest.core.text_input`) whose byte
+    offsets are not the file's, and an object's chunks are fetched by the file's byte ranges.
     """
     size = path.stat().st_size
-    if target_bytes <= 0 or size <= target_bytes:
+    if target_bytes <= 0 or size <= target_bytes or file_encoding(path) is not None:
         return []
     import numpy as np  # lazily, as in line_groups
 

@@ -39,6 +39,8 @@ from contextvars import ContextVar
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol, TypeVar
 
+from msgtrain.ingest.core.text_input import open_input
+
 T = TypeVar("T")
 HEAD_BYTES = 64 * 1024  # what :meth:`Beside.head` gives: the bytes format detection sees
 
@@ -187,7 +189,7 @@ class LocalFiles:
 
     def head(self, location: PurePosixPath) -> bytes:
         try:
-            with open(Path(location), "rb") as f:
+            with open_input(Path(location)) as f:
                 return f.read(HEAD_BYTES)
         except OSError:
             return b""
@@ -198,7 +200,7 @@ class LocalFiles:
     def open_sibling(self, path: Path, sibling: PurePosixPath) -> BinaryIO | None:
         local = Path(sibling)
         try:
-            return open(local, "rb") if local.is_file() else None
+            return open_input(local) if local.is_file() else None
         except OSError:  # unreadable: as if absent (the part key says so too: msgtrain.run.units)
             return None
 

@@ -75,6 +75,7 @@ The reader is split along those seams; each module states its own invariants:
 
 from __future__ import annotations
 
+import io
 import itertools
 import re
 from collections.abc import Iterator
@@ -140,12 +141,12 @@ def file_records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
 
 
 def _load_yaml(path: Path) -> Any:
-    from msgtrain.ingest.core.base import check_whole_file
+    from msgtrain.ingest.core.base import check_whole_file, open_input
     from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
 
     try:
         check_whole_file(path.stat().st_size, str(path), "YAML document", "split it into several files")
-        with open(path, encoding="utf-8") as f:
+        with io.TextIOWrapper(open_input(path), encoding="utf-8") as f:
             return load_yaml_bounded(f, str(path))
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         return ParseError(f"not valid YAML: {e}", where=str(path), code="bad_yaml")

@@ -50,7 +50,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGroups
 from msgtrain.ingest.common.shapes import message_like_count
-from msgtrain.ingest.core.base import LongLine, head_mostly, line_size, read_bounded_line
+from msgtrain.ingest.core.base import LongLine, head_mostly, line_size, open_input, read_bounded_line
 from msgtrain.ingest.core.files import Beside, InputFiles, input_files
 from msgtrain.ingest.formats import (
     Marks,
@@ -265,7 +265,7 @@ def _file_kind(path: Path) -> str | None:
 def _requests(path: Path) -> Iterator[tuple[_Located, dict[str, Any]]]:
     """The request lines of a batch input file, with where each is (one pass, lines bounded as every reader's)."""
     offset = lineno = 0
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         while raw := read_bounded_line(f):
             lineno, start, offset = lineno + 1, offset, offset + line_size(raw)
             value = _parsed(raw)
@@ -285,7 +285,7 @@ def _parsed(raw: bytes) -> dict[str, Any] | None:
 
 def _line_value(located: _Located) -> dict[str, Any]:
     """The request line at ``located``, read again by a seek (an input file may hold 50,000 requests)."""
-    with open(located.path, "rb") as f:
+    with open_input(located.path) as f:
         f.seek(located.offset)
         value = _parsed(read_bounded_line(f))
     if value is None or not is_batch_request(value):

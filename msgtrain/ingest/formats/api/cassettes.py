@@ -36,6 +36,7 @@ Safe readings:
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -200,7 +201,7 @@ def _load(path: Path) -> list[Any]:
     # A YAML document is held whole while it is parsed: bounded as JSON documents are.
     base.check_whole_file(path.stat().st_size, str(path), "cassette", "split the recording into several cassettes")
     try:
-        with open(path, encoding="utf-8") as f:
+        with io.TextIOWrapper(base.open_input(path), encoding="utf-8") as f:
             data = load_yaml_bounded(f, str(path))
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ParseError(f"not valid YAML: {e}", where=str(path), code="bad_yaml") from e

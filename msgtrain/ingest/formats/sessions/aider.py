@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Literal
 
 from msgtrain.ingest.common.session_common import Chain, graph_id_for
-from msgtrain.ingest.core.base import bounded_lines
+from msgtrain.ingest.core.base import bounded_lines, open_input
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
@@ -233,7 +233,7 @@ class AiderReader:
 
 # ------------------------------------------------------------------------------------------------------ parsing
 def _text_lines(path: Path) -> Iterator[str]:
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         for k, raw in enumerate(bounded_lines(f)):
             line = raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
             yield line.removeprefix("\ufeff") if k == 0 else line  # an editor's byte-order mark

@@ -48,7 +48,7 @@ from typing import Any, BinaryIO, Literal
 
 from msgtrain.errors import FormatError, MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import SkipTally, as_dict, graph_id_for
-from msgtrain.ingest.core.base import HEAD_BYTES, bounded_lines, first_json_value
+from msgtrain.ingest.core.base import HEAD_BYTES, bounded_lines, first_json_value, open_input
 from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.ingest.formats import (
     Marks,
@@ -207,7 +207,7 @@ class ClaudeCodeReader:
 
 def _iter_records(path: Path) -> Iterator[tuple[str, bytes | str, Any]]:
     """(record ref, raw, parsed object or ParseError) for the JSONL lines, or the items of a loglines export."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         head = f.read(HEAD_BYTES)
     shape = head_shape(head)
     if shape.layout == "object" and shape.has(".loglines"):

@@ -39,7 +39,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import SkipTally, as_dict, as_list, graph_id_for, has_any, synthetic_call_id
-from msgtrain.ingest.core.base import HEAD_BYTES, first_json_value
+from msgtrain.ingest.core.base import HEAD_BYTES, first_json_value, open_input
 from msgtrain.ingest.formats import (
     Marks,
     ReadEvent,
@@ -137,7 +137,7 @@ class OtelGenAiReader:
 
 
 def _iter_spans(path: Path) -> Iterator[_Span | ReadReject]:
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         head = f.read(HEAD_BYTES)
     first = first_json_value(head)
     is_jsonl = isinstance(first, dict) and head_shape(head).layout == "jsonl"
