@@ -48,7 +48,7 @@ TEMPLATE_KWARGS_KEY = "chat_template_kwargs"
 def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     """One conversation → a graph (raises :class:`ValidationError` naming the JSON path on anything ambiguous)."""
     if found.node_map:
-        return [node_map_graph(path, ref, found.holder, found.mapping.columns["messages"], found.path)]
+        return node_map_graph(path, ref, found.holder, found.mapping.columns["messages"], found.path)
     if "children" in found.mapping.columns or "parent" in found.mapping.columns:
         return tree_events(path, ref, found)
     m, holder, at = found.mapping, found.holder, found.path

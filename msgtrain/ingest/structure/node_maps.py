@@ -6,8 +6,8 @@ node it replaced, and the path to ``current_node`` is what the UI shows. The Cha
 reader (:mod:`msgtrain.ingest.structure.structural`) finds a node map anywhere in a record by its shape and reads it
 here: each path from a root is a branch, siblings are versions sampled from the same context.
 
-Typed content (``{"content_type": ..., ...}``, ChatGPT's message content) is read type by type, and a type not
-listed here rejects the conversation naming it (never silently dropped):
+Typed content (``{"content_type": ..., ...}``, ChatGPT's message content) is read type by type; a type not listed
+here is a message that cannot be read (never silently dropped):
 
 - ``text``, ``multimodal_text`` (text, ``image_asset_pointer`` kept as an image reference, audio transcriptions
   as text), ``code``: the message's content. An assistant message addressed to a tool (``recipient`` other than
@@ -32,8 +32,18 @@ reply the user stopped before it ended (``metadata.finish_details.type`` ``inter
 ``in_progress``): cut short, it is in the books as ``interrupted``, never a positive example.
 
 A tool result answers the oldest open call of its tool on its branch. One that answers no call (a file-search
-result the service added on upload) rejects the conversation naming the node (``unpaired_result``): a template
-cannot render a result without its call, and how the service showed it to the model is not in the export.
+result the service added on upload) cannot be read (``unpaired_result``): a template cannot render a result without
+its call, and how the service showed it to the model is not in the export.
+
+Invariants:
+- A node that cannot be read is a gap on its branch, as in every tree the structural reader reads
+  (:mod:`~msgtrain.ingest.structure.trees`, :func:`~msgtrain.ingest.structure.steps.hang_below_gap`): the replies
+  above it are trained, the branches beside it read as usual, the replies below it kept as context the export does
+  not hold (``context_unknown`` in the books), never stitched to what came before it; the node is a reject naming it
+  (its turns lost, no record of its own). Only the conversation's first message, with nothing before it, rejects
+  the conversation, and so does a map whose structure is broken (an orphan node, a cycle).
+- The conversation is one record of the books; every assistant node is trained, in the books as dropped with its
+  reason, or lost with a reject.
 """
 
 from __future__ import annotations
@@ -46,7 +56,8 @@ from typing import Any
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import base_graph_id, content_graph_id
 from msgtrain.ingest.common.shapes import MessageNormaliser, is_message_like
-from msgtrain.ingest.core.base import ReadGraph, SourceRef
+from msgtrain.ingest.core.base import ReadEvent, ReadGraph, SourceRef
+from msgtrain.ingest.structure.steps import Gap, StepBuilder, gap_reject, hang_below_gap
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.openai import check_reply_present, from_openai_message
@@ -123,9 +134,10 @@ class _Branch:
         return _Branch(parent, norm, dict(self.call_names), self.withheld)
 
 
-def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str, at: str) -> ReadGraph:
-    """The graph of the node map ``holder[key]`` (found at JSON path ``at``); raises :class:`ValidationError` naming
-    the node on anything it cannot read."""
+def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str, at: str) -> list[ReadEvent]:
+    """The graph of the node map ``holder[key]`` (found at JSON path ``at``), and a reject for each node that cannot
+    be read below the first message (a gap on its branch: :mod:`~msgtrain.ingest.structure.steps`); raises
+    :class:`ValidationError` naming the node when the map's structure, or its first message, cannot be read."""
     nodes: dict[str, Any] = holder[key]
     where = f"{at}.{key}"
     children: dict[str | None, list[str]] = {}
@@ -148,6 +160,7 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
     passed: dict[str, int] = {}
     withheld = 0
     stack: list[tuple[str, _Branch]] = [(root, _Branch()) for root in reversed(children.get(None, []))]
+    gaps: list[Gap] = []
     seen = 0
     while stack:
         node_id, branch = stack.pop()
@@ -158,23 +171,19 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
         if kind is not None:
             passed[kind] = passed.get(kind, 0) + 1
         else:
-            # weight 0 marks a reply not to train on, as in OpenAI's fine-tuning files: kept as context.
-            unweighted = message.get("weight") == 0
-            cut_short = _interrupted(message)
-            for data in _messages(message, branch, node_where):
-                data.pop("weight", None)
-                if data["role"] == "assistant":
-                    check_reply_present(data, node_where)
-                msg = from_openai_message(data, call_names=branch.call_names)
-                calls = getattr(msg, "calls", ())
-                branch.call_names.update({c.invocation_id: c.option_name for c in calls})
-                # After a result the export withheld, a reply's context is not the one the model saw.
-                origin = Origin.CARRIED if (branch.withheld or unweighted) and msg.role == "assistant" else None
-                if cut_short and msg.role == "assistant":
-                    metadata = {**msg.metadata, "interrupted": True, "why_not_trained": _INTERRUPTED_WHY}
-                    msg, origin = msg.model_copy(update={"metadata": metadata}), Origin.CARRIED
+            try:
+                read = _node_messages(message, branch, node_where)
+            except ValidationError as e:
+                if branch.parent is None:
+                    raise  # nothing before it: the conversation's reject, as a list's first message is
+                gap = Gap(node_where, e, int(_role(message) == "assistant"))
+                below = _below(nodes, children, node_id, where)
+                seen += hang_below_gap(graph, branch.parent, gap, below, StepBuilder(MessageNormaliser()), _read_after)
+                gaps.append(gap)
+                continue
+            for msg, origin, withheld_result in read:
                 branch.parent = graph.add_node(branch.parent, msg, origin=origin)
-                if data["role"] == "tool" and not str(data.get("content") or "").strip():
+                if withheld_result:
                     branch.withheld = True
                     withheld += 1
         stack.extend((child, branch.fork(branch.parent)) for child in reversed(children.get(node_id, [])))
@@ -194,7 +203,47 @@ def node_map_graph(path: Path, ref: SourceRef, holder: dict[str, Any], key: str,
         extras["node_map"] = {"passed": dict(sorted(passed.items()))}
         if withheld:
             extras["node_map"]["withheld_results"] = withheld
-    return ReadGraph(graph, ref, records=1, extras=extras)
+    return [ReadGraph(graph, ref, records=1, extras=extras), *(gap_reject(ref, gap) for gap in gaps)]
+
+
+def _node_messages(message: dict[str, Any], branch: _Branch, where: str) -> list[tuple[Any, Origin | None, bool]]:
+    """One node's message as graph messages (message, origin, whether it is a tool result the export withheld),
+    read whole before any is added, so a node that cannot be read adds nothing (it is a gap on its branch)."""
+    # weight 0 marks a reply not to train on, as in OpenAI's fine-tuning files: kept as context.
+    unweighted = message.get("weight") == 0
+    cut_short = _interrupted(message)
+    out: list[tuple[Any, Origin | None, bool]] = []
+    call_names = dict(branch.call_names)
+    for data in _messages(message, branch, where):
+        data.pop("weight", None)
+        if data["role"] == "assistant":
+            check_reply_present(data, where)
+        msg = from_openai_message(data, call_names=call_names)
+        call_names.update({c.invocation_id: c.option_name for c in getattr(msg, "calls", ())})
+        # After a result the export withheld, a reply's context is not the one the model saw.
+        origin = Origin.CARRIED if (branch.withheld or unweighted) and msg.role == "assistant" else None
+        if cut_short and msg.role == "assistant":
+            metadata = {**msg.metadata, "interrupted": True, "why_not_trained": _INTERRUPTED_WHY}
+            msg, origin = msg.model_copy(update={"metadata": metadata}), Origin.CARRIED
+        out.append((msg, origin, data["role"] == "tool" and not str(data.get("content") or "").strip()))
+    branch.call_names = call_names
+    return out
+
+
+def _below(
+    nodes: dict[str, Any], children: dict[str | None, list[str]], node_id: str, where: str
+) -> Iterator[tuple[Any, str]]:
+    """The messages of the subtree under ``node_id`` (itself excepted), each with its JSON path."""
+    stack = list(reversed(children.get(node_id, [])))
+    while stack:
+        below = stack.pop()
+        yield nodes[below].get("message"), f"{where}.{below}.message"
+        stack.extend(reversed(children.get(below, [])))
+
+
+def _read_after(message: Any, where: str) -> list[dict[str, Any]]:
+    """A message below a gap read as chat dicts (a UI record, not a message, is none)."""
+    return [] if _passed_kind(message) is not None else list(_messages(message, _Branch(), where))
 
 
 def _interrupted(message: dict[str, Any]) -> bool:

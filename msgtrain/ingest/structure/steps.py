@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,11 +34,14 @@ from msgtrain.ingest.common.shapes import (
 from msgtrain.ingest.core.base import ReadReject, SourceRef
 from msgtrain.ingest.structure.found import assistant_like
 from msgtrain.ingest.structure.mapping import Mapping, top_fields
-from msgtrain.model.graph import Origin
+from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import OptionCallMessage, PartsMessage, TextPart
 from msgtrain.model.openai import check_reply_present, from_openai_message
 
 MAX_EXTRA_JSON = 4096  # sibling objects larger than this (as JSON) are not carried to the rows
+
+# How a layout reads one raw message after a gap into OpenAI chat dicts (its own dialect: a node map's typed content).
+ReadAfterGap = Callable[[Any, str], list[dict[str, Any]]]
 
 
 @dataclass
@@ -124,14 +128,16 @@ class StepBuilder:
                 return gap
         return None
 
-    def add_after_gap(self, raw: Any, where: str, gap: Gap) -> None:
+    def add_after_gap(self, raw: Any, where: str, gap: Gap, read: ReadAfterGap | None = None) -> None:
         """A message after ``gap``: an assistant one kept as context the log does not hold (``carried``, with
-        why), any other left out."""
+        why), any other left out. ``read`` reads a layout's own dialect (default: the shared normaliser)."""
         hit = role_of(raw)
         if hit is None or canonical_role(hit[1], self.norm.roles) not in ("assistant", "call"):
             return
+        if read is None:
+            read = MessageNormaliser(roles=self.norm.roles, content_key=self.norm.content_key).normalise
         try:
-            data = MessageNormaliser(roles=self.norm.roles, content_key=self.norm.content_key).normalise(raw, where)
+            data = read(raw, where)
             messages = [from_openai_message({**d, "tool_calls": None} if d["role"] == "assistant" else d) for d in data]
         except MsgtrainError:
             gap.unread += 1
@@ -158,6 +164,27 @@ def _located(make: Any, where: str) -> Any:
         return make()
     except MsgtrainError as e:  # the model's errors say ``message``; the user needs the JSON path
         raise type(e)(e.message, where=where, hint=e.hint, code=e.code) from e
+
+
+def hang_below_gap(
+    graph: MessageGraph,
+    parent: str,
+    gap: Gap,
+    below: Iterable[tuple[Any, str]],
+    builder: StepBuilder,
+    read: ReadAfterGap | None = None,
+) -> int:
+    """The rest of a tree's branch below an unreadable message (``gap``), given as (raw message, JSON path) in any
+    order: the replies in it were sampled in a context that held the message, so each is hung under ``parent`` as
+    context the log does not hold (``carried``, never trained; see :meth:`StepBuilder.add_after_gap`), the other
+    messages left out. The branches beside the gap are not touched. Returns how many messages were passed over."""
+    count = 0
+    for raw, where in below:
+        count += 1
+        builder.add_after_gap(raw, where, gap, read)
+    for step in builder.steps:
+        graph.add_node(parent, step.message, origin=step.origin)
+    return count
 
 
 def gap_reject(ref: SourceRef, gap: Gap) -> ReadReject:

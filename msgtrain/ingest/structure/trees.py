@@ -45,7 +45,16 @@ from msgtrain.ingest.core.base import (
 from msgtrain.ingest.structure.context import inherited_tools, under_system
 from msgtrain.ingest.structure.found import Found, Lines, assistant_like, link_keys
 from msgtrain.ingest.structure.mapping import Mapping
-from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
+from msgtrain.ingest.structure.steps import (
+    Gap,
+    StepBuilder,
+    check_speakers,
+    forked,
+    gap_reject,
+    hang_below_gap,
+    need_list,
+    row_extras,
+)
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import PartsMessage, TextPart
@@ -304,18 +313,16 @@ def _cut_below(
     gaps: list[Gap],
 ) -> int:
     """A message of a tree that cannot be read is a gap on its branch (:class:`~.steps.Gap`): the branches beside
-    it and the messages above it are read as usual; the replies below it were sampled in a context that held it, so
-    they are kept as context the log does not hold (under its parent, never trained). Returns how many messages
-    below it were passed over."""
+    it and the messages above it are read as usual; the replies below it are kept as context the log does not hold
+    (:func:`~.steps.hang_below_gap`). Returns how many messages below it were passed over."""
     gap = Gap(f"{ref} $", error, message_like_count(value)[1] or int(assistant_like(value)))
-    below = 0
-    stack = list(reversed(children.get(str(value[id_key]), [])))
-    while stack:
-        child_ref, child = stack.pop()
-        below += 1
-        builder.add_after_gap(child, f"{child_ref} $", gap)
-        stack.extend(reversed(children.get(str(child[id_key]), [])))
-    for step in builder.steps:
-        graph.add_node(parent, step.message, origin=step.origin)
+
+    def below() -> Iterator[tuple[Any, str]]:
+        stack = list(reversed(children.get(str(value[id_key]), [])))
+        while stack:
+            child_ref, child = stack.pop()
+            yield child, f"{child_ref} $"
+            stack.extend(reversed(children.get(str(child[id_key]), [])))
+
     gaps.append(gap)
-    return below
+    return hang_below_gap(graph, parent, gap, below(), builder)
