@@ -147,3 +147,40 @@ def test_a_transcript_holding_a_reply_no_call_holds_is_not_dropped_as_a_copy(tmp
     path = _write(tmp_path / "session.json", session)
     graphs, rejects = _graphs(path)
     assert not graphs and [r.error.code for r in rejects] == ["ambiguous_structure"]
+
+
+# ------------------------------------------------------------------------------------------------- Claude.ai export
+
+
+# The shape of Claude.ai's data export (``conversations.json``: a list of conversations, each ``chat_messages`` of
+# ``{uuid, text, content: [blocks], sender: "human" | "assistant", attachments, files}``), as importers read it
+# (e.g. Polylogue's tests, ``sample_claude_file``); written here by hand.
+def _claude_export() -> list[dict[str, Any]]:
+    def msg(n: int, sender: str, text: str) -> dict[str, Any]:
+        block = {"type": "text", "text": text, "start_timestamp": None, "stop_timestamp": None, "citations": []}
+        return {"uuid": f"m{n}", "text": text, "content": [block], "sender": sender, "attachments": [], "files": []}
+
+    messages = [msg(1, "human", "Review this?"), msg(2, "assistant", "Paste it."), msg(3, "human", "def f(): pass")]
+    return [{"uuid": "c1", "name": "Review", "chat_messages": [*messages, msg(4, "assistant", "It does nothing.")]}]
+
+
+def test_claude_export_sender_is_the_role(tmp_path: Path) -> None:
+    """``sender`` names the side (``human`` / ``assistant``) where no role key or role flag does. Before: no reader
+    recognised the export."""
+    path = _write(tmp_path / "conversations.json", _claude_export())
+    graphs, rejects = _graphs(path)
+    assert not rejects
+    sampled = _sampled(graphs)
+    assert [s[1] for s in sampled] == ["Paste it.", "It does nothing."]
+    assert sampled[1][0] == [("user", "Review this?"), ("assistant", "Paste it."), ("user", "def f(): pass")]
+
+
+def test_a_sender_that_is_a_display_name_is_no_role(tmp_path: Path) -> None:
+    """LibreChat's ``sender`` is the model's display name; its ``isCreatedByUser`` says the side and wins."""
+    messages = [
+        {"messageId": "a", "parentMessageId": None, "sender": "User", "isCreatedByUser": True, "text": "Hi"},
+        {"messageId": "b", "parentMessageId": "a", "sender": "GPT-4", "isCreatedByUser": False, "text": "Hello."},
+    ]
+    path = _write(tmp_path / "export.json", {"conversationId": "c", "messages": messages})
+    graphs, rejects = _graphs(path)
+    assert not rejects and [s[1] for s in _sampled(graphs)] == ["Hello."]

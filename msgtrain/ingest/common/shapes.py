@@ -86,6 +86,8 @@ THOUGHT_ROLES = frozenset({"thinking"})
 
 # Boolean keys that say which side wrote a message, where the log names no role: (role when true, when false).
 # LibreChat's exports (``isCreatedByUser``; its ``sender`` is a display name), SillyTavern's chats (``is_user``).
+# Without a role key or flag, a ``sender`` is the role only when it is one of the table's (Claude.ai's data export:
+# ``human`` / ``assistant``); a display name there ("GPT-4") says nothing.
 ROLE_FLAGS: dict[str, tuple[str, str]] = {"isCreatedByUser": ("user", "assistant"), "is_user": ("user", "assistant")}
 
 # Canonical roles: user, assistant, system, developer, tool, call (an assistant turn made only of calls).
@@ -255,6 +257,9 @@ def role_of(obj: Any) -> tuple[str, Any] | None:
     for key, (yes, no) in ROLE_FLAGS.items():
         if isinstance(obj.get(key), bool):
             return key, yes if obj[key] else no
+    sender = obj.get("sender")  # Claude.ai's data export (human / assistant); elsewhere often a display name
+    if isinstance(sender, str) and canonical_role(sender) is not None:
+        return "sender", sender
     return None
 
 

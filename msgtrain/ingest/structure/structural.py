@@ -93,6 +93,7 @@ from msgtrain.ingest.common.shapes import (
     PREFERENCE_KEYS,
     ROLE_FLAGS,
     ROLE_KEYS,
+    ROLE_VOCABULARY,
     is_message_list,
     message_like_count,
 )
@@ -161,6 +162,7 @@ def _sub_ref(ref: SourceRef, found_path: str, several: bool) -> SourceRef:
 
 
 _PAI = frozenset({"request", "response"})
+_ROLES = frozenset(ROLE_VOCABULARY)  # a ``sender`` naming one of them is a role (Claude.ai's export)
 
 
 class StructuralReader:
@@ -188,7 +190,7 @@ class StructuralReader:
         for p in shape.paths:
             stem, _, key = p.rpartition(".")
             listed = stem.endswith("[]") or stem == "" or stem.rpartition(".")[0].endswith("[]")  # items, wrapped
-            role_like = key in ROLE_KEYS or key in ROLE_FLAGS
+            role_like = key in ROLE_KEYS or key in ROLE_FLAGS or (key == "sender" and shape.any_value(p, _ROLES))
             if role_like and listed and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS):
                 return True
             owner = p.removesuffix(".parts[].part_kind")
