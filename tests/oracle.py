@@ -425,7 +425,9 @@ class Oracle:
             after.post_processor = backend.post_processor
             after.decoder = backend.decoder
             after.add_special_tokens([AddedToken(self.sentinel, special=True, normalized=False)])
-            self._plain = (after, after, after.token_to_id(self.sentinel))
+            sentinel_id = after.token_to_id(self.sentinel)
+            assert sentinel_id is not None
+            self._plain = (after, after, sentinel_id)
         return self._plain
 
     # ------------------------------------------------------------------ rendering

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,53 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root / "tokenizers"
 
 
-def _pair(folder: Path, template: Path | None) -> tuple[Any, Any]:
+@pytest.fixture(scope="module")
+def taken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path], tuple[Any, Path]]]:
+    """``take(folder)``: transformers' tokenizer of a folder and the snapshot entry ``_load_and_snapshot`` stored for
+    it, taken once per module (in a cache of the module's own) and shared by its tests, which copy the entry into
+    their own cache: loading a vocabulary through transformers and taking its snapshot costs seconds (gpt-oss's
+    200k tokens about five), and only the tests of taking a snapshot need to take it again. The tokenizer is read,
+    never changed, by the tests."""
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import _load_and_snapshot
+
+    root = tmp_path_factory.mktemp("module-cache")
+    done: dict[Path, tuple[Any, Path]] = {}
+
+    def take(folder: Path) -> tuple[Any, Path]:
+        if folder not in done:
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv("MSGTRAIN_CACHE_DIR", str(root))
+                env.delenv("MSGTRAIN_CACHE", raising=False)
+                hf = _load_and_snapshot(str(folder), folder)
+                entry = root / "tokenizers" / str(snapshot.snapshot_key(folder))
+            assert (entry / "facts.json").is_file(), f"no snapshot was stored for {folder}"
+            done[folder] = (hf, entry)
+        return done[folder]
+
+    yield take
+    done.clear()
+
+
+def _stored(taken: Callable[[Path], tuple[Any, Path]], folder: Path, cache: Path) -> tuple[Any, Path]:
+    """transformers' tokenizer of ``folder`` and its snapshot, stored in this test's ``cache`` (a copy of the entry
+    the module took): the state ``_load_and_snapshot(folder)`` leaves."""
+    hf, entry = taken(folder)
+    stored = cache / entry.name
+    shutil.copytree(entry, stored)
+    return hf, stored
+
+
+def _pair(
+    taken: Callable[[Path], tuple[Any, Path]], cache: Path, folder: Path, template: Path | None
+) -> tuple[Any, Any]:
     """(bundle on transformers' tokenizer, bundle on its snapshot), both with the same template override."""
     from msgtrain.linearize import snapshot
-    from msgtrain.linearize.tokenizer import TokenizerBundle, _load_and_snapshot, _load_hf
+    from msgtrain.linearize.tokenizer import TokenizerBundle, _load_hf
 
-    hf = _load_and_snapshot(str(folder), folder)  # stores the snapshot
-    restored = snapshot.load(folder)
-    assert restored is not None, f"no snapshot was stored for {folder}"
+    hf, _ = _stored(taken, folder, cache)
+    restored = snapshot.load(folder)  # verified and restored from this test's cache
+    assert restored is not None, f"the snapshot stored for {folder} was not used"
     if template is not None:
         hf = _load_hf(str(folder), str(template))  # the override as _load_hf applies it
         restored = _load_hf(str(folder), str(template))
@@ -71,9 +111,9 @@ def _texts(bundle: Any, seed: int) -> list[str]:
 
 
 @pytest.mark.parametrize("folder_name", FOLDERS)
-def test_a_snapshot_is_the_tokenizer_it_was_taken_of(folder_name: str, cache: Path) -> None:
+def test_a_snapshot_is_the_tokenizer_it_was_taken_of(folder_name: str, cache: Path, taken: Any) -> None:
     folder = shared_path(folder_name)
-    orig, snap = _pair(folder, None)
+    orig, snap = _pair(taken, cache, folder, None)
     assert type(snap.hf).__name__ == "SnapshotTokenizer"
     for attr in ("added_strings", "special_ids", "stop_ids", "whitespace_ids", "boundary_reuse", "_strips"):
         assert getattr(snap, attr) == getattr(orig, attr), attr
@@ -100,7 +140,7 @@ def test_a_snapshot_is_the_tokenizer_it_was_taken_of(folder_name: str, cache: Pa
 
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen2.5", "phi3", "gpt-oss"])
-def test_linearized_samples_are_the_same_from_a_snapshot(name: str, cache: Path) -> None:
+def test_linearized_samples_are_the_same_from_a_snapshot(name: str, cache: Path, taken: Any) -> None:
     from msgtrain.ingest.boundary import read_events
     from msgtrain.ingest.core.base import ReadGraph
     from msgtrain.ingest.detect import detect_format
@@ -108,7 +148,7 @@ def test_linearized_samples_are_the_same_from_a_snapshot(name: str, cache: Path)
     from msgtrain.linearize import linearize_graph
 
     folder, template = TEMPLATES[name]
-    orig, snap = _pair(shared_path(folder), shared_path(template) if template else None)
+    orig, snap = _pair(taken, cache, shared_path(folder), shared_path(template) if template else None)
     logs = [
         shared_path("real_logs", "sharegpt_llamafactory", "glaive_toolcall_en_demo.json"),
         shared_path("real_logs", "tau_bench", "gpt-4o-airline.first20.json"),
@@ -123,13 +163,13 @@ def test_linearized_samples_are_the_same_from_a_snapshot(name: str, cache: Path)
         assert a.drops == b.drops and a.cuts == b.cuts
 
 
-def test_an_edited_folder_gets_a_new_snapshot_and_weights_do_not_count(tmp_path: Path, cache: Path) -> None:
+def test_an_edited_folder_gets_a_new_snapshot_and_weights_do_not_count(tmp_path: Path, cache: Path, taken: Any) -> None:
     from msgtrain.linearize import snapshot
     from msgtrain.linearize.tokenizer import _load_and_snapshot
 
     folder = tmp_path / "tok"
     shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
-    _load_and_snapshot(str(folder), folder)
+    _stored(taken, shared_path(TEMPLATES["qwen3"][0]), cache)  # the copy's content: the same key
     assert snapshot.load(folder) is not None
     (folder / "model.safetensors").write_bytes(b"\0" * 64)  # weights are not part of the key
     assert snapshot.load(folder) is not None
@@ -143,12 +183,12 @@ def test_an_edited_folder_gets_a_new_snapshot_and_weights_do_not_count(tmp_path:
     assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
 
 
-def test_a_corrupt_snapshot_is_ignored_and_rebuilt(cache: Path) -> None:
+def test_a_corrupt_snapshot_is_ignored_and_rebuilt(cache: Path, taken: Any) -> None:
     from msgtrain.linearize import snapshot
-    from msgtrain.linearize.tokenizer import _load_and_snapshot, _load_hf
+    from msgtrain.linearize.tokenizer import _load_hf
 
     folder = shared_path(TEMPLATES["qwen3"][0])
-    _load_and_snapshot(str(folder), folder)
+    _stored(taken, folder, cache)
     (entry,) = list(cache.iterdir())
     (entry / "tokenizer.json").write_text("{not json", encoding="utf-8")
     with pytest.warns(MsgtrainWarning, match="discarded"):
@@ -186,13 +226,12 @@ def test_snapshots_off_and_tokenizers_that_are_not_only_their_backend(
 
 
 @pytest.mark.parametrize("folder_name", FOLDERS)
-def test_a_restored_backend_is_constructed_to_the_exact_serialization(folder_name: str) -> None:
+def test_a_restored_backend_is_constructed_to_the_exact_serialization(folder_name: str, taken: Any) -> None:
     """The backend is rebuilt from its vocabulary and merges (faster to encode with than a deserialized one) and
     used only when it serializes back to exactly the stored JSON."""
     from msgtrain.linearize import snapshot
-    from msgtrain.linearize.tokenizer import auto_tokenizer
 
-    spec = auto_tokenizer(str(shared_path(folder_name))).backend_tokenizer.to_str()
+    spec = taken(shared_path(folder_name))[0].backend_tokenizer.to_str()
     restored = snapshot.restore(spec)
     assert restored is not None and restored.to_str() == spec
     data = json.loads(spec)
@@ -309,13 +348,15 @@ def _edit_template(entry: Path) -> None:
 
 
 @pytest.mark.parametrize("tamper", [_swap_two_ids, _edit_template], ids=["swapped_ids", "edited_template"])
-def test_a_tampered_snapshot_is_discarded_with_a_warning_and_rebuilt_from_the_folder(cache: Path, tamper: Any) -> None:
+def test_a_tampered_snapshot_is_discarded_with_a_warning_and_rebuilt_from_the_folder(
+    cache: Path, tamper: Any, taken: Any
+) -> None:
     from msgtrain.linearize.tokenizer import _load_hf
 
     folder = shared_path(TEMPLATES["qwen3"][0])
-    truth = _load_hf(str(folder), None)  # through transformers; stores the snapshot
+    truth, entry = _stored(taken, folder, cache)  # transformers' tokenizer and its stored snapshot
     ids = truth.encode("hello world", add_special_tokens=False)
-    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert [p for p in cache.iterdir() if not p.name.startswith(".")] == [entry]
     tamper(entry)
     with pytest.warns(MsgtrainWarning, match="changed after it was written"):
         rebuilt = _load_hf(str(folder), None)
@@ -326,14 +367,13 @@ def test_a_tampered_snapshot_is_discarded_with_a_warning_and_rebuilt_from_the_fo
     assert restored.chat_template == truth.chat_template
 
 
-def test_a_snapshot_taken_for_another_folder_content_is_not_used(tmp_path: Path, cache: Path) -> None:
+def test_a_snapshot_taken_for_another_folder_content_is_not_used(tmp_path: Path, cache: Path, taken: Any) -> None:
     from msgtrain.linearize import snapshot
-    from msgtrain.linearize.tokenizer import _load_and_snapshot
 
     folder = tmp_path / "tok"
     shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
-    _load_and_snapshot(str(folder), folder)
-    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    _, entry = _stored(taken, shared_path(TEMPLATES["qwen3"][0]), cache)  # the copy's content: the same key
+    assert entry.name == snapshot.snapshot_key(folder)
     config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     config["chat_template"] = "{{ messages[0]['content'] }}"
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
