@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INTERRUPTED
         # escape: messages quote user text and hints like "pip install 'msgtrain[plot]'"; rich would eat "[plot]".
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        _print_notes(e)
         # A bad option or config value, an input that is not there, an option whose extra is not installed, or an
         # OUT that must not be replaced, is the user's call to fix: usage.
         return EXIT_USAGE if isinstance(e, ConfigError) or e.code in USAGE_CODES else EXIT_FATAL
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except OSError as e:  # the system refused (disk full, read-only, permission): one line, not a traceback
         err_console.print(f"[bold red]error:[/] {escape(os_error_line(e))}", highlight=False, soft_wrap=True)
+        _print_notes(e)
         return EXIT_FATAL
     except Exception as e:  # click's usage errors arrive here in standalone_mode=False
         if isinstance(e, _click_exceptions()):
@@ -142,6 +144,12 @@ def _internal_error(e: Exception) -> int:
     text = f"internal error: {type(e).__name__}: {e} ({where}; please report it with the input that caused it)"
     err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
     return EXIT_FATAL
+
+
+def _print_notes(e: BaseException) -> None:
+    """What a stage added to the error that ends the run (``add_note``: e.g. where a failed run's parts are kept)."""
+    for note in getattr(e, "__notes__", ()):
+        err_console.print(escape(str(note)), highlight=False, soft_wrap=True)
 
 
 def run() -> None:

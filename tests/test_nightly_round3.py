@@ -50,6 +50,24 @@ def test_a_failed_first_run_leaves_no_state_or_lock_folder_and_an_interrupted_on
     assert (tmp_path / ".out.msgtrain-state").is_dir() and (out / "report.json").is_file()
 
 
+def test_a_failed_run_that_keeps_its_parts_says_where_they_are_and_how_large(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "good.jsonl").write_text(json.dumps(CHAT) + "\n")
+    (logs / "junk.jsonl").write_text("{broken\n")
+    out = tmp_path / "out"
+    assert main(["convert", str(logs), "-o", str(out), "-q"]) == 3
+    capsys.readouterr()
+    assert main(["convert", str(logs), "-o", str(out), "-q", "--max-reject-rate", "0.1"]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    parts = tmp_path / ".out.msgtrain-state" / "parts"
+    size = sum(f.stat().st_size for f in parts.rglob("*") if f.is_file())
+    assert f"2 parts ({size / 1024:.1f} KiB) are kept in {parts}" in said, said
+    assert "--resume" in said and "delete" in said
+
+
 def test_fifos_dangling_links_and_link_loops_are_listed_on_screen_as_unreadable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -144,8 +145,11 @@ class LocalOutput:
                     yield
                 except Exception as e:
                     # An interrupt keeps its parts for --resume (and says so); any other failure of a run that
-                    # made OUT's folders and published nothing leaves none of them behind (its parts, its lock).
+                    # made OUT's folders and published nothing leaves none of them behind (its parts, its lock);
+                    # one that keeps them (OUT was there before) says where they are and how large.
                     failed = getattr(e, "code", None) != "interrupted"
+                    if failed and not fresh:
+                        e.add_note(kept_parts_note(self.state / "parts"))
                     raise
         finally:
             if failed and fresh and not (self.out.exists() or self.out.is_symlink()):
@@ -267,3 +271,16 @@ class StoreOutput:
 
     def forget(self, manifest: Manifest, published: list[str]) -> None:
         """Parts on a store are kept (the manifest says which belong to which input; ``--resume`` reuses them)."""
+
+
+def kept_parts_note(parts: Path) -> str:
+    """What a failed run leaves in ``parts`` (a local OUT's parts folder): how many parts, how large, what to do."""
+    count = size = 0
+    for root, dirs, files in os.walk(parts):
+        count += len(dirs) if root == str(parts) else 0
+        size += sum(os.path.getsize(os.path.join(root, name)) for name in files)
+    amount = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 1024:.1f} KiB"
+    return (
+        f"the run's {count} parts ({amount}) are kept in {parts}: rerun with --resume to reuse them, or delete "
+        f"{parts.parent} to free the space"
+    )
