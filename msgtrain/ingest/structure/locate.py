@@ -200,12 +200,14 @@ def transcript_of_calls(record: dict[str, Any]) -> str | None:
     for key, value in record.items():
         if key == lists[0] or not (isinstance(value, list) and value and all(isinstance(v, dict) for v in value)):
             continue
-        layouts = [record_layout(item, "") for item in value]
-        if not all(isinstance(f, Found) and f.mapping.layout == "prompt_completion" for f in layouts):
-            continue
-        for item, found in zip(value, layouts, strict=True):
-            assert isinstance(found, Found)
-            replies |= {_content_json(m) for m in _reply_messages(dig(item, found.mapping.columns["completion"]))}
+        found = []  # each item a call: stop at the first that is not (most lists beside a transcript are not calls)
+        for item in value:
+            hit = record_layout(item, "")
+            if not (isinstance(hit, Found) and hit.mapping.layout == "prompt_completion"):
+                break
+            found.append(_reply_messages(dig(item, hit.mapping.columns["completion"])))
+        else:
+            replies |= {_content_json(m) for messages in found for m in messages}
     sampled = [_content_json(m) for m in record[lists[0]] if assistant_like(m)]
     return lists[0] if replies and sampled and all(s in replies for s in sampled) else None
 
