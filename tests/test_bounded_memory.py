@@ -6,6 +6,7 @@ for the suite, and measures with ``tracemalloc`` what the reading held at its pe
 
 from __future__ import annotations
 
+import itertools
 import json
 import tracemalloc
 from collections.abc import Callable
@@ -244,3 +245,45 @@ def test_max_record_mb_rejects_a_larger_record_and_a_larger_decoded_body_naming_
     # The limits are the run's alone: the defaults stand again after it, and by default both records convert.
     assert base.MAX_RECORD_BYTES == http_bodies.MAX_BODY_BYTES == 64 << 20
     assert main(["convert", str(log.parent), "-o", str(out), "-q"]) == 0
+
+
+# ------------------------------------------------------------------------------------ a large record's tokens, once
+def _long_chat_samples() -> list[Any]:
+    from msgtrain import MessageGraph
+    from msgtrain.linearize import linearize_graph, load_tokenizer
+
+    g = MessageGraph()
+    g.append({"role": "user", "content": "the quick brown fox " * 5_000})
+    g.append({"role": "assistant", "content": "ok"})
+    return linearize_graph(g, load_tokenizer(None)).samples
+
+
+def test_a_samples_unknown_logprobs_hold_no_memory_and_its_table_holds_its_tokens_once() -> None:
+    import numpy as np
+
+    from msgtrain.export.schema import samples_to_table
+
+    (sample,) = _long_chat_samples()
+    assert sample.num_tokens > 100_000
+    # No engine logprobs: one NaN seen through a view, not four bytes per token.
+    assert sample.logprobs.strides == (0,) and np.isnan(sample.logprobs).all()
+    table = samples_to_table([sample])
+    # The ids column is the sample's own array (no copy), the logprobs nulls over memory the table never wrote.
+    ids_buffer = table["input_ids"].chunk(0).values.buffers()[1]
+    assert ids_buffer.address == sample.input_ids.ctypes.data
+    logprobs = table["logprobs"].chunk(0)
+    assert logprobs.values.null_count == sample.num_tokens and logprobs.to_pylist() == [[None] * sample.num_tokens]
+    assert table["num_trained_tokens"].to_pylist() == [int(sample.loss_mask.sum())]
+
+
+def test_per_row_sums_hold_no_running_sum_as_long_as_the_values() -> None:
+    import numpy as np
+
+    from msgtrain.export import arrays
+
+    values = np.zeros(8_000_000, dtype=np.int8)
+    values[::3] = 1
+    offsets = np.array([0, 5, 5, 3_000_001, 8_000_000], dtype=np.int64)
+    sums, peak = _peak(lambda: arrays.per_row_sum(values, offsets))
+    assert sums.tolist() == [int(values[a:b].sum()) for a, b in itertools.pairwise(offsets)]
+    assert peak < 4 * arrays.SUM_BLOCK * 8, peak  # a block's running sum, not 8 bytes per value (64 MB)

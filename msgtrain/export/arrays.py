@@ -52,10 +52,21 @@ def row_index(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), np.diff(offsets))
 
 
+SUM_BLOCK = 1 << 20  # values summed at a time by per_row_sum: its temporaries stay bounded, whatever the rows hold
+
+
 def per_row_sum(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Sum of ``values`` inside each row (empty rows give 0), as int64."""
-    cumulative = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
-    return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+    """Sum of ``values`` inside each row (empty rows give 0), as int64. The running sum is taken a block of
+    :data:`SUM_BLOCK` values at a time and kept only at the rows' offsets: no int64 array as long as the values."""
+    at = np.zeros(offsets.shape[0], dtype=np.int64)  # the sum of the values before each offset
+    done = 0
+    for start in range(0, values.shape[0], SUM_BLOCK):
+        stop = min(start + SUM_BLOCK, values.shape[0])
+        running = np.cumsum(values[start:stop], dtype=np.int64)
+        lo, hi = np.searchsorted(offsets, [start, stop], side="right")
+        at[lo:hi] = done + running[offsets[lo:hi] - start - 1]
+        done += int(running[-1])
+    return at[1:] - at[:-1]
 
 
 def build_list(offsets: np.ndarray, values: np.ndarray, value_type: pa.DataType, nan_to_null: bool = False) -> pa.Array:

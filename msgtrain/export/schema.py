@@ -81,28 +81,55 @@ class Sample:
         return "engine" if self.engine_tokens == self.num_tokens else "mixed"
 
 
+def unknown_logprobs(n: int) -> np.ndarray:
+    """``n`` unknown logprobs (NaN) that hold no memory: a read-only view of one value (a sample's logprobs are
+    unknown on every token but those of engine-logged replies, so most samples hold nothing else)."""
+    return np.broadcast_to(np.float32(np.nan), (n,))
+
+
+def _all_unknown(values: np.ndarray) -> bool:
+    return values.ndim == 1 and values.shape[0] > 0 and values.strides == (0,) and bool(np.isnan(values[0]))
+
+
 def samples_to_table(samples: list[Sample]) -> pa.Table:
-    """Build the canonical Arrow table without Python loops over tokens (per-row values are gathered once)."""
+    """Build the canonical Arrow table without Python loops over tokens (per-row values are gathered once).
+
+    Memory: a column of one sample is its array itself (no copy), and logprobs unknown everywhere
+    (:func:`unknown_logprobs`) become nulls over zeroed memory the table never writes to, so a sample's tokens are
+    held once while its table is built and written."""
 
     def offsets_of(lengths: np.ndarray) -> np.ndarray:
         offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         return offsets
 
-    def list_col(arrays: list[np.ndarray], typ: pa.DataType, nan_to_null: bool = False) -> tuple[pa.Array, np.ndarray]:
-        offsets = offsets_of(np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays)))
-        flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=typ.to_pandas_dtype())
-        mask = np.isnan(flat) if nan_to_null else None
-        values = pa.array(flat, type=typ, mask=mask, from_pandas=False)
-        return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values), flat
+    def flat_of(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+        if len(arrays) == 1 and arrays[0].flags.c_contiguous:
+            return arrays[0]
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
 
-    input_ids, _ = list_col([s.input_ids.astype(np.int32, copy=False) for s in samples], pa.int32())
-    loss_mask, flat_mask = list_col([s.loss_mask.astype(np.int8, copy=False) for s in samples], pa.int8())
-    # num_trained_tokens (the mask's sum per row) from one running sum over all rows' masks.
-    running = np.zeros(flat_mask.shape[0] + 1, dtype=np.int64)
-    np.cumsum(flat_mask, dtype=np.int64, out=running[1:])
-    mask_offsets = loss_mask.offsets.to_numpy()
-    trained = running[mask_offsets[1:]] - running[mask_offsets[:-1]]
+    def list_col(arrays: list[np.ndarray], typ: pa.DataType) -> pa.Array:
+        offsets = offsets_of(np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays)))
+        values = pa.array(flat_of(arrays, typ.to_pandas_dtype()), type=typ, from_pandas=False)
+        return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
+
+    def logprobs_col(arrays: list[np.ndarray]) -> pa.Array:
+        offsets = offsets_of(np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays)))
+        total = int(offsets[-1])
+        if all(a.shape[0] == 0 or _all_unknown(a) for a in arrays):
+            # Every value null: zeroed buffers (calloc'd pages, never touched) in place of NaNs and a mask.
+            validity = pa.py_buffer(np.zeros((total + 7) // 8, dtype=np.uint8))
+            data = pa.py_buffer(np.zeros(total, dtype=np.float32))
+            values = pa.Array.from_buffers(pa.float32(), total, [validity, data], null_count=total)
+        else:
+            flat = flat_of(arrays, np.float32)
+            values = pa.array(flat, type=pa.float32(), mask=np.isnan(flat), from_pandas=False)
+        return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
+
+    input_ids = list_col([s.input_ids.astype(np.int32, copy=False) for s in samples], pa.int32())
+    loss_mask = list_col([s.loss_mask.astype(np.int8, copy=False) for s in samples], pa.int8())
+    # num_trained_tokens: the mask's count per row (a loop over rows, not tokens; no running sum over every token).
+    trained = np.fromiter((np.count_nonzero(s.loss_mask) for s in samples), dtype=np.int64, count=len(samples))
     # turn_spans from flat (start, end) columns: a list of dicts per row costs a Python object per span.
     span_counts = np.fromiter((len(s.turn_spans) for s in samples), dtype=np.int64, count=len(samples))
     bounds = np.array([ab for s in samples for ab in s.turn_spans], dtype=np.int32).reshape(-1, 2)
@@ -125,9 +152,7 @@ def samples_to_table(samples: list[Sample]) -> pa.Table:
         "policy": [s.policy for s in samples],
         "input_ids": input_ids,
         "loss_mask": loss_mask,
-        "logprobs": list_col(
-            [s.logprobs.astype(np.float32, copy=False) for s in samples], pa.float32(), nan_to_null=True
-        )[0],
+        "logprobs": logprobs_col([s.logprobs.astype(np.float32, copy=False) for s in samples]),
         "turn_ids": [s.turn_ids for s in samples],
         "turn_spans": spans,
         "turn_group_ids": [s.turn_group_ids for s in samples],

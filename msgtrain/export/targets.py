@@ -263,11 +263,12 @@ def to_rl(table: pa.Table) -> pa.Table:
 def logprobs_complete(table: pa.Table) -> np.ndarray:
     """Per canonical row: it trains tokens and every trained token has an engine logprob."""
     lp_offsets = arrays.offsets_of(table["logprobs"])
-    lp_valid = pc.is_valid(pc.list_flatten(arrays.as_array(table["logprobs"]))).to_numpy(zero_copy_only=False)
-    with_logprob = arrays.per_row_sum(lp_valid.astype(np.int64), lp_offsets)
-    trained = arrays.per_row_sum(
-        arrays.flat_values(table["loss_mask"], np.int64), arrays.offsets_of(table["loss_mask"])
-    )
+    flat = pc.list_flatten(arrays.as_array(table["logprobs"]))
+    if flat.null_count == len(flat):  # no logprob anywhere (the usual case): nothing to count per token
+        with_logprob = np.zeros(lp_offsets.shape[0] - 1, dtype=np.int64)
+    else:
+        with_logprob = arrays.per_row_sum(pc.is_valid(flat).to_numpy(zero_copy_only=False), lp_offsets)
+    trained = arrays.per_row_sum(arrays.flat_values(table["loss_mask"], np.int8), arrays.offsets_of(table["loss_mask"]))
     return np.asarray((with_logprob == trained) & (trained > 0), dtype=bool)
 
 

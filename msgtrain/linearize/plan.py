@@ -32,7 +32,7 @@ import numpy as np
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.export.dedupe import DUPLICATE
-from msgtrain.export.schema import Sample
+from msgtrain.export.schema import Sample, unknown_logprobs
 from msgtrain.linearize.behaviour import sample_behaviour
 from msgtrain.linearize.budget import (
     DEFAULT_MAX_GRAPH_SAMPLES,
@@ -903,7 +903,9 @@ class _GraphLinearizer:
             ids = leaf.full
             n = ids.shape[0]
             mask = np.zeros(n, dtype=np.int8)
-            lp = np.full(n, np.nan, dtype=np.float32)
+            # Unknown logprobs hold no memory (a read-only view) unless a turn of the sample has some.
+            known = any(self.tt[c].logprobs is not None for c in todo)
+            lp = np.full(n, np.nan, dtype=np.float32) if known else unknown_logprobs(n)
             spans: list[tuple[int, int]] = []
             flags: set[str] = set(graph_flags)
             for c in todo:
