@@ -50,6 +50,13 @@ def _call(messages: list[dict[str, Any]], reply: dict[str, Any]) -> str:
     return json.dumps({"request": {"model": "policy", "messages": messages}, "response": response})
 
 
+def _llm_call(messages: list[dict[str, Any]], reply: dict[str, Any]) -> str:
+    """One line of AutoGen 0.4's LLMCallEvent log ({"type": "LLMCall", "messages", "response", "agent_id"}): a
+    per-call log no reader owns, read by the structural reader."""
+    response = json.loads(_call([], reply))["response"]
+    return json.dumps({"type": "LLMCall", "messages": messages, "response": response, "agent_id": "planner"})
+
+
 def _write(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -124,10 +131,13 @@ def test_calls_that_open_alike_but_never_resend_each_other_stay_apart(tmp_path: 
 Pairs = list[tuple[tuple[tuple[str, str], ...], tuple[str, str]]]
 
 
-def _random_log(rng: random.Random) -> tuple[list[str], Pairs, int]:
-    """Per-call lines of several conversations interleaved (each one's order kept), the (context, reply) of every
-    call written, and how many conversations hold a reply no call sampled: first calls of 1..4 messages, openings
-    shared across conversations, sampled replies unique."""
+def _random_log(
+    rng: random.Random, line: Any = _call, *, two_sessions_first: bool = False
+) -> tuple[list[str], Pairs, int, int]:
+    """Per-call lines (``line`` writes one) of several conversations interleaved (each one's order kept), the
+    (context, reply) of every call written, how many conversations hold a reply no call sampled, and how many
+    conversations there are: first calls of 1..4 messages, openings shared across conversations, sampled replies
+    unique. ``two_sessions_first``: the first two lines are two conversations' first calls."""
     openings = ["hi", "hello", "hi"]  # "hi" twice: conversations that open alike
     conversations: list[list[str]] = []
     oracle: Pairs = []
@@ -144,21 +154,23 @@ def _random_log(rng: random.Random) -> tuple[list[str], Pairs, int]:
         lines = []
         for t in range(rng.randint(1, 4)):
             reply = _assistant(f"reply {c}.{t}", reasoning=f"thinking {c}.{t}" if rng.random() < 0.3 else None)
-            lines.append(_call(list(history), reply))
+            lines.append(line(list(history), reply))
             oracle.append((tuple((m["role"], m["content"]) for m in history), ("assistant", reply["content"])))
             resent = {"role": "assistant", "content": reply["content"]}  # a client drops the reasoning
             history += [resent, _user(rng.choice(["go on", "why?", f"more {t}"]))]
         conversations.append(lines)
     lines = []
     queues = [list(q) for q in conversations]
+    if two_sessions_first:
+        lines += [queues[0].pop(0), queues[1].pop(0)]
     while any(queues):
         lines.append(rng.choice([q for q in queues if q]).pop(0))
-    return lines, oracle, scripted
+    return lines, oracle, scripted, len(conversations)
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_random_per_call_logs_train_every_reply_once_in_its_own_context(tmp_path: Path, seed: int) -> None:
-    lines, oracle, scripted = _random_log(random.Random(seed))
+    lines, oracle, scripted, _ = _random_log(random.Random(seed))
     path = _write(tmp_path / "calls.jsonl", lines)
     assert detect_format(path).name == "calls"
     graphs = _graphs(path)
@@ -181,11 +193,10 @@ def test_random_per_call_logs_train_every_reply_once_in_its_own_context(tmp_path
 
 
 def test_one_call_per_line_records_follow_the_same_rule_in_the_structural_reader(tmp_path: Path) -> None:
-    # Shape of AutoGen 0.4's LLMCallEvent lines ({"type": "LLMCall", "messages", "response", "agent_id"}), read by
-    # the structural reader: two sessions open with "hi"; the third call of the first comes after the second opened
+    # Shape of AutoGen 0.4's LLMCallEvent lines, read by the structural reader: two sessions open with "hi"; the
+    # third call of the first comes after the second opened
     def line(messages: list[dict[str, Any]], text: str) -> str:
-        response = json.loads(_call([], _assistant(text)))["response"]
-        return json.dumps({"type": "LLMCall", "messages": messages, "response": response, "agent_id": "planner"})
+        return _llm_call(messages, _assistant(text))
 
     hello_a, hello_b = _assistant("Hello A"), _assistant("Hello B")
     lines = [
@@ -206,6 +217,64 @@ def test_one_call_per_line_records_follow_the_same_rule_in_the_structural_reader
     by_reply = {reply[1]: context for context, reply in _sampled(graphs)}
     assert by_reply["Knock knock."] == (("user", "hi"), ("assistant", "Hello B"), ("user", "A joke?"))
     assert by_reply["Rain."][:2] == (("user", "hi"), ("assistant", "Hello A"))
+
+
+def test_a_per_line_call_log_that_opens_with_two_sessions_is_read_as_calls(tmp_path: Path) -> None:
+    # two sessions' calls interleaved from the first line: no record continues the one just before it
+    hello_a, hello_b = _assistant("Hello A"), _assistant("Hello B")
+    lines = [
+        _llm_call([_user("hi A")], hello_a),
+        _llm_call([_user("hi B")], hello_b),
+        _llm_call([_user("hi A"), hello_a, _user("Weather?")], _assistant("Sunny.")),
+        _llm_call([_user("hi B"), hello_b, _user("A joke?")], _assistant("Knock knock.")),
+    ]
+    path = _write(tmp_path / "llm_calls.jsonl", lines)
+    assert detect_format(path).name == "structural"
+    # before: read record by record, each session split into one graph per call
+    graphs = _graphs(path)
+    assert [e.records for e in graphs] == [2, 2]
+    assert sorted(_sampled(graphs)) == [
+        ((("user", "hi A"),), ("assistant", "Hello A")),
+        ((("user", "hi A"), ("assistant", "Hello A"), ("user", "Weather?")), ("assistant", "Sunny.")),
+        ((("user", "hi B"),), ("assistant", "Hello B")),
+        ((("user", "hi B"), ("assistant", "Hello B"), ("user", "A joke?")), ("assistant", "Knock knock.")),
+    ]
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost, rejects) == (4, {}, 0, [])
+    assert len(samples) == 2  # one sample per conversation, each reply trained once in it
+
+
+def test_records_that_are_independent_conversations_are_still_read_one_by_one(tmp_path: Path) -> None:
+    # a dataset of one-call records, several opening alike, none re-sending another: each record its own graph,
+    # streamed record by record (each its own task of the books, never held until the file ends)
+    lines = [
+        _llm_call([_user("hi")], _assistant("Hello.")),
+        _llm_call([_user("hi")], _assistant("Hi there.")),
+        _llm_call([_user("Name a prime.")], _assistant("7.")),
+        _llm_call([_user("hello"), _assistant("Hey."), _user("Weather?")], _assistant("Sunny.")),
+    ]
+    path = _write(tmp_path / "llm_calls.jsonl", lines)
+    items = list(detect_format(path).read(path))
+    assert [getattr(i, "records", None) for i in items] == [1, 1, 1, 1]
+    assert [i.source.record for i in items] == ["line 1", "line 2", "line 3", "line 4"]
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost, rejects) == (4, {}, 0, [])
+    assert len(_graphs(path)) == 4
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_interleaved_call_lines_in_the_structural_reader_train_every_reply_once(
+    tmp_path: Path, seed: int
+) -> None:
+    lines, oracle, scripted, conversations = _random_log(random.Random(seed), _llm_call, two_sessions_first=True)
+    path = _write(tmp_path / "llm_calls.jsonl", lines)
+    assert detect_format(path).name == "structural"
+    graphs = _graphs(path)
+    assert sorted(_sampled(graphs)) == sorted(oracle)  # each reply sampled once, after exactly its messages
+    assert len(graphs) == conversations and sum(e.records for e in graphs) == len(lines)
+    _, stats, rejects = convert_file(path, SETTINGS)
+    dropped = {"context_unknown": scripted} if scripted else {}
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost, rejects) == (len(oracle), dropped, 0, [])
 
 
 def test_a_call_logged_twice_is_one_call(tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import re
 from collections.abc import Iterator
 from functools import partial
@@ -342,21 +343,34 @@ def _one_call(value: Any, mapping: Mapping | None) -> Found | None:
     return found[0] if len(found) == 1 and isinstance(found[0], Found) and _is_call(found[0]) else None
 
 
+# Records looked at to decide whether a file is a call log: enough to see a session's second call when several
+# sessions' calls are interleaved, few enough that the sniff costs a bounded amount of reading.
+CALL_LOG_SAMPLE = 64
+
+
 def _call_log_file(
     stream: Iterator[tuple[SourceRef, Any, Any]], mapping: Mapping | None
 ) -> tuple[Iterator[tuple[SourceRef, Any, Any]], bool]:
-    """(the stream, whether the file is a call log): its first two records are each one call, the second
-    re-sending the first one's messages and more (an agent's calls logged one per line). Only then are its calls
-    kept until the file ends and joined into conversations; any other file streams record by record."""
-    head = list(itertools.islice(stream, 2))
+    """(the stream, whether the file is a call log): among its first :data:`CALL_LOG_SAMPLE` records, one that is
+    one call re-sends an earlier call's messages and more (an agent's calls logged one per line, several sessions
+    interleaved or not; records that cannot be parsed are passed over). Only then are its calls kept until the file
+    ends and joined into conversations (which calls are one conversation is the call log's rule, whatever decided
+    this); a file whose records are independent conversations streams record by record."""
+    head = list(itertools.islice(stream, CALL_LOG_SAMPLE))
     stream = itertools.chain(head, stream)
-    if len(head) < 2 or any(isinstance(v, MsgtrainError) for _, v, _ in head):
-        return stream, False
-    first, second = (_one_call(v, mapping) for _, v, _ in head)
-    if first is None or second is None:
-        return stream, False
-    a, b = (f.mapping.field_of(f.holder, "prompt") for f in (first, second))
-    return stream, isinstance(a, list) and isinstance(b, list) and len(a) < len(b) and b[: len(a)] == a
+    # earlier calls' prompts by their first message: a call that continues one re-sends it, the first one included
+    earlier: dict[str, list[list[Any]]] = {}
+    for _, value, _ in head:
+        one = None if isinstance(value, MsgtrainError) else _one_call(value, mapping)
+        prompt = one.mapping.field_of(one.holder, "prompt") if one is not None else None
+        if not isinstance(prompt, list) or not prompt:
+            continue
+        opening = json.dumps(prompt[:1], sort_keys=True, ensure_ascii=False, default=str)
+        same = earlier.setdefault(opening, [])
+        if any(len(a) < len(prompt) and prompt[: len(a)] == a for a in same):
+            return stream, True
+        same.append(prompt)
+    return stream, False
 
 
 def _is_call(found: Found | Ambiguity) -> bool:
