@@ -184,3 +184,38 @@ def test_a_sender_that_is_a_display_name_is_no_role(tmp_path: Path) -> None:
     path = _write(tmp_path / "export.json", {"conversationId": "c", "messages": messages})
     graphs, rejects = _graphs(path)
     assert not rejects and [s[1] for s in _sampled(graphs)] == ["Hello."]
+
+
+# ------------------------------------------------------------------------------------ AgentGym / AgentTuning loss
+
+
+# AgentGym's trajectories (``{"conversations": [{"from", "loss", "value"}]}``, as its ``ConversationMessage`` and
+# ``conversation_start`` write them: WooooDyy/AgentGym ``agentenv/agentenv/envs/*.py``; AgentTuning's AgentInstruct
+# the same): ``loss: false`` on the scripted turns the task opens with (an "Ok." after the instructions, few-shot
+# replies), ``true`` on the replies the agent generated. Written here by hand.
+def _agentgym_record(task: str, replies: list[str]) -> dict[str, Any]:
+    conversation = [
+        {"from": "human", "loss": None, "value": "Act like a person at a Linux shell. Reply with Act: bash or answer."},
+        {"from": "gpt", "loss": False, "value": "Ok."},
+        {"from": "human", "loss": None, "value": "How many files are in /etc?"},
+        {"from": "gpt", "loss": False, "value": "Act: answer(220)"},
+        {"from": "human", "loss": None, "value": f"Now, my problem is: {task}"},
+    ]
+    for n, reply in enumerate(replies):
+        if n:
+            conversation.append({"from": "human", "loss": None, "value": f"The output of the OS: {n}"})
+        conversation.append({"from": "gpt", "loss": True, "value": reply})
+    return {"item_id": task, "conversations": conversation}
+
+
+def test_agentgym_scripted_turns_are_context_not_samples(tmp_path: Path) -> None:
+    """``loss: false`` marks a turn the environment scripted: context (carried), never trained. Before: the "Ok."
+    and the few-shot reply were trained as sampled turns of every record."""
+    rows = [_agentgym_record("count .log files", ["Act: bash ls", "Act: answer(3)"]), _agentgym_record("who", ["Hi"])]
+    path = tmp_path / "traj.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    graphs, rejects = _graphs(path)
+    assert not rejects
+    assert sorted(s[1] for s in _sampled(graphs)) == ["Act: answer(3)", "Act: bash ls", "Hi"]
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert stats.turns_trained == 3

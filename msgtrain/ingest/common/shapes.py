@@ -160,6 +160,14 @@ def rendered_template_text(text: str) -> str | None:
     return hit or next((m for m in _RENDERED_ASSISTANT_OPENINGS if tail.endswith(m) or tail.endswith(m.strip())), None)
 
 
+def loss_flag_weight(message: dict[str, Any]) -> int | None:
+    """The weight a boolean ``loss`` flag gives a message (AgentGym / AgentTuning trajectories: ``false`` on the
+    scripted turns a task opens with, ``"Ok."`` after the instructions and few-shot replies, ``true`` on the replies
+    the agent generated): 0 or 1, or None when the message has no such flag."""
+    loss = message.get("loss")
+    return (1 if loss else 0) if isinstance(loss, bool) else None
+
+
 def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | None:
     """The canonical role of a logged role value (case and surrounding space ignored), or None if unknown.
 
@@ -476,6 +484,9 @@ class MessageNormaliser:
             if key in obj:
                 out["weight"] = obj[key]
                 break
+        else:
+            if loss_flag_weight(obj) is not None:
+                out["weight"] = loss_flag_weight(obj)
         if out["content"] is None and isinstance(obj.get("refusal"), str):
             out["content"] = obj["refusal"]
         return out

@@ -8,7 +8,8 @@ Reads (a JSON array of records, JSONL, or one record):
   "value"}], "loss_weight"?}], "tools"?}``.
 
 Mapping: every assistant turn is sampled in the context before it, except a turn with ``loss_weight`` (or
-axolotl's ``weight``) 0, which the dataset says not to train: it is carried context. ``tools`` (a JSON
+axolotl's ``weight``) 0, or AgentGym / AgentTuning's ``"loss": false`` (a scripted turn), which the dataset says
+not to train: it is carried context. ``tools`` (a JSON
 string) is normalised to OpenAI function schemas. ``<image>`` / ``<video>`` / ``<audio>`` placeholders in a
 turn's text are replaced, in order, by media references to the record's ``images`` / ``videos`` / ``audios``
 paths (never opened); a count mismatch rejects the record, as LLaMA-Factory does.
@@ -47,7 +48,7 @@ from msgtrain.ingest.common.conversation_files import (
     read_conversation_file,
 )
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS, MediaColumns
-from msgtrain.ingest.common.shapes import canonical_role, parse_json_field
+from msgtrain.ingest.common.shapes import canonical_role, loss_flag_weight, parse_json_field
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import Marks, ReadGraph, ReadItem, head_shape, quoted
@@ -115,7 +116,7 @@ def _sharegpt_turn(raw: Any, index: int) -> _Turn:
         )
     tag = str(raw["from"]).lower()
     value = raw.get("value")
-    weight = raw.get("weight", raw.get("loss_weight"))
+    weight = raw.get("weight", raw.get("loss_weight", loss_flag_weight(raw)))
     if tag in CALL_TAGS:
         calls = parse_json_field(value, what="function_call value", where=where)
         items = calls if isinstance(calls, list) else [calls]
@@ -165,7 +166,7 @@ def _llamafactory_turn(raw: Any, index: int) -> _Turn:
         if kind == "tool_call":
             value = parse_json_field(value, what=f"content[{j}] tool_call value", where=where)
         pieces.append((kind, value))
-    weight = raw.get("loss_weight", raw.get("weight"))
+    weight = raw.get("loss_weight", raw.get("weight", loss_flag_weight(raw)))
     if role == "tool":
         return _Turn("result", pieces, index, weight)
     if role == "assistant" and any(k == "tool_call" for k, _ in pieces):
