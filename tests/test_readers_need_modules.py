@@ -1,12 +1,13 @@
 """Each format reader is a module because a mapping cannot state its format (issue #36, item 9).
 
-A reader whose example the structural reader reads into the same graphs (ids, nodes, origins, messages, tools,
+A reader whose files the structural reader reads into the same graphs (ids, nodes, origins, messages, tools,
 engine facts), the same extras (what reaches the rows' metadata), the same rejects and the same skips would be a
-mapping, not code. For every registered reader this reads the example ``msgtrain formats`` lists both ways: with the
-reader, and with the structural reader (with the mapping it finds by itself, and with the closest hand-written
-mapping where one was tried). A reader passes when the two differ; the test fails, naming the reader, when they
-agree, so a change that makes the structural reader read a format exactly as its reader does says that the reader
-can become a mapping. The difference each reader shows is listed in docs/formats.md ("Why each reader is code").
+mapping, not code. For every registered reader this reads the example ``msgtrain formats`` lists, and the real
+files of its format in ../shared, both ways: with the reader, and with the structural reader (with the mapping it
+finds by itself, and with the closest hand-written mapping where one was tried). A reader passes when each mapping
+reads one of those files differently; the test fails, naming the reader, when one mapping reads them all alike, so
+a change that makes the structural reader read a format exactly as its reader does says that the reader can become
+a mapping. The difference each reader shows is listed in docs/formats.md ("Why each reader is code").
 
 Graph metadata that only names the reader or the variant (``source_format`` / ``format``, ``dialect``, the
 structural reader's ``layout``, the message list's key) is left out of the comparison: a mapping shipped under the
@@ -87,9 +88,19 @@ def first_difference(a: list[ReadEvent], b: list[ReadEvent]) -> str | None:
 
 READERS = [(name, example) for name, _, example in FORMATS if name != "structural"]
 
+# Real files of a format in ../shared (real_logs/<folder>/<file>), read both ways as the example is.
+REAL_FILES = {
+    "sharegpt": [
+        ("sharegpt_llamafactory", "glaive_toolcall_en_demo.json"),
+        ("sharegpt_llamafactory", "reason_tool_use_demo_50.jsonl"),
+    ],
+    "openai_chat": [("tau_bench", "gpt-4o-airline.first20.json")],
+    "tau2_bench": [("tau2_bench", "airline_run1.first10.json")],
+}
+
 
 @pytest.mark.parametrize(("name", "example"), READERS, ids=[name for name, _ in READERS])
-def test_the_structural_reader_does_not_read_a_readers_example_as_the_reader_does(name: str, example: str) -> None:
+def test_the_structural_reader_does_not_read_a_readers_files_as_the_reader_does(name: str, example: str) -> None:
     path = ROOT / example
     assert path.exists(), f"{name}: its example {example} is missing"
     own = list(read_events(get_reader(name), path))
@@ -98,10 +109,17 @@ def test_the_structural_reader_does_not_read_a_readers_example_as_the_reader_doe
     if name in HAND_WRITTEN:
         readings["the hand-written mapping"] = StructuralReader(parse_mapping(HAND_WRITTEN[name]))
     for how, structural in readings.items():
-        found = list(read_events(structural, path, forced=True))
-        assert first_difference(own, found) is not None, (
-            f"the structural reader with {how} reads {example} exactly as the {name} reader does: "
-            f"{name} can be a mapping (docs/formats.md, 'Why each reader is code')"
+        if first_difference(own, list(read_events(structural, path, forced=True))) is not None:
+            continue
+        # the example reads alike: the real files decide
+        files = [shared_path("real_logs", *where) for where in REAL_FILES.get(name, [])]
+        assert any(
+            first_difference(list(read_events(get_reader(name), f)), list(read_events(structural, f, forced=True)))
+            is not None
+            for f in files
+        ), (
+            f"the structural reader with {how} reads {example} and the real files exactly as the {name} reader "
+            f"does: {name} can be a mapping (docs/formats.md, 'Why each reader is code')"
         )
 
 
@@ -135,10 +153,11 @@ def _conversation(event: ReadGraph) -> list[Any]:
     return out
 
 
-def test_the_llamafactory_mapping_reads_real_glaive_data_as_the_sharegpt_reader_does_up_to_call_ids() -> None:
+def test_the_llamafactory_mapping_reads_real_glaive_data_as_the_sharegpt_reader_does() -> None:
     # The sharegpt reader is an independent reading of the same format: on LLaMA-Factory's glaive tool-call demo
-    # every conversation, tool calls and results included, comes out the same but for the call ids each scheme
-    # writes (call_<turn>_<k> against the message's JSON path), which is why sharegpt stays a reader.
+    # every conversation, tool calls and results included, comes out the same, call ids and graph ids too (the
+    # structural reader names a call without an id call_<message>_<k>, as the readers do; it used to write the
+    # message's JSON path into the id).
     path = shared_path("real_logs", "sharegpt_llamafactory", "glaive_toolcall_en_demo.json")
     own = [e for e in read_events(get_reader("sharegpt"), path) if isinstance(e, ReadGraph)]
     mapped = StructuralReader(parse_mapping(HAND_WRITTEN["sharegpt"]))
@@ -150,7 +169,18 @@ def test_the_llamafactory_mapping_reads_real_glaive_data_as_the_sharegpt_reader_
         assert _conversation(a) == _conversation(b), a.source
         calls += sum(isinstance(n.message, OptionCallMessage) for n in a.graph.nodes.values())
     assert calls > 100  # the file's tool calls were compared, not only its plain replies
-    assert first_difference(own, found) is not None  # the call ids differ, so the graph ids do
+    assert first_difference(own, found) is None  # the graphs are the same, ids included
+
+
+def test_the_structural_reader_reads_llamafactory_v1_typed_messages_as_the_sharegpt_reader_does() -> None:
+    # LLaMA-Factory v1's typed parts (data/reason_tool_use_demo_50.jsonl): reasoning, tool_call and text parts hold
+    # their text under "value"; the structural reader used to drop the reasoning, refuse the tool_call parts and give
+    # one result of two parallel calls to the first call. Every conversation is now read as the sharegpt reader does.
+    path = shared_path("real_logs", "sharegpt_llamafactory", "reason_tool_use_demo_50.jsonl")
+    own = list(read_events(get_reader("sharegpt"), path))
+    found = list(read_events(StructuralReader(), path, forced=True))
+    assert sum(isinstance(e, ReadGraph) for e in own) == 50
+    assert first_difference(own, found) is None
 
 
 def test_docs_say_for_every_reader_what_a_mapping_cannot_state() -> None:

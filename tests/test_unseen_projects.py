@@ -196,6 +196,9 @@ def test_an_agent_memory_of_message_and_marks_pairs_trains_each_call_after_its_r
     (graph,) = _graphs("agentscope-session.json")
     results = [n.message for n in graph.nodes.values() if n.message.role == "tool"]
     assert [r.name for r in results] == ["view_text_file", "execute_shell_command", "execute_shell_command"]
+    # the result is the block's output (AgentScope's ToolResultBlock holds it under "output", not "content")
+    shell = "<returncode>0</returncode>"
+    assert [r.result.result[:26] for r in results] == ["The content of /Users/liuy", shell, shell]
     # _sys_prompt is the base its ReActAgent extends with its skills' prompt: not given as if it were the system
     # message, and the graph says what is missing
     assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]

@@ -127,7 +127,10 @@ def from_openai_message(
     call_names: dict[str, str] | None = None,
     policy: str = DEFAULT_POLICY,
 ) -> AnyMessage:
-    """Convert one OpenAI chat message dict. ``call_names`` maps earlier call ids to names (for tool results)."""
+    """Convert one OpenAI chat message dict. ``call_names`` maps earlier call ids to names (for tool results).
+
+    A tool message may hold its result as a JSON value under ``result`` (beside ``content``, its text): the readers'
+    way to keep a result the log wrote as JSON, not text."""
     where = f"message[{index}]" if index is not None else "message"
     if not isinstance(data, dict):
         raise ValidationError("message is not a JSON object", where=where, code="bad_message")
@@ -162,6 +165,8 @@ def from_openai_message(
         result: Any = (
             content if isinstance(content, str) else "\n".join(p.text for p in parts if isinstance(p, TextPart))
         )
+        if "result" in data:  # a result logged as a JSON value (msgtrain's key, not OpenAI's): kept as the value
+            result = data["result"]
         return OptionResultMessage(
             result=OptionResultPayload(invocation_id=str(call_id), option_name=option_name, result=result),
             policy=RUNTIME_POLICY,

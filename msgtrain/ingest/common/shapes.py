@@ -340,15 +340,49 @@ class MessageNormaliser:
     names: set[str] = field(default_factory=set)  # speaker names seen on assistant messages
     thought: list[str] = field(default_factory=list)  # reasoning logged apart, for the next assistant message
     instructions: str | None = None  # pydantic-ai: the instructions the conversation's requests carry
+    position: int = 0  # logged messages read so far: the next one's index in its conversation (synthetic call ids)
+    turn_calls: list[str] = field(default_factory=list)  # the ids of the calls the latest calling message made
+    user_calls: set[str] = field(default_factory=set)  # open calls the user side made (see _user_calls)
+    user_tool_messages: int = 0  # the user side's calls and results, left out of the policy's context
 
-    def normalise(self, raw: Any, where: str) -> list[dict[str, Any]]:
+    def fork(self) -> MessageNormaliser:
+        """A normaliser for a branch that continues this one's conversation (a tree's child, a sibling reply): the
+        same keys and roles, a copy of the open calls and of the position; speaker names are the branch's own."""
+        return MessageNormaliser(
+            roles=self.roles,
+            role_key=self.role_key,
+            content_key=self.content_key,
+            open_calls=list(self.open_calls),
+            position=self.position,
+            turn_calls=list(self.turn_calls),
+            user_calls=set(self.user_calls),
+        )
+
+    def normalise(self, raw: Any, where: str, *, results_follow: bool | None = None) -> list[dict[str, Any]]:
         """One logged message → one or more OpenAI chat dicts (an Anthropic user turn holding ``tool_result``
-        blocks, or a Gemini one holding ``functionResponse`` parts, becomes its results then its text)."""
+        blocks, or a Gemini one holding ``functionResponse`` parts, becomes its results then its text).
+
+        ``results_follow`` says whether the next logged message is a tool result too (None: not known), which
+        decides how one result answering several parallel calls is read (:meth:`_parallel_results`)."""
+        index, self.position = self.position, self.position + 1
+        return self._normalise(raw, where, index, results_follow)
+
+    def is_result(self, raw: Any) -> bool:
+        """Whether the logged message ``raw`` is a tool result by its role (what ``results_follow`` asks)."""
+        if not isinstance(raw, dict):
+            return False
+        try:
+            logged = self._logged_role(_unwrap(raw), "")
+        except ValidationError:
+            return False
+        return canonical_role(logged, self.roles) == "tool"
+
+    def _normalise(self, raw: Any, where: str, index: int, results_follow: bool | None) -> list[dict[str, Any]]:
         if not isinstance(raw, dict):
             raise ValidationError(f"message is a {type(raw).__name__}, not an object", where=where, code="bad_message")
         obj = _unwrap(raw)
         if is_pydantic_ai_message(obj) and not self.role_key:
-            return self._pydantic_ai(obj, where)
+            return self._pydantic_ai(obj, where, index)
         logged = self._logged_role(obj, where)
         role = canonical_role(logged, self.roles)
         if role is None:
@@ -384,9 +418,27 @@ class MessageNormaliser:
         if role == "tool":
             results = [_sdk_result(b) for b in content] if isinstance(content, list) and content else []
             if results and all(r is not None for r in results):  # one message answering several calls
-                return [self._result(r[0], r[1], r[2], where) for r in results if r is not None]
-            return [self._tool_message(obj, content, where)]
+                return [d for r in results if r is not None for d in self._result(r[0], r[1], r[2], where)]
+            parallel = self._parallel_results(obj, content, where, results_follow)
+            return parallel if parallel is not None else self._tool_message(obj, content, where)
+        if role == "user" and any(obj.get(k) for k in _CALL_KEYS):
+            self._user_calls(obj, where, index)
+            if content in (None, "", []):
+                self.user_tool_messages += 1
+                return []  # a message of nothing but the user side's calls: nothing the policy saw
         return self._input(obj, role, content, where)
+
+    def _user_calls(self, obj: dict[str, Any], where: str, index: int) -> None:
+        """Tool calls in a user message: the other side's (tau2-bench's user simulator calls its own tools). No
+        chat API takes calls in a user message, so the policy never saw them, nor their results: both are left out
+        of its context (counted, ``user_tool_messages``), and the results still pair with them, so they are
+        neither rejected as unpaired nor taken as answers to the policy's own calls. The user's text beside them is
+        kept."""
+        for key in _CALL_KEYS:
+            value = obj.get(key)
+            for k, call in enumerate(value if isinstance(value, list) else [value] if isinstance(value, dict) else []):
+                self.user_calls.add(self._call(call, where, k, index)["id"])
+        self.turn_calls = []
 
     def _shaped_role(self, logged: Any, role: str, obj: dict[str, Any], content: Any, where: str) -> str:
         """The role of a :data:`SHAPED_ROLES` value, by what the message holds: a call (structured, or JSON text
@@ -413,7 +465,7 @@ class MessageNormaliser:
             )
         return text
 
-    def _pydantic_ai(self, obj: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    def _pydantic_ai(self, obj: dict[str, Any], where: str, index: int) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for message in pydantic_ai_messages(obj, where):
             if message.pop(INSTRUCTIONS_MARK, False):
@@ -428,7 +480,7 @@ class MessageNormaliser:
                         hint="split the conversation where the instructions change",
                     )
                 self.instructions = message["content"]
-            out.extend(self.normalise(message, where))
+            out.extend(self._normalise(message, where, index, None))
         return out
 
     def _logged_role(self, obj: dict[str, Any], where: str) -> Any:
@@ -455,17 +507,22 @@ class MessageNormaliser:
         parts: list[Any] = []
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
+        index = self.position - 1
         if calls_only:  # ShareGPT function_call: the value is the call (or a list of calls) as JSON
             value = parse_json_field(content, what="function_call value", where=where, code="bad_tool_call")
             for call in value if isinstance(value, list) else [value]:
-                calls.append(self._call(call, where, len(calls)))
+                calls.append(self._call(call, where, len(calls), index))
         else:
             self._assistant_content(content, parts, reasoning, calls, where)
         for key in ("tool_calls", "function_call", "toolCalls"):  # toolCalls: camelCase writers (Continue)
             value = obj.get(key)
             if value:
+                # OpenAI's legacy function_call has no id: function_call_<i>, as the openai_chat reader names it
+                legacy = f"function_call_{index}" if key == "function_call" and isinstance(value, dict) else None
                 for call in value if isinstance(value, list) else [value]:
-                    calls.append(self._call(call, where, len(calls)))
+                    calls.append(self._call(call, where, len(calls), index, synthetic=legacy))
+        if calls:
+            self.turn_calls = [c["id"] for c in calls]
         for key in ("reasoning_content", "reasoning", "thinking"):
             value = obj.get(key)
             if isinstance(value, str) and value:
@@ -511,11 +568,16 @@ class MessageNormaliser:
             kind = item.get("type")
             gemini_call = item.get("functionCall", item.get("function_call"))
             if kind == "tool_use" or isinstance(gemini_call, dict):
-                calls.append(self._call(item if kind == "tool_use" else gemini_call, where, len(calls)))
+                calls.append(
+                    self._call(item if kind == "tool_use" else gemini_call, where, len(calls), self.position - 1)
+                )
             elif kind == "tool-call" or (kind is None and isinstance(item.get("tool_call"), dict)):
-                calls.append(self._call(_sdk_call(item), where, len(calls)))
+                calls.append(self._call(_sdk_call(item), where, len(calls), self.position - 1))
             elif kind == "toolRequest":
-                calls.append(self._call(_goose_call(item, j, where), where, len(calls)))
+                calls.append(self._call(_goose_call(item, j, where), where, len(calls), self.position - 1))
+            elif kind == "tool_call" and "value" in item:  # LLaMA-Factory v1: the call as JSON text under "value"
+                call = parse_json_field(item["value"], what=f"content[{j}] tool_call value", where=where)
+                calls.append(self._call(call, where, len(calls), self.position - 1))
             elif kind in _REASONING_BLOCKS or (item.get("thought") is True and isinstance(item.get("text"), str)):
                 reasoning.append(_reasoning_text(item, j, where))
             elif kind in _REDACTED_BLOCKS:
@@ -550,7 +612,7 @@ class MessageNormaliser:
                 if output is not _NO_OUTPUT:
                     results.append((call_id, name, output))
             out.append(self._assistant({}, content, False, f"{where} step {j}"))
-            out.extend(self._result(call_id, name, value, where) for call_id, name, value in results)
+            out.extend(d for call_id, name, value in results for d in self._result(call_id, name, value, where))
         return out
 
     def _details_steps(self, obj: dict[str, Any], steps: list[DetailsStep], where: str) -> list[dict[str, Any]]:
@@ -563,11 +625,13 @@ class MessageNormaliser:
                 logged["reasoning_content"] = "\n".join(step.reasoning)
             logged |= {k: v for k, v in obj.items() if k in ("name", "weight", "loss_weight")}  # the message's, all
             out.append(self._assistant(logged, step.text or None, False, f"{where} call {j}"))
-            out.extend(self._result(call_id, name, value, where) for call_id, name, value in step.results)
+            out.extend(d for call_id, name, value in step.results for d in self._result(call_id, name, value, where))
         return out
 
-    def _call(self, call: Any, where: str, k: int) -> dict[str, Any]:
-        """One call in any shape → an OpenAI ``tool_calls`` entry (arguments kept verbatim when a string)."""
+    def _call(self, call: Any, where: str, k: int, index: int, *, synthetic: str | None = None) -> dict[str, Any]:
+        """One call in any shape → an OpenAI ``tool_calls`` entry (arguments kept verbatim when a string). A call
+        the log wrote without an id gets ``call_<index>_<k>`` (``index``: its message's place in the conversation),
+        as the readers of id-less formats name them, or ``synthetic``."""
         if not isinstance(call, dict):
             raise ValidationError(f"tool call {k} is not an object", where=where, code="bad_tool_call")
         fn = call["function"] if isinstance(call.get("function"), dict) else call
@@ -581,7 +645,7 @@ class MessageNormaliser:
             )
         arguments: Any = next((fn[a] for a in ("arguments", "args", "input", "parameters") if a in fn), {})
         call_id = call.get("id") or fn.get("id") or call.get("tool_call_id")
-        call_id = str(call_id) if call_id else f"call_{where}_{k}"
+        call_id = str(call_id) if call_id else synthetic or f"call_{index}_{k}"
         self.open_calls.append((call_id, name))
         if not isinstance(arguments, str | dict):
             arguments = {"value": arguments}
@@ -604,16 +668,21 @@ class MessageNormaliser:
                 if parts:
                     out.append({"role": role, "content": parts})
                     parts = []
-                out.append(self._result(item.get("id"), None, _block_result(_goose_result(item, j, where)), where))
+                out.extend(self._result(item.get("id"), None, _block_result(_goose_result(item, j, where)), where))
             elif item.get("type") == "tool_result" or isinstance(answer, dict):
                 if parts:  # keep order: text before a result stays before it
                     out.append({"role": role, "content": parts})
                     parts = []
                 if item.get("type") == "tool_result":
-                    out.append(self._result(item.get("tool_use_id"), None, _block_result(item.get("content")), where))
+                    # AgentScope's blocks (ToolResultBlock) name their call (``id``) and tool (``name``) and hold
+                    # the result under ``output``; Anthropic's give the call's ``tool_use_id`` and ``content``
+                    call_id, named = item.get("tool_use_id") or item.get("id"), item.get("name")
+                    named = named if isinstance(named, str) else None
+                    value = item["content"] if "content" in item else item.get("output")
+                    out.extend(self._result(call_id, named, _block_result(value), where))
                 else:
                     assert isinstance(answer, dict)
-                    out.append(self._result(answer.get("id"), answer.get("name"), answer.get("response"), where))
+                    out.extend(self._result(answer.get("id"), answer.get("name"), answer.get("response"), where))
             else:
                 parts.append(_part(item, j, where))
         if items is None:
@@ -639,7 +708,7 @@ class MessageNormaliser:
             message["name"] = obj["name"]
         return [*out, message]
 
-    def _tool_message(self, obj: dict[str, Any], content: Any, where: str) -> dict[str, Any]:
+    def _tool_message(self, obj: dict[str, Any], content: Any, where: str) -> list[dict[str, Any]]:
         call_id = next((obj[k] for k in ("tool_call_id", "tool_use_id", "toolCallId", "id") if obj.get(k)), None)
         name = obj.get("name")
         if isinstance(content, list) and content and all(isinstance(b, dict) for b in content):
@@ -649,11 +718,64 @@ class MessageNormaliser:
                 return self._result(answer.get("id"), answer.get("name"), answer.get("response"), where)
         return self._result(call_id, name if isinstance(name, str) else None, _block_result(content), where)
 
-    def _result(self, call_id: Any, name: str | None, value: Any, where: str) -> dict[str, Any]:
+    def _result(self, call_id: Any, name: str | None, value: Any, where: str) -> list[dict[str, Any]]:
+        """The result as an OpenAI tool message answering the open call it pairs with (none: a result of the user
+        side's call, :meth:`_user_calls`). It carries a ``name`` only where the log gave the result one: the call's
+        name is known from the call, and a template that renders a result's name must not be shown one the log
+        never sent."""
         pos = self._answered(call_id, name, where)
-        found_id, found_name = self.open_calls.pop(pos)
+        found_id, _ = self.open_calls.pop(pos)
+        if found_id in self.user_calls:
+            self.user_calls.discard(found_id)
+            self.user_tool_messages += 1
+            return []
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return {"role": "tool", "tool_call_id": found_id, "name": found_name, "content": text}
+        out = {"role": "tool", "tool_call_id": found_id, "content": text}
+        if name:
+            out["name"] = name
+        return [out]
+
+    def _parallel_results(
+        self, obj: dict[str, Any], content: Any, where: str, results_follow: bool | None
+    ) -> list[dict[str, Any]] | None:
+        """One tool result, with no id or name of its own, standing alone after a message that made N > 1 calls
+        (ShareGPT's and LLaMA-Factory's one observation for parallel calls): the N results, when its text is a
+        JSON list of exactly N entries, paired in order (an entry ``{"name", "content"}`` of its call's name
+        contributes its ``content``). Any other such result is ambiguous (``ambiguous_results``): which call it
+        answers the log does not say. None when the result is not of this kind (it pairs as usual), and when
+        whether another result follows is not known."""
+        if results_follow is not False or any(obj.get(k) for k in ("tool_call_id", "tool_use_id", "toolCallId", "id")):
+            return None
+        if isinstance(obj.get("name"), str) and obj["name"]:
+            return None
+        waiting = [(i, n) for i, n in self.open_calls if i in self.turn_calls and i not in self.user_calls]
+        if len(waiting) < 2 or len(waiting) != len(self.turn_calls):
+            return None
+        entries = _block_result(content)
+        if isinstance(entries, str):
+            try:
+                entries = json.loads(entries)
+            except (ValueError, RecursionError):
+                entries = None
+        if not isinstance(entries, list) or len(entries) != len(waiting):
+            raise ValidationError(
+                f"one tool result answers {len(waiting)} parallel calls and is not a list of {len(waiting)} results",
+                where=where,
+                code="ambiguous_results",
+                hint="write one tool result per call (with the call's id), or a JSON list with one entry per call",
+            )
+        out: list[dict[str, Any]] = []
+        for entry, (call_id, call_name) in zip(entries, waiting, strict=True):
+            if isinstance(entry, dict) and "content" in entry and entry.get("name", call_name) == call_name:
+                entry = entry["content"]
+            self.open_calls.remove((call_id, call_name))
+            if isinstance(entry, str):
+                out.append({"role": "tool", "tool_call_id": call_id, "content": entry})
+            else:  # a JSON value, kept as one (its text is what a template renders of it)
+                text = json.dumps(entry, ensure_ascii=False)
+                out.append({"role": "tool", "tool_call_id": call_id, "content": text, "result": entry})
+        self.turn_calls = []
+        return out
 
     def _answered(self, call_id: Any, name: str | None, where: str) -> int:
         """Which open call a result answers (see the module docstring), as its position in ``open_calls``."""
@@ -898,9 +1020,11 @@ def _goose_result(item: dict[str, Any], j: int, where: str) -> Any:
 
 def _reasoning_text(item: dict[str, Any], j: int, where: str) -> str:
     """The text of a reasoning block, under its own type's key (``thinking`` in Anthropic's, ``reasoning`` in
-    Letta's ``ReasoningContent``) or ``text``; a list of text chunks (Mistral's ``ThinkChunk``) is joined."""
+    Letta's ``ReasoningContent``) or ``text`` (``value`` in LLaMA-Factory v1's); a list of text chunks (Mistral's
+    ``ThinkChunk``) is joined."""
     kind = item.get("type")
-    value = item.get(kind) if isinstance(kind, str) and kind in item else item.get("text", "")
+    # LLaMA-Factory v1's typed parts hold the text under "value" ({"type": "reasoning", "value": ...})
+    value = item.get(kind) if isinstance(kind, str) and kind in item else item.get("text", item.get("value", ""))
     if isinstance(value, list):
         texts = [c if isinstance(c, str) else c.get("text") if isinstance(c, dict) else None for c in value]
         if all(isinstance(t, str) for t in texts):
@@ -956,9 +1080,21 @@ def _block_result(content: Any) -> Any:
     """A tool result's content: text stays text, all-text blocks are joined, anything else is kept as JSON."""
     if content is None:
         return ""
-    if isinstance(content, list) and all(isinstance(b, dict) and isinstance(b.get("text"), str) for b in content):
-        return "\n".join(b["text"] for b in content)
+    if isinstance(content, list) and all(_block_text_of(b) is not None for b in content):
+        return "\n".join(str(_block_text_of(b)) for b in content)
     return content
+
+
+def _block_text_of(block: Any) -> str | None:
+    """The text of a text block: ``text``, or ``value`` in LLaMA-Factory v1's typed parts (``{"type": "text",
+    "value"}``); None for any other block."""
+    if not isinstance(block, dict):
+        return None
+    if isinstance(block.get("text"), str):
+        return str(block["text"])
+    if block.get("type") == "text" and isinstance(block.get("value"), str):
+        return str(block["value"])
+    return None
 
 
 def normalise_messages(

@@ -117,6 +117,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         parent = ids[-1] if ids else None
         for s in branch:
             parent = graph.add_node(parent, s.message, origin=s.origin)
+    if norm.user_tool_messages:  # the user side's own tool calls and results, left out of the policy's context
+        graph.metadata["user_tool_messages"] = norm.user_tool_messages
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     if found.unlogged_system and not any(s.message.role == "system" for s in steps):
         mark_context_incomplete(graph, ["system_prompt"], "the record does not save its agent's system message")

@@ -130,7 +130,7 @@ class _Branch:
     withheld: bool = False
 
     def fork(self, parent: str | None) -> _Branch:
-        norm = MessageNormaliser(open_calls=list(self.norm.open_calls))
+        norm = self.norm.fork()
         return _Branch(parent, norm, dict(self.call_names), self.withheld)
 
 

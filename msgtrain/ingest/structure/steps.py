@@ -38,6 +38,9 @@ from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import OptionCallMessage, PartsMessage, TextPart
 from msgtrain.model.openai import check_reply_present, from_openai_message
 
+# ``then`` of a list's last message: nothing follows it (as against None, not known)
+_END: dict[str, Any] = {}
+
 MAX_EXTRA_JSON = 4096  # sibling objects larger than this (as JSON) are not carried to the rows
 
 # How a layout reads one raw message after a gap into OpenAI chat dicts (its own dialect: a node map's typed content).
@@ -66,8 +69,19 @@ class StepBuilder:
     steps: list[Step] = field(default_factory=list)
     call_names: dict[str, str] = field(default_factory=dict)
 
-    def add(self, raw: Any, where: str, *, trained: bool = True, metadata: dict[str, Any] | None = None) -> None:
-        normalised = self.norm.normalise(raw, where)
+    def add(
+        self,
+        raw: Any,
+        where: str,
+        *,
+        trained: bool = True,
+        metadata: dict[str, Any] | None = None,
+        then: Any = None,
+    ) -> None:
+        """One logged message; ``then`` is the message logged after it in the same list (None: none, or not
+        known), which says whether more tool results follow a result (:meth:`MessageNormaliser.normalise`)."""
+        follow = None if then is None else self.norm.is_result(then)
+        normalised = self.norm.normalise(raw, where, results_follow=follow)
         # What is logged beside the message (usage, model) belongs to one reply: a message that stands for several
         # (a UI message's steps) cannot say which.
         beside = unwrapped(raw) if sum(d["role"] == "assistant" for d in normalised) <= 1 else None
@@ -118,7 +132,7 @@ class StepBuilder:
         for i, item in enumerate(raw):
             at = places[i] if places is not None else f"{where}[{i}]"
             try:
-                self.add(item, at)
+                self.add(item, at, then=raw[i + 1] if i + 1 < len(raw) else _END)
             except ValidationError as e:
                 if not any(s.message.role == "assistant" and s.origin is None for s in self.steps):
                     raise  # nothing trainable before it: the conversation's reject, as it always was
@@ -155,8 +169,9 @@ class StepBuilder:
         elif isinstance(raw, dict):
             self.add(raw, where, trained=trained)
         else:
-            for i, item in enumerate(raw or []):
-                self.add(item, f"{where}[{i}]", trained=trained)
+            items = list(raw or [])
+            for i, item in enumerate(items):
+                self.add(item, f"{where}[{i}]", trained=trained, then=items[i + 1] if i + 1 < len(items) else _END)
 
 
 def _located(make: Any, where: str) -> Any:
@@ -204,9 +219,7 @@ def need_list(value: Any, where: str) -> None:
 
 
 def forked(norm: MessageNormaliser) -> MessageNormaliser:
-    return MessageNormaliser(
-        roles=norm.roles, role_key=norm.role_key, content_key=norm.content_key, open_calls=list(norm.open_calls)
-    )
+    return norm.fork()
 
 
 def check_speakers(norm: MessageNormaliser, at: str) -> None:

@@ -282,8 +282,10 @@ def _tree_graph(
         ref, value, parent, norm, call_names = stack.pop()
         size += 1
         builder = StepBuilder(norm, call_names=call_names)
+        kids = children.get(str(value[id_key]), [])
         try:
-            builder.add(value, f"{ref} $")
+            # what follows the message: its one child, nothing, or (several children) not one message
+            builder.add(value, f"{ref} $", then=kids[0][1] if len(kids) == 1 else (None if kids else {}))
         except ValidationError as e:
             if parent is None:
                 raise  # nothing before it: the tree's reject, as a conversation's first message is
@@ -293,7 +295,7 @@ def _tree_graph(
         node = parent
         for step in builder.steps:
             node = graph.add_node(node, step.message, origin=step.origin)
-        for child_ref, child in reversed(children.get(str(value[id_key]), [])):
+        for child_ref, child in reversed(kids):
             stack.append((child_ref, child, node, forked(norm), dict(builder.call_names)))
     check_speakers(MessageNormaliser(names=names), "$")
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
