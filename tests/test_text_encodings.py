@@ -94,3 +94,19 @@ def test_a_line_that_is_not_valid_in_the_files_encoding_is_one_reject_naming_it(
     name = encoding.upper().replace("-LE", "LE").replace("-BE", "BE")
     assert name in rejects[0]["message"] and name in rejects[0]["hint"]
     assert json.loads((out / "report.json").read_text())["records"]["converted"] == 3
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_text_without_a_byte_order_mark_is_a_reject_whose_hint_names_the_encoding(
+    tmp_path: Path, encoding: str
+) -> None:
+    log = tmp_path / "chats.jsonl"
+    log.write_bytes(_jsonl(CHATS).encode(encoding))  # no mark: not decoded, but said as what it is
+    reject = open_reader(log)
+    assert isinstance(reject, ReadReject) and reject.error.code == "unknown_format"
+    name = encoding.upper().replace("-LE", "LE").replace("-BE", "BE")
+    assert f"looks like {name} text without a byte-order mark" in reject.error.hint
+    assert f"iconv -f {name} -t UTF-8" in reject.error.hint
+    # Plain UTF-8 text, JSON or not, is never taken for it.
+    log.write_text(_jsonl(CHATS) + "\0 binary-ish tail\n", encoding="utf-8")
+    assert not isinstance(open_reader(log), ReadReject)

@@ -26,7 +26,7 @@ from pathlib import Path
 from msgtrain.errors import FormatError
 from msgtrain.ingest.common.shapes import is_message_like
 from msgtrain.ingest.core.base import HEAD_BYTES, Reader, _head_lines, _mostly_records, read_head
-from msgtrain.ingest.core.text_input import open_input
+from msgtrain.ingest.core.text_input import open_input, unmarked_utf16
 from msgtrain.ingest.registry import REGISTRY, candidates, directory_reader, entries, with_trait
 
 VOTE_RECORDS = 32  # records of the head that vote on the file's format
@@ -230,6 +230,13 @@ def describe_head(head: bytes) -> str:
 
 def unknown_format_hint(path: Path, head: bytes) -> str:
     """The hint of an ``unknown_format`` reject: what the file looks like, and why the closest readers refused."""
+    wide_text = unmarked_utf16(head)
+    if wide_text is not None:
+        return (
+            f"the file looks like {wide_text} text without a byte-order mark (every other byte is zero); re-encode it "
+            f"as UTF-8 (iconv -f {wide_text} -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix}), or write it "
+            "with a byte-order mark, which msgtrain decodes"
+        )
     reasons: list[str] = []
     wide = _explain_head(path, head)
     for reader in with_trait("explain"):

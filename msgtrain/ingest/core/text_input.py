@@ -45,6 +45,21 @@ def bom_of(head: bytes) -> str | None:
     return next((name for bom, name in BOMS if head.startswith(bom)), None)
 
 
+def unmarked_utf16(head: bytes) -> str | None:
+    """``UTF-16LE`` / ``UTF-16BE`` when ``head`` reads as UTF-16 text without a byte-order mark (ASCII-range text
+    leaves every other byte zero), else None. Only named in hints: without a mark such a file is not decoded."""
+    sample = head[: 4096 - 4096 % 2] if len(head) >= 4096 else head[: len(head) - len(head) % 2]
+    pairs = len(sample) // 2
+    if pairs < 8 or bom_of(head) is not None:
+        return None
+    even, odd = sample[0::2].count(0) / pairs, sample[1::2].count(0) / pairs
+    if odd > 0.3 and even < 0.02:
+        return "UTF-16LE"
+    if even > 0.3 and odd < 0.02:
+        return "UTF-16BE"
+    return None
+
+
 def file_encoding(path: Path | str) -> str | None:
     """The encoding ``path``'s byte-order mark names, or None (no mark, or unreadable)."""
     try:
