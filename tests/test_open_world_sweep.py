@@ -219,3 +219,19 @@ def test_agentgym_scripted_turns_are_context_not_samples(tmp_path: Path) -> None
     assert sorted(s[1] for s in _sampled(graphs)) == ["Act: answer(3)", "Act: bash ls", "Hi"]
     _, stats, _ = convert_file(path, SETTINGS)
     assert stats.turns_trained == 3
+
+
+def test_a_message_sent_with_files_the_log_does_not_hold_is_a_gap(tmp_path: Path) -> None:
+    """A Claude.ai message whose attachment's extracted text (or an uploaded file) was sent beside it: the reply
+    after it saw the file, which the message does not hold. Replies before it are trained, the ones after it kept
+    as context. Before: the reply was trained after the message without the file."""
+    export = _claude_export()
+    export[0]["chat_messages"][2]["attachments"] = [
+        {"file_name": "f.py", "file_size": 14, "file_type": "text/x-python", "extracted_content": "def f(): pass\n"}
+    ]
+    path = _write(tmp_path / "conversations.json", export)
+    graphs, rejects = _graphs(path)
+    assert [s[1] for s in _sampled(graphs)] == ["Paste it."]
+    assert [r.error.code for r in rejects] == ["unsupported_content"]
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained) == (2, 1)

@@ -160,6 +160,21 @@ def rendered_template_text(text: str) -> str | None:
     return hit or next((m for m in _RENDERED_ASSISTANT_OPENINGS if tail.endswith(m) or tail.endswith(m.strip())), None)
 
 
+def attached_files(message: dict[str, Any]) -> int:
+    """How many files a chat UI's export says came with a message beside its text (Claude.ai's ``attachments``
+    whose ``extracted_content`` it sent and ``files`` it uploaded; LibreChat's and Open WebUI's ``files``): what the
+    model was sent from them, and where, the message does not hold. 0 for none."""
+    attachments = message.get("attachments")
+    pasted = (
+        [a for a in attachments if isinstance(a, dict) and a.get("extracted_content")]
+        if isinstance(attachments, list)
+        else []
+    )
+    files = message.get("files")
+    uploaded = [f for f in files if isinstance(f, dict) and f] if isinstance(files, list) else []
+    return len(pasted) + len(uploaded)
+
+
 def loss_flag_weight(message: dict[str, Any]) -> int | None:
     """The weight a boolean ``loss`` flag gives a message (AgentGym / AgentTuning trajectories: ``false`` on the
     scripted turns a task opens with, ``"Ok."`` after the instructions and few-shot replies, ``true`` on the replies
@@ -654,6 +669,15 @@ class MessageNormaliser:
     # ---------------------------------------------------------------- inputs and results
 
     def _input(self, obj: dict[str, Any], role: str, content: Any, where: str) -> list[dict[str, Any]]:
+        attached = attached_files(obj)
+        if attached:
+            raise ValidationError(
+                f"the {role} message came with {attached} attached file(s) the model was sent beside its text, and "
+                "the log keeps neither their content nor how it was laid out",
+                where=where,
+                code="unsupported_content",
+                hint="the replies before it are trained; the ones after it saw the files and are kept as context only",
+            )
         out: list[dict[str, Any]] = []
         parts: list[Any] = []
         items = content if isinstance(content, list) else ([content] if isinstance(content, dict) else None)
