@@ -163,8 +163,10 @@ class SnapshotTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return str(self.backend_tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
+    def decode(self, ids: int | list[int], skip_special_tokens: bool = False) -> str:
+        """The ids' text, as transformers' fast tokenizer decodes it: one id or a list of them."""
+        seq = [ids] if isinstance(ids, int) else ids
+        return str(self.backend_tokenizer.decode(seq, skip_special_tokens=skip_special_tokens))
 
     @overload
     def convert_ids_to_tokens(self, ids: int) -> str | None: ...
