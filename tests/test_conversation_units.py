@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from msgtrain.ingest.common.shapes import SHAPED_ROLES, canonical_role, normalise_messages
+from msgtrain.ingest.common.message_like import SHAPED_ROLES, canonical_role
+from msgtrain.ingest.common.shapes import normalise_messages
 from msgtrain.run.parts import LinearizeSettings, convert_file
 
 SETTINGS = LinearizeSettings(

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from msgtrain.ingest.boundary import read_events
-from msgtrain.ingest.common.shapes import canonical_role, normalise_messages
+from msgtrain.ingest.common.message_like import canonical_role
+from msgtrain.ingest.common.shapes import normalise_messages
 from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import get_reader

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from msgtrain.errors import FormatError
-from msgtrain.ingest.common.shapes import is_message_like
+from msgtrain.ingest.common.message_like import is_message_like
 from msgtrain.ingest.core.base import HEAD_BYTES, Reader, _head_lines, _mostly_records, read_head
 from msgtrain.ingest.core.text_input import open_input, unmarked_utf16
 from msgtrain.ingest.registry import REGISTRY, candidates, directory_reader, entries, with_trait

@@ -141,7 +141,7 @@ def _run_task(reader: Reader, task: RecordTask) -> list[ReadEvent]:
     too_large = _oversized(task)
     if too_large is not None:
         return [too_large]
-    from msgtrain.ingest.common.shapes import assistant_turns_in
+    from msgtrain.ingest.common.message_like import assistant_turns_in
 
     try:
         events = list(task.parse())

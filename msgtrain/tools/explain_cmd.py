@@ -81,7 +81,7 @@ def explain_file(path: Path) -> Explanation:
 
 
 def _structural(path: Path, exp: Explanation) -> None:
-    from msgtrain.ingest.common.shapes import canonical_role, message_like_count, role_of
+    from msgtrain.ingest.common.message_like import canonical_role, message_like_count, role_of
     from msgtrain.ingest.structure.found import Ambiguity, Found
     from msgtrain.ingest.structure.locate import locate
     from msgtrain.ingest.structure.structural import file_records
@@ -150,7 +150,7 @@ def _mapping_for(found: Any, exp: Explanation) -> Any:
     roles it saw written out, so that the user edits a complete mapping."""
     from dataclasses import replace
 
-    from msgtrain.ingest.common.shapes import content_key_of, role_of
+    from msgtrain.ingest.common.message_like import content_key_of, role_of
 
     mapping = found.mapping
     value = mapping.field_of(found.holder, "messages") or mapping.field_of(found.holder, "completion")

@@ -33,7 +33,7 @@ from typing import Any
 import pydantic
 
 from msgtrain.errors import MsgtrainError, ParseError, ValidationError
-from msgtrain.ingest.common.shapes import assistant_turns_in
+from msgtrain.ingest.common.message_like import assistant_turns_in
 from msgtrain.ingest.core.base import (
     LongLine,
     ReadEvent,

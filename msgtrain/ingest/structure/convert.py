@@ -29,8 +29,9 @@ from msgtrain.ingest.common.conversation_files import (
     mark_last_reply,
 )
 from msgtrain.ingest.common.media_columns import MediaColumns
+from msgtrain.ingest.common.message_like import is_message_list, message_like_count
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
-from msgtrain.ingest.common.shapes import MessageNormaliser, is_message_list, message_like_count, parse_transcript
+from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, SourceRef
 from msgtrain.ingest.structure.context import base_system_at, inherited_tools, text_blocks, with_system

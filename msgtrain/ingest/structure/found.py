@@ -17,7 +17,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from msgtrain.ingest.common.shapes import canonical_role, content_key_of, is_message_like, is_message_list, role_of
+from msgtrain.ingest.common.message_like import (
+    canonical_role,
+    content_key_of,
+    is_message_like,
+    is_message_list,
+    role_of,
+)
 from msgtrain.ingest.core.base import SourceRef
 from msgtrain.ingest.structure.mapping import Mapping
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from msgtrain.ingest.common.shapes import (
+from msgtrain.ingest.common.message_like import (
     PREFERENCE_KEYS,
     canonical_role,
     content_key_of,
@@ -31,11 +31,11 @@ from msgtrain.ingest.common.shapes import (
     is_wrapper,
     named_agents,
     named_agents_error,
-    parse_transcript,
     role_of,
     unwrapped,
     wrapped_messages,
 )
+from msgtrain.ingest.common.shapes import parse_transcript
 from msgtrain.ingest.core.base import SourceRef
 from msgtrain.ingest.structure.context import (
     SYSTEM_KEYS,

@@ -19,7 +19,8 @@ Invariants:
 - An unknown key is an error naming it (a typo never silently maps nothing).
 - Column values are field names, or dotted paths into nested objects (``info.reward``); ``message_*`` names the
   numbered fields ``message_1``, ``message_2``, ... in number order (CAMEL role-playing records).
-- Roles are never guessed beyond :mod:`msgtrain.ingest.common.shapes`' vocabulary: a mapping's tags / roles extend it.
+- Roles are never guessed beyond :mod:`msgtrain.ingest.common.message_like`' vocabulary: a mapping's tags / roles
+  extend it.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ _CANONICAL = ("user", "assistant", "system", "developer", "tool", "call")
 class Mapping:
     """Where a record keeps its conversation (see the module docstring). ``columns`` maps LLaMA-Factory column
     names to the record's field paths; ``role_key`` / ``content_key`` name the message keys (None: any of
-    :data:`msgtrain.ingest.common.shapes.ROLE_KEYS` / ``CONTENT_KEYS``); ``roles`` maps logged role values to canonical
-    ones."""
+    :data:`msgtrain.ingest.common.message_like.ROLE_KEYS` / ``CONTENT_KEYS``); ``roles`` maps logged role values to
+    canonical ones."""
 
     layout: str = "messages"
     columns: dict[str, str] = field(default_factory=dict)

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.common.shapes import is_message_like, message_like_count
+from msgtrain.ingest.common.message_like import is_message_like, message_like_count
 from msgtrain.ingest.structure.mapping import Mapping, dig
 
 # Columns that name keys of each message (a tree's links), not paths in the record.

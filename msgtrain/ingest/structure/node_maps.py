@@ -55,7 +55,8 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import base_graph_id, content_graph_id
-from msgtrain.ingest.common.shapes import MessageNormaliser, is_message_like
+from msgtrain.ingest.common.message_like import is_message_like
+from msgtrain.ingest.common.shapes import MessageNormaliser
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, SourceRef
 from msgtrain.ingest.structure.steps import Gap, StepBuilder, gap_reject, hang_below_gap
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete

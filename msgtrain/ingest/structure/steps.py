@@ -23,14 +23,8 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.conversation_files import Step, logged_reply
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS
-from msgtrain.ingest.common.shapes import (
-    SHAPED_ROLES,
-    MessageNormaliser,
-    canonical_role,
-    message_like_count,
-    role_of,
-    unwrapped,
-)
+from msgtrain.ingest.common.message_like import SHAPED_ROLES, canonical_role, message_like_count, role_of, unwrapped
+from msgtrain.ingest.common.shapes import MessageNormaliser
 from msgtrain.ingest.core.base import ReadReject, SourceRef
 from msgtrain.ingest.structure.found import assistant_like
 from msgtrain.ingest.structure.mapping import Mapping, top_fields

@@ -7,9 +7,9 @@ a mapping (``--map``, :mod:`msgtrain.ingest.structure.mapping`).
 What it finds in each record (a JSONL line, an item of a top-level array, or the whole document), searching nested
 objects and lists (outermost first, never inside a conversation it found):
 
-- **messages**: a list of message-like objects (:mod:`msgtrain.ingest.common.shapes`: a role-like and a content-like
-  key, roles through one vocabulary, tool calls in OpenAI / Anthropic / Gemini shapes), or a list of items each
-  wrapping one message under the same key (:func:`~msgtrain.ingest.common.shapes.wrapped_messages`);
+- **messages**: a list of message-like objects (:mod:`msgtrain.ingest.common.message_like`: a role-like and a
+  content-like key, roles through one vocabulary, tool calls in OpenAI / Anthropic / Gemini shapes), or a list of
+  items each wrapping one message under the same key (:func:`~msgtrain.ingest.common.message_like.wrapped_messages`);
 - **prompt_completion**: ``prompt`` + ``completion`` (strings, one message each, or message lists as
   PrimeIntellect verifiers and TRL write them), and the other pairs of :data:`PAIR_KEYS` (``input`` + ``output`` of
   eval and tracing tools...); a reply may be an OpenAI response body (``{"choices": [{"message"}]}``, one
@@ -47,8 +47,8 @@ The rules every conversation follows (docs/formats.md, "The structural reader's 
 - **calls**: a record holding several message lists each beside the reply sampled for it (an agent's steps, a search
   tree's nodes) is read as a call log (:mod:`msgtrain.ingest.structure.structural_calls`): each reply after exactly its
   own messages, calls sharing a prefix sharing nodes; replies may be OpenAI, Anthropic or Gemini response bodies;
-- **roles** through the table of :mod:`msgtrain.ingest.common.shapes` (case-insensitive, shaped roles, boolean role
-  flags);
+- **roles** through the table of :mod:`msgtrain.ingest.common.message_like` (case-insensitive, shaped roles, boolean
+  role flags);
 - **gaps**: a message that cannot be read ends the conversation for training
   (:class:`~msgtrain.ingest.structure.steps.Gap`): replies before it are trained, replies after it kept as context the
   log does not hold; a conversation with nothing trainable before its first bad message is rejected as a whole;
@@ -89,7 +89,7 @@ import yaml
 from msgtrain.errors import MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.conversation_files import iter_raw_records
 from msgtrain.ingest.common.head_shape import head_shape
-from msgtrain.ingest.common.shapes import (
+from msgtrain.ingest.common.message_like import (
     CONTENT_KEYS,
     PREFERENCE_KEYS,
     ROLE_FLAGS,
@@ -442,7 +442,7 @@ def file_assistant_turns(path: Path) -> int:
     assistant-like messages, record by record, else its replies under reply-like fields (``output``,
     ``response_1``...; an eval's rows hold no message objects); 0 for a file that is not JSON / JSONL / YAML or too
     large."""
-    from msgtrain.ingest.common.shapes import MAX_COUNT_BYTES, assistant_turns_in
+    from msgtrain.ingest.common.message_like import MAX_COUNT_BYTES, assistant_turns_in
 
     try:
         if path.is_dir() or path.stat().st_size > MAX_COUNT_BYTES:

@@ -23,14 +23,14 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.conversation_files import base_graph_id, content_graph_id
-from msgtrain.ingest.common.shapes import (
-    MessageNormaliser,
+from msgtrain.ingest.common.message_like import (
     canonical_role,
     is_message_like,
     is_message_list,
     message_like_count,
     role_of,
 )
+from msgtrain.ingest.common.shapes import MessageNormaliser
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.base import (
     ReadEvent,

@@ -49,7 +49,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGroups
-from msgtrain.ingest.common.shapes import message_like_count
+from msgtrain.ingest.common.message_like import message_like_count
 from msgtrain.ingest.core.base import LongLine, head_mostly, line_size, open_input, read_bounded_line
 from msgtrain.ingest.core.files import Beside, InputFiles, input_files
 from msgtrain.ingest.formats import (

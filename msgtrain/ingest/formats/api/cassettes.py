@@ -48,7 +48,7 @@ import yaml
 from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGraph
 from msgtrain.ingest.common.conversation_files import Step
-from msgtrain.ingest.common.shapes import assistant_turns_in
+from msgtrain.ingest.common.message_like import assistant_turns_in
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core import base
 from msgtrain.ingest.core.http_bodies import decode_content, header, is_sse, recorded_bytes

@@ -32,7 +32,7 @@ from typing import Any
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.call_log import Call
 from msgtrain.ingest.common.conversation_files import Step
-from msgtrain.ingest.common.shapes import canonical_role
+from msgtrain.ingest.common.message_like import canonical_role
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats.api.streams import StreamFailed, stream_events
 from msgtrain.model.graph import Env

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.content_parts import is_ui_steps
 from msgtrain.ingest.common.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -44,7 +45,7 @@ from msgtrain.ingest.common.conversation_files import (
 )
 from msgtrain.ingest.common.head_shape import HeadShape
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS, MediaColumns
-from msgtrain.ingest.common.shapes import PREFERENCE_KEYS, is_ui_steps, named_agents, named_agents_error
+from msgtrain.ingest.common.message_like import PREFERENCE_KEYS, named_agents, named_agents_error
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import Marks, ReadItem, head_shape, quoted

@@ -20,9 +20,9 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.call_log import Call
+from msgtrain.ingest.common.content_parts import rendered_template_text
 from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, parse_rendered_prompt
-from msgtrain.ingest.common.shapes import rendered_template_text
 from msgtrain.model.graph import Env
 from msgtrain.model.openai import from_openai_message, generation_from_choice
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.content_parts import parse_json_field
 from msgtrain.ingest.common.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -48,7 +49,7 @@ from msgtrain.ingest.common.conversation_files import (
     read_conversation_file,
 )
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS, MediaColumns
-from msgtrain.ingest.common.shapes import canonical_role, loss_flag_weight, parse_json_field
+from msgtrain.ingest.common.message_like import canonical_role, loss_flag_weight
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import Marks, ReadGraph, ReadItem, head_shape, quoted

@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
+from msgtrain.ingest.common.content_parts import parse_json_field, rendered_template_text
 from msgtrain.ingest.common.conversation_files import base_graph_id, content_graph_id, iter_raw_records
+from msgtrain.ingest.common.message_like import is_message_list
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
-from msgtrain.ingest.common.shapes import is_message_list, normalise_messages, parse_json_field, rendered_template_text
+from msgtrain.ingest.common.shapes import normalise_messages
 from msgtrain.ingest.formats import (
     Marks,
     ReadEvent,

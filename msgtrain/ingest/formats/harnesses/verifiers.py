@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.content_parts import parse_json_field
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id, build_linear_graph, iter_raw_records
-from msgtrain.ingest.common.shapes import parse_json_field
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats import (
     Marks,

@@ -1,0 +1,376 @@
+"""What a message is in any log writer's dialect: role and content keys, the one role table, the wrappers a
+message may sit in, and the recognisers and estimates built on them.
+
+- **Message-like objects**: a role-like key (:data:`ROLE_KEYS`: ``role``, ``from``, ``author``, ``speaker``;
+  ``author`` may be an object holding ``role``, as ChatGPT exports write it; a boolean flag of :data:`ROLE_FLAGS`
+  where no role is named) and a content-like key (:data:`CONTENT_KEYS`: ``content``, ``value``, ``text``,
+  ``parts``, ...), or a tool call instead of content. A wrapper is read through the message it holds: LangChain's
+  ``{"type": "human" | "ai" | ..., "data": {...}}`` and ``dumpd`` forms, an OpenAI choice, a LangChain
+  ``ChatGeneration``, an opencode ``{info, parts}`` message, a Google ADK event's ``content``.
+- **Roles**, normalised through one vocabulary (:data:`ROLE_VOCABULARY`): ``human``/``user`` → user;
+  ``gpt``/``model``/``bot``/``ai``/``assistant``... → assistant; ``system`` (and ``developer``, kept as such);
+  ``function``/``tool``/``observation``/``ipython`` → tool result; ShareGPT's ``function_call`` → an assistant
+  turn holding only calls; :data:`SHAPED_ROLES` read by what the message holds (by the normaliser,
+  :mod:`msgtrain.ingest.common.shapes`).
+
+Invariants:
+- A role outside the vocabulary is never guessed: :func:`canonical_role` is None for it (a mapping's roles extend
+  the table and win over it).
+- Recognising reads a value and never changes it; a wrapper is one message (counted once, never again inside).
+- The estimates of what a rejected record held (:func:`message_like_count`, :func:`assistant_turns_in`) are bounded
+  (:data:`MAX_COUNT_NODES`, :data:`MAX_COUNT_BYTES`) and never become a fault of their own.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.pydantic_ai_messages import is_pydantic_ai_message, pydantic_ai_role
+
+ROLE_KEYS = ("role", "from", "author", "speaker")
+# (chosen, rejected) keys of preference records: TRL / LLaMA-Factory / UltraFeedback, LLaMA-Factory v1's typed
+# messages, OpenAI's preference fine-tuning files. A record holding one pair is a preference pair, whatever else
+# it holds (the structural reader reads it; readers of plain conversations leave it).
+PREFERENCE_KEYS = (
+    ("chosen", "rejected"),
+    ("chosen_messages", "rejected_messages"),
+    ("preferred_output", "non_preferred_output"),
+)
+# "prompt": OpenCompass's PromptList items ({"role": "HUMAN" | "BOT" | "SYSTEM", "prompt": ...})
+# "items": Semantic Kernel's ChatMessageContent (typed by "content_type")
+# "mes": SillyTavern's chats (with its ``is_user`` role flag)
+CONTENT_KEYS = ("content", "value", "text", "parts", "prompt", "items", "mes")
+
+# The role table (case and surrounding space ignored; ``ROLE_USER``-style enum names are the role they end with).
+# docs/formats.md ("Roles") prints it; a mapping's ``roles`` / tags extend it and win over it.
+USER_ROLES = frozenset({"user", "human", "human_user", "prompter"})
+# "chatbot": Cohere's chat history and fine-tuning files (USER / CHATBOT / SYSTEM); "agent": agent frameworks and
+# customer-service logs that name the model's side after the agent
+ASSISTANT_ROLES = frozenset(
+    {"assistant", "gpt", "model", "bot", "ai", "agent", "chatbot", "chatgpt", "bard", "bing", "claude"}
+)
+# "_system_prompt": Kimi CLI's context.jsonl writes the system prompt it sends under this role
+SYSTEM_ROLES = frozenset({"system", "_system_prompt"})
+DEVELOPER_ROLES = frozenset({"developer"})
+TOOL_ROLES = frozenset({"tool", "function", "observation", "ipython", "tool_result", "function_response"})
+CALL_ROLES = frozenset({"function_call", "tool_call"})
+# Roles whose reading depends on the message's shape: (role when the shape holds a call / answers one, role of a
+# message that is plain text, None: no reading). smolagents' own messages (``tool-call`` / ``tool-response``: its
+# model classes send them as assistant and user text); ``api``: a tool result in multi-agent role-play logs, read
+# only where it answers an open call.
+SHAPED_ROLES: dict[str, tuple[str, str | None]] = {
+    "tool-call": ("call", "assistant"),
+    "tool-response": ("tool", "user"),
+    "api": ("tool", None),
+}
+# A message holding only the reasoning of the assistant message that follows it (Continue's ``thinking`` role).
+THOUGHT_ROLES = frozenset({"thinking"})
+
+# Boolean keys that say which side wrote a message, where the log names no role: (role when true, when false).
+# LibreChat's exports (``isCreatedByUser``; its ``sender`` is a display name), SillyTavern's chats (``is_user``).
+# Without a role key or flag, a ``sender`` is the role only when it is one of the table's (Claude.ai's data export:
+# ``human`` / ``assistant``); a display name there ("GPT-4") says nothing.
+ROLE_FLAGS: dict[str, tuple[str, str]] = {"isCreatedByUser": ("user", "assistant"), "is_user": ("user", "assistant")}
+
+# Canonical roles: user, assistant, system, developer, tool, call (an assistant turn made only of calls).
+ROLE_VOCABULARY: dict[str, str] = {
+    **dict.fromkeys(USER_ROLES, "user"),
+    **dict.fromkeys(ASSISTANT_ROLES, "assistant"),
+    **dict.fromkeys(SYSTEM_ROLES, "system"),
+    **dict.fromkeys(DEVELOPER_ROLES, "developer"),
+    **dict.fromkeys(TOOL_ROLES, "tool"),
+    **dict.fromkeys(CALL_ROLES, "call"),
+    **dict.fromkeys(THOUGHT_ROLES, "thought"),
+    **{role: structured for role, (structured, _) in SHAPED_ROLES.items()},
+}
+
+# LangChain's serialised messages name their kind under "type"; only these values make "type" a role.
+_LANGCHAIN_TYPES = frozenset({"human", "ai", "system", "tool", "function"})
+# LangChain message classes (``dumpd``'s constructor id ends with one; ``*Chunk`` classes read as their message) →
+# their type; a ``ChatMessage`` names its own ``role``.
+_LANGCHAIN_CLASSES = {
+    "HumanMessage": "human",
+    "AIMessage": "ai",
+    "SystemMessage": "system",
+    "ToolMessage": "tool",
+    "FunctionMessage": "function",
+    "ChatMessage": "chat",
+}
+# LangChain generation records that hold the message generated (``outputs.generations`` of a LangSmith LLM run).
+_GENERATION_TYPES = frozenset({"ChatGeneration", "ChatGenerationChunk"})
+CALL_KEYS = ("tool_calls", "function_call", "functionCall", "toolCalls")
+
+
+def attached_files(message: dict[str, Any]) -> int:
+    """How many files a chat UI's export says came with a message beside its text (Claude.ai's ``attachments``
+    whose ``extracted_content`` it sent and ``files`` it uploaded; LibreChat's and Open WebUI's ``files``): what the
+    model was sent from them, and where, the message does not hold. 0 for none."""
+    attachments = message.get("attachments")
+    pasted = (
+        [a for a in attachments if isinstance(a, dict) and a.get("extracted_content")]
+        if isinstance(attachments, list)
+        else []
+    )
+    files = message.get("files")
+    uploaded = [f for f in files if isinstance(f, dict) and f] if isinstance(files, list) else []
+    return len(pasted) + len(uploaded)
+
+
+def loss_flag_weight(message: dict[str, Any]) -> int | None:
+    """The weight a boolean ``loss`` flag gives a message (AgentGym / AgentTuning trajectories: ``false`` on the
+    scripted turns a task opens with, ``"Ok."`` after the instructions and few-shot replies, ``true`` on the replies
+    the agent generated): 0 or 1, or None when the message has no such flag."""
+    loss = message.get("loss")
+    return (1 if loss else 0) if isinstance(loss, bool) else None
+
+
+def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | None:
+    """The canonical role of a logged role value (case and surrounding space ignored), or None if unknown.
+
+    ``extra`` maps further values (a user's mapping, e.g. axolotl ``roles``) to canonical roles; it wins."""
+    if not isinstance(value, str):
+        return None
+    key = value.strip().lower()
+    if extra:
+        hit = extra.get(value, extra.get(key))
+        if hit is not None:
+            return hit
+    # Protocol-buffer enum names (xAI's gRPC SDK writes ROLE_USER, ROLE_ASSISTANT) are the role they end with.
+    return ROLE_VOCABULARY.get(key.removeprefix("role_"))
+
+
+def _langchain_type(obj: dict[str, Any]) -> bool:
+    """Whether ``type`` names a LangChain message kind (a value of any JSON type may stand there, a list too)."""
+    kind = obj.get("type")
+    return isinstance(kind, str) and kind in _LANGCHAIN_TYPES
+
+
+def is_wrapper(obj: dict[str, Any]) -> bool:
+    """A message-like object that wraps its message (an OpenAI choice, LangChain's type + data): counting what a
+    record holds counts it once, not again inside."""
+    return _unwrap(obj) is not obj
+
+
+def unwrapped(obj: Any) -> Any:
+    """The message a wrapper holds (see :func:`_unwrap`); anything else as it is."""
+    return _unwrap(obj) if isinstance(obj, dict) else obj
+
+
+def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
+    """LangChain ``{"type": "ai", "data": {...}}`` → the data dict (which repeats the type); LangChain's ``dumpd``
+    form ``{"lc": 1, "type": "constructor", "id": [..., "AIMessage"], "kwargs": {...}}`` (LangSmith run inputs,
+    LangGraph checkpoints) → the kwargs, typed by the class; an OpenAI ``choice`` logged in a message list
+    (``{"finish_reason", "index", "message"}``, as OpenPipe ART's ``messages_and_choices`` holds the sampled turns)
+    and a LangChain ``ChatGeneration`` (``{"text", "message", "generation_info"}``, LangSmith run outputs) → its
+    message."""
+    data = obj.get("data")
+    if isinstance(data, dict) and _langchain_type(obj) and "content" in data:
+        return {"type": obj["type"], **data}
+    kwargs = obj.get("kwargs")
+    if obj.get("lc") == 1 and obj.get("type") == "constructor" and isinstance(kwargs, dict) and "content" in kwargs:
+        ident = obj.get("id")
+        cls = ident[-1] if isinstance(ident, list) and ident else None
+        kind = _LANGCHAIN_CLASSES.get(str(cls).removesuffix("Chunk"))
+        if kind is not None:
+            return {**kwargs, "type": kind} if kind != "chat" else dict(kwargs)
+    info = obj.get("info")
+    if isinstance(info, dict) and isinstance(info.get("role"), str) and isinstance(obj.get("parts"), list):
+        return _opencode_message(info, obj["parts"])
+    message = obj.get("message")
+    if isinstance(message, dict) and ("finish_reason" in obj or obj.get("type") in _GENERATION_TYPES):
+        inner = _unwrap(message)
+        if isinstance(inner.get("role"), str) or inner.get("type") in _LANGCHAIN_TYPES:
+            return inner
+    event = _event_message(obj)
+    return event if event is not None else obj
+
+
+def _event_message(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The message an event holds as its ``content`` (Google ADK's session events: ``{"author": <agent name or
+    "user">, "content": {"role": "user" | "model", "parts": [...]}}``), or None. The message's own role says
+    which side spoke; the event's author (an agent's name) is the speaker of a model message, so that a session
+    in which several agents speak is seen as such."""
+    content = obj.get("content")
+    if not isinstance(content, dict) or not isinstance(content.get("role"), str):
+        return None
+    if not any(key in content for key in CONTENT_KEYS if key != "content") and "content" not in content:
+        return None
+    author = next((obj[key] for key in ROLE_KEYS if key != "role" and isinstance(obj.get(key), str)), None)
+    if author is None and not isinstance(obj.get("role"), str):
+        return None
+    if author is not None and canonical_role(content["role"]) == "assistant" and canonical_role(author) is None:
+        return {**content, "name": author}
+    return dict(content)
+
+
+def role_of(obj: Any) -> tuple[str, Any] | None:
+    """(role key, logged role value) of a message-like object, or None. ``author`` may be ``{"role": ...}``."""
+    if not isinstance(obj, dict):
+        return None
+    obj = _unwrap(obj)
+    if is_pydantic_ai_message(obj):
+        return "kind", pydantic_ai_role(obj)
+    for key in ROLE_KEYS:
+        value = obj.get(key)
+        if isinstance(value, dict) and isinstance(value.get("role"), str):
+            return f"{key}.role", value["role"]
+        if isinstance(value, str):
+            return key, value
+    if _langchain_type(obj) and "content" in obj:
+        return "type", obj["type"]
+    for key, (yes, no) in ROLE_FLAGS.items():
+        if isinstance(obj.get(key), bool):
+            return key, yes if obj[key] else no
+    sender = obj.get("sender")  # Claude.ai's data export (human / assistant); elsewhere often a display name
+    if isinstance(sender, str) and canonical_role(sender) is not None:
+        return "sender", sender
+    return None
+
+
+def content_key_of(obj: dict[str, Any]) -> str | None:
+    """The content-like key of a message-like object (the first of :data:`CONTENT_KEYS` it has), or None."""
+    obj = _unwrap(obj)
+    for key in CONTENT_KEYS:
+        if key in obj:
+            return key
+    return None
+
+
+def is_message_like(obj: Any) -> bool:
+    """A dict with a role-like key holding a string and a content-like key (or a tool call instead)."""
+    if role_of(obj) is None:
+        return False
+    data = _unwrap(obj)
+    return content_key_of(data) is not None or any(k in data for k in CALL_KEYS)
+
+
+def is_message_list(value: Any) -> bool:
+    """A non-empty list whose items are all message-like and of which at least one has a known role."""
+    if not isinstance(value, list) or not value:
+        return False
+    known = False
+    for item in value:
+        if not is_message_like(item):
+            return False
+        hit = role_of(item)
+        known = known or (hit is not None and canonical_role(hit[1]) is not None)
+    return known
+
+
+def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
+    """(key, messages) when ``value`` is a list of wrappers that each hold one message under the same key and are
+    not messages themselves (Continue's ``history[].message`` beside its ``contextItems``; AgentScope's memory of
+    ``[message, marks]`` pairs, key ``"0"``), else None."""
+    if not isinstance(value, list) or not value:
+        return None
+    keys: set[str] = set()
+    for item in value:
+        if isinstance(item, list):
+            inner = [str(i) for i, v in enumerate(item) if is_message_like(v)]
+        elif isinstance(item, dict) and not is_message_like(item):
+            inner = [k for k, v in item.items() if is_message_like(v)]
+        else:
+            return None
+        if len(inner) != 1:
+            return None
+        keys.add(inner[0])
+    if len(keys) != 1:
+        return None
+    key = keys.pop()
+    messages = [item[int(key)] if isinstance(item, list) else item[key] for item in value]
+    return (key, messages) if is_message_list(messages) else None
+
+
+def _opencode_message(info: dict[str, Any], parts: list[Any]) -> dict[str, Any]:
+    """An opencode message (``opencode export``, its storage and server API: ``{"info": {role, modelID, tokens,
+    ...}, "parts": [...]}``) as one message object: role and parts, the model, and the usage its tokens give (input,
+    cache reads and writes are the prompt)."""
+    out: dict[str, Any] = {"role": info["role"], "parts": parts}
+    if isinstance(info.get("modelID"), str):
+        out["model"] = info["modelID"]
+    tokens = info.get("tokens")
+    if isinstance(tokens, dict) and isinstance(tokens.get("input"), int):
+        cache: dict[str, Any] = tokens["cache"] if isinstance(tokens.get("cache"), dict) else {}
+        out["usage"] = {
+            "input_tokens": tokens["input"],
+            "cache_read_input_tokens": cache.get("read", 0),
+            "cache_creation_input_tokens": cache.get("write", 0),
+        }
+    return out
+
+
+MAX_COUNT_NODES = 200_000  # objects and lists looked at when estimating what a rejected record held
+MAX_COUNT_BYTES = 64 * 1024 * 1024  # raw records larger than this are not parsed to estimate
+
+
+def message_like_count(value: Any) -> tuple[int, int]:
+    """(message-like objects, assistant ones) anywhere in ``value`` (bounded search): what a record no reader could
+    train still held. A ``str`` / ``bytes`` value is parsed as JSON first (unparseable text holds none)."""
+    if isinstance(value, bytes | bytearray | str):
+        if len(value) > MAX_COUNT_BYTES:
+            return 0, 0
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return 0, 0
+    stack, seen, messages, assistants = [value], 0, 0, 0
+    while stack and seen < MAX_COUNT_NODES:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, dict | list))
+        elif isinstance(item, dict):
+            if is_message_like(item):
+                messages += 1
+                hit = role_of(item)
+                assistants += hit is not None and canonical_role(hit[1]) in ("assistant", "call")
+                if is_wrapper(item):
+                    continue  # a wrapper (an OpenAI choice, LangChain's type + data): its message is this one
+            stack.extend(v for v in item.values() if isinstance(v, dict | list))
+    return messages, assistants
+
+
+def assistant_turns_in(value: Any) -> int:
+    """An estimate of the assistant turns a rejected record held: its assistant-like messages (0 when unknown)."""
+    try:
+        return message_like_count(value)[1]
+    except Exception:  # an estimate for the books never becomes a fault of its own
+        return 0
+
+
+def named_agents(messages: Any) -> list[str]:
+    """The agents of a transcript among named agents, or ``[]``: user-role messages carry a speaker's ``name`` and
+    either assistant-role messages carry another one (AutoGen 0.2 / AG2 ``chat_messages`` and ``ChatResult
+    .chat_history``: one agent's view, its own messages as ``assistant``) or there are no assistant messages and the
+    user-role ones carry at least two names (an AutoGen ``GroupChat``'s ``messages``: every speaker's message as
+    ``user``). Which of the agents is a model, and which a human or a code executor, the transcript does not say."""
+    if not isinstance(messages, list):
+        return []
+    named: dict[str, set[str]] = {"user": set(), "assistant": set()}
+    for m in messages:
+        role = canonical_role(m.get("role")) if isinstance(m, dict) else None
+        if role in named and isinstance(m.get("name"), str) and m["name"]:
+            named[role].add(m["name"])
+    users, assistants = named["user"], named["assistant"]
+    has_assistant = any(isinstance(m, dict) and canonical_role(m.get("role")) == "assistant" for m in messages)
+    if users and assistants and assistants - users:
+        return sorted(users | assistants)
+    if not has_assistant and len(users) >= 2:
+        return sorted(users)
+    return []
+
+
+def named_agents_error(agents: list[str], where: str) -> ValidationError:
+    """The reject of a transcript among named agents: which one to train is the user's to say, with a mapping that
+    reads the speaker's name as the role (the agent trained as ``assistant``, the others as ``user``)."""
+    return ValidationError(
+        f"messages of named agents ({', '.join(agents)}), as AutoGen saves a chat: which agent is the model (and "
+        "which a human or a code executor) the log does not say",
+        where=where,
+        code="ambiguous_structure",
+        hint="train one agent's turns with a mapping (--map) that reads the speaker's name as the role: "
+        "message_property_mappings: {role: name, content: content}, roles: {assistant: [THE_MODEL_AGENT], "
+        "user: [THE_OTHERS]}",
+    )
