@@ -119,19 +119,24 @@ class TrainedOnce:
             by_row.setdefault(row - first_row, set()).add(turn)
         pieces: list[pa.Table] = []
         kept_from = 0
+        # A row left with nothing new is recorded from these columns alone (no Sample of its tokens is made).
+        heads = table.select(["sample_id", "graph_id", "source", "turn_ids"]).to_pylist()
+        lengths = arrays.lengths_of(table["input_ids"])
         for row in sorted(by_row):
             if row > kept_from:
                 pieces.append(table.slice(kept_from, row - kept_from))
             kept_from = row + 1
-            sample = _sample(table, row)
             count.turns += len(by_row[row])
-            left = _without_turns(sample, by_row[row])
-            if left is None:
+            head = heads[row]
+            if len(by_row[row]) == len(head["turn_ids"]):  # every turn a duplicate: the row goes
                 count.dropped_samples += 1
-                drops.append(_drop_record(sample))
-            else:
-                count.masked_samples += 1
-                pieces.append(samples_to_table([left]))
+                drops.append(_drop_record(head, int(lengths[row])))
+                continue
+            sample = _sample(table, row)
+            left = _without_turns(sample, by_row[row])
+            assert left is not None  # it keeps a turn that is not a duplicate
+            count.masked_samples += 1
+            pieces.append(samples_to_table([left]))
         if kept_from < table.num_rows:
             pieces.append(table.slice(kept_from))
         pieces = [p.cast(table.schema) for p in pieces if p.num_rows]
@@ -157,16 +162,26 @@ def decide(files: Iterable[tuple[str, list[list[bytes]]]]) -> dict[str, frozense
     return out
 
 
+_TOKEN_COLUMNS = ("input_ids", "loss_mask", "logprobs")
+
+
+def _token_values(one: pa.Table, name: str, dtype: Any) -> np.ndarray:
+    """The values of a one-row table's list column as numpy, nulls as NaN (without a Python object per token)."""
+    values = one.column(name).combine_chunks().flatten()
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
 def _sample(table: pa.Table, row: int) -> Sample:
-    r = table.slice(row, 1).to_pylist()[0]
+    one = table.slice(row, 1)
+    r = one.drop_columns([c for c in _TOKEN_COLUMNS if c in one.column_names]).to_pylist()[0]
     return Sample(
         sample_id=r["sample_id"],
         graph_id=r["graph_id"],
         source=r["source"],
         policy=r["policy"],
-        input_ids=np.asarray(r["input_ids"], dtype=np.int32),
-        loss_mask=np.asarray(r["loss_mask"], dtype=np.int8),
-        logprobs=np.asarray([np.nan if v is None else v for v in r["logprobs"]], dtype=np.float32),
+        input_ids=_token_values(one, "input_ids", np.int32),
+        loss_mask=_token_values(one, "loss_mask", np.int8),
+        logprobs=_token_values(one, "logprobs", np.float32),
         turn_ids=list(r["turn_ids"]),
         turn_spans=[(s["start"], s["end"]) for s in r["turn_spans"]],
         turn_group_ids=list(r["turn_group_ids"]),
@@ -196,12 +211,13 @@ def _without_turns(sample: Sample, drop: set[int]) -> Sample | None:
     return sample
 
 
-def _drop_record(sample: Sample) -> dict[str, Any]:
+def _drop_record(head: dict[str, Any], num_tokens: int) -> dict[str, Any]:
+    """The ``drops.jsonl`` record of a row dropped whole (``head``: its ids, source and turn ids)."""
     return {
         "reason": DUPLICATE,
-        "sample_id": sample.sample_id,
-        "graph_id": sample.graph_id,
-        "source": sample.source,
-        "num_tokens": sample.num_tokens,
-        "turns": len(sample.turn_ids),
+        "sample_id": head["sample_id"],
+        "graph_id": head["graph_id"],
+        "source": head["source"],
+        "num_tokens": num_tokens,
+        "turns": len(head["turn_ids"]),
     }
