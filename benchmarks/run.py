@@ -127,6 +127,9 @@ class ProcResult:
     digest: str
     report: dict[str, Any]
     convert_cpu: float = 0.0  # CPU seconds (user + system) of the same span, worker processes included
+    # The tokenizer's run counters (one worker: the conversion runs in the timed process; None with a pool): encoder
+    # calls and input characters, characters of the segments the run-wide cache stored and evicted, renderings.
+    work: dict[str, int] | None = None
 
 
 def _cpu_seconds() -> float:
@@ -250,7 +253,7 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
         importlib.import_module(name)
     opts = dict(itertools.pairwise(argv))
     tokenizer, template = opts.get("--tokenizer"), opts.get("--chat-template")
-    load_tokenizer(tokenizer, template)
+    tok = load_tokenizer(tokenizer, template)
     workers = int(opts.get("--workers", "1"))
     pool_start = 0.0
     used: list[bool] = []
@@ -270,6 +273,7 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
             return pool
 
         vars(execute)["ProcessPoolExecutor"] = warm_pool  # the local pool executor's next pool is this warm one
+    before = _work(tok)
     started, cpu = time.perf_counter(), _cpu_seconds()
     rc = cli_main(["convert", *argv])
     data = {
@@ -277,9 +281,22 @@ def child_convert(timing: Path, argv: list[str], warm: bool = True) -> int:
         "cpu": _cpu_seconds() - cpu,
         "pool_start": pool_start,
         "warm_pool": all(used) and bool(used),
+        "work": {k: v - before[k] for k, v in _work(tok).items()} if workers == 1 else None,
     }
     timing.write_text(json.dumps(data))
     return rc
+
+
+def _work(tok: Any) -> dict[str, int]:
+    """The run counters of a tokenizer bundle (see ProcResult.work)."""
+    cache = tok.segment_cache
+    return {
+        "encode_calls": tok.encode_calls,
+        "encoded_chars": tok.encoded_chars,
+        "stored_chars": cache.stored_chars,
+        "evicted": cache.evicted,
+        "renders": tok.renders,
+    }
 
 
 def run_convert(
@@ -311,6 +328,7 @@ def run_convert(
         output_digest(out),
         report,
         inner.get("cpu", 0.0),
+        inner.get("work"),
     )
 
 

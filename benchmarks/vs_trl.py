@@ -218,13 +218,20 @@ class Row:
     msgtrain_cpu: float  # CPU seconds (user + system, worker processes included) of the same spans
     trl_cpu: float
     cpu_ratio: float  # the median of the pair-by-pair CPU ratios
+    # msgtrain's work (one worker; None with a pool, whose counters stay in the workers): characters the encoder was
+    # given ÷ characters of the distinct segments the run-wide cache stored (exact while nothing was evicted), and
+    # chat template renderings per sampled turn
+    encode_ratio: float | None = None
+    renders_per_turn: float | None = None
+    evicted: int | None = None
 
 
 def render(rows: list[Row]) -> str:
     head = (
         "| template | conversations | workers | msgtrain s | TRL s | msgtrain / TRL | ms/conv msgtrain | ms/conv TRL "
-        "| msgtrain tokens (trained) | TRL tokens (trained) | CPU s msgtrain / TRL (ratio) | pairs |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| msgtrain tokens (trained) | TRL tokens (trained) | CPU s msgtrain / TRL (ratio) | pairs "
+        "| encoder chars ÷ distinct | renderings / turn |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
@@ -232,9 +239,28 @@ def render(rows: list[Row]) -> str:
             f"| {r.template} | {r.conversations} | {r.workers} | {r.msgtrain_s:.2f} | {r.trl_s:.2f} | {r.ratio:.2f} "
             f"| {1000 * r.msgtrain_s / r.conversations:.2f} | {1000 * r.trl_s / r.conversations:.2f} "
             f"| {r.msgtrain_tokens:,} ({r.msgtrain_trained:,}) | {r.trl_tokens:,} ({r.trl_trained:,}) "
-            f"| {r.msgtrain_cpu:.2f} / {r.trl_cpu:.2f} ({r.cpu_ratio:.2f}) | {r.runs} |"
+            f"| {r.msgtrain_cpu:.2f} / {r.trl_cpu:.2f} ({r.cpu_ratio:.2f}) | {r.runs} "
+            f"| {_num(r.encode_ratio)} | {_num(r.renders_per_turn)} |"
         )
     return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def _work(m: Any) -> tuple[float | None, float | None, int | None]:
+    """(encoder characters ÷ distinct segment characters, renderings per sampled turn, segments evicted) of one
+    msgtrain run, or Nones when its counters stayed in pool workers."""
+    work = m.work
+    if not work:
+        return None, None, None
+    turns = m.report["turns"]["found"]
+    return (
+        work["encoded_chars"] / max(work["stored_chars"], 1),
+        work["renders"] / max(turns, 1),
+        work["evicted"],
+    )
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -305,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                     statistics.median(p[1]["cpu"] for p in pairs),
                     statistics.median(p[0].convert_cpu / p[1]["cpu"] for p in pairs),
                 )
+                row.encode_ratio, row.renders_per_turn, row.evicted = _work(m)
                 rows.append(row)
                 each = ", ".join(
                     f"{p[0].convert_seconds / p[1]['seconds']:.2f} (cpu {p[0].convert_cpu / p[1]['cpu']:.2f})"
@@ -315,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"(wall {row.msgtrain_wall:.1f}), TRL {row.trl_s:.2f} s (from_list {t['from_list']:.2f}; "
                     f"wall {row.trl_wall:.1f}, imports {t['import']:.1f}), ratio {row.ratio:.2f} "
                     f"(pairs: {each}; "
-                    f"load {os.getloadavg()[0]:.1f})",
+                    f"load {os.getloadavg()[0]:.1f}); encoder chars ÷ distinct {_num(row.encode_ratio)} "
+                    f"(evicted {row.evicted}), renderings / turn {_num(row.renders_per_turn)}",
                     flush=True,
                 )
     print()

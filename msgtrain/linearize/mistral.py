@@ -44,7 +44,7 @@ from msgtrain.linearize.mistral_messages import (
     text_or_calls,
     without_media,
 )
-from msgtrain.linearize.tokenizer import TokenizerBundle
+from msgtrain.linearize.tokenizer import EncodedCache, SegmentCache, TokenizerBundle
 from msgtrain.linearize.tokenizer_source import MISTRAL_INSTALL, MISTRAL_PREFIX, TEKKEN
 
 
@@ -127,6 +127,9 @@ class MistralBundle(TokenizerBundle):
         self.encode_calls = 0
         self.encoded_chars = 0
         self.encoded_tokens = 0
+        self.renders = 0
+        self.segment_cache = SegmentCache(0)  # it encodes messages, never segments of a rendering
+        self.encodings = EncodedCache(0)
 
     @functools.cached_property
     def fingerprint(self) -> str:

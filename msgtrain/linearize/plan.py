@@ -277,12 +277,27 @@ class _GraphLinearizer:
         self._by_len: list[tuple[int, int, str]] = []  # (full length, turn index, node id) of kept turns, sorted
         # Segment ids of this conversation's renderings (see TokenizerBundle.encode_segments), shared between its
         # turns; the renderer's bounded cache shares them between the conversations it serves.
-        self.segments: dict[tuple[bool, str], np.ndarray] = {}
+        self.segments: dict[tuple[bool, str], np.ndarray] | None = {} if renderer.segments is not None else None
+        # Node ids that are content hashes: renderings of this graph may be shared with the run's other graphs.
+        self.shared_ids = getattr(graph, "content_ids", False)
         self._graph_media: list[str] | None = None  # modalities in the graph the template cannot render
         self._node_texts: dict[str, tuple[str, ...]] = {}  # node id -> its texts the self-check looks for
 
     # ------------------------------------------------------------ per-turn tokens
     def _encode(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
+        # A text the run encoded before (unmarked: a marked one is encoded by stretches) comes from the tokenizer's
+        # memo of encodings; each new one goes to it.
+        memo = self.tok.encodings if self.segments is not None and not marked else None
+        if memo is not None:
+            hit = memo.get(text)
+            if hit is not None:
+                return hit
+        enc = self._encode_new(text, marked, bases)
+        if memo is not None:
+            memo.put(enc)
+        return enc
+
+    def _encode_new(self, text: str, marked: bool, bases: list[Encoded | None]) -> Encoded:
         best: Encoded | None = None
         best_len = -1
         for b in bases:
@@ -381,7 +396,9 @@ class _GraphLinearizer:
             if carries:
                 self._check_engine_parse(t, prompt, created, flags)
         else:
-            prompt_text = self.r.render(ctx, t.env, add_generation_prompt=True, marked=marked, created=created)
+            prompt_text = self.r.render(
+                ctx, t.env, add_generation_prompt=True, marked=marked, created=created, shared_ids=self.shared_ids
+            )
             bases = [anc.full_enc if anc else None, *self.recent[-3:]]
             prompt_enc = self._encode(prompt_text, marked, bases)
             prompt = prompt_enc.ids
@@ -396,7 +413,9 @@ class _GraphLinearizer:
         else:
             completion_engine = False
             if prompt_text is None:
-                prompt_text = self.r.render(ctx, t.env, add_generation_prompt=True, marked=marked, created=created)
+                prompt_text = self.r.render(
+                    ctx, t.env, add_generation_prompt=True, marked=marked, created=created, shared_ids=self.shared_ids
+                )
             completion, full_text, full_enc = self._rendered_completion(
                 t, prompt, prompt_text, prompt_enc, anc, marked, created, flags
             )
@@ -452,7 +471,9 @@ class _GraphLinearizer:
         logged ids stand alone, so a template that cannot render the context (it rejects control text, call ids
         of another length, ...) leaves the turn as logged, unflagged."""
         try:
-            rendered = self.r.render(t.context, t.env, add_generation_prompt=True, marked=True, created=created)
+            rendered = self.r.render(
+                t.context, t.env, add_generation_prompt=True, marked=True, created=created, shared_ids=self.shared_ids
+            )
         except MsgtrainError:
             return
         if not np.array_equal(self.tok.encode_marked(rendered), prompt):
@@ -474,7 +495,9 @@ class _GraphLinearizer:
         recovered completion that holds another message (a template whose history moves context) is recovered
         again by the engine-mode rule (:func:`moved_context_span`); one that still fails is dropped as
         ``completion_mismatch``."""
-        text = self.r.render(t.path, t.env, add_generation_prompt=False, marked=marked, created=created)
+        text = self.r.render(
+            t.path, t.env, add_generation_prompt=False, marked=marked, created=created, shared_ids=self.shared_ids
+        )
         message = self.r.message_dict(t.node)
         with_reasoning = None
         if not carries_reasoning(message):
@@ -497,7 +520,14 @@ class _GraphLinearizer:
                     return ""
 
         def context() -> str:
-            return self.r.render(t.context, t.env, add_generation_prompt=False, marked=marked, created=created)
+            return self.r.render(
+                t.context,
+                t.env,
+                add_generation_prompt=False,
+                marked=marked,
+                created=created,
+                shared_ids=self.shared_ids,
+            )
 
         try:
             start, end = completion_span(
@@ -610,7 +640,9 @@ class _GraphLinearizer:
         completion = self._trim_completion(raw, prompt)
         comp_text = text[start:end]
         flag_text = unmark(comp_text)[0]
-        declared = [p for p in range(completion.shape[0] - 1) if int(completion[p]) in self.tok.declared_stop_ids]
+        # Declared stop ids are stop ids: the table finds the few candidates, the set decides.
+        body = completion[:-1]
+        declared = [int(p) for p in np.flatnonzero(self._is_stop(body)) if int(body[p]) in self.tok.declared_stop_ids]
         if declared:
             # The template renders one sampled message as several turns (Nemotron Nano v2 writes the tool calls in
             # an assistant turn of their own after the text's EOS): generation stopped at the first declared stop.

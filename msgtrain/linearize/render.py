@@ -18,6 +18,7 @@ import contextlib
 import datetime as dt
 import os
 import signal
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -29,7 +30,7 @@ import numpy as np
 from msgtrain.errors import RenderError
 from msgtrain.linearize.content_format import joined_text, resolve_content_format
 from msgtrain.linearize.template import RenderTrace
-from msgtrain.linearize.tokenizer import SharedSegments, TokenizerBundle, common_prefix_len, restore_escaped_marks
+from msgtrain.linearize.tokenizer import SegmentCache, TokenizerBundle, common_prefix_len, restore_escaped_marks
 from msgtrain.model.graph import Env, Node
 from msgtrain.model.openai import to_openai_message
 
@@ -130,6 +131,59 @@ def _pinned_date(tok: TokenizerBundle, when: dt.datetime | None) -> Iterator[Non
             env.globals["strftime_now"] = old
 
 
+# What the run-wide memo of renderings (:class:`RenderCache`) may hold per process and tokenizer: the texts, with a
+# fixed overhead per entry. Least recently used first out past it.
+RENDER_CACHE_BYTES = 64 << 20
+_RENDER_ENTRY_OVERHEAD = 400  # the key (a tuple of a few short strings), the dict entry
+
+
+class RenderCache:
+    """Renderings kept for the whole run by the tokenizer that made them, least recently used first out once their
+    texts pass ``max_bytes``; a text over a sixteenth of the bound is never kept.
+
+    Keyed by everything a rendering depends on (see :meth:`Renderer.render`): the template, the content of the
+    path, which a graph whose node ids are content hashes names by its last node id and length; the env (tools and
+    template kwargs, by content); the generation flag; marking; how list content reaches the template; and the date
+    a template that reads the clock is pinned to. So a hit is the text the template would render again: the same
+    conversation read twice (a copied log, a re-sent history, the rollouts of one prompt) is rendered once."""
+
+    def __init__(self, max_bytes: int = RENDER_CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self._texts: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._sizes: dict[tuple[Any, ...], int] = {}
+        self.bytes = 0
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def get(self, key: tuple[Any, ...]) -> str | None:
+        text = self._texts.get(key)
+        if text is not None:
+            self._texts.move_to_end(key)
+            self.hits += 1
+        return text
+
+    def put(self, key: tuple[Any, ...], text: str) -> None:
+        size = sys.getsizeof(text) + _RENDER_ENTRY_OVERHEAD
+        if key in self._texts or size > self.max_bytes // 16:
+            return
+        self._texts[key] = text
+        self._sizes[key] = size
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            old, _ = self._texts.popitem(last=False)
+            self.bytes -= self._sizes.pop(old)
+
+
+def render_cache(tok: TokenizerBundle) -> RenderCache:
+    """The run-wide rendering memo of ``tok`` (made on first use; it lives as long as the tokenizer)."""
+    cache = tok.__dict__.get("_render_cache")
+    if cache is None:
+        cache = tok.__dict__["_render_cache"] = RenderCache()
+    return cache
+
+
 class Renderer:
     """Renders node paths; caches each node's template dict and whether it carries control-token text."""
 
@@ -151,8 +205,11 @@ class Renderer:
         # The latest traced rendering per (generation flag, env, marked): the next rendering of a longer path
         # replays its loop iterations over the messages they share (msgtrain.linearize.template).
         self._traces: OrderedDict[tuple[bool, str, bool], RenderTrace] = OrderedDict()
-        # Segment ids shared by the conversations this renderer serves (one file or chunk in ``convert``).
-        self.segments = SharedSegments()
+        # Segment ids shared by every conversation of the run: the tokenizer's cache (None: every text is encoded
+        # whole, the reference the shortcuts are tested against).
+        self.segments: SegmentCache | None = tok.segment_cache
+        # Renderings shared by every conversation of the run whose node ids are content hashes (None: none shared).
+        self.shared_renders: RenderCache | None = render_cache(tok)
         self.min_traced = MIN_TRACED_MESSAGES
         self._openers: np.ndarray | None = None
         self.renders = 0
@@ -280,11 +337,32 @@ class Renderer:
         add_generation_prompt: bool,
         marked: bool = False,
         created: int | None = None,
+        shared_ids: bool = False,
     ) -> str:
+        """The path rendered with the env's tools and kwargs. ``shared_ids``: the nodes' ids are content hashes
+        (:attr:`msgtrain.model.graph.MessageGraph.content_ids`), so the rendering may come from, and goes to, the
+        run-wide memo (:class:`RenderCache`)."""
+        key: tuple[Any, ...] | None = None
+        memo = self.shared_renders
+        if memo is not None and shared_ids and nodes:
+            # The date a clock-reading template is pinned to is part of what it renders; other templates ignore it.
+            # (Unpinned, it prints today's date: not kept, a run may pass midnight.)
+            when = (created or self.render_date) if self.tok.reads_clock else None
+            if when is not None or not self.tok.reads_clock:
+                template = self.tok.template_for(env.tools)  # the text itself: one that a caller swaps is another key
+                key = (template, self.content_format, nodes[-1].id, len(nodes), env.id, add_generation_prompt)
+                key += (marked, when)
+                hit = memo.get(key)
+                if hit is not None:
+                    return hit
         msgs, ids = self._path_lists(nodes, marked)
         tools = self._prepared_tools(env, marked)
         text = self._bounded(lambda: self._render_any(ids, msgs, tools, env, add_generation_prompt, marked), created)
-        return restore_escaped_marks(text) if marked else text
+        if marked:
+            text = restore_escaped_marks(text)
+        if memo is not None and key is not None:
+            memo.put(key, text)
+        return text
 
     def render_followed(
         self,
@@ -308,6 +386,7 @@ class Renderer:
         :class:`RenderError`."""
         when = dt.datetime.fromtimestamp(created, tz=dt.UTC) if created else self.render_date
         self.renders += 1
+        self.tok.renders += 1
         try:
             if getattr(_alarm, "installed", False) and (when is None or not self.tok.reads_clock):
                 # The common case, without two context managers per rendering: a watchdog is installed (by the file

@@ -26,6 +26,7 @@ import itertools
 import json
 import os
 import re
+import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -294,21 +295,39 @@ class Encoded:
     tok_marks: np.ndarray  # int64, aligned with char_marks
 
 
-class SharedSegments:
-    """Segment ids (see :meth:`TokenizerBundle.encode_segments`) shared by the conversations of one unit of work,
-    least recently used first out once their text passes ``max_chars``.
+# What the run-wide segment cache of one tokenizer (:class:`SegmentCache`) may hold, per process: texts and ids with
+# their objects' overhead. 128 MiB keeps a day's distinct system prompts, tool schemas and histories of a busy agent;
+# beyond it the least recently used go first, so memory stays flat however many logs a run reads.
+SEGMENT_CACHE_BYTES = 128 << 20
+# What one entry costs besides its text and ids: the key tuple, the dict entry and the ndarray object.
+_ENTRY_OVERHEAD = 200
 
-    Conversations of one log repeat whole segments: the system prompt and tool schemas of an agent, the prompt of
-    every rollout of an RL group, tool outputs. A segment's ids depend only on its text (and whether it starts the
-    input, part of the key), so sharing them cannot change any output; the bound keeps memory flat however many
-    conversations a file holds.
+
+class SegmentCache:
+    """Segment ids (see :meth:`TokenizerBundle.encode_segments`) kept for the whole run by the tokenizer that made
+    them, least recently used first out once the entries pass ``max_bytes``.
+
+    Renderings repeat whole segments: the same conversation's history at every turn, the system prompt and tool
+    schemas of an agent in every conversation, the prompt of every rollout of an RL group, tool outputs. A
+    segment's ids depend only on its text and on whether it starts the input (both are the key; see
+    :meth:`TokenizerBundle.encode_segments` for why nothing else can matter), so the cache cannot change any
+    output, and the encoder sees each distinct segment once while it stays cached. The bound counts the text
+    (``sys.getsizeof``), the ids and a fixed overhead per entry; an entry over a sixteenth of the bound is never
+    kept. ``stored_chars`` (characters of the segments put) and ``evicted`` let a benchmark tell encoder work
+    from distinct text: with nothing evicted, the segments stored are the distinct segments seen.
     """
 
-    def __init__(self, max_chars: int = 4_000_000):
-        self.max_chars = max_chars
+    def __init__(self, max_bytes: int = SEGMENT_CACHE_BYTES):
+        self.max_bytes = max_bytes
         self._ids: OrderedDict[tuple[bool, str], np.ndarray] = OrderedDict()
-        self._chars = 0
+        self._sizes: dict[tuple[bool, str], int] = {}
+        self.bytes = 0
         self.hits = 0
+        self.stored_chars = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
     def get(self, key: tuple[bool, str]) -> np.ndarray | None:
         ids = self._ids.get(key)
@@ -318,13 +337,68 @@ class SharedSegments:
         return ids
 
     def put(self, key: tuple[bool, str], ids: np.ndarray) -> None:
-        if key in self._ids or len(key[1]) > self.max_chars // 4:
+        if key in self._ids:
+            return
+        size = sys.getsizeof(key[1]) + ids.nbytes + _ENTRY_OVERHEAD
+        if size > self.max_bytes // 16:
             return
         self._ids[key] = ids
-        self._chars += len(key[1])
-        while self._chars > self.max_chars:
+        self._sizes[key] = size
+        self.bytes += size
+        self.stored_chars += len(key[1])
+        while self.bytes > self.max_bytes:
             old, _ = self._ids.popitem(last=False)
-            self._chars -= len(old[1])
+            self.bytes -= self._sizes.pop(old)
+            self.evicted += 1
+
+    def clear(self) -> None:
+        self._ids.clear()
+        self._sizes.clear()
+        self.bytes = 0
+
+
+# What the run-wide memo of whole encodings (:attr:`TokenizerBundle.encodings`) may hold per process.
+ENCODED_CACHE_BYTES = 128 << 20
+
+
+class EncodedCache:
+    """Encodings of whole rendered texts (ids and checkpoints), kept for the run by the tokenizer that made them,
+    least recently used first out past ``max_bytes`` (text, arrays and a fixed overhead per entry); an entry over a
+    sixteenth of the bound is never kept. Keyed by the text alone: an encoding is a function of its text (its ids
+    are ``encode(text)``, its checkpoints are found in the text), so a rendering seen again (the same context in a
+    copied log, the prompt of every rollout of a group) is not encoded again. Its arrays are read-only: they are
+    shared by every turn that gets them."""
+
+    def __init__(self, max_bytes: int = ENCODED_CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, Encoded] = OrderedDict()
+        self._sizes: dict[str, int] = {}
+        self.bytes = 0
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, text: str) -> Encoded | None:
+        enc = self._items.get(text)
+        if enc is not None:
+            self._items.move_to_end(text)
+            self.hits += 1
+        return enc
+
+    def put(self, enc: Encoded) -> None:
+        size = sys.getsizeof(enc.text) + enc.ids.nbytes + enc.char_marks.nbytes + enc.tok_marks.nbytes
+        size += _ENTRY_OVERHEAD * 3
+        if enc.text in self._items or size > self.max_bytes // 16:
+            return
+        for array in (enc.ids, enc.char_marks, enc.tok_marks):
+            array.flags.writeable = False
+        self._items[enc.text] = enc
+        self._sizes[enc.text] = size
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            old, _ = self._items.popitem(last=False)
+            self.bytes -= self._sizes.pop(old)
 
 
 def in_table(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -373,6 +447,10 @@ class TokenizerBundle:
         self.encode_calls = 0
         self.encoded_chars = 0
         self.encoded_tokens = 0
+        self.renders = 0  # chat template renderings of every Renderer on this tokenizer (a run's count, for benchmarks)
+        # Segment ids for the whole run (every file and conversation this process converts with this tokenizer).
+        self.segment_cache = SegmentCache()
+        self.encodings = EncodedCache()  # whole renderings' encodings, for the run likewise
         self._plain: dict[str, Any] = {}
         # added-token text -> whether the tokenizer strips whitespace before it (lstrip) / after it (rstrip)
         decoder = hf.added_tokens_decoder.values()
@@ -483,6 +561,17 @@ class TokenizerBundle:
         }
 
     def _check_boundary_split(self) -> bool:
+        """Whether a text's ids are its segments' ids end to end (segments: up to and including each added token).
+
+        The tokenizers library finds added tokens in the raw text first and encodes every stretch between two of
+        them on its own, so this holds when the boundary is only that: no added token takes whitespace from the
+        stretch after it (``rstrip``) or must stand as a whole word (``single_word``: decided by its neighbours), and
+        none is matched in normalized text (found after a normalizer ran, where the raw text's matches need not
+        be). ``lstrip`` takes whitespace before the token, inside its own segment. Then the samples are checked."""
+        normalizer = getattr(self.backend, "normalizer", None)
+        for t in self.base.added_tokens_decoder.values():
+            if t.rstrip or t.single_word or (t.normalized and normalizer is not None):
+                return False
         samples = [
             "<|im_start|>user\nHello world<|im_end|>\n<|im_start|>assistant\n Sure, here it is.",
             "alpha beta" + (self.added_strings[0] if self.added_strings else "") + "\n  gamma delta  \n",
@@ -727,7 +816,7 @@ class TokenizerBundle:
         text: str,
         cache: dict[tuple[bool, str], np.ndarray],
         at_start: bool,
-        shared: SharedSegments | None = None,
+        shared: SegmentCache | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
         """``encode(text)``, a segment at a time through ``cache``, new segments in one batched call; with the text's
         (char_end, token_end) checkpoints after each added token when the segments give them (else None: then
@@ -740,10 +829,12 @@ class TokenizerBundle:
         the rest); otherwise the whole text is encoded at once. So every segment that ends with an added token ends
         with its id, and the checkpoints are the segments' ends, in characters and in tokens: exactly what
         :meth:`_marks` finds for a text without marker characters. ``at_start``: the text starts a rendering (its
-        first segment is cached apart: some tokenizers treat the start of the input specially). The cache lives as
-        long as its owner wants (the linearizer keeps one per conversation, whose renderings repeat segments: a
-        template that re-renders history, a prompt and the same prompt with the turn); ``shared`` is looked up for
-        what ``cache`` lacks and learns every segment encoded here."""
+        first segment is cached apart: some tokenizers treat the start of the input specially). So a segment's ids
+        are a function of its text and of ``at_start`` alone, whatever precedes it, and any cache keyed by both is
+        exact. The cache lives as long as its owner wants (the linearizer keeps one per conversation, whose
+        renderings repeat segments: a template that re-renders history, a prompt and the same prompt with the
+        turn); ``shared`` (the run-wide :attr:`segment_cache`) is looked up for what ``cache`` lacks and learns
+        every segment encoded here."""
         if not self.boundary_reuse:
             return self.encode(text), None
         cuts = [m.end() for m in self._added_re.finditer(text)]
@@ -809,7 +900,7 @@ class TokenizerBundle:
         text: str,
         marked: bool = False,
         segments: dict[tuple[bool, str], np.ndarray] | None = None,
-        shared: SharedSegments | None = None,
+        shared: SegmentCache | None = None,
     ) -> Encoded:
         marks = None
         if marked:
@@ -830,7 +921,7 @@ class TokenizerBundle:
         marked: bool = False,
         lcp: int | None = None,
         segments: dict[tuple[bool, str], np.ndarray] | None = None,
-        shared: SharedSegments | None = None,
+        shared: SegmentCache | None = None,
     ) -> Encoded:
         """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix.
 

@@ -215,6 +215,10 @@ class MessageGraph:
     generations: dict[str, Generation]
     head: list[str]
     env: Env
+    # Whether every node id is ``node_id`` of its parent and content (nodes added through this class): then one id
+    # stands for one path of messages anywhere, and work keyed by it may be shared between graphs. A graph loaded
+    # with the ids its log holds (``graphlog``) says False.
+    content_ids: bool
     _log: IO[str] | None
     _call_names: dict[str, str]
 
@@ -238,6 +242,7 @@ class MessageGraph:
         self.envs = {}
         self.generations = {}
         self.head = []
+        self.content_ids = True
         self.env = Env.make(tools, template_kwargs)
         self.envs[self.env.id] = self.env
         self._log = None

@@ -133,6 +133,7 @@ def _build(gid: str, recs: list[tuple[int, dict[str, Any]]], source: str, damage
         fail(header_line, ValidationError("graph metadata is not an object", where=f"{source}:{header_line}"))
         metadata = None
     g = MessageGraph(graph_id=gid, policy=str(header.get("policy", "policy")), metadata=metadata or {})
+    g.content_ids = False  # the ids are the log's: nothing checks that they are the content's
     g.envs.clear()
     node_recs: dict[str, tuple[int, dict[str, Any]]] = {}
     retracted: set[str] = set()
