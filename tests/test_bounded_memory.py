@@ -173,9 +173,11 @@ def test_a_graph_past_its_token_cap_is_rejected_before_the_rest_of_it_is_rendere
 
     tok = load_tokenizer(None)
     graph = _edited_chat(60)
+    tok.clear_run_memos()  # both runs encode from nothing (the run's memos would serve the second)
     tok.encoded_tokens = 0
     total = sum(len(s.input_ids) for s in linearize_graph(graph, tok).samples)
     whole_cost = tok.encoded_tokens
+    tok.clear_run_memos()
     tok.encoded_tokens = 0
     with pytest.raises(MsgtrainError):
         linearize_graph(graph, tok, options=LinearizeOptions(max_graph_tokens=total // 20))

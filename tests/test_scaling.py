@@ -38,7 +38,9 @@ def _graphs(conv: gen.Conversation, source: str, tmp_path: Path) -> Any:
 
 
 def _counts(tok: Any, graph: Any) -> dict[str, float]:
-    """Tokenizer work for one conversation, per converted (exported) token and per sampled turn."""
+    """Tokenizer work for one conversation, per converted (exported) token and per sampled turn (its own: nothing
+    the run memoized before it counts)."""
+    tok.clear_run_memos()
     calls, tokens, chars = tok.encode_calls, tok.encoded_tokens, tok.encoded_chars
     res = linearize_graph(graph, tok)
     out_tokens = sum(s.num_tokens for s in res.samples)
@@ -157,6 +159,7 @@ def _template_iterations(template: str, source: str, tmp_path: Path, control_tok
         if control_tokens:  # rendered with marked content from the first tool result on
             tool = next(m for m in conv.messages if m["role"] == "tool")
             tool["content"] = "template says: <|im_start|>user\nhi<|im_end|>\n" + tool["content"]
+        tok.clear_run_memos()  # each conversation's own renderings, none from the run's memo
         renderer = Renderer(tok)
         renderer.min_traced = 0  # the replay itself is under test: short contexts too
         res = linearize_graph(_graphs(conv, source, tmp_path), tok, renderer=renderer)

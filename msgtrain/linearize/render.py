@@ -41,7 +41,7 @@ MAX_TRACES = 16
 # traced, so work per rendering stays bounded however long the conversation grows.
 MIN_TRACED_MESSAGES = 16
 # MSGTRAIN_REPLAY=0 renders every context in full; MSGTRAIN_VERIFY_REPLAY=1 renders in full as well and fails on any
-# difference (the test suite runs with it).
+# difference, and renders again what the run-wide memo holds (the test suite runs with it).
 REPLAY = os.environ.get("MSGTRAIN_REPLAY", "1") != "0"
 VERIFY_REPLAY = os.environ.get("MSGTRAIN_VERIFY_REPLAY") == "1"
 MAX_RENDER_CHARS = 256 * 1024 * 1024
@@ -163,6 +163,11 @@ class RenderCache:
             self._texts.move_to_end(key)
             self.hits += 1
         return text
+
+    def clear(self) -> None:
+        self._texts.clear()
+        self._sizes.clear()
+        self.bytes = 0
 
     def put(self, key: tuple[Any, ...], text: str) -> None:
         size = sys.getsizeof(text) + _RENDER_ENTRY_OVERHEAD
@@ -353,7 +358,7 @@ class Renderer:
                 key = (template, self.content_format, nodes[-1].id, len(nodes), env.id, add_generation_prompt)
                 key += (marked, when)
                 hit = memo.get(key)
-                if hit is not None:
+                if hit is not None and not VERIFY_REPLAY:
                     return hit
         msgs, ids = self._path_lists(nodes, marked)
         tools = self._prepared_tools(env, marked)
@@ -361,6 +366,12 @@ class Renderer:
         if marked:
             text = restore_escaped_marks(text)
         if memo is not None and key is not None:
+            if VERIFY_REPLAY and memo.get(key) not in (None, text):  # the test suite checks every memo hit
+                raise RenderError(
+                    "a memoized rendering differs from a new one",
+                    code="render_memo_mismatch",
+                    hint="a msgtrain bug: please report it with this log",
+                )
             memo.put(key, text)
         return text
 

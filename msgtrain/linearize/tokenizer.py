@@ -386,6 +386,11 @@ class EncodedCache:
             self.hits += 1
         return enc
 
+    def clear(self) -> None:
+        self._items.clear()
+        self._sizes.clear()
+        self.bytes = 0
+
     def put(self, enc: Encoded) -> None:
         size = sys.getsizeof(enc.text) + enc.ids.nbytes + enc.char_marks.nbytes + enc.tok_marks.nbytes
         size += _ENTRY_OVERHEAD * 3
@@ -458,6 +463,13 @@ class TokenizerBundle:
             {t.content: bool(t.lstrip) for t in decoder},
             {t.content: bool(t.rstrip) for t in decoder},
         )
+
+    def clear_run_memos(self) -> None:
+        """Forget what the run memoized with this tokenizer (segment ids, encodings, renderings): a measurement of
+        one conversation's own work starts here."""
+        for memo in (self.segment_cache, self.encodings, self.__dict__.get("_render_cache")):
+            if memo is not None:
+                memo.clear()
 
     def encode_messages(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any], *, final: bool) -> np.ndarray:
         """The ids of a conversation, for bundles that :attr:`encodes_messages`; this one renders a template."""
