@@ -102,27 +102,87 @@ def test_a_cassette_larger_than_the_record_limit_is_rejected_before_it_is_parsed
     assert [(e.error.code, e.count) for e in events if isinstance(e, ReadReject)] == [("record_too_large", 1)]
 
 
-def test_a_whole_json_document_is_one_record_for_max_record_mb_and_over_it_is_a_reject_naming_the_option(
+def _rows(out: Path) -> list[dict[str, Any]]:
+    """The rows of a run without what names their file and record (ids derive from ``file#record``)."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out / "data" / "train-00000-of-00001.parquet").to_pylist()
+    return [
+        {k: v for k, v in row.items() if k not in ("sample_id", "graph_id", "source", "group_id", "turn_group_ids")}
+        for row in rows
+    ]
+
+
+def test_a_json_array_over_max_record_mb_is_read_item_by_item_as_the_same_records_as_jsonl_are(
     tmp_path: Path,
 ) -> None:
-    """A file read whole (one JSON document, not JSON lines) is held whole: the same --max-record-mb bounds it, and
-    a document over it is one reject naming the limit and the option, read before it is parsed."""
+    """A JSON array larger than --max-record-mb (a chat dataset or export saved as one document) is read item by item:
+    each item is one record bounded by the limit, an item over it is one reject naming the limit and the option and
+    the items after it convert, and the output (rows, books) is that of the same records as JSONL. A top-level object
+    is still held whole, so over the limit it is one reject."""
     from msgtrain.cli import main
 
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    chats = [json.loads(_chat(i)) for i in range(12_000)]  # about 1.1 MB as one JSON document
-    (logs / "conversations.json").write_text(json.dumps(chats), encoding="utf-8")
-    assert (logs / "conversations.json").stat().st_size > 2**20
-    (logs / "small.jsonl").write_bytes(_chat(0) + _chat(1))
-    out = tmp_path / "out"
-    assert main(["convert", str(logs), "-o", str(out), "-q", "--max-record-mb", "1"]) == 3
-    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
-    assert [(r["reason"], r["record"]) for r in rejects] == [("record_too_large", "file")]
-    assert "--max-record-mb limit (1 MiB)" in rejects[0]["message"] and "--max-record-mb" in rejects[0]["hint"]
-    assert json.loads((out / "report.json").read_text())["records"]["converted"] == 2
-    # Under a limit it fits in, the same document converts.
-    assert main(["convert", str(logs), "-o", str(tmp_path / "out2"), "-q", "--max-record-mb", "2"]) == 0
+    pad = " words" * 50
+    chats = [
+        {"messages": [{"role": "user", "content": f"q{i}{pad}"}, {"role": "assistant", "content": f"a{i}"}]}
+        for i in range(3000)
+    ]  # about 1.1 MB as one JSON document
+    big = {"messages": [{"role": "user", "content": "x" * (2**20 + 10)}, {"role": "assistant", "content": "y"}]}
+    records = [*chats[:1500], big, *chats[1500:]]
+    as_array, as_lines = tmp_path / "array", tmp_path / "lines"
+    as_array.mkdir()
+    as_lines.mkdir()
+    (as_array / "conversations.json").write_text(json.dumps(records), encoding="utf-8")
+    (as_lines / "conversations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (as_array / "object.json").write_text(json.dumps({"messages": big["messages"]}), encoding="utf-8")
+    runs = {}
+    for name, logs in (("array", as_array), ("lines", as_lines)):
+        out = tmp_path / f"out-{name}"
+        assert main(["convert", str(logs), "-o", str(out), "-q", "--max-record-mb", "1"]) == 3
+        rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+        report = json.loads((out / "report.json").read_text())
+        runs[name] = (rejects, report, _rows(out))
+    rejects, report, rows = runs["array"]
+    assert sorted((r["reason"], Path(r["file"]).name, r["record"]) for r in rejects) == [
+        ("record_too_large", "conversations.json", "item 1500"),
+        ("record_too_large", "object.json", "file"),
+    ]
+    assert all("--max-record-mb limit (1 MiB)" in r["message"] and "--max-record-mb" in r["hint"] for r in rejects)
+    assert report["records"]["converted"] == 3000
+    line_rejects, line_report, line_rows = runs["lines"]
+    assert [(r["reason"], r["record"]) for r in line_rejects] == [("record_too_large", "line 1501")]
+    assert line_report["records"]["converted"] == 3000 and line_report["records"]["rejected"] == 1
+    assert report["records"] == {
+        **line_report["records"],
+        "read": 3002,
+        "rejected": 2,
+        "rejected_by_reason": {"record_too_large": 2},
+    }
+    assert report["by_policy"] == line_report["by_policy"] and report["graphs"] == line_report["graphs"]
+    assert rows == line_rows and len(rows) == 3000
+
+
+def test_reading_a_json_array_many_times_the_limit_holds_about_one_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An array document read item by item holds a bounded buffer and one item at a time, never the file."""
+    path = tmp_path / "conversations.json"
+    with path.open("w", encoding="utf-8") as f:
+        f.write("[")
+        pad = " words" * 300
+        chats = (
+            {"messages": [{"role": "user", "content": f"q{i}{pad}"}, {"role": "assistant", "content": "a"}]}
+            for i in range(3000)
+        )
+        f.write(",".join(json.dumps(chat) for chat in chats))  # about 5.6 MB, 90 times the limit
+        f.write("]")
+    size = path.stat().st_size
+    assert size > 80 * LIMIT
+    monkeypatch.setattr(base, "MAX_RECORD_BYTES", LIMIT)
+    reader = detect_format(path)
+    graphs, peak = _peak(lambda: sum(1 for e in read_events(reader, path) if isinstance(e, ReadGraph)))
+    assert graphs == 3000
+    assert peak < BOUND < size / 3
 
 
 # ----------------------------------------------------------------------------------------------- per-graph caps

@@ -390,11 +390,12 @@ def test_all_real_logs_convert_in_one_run_without_a_traceback_and_with_balanced_
     assert report_v.records == r["read"]
 
 
-def test_a_json_document_is_held_to_the_per_record_limit_as_a_whole_before_it_is_read(
+def test_a_json_array_is_held_to_the_per_record_limit_item_by_item_and_any_other_document_as_a_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A document is read whole, so it is one record for memory purposes: over the limit it is one reject, by its size,
-    # before it is read; under it, each of its items is read on its own (one bad item costs one record).
+    # An array larger than the limit is read item by item: an oversized item is one reject before any reader works on
+    # it, and the other items of the same document still convert. Any other document is read whole, so it is one
+    # record for memory purposes: over the limit it is one reject, by its size, before it is read.
     import msgtrain.ingest.core.base as base
 
     monkeypatch.setattr(base, "MAX_RECORD_BYTES", 4096)
@@ -403,10 +404,20 @@ def test_a_json_document_is_held_to_the_per_record_limit_as_a_whole_before_it_is
     path = tmp_path / "chats.json"
     path.write_text(json.dumps(records), encoding="utf-8")
     events = list(read_events(detect_format(path), path))
+    assert [(type(e).__name__, e.source.record) for e in events] == [
+        ("ReadGraph", "item 0"),
+        ("ReadReject", "item 1"),
+        ("ReadGraph", "item 2"),
+    ]
+    reject = events[1]
+    assert isinstance(reject, ReadReject) and reject.error.code == "record_too_large"
+    assert "--max-record-mb limit" in str(reject.error) and len(reject.excerpt) <= EXCERPT_BYTES + 32
+    whole = tmp_path / "chat.json"
+    whole.write_text(json.dumps(records[1]), encoding="utf-8")
+    events = list(read_events(detect_format(whole), whole))
     assert [(type(e).__name__, e.source.record) for e in events] == [("ReadReject", "file")]
     reject = events[0]
     assert isinstance(reject, ReadReject) and reject.error.code == "record_too_large"
-    assert "--max-record-mb limit" in str(reject.error) and len(reject.excerpt) <= EXCERPT_BYTES + 32
 
 
 def _sharegpt_items(n: int) -> list[dict[str, Any]]:

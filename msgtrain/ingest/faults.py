@@ -33,6 +33,7 @@ from msgtrain.ingest.core.base import (
     iter_chunk_lines,
     load_json_document,
 )
+from msgtrain.ingest.core.json_stream import is_array_document, iter_array_items
 
 
 @dataclass
@@ -193,8 +194,11 @@ def _read_streaming(reader: Reader, path: Path) -> Iterator[ReadEvent]:
 
 def _unaccounted_items(path: Path, accounted: int) -> int:
     """Records of a one-document file not yet accounted: a top-level list's items count one each (the readers of
-    such files account per item), any other document is one record."""
+    such files account per item; one larger than a record is counted as it is read, item by item), any other
+    document is one record."""
     try:
+        if path.stat().st_size > base.MAX_RECORD_BYTES and is_array_document(path):
+            return sum(1 for _ in iter_array_items(path, str(path))) - accounted
         value = load_json_document(path)
     except (MsgtrainError, OSError, MemoryError):
         return 1

@@ -11,7 +11,9 @@ Invariants:
 - Every record of the file is accounted for exactly once: a conversation's ``records`` counts the lines or
   items it was built from; a record that is not a conversation, or cannot be converted, is one
   :class:`ReadReject`; an empty one is a :class:`ReadSkip` with a reason.
-- JSONL is streamed line by line; a JSON document is loaded whole (it is bounded by its file).
+- JSONL is streamed line by line; a JSON document is loaded whole (it is bounded by its file), except an array
+  larger than ``--max-record-mb``: its items are the records, streamed one at a time (``item i``), and a list of
+  messages read so is one conversation as a message-per-line JSONL file is.
 - A conversion error never stops the file: it becomes a reject located at ``file:line`` / ``file (item i)``.
   In a message-per-line JSONL conversation a rejected line leaves the later turns without their full context:
   those assistant turns are kept as ``carried`` context, never trained.
@@ -34,6 +36,7 @@ import pydantic
 
 from msgtrain.errors import MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.message_like import assistant_turns_in
+from msgtrain.ingest.core import base
 from msgtrain.ingest.core.base import (
     LongLine,
     ReadEvent,
@@ -50,6 +53,7 @@ from msgtrain.ingest.core.base import (
     too_deep_error,
 )
 from msgtrain.ingest.core.chunks import ChunkKey, active_chunk, whole_file
+from msgtrain.ingest.core.json_stream import is_array_document, iter_array_items
 from msgtrain.model.completeness import UNLOGGED_TOOLS, logged_call_facts, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
@@ -99,6 +103,12 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
         # item: both are loaded as documents)
         err = ParseError("invalid or truncated JSON", where=f"{path}:1", code="bad_json")
         yield RawRecord(SourceRef(str(path), "line 1"), err, first)
+        return
+    if parsed is _UNPARSED and path.stat().st_size > base.MAX_RECORD_BYTES and is_array_document(path):
+        # An array larger than a record (a dataset or an export saved as one document): its items are the records,
+        # read one at a time (msgtrain.ingest.core.json_stream); the file is never held whole.
+        for i, value, _ in iter_array_items(path, str(path)):
+            yield RawRecord(SourceRef(str(path), f"item {i}"), value)
         return
     document = parsed if parsed is not _UNPARSED else load_json_document(path)
     yield RawRecord(SourceRef(str(path), "file"), document)
@@ -195,7 +205,8 @@ def iter_conversations(
         found = None if isinstance(value, MsgtrainError) else _conversation_in(value, layout)
         if found is None:
             err = value if isinstance(value, MsgtrainError) else _not_a_conversation(rec.ref, layout)
-            yield ReadReject(rec.ref, err, excerpt(rec.raw or b""), turns=assistant_turns_in(value))
+            shown = rec.raw if rec.raw is not None or isinstance(value, MsgtrainError) else _short_json(value)
+            yield ReadReject(rec.ref, err, excerpt(shown or b""), turns=assistant_turns_in(value))
             if pending:
                 gap = len(pending) if gap is None else gap
             else:
@@ -209,7 +220,7 @@ def iter_conversations(
         if not messages:
             yield ReadSkip(rec.ref, "empty_conversation")
             continue
-        yield Conversation(rec.ref, 1, messages, container, key, raw=rec.raw)
+        yield Conversation(rec.ref, 1, messages, container, key, raw=rec.raw, source=value if rec.raw is None else None)
     if pending and pending_ref is not None:
         yield Conversation(pending_ref, len(pending), pending, {}, None, incomplete_from=gap, refs=pending_refs)
 

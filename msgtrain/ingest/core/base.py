@@ -16,7 +16,8 @@ Invariants:
   format at all) raises.
 - Readers stream: JSONL is read line by line; a file held whole (a JSON document, a YAML cassette, an archive's
   member) is one record for memory purposes, refused above the same ``--max-record-mb`` before it is read
-  (:func:`check_whole_file`).
+  (:func:`check_whole_file`) — except a JSON document whose top level is an array: larger than the limit, its items
+  are the records, read one at a time (:mod:`msgtrain.ingest.core.json_stream`), never the file whole.
 - Bounded lines: every line reader (:func:`bounded_lines`) holds at most :data:`MAX_RECORD_BYTES` + 1 bytes of a
   line; a longer line (a crashed writer's NUL tail, a sparse file) is skipped in :data:`LINE_STEP` steps, never held,
   and comes out as a :class:`LongLine` (its head and its true size), which readers reject as ``record_too_large``.
