@@ -507,3 +507,42 @@ def test_a_single_field_edit_of_a_native_graph_log_costs_only_what_depends_on_th
                 # reads as "no tools"; a present but broken one is not guessed at: its nodes are left out.)
                 if record["type"] != "env":
                     assert stats.turns_trained >= unreadable[i], (i + 1, key, edit)
+
+
+class _ItemReader:
+    """A reader of a JSON array's records that raises in its own generator on an item marked ``boom``."""
+
+    name = "items"
+    description = "test reader"
+    example = ""
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        return False
+
+    def read(self, path: Path) -> Iterator[ReadItem]:
+        from msgtrain.ingest.common.conversation_files import iter_raw_records
+
+        for rec in iter_raw_records(path):
+            if rec.value.get("boom"):
+                {}[rec.value["boom"]]  # unhashable: raises TypeError as a reader bug would
+            yield ReadSkip(rec.ref, "nothing")
+
+
+def test_a_fault_in_a_generator_reading_an_array_past_the_limit_counts_every_item_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rest of the file after a fault is one reject standing for every item not yet accounted: an array read item
+    # by item (larger than the limit) is counted as it is read, never loaded whole to count it.
+    import msgtrain.ingest.core.base as base
+
+    monkeypatch.setattr(base, "MAX_RECORD_BYTES", 512)
+    items: list[dict[str, Any]] = [{"n": i, "pad": "p" * 100} for i in range(10)]
+    items[6]["boom"] = [6]
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps(items), encoding="utf-8")
+    assert path.stat().st_size > 512
+    events = list(read_events(_ItemReader(), path))
+    assert [e.source.record for e in events if isinstance(e, ReadSkip)] == [f"item {i}" for i in range(6)]
+    (reject,) = [e for e in events if isinstance(e, ReadReject)]
+    assert reject.error.code == "reader_error" and reject.count == 4
+    assert sum(records_of(e) for e in events) == 10
