@@ -116,3 +116,29 @@ def test_malformed_json_mid_array_is_a_reject_and_the_items_before_it_convert(
     assert [g.source.record for g in graphs] == [f"item {i}" for i in range(50)]
     assert len(rejects) == 1 and rejects[0].error.code == "bad_json" and rejects[0].source.record == "item 50"
     assert "the rest of the document is not read" in str(rejects[0].error) and "jq" in (rejects[0].error.hint or "")
+
+
+def test_an_export_read_item_by_item_gives_the_graphs_and_rejects_of_the_export_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The structural reader's file records (a ChatGPT conversations.json, hand-written fixture) are the same items
+    whether the document is read whole or item by item past the limit."""
+    from tests.conftest import ROOT
+
+    source = ROOT / "tests" / "fixtures" / "chatgpt_export" / "conversations.json"
+    path = tmp_path / "conversations.json"
+    path.write_bytes(source.read_bytes())
+
+    def read() -> list[tuple[str, str, Any]]:
+        reader = detect_format(path)
+        assert reader.name == "structural"
+        return [
+            (type(e).__name__, e.source.record, e.graph.graph_id if isinstance(e, ReadGraph) else e.error.code)  # type: ignore[union-attr]
+            for e in read_events(reader, path)
+        ]
+
+    whole = read()
+    # Under the file's size, over its largest item as written (11,042 bytes: indented, as the whole file is).
+    monkeypatch.setattr(base, "MAX_RECORD_BYTES", 12_000)
+    assert path.stat().st_size > base.MAX_RECORD_BYTES
+    assert read() == whole and sum(kind == "ReadGraph" for kind, _, _ in whole) == 3

@@ -9,13 +9,16 @@ array's item and memory is bounded by the largest item, not by the file.
 Invariants:
 - :func:`iter_array_items` yields ``(index, value, byte offset)`` per item, in order, one entry per item the document
   holds: the parsed value, or the :class:`~msgtrain.errors.ParseError` that rejects it (located at ``item i``).
-- An item larger than :data:`~msgtrain.ingest.core.base.MAX_RECORD_BYTES` (read at call time) is never held: it is
+- An item larger than :data:`~msgtrain.ingest.core.base.MAX_RECORD_BYTES` (read at call time; its bytes as written
+  in the file, indentation included, as a JSONL line's are measured) is never held: it is
   skipped by a structural scan (strings, escapes and nesting tracked across chunk boundaries) and stands as a
   ``record_too_large`` error naming the limit and the option; the items after it are read.
 - An item that ends where the structure says but does not parse (a bad token, a bad byte) is a ``bad_json`` /
   ``bad_utf8`` error of its own; the items after it are read.
 - Where the array's structure itself is lost (no ``,`` or ``]`` after an item, or the file ends inside the array)
   the rest of the document is one last error entry: the items before it are kept, nothing after it is guessed.
+- Nothing is guessed: a lost quote or bracket inside an item shifts the structure the scan sees, so the items after
+  it may be read as part of it (then rejected with it); the error says where reading stopped.
 - Buffered text grows geometrically while an item is incomplete, so a large item is decoded in linear time.
 """
 
