@@ -4,8 +4,17 @@ Usage: ``python3 benchmarks/vs_trl.py`` (scales 1, 10, 50; both templates; 1 and
 benchmarks/README.md explains the columns.
 
 The conversations: the 370 real ones of ``../shared/real_logs`` that TRL can take as they are (glaive tool calling
-in ShareGPT form, the LLaMA-Factory reasoning + tool-use demo, tau-bench airline trajectories), repeated ``×K``
-with distinct ids (``K`` copies of each file under its own name: msgtrain's graph ids start with the file name).
+in ShareGPT form, the LLaMA-Factory reasoning + tool-use demo, tau-bench airline trajectories), ``×K`` in one of
+two modes:
+
+- ``distinct`` (the default, the one issue 38's goal is judged on): copy ``k`` of each file has a copy-specific
+  marker (``[copy k]``, a few tokens) in the text of every user, assistant and tool message, so the ``K × 370``
+  conversations are all different while their shape (messages, roles, tool calls, turns) and their real sharing (the
+  system prompt and tool schemas every conversation of a source has in common) stay. Copy 0 is the real files.
+- ``duplicated`` (``--corpus duplicated``): ``K`` byte-level copies of the same conversations (each with its own
+  run of trailing blanks, so msgtrain converts each one rather than skipping identical bytes). From the second copy
+  on, msgtrain's run-wide memos and its trained-once deduplication serve the copy almost for free while TRL
+  prepares it anew: that ratio measures the duplication, not the conversion.
 
 Invariants:
 - Both sides start from the same conversations. msgtrain converts the log files as a user runs it; TRL gets, per
@@ -57,13 +66,127 @@ SOURCES = (
 )
 
 
-def build_corpus(root: Path, scale: int) -> Path:
-    """``scale`` copies of each source file under distinct names, each with bytes of its own.
+CORPUS_MODES = ("distinct", "duplicated")
+USER_ROLES = frozenset({"user", "human"})
+ASSISTANT_ROLES = frozenset({"assistant", "gpt"})
+RESULT_ROLES = frozenset({"tool", "observation", "function", "ipython"})
 
-    msgtrain converts identical bytes once (a second copy is listed under ``files.ignored``), so each copy ends in
-    its own run of trailing blanks: JSON and JSONL readers skip whitespace, and every copy is converted in full.
+
+def copy_marker(k: int) -> str:
+    return f"[copy {k}]"
+
+
+ID_KEYS = frozenset({"id", "tool_call_id", "call_id", "name", "type", "role"})
+
+
+def _first_value(data: Any) -> str | None:
+    """The first non-empty string value of a parsed JSON document that is not an id, a name or a type."""
+    if isinstance(data, str):
+        return data if data.strip() else None
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        if key in ID_KEYS:
+            continue
+        found = _first_value(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _mark_json(text: str, parsed: Any, marker: str) -> str:
+    """JSON ``text`` (parsed: ``parsed``) with ``marker`` opening its first string value that is not an id, a name or
+    a type; an object with no such value gets the marker as a first member; anything else is left as it is."""
+    value = _first_value(parsed)
+    if value is None:
+        if isinstance(parsed, dict):
+            brace = text.find("{") + 1
+            return text[:brace] + json.dumps({"copy": marker})[1:-1] + (", " if parsed else "") + text[brace:]
+        return text
+    for encoded in (json.dumps(value, ensure_ascii=False), json.dumps(value)):
+        at = text.find(encoded)
+        while at >= 0 and text[:at].rstrip()[-1:] not in (":", ",", "["):  # a value, not a key
+            at = text.find(encoded, at + 1)
+        if at >= 0:
+            return text[: at + 1] + marker + " " + text[at + 1 :]
+    return text
+
+
+def _mark_text(text: str, marker: str) -> str:
+    """``text`` with ``marker`` in it, its shape kept. A JSON object or list (a tool result a reader may parse) stays
+    valid JSON of the same structure with the same keys and ids (see :func:`_mark_json`); a list of objects (results
+    of parallel calls, which a reader splits) has each object marked. Any other text starts with the marker."""
+    stripped = text.lstrip()
+    if stripped[:1] not in ("{", "["):
+        return f"{marker} {text}"
+    try:
+        parsed = json.loads(stripped)
+    except ValueError:
+        return f"{marker} {text}"
+    if not (isinstance(parsed, list) and parsed and all(isinstance(x, dict) for x in parsed)):
+        return _mark_json(text, parsed, marker)
+    at = text.index("[") + 1
+    decoder, out = json.JSONDecoder(), [text[:at]]
+    for item in parsed:
+        start = at + len(text[at:]) - len(text[at:].lstrip(" \t\r\n,"))
+        _, end = decoder.raw_decode(text, start)
+        out += [text[at:start], _mark_json(text[start:end], item, marker)]
+        at = end
+    return "".join(out) + text[at:]
+
+
+def _mark_content(content: Any, marker: str) -> Any:
+    if isinstance(content, str):
+        # Leave empty texts (a tool call's null/empty content) and tagged ones (reasoning a template parses) alone
+        return _mark_text(content, marker) if content.strip() and not content.lstrip().startswith("<") else content
+    if isinstance(content, list):  # content parts: mark the first text part
+        out, done = [], False
+        for part in content:
+            if not done and isinstance(part, dict) and part.get("type") == "text":
+                key = "text" if isinstance(part.get("text"), str) else "value"
+                if isinstance(part.get(key), str) and part[key].strip():
+                    part, done = {**part, key: _mark_text(part[key], marker)}, True
+            out.append(part)
+        return out
+    return content
+
+
+def mark_copy(data: Any, k: int) -> Any:
+    """``data`` (a parsed source record or file) with copy ``k``'s marker in every user, assistant and tool message
+    text; system messages, tool schemas, tool-call arguments and reasoning are left as they are."""
+    if isinstance(data, list):
+        return [mark_copy(x, k) for x in data]
+    if not isinstance(data, dict):
+        return data
+    role = data.get("role", data.get("from"))
+    field_name = "content" if "content" in data else "value"
+    if isinstance(role, str) and field_name in data:
+        role = role.lower()
+        if role in USER_ROLES or role in ASSISTANT_ROLES or role in RESULT_ROLES:
+            return {**data, field_name: _mark_content(data[field_name], copy_marker(k))}
+        return data
+    return {key: mark_copy(v, k) for key, v in data.items()}
+
+
+def _copy_bytes(src: Path, k: int) -> bytes:
+    """Copy ``k`` of ``src`` with its marker, written in the source's layout (JSONL per line; JSON indented)."""
+    text = src.read_text(encoding="utf-8")
+    if src.suffix == ".jsonl":
+        lines = [json.dumps(mark_copy(json.loads(line), k), ensure_ascii=False) for line in text.splitlines() if line]
+        return ("\n".join(lines) + "\n").encode("utf-8")
+    indent = 2 if text.startswith("[\n  ") or text.startswith("{\n  ") else None
+    return (json.dumps(mark_copy(json.loads(text), k), ensure_ascii=False, indent=indent) + "\n").encode("utf-8")
+
+
+def build_corpus(root: Path, scale: int, mode: str = "distinct") -> Path:
+    """``scale`` copies of each source file under distinct names (see the module's docstring for the modes).
+
+    ``duplicated``: msgtrain converts identical bytes once (a second copy is listed under ``files.ignored``), so
+    each copy ends in its own run of trailing blanks: JSON and JSONL readers skip whitespace, and every copy is
+    converted in full. ``distinct``: copy 0 is the source file as it is, copy ``k`` carries its marker.
     """
-    out = root / f"trl-v2-x{scale}"
+    if mode not in CORPUS_MODES:
+        raise ValueError(f"corpus mode {mode!r}: expected one of {', '.join(CORPUS_MODES)}")
+    out = root / (f"trl-v2-x{scale}" if mode == "duplicated" else f"trl-v3-distinct-x{scale}")
     marker = out / ".complete"
     if marker.exists():
         return out
@@ -74,7 +197,10 @@ def build_corpus(root: Path, scale: int) -> Path:
         data = src.read_bytes().rstrip(b"\n") + b"\n"
         for k in range(scale):
             dst = out / f"{src.stem}-{k:03d}{src.suffix}"
-            dst.write_bytes(data + b" " * (k + 1) + b"\n")
+            if mode == "duplicated":
+                dst.write_bytes(data + b" " * (k + 1) + b"\n")
+            else:
+                dst.write_bytes(data if k == 0 else _copy_bytes(src, k))
     marker.write_text("")
     return out
 
@@ -100,14 +226,14 @@ def conversation_records(corpus: Path) -> list[dict[str, Any]]:
     return records
 
 
-def write_trl_input(root: Path, scale: int, base: list[dict[str, Any]]) -> Path:
-    path = root / f"trl-x{scale}.messages.jsonl"
+def write_trl_input(root: Path, corpus: Path) -> Path:
+    """TRL's input for ``corpus``: one ``{"messages", "tools"}`` line per conversation, from msgtrain's readers."""
+    path = root / f"{corpus.name}.messages.jsonl"
     if not path.exists():
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
-            for _ in range(scale):
-                for rec in base:
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            for rec in conversation_records(corpus):
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
         tmp.replace(path)
     return path
 
@@ -266,6 +392,13 @@ def _work(m: Any) -> tuple[float | None, float | None, int | None]:
 def _parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 10, 50], help="copies of the 370 conversations")
+    ap.add_argument(
+        "--corpus",
+        choices=CORPUS_MODES,
+        default="distinct",
+        help="distinct: every copy's messages marked, all conversations differ (the goal's corpus); duplicated: "
+        "byte copies of the same conversations (msgtrain's memos serve every copy after the first)",
+    )
     ap.add_argument("--templates", nargs="+", default=list(TEMPLATES), choices=list(TEMPLATES))
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="msgtrain --workers = TRL num_proc")
     ap.add_argument(
@@ -288,11 +421,20 @@ def main(argv: list[str] | None = None) -> int:
     root = args.corpus_dir
     root.mkdir(parents=True, exist_ok=True)
     print(f"# msgtrain vs TRL · {os.cpu_count()} cpus · python {platform.python_version()} · load {os.getloadavg()}")
-    base = conversation_records(build_corpus(root, 1))
+    print(
+        f"# corpus: {args.corpus}"
+        + (
+            " (K copies of the same conversations: measures the memos, not the conversion)"
+            if args.corpus == "duplicated"
+            else " (every copy's user, assistant and tool texts marked: all distinct)"
+        )
+    )
     rows: list[Row] = []
     for scale in args.scales:
-        corpus = build_corpus(root, scale)
-        data = write_trl_input(root, scale, base)
+        corpus = build_corpus(root, scale, args.corpus)
+        data = write_trl_input(root, corpus)
+        with open(data, encoding="utf-8") as f:
+            conversations = sum(1 for _ in f)
         for template in args.templates:
             for w in args.workers:
                 if w > 1 and scale not in args.workers_scales:
@@ -314,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = Row(
                     template,
                     scale,
-                    len(base) * scale,
+                    conversations,
                     w,
                     statistics.median(p[0].convert_seconds for p in pairs),
                     statistics.median(p[0].seconds for p in pairs),
