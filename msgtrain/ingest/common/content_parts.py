@@ -108,6 +108,33 @@ def parse_json_field(value: Any, *, what: str, where: str, code: str = "bad_json
         ) from e
 
 
+def split_parallel_results(value: Any, names: list[str], where: str, what: str = "tool result") -> list[Any]:
+    """One result logged for N parallel calls (ShareGPT's and LLaMA-Factory's one observation): the N results,
+    when ``value`` is (or its text is) a JSON list of exactly N entries, in the calls' order; an entry
+    ``{"name", "content"}`` whose name is its call's (``names``, in order) gives its ``content``. Anything else is
+    ``ambiguous_results``: which call each part answers the log does not say, so nothing is guessed."""
+    entries = value
+    if isinstance(entries, str):
+        try:
+            entries = json.loads(entries)
+        except (ValueError, RecursionError):
+            entries = None
+    n = len(names)
+    if not isinstance(entries, list) or len(entries) != n:
+        raise ValidationError(
+            f"one {what} answers {n} parallel calls and is not a JSON list of {n} results",
+            where=where,
+            code="ambiguous_results",
+            hint=f"write one {what} per call (with the call's id), or a JSON list with one entry per call",
+        )
+    return [
+        entry["content"]
+        if isinstance(entry, dict) and "content" in entry and entry.get("name", name) == name
+        else entry
+        for entry, name in zip(entries, names, strict=True)
+    ]
+
+
 def content_value(parts: list[Any], logged: Any) -> Any:
     """Content as OpenAI writes it: the logged string as is, one text part as a string, else the parts list."""
     if isinstance(logged, str):

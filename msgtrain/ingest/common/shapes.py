@@ -54,6 +54,7 @@ from msgtrain.ingest.common.content_parts import (
     rendered_template_text,
     sdk_call,
     sdk_result,
+    split_parallel_results,
     ui_tool,
 )
 from msgtrain.ingest.common.details_markup import DetailsStep, details_steps
@@ -508,23 +509,9 @@ class MessageNormaliser:
         waiting = [(i, n) for i, n in self.open_calls if i in self.turn_calls and i not in self.user_calls]
         if len(waiting) < 2 or len(waiting) != len(self.turn_calls):
             return None
-        entries = block_result(content)
-        if isinstance(entries, str):
-            try:
-                entries = json.loads(entries)
-            except (ValueError, RecursionError):
-                entries = None
-        if not isinstance(entries, list) or len(entries) != len(waiting):
-            raise ValidationError(
-                f"one tool result answers {len(waiting)} parallel calls and is not a list of {len(waiting)} results",
-                where=where,
-                code="ambiguous_results",
-                hint="write one tool result per call (with the call's id), or a JSON list with one entry per call",
-            )
+        entries = split_parallel_results(block_result(content), [n for _, n in waiting], where)
         out: list[dict[str, Any]] = []
         for entry, (call_id, call_name) in zip(entries, waiting, strict=True):
-            if isinstance(entry, dict) and "content" in entry and entry.get("name", call_name) == call_name:
-                entry = entry["content"]
             self.open_calls.remove((call_id, call_name))
             if isinstance(entry, str):
                 out.append({"role": "tool", "tool_call_id": call_id, "content": entry})

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.common.content_parts import parse_json_field
+from msgtrain.ingest.common.content_parts import parse_json_field, split_parallel_results
 from msgtrain.ingest.common.conversation_files import (
     Conversation,
     ConversationLayout,
@@ -253,7 +253,8 @@ class _Builder:
             )
         pairs: list[tuple[int, OptionCallPayload, Any]]
         if len(turns) == 1 and len(calls) > 1:
-            values = _split_results(texts[0], calls, f"message[{first.index}]")
+            names = [c.option_name for c in calls]
+            values = split_parallel_results(texts[0], names, f"message[{first.index}]", "observation")
             pairs = [(first.index, call, value) for call, value in zip(calls, values, strict=True)]
         else:
             # Fewer results than calls: the calls left over stay dangling (kept, counted downstream).
@@ -286,28 +287,6 @@ def _call(value: Any, call_id: str, where: str) -> OptionCallPayload:
     elif not isinstance(args, dict):
         args = {"value": args}
     return OptionCallPayload(invocation_id=call_id, option_name=value["name"], arguments=args, raw_arguments=raw)
-
-
-def _split_results(text: str, calls: list[OptionCallPayload], where: str) -> list[Any]:
-    """One observation for N parallel calls: a JSON list of N entries, one per call in order."""
-    try:
-        entries = json.loads(text)
-    except json.JSONDecodeError:
-        entries = None
-    if not isinstance(entries, list) or len(entries) != len(calls):
-        raise ValidationError(
-            f"one observation answers {len(calls)} parallel calls and is not a JSON list of {len(calls)} results",
-            where=where,
-            code="ambiguous_results",
-            hint="write one observation per call, or a JSON list with one entry per call",
-        )
-    out: list[Any] = []
-    for entry, call in zip(entries, calls, strict=True):
-        if isinstance(entry, dict) and "content" in entry and entry.get("name", call.option_name) == call.option_name:
-            out.append(entry["content"])
-        else:
-            out.append(entry)
-    return out
 
 
 def _preference(path: Path, conv: Conversation) -> Converted:
