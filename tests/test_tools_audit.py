@@ -140,6 +140,79 @@ def test_terminal_report_names_the_breaking_features_and_the_differing_tokens(
     assert "result: FAIL (prefix_stable)" in out
 
 
+def test_content_spelling_control_tokens_is_encoded_as_text_by_msgtrain(qwen3: Path) -> None:
+    report = audit_template(qwen3, features=["multi_turn"])
+    special = report.special_tokens
+    assert special.naive_control_tokens > 0, "a plain encode must turn the injected text into control tokens"
+    assert special.split_safe
+    assert "<|im_start|>" in special.injected_text
+
+
+# Every tokenizer folder the tests have: ../shared's (template-only folders paired with qwen3's vocabulary), the
+# shaped families and the real templates of tests/conftest.py, the real vocabularies of tests/gguf_vocab.py, and the
+# families of tests/template_families.py the oracle suite replays.
+# Ordered so that load_bundle's few kept tokenizers serve the folders the tests around this one audit too (a large
+# vocabulary takes about a second to load through transformers): the ../shared folders the tests above audited first,
+# the shaped families the tests right below audit again last. The order changes no test's outcome, only its cost.
+AUDITED_AGAIN = [n for n in ("rerender-tooluse", "calls-only", "role-headers", "drops-calls") if n in SHAPED]
+AUDITED = [
+    "qwen3",
+    "qwen2.5",
+    "gpt-oss",
+    "phi3",
+    "smollm3",
+    "deepseek-r1-distill",
+    *(n for n in [*SHAPED, *REAL, *GGUF_FAMILIES, *FAMILIES_SUITE] if n not in AUDITED_AGAIN),
+    *AUDITED_AGAIN,
+]
+
+
+@pytest.mark.parametrize("name", AUDITED)
+def test_audit_template_reports_on_every_tokenizer_folder_the_tests_have(name: str, tmp_path: Path) -> None:
+    template = None
+    if name in SHAPED or name in REAL or name in FAMILIES:
+        folder = shaped_tokenizer_folder(name)
+    elif name in GGUF_FAMILIES:
+        folder = require_family_folder(name)
+    elif name in ADDED_TOKENS:  # its vocabulary is built in memory: audited as the folder it saves
+        folder = tmp_path / name
+        load_named_tokenizer(name).hf.save_pretrained(str(folder))
+    else:
+        shared_folder, shared_template = TEMPLATES[name]
+        folder = shared_path(shared_folder)
+        template = shared_path(shared_template) if shared_template else None
+    report = audit_template(folder, template)
+    assert report.probes and all(p.status in {"stable", "breaks", "dropped", "unsupported"} for p in report.probes)
+    # Every one of these templates ends its turns with a token the linearizer trains.
+    assert report.end_of_turn.ok and report.end_of_turn.tokens, report.end_of_turn.detail
+
+
+def test_a_template_that_ends_tool_call_turns_with_no_token_trains_eos_there() -> None:
+    report = audit_template(shaped_tokenizer_folder("rerender-tooluse"))
+    assert report.end_of_turn.ok, report.end_of_turn.detail
+    assert report.end_of_turn.tokens == ["<|END_OF_TURN_TOKEN|>"]
+    assert "tool_calls turn 1" in report.end_of_turn.eos_appended
+    assert "multi_turn turn 1" not in report.end_of_turn.eos_appended
+
+
+def test_a_template_that_needs_tools_is_audited_and_its_special_token_check_renders_with_tools() -> None:
+    report = audit_template(shaped_tokenizer_folder("calls-only"))
+    assert report.special_tokens.naive_control_tokens > 0 and report.special_tokens.split_safe
+    assert probe_of(report, "tool_calls").status in {"breaks", "dropped"}
+
+
+def test_role_headers_that_stop_generation_count_as_the_trained_end_of_turn() -> None:
+    report = audit_template(shaped_tokenizer_folder("role-headers"))
+    assert report.end_of_turn.ok, report.end_of_turn.detail
+    assert {"<|user|>", "<|observation|>"} <= set(report.end_of_turn.tokens)
+
+
+def test_a_template_that_drops_tool_calls_is_reported_as_dropping_them() -> None:
+    report = audit_template(shaped_tokenizer_folder("drops-calls"))
+    assert probe_of(report, "tool_calls").status == "dropped"
+    assert any(d.startswith("tool_calls:") for d in report.drops)
+
+
 def test_phi3_trains_its_end_token_and_warns_that_eos_is_a_different_token(
     capsys: pytest.CaptureFixture[str], phi3: Path
 ) -> None:
@@ -188,14 +261,6 @@ def test_generation_blocks_are_detected_and_their_mask_checked(
     assert "no {% generation %} blocks" in report["generation_masks"]["detail"]
 
 
-def test_content_spelling_control_tokens_is_encoded_as_text_by_msgtrain(qwen3: Path) -> None:
-    report = audit_template(qwen3, features=["multi_turn"])
-    special = report.special_tokens
-    assert special.naive_control_tokens > 0, "a plain encode must turn the injected text into control tokens"
-    assert special.split_safe
-    assert "<|im_start|>" in special.injected_text
-
-
 def test_a_template_only_folder_is_refused_with_the_command_that_works(capsys: pytest.CaptureFixture[str]) -> None:
     folder = shared_path("tokenizers", "qwen2.5-instruct")
     with pytest.raises(ConfigError, match="no tokenizer vocabulary") as err:
@@ -239,69 +304,6 @@ def test_template_kwargs_reach_the_template(capsys: pytest.CaptureFixture[str], 
     code, report = run_json(capsys, *args, "--template-kwarg", 'stamp="v2"')
     assert code == 0 and report["template_kwargs"] == {"stamp": "v2"}
     assert probe(report, "multi_turn")["status"] == "stable"
-
-
-# Every tokenizer folder the tests have: ../shared's (template-only folders paired with qwen3's vocabulary), the
-# shaped families and the real templates of tests/conftest.py, the real vocabularies of tests/gguf_vocab.py, and the
-# families of tests/template_families.py the oracle suite replays.
-AUDITED = [
-    "qwen3",
-    "qwen2.5",
-    "phi3",
-    "gpt-oss",
-    "smollm3",
-    "deepseek-r1-distill",
-    *SHAPED,
-    *REAL,
-    *GGUF_FAMILIES,
-    *FAMILIES_SUITE,
-]
-
-
-@pytest.mark.parametrize("name", AUDITED)
-def test_audit_template_reports_on_every_tokenizer_folder_the_tests_have(name: str, tmp_path: Path) -> None:
-    template = None
-    if name in SHAPED or name in REAL or name in FAMILIES:
-        folder = shaped_tokenizer_folder(name)
-    elif name in GGUF_FAMILIES:
-        folder = require_family_folder(name)
-    elif name in ADDED_TOKENS:  # its vocabulary is built in memory: audited as the folder it saves
-        folder = tmp_path / name
-        load_named_tokenizer(name).hf.save_pretrained(str(folder))
-    else:
-        shared_folder, shared_template = TEMPLATES[name]
-        folder = shared_path(shared_folder)
-        template = shared_path(shared_template) if shared_template else None
-    report = audit_template(folder, template)
-    assert report.probes and all(p.status in {"stable", "breaks", "dropped", "unsupported"} for p in report.probes)
-    # Every one of these templates ends its turns with a token the linearizer trains.
-    assert report.end_of_turn.ok and report.end_of_turn.tokens, report.end_of_turn.detail
-
-
-def test_a_template_that_ends_tool_call_turns_with_no_token_trains_eos_there() -> None:
-    report = audit_template(shaped_tokenizer_folder("rerender-tooluse"))
-    assert report.end_of_turn.ok, report.end_of_turn.detail
-    assert report.end_of_turn.tokens == ["<|END_OF_TURN_TOKEN|>"]
-    assert "tool_calls turn 1" in report.end_of_turn.eos_appended
-    assert "multi_turn turn 1" not in report.end_of_turn.eos_appended
-
-
-def test_a_template_that_needs_tools_is_audited_and_its_special_token_check_renders_with_tools() -> None:
-    report = audit_template(shaped_tokenizer_folder("calls-only"))
-    assert report.special_tokens.naive_control_tokens > 0 and report.special_tokens.split_safe
-    assert probe_of(report, "tool_calls").status in {"breaks", "dropped"}
-
-
-def test_role_headers_that_stop_generation_count_as_the_trained_end_of_turn() -> None:
-    report = audit_template(shaped_tokenizer_folder("role-headers"))
-    assert report.end_of_turn.ok, report.end_of_turn.detail
-    assert {"<|user|>", "<|observation|>"} <= set(report.end_of_turn.tokens)
-
-
-def test_a_template_that_drops_tool_calls_is_reported_as_dropping_them() -> None:
-    report = audit_template(shaped_tokenizer_folder("drops-calls"))
-    assert probe_of(report, "tool_calls").status == "dropped"
-    assert any(d.startswith("tool_calls:") for d in report.drops)
 
 
 def probe_of(report: Any, feature: str) -> Any:
