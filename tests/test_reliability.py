@@ -139,6 +139,13 @@ def _convert_cmd(logs: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(out), "-q", *extra]
 
 
+def _convert(logs: Path, out: Path, *extra: str) -> int:
+    """The same convert as :func:`_convert_cmd`, in this process: its exit code."""
+    from msgtrain.cli import main
+
+    return main(_convert_cmd(logs, out, *extra)[3:])
+
+
 def _make_logs(root: Path, n: int) -> Path:
     logs = root / "logs"
     logs.mkdir()
@@ -154,10 +161,11 @@ def _make_logs(root: Path, n: int) -> Path:
 def test_sigkill_mid_run_leaves_the_previous_output_and_resume_finishes_byte_identical(tmp_path: Path) -> None:
     logs = _make_logs(tmp_path, 40)
     reference = tmp_path / "reference"
-    subprocess.run(_convert_cmd(logs, reference), check=True, cwd=ROOT)
+    # Only the killed run is a process of its own; the others run in this one (the test is not about them).
+    assert _convert(logs, reference) == 0
     out = tmp_path / "out"
     # A previous night's dataset is in place; the new run gets killed part-way.
-    subprocess.run(_convert_cmd(logs, out), check=True, cwd=ROOT)
+    assert _convert(logs, out) == 0
     before = {p.name: p.read_bytes() for p in (out / "data").iterdir()}
     (logs / "calls-000.jsonl").write_text((logs / "calls-000.jsonl").read_text() + GOOD_CALLS[0] + "\n")
     state = tmp_path / ".out.msgtrain-state" / "parts"
@@ -172,9 +180,9 @@ def test_sigkill_mid_run_leaves_the_previous_output_and_resume_finishes_byte_ide
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed: make the input larger"
     assert {p.name: p.read_bytes() for p in (out / "data").iterdir()} == before  # readers still see last night's
-    subprocess.run(_convert_cmd(logs, out, "--resume"), check=True, cwd=ROOT)
+    assert _convert(logs, out, "--resume") == 0
     fresh = tmp_path / "fresh"
-    subprocess.run(_convert_cmd(logs, fresh), check=True, cwd=ROOT)
+    assert _convert(logs, fresh) == 0
     for f in (fresh / "data").iterdir():
         assert (out / "data" / f.name).read_bytes() == f.read_bytes()
     assert pq.read_table(out / "data" / "train-00000-of-00001.parquet").num_rows > 0
@@ -210,7 +218,7 @@ def test_ctrl_c_stops_cleanly_says_what_was_done_and_resume_finishes(tmp_path: P
     assert proc.returncode == 130, err
     assert "interrupted after" in err and "--resume" in err and "Traceback" not in err
     assert not out.exists()
-    subprocess.run(_convert_cmd(logs, out, "--resume"), check=True, cwd=ROOT)
+    assert _convert(logs, out, "--resume") == 0
     assert pq.read_table(out / "data" / "train-00000-of-00001.parquet").num_rows > 0
 
 
