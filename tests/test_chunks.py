@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from benchmarks import corpus as gen
 from msgtrain.errors import MsgtrainError
 from msgtrain.export.schema import CANONICAL_SCHEMA, samples_to_table
+from msgtrain.ingest.core.base import record_limit
 from msgtrain.ingest.core.chunks import ChunkKey, is_jsonl, iter_chunk_lines, key_function, plan_chunks
+from msgtrain.ingest.core.json_stream import iter_array_items
 from msgtrain.ingest.detect import detect_format
 from msgtrain.run import pipeline
 from msgtrain.run.config import ConvertConfig
@@ -272,6 +274,71 @@ def test_pipeline_output_does_not_depend_on_chunks_or_workers(tmp_path: Path) ->
     other = run("one", chunk_mb=chunk_mb * 2, resume=True, **extra)
     assert 2 < other["resume"]["parts"] < parts and other["resume"]["reused"] == 1  # the small file's part
     assert _tree(tmp_path / "one") == _tree(tmp_path / "whole")
+
+
+def _array_text(items: list[str]) -> str:
+    """A JSON array of ``items`` (JSON texts) as a pretty-printer writes it: one item per indented block."""
+    return "[\n" + ",\n".join("  " + item.replace("\n", "\n  ") for item in items) + "\n]\n"
+
+
+def test_json_array_chunks_give_the_whole_arrays_output(tmp_path: Path) -> None:
+    """A JSON array above --max-record-mb is read item by item, and above --chunk-mb cut into chunks of whole items:
+    a call log whose conversations span items (grouped by their chunk keys), and a messages dataset with runs of
+    bare messages (one conversation, as message-per-line JSONL), give exactly the unchunked conversion — rows,
+    books, rejects and their ``item i`` names — at one or two workers, and resume reuses every chunk's part."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    convs = gen.make_conversations(gen.synthetic_pool(), 6, 10, reasoning=True)
+    per_conv = [[json.dumps(r, indent=1) for r in gen.call_records(c, model="policy", engine=None)] for c in convs]
+    calls = _interleave(per_conv, seed=7)
+    calls.insert(3, '{"request": nope}')  # an item that does not parse: its own reject
+    calls.insert(20, '{"request": {"messages": []}, "response": {"choices": []}}')
+    (inputs / "calls.json").write_text(_array_text(calls), encoding="utf-8")
+    chats: list[str] = []
+    for k in range(40):
+        user = {"role": "user", "content": f"question {k} " + "pad " * 30}
+        answer = {"role": "assistant", "content": f"answer {k} " + "pad " * 30}
+        if k % 5 == 2:  # a run of bare messages: one conversation spanning items
+            chats += [
+                json.dumps(user),
+                json.dumps(answer),
+                json.dumps({**user, "content": "again"}),
+                json.dumps(answer),
+            ]
+        elif k % 9 == 4:
+            chats.append('{"not": "a conversation"}')
+        else:
+            chats.append(json.dumps({"messages": [user, answer], "id": k}, indent=2))
+    (inputs / "chats.json").write_text(_array_text(chats), encoding="utf-8")
+    largest = max(len(item.encode()) for item in calls + chats)
+    record_mb = 2 * largest / (1 << 20)  # both files are far above it: read item by item
+    chunk_mb = min(p.stat().st_size for p in inputs.iterdir()) / 5 / (1 << 20)
+    assert detect_format(inputs / "chats.json").name == "openai_chat"
+
+    def run(out: str, **kw: Any) -> dict[str, Any]:
+        return pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / out, max_record_mb=record_mb, **kw))
+
+    whole = run("whole", chunk_mb=0)
+    one = run("one", chunk_mb=chunk_mb)
+    two = run("two", chunk_mb=chunk_mb, workers=2)
+    assert whole["resume"]["parts"] == 2 and one["resume"]["parts"] >= 8 and two["resume"] == one["resume"]
+    assert whole["records"]["rejected"] == 4 and whole["records"]["skipped_by_reason"] == {"no_conversation": 1}
+    assert _tree(tmp_path / "one") == _tree(tmp_path / "whole") == _tree(tmp_path / "two")
+    rejects = (tmp_path / "one" / "rejects.jsonl").read_text(encoding="utf-8")
+    assert '"record": "item 3"' in rejects and '"record": "item 22"' in rejects  # (named as the whole read names them)
+    assert any(str(row["source"]).endswith("(item 0)") for row in _rows(tmp_path / "one"))
+    again = run("one", chunk_mb=chunk_mb, resume=True)
+    assert again["resume"] == {"parts": one["resume"]["parts"], "reused": one["resume"]["parts"], "converted": 0}
+    assert _tree(tmp_path / "one") == _tree(tmp_path / "whole")
+    # Reading an array's chunks reads each item once: they cover the array, in order.
+    chats_path = inputs / "chats.json"
+    keys = key_function(detect_format(chats_path), chats_path)
+    assert keys is not None
+    with record_limit(int(record_mb * (1 << 20))):
+        chunks = plan_chunks(chats_path, keys, int(chunk_mb * (1 << 20)), items=True)
+        read = [i for c in chunks for run in c.runs for i, _, _ in iter_array_items(chats_path, "", span=run)]
+    assert len(chunks) >= 4 and all(c.items for c in chunks)
+    assert sorted(read) == list(range(len(chats)))
 
 
 def _copies(path: Path, n: int, vary: Any) -> list[list[str]]:

@@ -197,6 +197,9 @@ def _unaccounted_items(path: Path, accounted: int) -> int:
     such files account per item; one larger than a record is counted as it is read, item by item), any other
     document is one record."""
     try:
+        chunk = active_chunk(path)
+        if chunk is not None and chunk.items:  # a chunk of such an array's items: its own items
+            return sum(1 for run in chunk.runs for _ in iter_array_items(path, str(path), span=run)) - accounted
         if path.stat().st_size > base.MAX_RECORD_BYTES and is_array_document(path):
             return sum(1 for _ in iter_array_items(path, str(path))) - accounted
         value = load_json_document(path)

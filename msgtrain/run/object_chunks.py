@@ -61,6 +61,8 @@ def plan_object(url: str, settings: Any, chunk_bytes: int) -> tuple[list[Chunk],
         local = Path(tmp) / url.rpartition("/")[2]
         Store.of(url).download(url, local)
         chunks = plan_file(local, settings, chunk_bytes)
+        if any(c.items for c in chunks):  # (an object's view is of lines: a JSON array's items stay one unit)
+            return [], None
         return chunks, (_view_of(local) if chunks else None)
 
 

@@ -487,7 +487,11 @@ def reject_order(line: str) -> tuple[int, int, str]:
 
 
 def source_line(source: str) -> int:
-    """The line number in a sample's source (``path:17``; 0 when it names no line)."""
+    """The line number in a sample's source (``path:17``), or its item's index (``path (item 17)``: an array's
+    records); 0 when it names neither."""
+    if source.endswith(")"):
+        number = source.rpartition(" (item ")[2][:-1]
+        return int(number) if number.isdigit() else 0
     tail = source.rpartition(":")[2]
     return int(tail) if tail.isdigit() else 0
 

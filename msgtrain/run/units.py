@@ -22,7 +22,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from msgtrain.errors import MsgtrainError
+from msgtrain.ingest.core.base import record_limit
 from msgtrain.ingest.core.chunks import Chunk, KeyFunction, is_jsonl, key_function, plan_chunks
+from msgtrain.ingest.core.json_stream import read_item_by_item
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import declared_partners, get_reader
 from msgtrain.run.storage import (
@@ -42,33 +44,46 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> KeyFunction | None:
-    """The reader's chunk keys for a JSONL log above ``chunk_bytes``; None when the file stays one unit of work.
+def _key_function(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> tuple[KeyFunction, bool] | None:
+    """The reader's chunk keys for a file above ``chunk_bytes`` that can be cut, and whether it is cut into items:
+    a JSONL log (cut at lines), or a top-level JSON array its reader reads item by item (cut at items, when the
+    reader says so: ``chunk_items``); None when the file stays one unit of work.
 
     A file that cannot be looked at (no reader recognises it, unreadable) is left whole: its worker reports it.
     """
     try:
-        if chunk_bytes <= 0 or path.is_dir() or path.stat().st_size <= chunk_bytes or not is_jsonl(path):
+        if chunk_bytes <= 0 or path.is_dir() or path.stat().st_size <= chunk_bytes:
             return None
+        items = False
+        if not is_jsonl(path):
+            if not read_item_by_item(path):
+                return None
+            items = True
         reader = get_reader(settings.input_format) if settings.input_format else detect_format(path)
-        return key_function(reader, path)
+        if items and not getattr(reader, "chunk_items", False):
+            return None
+        keys = key_function(reader, path)
+        return (keys, items) if keys is not None else None
     except (MsgtrainError, OSError):
         return None
 
 
 def chunkable(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> bool:
-    return _key_function(path, settings, chunk_bytes) is not None
+    with record_limit(settings.max_record_bytes):  # (what is read item by item depends on it)
+        return _key_function(path, settings, chunk_bytes) is not None
 
 
 def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list[Chunk]:
-    """Chunks of a JSONL log above ``chunk_bytes`` whose reader can key its records; [] = one unit of work."""
-    keys = _key_function(path, settings, chunk_bytes)
-    if keys is None:
-        return []
-    try:
-        return plan_chunks(path, keys, chunk_bytes)
-    except (MsgtrainError, OSError):
-        return []
+    """Chunks of a JSONL log (or a JSON array read item by item) above ``chunk_bytes`` whose reader can key its
+    records; [] = one unit of work."""
+    with record_limit(settings.max_record_bytes):  # items are read as the workers read them
+        found = _key_function(path, settings, chunk_bytes)
+        if found is None:
+            return []
+        try:
+            return plan_chunks(path, *found, chunk_bytes)
+        except (MsgtrainError, OSError):
+            return []
 
 
 STABLE_TRIES = 3  # hashes of an input that keeps changing while it is hashed before it is given up

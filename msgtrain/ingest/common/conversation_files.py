@@ -82,8 +82,15 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
     arrays are still JSONL (each bad line is one reject). Otherwise the file is one JSON document. A single line
     that does not parse is one bad record (a truncated one-record JSONL), not an unreadable file.
     """
-    if active_chunk(path) is not None:
-        # A chunk is only ever cut from a file already found to be JSONL (see msgtrain.ingest.core.chunks).
+    chunk = active_chunk(path)
+    if chunk is not None and chunk.items:
+        # Whole items of an array read item by item (msgtrain.ingest.core.chunks), named as a whole read names them.
+        for run in chunk.runs:
+            for i, value, _ in iter_array_items(path, str(path), span=run):
+                yield RawRecord(SourceRef(str(path), f"item {i}"), value)
+        return
+    if chunk is not None:
+        # Any other chunk is only ever cut from a file already found to be JSONL (see msgtrain.ingest.core.chunks).
         for lineno, raw, obj in iter_json_lines(path):
             yield RawRecord(SourceRef(str(path), f"line {lineno}"), obj, raw)
         return
@@ -106,7 +113,8 @@ def iter_raw_records(path: Path) -> Iterator[RawRecord]:
         return
     if parsed is _UNPARSED and path.stat().st_size > base.MAX_RECORD_BYTES and is_array_document(path):
         # An array larger than a record (a dataset or an export saved as one document): its items are the records,
-        # read one at a time (msgtrain.ingest.core.json_stream); the file is never held whole.
+        # read one at a time (msgtrain.ingest.core.json_stream); the file is never held whole. (The same rule as
+        # msgtrain.ingest.core.json_stream.read_item_by_item, by which such a file is cut into chunks of items.)
         for i, value, _ in iter_array_items(path, str(path)):
             yield RawRecord(SourceRef(str(path), f"item {i}"), value)
         return

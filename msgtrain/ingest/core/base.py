@@ -522,12 +522,15 @@ _TRACE: ContextVar[_LineTrace | None] = ContextVar("msgtrain_line_trace", defaul
 # ------------------------------------------------------------------------------------------------- chunk view
 @dataclass(frozen=True)
 class Chunk:
-    """Lines ``runs`` of one file: ``(start byte, end byte, line number of the first line)``, ascending."""
+    """Lines ``runs`` of one file: ``(start byte, end byte, line number of the first line)``, ascending; or, when
+    ``items``, whole items of a top-level JSON array: ``(start byte, end byte, index of the first item)``
+    (:func:`msgtrain.ingest.core.json_stream.iter_array_items` reads them)."""
 
     index: int
     count: int
     runs: tuple[tuple[int, int, int], ...]
     bytes: int
+    items: bool = False
 
 
 _ACTIVE: ContextVar[tuple[str, Chunk] | None] = ContextVar("msgtrain_active_chunk", default=None)

@@ -138,22 +138,20 @@ def line_groups(path: Path, keys: KeyFunction) -> tuple[Any, Any, Any]:
                     key = keys(value)
                 except Exception:
                     key = ()  # the reader will reject this record on its own (or the fault boundary will)
-            if key is None and prev >= 0:
-                g = prev
-            else:
-                g = groups.new()
-                for k in key or ():
-                    other = by_key.get(k)
-                    if other is None:
-                        by_key[k] = g
-                    else:
-                        g = groups.union(g, other)
+            g = _group_of(groups, by_key, key, prev)
             line_group.append(g)
             prev = g
     offsets.append(pos)
-    # Every line's group → its root. A root is the oldest group of its set, and groups are created in line order,
-    # so ordering roots by number orders conversations by their first line.
     import numpy as np  # here, not at module level: listing formats or --help need no numpy
+
+    nonblank = np.frombuffer(blank, dtype=np.int8) == 0
+    return np.frombuffer(offsets, dtype=np.int64), _roots(groups, line_group), nonblank
+
+
+def _roots(groups: _Groups, record_group: array[int]) -> Any:
+    """Every record's group → its root. A root is the oldest group of its set, and groups are created in record
+    order, so ordering roots by number orders conversations by their first record."""
+    import numpy as np
 
     parent = np.frombuffer(groups.parent, dtype=np.int64).copy()
     while True:  # pointer jumping until every group points at its root (union-find left short paths)
@@ -161,9 +159,49 @@ def line_groups(path: Path, keys: KeyFunction) -> tuple[Any, Any, Any]:
         if np.array_equal(grand, parent):
             break
         parent = grand
-    root = parent[np.frombuffer(line_group, dtype=np.int64)]
-    nonblank = np.frombuffer(blank, dtype=np.int8) == 0
-    return np.frombuffer(offsets, dtype=np.int64), root, nonblank
+    return parent[np.frombuffer(record_group, dtype=np.int64)]
+
+
+def item_groups(path: Path, keys: KeyFunction) -> tuple[Any, Any] | None:
+    """One pass over a top-level JSON array read item by item: (item bounds in bytes — each item's first byte, then
+    the file's size: an item's bytes run to the next one's, its comma and blanks included, the last one's to the
+    end; each item's conversation group), as numpy arrays; None when the array's structure is lost somewhere (the
+    rest of such a file is one reject that only a whole read gives)."""
+    from msgtrain.ingest.core.json_stream import LostStructure, iter_array_items
+
+    offsets = array("q")
+    item_group = array("q")
+    groups = _Groups()
+    by_key: dict[str, int] = {}
+    prev = -1
+    for _, value, start in iter_array_items(path, str(path)):
+        if isinstance(value, LostStructure):
+            return None
+        offsets.append(start)
+        try:
+            key = keys(value)
+        except Exception:
+            key = ()  # the reader will reject this record on its own (or the fault boundary will)
+        prev = _group_of(groups, by_key, key, prev)
+        item_group.append(prev)
+    offsets.append(path.stat().st_size)
+    import numpy as np
+
+    return np.frombuffer(offsets, dtype=np.int64), _roots(groups, item_group)
+
+
+def _group_of(groups: _Groups, by_key: dict[str, int], key: ChunkKey, prev: int) -> int:
+    """The group of a record with conversation keys ``key`` (``prev``: the record before it's)."""
+    if key is None and prev >= 0:
+        return prev
+    g = groups.new()
+    for k in key or ():
+        other = by_key.get(k)
+        if other is None:
+            by_key[k] = g
+        else:
+            g = groups.union(g, other)
+    return g
 
 
 def chunk_without(
@@ -200,8 +238,9 @@ def chunk_without(
     return Chunk(0, 1, runs, sum(e - s for s, e, _ in runs)), counts
 
 
-def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]:
-    """Cut ``path`` into chunks of about ``target_bytes`` holding whole conversations (see the module docstring).
+def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int, items: bool = False) -> list[Chunk]:
+    """Cut ``path`` into chunks of about ``target_bytes`` holding whole conversations (see the module docstring);
+    ``items``: ``path`` is a top-level JSON array read item by item, cut into whole items (:func:`item_groups`).
 
     Returns ``[]`` when the file is not worth splitting (at most one chunk would come out), or when it starts with a
     byte-order mark: its text is read through a UTF-8 copy (:mod:`msgtrain.ingest.core.text_input`) whose byte
@@ -212,9 +251,17 @@ def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]
         return []
     import numpy as np  # lazily, as in line_groups
 
-    bounds, root, _ = line_groups(path, keys)
-    parent_len = int(root.max()) + 1 if len(root) else 0
-    pos = int(bounds[-1])
+    if items:
+        grouped = item_groups(path, keys)
+        if grouped is None:
+            return []
+        bounds, root = grouped
+    else:
+        bounds, root, _ = line_groups(path, keys)
+    if not len(root):
+        return []
+    parent_len = int(root.max()) + 1
+    pos = int(bounds[-1] - bounds[0])
     group_bytes = np.bincount(root, weights=np.diff(bounds), minlength=parent_len).astype(np.int64)
     # A conversation goes to the chunk its first byte falls in, on an even grid of the file's bytes (conversations
     # laid end to end in first-line order): chunks end up near the target size unless one conversation is larger
@@ -233,6 +280,6 @@ def plan_chunks(path: Path, keys: KeyFunction, target_bytes: int) -> list[Chunk]
     sizes = [0] * len(used)
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         c = int(line_chunk[a])
-        runs[c].append((int(bounds[a]), int(bounds[b]), a + 1))
+        runs[c].append((int(bounds[a]), int(bounds[b]), a if items else a + 1))
         sizes[c] += int(bounds[b] - bounds[a])
-    return [Chunk(k, len(used), tuple(r), sizes[k]) for k, r in enumerate(runs)]
+    return [Chunk(k, len(used), tuple(r), sizes[k], items) for k, r in enumerate(runs)]

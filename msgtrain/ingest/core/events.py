@@ -107,7 +107,9 @@ class Reader(Protocol):
     it), or None when the file cannot be cut. A reader that has it lets huge JSONL files be cut into chunks of
     whole conversations (:mod:`msgtrain.ingest.core.chunks`); ``read`` must then read via :func:`iter_json_lines` or
     ``iter_raw_records``, which honour the active chunk, and pick its layout from the file's first record, not
-    the whole file's (``vote_layout`` in :mod:`msgtrain.ingest.common.conversation_files`).
+    the whole file's (``vote_layout`` in :mod:`msgtrain.ingest.common.conversation_files`). With ``chunk_items =
+    True`` too (``read`` reads only through ``iter_raw_records``), a top-level JSON array that ``iter_raw_records``
+    reads item by item is cut the same way, into chunks of whole items keyed by the same function.
 
     Optional, and required of a reader that consults any file other than its input (files that answer each other:
     a batch output and its input file, answers and their ``question.jsonl``, a sub-agent and its parent session):

@@ -50,6 +50,23 @@ def is_array_document(path: Path) -> bool:
     return head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(b"[")
 
 
+def read_item_by_item(path: Path) -> bool:
+    """Whether ``iter_raw_records`` (:mod:`msgtrain.ingest.common.conversation_files`) reads ``path`` item by item:
+    a JSON document (not JSONL) larger than ``--max-record-mb`` whose top level is an array and whose first line is
+    not a whole JSON value. Only such a file is cut into chunks of items
+    (:func:`msgtrain.ingest.core.chunks.plan_chunks`)."""
+    if path.stat().st_size <= base.MAX_RECORD_BYTES or base.is_json_lines(path) or not is_array_document(path):
+        return False
+    first, _ = base.first_two_lines(path)
+    try:
+        json.loads(first.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return True
+    except RecursionError:
+        return False
+    return False
+
+
 class _Scan:
     """Where the structure of one item ends, found incrementally as text arrives (state kept across chunks)."""
 
@@ -117,7 +134,7 @@ class _Source:
     """The document's text, read in chunks and decoded incrementally (an invalid UTF-8 byte is kept as an escaped
     surrogate so that the item holding it can be named); ``buf[pos:]`` is what is not consumed yet."""
 
-    def __init__(self, f: BinaryIO, chunk: int) -> None:
+    def __init__(self, f: BinaryIO | _Bounded, chunk: int) -> None:
         self.f = f
         self.chunk = chunk
         self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
@@ -168,10 +185,24 @@ def _byte_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogateescape"))
 
 
-def iter_array_items(path: Path, where: str, chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, Any, int]]:
-    """(index, value or the error that rejects it, byte offset) per item of the top-level array (module docstring)."""
+def iter_array_items(
+    path: Path, where: str, chunk: int = CHUNK_BYTES, span: tuple[int, int, int] | None = None
+) -> Iterator[tuple[int, Any, int]]:
+    """(index, value or the error that rejects it, byte offset) per item of the top-level array (module docstring).
+
+    ``span``: ``(start byte, end byte, index)`` — only the items from the one at ``start`` (whose index it is) up to
+    ``end`` (a run of a :class:`~msgtrain.ingest.core.base.Chunk` of items), read exactly as reading the whole array
+    reads them; a span that ends at the file's end reads the closing bracket too."""
     chunk = min(chunk, max(base.MAX_RECORD_BYTES, 4096))  # (a read never holds more than a record's worth)
     with base.open_input(path) as f:
+        if span is not None:
+            start, end, first = span
+            f.seek(start)
+            src = _Source(_Bounded(f, end - start), chunk)
+            src.mark_byte, src.first = start, False
+            if src.skip_ws():
+                yield from _items(src, where, first, cut=end < path.stat().st_size)
+            return
         src = _Source(f, chunk)
         if not src.skip_ws() or not src.buf.startswith("[", src.pos):
             yield 0, ParseError("the document is not a JSON array", where=where, code="bad_json"), 0
@@ -183,39 +214,58 @@ def iter_array_items(path: Path, where: str, chunk: int = CHUNK_BYTES) -> Iterat
         if src.buf.startswith("]", src.pos):
             yield from _trailing(src, where, 0)
             return
-        decoder = json.JSONDecoder()
-        index = 0
-        while True:
-            start_byte = src.byte_at(src.pos)
-            value, ended = _next_item(src, decoder, where, index)
-            yield index, value, start_byte
-            index += 1
-            if not ended:
-                return
-            if not src.skip_ws():
+        yield from _items(src, where, 0, cut=False)
+
+
+class _Bounded:
+    """The bytes of a file up to a limit (a span's end): reading past it gives what a file's end gives."""
+
+    def __init__(self, f: BinaryIO, size: int) -> None:
+        self.f, self.left = f, size
+
+    def read(self, size: int) -> bytes:
+        data = self.f.read(min(size, self.left)) if self.left > 0 else b""
+        self.left -= len(data)
+        return data
+
+
+def _items(src: _Source, where: str, index: int, cut: bool) -> Iterator[tuple[int, Any, int]]:
+    """The items from ``src.pos`` on (the first one's index ``index``); ``cut``: the text ends after an item or its
+    comma where a span of the array ends, not the file (the end of the span, not a truncated file)."""
+    decoder = json.JSONDecoder()
+    while True:
+        start_byte = src.byte_at(src.pos)
+        value, ended = _next_item(src, decoder, where, index)
+        yield index, value, start_byte
+        index += 1
+        if not ended:
+            return
+        if not src.skip_ws():
+            if not cut:
                 yield index, _lost(where, index, "the document ends inside its array (truncated file)"), src.mark_byte
-                return
-            ch = src.buf[src.pos]
-            if ch == ",":
-                src.pos += 1
-                if not src.skip_ws():
+            return
+        ch = src.buf[src.pos]
+        if ch == ",":
+            src.pos += 1
+            if not src.skip_ws():
+                if not cut:
                     yield (
                         index,
                         _lost(where, index, "the document ends inside its array (truncated file)"),
                         src.mark_byte,
                     )
-                    return
-                continue
-            if ch == "]":
-                yield from _trailing(src, where, index)
                 return
-            at = src.byte_at(src.pos)
-            yield (
-                index,
-                _lost(where, index, f"the array's structure is lost at byte {at} (no , or ] after an item)"),
-                at,
-            )
+            continue
+        if ch == "]":
+            yield from _trailing(src, where, index)
             return
+        at = src.byte_at(src.pos)
+        yield (
+            index,
+            _lost(where, index, f"the array's structure is lost at byte {at} (no , or ] after an item)"),
+            at,
+        )
+        return
 
 
 def _next_item(src: _Source, decoder: json.JSONDecoder, where: str, index: int) -> tuple[Any, bool]:
@@ -308,8 +358,12 @@ def _lost(where: str, index: int, what: str) -> ParseError:
     return _lost_at(f"{where} (item {index})", what)
 
 
+class LostStructure(ParseError):
+    """The error where the array's structure is lost: the last entry, standing for the rest of the document."""
+
+
 def _lost_at(ref: str, what: str) -> ParseError:
-    return ParseError(
+    return LostStructure(
         f"{what}; the rest of the document is not read",
         where=ref,
         code="bad_json",

@@ -349,6 +349,9 @@ class AnthropicReader:
                 return True
         return _request_body(shape)
 
+    # A JSON array read item by item is read through iter_raw_records: it may be cut into chunks of items too.
+    chunk_items = True
+
     def chunk_keys(self, path: Path) -> KeyFunction | None:
         """Keys for cutting a huge JSONL file (see :mod:`msgtrain.ingest.core.chunks`): request/response pairs by the
         conversation key :meth:`read` groups them by; message lists by their conversation layout."""

@@ -186,6 +186,9 @@ class OpenAIChatReader:
             return f"messages are under `{place}`, not at the top or under `messages` / `traj`"
         return None
 
+    # A JSON array read item by item is read through iter_raw_records: it may be cut into chunks of items too.
+    chunk_items = True
+
     def chunk_keys(self, path: Path) -> KeyFunction:
         """Every record of this format is keyed alike (see :mod:`msgtrain.ingest.core.chunks`)."""
         return self._chunk_key

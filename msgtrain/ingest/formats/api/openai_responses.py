@@ -354,6 +354,9 @@ class OpenAIResponsesReader:
                 return True
         return False
 
+    # A JSON array read item by item is read through iter_raw_records: it may be cut into chunks of items too.
+    chunk_items = True
+
     def chunk_keys(self, path: Path) -> KeyFunction | None:
         """Keys for cutting a huge JSONL file (see :mod:`msgtrain.ingest.core.chunks`): call records by the conversation
         key :meth:`read` groups them by plus their ``previous_response_id`` links; item lists by their layout."""

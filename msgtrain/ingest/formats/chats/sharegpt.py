@@ -329,6 +329,9 @@ class ShareGPTReader:
         lf_parts = shape.has(".messages[].content[].value") or shape.has(".content[].value")
         return lf_parts and bool(types) and types <= LF_CONTENT_TYPES | set(_LF_MEDIA_TYPES)
 
+    # A JSON array read item by item is read through iter_raw_records: it may be cut into chunks of items too.
+    chunk_items = True
+
     def chunk_keys(self, path: Path) -> KeyFunction:
         """Every record of this format is keyed alike (see :mod:`msgtrain.ingest.core.chunks`)."""
         return self._chunk_key
