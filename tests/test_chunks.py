@@ -288,9 +288,11 @@ def test_json_array_chunks_give_the_whole_arrays_output(tmp_path: Path) -> None:
     books, rejects and their ``item i`` names — at one or two workers, and resume reuses every chunk's part."""
     inputs = tmp_path / "in"
     inputs.mkdir()
-    convs = gen.make_conversations(gen.synthetic_pool(), 6, 10, reasoning=True)
-    per_conv = [[json.dumps(r, indent=1) for r in gen.call_records(c, model="policy", engine=None)] for c in convs]
-    calls = _interleave(per_conv, seed=7)
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "openai_responses" / "calls.jsonl"
+    copies = [
+        [json.dumps(json.loads(line), indent=1) for line in copy] for copy in _copies(sample, 16, _vary_responses)
+    ]
+    calls = _interleave(copies, seed=7)  # chains of calls (previous_response_id, conversation keys) across items
     calls.insert(3, '{"request": nope}')  # an item that does not parse: its own reject
     calls.insert(20, '{"request": {"messages": []}, "response": {"choices": []}}')
     (inputs / "calls.json").write_text(_array_text(calls), encoding="utf-8")
@@ -314,6 +316,7 @@ def test_json_array_chunks_give_the_whole_arrays_output(tmp_path: Path) -> None:
     record_mb = 2 * largest / (1 << 20)  # both files are far above it: read item by item
     chunk_mb = min(p.stat().st_size for p in inputs.iterdir()) / 5 / (1 << 20)
     assert detect_format(inputs / "chats.json").name == "openai_chat"
+    assert detect_format(inputs / "calls.json").name == "openai_responses"
 
     def run(out: str, **kw: Any) -> dict[str, Any]:
         return pipeline.convert(ConvertConfig(inputs=(inputs,), output=tmp_path / out, max_record_mb=record_mb, **kw))
@@ -322,7 +325,7 @@ def test_json_array_chunks_give_the_whole_arrays_output(tmp_path: Path) -> None:
     one = run("one", chunk_mb=chunk_mb)
     two = run("two", chunk_mb=chunk_mb, workers=2)
     assert whole["resume"]["parts"] == 2 and one["resume"]["parts"] >= 8 and two["resume"] == one["resume"]
-    assert whole["records"]["rejected"] == 4 and whole["records"]["skipped_by_reason"] == {"no_conversation": 1}
+    assert whole["records"]["read"] == len(calls) + len(chats) and whole["records"]["rejected"] == 4
     assert _tree(tmp_path / "one") == _tree(tmp_path / "whole") == _tree(tmp_path / "two")
     rejects = (tmp_path / "one" / "rejects.jsonl").read_text(encoding="utf-8")
     assert '"record": "item 3"' in rejects and '"record": "item 22"' in rejects  # (named as the whole read names them)
@@ -347,22 +350,24 @@ def _copies(path: Path, n: int, vary: Any) -> list[list[str]]:
     return [vary(text, k).splitlines() for k in range(n)]
 
 
+def _vary_responses(text: str, k: int) -> str:
+    """Copy ``k`` of the Responses sample log: its own response ids; some copies another conversation."""
+    text = text.replace('"resp_a1"', f'"resp_a1_{k}"').replace('"resp_a2"', f'"resp_a2_{k}"')
+    text = text.replace('"resp_b1"', f'"resp_b1_{k}"').replace("call_lh", f"call_lh_{k}")
+    if k % 3 == 1:  # another conversation: other first user message
+        text = text.replace("Is LH1172 on time?", f"Is LH{1000 + k} on time?")
+    if k % 4 == 2:  # instructions changed in the continuing call only
+        lines = text.splitlines()
+        lines[1] = lines[1].replace("You are a flight-status bot.", "Be brief.")
+        text = "\n".join(lines) + "\n"
+    return text  # k % 3 != 1: the same conversation key as copy 0, so the reader joins them in one graph
+
+
 def test_responses_call_chains_in_chunks(tmp_path: Path) -> None:
     """``previous_response_id`` chains: a call's history lives in an earlier response, so chains stay together,
     and calls land in the graph of their conversation key even when their instructions changed mid-chain."""
     sample = Path(__file__).resolve().parents[1] / "sample_logs" / "openai_responses" / "calls.jsonl"
-
-    def vary(text: str, k: int) -> str:
-        text = text.replace('"resp_a1"', f'"resp_a1_{k}"').replace('"resp_a2"', f'"resp_a2_{k}"')
-        text = text.replace('"resp_b1"', f'"resp_b1_{k}"').replace("call_lh", f"call_lh_{k}")
-        if k % 3 == 1:  # another conversation: other first user message
-            text = text.replace("Is LH1172 on time?", f"Is LH{1000 + k} on time?")
-        if k % 4 == 2:  # instructions changed in the continuing call only
-            lines = text.splitlines()
-            lines[1] = lines[1].replace("You are a flight-status bot.", "Be brief.")
-            text = "\n".join(lines) + "\n"
-        return text  # k % 3 != 1: the same conversation key as copy 0, so the reader joins them in one graph
-
+    vary = _vary_responses
     lines = _interleave(_copies(sample, 24, vary), seed=3)
     lines.insert(9, '{"request": {"input": [')
     path = tmp_path / "responses.jsonl"

@@ -80,8 +80,9 @@ def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list
         found = _key_function(path, settings, chunk_bytes)
         if found is None:
             return []
+        keys, items = found
         try:
-            return plan_chunks(path, *found, chunk_bytes)
+            return plan_chunks(path, keys, chunk_bytes, items)
         except (MsgtrainError, OSError):
             return []
 
