@@ -18,7 +18,11 @@ Invariants:
 - The plan depends only on the file's bytes, the reader and the target size: reruns give the same chunks.
 - Cost: one pass over the file parsing each line once (no message model, no graph); memory O(lines) integers.
 - Only line-oriented files (JSONL) are split, and only by readers that define ``chunk_keys``; any other file is
-  one unit of work.
+  one unit of work — except a top-level JSON array read item by item
+  (:func:`msgtrain.ingest.core.json_stream.read_item_by_item`) by a reader that also says ``chunk_items``: it is
+  split the same way with its items as the records (:func:`item_groups`), a chunk being byte runs of whole items
+  with the index of each run's first item (``Chunk.items``), so records keep their ``item i`` names. Such an array
+  is not split where its structure is lost (the rest of it is one reject only a whole read gives).
 """
 
 from __future__ import annotations

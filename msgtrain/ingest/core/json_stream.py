@@ -20,6 +20,9 @@ Invariants:
 - Nothing is guessed: a lost quote or bracket inside an item shifts the structure the scan sees, so the items after
   it may be read as part of it (then rejected with it); the error says where reading stopped.
 - Buffered text grows geometrically while an item is incomplete, so a large item is decoded in linear time.
+- A span of the array (``span``: from an item's first byte to the next item's, or to the file's end) reads exactly
+  the items a whole read gives there, with the same indexes, values and errors: a chunk of items
+  (:mod:`msgtrain.ingest.core.chunks`) is read so.
 """
 
 from __future__ import annotations
