@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -510,7 +511,18 @@ def merge_chunk_tables(tables: list[pa.Table], batch_rows: int) -> Iterator[pa.T
     )
     order = np.argsort(lines, kind="stable")
     for start in range(0, len(order), batch_rows):
-        yield merged.take(pa.array(order[start : start + batch_rows]))
+        rows = order[start : start + batch_rows]
+        # Runs of consecutive rows (a chunk of an array's items is one run) are sliced, which copies nothing; a
+        # gather over a table of many chunks first concatenates each column whole.
+        cuts = np.concatenate(([0], np.flatnonzero(np.diff(rows) != 1) + 1, [len(rows)]))
+        if len(cuts) - 1 <= _MAX_SLICES:
+            pieces = [merged.slice(int(rows[a]), int(b - a)) for a, b in pairwise(cuts)]
+            yield pa.concat_tables(pieces).combine_chunks()
+        else:
+            yield merged.take(pa.array(rows))
+
+
+_MAX_SLICES = 64  # runs of rows in a batch above which a batch is gathered rather than sliced
 
 
 def merge_chunk_rejects(texts: list[str]) -> Iterator[str]:
