@@ -58,10 +58,14 @@ from msgtrain.model.completeness import UNLOGGED_TOOLS, logged_call_facts, mark_
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
+    RUNTIME_POLICY,
     AnyMessage,
     Generation,
     OptionCallMessage,
     OptionResultMessage,
+    OptionResultPayload,
+    Part,
+    PartsMessage,
 )
 
 
@@ -342,6 +346,46 @@ def check_pairing(steps: Sequence[Step]) -> None:
                 hint="every tool result must follow an assistant message that issued a call with the same id",
                 code="unpaired_result",
             )
+
+
+def user_turn(pieces: Sequence[Part | OptionResultMessage]) -> list[AnyMessage]:
+    """A user turn logged as one block list holding tool results (Anthropic's ``tool_result``, Bedrock's
+    ``toolResult``): each result its own message, the parts between them a user message, in the blocks' order (text
+    written before a result stays before it). A turn with no block at all is one empty user message."""
+    out: list[AnyMessage] = []
+    parts: list[Part] = []
+    for piece in pieces:
+        if not isinstance(piece, OptionResultMessage):
+            parts.append(piece)
+            continue
+        if parts:
+            out.append(PartsMessage(parts=tuple(parts), role_hint_for_llm="user", policy="user"))
+            parts = []
+        out.append(piece)
+    if parts or not out:
+        out.append(PartsMessage(parts=tuple(parts), role_hint_for_llm="user", policy="user"))
+    return out
+
+
+def paired_result(
+    call_names: dict[str, str], call_id: Any, value: Any, is_error: bool, *, block: str, where: str
+) -> OptionResultMessage:
+    """A tool result answering the earlier call ``call_id`` (its name from ``call_names``, the calls seen so far);
+    ``unpaired_result`` when no earlier call has that id. ``block`` names the result as the log does
+    (``content[2] tool_result``)."""
+    name = call_names.get(str(call_id)) if call_id else None
+    if not call_id or name is None:
+        raise ValidationError(
+            f"{block} answers no earlier tool call (id {call_id!r})",
+            where=where,
+            code="unpaired_result",
+            hint="a tool result's id must match a tool call of an earlier assistant turn",
+        )
+    return OptionResultMessage(
+        result=OptionResultPayload(invocation_id=str(call_id), option_name=name, result=value, is_error=is_error),
+        policy=RUNTIME_POLICY,
+        role_hint_for_llm="tool",
+    )
 
 
 def logged_reply(message: AnyMessage, raw: Any) -> tuple[AnyMessage, Generation | None]:

@@ -40,7 +40,9 @@ from msgtrain.ingest.common.conversation_files import (
     conversation_chunk_key,
     iter_call_records,
     logged_reply,
+    paired_result,
     read_conversation_file,
+    user_turn,
     vote_layout,
 )
 from msgtrain.ingest.common.head_shape import HeadShape
@@ -51,7 +53,6 @@ from msgtrain.ingest.formats.api.streams import response_body
 from msgtrain.model.graph import Env, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
-    RUNTIME_POLICY,
     AnyMessage,
     Generation,
     MediaPart,
@@ -59,7 +60,6 @@ from msgtrain.model.message import (
     OptionCallMessage,
     OptionCallPayload,
     OptionResultMessage,
-    OptionResultPayload,
     Part,
     PartsMessage,
     ReasoningPart,
@@ -157,39 +157,17 @@ class AnthropicConverter:
         return [msg], compaction
 
     def _user(self, blocks: list[dict[str, Any]], where: str) -> list[AnyMessage]:
-        out: list[AnyMessage] = []
-        parts: list[Part] = []
-        for j, block in enumerate(blocks):
-            if block.get("type") != "tool_result":
-                parts.append(_part(block, j, where))
-                continue
-            if parts:  # keep block order: text written before a result stays before it
-                out.append(PartsMessage(parts=tuple(parts), role_hint_for_llm="user", policy="user"))
-                parts = []
-            out.append(self._result(block, j, where))
-        if parts or not out:
-            out.append(PartsMessage(parts=tuple(parts), role_hint_for_llm="user", policy="user"))
-        return out
+        return user_turn(
+            [
+                self._result(block, j, where) if block.get("type") == "tool_result" else _part(block, j, where)
+                for j, block in enumerate(blocks)
+            ]
+        )
 
     def _result(self, block: dict[str, Any], j: int, where: str) -> OptionResultMessage:
-        call_id = block.get("tool_use_id")
-        name = self.call_names.get(str(call_id)) if call_id else None
-        if not call_id or name is None:
-            raise ValidationError(
-                f"content[{j}] tool_result answers no earlier tool_use (id {call_id!r})",
-                where=where,
-                code="unpaired_result",
-                hint="a tool_result's tool_use_id must match a tool_use of an earlier turn",
-            )
-        return OptionResultMessage(
-            result=OptionResultPayload(
-                invocation_id=str(call_id),
-                option_name=name,
-                result=_result_value(block.get("content")),
-                is_error=bool(block.get("is_error", False)),
-            ),
-            policy=RUNTIME_POLICY,
-            role_hint_for_llm="tool",
+        value, failed = _result_value(block.get("content")), bool(block.get("is_error", False))
+        return paired_result(
+            self.call_names, block.get("tool_use_id"), value, failed, block=f"content[{j}] tool_result", where=where
         )
 
     def messages(self, messages: list[Any]) -> list[Step]:

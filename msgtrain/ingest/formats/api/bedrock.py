@@ -26,12 +26,11 @@ from urllib.parse import unquote
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.call_log import Call
-from msgtrain.ingest.common.conversation_files import Step, as_text
+from msgtrain.ingest.common.conversation_files import Step, as_text, paired_result, user_turn
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
     DEFAULT_POLICY,
-    RUNTIME_POLICY,
     AnyMessage,
     Generation,
     MediaPart,
@@ -39,7 +38,6 @@ from msgtrain.model.message import (
     OptionCallMessage,
     OptionCallPayload,
     OptionResultMessage,
-    OptionResultPayload,
     Part,
     PartsMessage,
     ReasoningPart,
@@ -131,42 +129,20 @@ class ConverseConverter:
         return PartsMessage(parts=tuple(parts), role_hint_for_llm="assistant", policy=self.policy)
 
     def _user(self, blocks: list[Any], where: str) -> list[AnyMessage]:
-        out: list[AnyMessage] = []
-        parts: list[Part] = []
+        pieces: list[Part | OptionResultMessage] = []
         for j, block in enumerate(blocks):
             block = _block(block, j, where)
             result = block.get("toolResult")
-            if not isinstance(result, dict):
-                if not set(block) & _MARKERS:
-                    parts.append(_part(block, j, where))
-                continue
-            if parts:  # keep block order: text written before a result stays before it
-                out.append(PartsMessage(parts=tuple(parts), role_hint_for_llm="user", policy="user"))
-                parts = []
-            out.append(self._result(result, j, where))
-        if parts or not out:
-            out.append(PartsMessage(parts=tuple(parts), role_hint_for_llm="user", policy="user"))
-        return out
+            if isinstance(result, dict):
+                pieces.append(self._result(result, j, where))
+            elif not set(block) & _MARKERS:
+                pieces.append(_part(block, j, where))
+        return user_turn(pieces)
 
     def _result(self, result: dict[str, Any], j: int, where: str) -> OptionResultMessage:
-        call_id = result.get("toolUseId")
-        name = self.call_names.get(str(call_id)) if call_id else None
-        if not call_id or name is None:
-            raise ValidationError(
-                f"content[{j}] toolResult answers no earlier toolUse (id {call_id!r})",
-                where=where,
-                code="unpaired_result",
-                hint="a toolResult's toolUseId must match a toolUse of an earlier assistant turn",
-            )
-        return OptionResultMessage(
-            result=OptionResultPayload(
-                invocation_id=str(call_id),
-                option_name=name,
-                result=_result_value(result.get("content")),
-                is_error=result.get("status") == "error",
-            ),
-            policy=RUNTIME_POLICY,
-            role_hint_for_llm="tool",
+        value, failed = _result_value(result.get("content")), result.get("status") == "error"
+        return paired_result(
+            self.call_names, result.get("toolUseId"), value, failed, block=f"content[{j}] toolResult", where=where
         )
 
 
