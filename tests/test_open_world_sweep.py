@@ -175,6 +175,24 @@ def test_claude_export_sender_is_the_role(tmp_path: Path) -> None:
     assert sampled[1][0] == [("user", "Review this?"), ("assistant", "Paste it."), ("user", "def f(): pass")]
 
 
+def test_a_claude_export_is_flagged_for_the_system_prompt_it_never_held(tmp_path: Path) -> None:
+    """Claude.ai sent its product system prompt with every message; the export keeps the conversation shown, not
+    that prompt: each sample is flagged ``context_incomplete`` (``system_prompt``), as a ChatGPT export's are. A
+    LibreChat conversation that keeps its system prompt (``promptPrefix``) is not. Before: no flag."""
+    path = _write(tmp_path / "conversations.json", _claude_export())
+    graphs, _ = _graphs(path)
+    assert [g.metadata["context_incomplete"]["missing"] for g in graphs] == [["system_prompt"]]
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert stats.turns_trained == 2 and stats.flags["context_incomplete"] == 1  # one sample holds both
+    messages = [
+        {"messageId": "a", "parentMessageId": None, "isCreatedByUser": True, "text": "Hi"},
+        {"messageId": "b", "parentMessageId": "a", "isCreatedByUser": False, "text": "Hello."},
+    ]
+    kept = {"conversationId": "c", "promptPrefix": "Be brief.", "messages": messages}
+    (graph,), _ = _graphs(_write(tmp_path / "librechat.json", kept))
+    assert "context_incomplete" not in graph.metadata
+
+
 def test_a_sender_that_is_a_display_name_is_no_role(tmp_path: Path) -> None:
     """LibreChat's ``sender`` is the model's display name; its ``isCreatedByUser`` says the side and wins."""
     messages = [

@@ -229,6 +229,18 @@ def role_of(obj: Any) -> tuple[str, Any] | None:
     return None
 
 
+# Keys by which a chat UI's export names the side that spoke, instead of the role an API request carries: an export
+# of what the user saw, never of the request the product built (its system prompt is not in it).
+UI_SIDE_KEYS = ("sender", *ROLE_FLAGS)
+
+
+def names_ui_side(obj: Any) -> bool:
+    """Whether a message names its side the way a chat UI's export does (:data:`UI_SIDE_KEYS`: Claude.ai's
+    ``sender``, LibreChat's ``isCreatedByUser``, SillyTavern's ``is_user``), not by a role key."""
+    hit = role_of(obj)
+    return hit is not None and hit[0] in UI_SIDE_KEYS
+
+
 def content_key_of(obj: dict[str, Any]) -> str | None:
     """The content-like key of a message-like object (the first of :data:`CONTENT_KEYS` it has), or None."""
     obj = _unwrap(obj)

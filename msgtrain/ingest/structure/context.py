@@ -12,16 +12,22 @@ Invariants:
   silently given one of the two.
 - An agent's base system prompt (``_sys_prompt``), which its framework extends when it calls the model, is never
   given as the system message: the conversation is marked incomplete for it instead.
+- A chat UI's export (messages that name their side by ``sender`` or a user flag, not by an API role) records the
+  conversation shown, not the request the product built: without a system message of its own it is marked
+  incomplete for the system prompt (:func:`mark_ui_export`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import Step, content_graph_id
+from msgtrain.ingest.common.message_like import names_ui_side
 from msgtrain.ingest.structure.found import Found
 from msgtrain.ingest.structure.mapping import Mapping
+from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
 
 # Where a record keeps its conversation's system prompt, beside the messages or in an ancestor of them: chat UIs'
@@ -32,6 +38,20 @@ SYSTEM_KEYS = ("system", "system_prompt", "systemPrompt", "instructions", "pream
 # is not in the log, so the conversations under it are marked incomplete for it, never given the base as if exact.
 _BASE_SYSTEM_KEYS = ("_sys_prompt",)
 TOOL_KEYS = ("tools", "functions")
+
+
+UI_EXPORT_SYSTEM = "a chat UI's export records the conversation shown, not the system prompt the product sent with it"
+
+
+def mark_ui_export(graph: MessageGraph, messages: Iterable[Any]) -> None:
+    """Mark ``graph`` incomplete for its system prompt when its logged ``messages`` are a chat UI's export (they
+    name their side as the UI does: Claude.ai's ``sender``, ``isCreatedByUser``, ``is_user``) and no system message
+    reached the graph: the product (Claude.ai, a character card in SillyTavern) sent one, which the export never
+    held, as a ChatGPT export's node map never does."""
+    if any(n.message.role == "system" for n in graph.nodes.values()):
+        return
+    if any(names_ui_side(m) for m in messages):
+        mark_context_incomplete(graph, ["system_prompt"], UI_EXPORT_SYSTEM)
 
 
 def context_here(value: dict[str, Any], path: str, inherited: dict[str, tuple[str, Any]]) -> dict[str, Any]:

@@ -34,7 +34,13 @@ from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, Rendere
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, SourceRef
-from msgtrain.ingest.structure.context import base_system_at, inherited_tools, text_blocks, with_system
+from msgtrain.ingest.structure.context import (
+    base_system_at,
+    inherited_tools,
+    mark_ui_export,
+    text_blocks,
+    with_system,
+)
 from msgtrain.ingest.structure.found import SAMPLE_LISTS, Found, choice_messages, is_prefix, sample_text, text_samples
 from msgtrain.ingest.structure.mapping import Mapping, top_fields
 from msgtrain.ingest.structure.node_maps import node_map_graph
@@ -121,6 +127,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     if norm.user_tool_messages:  # the user side's own tool calls and results, left out of the policy's context
         graph.metadata["user_tool_messages"] = norm.user_tool_messages
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
+    if m.layout == "messages":
+        mark_ui_export(graph, m.field_of(holder, "messages"))
     if found.unlogged_system and not any(s.message.role == "system" for s in steps):
         mark_context_incomplete(graph, ["system_prompt"], "the record does not save its agent's system message")
     elif base_system_at(found, m, holder, at) and not any(s.message.role == "system" for s in steps):

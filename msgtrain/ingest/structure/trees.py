@@ -42,7 +42,7 @@ from msgtrain.ingest.core.base import (
     SourceRef,
     excerpt,
 )
-from msgtrain.ingest.structure.context import inherited_tools, under_system
+from msgtrain.ingest.structure.context import inherited_tools, mark_ui_export, under_system
 from msgtrain.ingest.structure.found import Found, Lines, assistant_like, link_keys
 from msgtrain.ingest.structure.mapping import Mapping
 from msgtrain.ingest.structure.steps import (
@@ -112,6 +112,7 @@ def _tree_roots(
         event.records = 1 if n == 0 else 0  # the tree is one record of the books
         if isinstance(system, str) and system.strip():
             event.graph = under_system(event.graph, system)
+        mark_ui_export(event.graph, (v for lines in children.values() for _, v in lines))
         event.extras = row_extras(found.holder, m)
         out.append(event)
         out.extend(gaps)
@@ -239,6 +240,7 @@ def _linear_lines(path: Path, lines: Lines) -> list[ReadEvent]:
         if origin is None and step.message.role == "assistant":
             _add_swipes(graph, parent, node, raw)
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
+    mark_ui_export(graph, (v for _, v in shown))
     graph.graph_id = content_graph_id(graph.graph_id, graph)
     events: list[ReadEvent] = [ReadGraph(graph, lines[0][0], records=len(lines))]
     return events + ([gap_reject(lines[0][0], gap)] if gap is not None else [])
