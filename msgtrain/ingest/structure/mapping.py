@@ -19,6 +19,11 @@ Invariants:
 - An unknown key is an error naming it (a typo never silently maps nothing).
 - Column values are field names, or dotted paths into nested objects (``info.reward``); ``message_*`` names the
   numbered fields ``message_1``, ``message_2``, ... in number order (CAMEL role-playing records).
+- A column may list *alternatives* (``messages: [conversations, messages]``): each record is read from the first of
+  them it holds (not null), the others are fields like any other (:meth:`Mapping.for_record`). Alternatives are paths
+  without ``[]``: which unit a record holds is decided before they are.
+- ``extras: all`` carries every field beside the conversation to the rows whatever its size; the default
+  (``small``) carries scalars and objects up to :data:`MAX_EXTRA_JSON` bytes of JSON.
 - Roles are never guessed beyond :mod:`msgtrain.ingest.common.message_like`' vocabulary: a mapping's tags / roles
   extend it.
 """
@@ -26,7 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +76,10 @@ _TAG_ROLES = {
     "system_tag": "system",
 }
 _LF_KEYS = frozenset({"formatting", "columns", "tags", "ranking", "file_name", "split", "num_samples", "load_from"})
+# msgtrain's own keys, in either form: which fields beside the conversation reach the rows
+_MSGTRAIN_KEYS = frozenset({"extras"})
+EXTRAS = ("small", "all")
+MAX_EXTRA_JSON = 4096  # with ``extras: small``, sibling objects larger than this (as JSON) are not carried to the rows
 _AXOLOTL_KEYS = frozenset(
     {
         "field_messages",
@@ -97,13 +106,27 @@ class Mapping:
     """Where a record keeps its conversation (see the module docstring). ``columns`` maps LLaMA-Factory column
     names to the record's field paths; ``role_key`` / ``content_key`` name the message keys (None: any of
     :data:`msgtrain.ingest.common.message_like.ROLE_KEYS` / ``CONTENT_KEYS``); ``roles`` maps logged role values to
-    canonical ones."""
+    canonical ones. ``alternatives`` holds, for a column written as a list, every path in order (``columns`` holds
+    the first until :meth:`for_record` picks the one a record holds); ``extras`` is ``small`` or ``all`` (module
+    docstring)."""
 
     layout: str = "messages"
     columns: dict[str, str] = field(default_factory=dict)
     role_key: str | None = None
     content_key: str | None = None
     roles: dict[str, str] = field(default_factory=dict)
+    alternatives: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    extras: str = "small"
+
+    def for_record(self, record: dict[str, Any]) -> Mapping:
+        """The mapping with each column's alternatives decided for ``record``: the first path whose value the record
+        holds (not null), else the first path. A mapping without alternatives is returned as it is."""
+        if not self.alternatives:
+            return self
+        columns = dict(self.columns)
+        for column, paths in self.alternatives.items():
+            columns[column] = next((p for p in paths if _holds(record, p)), paths[0])
+        return replace(self, columns=columns, alternatives={})
 
     def field_of(self, record: dict[str, Any], column: str) -> Any:
         """The value of ``column`` in ``record`` (a dotted path), or None when the mapping or record lacks it."""
@@ -117,7 +140,8 @@ class Mapping:
     def to_data(self) -> dict[str, Any]:
         """The mapping in LLaMA-Factory ``dataset_info`` form (the form ``--map`` reads back)."""
         formatting = {"messages": "sharegpt"}.get(self.layout, self.layout)
-        data: dict[str, Any] = {"formatting": formatting, "columns": dict(self.columns)}
+        columns: dict[str, Any] = {c: list(self.alternatives.get(c, ())) or p for c, p in self.columns.items()}
+        data: dict[str, Any] = {"formatting": formatting, "columns": columns}
         if self.layout == "preference":
             data["ranking"] = True
         tags: dict[str, str] = {}
@@ -134,6 +158,8 @@ class Mapping:
                 tags[tag] = values[0] if len(values) == 1 else values  # type: ignore[assignment]
         if tags:
             data["tags"] = tags
+        if self.extras != "small":
+            data["extras"] = self.extras
         return data
 
     def to_yaml(self) -> str:
@@ -166,6 +192,12 @@ def numbered_fields(record: dict[str, Any], stem: str) -> list[Any] | None:
         if k.startswith(f"{stem}_") and k[len(stem) + 1 :].isdigit()
     )
     return [v for _, v in found] or None
+
+
+def _holds(record: dict[str, Any], path: str) -> bool:
+    if path.endswith("_*") and path not in record:
+        return numbered_fields(record, path[:-2]) is not None
+    return dig(record, path) is not None
 
 
 def dig(record: Any, path: str) -> Any:
@@ -214,7 +246,7 @@ def parse_mapping(data: dict[str, Any], where: str = "mapping") -> Mapping:
         only = next(iter(data.values()))
         if isinstance(only, dict) and set(only) & _LF_KEYS:  # a dataset_info.json holding one dataset
             data = only
-    unknown = sorted(set(data) - _LF_KEYS - _AXOLOTL_KEYS)
+    unknown = sorted(set(data) - _LF_KEYS - _AXOLOTL_KEYS - _MSGTRAIN_KEYS)
     if unknown:
         raise ConfigError(f"unknown mapping key {unknown[0]!r}", where=where, code="bad_mapping", hint=_HINT)
     mapping = Mapping()
@@ -224,9 +256,18 @@ def parse_mapping(data: dict[str, Any], where: str = "mapping") -> Mapping:
         _read_axolotl(data, mapping, where)
     for key in ("field_reward", "field_label"):
         if key in data:
-            mapping.columns["reward" if key == "field_reward" else "kto_tag"] = _string(data[key], key, where)
+            _column(mapping, "reward" if key == "field_reward" else "kto_tag", data[key], key, where)
     if not mapping.columns:
         mapping.columns = {"messages": "messages"} if mapping.layout == "messages" else {}
+    extras = data.get("extras", "small")
+    if extras not in EXTRAS:
+        raise ConfigError(
+            f"extras must be one of {', '.join(EXTRAS)}, got {json.dumps(extras, default=str)}",
+            where=where,
+            code="bad_mapping",
+            hint="extras: all carries every field beside the conversation to the rows, whatever its size",
+        )
+    mapping.extras = extras
     _check_layout(mapping, where)
     return mapping
 
@@ -251,7 +292,7 @@ def _read_llamafactory(data: dict[str, Any], mapping: Mapping, where: str) -> No
                 code="bad_mapping",
                 hint=f"columns: {', '.join(_COLUMNS)}",
             )
-        mapping.columns[name] = _string(value, f"columns.{name}", where)
+        _column(mapping, name, value, f"columns.{name}", where)
     tags = data.get("tags") or {}
     if not isinstance(tags, dict):
         raise ConfigError("tags must be an object", where=where, code="bad_mapping")
@@ -271,11 +312,9 @@ def _read_llamafactory(data: dict[str, Any], mapping: Mapping, where: str) -> No
 
 
 def _read_axolotl(data: dict[str, Any], mapping: Mapping, where: str) -> None:
-    if "field_messages" in data:
-        mapping.columns["messages"] = _string(data["field_messages"], "field_messages", where)
-    for key, column in (("field_system", "system"), ("field_tools", "tools")):
+    for key, column in (("field_messages", "messages"), ("field_system", "system"), ("field_tools", "tools")):
         if key in data:
-            mapping.columns[column] = _string(data[key], key, where)
+            _column(mapping, column, data[key], key, where)
     props = data.get("message_property_mappings") or {}
     if not isinstance(props, dict):
         raise ConfigError("message_property_mappings must be an object", where=where, code="bad_mapping")
@@ -328,6 +367,29 @@ def _check_layout(mapping: Mapping, where: str) -> None:
             code="bad_mapping",
             hint=_HINT,
         )
+
+
+def _column(mapping: Mapping, column: str, value: Any, key: str, where: str) -> None:
+    """A column's path, or its alternatives (a list of paths, tried in order; module docstring)."""
+    if not isinstance(value, list):
+        mapping.columns[column] = _string(value, key, where)
+        mapping.alternatives.pop(column, None)
+        return
+    paths = tuple(_string(v, f"{key}[{i}]", where) for i, v in enumerate(value))
+    if not paths:
+        raise ConfigError(f"{key} lists no path", where=where, code="bad_mapping", hint="name one field or several")
+    if any("[]" in p for p in paths) or column in ("id", "parent", "children"):
+        raise ConfigError(
+            f"{key}: alternatives are paths without [] (a unit of the record is found before they are tried)",
+            where=where,
+            code="bad_mapping",
+            hint="list alternative fields of one object, or write one path with []",
+        )
+    mapping.columns[column] = paths[0]
+    if len(paths) > 1:
+        mapping.alternatives[column] = paths
+    else:
+        mapping.alternatives.pop(column, None)
 
 
 def _string(value: Any, key: str, where: str) -> str:

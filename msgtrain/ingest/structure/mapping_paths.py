@@ -79,7 +79,8 @@ def walk(value: Any, path: str, at: str = "$") -> Iterator[tuple[str, Any]]:
 
 def mapping_units(mapping: Mapping, record: dict[str, Any]) -> list[tuple[str, dict[str, Any], Mapping]]:
     """(JSON path, holder, mapping relative to it) of every conversation or call a mapping names in ``record``
-    (module docstring)."""
+    (module docstring); a column's alternatives are decided for the record first (:meth:`Mapping.for_record`)."""
+    mapping = mapping.for_record(record)
     prefix = unit_prefix(mapping)
     if prefix is None:
         return [("$", record, mapping)]

@@ -27,15 +27,13 @@ from msgtrain.ingest.common.message_like import SHAPED_ROLES, canonical_role, me
 from msgtrain.ingest.common.shapes import MessageNormaliser
 from msgtrain.ingest.core.base import ReadReject, SourceRef
 from msgtrain.ingest.structure.found import assistant_like
-from msgtrain.ingest.structure.mapping import Mapping, top_fields
+from msgtrain.ingest.structure.mapping import MAX_EXTRA_JSON, Mapping, top_fields
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import OptionCallMessage, PartsMessage, TextPart
 from msgtrain.model.openai import check_reply_present, from_openai_message
 
 # ``then`` of a list's last message: nothing follows it (as against None, not known)
 _END: dict[str, Any] = {}
-
-MAX_EXTRA_JSON = 4096  # sibling objects larger than this (as JSON) are not carried to the rows
 
 # How a layout reads one raw message after a gap into OpenAI chat dicts (its own dialect: a node map's typed content).
 ReadAfterGap = Callable[[Any, str], list[dict[str, Any]]]
@@ -228,14 +226,15 @@ def check_speakers(norm: MessageNormaliser, at: str) -> None:
 
 
 def row_extras(holder: dict[str, Any], m: Mapping) -> dict[str, Any]:
-    """Sibling fields carried to the rows: scalars and small objects; the mapped reward as ``reward``."""
+    """Sibling fields carried to the rows: scalars and small objects (every field, with the mapping's ``extras: all``);
+    the mapped reward as ``reward``."""
     used = {f for k, v in m.columns.items() if k not in ("reward", "kto_tag") for f in top_fields(holder, v)}
     used |= set(MEDIA_COLUMNS)
     extras: dict[str, Any] = {}
     for key, value in holder.items():
         if key in used or not isinstance(key, str):
             continue
-        if isinstance(value, dict | list):
+        if isinstance(value, dict | list) and m.extras != "all":
             try:
                 if len(json.dumps(value, ensure_ascii=False)) > MAX_EXTRA_JSON:
                     continue
