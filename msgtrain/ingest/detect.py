@@ -1,8 +1,10 @@
 """Per-file format detection: which reader reads a file, decided by a vote of its records.
 
 Invariants:
-- Cheap and bounded: only the file's first :data:`~msgtrain.ingest.core.base.HEAD_BYTES` are read (more only to explain
-  an unrecognised file); at most :data:`VOTE_RECORDS` records, each shown to every candidate's detector once.
+- Cheap and bounded: only the file's first :data:`~msgtrain.ingest.core.base.HEAD_BYTES` are read (more only for a
+  file no reader recognises from them: the fallback readers look at :data:`EXPLAIN_BYTES`, as the explanation does,
+  since a first record longer than the head may hold its messages past it); at most :data:`VOTE_RECORDS` records, each
+  shown to every candidate's detector once.
 - Lazy, with the same answer: only the readers whose marks the head holds (the candidates,
   :func:`~msgtrain.ingest.registry.candidates`) are imported and asked; every other reader's detector refuses the
   head and each of its records, so leaving it out changes no vote.
@@ -66,6 +68,12 @@ def detect_format(path: Path) -> Reader:
             return reader
     for entry in found:  # fallback readers: only where no specific reader claims the file
         if "fallback" in entry.traits and _accepts(fallback := entry.load(), path, head):
+            return fallback
+    # A first record longer than the head may hold its messages past it (an RL rollout group's token arrays come
+    # first): the fallback readers, which find conversations by shape, look as far as an explanation would.
+    deeper = _explain_head(path, head)
+    for entry in candidates(path, deeper) if deeper is not head else ():
+        if "fallback" in entry.traits and _accepts(fallback := entry.load(), path, deeper):
             return fallback
     raise FormatError("no reader recognises this file", where=str(path), hint=unknown_format_hint(path, head))
 

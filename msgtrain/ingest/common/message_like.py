@@ -45,7 +45,8 @@ CONTENT_KEYS = ("content", "value", "text", "parts", "prompt", "items", "mes")
 
 # The role table (case and surrounding space ignored; ``ROLE_USER``-style enum names are the role they end with).
 # docs/formats.md ("Roles") prints it; a mapping's ``roles`` / tags extend it and win over it.
-USER_ROLES = frozenset({"user", "human", "human_user", "prompter"})
+# "environment": RL environments' observations, what the environment says to the policy each step (Atropos)
+USER_ROLES = frozenset({"user", "human", "human_user", "prompter", "environment"})
 # "chatbot": Cohere's chat history and fine-tuning files (USER / CHATBOT / SYSTEM); "agent": agent frameworks and
 # customer-service logs that name the model's side after the agent
 ASSISTANT_ROLES = frozenset(

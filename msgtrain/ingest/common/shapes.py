@@ -385,6 +385,8 @@ class MessageNormaliser:
             raise ValidationError(f"tool call {k} is not an object", where=where, code="bad_tool_call")
         fn = call["function"] if isinstance(call.get("function"), dict) else call
         name = fn.get("name")
+        if name is None and isinstance(call.get("function"), str):  # Inspect AI's ToolCall: {id, function, arguments}
+            name = call["function"]
         if not isinstance(name, str) or not name:
             raise ValidationError(
                 f"tool call {k} has no name",
@@ -474,6 +476,9 @@ class MessageNormaliser:
             if len(answers) == 1:  # a Gemini "function" turn holding one functionResponse part
                 answer = answers[0]
                 return self._result(answer.get("id"), answer.get("name"), answer.get("response"), where)
+        error = obj.get("error")
+        if isinstance(error, dict) and isinstance(error.get("type"), str) and isinstance(error.get("message"), str):
+            content = f"Error: {error['message']}"  # Inspect AI's ToolCallError: the text Inspect sends in its place
         return self._result(call_id, name if isinstance(name, str) else None, block_result(content), where)
 
     def _result(self, call_id: Any, name: str | None, value: Any, where: str) -> list[dict[str, Any]]:

@@ -1,0 +1,240 @@
+"""Eval-harness outputs, RL rollout dumps and chat exports of projects no other test reads, each hand-written here in
+the shape of a real file (no third-party data is copied): the run's books against a count made by hand from the real
+file, and the context each trained reply sits after.
+
+Provenance of the shapes (repository, path, commit of the real file counted by hand):
+- evalscope predictions: modelscope/evalscope ``examples/viz/qwen-plus/predictions/qwen-plus/gsm8k_main.jsonl`` and
+  ``reviews/qwen-plus/gsm8k_main.jsonl`` @ 6dfd4bd141d445930186395ed456f7c1e92b6abe (10 lines each, one reply each:
+  10 trained; the reply is ``messages[-1]`` and, with the same id, ``model_output.choices[0].message``).
+- evalscope tool traces: modelscope/evalscope ``evalscope/web/src/test/fixtures/predictions-tool-trace.json`` @
+  5c9aafc370df38ba3210057ec7ff59caa7c003b1 (two predictions, 3 + 1 replies; Inspect AI's message models: calls
+  ``{id, function, arguments}``, a failed tool's ``error: {type, message}``): 0 trained before, 4 after.
+- Atropos rollout groups: NousResearch/atropos ``environments/community/selcube/rubiks_process_results_32.jsonl`` @
+  65108d12b2082ba67a6aba51476dfb46db22f037 (6 groups of 4 rollouts, ``tokens`` / ``masks`` / ``scores`` first,
+  ~450 KB a line, then ``messages``; roles ``system`` / ``environment`` / ``agent``; each step's group re-sends the
+  steps before it: 48 agent messages, 18 distinct (context, reply) pairs): unrecognised before, 18 trained and 30
+  duplicates after.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from msgtrain.export.dedupe import DUPLICATE
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.detect import detect_format
+from msgtrain.linearize.loading import load_tokenizer
+from msgtrain.run.config import ConvertConfig
+from msgtrain.run.pipeline import convert
+
+
+def _write(path: Path, value: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+def _jsonl(path: Path, records: list[Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _run(inputs: Path, out: Path) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The run's turn books and every trained (context, reply) pair as text (the demo tokenizer)."""
+    report = convert(ConvertConfig(inputs=(inputs,), output=out))
+    tok = load_tokenizer(None).base
+    pairs = []
+    for f in sorted((out / "data").glob("*.parquet")):
+        for row in pq.read_table(f, columns=["input_ids", "turn_spans"]).to_pylist():
+            ids = row["input_ids"]
+            for s in row["turn_spans"]:
+                pairs.append((tok.decode(ids[: s["start"]]), tok.decode(ids[s["start"] : s["end"]])))
+    return report["turns"], pairs
+
+
+def _text(message: Any) -> str:
+    result = getattr(message, "result", None)
+    return str(result.result) if result is not None else getattr(message, "text", "") or ""
+
+
+def _contexts(path: Path) -> list[list[tuple[str, str]]]:
+    """(role, text) along the path to each sampled reply, the reply last (a result's text; "" for only calls)."""
+    out: list[list[tuple[str, str]]] = []
+    for ev in read_events(detect_format(path), path):
+        if not isinstance(ev, ReadGraph):
+            continue
+        g = ev.graph
+        for node in g.nodes.values():
+            if node.origin.value == "sampled":
+                out.append([(n.message.role, _text(n.message)) for n in g.path(node.id)])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ evalscope
+def _evalscope_prediction(index: int, question: str, answer: str) -> dict[str, Any]:
+    reply = {"id": f"r{index}", "content": answer, "source": "generate", "role": "assistant", "tool_calls": None}
+    return {
+        "index": index,
+        "model": "qwen-plus",
+        "model_output": {
+            "id": f"chatcmpl-{index}",
+            "model": "qwen-plus",
+            "choices": [{"message": reply, "stop_reason": "stop", "logprobs": None}],
+            "usage": {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25},
+        },
+        "messages": [{"id": f"u{index}", "content": question, "source": None, "role": "user"}, reply],
+        "metadata": {"reasoning": "worked solution"},
+    }
+
+
+def _evalscope_review(prediction: dict[str, Any]) -> dict[str, Any]:
+    reply = prediction["messages"][-1]["content"]
+    return {
+        "index": prediction["index"],
+        "target": "3",
+        "messages": prediction["messages"],
+        "trajectory": [],
+        "sample_score": {"score": {"value": {"acc": 1.0}, "prediction": reply, "extracted_prediction": "3"}},
+    }
+
+
+def test_an_eval_harness_prediction_logging_its_reply_twice_trains_it_once(tmp_path: Path) -> None:
+    predictions = [_evalscope_prediction(i, f"Question {i}?", f"Answer {i}.") for i in range(3)]
+    path = _jsonl(tmp_path / "run" / "predictions" / "gsm8k_main.jsonl", predictions)
+    turns, pairs = _run(path, tmp_path / "out")
+    assert (turns["found"], turns["trained"]) == (3, 3)  # one reply a line, not messages[-1] and the choice apart
+    assert all(ctx.endswith("assistant\n") and ctx.count("<|im_start|>") == 2 for ctx, _ in pairs)
+    # the reviews file beside it repeats each (question, reply): the run trains each pair once
+    _jsonl(tmp_path / "run" / "reviews" / "gsm8k_main.jsonl", [_evalscope_review(p) for p in predictions])
+    turns, pairs = _run(tmp_path / "run", tmp_path / "out2")
+    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (6, 3, {DUPLICATE: 3})
+    assert len(set(pairs)) == len(pairs) == 3
+
+
+def _trace_prediction() -> dict[str, Any]:
+    """Two runs of a tool-using agent in Inspect AI's message models, as evalscope's predictions keep them."""
+    return {
+        "predictions": [
+            {
+                "Index": "0",
+                "Input": "7 notebooks at 3 dollars, paid with 50: change?",
+                "Generated": "29 dollars.",
+                "Messages": [
+                    {"id": "s0", "role": "system", "content": "You are a math assistant. Use the calculator."},
+                    {"id": "u0", "role": "user", "content": "7 notebooks at 3 dollars, paid with 50: change?"},
+                    {
+                        "id": "a0",
+                        "role": "assistant",
+                        "content": [
+                            {"type": "reasoning", "reasoning": "7 * 3 first."},
+                            {"type": "text", "text": "Computing the cost."},
+                        ],
+                        "tool_calls": [{"id": "c1", "function": "calculator", "arguments": {"expression": "7 * 3"}}],
+                    },
+                    {"id": "t0", "role": "tool", "tool_call_id": "c1", "function": "calculator", "content": "21"},
+                    {
+                        "id": "a1",
+                        "role": "assistant",
+                        "content": [{"type": "text", "text": "Cost is 21."}],
+                        "tool_calls": [{"id": "c2", "function": "calculator", "arguments": {"expression": "50 - 21"}}],
+                    },
+                    {"id": "t1", "role": "tool", "tool_call_id": "c2", "function": "calculator", "content": "29"},
+                    {"id": "a2", "role": "assistant", "content": [{"type": "text", "text": "29 dollars."}]},
+                ],
+            },
+            {
+                "Index": "1",
+                "Input": "Population of Exampleville?",
+                "Generated": "",
+                "Messages": [
+                    {"id": "s1", "role": "system", "content": "You are a research assistant."},
+                    {"id": "u1", "role": "user", "content": "Population of Exampleville?"},
+                    {
+                        "id": "a3",
+                        "role": "assistant",
+                        "content": [{"type": "reasoning", "reasoning": "Look it up."}],
+                        "tool_calls": [{"id": "c3", "function": "web_lookup", "arguments": {"query": "Exampleville"}}],
+                    },
+                    {
+                        "id": "t2",
+                        "role": "tool",
+                        "tool_call_id": "c3",
+                        "function": "web_lookup",
+                        "content": "",
+                        "error": {"type": "ToolExecutionError", "message": "upstream returned 503"},
+                    },
+                    # not in the real file (its run ended on the error): a reply after the failed call, to see the
+                    # error text the model was sent in the result's place
+                    {"id": "a4", "role": "assistant", "content": "The lookup failed."},
+                ],
+            },
+        ]
+    }
+
+
+def test_inspect_shaped_calls_and_tool_errors_are_read_in_any_document(tmp_path: Path) -> None:
+    path = _write(tmp_path / "predictions-tool-trace.json", _trace_prediction())
+    turns, _ = _run(path, tmp_path / "out")
+    assert (turns["found"], turns["trained"]) == (5, 5)  # the real file's 3 + 1, and the reply added after the error
+    contexts = _contexts(path)
+    assert [[r for r, _ in c] for c in contexts] == [
+        ["system", "user", "assistant"],
+        ["system", "user", "assistant", "tool", "assistant"],
+        ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"],
+        ["system", "user", "assistant"],
+        ["system", "user", "assistant", "tool", "assistant"],
+    ]
+    graph = next(e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph))
+    calls = [c.option_name for n in graph.nodes.values() for c in getattr(n.message, "calls", ())]
+    assert calls == ["calculator", "calculator"]
+    assert contexts[4][3] == ("tool", "Error: upstream returned 503")  # what Inspect sends for a failed call
+
+
+# ------------------------------------------------------------------------------------------------ Atropos
+def _atropos_group(history: list[dict[str, str]], replies: list[str], after: str | None) -> dict[str, Any]:
+    """One scored group: each rollout the history, then its own reply (and the environment's answer)."""
+    messages = []
+    for reply in replies:
+        rollout = [*history, {"role": "agent", "content": reply}]
+        if after is not None:
+            rollout.append({"role": "environment", "content": after})
+        messages.append(rollout)
+    tokens = [[128000 + (i % 7) for i in range(6000)] for _ in replies]  # token arrays first: ~30 KB each
+    return {
+        "seed": 263075,
+        "tokens": tokens,
+        "masks": [[-100] * 5990 + t[5990:] for t in tokens],
+        "scores": [0.5 - 0.1 * k for k in range(len(replies))],
+        "messages": messages,
+        "parsed_actions": ["U"] * len(replies),
+        "ref_logprobs": None,
+    }
+
+
+def test_rl_rollout_groups_with_their_messages_past_the_head_are_read_once_per_reply(tmp_path: Path) -> None:
+    system = {"role": "system", "content": "You solve Rubik's cubes."}
+    state0 = {"role": "environment", "content": "Cube state 0."}
+    step0 = ["Move U.", "Move R.", "Move U.", "Move F."]  # two rollouts sampled the same reply
+    best = {"role": "agent", "content": "Move U."}
+    state1 = {"role": "environment", "content": "Cube state 1."}
+    groups = [
+        _atropos_group([system, state0], step0, "Cube state 1."),
+        _atropos_group([system, state0, best, state1], ["Move L.", "Move B.", "Move L.", "Move D."], None),
+    ]
+    path = _jsonl(tmp_path / "rubiks_process_results.jsonl", groups)
+    assert path.read_bytes().index(b'"messages"') > 64 * 1024  # past the head format detection reads
+    assert detect_format(path).name == "structural"
+    turns, pairs = _run(path, tmp_path / "out")
+    # 12 agent messages: the 8 replies sampled, 4 copies of the step chosen; 6 distinct (context, reply) pairs
+    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (12, 6, {DUPLICATE: 6})
+    # the environment's observations are what the policy was told: user turns, each reply after exactly its step
+    assert len(set(pairs)) == 6 and all(c.startswith("<|im_start|>system\nYou solve") for c, _ in pairs)
+    second = sorted(r for c, r in pairs if "Cube state 1." in c)
+    assert second == ["Move B.<|im_end|>", "Move D.<|im_end|>", "Move L.<|im_end|>"]
+    assert all(c.count("<|im_start|>user\n") == 2 and "Move U." in c for c, _ in pairs if "Cube state 1." in c)
