@@ -28,6 +28,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.pydantic_ai_messages import is_pydantic_ai_message, pydantic_ai_role
+from msgtrain.ingest.common.turn_pieces import assistant_piece, is_turn_piece, piece_is_call, piece_role
 
 ROLE_KEYS = ("role", "from", "author", "speaker")
 # (chosen, rejected) keys of preference records: TRL / LLaMA-Factory / UltraFeedback, LLaMA-Factory v1's typed
@@ -227,7 +228,8 @@ def role_of(obj: Any) -> tuple[str, Any] | None:
     sender = obj.get("sender")  # Claude.ai's data export (human / assistant); elsewhere often a display name
     if isinstance(sender, str) and canonical_role(sender) is not None:
         return "sender", sender
-    return None
+    piece = piece_role(obj)  # a Responses call, output or reasoning item: its type says what it is
+    return ("type", piece) if piece is not None else None
 
 
 # Keys by which a chat UI's export names the side that spoke, instead of the role an API request carries: an export
@@ -256,7 +258,7 @@ def is_message_like(obj: Any) -> bool:
     if role_of(obj) is None:
         return False
     data = _unwrap(obj)
-    return content_key_of(data) is not None or any(k in data for k in CALL_KEYS)
+    return content_key_of(data) is not None or any(k in data for k in CALL_KEYS) or is_turn_piece(data)
 
 
 def is_message_list(value: Any) -> bool:
@@ -334,6 +336,7 @@ def message_like_count(value: Any) -> tuple[int, int]:
         seen += 1
         if isinstance(item, list):
             stack.extend(v for v in item if isinstance(v, dict | list))
+            assistants -= _joined_pieces(item)  # counted below as messages, but pieces of the reply before them
         elif isinstance(item, dict):
             if is_message_like(item):
                 messages += 1
@@ -343,6 +346,23 @@ def message_like_count(value: Any) -> tuple[int, int]:
                     continue  # a wrapper (an OpenAI choice, LangChain's type + data): its message is this one
             stack.extend(v for v in item.values() if isinstance(v, dict | list))
     return messages, assistants
+
+
+def _joined_pieces(items: list[Any]) -> int:
+    """How many of a list's assistant pieces (:mod:`msgtrain.ingest.common.turn_pieces`) join the reply the piece
+    before them began (a call after the text or calls of the same reply): one reply, however many pieces."""
+    joined, open_reply, called = 0, False, False
+    for item in items:
+        if not assistant_piece(item):
+            open_reply = False
+            continue
+        call = piece_is_call(item)
+        if open_reply and (call or not called):
+            joined += 1
+            called = called or call
+        else:
+            open_reply, called = True, call
+    return joined
 
 
 def assistant_turns_in(value: Any) -> int:

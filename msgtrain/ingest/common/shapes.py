@@ -72,6 +72,7 @@ from msgtrain.ingest.common.message_like import (
     unwrapped,
 )
 from msgtrain.ingest.common.pydantic_ai_messages import INSTRUCTIONS_MARK, is_pydantic_ai_message, pydantic_ai_messages
+from msgtrain.ingest.common.turn_pieces import is_turn_piece, piece_message
 
 
 @dataclass
@@ -130,6 +131,11 @@ class MessageNormaliser:
         if not isinstance(raw, dict):
             raise ValidationError(f"message is a {type(raw).__name__}, not an object", where=where, code="bad_message")
         obj = unwrapped(raw)
+        if is_turn_piece(obj) and not self.role_key:  # a Responses item, an Open Interpreter message
+            piece = piece_message(obj)
+            if piece is None:
+                return []  # never sent to the model
+            obj = piece
         if is_pydantic_ai_message(obj) and not self.role_key:
             return self._pydantic_ai(obj, where, index)
         logged = self._logged_role(obj, where)

@@ -47,7 +47,7 @@ from msgtrain.ingest.structure.node_maps import node_map_graph
 from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
 from msgtrain.ingest.structure.trees import tree_events
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
-from msgtrain.model.graph import MessageGraph
+from msgtrain.model.graph import MessageGraph, Origin
 
 TEMPLATE_KWARGS_KEY = "chat_template_kwargs"
 
@@ -106,6 +106,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     if inherited_system is not None and not any(s.message.role == "system" for s in steps):
         system = inherited_system  # an enclosing object's system prompt, for a conversation that holds none
     steps = with_system(steps, system, at, m)
+    if m.layout == "messages":
+        _check_prompt_logged(steps, f"{at}.{m.columns['messages']}")
     tools_value, tools_at = m.field_of(holder, "tools"), f"{at}.{m.columns.get('tools', 'tools')}"
     if tools_value is None and "tools" in found.inherited:
         tools_at, tools_value = inherited_tools(found)
@@ -143,6 +145,22 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     if gap is not None:
         out.append(gap_reject(ref, gap))
     return out
+
+
+def _check_prompt_logged(steps: list[Step], where: str) -> None:
+    """Refuse a conversation of replies and tool results alone, opened by a reply (an agent's rollout that logs what
+    the model returned, not the prompt and task its harness sent first): each reply was sampled after messages the
+    record does not hold. A conversation with a user or system message anywhere is read (a greeting may open it)."""
+    if any(s.message.role not in ("assistant", "tool") for s in steps):
+        return
+    for step in steps[:1]:
+        if step.message.role == "assistant" and (step.origin is None or step.origin is Origin.SAMPLED):
+            raise ValidationError(
+                f"the first reply in {where} has no message before it: the prompt it was sampled after (the "
+                "harness's system prompt and task) is not in the record",
+                code="no_prompt",
+                hint="log the request's messages beside the replies (or convert the log that holds them)",
+            )
 
 
 def _template_kwargs(holder: dict[str, Any], at: str) -> dict[str, Any] | None:

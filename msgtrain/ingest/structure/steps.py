@@ -25,6 +25,7 @@ from msgtrain.ingest.common.conversation_files import Step, logged_reply
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS
 from msgtrain.ingest.common.message_like import SHAPED_ROLES, canonical_role, message_like_count, role_of, unwrapped
 from msgtrain.ingest.common.shapes import MessageNormaliser
+from msgtrain.ingest.common.turn_pieces import assistant_piece, piece_is_call
 from msgtrain.ingest.core.base import ReadReject, SourceRef
 from msgtrain.ingest.structure.found import assistant_like
 from msgtrain.ingest.structure.mapping import MAX_EXTRA_JSON, Mapping, top_fields
@@ -60,6 +61,8 @@ class StepBuilder:
     norm: MessageNormaliser
     steps: list[Step] = field(default_factory=list)
     call_names: dict[str, str] = field(default_factory=dict)
+    piece_turn: bool = False  # the last step is a reply built of pieces (turn_pieces): the next piece may join it
+    piece_called: bool = False  # that reply, kept after a gap, holds a call (text after it is the next reply)
 
     def add(
         self,
@@ -93,9 +96,53 @@ class StepBuilder:
                     origin = Origin.INJECTED
                 elif weight == 0:
                     origin = Origin.CARRIED
-            if self._merges(raw, msg):
+            if self._merges(raw, msg) or self._joins_turn(raw, msg, generation):
                 continue
+            if msg.role == "assistant":
+                self._check_results_logged(where)
             self.steps.append(Step(msg, origin=origin, generation=generation, index=len(self.steps)))
+            self.piece_turn = msg.role == "assistant" and assistant_piece(unwrapped(raw))
+
+    def _joins_turn(self, raw: Any, msg: Any, generation: Any) -> bool:
+        """Join a piece of a reply (:mod:`msgtrain.ingest.common.turn_pieces`: a Responses item, an Open Interpreter
+        message) to the reply the pieces before it began: one response emits its reasoning, text and calls as
+        consecutive pieces. Text or reasoning after a call is the next model call, never the same reply."""
+        if not (self.piece_turn and msg.role == "assistant" and assistant_piece(unwrapped(raw))):
+            return False
+        prev = self.steps[-1]
+        before = prev.message
+        if not isinstance(before, PartsMessage | OptionCallMessage):
+            return False
+        calls_before = before.calls if isinstance(before, OptionCallMessage) else ()
+        calls = msg.calls if isinstance(msg, OptionCallMessage) else ()
+        if calls_before and (msg.parts or not calls):
+            return False
+        parts, joined = (*before.parts, *msg.parts), (*calls_before, *calls)
+        update = {"parts": parts, "metadata": {**before.metadata, **msg.metadata}}
+        merged: Any = (
+            OptionCallMessage(**{**before.model_dump(exclude={"kind", "parts", "calls"}), **update, "calls": joined})
+            if joined
+            else before.model_copy(update=update)
+        )
+        self.steps[-1] = Step(merged, prev.origin, prev.generation or generation, prev.index)
+        return True
+
+    def _check_results_logged(self, where: str) -> None:
+        """A reply right after a reply whose calls no result answers was sampled after those results (an API takes
+        no reply between a call and its result): the log lost them, and what the model saw is not in it."""
+        last = self.steps[-1].message if self.steps else None
+        if not isinstance(last, OptionCallMessage):
+            return
+        open_ids = {i for i, _ in self.norm.open_calls} - self.norm.user_calls
+        missing = [c.invocation_id for c in last.calls if c.invocation_id in open_ids]
+        if missing:
+            raise ValidationError(
+                f"a reply follows the calls {missing} with none of their results logged: the context it was sampled "
+                "in is not in the log",
+                where=where,
+                code="missing_result",
+                hint="the replies before it are trained; log each call's result (function_call_output, tool message)",
+            )
 
     def _merges(self, raw: Any, msg: Any) -> bool:
         """Append a shaped-role message read as text (smolagents' ``tool-call`` / ``tool-response``) to the message
@@ -128,7 +175,12 @@ class StepBuilder:
             except ValidationError as e:
                 if not any(s.message.role == "assistant" and s.origin is None for s in self.steps):
                     raise  # nothing trainable before it: the conversation's reject, as it always was
-                gap = Gap(at, e, message_like_count(item)[1] or int(assistant_like(item)))
+                if e.code == "missing_result":  # the gap is before this reply: it is the first one after it
+                    gap = Gap(at, e, 0)
+                    i -= 1
+                else:
+                    gap = Gap(at, e, message_like_count(item)[1] or int(assistant_like(item)))
+                self.piece_turn = False  # no reply after the gap continues one before it
                 for j, later in enumerate(raw[i + 1 :], start=i + 1):
                     self.add_after_gap(later, places[j] if places is not None else f"{where}[{j}]", gap)
                 return gap
@@ -139,7 +191,19 @@ class StepBuilder:
         why), any other left out. ``read`` reads a layout's own dialect (default: the shared normaliser)."""
         hit = role_of(raw)
         if hit is None or canonical_role(hit[1], self.norm.roles) not in ("assistant", "call"):
+            self.piece_turn = False
             return
+        piece = unwrapped(raw)
+        if assistant_piece(piece):  # the pieces of one reply are one reply after the gap too
+            call = piece_is_call(piece)
+            if self.piece_turn and self.steps and (call or not self.piece_called):
+                self.piece_called = self.piece_called or call
+                return
+            self.piece_turn, self.piece_called = True, call
+            if call:
+                raw = {"role": "assistant", "content": ""}  # its calls are not kept after a gap: an empty reply
+        else:
+            self.piece_turn = False
         if read is None:
             read = MessageNormaliser(roles=self.norm.roles, content_key=self.norm.content_key).normalise
         try:

@@ -1,0 +1,220 @@
+"""Replies logged as several typed pieces (Open Interpreter's LMC messages, OpenAI Responses items wherever a record
+keeps them), read by the structural reader as one call each with its tool call and result; hand-written here in the
+shapes of real files (no third-party data), each trained count against a count made by hand.
+
+Provenance of the shapes:
+- Open Interpreter's saved conversations (``json.dump(self.messages)`` in ``interpreter/core/core.py``; the messages as
+  ``interpreter/core/llm/utils/convert_to_openai_messages.py`` sends them: ``code`` as a call of ``execute``
+  with ``{"language", "code"}``, the ``computer``'s console ``output`` as its result): OpenInterpreter/open-interpreter
+  @ dcfcffa9af13737bee1fa128364a718b56324998, and its docs/protocols/lmc-messages.mdx.
+- NeMo Gym rollouts whose agent logs its own transcript in ``response.output`` with ``responses_create_params.input``
+  empty: NVIDIA-NeMo/Gym @ 07d6b0d07b22fcf530b4c211dae2ee23100428e4,
+  ``resources_servers/gdpval/data/example_rollouts.jsonl`` (system and user messages first, then each model call's
+  ``message`` + ``function_call`` items, no ``function_call_output`` logged: 5 rollouts, 147 replies, counted by
+  hand: 30 + 9 + 29 + 26 + 53) and ``responses_api_agents/anyswe_agent/data/example_rollouts_claude_code.jsonl``
+  (replies, calls and outputs only, no prompt: 5 rollouts, 21 replies: 8 + 3 + 3 + 3 + 4). Each record here is
+  cut to a few items and its texts shortened, with the first line's first real texts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph, ReadReject
+from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.registry import get_reader
+from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+# The structural reader, as it reads the real rollouts (their lines are larger than detection's head, so no reader of
+# their own claims them), and as it reads Responses items in any other record.
+STRUCTURAL = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format="structural"
+)
+
+
+def _write(path: Path, value: Any) -> Path:
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+def _jsonl(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _graphs(path: Path, reader: str | None = None) -> tuple[list[MessageGraph], list[ReadReject]]:
+    events = list(read_events(get_reader(reader) if reader else detect_format(path), path))
+    return [e.graph for e in events if isinstance(e, ReadGraph)], [e for e in events if isinstance(e, ReadReject)]
+
+
+def _replies(graph: MessageGraph) -> list[tuple[str, list[tuple[str, str]], str, list[str]]]:
+    """(origin, context as (role, text), reply text, call arguments) of every reply, in order."""
+    out = []
+    (branch,) = graph.branches()
+    for n, node in enumerate(branch.nodes):
+        if node.message.role != "assistant":
+            continue
+        context = [(m.message.role, _text(m.message)) for m in branch.nodes[:n]]
+        calls = [c.raw_arguments or json.dumps(c.arguments) for c in getattr(node.message, "calls", ())]
+        out.append((node.origin.value, context, node.message.text, calls))
+    return out
+
+
+def _text(message: Any) -> str:
+    result = getattr(message, "result", None)
+    return str(result.result) if result is not None else message.text
+
+
+# ------------------------------------------------------------------------------------------------ Open Interpreter
+
+
+def _open_interpreter() -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "type": "message", "content": "What's 2380*3875?"},
+        {"role": "assistant", "type": "message", "content": "Let me calculate that."},
+        {"role": "assistant", "type": "code", "format": "python", "content": "2380*3875"},
+        {"role": "computer", "type": "console", "format": "output", "content": "9222500"},
+        {"role": "assistant", "type": "message", "content": "The result is 9222500."},
+        {"role": "user", "type": "message", "content": "Make a folder."},
+        {"role": "assistant", "type": "code", "format": "shell", "content": "mkdir out"},
+        {"role": "computer", "type": "console", "format": "output", "content": ""},
+        {"role": "computer", "type": "console", "format": "output", "content": "shown", "recipient": "user"},
+        {"role": "assistant", "type": "message", "content": "Done."},
+    ]
+
+
+def test_open_interpreter_text_and_code_of_one_reply_are_one_call_with_its_result(tmp_path: Path) -> None:
+    """A reply split into a ``message`` and a ``code`` entry is one sampled turn: its text and a call of
+    ``execute`` with the arguments Open Interpreter sends; the ``computer``'s console output is that call's result
+    (``No output`` when blank, as Open Interpreter sends it); an entry for another recipient is never sent. Hand
+    count: four replies (text + code, text, code, text). Before: ``computer`` was an unknown role (a gap after the
+    first reply), and the code was trained as the text of a turn of its own."""
+    (graph,), rejects = _graphs(_write(tmp_path / "conversation.json", _open_interpreter()))
+    assert not rejects
+    replies = _replies(graph)
+    assert [r[0] for r in replies] == ["sampled"] * 4
+    first, second, third, fourth = replies
+    assert (first[2], first[3]) == ("Let me calculate that.", ['{"language": "python", "code": "2380*3875"}'])
+    assert second[1][-2:] == [("assistant", "Let me calculate that."), ("tool", "9222500")]
+    assert third[3] == ['{"language": "shell", "code": "mkdir out"}']
+    assert fourth[1][-1] == ("tool", "No output") and fourth[2] == "Done."
+    _, stats, _ = convert_file(tmp_path / "conversation.json", SETTINGS)
+    assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (4, 4, 0)
+
+
+# ------------------------------------------------------------------------------------------------ Responses items
+
+
+def _item_text(role: str, text: str) -> dict[str, Any]:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+
+def _call(call_id: str, command: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": "code_exec", "arguments": json.dumps({"cmd": command})}
+
+
+def _rollout(output: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "responses_create_params": {"input": [], "tools": [], "tool_choice": "auto", "parallel_tool_calls": True},
+        "response": {"id": "r1", "object": "response", "model": "default", "output": output, "tools": []},
+        "reward": 0.85,
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 0,
+        "agent_ref": {"type": "responses_api_agents", "name": "gdpval_stirrup_agent"},
+    }
+
+
+def test_responses_items_nested_in_a_record_are_calls_and_a_reply_after_unlogged_outputs_is_not_trained(
+    tmp_path: Path,
+) -> None:
+    """GDPval's rollout: each model call's ``message`` and ``function_call`` items are one reply; no output of any
+    call is logged, so every reply after the first was sampled after a result the log lost: the first is trained,
+    the others kept as context (``context_unknown``), never stitched into one reply nor trained after a context
+    without the results. Hand count: 3 replies, 1 trainable. Before: ``ambiguous_structure`` (nothing read)."""
+    output = [
+        _item_text("system", "You are an AI agent that will be given a specific task."),
+        _item_text("user", "You are tasked with completing a specific assignment."),
+        _item_text("assistant", "<think>Let me start by understanding the task.</think>"),
+        _call("call-1", "ls -la"),
+        _item_text("assistant", "<think>Let me check the reference files.</think>"),
+        _call("call-2", "ls -la ref"),
+        _item_text("assistant", "<think>The task has been completed.</think>"),
+        {**_call("call-3", ""), "name": "finish", "arguments": '{"reason": "done"}'},
+    ]
+    path = _jsonl(tmp_path / "example_rollouts.jsonl", [_rollout(output)])
+    (graph,), rejects = _graphs(path, "structural")
+    assert [r.error.code for r in rejects] == ["missing_result"]
+    replies = _replies(graph)
+    assert [r[0] for r in replies] == ["sampled", "carried", "carried"]
+    assert replies[0][1] == [("system", output[0]["content"][0]["text"]), ("user", output[1]["content"][0]["text"])]
+    assert replies[0][3] == ['{"cmd": "ls -la"}']
+    _, stats, _ = convert_file(path, STRUCTURAL)
+    assert (stats.turns_found, stats.turns_trained, stats.turns_dropped["context_unknown"]) == (3, 1, 2)
+
+
+def test_responses_items_with_their_outputs_are_read_as_calls_and_results(tmp_path: Path) -> None:
+    """Reasoning, text and two parallel calls of one response are one reply; each ``function_call_output`` answers
+    its call by ``call_id``. Hand count: 2 replies, both trained."""
+    output = [
+        _item_text("user", "Fix the bug."),
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Read both files."}]},
+        _item_text("assistant", "Reading."),
+        _call("c1", "cat a.py"),
+        _call("c2", "cat b.py"),
+        {"type": "function_call_output", "call_id": "c2", "output": "b"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a"},
+        _item_text("assistant", "Both files are fine."),
+    ]
+    (graph,), rejects = _graphs(_jsonl(tmp_path / "rollouts.jsonl", [_rollout(output)]), "structural")
+    assert not rejects
+    first, second = _replies(graph)
+    assert first[0] == second[0] == "sampled"
+    assert first[2] == "Reading." and first[3] == ['{"cmd": "cat a.py"}', '{"cmd": "cat b.py"}']
+    assert second[1][-2:] == [("tool", "b"), ("tool", "a")]
+    (branch,) = graph.branches()
+    reasoning = [p for p in branch.nodes[1].message.parts if p.kind == "reasoning"]
+    assert [p.text for p in reasoning] == ["Read both files."]
+
+
+def test_a_rollout_of_replies_and_results_with_no_prompt_is_rejected_counting_its_replies(tmp_path: Path) -> None:
+    """anyswe's Claude Code rollout logs what the model returned, never the system prompt and task its harness
+    sent first: no reply can be trained in its context, and each counts as lost. Hand count: 2 replies."""
+    output = [
+        _item_text("assistant", "Looking at this issue, I need to read separable.py."),
+        {**_call("toolu_1", ""), "name": "Read", "arguments": '{"file_path": "/testbed/separable.py"}'},
+        {"type": "function_call_output", "call_id": "toolu_1", "output": "1\t# Licensed under a 3-clause BSD"},
+        _item_text("assistant", "I've made the fix."),
+    ]
+    path = _jsonl(tmp_path / "example_rollouts_claude_code.jsonl", [_rollout(output)])
+    samples, stats, rejects = convert_file(path, STRUCTURAL)
+    assert samples == [] and stats.turns_trained == 0 and stats.turns_lost == 2
+    assert json.loads(rejects[0])["reason"] == "no_prompt"
+
+
+def test_pieces_after_a_gap_are_counted_as_the_replies_they_make() -> None:
+    """Origins of the GDPval shape, as one list: three pieces of text + call after the gap are one carried reply
+    each, not two."""
+    from msgtrain.ingest.common.shapes import MessageNormaliser
+    from msgtrain.ingest.structure.steps import StepBuilder
+
+    items = [
+        _item_text("user", "Task."),
+        _item_text("assistant", "one"),
+        _call("a", "x"),
+        _item_text("assistant", "two"),
+        _call("b", "y"),
+        _item_text("assistant", "three"),
+        _call("c", "z"),
+    ]
+    builder = StepBuilder(MessageNormaliser())
+    gap = builder.add_until_gap(items, "$")
+    assert gap is not None and (gap.turns, gap.after, gap.unread) == (0, 2, 0)
+    assert [s.origin for s in builder.steps if s.message.role == "assistant"] == [None, Origin.CARRIED, Origin.CARRIED]
