@@ -713,6 +713,30 @@ def test_a_file_no_reader_claims_counts_the_replies_its_rows_hold_under_reply_fi
     assert samples == [] and stats.records_rejected == {"unknown_format": 1} and stats.turns_lost == 4
 
 
+def test_a_file_no_reader_claims_counts_a_policy_s_reply_fields_as_lost(tmp_path: Path) -> None:
+    # NVIDIA-NeMo/Gym resources_servers/bbq/data/example_rollouts.jsonl @ 07d6b0d07b22fcf530b4c211dae2ee23100428e4:
+    # each rollout keeps the policy's reply as policy_response beside its judgments, and not the prompt it answered;
+    # two of its rows, texts shortened. Hand count: 2 replies. Before: 0 counted.
+    rows = [
+        {
+            "provenance_id": "age-1",
+            "rollout_kind": "live_reference",
+            "policy_response": "The older neighbor.",
+            "answer_judgment": {"selected_answer": "actor_a", "answer_class": "correct_answer"},
+            "reward": 1.0,
+        },
+        {
+            "provenance_id": "age-2",
+            "rollout_kind": "live_reference",
+            "policy_response": "Cannot be determined.",
+            "answer_judgment": {"selected_answer": "unknown", "answer_class": "correct_answer"},
+            "reward": 1.0,
+        },
+    ]
+    samples, stats, _ = convert_file(_jsonl(tmp_path / "example_rollouts.jsonl", rows), _settings())
+    assert samples == [] and stats.records_rejected == {"unknown_format": 1} and stats.turns_lost == 2
+
+
 # promptfoo/promptfoo test/__fixtures__/sample-export.json (commit 15e7d51283ffe02d9e033d88a9320042f916ec79): an eval
 # export {evalId, results: {prompts, results: [{prompt: {raw, label}, response: {output, tokenUsage}, gradingResult:
 # {pass, score, reason}, success, score, vars, provider, ...}]}}; a chat prompt's raw text is its messages as JSON.

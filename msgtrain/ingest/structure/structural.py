@@ -415,9 +415,11 @@ def _session_header(value: Any) -> bool:
 
 
 # Top-level fields that name a generated reply in eval and dataset rows (output, response_1, model_answer,
-# generated_text, ...): what a file nothing could read still held, when it holds no message-like object.
+# generated_text, NeMo Gym's policy_response, ...): what a file nothing could read still held, when it holds no
+# message-like object.
 _REPLY_FIELD = re.compile(
-    r"^(?:model_)?(?:output|response|completion|answer|prediction|generation|reply|generated_text|sampled|judgment)"
+    r"^(?:(?:model|policy|assistant|agent|llm)_)?"
+    r"(?:output|response|completion|answer|prediction|generation|reply|generated_text|sampled|judgment)"
     r"(?:_?(?:\d+|[ab]))?s?$"
 )
 
