@@ -218,3 +218,33 @@ def test_pieces_after_a_gap_are_counted_as_the_replies_they_make() -> None:
     gap = builder.add_until_gap(items, "$")
     assert gap is not None and (gap.turns, gap.after, gap.unread) == (0, 2, 0)
     assert [s.origin for s in builder.steps if s.message.role == "assistant"] == [None, Origin.CARRIED, Origin.CARRIED]
+
+
+def test_the_nemo_gym_reader_keeps_replies_after_unlogged_outputs_as_context_and_refuses_a_rollout_with_no_prompt(
+    tmp_path: Path,
+) -> None:
+    """The same two shapes read by the NeMo Gym reader (their lines fit detection's head here): a reply after calls
+    whose outputs are not logged, and the ones after it, are not trained (before: the 60 items of a real GDPval
+    rollout were one reply), and a rollout with no prompt is rejected (before: trained after no context)."""
+    gdpval = [
+        _item_text("system", "You are an AI agent."),
+        _item_text("user", "Complete the assignment."),
+        _item_text("assistant", "<think>Look first.</think>"),
+        _call("call-1", "ls -la"),
+        _item_text("assistant", "<think>Now the files.</think>"),
+        _call("call-2", "ls ref"),
+        _item_text("assistant", "<think>Done.</think>"),
+        {**_call("call-3", ""), "name": "finish", "arguments": '{"reason": "done"}'},
+    ]
+    path = _jsonl(tmp_path / "gdpval.jsonl", [_rollout(gdpval)])
+    assert detect_format(path).name == "nemo_gym"
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained, stats.turns_dropped["context_unknown"]) == (3, 1, 2)
+    anyswe = [
+        _item_text("assistant", "I need to read separable.py."),
+        {**_call("toolu_1", ""), "name": "Read", "arguments": '{"file_path": "/testbed/separable.py"}'},
+        {"type": "function_call_output", "call_id": "toolu_1", "output": "1\t# Licensed"},
+        _item_text("assistant", "I've made the fix."),
+    ]
+    samples, stats, rejects = convert_file(_jsonl(tmp_path / "anyswe.jsonl", [_rollout(anyswe)]), SETTINGS)
+    assert samples == [] and stats.turns_lost == 2 and json.loads(rejects[0])["reason"] == "no_prompt"

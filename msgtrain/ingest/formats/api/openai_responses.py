@@ -14,7 +14,8 @@ Items: ``message`` (``input_text`` / ``output_text`` / ``refusal`` text, ``input
 ``input_audio`` media references), ``function_call`` and ``custom_tool_call`` (paired by ``call_id``,
 argument text kept verbatim), ``function_call_output`` / ``custom_tool_call_output``, ``reasoning``.
 Consecutive assistant-side items (reasoning, assistant messages, calls) form ONE assistant turn, as one
-response emits them.
+response emits them; text or reasoning after a call begins the next model call (a response writes them before its
+calls).
 
 Safe readings: a ``reasoning`` item's ``summary`` is written by a summariser, not sampled by the policy, so
 it is kept as *redacted* reasoning (with ``encrypted_content`` as its signature) and never trained; only
@@ -106,6 +107,9 @@ class ResponsesConverter:
             if not isinstance(item, dict):
                 raise ValidationError("item is not an object", where=f"{where}[{i}]", code="bad_item")
             if _is_assistant_side(item):
+                if group and _starts_next_call(group, item):
+                    steps.append(self._assistant_turn(group, where))
+                    group = []
                 group.append((i, item))
                 continue
             if group:
@@ -234,6 +238,14 @@ class ResponsesConverter:
 
 def _from_instructions(message: AnyMessage) -> bool:
     return message.metadata.get("openai_field") == _INSTRUCTIONS["openai_field"]
+
+
+def _starts_next_call(group: list[tuple[int, dict[str, Any]]], item: dict[str, Any]) -> bool:
+    """Whether an assistant-side ``item`` begins the next model call rather than continuing the turn ``group``: a
+    response writes its reasoning and text before its calls, so text or reasoning after a call is a new call (whose
+    results in between the log did not keep)."""
+    called = any(i.get("type", "message") not in ("message", "reasoning") for _, i in group)
+    return called and item.get("type", "message") in ("message", "reasoning")
 
 
 def _is_assistant_side(item: dict[str, Any]) -> bool:

@@ -20,6 +20,9 @@ What is read:
 Safe readings:
 - A run of assistant items holding two calls' bundles is rejected (``ambiguous_token_ids``): which items each call
   produced is not in the file, and a wrong split would train ids on the wrong text.
+- A reply right after calls whose ``function_call_output`` the rollout did not keep (an agent that logs its calls
+  alone) and every reply after it are context, not trained (``context_unknown``); a rollout of replies and results
+  with no prompt at all is rejected (``no_prompt``), its replies counted as lost.
 - A reasoning item's ``summary`` is kept as the Responses reader keeps it (redacted reasoning, never trained as
   text); where the engine's ids are logged they hold the reasoning the policy sampled.
 """
@@ -49,7 +52,7 @@ from msgtrain.ingest.formats import (
 )
 from msgtrain.ingest.formats.api.openai_responses import RESULT_ITEMS, ResponsesConverter
 from msgtrain.model.graph import Origin
-from msgtrain.model.message import Generation
+from msgtrain.model.message import Generation, OptionCallMessage
 
 POLICY = "nemo-gym-policy"
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -103,8 +106,13 @@ def _bundles(output: list[Any], start: int, where: str) -> dict[str, list[Any]] 
     """The token bundle of the assistant run starting at ``output[start]`` (None when it has no ids)."""
     found: list[tuple[int, dict[str, list[Any]]]] = []
     i = start
+    called = False
     while i < len(output) and _assistant_side(output[i]):
         item = output[i]
+        text = item.get("type", "message") in ("message", "reasoning")
+        if called and text:
+            break  # the next model call (see ResponsesConverter.steps)
+        called = called or not text
         if item.get("generation_token_ids"):
             missing = [k for k in TOKEN_FIELDS if not isinstance(item.get(k), list)]
             if missing:
@@ -143,9 +151,17 @@ def _rollout_events(path: Path, ref: SourceRef, rec: Any) -> list[ReadEvent]:
     sampling = {k: request[k] for k in _SAMPLING_KEYS if request.get(k) is not None}
     model = response.get("model") if isinstance(response.get("model"), str) else None
     steps = list(context)
+    gap: str | None = None
     for s in converter.steps(output, where="response.output"):
         if s.message.role != "assistant":
             steps.append(Step(s.message, origin=Origin.CONTEXT, index=len(context) + (s.index or 0)))
+            continue
+        if gap is None and steps and isinstance(steps[-1].message, OptionCallMessage):
+            gap = f"response.output[{s.index}]"  # right after calls whose results the rollout did not keep
+        if gap is not None:
+            why = f"after calls whose results are not logged (before {gap}): the context it was sampled in is unknown"
+            carried = s.message.model_copy(update={"metadata": {**s.message.metadata, "why_not_trained": why}})
+            steps.append(Step(carried, origin=Origin.CARRIED, index=len(context) + (s.index or 0)))
             continue
         bundle = _bundles(output, s.index or 0, f"{ref} response.output")
         generation = Generation(
@@ -158,6 +174,14 @@ def _rollout_events(path: Path, ref: SourceRef, rec: Any) -> list[ReadEvent]:
         steps.append(Step(s.message, origin=Origin.SAMPLED, generation=generation, index=len(context) + (s.index or 0)))
     if not any(s.origin is Origin.SAMPLED for s in steps):
         return [ReadSkip(ref, "rollout whose output holds no assistant item")]
+    if not any(s.message.role not in ("assistant", "tool") for s in steps):
+        raise ValidationError(
+            "the rollout logs replies and tool results, no prompt: the system prompt and task its agent sent first "
+            "are not in the record",
+            where=f"{ref} response.output",
+            code="no_prompt",
+            hint="log the agent's first request in responses_create_params.input (or its transcript in the output)",
+        )
     tools = openai_tools(
         request.get("tools") or response.get("tools") or [], where=f"{ref} responses_create_params.tools"
     )
