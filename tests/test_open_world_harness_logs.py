@@ -14,6 +14,15 @@ Provenance of the shapes (repository, path, commit of the real file counted by h
   ~450 KB a line, then ``messages``; roles ``system`` / ``environment`` / ``agent``; each step's group re-sends the
   steps before it: 48 agent messages, 18 distinct (context, reply) pairs): unrecognised before, 18 trained and 30
   duplicates after.
+- AgentBench run logs: THUDM/AgentBench ``outputs/Jan17v1/gpt-4o-mini/medagentbench-std/runs.jsonl`` (and the
+  gemini-2.0, llama-3.3 runs beside it) @ 45ae4f9e334a901c8cc427a0809a3dbd19adbc94 (``{index, error, info, output:
+  {status, result, history: [{role: user | agent, content}]}, time}``; 210, 86 and 209 agent replies: all trained
+  before and after, each after its own history).
+- LobeChat session export v1: lobehub/lobe-chat ``src/migrations/FromV1ToV2/fixtures/input-v1-session.json`` @
+  5e13b4b34270ed9bce88473a8cd09ba5ea2508e9 (``state.sessions.<id>.chats`` keyed by id; only replies name a
+  ``parentId``, the user messages none, two ``topicId`` threads, ``config.systemRole``; one reply's parent is not in
+  the export): one orphan rejected all six replies before; now refused as a whole for what its links cannot say (the
+  history each reply was sent), and in a true tree an orphan costs only its own branch.
 """
 
 from __future__ import annotations
@@ -238,3 +247,72 @@ def test_rl_rollout_groups_with_their_messages_past_the_head_are_read_once_per_r
     second = sorted(r for c, r in pairs if "Cube state 1." in c)
     assert second == ["Move B.<|im_end|>", "Move D.<|im_end|>", "Move L.<|im_end|>"]
     assert all(c.count("<|im_start|>user\n") == 2 and "Move U." in c for c, _ in pairs if "Cube state 1." in c)
+
+
+# ------------------------------------------------------------------------------------------------ AgentBench
+def test_an_agent_benchmark_run_log_trains_each_agent_reply_after_its_history(tmp_path: Path) -> None:
+    def run(index: int, turns: list[tuple[str, str]], status: str) -> dict[str, Any]:
+        history = [{"role": role, "content": text} for role, text in turns]
+        return {
+            "index": index,
+            "error": None,
+            "info": None,
+            "output": {"index": index, "status": status, "result": "[-1]", "history": history},
+            "time": {"timestamp": 1737138742126, "str": "2025-01-17 10:32:22"},
+        }
+
+    task = "You are an expert in using FHIR functions. Question: the last HbA1C of patient S1?"
+    runs = [
+        run(96, [("user", task), ("agent", "GET /Observation?code=A1C"), ("user", "Here is the response: {}"),
+                 ("agent", "FINISH([-1])")], "completed"),
+        run(90, [("user", task), ("agent", "POST /Observation\n{}"), ("user", "Invalid POST request"),
+                 ("agent", "FINISH([-1])")], "agent invalid action"),
+    ]  # fmt: skip
+    path = _jsonl(tmp_path / "runs.jsonl", runs)
+    turns, pairs = _run(path, tmp_path / "out")
+    assert (turns["found"], turns["trained"]) == (4, 4)  # every agent message, the invalid action's run included
+    contexts = sorted(_contexts(path), key=len)
+    assert [[r for r, _ in c] for c in contexts] == [["user", "assistant"]] * 2 + [["user", "assistant"] * 2] * 2
+    finish = sorted(c for c, r in pairs if r == "FINISH([-1])<|im_end|>")
+    assert len(finish) == 2 and "Here is the response" in finish[0] and "Invalid POST request" in finish[1]
+
+
+# ------------------------------------------------------------------------------------------------ parent links
+def test_an_orphan_costs_only_its_branch_and_the_books_count_its_replies(tmp_path: Path) -> None:
+    messages = [
+        {"id": "a", "parentId": None, "role": "user", "content": "hi"},
+        {"id": "b", "parentId": "a", "role": "assistant", "content": "hello"},
+        {"id": "c", "parentId": "b", "role": "user", "content": "more?"},
+        {"id": "d", "parentId": "c", "role": "assistant", "content": "sure"},
+        {"id": "x", "parentId": "gone", "role": "assistant", "content": "lost reply"},  # its parent was not exported
+        {"id": "y", "parentId": "x", "role": "user", "content": "q"},
+        {"id": "z", "parentId": "y", "role": "assistant", "content": "lost too"},
+    ]
+    path = _write(tmp_path / "export.json", {"conversation": {"title": "t", "messages": messages}})
+    turns, pairs = _run(path, tmp_path / "out")
+    assert (turns["trained"], turns["in_rejected_records"]) == (2, 2)  # was 0 and 0: the whole record rejected
+    assert [r for _, r in pairs] == ["hello<|im_end|>", "sure<|im_end|>"]
+    # one message per line: the lines below an orphan are records of the books too, their replies counted lost
+    lines = _jsonl(tmp_path / "lines" / "tree.jsonl", messages)
+    report = convert(ConvertConfig(inputs=(lines,), output=tmp_path / "out2"))
+    assert report["records"]["read"] == 7 and report["records"]["rejected_by_reason"] == {"orphan_message": 3}
+    assert (report["turns"]["trained"], report["turns"]["in_rejected_records"]) == (2, 2)  # were 2 and 1: z lost
+
+
+def test_links_that_only_pair_replies_with_prompts_are_refused_not_read_as_one_prompt_chats(tmp_path: Path) -> None:
+    def chat(i: str, role: str, text: str, topic: str, parent: str | None = None) -> dict[str, Any]:
+        out = {"content": text, "createAt": 1698754460196 + len(i), "id": i, "meta": {}, "role": role}
+        return out | {"topicId": topic} | ({"parentId": parent} if parent else {})
+
+    chats = [
+        chat("u1", "user", "How do I start postgres in Docker?", "T1"),
+        chat("a1", "assistant", "docker run postgres", "T1", "u1"),
+        chat("u2", "user", "And keep its data in /www/db?", "T1"),  # sent after u1 and a1, which no link says
+        chat("a2", "assistant", "Add -v /www/db:/var/lib/postgresql/data", "T1", "u2"),
+    ]
+    session = {"chats": {c["id"]: c for c in chats}, "config": {"systemRole": "You are a Postgres expert."}}
+    path = _write(tmp_path / "lobechat.json", {"exportType": "sessions", "state": {"sessions": {"s1": session}}})
+    forced = ConvertConfig(inputs=(path,), output=tmp_path / "out", input_format="structural", allow_empty=True)
+    report = convert(forced)
+    # never a2 trained after u2 alone: the history it was sent (u1, a1) is not in the links
+    assert report["turns"]["trained"] == 0 and report["records"]["rejected_by_reason"] == {"ambiguous_structure": 1}

@@ -5,7 +5,12 @@ prompt, a UI's swipes).
 
 Invariants:
 - A tree is one record of the books, whatever its number of roots (one graph per root, the first counting it).
-- A message whose parent is not in the conversation is rejected (``orphan_message``): its context is unknown.
+- A message whose parent is not in the conversation is rejected (``orphan_message``) with the branch below it: their
+  context is unknown. The books count every reply of that branch; the branches rooted in the conversation are read
+  as usual (a conversation with no such root is the reject).
+- Links that only pair each reply with its prompt (several roots, no message but replies naming a parent) say
+  nothing of the conversation's order: the record is refused (``ambiguous_structure``), never read as separate
+  one-prompt conversations that drop the history each reply was sent.
 - A message that cannot be read is a gap on its branch (the tree's root excepted: nothing before it, the tree's
   reject): the messages above it and the branches beside it are read as usual, the replies below it kept as context
   the log does not hold, never trained, and the books say so.
@@ -129,6 +134,7 @@ def _linked_tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEv
     need_list(messages, f"{found.path}.{m.columns['messages']}")
     known = {str(v.get(id_key)) for v in messages if isinstance(v, dict)}
     children: dict[str | None, Lines] = {}
+    orphans: list[tuple[str, str, ValidationError]] = []  # (where, the orphan's id, why)
     for i, value in enumerate(messages):
         where = f"{found.path}.{m.columns['messages']}[{i}]"
         if not isinstance(value, dict) or id_key not in value:
@@ -136,12 +142,55 @@ def _linked_tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEv
         parent = value.get(parent_key)
         parent = None if parent is None or str(parent) in _NO_PARENT else str(parent)
         if parent is not None and parent not in known:
-            raise ValidationError(
+            error = ValidationError(
                 f"{where}: its parent {parent!r} is not in the conversation: the context it was written in is unknown",
                 code="orphan_message",
             )
+            orphans.append((where, str(value[id_key]), error))
+            continue
         children.setdefault(parent, []).append((SourceRef(ref.file, f"{ref.record} {where}"), value))
-    return _tree_roots(path, ref, found, children, id_key)
+    if not children.get(None):
+        if orphans:
+            raise orphans[0][2]
+        return _tree_roots(path, ref, found, children, id_key)
+    _check_links_order_the_thread(children, found.path)
+    events = _tree_roots(path, ref, found, children, id_key)
+    for where, orphan_id, error in orphans:  # each orphan's branch: its replies in the books, none trained
+        below = _subtree(orphan_id, children, id_key)
+        turns = sum(1 for _, v in below if assistant_like(v)) + int(assistant_like(_by_id(messages, id_key, orphan_id)))
+        note = f"; its branch ({len(below) + 1} messages, {turns} replies) is not trained"
+        located = ValidationError(error.message + note, where=f"{ref} {where}", code=error.code)
+        events.append(ReadReject(ref, located, "", count=0, turns=turns))
+    return events
+
+
+def _by_id(messages: list[Any], id_key: str, node_id: str) -> Any:
+    return next(v for v in messages if isinstance(v, dict) and str(v.get(id_key)) == node_id)
+
+
+def _subtree(node_id: str, children: dict[str | None, Lines], id_key: str) -> Lines:
+    """The messages below ``node_id`` (not itself), at any depth."""
+    out: Lines = []
+    stack = [node_id]
+    while stack:
+        kids = children.pop(stack.pop(), [])
+        out.extend(kids)
+        stack.extend(str(v[id_key]) for _, v in kids)
+    return out
+
+
+def _check_links_order_the_thread(children: dict[str | None, Lines], at: str) -> None:
+    """Refuse links that only pair replies with their prompts (see the module docstring): several roots, and every
+    message that names a parent a reply."""
+    roots = children.get(None, [])
+    linked = [v for parent, lines in children.items() if parent is not None for _, v in lines]
+    if len(roots) > 1 and linked and all(assistant_like(v) for v in linked):
+        raise ValidationError(
+            f"{at}: {len(roots)} messages name no parent and only replies name one: the links pair each reply with its "
+            "prompt, not the messages with the ones before them, so what each reply was sent is not in them",
+            code="ambiguous_structure",
+            hint="map the messages as one list in their order (--map, without id / parent columns)",
+        )
 
 
 def _writer_marker(value: Any) -> str | None:
@@ -181,17 +230,23 @@ def message_lines(path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> I
         return
     known = {str(v[keys[0]]) for _, v in lines}
     children: dict[str | None, Lines] = {}
+    orphans: Lines = []
     for ref, v in lines:
         parent = v.get(keys[1])
         parent_key = str(parent) if parent is not None else None
         if parent_key is not None and parent_key not in known:
-            err = ValidationError(
-                f"its parent {parent_key!r} is not in the file: the context it was written in is unknown",
-                code="orphan_message",
-            )
-            yield ReadReject(ref, err.located(str(ref)), excerpt(v), turns=message_like_count(v)[1])
+            orphans.append((ref, v))
             continue
         children.setdefault(parent_key, []).append((ref, v))
+    for ref, v in orphans:  # the orphan and the lines below it: records of the books, their replies lost
+        below = _subtree(str(v[keys[0]]), children, keys[0])
+        turns = sum(message_like_count(b)[1] for _, b in [(ref, v), *below])
+        err = ValidationError(
+            f"its parent {str(v[keys[1]])!r} is not in the file: the context it was written in is unknown"
+            + (f"; the {len(below)} lines below it are not trained either" if below else ""),
+            code="orphan_message",
+        )
+        yield ReadReject(ref, err.located(str(ref)), excerpt(v), count=1 + len(below), turns=turns)
     for root_ref, root in children.get(None, []):
         size = _subtree_size(str(root[keys[0]]), children, keys[0])
         yield RecordTask(
