@@ -248,3 +248,43 @@ def test_the_nemo_gym_reader_keeps_replies_after_unlogged_outputs_as_context_and
     ]
     samples, stats, rejects = convert_file(_jsonl(tmp_path / "anyswe.jsonl", [_rollout(anyswe)]), SETTINGS)
     assert samples == [] and stats.turns_lost == 2 and json.loads(rejects[0])["reason"] == "no_prompt"
+
+
+def test_a_rollout_line_longer_than_detections_head_is_still_the_nemo_gym_reader_s(tmp_path: Path) -> None:
+    """A real GDPval rollout line is 150 KB: its keys are in the head, its end is not. Before: no whole object in the
+    head, so the NeMo Gym reader declined it and the file fell to the structural reader."""
+    output = [
+        _item_text("system", "You are an AI agent. " + "Rules. " * 12_000),
+        _item_text("user", "Complete the assignment."),
+        _item_text("assistant", "<think>Look first.</think>"),
+        _call("call-1", "ls -la"),
+    ]
+    path = _jsonl(tmp_path / "example_rollouts.jsonl", [_rollout(output)])
+    assert path.stat().st_size > 80_000 and detect_format(path).name == "nemo_gym"
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained) == (1, 1)
+
+
+def test_a_responses_request_beside_its_response_is_one_call_wherever_the_record_keeps_it(tmp_path: Path) -> None:
+    """The structural reader reads ``responses_create_params.input`` (and a logged ``request.input``) with the
+    ``response.output`` beside it as one call: the instructions, the input items, then the output's replies, calls
+    and results (NeMo Gym's ASR rollout, whose 88 KB lines its reader's detection cannot see whole). Hand count: 2
+    replies. Before: the output alone, its first reply trained after no context."""
+    record = _rollout(
+        [
+            _item_text("assistant", "Reading."),
+            _call("c1", "cat a.py"),
+            {"type": "function_call_output", "call_id": "c1", "output": "a"},
+            _item_text("assistant", "Fine."),
+        ]
+    )
+    record["responses_create_params"] |= {"instructions": "Be brief.", "input": [_item_text("user", "Check a.py.")]}
+    (graph,), rejects = _graphs(_jsonl(tmp_path / "rollouts.jsonl", [record]), "structural")
+    assert not rejects
+    first, second = _replies(graph)
+    assert first[0] == second[0] == "sampled"
+    assert first[1] == [("system", "Be brief."), ("user", "Check a.py.")] and first[3] == ['{"cmd": "cat a.py"}']
+    assert second[1][-1] == ("tool", "a") and second[2] == "Fine."
+    logged = {"request": record["responses_create_params"], "response": record["response"], "latency_ms": 812}
+    (graph,), _ = _graphs(_jsonl(tmp_path / "calls.jsonl", [logged]), "structural")
+    assert [r[2] for r in _replies(graph)] == ["Reading.", "Fine."]

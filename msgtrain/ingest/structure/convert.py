@@ -89,7 +89,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
             branches = _text_branches(builder, completion, f"{at}.{m.columns['completion']}", meta)
         else:
             completion = completion[0] if text_samples(completion) else completion
-            _add_replies(builder, completion, f"{at}.{m.columns['completion']}", meta)
+            gap = _add_replies(builder, completion, f"{at}.{m.columns['completion']}", meta)
         if not branches and not any(s.message.role == "assistant" for s in builder.steps[start:]):
             raise ValidationError(
                 f"the completion at {at}.{m.columns['completion']} holds no assistant message",
@@ -221,7 +221,11 @@ def _logged_reply_text(value: Any, rendered: RenderedPrompt | None) -> Any:
     return value
 
 
-def _add_replies(builder: StepBuilder, value: Any, where: str, metadata: dict[str, Any] | None) -> None:
+def _add_replies(builder: StepBuilder, value: Any, where: str, metadata: dict[str, Any] | None) -> Gap | None:
+    """The replies of a completion; a list of several (an agent's output: replies, calls, their results) cut at
+    its first message that cannot be read (a :class:`Gap`), as a conversation is."""
+    if isinstance(value, list) and len(value) > 1 and not metadata:
+        return builder.add_until_gap(value, where)
     if isinstance(value, str):
         value = {"role": "assistant", "content": value}
     elif isinstance(value, dict) and (choices := choice_messages(value)) is not None:
@@ -236,6 +240,7 @@ def _add_replies(builder: StepBuilder, value: Any, where: str, metadata: dict[st
     items = value if isinstance(value, list) else [value]
     for i, item in enumerate(items):
         builder.add(item, f"{where}[{i}]" if isinstance(value, list) else where, metadata=metadata)
+    return None
 
 
 def _label(m: Mapping, holder: dict[str, Any], at: str) -> bool | None:

@@ -101,6 +101,10 @@ _REQUEST_RESULT_PAIRS = (
     # event_logs (model_request / model_response) and its callbacks' and traces' llm_request / llm_response
     ("model_request.contents", "model_response"),
     ("llm_request.contents", "llm_response"),
+    # OpenAI Responses requests beside their response (its output items): logged calls, and NeMo Gym rollouts whose
+    # lines are too long for its reader's detection (responses_create_params: the agent's first request)
+    ("request.input", "response.output"),
+    ("responses_create_params.input", "response.output"),
 )
 # Where a logged request keeps its system prompt beside its messages, relative to the request (google-genai's
 # GenerateContentConfig: a string, or a Content of text parts).
@@ -111,6 +115,7 @@ _REQUEST_SYSTEM_KEYS = (
     "config.systemInstruction.parts",
     "system_instruction",
     "systemInstruction",
+    "instructions",  # an OpenAI Responses request's
 )
 # A judge's pass / fail of a reply, nested in its record (promptfoo's gradingResult): a label like KTO's.
 _NESTED_LABEL_KEYS = ("gradingResult.pass",)

@@ -48,6 +48,7 @@ from msgtrain.ingest.formats import (
     SourceRef,
     excerpt,
     head_objects,
+    head_shape,
     quoted,
 )
 from msgtrain.ingest.formats.api.openai_responses import RESULT_ITEMS, ResponsesConverter
@@ -72,7 +73,10 @@ class NemoGymReader:
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path
-        return any(_is_rollout(o) for o in head_objects(head))
+        if any(_is_rollout(o) for o in head_objects(head)):
+            return True
+        # a rollout line longer than the head (a long trajectory): its keys, from the tolerant probe
+        return head_shape(head).has(".responses_create_params", ".response.output")
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         for rec in iter_raw_records(path):
