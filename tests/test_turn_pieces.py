@@ -109,6 +109,15 @@ def test_open_interpreter_text_and_code_of_one_reply_are_one_call_with_its_resul
     assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (4, 4, 0)
 
 
+def test_an_open_interpreter_conversation_is_flagged_for_the_system_message_and_tool_it_never_saves(
+    tmp_path: Path,
+) -> None:
+    """Open Interpreter sends its system message and the ``execute`` schema with every call and saves neither: the
+    samples are ``context_incomplete`` for both. Before: only the tools were flagged."""
+    (graph,), _ = _graphs(_write(tmp_path / "conversation.json", _open_interpreter()))
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
+
+
 # ------------------------------------------------------------------------------------------------ Responses items
 
 

@@ -128,6 +128,20 @@ def piece_message(obj: dict[str, Any]) -> dict[str, Any] | None:
     return obj  # a message as it is; a computer's message, a console entry of another format: an unknown role, a gap
 
 
+LMC_UNLOGGED = "Open Interpreter saves its messages, not the system message and execute tool it sends with them"
+
+
+def unlogged_context(messages: Any) -> str | None:
+    """Why a list of pieces lacks what its model was sent, or None: Open Interpreter's saved conversation never
+    holds its system message (``interpreter.system_message``, sent first with every call) nor the ``execute`` tool's
+    schema."""
+    if isinstance(messages, list) and any(
+        isinstance(m, dict) and _lmc_message(m) and m["type"] != "message" for m in messages
+    ):
+        return LMC_UNLOGGED
+    return None
+
+
 def _output_text(output: Any) -> Any:
     """A call output as the text sent: a list of text parts joined, anything else as logged."""
     if isinstance(output, list) and output and all(isinstance(p, dict) and "text" in p for p in output):

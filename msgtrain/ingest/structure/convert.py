@@ -33,6 +33,7 @@ from msgtrain.ingest.common.message_like import is_message_list, message_like_co
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
 from msgtrain.ingest.common.tool_schemas import openai_tools
+from msgtrain.ingest.common.turn_pieces import unlogged_context
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, SourceRef
 from msgtrain.ingest.structure.context import (
     base_system_at,
@@ -131,6 +132,9 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     if m.layout == "messages":
         mark_ui_export(graph, m.field_of(holder, "messages"))
+        unlogged = unlogged_context(m.field_of(holder, "messages"))
+        if unlogged is not None and not any(s.message.role == "system" for s in steps):
+            mark_context_incomplete(graph, ["system_prompt", "tools"], unlogged)
     if found.unlogged_system and not any(s.message.role == "system" for s in steps):
         mark_context_incomplete(graph, ["system_prompt"], "the record does not save its agent's system message")
     elif base_system_at(found, m, holder, at) and not any(s.message.role == "system" for s in steps):
