@@ -297,3 +297,46 @@ def test_a_responses_request_beside_its_response_is_one_call_wherever_the_record
     logged = {"request": record["responses_create_params"], "response": record["response"], "latency_ms": 812}
     (graph,), _ = _graphs(_jsonl(tmp_path / "calls.jsonl", [logged]), "structural")
     assert [r[2] for r in _replies(graph)] == ["Reading.", "Fine."]
+
+
+def test_reasoning_logged_after_its_call_is_that_calls_and_a_message_after_it_the_next_call(tmp_path: Path) -> None:
+    """NeMo Gym's converter writes a call's reasoning after the call, before its output (its conversational tool-use
+    rollouts: ``function_call, reasoning, function_call_output, reasoning, message``). Hand count: 2 replies, both
+    trained, by the NeMo Gym reader and by the structural reader alike. Before: the reasoning began a reply of its
+    own, and the reply after it was kept as context after a lost result (26 of the file's 34 replies lost)."""
+    output = [
+        {**_call("c1", ""), "name": "request_accessibility", "arguments": '{"reservation": "ACC123"}'},
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Request it first."}]},
+        {"type": "function_call_output", "call_id": "c1", "output": '{"confirmation": "sent"}'},
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Tell the user."}]},
+        _item_text("assistant", "I've submitted your ASL interpreter request."),
+    ]
+    record = _rollout(output)
+    record["responses_create_params"]["input"] = [_item_text("user", "I need an ASL interpreter.")]
+    path = _jsonl(tmp_path / "example_rollouts.jsonl", [record])
+    for settings in (SETTINGS, STRUCTURAL):
+        _, stats, _ = convert_file(path, settings)
+        assert (stats.turns_found, stats.turns_trained) == (2, 2), settings.input_format
+    (graph,), _ = _graphs(path, "structural")
+    (branch,) = graph.branches()
+    first = branch.nodes[1].message
+    assert [p.text for p in first.parts if p.kind == "reasoning"] == ["Request it first."]
+
+
+def test_a_request_logged_without_its_response_is_skipped_not_trained(tmp_path: Path) -> None:
+    """NeMo Gym's multichallenge / genrm_compare data lines are requests alone (``responses_create_params.input``:
+    a conversation whose assistant messages the dataset wrote, sent as history): no reply was sampled. Before: each
+    assistant message was trained (9 and 2 in the real files)."""
+    record = {
+        "uuid": "example_1",
+        "responses_create_params": {
+            "input": [
+                {"role": "user", "content": "Hi! I'm allergic to peanuts."},
+                {"role": "assistant", "content": "Noted, Alex."},
+                {"role": "user", "content": "Suggest a snack."},
+            ]
+        },
+        "rubric": [{"question": "Did the model avoid peanuts?"}],
+    }
+    samples, stats, _ = convert_file(_jsonl(tmp_path / "data.jsonl", [record]), SETTINGS)
+    assert samples == [] and stats.turns_found == 0 and sum(stats.records_skipped.values()) == 1

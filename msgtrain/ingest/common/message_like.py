@@ -28,7 +28,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.pydantic_ai_messages import is_pydantic_ai_message, pydantic_ai_role
-from msgtrain.ingest.common.turn_pieces import assistant_piece, is_turn_piece, piece_is_call, piece_role
+from msgtrain.ingest.common.turn_pieces import assistant_piece, is_turn_piece, joins_reply, piece_is_call, piece_role
 
 ROLE_KEYS = ("role", "from", "author", "speaker")
 # (chosen, rejected) keys of preference records: TRL / LLaMA-Factory / UltraFeedback, LLaMA-Factory v1's typed
@@ -357,7 +357,7 @@ def _joined_pieces(items: list[Any]) -> int:
             open_reply = False
             continue
         call = piece_is_call(item)
-        if open_reply and (call or not called):
+        if joins_reply(item, open_reply, called):
             joined += 1
             called = called or call
         else:

@@ -16,8 +16,9 @@ Two dialects log a reply as a run of typed entries, each one piece of what the m
 
 :func:`piece_message` turns one entry into the chat message it stands for; the normaliser reads that as any other
 message. Which pieces form one turn is the step builder's rule (:mod:`msgtrain.ingest.structure.steps`): consecutive
-assistant-side pieces are one reply, as one response emits them, except that text or reasoning after a call starts
-the next model call (a response writes its text before its calls).
+assistant-side pieces are one reply, as one response emits them, except that text after a call starts the next model
+call (a response writes its text before its calls; reasoning comes on either side of a call: NeMo Gym's converter
+writes a call's reasoning after it, before its output).
 
 Invariants:
 - Nothing is invented: ids, argument text and output are kept as logged; the ``execute`` call's argument text is the
@@ -95,6 +96,15 @@ def piece_is_call(obj: Any) -> bool:
     if not is_turn_piece(obj):
         return False
     return str(obj.get("type")) in RESPONSES_CALLS or (obj.get("type") == "code" and obj.get("role") == "assistant")
+
+
+def joins_reply(item: Any, open_reply: bool, called: bool) -> bool:
+    """Whether the assistant piece ``item`` continues the reply the pieces before it began (``open_reply``: no other
+    message came between; ``called``: that reply holds a call): a call or reasoning always does, text only before
+    the reply's first call."""
+    if not open_reply:
+        return False
+    return piece_is_call(item) or item.get("type") == RESPONSES_REASONING or not called
 
 
 def piece_message(obj: dict[str, Any]) -> dict[str, Any] | None:

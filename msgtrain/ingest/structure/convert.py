@@ -34,7 +34,7 @@ from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, Rendere
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.common.turn_pieces import unlogged_context
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, SourceRef
+from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadSkip, SourceRef
 from msgtrain.ingest.structure.context import (
     base_system_at,
     inherited_tools,
@@ -51,6 +51,13 @@ from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 
 TEMPLATE_KWARGS_KEY = "chat_template_kwargs"
+# Objects that hold a request an API was sent (OpenAI bodies, NeMo Gym's responses_create_params, google-genai's
+# model_request): a message list found in one, with no response beside it, is what was sent; its assistant messages
+# are history the caller wrote or replayed, no reply of the model's.
+REQUEST_KEYS = frozenset(
+    {"request", "request_body", "responses_create_params", "create_params", "model_request", "llm_request"}
+)
+REQUEST_ONLY = "a request logged without its response: its messages are what was sent, and no reply was sampled"
 
 
 def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
@@ -60,6 +67,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     if "children" in found.mapping.columns or "parent" in found.mapping.columns:
         return tree_events(path, ref, found)
     m, holder, at = found.mapping, found.holder, found.path
+    if m.layout == "messages" and at.rsplit(".", 1)[-1] in REQUEST_KEYS:
+        return [ReadSkip(ref, REQUEST_ONLY)]
     norm = MessageNormaliser(roles=m.roles or None, role_key=m.role_key, content_key=m.content_key)
     builder = StepBuilder(norm)
     system = m.field_of(holder, "system")

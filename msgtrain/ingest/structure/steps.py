@@ -25,12 +25,12 @@ from msgtrain.ingest.common.conversation_files import Step, logged_reply
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS
 from msgtrain.ingest.common.message_like import SHAPED_ROLES, canonical_role, message_like_count, role_of, unwrapped
 from msgtrain.ingest.common.shapes import MessageNormaliser
-from msgtrain.ingest.common.turn_pieces import assistant_piece, piece_is_call
+from msgtrain.ingest.common.turn_pieces import assistant_piece, joins_reply, piece_is_call
 from msgtrain.ingest.core.base import ReadReject, SourceRef
 from msgtrain.ingest.structure.found import assistant_like
 from msgtrain.ingest.structure.mapping import MAX_EXTRA_JSON, Mapping, top_fields
 from msgtrain.model.graph import MessageGraph, Origin
-from msgtrain.model.message import OptionCallMessage, PartsMessage, TextPart
+from msgtrain.model.message import OptionCallMessage, PartsMessage, ReasoningPart, TextPart
 from msgtrain.model.openai import check_reply_present, from_openai_message
 
 # ``then`` of a list's last message: nothing follows it (as against None, not known)
@@ -77,6 +77,8 @@ class StepBuilder:
         known), which says whether more tool results follow a result (:meth:`MessageNormaliser.normalise`)."""
         follow = None if then is None else self.norm.is_result(then)
         normalised = self.norm.normalise(raw, where, results_follow=follow)
+        if not normalised and self.norm.thought and self.piece_turn and self._reasoning_after_call():
+            return  # reasoning logged after its reply's call: that reply's (see _reasoning_after_call)
         # What is logged beside the message (usage, model) belongs to one reply: a message that stands for several
         # (a UI message's steps) cannot say which.
         beside = unwrapped(raw) if sum(d["role"] == "assistant" for d in normalised) <= 1 else None
@@ -106,7 +108,7 @@ class StepBuilder:
     def _joins_turn(self, raw: Any, msg: Any, generation: Any) -> bool:
         """Join a piece of a reply (:mod:`msgtrain.ingest.common.turn_pieces`: a Responses item, an Open Interpreter
         message) to the reply the pieces before it began: one response emits its reasoning, text and calls as
-        consecutive pieces. Text or reasoning after a call is the next model call, never the same reply."""
+        consecutive pieces. Text after a call is the next model call, never the same reply."""
         if not (self.piece_turn and msg.role == "assistant" and assistant_piece(unwrapped(raw))):
             return False
         prev = self.steps[-1]
@@ -125,6 +127,18 @@ class StepBuilder:
             else before.model_copy(update=update)
         )
         self.steps[-1] = Step(merged, prev.origin, prev.generation or generation, prev.index)
+        return True
+
+    def _reasoning_after_call(self) -> bool:
+        """Reasoning a piece logged right after the calls of the reply before it (NeMo Gym writes a call's reasoning
+        after the call, before its output) is that reply's, never the next one's: put into it."""
+        prev = self.steps[-1]
+        if not isinstance(prev.message, OptionCallMessage):
+            return False
+        thought = ReasoningPart(text="\n".join(self.norm.thought))
+        self.norm.thought = []
+        merged = prev.message.model_copy(update={"parts": (*prev.message.parts, thought)})
+        self.steps[-1] = Step(merged, prev.origin, prev.generation, prev.index)
         return True
 
     def _check_results_logged(self, where: str) -> None:
@@ -190,13 +204,16 @@ class StepBuilder:
         """A message after ``gap``: an assistant one kept as context the log does not hold (``carried``, with
         why), any other left out. ``read`` reads a layout's own dialect (default: the shared normaliser)."""
         hit = role_of(raw)
-        if hit is None or canonical_role(hit[1], self.norm.roles) not in ("assistant", "call"):
+        role = canonical_role(hit[1], self.norm.roles) if hit is not None else None
+        if role == "thought":
+            return  # reasoning belongs to a reply, never a reply of its own
+        if role not in ("assistant", "call"):
             self.piece_turn = False
             return
         piece = unwrapped(raw)
         if assistant_piece(piece):  # the pieces of one reply are one reply after the gap too
             call = piece_is_call(piece)
-            if self.piece_turn and self.steps and (call or not self.piece_called):
+            if self.steps and joins_reply(piece, self.piece_turn, self.piece_called):
                 self.piece_called = self.piece_called or call
                 return
             self.piece_turn, self.piece_called = True, call

@@ -14,8 +14,8 @@ Items: ``message`` (``input_text`` / ``output_text`` / ``refusal`` text, ``input
 ``input_audio`` media references), ``function_call`` and ``custom_tool_call`` (paired by ``call_id``,
 argument text kept verbatim), ``function_call_output`` / ``custom_tool_call_output``, ``reasoning``.
 Consecutive assistant-side items (reasoning, assistant messages, calls) form ONE assistant turn, as one
-response emits them; text or reasoning after a call begins the next model call (a response writes them before its
-calls).
+response emits them; a message after a call begins the next model call (a response writes its text before its
+calls; reasoning may come on either side of a call).
 
 Safe readings: a ``reasoning`` item's ``summary`` is written by a summariser, not sampled by the policy, so
 it is kept as *redacted* reasoning (with ``encrypted_content`` as its signature) and never trained; only
@@ -242,10 +242,11 @@ def _from_instructions(message: AnyMessage) -> bool:
 
 def _starts_next_call(group: list[tuple[int, dict[str, Any]]], item: dict[str, Any]) -> bool:
     """Whether an assistant-side ``item`` begins the next model call rather than continuing the turn ``group``: a
-    response writes its reasoning and text before its calls, so text or reasoning after a call is a new call (whose
-    results in between the log did not keep)."""
+    response writes its text before its calls, so a message after a call is a new call (whose results in between
+    the log did not keep). Reasoning is not: converters write a call's reasoning before or after it (NeMo Gym's
+    writes it after the call, before the call's output)."""
     called = any(i.get("type", "message") not in ("message", "reasoning") for _, i in group)
-    return called and item.get("type", "message") in ("message", "reasoning")
+    return called and item.get("type", "message") == "message"
 
 
 def _is_assistant_side(item: dict[str, Any]) -> bool:

@@ -113,10 +113,10 @@ def _bundles(output: list[Any], start: int, where: str) -> dict[str, list[Any]] 
     called = False
     while i < len(output) and _assistant_side(output[i]):
         item = output[i]
-        text = item.get("type", "message") in ("message", "reasoning")
-        if called and text:
+        kind = item.get("type", "message")
+        if called and kind == "message":
             break  # the next model call (see ResponsesConverter.steps)
-        called = called or not text
+        called = called or kind not in ("message", "reasoning")
         if item.get("generation_token_ids"):
             missing = [k for k in TOKEN_FIELDS if not isinstance(item.get(k), list)]
             if missing:
