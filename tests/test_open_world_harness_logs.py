@@ -14,6 +14,10 @@ Provenance of the shapes (repository, path, commit of the real file counted by h
   ~450 KB a line, then ``messages``; roles ``system`` / ``environment`` / ``agent``; each step's group re-sends the
   steps before it: 48 agent messages, 18 distinct (context, reply) pairs): unrecognised before, 18 trained and 30
   duplicates after.
+- Atropos rollout groups written as text: NousResearch/atropos ``environments/cybersec_env_outputs/objreward.jsonl``
+  @ dd1b1fe3e3c7d29ac6071c3da1e467f7853cea43 (2 groups of 8 rollouts, each ``messages[i]`` the whole conversation
+  its Llama 3 template rendered, system + user + the sampled reply closed by ``<|eot_id|>``: 16 replies, unrecognised
+  before, 16 trained after, each after the prompt its text holds).
 - AgentBench run logs: THUDM/AgentBench ``outputs/Jan17v1/gpt-4o-mini/medagentbench-std/runs.jsonl`` (and the
   gemini-2.0, llama-3.3 runs beside it) @ 45ae4f9e334a901c8cc427a0809a3dbd19adbc94 (``{index, error, info, output:
   {status, result, history: [{role: user | agent, content}]}, time}``; 210, 86 and 209 agent replies: all trained
@@ -40,6 +44,7 @@ from msgtrain.ingest.detect import detect_format
 from msgtrain.linearize.loading import load_tokenizer
 from msgtrain.run.config import ConvertConfig
 from msgtrain.run.pipeline import convert
+from msgtrain.tools.explain_cmd import explain_file
 
 
 def _write(path: Path, value: Any) -> Path:
@@ -316,3 +321,41 @@ def test_links_that_only_pair_replies_with_prompts_are_refused_not_read_as_one_p
     report = convert(forced)
     # never a2 trained after u2 alone: the history it was sent (u1, a1) is not in the links
     assert report["turns"]["trained"] == 0 and report["records"]["rejected_by_reason"] == {"ambiguous_structure": 1}
+
+
+# ------------------------------------------------------------------------------------------------ rendered rollouts
+def _llama3(system: str, user: str, reply: str) -> str:
+    head = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+    return (
+        f"{head}{system}<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>"
+        f"<|start_header_id|>assistant<|end_header_id|>\n\n{reply}<|eot_id|>"
+    )
+
+
+def test_rl_rollouts_logged_as_rendered_conversations_train_each_reply_after_its_own_prompt(tmp_path: Path) -> None:
+    system = "You are a detection engineer. Think in <think></think>, then answer in \\boxed{}."
+    replies = ["<think>a</think>\\boxed{rule A}", "<think>b</think>\\boxed{rule B}", "<think>a</think>\\boxed{rule A}"]
+    groups = [
+        {"tokens": [[1, 2, 3]] * 3, "masks": [[-100, 2, 3]] * 3, "scores": [0.5, 0.2, 0.5], "ref_logprobs": None,
+         "messages": [_llama3(system, "Detect a DLL load.", r) for r in replies]},
+        {"tokens": [[1, 2]] * 2, "masks": [[-100, 2]] * 2, "scores": [0.1, 0.0], "ref_logprobs": None,
+         "messages": [_llama3(system, "Detect a new service.", r) for r in ("\\boxed{S}", "<think>c</think>")]},
+    ]  # fmt: skip
+    path = _jsonl(tmp_path / "objreward.jsonl", groups)
+    assert detect_format(path).name == "structural"
+    turns, pairs = _run(path, tmp_path / "out")
+    # five rollouts, one reply each; the group's two identical samples are one (context, reply) pair
+    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (5, 4, {DUPLICATE: 1})
+    contexts = _contexts(path)
+    assert all([r for r, _ in c] == ["system", "user", "assistant"] and c[0][1] == system for c in contexts)
+    assert [c[2][1] for c in contexts] == [*replies, "\\boxed{S}", "<think>c</think>"]  # no end token, no header
+    assert all(c.count("<|im_start|>system") == 1 for c, _ in pairs)  # the text's system prompt, once
+    explained = explain_file(path)
+    assert explained.conversations == {"rendered conversation": 5} and not explained.mapping_yaml  # no --map reads it
+
+
+def test_a_list_of_texts_not_all_whole_rendered_conversations_is_not_read_as_rollouts(tmp_path: Path) -> None:
+    cut = _llama3("S", "U", "R").removesuffix("<|eot_id|>")  # a reply cut before its end token: its end unknown
+    path = _jsonl(tmp_path / "rollouts.jsonl", [{"messages": [_llama3("S", "U", "R"), cut], "scores": [1, 0]}])
+    report = convert(ConvertConfig(inputs=(path,), output=tmp_path / "out", allow_empty=True))
+    assert report["turns"]["trained"] == 0 and report["records"]["rejected_by_reason"] == {"unknown_format": 1}

@@ -103,6 +103,10 @@ def _structural(path: Path, exp: Explanation) -> None:
             if isinstance(item, Ambiguity):
                 exp.problems.append(f"{ref} {item.path}: {item.message}")
                 continue
+            if item.rendered:  # whole conversations a chat template rendered, each cut in two: no --map form
+                exp.conversations["rendered conversation"] += 1
+                exp.places[_shape_of(item.path)] += 1
+                continue
             if item.node_map:  # a message tree keyed by node id (ChatGPT's mapping): no --map form reads it
                 exp.conversations["node map (message tree)"] += 1
                 exp.places[_shape_of(item.path) + "." + item.mapping.columns["messages"]] += 1

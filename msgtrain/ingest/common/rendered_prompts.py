@@ -299,3 +299,40 @@ def parse_rendered_prompt(text: Any) -> RenderedPrompt | None:
         messages = [{"role": r, "content": c} for r, (_, c) in zip(roles, turns[:-1], strict=True)]
         return RenderedPrompt(family.name, messages, text, family.controls, family.ends)
     return None
+
+
+# What opens the assistant's turn (the generation prompt) in the families whose control tokens also close a reply: a
+# whole conversation they rendered, its last reply included, is that prompt and that reply (see
+# :func:`split_rendered_conversation`).
+_OPENINGS = {
+    "chatml": "<|im_start|>assistant\n",
+    "llama3": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "gemma": "<start_of_turn>model\n",
+    "phi3": "<|assistant|>\n",
+    "deepseek": _DS_ASSISTANT,
+}
+
+
+def split_rendered_conversation(text: Any) -> tuple[RenderedPrompt, str] | None:
+    """A whole conversation a chat template rendered, its last reply included and closed by the family's end token
+    (RL tools log rollouts so: Atropos's ``messages``), as the rendered prompt the reply was sampled after and the
+    reply as logged (its end token kept: :meth:`RenderedPrompt.reply_text` takes it off). None unless unambiguous: the
+    text ends with an end token of a family with control tokens, what comes before the last assistant opening is a
+    rendered prompt of that family (:func:`parse_rendered_prompt`), and the reply holds none of its control text."""
+    if not isinstance(text, str):
+        return None
+    for family in FAMILIES:
+        opening = _OPENINGS.get(family.name)
+        end = next((e for e in family.ends if text.endswith(e)), None)
+        if opening is None or end is None or family.marker not in text:
+            continue
+        cut = text.rfind(opening) + len(opening)
+        if cut < len(opening):
+            continue
+        reply = text[cut:]
+        if any(c in reply[: -len(end)] for c in (*family.controls, *family.ends)):
+            continue
+        rendered = parse_rendered_prompt(text[:cut])
+        if rendered is not None and rendered.family == family.name:
+            return rendered, reply
+    return None

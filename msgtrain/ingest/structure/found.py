@@ -44,6 +44,8 @@ class Found:
     unlogged_system: bool = False  # the log format never saves the system message its agent was sent
     # how a preference pair's two sides are judged: chosen / rejected, or a judge's tie (both good, both bad)
     marks: tuple[str | None, str | None] = ("chosen", "rejected")
+    # ``holder`` is one text a chat template rendered, cut into its prompt and its reply (no --map form reads it)
+    rendered: bool = False
 
 
 @dataclass

@@ -35,6 +35,7 @@ from msgtrain.ingest.common.message_like import (
     unwrapped,
     wrapped_messages,
 )
+from msgtrain.ingest.common.rendered_prompts import split_rendered_conversation
 from msgtrain.ingest.common.shapes import parse_transcript
 from msgtrain.ingest.core.base import SourceRef
 from msgtrain.ingest.structure.context import (
@@ -162,6 +163,10 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
             found = Found(path, {"messages": value}, Mapping("messages", {"messages": "messages"}))
             search.found.append(inheriting(found, inherited))
             return
+        transcripts = rendered_transcripts(value, path)
+        if transcripts:  # whole conversations a chat template rendered (an RL group's rollouts): each one call
+            search.found.extend(transcripts)
+            return
         wrapped = wrapped_messages(value)
         if wrapped is not None:  # each item holds its message under one key, beside its own bookkeeping
             key, messages = wrapped
@@ -189,6 +194,24 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         for key, item in value.items():
             if isinstance(item, dict | list) and key != copy:
                 _locate(item, f"{path}.{key}", depth + 1, search, here)
+
+
+def rendered_transcripts(value: list[Any], path: str) -> list[Found]:
+    """A list of texts each of which is a whole conversation a chat template rendered, its last reply closed by the
+    family's end token (Atropos keeps a group's rollouts so): one prompt / completion call per text, the reply after
+    exactly the prompt the text holds (its system prompt included: nothing around the list is added to it). Empty
+    unless every item is one (:func:`~msgtrain.ingest.common.rendered_prompts.split_rendered_conversation`)."""
+    if not value or not all(isinstance(v, str) for v in value):
+        return []
+    out = []
+    for i, text in enumerate(value):
+        split = split_rendered_conversation(text)
+        if split is None:
+            return []
+        holder = {"prompt": split[0].text, "completion": split[1]}
+        columns = {"prompt": "prompt", "completion": "completion"}
+        out.append(Found(f"{path}[{i}]", holder, Mapping("prompt_completion", columns), rendered=True))
+    return out
 
 
 def transcript_of_calls(record: dict[str, Any]) -> str | None:

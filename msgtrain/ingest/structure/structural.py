@@ -107,6 +107,7 @@ from msgtrain.ingest.core.base import (
     RecordTask,
     SourceRef,
     excerpt,
+    head_objects,
 )
 from msgtrain.ingest.structure.convert import convert_found
 from msgtrain.ingest.structure.found import Ambiguity, Found, link_keys
@@ -236,7 +237,7 @@ class StructuralReader:
             ("custom_id", "response.body"),  # Batch API results: rejected, saying where their requests are
             ("custom_id", "result.message"),
         )
-        return any(shape.has(f".{a}", f".{b}") for a, b in pairs)
+        return any(shape.has(f".{a}", f".{b}") for a, b in pairs) or _rendered_rollouts(head)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         records = file_records(path)
@@ -407,6 +408,15 @@ def _replies_in(found: Found) -> int:
 
 
 READER = StructuralReader()
+
+
+def _rendered_rollouts(head: bytes) -> bool:
+    """Whether the head's first whole records hold whole conversations a chat template rendered (an RL group's
+    rollouts, :func:`~msgtrain.ingest.structure.locate.rendered_transcripts`): texts the key paths of a head do not
+    show (they keep short values only)."""
+    if b"<|" not in head and "｜".encode() not in head and b"<start_of_turn>" not in head:
+        return False  # no family's control text: nothing to parse
+    return any(isinstance(f, Found) and f.rendered for record in head_objects(head, limit=4) for f in locate(record))
 
 
 def _session_header(value: Any) -> bool:
