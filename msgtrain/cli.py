@@ -159,8 +159,12 @@ def run() -> None:
     down at exit cost 0.45 s after all work was done (a third of a small conversion's wall time). When ``main`` has
     returned, every output is closed and published, so this runs what was registered with :mod:`atexit` (logging,
     multiprocessing, temporary directories, Ray), flushes standard output and error, and leaves with ``os._exit``.
-    Where a non-daemon thread still runs, the normal exit (which waits for it) is taken instead.
+    Where a non-daemon thread still runs, the normal exit (which waits for it) is taken instead. Before ``main``,
+    the process's allocators are tuned to give freed large buffers back (:mod:`msgtrain.run.allocators`).
     """
+    from msgtrain.run.allocators import tune_allocators
+
+    tune_allocators()
     code = main()
     import atexit
     import contextlib

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -349,3 +350,45 @@ def test_per_row_sums_hold_no_running_sum_as_long_as_the_values() -> None:
     sums, peak = _peak(lambda: arrays.per_row_sum(values, offsets))
     assert sums.tolist() == [int(values[a:b].sum()) for a, b in itertools.pairwise(offsets)]
     assert peak < 4 * arrays.SUM_BLOCK * 8, peak  # a block's running sum, not 8 bytes per value (64 MB)
+
+
+_FREED_ARRAYS = """
+import sys
+if sys.argv[1] == "tuned":
+    from msgtrain.run.allocators import tune_allocators
+    tune_allocators()
+import numpy as np
+import pyarrow as pa
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+big = np.ones(16 << 20, np.uint8)
+del big  # glibc raises its mmap threshold to a freed block's size unless it is fixed
+before, arrays, kept = rss(), [], []
+for _ in range(24):
+    arrays.append(np.ones(2 << 20, np.uint8))  # 48 MiB freed below
+    kept.append(np.ones(200_000, np.uint8))  # live between them: a heap's holes cannot be given back
+del arrays
+print(pa.default_memory_pool().backend_name, (rss() - before) >> 20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and /proc/self/statm")
+def test_a_conversion_process_returns_freed_large_arrays_and_writes_parquet_from_the_system_pool() -> None:
+    """What a huge record's stages free is given back before the next stage (the peak follows what is live, not the
+    largest heap so far): measured in a fresh process, tuned as the command line and workers tune themselves."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    runs = {
+        how: subprocess.run(
+            [sys.executable, "-c", _FREED_ARRAYS, how], capture_output=True, text=True, check=True, env=env
+        ).stdout.split()
+        for how in ("tuned", "default")
+    }
+    pool, kept = runs["tuned"]
+    assert pool == "system" and int(kept) < 16, runs  # the 4.6 MiB still live, not the 48 MiB freed
+    assert runs["default"][0] != "system" or int(runs["default"][1]) > 32, runs  # what the test tells apart

@@ -30,6 +30,7 @@ from msgtrain.errors import MsgtrainError, OutputError
 from msgtrain.export.without_pandas import skip_pandas
 from msgtrain.ingest.core.chunks import Chunk
 from msgtrain.run import parts
+from msgtrain.run.allocators import tune_allocators
 from msgtrain.run.assembly import AssemblyJob, write_dataset
 from msgtrain.run.config import ConvertConfig, ProgressHook
 from msgtrain.run.empty_result import check_reject_rate
@@ -244,6 +245,7 @@ def _worker_init(parent: int) -> None:
     ignore_sigint_in_worker()
     _die_with_parent(parent)
     parts.SETTLE_HEAP = True
+    tune_allocators()  # its Arrow pool came with the environment this process was started with
     skip_pandas()  # a worker runs msgtrain alone: pyarrow need not import pandas
 
 
