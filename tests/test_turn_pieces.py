@@ -340,3 +340,28 @@ def test_a_request_logged_without_its_response_is_skipped_not_trained(tmp_path: 
     }
     samples, stats, _ = convert_file(_jsonl(tmp_path / "data.jsonl", [record]), SETTINGS)
     assert samples == [] and stats.turns_found == 0 and sum(stats.records_skipped.values()) == 1
+
+
+def test_an_output_answering_no_call_cuts_the_rollout_there_instead_of_rejecting_it(tmp_path: Path) -> None:
+    """NVIDIA-NeMo/Gym ``responses_api_agents/harbor_agent/example/example_output.jsonl`` (@ 07d6b0d0): the terminal
+    agent's turn without a command is answered by a ``function_call_output`` whose ``call_id`` no call has. The
+    replies before it are trained, the ones after it kept as context, by the NeMo Gym reader and the structural
+    reader alike. Hand count: 3 replies, 2 trainable (the real file: 46 replies, 38 before the gaps). Before: the
+    whole rollout rejected (``unpaired_result``), every reply lost."""
+    output = [
+        _item_text("assistant", '{"analysis": "At /app.", "commands": [{"keystrokes": "ls\\n"}]}'),
+        {**_call("call_0_1", ""), "name": "terminal", "arguments": '{"keystrokes": "ls -la /app/\\n"}'},
+        {"type": "function_call_output", "call_id": "call_0_1", "output": "config.json"},
+        _item_text("assistant", '{"analysis": "Done.", "commands": [], "task_complete": true}'),
+        {"type": "function_call_output", "call_id": "call_87f635b1", "output": "Are you sure? Confirm again."},
+        _item_text("assistant", '{"analysis": "Confirmed.", "task_complete": true}'),
+    ]
+    record = _rollout(output)
+    record["responses_create_params"]["input"] = [_item_text("user", "Simulate the particles in /app.")]
+    path = _jsonl(tmp_path / "example_output.jsonl", [record])
+    for settings in (SETTINGS, STRUCTURAL):
+        _, stats, rejects = convert_file(path, settings)
+        assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (3, 2, 0), settings.input_format
+        assert stats.turns_dropped["context_unknown"] == 1 and [json.loads(r)["reason"] for r in rejects] == [
+            "unpaired_result"
+        ]

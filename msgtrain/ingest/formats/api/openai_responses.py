@@ -96,7 +96,12 @@ class ResponsesConverter:
         self.policy = policy
         self.call_names: dict[str, str] = {}
 
-    def steps(self, items: Any, *, where: str = "input") -> list[Step]:
+    def steps(self, items: Any, *, where: str = "input", cut: bool = False) -> list[Step]:
+        """The items as steps, each run of assistant-side items one turn. With ``cut``, an input item that cannot
+        be read (a result answering no call) is a gap instead of an error: it and the input items after it are
+        left out, the turns after it kept (``self.gap``: its index and error), for the caller to keep as context
+        the log does not hold."""
+        self.gap: tuple[int, ValidationError] | None = None
         if isinstance(items, str):
             return [Step(PartsMessage(parts=(TextPart(text=items),), role_hint_for_llm="user", policy="user"))]
         if not isinstance(items, list):
@@ -115,7 +120,14 @@ class ResponsesConverter:
             if group:
                 steps.append(self._assistant_turn(group, where))
                 group = []
-            steps.append(Step(self._input_item(item, f"{where}[{i}]"), index=i))
+            if self.gap is not None:
+                continue  # after a gap only the replies are kept
+            try:
+                steps.append(Step(self._input_item(item, f"{where}[{i}]"), index=i))
+            except ValidationError as e:
+                if not cut:
+                    raise
+                self.gap = (i, e)
         if group:
             steps.append(self._assistant_turn(group, where))
         return steps

@@ -22,7 +22,9 @@ Safe readings:
   produced is not in the file, and a wrong split would train ids on the wrong text.
 - A reply right after calls whose ``function_call_output`` the rollout did not keep (an agent that logs its calls
   alone) and every reply after it are context, not trained (``context_unknown``); a rollout of replies and results
-  with no prompt at all is rejected (``no_prompt``), its replies counted as lost.
+  with no prompt at all is rejected (``no_prompt``), its replies counted as lost. An output item that cannot be
+  read (a ``function_call_output`` answering no call: Harbor's terminal agent logs a turn without a command so) is a
+  gap the same way: the replies before it trained, the ones after it context, the gap a line of the books.
 - A reasoning item's ``summary`` is kept as the Responses reader keeps it (redacted reasoning, never trained as
   text); where the engine's ids are logged they hold the reasoning the policy sampled.
 """
@@ -156,14 +158,18 @@ def _rollout_events(path: Path, ref: SourceRef, rec: Any) -> list[ReadEvent]:
     model = response.get("model") if isinstance(response.get("model"), str) else None
     steps = list(context)
     gap: str | None = None
-    for s in converter.steps(output, where="response.output"):
+    converted = converter.steps(output, where="response.output", cut=True)
+    unreadable = converter.gap
+    for s in converted:
         if s.message.role != "assistant":
             steps.append(Step(s.message, origin=Origin.CONTEXT, index=len(context) + (s.index or 0)))
             continue
+        if gap is None and unreadable is not None and (s.index or 0) > unreadable[0]:
+            gap = f"response.output[{unreadable[0]}]"  # after an item that cannot be read (a result of no call)
         if gap is None and steps and isinstance(steps[-1].message, OptionCallMessage):
             gap = f"response.output[{s.index}]"  # right after calls whose results the rollout did not keep
         if gap is not None:
-            why = f"after calls whose results are not logged (before {gap}): the context it was sampled in is unknown"
+            why = f"after {gap}, which the rollout does not hold whole: the context it was sampled in is unknown"
             carried = s.message.model_copy(update={"metadata": {**s.message.metadata, "why_not_trained": why}})
             steps.append(Step(carried, origin=Origin.CARRIED, index=len(context) + (s.index or 0)))
             continue
@@ -176,6 +182,8 @@ def _rollout_events(path: Path, ref: SourceRef, rec: Any) -> list[ReadEvent]:
             prompt_token_ids=tuple(int(t) for t in bundle["prompt_token_ids"]) if bundle else None,
         )
         steps.append(Step(s.message, origin=Origin.SAMPLED, generation=generation, index=len(context) + (s.index or 0)))
+    if unreadable is not None and not any(s.origin is Origin.SAMPLED for s in steps):
+        raise unreadable[1].located(str(ref))  # nothing trainable before it
     if not any(s.origin is Origin.SAMPLED for s in steps):
         return [ReadSkip(ref, "rollout whose output holds no assistant item")]
     if not any(s.message.role not in ("assistant", "tool") for s in steps):
@@ -190,7 +198,17 @@ def _rollout_events(path: Path, ref: SourceRef, rec: Any) -> list[ReadEvent]:
         request.get("tools") or response.get("tools") or [], where=f"{ref} responses_create_params.tools"
     )
     graph = build_linear_graph(steps, base_id=base_graph_id(path, ref), tools=tools, policy=POLICY)
-    return [ReadGraph(graph, ref, records=1, extras=_extras(rec))]
+    events: list[ReadEvent] = [ReadGraph(graph, ref, records=1, extras=_extras(rec))]
+    if unreadable is not None:  # the books' line for the gap: no record of its own, no turn lost with it
+        kept = sum(s.origin is Origin.CARRIED for s in steps)
+        error = unreadable[1].located(str(ref))
+        note = f"; the rollout is trained up to it, {kept} later replies kept as context only"
+        events.append(
+            ReadReject(
+                ref, type(error)(error.message + note, where=error.where, hint=error.hint, code=error.code), "", count=0
+            )
+        )
+    return events
 
 
 def _extras(rec: dict[str, Any]) -> dict[str, Any]:
