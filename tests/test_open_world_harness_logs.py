@@ -359,3 +359,24 @@ def test_a_list_of_texts_not_all_whole_rendered_conversations_is_not_read_as_rol
     path = _jsonl(tmp_path / "rollouts.jsonl", [{"messages": [_llama3("S", "U", "R"), cut], "scores": [1, 0]}])
     report = convert(ConvertConfig(inputs=(path,), output=tmp_path / "out", allow_empty=True))
     assert report["turns"]["trained"] == 0 and report["records"]["rejected_by_reason"] == {"unknown_format": 1}
+
+
+# ------------------------------------------------------------------------------------------------ --explain, pasted
+def test_the_mapping_explain_prints_for_these_shapes_converts_them_the_same(tmp_path: Path) -> None:
+    # an RL group of message lists (``messages: messages[]``, each item a conversation) and an eval prediction whose
+    # response object beside ``messages`` is a copy of the reply the list ends with: both refused before when pasted
+    system = {"role": "system", "content": "Solve the cube."}
+    group = _atropos_group([system, {"role": "environment", "content": "State 0."}], ["U.", "R."], "State 1.")
+    group["tokens"] = group["masks"] = [[1], [2]]
+    inputs = {
+        "group.jsonl": [group],
+        "predictions.jsonl": [_evalscope_prediction(i, f"Q{i}?", f"A{i}.") for i in range(2)],
+    }
+    for name, records in inputs.items():
+        path = _jsonl(tmp_path / name, records)
+        mapping = tmp_path / f"{name}.map.yaml"
+        mapping.write_text(explain_file(path).mapping_yaml, encoding="utf-8")
+        plain = convert(ConvertConfig(inputs=(path,), output=tmp_path / f"{name}.plain"))["turns"]
+        mapped = ConvertConfig(inputs=(path,), output=tmp_path / f"{name}.mapped", mapping=str(mapping))
+        pasted = convert(mapped)["turns"]
+        assert plain == pasted and plain["trained"] == 2, name

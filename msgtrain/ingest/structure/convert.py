@@ -29,7 +29,7 @@ from msgtrain.ingest.common.conversation_files import (
     mark_last_reply,
 )
 from msgtrain.ingest.common.media_columns import MediaColumns
-from msgtrain.ingest.common.message_like import is_message_list, message_like_count
+from msgtrain.ingest.common.message_like import content_key_of, is_message_list, message_like_count, unwrapped
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
 from msgtrain.ingest.common.tool_schemas import openai_tools
@@ -42,7 +42,15 @@ from msgtrain.ingest.structure.context import (
     text_blocks,
     with_system,
 )
-from msgtrain.ingest.structure.found import SAMPLE_LISTS, Found, choice_messages, is_prefix, sample_text, text_samples
+from msgtrain.ingest.structure.found import (
+    SAMPLE_LISTS,
+    Found,
+    assistant_like,
+    choice_messages,
+    is_prefix,
+    sample_text,
+    text_samples,
+)
 from msgtrain.ingest.structure.mapping import Mapping, top_fields
 from msgtrain.ingest.structure.node_maps import node_map_graph
 from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
@@ -347,6 +355,28 @@ _NULL_TEXTS = frozenset({"None", "null"})
 _NULL_WHY = "the sample was logged as {text!r}, a null written as text: what the model returned is not in the log"
 
 
+def _said(message: Any) -> str:
+    """What a message says (its content as compact JSON), to tell a copy of a reply from another reply."""
+    inner = unwrapped(message)
+    if isinstance(inner, dict):
+        key = content_key_of(inner)
+        inner = inner.get(key) if key is not None else inner
+    return json.dumps(inner, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _copy_of_replies(value: Any, replies: set[str]) -> bool:
+    """Whether ``value`` (a response object with choices, a message, a list of them) holds assistant messages and
+    each says what one of ``replies`` says."""
+    if isinstance(value, dict):
+        messages = choice_messages(value) or [value]
+    elif isinstance(value, list):
+        messages = value
+    else:
+        return False
+    said = [_said(m) for m in messages if assistant_like(m)]
+    return bool(said) and all(s in replies for s in said)
+
+
 def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
     """Refuse a conversation whose record holds more replies beside it (ranked completions, a second transcript):
     reading one part and dropping the rest would lose those turns without a word."""
@@ -356,6 +386,10 @@ def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
     read = [holder[c] for c in (m.columns.get(k) for k in ("messages", "chosen", "rejected")) if c in holder]
     read = [conv for conv in read if is_message_list(conv)]
     used |= {k for k, v in holder.items() if is_message_list(v) and any(is_prefix(v, conv) for conv in read)}
+    # a response beside the conversation whose replies are the conversation's own (evalscope's ``model_output``
+    # beside ``messages``, which ends with that reply) is their copy too
+    replies = {_said(m) for conv in read for m in conv if assistant_like(m)}
+    used |= {k for k, v in holder.items() if k not in used and _copy_of_replies(v, replies)}
     beside = {k: message_like_count(v)[1] for k, v in holder.items() if k not in used and isinstance(v, dict | list)}
     beside = {k: n for k, n in beside.items() if n}
     if beside:

@@ -9,6 +9,7 @@ column under the same prefix is read inside each unit, relative to it; a column 
 - ``messages: history[].messages``: each item of ``history`` holds one conversation;
 - ``messages: history[].message``: each item holds one *message* (a list of wrappers): the items' messages, in
   order, are one conversation;
+- ``messages: rollouts[]``: each item is a conversation itself, a list of messages (an RL group's rollouts);
 - ``prompt: steps[].input`` + ``completion: steps[].response``: each step is one model call; the calls of a record
   are read as a call log (:mod:`msgtrain.ingest.structure.structural_calls`).
 
@@ -89,6 +90,8 @@ def mapping_units(mapping: Mapping, record: dict[str, Any]) -> list[tuple[str, d
     paths = {c: p for c, p in mapping.columns.items() if c not in keys}
     inside = {c: p[len(prefix) + 1 :] for c, p in paths.items() if p.startswith(prefix + ".")}
     outside = {c: p for c, p in paths.items() if c not in inside}
+    if main not in inside and mapping.layout == "messages" and paths.get(main) == prefix:
+        return _lists_of_messages(record, mapping, prefix, outside, keys)
     if main not in inside:
         raise ValidationError(f"columns.{main} ends in []: name the field inside each item", code="mapping_mismatch")
     units = list(walk(record, prefix))
@@ -109,6 +112,23 @@ def mapping_units(mapping: Mapping, record: dict[str, Any]) -> list[tuple[str, d
         if prefix.endswith("[]*"):  # a tree's node: its children are units of their own, read apart
             unit = {k: v for k, v in unit.items() if k != prefix.rpartition(".")[2][:-3]}
         out.append((where, {**unit, **root}, replace(mapping, columns=dict(columns))))
+    return out
+
+
+def _lists_of_messages(
+    record: dict[str, Any], mapping: Mapping, prefix: str, outside: dict[str, str], keys: dict[str, str]
+) -> list[tuple[str, dict[str, Any], Mapping]]:
+    """``messages: rollouts[]``: each item of the list is a conversation itself, a list of messages (an RL group's
+    rollouts); the columns outside it are read once from the record, as for any unit."""
+    root = {f"{ROOT_PREFIX}{c}": dig(record, p) for c, p in outside.items() if c != "messages"}
+    columns = {**{c: f"{ROOT_PREFIX}{c}" for c in outside if c != "messages"}, **keys, "messages": "messages"}
+    out = []
+    for where, unit in walk(record, prefix):
+        if not isinstance(unit, list):
+            raise ValidationError(
+                f"{where} is not a message list", code="mapping_mismatch", hint="fix the mapping's path"
+            )
+        out.append((where, {"messages": unit, **root}, replace(mapping, columns=dict(columns))))
     return out
 
 
