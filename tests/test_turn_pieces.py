@@ -365,3 +365,22 @@ def test_an_output_answering_no_call_cuts_the_rollout_there_instead_of_rejecting
         assert stats.turns_dropped["context_unknown"] == 1 and [json.loads(r)["reason"] for r in rejects] == [
             "unpaired_result"
         ]
+
+
+def test_a_request_that_sent_media_outside_its_messages_is_not_trained_without_it(tmp_path: Path) -> None:
+    """NVIDIA-NeMo/Gym ``resources_servers/asr_with_pc/data/example_rollouts.jsonl`` (@ 07d6b0d0): the user asks to
+    transcribe the audio, and the audio the server sent sits in ``responses_create_params.metadata.audio_url``, in no
+    message. A transcription trained after the text alone is trained in a context the model never had: rejected
+    (``unsupported_content``), its reply counted as lost, by the NeMo Gym reader and the structural reader alike
+    (the real file's lines, 88 KB, go to the structural reader). Before: the structural reader trained the 5 replies
+    after the text alone."""
+    record = _rollout([_item_text("assistant", "The transcription of the audio is: 'No, think.'")])
+    record["responses_create_params"] |= {
+        "input": [_item_text("system", "You are a helpful assistant."), _item_text("user", "Transcribe the audio.")],
+        "metadata": {"audio_url": "data:audio/wav;base64,UklGRiR9AABXQVZF"},
+    }
+    path = _jsonl(tmp_path / "example_rollouts.jsonl", [record])
+    for settings in (SETTINGS, STRUCTURAL):
+        samples, stats, rejects = convert_file(path, settings)
+        assert samples == [] and stats.turns_lost == 1, settings.input_format
+        assert json.loads(rejects[0])["reason"] == "unsupported_content"
