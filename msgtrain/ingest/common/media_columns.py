@@ -89,3 +89,34 @@ class MediaColumns:
             out.append(step)
         self.check_consumed()
         return out
+
+
+_MEDIA_URL = re.compile(r"^data:(?:audio|image|video)/")
+_MAX_LOOKED = 4096  # values of a request looked at for media beside its messages
+
+
+def media_beside(request: dict[str, Any], messages_key: str) -> str | None:
+    """The path (relative to ``request``) of media a logged request carries outside its messages (a ``data:`` URL:
+    NeMo Gym's ASR server keeps the audio it sends in ``metadata.audio_url``), or None. The model was sent it, and
+    where it stood among the messages the log does not say: such a request cannot be trained exactly."""
+    stack: list[tuple[str, Any]] = [(k, v) for k, v in request.items() if k != messages_key]
+    looked = 0
+    while stack and looked < _MAX_LOOKED:
+        where, value = stack.pop()
+        looked += 1
+        if isinstance(value, str) and _MEDIA_URL.match(value):
+            return where
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+    return None
+
+
+def media_beside_error(where: str) -> ValidationError:
+    return ValidationError(
+        f"the request holds media at {where} beside its messages: the model was sent it, and where it stood among "
+        "the messages is not in the log",
+        code="unsupported_content",
+        hint="log the media inside the message it was sent with (an input_audio / image part)",
+    )

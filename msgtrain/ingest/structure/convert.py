@@ -28,7 +28,7 @@ from msgtrain.ingest.common.conversation_files import (
     content_graph_id,
     mark_last_reply,
 )
-from msgtrain.ingest.common.media_columns import MediaColumns
+from msgtrain.ingest.common.media_columns import MediaColumns, media_beside, media_beside_error
 from msgtrain.ingest.common.message_like import content_key_of, is_message_list, message_like_count, unwrapped
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
@@ -51,7 +51,7 @@ from msgtrain.ingest.structure.found import (
     sample_text,
     text_samples,
 )
-from msgtrain.ingest.structure.mapping import Mapping, top_fields
+from msgtrain.ingest.structure.mapping import Mapping, dig, top_fields
 from msgtrain.ingest.structure.node_maps import node_map_graph
 from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
 from msgtrain.ingest.structure.trees import tree_events
@@ -96,6 +96,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         gap = builder.add_until_gap(messages, f"{at}.{m.columns['messages']}")
         mark_last_reply(builder.steps, label)
     elif m.layout == "prompt_completion":
+        _check_no_media_beside(holder, m.columns["prompt"], at)
         rendered = _prompt_steps(builder, m.field_of(holder, "prompt"), f"{at}.{m.columns['prompt']}")
         start = len(builder.steps)
         meta = _reply_metadata({"label": label} if label is not None else None, rendered)
@@ -166,6 +167,15 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     if gap is not None:
         out.append(gap_reject(ref, gap))
     return out
+
+
+def _check_no_media_beside(holder: dict[str, Any], prompt_key: str, at: str) -> None:
+    """Refuse a logged request that carries media outside its messages (:func:`media_beside`)."""
+    request_key, _, messages_key = prompt_key.rpartition(".")
+    request = dig(holder, request_key) if request_key else None
+    where = media_beside(request, messages_key) if isinstance(request, dict) else None
+    if where is not None:
+        raise media_beside_error(f"{at}.{request_key}.{where}")
 
 
 def _check_prompt_logged(steps: list[Step], where: str) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id, build_linear_graph, iter_raw_records
+from msgtrain.ingest.common.media_columns import media_beside, media_beside_error
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats import (
     Marks,
@@ -149,6 +150,9 @@ def _rollout_events(path: Path, ref: SourceRef, rec: Any) -> list[ReadEvent]:
             hint="each line of a rollouts file is one rollout as ng_collect_rollouts writes it",
         )
     request, response = rec["responses_create_params"], rec["response"]
+    media = media_beside(request, "input")
+    if media is not None:
+        raise media_beside_error(f"{ref} responses_create_params.{media}")
     output = response.get("output")
     if not isinstance(output, list) or not output:
         return [ReadSkip(ref, "rollout whose response has no output")]
