@@ -6,6 +6,11 @@ Provenance of the shapes (repository, path, commit of the real file counted by h
 - evalscope predictions: modelscope/evalscope ``examples/viz/qwen-plus/predictions/qwen-plus/gsm8k_main.jsonl`` and
   ``reviews/qwen-plus/gsm8k_main.jsonl`` @ 6dfd4bd141d445930186395ed456f7c1e92b6abe (10 lines each, one reply each:
   10 trained; the reply is ``messages[-1]`` and, with the same id, ``model_output.choices[0].message``).
+- evalscope 0.x service evaluations: modelscope/evalscope
+  ``examples/viz/20250117_154119/predictions/Qwen2.5-0.5B-Instruct/gsm8k_main.jsonl`` (and ``ceval_computer_network``,
+  ``arc_ARC-Easy``; their ``reviews/`` twins) @ d09c6fef316e932d33b1a2998e272124a056a6af (10 lines each: the chat
+  completion beside ``origin_prompt``, whose ``data[0]`` its server adapter sent as the user message; 10 replies each):
+  0 trained before (``no_prompt``), 10 after.
 - evalscope tool traces: modelscope/evalscope ``evalscope/web/src/test/fixtures/predictions-tool-trace.json`` @
   5c9aafc370df38ba3210057ec7ff59caa7c003b1 (two predictions, 3 + 1 replies; Inspect AI's message models: calls
   ``{id, function, arguments}``, a failed tool's ``error: {type, message}``): 0 trained before, 4 after.
@@ -380,3 +385,33 @@ def test_the_mapping_explain_prints_for_these_shapes_converts_them_the_same(tmp_
         mapped = ConvertConfig(inputs=(path,), output=tmp_path / f"{name}.mapped", mapping=str(mapping))
         pasted = convert(mapped)["turns"]
         assert plain == pasted and plain["trained"] == 2, name
+
+
+def test_an_eval_response_beside_the_input_it_was_made_from_trains_after_that_input(tmp_path: Path) -> None:
+    def line(i: int, question: str, reply: str, system: str | None = None) -> dict[str, Any]:
+        origin: dict[str, Any] = {"data": [question], "raw_input": {"question": question, "answer": "3"}}
+        if system is not None:
+            origin["system_prompt"] = system
+        return {
+            "id": f"chat-{i}",
+            "object": "chat.completion",
+            "model": "Qwen2.5-0.5B-Instruct",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
+            "model_spec": {"api_url": "http://127.0.0.1:8801/v1/chat/completion", "model_id": "Qwen2.5-0.5B-Instruct"},
+            "answer_id": f"answer-{i}",
+            "subset_name": "main",
+            "raw_input": {"question": question, "answer": "3"},
+            "origin_prompt": origin,
+        }
+
+    path = _jsonl(
+        tmp_path / "gsm8k_main.jsonl",
+        [line(0, "Question: 1+2?", "3"), line(1, "Question: 2+1?", "It is 3.", system="Answer briefly.")],
+    )
+    turns, _ = _run(path, tmp_path / "out")
+    assert (turns["found"], turns["trained"]) == (2, 2)  # was 0: no_prompt, both replies lost
+    assert _contexts(path) == [
+        [("user", "Question: 1+2?"), ("assistant", "3")],
+        [("system", "Answer briefly."), ("user", "Question: 2+1?"), ("assistant", "It is 3.")],
+    ]
