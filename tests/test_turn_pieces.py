@@ -14,6 +14,26 @@ Provenance of the shapes:
   hand: 30 + 9 + 29 + 26 + 53) and ``responses_api_agents/anyswe_agent/data/example_rollouts_claude_code.jsonl``
   (replies, calls and outputs only, no prompt: 5 rollouts, 21 replies: 8 + 3 + 3 + 3 + 4). Each record here is
   cut to a few items and its texts shortened, with the first line's first real texts.
+
+Real files of that commit read from a local copy, counted by hand from the raw JSON (replies the policy sampled:
+each run of assistant items up to the next message after a call), trained / hand count before these rules and
+after (the files stay out of this repository):
+- ``resources_servers/gdpval/data/example_rollouts.jsonl``: 147 replies, 1 per rollout in a context the log holds
+  (no call output is logged); before 0 trained (``ambiguous_structure``), after 5 trained, 142 ``context_unknown``.
+- ``resources_servers/conversational_tool_use_simulation/data/example_rollouts.jsonl``: 34 replies (reasoning
+  after its call); before 0, after 34.
+- ``responses_api_agents/harbor_agent/example/example_output.jsonl``: 46 replies, 38 before an output answering
+  no call; before 0, after 38 (8 ``context_unknown``).
+- ``responses_api_agents/anyswe_agent/data/example_rollouts_{claude_code,hermes,opencode,openclaw,pi}.jsonl``: 21,
+  73, 31, 5, 25 replies, no prompt logged; before 0, 68, 26, 0, 20 trained after no prompt, after all rejected
+  (``no_prompt``) and counted as lost.
+- ``resources_servers/scicode/data/example_rollouts.jsonl``: 5 replies, no prompt; after rejected and counted.
+- ``resources_servers/asr_with_pc/data/example_rollouts.jsonl``: 5 replies, audio outside the messages; after
+  rejected (``unsupported_content``) and counted.
+- ``resources_servers/{multichallenge,genrm_compare}/data/example_rollouts.jsonl``: requests alone, 0 replies;
+  before 9 and 2 history messages trained as replies, after skipped.
+- ``resources_servers/bbq/data/example_rollouts.jsonl``: 5 ``policy_response`` replies, no prompt; before 0 counted
+  as lost, after 5 (``tests/test_open_world_data.py``).
 """
 
 from __future__ import annotations
