@@ -106,6 +106,10 @@ _REQUEST_RESULT_PAIRS = (
     # lines are too long for its reader's detection (responses_create_params: the agent's first request)
     ("request.input", "response.output"),
     ("responses_create_params.input", "response.output"),
+    # evalscope 0.x service evaluations (predictions / reviews lines): the chat completion its server adapter got,
+    # beside the input it was made from, ``origin_prompt``, whose ``data[0]`` it sent as the user message (and a
+    # ``system_prompt`` beside it, when set, as the system message)
+    ("origin_prompt.data.0", "choices"),
 )
 # Where a logged request keeps its system prompt beside its messages, relative to the request (google-genai's
 # GenerateContentConfig: a string, or a Content of text parts).
@@ -338,6 +342,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
                 (f"{request}.{k}" for k in _REQUEST_SYSTEM_KEYS if request and _system_text(record, f"{request}.{k}")),
                 None,
             )
+            owner = re.sub(r"(\.\d+)+$", "", prompt_key).rpartition(".")[0]  # the object the prompt is a field of
+            if system is None and owner and owner != request:
+                system = next((f"{owner}.{k}" for k in SYSTEM_KEYS if _system_text(record, f"{owner}.{k}")), None)
             if system is not None and "system" not in columns:
                 columns["system"] = system  # the system prompt the logged request sent
             # a judge's system prompt is in the judge_prompts file, not in its judgment lines
