@@ -23,6 +23,13 @@ Provenance of the shapes (repository, path, commit of the real file counted by h
   @ dd1b1fe3e3c7d29ac6071c3da1e467f7853cea43 (2 groups of 8 rollouts, each ``messages[i]`` the whole conversation
   its Llama 3 template rendered, system + user + the sampled reply closed by ``<|eot_id|>``: 16 replies, unrecognised
   before, 16 trained after, each after the prompt its text holds).
+- chat-ui LLM call logs: huggingface/chat-ui ``llm-logs/2025-11-10T14-28-50-544Z_openai_chat_completions_unknown.json``,
+  ``...14-28-50-849Z_..._6911f6a2ab995eb54c81645b.json``, ``...14-29-03-788Z_..._6911f6a2ab995eb54c81645b.json`` @
+  815469ecf88c696a4151f16f8ad0f1ed79402d2c (three requests ``{provider, model, body: {model, messages, tools?},
+  headers}``, no response logged: the title call, the first call ``[user "hello"]`` to one model, then a call to
+  another model whose ``body.messages`` carry the first call's reply after a system prompt and tools the first call
+  was never sent): 1 reply trained before, after a system prompt and tools it never saw; 0 after, the three requests
+  skipped as requests without their responses.
 - AgentBench run logs: THUDM/AgentBench ``outputs/Jan17v1/gpt-4o-mini/medagentbench-std/runs.jsonl`` (and the
   gemini-2.0, llama-3.3 runs beside it) @ 45ae4f9e334a901c8cc427a0809a3dbd19adbc94 (``{index, error, info, output:
   {status, result, history: [{role: user | agent, content}]}, time}``; 210, 86 and 209 agent replies: all trained
@@ -415,3 +422,29 @@ def test_an_eval_response_beside_the_input_it_was_made_from_trains_after_that_in
         [("user", "Question: 1+2?"), ("assistant", "3")],
         [("system", "Answer briefly."), ("user", "Question: 2+1?"), ("assistant", "It is 3.")],
     ]
+
+
+def test_a_request_body_logged_without_its_response_trains_no_history_reply(tmp_path: Path) -> None:
+    def log(model: str, messages: list[dict[str, Any]], **body: Any) -> dict[str, Any]:
+        return {
+            "timestamp": "2025-11-10T14:28:50.849Z",
+            "provider": "openai",
+            "baseURL": "https://router.example/v1",
+            "completion": "chat_completions",
+            "model": model,
+            "streaming": True,
+            "conversationId": "6911f6a2",
+            "body": {"model": model, "messages": messages, "stream": True, **body},
+            "headers": {"X-use-cache": "false"},
+        }
+
+    hello = {"role": "user", "content": "hello"}
+    tools = [{"type": "function", "function": {"name": "web_search", "parameters": {"type": "object"}}}]
+    first = log("router-model", [hello])
+    system = {"role": "system", "content": "You can use web_search."}
+    later = log("agent-model", [system, hello, {"role": "assistant", "content": "Hi!"}, hello], tools=tools)
+    _write(tmp_path / "logs" / "1.json", first)
+    _write(tmp_path / "logs" / "2.json", later)
+    report = convert(ConvertConfig(inputs=(tmp_path / "logs",), output=tmp_path / "out", allow_empty=True))
+    # "Hi!" was sampled by the first call, sent no system prompt and no tools: never trained after the later ones
+    assert report["turns"]["trained"] == 0 and report["records"]["skipped"] == 2

@@ -60,10 +60,11 @@ from msgtrain.model.graph import MessageGraph, Origin
 
 TEMPLATE_KWARGS_KEY = "chat_template_kwargs"
 # Objects that hold a request an API was sent (OpenAI bodies, NeMo Gym's responses_create_params, google-genai's
-# model_request): a message list found in one, with no response beside it, is what was sent; its assistant messages
-# are history the caller wrote or replayed, no reply of the model's.
+# model_request, the HTTP ``body`` a client logged beside its ``headers``, as chat-ui's llm-logs do): a message list
+# found in one, with no response beside it, is what was sent; its assistant messages are history the caller wrote or
+# replayed, no reply of the model's.
 REQUEST_KEYS = frozenset(
-    {"request", "request_body", "responses_create_params", "create_params", "model_request", "llm_request"}
+    {"request", "request_body", "body", "responses_create_params", "create_params", "model_request", "llm_request"}
 )
 REQUEST_ONLY = "a request logged without its response: its messages are what was sent, and no reply was sampled"
 
