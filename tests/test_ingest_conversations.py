@@ -21,7 +21,7 @@ from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.formats.api import anthropic, cassettes, openai_chat, openai_responses
-from msgtrain.ingest.formats.chats import options, sharegpt
+from msgtrain.ingest.formats.chats import options
 from msgtrain.ingest.formats.sessions import go_agent, lionagi, marsys
 from msgtrain.ingest.registry import REGISTRY
 from msgtrain.model.graph import MessageGraph, Origin
@@ -42,7 +42,7 @@ MY_READERS = {
         openai_responses.READER,
         anthropic.READER,
         cassettes.READER,
-        sharegpt.READER,
+        REGISTRY["sharegpt"],  # a shipped mapping (msgtrain/ingest/mappings/sharegpt.yaml)
         options.READER,
         go_agent.READER,
         marsys.READER,
@@ -458,7 +458,7 @@ def test_sharegpt_rejects_ambiguous_results_media_mismatches_and_broken_preferen
     ]
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(records), encoding="utf-8")
-    events = list(read_events(sharegpt.READER, path))
+    events = list(read_events(REGISTRY["sharegpt"], path))
     assert [(e.source.record, e.error.code) for e in events if isinstance(e, ReadReject)] == [
         ("item 0", "ambiguous_results"),
         ("item 1", "media_mismatch"),
@@ -625,7 +625,7 @@ def test_glaive_sharegpt_demo_gives_one_graph_per_record_with_every_gpt_and_call
     expected_sampled = sum(1 for r in raw for t in r["conversations"] if t["from"] in ("gpt", "function_call"))
     results = sum(1 for r in raw for t in r["conversations"] if t["from"] == "observation")
     assert (len(raw), expected_sampled, results) == (300, 957, 211)
-    events = list(read_events(sharegpt.READER, path))
+    events = list(read_events(REGISTRY["sharegpt"], path))
     graphs = _graphs(events)
     assert len(graphs) == 300 and not [e for e in events if isinstance(e, ReadReject)]
     assert sum(len(g.branches()) for g in graphs) == 300
@@ -648,7 +648,7 @@ def test_llamafactory_reasoning_demo_splits_parallel_observations_onto_their_cal
             if m["role"] == "tool":
                 expected_results += sum(1 for p in msgs[i - 1]["content"] if p["type"] == "tool_call")
     assert (len(raw), expected_sampled) == (50, 112)
-    events = list(read_events(sharegpt.READER, path))
+    events = list(read_events(REGISTRY["sharegpt"], path))
     graphs = _graphs(events)
     assert len(graphs) == 50 and sum(len(g.branches()) for g in graphs) == 50
     assert sum(len(g.sampled_nodes()) for g in graphs) == expected_sampled

@@ -161,10 +161,10 @@ print(json.dumps({"name": name, "before": sorted(before), "candidates": found, "
 """
 
 ALONE = """
-import json, sys, importlib
+import json, sys
 from msgtrain.ingest import registry
 for m in sys.argv[1:]:
-    importlib.import_module(m)
+    registry.load_reader(m)
 print(json.dumps(sorted(e.module for e in registry.entries() if e.module in sys.modules)))
 """
 

@@ -92,7 +92,8 @@ def test_a_mapping_with_alternatives_prints_and_reads_back_as_it_was_written() -
     assert again == mapping
     axolotl = parse_mapping({"field_messages": ["conversations", "messages"], "field_system": "system"})
     assert axolotl.alternatives == {"messages": ("conversations", "messages")}
-    assert parse_mapping({"field_messages": ["messages"]}).alternatives == {}  # one path is a plain column
+    assert parse_mapping({"field_messages": "messages"}).alternatives == {}
+    assert parse_mapping({"field_messages": ["messages"]}).alternatives == {"messages": ("messages",)}
 
 
 @pytest.mark.parametrize(

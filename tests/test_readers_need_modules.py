@@ -25,9 +25,11 @@ import pytest
 
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.catalog import FORMATS
+from msgtrain.ingest.catalog import READERS as CATALOGUE
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.registry import get_reader
 from msgtrain.ingest.structure.mapping import parse_mapping
+from msgtrain.ingest.structure.shipped import PREFIX as SHIPPED
 from msgtrain.ingest.structure.structural import StructuralReader
 from msgtrain.model.message import OptionCallMessage
 from tests.conftest import ROOT, shared_path
@@ -86,14 +88,12 @@ def first_difference(a: list[ReadEvent], b: list[ReadEvent]) -> str | None:
     return None
 
 
-READERS = [(name, example) for name, _, example in FORMATS if name != "structural"]
+# The reader modules: neither the structural reader nor a shipped mapping (a format that already is data).
+_MODULES = {name for name, module, *_ in CATALOGUE if not module.startswith(SHIPPED)}
+READERS = [(name, example) for name, _, example in FORMATS if name in _MODULES and name != "structural"]
 
 # Real files of a format in ../shared (real_logs/<folder>/<file>), read both ways as the example is.
 REAL_FILES = {
-    "sharegpt": [
-        ("sharegpt_llamafactory", "glaive_toolcall_en_demo.json"),
-        ("sharegpt_llamafactory", "reason_tool_use_demo_50.jsonl"),
-    ],
     "openai_chat": [("tau_bench", "gpt-4o-airline.first20.json")],
     "tau2_bench": [("tau2_bench", "airline_run1.first10.json")],
 }
@@ -154,10 +154,10 @@ def _conversation(event: ReadGraph) -> list[Any]:
 
 
 def test_the_llamafactory_mapping_reads_real_glaive_data_as_the_sharegpt_reader_does() -> None:
-    # The sharegpt reader is an independent reading of the same format: on LLaMA-Factory's glaive tool-call demo
-    # every conversation, tool calls and results included, comes out the same, call ids and graph ids too (the
-    # structural reader names a call without an id call_<message>_<k>, as the readers do; it used to write the
-    # message's JSON path into the id).
+    # The format's shipped mapping (msgtrain/ingest/mappings/sharegpt.yaml, which replaced the sharegpt reader: its
+    # rows are pinned in tests/test_shipped_mappings.py) and the LLaMA-Factory dataset_info mapping a user writes read
+    # the glaive tool-call demo alike: every conversation, tool calls and results included, call ids and graph ids
+    # too (a call without an id is call_<message>_<k>).
     path = shared_path("real_logs", "sharegpt_llamafactory", "glaive_toolcall_en_demo.json")
     own = [e for e in read_events(get_reader("sharegpt"), path) if isinstance(e, ReadGraph)]
     mapped = StructuralReader(parse_mapping(HAND_WRITTEN["sharegpt"]))
@@ -175,7 +175,8 @@ def test_the_llamafactory_mapping_reads_real_glaive_data_as_the_sharegpt_reader_
 def test_the_structural_reader_reads_llamafactory_v1_typed_messages_as_the_sharegpt_reader_does() -> None:
     # LLaMA-Factory v1's typed parts (data/reason_tool_use_demo_50.jsonl): reasoning, tool_call and text parts hold
     # their text under "value"; the structural reader used to drop the reasoning, refuse the tool_call parts and give
-    # one result of two parallel calls to the first call. Every conversation is now read as the sharegpt reader does.
+    # one result of two parallel calls to the first call. The mapping it finds by itself reads every conversation as
+    # the shipped sharegpt mapping does.
     path = shared_path("real_logs", "sharegpt_llamafactory", "reason_tool_use_demo_50.jsonl")
     own = list(read_events(get_reader("sharegpt"), path))
     found = list(read_events(StructuralReader(), path, forced=True))

@@ -5,7 +5,6 @@ through ``sys.modules`` (not timed: a timing test would be flaky on a shared mac
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -186,7 +185,7 @@ def test_formats_imports_no_reader_and_no_message_model() -> None:
 def test_the_formats_catalogue_is_the_registry() -> None:
     from msgtrain.ingest import catalog, registry
 
-    readers = [importlib.import_module(m).READER for m in registry.MODULES]
+    readers = [registry.load_reader(m) for m in registry.MODULES]
     listed = tuple((r.name, r.description, r.example) for r in readers)
     stale = "the catalogue is stale: run `python -m msgtrain.ingest.registry`"
     assert listed == catalog.FORMATS, stale

@@ -227,7 +227,7 @@ READERS: tuple[Row, ...] = (
     ('openhands', 'msgtrain.ingest.formats.sessions.openhands', (), (('"action"', '"observation"'), ()), None),
     ('openhands_v1', 'msgtrain.ingest.formats.sessions.openhands_v1', ('detect_directory',), ((), ()), None),
     ('otel', 'msgtrain.ingest.formats.traces.otel', (), (('gen_ai.', 'openinference.span.kind', 'llm.input_messages', '"input_messages"', 'mlflow.spanType'), ()), None),
-    ('sharegpt', 'msgtrain.ingest.formats.chats.sharegpt', (), (('"from"', '"value"'), ()), None),
+    ('sharegpt', 'msgtrain.ingest.mappings:sharegpt', (), (('"from"', '"value"'), ()), None),
     ('openai_chat', 'msgtrain.ingest.formats.api.openai_chat', ('explain',), (('"role"',), ()), None),
     ('structural', 'msgtrain.ingest.structure.structural', ('fallback',), None, None),
 )

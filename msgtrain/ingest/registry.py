@@ -1,5 +1,7 @@
 """The one table of input formats. Adding a format = one new module + one line in :data:`MODULES`, then
-``python -m msgtrain.ingest.registry`` (it writes the catalogue, :mod:`msgtrain.ingest.catalog`).
+``python -m msgtrain.ingest.registry`` (it writes the catalogue, :mod:`msgtrain.ingest.catalog`). A format a mapping
+states is a data file instead (``msgtrain/ingest/mappings/<name>.yaml``, :mod:`msgtrain.ingest.structure.shipped`),
+named ``msgtrain.ingest.mappings:<name>`` in the table.
 
 The registry sits above every reader: readers never import it (nor :mod:`msgtrain.ingest.boundary`).
 
@@ -34,6 +36,7 @@ from msgtrain.ingest.core.files import Beside
 from msgtrain.ingest.core.marks import Marks, head_text
 
 _FORMATS = "msgtrain.ingest.formats."
+_SHIPPED = "msgtrain.ingest.mappings:"  # a shipped mapping (msgtrain.ingest.structure.shipped.PREFIX)
 # The readers, in detection order: each module's ``READER``.
 MODULES: tuple[str, ...] = (
     _FORMATS + "chats.native",
@@ -71,8 +74,8 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "sessions.openhands",
     _FORMATS + "sessions.openhands_v1",
     _FORMATS + "traces.otel",
-    # The generic conversation lists last: ShareGPT turns, then any list of OpenAI-role messages.
-    _FORMATS + "chats.sharegpt",
+    # The generic conversation lists last: ShareGPT turns (a shipped mapping), then any list of OpenAI-role messages.
+    _SHIPPED + "sharegpt",
     _FORMATS + "api.openai_chat",
     # The fallback: conversations found by shape, offered a file only when no reader above claims it.
     "msgtrain.ingest.structure.structural",
@@ -93,12 +96,21 @@ class Entry:
     partner_marks: Marks | None
 
     def load(self) -> Reader:
-        reader: Reader = importlib.import_module(self.module).READER
-        return reader
+        return load_reader(self.module)
 
     def admits(self, path: Path, text: str | None) -> bool:
         """Whether the reader may detect the file at ``path`` whose head is ``text`` (:func:`head_text`)."""
         return self.marks is None or self.marks.admits(path, text)
+
+
+def load_reader(module: str) -> Reader:
+    """The reader a row of :data:`MODULES` names: a module's ``READER``, or the reader of a shipped mapping."""
+    if module.startswith(_SHIPPED):
+        from msgtrain.ingest.structure.shipped import shipped_reader
+
+        return shipped_reader(module.removeprefix(_SHIPPED))
+    reader: Reader = importlib.import_module(module).READER
+    return reader
 
 
 def _entry_of(module: str, reader: Reader) -> Entry:
@@ -119,7 +131,7 @@ def entries() -> tuple[Entry, ...]:
             Entry(name, module, frozenset(traits), _marks(marks), _marks(partner_marks))
             for name, module, traits, marks, partner_marks in catalog.READERS
         )
-    return tuple(_entry_of(m, importlib.import_module(m).READER) for m in MODULES)
+    return tuple(_entry_of(m, load_reader(m)) for m in MODULES)
 
 
 @cache
@@ -232,7 +244,7 @@ def _partners_admit(marks: Marks | None, location: PurePosixPath, beside: Beside
 
 def catalog_text() -> str:
     """The catalogue's module text for the readers as they are now (every reader imported)."""
-    readers = [(m, importlib.import_module(m).READER) for m in MODULES]
+    readers = [(m, load_reader(m)) for m in MODULES]
     source = Path(catalog.__file__).read_text(encoding="utf-8")
     head = source[: source.index("\n" + catalog.TABLE_MARK) + 1]
 

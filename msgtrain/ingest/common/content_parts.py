@@ -313,12 +313,27 @@ def reasoning_text(item: dict[str, Any], j: int, where: str) -> str:
     )
 
 
+# LLaMA-Factory v1's media part types (src/llamafactory/v1/core/rendering/format.py) → the OpenAI part type read alike
+_LF_MEDIA = {
+    "image_url": "image_url",
+    "image": "image_url",
+    "video_url": "video_url",
+    "video": "video_url",
+    "audio_url": "input_audio",
+    "audio": "input_audio",
+}
+
+
 def content_part(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:
     """A content item (OpenAI part, Anthropic block or Gemini part) that is text or media → an OpenAI part."""
     kind = item.get("type")
     if kind in ("text", "input_text", "output_text") or (kind is None and isinstance(item.get("text"), str)):
         # LLaMA-Factory v1's typed parts hold the text under "value" ({"type": "text", "value": ...})
         return {"type": "text", "text": str(item.get("text", item.get("value", "")))}
+    lf_media = _LF_MEDIA.get(str(kind))
+    if lf_media is not None and isinstance(item.get("value"), str) and not isinstance(item.get(str(kind)), dict | str):
+        # LLaMA-Factory v1's typed media parts hold the path under "value" ({"type": "image_url", "value": "1.jpg"})
+        return {"type": lf_media, lf_media: item["value"]}
     if kind in ("image_url", "input_audio", "video_url", "file", "input_image"):
         return item
     if kind == "imageUrl" and isinstance(item.get("imageUrl"), dict):  # camelCase writers (Continue)

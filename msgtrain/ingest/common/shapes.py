@@ -264,7 +264,7 @@ class MessageNormaliser:
         calls: list[dict[str, Any]] = []
         index = self.position - 1
         if calls_only:  # ShareGPT function_call: the value is the call (or a list of calls) as JSON
-            value = parse_json_field(content, what="function_call value", where=where, code="bad_tool_call")
+            value = parse_json_field(content, what="function_call value", where=where)
             for call in value if isinstance(value, list) else [value]:
                 calls.append(self._call(call, where, len(calls), index))
         else:

@@ -316,6 +316,13 @@ def _preference(
     reply marked as ``marks`` say (a tie marks both sides alike, or neither)."""
     prompt_col = "prompt" if "prompt" in m.columns else ("messages" if "messages" in m.columns else None)
     chosen, rejected = m.field_of(holder, "chosen"), m.field_of(holder, "rejected")
+    for side, value in (("chosen", chosen), ("rejected", rejected)):
+        if not isinstance(value, str | dict | list):
+            raise ValidationError(
+                f"the {side} reply at {at}.{m.columns[side]} is {json.dumps(value, default=str)[:80]}, not a reply",
+                code="bad_preference",
+                hint="a preference pair's chosen and rejected are each a reply: a string, a message or a message list",
+            )
     if prompt_col is None and isinstance(chosen, str) and isinstance(rejected, str):
         chosen = parse_transcript(chosen) or chosen  # Anthropic HH-RLHF: both sides are whole transcripts
         rejected = parse_transcript(rejected) or rejected

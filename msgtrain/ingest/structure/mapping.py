@@ -20,8 +20,12 @@ Invariants:
 - Column values are field names, or dotted paths into nested objects (``info.reward``); ``message_*`` names the
   numbered fields ``message_1``, ``message_2``, ... in number order (CAMEL role-playing records).
 - A column may list *alternatives* (``messages: [conversations, messages]``): each record is read from the first of
-  them it holds (not null), the others are fields like any other (:meth:`Mapping.for_record`). Alternatives are paths
-  without ``[]``: which unit a record holds is decided before they are.
+  them that holds a value of the column's kind (a boolean label, a numeric reward, a system text, tools that are not
+  empty; for the others anything but null), the others are fields like any other (:meth:`Mapping.for_record`); a
+  record none of whose alternatives fits lacks an optional column (``kto_tag: [label, kto_tag]`` and
+  ``"label": "math"``: no label; ``system: [system]`` and ``"system": null``: no system prompt, and ``system`` is a
+  field like any other).
+  Alternatives are paths without ``[]``: which unit a record holds is decided before they are.
 - ``extras: all`` carries every field beside the conversation to the rows whatever its size; the default
   (``small``) carries scalars and objects up to :data:`MAX_EXTRA_JSON` bytes of JSON.
 - Roles are never guessed beyond :mod:`msgtrain.ingest.common.message_like`' vocabulary: a mapping's tags / roles
@@ -119,14 +123,29 @@ class Mapping:
     extras: str = "small"
 
     def for_record(self, record: dict[str, Any]) -> Mapping:
-        """The mapping with each column's alternatives decided for ``record``: the first path whose value the record
-        holds (not null), else the first path. A mapping without alternatives is returned as it is."""
+        """The mapping with each column's alternatives decided for ``record``: the first path that holds a value of
+        the column's kind (:data:`KINDS`: a boolean label, a numeric reward, a text or list for the others; not null).
+        Where none does, a column the layout needs keeps its first path (its error names it) and any other column is
+        left out (the record has none). A mapping without alternatives is returned as it is."""
         if not self.alternatives:
             return self
         columns = dict(self.columns)
         for column, paths in self.alternatives.items():
-            columns[column] = next((p for p in paths if _holds(record, p)), paths[0])
+            fits = KINDS.get(column, _not_null)
+            found = next((p for p in paths if fits(self._value(record, p))), None)
+            if found is not None:
+                columns[column] = found
+            elif column in NEEDED[self.layout]:
+                columns[column] = paths[0]
+            else:
+                del columns[column]
         return replace(self, columns=columns, alternatives={})
+
+    @staticmethod
+    def _value(record: dict[str, Any], path: str) -> Any:
+        if path.endswith("_*") and path not in record:
+            return numbered_fields(record, path[:-2])
+        return dig(record, path)
 
     def field_of(self, record: dict[str, Any], column: str) -> Any:
         """The value of ``column`` in ``record`` (a dotted path), or None when the mapping or record lacks it."""
@@ -136,6 +155,12 @@ class Mapping:
         if path.endswith("_*") and path not in record:  # numbered fields (message_1, message_2, ...), in order
             return numbered_fields(record, path[:-2])
         return dig(record, path)
+
+    def names_a_conversation_in(self, record: dict[str, Any]) -> bool:
+        """Whether ``record`` holds one of the columns its layout reads the conversation from (any alternative)."""
+        return any(
+            _holds(record, p) for c in NEEDED[self.layout] for p in self.alternatives.get(c, (self.columns[c],))
+        )
 
     def to_data(self) -> dict[str, Any]:
         """The mapping in LLaMA-Factory ``dataset_info`` form (the form ``--map`` reads back)."""
@@ -195,9 +220,21 @@ def numbered_fields(record: dict[str, Any], stem: str) -> list[Any] | None:
 
 
 def _holds(record: dict[str, Any], path: str) -> bool:
-    if path.endswith("_*") and path not in record:
-        return numbered_fields(record, path[:-2]) is not None
-    return dig(record, path) is not None
+    return Mapping._value(record, path) is not None
+
+
+def _not_null(value: Any) -> bool:
+    return value is not None
+
+
+# What a column's alternative must hold to be the one read (:meth:`Mapping.for_record`); any other column: not null.
+KINDS = {
+    "kto_tag": lambda v: isinstance(v, bool),
+    "reward": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "system": lambda v: isinstance(v, str | list),
+    "base_system": lambda v: isinstance(v, str | list),
+    "tools": bool,  # an empty list or text is no tools: the next alternative is tried
+}
 
 
 def dig(record: Any, path: str) -> Any:
@@ -352,14 +389,17 @@ def _message_key(mapping: Mapping, which: str, key: str) -> None:
         mapping.content_key = key
 
 
+# The columns each layout reads its conversation from.
+NEEDED = {
+    "messages": ("messages",),
+    "alpaca": ("prompt", "response"),
+    "prompt_completion": ("prompt", "completion"),
+    "preference": ("chosen", "rejected"),
+}
+
+
 def _check_layout(mapping: Mapping, where: str) -> None:
-    needed = {
-        "messages": ("messages",),
-        "alpaca": ("prompt", "response"),
-        "prompt_completion": ("prompt", "completion"),
-        "preference": ("chosen", "rejected"),
-    }[mapping.layout]
-    missing = [c for c in needed if c not in mapping.columns]
+    missing = [c for c in NEEDED[mapping.layout] if c not in mapping.columns]
     if missing:
         raise ConfigError(
             f"a {mapping.layout} mapping needs columns.{missing[0]}",
@@ -386,10 +426,7 @@ def _column(mapping: Mapping, column: str, value: Any, key: str, where: str) -> 
             hint="list alternative fields of one object, or write one path with []",
         )
     mapping.columns[column] = paths[0]
-    if len(paths) > 1:
-        mapping.alternatives[column] = paths
-    else:
-        mapping.alternatives.pop(column, None)
+    mapping.alternatives[column] = paths
 
 
 def _string(value: Any, key: str, where: str) -> str:
