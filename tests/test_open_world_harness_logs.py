@@ -30,6 +30,11 @@ Provenance of the shapes (repository, path, commit of the real file counted by h
   another model whose ``body.messages`` carry the first call's reply after a system prompt and tools the first call
   was never sent): 1 reply trained before, after a system prompt and tools it never saw; 0 after, the three requests
   skipped as requests without their responses.
+- WildBench judged results: allenai/WildBench
+  ``eval_results/v2.0625/score.v2/eval=gpt-4o-2024-05-13/reka-edge.json`` @ 88704b7b8d5fb6c448b8e8c3c0ebd671f710c492 (a
+  JSON array of ``{session_id, parsed_result, meta_data, model_test, score, model_output}``: each tested reply without
+  the task it answers, which lives in the benchmark's dataset; an empty ``model_output`` is no reply): nothing
+  trainable, the non-empty replies counted as lost, before and after.
 - AgentBench run logs: THUDM/AgentBench ``outputs/Jan17v1/gpt-4o-mini/medagentbench-std/runs.jsonl`` (and the
   gemini-2.0, llama-3.3 runs beside it) @ 45ae4f9e334a901c8cc427a0809a3dbd19adbc94 (``{index, error, info, output:
   {status, result, history: [{role: user | agent, content}]}, time}``; 210, 86 and 209 agent replies: all trained
@@ -448,3 +453,20 @@ def test_a_request_body_logged_without_its_response_trains_no_history_reply(tmp_
     report = convert(ConvertConfig(inputs=(tmp_path / "logs",), output=tmp_path / "out", allow_empty=True))
     # "Hi!" was sampled by the first call, sent no system prompt and no tools: never trained after the later ones
     assert report["turns"]["trained"] == 0 and report["records"]["skipped"] == 2
+
+
+def test_judged_replies_without_the_tasks_they_answer_are_lost_in_the_books_not_trained(tmp_path: Path) -> None:
+    def judged(session: str, output: str, score: str) -> dict[str, Any]:
+        return {
+            "session_id": session,
+            "parsed_result": {"strengths": "Clear.", "weaknesses": "Short.", "score": score},
+            "meta_data": {"batch_req_id": f"batch_req_{session}", "usage": {"prompt_tokens": 300}, "error": None},
+            "model_test": "reka/reka-edge",
+            "score": score,
+            "model_output": output,
+        }
+
+    rows = [judged("ae00", "", "1"), judged("8e03", "The plan is a framework.", "4"), judged("e0a2", "Step 1.", "4")]
+    path = _write(tmp_path / "reka-edge.json", rows)
+    report = convert(ConvertConfig(inputs=(path,), output=tmp_path / "out", allow_empty=True))
+    assert (report["turns"]["trained"], report["turns"]["in_rejected_records"]) == (0, 2)  # the empty output: none
