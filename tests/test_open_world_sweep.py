@@ -253,3 +253,27 @@ def test_a_message_sent_with_files_the_log_does_not_hold_is_a_gap(tmp_path: Path
     assert [r.error.code for r in rejects] == ["unsupported_content"]
     _, stats, _ = convert_file(path, SETTINGS)
     assert (stats.turns_found, stats.turns_trained) == (2, 1)
+
+
+# ------------------------------------------------------------------------------------------ LlamaIndex chat store
+
+
+def test_a_chat_store_saved_as_a_json_string_is_read_as_the_json_it_holds(tmp_path: Path) -> None:
+    """LlamaIndex's ``SimpleChatStore.persist`` writes ``json.dump`` of the store's JSON text: the file is one string
+    literal holding ``{"store": {key: [messages]}, "class_name": "SimpleChatStore"}`` (kdandy1/Cocai
+    ``chat_store.json`` @ 4073084dca2e0c9b8308e74c33cdf21bcaa5b971, a game master's chat: two replies, counted by
+    hand; written here in its shape). Before: ``unknown_format``, its 2 replies counted as lost, none trained."""
+    messages = [
+        {"role": "user", "content": "I am in a dark cave. Which skills can I roll?", "additional_kwargs": {}},
+        {"role": "assistant", "content": "1. **Spot Hidden** ...", "additional_kwargs": {}},
+        {"role": "user", "content": "I pick the second.", "additional_kwargs": {}},
+        {"role": "assistant", "content": "Archaeology it is ...", "additional_kwargs": {}},
+    ]
+    store = json.dumps({"store": {"user1": messages}, "class_name": "SimpleChatStore"})
+    path = tmp_path / "chat_store.json"
+    path.write_text(json.dumps(store), encoding="utf-8")
+    graphs, rejects = _graphs(path)
+    assert not rejects
+    assert [s[1] for s in _sampled(graphs)] == ["1. **Spot Hidden** ...", "Archaeology it is ..."]
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained) == (2, 2)

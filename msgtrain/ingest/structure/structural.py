@@ -135,12 +135,46 @@ def file_records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
         yield SourceRef(str(path), "file"), _load_yaml(path), None
         return
     for rec in iter_raw_records(path):
-        value = rec.value
+        value = json_in_string(rec.value)
         if rec.ref.record == "file" and isinstance(value, list) and not is_message_list(value):
             for i, item in enumerate(value):
                 yield SourceRef(str(path), f"item {i}"), item, item
             continue
         yield rec.ref, value, rec.raw if rec.raw is not None else value
+
+
+def json_in_string(value: Any) -> Any:
+    """The object a record saved as a JSON string holding JSON text stands for (LlamaIndex's
+    ``SimpleChatStore.persist`` writes ``json.dump`` of the store's JSON text: the file is one string literal), or the
+    value as it is."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        try:
+            inner = json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+        if isinstance(inner, dict | list):
+            return inner
+    return value
+
+
+def _head_in_string(head: bytes) -> bytes:
+    """The head of the JSON text a file's first string literal holds (see :func:`json_in_string`), for detection; the
+    head as it is when it does not open with such a literal. A literal cut by the end of the head is read up to its
+    last whole escape."""
+    text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    if not text.startswith(('"{', '"[')):
+        return head
+    try:
+        inner, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        inner = None
+        for cut in range(len(text), max(len(text) - 8, 1), -1):  # an escape cut in two: drop its start
+            try:
+                inner = json.loads(text[:cut] + '"')
+                break
+            except ValueError:
+                continue
+    return inner.encode("utf-8") if isinstance(inner, str) else head
 
 
 def _load_yaml(path: Path) -> Any:
@@ -186,7 +220,7 @@ class StructuralReader:
             except OSError:
                 return False
             return value is not None and not isinstance(value, MsgtrainError) and message_like_count(value)[0] > 0
-        shape = head_shape(head)
+        shape = head_shape(_head_in_string(head))
         if shape.layout == "other":
             return False
         for p in shape.paths:
