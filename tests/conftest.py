@@ -29,6 +29,19 @@ if "HF_DATASETS_CACHE" not in os.environ:
     os.environ["HF_DATASETS_CACHE"] = _DATASETS_CACHE = tempfile.mkdtemp(prefix="msgtrain-test-hf-datasets-")
     atexit.register(shutil.rmtree, _DATASETS_CACHE, True)
 
+# Where bytecode writing is off (PYTHONDONTWRITEBYTECODE, as container images set it), every test worker would compile
+# msgtrain and rewrite the test modules' asserts again (about 5 s of each worker's collection) and every msgtrain
+# process a test starts would compile what it imports: the suite keeps its bytecode in .cache/pycache of the checkout
+# instead (never beside the sources). Set before the workers and subprocesses start, which inherit it.
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    import sys
+
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = str(
+        Path(__file__).resolve().parents[1] / ".cache" / "pycache"
+    )
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.dont_write_bytecode = False
+
 import pytest
 
 from tests.gguf_vocab import GGUF_FAMILIES, require_family_folder
@@ -126,11 +139,47 @@ def _one_tokenizer_after_another(items: list[pytest.Item]) -> None:
     items[:] = [items[i] for i in order]
 
 
+# The test files that cost the most CPU (seconds, measured one file at a time with ../shared present), run first: under
+# `pytest -n N --dist loadfile --no-loadscope-reorder` (make test) a worker takes the next file when it is nearly done
+# with its last, so with the longest files first the run ends on short ones and the workers finish together (xdist's
+# default order, by number of tests, left a 40 s file for the end). Only the order changes, never an outcome; a file
+# not listed runs after these, in its usual order.
+HEAVIEST_FILES = {
+    "test_linearize_oracle.py": 75,
+    "test_tools_audit.py": 74,
+    "test_export_tree.py": 69,
+    "test_tokenizer_snapshot.py": 53,
+    "test_object_store.py": 49,
+    "test_linearize_oracle_gguf.py": 30,
+    "test_store_identity.py": 28,
+    "test_linearize_shortcuts.py": 25,
+    "test_stop_signals.py": 25,
+    "test_startup.py": 24,
+    "test_mistral.py": 23,
+    "test_tools_targets.py": 22,
+    "test_validate_parity.py": 22,
+    "test_linearize_oracle_families.py": 19,
+    "test_configs.py": 12,
+    "test_scaling.py": 12,
+    "test_fault_boundary.py": 11,
+    "test_cluster_recipe.py": 11,
+    "test_nightly_safety.py": 11,
+    "test_tokenizer_load.py": 10,
+    "test_ray_engine.py": 10,
+}
+
+
+def _heaviest_files_first(items: list[pytest.Item]) -> None:
+    """Items of the files in HEAVIEST_FILES first, the costliest first; each file's items keep their order."""
+    items.sort(key=lambda item: -HEAVIEST_FILES.get(item.path.name, 0))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests grouped by tokenizer where a module asks for it; with MSGTRAIN_TEST_ONLY: run only the listed tests, and
-    the placeholder of a listed parametrization over ../shared's folders (whose real parameters do not exist without
-    them); the rest is deselected."""
+    """Tests grouped by tokenizer where a module asks for it, the costliest files first; with MSGTRAIN_TEST_ONLY: run
+    only the listed tests, and the placeholder of a listed parametrization over ../shared's folders (whose real
+    parameters do not exist without them); the rest is deselected."""
     _one_tokenizer_after_another(items)
+    _heaviest_files_first(items)
     only = os.environ.get("MSGTRAIN_TEST_ONLY")
     if not only:
         return
