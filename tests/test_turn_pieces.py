@@ -404,3 +404,35 @@ def test_a_request_that_sent_media_outside_its_messages_is_not_trained_without_i
         samples, stats, rejects = convert_file(path, settings)
         assert samples == [] and stats.turns_lost == 1, settings.input_format
         assert json.loads(rejects[0])["reason"] == "unsupported_content"
+
+
+def test_responses_calls_nested_in_a_trace_s_steps_are_each_trained_after_their_own_request(tmp_path: Path) -> None:
+    """Responses request / response pairs under any key (a tracer's ``trace.steps[]``): each step is one call, its
+    reply trained after exactly the items its request sent (the second request re-sends the first reply, its call and
+    the call's output), with the request's instructions and tools. Hand count: 2 replies."""
+    tools = [{"type": "function", "name": "search", "parameters": {"type": "object", "properties": {}}}]
+    first = [_item_text("assistant", "Searching."), _call("c1", "x")]
+    result = {"type": "function_call_output", "call_id": "c1", "output": "found"}
+    steps = [
+        {
+            "request": {"instructions": "Be brief.", "input": [_item_text("user", "Find x.")], "tools": tools},
+            "response": {"output": first},
+        },
+        {
+            "request": {
+                "instructions": "Be brief.",
+                "input": [_item_text("user", "Find x."), *first, result],
+                "tools": tools,
+            },
+            "response": {"output": [_item_text("assistant", "Found x.")]},
+        },
+    ]
+    path = _write(tmp_path / "trace.json", {"trace": {"id": "t1", "steps": steps}})
+    (graph,), rejects = _graphs(path)
+    assert not rejects
+    sampled = [n for n in graph.nodes.values() if n.origin is Origin.SAMPLED]
+    assert sorted(n.message.text for n in sampled) == ["Found x.", "Searching."]
+    last = next(n for n in sampled if n.message.text == "Found x.")
+    context = [(m.message.role, _text(m.message)) for m in graph.path(last.id)[:-1]]
+    assert context == [("system", "Be brief."), ("user", "Find x."), ("assistant", "Searching."), ("tool", "found")]
+    assert all(env.tools for env in graph.envs.values())
