@@ -436,3 +436,37 @@ def test_responses_calls_nested_in_a_trace_s_steps_are_each_trained_after_their_
     context = [(m.message.role, _text(m.message)) for m in graph.path(last.id)[:-1]]
     assert context == [("system", "Be brief."), ("user", "Find x."), ("assistant", "Searching."), ("tool", "found")]
     assert all(env.tools for env in graph.envs.values())
+
+
+def test_an_open_interpreter_code_entry_with_no_output_is_read_with_the_empty_result_it_was_sent(
+    tmp_path: Path,
+) -> None:
+    """A ``code`` entry that no console output follows is sent with an empty result right after it
+    (``process_messages`` in ``interpreter/core/llm/run_tool_calling_llm.py`` @ dcfcffa9), whatever comes next: a
+    reply, a user message; an entry for another recipient in between is never sent and changes nothing. Hand count:
+    six replies (code, text, code, text, code, text), each after the context Open Interpreter sent. Before: the reply
+    after the first unanswered code entry was a gap (``missing_result``), 3 trained and 3 ``context_unknown``."""
+    conversation = [
+        {"role": "user", "type": "message", "content": "What's 2*3?"},
+        {"role": "assistant", "type": "code", "format": "python", "content": "2*3"},
+        {"role": "computer", "type": "console", "format": "output", "content": "6"},
+        {"role": "assistant", "type": "message", "content": "6."},
+        {"role": "user", "type": "message", "content": "Make a folder."},
+        {"role": "assistant", "type": "code", "format": "shell", "content": "mkdir out"},
+        {"role": "computer", "type": "console", "format": "output", "content": "shown", "recipient": "user"},
+        {"role": "assistant", "type": "message", "content": "Done."},
+        {"role": "user", "type": "message", "content": "Another."},
+        {"role": "assistant", "type": "code", "format": "shell", "content": "mkdir b"},
+        {"role": "user", "type": "message", "content": "ok?"},
+        {"role": "assistant", "type": "message", "content": "Yes."},
+    ]
+    path = _write(tmp_path / "conversation.json", conversation)
+    (graph,), rejects = _graphs(path)
+    assert not rejects
+    replies = _replies(graph)
+    assert [r[0] for r in replies] == ["sampled"] * 6
+    assert replies[3][1][-1] == ("tool", "") and replies[3][2] == "Done."
+    assert replies[5][1][-3:] == [("assistant", ""), ("tool", ""), ("user", "ok?")]
+    assert sum(1 for r in replies[5][1] if r[0] == "tool") == 3  # one result per code entry, none invented beyond
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (6, 6, 0)

@@ -12,7 +12,9 @@ Two dialects log a reply as a run of typed entries, each one piece of what the m
   ``{"language": <format>, "code": <content>}`` (``json.dumps`` of them), and the ``computer``'s ``console`` entry of
   format ``output`` as that call's result (``No output`` when it is blank); an entry with a ``recipient`` other than
   the assistant is never sent to the model (OpenInterpreter/open-interpreter
-  ``interpreter/core/llm/utils/convert_to_openai_messages.py`` @ dcfcffa9).
+  ``interpreter/core/llm/utils/convert_to_openai_messages.py`` @ dcfcffa9). A ``code`` entry no console output
+  follows is sent with an empty result (``""``) right after it (``process_messages`` in
+  ``interpreter/core/llm/run_tool_calling_llm.py``, same commit): the model saw that, not a gap.
 
 :func:`piece_message` turns one entry into the chat message it stands for; the normaliser reads that as any other
 message. Which pieces form one turn is the step builder's rule (:mod:`msgtrain.ingest.structure.steps`): consecutive
@@ -41,6 +43,7 @@ LMC_TYPES = frozenset({"message", "code", "console"})
 LMC_ROLES = frozenset({"user", "assistant", "computer"})
 LMC_TOOL = "execute"  # Open Interpreter's one tool, which runs the code blocks
 LMC_NO_OUTPUT = "No output"  # what Open Interpreter sends for a blank console output
+LMC_NO_RESULT: dict[str, Any] = {"role": "tool", "content": ""}  # what it sends for a code entry no output follows
 
 
 def _responses_item(obj: dict[str, Any]) -> bool:
@@ -96,6 +99,29 @@ def piece_is_call(obj: Any) -> bool:
     if not is_turn_piece(obj):
         return False
     return str(obj.get("type")) in RESPONSES_CALLS or (obj.get("type") == "code" and obj.get("role") == "assistant")
+
+
+def lmc_call(obj: Any) -> bool:
+    """Whether ``obj`` is an Open Interpreter ``code`` entry the model is sent (a call of ``execute``)."""
+    return (
+        isinstance(obj, dict)
+        and _lmc_message(obj)
+        and obj["type"] == "code"
+        and obj["role"] == "assistant"
+        and obj.get("recipient", "assistant") == "assistant"
+    )
+
+
+def lmc_result(obj: Any) -> bool:
+    """Whether ``obj`` is an Open Interpreter console ``output`` entry the model is sent (a call's result)."""
+    return (
+        isinstance(obj, dict)
+        and _lmc_message(obj)
+        and obj["type"] == "console"
+        and obj["role"] == "computer"
+        and obj.get("format") == "output"
+        and obj.get("recipient", "assistant") == "assistant"
+    )
 
 
 def joins_reply(item: Any, open_reply: bool, called: bool) -> bool:

@@ -25,7 +25,16 @@ from msgtrain.ingest.common.conversation_files import Step, logged_reply
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS
 from msgtrain.ingest.common.message_like import SHAPED_ROLES, canonical_role, message_like_count, role_of, unwrapped
 from msgtrain.ingest.common.shapes import MessageNormaliser
-from msgtrain.ingest.common.turn_pieces import assistant_piece, joins_reply, piece_is_call
+from msgtrain.ingest.common.turn_pieces import (
+    LMC_NO_RESULT,
+    assistant_piece,
+    is_turn_piece,
+    joins_reply,
+    lmc_call,
+    lmc_result,
+    piece_is_call,
+    piece_message,
+)
 from msgtrain.ingest.core.base import ReadReject, SourceRef
 from msgtrain.ingest.structure.found import assistant_like
 from msgtrain.ingest.structure.mapping import MAX_EXTRA_JSON, Mapping, top_fields
@@ -63,6 +72,7 @@ class StepBuilder:
     call_names: dict[str, str] = field(default_factory=dict)
     piece_turn: bool = False  # the last step is a reply built of pieces (turn_pieces): the next piece may join it
     piece_called: bool = False  # that reply, kept after a gap, holds a call (text after it is the next reply)
+    lmc_unanswered: bool = False  # the last message sent is an Open Interpreter code entry no output answered yet
 
     def add(
         self,
@@ -75,6 +85,7 @@ class StepBuilder:
     ) -> None:
         """One logged message; ``then`` is the message logged after it in the same list (None: none, or not
         known), which says whether more tool results follow a result (:meth:`MessageNormaliser.normalise`)."""
+        self._lmc_empty_result(raw, where)
         follow = None if then is None else self.norm.is_result(then)
         normalised = self.norm.normalise(raw, where, results_follow=follow)
         if not normalised and self.norm.thought and self.piece_turn and self._reasoning_after_call():
@@ -104,6 +115,18 @@ class StepBuilder:
                 self._check_results_logged(where)
             self.steps.append(Step(msg, origin=origin, generation=generation, index=len(self.steps)))
             self.piece_turn = msg.role == "assistant" and assistant_piece(unwrapped(raw))
+
+    def _lmc_empty_result(self, raw: Any, where: str) -> None:
+        """Open Interpreter sends a code entry that no console output follows with an empty result right after it
+        (:mod:`msgtrain.ingest.common.turn_pieces`): the next message it sends is read after that result, as the
+        model saw it, not as a reply after a call whose result the log lost."""
+        piece = unwrapped(raw) if isinstance(raw, dict) else None
+        if piece is not None and is_turn_piece(piece) and piece_message(piece) is None:
+            return  # never sent: the next message sent decides
+        if self.lmc_unanswered and not lmc_result(piece):
+            self.lmc_unanswered = False
+            self.add(dict(LMC_NO_RESULT), f"{where} (the empty result sent for the code entry before it)")
+        self.lmc_unanswered = lmc_call(piece)
 
     def _joins_turn(self, raw: Any, msg: Any, generation: Any) -> bool:
         """Join a piece of a reply (:mod:`msgtrain.ingest.common.turn_pieces`: a Responses item, an Open Interpreter
