@@ -70,18 +70,29 @@ def test_a_column_of_alternatives_reads_each_record_from_the_first_it_holds(tmp_
     assert isinstance(only[0], ReadGraph) and isinstance(only[1], ReadReject)
 
 
-def test_alternatives_are_tried_in_order_and_the_one_not_read_stays_a_field(tmp_path: Path) -> None:
+def test_alternatives_are_tried_in_order_and_none_of_them_is_carried_to_the_rows(tmp_path: Path) -> None:
     record = {**SHAREGPT, "system": None, "system_prompt": "From the second path.", "note": "kept"}
-    path = _jsonl(tmp_path / "one.jsonl", [record, {**SHAREGPT, "system_prompt": "not read"}])
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    empty_tools = {**SHAREGPT, "system_prompt": "not read", "tools": [], "functions": tools, "label": "math"}
+    path = _jsonl(tmp_path / "one.jsonl", [record, empty_tools, {**SHAREGPT, "label": False, "kto_tag": True}])
     mapping = {
         "formatting": "sharegpt",
-        "columns": {"messages": "conversations", "system": ["system", "system_prompt"]},
+        "columns": {
+            "messages": "conversations",
+            "system": ["system", "system_prompt"],
+            "tools": ["tools", "functions"],
+            "kto_tag": ["kto_tag", "label"],
+        },
     }
-    null_system, both = _read(path, mapping)
-    assert _texts(null_system)[0] == ("system", "From the second path.")  # a null is not held: the next is tried
-    assert null_system.extras == {"note": "kept", "system": None}
+    null_system, both, labelled = _read(path, mapping)
+    assert _texts(null_system)[0] == ("system", "From the second path.")  # a null is not a text: the next is tried
+    assert null_system.extras == {"note": "kept"}
     assert _texts(both)[0] == ("system", "Be brief.")
-    assert both.extras == {"system_prompt": "not read"}
+    assert both.extras == {"label": "math"}  # not a boolean: no label, and a field like any other
+    assert [t["function"]["name"] for t in both.graph.env.tools] == ["f"]  # empty tools are none: functions are read
+    reply = list(labelled.graph.nodes.values())[-1]
+    assert reply.message.metadata["label"] is True  # kto_tag, the first boolean
+    assert labelled.extras == {"label": True, "kto_tag": True}  # the label's fields stay, and it is the rows' label
 
 
 def test_a_mapping_with_alternatives_prints_and_reads_back_as_it_was_written() -> None:
@@ -130,3 +141,21 @@ def test_extras_all_carries_every_field_beside_the_conversation_whatever_its_siz
     whole = [e.extras for e in _read(path, {**mapping, "extras": "all"})]
     assert whole[0]["info"] == _trajectory(MAX_EXTRA_JSON)["info"]
     assert whole[1] == capped[1]  # small fields are carried alike
+
+
+def test_dollar_names_a_record_that_is_itself_the_message_list(tmp_path: Path) -> None:
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+    array = tmp_path / "one_conversation.json"
+    array.write_text(json.dumps(chat), encoding="utf-8")
+    lists = _jsonl(tmp_path / "lists.jsonl", [chat, {"messages": chat, "id": 7}])
+    lines = _jsonl(tmp_path / "lines.jsonl", chat)
+    mapping = {"formatting": "sharegpt", "columns": {"messages": ["messages", "$"]}}
+    for path, records in ((array, ["file"]), (lists, ["line 1", "line 2"]), (lines, ["line 1"])):
+        events = _read(path, mapping)
+        assert [e.source.record for e in events] == records, path.name
+        assert all(isinstance(e, ReadGraph) and _texts(e) == [("user", "Hi"), ("assistant", "Hello!")] for e in events)
+    assert _read(lists, mapping)[1].extras == {"id": 7}
+    without = _read(array, {"formatting": "sharegpt", "columns": {"messages": "messages"}})
+    assert [(type(e).__name__, getattr(e, "error", None) and e.error.code) for e in without] == [
+        ("ReadReject", "mapping_mismatch")
+    ]

@@ -21,11 +21,14 @@ Invariants:
   numbered fields ``message_1``, ``message_2``, ... in number order (CAMEL role-playing records).
 - A column may list *alternatives* (``messages: [conversations, messages]``): each record is read from the first of
   them that holds a value of the column's kind (a boolean label, a numeric reward, a system text, tools that are not
-  empty; for the others anything but null), the others are fields like any other (:meth:`Mapping.for_record`); a
-  record none of whose alternatives fits lacks an optional column (``kto_tag: [label, kto_tag]`` and
-  ``"label": "math"``: no label; ``system: [system]`` and ``"system": null``: no system prompt, and ``system`` is a
-  field like any other).
+  empty; for the others anything but null; :meth:`Mapping.for_record`); the others are not read and, named by the
+  mapping, not carried to the rows either (a reward's or a label's stay fields like any other); a record none of
+  whose alternatives fits lacks an optional column (``kto_tag: [label, kto_tag]`` and ``"label": "math"``: no
+  label; ``tools: [tools, functions]`` and ``"tools": []``: the functions, else no tools).
   Alternatives are paths without ``[]``: which unit a record holds is decided before they are.
+- ``$`` as a messages path is the record itself, where it is a message list (a JSON array of messages, one
+  conversation; a JSONL line holding a list; a file of one message per line is one such list):
+  ``messages: [messages, $]``.
 - ``extras: all`` carries every field beside the conversation to the rows whatever its size; the default
   (``small``) carries scalars and objects up to :data:`MAX_EXTRA_JSON` bytes of JSON.
 - Roles are never guessed beyond :mod:`msgtrain.ingest.common.message_like`' vocabulary: a mapping's tags / roles
@@ -79,6 +82,7 @@ _TAG_ROLES = {
     "function_tag": "call",
     "system_tag": "system",
 }
+BARE_LIST = "$"  # the messages column's path for a record that is itself the message list
 _LF_KEYS = frozenset({"formatting", "columns", "tags", "ranking", "file_name", "split", "num_samples", "load_from"})
 # msgtrain's own keys, in either form: which fields beside the conversation reach the rows
 _MSGTRAIN_KEYS = frozenset({"extras"})
@@ -121,6 +125,8 @@ class Mapping:
     roles: dict[str, str] = field(default_factory=dict)
     alternatives: dict[str, tuple[str, ...]] = field(default_factory=dict)
     extras: str = "small"
+    # the alternatives :meth:`for_record` did not pick: fields the mapping names, so never extras of the rows
+    passed_over: tuple[str, ...] = ()
 
     def for_record(self, record: dict[str, Any]) -> Mapping:
         """The mapping with each column's alternatives decided for ``record``: the first path that holds a value of
@@ -139,7 +145,9 @@ class Mapping:
                 columns[column] = paths[0]
             else:
                 del columns[column]
-        return replace(self, columns=columns, alternatives={})
+        picked = set(columns.values())
+        passed = tuple(p for c, paths in self.alternatives.items() if c not in _EXTRA_COLUMNS for p in paths)
+        return replace(self, columns=columns, alternatives={}, passed_over=tuple(p for p in passed if p not in picked))
 
     @staticmethod
     def _value(record: dict[str, Any], path: str) -> Any:
@@ -156,11 +164,15 @@ class Mapping:
             return numbered_fields(record, path[:-2])
         return dig(record, path)
 
+    @property
+    def reads_bare_lists(self) -> bool:
+        """Whether the messages column names the record itself (``$``): a record that is a message list, and a file
+        of one message per line (one list), are read."""
+        return BARE_LIST in self.alternatives.get("messages", (self.columns.get("messages"),))
+
     def names_a_conversation_in(self, record: dict[str, Any]) -> bool:
         """Whether ``record`` holds one of the columns its layout reads the conversation from (any alternative)."""
-        return any(
-            _holds(record, p) for c in NEEDED[self.layout] for p in self.alternatives.get(c, (self.columns[c],))
-        )
+        return any(_holds(record, p) for c in NEEDED[self.layout] for p in self.alternatives.get(c, (self.columns[c],)))
 
     def to_data(self) -> dict[str, Any]:
         """The mapping in LLaMA-Factory ``dataset_info`` form (the form ``--map`` reads back)."""
@@ -221,6 +233,10 @@ def numbered_fields(record: dict[str, Any], stem: str) -> list[Any] | None:
 
 def _holds(record: dict[str, Any], path: str) -> bool:
     return Mapping._value(record, path) is not None
+
+
+# Columns whose fields stay extras of the rows too (the reward and the label are kept under their own names as well).
+_EXTRA_COLUMNS = frozenset({"reward", "kto_tag"})
 
 
 def _not_null(value: Any) -> bool:

@@ -11,7 +11,8 @@ A format a mapping can state needs no reader module (docs/formats.md, "Why each 
   :func:`~msgtrain.ingest.common.head_shape.head_shape` (``.conversations[].from``): a list of paths that must all
   occur, or an object of ``has`` (paths that all occur), ``lacks`` (paths none of which occurs), ``some`` (paths at
   one of which a value is seen), ``within`` (path → values: every value seen there is listed) and ``holds`` (path →
-  values: one listed value is seen there); ``unless``: shapes that refuse a file first (the same forms);
+  patterns: a value seen there matches one, ``fnmatch``, and none written ``!pattern``); ``unless``: shapes that
+  refuse a file first (the same forms);
 - ``mapping``: the mapping (:mod:`msgtrain.ingest.structure.mapping`, either form) the structural reader reads every
   file of the format with; or a list of mappings, each record read by the first that names a conversation in it
   (:meth:`~msgtrain.ingest.structure.mapping.Mapping.names_a_conversation_in`: LLaMA-Factory's ranking records hold
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -70,8 +72,15 @@ class Shape:
             and not any(p in shape.paths for p in self.lacks)
             and (not self.some or any(shape.values_at(p) for p in self.some))
             and all(shape.values_at(p) <= allowed for p, allowed in self.within)
-            and all(shape.values_at(p) & wanted for p, wanted in self.holds)
+            and all(_seen(shape.values_at(p), wanted) for p, wanted in self.holds)
         )
+
+
+def _seen(values: frozenset[str], patterns: frozenset[str]) -> bool:
+    """Whether a value matches one of ``patterns`` (``fnmatch``: ``tool-*``) and none of those written ``!pattern``."""
+    wanted = [p for p in patterns if not p.startswith("!")]
+    unwanted = [p[1:] for p in patterns if p.startswith("!")]
+    return any(any(fnmatchcase(v, p) for p in wanted) and not any(fnmatchcase(v, p) for p in unwanted) for v in values)
 
 
 class ShippedReader(StructuralReader):

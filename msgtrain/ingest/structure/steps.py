@@ -333,6 +333,7 @@ def row_extras(holder: dict[str, Any], m: Mapping) -> dict[str, Any]:
     """Sibling fields carried to the rows: scalars and small objects (every field, with the mapping's ``extras: all``);
     the mapped reward as ``reward``."""
     used = {f for k, v in m.columns.items() if k not in ("reward", "kto_tag") for f in top_fields(holder, v)}
+    used |= {f for v in m.passed_over for f in top_fields(holder, v)}  # alternatives of a column not picked
     used |= set(MEDIA_COLUMNS)
     extras: dict[str, Any] = {}
     for key, value in holder.items():

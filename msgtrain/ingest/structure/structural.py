@@ -120,7 +120,7 @@ from msgtrain.ingest.structure.locate import (
     SCALED_PAIRS,
     locate,
 )
-from msgtrain.ingest.structure.mapping import Mapping
+from msgtrain.ingest.structure.mapping import BARE_LIST, Mapping
 from msgtrain.ingest.structure.mapping_paths import mapping_units
 from msgtrain.ingest.structure.structural_calls import continuation_groups, read_call_items, read_calls
 from msgtrain.ingest.structure.trees import lone_message, message_lines
@@ -287,7 +287,8 @@ class StructuralReader:
             elif second is not None:
                 records = itertools.chain([second], records)
         stream: Iterator[tuple[SourceRef, Any, Any]] = itertools.chain([first], records)
-        if self.mapping is None and first[0].record.startswith("line ") and lone_message(first[1]):
+        bare = self.mapping is None or self.mapping.reads_bare_lists  # a file of one message per line: one list
+        if bare and first[0].record.startswith("line ") and lone_message(first[1]):
             yield from message_lines(path, stream)
             return
         if self.mapping is None and first[0].record == "file" and isinstance(first[1], list):
@@ -313,6 +314,8 @@ class StructuralReader:
 
     def _record(self, path: Path, ref: SourceRef, value: Any, raw: Any) -> Iterator[ReadItem]:
         if self.mapping is not None:
+            if isinstance(value, list) and self.mapping.reads_bare_lists:
+                value = {BARE_LIST: value}  # the record is the message list the mapping's ``$`` names
             if not isinstance(value, dict):
                 err = ValidationError("record is not an object the mapping can read", code="mapping_mismatch")
                 yield ReadReject(ref, err.located(str(ref)), excerpt(raw))
