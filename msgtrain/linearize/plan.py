@@ -133,6 +133,8 @@ MEDIA_NOT_RENDERED = "media_not_rendered"
 USAGE_MISMATCH = "usage_mismatch"
 # The prompt is the logged text a chat template rendered, which this template renders differently (see _logged_prompt).
 RENDERED_PROMPT_LOGGED = "rendered_prompt_logged"
+# The engine stopped the reply at its token limit: the end-of-turn token after it is context, not trained (_limit_stop).
+STOPPED_AT_TOKEN_LIMIT = "stopped_at_token_limit"
 USAGE_TOLERANCE = (16, 0.02)  # tokens, share of the reported size: whichever is larger
 
 # A reply the log judges (a KTO label, a chosen/rejected mark) carries the judgement in its message metadata; the
@@ -165,6 +167,9 @@ class TurnTokens:
     full_enc: Encoded | None = None
     prompt_enc: Encoded | None = None
     flags: list[str] = field(default_factory=list)
+    # Trailing completion ids the model did not sample (the end-of-turn token a template writes after a reply the
+    # engine stopped at its token limit): in the sequence as context, never trained.
+    unsampled_tail: int = 0
     _full: np.ndarray | None = None
 
     @property
@@ -838,6 +843,7 @@ class _GraphLinearizer:
             try:
                 tt = self._tokens(t, anc)
                 self._check_template_dropped(tt)
+                self._limit_stop(tt)
             except _Drop as d:
                 self._drop(t, d.reason, d.message)
                 continue
@@ -855,6 +861,23 @@ class _GraphLinearizer:
         self._emit_samples(source, extras)
         self._count_carried_replies(turns)
         return res
+
+    def _limit_stop(self, tt: TurnTokens) -> None:
+        """A reply the engine stopped at its token limit (:attr:`Generation.stopped_at_limit`) did not sample the
+        end of its turn: the stop tokens a rendered completion ends with are kept in the sequence (what follows saw
+        them) but not trained, and the turn is flagged ``stopped_at_token_limit``. Logged engine ids are what was
+        sampled and stay as they are."""
+        gen = tt.turn.generation
+        if gen is None or not gen.stopped_at_limit:
+            return
+        tt.flags.append(STOPPED_AT_TOKEN_LIMIT)
+        if tt.completion_engine:
+            return
+        stops = self._is_stop(tt.completion)
+        tail = int(stops.shape[0] - np.flatnonzero(~stops)[-1] - 1) if (~stops).any() else int(stops.shape[0])
+        if tail >= tt.completion.shape[0]:
+            raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the reply stopped at its token limit before any token")
+        tt.unsampled_tail = tail
 
     def _check_template_dropped(self, tt: TurnTokens) -> None:
         """Drop a turn whose rendered completion lost its tool calls or its text (flagged by
@@ -947,7 +970,7 @@ class _GraphLinearizer:
             for c in todo:
                 ct = self.tt[c]
                 a = ct.prompt.shape[0]
-                b = a + ct.completion.shape[0]
+                b = a + ct.completion.shape[0] - ct.unsampled_tail
                 mask[a:b] = 1
                 if ct.logprobs is not None:
                     lp[a:b] = ct.logprobs

@@ -96,6 +96,22 @@ class OptionResultPayload(Frozen):
     retryable: bool | None = None
 
 
+# The finish reasons engines and providers report for a generation stopped by a token limit: OpenAI / vLLM /
+# Ollama ``length``, Anthropic / Bedrock / Gemini / Cohere ``max_tokens`` (``MAX_TOKENS``), OpenAI Responses
+# ``incomplete_details.reason: max_output_tokens``, SGLang's / TGI's ``length`` / ``max_length``, and a context window
+# filled while sampling (Anthropic ``model_context_window_exceeded``).
+LIMIT_FINISH_REASONS = frozenset(
+    {
+        "length",
+        "max_tokens",
+        "max_output_tokens",
+        "max_completion_tokens",
+        "max_length",
+        "model_context_window_exceeded",
+    }
+)
+
+
 class Generation(Frozen):
     """What the engine reported for a sampled message. All optional.
 
@@ -113,6 +129,13 @@ class Generation(Frozen):
     sampling: dict[str, Any] = Field(default_factory=dict)
     finish_reason: str | None = None
     created: int | None = None
+
+    @property
+    def stopped_at_limit(self) -> bool:
+        """Whether the engine stopped this generation at a token limit (``finish_reason`` one of
+        :data:`LIMIT_FINISH_REASONS`, any case): the model did not sample the end of its turn, so the end-of-turn
+        token a template writes after the message is context for what follows, never a trained token."""
+        return self.finish_reason is not None and self.finish_reason.strip().lower() in LIMIT_FINISH_REASONS
 
     @field_validator("finish_reason", mode="before")
     @classmethod

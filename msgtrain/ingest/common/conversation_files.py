@@ -388,16 +388,39 @@ def paired_result(
     )
 
 
-def logged_reply(message: AnyMessage, raw: Any) -> tuple[AnyMessage, Generation | None]:
+def logged_reply(message: AnyMessage, raw: Any, wrapper: Any = None) -> tuple[AnyMessage, Generation | None]:
     """An assistant message with what its transcript logged beside it (:func:`logged_call_facts`): the usage in
     its metadata, where the linearizer compares it with the prompt it builds (``usage_mismatch``), and the model
-    in a :class:`Generation`, which tells whether the tokenizer is the model's own."""
+    and the finish reason (:func:`logged_finish`, on the message or on the ``wrapper`` that held it: an OpenAI
+    choice) in a :class:`Generation`, which tell whether the tokenizer is the model's own and whether the model
+    sampled the end of its turn."""
     if message.role != "assistant":
         return message, None
     usage, model = logged_call_facts(raw)
     if usage is not None:
         message = message.model_copy(update={"metadata": {**message.metadata, "usage": usage}})
-    return message, Generation(model=model) if model is not None else None
+    finish = logged_finish(raw) or logged_finish(wrapper)
+    if model is None and finish is None:
+        return message, None
+    return message, Generation(model=model, finish_reason=finish)
+
+
+_FINISH_KEYS = ("finish_reason", "stop_reason", "finishReason", "stopReason", "done_reason")
+
+
+def logged_finish(raw: Any) -> str | None:
+    """Why the engine stopped a reply, as logged beside it (OpenAI's ``finish_reason``, Anthropic's ``stop_reason``,
+    Gemini's ``finishReason``, Bedrock's ``stopReason``, Ollama's ``done_reason``; LangChain keeps them in
+    ``response_metadata``), or None."""
+    if not isinstance(raw, dict):
+        return None
+    meta = raw.get("response_metadata")
+    for where in (raw, meta if isinstance(meta, dict) else {}):
+        for key in _FINISH_KEYS:
+            value = where.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
 
 
 def build_linear_graph(

@@ -26,6 +26,7 @@ from msgtrain.ingest.common.conversation_files import (
     base_graph_id,
     check_pairing,
     content_graph_id,
+    logged_finish,
     mark_last_reply,
 )
 from msgtrain.ingest.common.media_columns import MediaColumns, media_beside, media_beside_error
@@ -268,7 +269,11 @@ def _add_replies(builder: StepBuilder, value: Any, where: str, metadata: dict[st
                 hint="log one choice per record, or use the calls format ({request, response})",
             )
         key, inner = next((k, i) for k, i in SAMPLE_LISTS if isinstance(value.get(k), list))
+        # Why the engine stopped is logged on the choice, beside its message: it goes with the message.
+        finish = logged_finish(value[key][0])
         value, where = choices[0], f"{where}.{key}[0].{inner}"
+        if finish is not None and isinstance(value, dict):
+            value = {**value, "finish_reason": finish}
     items = value if isinstance(value, list) else [value]
     for i, item in enumerate(items):
         builder.add(item, f"{where}[{i}]" if isinstance(value, list) else where, metadata=metadata)

@@ -101,7 +101,8 @@ class StepBuilder:
             if isinstance(msg, OptionCallMessage):
                 self.call_names.update({c.invocation_id: c.option_name for c in msg.calls})
             origin: Origin | None = None
-            msg, generation = logged_reply(msg, beside)  # usage beside the message, inside its wrapper
+            # usage beside the message, inside its wrapper; the finish reason on the wrapper (an OpenAI choice)
+            msg, generation = logged_reply(msg, beside, raw if beside is not None and beside is not raw else None)
             if msg.role == "assistant":
                 if metadata:
                     msg = msg.model_copy(update={"metadata": {**msg.metadata, **metadata}})
