@@ -470,3 +470,34 @@ def test_an_open_interpreter_code_entry_with_no_output_is_read_with_the_empty_re
     assert sum(1 for r in replies[5][1] if r[0] == "tool") == 3  # one result per code entry, none invented beyond
     _, stats, _ = convert_file(path, SETTINGS)
     assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (6, 6, 0)
+
+
+def _run_items() -> list[dict[str, Any]]:
+    return [
+        _call("c1", "ls"),
+        {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+        _item_text("assistant", "There is one file, a.txt."),
+    ]
+
+
+def test_a_string_input_beside_a_run_s_items_is_the_user_message_they_answer(tmp_path: Path) -> None:
+    """The Responses API's and the OpenAI Agents SDK's ``input`` may be a string: the one user message. Beside the
+    items a run produced (the SDK's RunResult keeps ``input`` and ``new_items``; a logged run keeps ``input``,
+    ``instructions`` and its ``output`` items, call outputs between its replies: no single response's output) it
+    is the context of the first reply. Hand count: two replies (the call; the answer after its output), each after
+    the instructions and the prompt. Before: ``new_items`` was read alone (``no_prompt``, 2 lost), and the record
+    with ``output`` was claimed by the Responses reader and refused (``bad_response``: not one turn)."""
+    run = {"input": "Which files are here?", "new_items": _run_items(), "final_output": "There is one file, a.txt."}
+    logged = {"model": "gpt-4.1", "instructions": "You are terse.", "input": "Which files are here?"}
+    logged |= {"output": _run_items(), "usage": {"input_tokens": 12, "output_tokens": 9}}
+    for name, record, system in (("run.json", run, []), ("logged.json", logged, [("system", "You are terse.")])):
+        path = _write(tmp_path / name, record)
+        (graph,), rejects = _graphs(path)
+        assert not rejects, name
+        replies = _replies(graph)
+        assert [r[0] for r in replies] == ["sampled", "sampled"], name
+        assert replies[0][1] == [*system, ("user", "Which files are here?")], name
+        assert replies[0][3] == ['{"cmd": "ls"}'] and replies[1][2] == "There is one file, a.txt.", name
+        assert replies[1][1][-1] == ("tool", "a.txt"), name
+        _, stats, _ = convert_file(path, SETTINGS)
+        assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (2, 2, 0), name

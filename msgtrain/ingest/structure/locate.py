@@ -131,6 +131,9 @@ ALPACA_PAIRS = (
     ("query", "response"),
 )
 _REWARD_KEYS = ("reward", "score")
+# A string beside a list of replies that the user sent as the prompt they answer (the Responses API's and the OpenAI
+# Agents SDK's ``input``, which may be a string: the one user message).
+_STRING_PROMPT_KEYS = ("input",)
 _LABEL_KEYS = ("label", "kto_tag")
 
 
@@ -353,6 +356,12 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     longest = _longest_holding_the_others(record, lists)
     if longest is not None and named_agents(record[longest]):
         return _agents_ambiguity(f"{path}.{longest}", named_agents(record[longest]), record[longest])
+    prompt_beside = _prompt_beside(record, longest) if longest is not None else None
+    if longest is not None and prompt_beside is not None:
+        # the items an agent's run produced beside the user's prompt as a string (OpenAI Agents SDK's RunResult:
+        # ``input``, ``new_items``): the prompt is the user message they were sampled after
+        columns |= {"prompt": prompt_beside, "completion": longest}
+        return Found(path, record, Mapping("prompt_completion", columns))
     if longest is not None:  # one list, or a transcript beside its own prefixes (NeMo-Gym's input_message_log)
         columns["messages"] = longest
         children = tree_key(record[longest])
@@ -715,3 +724,18 @@ def _assistant_count(value: Any, budget: list[int] | None = None) -> int:
         if is_wrapper(value):
             return own
     return own + sum(_assistant_count(v, budget) for v in value.values() if isinstance(v, dict | list))
+
+
+def _prompt_beside(record: dict[str, Any], key: str) -> str | None:
+    """The key of a string prompt beside the message list ``record[key]`` when that list holds replies, calls and
+    results only (what a run produced, not what it was sent): the list's own context, or None."""
+    prompt = next((k for k in _STRING_PROMPT_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
+    if prompt is None or prompt == key:
+        return None
+    roles = []
+    for item in record[key]:
+        hit = role_of(item)
+        roles.append(canonical_role(hit[1]) if hit is not None else None)
+    if not any(r in ("assistant", "call") for r in roles):
+        return None
+    return prompt if all(r in ("assistant", "call", "tool", "thought") for r in roles) else None

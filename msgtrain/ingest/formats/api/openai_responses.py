@@ -370,6 +370,8 @@ class OpenAIResponsesReader:
             return False  # a NeMo Gym rollout (a whole trajectory with its reward): the nemo_gym reader's
         if shape.any_value(".object", {"response"}) or shape.any_value(".response.object", {"response"}):
             return True
+        if shape.any_value(".output[].type", RESULT_ITEMS) or shape.any_value(".response.output[].type", RESULT_ITEMS):
+            return False  # no response's output holds a call's output: an agent run's items (the structural reader's)
         if shape.has(".request.input") and shape.any_value(".response[].type", {"response.created"}):
             return True  # a streamed call logged as its list of events
         for prefix in ("", ".items[]", ".input[]", ".output[]", ".request.input[]", ".response.output[]"):
