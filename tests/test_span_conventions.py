@@ -230,3 +230,64 @@ def test_mlflow_chat_model_spans_train_the_completion_in_the_request_messages_of
     assert [n.message.role for n in graph.path(reply.id)] == ["system", "user", "assistant"]
     assert reply.message.text == "Apple pie." and reply.message.metadata["usage"]["input_tokens"] == 27
     assert graph.generation(reply.id).model == "gpt-4.1-2025-04-14"
+
+
+# A chat span's attributes alone, with no span around them, in the current GenAI convention (beside the raw request
+# and response bodies) and in the one before it (``gen_ai.prompt`` / ``gen_ai.completion`` as one JSON text each):
+# the shapes of Arize-ai/openinference js/packages/openinference-genai/test/__fixtures__/
+# otel_genai_client_span_tool_calls.json @ 4c265a1492ea4b0ec0a434ffae5b4da275e6428e and
+# otel_genai_deprecated_client_span_tool_calls.json @ ac1d62ff0b9688985ac845f7f2f4910e5a5caf55, texts changed.
+# Hand count of each real file: one reply sampled (the answer after the tool result), its context a user message,
+# the assistant's text + call, the call's result. Before: the first was read by the structural reader through its
+# raw ``input`` / ``output`` bodies (1 trained: the request's JSON text as the user message, the response's JSON text
+# as the reply); the second was unknown_format (0). After: 1 trained each, in the messages the span says it sent.
+_TYPED_HISTORY = [
+    {"role": "user", "parts": [{"type": "text", "content": "Rain in Oslo?"}]},
+    {
+        "role": "assistant",
+        "parts": [
+            {"type": "text", "content": "Let me look."},
+            {"type": "tool_call", "id": "c9", "name": "get_weather", "arguments": {"location": "Oslo"}},
+        ],
+    },
+    {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c9", "response": "rainy, 8°C"}]},
+]
+_BARE = {
+    "gen_ai.provider.name": "openai",
+    "gen_ai.operation.name": "chat",
+    "gen_ai.request.model": "gpt-4",
+    "gen_ai.response.model": "gpt-4-0613",
+    "gen_ai.usage.input_tokens": 61,
+    "gen_ai.response.finish_reasons": ["stop"],
+}
+_REPLY = {"text": "Yes: rainy, 8°C.", "finish_reason": "stop"}
+
+
+def test_a_chat_span_s_attributes_alone_are_one_span_trained_in_its_own_messages_once(tmp_path: Path) -> None:
+    current = {
+        "input": json.dumps({"model": "gpt-4", "messages": _TYPED_HISTORY}),
+        "output": json.dumps(_REPLY),
+        **_BARE,
+        "gen_ai.input.messages": json.dumps(_TYPED_HISTORY),
+        "gen_ai.output.messages": json.dumps(
+            [{"role": "assistant", "parts": [{"type": "text", "content": _REPLY["text"]}], "finish_reason": "stop"}]
+        ),
+    }
+    before = {**_BARE, "gen_ai.prompt": json.dumps(_TYPED_HISTORY), "gen_ai.completion": json.dumps(_REPLY)}
+    for name, attributes in (("current.json", current), ("deprecated.json", before)):
+        path = tmp_path / name
+        path.write_text(json.dumps(attributes, indent=2), encoding="utf-8")
+        assert detect_format(path).name == "otel", name
+        (graph,), rejects = _read(path)
+        assert not rejects, name
+        assert _roles(graph) == ["user", "assistant", "tool", "assistant*"], name
+        texts = [n.message.text for n in graph.branches()[0].nodes]
+        assert texts[0] == "Rain in Oslo?" and texts[-1] == "Yes: rainy, 8°C.", name
+        reply = graph.sampled_nodes()[0]
+        assert graph.generation(reply.id).model == "gpt-4-0613", name
+    # two spans' attributes in one list: two traces, neither continues the other
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps([before, {**before, "gen_ai.prompt": json.dumps(_TYPED_HISTORY[:1])}]))
+    graphs, rejects = _read(path)
+    assert not rejects and len(graphs) == 2
+    assert sorted(len(g.branches()[0].nodes) for g in graphs) == [2, 4]

@@ -82,7 +82,8 @@ def as_genai(attrs: dict[str, Any]) -> dict[str, Any]:
     flat = flatten_attributes(attrs)
     convention = convention_of(flat)
     if convention is None:
-        return attrs
+        whole = _whole_prompt(flat)
+        return attrs if not whole else {**attrs, **{k: v for k, v in whole.items() if k not in attrs}}
     parse = {"openinference": _from_openinference, "openllmetry": _from_openllmetry, "mlflow": _from_mlflow}
     genai = parse[convention](flat)
     return {**flat, **{k: v for k, v in genai.items() if k not in attrs}}
@@ -222,6 +223,32 @@ def _ollm_message(m: dict[str, Any], where: str) -> dict[str, Any]:
         msg["tool_calls"] = calls
     _put(msg, "tool_call_id", m.get("tool_call_id"))
     return msg
+
+
+# ------------------------------------------------------------------------------------------------ whole prompt
+def _whole_prompt(flat: dict[str, Any]) -> dict[str, Any]:
+    """The GenAI convention before ``gen_ai.input.messages`` as one attribute each, unindexed: ``gen_ai.prompt`` the
+    input messages as JSON text, ``gen_ai.completion`` the reply as JSON text (a message list, one message, or
+    ``{"text", "finish_reason"}``) or as plain text (Arize-ai/openinference
+    ``js/packages/openinference-genai/test/__fixtures__/otel_genai_deprecated_client_span_tool_calls.json``).
+    Nothing is read unless the prompt is a list of messages with roles."""
+    prompt = json_attr(flat.get("gen_ai.prompt"))
+    if not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "role" in m for m in prompt)):
+        return {}
+    out: dict[str, Any] = {"gen_ai.input.messages": prompt}
+    raw = flat.get("gen_ai.completion")
+    completion = json_attr(raw)
+    if isinstance(completion, dict) and "role" in completion:
+        completion = [completion]
+    if isinstance(completion, list) and completion and all(isinstance(m, dict) and "role" in m for m in completion):
+        out["gen_ai.output.messages"] = completion
+    elif isinstance(completion, dict) and isinstance(completion.get("text"), str):
+        message: dict[str, Any] = {"role": "assistant", "parts": [{"type": "text", "content": completion["text"]}]}
+        _put(message, "finish_reason", completion.get("finish_reason"))
+        out["gen_ai.output.messages"] = [message]
+    elif isinstance(completion, str) and completion:
+        out["gen_ai.output"] = completion  # the reply's text
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ MLflow
