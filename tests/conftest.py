@@ -477,15 +477,35 @@ def shaped_tokenizer_folder(name: str) -> Path:
     return folder
 
 
+def _without_snapshot(folder: Path):  # type: ignore[no-untyped-def]
+    """The bundle of a tokenizer folder the tests made, loaded through transformers without taking a snapshot of it
+    (msgtrain.linearize.snapshot): no process the tests start restores one, and the tests that load these folders
+    check against transformers' own tokenizer (the oracle renders with apply_chat_template), which a restored
+    snapshot would load again; taking one costs about a second of a 150k vocabulary, for each of some forty folders.
+    Snapshots are checked on ../shared's vocabularies (tests/test_tokenizer_snapshot.py), which the CLI tests
+    restore."""
+    from msgtrain.linearize import load_tokenizer
+
+    saved = os.environ.get("MSGTRAIN_CACHE")
+    os.environ["MSGTRAIN_CACHE"] = "0"
+    try:
+        return load_tokenizer(str(folder))
+    finally:
+        if saved is None:
+            del os.environ["MSGTRAIN_CACHE"]
+        else:
+            os.environ["MSGTRAIN_CACHE"] = saved
+
+
 def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
     from msgtrain.linearize import load_tokenizer
 
     if name == "demo":
         return load_tokenizer(None)
     if name in SHAPED or name in REAL or name in FAMILIES:
-        return load_tokenizer(str(shaped_tokenizer_folder(name)))
+        return _without_snapshot(shaped_tokenizer_folder(name))
     if name in GGUF_FAMILIES:
-        return load_tokenizer(str(require_family_folder(name)))
+        return _without_snapshot(require_family_folder(name))
     folder, template = TEMPLATES[name]
     if name not in ADDED_TOKENS:
         return load_tokenizer(str(shared_path(folder)), str(shared_path(template)) if template else None)
