@@ -5,6 +5,7 @@ marks, control-token text); and what it saves: encoding a long text no longer co
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msgtrain.linearize import load_tokenizer
-from msgtrain.linearize.pieces import encode_in_pieces, fast_batch, piece_bounds, splits_at_spaces
+from msgtrain.linearize.pieces import LINE_START, encode_in_pieces, fast_batch, piece_bounds, splits_at_spaces
+from msgtrain.linearize.tokenizer import SegmentCache
 from tests.conftest import ROOT, shared_path
 
 ATOMS = [
@@ -41,6 +43,25 @@ def test_pieces_give_the_ids_of_the_whole_text(bundle, text: str, piece: int) ->
     whole = bundle.backend.encode(text, add_special_tokens=False).ids
     pieces = encode_in_pieces(fast_batch(bundle.backend), text, piece, bundle._added_re)
     assert pieces.tolist() == whole
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=TEXTS)
+def test_a_text_cut_after_every_line_break_before_text_gives_the_ids_of_the_whole_text(bundle, text: str) -> None:  # type: ignore[no-untyped-def]
+    """The cut encode_segments makes after a segment's first line break followed by a non-space character, made
+    here at every such place outside control-token text: the parts' ids end to end are the whole text's."""
+    assert bundle._cuts_lines()
+    taken = [(m.start(), m.end()) for m in bundle._added_re.finditer(text)]
+    cuts = [m.end() for m in LINE_START.finditer(text) if not any(a < m.end() < b for a, b in taken)]
+    bounds = [0, *cuts, len(text)]
+    parts = [text[a:b] for a, b in itertools.pairwise(bounds)]
+    whole = bundle.backend.encode(text, add_special_tokens=False).ids
+    assert [i for part in parts for i in bundle.backend.encode(part, add_special_tokens=False).ids] == whole
+    ids, marks = bundle.encode_segments(text, {}, True, SegmentCache())
+    assert ids.tolist() == whole
+    if marks is not None:  # the checkpoints after each control token, as the slow way finds them
+        slow = bundle._marks(text, ids)
+        assert marks[0].tolist() == slow[0].tolist() and marks[1].tolist() == slow[1].tolist()
 
 
 def test_a_long_text_is_cut_and_still_encodes_exactly(bundle) -> None:  # type: ignore[no-untyped-def]

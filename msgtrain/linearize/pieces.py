@@ -20,10 +20,19 @@ there only for tokenizers whose structure makes that a boundary no token crosses
 Added tokens are cut out of the text before the pre-tokenizer runs: no piece boundary falls inside one's text.
 Each tokenizer is also checked once against whole-text encoding of a probe (:func:`pieces_agree`); a tokenizer
 that fails it is encoded whole. ``tests/test_bounded_pieces.py`` compares both encodings on seeded random texts.
+
+The same tokenizers also never cross a line break followed by a non-space character (``"user\n|Hello"``,
+:data:`LINE_START`), which :meth:`TokenizerBundle.encode_segments` cuts segments at: in each pattern, only
+whitespace alternatives hold a ``\r`` or ``\n`` (the optional character before a word or a run of punctuation is a
+space or any non-letter, non-digit, non-newline character; a run of punctuation may end in line breaks), and a
+whitespace match cannot take the non-space character after it, so the match holding the line break ends there; the
+next match starts at the non-space character whatever came before it. NFC composes nothing with a line break.
+Checked once per tokenizer on a probe as well (:func:`lines_agree`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -45,6 +54,8 @@ _WORD_PATTERNS = frozenset(
 # A space between two letters. ``[^\W\d_]`` is a letter for Python (str.isalpha) or a non-decimal numeral; either
 # ends its match at the space in every pattern above.
 _BOUNDARY = re.compile(r"(?<=[^\W\d_]) (?=[^\W\d_])")
+# A line break followed by a non-space character: its end is a place no token crosses (see the module's reasons).
+LINE_START = re.compile(r"[\r\n](?=\S)")
 _PROBE = (
     "It's   a test: naïve café, 12345 items; they'll go.\n\n  Indented\tline ¼ done — ok?!\r\n"
     "日本語のテキスト and Ελληνικά words, e\u0301 combining, ÅNGSTRÖM \u00a0nbsp x" * 3
@@ -122,6 +133,24 @@ def pieces_agree(batch: Callable[[list[str]], Sequence[Sequence[int]]], added: r
     """Whether encoding the probe in small pieces gives the ids of encoding it whole (checked once per tokenizer)."""
     whole = np.asarray(batch([_PROBE])[0], dtype=np.int32)
     return bool(np.array_equal(encode_in_pieces(batch, _PROBE, 16, added), whole))
+
+
+_LINE_PROBE = (
+    "user\nHello there\n\nNew paragraph.\n- item 1\n-item\r\n(x) 12\n345 \n\tTabbed\n  spaced\n'll do\n's\n"
+    '\u0301combining\n\u00a0nbsp\n日本語\n{"a": 1}\n</x>\n\n\n!!\n?\nend'
+)
+
+
+def lines_agree(batch: Callable[[list[str]], Sequence[Sequence[int]]], added: re.Pattern[str]) -> bool:
+    """Whether a probe encoded in parts cut at every :data:`LINE_START` (outside added tokens' text) gives the ids of
+    the probe encoded whole (checked once per tokenizer)."""
+    text = _LINE_PROBE
+    taken = [(m.start(), m.end()) for m in added.finditer(text)]
+    cuts = [m.end() for m in LINE_START.finditer(text) if not any(a < m.end() < b for a, b in taken)]
+    bounds = [0, *cuts, len(text)]
+    parts = [text[a:b] for a, b in itertools.pairwise(bounds)]
+    whole = [int(i) for i in batch([text])[0]]
+    return whole == [int(i) for ids in batch(parts) for i in ids]
 
 
 def fast_batch(backend: Any) -> Callable[[list[str]], list[list[int]]]:

@@ -37,7 +37,15 @@ import numpy as np
 
 from msgtrain.errors import TokenizerError
 from msgtrain.linearize.hf_load import auto_tokenizer
-from msgtrain.linearize.pieces import PIECE_CHARS, encode_in_pieces, fast_batch, pieces_agree, splits_at_spaces
+from msgtrain.linearize.pieces import (
+    LINE_START,
+    PIECE_CHARS,
+    encode_in_pieces,
+    fast_batch,
+    lines_agree,
+    pieces_agree,
+    splits_at_spaces,
+)
 from msgtrain.linearize.tokenizer_source import (
     load_from_hub,
     resolve_tokenizer,
@@ -448,6 +456,7 @@ class TokenizerBundle:
         self.whitespace_ids = self._whitespace_ids()
         self.boundary_reuse = self._check_boundary_split()
         self._pieces: bool | None = None  # whether long texts are encoded in pieces: decided at the first one
+        self._lines: bool | None = None  # whether segments are cut after line breaks: decided at the first one
         self._decode_direct = self._backend_decodes_alike()
         self.encode_calls = 0
         self.encoded_chars = 0
@@ -764,6 +773,14 @@ class TokenizerBundle:
         self.encoded_tokens += sum(int(a.shape[0]) for a in arrays)
         return arrays
 
+    def _cuts_lines(self) -> bool:
+        """Whether segments may be cut after a line break followed by text (:data:`LINE_START`), decided once:
+        for the tokenizers whose long texts may be cut at spaces (the same pre-tokenizers make both cuts exact,
+        :mod:`msgtrain.linearize.pieces`), checked on a probe."""
+        if self._lines is None:
+            self._lines = self._in_pieces() and lines_agree(fast_batch(self.backend), self._added_re)
+        return self._lines
+
     def _in_pieces(self) -> bool:
         """Whether a long text may be encoded in bounded pieces (:mod:`msgtrain.linearize.pieces`), decided once."""
         if self._pieces is None:
@@ -843,28 +860,47 @@ class TokenizerBundle:
         :meth:`_marks` finds for a text without marker characters. ``at_start``: the text starts a rendering (its
         first segment is cached apart: some tokenizers treat the start of the input specially). So a segment's ids
         are a function of its text and of ``at_start`` alone, whatever precedes it, and any cache keyed by both is
-        exact. The cache lives as long as its owner wants (the linearizer keeps one per conversation, whose
+        exact. Where the tokenizer's pre-tokenizer never crosses a line break followed by a non-space character
+        (:data:`LINE_START`, :meth:`_cuts_lines`), a segment is cached as two parts, cut after its first such line
+        break: a message's text then costs one encoding however the template introduces it. The cache lives as long as its owner wants (the linearizer keeps one per conversation, whose
         renderings repeat segments: a template that re-renders history, a prompt and the same prompt with the
         turn); ``shared`` (the run-wide :attr:`segment_cache`) is looked up for what ``cache`` lacks and learns
         every segment encoded here."""
         if not self.boundary_reuse:
             return self.encode(text), None
-        cuts = [m.end() for m in self._added_re.finditer(text)]
-        matched = len(cuts)  # the first ``matched`` segments end with an added token
+        found = list(self._added_re.finditer(text))
+        matched = len(found)  # the first ``matched`` segments end with an added token
+        cuts = [m.end() for m in found]
+        plain_ends = [m.start() for m in found]  # where each segment's text before its added token ends
         if not cuts or cuts[-1] != len(text):
             cuts.append(len(text))
+            plain_ends.append(len(text))
+        line = LINE_START if self._cuts_lines() else None
         keys: list[tuple[bool, str]] = []
-        missing: dict[tuple[bool, str], bool] = {}  # new segment -> whether it ends with an added token's text
+        last_parts: list[int] = []  # per segment, the index in ``keys`` of its last part
+        missing: dict[tuple[bool, str], bool] = {}  # new part -> whether it ends with an added token's text
         start = 0
         for i, end in enumerate(cuts):
-            key = (at_start and start == 0, text[start:end])
-            keys.append(key)
-            if key not in cache:
-                ids = shared.get(key) if shared is not None else None
-                if ids is None:
-                    missing[key] = i < matched
-                else:
-                    cache[key] = ids
+            ends_added = i < matched
+            first = at_start and start == 0
+            # A segment is cut once more after its first line break followed by text (a role header, the blank
+            # line after a reasoning block): the same message text then has the same part whatever the template
+            # wrote before it (Qwen3 renders the latest reply after its reasoning and older ones without).
+            m = line.search(text, start, plain_ends[i]) if line is not None else None
+            parts: tuple[tuple[tuple[bool, str], bool], ...]
+            if m is None:
+                parts = (((first, text[start:end]), ends_added),)
+            else:
+                parts = (((first, text[start : m.end()]), False), ((False, text[m.end() : end]), ends_added))
+            for key, key_ends_added in parts:
+                keys.append(key)
+                if key not in cache:
+                    ids = shared.get(key) if shared is not None else None
+                    if ids is None:
+                        missing[key] = key_ends_added
+                    else:
+                        cache[key] = ids
+            last_parts.append(len(keys) - 1)
             start = end
         if missing:
             new = list(missing)
@@ -900,11 +936,13 @@ class TokenizerBundle:
                     shared.put(key, cache[key])
         if not keys:
             return np.zeros(0, dtype=np.int32), None
-        parts = [cache[k] for k in keys]
-        ids = np.concatenate(parts)
+        arrays = [cache[k] for k in keys]
+        ids = np.concatenate(arrays)
         if _MARKER_CHARS.search(text) is not None:
             return ids, None  # marker characters: only :meth:`_marks` tells the template's tokens from content's
-        token_ends = np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)))
+        token_ends = np.cumsum(np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays)))
+        if len(last_parts) != len(keys):
+            token_ends = token_ends[last_parts]
         return ids, (np.asarray(cuts[:matched], dtype=np.int64), token_ends[:matched])
 
     def encode_full(
