@@ -291,3 +291,28 @@ def test_a_chat_span_s_attributes_alone_are_one_span_trained_in_its_own_messages
     graphs, rejects = _read(path)
     assert not rejects and len(graphs) == 2
     assert sorted(len(g.branches()[0].nodes) for g in graphs) == [2, 4]
+
+
+def test_an_openinference_llm_span_with_only_its_input_and_output_values_reads_the_messages_they_hold(
+    tmp_path: Path,
+) -> None:
+    """An LLM span with no flattened messages, its ``input.value`` the messages sent as JSON text and its
+    ``output.value`` the reply (Arize-ai/openinference js/packages/openinference-genai/test/__fixtures__/
+    openinference_client_span_input_output_only.json @ 23d0985a4e4086fe5234ec232dd6038f49026692, texts changed).
+    Hand count of the real file: one reply, after a user message, the assistant's text + call and its result.
+    Before: ``chat_span_without_output``, nothing trained; after: 1 trained in those messages."""
+    attributes = {
+        "openinference.span.kind": "LLM",
+        "llm.model_name": "gpt-4-0613",
+        "input.value": json.dumps(_TYPED_HISTORY),
+        "input.mime_type": "application/json",
+        "output.value": json.dumps(_REPLY),
+        "output.mime_type": "application/json",
+        "llm.token_count.prompt": 61,
+    }
+    path = tmp_path / "span.json"
+    path.write_text(json.dumps(attributes, indent=2), encoding="utf-8")
+    (graph,), rejects = _read(path)
+    assert not rejects
+    assert _roles(graph) == ["user", "assistant", "tool", "assistant*"]
+    assert graph.sampled_nodes()[0].message.text == "Yes: rainy, 8°C."

@@ -106,11 +106,20 @@ def _from_openinference(flat: dict[str, Any]) -> dict[str, Any]:
         _put(out, "gen_ai.agent.name", flat.get("agent.name"))
         return out
     inputs = _indexed(flat, "llm.input_messages")
-    if inputs:
+    whole = (
+        {}
+        if inputs or _indexed(flat, "llm.output_messages")
+        else _whole_prompt({"gen_ai.prompt": flat.get("input.value"), "gen_ai.completion": flat.get("output.value")})
+    )
+    if whole:  # no flattened messages: the span's input and output values hold them (as JSON text)
+        out.update(whole)
+    elif inputs:
         out["gen_ai.input.messages"] = [_oi_message(m, f"llm.input_messages.{i}") for i, m in inputs]
     outputs = _indexed(flat, "llm.output_messages")
     if outputs:
         out["gen_ai.output.messages"] = [_typed(_oi_message(m, f"llm.output_messages.{i}")) for i, m in outputs]
+    elif whole:
+        pass  # the output value was read with the input value
     elif isinstance(flat.get("output.value"), str) and flat.get("output.mime_type") != "application/json":
         out["gen_ai.output"] = flat["output.value"]  # a text completion logged only as the span's output
     tools = [json_attr(t.get("tool.json_schema")) for _, t in _indexed(flat, "llm.tools")]
