@@ -31,15 +31,12 @@ if "HF_DATASETS_CACHE" not in os.environ:
 
 # Where bytecode writing is off (PYTHONDONTWRITEBYTECODE, as container images set it), every test worker would compile
 # msgtrain and rewrite the test modules' asserts again (about 5 s of each worker's collection) and every msgtrain
-# process a test starts would compile what it imports: the suite keeps its bytecode in .cache/pycache of the checkout
-# instead (never beside the sources). Set before the workers and subprocesses start, which inherit it.
-if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+# process a test starts would compile what it imports: the suite writes the checkout's bytecode (to its __pycache__
+# folders, which git ignores; installed packages have theirs). Set before the workers and subprocesses start, which
+# inherit it.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
     import sys
 
-    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = str(
-        Path(__file__).resolve().parents[1] / ".cache" / "pycache"
-    )
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
     sys.dont_write_bytecode = False
 
 import pytest
