@@ -316,3 +316,63 @@ def test_an_openinference_llm_span_with_only_its_input_and_output_values_reads_t
     assert not rejects
     assert _roles(graph) == ["user", "assistant", "tool", "assistant*"]
     assert graph.sampled_nodes()[0].message.text == "Yes: rainy, 8°C."
+
+
+def test_calls_a_chat_span_logs_without_ids_take_the_ids_their_tool_spans_logged(tmp_path: Path) -> None:
+    """any-agent's spans log a chat span's calls as ``[{"tool.name", "tool.args"}]`` with no id, and each tool span
+    with the id the call had (``gen_ai.tool.call.id``): the call takes that id, so its tool span answers it and the
+    next chat span (no input messages logged: the context is rebuilt) is trained. Shape of mozilla-ai/any-agent
+    ``tests/assets/AGNO_trace.json`` and ``GOOGLE_trace.json`` @ 3e248d1c (arguments as JSON text or an object).
+    Hand count of each real file: 3 chat spans, 3 replies (two calls, then the answer), each after the previous
+    reply and its tool's result. Before: each tool span answered no call (the call's id was synthesized), so 1 of 3
+    trained, 2 ``context_unknown``; after 3 of 3."""
+    system = {"role": "system", "content": "Use the tools."}
+    user = {"role": "user", "content": "Write the year to a file."}
+    spans = [
+        _span(
+            "0x01",
+            {
+                "gen_ai.operation.name": "call_llm",
+                "gen_ai.input.messages": json.dumps([system, user]),
+                "gen_ai.output": json.dumps([{"tool.name": "now", "tool.args": '{"tz": "UTC"}'}]),
+                "gen_ai.output.type": "json",
+            },
+        ),
+        _span(
+            "0x02",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "now",
+                "gen_ai.tool.call.id": "LlAGPjfO0",
+                "gen_ai.output": '{"year": 2025}',
+            },
+        ),
+        _span(
+            "0x03",
+            {
+                "gen_ai.operation.name": "call_llm",
+                "gen_ai.output": json.dumps([{"tool.name": "write", "tool.args": {"text": "2025"}}]),
+                "gen_ai.output.type": "json",
+            },
+        ),
+        _span(
+            "0x04",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "write",
+                "gen_ai.tool.call.id": "wzCUjvRq4",
+                "gen_ai.output": "{}",
+            },
+        ),
+        _span("0x05", {"gen_ai.operation.name": "call_llm", "gen_ai.output": "Done: 2025 written."}),
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"spans": spans, "final_output": "Done: 2025 written."}), encoding="utf-8")
+    (graph,), rejects = _read(path)
+    assert not rejects
+    assert _roles(graph) == ["system", "user", "assistant*", "tool", "assistant*", "tool", "assistant*"]
+    first, answer, second, written = graph.branches()[0].messages[2:6]
+    assert isinstance(first, OptionCallMessage) and isinstance(answer, OptionResultMessage)
+    assert isinstance(second, OptionCallMessage) and isinstance(written, OptionResultMessage)
+    assert [c.invocation_id for c in first.calls] == ["LlAGPjfO0"] and answer.result.invocation_id == "LlAGPjfO0"
+    assert [c.invocation_id for c in second.calls] == ["wzCUjvRq4"] and written.result.result == "{}"

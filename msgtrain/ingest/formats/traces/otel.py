@@ -13,7 +13,9 @@ What is read (one span = one record; all spans of a trace become one graph ``ote
   messages (n > 1) are sibling samples. Model, finish reasons and usage go to ``Generation`` / metadata;
   ``gen_ai.tool.definitions`` is the environment's tool list.
 - Tool spans (``execute_tool``): the tool's result (``gen_ai.tool.call.result``, or any-agent's ``gen_ai.output``)
-  answers the call with ``gen_ai.tool.call.id``, else the oldest unanswered call of that tool name.
+  answers the call with ``gen_ai.tool.call.id``, else the oldest unanswered call of that tool name. A call a chat
+  span logs without an id (any-agent's ``[{"tool.name", "tool.args"}]``) takes the id the first tool span of that
+  name after it logged (before the next chat span): the id the call had.
 - Agent spans (``invoke_agent`` / ``create_agent``) name the policy (``gen_ai.agent.name``); other spans carry no
   conversation and are skipped (``non_genai_span``).
 
@@ -260,6 +262,29 @@ def _normalize(span: Any, ref: str) -> _Span:
     )
 
 
+def _tool_span_ids(spans: list[_Span]) -> dict[str, list[tuple[str, str]]]:
+    """For each chat span, the (tool name, call id) of the tool spans after it and before the next chat span, in
+    order: the calls its output made, as the tools that ran them logged their ids (any-agent logs a chat span's calls
+    with names and arguments only, and each tool span with ``gen_ai.tool.call.id``)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for span in spans:
+        op = span.attributes.get("gen_ai.operation.name")
+        if op in CHAT_OPERATIONS:
+            current = out.setdefault(span.span_id, [])
+        elif op in TOOL_OPERATIONS and current is not None:
+            name, call_id = span.attributes.get("gen_ai.tool.name"), span.attributes.get("gen_ai.tool.call.id")
+            if isinstance(name, str) and isinstance(call_id, str) and call_id:
+                current.append((name, call_id))
+    return out
+
+
+def _take_id(logged: list[tuple[str, str]], name: Any) -> str | None:
+    """The first logged id of a call of ``name`` not taken yet (taken: removed from ``logged``), or None."""
+    hit = next((i for i, (n, _) in enumerate(logged) if n == name), None)
+    return logged.pop(hit)[1] if hit is not None else None
+
+
 class _TraceBuild:
     def __init__(self, path: Path, trace_id: str, trace: _Trace, skips: SkipTally):
         self.path = path
@@ -294,6 +319,7 @@ class _TraceBuild:
         self.call_names: dict[str, str] = {}
         self.tainted = False
         self.records = 0
+        self.logged_ids = _tool_span_ids(self.spans)
 
     def events(self) -> Iterator[ReadEvent]:
         rejects: list[ReadReject] = []
@@ -447,9 +473,11 @@ class _TraceBuild:
         value = json_attr(raw) if attrs.get("gen_ai.output.type") == "json" else raw
         if isinstance(value, list) and value and all(isinstance(v, dict) and "tool.name" in v for v in value):
             calls = []
+            logged = list(self.logged_ids.get(span.span_id, ()))
             for k, v in enumerate(value):
                 args, raw_args = parse_arguments(v.get("tool.args"))
-                call_id = v.get("tool.call.id") or synthetic_call_id(self.trace_id, span.span_id, k)
+                call_id = v.get("tool.call.id") or _take_id(logged, v["tool.name"])
+                call_id = call_id or synthetic_call_id(self.trace_id, span.span_id, k)
                 calls.append(
                     OptionCallPayload(
                         invocation_id=str(call_id),
