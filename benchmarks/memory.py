@@ -1,13 +1,17 @@
 """Peak memory of ``msgtrain convert`` against the size of the largest record: the bound in docs/performance.md.
 
 Usage: ``python3 benchmarks/memory.py`` (record sizes 1, 10 and 45 MB; ``--sizes 1 4 16``; ``--tokenizer
-PATH``, default the Qwen3 tokenizer of ../shared when present, else the embedded demo tokenizer).
+PATH`` or ``demo``, default the Qwen3 tokenizer of ../shared when present, else the embedded demo tokenizer).
 
 Per size, one JSONL file holds a few small conversations and one conversation whose record is that large (a user
 message of ~size bytes of prose, and a short reply), converted by a fresh ``msgtrain convert`` process; its peak
 RSS (``ru_maxrss`` of the child) is printed against the record size. A first run with only the small conversations
 gives the base; ``k`` is printed as the least-squares slope of (peak - base) against the record size and as the
 largest (peak - base) / size, the factor of the bound ``peak ≤ base + k × largest record`` the docs state.
+
+``--writer`` measures instead the floor pyarrow's Parquet writer sets (docs/performance.md, Memory): one row holding
+a list of n values, written alone as the export writes it (zstd, dictionary, statistics), against the same values
+as a flat column, each in a fresh process; it prints the writer's added peak RSS per value.
 
 Invariants: one process per measurement (peaks never mix); the inputs are generated, nothing from ../shared but the
 tokenizer is read.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -71,11 +76,60 @@ def peak_rss(path: Path, out: Path, tokenizer: str | None) -> int:
     return max(after, before) * 1024
 
 
+WRITE_ONE = """
+import sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+n, kind, layout, path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+values = pa.array((np.arange(n) % 97).astype(kind))
+column = pa.ListArray.from_arrays(pa.array([0, n], type=pa.int32()), values) if layout == "list" else values
+table = pa.table({"c": column})
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+import resource
+before = rss()
+with pq.ParquetWriter(path, table.schema, compression="zstd", use_dictionary=True, write_statistics=True) as w:
+    w.write_table(table, row_group_size=table.num_rows)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+"""
+
+
+def writer_floor(values: list[int]) -> None:
+    """Print what pyarrow's Parquet writer adds to the peak for one row of n list values, against flat values."""
+    env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "system")}
+    print(f"pyarrow {pa_version()}, Arrow pool {env['ARROW_DEFAULT_MEMORY_POOL']}")
+    print("| values | type | one row (list) | flat column | list bytes per value |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="msgtrain-mem-") as tmp:
+        for n in values:
+            for kind in ("int32", "int8"):
+                added = {}
+                for layout in ("list", "flat"):
+                    cmd = [sys.executable, "-c", WRITE_ONE, str(n), kind, layout, str(Path(tmp) / "one.parquet")]
+                    added[layout] = int(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
+                print(
+                    f"| {n / 1e6:.0f} M | {kind} | +{added['list'] / 2**20:.0f} MiB | +{added['flat'] / 2**20:.0f} MiB"
+                    f" | {added['list'] / n:.1f} |"
+                )
+
+
+def pa_version() -> str:
+    import pyarrow
+
+    return str(pyarrow.__version__)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 10, 45], help="record sizes in MB")
-    parser.add_argument("--tokenizer", default=str(QWEN3) if QWEN3.is_dir() else None)
+    parser.add_argument("--tokenizer", default=str(QWEN3) if QWEN3.is_dir() else None, help="a folder, or demo")
+    parser.add_argument("--writer", action="store_true", help="measure the Parquet writer's floor instead")
     args = parser.parse_args(argv)
+    if args.writer:
+        writer_floor(sorted(int(s * 1_000_000) for s in args.sizes))
+        return 0
+    if args.tokenizer in ("", "demo"):
+        args.tokenizer = None
     sizes = sorted(int(s * 1_000_000) for s in args.sizes)
     with tempfile.TemporaryDirectory(prefix="msgtrain-mem-") as tmp:
         folder = Path(tmp)
