@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -63,17 +62,19 @@ def write_input(folder: Path, size: int) -> Path:
 
 
 def peak_rss(path: Path, out: Path, tokenizer: str | None) -> int:
-    """Peak RSS in bytes of one ``msgtrain convert`` process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Peak RSS in bytes of one ``msgtrain convert`` process (its own ``ru_maxrss``, read when it is reaped)."""
     cmd = [sys.executable, "-c", RUN, "convert", str(path), "-o", str(out), "-q", "--max-graph-tokens", "0"]
     if tokenizer:
         cmd += ["--tokenizer", tokenizer]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
     if proc.returncode not in (0, 3):
-        raise SystemExit(f"convert failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of the children is the largest child so far: sizes run in increasing order, so it is this one's.
-    return max(after, before) * 1024
+        raise SystemExit(f"convert failed ({proc.returncode}): {stderr[-2000:].decode(errors='replace')}")
+    return int(usage.ru_maxrss) * 1024
 
 
 WRITE_ONE = """

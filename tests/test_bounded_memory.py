@@ -392,3 +392,16 @@ def test_a_conversion_process_returns_freed_large_arrays_and_writes_parquet_from
     pool, kept = runs["tuned"]
     assert pool == "system" and int(kept) < 16, runs  # the 4.6 MiB still live, not the 48 MiB freed
     assert runs["default"][0] != "system" or int(runs["default"][1]) > 32, runs  # what the test tells apart
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss in KiB, glibc's mallopt")
+def test_a_two_megabyte_byte_level_record_costs_the_console_script_under_forty_bytes_per_byte(tmp_path: Path) -> None:
+    """benchmarks/memory.py at one small size, embedded (byte-level) tokenizer: the peak RSS of a conversion with a
+    2 MB record, against one without it, in fresh processes. Measured 28 bytes per record byte (pyarrow's floor for
+    one token per byte is ~24: docs/performance.md); 59 before freed memory was given back."""
+    from benchmarks.memory import peak_rss, write_input
+
+    size = 2_000_000
+    base = peak_rss(write_input(tmp_path, 0), tmp_path / "out-0", None)
+    peak = peak_rss(write_input(tmp_path, size), tmp_path / "out-big", None)
+    assert (peak - base) / size < 40, (base, peak)
