@@ -376,3 +376,43 @@ def test_calls_a_chat_span_logs_without_ids_take_the_ids_their_tool_spans_logged
     assert isinstance(second, OptionCallMessage) and isinstance(written, OptionResultMessage)
     assert [c.invocation_id for c in first.calls] == ["LlAGPjfO0"] and answer.result.invocation_id == "LlAGPjfO0"
     assert [c.invocation_id for c in second.calls] == ["wzCUjvRq4"] and written.result.result == "{}"
+
+
+def test_a_call_whose_logged_arguments_disagree_with_the_tool_span_that_ran_it_is_not_trained(tmp_path: Path) -> None:
+    """A chat span that logs its call with arguments unlike those its tool span ran with (any-agent's LlamaIndex
+    spans log every call's arguments as ``"{}"``: mozilla-ai/any-agent ``tests/assets/LLAMA_INDEX_trace.json``
+    @ 3e248d1c) does not say what the model emitted: that reply is context, not trained, and the call stands in the
+    later replies' context with the arguments the tool ran with. Hand count of the real file: 5 replies; 3 calls
+    logged with arguments that disagree with their tool spans, 1 text reply after them, 1 structured-output call in
+    a context the trace does not hold: 1 trainable. Before: 4 trained (the 3 calls as ``{}``); after 1."""
+    system = {"role": "system", "content": "Use the tools."}
+    user = {"role": "user", "content": "What time is it?"}
+    spans = [
+        _span(
+            "0x01",
+            {
+                "gen_ai.operation.name": "call_llm",
+                "gen_ai.input.messages": json.dumps([system, user]),
+                "gen_ai.output": json.dumps([{"tool.name": "now", "tool.args": "{}"}]),
+                "gen_ai.output.type": "json",
+            },
+        ),
+        _span(
+            "0x02",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "now",
+                "gen_ai.tool.args": '{"tz": "UTC"}',
+                "gen_ai.output": "12:00",
+            },
+        ),
+        _span("0x03", {"gen_ai.operation.name": "call_llm", "gen_ai.output": "It is noon."}),
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"spans": spans}), encoding="utf-8")
+    (graph,), rejects = _read(path)
+    assert not rejects
+    assert _roles(graph) == ["system", "user", "assistant", "tool", "assistant*"]
+    call = graph.branches()[0].messages[2]
+    assert isinstance(call, OptionCallMessage) and call.calls[0].arguments == {"tz": "UTC"}
+    assert call.calls[0].raw_arguments is None and "why_not_trained" in call.metadata

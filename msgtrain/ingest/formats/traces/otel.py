@@ -15,7 +15,9 @@ What is read (one span = one record; all spans of a trace become one graph ``ote
 - Tool spans (``execute_tool``): the tool's result (``gen_ai.tool.call.result``, or any-agent's ``gen_ai.output``)
   answers the call with ``gen_ai.tool.call.id``, else the oldest unanswered call of that tool name. A call a chat
   span logs without an id (any-agent's ``[{"tool.name", "tool.args"}]``) takes the id the first tool span of that
-  name after it logged (before the next chat span): the id the call had.
+  name after it logged (before the next chat span): the id the call had. When that tool span logs arguments
+  (``gen_ai.tool.args``) unlike the call's, what the model emitted is unknown: the reply is context, not trained
+  (``why_not_trained``), and its call carries the arguments the tool ran with into the later context.
 - Agent spans (``invoke_agent`` / ``create_agent``) name the policy (``gen_ai.agent.name``); other spans carry no
   conversation and are skipped (``non_genai_span``).
 
@@ -262,27 +264,43 @@ def _normalize(span: Any, ref: str) -> _Span:
     )
 
 
-def _tool_span_ids(spans: list[_Span]) -> dict[str, list[tuple[str, str]]]:
-    """For each chat span, the (tool name, call id) of the tool spans after it and before the next chat span, in
-    order: the calls its output made, as the tools that ran them logged their ids (any-agent logs a chat span's calls
-    with names and arguments only, and each tool span with ``gen_ai.tool.call.id``)."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    current: list[tuple[str, str]] | None = None
+@dataclass(frozen=True)
+class _Ran:
+    """A tool span as its chat span's call is checked against it: the tool, the call id, the arguments it ran with."""
+
+    name: str
+    call_id: str | None
+    arguments: Any
+
+
+def _tool_spans_after(spans: list[_Span]) -> dict[str, list[_Ran]]:
+    """For each chat span, the tool spans after it and before the next chat span, in order: the calls its output
+    made as the tools that ran them logged them (any-agent logs a chat span's calls with names and arguments only,
+    each tool span with ``gen_ai.tool.call.id`` and ``gen_ai.tool.args``)."""
+    out: dict[str, list[_Ran]] = {}
+    current: list[_Ran] | None = None
     for span in spans:
         op = span.attributes.get("gen_ai.operation.name")
         if op in CHAT_OPERATIONS:
             current = out.setdefault(span.span_id, [])
         elif op in TOOL_OPERATIONS and current is not None:
             name, call_id = span.attributes.get("gen_ai.tool.name"), span.attributes.get("gen_ai.tool.call.id")
-            if isinstance(name, str) and isinstance(call_id, str) and call_id:
-                current.append((name, call_id))
+            if isinstance(name, str):
+                args = json_attr(span.attributes.get("gen_ai.tool.args"))
+                current.append(_Ran(name, call_id if isinstance(call_id, str) and call_id else None, args))
     return out
 
 
-def _take_id(logged: list[tuple[str, str]], name: Any) -> str | None:
-    """The first logged id of a call of ``name`` not taken yet (taken: removed from ``logged``), or None."""
-    hit = next((i for i, (n, _) in enumerate(logged) if n == name), None)
-    return logged.pop(hit)[1] if hit is not None else None
+def _take(ran: list[_Ran], name: Any) -> _Ran | None:
+    """The first tool span of ``name`` not taken yet (taken: removed from ``ran``), or None."""
+    hit = next((i for i, r in enumerate(ran) if r.name == name), None)
+    return ran.pop(hit) if hit is not None else None
+
+
+ARGUMENTS_DISAGREE = (
+    "the chat span logs this call's arguments unlike the tool span that ran it: what the model emitted is not "
+    "known (kept as context, with the arguments the tool ran with)"
+)
 
 
 class _TraceBuild:
@@ -319,7 +337,7 @@ class _TraceBuild:
         self.call_names: dict[str, str] = {}
         self.tainted = False
         self.records = 0
-        self.logged_ids = _tool_span_ids(self.spans)
+        self.ran = _tool_spans_after(self.spans)
 
     def events(self) -> Iterator[ReadEvent]:
         rejects: list[ReadReject] = []
@@ -386,7 +404,8 @@ class _TraceBuild:
             if context is None:
                 meta["context_reconstructed"] = True
             out = out.model_copy(update={"metadata": meta})
-            origin = Origin.SAMPLED if known_context and not self.tainted else Origin.CARRIED
+            trusted = known_context and not self.tainted and "why_not_trained" not in out.metadata
+            origin = Origin.SAMPLED if trusted else Origin.CARRIED
             gen = Generation(
                 model=model if isinstance(model, str) else None,
                 sampling=sampling,
@@ -473,10 +492,14 @@ class _TraceBuild:
         value = json_attr(raw) if attrs.get("gen_ai.output.type") == "json" else raw
         if isinstance(value, list) and value and all(isinstance(v, dict) and "tool.name" in v for v in value):
             calls = []
-            logged = list(self.logged_ids.get(span.span_id, ()))
+            ran = list(self.ran.get(span.span_id, ()))
+            disagree = False
             for k, v in enumerate(value):
                 args, raw_args = parse_arguments(v.get("tool.args"))
-                call_id = v.get("tool.call.id") or _take_id(logged, v["tool.name"])
+                tool = _take(ran, v["tool.name"])
+                if tool is not None and isinstance(tool.arguments, dict) and tool.arguments != args:
+                    args, raw_args, disagree = tool.arguments, None, True  # the arguments the model's call had
+                call_id = v.get("tool.call.id") or (tool.call_id if tool is not None else None)
                 call_id = call_id or synthetic_call_id(self.trace_id, span.span_id, k)
                 calls.append(
                     OptionCallPayload(
@@ -486,7 +509,12 @@ class _TraceBuild:
                         raw_arguments=raw_args,
                     )
                 )
-            return [OptionCallMessage(calls=tuple(calls), policy=self.graph.policy, role_hint_for_llm="assistant")]
+            meta = {"why_not_trained": ARGUMENTS_DISAGREE} if disagree else {}
+            return [
+                OptionCallMessage(
+                    calls=tuple(calls), policy=self.graph.policy, role_hint_for_llm="assistant", metadata=meta
+                )
+            ]
         text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
         return [PartsMessage(parts=(TextPart(text=text),), policy=self.graph.policy, role_hint_for_llm="assistant")]
 
