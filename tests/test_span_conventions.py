@@ -416,3 +416,49 @@ def test_a_call_whose_logged_arguments_disagree_with_the_tool_span_that_ran_it_i
     call = graph.branches()[0].messages[2]
     assert isinstance(call, OptionCallMessage) and call.calls[0].arguments == {"tz": "UTC"}
     assert call.calls[0].raw_arguments is None and "why_not_trained" in call.metadata
+
+
+def _phoenix_span(span_id: str, kind: str, attributes: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": kind.lower(),
+        "context": {"trace_id": "fixture-trace-1", "span_id": span_id},
+        "span_kind": kind,
+        "parent_id": "s01",
+        "start_time": f"2026-07-09T00:00:{span_id[1:]}+00:00",
+        "status_code": "OK",
+        "attributes": attributes,
+        "events": [],
+    }
+
+
+def test_phoenix_span_json_keeps_the_span_kind_beside_the_attributes_and_its_tool_spans_are_read(
+    tmp_path: Path,
+) -> None:
+    """Phoenix's span JSON puts the OpenInference kind in ``span_kind`` beside the attributes, not in them
+    (Arize-ai/phoenix tests/unit/pxi/evals/online_evals/fixtures/pxi_turn_trace.json @ bdff4b58dbe0: 9 LLM spans,
+    each logging its whole input, 8 TOOL spans with ``tool.id``, ``tool.name``, ``output.value``). Hand count of the
+    real file: 9 replies, each after the messages its span logs (4 assistant messages of an earlier turn in them as
+    context): 9 trained before and after; before, its TOOL and AGENT spans were skipped as ``non_genai_span`` (9 of
+    18 records), after all read. Here a second LLM span logs no input: only the tool span read places the result it
+    was sampled after (before: it was not trained)."""
+    llm = {
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "How many datasets?",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "list_datasets",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "{}",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call-04",
+    }
+    tool = {"tool.name": "list_datasets", "tool.id": "call-04", "output.value": '{"datasets": 2}'}
+    answer = {
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "There are 2.",
+    }
+    spans = [_phoenix_span("s02", "LLM", llm), _phoenix_span("s03", "TOOL", tool), _phoenix_span("s04", "LLM", answer)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(spans), encoding="utf-8")
+    (graph,), rejects = _read(path)
+    assert not rejects
+    assert _roles(graph) == ["user", "assistant*", "tool", "assistant*"]
+    result = graph.branches()[0].messages[2]
+    assert isinstance(result, OptionResultMessage) and result.result.result == '{"datasets": 2}'

@@ -245,6 +245,10 @@ def _normalize(span: Any, ref: str) -> _Span:
         attrs = {k.removeprefix("attributes."): v for k, v in span.items() if k.startswith("attributes.")}
     if isinstance(attrs, list):  # OTLP: [{"key": ..., "value": {"stringValue": ...}}]
         attrs = {a.get("key"): _otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}
+    kind = span.get("span_kind")
+    if isinstance(attrs, dict) and isinstance(kind, str) and "openinference.span.kind" not in attrs:
+        # Phoenix's span JSON keeps the OpenInference kind beside the attributes, not among them
+        attrs = {**attrs, "openinference.span.kind": kind}
     attrs = as_genai(attrs) if isinstance(attrs, dict) else {}
     start = span.get("start_time", span.get("startTimeUnixNano", 0))
     try:
