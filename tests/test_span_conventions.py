@@ -20,6 +20,7 @@ from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.formats.traces import otel
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import OptionCallMessage, OptionResultMessage
+from msgtrain.run.parts import LinearizeSettings, convert_file
 
 _TRACE = "0x6c80880dbeb609e2ed41e06a6397a0dd"
 
@@ -462,3 +463,40 @@ def test_phoenix_span_json_keeps_the_span_kind_beside_the_attributes_and_its_too
     assert _roles(graph) == ["user", "assistant*", "tool", "assistant*"]
     result = graph.branches()[0].messages[2]
     assert isinstance(result, OptionResultMessage) and result.result.result == '{"datasets": 2}'
+
+
+def test_a_call_logged_with_blank_argument_text_is_the_call_a_later_span_s_input_sends_back(tmp_path: Path) -> None:
+    """A tracer that accumulates a streamed call's argument deltas logs ``""`` for a call of no arguments, and the
+    next request's input holds the same call with ``{}`` (pxi_turn_trace.json above, call-04). Blank text is no
+    text: the two are one call, trained once in one conversation. Before: ``"arguments": ""`` was trained in a
+    sample of its own, beside a branch holding the call as ``{}``."""
+    llm = {
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "How many datasets?",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "list_datasets",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call-04",
+    }
+    history = {k.replace("output_messages.0", "input_messages.1"): v for k, v in llm.items() if "output" in k}
+    history["llm.input_messages.1.message.tool_calls.0.tool_call.function.arguments"] = "{}"
+    later = {
+        **{k: v for k, v in llm.items() if k.startswith("llm.input_messages.0")},
+        **history,
+        "llm.input_messages.2.message.role": "tool",
+        "llm.input_messages.2.message.tool_call_id": "call-04",
+        "llm.input_messages.2.message.content": '{"datasets": 2}',
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": "There are 2.",
+    }
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps([_phoenix_span("s02", "LLM", llm), _phoenix_span("s04", "LLM", later)]))
+    (graph,), rejects = _read(path)
+    assert not rejects
+    sampled = [n.message for n in graph.sampled_nodes()]
+    assert isinstance(sampled[0], OptionCallMessage) and sampled[0].calls[0].raw_arguments is None
+    settings = LinearizeSettings(
+        tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+    )
+    samples, stats, _ = convert_file(path, settings)
+    assert (len(samples), stats.turns_trained) == (1, 2)  # the call and the answer, in one conversation

@@ -307,6 +307,13 @@ ARGUMENTS_DISAGREE = (
 )
 
 
+def _arguments(value: Any) -> tuple[dict[str, Any], str | None]:
+    """A logged call's arguments (parsed, verbatim text). Blank text is no text: a tracer that accumulates a
+    streamed call's argument deltas logs ``""`` when none came (a call of no arguments: OpenInference's Anthropic
+    spans, whose next request sends the same call with ``{}``), never what the model wrote."""
+    return parse_arguments(None if isinstance(value, str) and not value.strip() else value)
+
+
 class _TraceBuild:
     def __init__(self, path: Path, trace_id: str, trace: _Trace, skips: SkipTally):
         self.path = path
@@ -499,7 +506,7 @@ class _TraceBuild:
             ran = list(self.ran.get(span.span_id, ()))
             disagree = False
             for k, v in enumerate(value):
-                args, raw_args = parse_arguments(v.get("tool.args"))
+                args, raw_args = _arguments(v.get("tool.args"))
                 tool = _take(ran, v["tool.name"])
                 if tool is not None and isinstance(tool.arguments, dict) and tool.arguments != args:
                     args, raw_args, disagree = tool.arguments, None, True  # the arguments the model's call had
@@ -532,7 +539,7 @@ class _TraceBuild:
         for k, p in enumerate(items):
             ptype = p.get("type") if isinstance(p, dict) else None
             if ptype == "tool_call":
-                args, raw = parse_arguments(p.get("arguments"))
+                args, raw = _arguments(p.get("arguments"))
                 call_id = p.get("id") or synthetic_call_id(self.trace_id, where, k)
                 calls.append(
                     OptionCallPayload(
