@@ -189,6 +189,11 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         return
     copy = transcript_of_calls(value)
     hit = record_layout(value, path) if copy is None else None
+    passed: set[str | None] = {copy}
+    if isinstance(hit, Found) and _sums_up_calls_below(value, hit):
+        # the record's own pair is its calls' summary: the calls are read, each after its own messages
+        passed |= {c.split(".")[0] for c in hit.mapping.columns.values()}
+        hit = None
     if hit is not None:
         search.found.append(inheriting(hit, inherited) if isinstance(hit, Found) else hit)
         return
@@ -199,7 +204,7 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
     if depth < MAX_SEARCH_DEPTH:
         here = context_here(value, path, inherited)
         for key, item in value.items():
-            if isinstance(item, dict | list) and key != copy:
+            if isinstance(item, dict | list) and key not in passed:
                 _locate(item, f"{path}.{key}", depth + 1, search, here)
 
 
@@ -739,3 +744,29 @@ def _prompt_beside(record: dict[str, Any], key: str) -> str | None:
     if not any(r in ("assistant", "call") for r in roles):
         return None
     return prompt if all(r in ("assistant", "call", "tool", "thought") for r in roles) else None
+
+
+_MAX_ITEMS_LOOKED_AT = 64  # items of a list looked at for the calls a record's own pair sums up
+
+
+def _sums_up_calls_below(record: dict[str, Any], hit: Found) -> bool:
+    """Whether a record's own prompt / completion pair is a summary of calls its items hold: a trace (Langfuse's
+    ``{input, output, observations: [...]}``, a parent span beside its children) logs the run's input and its final
+    output, and one of the calls below it sampled that same output after more messages. Then the calls below are
+    the record's conversation, and its own pair one more copy of the last reply (see
+    :func:`msgtrain.ingest.structure.structural_calls.summaries_kept_as_context`)."""
+    if hit.mapping.layout != "prompt_completion":
+        return False
+    reply = dig(hit.holder, hit.mapping.columns["completion"])
+    for key, value in record.items():
+        if key in hit.mapping.columns.values() or not isinstance(value, list) or is_message_list(value):
+            continue
+        for item in value[:_MAX_ITEMS_LOOKED_AT]:
+            if not isinstance(item, dict):
+                continue
+            below = record_layout(item, "$")
+            if not isinstance(below, Found) or below.mapping.layout != "prompt_completion":
+                continue
+            if dig(below.holder, below.mapping.columns["completion"]) == reply:
+                return True
+    return False

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError
-from msgtrain.ingest.common.call_log import Call, CallLogGraph, Continuations
+from msgtrain.ingest.common.call_log import Call, CallLogGraph, Continuations, turn_identity
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
@@ -74,29 +74,30 @@ def read_call_items(
     extras: dict[str, dict[str, Any]] = {}
     continuations = Continuations()
     base = base_graph_id(path, ref)
+    read_calls_: list[tuple[Call, dict[str, Any]]] = []
     for sub, item in found:
         try:
             read = convert(path, sub, item)
             graphs = [e for e in read if isinstance(e, ReadGraph)]
             events.extend(e for e in read if not isinstance(e, ReadGraph))
-            for event in graphs:
-                for call in calls_of(event.graph):
-                    # a call joins the conversation whose messages and reply it re-sends, as every call log's calls
-                    # do (msgtrain.ingest.common.call_log): calls that only open alike stay apart
-                    key = continuations.conversation(call)
-                    log = logs.get(key)
-                    if log is None:
-                        digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
-                        log = CallLogGraph(f"{base}#{digest}", metadata={"source_format": "structural"})
-                        log.graph.metadata["layout"] = "calls"
-                    log.add(call)
-                    continuations.added(call, key)
-                    logs.setdefault(key, log)
-                    extras.setdefault(key, {}).update(event.extras)
+            read_calls_.extend((call, event.extras) for event in graphs for call in calls_of(event.graph))
         except MsgtrainError as e:
             events.append(
                 ReadReject(sub, e.located(str(sub)), excerpt(raw if raw is not None else item.holder), turns=1)
             )
+    for call, extra in summaries_kept_as_context(read_calls_):
+        # a call joins the conversation whose messages and reply it re-sends, as every call log's calls do
+        # (msgtrain.ingest.common.call_log): calls that only open alike stay apart
+        key = continuations.conversation(call)
+        log = logs.get(key)
+        if log is None:
+            digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+            log = CallLogGraph(f"{base}#{digest}", metadata={"source_format": "structural"})
+            log.graph.metadata["layout"] = "calls"
+        log.add(call)
+        continuations.added(call, key)
+        logs.setdefault(key, log)
+        extras.setdefault(key, {}).update(extra)
     out: list[ReadEvent] = []
     records = sum(1 for e in events if isinstance(e, ReadReject) and e.count)
     budget = len(found) - records  # the calls read, shared among the conversations they form
@@ -108,6 +109,41 @@ def read_call_items(
     if not logs and budget > 0:  # calls read but holding no reply (cannot happen: each call samples one)
         out.append(ReadReject(ref, MsgtrainError("no call holds a reply", code="no_conversation"), count=budget))
     return out + events
+
+
+SUMMARY = (
+    "the same reply as a call whose messages run on past these (a wrapper's record of the run's input and final "
+    "output, beside the call that sampled it): trained there, after the context the model saw"
+)
+
+
+def summaries_kept_as_context(items: Sequence[tuple[Call, dict[str, Any]]]) -> list[tuple[Call, dict[str, Any]]]:
+    """``items`` with each call whose reply another call also holds, after messages that run on past this call's
+    own (a trace's parent span, or the trace itself, logging the run's input and its final output beside the
+    generation that sampled it), kept as context only (``carried``, with why): the reply is that other call's,
+    trained once, after the whole context the model saw; this copy's context is missing what came between."""
+    keys = [
+        ([turn_identity(s.message) for s in c.context], [turn_identity(s.message) for s in c.samples]) for c, _ in items
+    ]
+    out = []
+    for n, (call, extra) in enumerate(items):
+        context, replies = keys[n]
+        longer = any(
+            m != n and other_replies == replies and len(other) > len(context) and other[: len(context)] == context
+            for m, (other, other_replies) in enumerate(keys)
+        )
+        if longer:
+            samples = [
+                Step(
+                    s.message.model_copy(update={"metadata": {**s.message.metadata, "why_not_trained": SUMMARY}}),
+                    origin=Origin.CARRIED,
+                    generation=s.generation,
+                )
+                for s in call.samples
+            ]
+            call = Call(call.context, samples, call.env)
+        out.append((call, extra))
+    return out
 
 
 def continuation_groups(prompts: Sequence[list[Any]]) -> list[list[int]]:
