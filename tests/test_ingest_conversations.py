@@ -20,7 +20,7 @@ from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, ReadSkip, read_head
 from msgtrain.ingest.detect import detect_format
-from msgtrain.ingest.formats.api import anthropic, cassettes, openai_chat, openai_responses
+from msgtrain.ingest.formats.api import anthropic, cassettes, openai_responses
 from msgtrain.ingest.formats.chats import options
 from msgtrain.ingest.formats.sessions import go_agent, lionagi, marsys
 from msgtrain.ingest.registry import REGISTRY
@@ -38,11 +38,11 @@ needs_shared = pytest.mark.skipif(not REAL.is_dir(), reason="../shared not prese
 MY_READERS = {
     r.name: r
     for r in (
-        openai_chat.READER,
+        REGISTRY["openai_chat"],  # a shipped mapping (msgtrain/ingest/mappings/openai_chat.json)
         openai_responses.READER,
         anthropic.READER,
         cassettes.READER,
-        REGISTRY["sharegpt"],  # a shipped mapping (msgtrain/ingest/mappings/sharegpt.yaml)
+        REGISTRY["sharegpt"],  # a shipped mapping (msgtrain/ingest/mappings/sharegpt.json)
         options.READER,
         go_agent.READER,
         marsys.READER,
@@ -167,7 +167,9 @@ def test_a_specific_detector_claims_no_sample_of_another_format(name: str) -> No
 def test_the_generic_openai_detector_claims_no_agent_session_or_call_log_sample() -> None:
     # It may claim other message-list samples (Anthropic, Responses items, LLaMA-Factory): the registry puts
     # their specific readers first, which test_each_sample_is_detected_as_its_own_format checks.
-    claimed = {str(p.relative_to(SAMPLES)) for p in _all_sample_files() if openai_chat.READER.detect(p, read_head(p))}
+    claimed = {
+        str(p.relative_to(SAMPLES)) for p in _all_sample_files() if REGISTRY["openai_chat"].detect(p, read_head(p))
+    }
     assert claimed <= set(GOLDEN), claimed - set(GOLDEN)
     assert "openai_chat/conversations.jsonl" in claimed
 
@@ -414,7 +416,7 @@ def test_a_malformed_mixed_openai_file_rejects_each_bad_record_and_accounts_for_
     ]
     path = _write_lines(tmp_path / "mixed.jsonl", lines)
     path.write_bytes(path.read_bytes() + b'{"messages": [{"role": "user"')  # a truncated last line
-    events = list(read_events(openai_chat.READER, path))
+    events = list(read_events(REGISTRY["openai_chat"], path))
     codes = [(e.source.record, e.error.code) for e in events if isinstance(e, ReadReject)]
     assert codes == [
         ("line 2", "bad_json"),
@@ -429,7 +431,7 @@ def test_a_malformed_mixed_openai_file_rejects_each_bad_record_and_accounts_for_
     assert [e.source.record for e in events if isinstance(e, ReadGraph)] == ["line 1", "line 8"]
     assert _account(events) == 8  # nine lines, one blank
     reject = next(e for e in events if isinstance(e, ReadReject) and e.error.code == "unpaired_result")
-    assert str(reject.error).startswith(f"{path}:4 message[1]: tool result answers no call")
+    assert str(reject.error).startswith(f"{path}:4 $.messages[1]: tool result (id 'nope') answers no open tool call")
     assert reject.excerpt.startswith('{"messages"')
 
 
@@ -543,7 +545,7 @@ def test_message_per_line_jsonl_is_one_conversation_counting_every_line(tmp_path
         json.dumps({"role": "user", "content": "c"}),
         json.dumps({"role": "assistant", "content": "d"}),
     ]
-    events = list(read_events(openai_chat.READER, _write_lines(tmp_path / "m.jsonl", lines)))
+    events = list(read_events(REGISTRY["openai_chat"], _write_lines(tmp_path / "m.jsonl", lines)))
     (event,) = events
     assert isinstance(event, ReadGraph) and event.records == 4 and len(event.graph.sampled_nodes()) == 2
 
@@ -555,7 +557,7 @@ def test_a_rejected_line_inside_a_message_per_line_run_keeps_later_assistant_tur
         '{"role": "user", "content": "lost',
         json.dumps({"role": "assistant", "content": "d"}),
     ]
-    events = list(read_events(openai_chat.READER, _write_lines(tmp_path / "gap.jsonl", lines)))
+    events = list(read_events(REGISTRY["openai_chat"], _write_lines(tmp_path / "gap.jsonl", lines)))
     assert [type(e).__name__ for e in events] == ["ReadReject", "ReadGraph"]
     graph_event = events[1]
     assert isinstance(graph_event, ReadGraph) and graph_event.records == 3
@@ -580,13 +582,15 @@ _RECORD = st.one_of(
 def test_every_non_blank_line_of_a_jsonl_file_is_accounted_for_exactly_once(tmp_path: Path, lines: list[str]) -> None:
     first = json.dumps({"messages": [{"role": "user", "content": "start"}]})
     path = _write_lines(tmp_path / "h.jsonl", [first, *lines])
-    events = list(read_events(openai_chat.READER, path))
+    events = list(read_events(REGISTRY["openai_chat"], path))
     assert _account(events) == 1 + sum(1 for line in lines if line.strip())
 
 
 def test_a_corrupt_first_jsonl_line_is_one_reject_and_the_rest_is_still_read(tmp_path: Path) -> None:
     good = json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})
-    events = list(read_events(openai_chat.READER, _write_lines(tmp_path / "c.jsonl", ['{"messages": [', good, good])))
+    events = list(
+        read_events(REGISTRY["openai_chat"], _write_lines(tmp_path / "c.jsonl", ['{"messages": [', good, good]))
+    )
     assert [type(e).__name__ for e in events] == ["ReadReject", "ReadGraph", "ReadGraph"]
 
 
@@ -594,7 +598,7 @@ def test_a_pretty_printed_document_is_read_whole_not_line_by_line(tmp_path: Path
     doc = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     path = tmp_path / "one.json"
     path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
-    (event,) = list(read_events(openai_chat.READER, path))
+    (event,) = list(read_events(REGISTRY["openai_chat"], path))
     assert isinstance(event, ReadGraph) and event.source.record == "file" and event.records == 1
 
 
@@ -608,7 +612,7 @@ def test_tau_bench_trajectories_give_one_graph_each_with_reward_and_every_assist
     expected_sampled = sum(1 for r in raw for m in r["traj"] if m["role"] == "assistant")
     assert (len(raw), expected_sampled) == (20, 285)  # pinned: a changed file must fail loudly
     assert detect_format(path).name == "openai_chat"
-    events = list(read_events(openai_chat.READER, path))
+    events = list(read_events(REGISTRY["openai_chat"], path))
     graphs = _graphs(events)
     assert len(graphs) == 20 and _account(events) == 20
     assert sum(len(g.branches()) for g in graphs) == 20

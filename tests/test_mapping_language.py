@@ -157,5 +157,5 @@ def test_dollar_names_a_record_that_is_itself_the_message_list(tmp_path: Path) -
     assert _read(lists, mapping)[1].extras == {"id": 7}
     without = _read(array, {"formatting": "sharegpt", "columns": {"messages": "messages"}})
     assert [(type(e).__name__, getattr(e, "error", None) and e.error.code) for e in without] == [
-        ("ReadReject", "mapping_mismatch")
+        ("ReadReject", "not_a_conversation")
     ]

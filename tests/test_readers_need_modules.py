@@ -42,7 +42,6 @@ _NAMING_KEYS = frozenset({"source_format", "format", "layout", "dialect", "messa
 _MESSAGES = {"formatting": "sharegpt", "columns": {"messages": "messages"}}
 HAND_WRITTEN = {
     "go_agent": {**_MESSAGES, "tags": {"role_tag": "role", "content_tag": "content"}},
-    "openai_chat": {**_MESSAGES, "columns": {"messages": "messages", "tools": "tools"}},
     "sharegpt": {
         "formatting": "sharegpt",
         "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
@@ -94,7 +93,6 @@ READERS = [(name, example) for name, _, example in FORMATS if name in _MODULES a
 
 # Real files of a format in ../shared (real_logs/<folder>/<file>), read both ways as the example is.
 REAL_FILES = {
-    "openai_chat": [("tau_bench", "gpt-4o-airline.first20.json")],
     "tau2_bench": [("tau2_bench", "airline_run1.first10.json")],
 }
 
@@ -154,7 +152,7 @@ def _conversation(event: ReadGraph) -> list[Any]:
 
 
 def test_the_llamafactory_mapping_reads_real_glaive_data_as_the_sharegpt_reader_does() -> None:
-    # The format's shipped mapping (msgtrain/ingest/mappings/sharegpt.yaml, which replaced the sharegpt reader: its
+    # The format's shipped mapping (msgtrain/ingest/mappings/sharegpt.json, which replaced the sharegpt reader: its
     # rows are pinned in tests/test_shipped_mappings.py) and the LLaMA-Factory dataset_info mapping a user writes read
     # the glaive tool-call demo alike: every conversation, tool calls and results included, call ids and graph ids
     # too (a call without an id is call_<message>_<k>).

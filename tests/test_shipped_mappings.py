@@ -1,4 +1,4 @@
-"""Shipped mappings (msgtrain/ingest/mappings/*.yaml, msgtrain/ingest/structure/shipped.py): formats that are data.
+"""Shipped mappings (msgtrain/ingest/mappings/*.json, msgtrain/ingest/structure/shipped.py): formats that are data.
 
 A reader moved to a shipped mapping only where the mapping reads every file of its format that the repository and
 ../shared hold into the rows the reader gave (issue #36, item 9). Two tests say so:
@@ -36,7 +36,10 @@ from msgtrain.ingest.structure.shipped import MAPPINGS, PREFIX, ShippedReader, s
 from tests.conftest import ROOT, SHARED
 
 # A moved reader: (its module's path, the last commit that holds it).
-MOVED = {"sharegpt": ("msgtrain/ingest/formats/chats/sharegpt.py", "c23c91a")}
+MOVED = {
+    "sharegpt": ("msgtrain/ingest/formats/chats/sharegpt.py", "c23c91a"),
+    "openai_chat": ("msgtrain/ingest/formats/api/openai_chat.py", "5800b08"),
+}
 
 # Every file of the format in the repository and ../shared (what detection gave the reader before it moved):
 # repository paths, or ../shared paths starting with "shared/".
@@ -46,6 +49,10 @@ FILES = {
         "sample_logs/sharegpt/llamafactory_messages.jsonl",
         "shared/real_logs/sharegpt_llamafactory/glaive_toolcall_en_demo.json",
         "shared/real_logs/sharegpt_llamafactory/reason_tool_use_demo_50.jsonl",
+    ],
+    "openai_chat": [
+        "sample_logs/openai_chat/conversations.jsonl",
+        "shared/real_logs/tau_bench/gpt-4o-airline.first20.json",
     ],
 }
 
@@ -68,6 +75,14 @@ EVENTS: dict[str, dict[str, Any]] = {
     "shared/real_logs/sharegpt_llamafactory/reason_tool_use_demo_50.jsonl": {
         "events": "91ddbc2567f0ee3732a6d47f728e4b60553706b40db7dea5d6d35dcea044ef0e",
         "samples": 50,
+    },
+    "sample_logs/openai_chat/conversations.jsonl": {
+        "events": "03a01f5bd79608a4083ba13c4904d62d9ef0a6bd96e47adde6f0606789cb1195",
+        "samples": 4,
+    },
+    "shared/real_logs/tau_bench/gpt-4o-airline.first20.json": {
+        "events": "86317e3f6de924d04cd131e4390b3df8b8d29c3275bd4ba67fdbe0299492bd4c",
+        "samples": 20,
     },
 }
 
@@ -177,7 +192,7 @@ def test_a_moved_readers_files_read_into_the_same_rows_by_its_shipped_mapping(na
 
 def test_every_shipped_mapping_is_listed_by_the_catalogue_and_detected_on_its_files() -> None:
     shipped = {row[0] for row in catalog.READERS if row[1].startswith(PREFIX)}
-    assert shipped == {p.stem for p in MAPPINGS.glob("*.yaml")}, "list every mapping file in the registry's MODULES"
+    assert shipped == {p.stem for p in MAPPINGS.glob("*.json")}, "list every mapping file in the registry's MODULES"
     assert set(MOVED) <= shipped
     listed = {name for name, _, _ in catalog.FORMATS}
     assert shipped <= listed
@@ -224,16 +239,40 @@ def test_a_shipped_mapping_file_with_a_wrong_key_or_shape_is_an_error_naming_it(
         "detect": [[".conversations[].from"]],
         "mapping": {"formatting": "sharegpt", "columns": {"messages": "conversations"}},
     }
-    assert ShippedReader(spec, "demo.yaml").name == "demo"
+    assert ShippedReader(spec, "demo.json").name == "demo"
     with pytest.raises(ConfigError, match="unknown key 'detector'"):
-        ShippedReader({**spec, "detector": []}, "demo.yaml")
+        ShippedReader({**spec, "detector": []}, "demo.json")
     with pytest.raises(ConfigError, match="a shape is a list of paths or an object"):
-        ShippedReader({**spec, "detect": [{"has": [".x"], "without": [".y"]}]}, "demo.yaml")
+        ShippedReader({**spec, "detect": [{"has": [".x"], "without": [".y"]}]}, "demo.json")
     with pytest.raises(ConfigError, match="detect lists the head shapes"):
-        ShippedReader({**spec, "detect": []}, "demo.yaml")
-    with pytest.raises(ConfigError, match="unknown mapping key"):
-        ShippedReader({**spec, "mapping": {"colums": {}}}, "demo.yaml")
+        ShippedReader({**spec, "detect": []}, "demo.json")
+    with pytest.raises(ConfigError, match="unknown mapping key"):  # parsed when a file is first read
+        _ = ShippedReader({**spec, "mapping": {"colums": {}}}, "demo.json").structural
     assert shipped_reader("sharegpt") is shipped_reader("sharegpt")  # read once per process
+
+
+def test_detecting_with_a_shipped_mapping_imports_neither_the_structural_reader_nor_yaml() -> None:
+    # "role" is in every chat log: openai_chat is a candidate for most files, so its detection must stay light
+    code = (
+        "import sys, json\n"
+        "from pathlib import Path\n"
+        "from msgtrain.ingest.registry import get_reader\n"
+        "from msgtrain.ingest.core.base import read_head\n"
+        "p = Path(sys.argv[1])\n"
+        "assert get_reader('openai_chat').detect(p, read_head(p))\n"
+        "print(json.dumps([m for m in ('yaml', 'msgtrain.ingest.structure.structural') if m in sys.modules]))\n"
+    )
+    path = ROOT / "sample_logs" / "openai_chat" / "conversations.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
 
 
 @pytest.mark.parametrize(

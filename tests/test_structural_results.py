@@ -139,7 +139,8 @@ def test_results_carry_only_the_name_the_log_gave_and_made_up_ids_are_the_reader
     ]
     # a call without an id: call_<message>_<k>; the legacy function_call: function_call_<message>
     assert [r.result.invocation_id for r in results] == ["call_1_0", "call_L", "function_call_6"]
-    # what the openai_chat reader reads of the same file, ids and graph id included
+    # what the shipped openai_chat mapping (the reader it replaced: tests/test_shipped_mappings.py) reads of the same
+    # file, ids and graph id included
     own = _graph(_read(path, get_reader("openai_chat")))
     assert [m.model_dump() for m in _messages(own)] == [m.model_dump() for m in _messages(found)]
     assert own.graph_id == found.graph_id

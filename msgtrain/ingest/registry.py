@@ -1,6 +1,6 @@
 """The one table of input formats. Adding a format = one new module + one line in :data:`MODULES`, then
 ``python -m msgtrain.ingest.registry`` (it writes the catalogue, :mod:`msgtrain.ingest.catalog`). A format a mapping
-states is a data file instead (``msgtrain/ingest/mappings/<name>.yaml``, :mod:`msgtrain.ingest.structure.shipped`),
+states is a data file instead (``msgtrain/ingest/mappings/<name>.json``, :mod:`msgtrain.ingest.structure.shipped`),
 named ``msgtrain.ingest.mappings:<name>`` in the table.
 
 The registry sits above every reader: readers never import it (nor :mod:`msgtrain.ingest.boundary`).
@@ -74,9 +74,9 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "sessions.openhands",
     _FORMATS + "sessions.openhands_v1",
     _FORMATS + "traces.otel",
-    # The generic conversation lists last: ShareGPT turns (a shipped mapping), then any list of OpenAI-role messages.
+    # The generic conversation lists last (shipped mappings): ShareGPT turns, then any list of OpenAI-role messages.
     _SHIPPED + "sharegpt",
-    _FORMATS + "api.openai_chat",
+    _SHIPPED + "openai_chat",
     # The fallback: conversations found by shape, offered a file only when no reader above claims it.
     "msgtrain.ingest.structure.structural",
 )

@@ -170,9 +170,13 @@ class Mapping:
         of one message per line (one list), are read."""
         return BARE_LIST in self.alternatives.get("messages", (self.columns.get("messages"),))
 
+    def paths_of(self, column: str) -> tuple[str, ...]:
+        """The paths a column may be read from: its alternatives, or its one path (none when not mapped)."""
+        return self.alternatives.get(column) or ((self.columns[column],) if column in self.columns else ())
+
     def names_a_conversation_in(self, record: dict[str, Any]) -> bool:
         """Whether ``record`` holds one of the columns its layout reads the conversation from (any alternative)."""
-        return any(_holds(record, p) for c in NEEDED[self.layout] for p in self.alternatives.get(c, (self.columns[c],)))
+        return any(_holds(record, p) for c in NEEDED[self.layout] for p in self.paths_of(c))
 
     def to_data(self) -> dict[str, Any]:
         """The mapping in LLaMA-Factory ``dataset_info`` form (the form ``--map`` reads back)."""

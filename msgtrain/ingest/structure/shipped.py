@@ -1,7 +1,7 @@
 """Shipped mappings: formats msgtrain reads as data, a mapping file each, listed by the catalogue like readers.
 
-A format a mapping can state needs no reader module (docs/formats.md, "Why each reader is code"): it is a file
-``msgtrain/ingest/mappings/<name>.yaml`` holding
+A format a mapping can state needs no reader module (docs/formats.md, "Why each reader is code"): it is a JSON file
+``msgtrain/ingest/mappings/<name>.json`` holding
 
 - ``name``, ``description``, ``example``: what ``msgtrain formats`` lists, as a reader's;
 - ``marks``: texts one of which the file's head holds (:class:`~msgtrain.ingest.core.marks.Marks`), and ``names``
@@ -16,7 +16,8 @@ A format a mapping can state needs no reader module (docs/formats.md, "Why each 
 - ``mapping``: the mapping (:mod:`msgtrain.ingest.structure.mapping`, either form) the structural reader reads every
   file of the format with; or a list of mappings, each record read by the first that names a conversation in it
   (:meth:`~msgtrain.ingest.structure.mapping.Mapping.names_a_conversation_in`: LLaMA-Factory's ranking records hold
-  ``chosen`` / ``rejected`` beside ``conversations``), else by the last.
+  ``chosen`` / ``rejected`` beside ``conversations``), else by the last;
+- ``notes``: what the file reads and why (JSON has no comments).
 
 The registry names a shipped mapping ``msgtrain.ingest.mappings:<name>`` in its table, in detection order among the
 readers.
@@ -27,33 +28,31 @@ Invariants:
   reader's; only the graphs' ``source_format`` names the format.
 - ``detect`` decides from the head alone, as readers' detectors do; its marks are a necessary condition of it (a
   shape's paths and values hold, in the head text, one of the marks: ``tests/test_lazy_detection.py``).
+- Light: detecting a file imports neither the structural reader nor YAML (a shipped mapping is a candidate for many
+  files: ``"role"`` is in every chat log); the structural reader is built when a file is read
+  (:mod:`msgtrain.ingest.structure.shipped_read`).
 - A mapping file that does not parse, or names a key outside this list, is an error naming the file and the key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from msgtrain.errors import ConfigError
 from msgtrain.ingest.common.head_shape import HeadShape, head_shape
-from msgtrain.ingest.common.message_like import is_message_list
-from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadItem, RecordTask, SourceRef
-from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
+from msgtrain.ingest.core.base import ReadItem
+from msgtrain.ingest.core.chunks import KeyFunction
 from msgtrain.ingest.core.marks import Marks
-from msgtrain.ingest.structure.mapping import parse_mapping
-from msgtrain.ingest.structure.structural import StructuralReader
-from msgtrain.ingest.structure.trees import lone_message
 
 MAPPINGS = Path(__file__).resolve().parents[1] / "mappings"
 PREFIX = "msgtrain.ingest.mappings:"  # how the registry's table names a shipped mapping
-_KEYS = frozenset({"name", "description", "example", "marks", "names", "detect", "unless", "mapping"})
+_KEYS = frozenset({"name", "description", "example", "notes", "marks", "names", "detect", "unless", "mapping"})
 
 
 @dataclass(frozen=True)
@@ -83,10 +82,10 @@ def _seen(values: frozenset[str], patterns: frozenset[str]) -> bool:
     return any(any(fnmatchcase(v, p) for p in wanted) and not any(fnmatchcase(v, p) for p in unwanted) for v in values)
 
 
-class ShippedReader(StructuralReader):
-    """The structural reader with a shipped mapping, under the format's name (module docstring)."""
+class ShippedReader:
+    """A shipped mapping as a reader (module docstring): detection from its data; reading by the structural reader
+    with its mapping, built the first time a file is read."""
 
-    fallback = False  # a format of its own: detected like any reader, not only when none claims a file
     chunk_items = True  # a huge JSON array of records is cut into chunks of records, as a reader's is
 
     def __init__(self, spec: dict[str, Any], where: str) -> None:
@@ -99,17 +98,14 @@ class ShippedReader(StructuralReader):
         given = spec["mapping"] if isinstance(spec["mapping"], list) else [spec["mapping"]]
         if not given or not all(isinstance(m, dict) for m in given):
             raise ConfigError("mapping is a mapping or a list of mappings", where=where, code="bad_mapping")
-        mappings = [parse_mapping(m, f"{where}: mapping[{i}]") for i, m in enumerate(given)]
-        super().__init__(mappings[-1])
-        self.by_record = [StructuralReader(m) for m in mappings[:-1]]
         self.name: str = spec["name"]
         self.description: str = spec["description"]
         self.example: str = spec["example"]
         self.marks = Marks(texts=tuple(spec.get("marks", ())), names=tuple(spec.get("names", ())))
         self.shapes = _shapes(spec.get("detect"), f"{where}: detect")
         self.refusals = _shapes(spec.get("unless") or [], f"{where}: unless")
-        messages = self.mapping.alternatives.get("messages") if self.mapping else None
-        self._message_keys = messages or ((self.mapping.columns.get("messages"),) if self.mapping else ())
+        self.mappings: list[dict[str, Any]] = given
+        self.where = where
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path
@@ -118,44 +114,22 @@ class ShippedReader(StructuralReader):
             return False
         return any(s.seen_in(shape) for s in self.shapes)
 
-    def _record(self, path: Path, ref: SourceRef, value: Any, raw: Any) -> Iterator[ReadItem]:
-        """A record, by the first of the mappings that names a conversation in it (module docstring)."""
-        for reader in self.by_record:
-            if isinstance(value, dict) and reader.mapping is not None and reader.mapping.names_a_conversation_in(value):
-                yield from StructuralReader._record(reader, path, ref, value, raw)
-                return
-        yield from super()._record(path, ref, value, raw)
+    @cached_property
+    def structural(self) -> Any:
+        """The structural reader with the mappings (:class:`~msgtrain.ingest.structure.shipped_read.MappedReader`);
+        raises :class:`ConfigError` naming the file for a mapping that does not parse."""
+        from msgtrain.ingest.structure.shipped_read import MappedReader
+
+        return MappedReader(self.name, self.mappings, self.where)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
-        for item in super().read(path):
-            if isinstance(item, RecordTask):
-                item = replace(item, parse=_named(item.parse, self.name))
-            elif isinstance(item, ReadGraph):
-                item.graph.metadata["source_format"] = self.name
-            yield item
+        reader = self.structural
+        yield from reader.read(path)
 
     def chunk_keys(self, path: Path) -> KeyFunction:
         """Records stand alone (each holds its conversation); a message line stays with the line before it."""
         del path
-        return self._chunk_key
-
-    def _chunk_key(self, value: Any) -> ChunkKey:
-        if lone_message(value):
-            return None
-        if is_message_list(value) or (isinstance(value, dict) and any(k in value for k in self._message_keys)):
-            return ()
-        return None
-
-
-def _named(parse: Callable[[], Iterable[ReadEvent]], name: str) -> Callable[[], list[ReadEvent]]:
-    def run() -> list[ReadEvent]:
-        events = list(parse())
-        for event in events:
-            if isinstance(event, ReadGraph):
-                event.graph.metadata["source_format"] = name
-        return events
-
-    return run
+        return self.structural.chunk_key
 
 
 _SHAPE_KEYS = frozenset({"has", "lacks", "some", "within", "holds"})
@@ -194,11 +168,11 @@ def _shape(item: Any, where: str) -> Shape:
 
 @cache
 def shipped_reader(name: str) -> ShippedReader:
-    """The reader of the shipped mapping ``name`` (``msgtrain/ingest/mappings/<name>.yaml``)."""
-    path = MAPPINGS / f"{name}.yaml"
+    """The reader of the shipped mapping ``name`` (``msgtrain/ingest/mappings/<name>.json``)."""
+    path = MAPPINGS / f"{name}.json"
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read the shipped mapping: {e}", where=str(path), code="bad_mapping") from e
     if not isinstance(spec, dict) or spec.get("name") != name:
         raise ConfigError(f"a shipped mapping names itself as its file does ({name!r})", where=str(path))

@@ -120,10 +120,10 @@ from msgtrain.ingest.structure.locate import (
     SCALED_PAIRS,
     locate,
 )
-from msgtrain.ingest.structure.mapping import BARE_LIST, Mapping
-from msgtrain.ingest.structure.mapping_paths import mapping_units
+from msgtrain.ingest.structure.mapping import BARE_LIST, NEEDED, Mapping
+from msgtrain.ingest.structure.mapping_paths import mapping_units, unit_prefix
 from msgtrain.ingest.structure.structural_calls import continuation_groups, read_call_items, read_calls
-from msgtrain.ingest.structure.trees import lone_message, message_lines
+from msgtrain.ingest.structure.trees import lone_message, message_lines, message_run
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -287,8 +287,10 @@ class StructuralReader:
             elif second is not None:
                 records = itertools.chain([second], records)
         stream: Iterator[tuple[SourceRef, Any, Any]] = itertools.chain([first], records)
-        bare = self.mapping is None or self.mapping.reads_bare_lists  # a file of one message per line: one list
-        if bare and first[0].record.startswith("line ") and lone_message(first[1]):
+        if self.mapping is not None and self.mapping.reads_bare_lists:
+            yield from self._message_runs(path, stream)
+            return
+        if self.mapping is None and first[0].record.startswith("line ") and lone_message(first[1]):
             yield from message_lines(path, stream)
             return
         if self.mapping is None and first[0].record == "file" and isinstance(first[1], list):
@@ -312,22 +314,66 @@ class StructuralReader:
             task = partial(read_call_items, path, items[0][0], items, None, convert_found)
             yield RecordTask(items[0][0], task, records=len(items), raw=calls[group[0]][1].holder)
 
+    def _message_runs(self, path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> Iterator[ReadItem]:
+        """A mapped read whose messages may be the record itself (``$``): a run of records that are each one message
+        is one conversation (a file of one message per line is one run), ended by a record holding a conversation; a
+        record that is neither is its own reject and cuts the run there (the replies after it were sampled in a
+        context the file no longer holds whole: context, never trained), as does one before the run starts."""
+        assert self.mapping is not None
+        run: list[tuple[SourceRef, Any]] = []
+        cut: int | None = None
+        rejected_before = False
+        for ref, value, raw in stream:
+            if not isinstance(value, MsgtrainError) and lone_message(value):
+                cut = 0 if not run and rejected_before else cut
+                run.append((ref, value))
+                continue
+            holds = isinstance(value, list) or (isinstance(value, dict) and self.mapping.names_a_conversation_in(value))
+            if holds:
+                if run:
+                    yield message_run(path, run, cut)
+                run, cut, rejected_before = [], None, False
+            elif run:
+                cut = len(run) if cut is None else cut
+            else:
+                rejected_before = True
+            if isinstance(value, MsgtrainError):
+                yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
+            else:
+                yield from self._record(path, ref, value, raw)
+        if run:
+            yield message_run(path, run, cut)
+
     def _record(self, path: Path, ref: SourceRef, value: Any, raw: Any) -> Iterator[ReadItem]:
         if self.mapping is not None:
             if isinstance(value, list) and self.mapping.reads_bare_lists:
                 value = {BARE_LIST: value}  # the record is the message list the mapping's ``$`` names
             if not isinstance(value, dict):
-                err = ValidationError("record is not an object the mapping can read", code="mapping_mismatch")
+                err = ValidationError(
+                    "record is not an object the mapping can read",
+                    code="not_a_conversation",
+                    hint="a mapping reads objects; `$` among the messages paths reads a record that is a message list",
+                )
                 yield ReadReject(ref, err.located(str(ref)), excerpt(raw))
+                return
+            if unit_prefix(self.mapping) is None and not self.mapping.names_a_conversation_in(value):
+                named = sorted({p for c in NEEDED[self.mapping.layout] for p in self.mapping.paths_of(c)})
+                err = ValidationError(
+                    f"record holds none of the mapping's conversation fields ({', '.join(named)})",
+                    code="not_a_conversation",
+                    hint="each record holds one of those fields; fix the mapping's columns, or the record",
+                )
+                yield ReadReject(ref, err.located(str(ref)), excerpt(raw), turns=message_like_count(value)[1])
                 return
             try:
                 units = mapping_units(self.mapping, value)
             except MsgtrainError as e:
                 yield ReadReject(ref, e.located(str(ref)), excerpt(raw), turns=message_like_count(value)[1])
                 return
-            found: list[Found | Ambiguity] = [Found(where, holder, m) for where, holder, m in units]
+            empty = [u for u in units if u[2].layout == "messages" and u[2].field_of(u[1], "messages") == []]
+            found: list[Found | Ambiguity] = [Found(w, h, m) for w, h, m in units if not any(u[1] is h for u in empty)]
             if not found:
-                yield ReadSkip(ref, "no_conversation")
+                yield ReadSkip(ref, "empty_conversation" if empty else "no_conversation")
                 return
         else:
             found = locate(value)

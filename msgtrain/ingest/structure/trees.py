@@ -211,22 +211,25 @@ def message_lines(path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> I
     """Message-per-line JSONL: one conversation of all lines, or, when the lines carry parent ids, one graph per
     root of the tree they form (each path a branch, siblings sampled from the same context)."""
     lines: Lines = []
+    cut: int | None = None  # lines read before the first line that could not be: the replies after it are context
     for ref, value, raw in stream:
         marker = _writer_marker(value)
         if isinstance(value, MsgtrainError):
             yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
+            cut = len(lines) if cut is None else cut
         elif marker is not None:
             yield ReadSkip(ref, f"writer_marker:{marker}")
         elif not lone_message(value):
             err = ValidationError("not a message, in a file of one message per line", code="ambiguous_structure")
             yield ReadReject(ref, err.located(str(ref)), excerpt(raw), turns=message_like_count(value)[1])
+            cut = len(lines) if cut is None else cut
         else:
             lines.append((ref, value))
     if not lines:
         return
     keys = link_keys(lines)
     if keys is None:
-        yield RecordTask(lines[0][0], partial(_linear_lines, path, lines), records=len(lines), raw=lines[0][1])
+        yield message_run(path, lines, cut)
         return
     known = {str(v[keys[0]]) for _, v in lines}
     children: dict[str | None, Lines] = {}
@@ -271,10 +274,19 @@ HIDDEN_FLAGS = ("is_system",)
 SWIPE_KEYS = ("swipes",)
 
 
-def _linear_lines(path: Path, lines: Lines) -> list[ReadEvent]:
-    """One message per line, one conversation: cut at a line that cannot be read (a gap, :class:`Gap`); lines the
-    UI hides from the model left out; alternative replies (swipes) added as siblings of the one shown; in a log that
-    marks generated replies, an unmarked assistant message is context (scripted), not a turn."""
+def message_run(path: Path, lines: Lines, cut: int | None) -> RecordTask:
+    """Records that are each one message, read as one conversation (:func:`_linear_lines`; ``cut``: the lines read
+    before the first one that could not be)."""
+    return RecordTask(lines[0][0], partial(_linear_lines, path, lines, cut), records=len(lines), raw=lines[0][1])
+
+
+def _linear_lines(path: Path, lines: Lines, cut: int | None = None) -> list[ReadEvent]:
+    """One message per line, one conversation: cut at a line that cannot be read (a gap, :class:`Gap`; a line that
+    did not parse, before the ``cut``-th line read, too: the replies after it were sampled in a context the file no
+    longer holds whole, so they are ``carried``, never trained); lines the UI hides from the model left out;
+    alternative replies (swipes) added as siblings of the one shown; in a log that marks generated replies, an
+    unmarked assistant message is context (scripted), not a turn."""
+    after_cut = {id(v) for _, v in lines[cut:]} if cut is not None else set()
     shown = [(ref, v) for ref, v in lines if not any(v.get(k) is True for k in HIDDEN_FLAGS)]
     marked = any(any(k in v for k in GENERATION_MARKS) for _, v in shown)
     builder = StepBuilder(MessageNormaliser())
@@ -290,6 +302,8 @@ def _linear_lines(path: Path, lines: Lines) -> list[ReadEvent]:
             and not any(k in raw for k in GENERATION_MARKS)
         ):
             origin = Origin.INJECTED
+        if id(raw) in after_cut and step.message.role == "assistant" and origin in (None, Origin.SAMPLED):
+            origin = Origin.CARRIED
         parent = graph.head[-1] if graph.head else None
         node = graph.append(step.message, origin=origin)
         if origin is None and step.message.role == "assistant":

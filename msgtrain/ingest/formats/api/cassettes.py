@@ -47,6 +47,7 @@ import yaml
 
 from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGraph
+from msgtrain.ingest.common.chat_messages import chat_steps
 from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.common.message_like import assistant_turns_in
 from msgtrain.ingest.common.tool_schemas import openai_tools
@@ -55,7 +56,6 @@ from msgtrain.ingest.core.http_bodies import decode_content, header, is_sse, rec
 from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.formats.api import anthropic, bedrock, cohere, ollama, openai_responses, streams
-from msgtrain.ingest.formats.api.openai_chat import chat_steps
 from msgtrain.ingest.formats.api.streams import StreamFailed
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
+from msgtrain.ingest.common.chat_messages import chat_steps
 from msgtrain.ingest.common.session_common import as_dict, as_list, graph_id_for
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats import (
@@ -53,7 +54,6 @@ from msgtrain.ingest.formats import (
     load_json_document,
     quoted,
 )
-from msgtrain.ingest.formats.api.openai_chat import chat_steps
 from msgtrain.model.graph import MessageGraph, Origin
 
 POLICY = "toolbench"
