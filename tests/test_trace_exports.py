@@ -88,3 +88,65 @@ def test_a_trace_whose_final_output_no_generation_sampled_stays_refused(tmp_path
     path.write_text(json.dumps(trace), encoding="utf-8")
     _, stats, rejects = convert_file(path, SETTINGS)
     assert stats.turns_trained == 0 and rejects
+
+
+def _lc(kind: str, content: str, **kwargs: Any) -> dict[str, Any]:
+    """A LangChain message as ``dumpd`` writes it (LangSmith run inputs and outputs)."""
+    short = {"SystemMessage": "system", "HumanMessage": "human", "AIMessage": "ai", "ToolMessage": "tool"}[kind]
+    return {
+        "lc": 1,
+        "type": "constructor",
+        "id": ["langchain", "schema", "messages", kind],
+        "kwargs": {"content": content, "type": short, **kwargs},
+    }
+
+
+def _run_tree() -> dict[str, Any]:
+    """A LangGraph agent's LangSmith run tree (langchain-ai/langsmith-sdk python/langsmith/schemas.py ``Run``:
+    ``run_type``, ``inputs``, ``outputs``, ``child_runs``): chain runs hold the graph state, the messages again;
+    each ``llm`` run the messages it sent (``inputs.messages``, one list per prompt) and its generations."""
+    system, user = _lc("SystemMessage", "You are terse."), _lc("HumanMessage", "Weather in Paris?")
+    call = _lc("AIMessage", "", tool_calls=[{"name": "weather", "args": {"city": "Paris"}, "id": "c1"}])
+    result, answer = _lc("ToolMessage", "Sunny", tool_call_id="c1"), _lc("AIMessage", "It is sunny.")
+
+    def llm(name: str, sent: list[Any], reply: dict[str, Any]) -> dict[str, Any]:
+        generation = {"text": reply["kwargs"]["content"], "message": reply, "type": "ChatGeneration"}
+        outputs = {"generations": [[generation]], "llm_output": {"model_name": "gpt-4o"}}
+        return {"id": name, "run_type": "llm", "inputs": {"messages": [sent]}, "outputs": outputs, "child_runs": []}
+
+    def chain(name: str, state: list[Any], out: list[Any], children: list[Any]) -> dict[str, Any]:
+        return {"id": name, "run_type": "chain", "inputs": {"messages": state}, "outputs": {"messages": out},
+                "child_runs": children}  # fmt: skip
+
+    tool = {
+        "id": "weather",
+        "run_type": "tool",
+        "inputs": {"input": "{'city': 'Paris'}"},
+        "outputs": {"output": "Sunny"},
+    }
+    return chain(
+        "LangGraph",
+        [user],
+        [user, call, result, answer],
+        [
+            chain("agent", [user], [call], [llm("llm-1", [system, user], call)]),
+            chain("tools", [user, call], [result], [tool]),
+            chain("agent", [user, call, result], [answer], [llm("llm-2", [system, user, call, result], answer)]),
+        ],
+    )
+
+
+def test_a_run_tree_s_chain_runs_are_copies_of_its_llm_runs_and_each_reply_is_trained_once(tmp_path: Path) -> None:
+    """Hand count: two replies sampled (the two ``llm`` runs), each after the messages its run sent, the system
+    prompt first. The chain runs' inputs and outputs are the graph state (the same replies, no system prompt):
+    copies, passed over (counted as skips). Before: the root chain's output was trained as a conversation of its own
+    (the two replies again, without the system prompt), the agent chains' outputs were rejected (``no_prompt``) and
+    the tools chain's (a result answering no call): 4 trained, 2 dropped as duplicates, 3 rejects."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run_tree()), encoding="utf-8")
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert not rejects
+    assert (stats.turns_found, stats.turns_trained, len(samples)) == (2, 2, 1)
+    (graph,) = [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
+    (branch,) = graph.branches()
+    assert [n.message.role for n in branch.nodes] == ["system", "user", "assistant", "tool", "assistant"]

@@ -90,13 +90,16 @@ from msgtrain.errors import MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.conversation_files import iter_raw_records
 from msgtrain.ingest.common.head_shape import head_shape
 from msgtrain.ingest.common.message_like import (
+    CALL_KEYS,
     CONTENT_KEYS,
     PREFERENCE_KEYS,
     ROLE_FLAGS,
     ROLE_KEYS,
     ROLE_VOCABULARY,
+    content_key_of,
     is_message_list,
     message_like_count,
+    unwrapped,
 )
 from msgtrain.ingest.core.base import (
     HEAD_BYTES,
@@ -110,7 +113,7 @@ from msgtrain.ingest.core.base import (
     head_objects,
 )
 from msgtrain.ingest.structure.convert import convert_found
-from msgtrain.ingest.structure.found import Ambiguity, Found, link_keys
+from msgtrain.ingest.structure.found import Ambiguity, Found, assistant_like, choice_messages, link_keys
 from msgtrain.ingest.structure.locate import (
     ALPACA_PAIRS,
     CANDIDATE_LISTS,
@@ -395,6 +398,10 @@ class StructuralReader:
             len(calls) > 1
         ):  # several calls in one record: read as a call log (msgtrain.ingest.structure.structural_calls)
             found = [f for f in found if not any(f is c for c in calls)]
+            copies = [f for f in found if _copy_of_calls(f, calls)]
+            if copies:  # a run tree's chain runs, a span's state: the calls' messages again, no reply of their own
+                found = [f for f in found if not any(f is c for c in copies)]
+                yield ReadSkip(ref, "copy_of_calls", count=len(copies))
             yield RecordTask(
                 ref, partial(read_calls, path, ref, calls, raw, convert_found), records=len(calls), raw=raw
             )
@@ -410,6 +417,49 @@ class StructuralReader:
                 yield ReadReject(sub, err.located(str(sub)), excerpt(raw), turns=item.assistant_messages)
                 continue
             yield RecordTask(sub, _task(path, sub, item, raw), records=1, raw=raw)
+
+
+def _copy_of_calls(found: Found | Ambiguity, calls: list[Found | Ambiguity]) -> bool:
+    """Whether a conversation found beside a record's calls holds no reply but theirs: each of its assistant
+    messages says what a call's sampled reply says, message and calls alike (none at all: the messages a call was
+    sent). A run tree's chain runs (LangSmith: a graph node's input and output state), a parent span's input and
+    output, hold the calls' messages again; read, they would train the calls' replies twice, the second time in a
+    context that lacks what the call was sent (its system prompt)."""
+    if not isinstance(found, Found) or found.mapping.layout not in ("messages", "prompt_completion"):
+        return False
+    replies = {_reply_said(m) for c in calls if isinstance(c, Found) for m in _sampled(c)}
+    columns = ("messages",) if found.mapping.layout == "messages" else ("prompt", "completion")
+    messages = [m for col in columns for m in _as_messages(found.mapping.field_of(found.holder, col))]
+    return all(_reply_said(m) in replies for m in messages if assistant_like(m))
+
+
+def _sampled(call: Found) -> list[Any]:
+    """The reply messages a call's completion holds."""
+    return [m for m in _as_messages(call.mapping.field_of(call.holder, "completion")) if assistant_like(m)]
+
+
+def _as_messages(value: Any) -> list[Any]:
+    """A message, a response body, a list of them (LangChain's generations: a list per prompt) as messages."""
+    if isinstance(value, dict):
+        return choice_messages(value) or [value]
+    if isinstance(value, list):
+        return [m for v in value for m in (_as_messages(v) if isinstance(v, list) else [v])]
+    return []
+
+
+def _reply_said(message: Any) -> str:
+    """What a reply says and calls, to tell a copy of a reply from another reply."""
+    inner = unwrapped(message)
+    if not isinstance(inner, dict):
+        return json.dumps(inner, sort_keys=True, default=str)
+    key = content_key_of(inner)
+    calls = [inner.get(k) for k in CALL_KEYS if inner.get(k)]
+    named = [
+        [c.get("name") or (c.get("function") or {}).get("name") for c in group if isinstance(c, dict)]
+        for group in calls
+        if isinstance(group, list)
+    ]
+    return json.dumps([inner.get(key) if key is not None else None, named], sort_keys=True, default=str)
 
 
 def _one_call(value: Any, mapping: Mapping | None) -> Found | None:
