@@ -500,3 +500,56 @@ def test_a_call_logged_with_blank_argument_text_is_the_call_a_later_span_s_input
     )
     samples, stats, _ = convert_file(path, settings)
     assert (len(samples), stats.turns_trained) == (1, 2)  # the call and the answer, in one conversation
+
+
+def test_a_span_whose_events_hold_its_prompt_and_completion_is_a_chat_span(tmp_path: Path) -> None:
+    """The GenAI convention before messages became attributes logs them as span events: ``gen_ai.content.prompt``
+    (``gen_ai.prompt``: the messages, or one message, as JSON text) and ``gen_ai.content.completion``
+    (``gen_ai.completion``: the reply, here an Anthropic message of content blocks), with no operation name.
+    Shape of Mirascope/mirascope docs/integrations/otel.md @ 5971c07fa5737d26f915baae7cda4002768c6f41 (its example
+    output span, one span object as ``ReadableSpan.to_json`` writes it; texts changed). Hand count of the real span:
+    one reply, after the user message. Before: unknown_format (0); after 1 trained."""
+    completion = {"content": [{"text": "Try The Name of the Wind.", "type": "text"}], "role": "assistant"}
+    span = _span("0xa22a446b2076ffe4", {"gen_ai.system": "", "gen_ai.request.model": "claude-3-5-sonnet-20240620"})
+    span["events"] = [
+        {
+            "name": "gen_ai.content.prompt",
+            "attributes": {"gen_ai.prompt": json.dumps({"content": "A book?", "role": "user"})},
+        },
+        {"name": "gen_ai.content.completion", "attributes": {"gen_ai.completion": json.dumps(completion)}},
+    ]
+    path = tmp_path / "span.json"
+    path.write_text(json.dumps(span, indent=4), encoding="utf-8")
+    assert detect_format(path).name == "otel"
+    (graph,), rejects = _read(path)
+    assert not rejects
+    assert _roles(graph) == ["user", "assistant*"]
+    assert graph.sampled_nodes()[0].message.text == "Try The Name of the Wind."
+
+
+def test_a_span_s_message_events_are_its_input_and_its_choice_events_its_output(tmp_path: Path) -> None:
+    """One event per input message (``gen_ai.system.message``, ``gen_ai.user.message``, ``gen_ai.assistant.message``
+    with its ``tool_calls``, ``gen_ai.tool.message`` with the call's ``id``) and one ``gen_ai.choice`` per reply
+    (``message``, ``finish_reason``): the event convention of open-telemetry/semantic-conventions
+    docs/gen-ai/gen-ai-events.md (v1.27 - v1.36). An agent span carrying the same events keeps its own operation
+    (the agent's copy of the run is no call). Hand count: one reply, after four messages."""
+    call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+    events = [
+        {"name": "gen_ai.system.message", "attributes": {"content": "Be brief."}},
+        {"name": "gen_ai.user.message", "attributes": {"content": "Rain in Oslo?"}},
+        {"name": "gen_ai.assistant.message", "attributes": {"tool_calls": json.dumps([call])}},
+        {"name": "gen_ai.tool.message", "attributes": {"content": "rainy", "id": "c1"}},
+        {
+            "name": "gen_ai.choice",
+            "attributes": {"index": 0, "finish_reason": "stop", "message": json.dumps({"content": "Yes, rain."})},
+        },
+    ]
+    chat = {**_span("0x01", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}), "events": events}
+    agent = {**_span("0x02", {"gen_ai.operation.name": "invoke_agent"}), "events": events}
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps([chat, agent]), encoding="utf-8")
+    (graph,), rejects = _read(path)
+    assert not rejects
+    assert _roles(graph) == ["system", "user", "assistant", "tool", "assistant*"]
+    reply = graph.sampled_nodes()[0]
+    assert reply.message.text == "Yes, rain." and graph.generation(reply.id).finish_reason == "stop"

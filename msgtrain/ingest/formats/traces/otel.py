@@ -2,7 +2,10 @@
 
 Accepted layouts: a JSON document ``{"spans": [...]}`` (any-agent's ``AgentTrace``, SDK ``ReadableSpan.to_json``
 span objects), a JSON list of such spans, an OTLP/JSON export ``{"resourceSpans": [{"scopeSpans": [{"spans":
-[...]}]}]}`` (attributes as ``[{key, value}]``), or JSONL with one span or one OTLP export per line.
+[...]}]}]}`` (attributes as ``[{key, value}]``), JSONL with one span or one OTLP export per line, one span object, or
+spans' attribute maps alone. Messages the older conventions log as span events (``gen_ai.content.prompt`` /
+``gen_ai.content.completion``, ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice``) are read as
+the span's input and output messages; a span's own attributes win over its events.
 
 What is read (one span = one record; all spans of a trace become one graph ``otel:<trace id>``):
 - Chat spans (``gen_ai.operation.name`` ``chat`` / ``call_llm`` / ``text_completion`` / ``generate_content``): the
@@ -128,7 +131,10 @@ class OtelGenAiReader:
         if not shape.has(".attributes") and has_any(shape, *(f".{k}" for k in _SPAN_KIND_ATTRIBUTES)):
             return True  # spans' attributes alone, with no span around them
         if shape.layout == "object":
-            return has_any(shape, ".spans[].attributes", ".resourceSpans[].scopeSpans", ".data.spans[].attributes")
+            one_span = shape.has(".attributes") and has_any(shape, ".context.trace_id", ".traceId", ".trace_id")
+            return one_span or has_any(
+                shape, ".spans[].attributes", ".resourceSpans[].scopeSpans", ".data.spans[].attributes"
+            )
         if shape.layout in ("array", "jsonl"):
             return has_any(shape, ".attributes", ".attributes.openinference.span.kind") and has_any(
                 shape, ".context", ".traceId", ".trace_id", ".span_id", ".context.trace_id"
@@ -199,6 +205,80 @@ def _span_or_reject(span: Any, ref: str, path: Path) -> _Span | ReadReject:
         return ReadReject(SourceRef(str(path), ref), e.located(f"{path} ({ref})"), excerpt(str(span)))
 
 
+# Span events of the GenAI conventions before messages became attributes: one event per input message, one per
+# choice (``gen_ai.{system,user,assistant,tool}.message``, ``gen_ai.choice``), or the whole prompt and completion
+# (``gen_ai.content.prompt`` / ``gen_ai.content.completion`` with ``gen_ai.prompt`` / ``gen_ai.completion``).
+_MESSAGE_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+
+
+def _event_messages(events: Any) -> dict[str, Any]:
+    """The input and output messages a span's events hold, as the attributes that name them now
+    (``gen_ai.input.messages`` / ``gen_ai.output.messages``, chat messages), and ``gen_ai.operation.name`` ``chat``
+    when both are there; nothing when the events hold no message. An event's message is its ``gen_ai.event.content``
+    (Azure's), its ``message`` or ``content`` attribute (JSON text or text), or its body."""
+    inputs: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    for event in events if isinstance(events, list) else []:
+        if not isinstance(event, dict):
+            continue
+        name = event.get("name")
+        attrs = event.get("attributes")
+        if isinstance(attrs, list):  # OTLP
+            attrs = {a.get("key"): _otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}
+        attrs = attrs if isinstance(attrs, dict) else {}
+        if name == "gen_ai.content.prompt":
+            inputs.extend(_messages_of(json_attr(attrs.get("gen_ai.prompt")), "user"))
+        elif name == "gen_ai.content.completion":
+            outputs.extend(_messages_of(json_attr(attrs.get("gen_ai.completion")), "assistant"))
+        elif name in _MESSAGE_EVENTS:
+            body = _event_body(attrs, event)
+            if "tool_calls" in attrs and not (isinstance(body, dict) and "tool_calls" in body):
+                body = {"content": body if isinstance(body, str | list) else None, "tool_calls": attrs["tool_calls"]}
+                body["tool_calls"] = json_attr(body["tool_calls"])
+            inputs.extend(_messages_of(body, _MESSAGE_EVENTS[name], attrs))
+        elif name == "gen_ai.choice":
+            body = _event_body(attrs, event)
+            message = body.get("message") if isinstance(body, dict) and "message" in body else body
+            reason = (body.get("finish_reason") if isinstance(body, dict) else None) or attrs.get("finish_reason")
+            for m in _messages_of(json_attr(message), "assistant"):
+                outputs.append({**m, **({"finish_reason": reason} if isinstance(reason, str) else {})})
+    if not outputs:
+        return {}
+    out: dict[str, Any] = {"gen_ai.output.messages": outputs, "gen_ai.operation.name": "chat"}
+    if inputs:
+        out["gen_ai.input.messages"] = inputs
+    return out
+
+
+def _event_body(attrs: dict[str, Any], event: dict[str, Any]) -> Any:
+    for key in ("gen_ai.event.content", "message", "content"):
+        if key in attrs:
+            return json_attr(attrs[key])
+    return event.get("body")
+
+
+def _messages_of(value: Any, role: str, attrs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Chat messages from an event's value: a list of messages, one message, or text (a message of ``role``)."""
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
+        return list(value)
+    if isinstance(value, dict) and ("content" in value or "tool_calls" in value):
+        message = {"role": role, **value}
+        if role == "tool" and "tool_call_id" not in message and isinstance((attrs or {}).get("id"), str):
+            message["tool_call_id"] = (attrs or {})["id"]
+        return [message]
+    if isinstance(value, str | list):
+        message = {"role": role, "content": value}
+        if role == "tool" and isinstance((attrs or {}).get("id"), str):
+            message["tool_call_id"] = (attrs or {})["id"]
+        return [message]
+    return []
+
+
 def _id_hex(value: Any, width: int) -> str | None:
     if isinstance(value, int):
         return format(value, f"0{width}x")
@@ -249,6 +329,8 @@ def _normalize(span: Any, ref: str) -> _Span:
     if isinstance(attrs, dict) and isinstance(kind, str) and "openinference.span.kind" not in attrs:
         # Phoenix's span JSON keeps the OpenInference kind beside the attributes, not among them
         attrs = {**attrs, "openinference.span.kind": kind}
+    if isinstance(attrs, dict):
+        attrs = {**_event_messages(span.get("events")), **attrs}
     attrs = as_genai(attrs) if isinstance(attrs, dict) else {}
     start = span.get("start_time", span.get("startTimeUnixNano", 0))
     try:
@@ -492,7 +574,12 @@ class _TraceBuild:
             for i, m in enumerate(typed):
                 if not isinstance(m, dict):
                     raise ValidationError(f"gen_ai.output.messages[{i}] is not an object", code="bad_message")
-                msgs = self._typed_message({**m, "role": m.get("role", "assistant")}, f"gen_ai.output.messages[{i}]")
+                where = f"gen_ai.output.messages[{i}]"
+                if "parts" in m:
+                    msgs = self._typed_message({**m, "role": m.get("role", "assistant")}, where)
+                else:  # a chat API's own message (OpenAI, Anthropic content blocks), as older conventions log it
+                    data = {k: v for k, v in m.items() if k != "finish_reason"}
+                    msgs = [from_openai_message({**data, "role": m.get("role", "assistant")}, policy=self.graph.policy)]
                 for msg in msgs:
                     meta = {"finish_reason": m["finish_reason"]} if isinstance(m.get("finish_reason"), str) else {}
                     out.append(msg.model_copy(update={"metadata": {**msg.metadata, **meta}}))
