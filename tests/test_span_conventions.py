@@ -553,3 +553,36 @@ def test_a_span_s_message_events_are_its_input_and_its_choice_events_its_output(
     assert _roles(graph) == ["system", "user", "assistant", "tool", "assistant*"]
     reply = graph.sampled_nodes()[0]
     assert reply.message.text == "Yes, rain." and graph.generation(reply.id).finish_reason == "stop"
+
+
+def test_pydantic_ai_s_events_attribute_holds_the_span_s_messages(tmp_path: Path) -> None:
+    """Pydantic AI's instrumentation version 1 (``event_mode='attributes'``, as Logfire shows it) keeps a chat span's
+    messages in one attribute, ``events``: JSON text of ``[{"event.name": ..., **body}]``, the reply a
+    ``gen_ai.choice`` whose ``message`` holds content parts (``{"kind": "thinking" | "text", "text"}``). Shape of
+    pydantic/pydantic-ai ``pydantic_ai_slim/pydantic_ai/_instrumentation.py`` ``event_to_dict`` and
+    ``messages.py`` ``otel_events`` @ 61c71f01b613094f18bc1e91fdd307f78b95ef5d. Hand count: one reply (its
+    reasoning, then its text) after a system, user, assistant call and tool message. Before: a chat span with no
+    messages (``chat_span_without_output``), nothing trained."""
+    call = {"id": "c1", "type": "function", "function": {"name": "roll", "arguments": "{}"}}
+    events = [
+        {"content": "Be brief.", "role": "system", "gen_ai.system": "openai", "event.name": "gen_ai.system.message"},
+        {"content": "Roll a die.", "role": "user", "gen_ai.system": "openai", "event.name": "gen_ai.user.message"},
+        {"role": "assistant", "tool_calls": [call], "event.name": "gen_ai.assistant.message"},
+        {"role": "tool", "id": "c1", "name": "roll", "content": "4", "event.name": "gen_ai.tool.message"},
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": [{"kind": "thinking", "text": "It said 4."}, {"kind": "text", "text": "You rolled a 4."}],
+            },
+            "event.name": "gen_ai.choice",
+        },
+    ]
+    attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o", "events": json.dumps(events)}
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps([_span("0x01", attributes)]), encoding="utf-8")
+    (graph,), rejects = _read(path)
+    assert not rejects
+    assert _roles(graph) == ["system", "user", "assistant", "tool", "assistant*"]
+    reply = graph.sampled_nodes()[0].message
+    assert reply.text == "You rolled a 4." and [p.kind for p in reply.parts] == ["reasoning", "text"]

@@ -232,9 +232,9 @@ def _event_messages(events: Any) -> dict[str, Any]:
             attrs = {a.get("key"): _otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}
         attrs = attrs if isinstance(attrs, dict) else {}
         if name == "gen_ai.content.prompt":
-            inputs.extend(_messages_of(json_attr(attrs.get("gen_ai.prompt")), "user"))
+            inputs.extend(_messages_of(_json_object(attrs.get("gen_ai.prompt")), "user"))
         elif name == "gen_ai.content.completion":
-            outputs.extend(_messages_of(json_attr(attrs.get("gen_ai.completion")), "assistant"))
+            outputs.extend(_messages_of(_json_object(attrs.get("gen_ai.completion")), "assistant"))
         elif name in _MESSAGE_EVENTS:
             body = _event_body(attrs, event)
             if "tool_calls" in attrs and not (isinstance(body, dict) and "tool_calls" in body):
@@ -245,7 +245,7 @@ def _event_messages(events: Any) -> dict[str, Any]:
             body = _event_body(attrs, event)
             message = body.get("message") if isinstance(body, dict) and "message" in body else body
             reason = (body.get("finish_reason") if isinstance(body, dict) else None) or attrs.get("finish_reason")
-            for m in _messages_of(json_attr(message), "assistant"):
+            for m in _messages_of(_json_object(message), "assistant"):
                 outputs.append({**m, **({"finish_reason": reason} if isinstance(reason, str) else {})})
     if not outputs:
         return {}
@@ -255,11 +255,42 @@ def _event_messages(events: Any) -> dict[str, Any]:
     return out
 
 
+def _events_attribute(attrs: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The events a span keeps as one attribute, ``events``: JSON text of ``[{"event.name": ..., **body}]``
+    (Pydantic AI's instrumentation version 1 with ``event_mode='attributes'``, Logfire's default:
+    pydantic/pydantic-ai ``pydantic_ai_slim/pydantic_ai/_instrumentation.py`` ``event_to_dict`` @ 61c71f01), as
+    span events; an assistant message's content parts (``{"kind": "text" | "thinking", "text"}``) as chat parts."""
+    value = json_attr(attrs.get("events"))
+    if not (isinstance(value, list) and value and all(isinstance(e, dict) and "event.name" in e for e in value)):
+        return None
+    out = []
+    for e in value:
+        body = {k: _kind_parts(v) if k in ("content", "message") else v for k, v in e.items() if k != "event.name"}
+        out.append({"name": e["event.name"], "attributes": body})
+    return out
+
+
+def _kind_parts(value: Any) -> Any:
+    """Pydantic AI's content parts as chat API parts (a message's ``content``, a choice's ``message``)."""
+    if isinstance(value, dict):
+        return {k: _kind_parts(v) if k == "content" else v for k, v in value.items()}
+    if not (isinstance(value, list) and value and all(isinstance(p, dict) and "kind" in p for p in value)):
+        return value
+    kinds = {"text": "text", "thinking": "thinking"}
+    return [{"type": kinds.get(str(p["kind"]), str(p["kind"])), "text": p.get("text")} for p in value]
+
+
 def _event_body(attrs: dict[str, Any], event: dict[str, Any]) -> Any:
     for key in ("gen_ai.event.content", "message", "content"):
         if key in attrs:
-            return json_attr(attrs[key])
+            return _json_object(attrs[key])
     return event.get("body")
+
+
+def _json_object(value: Any) -> Any:
+    """JSON text holding an object or a list, parsed; any other value (text that parses as a number) as it is."""
+    parsed = json_attr(value)
+    return parsed if isinstance(parsed, dict | list) else value
 
 
 def _messages_of(value: Any, role: str, attrs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -330,7 +361,7 @@ def _normalize(span: Any, ref: str) -> _Span:
         # Phoenix's span JSON keeps the OpenInference kind beside the attributes, not among them
         attrs = {**attrs, "openinference.span.kind": kind}
     if isinstance(attrs, dict):
-        attrs = {**_event_messages(span.get("events")), **attrs}
+        attrs = {**_event_messages(span.get("events")), **_event_messages(_events_attribute(attrs)), **attrs}
     attrs = as_genai(attrs) if isinstance(attrs, dict) else {}
     start = span.get("start_time", span.get("startTimeUnixNano", 0))
     try:

@@ -255,8 +255,8 @@ def _whole_prompt(flat: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "parts": [{"type": "text", "content": completion["text"]}]}
         _put(message, "finish_reason", completion.get("finish_reason"))
         out["gen_ai.output.messages"] = [message]
-    elif isinstance(completion, str) and completion:
-        out["gen_ai.output"] = completion  # the reply's text
+    elif isinstance(raw, str) and raw and not isinstance(completion, dict | list):
+        out["gen_ai.output"] = raw  # the reply's text (text that parses as a number or a string literal too)
     return out
 
 
