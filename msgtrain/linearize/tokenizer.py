@@ -862,10 +862,10 @@ class TokenizerBundle:
         are a function of its text and of ``at_start`` alone, whatever precedes it, and any cache keyed by both is
         exact. Where the tokenizer's pre-tokenizer never crosses a line break followed by a non-space character
         (:data:`LINE_START`, :meth:`_cuts_lines`), a segment is cached as two parts, cut after its first such line
-        break: a message's text then costs one encoding however the template introduces it. The cache lives as long as its owner wants (the linearizer keeps one per conversation, whose
-        renderings repeat segments: a template that re-renders history, a prompt and the same prompt with the
-        turn); ``shared`` (the run-wide :attr:`segment_cache`) is looked up for what ``cache`` lacks and learns
-        every segment encoded here."""
+        break: a message's text then costs one encoding however the template introduces it. The cache lives as
+        long as its owner wants (the linearizer keeps one per conversation, whose renderings repeat segments: a
+        template that re-renders history, a prompt and the same prompt with the turn); ``shared`` (the run-wide
+        :attr:`segment_cache`) is looked up for what ``cache`` lacks and learns every segment encoded here."""
         if not self.boundary_reuse:
             return self.encode(text), None
         found = list(self._added_re.finditer(text))
