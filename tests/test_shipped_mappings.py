@@ -301,3 +301,21 @@ def test_llamafactory_v1_media_parts_of_each_type_are_media_references(
     assert isinstance(event, ReadGraph)
     media = [p for n in event.graph.nodes.values() for p in getattr(n.message, "parts", ()) if isinstance(p, MediaPart)]
     assert [(m.modality, m.url) for m in media] == [(modality, "data/1.bin")]
+
+
+def test_a_shipped_mapping_explains_where_the_values_it_reads_sit_in_a_file_it_refuses(tmp_path: Path) -> None:
+    # the unknown_format hint names the closest readers and why they refused (msgtrain.ingest.detect); the
+    # openai_chat mapping says where OpenAI-role messages are, as the reader it replaced did
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps({"request": {"messages": [{"role": "user", "content": "hi"}]}}), encoding="utf-8")
+    roles = tmp_path / "roles.json"
+    roles.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "bot", "content": "yo"}]}))
+    reader = registry.get_reader("openai_chat")
+    assert reader.explain(nested, read_head(nested)) == (  # type: ignore[attr-defined]
+        "messages are under `request.messages`, not at the top or under `messages` / `traj`"
+    )
+    assert reader.explain(roles, read_head(roles)) == (  # type: ignore[attr-defined]
+        "roles 'bot' at `messages[].role` are not among those it reads"
+    )
+    traits = {e.name: e.traits for e in registry.entries()}
+    assert "explain" in traits["openai_chat"] and "explain" not in traits["sharegpt"]

@@ -228,7 +228,7 @@ READERS: tuple[Row, ...] = (
     ('openhands_v1', 'msgtrain.ingest.formats.sessions.openhands_v1', ('detect_directory',), ((), ()), None),
     ('otel', 'msgtrain.ingest.formats.traces.otel', (), (('gen_ai.', 'openinference.span.kind', 'llm.input_messages', '"input_messages"', 'mlflow.spanType'), ()), None),
     ('sharegpt', 'msgtrain.ingest.mappings:sharegpt', (), (('"from"', '"value"'), ()), None),
-    ('openai_chat', 'msgtrain.ingest.mappings:openai_chat', (), (('"role"',), ()), None),
+    ('openai_chat', 'msgtrain.ingest.mappings:openai_chat', ('explain',), (('"role"',), ()), None),
     ('structural', 'msgtrain.ingest.structure.structural', ('fallback',), None, None),
 )
 # fmt: on

@@ -12,7 +12,8 @@ A format a mapping can state needs no reader module (docs/formats.md, "Why each 
   occur, or an object of ``has`` (paths that all occur), ``lacks`` (paths none of which occurs), ``some`` (paths at
   one of which a value is seen), ``within`` (path → values: every value seen there is listed) and ``holds`` (path →
   patterns: a value seen there matches one, ``fnmatch``, and none written ``!pattern``); ``unless``: shapes that
-  refuse a file first (the same forms);
+  refuse a file first (the same forms); ``explain``: ``{at, when}``, the paths whose values the ``unknown_format``
+  hint speaks of (a file holding them elsewhere, or other values there), and the values that make a path worth it;
 - ``mapping``: the mapping (:mod:`msgtrain.ingest.structure.mapping`, either form) the structural reader reads every
   file of the format with; or a list of mappings, each record read by the first that names a conversation in it
   (:meth:`~msgtrain.ingest.structure.mapping.Mapping.names_a_conversation_in`: LLaMA-Factory's ranking records hold
@@ -52,7 +53,9 @@ from msgtrain.ingest.core.marks import Marks
 
 MAPPINGS = Path(__file__).resolve().parents[1] / "mappings"
 PREFIX = "msgtrain.ingest.mappings:"  # how the registry's table names a shipped mapping
-_KEYS = frozenset({"name", "description", "example", "notes", "marks", "names", "detect", "unless", "mapping"})
+_KEYS = frozenset(
+    {"name", "description", "example", "notes", "marks", "names", "detect", "unless", "explain", "mapping"}
+)
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,39 @@ class ShippedReader:
         self.refusals = _shapes(spec.get("unless") or [], f"{where}: unless")
         self.mappings: list[dict[str, Any]] = given
         self.where = where
+        explained = spec.get("explain") or {}
+        at, when = explained.get("at", []), explained.get("when", [])
+        if not (isinstance(at, list) and isinstance(when, list) and all(isinstance(x, str) for x in at + when)):
+            raise ConfigError(
+                "explain is {at: [paths detect reads values at], when: [values that make a path worth naming]}",
+                where=where,
+                code="bad_mapping",
+            )
+        self.explained = tuple(at)
+        self.explained_when = frozenset(when)
+        # the ``explain`` trait (msgtrain.ingest.registry.TRAITS): only a mapping that names paths to explain has it
+        self.explain = self._explain if self.explained else None
+
+    def _explain(self, path: Path, head: bytes) -> str | None:
+        """Why a file holding the values :attr:`explained` paths read, elsewhere or other ones, is not read (the
+        ``unknown_format`` hint): the first path of the head with the same last key holding one of the ``when``
+        values (else of the values detect allows there), and where the mapping reads them."""
+        del path
+        shape = head_shape(head)
+        allowed = frozenset().union(*(v for sh in self.shapes for p, v in sh.within if p in self.explained))
+        key = self.explained[0].rpartition(".")[2]
+        for where in sorted(p for p in shape.values if p.rpartition(".")[2] == key):
+            seen = shape.values_at(where)
+            if not seen & (self.explained_when or allowed):
+                continue
+            if where in self.explained:
+                unknown = sorted(seen - allowed)
+                if unknown:
+                    return f"{key}s {', '.join(map(repr, unknown))} at `{where[1:]}` are not among those it reads"
+                continue
+            place = where[1:].removesuffix(f".{key}").removesuffix("[]")
+            return f"messages are under `{place}`, not {_places(self.explained, key)}"
+        return None
 
     def detect(self, path: Path, head: bytes) -> bool:
         del path
@@ -130,6 +166,15 @@ class ShippedReader:
         """Records stand alone (each holds its conversation); a message line stays with the line before it."""
         del path
         return self.structural.chunk_key
+
+
+def _places(paths: tuple[str, ...], key: str) -> str:
+    """Where ``paths`` (``.role``, ``[].role``, ``.messages[].role``) read values, in words: ``at the top or under
+    `messages```."""
+    owners = dict.fromkeys(p.removesuffix(f".{key}").removesuffix("[]").lstrip(".") for p in paths)
+    under = " / ".join(f"`{o}`" for o in owners if o)
+    top = "at the top" if "" in owners else ""
+    return " or ".join(x for x in (top, f"under {under}" if under else "") if x)
 
 
 _SHAPE_KEYS = frozenset({"has", "lacks", "some", "within", "holds"})
