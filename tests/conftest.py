@@ -142,11 +142,14 @@ def _one_tokenizer_after_another(items: list[pytest.Item]) -> None:
 # default order, by number of tests, left a 40 s file for the end). Only the order changes, never an outcome; a file
 # not listed runs after these, in its usual order.
 HEAVIEST_FILES = {
+    # the test files that share the session's Ray cluster, one unit of work (RAY_CLUSTER_FILES): about 70 s
+    "test_object_store.py": 70,
+    "test_cluster_recipe.py": 70,
+    "test_ray_engine.py": 70,
     "test_export_tree.py": 69,
     "test_tools_audit.py": 65,
     "test_linearize_oracle.py": 54,
     "test_tokenizer_snapshot.py": 53,
-    "test_object_store.py": 49,
     "test_store_identity.py": 28,
     "test_linearize_shortcuts.py": 25,
     "test_stop_signals.py": 25,
@@ -159,11 +162,28 @@ HEAVIEST_FILES = {
     "test_configs.py": 12,
     "test_scaling.py": 12,
     "test_fault_boundary.py": 11,
-    "test_cluster_recipe.py": 11,
     "test_nightly_safety.py": 11,
     "test_tokenizer_load.py": 10,
-    "test_ray_engine.py": 10,
 }
+# The test files that use the session's Ray cluster (the ``ray_cluster`` fixture, below): under --dist loadfile they
+# are one unit of work, run by one worker, so the session starts one cluster (about 10 s and processes of its own on
+# a small machine), not one on each worker. tests/test_suite_schedule.py checks the list against the fixture's users.
+RAY_CLUSTER_FILES = frozenset({"test_object_store.py", "test_cluster_recipe.py", "test_ray_engine.py"})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the files of RAY_CLUSTER_FILES as one unit; any other mode as xdist makes it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RayFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = str(super()._split_scope(nodeid))
+            return "the Ray cluster's test files" if Path(scope).name in RAY_CLUSTER_FILES else scope
+
+    return RayFilesTogether(config, log)
 
 
 def _heaviest_files_first(items: list[pytest.Item]) -> None:
