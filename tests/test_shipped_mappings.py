@@ -133,13 +133,17 @@ def rows(path, name):
     return {"samples": shown, "stats": dataclasses.asdict(stats), "rejects": rejects}, len(samples)
 
 
-out = {}
-for name, file in json.loads(sys.argv[1]):
-    path = Path(file)
-    events = [canonical(e) for e in read_events(get_reader(name), path)]
-    table, count = rows(path, name)
-    out[file] = {"events": digest(events, path), "rows": digest(table, path), "samples": count}
-print(json.dumps(out))
+def main(pairs):
+    out = {}
+    for name, file in pairs:
+        path = Path(file)
+        events = [canonical(e) for e in read_events(get_reader(name), path)]
+        table, count = rows(path, name)
+        out[file] = {"events": digest(events, path), "rows": digest(table, path), "samples": count}
+    return out
+"""
+MAIN = """
+print(json.dumps(main(json.loads(sys.argv[1]))))
 """
 
 
@@ -153,7 +157,9 @@ def _present(name: str) -> list[tuple[str, str]]:
 
 def _digests(pairs: list[tuple[str, str]], tree: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    code = f"import msgtrain, sys\nassert msgtrain.__file__.startswith({str(tree)!r}), msgtrain.__file__\n{DIGESTS}"
+    code = (
+        f"import msgtrain, sys\nassert msgtrain.__file__.startswith({str(tree)!r}), msgtrain.__file__\n{DIGESTS}{MAIN}"
+    )
     proc = subprocess.run(  # run in ``tree``: python -c puts the working directory first on the path
         [sys.executable, "-c", code, json.dumps(pairs)], capture_output=True, text=True, env=env, timeout=600, cwd=tree
     )
@@ -224,7 +230,9 @@ def test_a_shipped_mapping_reads_its_formats_files_into_the_events_the_reader_ga
     if not path.exists():
         pytest.skip(f"{file} not present (../shared ships beside the checkout in CI)")
     name = next(n for n, files in FILES.items() if file in files)
-    got = _digests([(name, str(path))], ROOT)[str(path)]
+    here: dict[str, Any] = {}
+    exec(DIGESTS, here)  # in this process: the code under test, as the subprocess runs it
+    got = here["main"]([(name, str(path))])[str(path)]
     assert {k: got[k] for k in ("events", "samples")} == EVENTS[file], (
         f"{file}: the shipped {name} mapping reads it otherwise than the reader did"
     )
