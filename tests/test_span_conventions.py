@@ -323,7 +323,7 @@ def test_calls_a_chat_span_logs_without_ids_take_the_ids_their_tool_spans_logged
     """any-agent's spans log a chat span's calls as ``[{"tool.name", "tool.args"}]`` with no id, and each tool span
     with the id the call had (``gen_ai.tool.call.id``): the call takes that id, so its tool span answers it and the
     next chat span (no input messages logged: the context is rebuilt) is trained. Shape of mozilla-ai/any-agent
-    ``tests/assets/AGNO_trace.json`` and ``GOOGLE_trace.json`` @ 3e248d1c (arguments as JSON text or an object).
+    ``tests/assets/AGNO_trace.json`` and ``GOOGLE_trace.json`` @ 83e2395d (arguments as JSON text or an object).
     Hand count of each real file: 3 chat spans, 3 replies (two calls, then the answer), each after the previous
     reply and its tool's result. Before: each tool span answered no call (the call's id was synthesized), so 1 of 3
     trained, 2 ``context_unknown``; after 3 of 3."""
@@ -382,7 +382,7 @@ def test_calls_a_chat_span_logs_without_ids_take_the_ids_their_tool_spans_logged
 def test_a_call_whose_logged_arguments_disagree_with_the_tool_span_that_ran_it_is_not_trained(tmp_path: Path) -> None:
     """A chat span that logs its call with arguments unlike those its tool span ran with (any-agent's LlamaIndex
     spans log every call's arguments as ``"{}"``: mozilla-ai/any-agent ``tests/assets/LLAMA_INDEX_trace.json``
-    @ 3e248d1c) does not say what the model emitted: that reply is context, not trained, and the call stands in the
+    @ 83e2395d) does not say what the model emitted: that reply is context, not trained, and the call stands in the
     later replies' context with the arguments the tool ran with. Hand count of the real file: 5 replies; 3 calls
     logged with arguments that disagree with their tool spans, 1 text reply after them, 1 structured-output call in
     a context the trace does not hold: 1 trainable. Before: 4 trained (the 3 calls as ``{}``); after 1."""

@@ -150,3 +150,38 @@ def test_a_run_tree_s_chain_runs_are_copies_of_its_llm_runs_and_each_reply_is_tr
     (graph,) = [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
     (branch,) = graph.branches()
     assert [n.message.role for n in branch.nodes] == ["system", "user", "assistant", "tool", "assistant"]
+
+
+def test_a_root_span_row_saying_what_a_call_of_its_file_says_is_not_trained_again(tmp_path: Path) -> None:
+    """Span rows one per line, as tracing tools export them (Braintrust's logs: ``span_id``, ``root_span_id``,
+    ``span_parents``, ``span_attributes.type`` ``task`` / ``llm`` / ``tool``, ``input``, ``output``; the LLM
+    spans' ``output`` a list of choices): the root span's row holds the user's question and the final answer as
+    text, beside the LLM spans that sent that question among more messages and sampled that answer. Hand count: two
+    replies (the two LLM spans), each after the messages its span sent. The root row is their summary, skipped
+    (``summary_of_calls``). Before: it was trained too, the answer a second time after the bare question (no system
+    prompt, no call, no result)."""
+
+    def row(span: str, kind: str, inputs: Any, output: Any) -> dict[str, Any]:
+        parents = None if span == "root" else ["root"]
+        return {"span_id": span, "root_span_id": "root", "span_parents": parents, "input": inputs, "output": output,
+                "span_attributes": {"name": span, "type": kind}}  # fmt: skip
+
+    def choice(message: dict[str, Any], reason: str) -> list[dict[str, Any]]:
+        return [{"index": 0, "message": message, "finish_reason": reason}]
+
+    rows = [
+        row("root", "task", "Weather in Paris?", "It is sunny."),
+        row("llm-1", "llm", [SYSTEM, USER], choice(CALL, "tool_calls")),
+        row("weather", "tool", {"city": "Paris"}, "Sunny"),
+        row("llm-2", "llm", [SYSTEM, USER, CALL, RESULT], choice(ANSWER, "stop")),
+    ]
+    path = tmp_path / "spans.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert not rejects
+    assert (stats.turns_found, stats.turns_trained, len(samples)) == (2, 2, 1)
+    # a text row whose answer no call of the file sampled is a conversation of its own, read as before
+    rows[0] = row("root", "task", "Weather in Paris?", "Sunny, 25 degrees.")
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained) == (3, 3)

@@ -303,6 +303,7 @@ class StructuralReader:
                 return
         stream, chained = _call_log_file(stream, self.mapping)
         calls: list[tuple[SourceRef, Found, list[Any]]] = []
+        texts: list[tuple[SourceRef, Any, Any, Found]] = []  # text prompt / reply records of a call log
         for ref, value, raw in stream:
             if isinstance(value, MsgtrainError):
                 yield ReadReject(ref, value, excerpt(raw) if isinstance(raw, bytes) else "")
@@ -311,7 +312,17 @@ class StructuralReader:
             if one is not None:  # kept until the file ends: later records may continue it
                 calls.append((ref, one, one.mapping.field_of(one.holder, "prompt")))
                 continue
+            text = _text_pair(value) if chained and self.mapping is None else None
+            if text is not None:  # kept until the file ends: it may be a summary of calls (below)
+                texts.append((ref, value, raw, text))
+                continue
             yield from self._record(path, ref, value, raw)
+        said = [_call_texts(found) for _, found, _ in calls]
+        for ref, value, raw, text in texts:
+            if _summary_of_calls(text, said):
+                yield ReadSkip(ref, "summary_of_calls")
+            else:
+                yield from self._record(path, ref, value, raw)
         for group in continuation_groups([prompt for _, _, prompt in calls]):
             items = [(calls[i][0], calls[i][1]) for i in group]
             task = partial(read_call_items, path, items[0][0], items, None, convert_found)
@@ -417,6 +428,44 @@ class StructuralReader:
                 yield ReadReject(sub, err.located(str(sub)), excerpt(raw), turns=item.assistant_messages)
                 continue
             yield RecordTask(sub, _task(path, sub, item, raw), records=1, raw=raw)
+
+
+def _text_pair(value: Any) -> Found | None:
+    """The one text prompt / reply pair a record is (a trace's root span: the user's question, the final answer),
+    or None."""
+    found = locate(value) if isinstance(value, dict) else []
+    if len(found) != 1 or not isinstance(found[0], Found) or found[0].mapping.layout != "prompt_completion":
+        return None
+    return found[0] if isinstance(found[0].mapping.field_of(found[0].holder, "prompt"), str) else None
+
+
+def _text_of(message: Any) -> str | None:
+    inner = unwrapped(message)
+    if isinstance(inner, str):
+        return inner
+    content = inner.get(content_key_of(inner) or "content") if isinstance(inner, dict) else None
+    return content if isinstance(content, str) else None
+
+
+def _call_texts(call: Found) -> tuple[set[str], set[str]]:
+    """(the texts of a call's replies, the texts of the messages it sent)."""
+    replies = {t for m in _sampled(call) if (t := _text_of(m))}
+    prompt = call.mapping.field_of(call.holder, "prompt")
+    sent = {t for m in (prompt if isinstance(prompt, list) else []) if (t := _text_of(m))}
+    return replies, sent
+
+
+def _summary_of_calls(text: Found, calls: list[tuple[set[str], set[str]]]) -> bool:
+    """Whether a text prompt / reply record of a call log says what one of its calls says: the reply that call
+    sampled, after a prompt that call sent among more messages (a trace's root span beside its LLM spans: Braintrust's
+    and Weave's span rows). Read, it would train the reply a second time, after a context without the system prompt,
+    the calls and results the model saw."""
+    completion = text.mapping.field_of(text.holder, "completion")
+    reply = completion if isinstance(completion, str) else _text_of(completion)
+    prompt = text.mapping.field_of(text.holder, "prompt")
+    if not reply or not isinstance(prompt, str):
+        return False
+    return any(reply in replies and prompt in sent for replies, sent in calls)
 
 
 def _copy_of_calls(found: Found | Ambiguity, calls: list[Found | Ambiguity]) -> bool:
