@@ -38,6 +38,9 @@ HAND_COUNTS = [
     # the reply shown on line 4 and its other swipe, and line 7; the card's scripted greeting (no gen_started) and
     # the hidden is_system note are not sampled turns
     ("sillytavern-chat.jsonl", 3),
+    # LM Studio keeps each message's versions: the two regenerated answers to the first prompt (the second shown),
+    # then the edited follow-up's one answer; the first draft of the follow-up was never answered
+    ("lmstudio-conversation.json", 3),
     # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
     # the prompt and the two answers to each of their follow-up questions
     ("oasst-trees.jsonl", 9),
@@ -155,6 +158,27 @@ def test_a_reply_in_a_message_tree_sees_only_its_own_branch() -> None:
         ("user", "Thanks! It was really helpful. Are there more ways to protect my eyes?"),
         ("assistant", "Looking at a screen for 10 hours a day will always be bad for your eyes."),
     ]
+
+
+def test_each_version_of_a_message_is_a_sibling_and_the_one_shown_is_continued() -> None:
+    system = ("system", "You are a terse travel agent.")
+    first = ("user", "Where should I go in May?")
+    # the regenerated answers each follow the same prompt; the edited follow-up is answered after the answer shown,
+    # never after the first draft of it (no answer logged) nor after the answer not shown
+    assert _contexts("lmstudio-conversation.json") == [
+        [system, first, ("assistant", "Portugal.")],
+        [system, first, ("assistant", "Japan, for the weather.")],
+        [
+            system,
+            first,
+            ("assistant", "Japan, for the weather."),
+            ("user", "Something cheaper?"),
+            ("assistant", "Vietnam."),
+        ],
+    ]
+    (graph,) = _graphs("lmstudio-conversation.json")
+    drafts = [n for n in graph.nodes.values() if n.message.role == "user" and n.message.parts[0].text == "Cheaper?"]
+    assert len(drafts) == 1 and not [n for n in graph.nodes.values() if n.parent == drafts[0].id]
 
 
 @pytest.mark.parametrize("name", ["litellm-standard-logging-payload.json", "litellm-langfuse-batch.json"])

@@ -186,7 +186,33 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
         if isinstance(inner.get("role"), str) or inner.get("type") in _LANGCHAIN_TYPES:
             return inner
     event = _event_message(obj)
-    return event if event is not None else obj
+    if event is not None:
+        return event
+    stepped = _stepped_content(obj)
+    return stepped if stepped is not None else obj
+
+
+# Keys under which a message keeps its content split into the steps of its generation (LM Studio's ``steps``, each
+# a ``contentBlock`` holding content parts, beside status and debug steps that hold none).
+STEP_KEYS = ("steps",)
+
+
+def _stepped_content(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A message whose content is split across its steps (a role key, no content key, a ``steps`` list whose items
+    hold content parts) as one message of those parts, in order; the steps that hold no content (a UI's status and
+    debug blocks) say nothing the model saw. None for anything else."""
+    if not any(isinstance(obj.get(k), str) for k in ROLE_KEYS) or any(k in obj for k in CONTENT_KEYS):
+        return None
+    for key in STEP_KEYS:
+        steps = obj.get(key)
+        if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+            continue
+        held = [s["content"] for s in steps if "content" in s]
+        if not held or not all(isinstance(c, list) and all(isinstance(p, dict) for p in c) for c in held):
+            continue
+        rest = {k: v for k, v in obj.items() if k != key}
+        return {**rest, "content": [part for parts in held for part in parts]}
+    return None
 
 
 def _event_message(obj: dict[str, Any]) -> dict[str, Any] | None:

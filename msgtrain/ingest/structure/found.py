@@ -68,6 +68,40 @@ def tree_key(value: Any) -> str | None:
     return next((k for k in TREE_KEYS if any(is_message_list(m.get(k)) for m in value)), None)
 
 
+# Keys under which a chat UI keeps every version of one message (LM Studio's ``versions``: a regenerated reply, an
+# edited prompt), and the keys naming the version shown, whose history the messages after it continue.
+VERSION_KEYS = ("versions",)
+SELECTED_VERSION_KEYS = ("currentlySelected", "selected", "selectedVersion", "current")
+
+
+def versions_tree(value: Any, key: str = "children") -> list[Any] | None:
+    """A list of version holders (each ``{"versions": [message, ...], "currentlySelected": i}``) as the message tree
+    it stands for: the versions of one holder are siblings after the same history (a regenerated reply is a reply
+    sampled in the context its sibling saw, an edited prompt another branch), and the holders after it continue the
+    version shown (the selected one; the last when no key names one), under ``key``. None when ``value`` is not
+    such a list (an item that is a message itself, holds no message versions, or a version that nests messages)."""
+    if not isinstance(value, list) or not value:
+        return None
+    levels: list[tuple[list[Any], int]] = []
+    for item in value:
+        if not isinstance(item, dict) or is_message_like(item):
+            return None
+        held = next((k for k in VERSION_KEYS if isinstance(item.get(k), list) and item[k]), None)
+        if held is None:
+            return None
+        versions = item[held]
+        if not all(is_message_like(v) and key not in v and not any(k in v for k in TREE_KEYS) for v in versions):
+            return None
+        chosen = next((item[k] for k in SELECTED_VERSION_KEYS if type(item.get(k)) is int), len(versions) - 1)
+        if not 0 <= chosen < len(versions):
+            return None
+        levels.append((versions, chosen))
+    below: list[Any] = []
+    for versions, chosen in reversed(levels):
+        below = [{**v, key: below if i == chosen else []} for i, v in enumerate(versions)]
+    return below if is_message_list(below) else None
+
+
 def is_prefix(short: list[Any], long: list[Any]) -> bool:
     """``short`` says what the start of ``long`` says (same roles and contents, in order)."""
 

@@ -55,6 +55,7 @@ from msgtrain.ingest.structure.found import (
     link_keys,
     text_samples,
     tree_key,
+    versions_tree,
 )
 from msgtrain.ingest.structure.mapping import Mapping, dig
 from msgtrain.ingest.structure.node_maps import node_map_key
@@ -155,6 +156,12 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
     if search.nodes > MAX_SEARCH_NODES:
         return
     if isinstance(value, list):
+        if versions_tree(value) is not None:  # every version of each message kept (LM Studio): a tree, trees.py
+            found = Found(
+                path, {"messages": value}, Mapping("messages", {"messages": "messages", "children": "children"})
+            )
+            search.found.append(inheriting(found, inherited))
+            return
         children = tree_key(value)
         if children is not None:  # nested children arrays (a chat UI's export, a search tree): each branch a sample
             found = Found(

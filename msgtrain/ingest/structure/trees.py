@@ -48,7 +48,7 @@ from msgtrain.ingest.core.base import (
     excerpt,
 )
 from msgtrain.ingest.structure.context import inherited_tools, mark_ui_export, under_system
-from msgtrain.ingest.structure.found import Found, Lines, assistant_like, link_keys
+from msgtrain.ingest.structure.found import Found, Lines, assistant_like, link_keys, versions_tree
 from msgtrain.ingest.structure.mapping import Mapping
 from msgtrain.ingest.structure.steps import (
     Gap,
@@ -78,6 +78,9 @@ def tree_events(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     roots = m.field_of(found.holder, "messages")
     if isinstance(roots, dict) and is_message_like(roots):  # the tree's one root message (OpenAssistant's prompt)
         roots = [roots]
+    versioned = versions_tree(roots, key)
+    if versioned is not None:  # each message's versions (LM Studio): siblings, the one shown continued below
+        roots = versioned
     need_list(roots, f"{found.path}.{m.columns['messages']}")
     children: dict[str | None, Lines] = {}
     stack: list[tuple[Any, str | None, str]] = [
