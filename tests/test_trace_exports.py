@@ -185,3 +185,28 @@ def test_a_root_span_row_saying_what_a_call_of_its_file_says_is_not_trained_agai
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     _, stats, _ = convert_file(path, SETTINGS)
     assert (stats.turns_found, stats.turns_trained) == (3, 3)
+
+
+def test_a_tool_s_span_is_no_prompt_and_reply(tmp_path: Path) -> None:
+    """The OpenAI Agents SDK's exported spans (openai/openai-agents-python src/agents/tracing/span_data.py
+    @ e2183e81f2f09fb217ef651a0c88009fc5acfab6: ``GenerationSpanData`` ``{type: generation, input, output, model}``,
+    ``FunctionSpanData`` ``{type: function, name, input: the arguments' JSON text, output: the result}``): a
+    function span's input and output are a tool's arguments and result, never a prompt and a reply. Hand count: two
+    replies (the two generation spans). Before: the function span was read too, its result ``Sunny`` trained as a
+    reply to its arguments (3 trained)."""
+
+    def span(sid: str, data: dict[str, Any]) -> dict[str, Any]:
+        return {"object": "trace.span", "id": sid, "trace_id": "trace_1", "parent_id": "span_a", "span_data": data}
+
+    rows = [
+        {"object": "trace", "id": "trace_1", "workflow_name": "Agent workflow"},
+        span("span_a", {"type": "agent", "name": "Assistant", "tools": ["weather"], "output_type": "str"}),
+        span("span_g1", {"type": "generation", "input": [SYSTEM, USER], "output": [CALL], "model": "gpt-4o"}),
+        span("span_f", {"type": "function", "name": "weather", "input": '{"city": "Paris"}', "output": "Sunny"}),
+        span("span_g2", {"type": "generation", "input": [SYSTEM, USER, CALL, RESULT], "output": [ANSWER]}),
+    ]
+    path = tmp_path / "spans.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    samples, stats, rejects = convert_file(path, SETTINGS)
+    assert not rejects
+    assert (stats.turns_found, stats.turns_trained, len(samples)) == (2, 2, 1)

@@ -344,7 +344,10 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     alpaca = _alpaca_columns(record, lists)
     if alpaca is not None:
         return Found(path, record, Mapping("alpaca", columns | alpaca))
+    tool_run = _runs_a_tool(record)
     for prompt_key, completion_key in (*PAIR_KEYS, *_suffixed_pairs(record), *_REQUEST_RESULT_PAIRS):
+        if tool_run:
+            break  # a tool's arguments and result, not a model's prompt and reply
         prompt, completion = dig(record, prompt_key), dig(record, completion_key)
         if prompt is not None and _replies(completion) and _prompt_like(prompt):
             columns |= {"prompt": prompt_key, "completion": completion_key}
@@ -751,6 +754,17 @@ def _prompt_beside(record: dict[str, Any], key: str) -> str | None:
     if not any(r in ("assistant", "call") for r in roles):
         return None
     return prompt if all(r in ("assistant", "call", "tool", "thought") for r in roles) else None
+
+
+# How tracers mark a record that is a tool's run (its input the call's arguments, its output the result): the OpenAI
+# Agents SDK's span_data.type, LangSmith's run_type, OpenInference's span_kind, Langfuse's observation types.
+_TOOL_RUN_KEYS = ("type", "run_type", "span_kind", "observation_type")
+_TOOL_RUN_KINDS = frozenset({"function", "tool", "execute_tool"})
+
+
+def _runs_a_tool(record: dict[str, Any]) -> bool:
+    """Whether ``record`` says it is a tool's run, whose ``input`` / ``output`` are no prompt and reply."""
+    return any(isinstance(record.get(k), str) and record[k].strip().lower() in _TOOL_RUN_KINDS for k in _TOOL_RUN_KEYS)
 
 
 _MAX_ITEMS_LOOKED_AT = 64  # items of a list looked at for the calls a record's own pair sums up
