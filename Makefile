@@ -28,12 +28,12 @@ typecheck:
 	mypy
 
 # Test files run on TEST_WORKERS processes (pytest-xdist), each file whole on one worker (its module fixtures are
-# built once), in the order tests/conftest.py gives them (the costliest files first, so the workers finish together;
-# xdist would otherwise order them by their number of tests); TEST_WORKERS=0 runs the suite in this process.
+# built once), in the order tests/conftest.py gives them (the costliest files first, so the workers finish together);
+# TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
 
 test: install-test lint typecheck
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench:
 	$(PY) benchmarks/run.py --repeat 1

@@ -136,11 +136,11 @@ def _one_tokenizer_after_another(items: list[pytest.Item]) -> None:
     items[:] = [items[i] for i in order]
 
 
-# The test files that cost the most CPU (seconds, measured one file at a time with ../shared present), run first: under
-# `pytest -n N --dist loadfile --no-loadscope-reorder` (make test) a worker takes the next file when it is nearly done
-# with its last, so with the longest files first the run ends on short ones and the workers finish together (xdist's
-# default order, by number of tests, left a 40 s file for the end). Only the order changes, never an outcome; a file
-# not listed runs after these, in its usual order.
+# The test files that cost the most CPU (seconds, measured one file at a time with ../shared present), run first:
+# under `pytest -n N --dist loadfile` (make test; pytest_xdist_make_scheduler below keeps this order) a worker takes
+# the next file when it is nearly done with its last, so with the longest files first the run ends on short ones and
+# the workers finish together (xdist's default order, by number of tests, left a 40 s file for the end). Only the
+# order changes, never an outcome; a file not listed runs after these, in its usual order.
 HEAVIEST_FILES = {
     # the test files that share the session's Ray cluster, one unit of work (RAY_CLUSTER_FILES): about 70 s
     "test_object_store.py": 70,
@@ -173,10 +173,14 @@ RAY_CLUSTER_FILES = frozenset({"test_object_store.py", "test_cluster_recipe.py",
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile`` with the files of RAY_CLUSTER_FILES as one unit; any other mode as xdist makes it."""
+    """``--dist loadfile`` with the files of RAY_CLUSTER_FILES as one unit, in the order of the collection (the
+    costliest files first, HEAVIEST_FILES); any other mode as xdist makes it."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # xdist (from 3.8, --no-loadscope-reorder) would otherwise order the files by their number of tests
+    config.option.loadscopereorder = False
 
     class RayFilesTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
