@@ -41,6 +41,8 @@ HAND_COUNTS = [
     # LM Studio keeps each message's versions: the two regenerated answers to the first prompt (the second shown),
     # then the edited follow-up's one answer; the first draft of the follow-up was never answered
     ("lmstudio-conversation.json", 3),
+    # a Jan thread: two replies, each text under content[].text.value (never the text part's object as text)
+    ("jan-thread-messages.jsonl", 2),
     # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
     # the prompt and the two answers to each of their follow-up questions
     ("oasst-trees.jsonl", 9),
@@ -71,16 +73,17 @@ def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int
 @pytest.mark.parametrize(("name", "replies"), HAND_COUNTS)
 def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, replies: int) -> None:
     path = FIXTURES / name
-    assert detect_format(path).name == ("autogen" if name.startswith("autogen") else "structural")
+    owner = {"autogen": "autogen", "jan": "openai_chat"}.get(name.split("-")[0], "structural")
+    assert detect_format(path).name == owner
     dropped = NOT_TRAINED.get(name, 0)
     assert _books(path) == (replies, replies - dropped, dropped, 0)
 
 
-# AutoGen's file is its own reader's; a file of one message per line and a node map (ChatGPT's mapping) have no
-# --map form (a mapping reads each record as a conversation; the node maps are read by their shape alone), and
-# --explain prints none for them
+# AutoGen's file is its own reader's (Jan's thread the OpenAI chat reader's); a file of one message per line and a
+# node map (ChatGPT's mapping) have no --map form (a mapping reads each record as a conversation; the node maps are
+# read by their shape alone), and --explain prints none for them
 @pytest.mark.parametrize(
-    ("name", "replies"), [c for c in HAND_COUNTS if not c[0].startswith(("autogen", "sillytavern", "chatgpt"))]
+    ("name", "replies"), [c for c in HAND_COUNTS if not c[0].startswith(("autogen", "sillytavern", "chatgpt", "jan"))]
 )
 def test_the_mapping_explain_prints_for_an_unseen_export_converts_it_the_same(
     name: str, replies: int, tmp_path: Path
@@ -179,6 +182,11 @@ def test_each_version_of_a_message_is_a_sibling_and_the_one_shown_is_continued()
     (graph,) = _graphs("lmstudio-conversation.json")
     drafts = [n for n in graph.nodes.values() if n.message.role == "user" and n.message.parts[0].text == "Cheaper?"]
     assert len(drafts) == 1 and not [n for n in graph.nodes.values() if n.parent == drafts[0].id]
+
+
+def test_a_text_part_holding_its_text_under_value_is_trained_as_that_text() -> None:
+    first = [("user", "Name a prime."), ("assistant", "7.")]
+    assert _contexts("jan-thread-messages.jsonl") == [first, [*first, ("user", "Another?"), ("assistant", "11.")]]
 
 
 @pytest.mark.parametrize("name", ["litellm-standard-logging-payload.json", "litellm-langfuse-batch.json"])

@@ -328,8 +328,20 @@ def content_part(item: dict[str, Any], j: int, where: str) -> dict[str, Any]:
     """A content item (OpenAI part, Anthropic block or Gemini part) that is text or media → an OpenAI part."""
     kind = item.get("type")
     if kind in ("text", "input_text", "output_text") or (kind is None and isinstance(item.get("text"), str)):
-        # LLaMA-Factory v1's typed parts hold the text under "value" ({"type": "text", "value": ...})
-        return {"type": "text", "text": str(item.get("text", item.get("value", "")))}
+        # LLaMA-Factory v1's typed parts hold the text under "value" ({"type": "text", "value": ...}); the OpenAI
+        # Assistants API's messages (and the apps that save them, Jan's threads) under text.value, beside annotations
+        text = item.get("text", item.get("value", ""))
+        if isinstance(text, dict) and isinstance(text.get("value"), str):
+            text = text["value"]
+        if isinstance(text, dict | list):
+            raise ValidationError(
+                f"content[{j}] is a text part whose text is not text (an object with keys "
+                f"{', '.join(sorted(text)[:6]) if isinstance(text, dict) else 'none: a list'})",
+                where=where,
+                code="bad_content",
+                hint=CONTENT_HINT,
+            )
+        return {"type": "text", "text": str(text)}
     lf_media = _LF_MEDIA.get(str(kind))
     if lf_media is not None and isinstance(item.get("value"), str) and not isinstance(item.get(str(kind)), dict | str):
         # LLaMA-Factory v1's typed media parts hold the path under "value" ({"type": "image_url", "value": "1.jpg"})
