@@ -586,3 +586,31 @@ def test_pydantic_ai_s_events_attribute_holds_the_span_s_messages(tmp_path: Path
     assert _roles(graph) == ["system", "user", "assistant", "tool", "assistant*"]
     reply = graph.sampled_nodes()[0].message
     assert reply.text == "You rolled a 4." and [p.kind for p in reply.parts] == ["reasoning", "text"]
+
+
+def test_a_span_whose_operation_is_named_outside_the_convention_but_logs_a_model_s_output_is_a_call(
+    tmp_path: Path,
+) -> None:
+    """Latitude's telemetry names its model spans' operation ``completion`` (its test fixture
+    ``LATITUDE_RENDERING_SPANS`` in latitude-dev/latitude-llm, an OTLP/JSON export): a span logging
+    ``gen_ai.output.messages`` under an operation the convention does not name is a model call; an agent span that
+    logs the run's messages keeps its own operation. Hand count: one reply. Before: ``non_genai_span``, nothing."""
+
+    def otlp_span(span_id: str, attributes: dict[str, str]) -> dict[str, Any]:
+        values = [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()]
+        return {"traceId": "ID_0", "spanId": span_id, "name": "openai / gpt-4o", "attributes": values}
+
+    history = [{"role": "user", "parts": [{"type": "text", "content": "Weather in Barcelona?"}]}]
+    reply = [{"role": "assistant", "parts": [{"type": "text", "content": "Let me check."}]}]
+    call = {
+        "gen_ai.operation.name": "completion",
+        "gen_ai.input.messages": json.dumps(history),
+        "gen_ai.output.messages": json.dumps(reply),
+    }
+    agent = {**call, "gen_ai.operation.name": "invoke_agent"}
+    export = {"resourceSpans": [{"scopeSpans": [{"spans": [otlp_span("ID_1", call), otlp_span("ID_2", agent)]}]}]}
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(export), encoding="utf-8")
+    (graph,), rejects = _read(path)
+    assert not rejects
+    assert _roles(graph) == ["user", "assistant*"]

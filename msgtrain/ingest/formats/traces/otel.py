@@ -363,6 +363,11 @@ def _normalize(span: Any, ref: str) -> _Span:
     if isinstance(attrs, dict):
         attrs = {**_event_messages(span.get("events")), **_event_messages(_events_attribute(attrs)), **attrs}
     attrs = as_genai(attrs) if isinstance(attrs, dict) else {}
+    op = attrs.get("gen_ai.operation.name")
+    if op not in CHAT_OPERATIONS | TOOL_OPERATIONS | AGENT_OPERATIONS and "gen_ai.output.messages" in attrs:
+        # an operation named outside the convention (Latitude's ``completion``) whose span logs the messages a
+        # model returned: a model call
+        attrs = {**attrs, "gen_ai.operation.name": "chat", "gen_ai.operation.logged": op}
     start = span.get("start_time", span.get("startTimeUnixNano", 0))
     try:
         start_key = float(start) if isinstance(start, str | int | float) else 0.0
