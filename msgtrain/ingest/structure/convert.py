@@ -44,6 +44,7 @@ from msgtrain.ingest.structure.context import (
     with_system,
 )
 from msgtrain.ingest.structure.found import (
+    NO_USER_MARKERS,
     SAMPLE_LISTS,
     Found,
     assistant_like,
@@ -301,8 +302,13 @@ def _alpaca(builder: StepBuilder, holder: dict[str, Any], m: Mapping, at: str) -
     for i, pair in enumerate(history if isinstance(history, list) else []):
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
             raise ValidationError(f"{at}.history[{i}] is not a [query, response] pair", code="ambiguous_structure")
+        if pair[0] in NO_USER_MARKERS:  # no user spoke: the UI's scripted greeting, context never sampled
+            builder.add({"role": "assistant", "content": pair[1]}, f"{at}.history[{i}][1]", trained=False)
+            continue
         builder.add({"role": "user", "content": pair[0]}, f"{at}.history[{i}][0]")
         builder.add({"role": "assistant", "content": pair[1]}, f"{at}.history[{i}][1]")
+    if "prompt" not in m.columns and "response" not in m.columns:
+        return  # the pairs are the whole conversation
     prompt = m.field_of(holder, "prompt")
     query = m.field_of(holder, "query")
     text = "\n".join(t for t in (prompt, query) if isinstance(t, str) and t)

@@ -102,6 +102,37 @@ def versions_tree(value: Any, key: str = "children") -> list[Any] | None:
     return below if is_message_list(below) else None
 
 
+# A chat history saved as [user text, reply text] pairs (text-generation-webui's ``internal`` / ``visible``, Gradio
+# chatbots): of two such lists of the same exchanges, the one named here is what the model was sent (the other the
+# page's rendering of it).
+MODEL_SIDE_KEYS = ("internal",)
+# What a writer puts in a pair's user side when no user spoke (text-generation-webui's greeting row): the reply is
+# the character's scripted greeting, context the model never sampled.
+NO_USER_MARKERS = frozenset({"", "<|BEGIN-VISIBLE-CHAT|>"})
+
+
+def is_pair_history(value: Any) -> bool:
+    """A non-empty list of [user text, reply text] pairs (at least one with a user text)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(p, list) and len(p) == 2 and all(isinstance(t, str) for t in p) for p in value)
+        and any(p[0] not in NO_USER_MARKERS for p in value)
+    )
+
+
+def pair_history_key(record: dict[str, Any]) -> str | None:
+    """The key of ``record`` holding its conversation as [user, reply] pairs: the one such list, or of several
+    renderings of the same exchanges (equal lengths) the one the model was sent (:data:`MODEL_SIDE_KEYS`); None when
+    there is none or which one is not known."""
+    keys = [k for k, v in record.items() if is_pair_history(v)]
+    if len(keys) == 1:
+        return keys[0]
+    if len({len(record[k]) for k in keys}) == 1:
+        return next((k for k in MODEL_SIDE_KEYS if k in keys), None)
+    return None
+
+
 def is_prefix(short: list[Any], long: list[Any]) -> bool:
     """``short`` says what the start of ``long`` says (same roles and contents, in order)."""
 

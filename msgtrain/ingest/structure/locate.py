@@ -53,6 +53,7 @@ from msgtrain.ingest.structure.found import (
     choice_messages,
     is_prefix,
     link_keys,
+    pair_history_key,
     text_samples,
     tree_key,
     versions_tree,
@@ -344,6 +345,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     alpaca = _alpaca_columns(record, lists)
     if alpaca is not None:
         return Found(path, record, Mapping("alpaca", columns | alpaca))
+    history = pair_history_key(record) if not lists else None
+    if history is not None:  # a chat history of [user, reply] pairs, the whole conversation (text-generation-webui)
+        return Found(path, record, Mapping("alpaca", columns | {"history": history}))
     tool_run = _runs_a_tool(record)
     for prompt_key, completion_key in (*PAIR_KEYS, *_suffixed_pairs(record), *_REQUEST_RESULT_PAIRS):
         if tool_run:

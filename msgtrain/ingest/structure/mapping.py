@@ -176,7 +176,8 @@ class Mapping:
 
     def names_a_conversation_in(self, record: dict[str, Any]) -> bool:
         """Whether ``record`` holds one of the columns its layout reads the conversation from (any alternative)."""
-        return any(_holds(record, p) for c in NEEDED[self.layout] for p in self.paths_of(c))
+        needed = (*NEEDED[self.layout], *(("history",) if self.layout == "alpaca" else ()))  # pairs alone: alpaca
+        return any(_holds(record, p) for c in needed for p in self.paths_of(c))
 
     def to_data(self) -> dict[str, Any]:
         """The mapping in LLaMA-Factory ``dataset_info`` form (the form ``--map`` reads back)."""
@@ -420,6 +421,8 @@ NEEDED = {
 
 def _check_layout(mapping: Mapping, where: str) -> None:
     missing = [c for c in NEEDED[mapping.layout] if c not in mapping.columns]
+    if mapping.layout == "alpaca" and "history" in mapping.columns:
+        missing = []  # history pairs alone are a whole conversation
     if missing:
         raise ConfigError(
             f"a {mapping.layout} mapping needs columns.{missing[0]}",

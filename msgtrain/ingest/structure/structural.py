@@ -201,6 +201,8 @@ def _sub_ref(ref: SourceRef, found_path: str, several: bool) -> SourceRef:
 
 
 _PAI = frozenset({"request", "response"})
+# a top-level key whose value opens as a list of [text, text] pairs
+_PAIR_HISTORY = re.compile(rb'^\s*\{.*?"[^"\\]+"\s*:\s*\[\s*\[\s*"(?:[^"\\]|\\.)*"\s*,\s*"', re.S)
 _ROLES = frozenset(ROLE_VOCABULARY)  # a ``sender`` naming one of them is a role (Claude.ai's export)
 
 
@@ -250,6 +252,8 @@ class StructuralReader:
                 owner = p.removesuffix(wrapper)
                 if owner != p and owner.endswith("[]") and f"{owner}{marker}" in shape.paths:
                     return True
+        if shape.layout == "object" and _PAIR_HISTORY.search(head):
+            return True  # a chat history of [user, reply] pairs (text-generation-webui's saved chats)
         for p in shape.paths:  # a node map: {id: {message: {author/role...}, parent}} (ChatGPT's mapping)
             stem, _, key = p.rpartition(".")
             if key in ROLE_KEYS and stem.endswith(".message") and f"{stem[: -len('.message')]}.parent" in shape.paths:
