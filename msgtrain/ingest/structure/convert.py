@@ -30,7 +30,14 @@ from msgtrain.ingest.common.conversation_files import (
     mark_last_reply,
 )
 from msgtrain.ingest.common.media_columns import MediaColumns, media_beside, media_beside_error
-from msgtrain.ingest.common.message_like import content_key_of, is_message_list, message_like_count, unwrapped
+from msgtrain.ingest.common.message_like import (
+    content_key_of,
+    is_message_list,
+    message_like_count,
+    named_agents,
+    named_agents_error,
+    unwrapped,
+)
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
 from msgtrain.ingest.common.tool_schemas import openai_tools
@@ -96,6 +103,10 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     if m.layout == "messages":
         messages = m.field_of(holder, "messages")
         need_list(messages, f"{at}.{m.columns['messages']}")
+        if not m.roles and not m.role_key and (agents := named_agents(messages)):
+            # An AutoGen chat among named agents: which speaker is the model is the user's to say, in a mapping
+            # that names it (the structural reader's own search refuses it the same way, in locate).
+            raise named_agents_error(agents, f"{at}.{m.columns['messages']}")
         gap = builder.add_until_gap(messages, f"{at}.{m.columns['messages']}")
         mark_last_reply(builder.steps, label)
     elif m.layout == "prompt_completion":
