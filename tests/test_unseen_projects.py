@@ -46,6 +46,7 @@ HAND_COUNTS = [
     # text-generation-webui: three [user, reply] rows; the first is the character's greeting (no user spoke:
     # scripted, context only), then two replies; visible repeats them as the page showed them
     ("textgen-webui-chat.json", 2),
+    ("chatbox-session.json", 2),  # a Chatbox session: two replies, their text in contentParts
     # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
     # the prompt and the two answers to each of their follow-up questions
     ("oasst-trees.jsonl", 9),

@@ -42,7 +42,8 @@ PREFERENCE_KEYS = (
 # "prompt": OpenCompass's PromptList items ({"role": "HUMAN" | "BOT" | "SYSTEM", "prompt": ...})
 # "items": Semantic Kernel's ChatMessageContent (typed by "content_type")
 # "mes": SillyTavern's chats (with its ``is_user`` role flag)
-CONTENT_KEYS = ("content", "value", "text", "parts", "prompt", "items", "mes")
+# "contentParts": Chatbox's sessions (text, reasoning, tool-call parts)
+CONTENT_KEYS = ("content", "value", "text", "parts", "prompt", "items", "mes", "contentParts")
 
 # The role table (case and surrounding space ignored; ``ROLE_USER``-style enum names are the role they end with).
 # docs/formats.md ("Roles") prints it; a mapping's ``roles`` / tags extend it and win over it.
