@@ -4,6 +4,7 @@ mapping ``msgtrain formats --explain`` prints for it, pasted as is, converting t
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -198,6 +199,37 @@ def test_a_history_of_user_reply_pairs_trains_the_replies_after_the_text_the_mod
     ]
     (graph,) = _graphs("textgen-webui-chat.json")
     assert next(n.origin.value for n in graph.nodes.values() if n.message.role == "assistant") == "injected"
+
+
+def test_each_swipe_of_a_role_play_reply_keeps_its_own_reasoning_and_is_trained_once(tmp_path: Path) -> None:
+    # SillyTavern's line for a reply with two swipes, as its saveChat writes them (the shown one's reasoning in
+    # extra, each swipe's in swipe_info[i].extra; hand-made, the project's chats are AGPL-3.0)
+    lines = [
+        {"user_name": "You", "character_name": "Sera", "create_date": "2025-01-01@10h00m00s", "chat_metadata": {}},
+        {"name": "Sera", "is_user": False, "is_system": False, "mes": "Greetings.", "extra": {}},
+        {"name": "You", "is_user": True, "is_system": False, "mes": "Who are you?", "extra": {}},
+        {
+            "name": "Sera",
+            "is_user": False,
+            "is_system": False,
+            "mes": "A guardian.",
+            "gen_started": "2025-01-01T10:00:15.000Z",
+            "swipe_id": 0,
+            "swipes": ["A guardian.", "Just a wanderer."],
+            "swipe_info": [{"extra": {"reasoning": "They ask my name."}}, {"extra": {"reasoning": "Be coy."}}],
+            "extra": {"reasoning": "They ask my name.", "model": "qwq-32b"},
+        },
+    ]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    (graph,) = [e.graph for e in read_events(detect_format(path), path) if hasattr(e, "graph")]
+    replies = [n for n in graph.nodes.values() if n.origin.value == "sampled"]
+    assert [[(p.kind, p.text) for p in n.message.parts] for n in replies] == [
+        [("reasoning", "They ask my name."), ("text", "A guardian.")],
+        [("reasoning", "Be coy."), ("text", "Just a wanderer.")],
+    ]
+    assert len({n.parent for n in replies}) == 1  # siblings after the same prompt
+    assert _books(path) == (2, 2, 0, 0)
 
 
 def test_a_text_part_holding_its_text_under_value_is_trained_as_that_text() -> None:

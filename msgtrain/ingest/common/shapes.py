@@ -278,8 +278,10 @@ class MessageNormaliser:
                     calls.append(self._call(call, where, len(calls), index, synthetic=legacy))
         if calls:
             self.turn_calls = [c["id"] for c in calls]
+        # the reasoning beside the text, or in the message's extras (SillyTavern's ``extra.reasoning``)
+        extra = obj["extra"] if isinstance(obj.get("extra"), dict) else {}
         for key in ("reasoning_content", "reasoning", "thinking"):
-            value = obj.get(key)
+            value = obj.get(key) or extra.get(key)
             if isinstance(value, str) and value:
                 reasoning.insert(0, value)
                 break

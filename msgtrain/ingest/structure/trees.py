@@ -62,7 +62,7 @@ from msgtrain.ingest.structure.steps import (
 )
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
-from msgtrain.model.message import PartsMessage, TextPart
+from msgtrain.model.message import PartsMessage, ReasoningPart, TextPart
 
 # A parent id that names no message: the root's (LibreChat writes the nil UUID).
 _NO_PARENT = frozenset({"00000000-0000-0000-0000-000000000000", "root", ""})
@@ -318,18 +318,32 @@ def _linear_lines(path: Path, lines: Lines, cut: int | None = None) -> list[Read
     return events + ([gap_reject(lines[0][0], gap)] if gap is not None else [])
 
 
+# Per-swipe details kept beside the swipes, in their order (SillyTavern's ``swipe_info``: each swipe's ``extra``).
+SWIPE_INFO_KEYS = ("swipe_info",)
+
+
 def _add_swipes(graph: MessageGraph, parent: str | None, shown: str, raw: dict[str, Any]) -> None:
-    """The alternative replies a line keeps beside the one shown, each a sibling sampled in the same context."""
+    """The alternative replies a line keeps beside the one shown, each a sibling sampled in the same context, with
+    the reasoning its own details keep (``swipe_info[i].extra.reasoning``)."""
     text = graph.nodes[shown].message
-    current = "".join(getattr(p, "text", "") for p in getattr(text, "parts", ()))
+    current = "".join(p.text for p in getattr(text, "parts", ()) if isinstance(p, TextPart))
+    info: list[Any] = next((raw[k] for k in SWIPE_INFO_KEYS if isinstance(raw.get(k), list)), [])
     for key in SWIPE_KEYS:
         swipes = raw.get(key)
         if not (isinstance(swipes, list) and all(isinstance(t, str) for t in swipes)):
             continue
-        for alternative in dict.fromkeys(swipes):
-            if alternative != current and alternative.strip():
-                reply = PartsMessage(parts=(TextPart(text=alternative),), role_hint_for_llm="assistant")
-                graph.add_node(parent, reply, origin=Origin.SAMPLED)
+        seen = {current}
+        for i, alternative in enumerate(swipes):
+            if alternative in seen or not alternative.strip():
+                continue
+            seen.add(alternative)
+            details = info[i] if i < len(info) and isinstance(info[i], dict) else {}
+            extra = details["extra"] if isinstance(details.get("extra"), dict) else {}
+            thought = extra.get("reasoning")
+            parts = ((ReasoningPart(text=thought),) if isinstance(thought, str) and thought else ()) + (
+                TextPart(text=alternative),
+            )
+            graph.add_node(parent, PartsMessage(parts=parts, role_hint_for_llm="assistant"), origin=Origin.SAMPLED)
 
 
 def _tree_graph(
