@@ -45,8 +45,9 @@ HAND_COUNTS = [
     # a Jan thread: two replies, each text under content[].text.value (never the text part's object as text)
     ("jan-thread-messages.jsonl", 2),
     # text-generation-webui: three [user, reply] rows; the first is the character's greeting (no user spoke:
-    # scripted, context only), then two replies; visible repeats them as the page showed them
-    ("textgen-webui-chat.json", 2),
+    # scripted, context only), then two replies, the first regenerated once (metadata.assistant_1.versions: the
+    # reply shown and the one before it); visible repeats them as the page showed them
+    ("textgen-webui-chat.json", 3),
     ("chatbox-session.json", 2),  # a Chatbox session: two replies, their text in contentParts
     # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
     # the prompt and the two answers to each of their follow-up questions
@@ -192,10 +193,12 @@ def test_each_version_of_a_message_is_a_sibling_and_the_one_shown_is_continued()
 def test_a_history_of_user_reply_pairs_trains_the_replies_after_the_text_the_model_was_sent() -> None:
     greeting = ("assistant", "How can I help you today?")
     first = [greeting, ("user", "What is 2+2?"), ("assistant", "2+2 is 4.")]
-    # internal (what the model was sent), not visible's HTML rendering; the greeting is context, not a reply
+    # internal (what the model was sent), not visible's HTML rendering; the greeting is context, not a reply; the
+    # regenerated version is a sibling after the same prompt, the rows after it continue the version shown
     assert _contexts("textgen-webui-chat.json") == [
         first,
         [*first, ("user", "And times 3 &amp; 1?"), ("assistant", "That makes 12.")],
+        [*first[:2], ("assistant", "Four.")],
     ]
     (graph,) = _graphs("textgen-webui-chat.json")
     assert next(n.origin.value for n in graph.nodes.values() if n.message.role == "assistant") == "injected"

@@ -66,6 +66,7 @@ from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, fo
 from msgtrain.ingest.structure.trees import tree_events
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.message import PartsMessage, TextPart
 
 TEMPLATE_KWARGS_KEY = "chat_template_kwargs"
 # Objects that hold a request an API was sent (OpenAI bodies, NeMo Gym's responses_create_params, google-genai's
@@ -155,6 +156,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         metadata={"source_format": "structural", "layout": m.layout},
     )
     ids = append_steps(graph, steps) if not branches else [graph.append(s.message, origin=s.origin) for s in steps]
+    if m.layout == "alpaca" and "prompt" not in m.columns:
+        _add_row_versions(graph, [i for i, s in zip(ids, steps, strict=True) if s.message.role == "assistant"], holder)
     for branch, _ in branches:
         parent = ids[-1] if ids else None
         for s in branch:
@@ -325,6 +328,32 @@ def _alpaca(builder: StepBuilder, holder: dict[str, Any], m: Mapping, at: str) -
     text = "\n".join(t for t in (prompt, query) if isinstance(t, str) and t)
     builder.add({"role": "user", "content": text}, f"{at}.{m.columns['prompt']}")
     builder.add({"role": "assistant", "content": m.field_of(holder, "response")}, f"{at}.{m.columns['response']}")
+
+
+# Where a chat history of [user, reply] pairs keeps each row's details, keyed ``assistant_<row>``, and under which
+# key those hold every version of the row's reply (text-generation-webui's ``metadata.assistant_3.versions``: the
+# regenerated replies, the one in the history among them).
+ROW_DETAILS_KEYS = ("metadata",)
+ROW_VERSIONS_KEY = "versions"
+
+
+def _add_row_versions(graph: MessageGraph, replies: list[str], holder: dict[str, Any]) -> None:
+    """The other versions of each row's reply (``replies``: the graph's node of each row's reply, in row order),
+    each a sibling sampled after the same history; a scripted row's (a greeting's) alternatives stay out."""
+    details: dict[str, Any] = next((holder[k] for k in ROW_DETAILS_KEYS if isinstance(holder.get(k), dict)), {})
+    for row, node_id in enumerate(replies):
+        node = graph.nodes[node_id]
+        entry = details.get(f"assistant_{row}")
+        versions = entry.get(ROW_VERSIONS_KEY) if isinstance(entry, dict) else None
+        if not isinstance(versions, list) or node.origin != Origin.SAMPLED:
+            continue
+        seen = {"".join(getattr(p, "text", "") for p in getattr(node.message, "parts", ()))}
+        for version in versions:
+            text = version.get("content") if isinstance(version, dict) else None
+            if isinstance(text, str) and text.strip() and text not in seen:
+                seen.add(text)
+                reply = PartsMessage(parts=(TextPart(text=text),), role_hint_for_llm="assistant")
+                graph.add_node(node.parent, reply, origin=Origin.SAMPLED)
 
 
 def _preference(
