@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import time
 from collections.abc import Callable, Hashable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -88,13 +89,17 @@ def plan_file(path: Path, settings: LinearizeSettings, chunk_bytes: int) -> list
 
 
 STABLE_TRIES = 3  # hashes of an input that keeps changing while it is hashed before it is given up
+# Seconds waited before each try after the first: a file written in place (rsync --inplace, a sync tool, an editor)
+# is usually whole again a moment later, so a busy machine does not give it up after three back-to-back hashes.
+STABLE_PAUSES = (0.0, 0.2, 1.0)
 
 
 def stable_digest(f: Path | str, views: PartnerViews | None = None) -> tuple[InputDigest, Stamp | None]:
     """:func:`input_digest` of ``f`` taken while ``f`` did not change (its :func:`~msgtrain.run.storage.input_stamp`
     the same before and after hashing), with that stamp: a worker that finds the same stamp before and after reading
     read the bytes of the digest. Raises :class:`InputChangedError` when ``f`` changed during every try."""
-    for _ in range(STABLE_TRIES):
+    for pause in STABLE_PAUSES[:STABLE_TRIES]:
+        time.sleep(pause)
         before = input_stamp(f)
         digest = input_digest(f, views, before)
         if before is None or input_stamp(f) == before:
@@ -179,7 +184,8 @@ class PartnerView:
                 self._digests[location] = location_digest(self.scheme_of, location) if there else "absent"
                 return self._digests[location]
             # On the disk, hashed while it did not change (as an input is), with the stamp that says so.
-            for _ in range(STABLE_TRIES):
+            for pause in STABLE_PAUSES[:STABLE_TRIES]:
+                time.sleep(pause)
                 before = partner_entry(location)
                 digest = location_digest(None, location) if there else "absent"
                 if partner_entry(location) == before:
