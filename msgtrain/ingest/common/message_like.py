@@ -434,3 +434,13 @@ def named_agents_error(agents: list[str], where: str) -> ValidationError:
         "message_property_mappings: {role: name, content: content}, roles: {assistant: [THE_MODEL_AGENT], "
         "user: [THE_OTHERS]}",
     )
+
+
+def said(message: Any) -> str:
+    """What a message says: its content as compact JSON (a text as itself), the same for a reply and its copies
+    whatever wraps them, to tell a transcript's copy of a call's reply from another reply."""
+    inner = unwrapped(message)
+    if isinstance(inner, dict):
+        key = content_key_of(inner)
+        inner = inner.get(key) if key is not None else inner
+    return json.dumps(inner, sort_keys=True, ensure_ascii=False, default=str)

@@ -31,12 +31,11 @@ from msgtrain.ingest.common.conversation_files import (
 )
 from msgtrain.ingest.common.media_columns import MediaColumns, media_beside, media_beside_error
 from msgtrain.ingest.common.message_like import (
-    content_key_of,
     is_message_list,
     message_like_count,
     named_agents,
     named_agents_error,
-    unwrapped,
+    said,
 )
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
@@ -424,15 +423,6 @@ _NULL_TEXTS = frozenset({"None", "null"})
 _NULL_WHY = "the sample was logged as {text!r}, a null written as text: what the model returned is not in the log"
 
 
-def _said(message: Any) -> str:
-    """What a message says (its content as compact JSON), to tell a copy of a reply from another reply."""
-    inner = unwrapped(message)
-    if isinstance(inner, dict):
-        key = content_key_of(inner)
-        inner = inner.get(key) if key is not None else inner
-    return json.dumps(inner, sort_keys=True, ensure_ascii=False, default=str)
-
-
 def _copy_of_replies(value: Any, replies: set[str]) -> bool:
     """Whether ``value`` (a response object with choices, a message, a list of them) holds assistant messages and
     each says what one of ``replies`` says."""
@@ -442,8 +432,8 @@ def _copy_of_replies(value: Any, replies: set[str]) -> bool:
         messages = value
     else:
         return False
-    said = [_said(m) for m in messages if assistant_like(m)]
-    return bool(said) and all(s in replies for s in said)
+    texts = [said(m) for m in messages if assistant_like(m)]
+    return bool(texts) and all(s in replies for s in texts)
 
 
 def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
@@ -457,7 +447,7 @@ def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
     used |= {k for k, v in holder.items() if is_message_list(v) and any(is_prefix(v, conv) for conv in read)}
     # a response beside the conversation whose replies are the conversation's own (evalscope's ``model_output``
     # beside ``messages``, which ends with that reply) is their copy too
-    replies = {_said(m) for conv in read for m in conv if assistant_like(m)}
+    replies = {said(m) for conv in read for m in conv if assistant_like(m)}
     used |= {k for k, v in holder.items() if k not in used and _copy_of_replies(v, replies)}
     beside = {k: message_like_count(v)[1] for k, v in holder.items() if k not in used and isinstance(v, dict | list)}
     beside = {k: n for k, n in beside.items() if n}

@@ -17,7 +17,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,14 +24,13 @@ from typing import Any
 from msgtrain.ingest.common.message_like import (
     PREFERENCE_KEYS,
     canonical_role,
-    content_key_of,
     is_message_like,
     is_message_list,
     is_wrapper,
     named_agents,
     named_agents_error,
     role_of,
-    unwrapped,
+    said,
     wrapped_messages,
 )
 from msgtrain.ingest.common.rendered_prompts import split_rendered_conversation
@@ -255,8 +253,8 @@ def transcript_of_calls(record: dict[str, Any]) -> str | None:
                 break
             found.append(_reply_messages(dig(item, hit.mapping.columns["completion"])))
         else:
-            replies |= {_content_json(m) for messages in found for m in messages}
-    sampled = [_content_json(m) for m in record[lists[0]] if assistant_like(m)]
+            replies |= {said(m) for messages in found for m in messages}
+    sampled = [said(m) for m in record[lists[0]] if assistant_like(m)]
     return lists[0] if replies and sampled and all(s in replies for s in sampled) else None
 
 
@@ -265,15 +263,6 @@ def _reply_messages(value: Any) -> list[Any]:
     if isinstance(value, dict):
         return choice_messages(value) or [value]
     return value if isinstance(value, list) else [value]
-
-
-def _content_json(message: Any) -> str:
-    """A message's content as compact JSON (a text as itself), to compare a transcript's copy with a call's reply."""
-    inner = unwrapped(message)
-    if isinstance(inner, dict):
-        key = content_key_of(inner)
-        inner = inner.get(key) if key is not None else inner
-    return json.dumps(inner, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _keyed_messages(record: dict[str, Any]) -> dict[str, str] | None:
