@@ -42,6 +42,7 @@ from msgtrain.ingest.common.conversation_files import (
     build_linear_graph,
     conversation_chunk_key,
     iter_call_records,
+    paired_result,
     read_conversation_file,
     vote_layout,
 )
@@ -52,14 +53,11 @@ from msgtrain.ingest.formats.api.streams import is_chunk_list, response_body
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
     DEFAULT_POLICY,
-    RUNTIME_POLICY,
     AnyMessage,
     Generation,
     MediaPart,
     OptionCallMessage,
     OptionCallPayload,
-    OptionResultMessage,
-    OptionResultPayload,
     Part,
     PartsMessage,
     ReasoningPart,
@@ -148,22 +146,8 @@ class ResponsesConverter:
             chat_role = "user" if role == "user" else "system"
             return PartsMessage(parts=tuple(parts), role_hint_for_llm=chat_role, policy=chat_role, metadata=metadata)
         if kind in RESULT_ITEMS:
-            call_id = item.get("call_id")
-            name = self.call_names.get(str(call_id)) if call_id else None
-            if not call_id or name is None:
-                raise ValidationError(
-                    f"{kind} answers no earlier call (call_id {call_id!r})",
-                    where=where,
-                    code="unpaired_result",
-                    hint="a function_call_output's call_id must match a function_call earlier in the input",
-                )
-            return OptionResultMessage(
-                result=OptionResultPayload(
-                    invocation_id=str(call_id), option_name=name, result=_output_value(item.get("output"))
-                ),
-                policy=RUNTIME_POLICY,
-                role_hint_for_llm="tool",
-            )
+            value = _output_value(item.get("output"))
+            return paired_result(self.call_names, item.get("call_id"), value, False, block=str(kind), where=where)
         raise _unsupported(kind, where)
 
     def _assistant_turn(self, group: list[tuple[int, dict[str, Any]]], where: str) -> Step:
