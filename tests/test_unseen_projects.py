@@ -65,6 +65,12 @@ HAND_COUNTS = [
     # two others' are "None" five times (the agent called a function instead: the sample's text is not in the log),
     # one reply each after its prompt, kept as context and in the books, not trained
     ("swarm-triage-evals.json", 12),
+    # a Letta agent file whose only messages are the system prompt, the boot-up send_message call Letta writes when it
+    # creates the agent (no user turn before it: no model call made it) and that call's result: nothing sampled
+    ("letta-loop.af", 0),
+    # an AReaL tau2 rollout: tau2's fixed opener "Hi! How can I help you today?" (written before any user turn, no
+    # model call) is context; the two tool calls and the two texts after the user's turns are the replies
+    ("areal-tau2-rollout.json", 4),
 ]
 # replies of a file kept out of training, each with a reason in the books
 NOT_TRAINED = {"chatgpt-tree.json": 1, "swarm-triage-evals.json": 2}
@@ -79,7 +85,7 @@ def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int
 @pytest.mark.parametrize(("name", "replies"), HAND_COUNTS)
 def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, replies: int) -> None:
     path = FIXTURES / name
-    owner = {"autogen": "autogen", "jan": "openai_chat"}.get(name.split("-")[0], "structural")
+    owner = {"autogen": "autogen", "jan": "openai_chat", "areal": "openai_chat"}.get(name.split("-")[0], "structural")
     assert detect_format(path).name == owner
     dropped = NOT_TRAINED.get(name, 0)
     assert _books(path) == (replies, replies - dropped, dropped, 0)
@@ -297,3 +303,37 @@ def test_n_samples_of_one_prompt_are_siblings_and_a_sample_logged_as_none_is_not
         ("user", "What is the meaning of life"),
     }
     assert all(len(c) == 2 for c in contexts) and "None" not in {c[1][1] for c in contexts}
+
+
+@pytest.mark.parametrize(
+    ("name", "opener"),
+    [("letta-loop.af", None), ("areal-tau2-rollout.json", "Hi! How can I help you today?")],
+)
+def test_a_reply_written_before_any_input_is_context_not_a_turn(name: str, opener: str | None) -> None:
+    # Letta's boot-up send_message and tau2's fixed greeting open the conversation with nothing but a system prompt
+    # before them: no model call answered anything, so they are the application's text (injected), as a character
+    # card's greeting is
+    (graph,) = _graphs(name)
+    first = next(n for n in graph.nodes.values() if n.message.role == "assistant")
+    assert first.origin.value == "injected"
+    assert (first.message.parts[0].text if first.message.parts else None) == opener
+    # every reply after the user's turns is sampled, the greeting in its context
+    contexts = _contexts(name)
+    assert len(contexts) == (0 if opener is None else 4)
+    assert all(c[0] == ("assistant", opener) and c[1][0] == "user" for c in contexts)
+
+
+def test_a_reply_sampled_after_the_system_prompt_alone_stays_a_turn(tmp_path: Path) -> None:
+    # the same opening, logged with the usage only a model call reports: the model was called with the system
+    # prompt alone (OpenAI's API allows it), so it is a turn
+    messages = [
+        {"role": "system", "content": "You are a storyteller. Begin."},
+        {"role": "assistant", "content": "Once upon a time...", "usage": {"prompt_tokens": 12, "completion_tokens": 5}},
+        {"role": "user", "content": "Go on."},
+        {"role": "assistant", "content": "...there was a fox."},
+    ]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps({"messages": messages}), encoding="utf-8")
+    assert _books(path) == (2, 2, 0, 0)
+    path.write_text(json.dumps({"messages": [messages[0], {**messages[1], "usage": None}, *messages[2:]]}))
+    assert _books(path) == (1, 1, 0, 0)

@@ -2,7 +2,8 @@
 
 Invariants:
 - Only the replies the layout says were sampled are trained: a prompt's assistant messages are context
-  (``injected``); a preference pair's rejected side is marked so; n text samples of one context are siblings.
+  (``injected``); a preference pair's rejected side is marked so; n text samples of one context are siblings; a
+  reply a conversation opens with before any input is the application's text (``injected``, :func:`scripted_opening`).
 - A prompt that is the text a chat template rendered is parsed back into its messages, and the replies keep the
   logged text as their exact prompt.
 - Anything ambiguous raises a :class:`~msgtrain.errors.ValidationError` naming the JSON path (the reader turns it
@@ -61,7 +62,16 @@ from msgtrain.ingest.structure.found import (
 )
 from msgtrain.ingest.structure.mapping import Mapping, dig, top_fields
 from msgtrain.ingest.structure.node_maps import node_map_graph
-from msgtrain.ingest.structure.steps import Gap, StepBuilder, check_speakers, forked, gap_reject, need_list, row_extras
+from msgtrain.ingest.structure.steps import (
+    Gap,
+    StepBuilder,
+    check_speakers,
+    forked,
+    gap_reject,
+    need_list,
+    row_extras,
+    scripted_opening,
+)
 from msgtrain.ingest.structure.trees import tree_events
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
@@ -141,6 +151,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     steps = with_system(steps, system, at, m)
     if m.layout == "messages":
         _check_prompt_logged(steps, f"{at}.{m.columns['messages']}")
+        steps = scripted_opening(steps)
     tools_value, tools_at = m.field_of(holder, "tools"), f"{at}.{m.columns.get('tools', 'tools')}"
     if tools_value is None and "tools" in found.inherited:
         tools_at, tools_value = inherited_tools(found)

@@ -308,6 +308,32 @@ def gap_reject(ref: SourceRef, gap: Gap) -> ReadReject:
     return ReadReject(ref, error, "", count=0, turns=gap.turns + gap.unread)
 
 
+def scripted_opening(steps: list[Step]) -> list[Step]:
+    """``steps`` with the reply a conversation opens with, before any input, marked as context (``injected``): a model
+    call answers something it is sent (a user message, a tool's result; Anthropic's and Gemini's APIs refuse a
+    conversation that does not open with a user turn), so an assistant message with nothing but system messages before
+    it is the application's own text (a character card's greeting, an agent's boot message, a harness's fixed opener:
+    tau2's "Hi! How can I help you today?", Letta's first ``send_message``), never a turn the model sampled. A reply
+    logged with what only a model call reports (its usage, its finish reason) was sampled all the same, after the system
+    prompt alone, and stays a turn. The tool results of such an opening are context as any result is."""
+    out = list(steps)
+    for i, step in enumerate(out):
+        role = step.message.role
+        if role == "system":
+            continue
+        if role != "assistant":
+            break  # an input: replies from here on answer it
+        if step.origin is None and not _call_evidence(step):
+            out[i] = Step(step.message, Origin.INJECTED, None, step.index)
+    return out
+
+
+def _call_evidence(step: Step) -> bool:
+    """Whether a reply carries what only a model call reports: a usage naming the prompt's size, a finish reason."""
+    finish = step.generation.finish_reason if step.generation is not None else None
+    return "usage" in step.message.metadata or finish is not None
+
+
 def need_list(value: Any, where: str) -> None:
     if not isinstance(value, list):
         raise ValidationError(

@@ -59,6 +59,7 @@ from msgtrain.ingest.structure.steps import (
     hang_below_gap,
     need_list,
     row_extras,
+    scripted_opening,
 )
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
@@ -296,7 +297,7 @@ def _linear_lines(path: Path, lines: Lines, cut: int | None = None) -> list[Read
     gap = builder.add_until_gap([v for _, v in shown], "$", places=[f"{ref} $" for ref, _ in shown])
     check_speakers(builder.norm, "$")
     graph = MessageGraph(graph_id=base_graph_id(path, lines[0][0]), metadata={"source_format": "structural"})
-    for step, (_, raw) in zip(builder.steps, shown, strict=False):
+    for step, (_, raw) in zip(scripted_opening(builder.steps), shown, strict=False):
         origin = step.origin
         if (
             marked
