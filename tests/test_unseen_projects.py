@@ -42,6 +42,9 @@ HAND_COUNTS = [
     # LM Studio keeps each message's versions: the two regenerated answers to the first prompt (the second shown),
     # then the edited follow-up's one answer; the first draft of the follow-up was never answered
     ("lmstudio-conversation.json", 3),
+    # an LM Studio reply that called a tool is one message of steps holding two model calls (text + toolCallRequest,
+    # then the text after the toolCallResult step): two replies, twice
+    ("lmstudio-tool-steps.json", 4),
     # a Jan thread: two replies, each text under content[].text.value (never the text part's object as text)
     ("jan-thread-messages.jsonl", 2),
     # text-generation-webui: three [user, reply] rows; the first is the character's greeting (no user spoke:
@@ -337,3 +340,27 @@ def test_a_reply_sampled_after_the_system_prompt_alone_stays_a_turn(tmp_path: Pa
     assert _books(path) == (2, 2, 0, 0)
     path.write_text(json.dumps({"messages": [messages[0], {**messages[1], "usage": None}, *messages[2:]]}))
     assert _books(path) == (1, 1, 0, 0)
+
+
+def test_a_reply_whose_steps_call_tools_is_each_model_call_after_the_results_before_it() -> None:
+    (graph,) = _graphs("lmstudio-tool-steps.json")
+    calls = [n.message for n in graph.nodes.values() if getattr(n.message, "calls", ())]
+    assert [(c.calls[0].invocation_id, c.calls[0].option_name) for c in calls] == [
+        ("365218540", "get_weather"),
+        ("88211734", "get_weather"),
+    ]
+    results = [n.message for n in graph.nodes.values() if n.message.role == "tool"]
+    assert [(r.result.invocation_id, r.result.result) for r in results] == [
+        ("365218540", '{"temp_c": 18, "sky": "cloudy"}'),
+        ("88211734", '{"temp_c": 21, "sky": "sunny"}'),
+    ]
+    contexts = _contexts("lmstudio-tool-steps.json")
+    # the text after a result is a reply of its own, sampled after the call and its result; the status and debug
+    # steps are not in any context
+    assert [[role for role, _ in c] for c in contexts] == [
+        ["system", "user", "assistant"],
+        ["system", "user", "assistant", "tool", "assistant"],
+        ["system", "user", "assistant", "tool", "assistant", "user", "assistant"],
+        ["system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"],
+    ]
+    assert contexts[1][-1] == ("assistant", "It is 18 °C and cloudy in Paris.")

@@ -196,12 +196,18 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
 # Keys under which a message keeps its content split into the steps of its generation (LM Studio's ``steps``, each
 # a ``contentBlock`` holding content parts, beside status and debug steps that hold none).
 STEP_KEYS = ("steps",)
+# A step's tool call and tool result parts (LM Studio's, as its SDK's ``ChatMessagePartToolCallRequestData`` /
+# ``ChatMessagePartToolCallResultData`` define them: ``{"type": "toolCallRequest", "toolCallRequest": {id, type,
+# name, arguments}}``, ``{"type": "toolCallResult", "content", "toolCallId"}``).
+STEP_CALL, STEP_RESULT = "toolCallRequest", "toolCallResult"
 
 
 def _stepped_content(obj: dict[str, Any]) -> dict[str, Any] | None:
     """A message whose content is split across its steps (a role key, no content key, a ``steps`` list whose items
     hold content parts) as one message of those parts, in order; the steps that hold no content (a UI's status and
-    debug blocks) say nothing the model saw. None for anything else."""
+    debug blocks) say nothing the model saw. Steps that call tools are several model calls in one message: they are
+    given as the steps of a UI message (:func:`_tool_steps`), which the normaliser reads as one assistant message per
+    call, each followed by its calls' results. None for anything else."""
     if not any(isinstance(obj.get(k), str) for k in ROLE_KEYS) or any(k in obj for k in CONTENT_KEYS):
         return None
     for key in STEP_KEYS:
@@ -212,8 +218,58 @@ def _stepped_content(obj: dict[str, Any]) -> dict[str, Any] | None:
         if not held or not all(isinstance(c, list) and all(isinstance(p, dict) for p in c) for c in held):
             continue
         rest = {k: v for k, v in obj.items() if k != key}
-        return {**rest, "content": [part for parts in held for part in parts]}
+        return {**rest, "content": _tool_steps(held) or [part for parts in held for part in parts]}
     return None
+
+
+def _tool_steps(held: list[list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
+    """The content steps of a reply that called tools (LM Studio: a step of text and ``toolCallRequest`` parts, a
+    step of ``toolCallResult`` parts, then the next call's text) as the parts of an AI SDK UI message: each call a
+    ``dynamic-tool`` part holding its result (the result answering its ``toolCallId``, or else the first call still
+    unanswered), a ``step-start`` wherever a model call follows results. None when no step calls a tool. A result
+    that answers no call is left as it is, for the normaliser to refuse (never dropped)."""
+    if not any(p.get("type") in (STEP_CALL, STEP_RESULT) for parts in held for p in parts):
+        return None
+    out: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    after_results = False
+    for parts in held:
+        results = [p for p in parts if p.get("type") == STEP_RESULT]
+        if results and len(results) == len(parts):
+            for result in results:
+                call = _answered_call(calls, result.get("toolCallId"))
+                if call is None:
+                    out.append(result)
+                    continue
+                call.update(state="output-available", output=result.get("content"))
+            after_results = True
+            continue
+        if after_results and parts:
+            out.append({"type": "step-start"})
+            after_results = False
+        for part in parts:
+            request = part.get(STEP_CALL) if part.get("type") == STEP_CALL else None
+            if not isinstance(request, dict):
+                out.append(part)
+                continue
+            call = {
+                "type": "dynamic-tool",
+                "toolCallId": request.get("id"),
+                "toolName": request.get("name"),
+                "input": request.get("arguments", {}),
+                "state": "input-available",
+            }
+            calls.append(call)
+            out.append(call)
+    return out
+
+
+def _answered_call(calls: list[dict[str, Any]], call_id: Any) -> dict[str, Any] | None:
+    """The call a result answers: the one with its id, else (a result logged without one) the first unanswered."""
+    open_calls = [c for c in calls if c["state"] != "output-available"]
+    if call_id is not None:
+        return next((c for c in open_calls if str(c["toolCallId"]) == str(call_id)), None)
+    return open_calls[0] if open_calls else None
 
 
 def _event_message(obj: dict[str, Any]) -> dict[str, Any] | None:
