@@ -181,6 +181,10 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     info = obj.get("info")
     if isinstance(info, dict) and isinstance(info.get("role"), str) and isinstance(obj.get("parts"), list):
         return _opencode_message(info, obj["parts"])
+    backend = obj.get("role_at_backend")
+    message = obj.get("message")
+    if isinstance(backend, str) and isinstance(message, dict) and "content" in message:
+        return _memory_record_message(backend, message)
     message = obj.get("message")
     if isinstance(message, dict) and ("finish_reason" in obj or obj.get("type") in _GENERATION_TYPES):
         inner = _unwrap(message)
@@ -379,6 +383,27 @@ def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
     key = keys.pop()
     messages = [item[int(key)] if isinstance(item, list) else item[key] for item in value]
     return (key, messages) if is_message_list(messages) else None
+
+
+def _memory_record_message(backend: str, message: dict[str, Any]) -> dict[str, Any]:
+    """A memory record's message as the backend was sent it (CAMEL's ``MemoryRecord.to_dict``: ``{"message":
+    {"__class__", "role_name", "role_type", "content", ...}, "role_at_backend", "agent_id", ...}``): the role is the one
+    at the backend (a system message's ``role_type`` says assistant, the agent's side); a ``FunctionCallingMessage``
+    with ``args`` is the call, one with ``result`` its result, paired by ``tool_call_id``."""
+    out: dict[str, Any] = {"role": backend, "content": message["content"]}
+    name = message.get("func_name")
+    call_id = message.get("tool_call_id")
+    if isinstance(name, str) and "result" in message:
+        result = message["result"]
+        out.update(
+            content=result if isinstance(result, str) else json.dumps(result, ensure_ascii=False),
+            name=name,
+            tool_call_id=call_id,
+        )
+    elif isinstance(name, str) and "args" in message:
+        arguments = json.dumps(message["args"] if message["args"] is not None else {}, ensure_ascii=False)
+        out["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]
+    return out
 
 
 def _opencode_message(info: dict[str, Any], parts: list[Any]) -> dict[str, Any]:

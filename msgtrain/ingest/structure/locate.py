@@ -78,6 +78,7 @@ PAIR_KEYS = (
     ("prompt", "sampled"),  # openai/evals recorder "sampling" events
     ("user_prompt", "judgment"),  # FastChat llm_judge model_judgment lines: the judge's prompt and verdict
     ("messages", "actual_message"),  # OpenAI Swarm eval results: the messages sent, the n replies sampled for them
+    ("query", "answers"),  # xLAM / APIGen function-calling rows: the query, the calls answering it (beside tools)
 )
 _UNLOGGED_SYSTEM_PAIRS = frozenset({("user_prompt", "judgment")})
 # Where a preference record's prompt is (Intel/orca_dpo_pairs writes ``question``; OpenAI ``input.messages``).

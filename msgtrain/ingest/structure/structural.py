@@ -88,7 +88,7 @@ import yaml
 
 from msgtrain.errors import MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.conversation_files import iter_raw_records
-from msgtrain.ingest.common.head_shape import head_shape
+from msgtrain.ingest.common.head_shape import HeadShape, head_shape
 from msgtrain.ingest.common.message_like import (
     CALL_KEYS,
     CONTENT_KEYS,
@@ -206,6 +206,13 @@ _PAIR_HISTORY = re.compile(rb'^\s*\{.*?"[^"\\]+"\s*:\s*\[\s*\[\s*"(?:[^"\\]|\\.)
 _ROLES = frozenset(ROLE_VOCABULARY)  # a ``sender`` naming one of them is a role (Claude.ai's export)
 
 
+def _pair_in(shape: HeadShape, context: str, reply: str) -> bool:
+    """True if some object of the head holds both keys of a (context, reply) pair: a record's own, or one it nests
+    them under (openai/evals logs each sample as ``{"type": "sampling", "data": {"prompt", "sampled"}}``)."""
+    tail = f".{context}"
+    return any(p.endswith(tail) and f"{p[: -len(tail)]}.{reply}" in shape.paths for p in shape.paths)
+
+
 class StructuralReader:
     name = "structural"
     description = (
@@ -252,6 +259,9 @@ class StructuralReader:
                 owner = p.removesuffix(wrapper)
                 if owner != p and owner.endswith("[]") and f"{owner}{marker}" in shape.paths:
                     return True
+            owner = p.removesuffix(".message.content")  # memory records: the message beside its role at the backend
+            if owner != p and (owner == "" or owner.endswith("[]")) and f"{owner}.role_at_backend" in shape.paths:
+                return True
         if shape.layout == "object" and _PAIR_HISTORY.search(head):
             return True  # a chat history of [user, reply] pairs (text-generation-webui's saved chats)
         for p in shape.paths:  # a node map: {id: {message: {author/role...}, parent}} (ChatGPT's mapping)
@@ -278,7 +288,7 @@ class StructuralReader:
             ("custom_id", "response.body"),  # Batch API results: rejected, saying where their requests are
             ("custom_id", "result.message"),
         )
-        return any(shape.has(f".{a}", f".{b}") for a, b in pairs) or _rendered_rollouts(head)
+        return any(_pair_in(shape, a, b) for a, b in pairs) or _rendered_rollouts(head)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         records = file_records(path)

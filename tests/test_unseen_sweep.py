@@ -1,0 +1,142 @@
+"""A sweep of projects no other test reads: real files trimmed into fixtures (tests/fixtures/unseen/PROVENANCE.md,
+"Sweep" section) or, where a file's license does not allow a copy, hand-written in its shape. Each file's books
+against a count made by hand, and the context each trained reply sits after."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.structure.mapping import mapping_text
+from msgtrain.model.graph import MessageGraph
+from msgtrain.model.message import OptionCallMessage, OptionResultMessage
+from msgtrain.run.parts import LinearizeSettings, convert_file
+from msgtrain.tools.explain_cmd import explain_file
+
+FIXTURES = Path(__file__).parent / "fixtures" / "unseen"
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int, int, int]:
+    """(turns found, trained, dropped, lost) of converting ``path``."""
+    _, stats, _ = convert_file(path, settings)
+    return stats.turns_found, stats.turns_trained, sum(stats.turns_dropped.values()), stats.turns_lost
+
+
+def _graphs(path: Path) -> list[MessageGraph]:
+    return [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
+
+
+def _said(message: Any) -> tuple[str, Any]:
+    """(role, text) of a message; a call's (role, [(name, arguments)]); a result's (role, (name, result))."""
+    calls = getattr(message, "calls", None)
+    if calls:
+        return message.role, [(c.option_name, c.arguments) for c in calls]
+    result = getattr(message, "result", None)
+    if result is not None:
+        return message.role, (message.name, result.result)
+    return message.role, message.text
+
+
+def _contexts(path: Path) -> list[list[tuple[str, Any]]]:
+    """The path to each sampled reply, the reply last, in file order."""
+    return [
+        [_said(n.message) for n in graph.path(node.id)]
+        for graph in _graphs(path)
+        for node in graph.nodes.values()
+        if node.origin.value == "sampled"
+    ]
+
+
+def test_a_function_calling_row_trains_its_answers_as_the_calls_after_the_query() -> None:
+    # Salesforce/xlam-function-calling-60k row 0: "answers" (JSON text of [{name, arguments}]) beside "tools"; one reply
+    # of two parallel calls, sampled after the query with the row's tools
+    path = FIXTURES / "xlam-function-calling.jsonl"
+    assert detect_format(path).name == "structural"
+    assert _books(path) == (1, 1, 0, 0)
+    assert _contexts(path) == [
+        [
+            ("user", "Where can I find live giveaways for beta access and games?"),
+            ("assistant", [("live_giveaways_by_type", {"type": "beta"}), ("live_giveaways_by_type", {"type": "game"})]),
+        ]
+    ]
+    (graph,) = _graphs(path)
+    assert [t["function"]["name"] for t in graph.env.tools] == ["live_giveaways_by_type"]
+
+
+def test_the_explained_mapping_of_a_function_calling_row_converts_it_the_same(tmp_path: Path) -> None:
+    path = FIXTURES / "xlam-function-calling.jsonl"
+    map_file = tmp_path / "map.yaml"
+    map_file.write_text(explain_file(path).mapping_yaml, encoding="utf-8")
+    assert _books(path, replace(SETTINGS, mapping=mapping_text(map_file))) == (1, 1, 0, 0)
+
+
+def test_a_completion_of_call_shaped_json_without_tools_stays_the_text_it_is(tmp_path: Path) -> None:
+    # no tools beside it: nothing says the text was read as calls (a model asked to answer in JSON)
+    row = {"query": "List one call.", "answers": '[{"name": "f", "arguments": {}}]'}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _contexts(path) == [[("user", "List one call."), ("assistant", '[{"name": "f", "arguments": {}}]')]]
+
+
+def test_an_agent_memory_of_records_trains_each_call_after_the_role_the_backend_saw() -> None:
+    # CAMEL's ChatHistoryMemory dump (MemoryRecord.to_dict per line): the role is role_at_backend (the system
+    # message's role_type says assistant), a FunctionCallingMessage with args is the call, one with result its result
+    # (role_at_backend "function"). Sampled: the snapshot call and the final answer. The [CONTEXT_SUMMARY] assistant
+    # message opening the memory (after the system message, before any user message, written with it at the same
+    # timestamp) is a summary the agent was handed, not sampled in this context.
+    path = FIXTURES / "camel-agent-memory.jsonl"
+    assert detect_format(path).name == "structural"
+    assert _books(path) == (2, 2, 0, 0)
+    (graph,) = _graphs(path)
+    (summary,) = [n for n in graph.nodes.values() if n.message.text.startswith("[CONTEXT_SUMMARY]")]
+    assert summary.origin.value == "injected"
+
+
+def test_an_agent_memory_of_records_reads_roles_calls_and_results_from_the_records() -> None:
+    path = FIXTURES / "camel-agent-memory.jsonl"
+    last = _contexts(path)[-1]
+    assert [role for role, _ in last] == ["system", "assistant", "user", "assistant", "tool", "assistant"]
+    assert last[0][1].startswith("You are a browser automation agent.")
+    assert last[3] == ("assistant", [("browser_get_page_snapshot", {"viewport_limit": None})])
+    assert last[4][1][0] == "browser_get_page_snapshot" and last[4][1][1].endswith("Page loaded.")
+    assert last[5][1].endswith("##TASK_DONE##")
+    (graph,) = _graphs(path)
+    (call,) = [n.message for n in graph.nodes.values() if isinstance(n.message, OptionCallMessage)]
+    (result,) = [n.message for n in graph.nodes.values() if isinstance(n.message, OptionResultMessage)]
+    assert result.result.invocation_id == call.calls[0].invocation_id == "call_xNusg0gOL2zmDiLxabOfgPe3"
+
+
+def test_an_evals_log_with_text_prompts_trains_each_sample_after_its_prompt_once(tmp_path: Path) -> None:
+    # openai/evals' recorder log as a run wrote it (the log quoted in Significant-Gravitas/Auto-GPT-Benchmarks
+    # README.md @ 6a621b07664769192e03965e7e89e65bb5bc4ca2, no license, so hand-written here in its shape): a spec
+    # line, the final_report, then per sample a "sampling" event ({prompt: text, sampled: text} under data) and a
+    # "match" event repeating what was sampled. Was unrecognised (the pair sits under "data"); 3 samples, 3 trained.
+    spec = {
+        "completion_fns": ["my_fn"],
+        "eval_name": "test-match.s1.simple-v0",
+        "run_config": {"eval_spec": {"cls": "evals.elsuite.basic.match:Match"}, "seed": 20220722},
+        "run_id": "R1",
+    }
+    lines: list[dict[str, Any]] = [{"spec": spec}, {"final_report": {"accuracy": 0.5}}]
+    for i, (prompt, sampled) in enumerate([("Say 1\nAssistant: ", "1"), ("Say 2\nAssistant: ", "2"), ("Say 3", "3")]):
+        common = {"run_id": "R1", "sample_id": f"test-match.s1.{i}", "created_by": ""}
+        lines.append({**common, "event_id": 2 * i, "type": "sampling", "data": {"prompt": prompt, "sampled": sampled}})
+        match = {"correct": True, "expected": sampled, "picked": sampled, "sampled": sampled, "options": [sampled]}
+        lines.append({**common, "event_id": 2 * i + 1, "type": "match", "data": match})
+    path = tmp_path / "R1_my_fn_test-match.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    assert detect_format(path).name == "structural"
+    assert _books(path) == (3, 3, 0, 0)
+    assert _contexts(path) == [
+        [("user", "Say 1\nAssistant: "), ("assistant", "1")],
+        [("user", "Say 2\nAssistant: "), ("assistant", "2")],
+        [("user", "Say 3"), ("assistant", "3")],
+    ]
