@@ -9,6 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
@@ -140,3 +143,24 @@ def test_an_evals_log_with_text_prompts_trains_each_sample_after_its_prompt_once
         [("user", "Say 2\nAssistant: "), ("assistant", "2")],
         [("user", "Say 3"), ("assistant", "3")],
     ]
+
+
+def test_a_benchmark_report_of_agent_steps_without_their_prompts_is_not_claimed_as_a_chat(tmp_path: Path) -> None:
+    # AutoGPT's agbenchmark report.json (Significant-Gravitas/AutoGPT benchmark/reports/autogpt/
+    # 20240418T021011_full_run/report.json @ 088da37910cd45f78c66b18cb8bae9437cc0c41f, hand-written in its shape):
+    # tests.<name>.results[].steps[] of {input: "", output: the agent's rendered step}; the prompts the model was sent
+    # are not in it, so no reply of it can be trained in its context, and the file stays unrecognised (a reject naming
+    # its keys), not a "conversation" of an empty user message and each step's output
+    steps = [
+        {"input": "", "step_id": "s0", "output": "Next Command: read_file(filename='file1.csv')", "is_last": False},
+        {"input": "", "step_id": "s1", "output": "`read_file` returned: ID\n\nNext Command: finish()", "is_last": True},
+    ]
+    report = {
+        "command": "agbenchmark run -N 1 --test=CombineCsv",
+        "metrics": {"run_time": "79 seconds"},
+        "tests": {"CombineCsv": {"task": "Combine the csvs.", "results": [{"success": False, "steps": steps}]}},
+    }
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report), encoding="utf-8")
+    with pytest.raises(MsgtrainError, match="no reader recognises"):
+        detect_format(path)

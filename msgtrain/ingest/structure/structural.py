@@ -207,10 +207,17 @@ _ROLES = frozenset(ROLE_VOCABULARY)  # a ``sender`` naming one of them is a role
 
 
 def _pair_in(shape: HeadShape, context: str, reply: str) -> bool:
-    """True if some object of the head holds both keys of a (context, reply) pair: a record's own, or one it nests
-    them under (openai/evals logs each sample as ``{"type": "sampling", "data": {"prompt", "sampled"}}``)."""
+    """True if a record, or an object directly under one of its keys, holds both keys of a (context, reply) pair
+    (openai/evals logs each sample as ``{"type": "sampling", "data": {"prompt", "sampled"}}``). Deeper pairs (a
+    report's ``steps[].input`` / ``output`` with the prompt never logged) do not make a file a conversation log."""
     tail = f".{context}"
-    return any(p.endswith(tail) and f"{p[: -len(tail)]}.{reply}" in shape.paths for p in shape.paths)
+    return any(
+        p.endswith(tail)
+        and (owner := p[: -len(tail)]).count(".") <= 1
+        and "[" not in owner
+        and f"{owner}.{reply}" in shape.paths
+        for p in shape.paths
+    )
 
 
 class StructuralReader:
