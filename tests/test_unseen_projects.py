@@ -52,6 +52,9 @@ HAND_COUNTS = [
     # reply shown and the one before it); visible repeats them as the page showed them
     ("textgen-webui-chat.json", 3),
     ("chatbox-session.json", 2),  # a Chatbox session: two replies, their text in contentParts
+    # the same session with forks (messageForksHash): the two replies shown, the saved branch after the first prompt
+    # (its reply, a follow-up, its reply) and the other reply saved after the second prompt
+    ("chatbox-forks.json", 5),
     # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
     # the prompt and the two answers to each of their follow-up questions
     ("oasst-trees.jsonl", 9),
@@ -94,11 +97,13 @@ def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, rep
     assert _books(path) == (replies, replies - dropped, dropped, 0)
 
 
-# AutoGen's file is its own reader's (Jan's thread the OpenAI chat reader's); a file of one message per line and a
-# node map (ChatGPT's mapping) have no --map form (a mapping reads each record as a conversation; the node maps are
-# read by their shape alone), and --explain prints none for them
+# AutoGen's file is its own reader's (Jan's thread the OpenAI chat reader's); a file of one message per line, a
+# node map (ChatGPT's mapping) and branches kept by the message they fork after (Chatbox's forks) have no --map form
+# (a mapping reads each record as a conversation; the others are read by their shape alone), and --explain prints
+# none for them
 @pytest.mark.parametrize(
-    ("name", "replies"), [c for c in HAND_COUNTS if not c[0].startswith(("autogen", "sillytavern", "chatgpt", "jan"))]
+    ("name", "replies"),
+    [c for c in HAND_COUNTS if not c[0].startswith(("autogen", "sillytavern", "chatgpt", "jan", "chatbox-forks"))],
 )
 def test_the_mapping_explain_prints_for_an_unseen_export_converts_it_the_same(
     name: str, replies: int, tmp_path: Path
@@ -364,3 +369,41 @@ def test_a_reply_whose_steps_call_tools_is_each_model_call_after_the_results_bef
         ["system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"],
     ]
     assert contexts[1][-1] == ("assistant", "It is 18 °C and cloudy in Paris.")
+
+
+def test_the_branches_a_chat_keeps_by_the_message_they_fork_after_are_siblings_after_it() -> None:
+    system = ("system", "You are a helpful assistant.")
+    pound = ("user", "How many grams in a pound?")
+    shown = [system, pound, ("assistant", "About 453.6 grams."), ("user", "And in an ounce?")]
+    # the session's own list is the branch shown; a saved branch hangs after the message it forked from, whole (its
+    # follow-up continues its own reply, never the shown one)
+    assert sorted(_contexts("chatbox-forks.json")) == sorted(
+        [
+            shown[:3],
+            [*shown, ("assistant", "About 28.35 grams.")],
+            [*shown, ("assistant", "An ounce is 28.3495 grams.")],
+            [system, pound, ("assistant", "A pound is 453.59237 grams.")],
+            [
+                system,
+                pound,
+                ("assistant", "A pound is 453.59237 grams."),
+                ("user", "Round it."),
+                ("assistant", "454 grams."),
+            ],
+        ]
+    )
+
+
+def test_branches_that_do_not_fit_the_conversation_are_refused_not_lost(tmp_path: Path) -> None:
+    data = json.loads((FIXTURES / "chatbox-forks.json").read_text(encoding="utf-8"))
+    forks = data["chat-sessions"][0]["messageForksHash"]
+    forks["m-gone"] = forks.pop("m3")  # a saved reply after a message the session no longer holds
+    path = tmp_path / "chatbox.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    _, trained, dropped, lost = _books(path)
+    assert (trained, dropped) == (0, 0) and lost >= 5
+
+
+def test_explain_prints_no_mapping_for_branches_kept_beside_the_list() -> None:
+    explained = explain_file(FIXTURES / "chatbox-forks.json")
+    assert not explained.mapping_yaml and explained.conversations == {"forked message list (message tree)": 1}

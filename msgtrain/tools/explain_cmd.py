@@ -111,6 +111,10 @@ def _structural(path: Path, exp: Explanation) -> None:
                 exp.conversations["node map (message tree)"] += 1
                 exp.places[_shape_of(item.path) + "." + item.mapping.columns["messages"]] += 1
                 continue
+            if item.forked:  # branches kept by the message they fork after (Chatbox's forks): no --map form
+                exp.conversations["forked message list (message tree)"] += 1
+                exp.places[_shape_of(item.path) + "." + item.mapping.columns["messages"]] += 1
+                continue
             first = first or item
             exp.conversations[item.mapping.layout] += 1
             exp.places[_shape_of(item.path)] += 1

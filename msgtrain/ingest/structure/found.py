@@ -46,6 +46,9 @@ class Found:
     marks: tuple[str | None, str | None] = ("chosen", "rejected")
     # ``holder`` is one text a chat template rendered, cut into its prompt and its reply (no --map form reads it)
     rendered: bool = False
+    # ``holder``'s messages are the tree rebuilt from branches kept beside its list (:func:`forks_tree`; no --map
+    # form reads them)
+    forked: bool = False
 
 
 @dataclass
@@ -100,6 +103,52 @@ def versions_tree(value: Any, key: str = "children") -> list[Any] | None:
     for versions, chosen in reversed(levels):
         below = [{**v, key: below if i == chosen else []} for i, v in enumerate(versions)]
     return below if is_message_list(below) else None
+
+
+# Keys under which a chat UI keeps the other branches of its conversation by the message they fork after (Chatbox's
+# ``messageForksHash``: ``{<message id>: {"position": i, "lists": [{"messages": [...]}, ...]}}``); the branch shown
+# (``lists[position]``, kept empty) is the message list's own continuation after that message.
+FORK_KEYS = ("messageForksHash",)
+FORK_POSITION_KEYS = ("position",)
+
+
+def forks_tree(record: dict[str, Any], messages_key: str = "messages", key: str = "children") -> list[Any] | None:
+    """``record[messages_key]`` with the branches ``record`` keeps beside it (:data:`FORK_KEYS`) as the message tree
+    they stand for: after a fork message, its continuation in the list and each saved branch's messages are sibling
+    subtrees (a regenerated reply, an edited follow-up: each sampled after the same history), nested under ``key``;
+    a message of a saved branch may fork again. None when ``record`` keeps no such branches, or keeps branches that
+    do not fit the list (an entry of the wrong shape, a fork message in no branch, a shown branch's slot that is not
+    empty): those are left to the search, which refuses them as ambiguous rather than lose a branch."""
+    forks = next((record[k] for k in FORK_KEYS if isinstance(record.get(k), dict) and record[k]), None)
+    messages = record.get(messages_key)
+    if forks is None or not isinstance(messages, list) or not is_message_list(messages):
+        return None
+    branches: dict[str, list[list[Any]]] = {}
+    for pivot, entry in forks.items():
+        lists = entry.get("lists") if isinstance(entry, dict) else None
+        shown = next((entry[k] for k in FORK_POSITION_KEYS if type(entry.get(k)) is int), None) if lists else None
+        if not isinstance(lists, list) or shown is None or not 0 <= shown < len(lists):
+            return None
+        held = [item.get("messages") if isinstance(item, dict) else None for item in lists]
+        if not all(isinstance(m, list) for m in held) or held[shown]:
+            return None
+        branches[str(pivot)] = [m for i, m in enumerate(held) if i != shown and m]
+    roots: list[Any] = []
+    used: set[str] = set()
+    stack: list[tuple[list[Any], list[Any]]] = [(list(messages), roots)]  # (a run of messages, where it hangs)
+    while stack:
+        run, into = stack.pop()
+        for item in run:
+            if not isinstance(item, dict):
+                return None
+            node = {**item, key: []}
+            into.append(node)
+            saved = branches.get(str(item.get("id")), [])
+            if saved:
+                used.add(str(item.get("id")))
+            stack.extend((branch, node[key]) for branch in reversed(saved))
+            into = node[key]
+    return roots if used == {p for p, b in branches.items() if b} else None
 
 
 # A chat history saved as [user text, reply text] pairs (text-generation-webui's ``internal`` / ``visible``, Gradio

@@ -45,10 +45,12 @@ from msgtrain.ingest.structure.context import (
     text_blocks,
 )
 from msgtrain.ingest.structure.found import (
+    FORK_KEYS,
     Ambiguity,
     Found,
     assistant_like,
     choice_messages,
+    forks_tree,
     is_prefix,
     link_keys,
     pair_history_key,
@@ -194,6 +196,9 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         return
     if not isinstance(value, dict):
         return
+    forked = forks_tree(value)
+    if forked is not None:  # branches kept beside the list by the message they fork after (Chatbox): a tree
+        value = {k: v for k, v in value.items() if k not in FORK_KEYS} | {"messages": forked}
     copy = transcript_of_calls(value)
     hit = record_layout(value, path) if copy is None else None
     passed: set[str | None] = {copy}
@@ -201,6 +206,8 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         # the record's own pair is its calls' summary: the calls are read, each after its own messages
         passed |= {c.split(".")[0] for c in hit.mapping.columns.values()}
         hit = None
+    if isinstance(hit, Found) and forked is not None:
+        hit.forked = True
     if hit is not None:
         search.found.append(inheriting(hit, inherited) if isinstance(hit, Found) else hit)
         return
