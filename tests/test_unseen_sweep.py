@@ -164,3 +164,39 @@ def test_a_benchmark_report_of_agent_steps_without_their_prompts_is_not_claimed_
     path.write_text(json.dumps(report), encoding="utf-8")
     with pytest.raises(MsgtrainError, match="no reader recognises"):
         detect_format(path)
+
+
+def test_a_system_message_keeping_its_text_under_system_prompt_heads_the_trajectory(tmp_path: Path) -> None:
+    # nebius/SWE-agent-trajectories rows (dataset card: trajectory[] of {cutoff_date, mask, role, system_prompt, text},
+    # roles system / user / ai; CC-BY-4.0, not on GitHub, so hand-written in its shape): the system message's text is
+    # its system_prompt, its text null. It was trained after an empty system message (the prompt lost); 2 replies.
+    def item(role: str, text: str | None, system_prompt: str | None = None) -> dict[str, Any]:
+        return {"cutoff_date": None, "mask": role == "ai", "role": role, "system_prompt": system_prompt, "text": text}
+
+    setting = "SETTING: You are an autonomous programmer, and you're working directly in the command line."
+    row = {
+        "instance_id": "astropy__astropy-12907",
+        "model_name": "swe-agent-llama-70b",
+        "target": False,
+        "trajectory": [
+            {**item("system", None, setting), "cutoff_date": "01.01.2023"},
+            item("user", "ISSUE: It breaks."),
+            item("ai", "```\nls\n```"),
+            item("user", "a.py\n(Open file: n/a)\nbash-$"),
+            item("ai", "```\nsubmit\n```"),
+        ],
+        "exit_status": "submitted",
+        "generated_patch": "",
+    }
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _books(path) == (2, 2, 0, 0)
+    first = [("system", setting), ("user", "ISSUE: It breaks."), ("assistant", "```\nls\n```")]
+    assert _contexts(path) == [
+        first,
+        [*first, ("user", "a.py\n(Open file: n/a)\nbash-$"), ("assistant", "```\nsubmit\n```")],
+    ]
+    # the mapping --explain prints reads it the same
+    map_file = tmp_path / "map.yaml"
+    map_file.write_text(explain_file(path).mapping_yaml, encoding="utf-8")
+    assert _books(path, replace(SETTINGS, mapping=mapping_text(map_file))) == (2, 2, 0, 0)

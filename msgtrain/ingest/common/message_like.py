@@ -193,8 +193,24 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     event = _event_message(obj)
     if event is not None:
         return event
+    prompt = _system_prompt_text(obj)
+    if prompt is not None:
+        return prompt
     stepped = _stepped_content(obj)
     return stepped if stepped is not None else obj
+
+
+def _system_prompt_text(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A system message that keeps its text under ``system_prompt``, its content key empty (nebius'
+    SWE-agent-trajectories: ``{"role": "system", "system_prompt": "SETTING: ...", "text": null}``), as that text under
+    its content key; None for anything else (a message with content of its own keeps it)."""
+    prompt = obj.get("system_prompt")
+    if not isinstance(prompt, str) or not prompt:
+        return None
+    if not any(isinstance(obj.get(k), str) and canonical_role(obj[k]) == "system" for k in ROLE_KEYS):
+        return None
+    key = next((k for k in CONTENT_KEYS if k in obj), "content")
+    return {**obj, key: prompt} if obj.get(key) in (None, "") else None
 
 
 # Keys under which a message keeps its content split into the steps of its generation (LM Studio's ``steps``, each
