@@ -200,3 +200,80 @@ def test_a_system_message_keeping_its_text_under_system_prompt_heads_the_traject
     map_file = tmp_path / "map.yaml"
     map_file.write_text(explain_file(path).mapping_yaml, encoding="utf-8")
     assert _books(path, replace(SETTINGS, mapping=mapping_text(map_file))) == (2, 2, 0, 0)
+
+
+def _atif(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    tool = {"type": "function", "function": {"name": "finish", "parameters": {"type": "object", "properties": {}}}}
+    edit = {
+        "type": "function",
+        "function": {"name": "str_replace_editor", "parameters": {"type": "object", "properties": {}}},
+    }
+    return {
+        "schema_version": "ATIF-v1.5",
+        "session_id": "NORMALIZED_SESSION_ID",
+        "agent": {"name": "openhands", "version": "1.0.0", "tool_definitions": [edit, tool]},
+        "steps": steps,
+        "final_metrics": {"total_prompt_tokens": 220, "total_completion_tokens": 80},
+    }
+
+
+def test_an_atif_trajectory_trains_each_agent_step_after_the_steps_before_it(tmp_path: Path) -> None:
+    # Harbor's Agent Trajectory Interchange Format (the OpenHands golden tests/golden/openhands/hello-world.trajectory
+    # .json of laude-institute/harbor, as copied in sachiny0106/Xelron @ 23b956efda4ace995fb26adeb2018f44e07d2377;
+    # hand-written here in its shape, texts cut): steps of {step_id, source, message}, an agent step's tool_calls and
+    # the observation.results answering them, the tools in agent.tool_definitions. Unrecognised before; 2 agent steps,
+    # each a model call (its metrics), 2 trained. The two system-sourced steps after the user's (OpenHands' recalled
+    # workspace context) are inputs the harness added, not system prompts replacing step 1.
+    create = {"command": "create", "path": "/app/hello.txt", "file_text": "Hello, world!", "security_risk": "LOW"}
+    steps = [
+        {"step_id": 1, "source": "system", "message": "You are OpenHands agent, a helpful AI assistant."},
+        {"step_id": 2, "source": "user", "message": 'Create a file called hello.txt with "Hello, world!".\n'},
+        {"step_id": 3, "source": "system", "message": "Retrieving content for: Create a file called hello.txt"},
+        {"step_id": 4, "source": "system", "message": "Added workspace context"},
+        {
+            "step_id": 5,
+            "source": "agent",
+            "message": "I edited the file /app/hello.txt.",
+            "tool_calls": [{"tool_call_id": "call_fake_1", "function_name": "str_replace_editor", "arguments": create}],
+            "observation": {"results": [{"source_call_id": "call_fake_1", "content": "File created successfully"}]},
+            "metrics": {"prompt_tokens": 100, "completion_tokens": 50, "cost_usd": 0.00075},
+        },
+        {
+            "step_id": 6,
+            "source": "agent",
+            "message": "All done!",
+            "tool_calls": [
+                {"tool_call_id": "call_fake_2", "function_name": "finish", "arguments": {"message": "Done"}}
+            ],
+            "metrics": {"prompt_tokens": 120, "completion_tokens": 30},
+        },
+    ]
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(_atif(steps)), encoding="utf-8")
+    assert detect_format(path).name == "structural"
+    assert _books(path) == (2, 2, 0, 0)
+    (graph,) = _graphs(path)
+    assert [t["function"]["name"] for t in graph.env.tools] == ["str_replace_editor", "finish"]
+    last = _contexts(path)[-1]
+    assert [role for role, _ in last] == ["system", "user", "user", "user", "assistant", "tool", "assistant"]
+    assert last[0] == ("system", "You are OpenHands agent, a helpful AI assistant.")
+    assert last[5] == ("tool", ("str_replace_editor", "File created successfully"))
+    assert last[6] == ("assistant", [("finish", {"message": "Done"})])
+    (first_call,) = [n.message for n in graph.nodes.values() if n.message.text == "I edited the file /app/hello.txt."]
+    assert isinstance(first_call, OptionCallMessage) and first_call.calls[0].invocation_id == "call_fake_1"
+
+
+def test_an_atif_result_answering_no_call_of_its_step_is_refused_not_dropped(tmp_path: Path) -> None:
+    steps = [
+        {"step_id": 1, "source": "user", "message": "Go."},
+        {
+            "step_id": 2,
+            "source": "agent",
+            "message": "Done.",
+            "observation": {"results": [{"source_call_id": "call_x", "content": "stray"}]},
+        },
+    ]
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(_atif(steps)), encoding="utf-8")
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert stats.turns_trained == 0 and len(rejects) == 1

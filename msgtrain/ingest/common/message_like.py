@@ -181,6 +181,8 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     info = obj.get("info")
     if isinstance(info, dict) and isinstance(info.get("role"), str) and isinstance(obj.get("parts"), list):
         return _opencode_message(info, obj["parts"])
+    if isinstance(obj.get("step_id"), int) and obj.get("source") in _ATIF_ROLES and "message" in obj:
+        return _atif_message(obj)
     backend = obj.get("role_at_backend")
     message = obj.get("message")
     if isinstance(backend, str) and isinstance(message, dict) and "content" in message:
@@ -399,6 +401,56 @@ def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
     key = keys.pop()
     messages = [item[int(key)] if isinstance(item, list) else item[key] for item in value]
     return (key, messages) if is_message_list(messages) else None
+
+
+# The sources of an Agent Trajectory Interchange Format step (Harbor's ``trajectory.json``) and the roles they are.
+_ATIF_ROLES = {"system": "system", "user": "user", "agent": "assistant"}
+
+
+def _atif_message(step: dict[str, Any]) -> dict[str, Any]:
+    """An ATIF step (``{"step_id", "source", "message", "reasoning_content", "tool_calls": [{tool_call_id,
+    function_name, arguments}], "observation": {"results": [{source_call_id, content}]}, "metrics", "model_name"}``)
+    as one message; an agent step's calls and their results as an AI SDK UI message's ``dynamic-tool`` parts, which
+    the normaliser splits into the reply and the results after it. Its metrics' token counts are the call's usage.
+    A ``system`` step is the system prompt only as the trajectory's first step; later ones are messages the harness
+    put into the conversation (OpenHands' recalled workspace context, which it sends as a user message), an input to
+    the next call, never a new system prompt replacing the first."""
+    role = _ATIF_ROLES[step["source"]]
+    if role == "system" and step["step_id"] != 1:
+        role = "user"
+    parts: list[dict[str, Any]] = []
+    if isinstance(step.get("reasoning_content"), str) and step["reasoning_content"]:
+        parts.append({"type": "reasoning", "text": step["reasoning_content"]})
+    if isinstance(step["message"], str) and step["message"]:
+        parts.append({"type": "text", "text": step["message"]})
+    elif isinstance(step["message"], list):
+        parts.extend(step["message"])
+    observation = step.get("observation")
+    results = observation.get("results") if isinstance(observation, dict) else None
+    answers = {
+        r.get("source_call_id"): r.get("content") for r in results or [] if isinstance(r, dict) and "content" in r
+    }
+    for call in step.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            parts.append(call)
+            continue
+        call_id = call.get("tool_call_id")
+        part = {"type": "dynamic-tool", "toolCallId": call_id, "toolName": call.get("function_name")}
+        part["input"] = call.get("arguments", {})
+        if call_id in answers:
+            part |= {"state": "output-available", "output": answers.pop(call_id)}
+        else:
+            part["state"] = "input-available"
+        parts.append(part)
+    # results no call of the step asked for: left as result parts, which the normaliser refuses (never dropped)
+    parts.extend({"type": "tool-result", "toolCallId": k, "output": v} for k, v in answers.items())
+    out: dict[str, Any] = {"role": role, "parts": parts}
+    metrics = step.get("metrics")
+    if role == "assistant" and isinstance(metrics, dict) and isinstance(metrics.get("prompt_tokens"), int):
+        out["usage"] = {k: metrics[k] for k in ("prompt_tokens", "completion_tokens") if k in metrics}
+    if isinstance(step.get("model_name"), str):
+        out["model"] = step["model_name"]
+    return out
 
 
 def _memory_record_message(backend: str, message: dict[str, Any]) -> dict[str, Any]:

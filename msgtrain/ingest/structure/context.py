@@ -37,7 +37,7 @@ SYSTEM_KEYS = ("system", "system_prompt", "systemPrompt", "instructions", "pream
 # ``_sys_prompt``, to which the prompts of its registered skills are added): the system message the calls were sent
 # is not in the log, so the conversations under it are marked incomplete for it, never given the base as if exact.
 _BASE_SYSTEM_KEYS = ("_sys_prompt",)
-TOOL_KEYS = ("tools", "functions")
+TOOL_KEYS = ("tools", "functions", "tool_definitions")
 
 
 UI_EXPORT_SYSTEM = "a chat UI's export records the conversation shown, not the system prompt the product sent with it"
@@ -85,6 +85,22 @@ def system_in_settings(record: dict[str, Any]) -> str | None:
             if hit is not None:
                 return f"{key}.{hit}"
     return None
+
+
+def tools_in_settings(record: dict[str, Any]) -> str | None:
+    """The path of the tools kept in an object beside the messages that describes the agent or its settings (an ATIF
+    trajectory's ``agent.tool_definitions`` beside its ``steps``): a non-empty list of tool objects."""
+    for key in ("agent", *_SETTINGS_KEYS):
+        value = record.get(key)
+        if isinstance(value, dict):
+            hit = next((k for k in TOOL_KEYS if _tool_list(value.get(k))), None)
+            if hit is not None:
+                return f"{key}.{hit}"
+    return None
+
+
+def _tool_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
 def under_system(graph: MessageGraph, system: str) -> MessageGraph:

@@ -43,6 +43,7 @@ from msgtrain.ingest.structure.context import (
     inheriting,
     system_in_settings,
     text_blocks,
+    tools_in_settings,
 )
 from msgtrain.ingest.structure.found import (
     FORK_KEYS,
@@ -311,6 +312,8 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if record.get(key):
             columns["tools"] = key
             break
+    if "tools" not in columns and (beside := tools_in_settings(record)) is not None:
+        columns["tools"] = beside
     for key in _REWARD_KEYS:
         value = record.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):

@@ -266,6 +266,9 @@ class StructuralReader:
                 owner = p.removesuffix(wrapper)
                 if owner != p and owner.endswith("[]") and f"{owner}{marker}" in shape.paths:
                     return True
+            owner = p.removesuffix(".step_id")  # ATIF trajectories: steps of {step_id, source, message}
+            if owner != p and owner.endswith("[]") and shape.has(f"{owner}.source", f"{owner}.message"):
+                return True
             owner = p.removesuffix(".message.content")  # memory records: the message beside its role at the backend
             if owner != p and (owner == "" or owner.endswith("[]")) and f"{owner}.role_at_backend" in shape.paths:
                 return True
