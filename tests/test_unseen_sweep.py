@@ -277,3 +277,27 @@ def test_an_atif_result_answering_no_call_of_its_step_is_refused_not_dropped(tmp
     path.write_text(json.dumps(_atif(steps)), encoding="utf-8")
     _, stats, rejects = convert_file(path, SETTINGS)
     assert stats.turns_trained == 0 and len(rejects) == 1
+
+
+def test_an_atif_result_logged_without_its_call_id_answers_the_steps_call(tmp_path: Path) -> None:
+    # Harbor's Terminus-2 trajectories (golden tests/golden/terminus_2/hello-world-context-summarization.trajectory
+    # .json, same copy): an agent step's one bash_command call, its observation result without source_call_id
+    keys = {"keystrokes": "mkdir test_dir\n", "duration": 0.1}
+    steps = [
+        {"step_id": 1, "source": "user", "message": "You are an AI assistant tasked with solving command-line tasks."},
+        {
+            "step_id": 2,
+            "source": "agent",
+            "model_name": "openai/gpt-4o",
+            "message": "Analysis: Terminal is ready.\nPlan: Create test_dir.",
+            "tool_calls": [{"tool_call_id": "call_0_1", "function_name": "bash_command", "arguments": keys}],
+            "observation": {"results": [{"content": "New Terminal Output:\n\nroot@CONTAINER_ID:/app# mkdir test_dir"}]},
+            "metrics": {"prompt_tokens": 682, "completion_tokens": 60},
+        },
+        {"step_id": 3, "source": "agent", "model_name": "openai/gpt-4o", "message": "Done.", "metrics": {}},
+    ]
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(_atif(steps)), encoding="utf-8")
+    assert _books(path) == (2, 2, 0, 0)
+    last = _contexts(path)[-1]
+    assert last[2] == ("tool", ("bash_command", "New Terminal Output:\n\nroot@CONTAINER_ID:/app# mkdir test_dir"))

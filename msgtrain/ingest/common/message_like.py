@@ -427,9 +427,7 @@ def _atif_message(step: dict[str, Any]) -> dict[str, Any]:
         parts.extend(step["message"])
     observation = step.get("observation")
     results = observation.get("results") if isinstance(observation, dict) else None
-    answers = {
-        r.get("source_call_id"): r.get("content") for r in results or [] if isinstance(r, dict) and "content" in r
-    }
+    answers = [r for r in results or [] if isinstance(r, dict) and "content" in r]
     for call in step.get("tool_calls") or []:
         if not isinstance(call, dict):
             parts.append(call)
@@ -437,13 +435,19 @@ def _atif_message(step: dict[str, Any]) -> dict[str, Any]:
         call_id = call.get("tool_call_id")
         part = {"type": "dynamic-tool", "toolCallId": call_id, "toolName": call.get("function_name")}
         part["input"] = call.get("arguments", {})
-        if call_id in answers:
-            part |= {"state": "output-available", "output": answers.pop(call_id)}
+        # the result naming the call, or (Terminus-2 logs its results without source_call_id) the next one unnamed
+        answer = next((r for r in answers if r.get("source_call_id") == call_id), None)
+        answer = answer or next((r for r in answers if r.get("source_call_id") is None), None)
+        if answer is not None:
+            answers.remove(answer)
+            part |= {"state": "output-available", "output": answer["content"]}
         else:
             part["state"] = "input-available"
         parts.append(part)
     # results no call of the step asked for: left as result parts, which the normaliser refuses (never dropped)
-    parts.extend({"type": "tool-result", "toolCallId": k, "output": v} for k, v in answers.items())
+    parts.extend(
+        {"type": "tool-result", "toolCallId": r.get("source_call_id"), "output": r["content"]} for r in answers
+    )
     out: dict[str, Any] = {"role": role, "parts": parts}
     metrics = step.get("metrics")
     if role == "assistant" and isinstance(metrics, dict) and isinstance(metrics.get("prompt_tokens"), int):
