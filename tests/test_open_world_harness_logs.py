@@ -17,8 +17,9 @@ Provenance of the shapes (repository, path, commit of the real file counted by h
 - Atropos rollout groups: NousResearch/atropos ``environments/community/selcube/rubiks_process_results_32.jsonl`` @
   65108d12b2082ba67a6aba51476dfb46db22f037 (6 groups of 4 rollouts, ``tokens`` / ``masks`` / ``scores`` first,
   ~450 KB a line, then ``messages``; roles ``system`` / ``environment`` / ``agent``; each step's group re-sends the
-  steps before it: 48 agent messages, 18 distinct (context, reply) pairs): unrecognised before, 18 trained and 30
-  duplicates after.
+  steps before it: 48 agent messages, 24 rollouts' replies, 24 copies of the steps chosen before a group):
+  unrecognised before, then 18 trained and 30 duplicates (the scores unread); now 24 trained, each rl row with its
+  rollout's score as its reward, the 24 copies context (``context_unknown``, counted once each).
 - Atropos rollout groups written as text: NousResearch/atropos ``environments/cybersec_env_outputs/objreward.jsonl``
   @ dd1b1fe3e3c7d29ac6071c3da1e467f7853cea43 (2 groups of 8 rollouts, each ``messages[i]`` the whole conversation
   its Llama 3 template rendered, system + user + the sampled reply closed by ``<|eot_id|>``: 16 replies, unrecognised
@@ -262,13 +263,36 @@ def test_rl_rollout_groups_with_their_messages_past_the_head_are_read_once_per_r
     assert path.read_bytes().index(b'"messages"') > 64 * 1024  # past the head format detection reads
     assert detect_format(path).name == "structural"
     turns, pairs = _run(path, tmp_path / "out")
-    # 12 agent messages: the 8 replies sampled, 4 copies of the step chosen; 6 distinct (context, reply) pairs
-    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (12, 6, {DUPLICATE: 6})
+    # 12 agent messages: the 8 replies sampled, each a scored rollout of its own (two rollouts sampling the same
+    # reply are two rollouts, each with its score), and 4 copies of the step chosen, which every rollout of the second
+    # group was started from: context, in the books as such, never trained again
+    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (12, 8, {"context_unknown": 4})
     # the environment's observations are what the policy was told: user turns, each reply after exactly its step
     assert len(set(pairs)) == 6 and all(c.startswith("<|im_start|>system\nYou solve") for c, _ in pairs)
     second = sorted(r for c, r in pairs if "Cube state 1." in c)
-    assert second == ["Move B.<|im_end|>", "Move D.<|im_end|>", "Move L.<|im_end|>"]
+    assert second == ["Move B.<|im_end|>", "Move D.<|im_end|>", "Move L.<|im_end|>", "Move L.<|im_end|>"]
     assert all(c.count("<|im_start|>user\n") == 2 and "Move U." in c for c, _ in pairs if "Cube state 1." in c)
+
+
+def test_each_rollout_of_a_scored_group_carries_its_own_score_as_the_rl_rows_reward(tmp_path: Path) -> None:
+    # an Atropos ScoredDataGroup keeps one score per rollout in ``scores``, item for item with ``messages`` (chat
+    # messages, or the texts a chat template rendered): each rollout's rl row carries its score as its reward
+    system = {"role": "system", "content": "You solve Rubik's cubes."}
+    state0 = {"role": "environment", "content": "Cube state 0."}
+    group = _atropos_group([system, state0], ["Move U.", "Move R.", "Move F."], None)  # scores 0.5, 0.4, 0.3
+    rendered = dict(group, scores=[1.0, -1.0])
+    rendered["messages"] = [
+        "<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\n7<|im_end|>",
+        "<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\n9<|im_end|>",
+    ]
+    path = _jsonl(tmp_path / "groups.jsonl", [group, rendered])
+    report = convert(ConvertConfig(inputs=(path,), output=tmp_path / "out", target="rl"))
+    assert report["turns"]["trained"] == 5
+    rows = [r for f in sorted((tmp_path / "out" / "data").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    tok = load_tokenizer(None).base
+    rewards = {tok.decode(r["input_ids"]).rsplit("<|im_start|>assistant\n", 1)[1].strip(): r["reward"] for r in rows}
+    assert rewards == {"Move U.<|im_end|>": 0.5, "Move R.<|im_end|>": 0.4, "Move F.<|im_end|>": 0.3, "7<|im_end|>": 1.0,
+                       "9<|im_end|>": -1.0}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ AgentBench
@@ -361,8 +385,8 @@ def test_rl_rollouts_logged_as_rendered_conversations_train_each_reply_after_its
     path = _jsonl(tmp_path / "objreward.jsonl", groups)
     assert detect_format(path).name == "structural"
     turns, pairs = _run(path, tmp_path / "out")
-    # five rollouts, one reply each; the group's two identical samples are one (context, reply) pair
-    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (5, 4, {DUPLICATE: 1})
+    # five rollouts, one reply each, each with its own score (the group's two identical samples are two rollouts)
+    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (5, 5, {})
     contexts = _contexts(path)
     assert all([r for r, _ in c] == ["system", "user", "assistant"] and c[0][1] == system for c in contexts)
     assert [c[2][1] for c in contexts] == [*replies, "\\boxed{S}", "<think>c</think>"]  # no end token, no header

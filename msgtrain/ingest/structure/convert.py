@@ -154,6 +154,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     if m.layout == "messages":
         _check_prompt_logged(steps, f"{at}.{m.columns['messages']}")
         steps = scripted_opening(steps)
+        steps = _group_history(steps, found.history_replies)
     tools_value, tools_at = m.field_of(holder, "tools"), f"{at}.{m.columns.get('tools', 'tools')}"
     if tools_value is None and "tools" in found.inherited:
         tools_at, tools_value = inherited_tools(found)
@@ -190,6 +191,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         mark_context_incomplete(graph, ["system_prompt"], why)
     graph.graph_id = content_graph_id(base, graph)
     extras = row_extras(holder, m)
+    if found.reward is not None and "reward" not in extras:
+        extras["reward"] = found.reward  # the score a list beside the conversation's list gives it
     if kwargs is not None:
         del extras[TEMPLATE_KWARGS_KEY]  # read into the graph's environment, not a fact about the rows
     out: list[ReadEvent] = [ReadGraph(graph, ref, records=1, extras=extras)]
@@ -221,6 +224,23 @@ def _check_prompt_logged(steps: list[Step], where: str) -> None:
                 code="no_prompt",
                 hint="log the request's messages beside the replies (or convert the log that holds them)",
             )
+
+
+def _group_history(steps: list[Step], replies: int) -> list[Step]:
+    """``steps`` with their first ``replies`` replies kept as context (``carried``): the history every rollout of the
+    conversation's scored group was started from (:func:`~msgtrain.ingest.structure.found.group_history`), sampled
+    before the group, never by this rollout."""
+    out = list(steps)
+    for i, step in enumerate(out):
+        if replies <= 0:
+            break
+        if step.message.role == "assistant":
+            replies -= 1
+            if step.origin in (None, Origin.SAMPLED):
+                why = "history every rollout of its scored group was started from: sampled before the group, not by it"
+                metadata = {**step.message.metadata, "why_not_trained": why}
+                out[i] = Step(step.message.model_copy(update={"metadata": metadata}), Origin.CARRIED, None, step.index)
+    return out
 
 
 def _template_kwargs(holder: dict[str, Any], at: str) -> dict[str, Any] | None:

@@ -49,6 +49,11 @@ class Found:
     # ``holder``'s messages are the tree rebuilt from branches kept beside its list (:func:`forks_tree`; no --map
     # form reads them)
     forked: bool = False
+    # the score a list beside the conversation's own list gives it, item for item (:func:`parallel_scores`): its reward
+    reward: float | None = None
+    # the replies every rollout of its scored group holds before they diverge (:func:`group_history`): the history
+    # the group was started from, context in each rollout
+    history_replies: int = 0
 
 
 @dataclass
@@ -149,6 +154,47 @@ def forks_tree(record: dict[str, Any], messages_key: str = "messages", key: str 
             stack.extend((branch, node[key]) for branch in reversed(saved))
             into = node[key]
     return roots if used == {p for p, b in branches.items() if b} else None
+
+
+# Keys of a list of numbers that scores, item for item, the conversations of a list beside it (Atropos's scored
+# groups: ``scores`` beside ``messages``, one score per rollout; a group's ``rewards``).
+SCORE_LIST_KEYS = ("scores", "rewards")
+
+
+def parallel_scores(record: dict[str, Any], key: str) -> list[float] | None:
+    """The scores ``record`` keeps for the items of ``record[key]``, one number per item in its order (a key of
+    :data:`SCORE_LIST_KEYS` whose list is as long as ``record[key]``), or None."""
+    items = record.get(key)
+    if not isinstance(items, list) or not items or key in SCORE_LIST_KEYS:
+        return None
+    for name in SCORE_LIST_KEYS:
+        scores = record.get(name)
+        if (
+            isinstance(scores, list)
+            and len(scores) == len(items)
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in scores)
+        ):
+            return [float(v) for v in scores]
+    return None
+
+
+def group_history(rollouts: list[list[Any]]) -> int:
+    """How many replies the rollouts of one scored group (message lists sampled from one start, each scored) all hold,
+    word for word, before they first differ, and before the last reply of each: the history the group was started
+    from (a multi-step environment sends each step's group the steps chosen before it), which no rollout of the
+    group sampled. 0 for a single rollout."""
+    if len(rollouts) < 2:
+        return 0
+    lasts = [max((i for i, m in enumerate(r) if assistant_like(m)), default=0) for r in rollouts]
+    shared = 0
+
+    def same(i: int) -> bool:
+        first = json.dumps(rollouts[0][i], sort_keys=True, default=str)
+        return all(json.dumps(r[i], sort_keys=True, default=str) == first for r in rollouts)
+
+    while shared < min(lasts) and same(shared):
+        shared += 1
+    return sum(assistant_like(m) for m in rollouts[0][:shared])
 
 
 # A chat history saved as [user text, reply text] pairs (text-generation-webui's ``internal`` / ``visible``, Gradio

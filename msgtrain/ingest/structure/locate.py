@@ -52,9 +52,11 @@ from msgtrain.ingest.structure.found import (
     assistant_like,
     choice_messages,
     forks_tree,
+    group_history,
     is_prefix,
     link_keys,
     pair_history_key,
+    parallel_scores,
     text_samples,
     tree_key,
     versions_tree,
@@ -220,7 +222,27 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         here = context_here(value, path, inherited)
         for key, item in value.items():
             if isinstance(item, dict | list) and key not in passed:
+                start = len(search.found)
                 _locate(item, f"{path}.{key}", depth + 1, search, here)
+                _score_items(search.found[start:], f"{path}.{key}", parallel_scores(value, key))
+
+
+def _score_items(found: list[Found | Ambiguity], path: str, scores: list[float] | None) -> None:
+    """Give each conversation found in item ``i`` of the list at ``path`` the score ``scores[i]`` (a list beside
+    it that scores its items one by one: Atropos's ``scores`` beside ``messages``) as its reward."""
+    if scores is None:
+        return
+    scored: list[Found] = []
+    for item in found:
+        match = re.match(rf"{re.escape(path)}\[(\d+)\](?=$|[.\[])", item.path)
+        if isinstance(item, Found) and match and item.reward is None:
+            item.reward = scores[int(match.group(1))]
+            scored.append(item)
+    rollouts = [f.holder.get("messages") for f in scored if f.mapping.layout == "messages" and not f.forked]
+    if len(rollouts) == len(scored) and all(isinstance(r, list) for r in rollouts):
+        given = group_history([r for r in rollouts if isinstance(r, list)])
+        for item in scored:
+            item.history_replies = given
 
 
 def rendered_transcripts(value: list[Any], path: str) -> list[Found]:
