@@ -17,7 +17,7 @@ from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.structure.mapping import mapping_text
 from msgtrain.model.graph import MessageGraph
-from msgtrain.model.message import OptionCallMessage, OptionResultMessage
+from msgtrain.model.message import OptionCallMessage, OptionResultMessage, PartsMessage
 from msgtrain.run.parts import LinearizeSettings, convert_file
 from msgtrain.tools.explain_cmd import explain_file
 
@@ -301,3 +301,50 @@ def test_an_atif_result_logged_without_its_call_id_answers_the_steps_call(tmp_pa
     assert _books(path) == (2, 2, 0, 0)
     last = _contexts(path)[-1]
     assert last[2] == ("tool", ("bash_command", "New Terminal Output:\n\nroot@CONTAINER_ID:/app# mkdir test_dir"))
+
+
+def _deepseek_node(node_id: str, parent: str, children: list[str], *fragments: tuple[str, Any]) -> dict[str, Any]:
+    message = {
+        "files": [],
+        "model": "deepseek-chat",
+        "inserted_at": "2025-02-01T10:00:01.000000+08:00",
+        "fragments": [{"type": kind, "content": text} for kind, text in fragments],
+    }
+    return {"id": node_id, "parent": parent, "children": children, "message": message}
+
+
+def test_a_deepseek_export_reads_each_message_side_from_its_fragments(tmp_path: Path) -> None:
+    # DeepSeek's data export (conversations.json: [{id, title, inserted_at, mapping}], each node's message holding no
+    # role, only fragments typed REQUEST / THINK / RESPONSE / SEARCH ...; personal data, so hand-written in the shape
+    # the open-source readers of it parse, e.g. the fixtures found by the index for "fragments": [{"type": "REQUEST").
+    # Unrecognised before. Three replies: the first answer (its THINK its reasoning), the regenerated sibling, and
+    # the answer to the follow-up; a reply written after a web search (SEARCH: what the model read is not in the
+    # export) is a reject on its branch, lost, never trained after the question alone.
+    mapping = {
+        "root": {"id": "root", "parent": None, "children": ["1"], "message": None},
+        "1": _deepseek_node("1", "root", ["2", "3"], ("REQUEST", "What is AI?")),
+        "2": _deepseek_node("2", "1", ["4"], ("THINK", "The user asks."), ("RESPONSE", "AI is machine intelligence.")),
+        "3": _deepseek_node("3", "1", ["5"], ("RESPONSE", "Artificial intelligence.")),
+        "4": _deepseek_node("4", "2", ["6"], ("REQUEST", "Thanks")),
+        "6": _deepseek_node("6", "4", [], ("RESPONSE", "You're welcome!")),
+        "5": _deepseek_node("5", "3", ["7"], ("REQUEST", "News about it?")),
+        "7": _deepseek_node("7", "5", [], ("SEARCH", None), ("RESPONSE", "Per the web, much.")),
+    }
+    doc = [{"id": "ds-1", "title": "AI", "inserted_at": "2025-02-01T10:00:00+08:00", "mapping": mapping}]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert detect_format(path).name == "structural"
+    assert _books(path) == (3, 3, 0, 1)
+    question = ("user", "What is AI?")
+    assert _contexts(path) == [
+        [question, ("assistant", "AI is machine intelligence.")],
+        [question, ("assistant", "AI is machine intelligence."), ("user", "Thanks"), ("assistant", "You're welcome!")],
+        [question, ("assistant", "Artificial intelligence.")],
+    ]
+    (graph,) = _graphs(path)
+    first = next(n.message for n in graph.nodes.values() if n.message.text == "AI is machine intelligence.")
+    assert isinstance(first, PartsMessage)
+    assert [(p.kind, getattr(p, "text", None)) for p in first.parts] == [
+        ("reasoning", "The user asks."),
+        ("text", "AI is machine intelligence."),
+    ]

@@ -198,8 +198,44 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     prompt = _system_prompt_text(obj)
     if prompt is not None:
         return prompt
+    fragmented = _fragments_message(obj)
+    if fragmented is not None:
+        return fragmented
     stepped = _stepped_content(obj)
     return stepped if stepped is not None else obj
+
+
+# The fragments of a DeepSeek chat message (its data export's ``mapping`` nodes, its web API's ``chat_messages``):
+# the side each says spoke, and the part it is. Other fragments (``SEARCH``, ``TOOL_SEARCH``, ``READ_LINK``: what the
+# service fetched and showed the model, which the export does not hold) are kept as parts no reader reads, so the
+# message is refused, never trained after a context without them.
+_FRAGMENT_SIDES = {"REQUEST": "user", "RESPONSE": "assistant", "THINK": "assistant"}
+
+
+def _fragments_message(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A message that keeps its content as typed ``fragments`` (``[{"type": "REQUEST" | "THINK" | "RESPONSE" | ...,
+    "content"}]``) and no content key, as a message of parts (THINK its reasoning); its side is its role key's, or
+    the one its fragments name (the export's nodes have no role). None for anything else."""
+    fragments = obj.get("fragments")
+    if not isinstance(fragments, list) or not fragments or any(k in obj for k in CONTENT_KEYS):
+        return None
+    if not all(isinstance(f, dict) and isinstance(f.get("type"), str) for f in fragments):
+        return None
+    sides = {_FRAGMENT_SIDES[f["type"]] for f in fragments if f["type"] in _FRAGMENT_SIDES}
+    role = next((obj[k] for k in ROLE_KEYS if isinstance(obj.get(k), str)), None)
+    if role is None and len(sides) != 1:
+        return None
+    parts: list[dict[str, Any]] = []
+    for fragment in fragments:
+        kind, text = fragment["type"], fragment.get("content")
+        if kind == "THINK":
+            parts.append({"type": "reasoning", "text": text})
+        elif kind in _FRAGMENT_SIDES:
+            parts.append({"type": "text", "text": text})
+        else:
+            parts.append({"type": f"fragment:{kind}", "content": text})
+    rest = {k: v for k, v in obj.items() if k != "fragments"}
+    return {**rest, "role": role if role is not None else sides.pop(), "content": parts}
 
 
 def _system_prompt_text(obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -55,7 +55,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import base_graph_id, content_graph_id
-from msgtrain.ingest.common.message_like import is_message_like
+from msgtrain.ingest.common.message_like import canonical_role, is_message_like, role_of
 from msgtrain.ingest.common.shapes import MessageNormaliser
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, SourceRef
 from msgtrain.ingest.structure.steps import Gap, StepBuilder, gap_reject, hang_below_gap
@@ -293,7 +293,10 @@ def _messages(message: dict[str, Any], branch: _Branch, where: str) -> Iterator[
 
 def _role(message: Any) -> Any:
     author = message.get("author") if isinstance(message, dict) else None
-    return author.get("role") if isinstance(author, dict) else (message or {}).get("role")
+    if isinstance(author, dict):
+        return author.get("role")
+    hit = role_of(message)  # a role key, or the side a message's typed fragments name (DeepSeek's export)
+    return (canonical_role(hit[1]) or hit[1]) if hit is not None else None
 
 
 def _content_type(message: Any) -> Any:

@@ -203,7 +203,8 @@ def _sub_ref(ref: SourceRef, found_path: str, several: bool) -> SourceRef:
 _PAI = frozenset({"request", "response"})
 # a top-level key whose value opens as a list of [text, text] pairs
 _PAIR_HISTORY = re.compile(rb'^\s*\{.*?"[^"\\]+"\s*:\s*\[\s*\[\s*"(?:[^"\\]|\\.)*"\s*,\s*"', re.S)
-_ROLES = frozenset(ROLE_VOCABULARY)  # a ``sender`` naming one of them is a role (Claude.ai's export)
+_ROLES = frozenset(ROLE_VOCABULARY)
+_FRAGMENT_TYPES = ("REQUEST", "RESPONSE")  # a ``sender`` naming one of them is a role (Claude.ai's export)
 
 
 def _pair_in(shape: HeadShape, context: str, reply: str) -> bool:
@@ -266,6 +267,9 @@ class StructuralReader:
                 owner = p.removesuffix(wrapper)
                 if owner != p and owner.endswith("[]") and f"{owner}{marker}" in shape.paths:
                     return True
+            owner = p.removesuffix(".fragments[].type")  # DeepSeek's messages: typed fragments, the role in them
+            if owner != p and shape.any_value(p, frozenset(_FRAGMENT_TYPES)):
+                return True
             owner = p.removesuffix(".step_id")  # ATIF trajectories: steps of {step_id, source, message}
             if owner != p and owner.endswith("[]") and shape.has(f"{owner}.source", f"{owner}.message"):
                 return True
