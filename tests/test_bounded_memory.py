@@ -126,10 +126,10 @@ def test_a_json_array_over_max_record_mb_is_read_item_by_item_as_the_same_record
     pad = " words" * 50
     chats = [
         {"messages": [{"role": "user", "content": f"q{i}{pad}"}, {"role": "assistant", "content": f"a{i}"}]}
-        for i in range(3000)
-    ]  # about 1.1 MB as one JSON document
-    big = {"messages": [{"role": "user", "content": "x" * (2**20 + 10)}, {"role": "assistant", "content": "y"}]}
-    records = [*chats[:1500], big, *chats[1500:]]
+        for i in range(400)
+    ]  # about 150 kB as one JSON document: over a limit of 1/8 MiB
+    big = {"messages": [{"role": "user", "content": "x" * (2**17 + 10)}, {"role": "assistant", "content": "y"}]}
+    records = [*chats[:200], big, *chats[200:]]
     as_array, as_lines = tmp_path / "array", tmp_path / "lines"
     as_array.mkdir()
     as_lines.mkdir()
@@ -139,28 +139,28 @@ def test_a_json_array_over_max_record_mb_is_read_item_by_item_as_the_same_record
     runs = {}
     for name, logs in (("array", as_array), ("lines", as_lines)):
         out = tmp_path / f"out-{name}"
-        assert main(["convert", str(logs), "-o", str(out), "-q", "--max-record-mb", "1"]) == 3
+        assert main(["convert", str(logs), "-o", str(out), "-q", "--max-record-mb", "0.125"]) == 3
         rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
         report = json.loads((out / "report.json").read_text())
         runs[name] = (rejects, report, _rows(out))
     rejects, report, rows = runs["array"]
     assert sorted((r["reason"], Path(r["file"]).name, r["record"]) for r in rejects) == [
-        ("record_too_large", "conversations.json", "item 1500"),
+        ("record_too_large", "conversations.json", "item 200"),
         ("record_too_large", "object.json", "file"),
     ]
-    assert all("--max-record-mb limit (1 MiB)" in r["message"] and "--max-record-mb" in r["hint"] for r in rejects)
-    assert report["records"]["converted"] == 3000
+    assert all("--max-record-mb limit (0.125 MiB)" in r["message"] and "--max-record-mb" in r["hint"] for r in rejects)
+    assert report["records"]["converted"] == 400
     line_rejects, line_report, line_rows = runs["lines"]
-    assert [(r["reason"], r["record"]) for r in line_rejects] == [("record_too_large", "line 1501")]
-    assert line_report["records"]["converted"] == 3000 and line_report["records"]["rejected"] == 1
+    assert [(r["reason"], r["record"]) for r in line_rejects] == [("record_too_large", "line 201")]
+    assert line_report["records"]["converted"] == 400 and line_report["records"]["rejected"] == 1
     assert report["records"] == {
         **line_report["records"],
-        "read": 3002,
+        "read": 402,
         "rejected": 2,
         "rejected_by_reason": {"record_too_large": 2},
     }
     assert report["by_policy"] == line_report["by_policy"] and report["graphs"] == line_report["graphs"]
-    assert rows == line_rows and len(rows) == 3000
+    assert rows == line_rows and len(rows) == 400
 
 
 def test_reading_a_json_array_many_times_the_limit_holds_about_one_record(
@@ -170,10 +170,10 @@ def test_reading_a_json_array_many_times_the_limit_holds_about_one_record(
     path = tmp_path / "conversations.json"
     with path.open("w", encoding="utf-8") as f:
         f.write("[")
-        pad = " words" * 300
+        pad = " words" * 3000  # about 18 kB an item, under the limit
         chats = (
             {"messages": [{"role": "user", "content": f"q{i}{pad}"}, {"role": "assistant", "content": "a"}]}
-            for i in range(3000)
+            for i in range(300)
         )
         f.write(",".join(json.dumps(chat) for chat in chats))  # about 5.6 MB, 90 times the limit
         f.write("]")
@@ -182,7 +182,7 @@ def test_reading_a_json_array_many_times_the_limit_holds_about_one_record(
     monkeypatch.setattr(base, "MAX_RECORD_BYTES", LIMIT)
     reader = detect_format(path)
     graphs, peak = _peak(lambda: sum(1 for e in read_events(reader, path) if isinstance(e, ReadGraph)))
-    assert graphs == 3000
+    assert graphs == 300
     assert peak < BOUND < size / 3
 
 
