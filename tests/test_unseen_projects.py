@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.structure.mapping import mapping_text
@@ -55,6 +56,9 @@ HAND_COUNTS = [
     # the same session with forks (messageForksHash): the two replies shown, the saved branch after the first prompt
     # (its reply, a follow-up, its reply) and the other reply saved after the second prompt
     ("chatbox-forks.json", 5),
+    # {"text": ...} records, each one whole conversation a chat template rendered (mlx-lm / TRL text datasets): 1 + 2
+    # ChatML replies, 2 Llama 2 [INST] replies; the fourth record is a prompt with no reply (refused, 0 replies)
+    ("text-rendered-records.jsonl", 5),
     # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
     # the prompt and the two answers to each of their follow-up questions
     ("oasst-trees.jsonl", 9),
@@ -98,12 +102,17 @@ def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, rep
 
 
 # AutoGen's file is its own reader's (Jan's thread the OpenAI chat reader's); a file of one message per line, a
-# node map (ChatGPT's mapping) and branches kept by the message they fork after (Chatbox's forks) have no --map form
+# node map (ChatGPT's mapping), branches kept by the message they fork after (Chatbox's forks) and texts a chat
+# template rendered have no --map form
 # (a mapping reads each record as a conversation; the others are read by their shape alone), and --explain prints
 # none for them
 @pytest.mark.parametrize(
     ("name", "replies"),
-    [c for c in HAND_COUNTS if not c[0].startswith(("autogen", "sillytavern", "chatgpt", "jan", "chatbox-forks"))],
+    [
+        c
+        for c in HAND_COUNTS
+        if not c[0].startswith(("autogen", "sillytavern", "chatgpt", "jan", "chatbox-forks", "text-rendered"))
+    ],
 )
 def test_the_mapping_explain_prints_for_an_unseen_export_converts_it_the_same(
     name: str, replies: int, tmp_path: Path
@@ -407,3 +416,28 @@ def test_branches_that_do_not_fit_the_conversation_are_refused_not_lost(tmp_path
 def test_explain_prints_no_mapping_for_branches_kept_beside_the_list() -> None:
     explained = explain_file(FIXTURES / "chatbox-forks.json")
     assert not explained.mapping_yaml and explained.conversations == {"forked message list (message tree)": 1}
+
+
+def test_a_text_record_of_one_rendered_conversation_is_that_conversation_and_unparsed_markup_is_refused() -> None:
+    path = FIXTURES / "text-rendered-records.jsonl"
+    contexts = _contexts("text-rendered-records.jsonl")
+    # each reply after the turns before it, parsed back from the family's own markup (Llama 2's padding trimmed)
+    assert contexts[2] == [
+        ("system", "You are a DevOps assistant."),
+        ("user", "How do I find high API latency?"),
+        ("assistant", "Start from the p99 per endpoint."),
+        ("user", "And then?"),
+        ("assistant", "Trace the slowest requests."),
+    ]
+    assert contexts[-1][-2:] == [("user", "Example?"), ("assistant", "Maybe in Haskell.")]
+    rejects = [e for e in read_events(detect_format(path), path) if not hasattr(e, "graph")]
+    assert [(e.source.record, e.error.code) for e in rejects] == [("line 4", "ambiguous_structure")]
+    assert "chatml chat-template markup" in rejects[0].error.message
+
+
+def test_a_file_of_plain_text_records_is_refused_saying_it_holds_documents_not_conversations(tmp_path: Path) -> None:
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"text": "Once upon a time."}\n{"text": "There was a fox."}\n', encoding="utf-8")
+    with pytest.raises(MsgtrainError) as raised:
+        detect_format(path)
+    assert "a record of a text alone is a document, not a conversation" in str(raised.value)

@@ -236,6 +236,15 @@ def describe_head(head: bytes) -> str:
     return f"{what} with keys {shown}"
 
 
+def _text_records(head: bytes) -> bool:
+    """Whether the head's records hold a ``text`` and little else (``{"text": ...}``, with an id or a source)."""
+    from msgtrain.ingest.common.head_shape import head_shape
+
+    shape = head_shape(head)
+    top = {p.split(".")[1].split("[")[0] for p in shape.paths if p.count(".") == 1}
+    return shape.layout != "other" and "text" in top and len(top) <= 3
+
+
 def unknown_format_hint(path: Path, head: bytes) -> str:
     """The hint of an ``unknown_format`` reject: what the file looks like, and why the closest readers refused."""
     wide_text = unmarked_utf16(head)
@@ -256,6 +265,13 @@ def unknown_format_hint(path: Path, head: bytes) -> str:
         if why:
             reasons.append(f"{reader.name}: {why}")
     text = f"the file looks like {describe_head(wide)}"
+    if _text_records(wide):
+        text += (
+            "; a record of a text alone is a document, not a conversation: msgtrain reads a text only when it is one "
+            "whole conversation a chat template rendered (ChatML, Llama 3, Gemma, Phi-3 or DeepSeek turns, the last "
+            "reply closed by its end token), and trains nothing of plain text (a pretraining corpus is for a "
+            "pretraining tool)"
+        )
     if reasons:
         text += "; closest readers: " + "; ".join(reasons[:3])
         text += "; fix those records, or force a reader with --input-format NAME"

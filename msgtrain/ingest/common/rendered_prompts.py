@@ -310,7 +310,11 @@ _OPENINGS = {
     "gemma": "<start_of_turn>model\n",
     "phi3": "<|assistant|>\n",
     "deepseek": _DS_ASSISTANT,
+    "inst": "[/INST]",
 }
+# Families whose templates trim each content and pad it with their own spaces (Mistral / Llama 2: ``[/INST] A </s>``):
+# a reply cut out of their text is read trimmed, as their turns are (:func:`_inst`).
+TRIMMING_FAMILIES = frozenset({"inst"})
 
 
 def split_rendered_conversation(text: Any) -> tuple[RenderedPrompt, str] | None:
@@ -336,3 +340,11 @@ def split_rendered_conversation(text: Any) -> tuple[RenderedPrompt, str] | None:
         if rendered is not None and rendered.family == family.name:
             return rendered, reply
     return None
+
+
+def rendered_family(text: Any) -> str | None:
+    """The name of the first family whose control text ``text`` holds (:data:`FAMILIES`; its marker), or None: text
+    that some chat template rendered, whether or not it parses unambiguously."""
+    if not isinstance(text, str):
+        return None
+    return next((f.name for f in FAMILIES if f.controls and f.marker in text), None)

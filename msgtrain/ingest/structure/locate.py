@@ -33,7 +33,7 @@ from msgtrain.ingest.common.message_like import (
     said,
     wrapped_messages,
 )
-from msgtrain.ingest.common.rendered_prompts import split_rendered_conversation
+from msgtrain.ingest.common.rendered_prompts import TRIMMING_FAMILIES, rendered_family, split_rendered_conversation
 from msgtrain.ingest.common.shapes import parse_transcript
 from msgtrain.ingest.core.base import SourceRef
 from msgtrain.ingest.structure.context import (
@@ -202,6 +202,10 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
     forked = forks_tree(value)
     if forked is not None:  # branches kept beside the list by the message they fork after (Chatbox): a tree
         value = {k: v for k, v in value.items() if k not in FORK_KEYS} | {"messages": forked}
+    text_record = rendered_text_record(value, path)
+    if text_record is not None:  # one whole conversation as the text a chat template rendered
+        search.found.append(inheriting(text_record, inherited) if isinstance(text_record, Found) else text_record)
+        return
     copy = transcript_of_calls(value)
     hit = record_layout(value, path) if copy is None else None
     passed: set[str | None] = {copy}
@@ -243,6 +247,44 @@ def _score_items(found: list[Found | Ambiguity], path: str, scores: list[float] 
         given = group_history([r for r in rollouts if isinstance(r, list)])
         for item in scored:
             item.history_replies = given
+
+
+# Keys of a record that holds one whole conversation as the text a chat template rendered (a ``text`` column of
+# SFT datasets, TRL's ``dataset_text_field``: ``<|im_start|>user ... <|im_end|>`` turn after turn).
+TEXT_RECORD_KEYS = ("text",)
+
+
+def rendered_text_record(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
+    """A record whose text (:data:`TEXT_RECORD_KEYS`, beside no message list) is one whole conversation a chat
+    template rendered, its last reply closed by the family's end token: that conversation, its messages parsed back
+    (:func:`~msgtrain.ingest.common.rendered_prompts.split_rendered_conversation`), each reply after the turns before
+    it, as a message list is read. A text holding a family's control text that does not parse unambiguously (a
+    prompt with no reply, a reply cut before its end token, tool turns, two families mixed) is refused with the
+    reason; any other text (a document, not turns) is no conversation (None)."""
+    key = next((k for k in TEXT_RECORD_KEYS if isinstance(record.get(k), str)), None)
+    if key is None or any(is_message_list(v) or (isinstance(v, list) and v) for v in record.values()):
+        return None
+    text = record[key]
+    # the newline a template writes after each turn's end token (ChatML's ``<|im_end|>\n``) may close the text too
+    split = split_rendered_conversation(text) or split_rendered_conversation(text.rstrip("\n"))
+    if split is None:
+        family = rendered_family(text)
+        if family is None:
+            return None
+        why = (
+            f"the text at {path}.{key} holds {family} chat-template markup that does not parse into whole turns ending "
+            "with a closed reply (a prompt with no reply, a reply cut before its end token, tool turns, or two "
+            "families mixed): which text the model sampled, and after what, is not certain"
+        )
+        return Ambiguity(f"{path}.{key}", why, 0)
+    prompt, reply = split
+    content = prompt.reply_text(reply)
+    messages = [
+        *prompt.messages,
+        {"role": "assistant", "content": content.strip() if prompt.family in TRIMMING_FAMILIES else content},
+    ]
+    holder = {**{k: v for k, v in record.items() if k != key}, "messages": messages}
+    return Found(path, holder, Mapping("messages", {"messages": "messages"}), rendered=True)
 
 
 def rendered_transcripts(value: list[Any], path: str) -> list[Found]:

@@ -624,7 +624,7 @@ def _rendered_rollouts(head: bytes) -> bool:
     """Whether the head's first whole records hold whole conversations a chat template rendered (an RL group's
     rollouts, :func:`~msgtrain.ingest.structure.locate.rendered_transcripts`): texts the key paths of a head do not
     show (they keep short values only)."""
-    if b"<|" not in head and "｜".encode() not in head and b"<start_of_turn>" not in head:
+    if not any(m in head for m in (b"<|", "｜".encode(), b"<start_of_turn>", b"[/INST]")):
         return False  # no family's control text: nothing to parse
     return any(isinstance(f, Found) and f.rendered for record in head_objects(head, limit=4) for f in locate(record))
 
