@@ -59,6 +59,9 @@ HAND_COUNTS = [
     # {"text": ...} records, each one whole conversation a chat template rendered (mlx-lm / TRL text datasets): 1 + 2
     # ChatML replies, 2 Llama 2 [INST] replies; the fourth record is a prompt with no reply (refused, 0 replies)
     ("text-rendered-records.jsonl", 5),
+    # a Cline task history whose tool results Cline wrote as user text ("[read_file for 'x'] Result:", its fallback
+    # when it finds no id for a tool_result block): three replies, the results user turns, as Cline sent them
+    ("cline-text-results.json", 3),
     # two message trees under "replies": the first prompt's three ranked answers; in the second, the two answers to
     # the prompt and the two answers to each of their follow-up questions
     ("oasst-trees.jsonl", 9),
@@ -95,23 +98,23 @@ def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int
 @pytest.mark.parametrize(("name", "replies"), HAND_COUNTS)
 def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, replies: int) -> None:
     path = FIXTURES / name
-    owner = {"autogen": "autogen", "jan": "openai_chat", "areal": "openai_chat"}.get(name.split("-")[0], "structural")
+    owners = {"autogen": "autogen", "jan": "openai_chat", "areal": "openai_chat", "cline": "anthropic"}
+    owner = owners.get(name.split("-")[0], "structural")
     assert detect_format(path).name == owner
     dropped = NOT_TRAINED.get(name, 0)
     assert _books(path) == (replies, replies - dropped, dropped, 0)
 
 
-# AutoGen's file is its own reader's (Jan's thread the OpenAI chat reader's); a file of one message per line, a
-# node map (ChatGPT's mapping), branches kept by the message they fork after (Chatbox's forks) and texts a chat
-# template rendered have no --map form
-# (a mapping reads each record as a conversation; the others are read by their shape alone), and --explain prints
-# none for them
+# AutoGen's file is its own reader's (Jan's thread the OpenAI chat reader's, Cline's the Anthropic one's); a file of
+# one message per line, a node map (ChatGPT's mapping), branches kept by the message they fork after (Chatbox's forks)
+# and texts a chat template rendered have no --map form (a mapping reads each record as a conversation; the others are
+# read by their shape alone), and --explain prints none for them
 @pytest.mark.parametrize(
     ("name", "replies"),
     [
         c
         for c in HAND_COUNTS
-        if not c[0].startswith(("autogen", "sillytavern", "chatgpt", "jan", "chatbox-forks", "text-rendered"))
+        if not c[0].startswith(("autogen", "sillytavern", "chatgpt", "jan", "chatbox-forks", "text-rendered", "cline"))
     ],
 )
 def test_the_mapping_explain_prints_for_an_unseen_export_converts_it_the_same(
@@ -441,3 +444,17 @@ def test_a_file_of_plain_text_records_is_refused_saying_it_holds_documents_not_c
     with pytest.raises(MsgtrainError) as raised:
         detect_format(path)
     assert "a record of a text alone is a document, not a conversation" in str(raised.value)
+
+
+def test_tool_results_a_task_history_wrote_as_user_text_stay_user_turns_after_the_calls() -> None:
+    # Cline's ToolResultUtils writes a tool_result block when it knows the call's id, else the result as a text block
+    # of the user turn ("[tool for 'x'] Result:"); its OpenAI conversion (convertToOpenAiMessages) then sends that
+    # text as a user message after the assistant's tool_calls, with no tool message: the model saw a user turn
+    (graph,) = _graphs("cline-text-results.json")
+    last = [n for n in graph.nodes.values() if n.origin.value == "sampled"][-1]
+    path = graph.path(last.id)
+    assert [n.message.role for n in path] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert [c.option_name for c in path[1].message.calls] == ["list_files", "read_file"]
+    texts = [p.text for p in path[2].message.parts]
+    assert texts[0].startswith("[list_files for 'src/lib'] Result:") and texts[1].startswith("[read_file for")
+    assert not [n for n in graph.nodes.values() if n.message.role == "tool"]  # no result invented for the calls
