@@ -59,8 +59,8 @@ def _growth(tok: Any, conversations: dict[int, gen.Conversation], source: str, t
 
 
 def _assert_linear(counts: dict[int, dict[str, float]]) -> None:
-    first, last = counts[TURNS[0]], counts[TURNS[-1]]
-    assert last["turns"] == TURNS[-1]
+    first, last = counts[min(counts)], counts[max(counts)]
+    assert last["turns"] == max(counts)
     for key in ("tokens_per_token", "chars_per_token", "calls_per_turn"):
         assert last[key] <= MAX_GROWTH * first[key], (
             f"{key} grows with conversation length: "
@@ -97,10 +97,12 @@ def test_control_token_text_in_a_tool_result_keeps_the_cost_linear(template: str
 
 
 def test_a_quadratic_encoder_fails_the_guard(tmp_path: Path) -> None:
-    """The guard can fail: re-encoding every context from scratch (the naive approach) trips it."""
+    """The guard can fail: re-encoding every context from scratch (the naive approach) trips it. Up to 64 turns: the
+    naive encoder's work per token grows about 6 times from 8 turns (past the 1.5 allowed) at a quarter of the cost of
+    128 turns."""
     tok = load_named_tokenizer("demo")
     pool = gen.synthetic_pool()
-    conversations = {t: gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"q{t}") for t in TURNS}
+    conversations = {t: gen.make_conversation(pool, t, seed=t, reasoning=False, session=f"q{t}") for t in (8, 32, 64)}
     original = tok.encode_from
     # No reuse of any kind: neither an earlier text's ids nor the segment caches (conversation's or shared).
     tok.encode_from = lambda base, text, marked=False, **_: original(None, text, marked)  # type: ignore[method-assign]
