@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msgtrain.errors import ConfigError, OutputError
-from msgtrain.export import arrays
+from msgtrain.export import arrays, parquet_pages
 from msgtrain.export.buffer import RowBuffer
 from msgtrain.export.pack import Packer
 from msgtrain.export.targets import Converter, Target, TargetOptions, get_target
@@ -99,6 +99,8 @@ class _ParquetShard:
     partial: Path
     writer: pq.ParquetWriter
     rows: int = 0
+    groups: int = 0
+    long_rows: parquet_pages.PageWriter | None = None  # the pages of its row groups' long rows, when it has any
 
 
 class _ParquetSink:
@@ -125,8 +127,20 @@ class _ParquetSink:
             if group is None:
                 return
             shard = self._open or self._start_shard()
-            shard.writer.write_table(group.combine_chunks().cast(self.schema), row_group_size=group.num_rows)
+            table = group.combine_chunks().cast(self.schema)
+            long = parquet_pages.long_list_columns(table, self.compression)
+            if long:
+                # pyarrow would write each long row of these columns as one page, 15-24 bytes per value at once
+                # (msgtrain/export/parquet_pages.py): msgtrain writes their pages, spliced in at the shard's close.
+                if shard.long_rows is None:
+                    side = shard.partial.with_name(shard.partial.name + ".pages")
+                    shard.long_rows = parquet_pages.PageWriter(side, self.compression)
+                shard.long_rows.write(shard.groups, table, long)
+                table = parquet_pages.emptied(table, long)
+            shard.writer.write_table(table, row_group_size=group.num_rows)
+            del table
             shard.rows += group.num_rows
+            shard.groups += 1
             if shard.rows >= self.shard_rows:
                 self._finish_shard()
 
@@ -144,6 +158,8 @@ class _ParquetSink:
     def _finish_shard(self) -> None:
         assert self._open is not None
         self._open.writer.close()
+        if self._open.long_rows is not None:
+            parquet_pages.splice(self._open.partial, self._open.long_rows)
         self.shards.append((self._open.partial, self._open.rows))
         self._open = None
 

@@ -175,8 +175,29 @@ class TurnTokens:
     @property
     def full(self) -> np.ndarray:
         if self._full is None:
-            self._full = np.concatenate([self.prompt, self.completion])
+            self._full = _joined(self.prompt, self.completion, self.full_enc)
         return self._full
+
+
+def _joined(prompt: np.ndarray, completion: np.ndarray, joint_enc: Encoded | None) -> np.ndarray:
+    """``prompt`` + ``completion``: the first ids of the joint encoding itself (a view, no copy) when the completion
+    is its ids right after the prompt's and the prompt is its prefix, as when a rendered completion tokenized the
+    same joined; else a new array. A long record's sample is then held once, not twice."""
+    if joint_enc is not None:
+        joint = joint_enc.ids
+        n, m = prompt.shape[0], completion.shape[0]
+        at = joint.__array_interface__["data"][0] + n * joint.itemsize
+        if (
+            m
+            and n + m <= joint.shape[0]
+            and completion.dtype == joint.dtype
+            and completion.flags.c_contiguous
+            and joint.flags.c_contiguous
+            and completion.__array_interface__["data"][0] == at
+            and _is_prefix(prompt, joint)
+        ):
+            return joint[: n + m]
+    return np.concatenate([prompt, completion])
 
 
 @dataclass
@@ -237,15 +258,22 @@ def _h(*parts: str) -> str:
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=12).hexdigest()
 
 
+_PREFIX_BLOCK = 1 << 16  # ids compared at a time: a long prefix costs a block's copies, not the whole of both
+
+
 def _is_prefix(prefix: np.ndarray, seq: np.ndarray) -> bool:
     n = prefix.shape[0]
     if n > seq.shape[0]:
         return False
-    if prefix.dtype == seq.dtype and prefix.flags.c_contiguous and seq.flags.c_contiguous:
+    if n <= _PREFIX_BLOCK and prefix.dtype == seq.dtype and prefix.flags.c_contiguous and seq.flags.c_contiguous:
         # Bytes of contiguous arrays of one dtype compare like their elements; two copies and a memcmp cost less
         # than numpy's per-call overhead at these sizes.
         return prefix.tobytes() == seq[:n].tobytes()
-    return bool(np.array_equal(seq[:n], prefix))
+    # A whole-record prefix (10 M ids of a byte-level vocabulary) compared at once held two copies of it (tobytes)
+    # or a mask as long (array_equal) at the linearizing peak: block by block holds one block's.
+    return all(
+        np.array_equal(seq[i : i + _PREFIX_BLOCK], prefix[i : i + _PREFIX_BLOCK]) for i in range(0, n, _PREFIX_BLOCK)
+    )
 
 
 # Held no longer than the tokenizer itself: a process that loads many tokenizers does not keep them all alive here.
