@@ -458,3 +458,20 @@ def test_tool_results_a_task_history_wrote_as_user_text_stay_user_turns_after_th
     texts = [p.text for p in path[2].message.parts]
     assert texts[0].startswith("[list_files for 'src/lib'] Result:") and texts[1].startswith("[read_file for")
     assert not [n for n in graph.nodes.values() if n.message.role == "tool"]  # no result invented for the calls
+
+
+def test_a_greeting_at_the_root_of_a_message_tree_is_context_on_every_branch(tmp_path: Path) -> None:
+    # a chat UI's export linking each message to its parent, opened by the assistant's greeting (no user before it):
+    # the two regenerated replies below the user's turn are trained, the greeting on neither branch
+    messages = [
+        {"id": "g", "parentMessageId": None, "role": "assistant", "content": "Hi! I am Aria, how can I help?"},
+        {"id": "u", "parentMessageId": "g", "role": "user", "content": "Tell me a joke"},
+        {"id": "a", "parentMessageId": "u", "role": "assistant", "content": "Why did the chicken cross the road?"},
+        {"id": "b", "parentMessageId": "u", "role": "assistant", "content": "Knock knock."},
+    ]
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps({"conversation": {"title": "t", "messages": messages}}), encoding="utf-8")
+    assert _books(path) == (2, 2, 0, 0)
+    (graph,) = [e.graph for e in read_events(detect_format(path), path) if hasattr(e, "graph")]
+    greeting = next(n for n in graph.nodes.values() if n.parent is None)
+    assert (greeting.message.role, greeting.origin.value) == ("assistant", "injected")

@@ -328,6 +328,21 @@ def scripted_opening(steps: list[Step]) -> list[Step]:
     return out
 
 
+def scripted_openings(graph: MessageGraph) -> None:
+    """:func:`scripted_opening` on every branch of a message tree: a sampled reply with nothing but system messages
+    above it, logged without what only a model call reports, is the application's text (``injected``)."""
+    from dataclasses import replace
+
+    for nid, node in list(graph.nodes.items()):
+        if node.origin is not Origin.SAMPLED or node.message.role != "assistant":
+            continue
+        above = graph.path(nid)[:-1]
+        generation = graph.generations.get(nid)
+        if all(n.message.role == "system" for n in above) and not _call_evidence(Step(node.message, None, generation)):
+            graph.nodes[nid] = replace(node, origin=Origin.INJECTED)
+            graph.generations.pop(nid, None)
+
+
 def _call_evidence(step: Step) -> bool:
     """Whether a reply carries what only a model call reports: a usage naming the prompt's size, a finish reason."""
     finish = step.generation.finish_reason if step.generation is not None else None

@@ -60,6 +60,7 @@ from msgtrain.ingest.structure.steps import (
     need_list,
     row_extras,
     scripted_opening,
+    scripted_openings,
 )
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
@@ -121,6 +122,7 @@ def _tree_roots(
         event.records = 1 if n == 0 else 0  # the tree is one record of the books
         if isinstance(system, str) and system.strip():
             event.graph = under_system(event.graph, system)
+        scripted_openings(event.graph)
         mark_ui_export(event.graph, (v for lines in children.values() for _, v in lines))
         event.extras = row_extras(found.holder, m)
         out.append(event)
