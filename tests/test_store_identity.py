@@ -53,6 +53,8 @@ MULTI_FILE_CASES: dict[str, tuple[str, tuple[str, ...], Callable[[Rows], bool]]]
         ("real_logs/openhands_v1_sdk",),
         lambda rows: "openhands" in {row["policy"] for row in rows.values()},
     ),
+    # a session folder: session.json + agents/agent_<id>/agent.json and messages/message_<n>.json, one per message
+    "strands": ("sample_logs/strands", (), lambda rows: "strands" in {row["policy"] for row in rows.values()}),
     # an output file's replies have their context only in the input file beside it (found by listing the folder)
     "batch": ("sample_logs/batch", (), bool),
     # answers have their questions only in question.jsonl one folder up

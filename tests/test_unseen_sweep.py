@@ -44,7 +44,7 @@ def _said(message: Any) -> tuple[str, Any]:
         return message.role, [(c.option_name, c.arguments) for c in calls]
     result = getattr(message, "result", None)
     if result is not None:
-        return message.role, (message.name, result.result)
+        return message.role, (result.option_name, result.result)
     return message.role, message.text
 
 
@@ -348,3 +348,79 @@ def test_a_deepseek_export_reads_each_message_side_from_its_fragments(tmp_path: 
         ("reasoning", "The user asks."),
         ("text", "AI is machine intelligence."),
     ]
+
+
+SAMPLE_STRANDS = Path(__file__).parent.parent / "sample_logs" / "strands" / "session_demo"
+
+
+def _strands_session(tmp_path: Path, messages: list[dict[str, Any]], **record: Any) -> Path:
+    """A Strands session folder as its FileSessionManager writes it (strands-agents/sdk-python, SessionMessage
+    .to_dict(): {message, message_id, redact_message, created_at, updated_at}); ``record`` sets a message's fields by
+    ``<field>_<index>`` (``redact_message_1=...``), ``removed`` the window's removed_message_count."""
+    session = tmp_path / "session_s1"
+    agent = session / "agents" / "agent_default"
+    (agent / "messages").mkdir(parents=True)
+    (session / "session.json").write_text(json.dumps({"session_id": "s1", "session_type": "AGENT"}), encoding="utf-8")
+    manager = {"__name__": "SlidingWindowConversationManager", "removed_message_count": record.pop("removed", 0)}
+    (agent / "agent.json").write_text(
+        json.dumps({"agent_id": "default", "state": {}, "conversation_manager_state": manager}), encoding="utf-8"
+    )
+    for i, message in enumerate(messages):
+        saved = {"message": message, "message_id": i, "redact_message": record.get(f"redact_message_{i}")}
+        (agent / "messages" / f"message_{i}.json").write_text(json.dumps(saved), encoding="utf-8")
+    return session
+
+
+def _converse(n: int) -> list[dict[str, Any]]:
+    """``n`` turns of a Converse conversation: a question, a call, its result, an answer, then plain exchanges."""
+    call = {"toolUse": {"toolUseId": "tooluse_1", "name": "calculator", "input": {"expression": "12*7"}}}
+    result = {"toolResult": {"toolUseId": "tooluse_1", "status": "success", "content": [{"text": "84"}]}}
+    head: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"text": "What is 12 times 7?"}]},
+        {"role": "assistant", "content": [{"text": "I'll compute it."}, call]},
+        {"role": "user", "content": [result]},
+        {"role": "assistant", "content": [{"text": "84."}]},
+    ]
+    for k in range(n):
+        head += [
+            {"role": "user", "content": [{"text": f"Again {k}?"}]},
+            {"role": "assistant", "content": [{"text": f"Still 84 ({k})."}]},
+        ]
+    return head
+
+
+def test_a_strands_session_folder_trains_each_reply_in_message_id_order(tmp_path: Path) -> None:
+    # the folder was unrecognised file by file (unknown_format for each message file and agent.json); 12 message files
+    # (message_10 and message_11 after message_9, not after message_1): 7 replies, each after the ones before it
+    session = _strands_session(tmp_path, _converse(4))
+    from msgtrain.ingest.formats.sessions.strands import READER
+
+    assert READER.detect_directory(session)
+    events = list(read_events(READER, session))
+    (graph,) = [e.graph for e in events if isinstance(e, ReadGraph)]
+    replies = [n for n in graph.nodes.values() if n.origin.value == "sampled"]
+    assert [n.message.text for n in replies][-3:] == ["Still 84 (1).", "Still 84 (2).", "Still 84 (3)."]
+    last = [_said(n.message) for n in graph.path(replies[-1].id)]
+    assert last[:4] == [
+        ("user", "What is 12 times 7?"),
+        ("assistant", [("calculator", {"expression": "12*7"})]),
+        ("tool", ("calculator", "84")),
+        ("assistant", "84."),
+    ]
+    assert len(last) == 12
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
+
+
+def test_the_sample_strands_session_converts_as_one_folder() -> None:
+    _, stats, rejects = convert_file(SAMPLE_STRANDS, SETTINGS)
+    assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 2)
+
+
+def test_a_redacted_reply_and_a_trimmed_window_are_not_trained(tmp_path: Path) -> None:
+    redaction = {"role": "assistant", "content": [{"text": "[redacted]"}]}
+    redacted = _strands_session(tmp_path / "a", _converse(0), redact_message_3=redaction)
+    _, stats, _ = convert_file(redacted, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained) == (2, 1)
+    trimmed = _strands_session(tmp_path / "b", _converse(1), removed=2)
+    _, stats, _ = convert_file(trimmed, SETTINGS)
+    assert stats.turns_trained == 0 and stats.turns_found == 3

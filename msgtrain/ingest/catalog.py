@@ -174,6 +174,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/openhands_v1/conv0001",
     ),
     (
+        "strands",
+        "Strands Agents session folders: agents/agent_<id>/agent.json + messages/message_<n>.json",
+        "sample_logs/strands/session_demo",
+    ),
+    (
         "otel",
         "OpenTelemetry GenAI spans (gen_ai.input/output.messages, tool spans; JSON, OTLP/JSON or JSONL)",
         "sample_logs/otel/trace.json",
@@ -226,6 +231,7 @@ READERS: tuple[Row, ...] = (
     ('toolbench', 'msgtrain.ingest.formats.harnesses.toolbench', (), (('"node_type"', '"train_messages"'), ()), None),
     ('openhands', 'msgtrain.ingest.formats.sessions.openhands', (), (('"action"', '"observation"'), ()), None),
     ('openhands_v1', 'msgtrain.ingest.formats.sessions.openhands_v1', ('detect_directory',), ((), ()), None),
+    ('strands', 'msgtrain.ingest.formats.sessions.strands', ('detect_directory',), ((), ()), None),
     ('otel', 'msgtrain.ingest.formats.traces.otel', (), (('gen_ai.', 'openinference.span.kind', 'llm.input_messages', '"input_messages"', 'mlflow.spanType'), ()), None),
     ('sharegpt', 'msgtrain.ingest.mappings:sharegpt', (), (('"from"', '"value"'), ()), None),
     ('openai_chat', 'msgtrain.ingest.mappings:openai_chat', ('explain',), (('"role"',), ()), None),

@@ -73,6 +73,7 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "harnesses.toolbench",
     _FORMATS + "sessions.openhands",
     _FORMATS + "sessions.openhands_v1",
+    _FORMATS + "sessions.strands",  # a folder of Converse message files, never a file of its own
     _FORMATS + "traces.otel",
     # The generic conversation lists last (shipped mappings): ShareGPT turns, then any list of OpenAI-role messages.
     _SHIPPED + "sharegpt",

@@ -380,6 +380,40 @@ def block_text(content: Any, where: str) -> str:
     raise ValidationError("reasoning that is not text", where=where, code="bad_content", hint=CONTENT_HINT)
 
 
+def converse_block(item: Any) -> Any:
+    """A Bedrock Converse content block (untyped: one key naming it) as the typed block it stands for, as Converse
+    messages are kept outside a Converse request (Strands Agents' sessions, AgentCore memory): ``toolUse``
+    (``toolUseId``, ``name``, ``input``) → a ``tool_use`` block, ``toolResult`` (``toolUseId``, ``content`` of
+    ``text`` / ``json`` blocks) → a ``tool_result`` block, ``reasoningContent.reasoningText`` → a ``thinking`` block.
+    Anything else as it is."""
+    if not isinstance(item, dict) or "type" in item or len(item) != 1:
+        return item
+    ((key, value),) = item.items()
+    if not isinstance(value, dict):
+        return item
+    if key == "toolUse":
+        return {
+            "type": "tool_use",
+            "id": value.get("toolUseId"),
+            "name": value.get("name"),
+            "input": value.get("input"),
+        }
+    if key == "toolResult":
+        blocks = value.get("content")
+        if isinstance(blocks, list):
+            blocks = [
+                {"type": "text", "text": json.dumps(b["json"], ensure_ascii=False)}
+                if isinstance(b, dict) and set(b) == {"json"}
+                else b
+                for b in blocks
+            ]
+        return {"type": "tool_result", "tool_use_id": value.get("toolUseId"), "content": blocks}
+    text = value.get("reasoningText") if key == "reasoningContent" else None
+    if isinstance(text, dict) and isinstance(text.get("text"), str):
+        return {"type": "thinking", "thinking": text["text"], "signature": text.get("signature")}
+    return item
+
+
 def block_result(content: Any) -> Any:
     """A tool result's content: text stays text, all-text blocks are joined, anything else is kept as JSON."""
     if content is None:

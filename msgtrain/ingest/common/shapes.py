@@ -43,6 +43,7 @@ from msgtrain.ingest.common.content_parts import (
     block_text,
     content_part,
     content_value,
+    converse_block,
     first_present,
     goose_call,
     goose_result,
@@ -322,6 +323,7 @@ class MessageNormaliser:
                 continue
             if not isinstance(item, dict):
                 raise ValidationError(f"content[{j}] is not an object", where=where, code="bad_content")
+            item = converse_block(item)
             kind = item.get("type")
             gemini_call = item.get("functionCall", item.get("function_call"))
             if kind == "tool_use" or isinstance(gemini_call, dict):
@@ -431,6 +433,7 @@ class MessageNormaliser:
                 continue
             if not isinstance(item, dict):
                 raise ValidationError(f"content[{j}] is not an object", where=where, code="bad_content")
+            item = converse_block(item)
             answer = item.get("functionResponse", item.get("function_response"))
             if item.get("type") == "toolResponse":
                 if parts:
