@@ -424,3 +424,61 @@ def test_a_redacted_reply_and_a_trimmed_window_are_not_trained(tmp_path: Path) -
     trimmed = _strands_session(tmp_path / "b", _converse(1), removed=2)
     _, stats, _ = convert_file(trimmed, SETTINGS)
     assert stats.turns_trained == 0 and stats.turns_found == 3
+
+
+def test_a_goose_run_envelope_trains_its_one_reply(tmp_path: Path) -> None:
+    # `goose run --output-format json` (goose 1.28.0): {messages: [{id, role, created, content: [{type, text}],
+    # metadata: {userVisible, agentVisible}}], metadata: {total_tokens, status}} (the stdout a public adapter's test
+    # quotes verbatim; hand-written here in its shape): one reply, already read right
+    def said_by(role: str, text: str) -> dict[str, Any]:
+        return {
+            "id": None if role == "user" else "b989f2c0",
+            "role": role,
+            "created": 1786535179,
+            "content": [{"type": "text", "text": text}],
+            "metadata": {"userVisible": True, "agentVisible": True},
+        }
+
+    envelope = {
+        "messages": [said_by("user", "Reply with exactly: OK"), said_by("assistant", "OK")],
+        "metadata": {"total_tokens": 6, "status": "completed"},
+    }
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(envelope, indent=2), encoding="utf-8")
+    assert _books(path) == (1, 1, 0, 0)
+    assert _contexts(path) == [[("user", "Reply with exactly: OK"), ("assistant", "OK")]]
+
+
+def test_agents_sdk_generation_spans_train_each_call_once_and_no_function_span(tmp_path: Path) -> None:
+    # OpenAI Agents SDK spans as Span.export() writes them ({object: "trace.span", span_data: {type: "generation",
+    # input, output, model, usage}} beside agent and function spans; hand-written in the SDK's shape): two model calls
+    # sharing their prefix, 2 replies; the function span's input / output (a tool's arguments and result) is no reply
+    system, user = {"role": "system", "content": "You are a helpful agent."}, {"role": "user", "content": "Weather?"}
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Tokyo"}'}}
+    asked = {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    def span(span_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        return {"object": "trace.span", "id": span_id, "trace_id": "trace_1", "parent_id": "span_a", "span_data": data}
+
+    rows = [
+        {"object": "trace", "id": "trace_1", "workflow_name": "Agent workflow"},
+        span("span_a", {"type": "agent", "name": "Assistant", "tools": ["get_weather"]}),
+        span("span_b", {"type": "generation", "input": [system, user], "output": [asked], "model": "gpt-4o"}),
+        span("span_c", {"type": "function", "name": "get_weather", "input": '{"city":"Tokyo"}', "output": "Sunny"}),
+        span(
+            "span_d",
+            {
+                "type": "generation",
+                "input": [system, user, asked, {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}],
+                "output": [{"role": "assistant", "content": "It's sunny."}],
+                "model": "gpt-4o",
+            },
+        ),
+    ]
+    path = tmp_path / "spans.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert _books(path) == (2, 2, 0, 0)
+    assert [c[-1] for c in _contexts(path)] == [
+        ("assistant", [("get_weather", {"city": "Tokyo"})]),
+        ("assistant", "It's sunny."),
+    ]
