@@ -81,10 +81,15 @@ class Sample:
         return "engine" if self.engine_tokens == self.num_tokens else "mixed"
 
 
+# One NaN seen as a read-only array of any length up to 2**60 (stride 0): a slice of it is a sample's unknown logprobs.
+_UNKNOWN = np.broadcast_to(np.float32(np.nan), (1 << 60,))
+
+
 def unknown_logprobs(n: int) -> np.ndarray:
     """``n`` unknown logprobs (NaN) that hold no memory: a read-only view of one value (a sample's logprobs are
-    unknown on every token but those of engine-logged replies, so most samples hold nothing else)."""
-    return np.broadcast_to(np.float32(np.nan), (n,))
+    unknown on every token but those of engine-logged replies, so most samples hold nothing else). A slice of one
+    shared view: ``np.broadcast_to`` per sample cost more than the rest of the sample's assembly."""
+    return _UNKNOWN[:n]
 
 
 def _all_unknown(values: np.ndarray) -> bool:

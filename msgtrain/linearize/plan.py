@@ -941,10 +941,12 @@ class _GraphLinearizer:
         """Put in the books every reply the graph holds only as ``carried`` context: once per distinct reply, and
         not when the same reply (text and calls) is a sampled turn elsewhere in the graph (a history re-sent with
         a different rendering, a branch re-created after an edit: the same turn, already counted)."""
-        seen = {_reply_key(t.node.message) for t in turns}
+        seen: set[str] | None = None  # the sampled replies' keys, made when the graph carries a reply
         for node in self.g.nodes.values():
             if node.origin is not Origin.CARRIED or not node.is_assistant:
                 continue
+            if seen is None:
+                seen = {_reply_key(t.node.message) for t in turns}
             policy = turn_policy(self.g, node)
             key = _reply_key(node.message)
             if key in seen or (self.opts.policies and policy not in self.opts.policies):

@@ -417,9 +417,9 @@ class EncodedCache:
 def in_table(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """``table[ids]`` for a boolean membership table indexed by token id (``np.isin`` by lookup: a handful of ids
     tested against every completion, every turn); ids outside the table are not members."""
-    inside = (ids >= 0) & (ids < table.shape[0])
-    if inside.all():
+    if ids.shape[0] == 0 or (int(ids.min()) >= 0 and int(ids.max()) < table.shape[0]):  # the usual case
         return table[ids]
+    inside = (ids >= 0) & (ids < table.shape[0])
     out = np.zeros(ids.shape[0], dtype=bool)
     out[inside] = table[ids[inside]]
     return out
@@ -792,16 +792,21 @@ class TokenizerBundle:
     def _batch_ids(self, texts: list[str]) -> list[np.ndarray]:
         """The ids of each text (no offsets); a text over ``PIECE_CHARS`` in bounded pieces where that is exact,
         so a long text costs the library's per-token overhead for one piece at a time, not for all of it."""
+        return [np.asarray(ids, dtype=np.int32) for ids in self._id_lists(texts)]
+
+    def _id_lists(self, texts: list[str]) -> list[list[int] | np.ndarray]:
+        """:meth:`_batch_ids` as the encoder gives them: a list of ints per text (an array for a long text encoded in
+        pieces), for callers that look at each id in Python."""
         batch = fast_batch(self.backend)
         long = [i for i, t in enumerate(texts) if len(t) > PIECE_CHARS] if self._in_pieces() else []
         if not long:
-            return [np.asarray(ids, dtype=np.int32) for ids in batch(texts)]
-        out: list[np.ndarray | None] = [None] * len(texts)
+            return list(batch(texts))
+        out: list[list[int] | np.ndarray | None] = [None] * len(texts)
         for i in long:
             out[i] = encode_in_pieces(batch, texts[i], PIECE_CHARS, self._added_re)
         short = [i for i in range(len(texts)) if out[i] is None]
         for i, ids in zip(short, batch([texts[i] for i in short]) if short else [], strict=True):
-            out[i] = np.asarray(ids, dtype=np.int32)
+            out[i] = ids
         return [a for a in out if a is not None]
 
     def _control_matches(self, text: str) -> list[re.Match[str]]:
@@ -908,13 +913,15 @@ class TokenizerBundle:
             self.encoded_chars += sum(len(k[1]) for k in new)
             self._unsplit()
             # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on.
-            id_lists = self._batch_ids([k[1] for k in new])
+            # Python ints (not numpy scalars) for the checks below: a batch is a few short segments.
+            id_lists = [a.tolist() if isinstance(a, np.ndarray) else a for a in self._id_lists([k[1] for k in new])]
             lengths = list(map(len, id_lists))
             total = sum(lengths)
             self.encoded_tokens += total
             if 0 in lengths:
                 return self.encode(text), None  # an empty segment encoding: no shortcut here
-            flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=total)
+            every = list(itertools.chain.from_iterable(id_lists))
+            flat = np.array(every, dtype=np.int32)
             ends = list(itertools.accumulate(lengths))
             # Each new segment must hold exactly the added token its text ends with (none for the rest), as its last
             # id. Checked for the whole batch at once: the last id of every segment that ends with an added token's
@@ -927,7 +934,7 @@ class TokenizerBundle:
                     if not is_added(ids_of[-1]):
                         return self.encode(text), None  # a segment that does not split as expected: no shortcut
                     expected += 1
-            if sum(map(is_added, itertools.chain.from_iterable(id_lists))) != expected:
+            if sum(map(is_added, every)) != expected:
                 return self.encode(text), None
             for key, ids in zip(new, np.split(flat, ends[:-1]), strict=True):
                 cache[key] = ids

@@ -266,6 +266,8 @@ def _stepped_content(obj: dict[str, Any]) -> dict[str, Any] | None:
     debug blocks) say nothing the model saw. Steps that call tools are several model calls in one message: they are
     given as the steps of a UI message (:func:`_tool_steps`), which the normaliser reads as one assistant message per
     call, each followed by its calls' results. None for anything else."""
+    if not any(k in obj for k in STEP_KEYS):  # most messages: decided by one lookup
+        return None
     if not any(isinstance(obj.get(k), str) for k in ROLE_KEYS) or any(k in obj for k in CONTENT_KEYS):
         return None
     for key in STEP_KEYS:

@@ -501,16 +501,25 @@ def _check_nothing_beside(holder: dict[str, Any], m: Mapping, at: str) -> None:
     """Refuse a conversation whose record holds more replies beside it (ranked completions, a second transcript):
     reading one part and dropping the rest would lose those turns without a word."""
     used = {f for v in m.columns.values() for f in top_fields(holder, v)}
+    # Only a list or an object the columns do not name can hold other replies (most records: none, nothing to check).
+    others = {k: v for k, v in holder.items() if k not in used and isinstance(v, dict | list)}
+    if not others:
+        return
     # copies of a conversation read (UltraFeedback's ``messages`` beside ``chosen``) or of its prefixes (NeMo-Gym's
     # ``input_message_log``) hold no other reply
     read = [holder[c] for c in (m.columns.get(k) for k in ("messages", "chosen", "rejected")) if c in holder]
     read = [conv for conv in read if is_message_list(conv)]
-    used |= {k for k, v in holder.items() if is_message_list(v) and any(is_prefix(v, conv) for conv in read)}
+    others = {
+        k: v
+        for k, v in others.items()
+        if not (isinstance(v, list) and is_message_list(v) and any(is_prefix(v, conv) for conv in read))
+    }
     # a response beside the conversation whose replies are the conversation's own (evalscope's ``model_output``
     # beside ``messages``, which ends with that reply) is their copy too
-    replies = {said(m) for conv in read for m in conv if assistant_like(m)}
-    used |= {k for k, v in holder.items() if k not in used and _copy_of_replies(v, replies)}
-    beside = {k: message_like_count(v)[1] for k, v in holder.items() if k not in used and isinstance(v, dict | list)}
+    if others:
+        replies = {said(m) for conv in read for m in conv if assistant_like(m)}
+        others = {k: v for k, v in others.items() if not _copy_of_replies(v, replies)}
+    beside = {k: message_like_count(v)[1] for k, v in others.items()}
     beside = {k: n for k, n in beside.items() if n}
     if beside:
         shown = ", ".join(f"{at}.{k} ({n})" for k, n in sorted(beside.items()))
