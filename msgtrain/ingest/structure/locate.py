@@ -255,15 +255,15 @@ TEXT_RECORD_KEYS = ("text",)
 
 
 def rendered_text_record(record: dict[str, Any], path: str) -> Found | Ambiguity | None:
-    """A record whose text (:data:`TEXT_RECORD_KEYS`, beside no message list) is one whole conversation a chat
+    """A record whose text (:data:`TEXT_RECORD_KEYS`, beside no list of objects) is one whole conversation a chat
     template rendered, its last reply closed by the family's end token: that conversation, its messages parsed back
     (:func:`~msgtrain.ingest.common.rendered_prompts.split_rendered_conversation`), each reply after the turns before
     it, as a message list is read. A text holding a family's control text that does not parse unambiguously (a
     prompt with no reply, a reply cut before its end token, tool turns, two families mixed) is refused with the
     reason; any other text (a document, not turns) is no conversation (None)."""
     key = next((k for k in TEXT_RECORD_KEYS if isinstance(record.get(k), str)), None)
-    if key is None or any(is_message_list(v) or (isinstance(v, list) and v) for v in record.values()):
-        return None
+    if key is None or any(isinstance(v, list) and any(isinstance(i, dict | list) for i in v) for v in record.values()):
+        return None  # records or lists beside the text (messages, completions, rollouts): the text is not the record's
     text = record[key]
     # the newline a template writes after each turn's end token (ChatML's ``<|im_end|>\n``) may close the text too
     split = split_rendered_conversation(text) or split_rendered_conversation(text.rstrip("\n"))
