@@ -59,7 +59,6 @@ def _trained(ids: list[int], spans: list[dict[str, int]]) -> tuple[tuple[int, ..
 def test_stats_counts_every_sample_token_and_trained_token_of_every_target_and_plots_them(
     outputs: dict[tuple[str, str], Path], canonical: list[dict[str, Any]], target: str, fmt: str, tmp_path: Path
 ) -> None:
-    pytest.importorskip("matplotlib", reason="the optional 'plot' extra is not installed")
     out = outputs[target, fmt]
     stats = dataset_stats(out)
     assert stats["target"] == target and stats["format"] == fmt
@@ -71,9 +70,13 @@ def test_stats_counts_every_sample_token_and_trained_token_of_every_target_and_p
         # Targets without turn spans count the runs of trained tokens: the same turns.
         assert stats["turns"] == sum(r["num_turns"] for r in canonical)
         assert sum(stats["splits"].values()) == len(canonical)
-    png = tmp_path / "lengths.png"
-    assert main(["stats", str(out), "--plot", str(png)]) == 0
-    assert png.read_bytes().startswith(b"\x89PNG")
+    if fmt == "parquet":  # the plot is drawn from the stats alone, equal above for every format of a target
+        pytest.importorskip("matplotlib", reason="the optional 'plot' extra is not installed")
+        png = tmp_path / "lengths.png"
+        assert main(["stats", str(out), "--plot", str(png)]) == 0
+        assert png.read_bytes().startswith(b"\x89PNG")
+    else:
+        assert main(["stats", str(out)]) == 0
     assert main(["stats", str(out), "--json"]) == 0
 
 
