@@ -482,3 +482,43 @@ def test_agents_sdk_generation_spans_train_each_call_once_and_no_function_span(t
         ("assistant", [("get_weather", {"city": "Tokyo"})]),
         ("assistant", "It's sunny."),
     ]
+
+
+def test_an_atif_continuation_trains_only_its_own_steps_and_reads_call_less_observations_as_inputs(
+    tmp_path: Path,
+) -> None:
+    # Harbor's Terminus-2 linear-history continuation after a context summarization (golden tests/golden/terminus_2/
+    # hello-world-context-summarization-linear-history.trajectory.cont-1.json, same copy; texts cut): steps 1-4 are
+    # copied context (is_copied_context: the handoff, the previous agent's questions sampled in another trajectory,
+    # the answers), then 4 agent steps whose raw JSON replies call no tool and whose observations are the terminal
+    # output sent back as the next user message. Before: the copied question was trained again here and every
+    # call-less observation was refused (1 of 4 own replies trained, 1 copy); after: the 4 own replies, 0 copies.
+    def agent(step_id: int, text: str, output: str | None, **extra: Any) -> dict[str, Any]:
+        step: dict[str, Any] = {"step_id": step_id, "source": "agent", "model_name": "openai/gpt-4o", "message": text}
+        if output is not None:
+            step["observation"] = {"results": [{"content": output}]}
+        return step | extra
+
+    steps = [
+        {"step_id": 1, "source": "user", "message": "You are an AI assistant.", "is_copied_context": True},
+        {"step_id": 2, "source": "user", "message": "You are picking up work.", "is_copied_context": True},
+        agent(3, "I have the following questions.", None, is_copied_context=True),
+        {"step_id": 4, "source": "user", "message": "Here are the answers.", "is_copied_context": True},
+        agent(5, '{"commands": [{"keystrokes": "printf"}]}', "New Terminal Output:\n# printf", metrics={}),
+        agent(6, '{"commands": [{"keystrokes": "cat hello.txt"}]}', "Hello, world!"),
+        agent(7, '{"commands": [], "task_complete": true}', "Are you sure you want to mark the task as complete?"),
+        agent(8, '{"commands": [], "task_complete": true}', "New Terminal Output:"),
+    ]
+    path = tmp_path / "trajectory.cont-1.json"
+    path.write_text(json.dumps(_atif(steps)), encoding="utf-8")
+    _, stats, _ = convert_file(path, SETTINGS)
+    # the copy is in the books, as a reply not trained (weight 0), never a turn of this trajectory
+    assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (5, 4, 0)
+    assert sum(stats.turns_dropped.values()) == 1
+    contexts = _contexts(path)
+    assert contexts[0][-1] == ("assistant", '{"commands": [{"keystrokes": "printf"}]}')
+    assert [role for role, _ in contexts[1]] == ["user", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assert contexts[1][5] == ("user", "New Terminal Output:\n# printf")
+    (graph,) = _graphs(path)
+    copied = next(n for n in graph.nodes.values() if n.message.text == "I have the following questions.")
+    assert copied.origin.value != "sampled"

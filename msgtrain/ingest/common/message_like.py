@@ -441,6 +441,9 @@ def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
     return (key, messages) if is_message_list(messages) else None
 
 
+# The inputs a message's step logged after it (an ATIF step's observation when the step called no tool): the user
+# messages the normaliser adds after the message.
+OBSERVATION_INPUTS = "observation_inputs"
 # The sources of an Agent Trajectory Interchange Format step (Harbor's ``trajectory.json``) and the roles they are.
 _ATIF_ROLES = {"system": "system", "user": "user", "agent": "assistant"}
 
@@ -449,7 +452,8 @@ def _atif_message(step: dict[str, Any]) -> dict[str, Any]:
     """An ATIF step (``{"step_id", "source", "message", "reasoning_content", "tool_calls": [{tool_call_id,
     function_name, arguments}], "observation": {"results": [{source_call_id, content}]}, "metrics", "model_name"}``)
     as one message; an agent step's calls and their results as an AI SDK UI message's ``dynamic-tool`` parts, which
-    the normaliser splits into the reply and the results after it. Its metrics' token counts are the call's usage.
+    the normaliser splits into the reply and the results after it. Its metrics' token counts are the call's usage. A
+    step copied from an earlier context (``is_copied_context``: a handoff's history) is context, never a reply here.
     A ``system`` step is the system prompt only as the trajectory's first step; later ones are messages the harness
     put into the conversation (OpenHands' recalled workspace context, which it sends as a user message), an input to
     the next call, never a new system prompt replacing the first."""
@@ -482,11 +486,19 @@ def _atif_message(step: dict[str, Any]) -> dict[str, Any]:
         else:
             part["state"] = "input-available"
         parts.append(part)
+    out: dict[str, Any] = {"role": role, "parts": parts}
+    if not step.get("tool_calls") and all(r.get("source_call_id") is None for r in answers):
+        # a step that called nothing: its observation is what the harness sent next (Terminus-2 sends the terminal's
+        # output as the next user message), an input after the reply
+        if answers:
+            out[OBSERVATION_INPUTS] = [r["content"] for r in answers]
+        answers = []
     # results no call of the step asked for: left as result parts, which the normaliser refuses (never dropped)
     parts.extend(
         {"type": "tool-result", "toolCallId": r.get("source_call_id"), "output": r["content"]} for r in answers
     )
-    out: dict[str, Any] = {"role": role, "parts": parts}
+    if step.get("is_copied_context") is True and role == "assistant":
+        out["weight"] = 0  # copied from an earlier context (a handoff's history): sampled there, not here
     metrics = step.get("metrics")
     if role == "assistant" and isinstance(metrics, dict) and isinstance(metrics.get("prompt_tokens"), int):
         out["usage"] = {k: metrics[k] for k in ("prompt_tokens", "completion_tokens") if k in metrics}

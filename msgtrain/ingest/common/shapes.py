@@ -62,6 +62,7 @@ from msgtrain.ingest.common.details_markup import DetailsStep, details_steps
 from msgtrain.ingest.common.message_like import (
     CALL_KEYS,
     CONTENT_KEYS,
+    OBSERVATION_INPUTS,
     ROLE_FLAGS,
     ROLE_KEYS,
     ROLE_VOCABULARY,
@@ -116,7 +117,11 @@ class MessageNormaliser:
         ``results_follow`` says whether the next logged message is a tool result too (None: not known), which
         decides how one result answering several parallel calls is read (:meth:`_parallel_results`)."""
         index, self.position = self.position, self.position + 1
-        return self._normalise(raw, where, index, results_follow)
+        out = self._normalise(raw, where, index, results_follow)
+        inputs = unwrapped(raw).get(OBSERVATION_INPUTS) if isinstance(raw, dict) else None
+        if isinstance(inputs, list):  # what the harness sent after this message (an ATIF step's observation)
+            out += [{"role": "user", "content": text} for text in inputs]
+        return out
 
     def is_result(self, raw: Any) -> bool:
         """Whether the logged message ``raw`` is a tool result by its role (what ``results_follow`` asks)."""
