@@ -119,18 +119,23 @@ def test_bucket_to_bucket_on_two_nodes_is_byte_identical_to_the_local_engine(
 
 def _ray_task_pids(cluster: Any, name: str) -> list[int]:
     """This cluster's worker processes running a task of this name (Ray titles a busy worker ``ray::<task>``;
-    workers are children of their node's raylet)."""
-    raylets = {node.all_processes["raylet"][0].process.pid for node in cluster.list_all_nodes()}
+    workers are children of their node's raylet, listed in its ``/proc/<pid>/task/*/children``: a poll reads those
+    few processes, not every process of the machine)."""
     pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
+    for node in cluster.list_all_nodes():
+        raylet = node.all_processes["raylet"][0].process.pid
+        for children in Path(f"/proc/{raylet}/task").glob("*/children"):
             try:
-                cmdline = (proc / "cmdline").read_bytes()
-                parent = int((proc / "stat").read_text().rpartition(")")[2].split()[1])
-            except (OSError, ValueError, IndexError):
+                kids = children.read_text().split()
+            except OSError:
                 continue
-            if cmdline.startswith(f"ray::{name}".encode()) and parent in raylets:
-                pids.append(int(proc.name))
+            for kid in kids:
+                try:
+                    cmdline = Path(f"/proc/{kid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if cmdline.startswith(f"ray::{name}".encode()):
+                    pids.append(int(kid))
     return pids
 
 
