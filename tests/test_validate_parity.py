@@ -5,6 +5,8 @@ resolve: the embedded demo one when none is given). ``--structure-only`` skips l
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -66,16 +68,31 @@ def _inputs(tmp_path: Path, name: str) -> Path:
     return _crafted(tmp_path, name)
 
 
+@pytest.fixture(scope="module")
+def real_logs_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str, Any]]:
+    """``msgtrain convert ../shared/real_logs -o OUT`` as a user runs it, once for the tests that read it: its exit
+    code, what it printed and its report.json (a run's report is report.json's, plus timings and paths)."""
+    real = shared_path("real_logs")
+    out = tmp_path_factory.mktemp("real_logs") / "out"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = main(["convert", str(real), "-o", str(out)])
+    return code, printed.getvalue(), json.loads((out / "report.json").read_text(encoding="utf-8"))
+
+
 @pytest.mark.parametrize(
     ("name", "options"), CASES, ids=[f"{n}-{'-'.join(str(v).rsplit('/')[-1] for v in o.values())}" for n, o in CASES]
 )
 def test_validate_fails_exactly_when_convert_rejects_or_drops_and_counts_what_convert_counts(
-    tmp_path: Path, name: str, options: dict[str, Any]
+    tmp_path: Path, name: str, options: dict[str, Any], request: pytest.FixtureRequest
 ) -> None:
     if "tokenizer" in options:
         options = {**options, "tokenizer": str(shared_path(*options["tokenizer"].split("/")))}
     cfg = ConvertConfig(inputs=(_inputs(tmp_path, name),), output=tmp_path / "out", **options)
-    data = convert(cfg)
+    if name == "real_logs":  # the CLI's run of the same inputs and (default) options
+        _, _, data = request.getfixturevalue("real_logs_run")
+    else:
+        data = convert(cfg)
     report = validate_inputs(list(cfg.inputs), cfg.input_format, Linearization.from_config(cfg))
 
     # convert's exit-3 rule (drops that are the user's choice or the log's own limit are not failures).
@@ -109,3 +126,16 @@ def test_the_validate_command_linearizes_by_default_and_structure_only_does_not(
     assert main(["validate", str(logs), "--max-length", "12", "--json"]) == 3
     data = json.loads(capsys.readouterr().out)
     assert data["linearized"] and data["convert"]["samples"]["dropped_by_reason"] == {"too_long": 6}
+
+
+def test_all_real_logs_convert_in_one_run_without_a_traceback_and_with_balanced_books(
+    real_logs_run: tuple[int, str, dict[str, Any]],
+) -> None:
+    """The fault boundary on every real-log folder, including ones in formats no reader reads yet: the run ends with
+    exit 0 or 3, prints no traceback, and its books balance; validate reads the same records."""
+    code, printed, report = real_logs_run
+    assert code in (0, 3), printed[-2000:]
+    assert "Traceback" not in printed
+    r = report["records"]
+    assert r["read"] == r["converted"] + r["rejected"] + r["skipped"]
+    assert validate_inputs([shared_path("real_logs")]).records == r["read"]
