@@ -492,7 +492,8 @@ def test_an_atif_continuation_trains_only_its_own_steps_and_reads_call_less_obse
     # copied context (is_copied_context: the handoff, the previous agent's questions sampled in another trajectory,
     # the answers), then 4 agent steps whose raw JSON replies call no tool and whose observations are the terminal
     # output sent back as the next user message. Before: the copied question was trained again here and every
-    # call-less observation was refused (1 of 4 own replies trained, 1 copy); after: the 4 own replies, 0 copies.
+    # call-less observation was refused (the copy trained, the 4 own replies lost); after: the 4 own replies, the copy
+    # in the books only.
     def agent(step_id: int, text: str, output: str | None, **extra: Any) -> dict[str, Any]:
         step: dict[str, Any] = {"step_id": step_id, "source": "agent", "model_name": "openai/gpt-4o", "message": text}
         if output is not None:
