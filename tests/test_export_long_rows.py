@@ -155,3 +155,16 @@ def test_writing_a_long_row_holds_pages_not_the_row_times_twenty(tmp_path: Path)
     assert per_token < 8, per_token
     back = pq.read_table(next((tmp_path / "out" / "data").glob("*.parquet")))
     assert back["input_ids"][0].values.to_numpy().tolist()[:200] == (np.arange(200) % 97).tolist()
+
+
+def test_a_long_prefix_of_a_longer_sequence_is_its_prefix() -> None:
+    # compared block by block: the sequence's last block is cut where the prefix ends (a Claude Code session's
+    # 70 k-id prefix was refused as the next turn's, every turn became its own sample and the graph passed the cap)
+    from msgtrain.linearize.plan import _PREFIX_BLOCK, _is_prefix
+
+    seq = np.arange(_PREFIX_BLOCK + 10, dtype=np.int32)
+    assert _is_prefix(seq[: _PREFIX_BLOCK + 5].copy(), seq)
+    assert _is_prefix(seq[: _PREFIX_BLOCK + 5][::1].astype(np.int64), seq)
+    changed = seq[: _PREFIX_BLOCK + 5].copy()
+    changed[-1] += 1
+    assert not _is_prefix(changed, seq)

@@ -271,8 +271,10 @@ def _is_prefix(prefix: np.ndarray, seq: np.ndarray) -> bool:
         return prefix.tobytes() == seq[:n].tobytes()
     # A whole-record prefix (10 M ids of a byte-level vocabulary) compared at once held two copies of it (tobytes)
     # or a mask as long (array_equal) at the linearizing peak: block by block holds one block's.
+    # (the last block of ``seq`` cut at ``n``: a longer ``seq`` is compared with the prefix, not past its end)
     return all(
-        np.array_equal(seq[i : i + _PREFIX_BLOCK], prefix[i : i + _PREFIX_BLOCK]) for i in range(0, n, _PREFIX_BLOCK)
+        np.array_equal(seq[i : min(i + _PREFIX_BLOCK, n)], prefix[i : i + _PREFIX_BLOCK])
+        for i in range(0, n, _PREFIX_BLOCK)
     )
 
 
