@@ -523,3 +523,86 @@ def test_an_atif_continuation_trains_only_its_own_steps_and_reads_call_less_obse
     (graph,) = _graphs(path)
     copied = next(n for n in graph.nodes.values() if n.message.text == "I have the following questions.")
     assert copied.origin.value != "sampled"
+
+
+HERMES = FIXTURES / "hermes-function-calling.jsonl"
+
+
+def _hermes_row(n: int) -> list[dict[str, str]]:
+    """Row ``n`` of the Hermes fixture as the OpenAI messages it stands for (ShareGPT roles renamed, texts as is)."""
+    row = json.loads(HERMES.read_text(encoding="utf-8").splitlines()[n])
+    roles = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}
+    return [{"role": roles[m["from"]], "content": m["value"]} for m in row["conversations"]]
+
+
+def test_a_reply_writing_its_calls_as_text_is_trained_as_logged_and_the_tool_message_after_it_is_its_result() -> None:
+    # NousResearch hermes-function-calling-v1 (func-calling rows: the system prompt holds the tools in <tools>, the
+    # reply writes two calls as <tool_call> text, one tool message answers both in <tool_response> blocks) and a
+    # hermes-agent ShareGPT trajectory (<think> before the call, the call as JSON text); hand-written in their shape.
+    # Before: the tool message answered no structured call, so each row trained its first reply only and lost the
+    # answer after it (2 of 4, 2 context_unknown); after: 4 of 4, each reply once, the tool text as context.
+    assert detect_format(HERMES).name == "sharegpt"
+    assert _books(HERMES) == (4, 4, 0, 0)
+    contexts = _contexts(HERMES)
+    replies = [m["content"] for n in (0, 1) for m in _hermes_row(n) if m["role"] == "assistant"]
+    assert [c[-1][1] for c in contexts] == replies
+    for n, context in zip((0, 1), contexts[1::2], strict=True):
+        assert context == [(m["role"], m["content"]) for m in _hermes_row(n)]
+    graphs = _graphs(HERMES)
+    tool = next(n.message for n in graphs[0].nodes.values() if n.message.role == "tool")
+    assert isinstance(tool, PartsMessage) and tool.name is None  # no call id or name invented for it
+    assert graphs[0].env.tools == ()  # the tools are the system prompt's text, as the dataset wrote them
+
+
+def test_a_tool_message_after_a_reply_without_a_call_in_its_text_still_answers_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    for reply, result in [
+        ("Let me check.", {"role": "tool", "content": "21 C"}),
+        (
+            '<tool_call>\n{"name": "w", "arguments": {}}\n</tool_call>',
+            {"role": "tool", "tool_call_id": "call_9", "content": "21 C"},
+        ),
+    ]:
+        messages = [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": reply},
+            result,
+            {"role": "assistant", "content": "It is 21 C."},
+        ]
+        path.write_text(json.dumps({"messages": messages}) + "\n", encoding="utf-8")
+        _, stats, rejects = convert_file(path, SETTINGS)
+        assert (stats.turns_found, stats.turns_trained, stats.turns_dropped["context_unknown"]) == (2, 1, 1)
+        assert json.loads(rejects[0])["reason"] == "unpaired_result"
+
+
+@pytest.mark.parametrize("row", [0, 1])
+def test_a_conversation_of_calls_written_as_text_renders_as_qwen25s_template_does_from_the_logged_text(
+    tmp_path: Path, row: int
+) -> None:
+    # Qwen2.5's template renders a tool message as <tool_response> in a user turn, whatever call it answers: the
+    # rows msgtrain makes are apply_chat_template's rendering of the logged messages, each reply trained once, as
+    # the tokens of its text (its <tool_call> the added token the model sampled) and the end of its turn; with the
+    # control text in the prompt's content parsed as a server does (--content-special-tokens parse), the tokens
+    # are the tokenizer's of the whole rendering. The OpenAI-role form of the same conversation (Qwen2.5's own
+    # format) alike.
+    from msgtrain.linearize import LinearizeOptions, linearize_graph
+    from tests.conftest import load_named_tokenizer
+
+    tok = load_named_tokenizer("qwen2.5")
+    encode = lambda text: tok.hf(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    messages = _hermes_row(row)
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"messages": messages}) + "\n", encoding="utf-8")
+    expected = tok.hf.apply_chat_template(messages, tokenize=False)
+    for source in (HERMES, path):
+        (graph,) = [g for g in _graphs(source) if g.path(g.leaves()[0])[0].message.text == messages[0]["content"]]
+        replies = [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
+        for parse in ("plain", "parse"):
+            result = linearize_graph(graph, tok, options=LinearizeOptions(content_special_tokens=parse))
+            assert not result.drops
+            (sample,) = result.samples
+            ids = sample.input_ids.tolist()
+            assert tok.decode(ids) == expected.rstrip("\n")
+            assert [ids[a:b] for a, b in sample.turn_spans] == [encode(r) for r in replies]
+            assert int(sample.loss_mask.sum()) == sum(len(encode(r)) for r in replies)
+        assert ids == encode(expected.rstrip("\n"))

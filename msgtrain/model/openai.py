@@ -35,6 +35,9 @@ from msgtrain.model.message import (
 )
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# msgtrain's key on a tool message answering a call the reply before it wrote as text (Hermes' ``<tool_call>`` in its
+# content, no structured call logged): the tool's text, a tool-role message with no call to pair it with
+TEXT_CALL_RESULT = "answers_text_call"
 _MEDIA_KEYS = {"image_url": "image", "input_audio": "audio", "video_url": "video", "file": "document"}
 # Every content part type this module reads (a refusal part is read as text by the chat reader).
 CONTENT_PART_TYPES = frozenset(
@@ -130,7 +133,8 @@ def from_openai_message(
     """Convert one OpenAI chat message dict. ``call_names`` maps earlier call ids to names (for tool results).
 
     A tool message may hold its result as a JSON value under ``result`` (beside ``content``, its text): the readers'
-    way to keep a result the log wrote as JSON, not text."""
+    way to keep a result the log wrote as JSON, not text. One marked :data:`TEXT_CALL_RESULT` answers a call its reply
+    wrote as text: a tool-role :class:`PartsMessage` of its content, no call id or name invented for it."""
     where = f"message[{index}]" if index is not None else "message"
     if not isinstance(data, dict):
         raise ValidationError("message is not a JSON object", where=where, code="bad_message")
@@ -144,6 +148,8 @@ def from_openai_message(
         )
     name = data.get("name") if isinstance(data.get("name"), str) else None
     parts = _content_parts(data.get("content"), where)
+    if role in ("tool", "function") and data.get(TEXT_CALL_RESULT) is True:
+        return PartsMessage(parts=tuple(parts), role_hint_for_llm="tool", policy=RUNTIME_POLICY, name=name)
     if role in ("tool", "function"):
         call_id = data.get("tool_call_id") or (data.get("name") if role == "function" else None)
         if not call_id:

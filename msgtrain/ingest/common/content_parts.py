@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from msgtrain.errors import ValidationError
@@ -79,6 +80,25 @@ def json_call(content: Any) -> bool:
         return False
     calls = value if isinstance(value, list) else [value]
     return bool(calls) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls)
+
+
+# Markup a model writes a tool call in, in its own text, where the log keeps no structured call: Hermes and Qwen2.5 /
+# Qwen3 (``<tool_call>{"name", "arguments"}</tool_call>``: NousResearch hermes-function-calling-v1, hermes-agent's
+# ShareGPT trajectories), glaive-function-calling (``<functioncall> {...}``), Llama 3.1 (``<function=name>{...}``,
+# ``<|python_tag|>``) and Mistral (``[TOOL_CALLS]``).
+_TEXT_CALL_MARKUP = re.compile(r"<tool_call>|<functioncall>|<function=[\w.-]+>|<\|python_tag\|>|\[TOOL_CALLS\]")
+
+
+def text_calls(content: Any) -> bool:
+    """Whether a reply's text writes a tool call (the markup above, or text that is the JSON of calls,
+    :func:`json_call`): the reply is the call the model sampled, written as text, and a tool message after it may
+    answer it."""
+    if isinstance(content, list):
+        texts = [p.get("text") if isinstance(p, dict) else p for p in content]
+        content = "".join(t for t in texts if isinstance(t, str))
+    if not isinstance(content, str):
+        return False
+    return _TEXT_CALL_MARKUP.search(content) is not None or json_call(content)
 
 
 def first_present(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:

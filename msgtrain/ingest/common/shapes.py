@@ -19,7 +19,9 @@ Invariants:
   (``call_<message>_<k>``) is made only for a call the log wrote without one.
 - A result is paired with a call only when the log says which: its own id, else the oldest open call of its
   name, else the oldest open call (results written in call order, as ShareGPT and Gemini write them). A result
-  that answers no open call is an ``unpaired_result`` error, never attached to a guess.
+  that answers no open call is an ``unpaired_result`` error, never attached to a guess; except a tool message
+  without an id right after a reply that wrote its calls as text (Hermes' ``<tool_call>``, no structured call
+  logged): the result of those calls, kept as the tool's text with nothing to pair (:meth:`_text_call_result`).
 - A role outside the vocabulary is never guessed (``unknown_role``).
 - Errors are :class:`~msgtrain.errors.ValidationError` located at the message's JSON path (``where``).
 """
@@ -56,6 +58,7 @@ from msgtrain.ingest.common.content_parts import (
     sdk_call,
     sdk_result,
     split_parallel_results,
+    text_calls,
     ui_tool,
 )
 from msgtrain.ingest.common.details_markup import DetailsStep, details_steps
@@ -75,6 +78,9 @@ from msgtrain.ingest.common.message_like import (
 )
 from msgtrain.ingest.common.pydantic_ai_messages import INSTRUCTIONS_MARK, is_pydantic_ai_message, pydantic_ai_messages
 from msgtrain.ingest.common.turn_pieces import is_turn_piece, piece_message
+from msgtrain.model.openai import TEXT_CALL_RESULT
+
+_RESULT_IDS = ("tool_call_id", "tool_use_id", "toolCallId")
 
 
 @dataclass
@@ -96,6 +102,7 @@ class MessageNormaliser:
     turn_calls: list[str] = field(default_factory=list)  # the ids of the calls the latest calling message made
     user_calls: set[str] = field(default_factory=set)  # open calls the user side made (see _user_calls)
     user_tool_messages: int = 0  # the user side's calls and results, left out of the policy's context
+    text_called: bool = False  # the latest reply wrote its calls as text, none structured (see _text_call_result)
 
     def fork(self) -> MessageNormaliser:
         """A normaliser for a branch that continues this one's conversation (a tree's child, a sibling reply): the
@@ -108,6 +115,7 @@ class MessageNormaliser:
             position=self.position,
             turn_calls=list(self.turn_calls),
             user_calls=set(self.user_calls),
+            text_called=self.text_called,
         )
 
     def normalise(self, raw: Any, where: str, *, results_follow: bool | None = None) -> list[dict[str, Any]]:
@@ -157,6 +165,8 @@ class MessageNormaliser:
         if not self.content_key and is_ui_steps(obj.get("parts")):
             content = obj["parts"]  # AI SDK 4 keeps the text in content too, the calls only in parts
         role = self._shaped_role(logged, role, obj, content, where)
+        if role not in ("tool", "thought"):
+            self.text_called = False
         if role == "thought":
             self.thought.append(content if isinstance(content, str) else block_text(content, where))
             return []
@@ -175,8 +185,12 @@ class MessageNormaliser:
             name = obj.get("name")
             if isinstance(name, str) and name:
                 self.names.add(name)
-            return [self._assistant(obj, content, role == "call", where)]
+            reply = self._assistant(obj, content, role == "call", where)
+            self.text_called = not reply.get("tool_calls") and text_calls(reply["content"])
+            return [reply]
         if role == "tool":
+            if self.text_called and not self.open_calls and not any(obj.get(k) for k in (*_RESULT_IDS, "id")):
+                return [self._text_call_result(obj, content)]
             results = [sdk_result(b) for b in content] if isinstance(content, list) and content else []
             if results and all(r is not None for r in results):  # one message answering several calls
                 return [d for r in results if r is not None for d in self._result(r[0], r[1], r[2], where)]
@@ -213,8 +227,7 @@ class MessageNormaliser:
                 return "assistant"  # an assistant message whose calls are under their own key
             holds = json_call(content)
         else:
-            ids = ("tool_call_id", "tool_use_id", "toolCallId")
-            holds = any(obj.get(k) for k in ids) or bool(self.open_calls)
+            holds = any(obj.get(k) for k in _RESULT_IDS) or bool(self.open_calls)
         if holds:
             return structured
         if text is None:
@@ -483,6 +496,19 @@ class MessageNormaliser:
         if isinstance(obj.get("name"), str):
             message["name"] = obj["name"]
         return [*out, message]
+
+    def _text_call_result(self, obj: dict[str, Any], content: Any) -> dict[str, Any]:
+        """A tool message after a reply that wrote its calls as text (:func:`text_calls`: Hermes' ``<tool_call>``
+        markup, no structured call logged), with no call id of its own: the result of those calls, sent back as the
+        log holds it. The reply is trained as the text it is; this message is its context, a tool-role message with
+        no call to pair (:data:`TEXT_CALL_RESULT`), no id or name invented. Several may follow one reply (one per
+        call, or one holding every result, as hermes-agent writes them)."""
+        value = block_result(content)
+        text = value if isinstance(value, str | list) else json.dumps(value, ensure_ascii=False)
+        out: dict[str, Any] = {"role": "tool", "content": text, TEXT_CALL_RESULT: True}
+        if isinstance(obj.get("name"), str) and obj["name"]:
+            out["name"] = obj["name"]
+        return out
 
     def _tool_message(self, obj: dict[str, Any], content: Any, where: str) -> list[dict[str, Any]]:
         call_id = next((obj[k] for k in ("tool_call_id", "tool_use_id", "toolCallId", "id") if obj.get(k)), None)
