@@ -414,10 +414,16 @@ class EncodedCache:
             self.bytes -= self._sizes.pop(old)
 
 
+_UNSIGNED = {np.dtype(np.int32): np.dtype(np.uint32), np.dtype(np.int64): np.dtype(np.uint64)}
+_MAX = np.maximum.reduce
+
+
 def in_table(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """``table[ids]`` for a boolean membership table indexed by token id (``np.isin`` by lookup: a handful of ids
     tested against every completion, every turn); ids outside the table are not members."""
-    if ids.shape[0] == 0 or (int(ids.min()) >= 0 and int(ids.max()) < table.shape[0]):  # the usual case
+    unsigned = _UNSIGNED.get(ids.dtype)
+    # The usual case, every id inside, in one reduction: seen unsigned, a negative id is larger than any table.
+    if ids.shape[0] == 0 or (unsigned is not None and int(_MAX(ids.view(unsigned))) < table.shape[0]):
         return table[ids]
     inside = (ids >= 0) & (ids < table.shape[0])
     out = np.zeros(ids.shape[0], dtype=bool)
