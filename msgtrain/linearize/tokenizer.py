@@ -414,7 +414,10 @@ class EncodedCache:
             self.bytes -= self._sizes.pop(old)
 
 
-_UNSIGNED = {np.dtype(np.int32): np.dtype(np.uint32), np.dtype(np.int64): np.dtype(np.uint64)}
+_UNSIGNED: dict[np.dtype[Any], np.dtype[Any]] = {
+    np.dtype(np.int32): np.dtype(np.uint32),
+    np.dtype(np.int64): np.dtype(np.uint64),
+}
 _MAX = np.maximum.reduce
 
 
