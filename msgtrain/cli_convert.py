@@ -42,6 +42,8 @@ def _summary(data: dict[str, Any], console: Console, output: str) -> None:
     t.add_row("graphs", str(data["graphs"]))
     lost = tu.get("in_rejected_records", 0)
     more = f"; about {lost} more in rejected records" if lost else ""
+    copies = tu.get("history_copies", 0)
+    more += f"; {copies} history copies, context" if copies else ""
     t.add_row("turns", f"{tu['found']} found = {tu['trained']} trained + {tu['dropped']} dropped{more}")
     t.add_row("samples", f"{s['written']} " + " ".join(f"{k}={v}" for k, v in s["by_split"].items()))
     t.add_row("tokens", f"{tok['total']} total, {tok['trained']} trained, engine share {tok['engine_share']:.1%}")

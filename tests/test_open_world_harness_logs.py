@@ -18,8 +18,17 @@ Provenance of the shapes (repository, path, commit of the real file counted by h
   65108d12b2082ba67a6aba51476dfb46db22f037 (6 groups of 4 rollouts, ``tokens`` / ``masks`` / ``scores`` first,
   ~450 KB a line, then ``messages``; roles ``system`` / ``environment`` / ``agent``; each step's group re-sends the
   steps before it: 48 agent messages, 24 rollouts' replies, 24 copies of the steps chosen before a group):
-  unrecognised before, then 18 trained and 30 duplicates (the scores unread); now 24 trained, each rl row with its
-  rollout's score as its reward, the 24 copies context (``context_unknown``, counted once each).
+  unrecognised before, then 18 trained and 30 duplicates (the scores unread), then 24 trained, each rl row with its
+  rollout's score as its reward, the 24 copies context booked as ``context_unknown`` (found 48 for 24 sampled
+  replies); now found 24 = 24 trained, the 24 copies counted apart (``history_copies``), 6 groups of 4 rollouts
+  sharing their ``group_id``.
+- n samples of one prompt with a reward each: RLHFlow/Online-RLHF ``annotate_data/get_rewards.py`` @
+  138f5278cb2859e63deacde832a31c5d0a6e22f8 writes ``{"type": "text_only", "instances": [{"prompt", "responses",
+  "rewards"}]}`` (the prompt its chat template rendered, ``generation/gen_hf.py``; K responses, a reward each): read as
+  one conversation per instance with sibling replies and one reward (or not at all: unrecognised) before; now K
+  rollouts per instance, each its own reward, one group. A GRPO step's ``{prompt: [messages], completions, rewards}``
+  read the prompt alone before (0 found, the completions lost to the books); offline GRPO rollouts ``{prompt,
+  rollouts: [{completion, code, reward, renders, ...}]}`` (a grpo_rollouts.jsonl generator's shape) unrecognised.
 - Atropos rollout groups written as text: NousResearch/atropos ``environments/cybersec_env_outputs/objreward.jsonl``
   @ dd1b1fe3e3c7d29ac6071c3da1e467f7853cea43 (2 groups of 8 rollouts, each ``messages[i]`` the whole conversation
   its Llama 3 template rendered, system + user + the sampled reply closed by ``<|eot_id|>``: 16 replies, unrecognised
@@ -50,6 +59,7 @@ Provenance of the shapes (repository, path, commit of the real file counted by h
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -265,8 +275,9 @@ def test_rl_rollout_groups_with_their_messages_past_the_head_are_read_once_per_r
     turns, pairs = _run(path, tmp_path / "out")
     # 12 agent messages: the 8 replies sampled, each a scored rollout of its own (two rollouts sampling the same
     # reply are two rollouts, each with its score), and 4 copies of the step chosen, which every rollout of the second
-    # group was started from: context, in the books as such, never trained again
-    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (12, 8, {"context_unknown": 4})
+    # group was started from: history, a copy of a reply sampled in the first group, counted apart, never trained again
+    assert (turns["found"], turns["trained"], turns["dropped_by_reason"]) == (8, 8, {})
+    assert turns["history_copies"] == 4
     # the environment's observations are what the policy was told: user turns, each reply after exactly its step
     assert len(set(pairs)) == 6 and all(c.startswith("<|im_start|>system\nYou solve") for c, _ in pairs)
     second = sorted(r for c, r in pairs if "Cube state 1." in c)
@@ -293,6 +304,101 @@ def test_each_rollout_of_a_scored_group_carries_its_own_score_as_the_rl_rows_rew
     rewards = {tok.decode(r["input_ids"]).rsplit("<|im_start|>assistant\n", 1)[1].strip(): r["reward"] for r in rows}
     assert rewards == {"Move U.<|im_end|>": 0.5, "Move R.<|im_end|>": 0.4, "Move F.<|im_end|>": 0.3, "7<|im_end|>": 1.0,
                        "9<|im_end|>": -1.0}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ n samples, n rewards
+def _chatml_prompt(system: str, user: str) -> str:
+    return f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _rl_rows(out: Path) -> list[dict[str, Any]]:
+    return [r for f in sorted((out / "data").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def test_n_samples_of_one_prompt_with_a_reward_each_are_n_rollouts_of_one_group(tmp_path: Path) -> None:
+    # RLHFlow's best-of-n files (LMFlow's {"type", "instances"}): the prompt its chat template rendered, the n
+    # responses sampled for it, and the reward model's reward for each, item for item
+    p0, p1 = _chatml_prompt("You are terse.", "Name a prime."), _chatml_prompt("You are terse.", "Name a square.")
+    instances = [
+        {"prompt": p0, "responses": ["7", "9", "7", "4"], "rewards": [1.0, -1.0, 1.0, -1.0]},  # two identical samples
+        {"prompt": p1, "responses": ["4", "5", "9"], "rewards": [0.9, 0.0, 0.6]},
+    ]
+    path = _write(tmp_path / "iter2_K4_Mreward.json", {"type": "text_only", "instances": instances})
+    assert detect_format(path).name == "structural"
+    report = convert(ConvertConfig(inputs=(path,), output=tmp_path / "out", target="rl", group_by="rollout_group"))
+    # 7 samples: 7 rollouts, each trained once (the two identical samples are two rollouts with their own rewards)
+    assert (report["turns"]["found"], report["turns"]["trained"], report["turns"]["dropped"]) == (7, 7, 0)
+    rows = _rl_rows(tmp_path / "out")
+    tok = load_tokenizer(None).base
+    got = []
+    for r in rows:
+        (span,) = r["turn_spans"]  # one trained reply a row
+        ids = r["input_ids"]
+        got.append((tok.decode(ids[: span["start"]]), tok.decode(ids[span["start"] : span["end"]]), r["reward"]))
+    assert len({r["trajectory_id"] for r in rows}) == 7 and all(r["weight"] == 1.0 for r in rows)
+    # each sample after exactly its prompt: the same context, token for token, across the n samples of a prompt
+    assert sorted(got) == sorted(
+        [(p0, t + "<|im_end|>", w) for t, w in zip(["7", "9", "7", "4"], [1.0, -1.0, 1.0, -1.0], strict=True)]
+        + [(p1, t + "<|im_end|>", w) for t, w in zip(["4", "5", "9"], [0.9, 0.0, 0.6], strict=True)]
+    )
+    assert len({tuple(r["input_ids"][: r["turn_spans"][0]["start"]]) for r in rows}) == 2
+    # GRPO groups of n, by hand: rewards (1, -1, 1, -1) have mean 0, sample std sqrt(4/3); (0.9, 0, 0.6) mean 0.5,
+    # sample std sqrt((0.16 + 0.25 + 0.01) / 2) = sqrt(0.21)
+    by_group: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        by_group.setdefault(r["group_id"], []).append((r["reward"], r["advantage"]))
+    assert sorted(len(g) for g in by_group.values()) == [3, 4]
+    expected = {1.0: 1 / (4 / 3) ** 0.5, -1.0: -1 / (4 / 3) ** 0.5, 0.9: 0.4 / 0.21**0.5, 0.0: -0.5 / 0.21**0.5,
+                0.6: 0.1 / 0.21**0.5}  # fmt: skip
+    for members in by_group.values():
+        for reward, advantage in members:
+            assert abs(advantage - expected[reward]) < 1e-3  # eps 1e-4 in the denominator
+    # without --group-by the rows of one prompt's samples share their group_id too (the GRPO group, verl's uid)
+    plain = convert(ConvertConfig(inputs=(path,), output=tmp_path / "plain", target="rl"))
+    assert plain["turns"]["trained"] == 7
+    assert sorted(Counter(r["group_id"] for r in _rl_rows(tmp_path / "plain")).values()) == [3, 4]
+    # --group-by @prompt (the tokens before the first trained one) makes the same groups
+    convert(ConvertConfig(inputs=(path,), output=tmp_path / "prompt", target="rl", group_by="@prompt"))
+    by_prompt = {(r["reward"], round(r["advantage"], 9)) for r in _rl_rows(tmp_path / "prompt")}
+    assert by_prompt == {(r["reward"], round(r["advantage"], 9)) for r in rows}
+
+
+def test_a_rollout_dump_keeping_a_reward_in_each_sample_or_beside_them_trains_every_sample(tmp_path: Path) -> None:
+    # a GRPO step's dump: the prompt's messages, the completions and their rewards, the step; and offline GRPO's
+    # {prompt, rollouts: [{completion, code, reward, renders, ...}], mean_reward} (a reward in each rollout)
+    step = [
+        {"prompt": [{"role": "user", "content": q}], "completions": cs, "rewards": rs, "step": 3}
+        for q, cs, rs in (("2+2?", ["4", "5", "4"], [1, 0, 1]), ("3+3?", ["6", "7"], [1, 0]))
+    ]
+    offline = {
+        "prompt": "Animate a circle.",
+        "rollouts": [
+            {"completion": "circle()", "code": "circle()", "reward": 1.0, "renders": True},
+            {"completion": "square()", "code": "square()", "reward": 0.0, "renders": False},
+        ],
+        "mean_reward": 0.5,
+    }
+    folder = tmp_path / "logs"
+    _jsonl(folder / "grpo_step3.jsonl", step)
+    _jsonl(folder / "grpo_rollouts.jsonl", [offline])
+    report = convert(ConvertConfig(inputs=(folder,), output=tmp_path / "out", target="rl", group_by="rollout_group"))
+    assert (report["turns"]["found"], report["turns"]["trained"]) == (7, 7)  # 3 + 2 + 2 samples, each its rollout
+    rows = _rl_rows(tmp_path / "out")
+    groups = Counter(r["group_id"] for r in rows)
+    assert sorted(groups.values()) == [2, 2, 3]
+    meta = [json.loads(r["metadata"]) for r in rows]
+    assert sorted(m.get("step") for m in meta if "step" in m) == [3] * 5  # the record's own fields, on each rollout
+    assert sorted((m["code"], m["renders"]) for m in meta if "code" in m) == [("circle()", True), ("square()", False)]
+    assert sorted(r["advantage"] for r in rows if r["group_id"] == groups.most_common(1)[0][0])[0] < 0  # "5": 0
+
+
+def test_candidates_a_judge_rated_stay_judged_not_rollouts(tmp_path: Path) -> None:
+    # distilabel's UltraFeedback output (generations beside a judge's ratings): the best-rated is the reply to train,
+    # the others judged worse (trained with --train-negative); they are not rollouts of one group
+    path = _jsonl(tmp_path / "rated.jsonl", [{"instruction": "Name a color.", "generations": ["Blue", "Banana"],
+                                             "ratings": [5, 1]}])  # fmt: skip
+    report = convert(ConvertConfig(inputs=(path,), output=tmp_path / "out"))
+    assert (report["turns"]["trained"], report["turns"]["dropped_by_reason"]) == (1, {"negative_label": 1})
 
 
 # ------------------------------------------------------------------------------------------------ AgentBench

@@ -69,7 +69,7 @@ from msgtrain.model.completeness import (
     reported_reasoning_tokens,
     same_model,
 )
-from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.graph import HISTORY_COPY, MessageGraph, Origin
 from msgtrain.model.graphlog import subgraphs
 from msgtrain.model.message import AnyMessage, Generation, MediaPart
 from msgtrain.model.openai import to_openai_message
@@ -218,6 +218,8 @@ class LinearizeResult:
     cuts: Counter[str] = field(default_factory=Counter)
     drops: Counter[str] = field(default_factory=Counter)
     flags: Counter[str] = field(default_factory=Counter)
+    # replies held as the history a group of rollouts started from (``HISTORY_COPY``): copies, not turns
+    history_copies: int = 0
 
     def merge(self, other: LinearizeResult) -> None:
         self.samples.extend(other.samples)
@@ -225,6 +227,7 @@ class LinearizeResult:
         self.cuts.update(other.cuts)
         self.drops.update(other.drops)
         self.flags.update(other.flags)
+        self.history_copies += other.history_copies
 
 
 @dataclass(frozen=True)
@@ -954,6 +957,11 @@ class _GraphLinearizer:
             if key in seen or (self.opts.policies and policy not in self.opts.policies):
                 continue
             seen.add(key)
+            if node.message.metadata.get(HISTORY_COPY) is True:
+                # a copy of a reply sampled before the group this rollout is one of: a turn where it was sampled,
+                # here the history the group started from (counted apart, not a turn found)
+                self.result.history_copies += 1
+                continue
             # A reader may say why it kept the reply as context only (``why_not_trained``), and that the user
             # interrupted it (``interrupted``): a reply cut short is its own reason, not an unknown context.
             meta = node.message.metadata

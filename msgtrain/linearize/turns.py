@@ -5,7 +5,9 @@ Invariants:
   root-to-parent path and the environment (tools, template kwargs) of that node.
 - Turns come in a deterministic order: by depth, then node creation order; a prefix turn always precedes the turns
   that extend it (a prefix is shorter).
-- ``group_id`` is shared by turns sampled from the same context (n>1 siblings): hash of parent node and env.
+- ``group_id`` is shared by turns sampled from the same context (n>1 siblings): hash of parent node and env, and of
+  the graph, or of the group of rollouts the graph is one of (``ROLLOUT_GROUP``: n samples of one context read as n
+  graphs, each with its reward).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from msgtrain.model.graph import Env, MessageGraph, Node
+from msgtrain.model.graph import ROLLOUT_GROUP, Env, MessageGraph, Node
 from msgtrain.model.message import DEFAULT_POLICY, Generation
 
 
@@ -48,7 +50,8 @@ def collect_turns(graph: MessageGraph) -> list[Turn]:
     turns = []
     for i, node in enumerate(sampled):
         env = graph.env_of(node.id)
-        group = hashlib.blake2b(f"{graph.graph_id}\0{node.parent}\0{env.id}".encode(), digest_size=8).hexdigest()
+        basis = graph.metadata.get(ROLLOUT_GROUP) or graph.graph_id
+        group = hashlib.blake2b(f"{basis}\0{node.parent}\0{env.id}".encode(), digest_size=8).hexdigest()
         turns.append(
             Turn(
                 i,

@@ -43,6 +43,12 @@ from msgtrain.model.openai import arguments_text, from_openai_message, result_te
 
 GRAPH_LOG_FORMAT = "msgtrain.graph"
 GRAPH_LOG_VERSION = 1
+# Graph metadata naming the group of rollouts the graph is one of (n samples of one context a log keeps as a list,
+# each with its own reward): its turns share their ``group_id`` with the other rollouts' first turns of that context.
+ROLLOUT_GROUP = "rollout_group"
+# Message metadata of a reply a rollout holds as the history its group was started from: a copy of a reply sampled
+# before the group (where it is a turn of its own), kept as context and not a turn of this rollout.
+HISTORY_COPY = "history_copy"
 
 
 class Origin(StrEnum):

@@ -293,6 +293,7 @@ def build_report(
             stats.turns_trained - sum(tally.length_dropped_turns.values()) - duplicates.turns,
             turns_dropped,
             stats.turns_lost,
+            stats.history_copies,
         ),
         "samples": {
             "written": tally.samples,

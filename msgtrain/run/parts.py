@@ -211,6 +211,7 @@ class PartStats:
     turns_dropped: Counter[str] = field(default_factory=Counter)
     flags: Counter[str] = field(default_factory=Counter)
     turns_lost: int = 0  # estimated assistant turns in rejected records (ReadReject.turns, rejected graphs' turns)
+    history_copies: int = 0  # replies held as the history a group of rollouts started from (LinearizeResult)
 
     def add(self, other: PartStats) -> None:
         for name, value in other.__dict__.items():
@@ -241,6 +242,7 @@ def accounting_report(
     turns_trained: int,
     turns_dropped: Mapping[str, int],
     turns_lost: int = 0,
+    history_copies: int = 0,
 ) -> dict[str, Any]:
     """The ``records``, ``graphs`` and ``turns`` blocks of ``report.json``: one builder, so that what ``validate``
     predicts has exactly the shape of what ``convert`` reports."""
@@ -262,6 +264,9 @@ def accounting_report(
             # Not part of ``found``: assistant turns in records that were rejected whole (an estimate from their
             # assistant-like messages), so the books show turns lost and not only records.
             "in_rejected_records": turns_lost,
+            # Not part of ``found`` either: replies a rollout holds as the history its group was started from, each
+            # a copy of a reply sampled before the group (a turn there), context here.
+            "history_copies": history_copies,
         },
     }
 
@@ -360,6 +365,7 @@ def convert_file(
                     stats.records_converted += ev.records
                     stats.graphs += 1
                     stats.turns_found += len(res.turns)
+                    stats.history_copies += res.history_copies
                     stats.turns_dropped.update(res.drops)
                     stats.turns_trained += sum(len(s.turn_ids) for s in res.samples)
                     stats.flags.update(res.flags)

@@ -107,6 +107,11 @@ def _structural(path: Path, exp: Explanation) -> None:
                 exp.conversations["rendered conversation"] += 1
                 exp.places[_shape_of(item.path)] += 1
                 continue
+            if item.group is not None and item.mapping.layout == "prompt_completion":
+                # n samples of one prompt, each with its reward (scored_samples): a rollout each, no --map form
+                exp.conversations["rollout of n samples of one prompt"] += 1
+                exp.places[_shape_of(item.path)] += 1
+                continue
             if item.node_map:  # a message tree keyed by node id (ChatGPT's mapping): no --map form reads it
                 exp.conversations["node map (message tree)"] += 1
                 exp.places[_shape_of(item.path) + "." + item.mapping.columns["messages"]] += 1

@@ -82,6 +82,7 @@ class ValidationReport:
     turns_dropped: Counter[str] = field(default_factory=Counter)
     samples_dropped: Counter[str] = field(default_factory=Counter)
     turns_lost: int = 0  # estimated assistant turns in rejected records, as convert counts them
+    history_copies: int = 0  # replies held as the history a group of rollouts started from, as convert counts them
     # The turns trained so far, by digest: a later copy is a duplicate, as convert counts it (msgtrain.export.dedupe).
     once: Any = field(default=None, repr=False, compare=False)  # a TrainedOnce, made at the first linearized graph
 
@@ -123,6 +124,7 @@ class ValidationReport:
                 self.turns_trained,
                 self.turns_dropped,
                 self.turns_lost,
+                self.history_copies,
             ),
             "samples": {"dropped_by_reason": dict(sorted(self.samples_dropped.items()))},
         }
@@ -209,6 +211,7 @@ def _linearize_findings(ev: ReadGraph, lin: Linearization, report: ValidationRep
     report.converted += ev.records
     report.converted_graphs += 1
     report.turns_found += len(res.turns)
+    report.history_copies += res.history_copies
     trained = sum(len(s.turn_ids) for s in res.samples)
     drops = Counter(res.drops)
     sample_drops: Counter[str] = Counter()

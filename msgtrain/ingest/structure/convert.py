@@ -74,7 +74,7 @@ from msgtrain.ingest.structure.steps import (
 )
 from msgtrain.ingest.structure.trees import tree_events
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools, mark_context_incomplete
-from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.graph import HISTORY_COPY, ROLLOUT_GROUP, MessageGraph, Origin
 from msgtrain.model.message import PartsMessage, TextPart
 
 TEMPLATE_KWARGS_KEY = "chat_template_kwargs"
@@ -191,6 +191,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         mark_context_incomplete(graph, ["system_prompt"], why)
     graph.graph_id = content_graph_id(base, graph)
     extras = row_extras(holder, m)
+    if found.group is not None:  # one of the rollouts sampled from one context: they share their group, a row key
+        graph.metadata[ROLLOUT_GROUP] = extras.setdefault(ROLLOUT_GROUP, _rollout_group(path, ref, found))
     if found.reward is not None and "reward" not in extras:
         extras["reward"] = found.reward  # the score a list beside the conversation's list gives it
     if kwargs is not None:
@@ -199,6 +201,14 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     if gap is not None:
         out.append(gap_reject(ref, gap))
     return out
+
+
+def _rollout_group(path: Path, ref: SourceRef, found: Found) -> str:
+    """The id of the group of rollouts ``found`` is one of: its record (``ref`` less the path of ``found`` in it, which
+    a record of several conversations adds) and the path of the list that holds the rollouts."""
+    record = "file" if ref.record == found.path else ref.record.removesuffix(f" {found.path}")
+    group = found.group or "$"
+    return base_graph_id(path, SourceRef(ref.file, record)) + ("" if group == "$" else f"@{group[2:]}")
 
 
 def _check_no_media_beside(holder: dict[str, Any], prompt_key: str, at: str) -> None:
@@ -238,7 +248,7 @@ def _group_history(steps: list[Step], replies: int) -> list[Step]:
             replies -= 1
             if step.origin in (None, Origin.SAMPLED):
                 why = "history every rollout of its scored group was started from: sampled before the group, not by it"
-                metadata = {**step.message.metadata, "why_not_trained": why}
+                metadata = {**step.message.metadata, "why_not_trained": why, HISTORY_COPY: True}
                 out[i] = Step(step.message.model_copy(update={"metadata": metadata}), Origin.CARRIED, None, step.index)
     return out
 

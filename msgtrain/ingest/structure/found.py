@@ -54,6 +54,9 @@ class Found:
     # the replies every rollout of its scored group holds before they diverge (:func:`group_history`): the history
     # the group was started from, context in each rollout
     history_replies: int = 0
+    # the JSON path of the list of rollouts sampled from one context that the conversation is one of (a scored
+    # group, n samples of one prompt): the rollouts of one such list share their ``group_id``
+    group: str | None = None
 
 
 @dataclass

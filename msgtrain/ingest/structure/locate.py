@@ -57,6 +57,7 @@ from msgtrain.ingest.structure.found import (
     link_keys,
     pair_history_key,
     parallel_scores,
+    sample_text,
     text_samples,
     tree_key,
     versions_tree,
@@ -207,6 +208,10 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         search.found.append(inheriting(text_record, inherited) if isinstance(text_record, Found) else text_record)
         return
     copy = transcript_of_calls(value)
+    sampled = scored_samples(value, path) if copy is None else []
+    if sampled:  # n texts sampled for one prompt, each with its reward: n rollouts of one group
+        search.found.extend(inheriting(f, inherited) for f in sampled)
+        return
     hit = record_layout(value, path) if copy is None else None
     passed: set[str | None] = {copy}
     if isinstance(hit, Found) and _sums_up_calls_below(value, hit):
@@ -242,6 +247,8 @@ def _score_items(found: list[Found | Ambiguity], path: str, scores: list[float] 
         if isinstance(item, Found) and match and item.reward is None:
             item.reward = scores[int(match.group(1))]
             scored.append(item)
+    for item in scored:
+        item.group = path  # the rollouts of one scored group
     rollouts = [f.holder.get("messages") for f in scored if f.mapping.layout == "messages" and not f.forked]
     if len(rollouts) == len(scored) and all(isinstance(r, list) for r in rollouts):
         given = group_history([r for r in rollouts if isinstance(r, list)])
@@ -613,7 +620,67 @@ CANDIDATE_LISTS = ("completions", "generations", "candidates", "answers")
 _CANDIDATE_TEXT = ("response", "text", "completion", "output", "answer")
 _CANDIDATE_SCORE = ("overall_score", "score", "reward", "rating")
 _CANDIDATE_SYSTEM = ("custom_system_prompt", "system_prompt", "system")
-_PARALLEL_SCORES = ("ratings", "scores", "rewards")
+_PARALLEL_SCORES = ("ratings",)  # a judge's ratings; rewards and scores of n samples are rollouts (scored_samples)
+
+
+# n texts sampled for one prompt, each with its reward: beside them, item for item (:data:`SCORE_LIST_KEYS`), or in
+# each item (``{completion, reward, ...}``). An RL rollout dump or a best-of-n file: RLHFlow's ``{prompt, responses,
+# rewards}``, a GRPO step's ``{prompt, completions, rewards}``, offline GRPO's ``{prompt, rollouts: [{completion,
+# reward}]}``.
+SAMPLE_LISTS = ("completions", "responses", "generations", "samples", "outputs", "rollouts")
+SAMPLE_PROMPT_KEYS = ("prompt", "messages", "question", "instruction", "query", "input")
+
+
+def scored_samples(record: dict[str, Any], path: str) -> list[Found]:
+    """One prompt-completion conversation per sample of a record holding n texts sampled for one prompt and a reward
+    for each (see above), or none: each sample is a rollout of its own with its own reward, the n of them one group
+    (:attr:`Found.group`), every one trained (its reward, not a label, says how good it was)."""
+    prompt_key = next((k for k in SAMPLE_PROMPT_KEYS if _prompt_like(record.get(k))), None)
+    if prompt_key is None:
+        return []
+    for key in SAMPLE_LISTS:
+        items = record.get(key)
+        rollouts = _rewarded_items(record, key, items)
+        if rollouts is None:
+            continue
+        # the record's own scalars (an id, a step, a data source) are facts of each rollout: a --group-by key
+        shared = {k: v for k, v in record.items() if not isinstance(v, dict | list) and k != prompt_key}
+        system = next((k for k in SYSTEM_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
+        out = []
+        for i, own in enumerate(rollouts):
+            holder = {**shared, **own, "prompt": record[prompt_key]}
+            columns = {"prompt": "prompt", "completion": "completion", "reward": "reward"}
+            if system is not None:
+                columns["system"] = system
+            out.append(
+                Found(f"{path}.{key}[{i}]", holder, Mapping("prompt_completion", columns), group=f"{path}.{key}")
+            )
+        return out
+    return []
+
+
+def _rewarded_items(record: dict[str, Any], key: str, items: Any) -> list[dict[str, Any]] | None:
+    """Each sample of ``items`` as ``{completion, reward, its own scalars}``, or None unless every one is a text
+    with a reward (beside the list, or in the item under ``reward``)."""
+    if text_samples(items):
+        scores = parallel_scores(record, key)
+        texts = [sample_text(v) for v in items]
+        return None if scores is None else [{"completion": t, "reward": r} for t, r in zip(texts, scores, strict=True)]
+    if not isinstance(items, list) or not items:
+        return None
+    out = []
+    for item in items:
+        text = (
+            next((item[k] for k in _CANDIDATE_TEXT if isinstance(item.get(k), str)), None)
+            if isinstance(item, dict)
+            else None
+        )
+        reward = item.get("reward") if isinstance(item, dict) else None
+        if text is None or not isinstance(reward, int | float) or isinstance(reward, bool):
+            return None
+        own = {k: v for k, v in item.items() if not isinstance(v, dict | list) and k not in _CANDIDATE_TEXT}
+        out.append({**own, "completion": text, "reward": reward})
+    return out
 
 
 def candidates(record: dict[str, Any], path: str) -> list[Found]:

@@ -113,13 +113,22 @@ from msgtrain.ingest.core.base import (
     head_objects,
 )
 from msgtrain.ingest.structure.convert import convert_found
-from msgtrain.ingest.structure.found import Ambiguity, Found, assistant_like, choice_messages, link_keys
+from msgtrain.ingest.structure.found import (
+    SCORE_LIST_KEYS,
+    Ambiguity,
+    Found,
+    assistant_like,
+    choice_messages,
+    link_keys,
+)
 from msgtrain.ingest.structure.locate import (
     ALPACA_PAIRS,
     CANDIDATE_LISTS,
     JUDGED_PAIRS,
     NUMBERED_KEY,
     PAIR_KEYS,
+    SAMPLE_LISTS,
+    SAMPLE_PROMPT_KEYS,
     SCALED_PAIRS,
     locate,
 )
@@ -221,6 +230,23 @@ def _pair_in(shape: HeadShape, context: str, reply: str) -> bool:
     )
 
 
+def _scored_samples_in(shape: HeadShape) -> bool:
+    """True if a record, or the items of a list under one of its keys (LMFlow's ``{"type", "instances": [...]}``,
+    which RLHFlow's best-of-n files use), holds a prompt and n samples with their rewards, beside them or in each
+    (:func:`~msgtrain.ingest.structure.locate.scored_samples`)."""
+    for p in shape.paths:
+        owner, _, key = p.rpartition(".")
+        if (
+            key in SAMPLE_LISTS
+            and owner.count(".") <= 1
+            and owner.count("[") <= 1
+            and (f"{p}[].reward" in shape.paths or any(f"{owner}.{k}" in shape.paths for k in SCORE_LIST_KEYS))
+            and any(f"{owner}.{k}" in shape.paths for k in SAMPLE_PROMPT_KEYS)
+        ):
+            return True
+    return False
+
+
 class StructuralReader:
     name = "structural"
     description = (
@@ -302,7 +328,7 @@ class StructuralReader:
             ("custom_id", "response.body"),  # Batch API results: rejected, saying where their requests are
             ("custom_id", "result.message"),
         )
-        return any(_pair_in(shape, a, b) for a, b in pairs) or _rendered_rollouts(head)
+        return any(_pair_in(shape, a, b) for a, b in pairs) or _scored_samples_in(shape) or _rendered_rollouts(head)
 
     def read(self, path: Path) -> Iterator[ReadItem]:
         records = file_records(path)
@@ -586,8 +612,8 @@ def _call_log_file(
 
 def _is_call(found: Found | Ambiguity) -> bool:
     """A prompt / completion find whose prompt is a message list: a model call (what it sent, what it got)."""
-    if not isinstance(found, Found) or found.mapping.layout != "prompt_completion":
-        return False
+    if not isinstance(found, Found) or found.mapping.layout != "prompt_completion" or found.group is not None:
+        return False  # one of n rollouts of one context is a rollout of its own, never joined with the others
     return is_message_list(found.mapping.field_of(found.holder, "prompt"))
 
 
