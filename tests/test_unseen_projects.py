@@ -56,6 +56,10 @@ HAND_COUNTS = [
     # the same session with forks (messageForksHash): the two replies shown, the saved branch after the first prompt
     # (its reply, a follow-up, its reply) and the other reply saved after the second prompt
     ("chatbox-forks.json", 5),
+    # a Chatbox session with two older threads beside its messages (each a topic closed for a new one): the current
+    # thread's reply, the first thread's two, the second thread's reply and the other reply saved after its prompt
+    # (a fork of a thread message, kept in the session's messageForksHash); the whole session refused before
+    ("chatbox-threads.json", 5),
     # {"text": ...} records, each one whole conversation a chat template rendered (mlx-lm / TRL text datasets): 1 + 2
     # ChatML replies, 2 Llama 2 [INST] replies; the fourth record is a prompt with no reply (refused, 0 replies)
     ("text-rendered-records.jsonl", 5),
@@ -114,7 +118,9 @@ def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, rep
     [
         c
         for c in HAND_COUNTS
-        if not c[0].startswith(("autogen", "sillytavern", "chatgpt", "jan", "chatbox-forks", "text-rendered", "cline"))
+        if not c[0].startswith(
+            ("autogen", "sillytavern", "chatgpt", "jan", "chatbox-forks", "chatbox-threads", "text-rendered", "cline")
+        )
     ],
 )
 def test_the_mapping_explain_prints_for_an_unseen_export_converts_it_the_same(
@@ -404,6 +410,44 @@ def test_the_branches_a_chat_keeps_by_the_message_they_fork_after_are_siblings_a
             ],
         ]
     )
+
+
+def test_each_older_thread_of_a_chat_session_is_a_conversation_of_its_own_after_its_own_system_prompt() -> None:
+    helpful, terse = ("system", "You are a helpful assistant."), ("system", "You answer in one sentence.")
+    pound = ("user", "How many grams in a pound?")
+    borrow = ("user", "What is a borrow checker?")
+    # each thread is the messages Chatbox sent in it, its system prompt first (the session's, copied when the thread
+    # began, or the one the user set in it), never joined to the session's current messages or to another thread
+    assert sorted(_contexts("chatbox-threads.json")) == sorted(
+        [
+            [helpful, ("user", "What is the boiling point of water?"),
+             ("assistant", "100 degrees Celsius at sea level.")],
+            [helpful, pound, ("assistant", "About 453.6 grams.")],
+            [helpful, pound, ("assistant", "About 453.6 grams."), ("user", "And in an ounce?"),
+             ("assistant", "About 28.35 grams.")],
+            [terse, borrow, ("assistant", "The part of the Rust compiler that enforces ownership rules.")],
+            [terse, borrow, ("assistant", "It checks references at compile time.")],  # the fork saved in the thread
+        ]
+    )  # fmt: skip
+    assert len({g.graph_id for g in _graphs("chatbox-threads.json")}) == 3  # one conversation a thread
+    explained = explain_file(FIXTURES / "chatbox-threads.json")  # a mapping would read the current thread alone
+    assert not explained.mapping_yaml and explained.conversations == {"thread of a chat session": 3}
+
+
+def test_a_thread_without_forks_and_a_session_without_threads_read_as_before(tmp_path: Path) -> None:
+    data = json.loads((FIXTURES / "chatbox-threads.json").read_text(encoding="utf-8"))
+    session = data["chat-sessions"][0]
+    del session["messageForksHash"]
+    path = tmp_path / "chatbox.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert _books(path) == (4, 4, 0, 0)  # 1 + 2 + 1: the saved reply went with the forks
+    stray = {"id": "x", "role": "assistant", "contentParts": [{"type": "text", "text": "Lost?"}]}
+    lists = [{"id": "f", "messages": [stray]}, {"id": "g", "messages": []}]
+    session["messageForksHash"] = {"gone": {"position": 1, "lists": lists}}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    # a branch after a message in no list: the session's own messages are refused with it (its reply and the branch's
+    # counted lost, never dropped unsaid); the threads, whole conversations each, are still read
+    assert _books(path)[1:] == (3, 0, 2)
 
 
 def test_branches_that_do_not_fit_the_conversation_are_refused_not_lost(tmp_path: Path) -> None:

@@ -112,6 +112,10 @@ def _structural(path: Path, exp: Explanation) -> None:
                 exp.conversations["rollout of n samples of one prompt"] += 1
                 exp.places[_shape_of(item.path)] += 1
                 continue
+            if item.threaded:  # a chat session's current and older threads (Chatbox's threads): no --map form
+                exp.conversations["thread of a chat session"] += 1
+                exp.places[_shape_of(item.path)] += 1
+                continue
             if item.node_map:  # a message tree keyed by node id (ChatGPT's mapping): no --map form reads it
                 exp.conversations["node map (message tree)"] += 1
                 exp.places[_shape_of(item.path) + "." + item.mapping.columns["messages"]] += 1

@@ -49,6 +49,9 @@ class Found:
     # ``holder``'s messages are the tree rebuilt from branches kept beside its list (:func:`forks_tree`; no --map
     # form reads them)
     forked: bool = False
+    # one of the threads of a chat session that keeps its older threads beside its messages (:func:`session_threads`;
+    # no --map form reads them)
+    threaded: bool = False
     # the score a list beside the conversation's own list gives it, item for item (:func:`parallel_scores`): its reward
     reward: float | None = None
     # the replies every rollout of its scored group holds before they diverge (:func:`group_history`): the history
@@ -127,36 +130,70 @@ def forks_tree(record: dict[str, Any], messages_key: str = "messages", key: str 
     a message of a saved branch may fork again. None when ``record`` keeps no such branches, or keeps branches that
     do not fit the list (an entry of the wrong shape, a fork message in no branch, a shown branch's slot that is not
     empty): those are left to the search, which refuses them as ambiguous rather than lose a branch."""
+    trees = forks_trees(record, [record.get(messages_key)], key)
+    return trees[0] if trees is not None else None
+
+
+def forks_trees(record: dict[str, Any], lists: list[Any], key: str = "children") -> list[list[Any] | None] | None:
+    """:func:`forks_tree` over several message lists that share ``record``'s branches (a Chatbox session's messages
+    and its older threads: its ``messageForksHash`` keys the messages of each): per list, its tree, or None for a
+    list no saved branch forks from. None when ``record`` keeps no branches, or a saved branch forks from a message
+    in none of the lists."""
     forks = next((record[k] for k in FORK_KEYS if isinstance(record.get(k), dict) and record[k]), None)
-    messages = record.get(messages_key)
-    if forks is None or not isinstance(messages, list) or not is_message_list(messages):
+    if forks is None or not lists or not all(isinstance(m, list) and is_message_list(m) for m in lists):
         return None
     branches: dict[str, list[list[Any]]] = {}
     for pivot, entry in forks.items():
-        lists = entry.get("lists") if isinstance(entry, dict) else None
-        shown = next((entry[k] for k in FORK_POSITION_KEYS if type(entry.get(k)) is int), None) if lists else None
-        if not isinstance(lists, list) or shown is None or not 0 <= shown < len(lists):
+        held_lists = entry.get("lists") if isinstance(entry, dict) else None
+        shown = next((entry[k] for k in FORK_POSITION_KEYS if type(entry.get(k)) is int), None) if held_lists else None
+        if not isinstance(held_lists, list) or shown is None or not 0 <= shown < len(held_lists):
             return None
-        held = [item.get("messages") if isinstance(item, dict) else None for item in lists]
+        held = [item.get("messages") if isinstance(item, dict) else None for item in held_lists]
         if not all(isinstance(m, list) for m in held) or held[shown]:
             return None
         branches[str(pivot)] = [m for i, m in enumerate(held) if i != shown and m]
-    roots: list[Any] = []
     used: set[str] = set()
-    stack: list[tuple[list[Any], list[Any]]] = [(list(messages), roots)]  # (a run of messages, where it hangs)
-    while stack:
-        run, into = stack.pop()
-        for item in run:
-            if not isinstance(item, dict):
-                return None
-            node = {**item, key: []}
-            into.append(node)
-            saved = branches.get(str(item.get("id")), [])
-            if saved:
-                used.add(str(item.get("id")))
-            stack.extend((branch, node[key]) for branch in reversed(saved))
-            into = node[key]
-    return roots if used == {p for p, b in branches.items() if b} else None
+    out: list[list[Any] | None] = []
+    for messages in lists:
+        roots: list[Any] = []
+        here: set[str] = set()
+        stack: list[tuple[list[Any], list[Any]]] = [(list(messages), roots)]  # (a run of messages, where it hangs)
+        while stack:
+            run, into = stack.pop()
+            for item in run:
+                if not isinstance(item, dict):
+                    return None
+                node = {**item, key: []}
+                into.append(node)
+                saved = branches.get(str(item.get("id")), [])
+                if saved:
+                    here.add(str(item.get("id")))
+                stack.extend((branch, node[key]) for branch in reversed(saved))
+                into = node[key]
+        used |= here
+        out.append(roots if here else None)
+    return out if used == {p for p, b in branches.items() if b} else None
+
+
+# Keys under which a chat session keeps its older threads beside its current messages (Chatbox's ``threads``:
+# ``[{id, name, messages, createdAt}]``, each a topic the user closed to start a new one, its messages as they were
+# sent, its system prompt among them; the new thread starts again from the system prompt): each its own conversation.
+THREAD_KEYS = ("threads",)
+
+
+def session_threads(record: dict[str, Any], messages_key: str = "messages") -> tuple[str, list[dict[str, Any]]] | None:
+    """(key, threads) of the older threads ``record`` keeps beside its message list (:data:`THREAD_KEYS`), or None."""
+    if not is_message_list(record.get(messages_key)):
+        return None
+    for key in THREAD_KEYS:
+        threads = record.get(key)
+        if (
+            isinstance(threads, list)
+            and threads
+            and all(isinstance(t, dict) and isinstance(t.get(messages_key), list) for t in threads)
+        ):
+            return key, threads
+    return None
 
 
 # Keys of a list of numbers that scores, item for item, the conversations of a list beside it (Atropos's scored

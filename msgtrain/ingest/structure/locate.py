@@ -51,13 +51,14 @@ from msgtrain.ingest.structure.found import (
     Found,
     assistant_like,
     choice_messages,
-    forks_tree,
+    forks_trees,
     group_history,
     is_prefix,
     link_keys,
     pair_history_key,
     parallel_scores,
     sample_text,
+    session_threads,
     text_samples,
     tree_key,
     versions_tree,
@@ -200,9 +201,16 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         return
     if not isinstance(value, dict):
         return
-    forked = forks_tree(value)
-    if forked is not None:  # branches kept beside the list by the message they fork after (Chatbox): a tree
-        value = {k: v for k, v in value.items() if k not in FORK_KEYS} | {"messages": forked}
+    threads = session_threads(value)
+    thread_lists = [t["messages"] for t in threads[1]] if threads else []
+    trees = forks_trees(value, [value.get("messages"), *thread_lists])
+    forked = trees[0] if trees else None
+    if trees is not None:  # branches kept beside the lists by the message they fork after (Chatbox): trees
+        value = {k: v for k, v in value.items() if k not in FORK_KEYS}
+    if forked is not None:
+        value |= {"messages": forked}
+    if threads is not None:  # older threads kept beside the messages: read after the session's own, each alone
+        value = {k: v for k, v in value.items() if k != threads[0]}
     text_record = rendered_text_record(value, path)
     if text_record is not None:  # one whole conversation as the text a chat template rendered
         search.found.append(inheriting(text_record, inherited) if isinstance(text_record, Found) else text_record)
@@ -222,6 +230,10 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         hit.forked = True
     if hit is not None:
         search.found.append(inheriting(hit, inherited) if isinstance(hit, Found) else hit)
+        if threads is not None:
+            if isinstance(hit, Found):
+                hit.threaded = True
+            _locate_threads(threads, trees[1:] if trees else [None] * len(threads[1]), path, depth, search, inherited)
         return
     scored = candidates(value, path) if copy is None else []
     if scored:
@@ -234,6 +246,28 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
                 start = len(search.found)
                 _locate(item, f"{path}.{key}", depth + 1, search, here)
                 _score_items(search.found[start:], f"{path}.{key}", parallel_scores(value, key))
+
+
+def _locate_threads(
+    threads: tuple[str, list[dict[str, Any]]],
+    trees: list[list[Any] | None],
+    path: str,
+    depth: int,
+    search: _Search,
+    inherited: dict[str, tuple[str, Any]],
+) -> None:
+    """Each older thread of a chat session (:func:`session_threads`) as a conversation of its own: its messages (the
+    tree of the session's branches that fork from them, if any), after the system prompt they hold."""
+    key, items = threads
+    for i, (thread, tree) in enumerate(zip(items, trees, strict=True)):
+        start = len(search.found)
+        _locate(
+            thread if tree is None else thread | {"messages": tree}, f"{path}.{key}[{i}]", depth + 1, search, inherited
+        )
+        for item in search.found[start:]:
+            if isinstance(item, Found):
+                item.threaded = True
+                item.forked = tree is not None
 
 
 def _score_items(found: list[Found | Ambiguity], path: str, scores: list[float] | None) -> None:
