@@ -22,6 +22,11 @@ from msgtrain.errors import MsgtrainWarning
 from tests.conftest import TEMPLATES, shared_path
 
 FOLDERS = sorted({TEMPLATES[n][0] for n in ("qwen3", "phi3", "gpt-oss")})
+# The folder the tests of the snapshot's mechanism (keys, tampered and corrupt entries, rebuilding, turning snapshots
+# off) load: the smallest real vocabulary (32k tokens). What they check does not depend on the vocabulary, which only
+# changes their cost (Qwen3's 150k tokens take about a second to load and restore, Phi-3's a tenth of that); every
+# folder of FOLDERS is compared with the transformers tokenizer it stands for in the tests above them.
+MECHANISM = TEMPLATES["phi3"][0]
 
 
 @pytest.fixture()
@@ -79,8 +84,11 @@ def _pair(
     hf, _ = _stored(taken, folder, cache)
     restored = snapshot.load(folder)  # verified and restored from this test's cache
     assert restored is not None, f"the snapshot stored for {folder} was not used"
-    if template is not None:
-        hf = _load_hf(str(folder), str(template))  # the override as _load_hf applies it
+    if template is not None:  # the override as _load_hf applies it, to transformers' tokenizer and to the snapshot
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("MSGTRAIN_CACHE", "0")
+            hf = _load_hf(str(folder), str(template))
+        assert type(hf).__name__ != "SnapshotTokenizer"
         restored = _load_hf(str(folder), str(template))
         assert type(restored).__name__ == "SnapshotTokenizer"
     return TokenizerBundle(hf, str(folder)), TokenizerBundle(restored, str(folder))
@@ -170,8 +178,8 @@ def test_an_edited_folder_gets_a_new_snapshot_and_weights_do_not_count(tmp_path:
     from msgtrain.linearize.tokenizer import _load_and_snapshot
 
     folder = tmp_path / "tok"
-    shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
-    _stored(taken, shared_path(TEMPLATES["qwen3"][0]), cache)  # the copy's content: the same key
+    shutil.copytree(shared_path(MECHANISM), folder)
+    _stored(taken, shared_path(MECHANISM), cache)  # the copy's content: the same key
     assert snapshot.load(folder) is not None
     (folder / "model.safetensors").write_bytes(b"\0" * 64)  # weights are not part of the key
     assert snapshot.load(folder) is not None
@@ -189,7 +197,7 @@ def test_a_corrupt_snapshot_is_ignored_and_rebuilt(cache: Path, taken: Any) -> N
     from msgtrain.linearize import snapshot
     from msgtrain.linearize.tokenizer import _load_hf
 
-    folder = shared_path(TEMPLATES["qwen3"][0])
+    folder = shared_path(MECHANISM)
     _stored(taken, folder, cache)
     (entry,) = list(cache.iterdir())
     (entry / "tokenizer.json").write_text("{not json", encoding="utf-8")
@@ -207,7 +215,7 @@ def test_snapshots_off_and_tokenizers_that_are_not_only_their_backend(
     from msgtrain.linearize import snapshot
     from msgtrain.linearize.tokenizer import _load_and_snapshot, auto_tokenizer, backend_decodes_alike
 
-    folder = shared_path(TEMPLATES["qwen3"][0])
+    folder = shared_path(MECHANISM)
     monkeypatch.setenv("MSGTRAIN_CACHE", "0")
     _load_and_snapshot(str(folder), folder)
     assert not cache.exists()
@@ -236,8 +244,36 @@ def test_a_restored_backend_is_constructed_to_the_exact_serialization(folder_nam
     spec = taken(shared_path(folder_name))[0].backend_tokenizer.to_str()
     restored = snapshot.restore(spec)
     assert restored is not None and restored.to_str() == spec
+
+
+def test_a_serialization_is_restored_once_per_process_and_shared_by_its_loads(
+    tmp_path: Path, cache: Path, taken: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from msgtrain.linearize import snapshot
+    from msgtrain.linearize.tokenizer import _load_hf
+
+    folder = shared_path(MECHANISM)
+    _stored(taken, folder, cache)
+    first = _load_hf(str(folder), None)
+    assert type(first).__name__ == "SnapshotTokenizer"
+
+    def constructed_again(spec: str) -> Any:
+        raise AssertionError("a serialization restored in this process was constructed again")
+
+    monkeypatch.setattr(snapshot, "restore", constructed_again)
+    template = tmp_path / "other.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}", encoding="utf-8")
+    again, other = _load_hf(str(folder), None), _load_hf(str(folder), str(template))
+    assert again.backend_tokenizer is first.backend_tokenizer is other.backend_tokenizer
+    assert other.chat_template == template.read_text(encoding="utf-8") != first.chat_template
+
+
+def test_what_the_construction_cannot_reproduce_is_refused_not_approximated(taken: Any) -> None:
+    """Refused before anything is constructed, whatever the vocabulary: shown on the smallest one."""
+    from msgtrain.linearize import snapshot
+
+    spec = taken(shared_path(MECHANISM))[0].backend_tokenizer.to_str()
     data = json.loads(spec)
-    # What the construction cannot reproduce is refused, not approximated.
     assert (
         snapshot.restore(
             json.dumps(
@@ -296,7 +332,8 @@ def test_a_tokenizer_the_snapshot_cannot_rebuild_still_loads(cache: Path, monkey
         raise TypeError("this tokenizers version cannot construct it")
 
     monkeypatch.setattr(snapshot, "restore", broken)
-    hf = _load_hf(str(shared_path(TEMPLATES["qwen3"][0])), None)
+    monkeypatch.setattr(snapshot, "_RESTORED", type(snapshot._RESTORED)())  # nothing restored earlier to share
+    hf = _load_hf(str(shared_path(MECHANISM)), None)
     assert type(hf).__name__ != "SnapshotTokenizer"
     assert not cache.exists() or not any(cache.iterdir())  # nothing stored
 
@@ -329,7 +366,7 @@ def test_whatever_taking_a_snapshot_raises_the_tokenizer_still_loads(
         raise AttributeError("a tokenizer class without added_tokens_decoder")
 
     monkeypatch.setattr(snapshot, "snapshotable", odd)
-    hf = _load_hf(str(shared_path(TEMPLATES["qwen3"][0])), None)
+    hf = _load_hf(str(shared_path(MECHANISM)), None)
     assert hf.encode("hello", add_special_tokens=False)
     assert not cache.exists() or not any(cache.iterdir())
 
@@ -355,7 +392,7 @@ def test_a_tampered_snapshot_is_discarded_with_a_warning_and_rebuilt_from_the_fo
 ) -> None:
     from msgtrain.linearize.tokenizer import _load_hf
 
-    folder = shared_path(TEMPLATES["qwen3"][0])
+    folder = shared_path(MECHANISM)
     truth, entry = _stored(taken, folder, cache)  # transformers' tokenizer and its stored snapshot
     ids = truth.encode("hello world", add_special_tokens=False)
     assert [p for p in cache.iterdir() if not p.name.startswith(".")] == [entry]
@@ -373,8 +410,8 @@ def test_a_snapshot_taken_for_another_folder_content_is_not_used(tmp_path: Path,
     from msgtrain.linearize import snapshot
 
     folder = tmp_path / "tok"
-    shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
-    _, entry = _stored(taken, shared_path(TEMPLATES["qwen3"][0]), cache)  # the copy's content: the same key
+    shutil.copytree(shared_path(MECHANISM), folder)
+    _, entry = _stored(taken, shared_path(MECHANISM), cache)  # the copy's content: the same key
     assert entry.name == snapshot.snapshot_key(folder)
     config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     config["chat_template"] = "{{ messages[0]['content'] }}"
@@ -392,7 +429,7 @@ def test_a_folder_changed_while_transformers_loads_it_cannot_store_the_old_token
     from msgtrain.linearize import hf_load, tokenizer
 
     folder = tmp_path / "tok"
-    shutil.copytree(shared_path(TEMPLATES["qwen3"][0]), folder)
+    shutil.copytree(shared_path(MECHANISM), folder)
     new_template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
     real = hf_load.auto_tokenizer
 

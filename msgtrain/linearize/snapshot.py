@@ -34,6 +34,12 @@ Invariants:
   :class:`~msgtrain.errors.MsgtrainWarning`.
 - Anything the snapshot does not hold (``apply_chat_template``, other transformers attributes) is served by the
   transformers tokenizer, loaded on first use; the chat template override is applied to both.
+- A backend restored from a verified serialization is kept for the process, keyed by the digest of that
+  serialization, and shared by every later load of it (the few used last are kept, as
+  :data:`msgtrain.linearize.loading.KEPT` keeps bundles): one folder loaded with two templates, or again after its
+  bundle was dropped, is not constructed again (a 150k vocabulary takes about half a second, 200k about a second).
+  Restored backends are read, never changed: msgtrain encodes, decodes and serializes with them, and builds its
+  plain tokenizers around their model rather than adding tokens to them.
 - A snapshot is written to a temporary directory and renamed into place (concurrent runs race harmlessly); one
   this user cannot read is left alone. Snapshots are memos of :mod:`msgtrain.cache` (where they
   live; ``MSGTRAIN_CACHE=0`` turns them off).
@@ -47,6 +53,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -248,10 +255,30 @@ def snapshotable(hf: Any, decodes_alike: bool) -> str | None:
         return None
     spec = str(backend.to_str())
     try:
-        rebuilt = restore(spec)
+        rebuilt = restored(spec, _digest(spec))
     except Exception:  # anything this tokenizers version cannot construct: no snapshot, never a failed load
         return None
     return spec if rebuilt is not None else None
+
+
+_RESTORED: OrderedDict[str, Any] = OrderedDict()  # digest of a serialization -> the backend restored from it
+RESTORED_KEPT = 4  # the backends used last; a run uses one
+
+
+def restored(spec: str, digest: str) -> Any:
+    """:func:`restore` of ``spec`` (whose :func:`_digest` is ``digest``), constructed once per process and shared
+    (see the module's invariants): the same backend for every load of the same serialization, None when it cannot
+    be constructed exactly."""
+    backend = _RESTORED.get(digest)
+    if backend is None:
+        backend = restore(spec)
+        if backend is None:
+            return None
+        _RESTORED[digest] = backend
+    _RESTORED.move_to_end(digest)
+    while len(_RESTORED) > RESTORED_KEPT:
+        _RESTORED.popitem(last=False)
+    return backend
 
 
 def restore(spec: str) -> Any:
@@ -359,7 +386,7 @@ def load(folder: Path, files: FolderBytes | None = None) -> SnapshotTokenizer | 
     try:
         facts = json.loads(facts_text)
         _verify(facts, spec, files.key)
-        backend = restore(spec)
+        backend = restored(spec, facts["spec_digest"])
         if backend is None:  # it restored exactly when it was stored
             raise _Tampered("its tokenizer.json no longer restores to itself")
         return SnapshotTokenizer(folder, facts, backend, spec, files.key)
