@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
 
 import pytest
 
-from tests.gguf_vocab import GGUF_FAMILIES, require_family_folder
+from tests.gguf_vocab import GGUF_FAMILIES, record_added_tokens, require_family_folder
 from tests.template_families import FAMILIES, GLM, KIMI_K2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -449,6 +450,25 @@ def _shaped_spec(name: str) -> tuple[str, list[str], str | None, str | None, lis
     return require_template(template), list(added), bos, eos, gen_eos
 
 
+# How shaped_tokenizer_folder writes a folder, part of its key: 2 records the added tokens in tokenizer_config.json.
+_SHAPED_FORM = 2
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_of(path: Path, size: int, mtime_ns: int) -> str:
+    import hashlib
+
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+
+
+def _content_digest(path: Path) -> str:
+    """The digest of a file's bytes, read once per process while its size and modification time stay: the folders
+    made from ../shared's files are keyed by their content, so a copy of the same files (a fresh checkout of the
+    materials) finds them made."""
+    st = path.stat()
+    return _digest_of(path, st.st_size, st.st_mtime_ns)
+
+
 def shaped_tokenizer_folder(name: str) -> Path:
     """A tokenizer folder (tokenizer files, the template, generation_config.json) for a SHAPED or REAL family, made
     once beside the test assets (tests/assets.py) and kept there, keyed by everything it is made from (the template,
@@ -462,8 +482,8 @@ def shaped_tokenizer_folder(name: str) -> Path:
 
     base = shared_path("tokenizers", "qwen3")
     text, added, bos, eos, gen_eos = _shaped_spec(name)
-    vocabulary = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(base.iterdir()) if p.is_file()]
-    made_of = [text, added, bos, eos, gen_eos, vocabulary, version("transformers"), version("tokenizers")]
+    vocabulary = [(p.name, _content_digest(p)) for p in sorted(base.iterdir()) if p.is_file()]
+    made_of = [text, added, bos, eos, gen_eos, vocabulary, version("transformers"), version("tokenizers"), _SHAPED_FORM]
     key = hashlib.sha256(json.dumps(made_of).encode()).hexdigest()[:12]
     folder = asset_dir() / "shaped-tokenizers" / f"{name}-{key}"
     if folder.is_dir():
@@ -485,6 +505,7 @@ def shaped_tokenizer_folder(name: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         hf.save_pretrained(str(tmp))
+        record_added_tokens(tmp)
         if gen_eos:
             ids = [hf.convert_tokens_to_ids(t) for t in gen_eos]
             (tmp / "generation_config.json").write_text(json.dumps({"eos_token_id": ids}), encoding="utf-8")

@@ -377,6 +377,21 @@ GGUF_FAMILIES = {
 }
 
 
+def record_added_tokens(folder: Path) -> None:
+    """Write the added tokens of a saved folder's ``tokenizer.json`` into its ``tokenizer_config.json`` as
+    ``added_tokens_decoder`` (id -> the token's fields), as the folders on the hub have them: transformers then takes
+    them from there, where without them it parses the whole ``tokenizer.json`` a second time in Python to find them
+    (half of a load: about half a second for a vocabulary of 150k tokens). transformers 5's ``save_pretrained`` no
+    longer writes them; the tokenizer loaded is the same either way (the same tokens with the same flags)."""
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["added_tokens_decoder"] = {
+        str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in spec.get("added_tokens") or []
+    }
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def family_folder(name: str) -> Path | None:
     """A tokenizer folder (tokenizer.json, tokenizer_config.json with the chat template, generation_config.json)
     for a GGUF_FAMILIES entry, built once and cached beside the unpacked sdist; None when the sdist is absent."""
@@ -411,6 +426,7 @@ def family_folder(name: str) -> Path | None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         hf.save_pretrained(str(tmp))
+        record_added_tokens(tmp)
         if family.stop:
             stop = [hf.convert_tokens_to_ids(t) for t in family.stop]
             (tmp / "generation_config.json").write_text(json.dumps({"eos_token_id": stop}), encoding="utf-8")

@@ -21,7 +21,7 @@ from tests.conftest import (
     shaped_tokenizer_folder,
     shared_path,
 )
-from tests.gguf_vocab import GGUF_FAMILIES, require_family_folder
+from tests.gguf_vocab import GGUF_FAMILIES, record_added_tokens, require_family_folder
 from tests.template_families import FAMILIES
 from tests.test_linearize_oracle_families import SUITE as FAMILIES_SUITE
 
@@ -177,6 +177,7 @@ def test_audit_template_reports_on_every_tokenizer_folder_the_tests_have(name: s
     elif name in ADDED_TOKENS:  # its vocabulary is built in memory: audited as the folder it saves
         folder = tmp_path / name
         load_named_tokenizer(name).hf.save_pretrained(str(folder))
+        record_added_tokens(folder)
     else:
         shared_folder, shared_template = TEMPLATES[name]
         folder = shared_path(shared_folder)
