@@ -16,7 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msgtrain.linearize import load_tokenizer
-from msgtrain.linearize.pieces import LINE_START, encode_in_pieces, fast_batch, piece_bounds, splits_at_spaces
+from msgtrain.linearize.pieces import (
+    LINE_START,
+    encode_in_pieces,
+    fast_batch,
+    piece_bounds,
+    pipeline_spec,
+    splits_at_spaces,
+)
 from msgtrain.linearize.tokenizer import SegmentCache
 from tests.conftest import ROOT, shared_path
 
@@ -69,6 +76,28 @@ def test_a_long_text_is_cut_and_still_encodes_exactly(bundle) -> None:  # type: 
     text = "".join(rng.choice(ATOMS, size=40_000))
     assert len(piece_bounds(text, 1 << 16, bundle._added_re)) > 1
     assert bundle.encode(text).tolist() == bundle.backend.encode(text, add_special_tokens=False).ids
+
+
+def test_the_verdict_from_the_tokenizers_parts_is_the_verdict_from_its_whole_json() -> None:
+    """pipeline_spec reads the model, pre-tokenizer and normalizer without serializing the vocabulary: on the
+    tokenizers tried (the demo's, Qwen3's, Phi-3's) it gives splits_at_spaces the verdict the whole
+    ``tokenizer.json`` gives, and the parts it gives are those of the whole text."""
+    from tokenizers import Tokenizer
+
+    backends = [load_tokenizer(None, None).backend]
+    for name in ("qwen3", "phi-3-mini-instruct"):
+        backends.append(Tokenizer.from_file(str(shared_path("tokenizers", name, "tokenizer.json"))))
+    verdicts = []
+    for backend in backends:
+        whole = json.loads(backend.to_str())
+        spec = pipeline_spec(backend)
+        if spec is not None:
+            assert spec["pre_tokenizer"] == whole.get("pre_tokenizer")
+            assert spec["normalizer"] == whole.get("normalizer")
+            assert spec["model"] == {"type": whole["model"]["type"], "dropout": whole["model"].get("dropout")}
+            assert splits_at_spaces(spec) == splits_at_spaces(backend.to_str())
+        verdicts.append(splits_at_spaces(spec if spec is not None else backend.to_str()))
+    assert verdicts == [True, True, False]  # the demo's from its whole json, Qwen3's and Phi-3's from their parts
 
 
 def test_tokenizers_whose_words_may_cross_a_space_are_encoded_whole() -> None:

@@ -44,6 +44,7 @@ from msgtrain.linearize.pieces import (
     fast_batch,
     lines_agree,
     pieces_agree,
+    pipeline_spec,
     splits_at_spaces,
 )
 from msgtrain.linearize.tokenizer_source import (
@@ -793,7 +794,8 @@ class TokenizerBundle:
     def _in_pieces(self) -> bool:
         """Whether a long text may be encoded in bounded pieces (:mod:`msgtrain.linearize.pieces`), decided once."""
         if self._pieces is None:
-            self._pieces = splits_at_spaces(self.backend.to_str()) and pieces_agree(
+            spec = pipeline_spec(self.backend)
+            self._pieces = splits_at_spaces(spec if spec is not None else self.backend.to_str()) and pieces_agree(
                 fast_batch(self.backend), self._added_re
             )
         return self._pieces
