@@ -304,6 +304,9 @@ def test_each_rollout_of_a_scored_group_carries_its_own_score_as_the_rl_rows_rew
     rewards = {tok.decode(r["input_ids"]).rsplit("<|im_start|>assistant\n", 1)[1].strip(): r["reward"] for r in rows}
     assert rewards == {"Move U.<|im_end|>": 0.5, "Move R.<|im_end|>": 0.4, "Move F.<|im_end|>": 0.3, "7<|im_end|>": 1.0,
                        "9<|im_end|>": -1.0}  # fmt: skip
+    # each group's rollouts are one group: one group_id, named in their metadata (a --group-by key)
+    assert sorted(Counter(r["group_id"] for r in rows).values()) == [2, 3]
+    assert sorted(Counter(json.loads(r["metadata"])["rollout_group"] for r in rows).values()) == [2, 3]
 
 
 # ------------------------------------------------------------------------------------------------ n samples, n rewards
