@@ -642,6 +642,19 @@ def test_generations_with_parallel_ratings_are_scored_candidates(tmp_path: Path)
     assert rejects == [] and (stats.turns_found, stats.turns_trained) == (2, 1) and samples[0].reward == 5
 
 
+def test_explain_prints_no_mapping_for_scored_candidates_whose_conversations_it_assembles(tmp_path: Path) -> None:
+    # each candidate's conversation is built from the instruction, its text and its score, three places of the record:
+    # a mapping of one object's fields cannot say that (the one printed before named generations[].prompt, absent, and
+    # refused the file it was printed for)
+    from msgtrain.tools.explain_cmd import explain_file
+
+    row = {"instruction": "Name a color.", "generations": ["Blue", "Banana"], "ratings": [5, 1]}
+    explained = explain_file(_jsonl(tmp_path / "rated.jsonl", [row, row]))
+    assert not explained.mapping_yaml and explained.conversations == {"scored candidate": 4}
+    explained = explain_file(_jsonl(tmp_path / "ultrafeedback.jsonl", [ULTRAFEEDBACK_RAW]))
+    assert not explained.mapping_yaml and explained.conversations == {"scored candidate": 2}
+
+
 def test_helm_request_states_train_each_completion_after_its_prompt(tmp_path: Path) -> None:
     # stanford-crfm/helm scenario_state.json (src/helm/benchmark/adaptation/scenario_state.py, RequestState:
     # instance, request {prompt, ...}, result {success, completions: [{text, logprob, tokens}]}).

@@ -107,9 +107,9 @@ def _structural(path: Path, exp: Explanation) -> None:
                 exp.conversations["rendered conversation"] += 1
                 exp.places[_shape_of(item.path)] += 1
                 continue
-            if item.group is not None and item.mapping.layout == "prompt_completion":
-                # n samples of one prompt, each with its reward (scored_samples): a rollout each, no --map form
-                exp.conversations["rollout of n samples of one prompt"] += 1
+            if item.assembled:  # a scored sample or candidate beside its prompt: no --map form reads it
+                kind = "rollout of n samples of one prompt" if item.group is not None else "scored candidate"
+                exp.conversations[kind] += 1
                 exp.places[_shape_of(item.path)] += 1
                 continue
             if item.threaded:  # a chat session's current and older threads (Chatbox's threads): no --map form

@@ -52,6 +52,9 @@ class Found:
     # one of the threads of a chat session that keeps its older threads beside its messages (:func:`session_threads`;
     # no --map form reads them)
     threaded: bool = False
+    # ``holder`` is assembled from several places of the record (a scored candidate or sample beside the prompt it
+    # answers and its score), not an object of it: no --map form reads it
+    assembled: bool = False
     # the score a list beside the conversation's own list gives it, item for item (:func:`parallel_scores`): its reward
     reward: float | None = None
     # the replies every rollout of its scored group holds before they diverge (:func:`group_history`): the history

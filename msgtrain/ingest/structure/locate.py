@@ -686,9 +686,8 @@ def scored_samples(record: dict[str, Any], path: str) -> list[Found]:
             columns = {"prompt": "prompt", "completion": "completion", "reward": "reward"}
             if system is not None:
                 columns["system"] = system
-            out.append(
-                Found(f"{path}.{key}[{i}]", holder, Mapping("prompt_completion", columns), group=f"{path}.{key}")
-            )
+            mapping = Mapping("prompt_completion", columns)
+            out.append(Found(f"{path}.{key}[{i}]", holder, mapping, group=f"{path}.{key}", assembled=True))
         return out
     return []
 
@@ -739,7 +738,7 @@ def candidates(record: dict[str, Any], path: str) -> list[Found]:
             holder = {**extra, "prompt": record[prompt_key], "label": judged == best}
             columns = {"prompt": "prompt", "completion": "completion", "kto_tag": "label"}
             columns |= {c: c for c in ("system", "reward") if c in holder}
-            out.append(Found(f"{path}.{key}[{i}]", holder, Mapping("prompt_completion", columns)))
+            out.append(Found(f"{path}.{key}[{i}]", holder, Mapping("prompt_completion", columns), assembled=True))
         return out
     return []
 
