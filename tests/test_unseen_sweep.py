@@ -528,6 +528,12 @@ def test_an_atif_continuation_trains_only_its_own_steps_and_reads_call_less_obse
 HERMES = FIXTURES / "hermes-function-calling.jsonl"
 
 
+def _transformers(tok: Any) -> Any:
+    """transformers' own tokenizer of a loaded bundle (the oracle), also when the bundle was restored from a
+    snapshot."""
+    return tok.hf.transformers_tokenizer() if hasattr(type(tok.hf), "transformers_tokenizer") else tok.hf
+
+
 def _hermes_row(n: int) -> list[dict[str, str]]:
     """Row ``n`` of the Hermes fixture as the OpenAI messages it stands for (ShareGPT roles renamed, texts as is)."""
     row = json.loads(HERMES.read_text(encoding="utf-8").splitlines()[n])
@@ -589,11 +595,12 @@ def test_a_conversation_of_calls_written_as_text_renders_as_qwen25s_template_doe
     from tests.conftest import load_named_tokenizer
 
     tok = load_named_tokenizer("qwen2.5")
-    encode = lambda text: tok.hf(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    hf = _transformers(tok)
+    encode = lambda text: hf(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     messages = _hermes_row(row)
     path = tmp_path / "chat.jsonl"
     path.write_text(json.dumps({"messages": messages}) + "\n", encoding="utf-8")
-    expected = tok.hf.apply_chat_template(messages, tokenize=False)
+    expected = hf.apply_chat_template(messages, tokenize=False)
     for source in (HERMES, path):
         (graph,) = [g for g in _graphs(source) if g.path(g.leaves()[0])[0].message.text == messages[0]["content"]]
         replies = [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
@@ -606,3 +613,84 @@ def test_a_conversation_of_calls_written_as_text_renders_as_qwen25s_template_doe
             assert [ids[a:b] for a, b in sample.turn_spans] == [encode(r) for r in replies]
             assert int(sample.loss_mask.sum()) == sum(len(encode(r)) for r in replies)
         assert ids == encode(expected.rstrip("\n"))
+
+
+def _atif_with_engine_ids(tok: Any, *, prompt_of_other_context: bool = False) -> tuple[dict[str, Any], list[Any]]:
+    """A Terminus-2-shaped ATIF trajectory of two agent steps whose metrics carry the engine's ids (ATIF v1.3 / v1.4:
+    prompt_token_ids, completion_token_ids, logprobs), made with ``tok``: each prompt the template's rendering of the
+    steps before it, each completion the reply's ids re-spelt (one token as two that decode alike: what a sampler may
+    emit and a re-rendering never would), then the end of the turn. Returns the trajectory and each step's ids."""
+    from tests.oracle import non_canonical
+
+    hf = _transformers(tok)
+    replies = ['{"analysis": "Empty dir.", "commands": [{"keystrokes": "ls\\n"}]}', '{"task_complete": true}']
+    inputs = ["Create hello.txt holding Hello, world!", "New Terminal Output:\n\nroot@c:/app# ls"]
+    steps: list[dict[str, Any]] = []
+    logged = []
+    messages: list[dict[str, str]] = []
+    for k, (text, reply) in enumerate(zip(inputs, replies, strict=True)):
+        messages.append({"role": "user", "content": text})
+        shown = messages if not prompt_of_other_context else [{"role": "user", "content": "Something else entirely."}]
+        rendered = hf.apply_chat_template(shown, add_generation_prompt=True, tokenize=False)
+        prompt = hf(rendered, add_special_tokens=False)["input_ids"]
+        completion = [*non_canonical(hf, hf(reply, add_special_tokens=False)["input_ids"]), hf.eos_token_id]
+        logprobs = [round(-0.01 * (i + 1), 4) for i in range(len(completion))]
+        logged.append((prompt, completion, logprobs))
+        steps.append({"step_id": 2 * k + 1, "source": "user", "message": text})
+        metrics = {"prompt_tokens": len(prompt), "completion_tokens": len(completion)}
+        metrics |= {"prompt_token_ids": prompt, "completion_token_ids": completion, "logprobs": logprobs}
+        steps.append({"step_id": 2 * k + 2, "source": "agent", "message": reply, "metrics": metrics})
+        messages.append({"role": "assistant", "content": reply})
+    return _atif(steps), logged
+
+
+def test_an_atif_trajectory_trains_the_engines_logged_ids_and_keeps_their_logprobs(tmp_path: Path) -> None:
+    # Harbor's ATIF metrics (RFC 0001, v1.3 completion_token_ids, v1.4 prompt_token_ids, logprobs "one per completion
+    # token"; laude-institute/harbor docs/rfcs/0001-trajectory-format.md): the rows are the logged ids, the completion
+    # trained, its logprobs kept. Before: the ids were not read, each reply re-rendered from its text (the re-spelt
+    # token trained as the tokenizer spells it, no logprobs).
+    from msgtrain.linearize import linearize_graph
+    from tests.conftest import load_named_tokenizer
+
+    tok = load_named_tokenizer("qwen2.5")
+    trajectory, logged = _atif_with_engine_ids(tok)
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(trajectory), encoding="utf-8")
+    (graph,) = _graphs(path)
+    result = linearize_graph(graph, tok)
+    assert not result.drops
+    # the second prompt re-renders the first reply as the template spells it, not as sampled: a row per turn
+    assert len(result.samples) == 2
+    for sample, (prompt, completion, logprobs) in zip(result.samples, logged, strict=True):
+        assert sample.input_ids.tolist() == prompt + completion
+        assert sample.turn_spans == [(len(prompt), len(prompt) + len(completion))]
+        assert sample.token_source == "engine" and int(sample.loss_mask.sum()) == len(completion)
+        assert sample.logprobs[len(prompt) :].tolist() == pytest.approx(logprobs)
+
+
+def test_atif_engine_ids_of_another_context_are_not_trained_as_this_one(tmp_path: Path) -> None:
+    # the prompt ids hold no text of the step's context (the last user message): the engine-id check every reader's
+    # ids get drops the turn (engine_ids_mismatch), never trains the ids as if they were this context's
+    from msgtrain.linearize import linearize_graph
+    from tests.conftest import load_named_tokenizer
+
+    tok = load_named_tokenizer("qwen2.5")
+    trajectory, _ = _atif_with_engine_ids(tok, prompt_of_other_context=True)
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(trajectory), encoding="utf-8")
+    (graph,) = _graphs(path)
+    result = linearize_graph(graph, tok)
+    assert result.samples == [] and dict(result.drops) == {"engine_ids_mismatch": 2}
+
+
+def test_atif_logprobs_that_do_not_align_with_the_completion_ids_are_refused(tmp_path: Path) -> None:
+    metrics = {"prompt_tokens": 3, "completion_tokens": 2, "completion_token_ids": [5, 6], "logprobs": [-0.1]}
+    steps = [
+        {"step_id": 1, "source": "user", "message": "Go."},
+        {"step_id": 2, "source": "agent", "message": "Done.", "metrics": metrics},
+    ]
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(_atif(steps)), encoding="utf-8")
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert stats.turns_trained == 0 and stats.turns_lost == 1
+    assert json.loads(rejects[0])["reason"] == "bad_engine_ids"

@@ -400,9 +400,48 @@ def logged_reply(message: AnyMessage, raw: Any, wrapper: Any = None) -> tuple[An
     if usage is not None:
         message = message.model_copy(update={"metadata": {**message.metadata, "usage": usage}})
     finish = logged_finish(raw) or logged_finish(wrapper)
-    if model is None and finish is None:
+    engine = logged_engine_ids(raw)
+    if model is None and finish is None and not engine:
         return message, None
-    return message, Generation(model=model, finish_reason=finish)
+    return message, Generation(model=model, finish_reason=finish, **engine)
+
+
+# The engine's ids logged beside a reply, by the names logs write them under (ATIF's step metrics, vLLM's
+# prompt_token_ids): Generation's field each fills.
+_ENGINE_ID_KEYS = {"prompt_token_ids": "prompt_token_ids", "completion_token_ids": "token_ids", "logprobs": "logprobs"}
+
+
+def logged_engine_ids(raw: Any) -> dict[str, tuple[Any, ...]]:
+    """The token ids (prompt and completion) and the completion's logprobs an engine logged beside a reply (see
+    :data:`_ENGINE_ID_KEYS`), as :class:`Generation` fields; the linearizer prefers them to a rendering, after
+    checking them against the logged text (:mod:`msgtrain.linearize.engine_ids`). Ids that are not a list of
+    integers, logprobs that are not numbers or not one per completion id, are an error naming the key, never read
+    as something else. Empty for a reply logged without them."""
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, tuple[Any, ...]] = {}
+    for key, name in _ENGINE_ID_KEYS.items():
+        value = raw.get(key)
+        if value is None or (name == "logprobs" and isinstance(value, dict)):
+            continue  # a logprobs object (OpenAI's {"content": [...]}) is another shape, not read here
+        number = float if name == "logprobs" else int
+        if not isinstance(value, list) or not all(
+            isinstance(v, number | int) and not isinstance(v, bool) for v in value
+        ):
+            raise ValidationError(
+                f"{key} is not a list of {'numbers' if number is float else 'integer token ids'}",
+                code="bad_engine_ids",
+                hint=f"log {key} as a JSON array, or leave it out (the reply is then rendered from its text)",
+            )
+        out[name] = tuple(number(v) for v in value)
+    logprobs, ids = out.get("logprobs"), out.get("token_ids")
+    if logprobs is not None and (ids is None or len(ids) != len(logprobs)):
+        raise ValidationError(
+            f"logprobs holds {len(logprobs)} values for {len(ids) if ids is not None else 'no'} completion ids",
+            code="bad_engine_ids",
+            hint="logprobs are one per completion token id (completion_token_ids), in order",
+        )
+    return out
 
 
 _FINISH_KEYS = ("finish_reason", "stop_reason", "finishReason", "stopReason", "done_reason")

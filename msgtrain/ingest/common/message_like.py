@@ -452,7 +452,8 @@ def _atif_message(step: dict[str, Any]) -> dict[str, Any]:
     """An ATIF step (``{"step_id", "source", "message", "reasoning_content", "tool_calls": [{tool_call_id,
     function_name, arguments}], "observation": {"results": [{source_call_id, content}]}, "metrics", "model_name"}``)
     as one message; an agent step's calls and their results as an AI SDK UI message's ``dynamic-tool`` parts, which
-    the normaliser splits into the reply and the results after it. Its metrics' token counts are the call's usage. A
+    the normaliser splits into the reply and the results after it. Its metrics' token counts are the call's usage,
+    their ``prompt_token_ids`` / ``completion_token_ids`` / ``logprobs`` what the engine logged of it. A
     step copied from an earlier context (``is_copied_context``: a handoff's history) is context, never a reply here.
     A ``system`` step is the system prompt only as the trajectory's first step; later ones are messages the harness
     put into the conversation (OpenHands' recalled workspace context, which it sends as a user message), an input to
@@ -502,6 +503,8 @@ def _atif_message(step: dict[str, Any]) -> dict[str, Any]:
     metrics = step.get("metrics")
     if role == "assistant" and isinstance(metrics, dict) and isinstance(metrics.get("prompt_tokens"), int):
         out["usage"] = {k: metrics[k] for k in ("prompt_tokens", "completion_tokens") if k in metrics}
+    if role == "assistant" and isinstance(metrics, dict):  # the engine's ids (ATIF v1.3, v1.4) and logprobs
+        out |= {k: metrics[k] for k in ("prompt_token_ids", "completion_token_ids", "logprobs") if k in metrics}
     if isinstance(step.get("model_name"), str):
         out["model"] = step["model_name"]
     return out
