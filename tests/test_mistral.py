@@ -31,6 +31,9 @@ from tests.oracle import TOOLS, Call, ExpectedTurn, RunGenerator
 from tests.test_linearize_oracle import _graphs_from_records, check_rows
 
 SEEDS = range(3)
+# The tests of one kind run one after another (tests/conftest.py): a tekken file takes about half a second to load and
+# only the few tokenizers used last stay loaded, so interleaved by seed every kind would be loaded again for each.
+TOKENIZER_PARAM = "kind"
 ALNUM = string.ascii_letters + string.digits
 # What each version's format holds (mistral-common refuses the rest): tools from v2, text next to tool calls from v7,
 # reasoning ([THINK]) in the v13 file that declares its tokens; parallel calls from v3.
@@ -95,11 +98,18 @@ class MistralOracle:
     """mistral-common called directly on OpenAI-shaped messages."""
 
     def __init__(self, path: Path):
-        from mistral_common.protocol.instruct.validator import ValidationMode
+        from mistral_common.protocol.instruct.validator import ValidationMode, get_validator
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
         self.serving = MistralTokenizer.from_file(str(path), mode=ValidationMode.test)
-        self.training = MistralTokenizer.from_file(str(path), mode=ValidationMode.finetuning)
+        # The same file in fine-tuning mode: the mode is the validator's alone, so the twin is built as from_file
+        # builds it around the instruct tokenizer already loaded (a tekken file is read once, not twice).
+        self.training = MistralTokenizer(
+            self.serving.instruct_tokenizer,
+            validator=get_validator(self.serving.instruct_tokenizer.tokenizer.version, mode=ValidationMode.finetuning),
+            request_normalizer=self.serving._instruct_request_normalizer,
+        )
+        assert self.training.mode == ValidationMode.finetuning
 
     def ids(self, messages: list[dict[str, Any]], tools: list[Any] | None, *, final: bool) -> list[int]:
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
