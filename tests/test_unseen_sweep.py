@@ -222,14 +222,52 @@ def test_an_atif_trajectory_trains_each_agent_step_after_the_steps_before_it(tmp
     # .json of laude-institute/harbor, as copied in sachiny0106/Xelron @ 23b956efda4ace995fb26adeb2018f44e07d2377;
     # hand-written here in its shape, texts cut): steps of {step_id, source, message}, an agent step's tool_calls and
     # the observation.results answering them, the tools in agent.tool_definitions. Unrecognised before; 2 agent steps,
-    # each a model call (its metrics), 2 trained. The two system-sourced steps after the user's (OpenHands' recalled
-    # workspace context) are inputs the harness added, not system prompts replacing step 1.
-    create = {"command": "create", "path": "/app/hello.txt", "file_text": "Hello, world!", "security_risk": "LOW"}
-    steps = [
-        {"step_id": 1, "source": "system", "message": "You are OpenHands agent, a helpful AI assistant."},
-        {"step_id": 2, "source": "user", "message": 'Create a file called hello.txt with "Hello, world!".\n'},
+    # each a model call (its metrics), 2 trained. (The golden file's two system steps after the user's, its recalled
+    # workspace context, are left out here: see the next test.)
+    steps = _openhands_steps()
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(_atif(steps)), encoding="utf-8")
+    assert detect_format(path).name == "structural"
+    assert _books(path) == (2, 2, 0, 0)
+    (graph,) = _graphs(path)
+    assert [t["function"]["name"] for t in graph.env.tools] == ["str_replace_editor", "finish"]
+    last = _contexts(path)[-1]
+    assert [role for role, _ in last] == ["system", "user", "assistant", "tool", "assistant"]
+    assert last[0] == ("system", "You are OpenHands agent, a helpful AI assistant.")
+    assert last[3] == ("tool", ("str_replace_editor", "File created successfully"))
+    assert last[4] == ("assistant", [("finish", {"message": "Done"})])
+    (first_call,) = [n.message for n in graph.nodes.values() if n.message.text == "I edited the file /app/hello.txt."]
+    assert isinstance(first_call, OptionCallMessage) and first_call.calls[0].invocation_id == "call_fake_1"
+
+
+def test_an_atif_system_step_mid_run_is_an_input_the_log_does_not_hold(tmp_path: Path) -> None:
+    # The OpenHands golden trajectory's steps 3 and 4 ("Retrieving content for: ..." and "Added workspace context"):
+    # system-initiated operations (ATIF RFC 0001 v1.2) whose message is the harness's account of them; the model was
+    # sent OpenHands' workspace context (a user message its RecallObservation builds from templates: repository,
+    # runtime, date), which the trajectory does not hold. Before: both read as user messages of those words and the
+    # 2 agent steps trained after them (2 of 2, a context never seen); after: the trajectory has nothing trainable
+    # before the gap, refused naming the step (2 lost). A reply before such a step is trained, the ones after it not.
+    user = {"step_id": 2, "source": "user", "message": 'Create a file called hello.txt with "Hello, world!".\n'}
+    recall = [
         {"step_id": 3, "source": "system", "message": "Retrieving content for: Create a file called hello.txt"},
         {"step_id": 4, "source": "system", "message": "Added workspace context"},
+    ]
+    system, _, first, second = _openhands_steps()
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(_atif([system, user, *recall, first, second])), encoding="utf-8")
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained, stats.turns_lost) == (0, 0, 2)
+    assert json.loads(rejects[0])["reason"] == "unlogged_input" and "ATIF system step 3" in rejects[0]
+    path.write_text(json.dumps(_atif([system, user, first, recall[1], second])), encoding="utf-8")
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_found, stats.turns_trained, stats.turns_dropped["context_unknown"]) == (2, 1, 1)
+
+
+def _openhands_steps() -> list[dict[str, Any]]:
+    create = {"command": "create", "path": "/app/hello.txt", "file_text": "Hello, world!", "security_risk": "LOW"}
+    return [
+        {"step_id": 1, "source": "system", "message": "You are OpenHands agent, a helpful AI assistant."},
+        {"step_id": 2, "source": "user", "message": 'Create a file called hello.txt with "Hello, world!".\n'},
         {
             "step_id": 5,
             "source": "agent",
@@ -248,19 +286,6 @@ def test_an_atif_trajectory_trains_each_agent_step_after_the_steps_before_it(tmp
             "metrics": {"prompt_tokens": 120, "completion_tokens": 30},
         },
     ]
-    path = tmp_path / "trajectory.json"
-    path.write_text(json.dumps(_atif(steps)), encoding="utf-8")
-    assert detect_format(path).name == "structural"
-    assert _books(path) == (2, 2, 0, 0)
-    (graph,) = _graphs(path)
-    assert [t["function"]["name"] for t in graph.env.tools] == ["str_replace_editor", "finish"]
-    last = _contexts(path)[-1]
-    assert [role for role, _ in last] == ["system", "user", "user", "user", "assistant", "tool", "assistant"]
-    assert last[0] == ("system", "You are OpenHands agent, a helpful AI assistant.")
-    assert last[5] == ("tool", ("str_replace_editor", "File created successfully"))
-    assert last[6] == ("assistant", [("finish", {"message": "Done"})])
-    (first_call,) = [n.message for n in graph.nodes.values() if n.message.text == "I edited the file /app/hello.txt."]
-    assert isinstance(first_call, OptionCallMessage) and first_call.calls[0].invocation_id == "call_fake_1"
 
 
 def test_an_atif_result_answering_no_call_of_its_step_is_refused_not_dropped(tmp_path: Path) -> None:

@@ -444,6 +444,9 @@ def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
 # The inputs a message's step logged after it (an ATIF step's observation when the step called no tool): the user
 # messages the normaliser adds after the message.
 OBSERVATION_INPUTS = "observation_inputs"
+# What a message stands for when the text the model was sent is not in the log (an ATIF system step after the
+# first: the account of an operation the harness ran, "Added workspace context"): the normaliser's gap.
+UNLOGGED_INPUT = "unlogged_input"
 # The sources of an Agent Trajectory Interchange Format step (Harbor's ``trajectory.json``) and the roles they are.
 _ATIF_ROLES = {"system": "system", "user": "user", "agent": "assistant"}
 
@@ -456,11 +459,16 @@ def _atif_message(step: dict[str, Any]) -> dict[str, Any]:
     their ``prompt_token_ids`` / ``completion_token_ids`` / ``logprobs`` what the engine logged of it. A
     step copied from an earlier context (``is_copied_context``: a handoff's history) is context, never a reply here.
     A ``system`` step is the system prompt only as the trajectory's first step; later ones are messages the harness
-    put into the conversation (OpenHands' recalled workspace context, which it sends as a user message), an input to
-    the next call, never a new system prompt replacing the first."""
+    ran during the run (RFC 0001 v1.2: subagent delegation, context management, environment resets), whose message
+    is the harness's account of it, not the text the model was sent: OpenHands' "Added workspace context" stands for
+    the workspace context it sends as a user message (repository, runtime and date, built from its templates), its
+    "Retrieving content for: ..." for a recall it never sends. Never a new system prompt replacing the first, nor
+    read as the input it describes: the step is marked :data:`UNLOGGED_INPUT`, a gap (the replies after it were
+    sampled after text the log does not hold)."""
     role = _ATIF_ROLES[step["source"]]
     if role == "system" and step["step_id"] != 1:
-        role = "user"
+        text = step["message"] if isinstance(step["message"], str) else ""
+        return {"role": "user", "content": text, UNLOGGED_INPUT: f"ATIF system step {step['step_id']}"}
     parts: list[dict[str, Any]] = []
     if isinstance(step.get("reasoning_content"), str) and step["reasoning_content"]:
         parts.append({"type": "reasoning", "text": step["reasoning_content"]})

@@ -70,6 +70,7 @@ from msgtrain.ingest.common.message_like import (
     ROLE_KEYS,
     ROLE_VOCABULARY,
     SHAPED_ROLES,
+    UNLOGGED_INPUT,
     attached_files,
     canonical_role,
     loss_flag_weight,
@@ -145,6 +146,15 @@ class MessageNormaliser:
         if not isinstance(raw, dict):
             raise ValidationError(f"message is a {type(raw).__name__}, not an object", where=where, code="bad_message")
         obj = unwrapped(raw)
+        if obj.get(UNLOGGED_INPUT):
+            raise ValidationError(
+                f"the {obj[UNLOGGED_INPUT]} ({str(obj.get('content'))[:60]!r}) stands for an input the harness sent "
+                "whose text the log does not hold",
+                where=where,
+                code="unlogged_input",
+                hint="the replies before it are trained; the ones after it were sampled after that text and are kept "
+                "as context only (log the messages the model was sent to train them)",
+            )
         if is_turn_piece(obj) and not self.role_key:  # a Responses item, an Open Interpreter message
             piece = piece_message(obj)
             if piece is None:
