@@ -585,6 +585,31 @@ def test_a_reply_writing_its_calls_as_text_is_trained_as_logged_and_the_tool_mes
     assert graphs[0].env.tools == ()  # the tools are the system prompt's text, as the dataset wrote them
 
 
+@pytest.mark.parametrize(
+    ("reply", "role"),
+    [
+        # glaive-function-calling-v2 as ShareGPT (its "ASSISTANT: <functioncall> ..." / "FUNCTION RESPONSE:" turns)
+        ('<functioncall> {"name": "get_weather", "arguments": \'{"city": "Oslo"}\'}', "function_response"),
+        ('{"name": "get_weather", "arguments": {"city": "Oslo"}}', "observation"),  # a call as JSON text
+        ('<function=get_weather>{"city": "Oslo"}</function>', "ipython"),  # Llama 3.1's custom tool calling
+        ('[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}}]', "tool"),  # Mistral's
+    ],
+)
+def test_each_family_of_calls_written_as_text_is_answered_by_the_tool_message_after_it(
+    tmp_path: Path, reply: str, role: str
+) -> None:
+    turns = [("human", "Weather in Oslo?"), ("gpt", reply), (role, '{"temp_c": 9}'), ("gpt", "It is 9 C in Oslo.")]
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"conversations": [{"from": f, "value": v} for f, v in turns]}) + "\n", "utf-8")
+    assert _books(path) == (2, 2, 0, 0)
+    assert _contexts(path)[-1] == [
+        ("user", turns[0][1]),
+        ("assistant", reply),
+        ("tool", turns[2][1]),
+        ("assistant", turns[3][1]),
+    ]
+
+
 def test_a_tool_message_after_a_reply_without_a_call_in_its_text_still_answers_nothing(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     for reply, result in [
