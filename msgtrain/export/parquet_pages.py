@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import pyarrow as pa
 
-LONG_ROW_VALUES = 1 << 20  # values in one row of a list column past which its row group's pages are msgtrain's
+LONG_ROW_VALUES = 1 << 18  # values in one row of a list column past which its row group's pages are msgtrain's
 PAGE_LEVELS = 1 << 18  # levels per data page msgtrain writes (~1 MiB of int32 values)
 
 # Parquet's enums (parquet.thrift).
