@@ -10,8 +10,9 @@ gives the base; ``k`` is printed as the least-squares slope of (peak - base) aga
 largest (peak - base) / size, the factor of the bound ``peak ≤ base + k × largest record`` the docs state.
 
 ``--writer`` measures instead the floor pyarrow's Parquet writer sets (docs/performance.md, Memory): one row holding
-a list of n values, written alone as the export writes it (zstd, dictionary, statistics), against the same values
-as a flat column, each in a fresh process; it prints the writer's added peak RSS per value.
+a list of n values, written alone by pyarrow with the export's settings (zstd, dictionary, statistics), against the
+same values as a flat column and against the export's own writing of the row (msgtrain's pages for a long row,
+``msgtrain/export/parquet_pages.py``), each in a fresh process; it prints the added peak RSS per value.
 
 Invariants: one process per measurement (peaks never mix); the inputs are generated, nothing from ../shared but the
 tokenizer is read.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,35 +84,55 @@ import sys
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 n, kind, layout, path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 values = pa.array((np.arange(n) % 97).astype(kind))
-column = pa.ListArray.from_arrays(pa.array([0, n], type=pa.int32()), values) if layout == "list" else values
+column = values if layout == "flat" else pa.ListArray.from_arrays(pa.array([0, n], type=pa.int32()), values)
 table = pa.table({"c": column})
-def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-import resource
-before = rss()
-with pq.ParquetWriter(path, table.schema, compression="zstd", use_dictionary=True, write_statistics=True) as w:
-    w.write_table(table, row_group_size=table.num_rows)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+def rss(field):  # this process's own (ru_maxrss would count the parent's RSS at the fork)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+def reset_peak():  # what building the values held is not the writer's
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+if layout == "pages":  # as the export writes it: msgtrain's own pages for a row this long
+    from pathlib import Path
+    from msgtrain.export.buffer import RowBuffer
+    from msgtrain.export.writer import _ParquetSink
+    reset_peak()
+    before = rss("VmRSS:")
+    sink = _ParquetSink(Path(path), "train", table.schema, 1, RowBuffer(1, 1 << 40, "c"), "zstd")
+    sink.append(table)
+    sink.close()
+else:
+    reset_peak()
+    before = rss("VmRSS:")
+    with pq.ParquetWriter(path, table.schema, compression="zstd", use_dictionary=True, write_statistics=True) as w:
+        w.write_table(table, row_group_size=table.num_rows)
+print(rss("VmHWM:") - before)
 """
 
 
 def writer_floor(values: list[int]) -> None:
-    """Print what pyarrow's Parquet writer adds to the peak for one row of n list values, against flat values."""
+    """Print what pyarrow's Parquet writer adds to the peak for one row of n list values, against flat values and
+    against msgtrain's own pages (what the export writes for a row this long)."""
     env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "system")}
     print(f"pyarrow {pa_version()}, Arrow pool {env['ARROW_DEFAULT_MEMORY_POOL']}")
-    print("| values | type | one row (list) | flat column | list bytes per value |")
-    print("|---|---|---|---|---|")
+    head = ["values", "type", "one row (pyarrow's page)", "flat column", "msgtrain's pages", "bytes per value"]
+    print("| " + " | ".join(head) + " |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="msgtrain-mem-") as tmp:
         for n in values:
             for kind in ("int32", "int8"):
                 added = {}
-                for layout in ("list", "flat"):
-                    cmd = [sys.executable, "-c", WRITE_ONE, str(n), kind, layout, str(Path(tmp) / "one.parquet")]
-                    added[layout] = int(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
+                for layout in ("list", "flat", "pages"):
+                    where = Path(tmp) / ("out" if layout == "pages" else "one.parquet")
+                    cmd = [sys.executable, "-c", WRITE_ONE, str(n), kind, layout, str(where)]
+                    added[layout] = int(
+                        subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, cwd=ROOT).stdout
+                    )
+                    shutil.rmtree(where, ignore_errors=True)
+                mib = {k: f"+{v / 2**20:.0f} MiB" for k, v in added.items()}
                 print(
-                    f"| {n / 1e6:.0f} M | {kind} | +{added['list'] / 2**20:.0f} MiB | +{added['flat'] / 2**20:.0f} MiB"
-                    f" | {added['list'] / n:.1f} |"
+                    f"| {n / 1e6:.0f} M | {kind} | {mib['list']} | {mib['flat']} | {mib['pages']}"
+                    f" | {added['list'] / n:.1f} (pyarrow), {added['pages'] / n:.1f} (msgtrain) |"
                 )
 
 

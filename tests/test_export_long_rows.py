@@ -131,6 +131,8 @@ del sample, ids, mask
 def rss(field):  # this process's own: ru_maxrss would also count the forking parent's RSS (kept across exec)
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak so far (building the row) is not the export's
 before = rss("VmRSS:")
 writer = DatasetWriter(Path(sys.argv[1]), "parquet", "canonical")
 writer.write("train", table)
