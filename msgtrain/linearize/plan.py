@@ -175,14 +175,15 @@ class TurnTokens:
     @property
     def full(self) -> np.ndarray:
         if self._full is None:
-            self._full = _joined(self.prompt, self.completion, self.full_enc)
+            joint = _joint_view(self.prompt, self.completion, self.full_enc)
+            self._full = np.concatenate([self.prompt, self.completion]) if joint is None else joint
         return self._full
 
 
-def _joined(prompt: np.ndarray, completion: np.ndarray, joint_enc: Encoded | None) -> np.ndarray:
-    """``prompt`` + ``completion``: the first ids of the joint encoding itself (a view, no copy) when the completion
-    is its ids right after the prompt's and the prompt is its prefix, as when a rendered completion tokenized the
-    same joined; else a new array. A long record's sample is then held once, not twice."""
+def _joint_view(prompt: np.ndarray, completion: np.ndarray, joint_enc: Encoded | None) -> np.ndarray | None:
+    """``prompt`` + ``completion`` as the first ids of the joint encoding itself (a view, no copy) when the
+    completion is its ids right after the prompt's and the prompt is its prefix, as when a rendered completion
+    tokenized the same joined; else None (they are concatenated). A long record's sample is then held once."""
     if joint_enc is not None:
         joint = joint_enc.ids
         n, m = prompt.shape[0], completion.shape[0]
@@ -197,7 +198,7 @@ def _joined(prompt: np.ndarray, completion: np.ndarray, joint_enc: Encoded | Non
             and _is_prefix(prompt, joint)
         ):
             return joint[: n + m]
-    return np.concatenate([prompt, completion])
+    return None
 
 
 @dataclass
@@ -309,6 +310,9 @@ class _GraphLinearizer:
         self.tt: dict[str, TurnTokens] = {}
         self.parent: dict[str, str | None] = {}
         self.recent: list[Encoded] = []
+        # Nodes some turn's context passes through (set by run): a turn at none of them has no later turn that
+        # could start from its joint encoding.
+        self._extended: set[str] | None = None
         self.result = LinearizeResult()
         self._edges = graph._edge_index()  # computed once per graph: cut reasons look it up per sample
         self._has_turn: dict[str, bool] = {}
@@ -472,6 +476,11 @@ class _GraphLinearizer:
             flags.append("content_special_tokens_parsed")
         if self._usage_contradicts(t, prompt.shape[0]):
             flags.append(USAGE_MISMATCH)
+        joint = _joint_view(prompt, completion, full_enc)
+        if joint is None and self._extended is not None and t.node_id not in self._extended:
+            # Its ids are not this turn's sample and no later turn starts from it: not held while the sample's ids
+            # are concatenated (a long record's prompt, joint and sample ids were all three live at that peak).
+            full_enc = None
         tt = TurnTokens(
             t,
             prompt,
@@ -485,6 +494,7 @@ class _GraphLinearizer:
             prompt_enc,
             flags,
         )
+        tt._full = joint
         for enc in (prompt_enc, full_enc):
             if enc is not None and enc.char_marks.shape[0]:
                 self.recent.append(enc)
@@ -863,6 +873,7 @@ class _GraphLinearizer:
             len(json.dumps({k: v for k, v in extras.items() if k != "reward"}, default=str)),
         )
         turns = collect_turns(self.g)
+        self._extended = {n.id for t in turns for n in t.context}
         for t in turns:
             if self.opts.policies and t.policy not in self.opts.policies:
                 self._drop(t, DropReason.POLICY_NOT_SELECTED, None)

@@ -294,6 +294,11 @@ def _check_marks(fast: tuple[np.ndarray, np.ndarray], slow: tuple[np.ndarray, np
         raise AssertionError(f"segment checkpoints {fast} differ from the text's {slow}")
 
 
+# A segment's ids this large, cached while an encoding is made of it and others, are then held as a view of that
+# encoding's copy of them (a long message is held once in its conversation's cache and its rendering's encoding).
+_REBIND_BYTES = 1 << 20
+
+
 @dataclass
 class Encoded:
     """A text with its ids and the (char_end, token_end) checkpoints after each added token in it."""
@@ -923,39 +928,63 @@ class TokenizerBundle:
             self.encode_calls += 1
             self.encoded_chars += sum(len(k[1]) for k in new)
             self._unsplit()
-            # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on.
-            # Python ints (not numpy scalars) for the checks below: a batch is a few short segments.
-            id_lists = [a.tolist() if isinstance(a, np.ndarray) else a for a in self._id_lists([k[1] for k in new])]
+            # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on. A short segment's
+            # ids come as Python ints, checked as they are (a batch is a few short segments, where numpy's per-call
+            # cost dominates); a long text encoded in pieces comes as one int32 array, checked and kept as it is (its
+            # ids as a Python list would cost 8 to 36 bytes each, beside the array).
+            id_lists = self._id_lists([k[1] for k in new])
             lengths = list(map(len, id_lists))
             total = sum(lengths)
             self.encoded_tokens += total
             if 0 in lengths:
                 return self.encode(text), None  # an empty segment encoding: no shortcut here
-            every = list(itertools.chain.from_iterable(id_lists))
-            flat = np.array(every, dtype=np.int32)
-            ends = list(itertools.accumulate(lengths))
             # Each new segment must hold exactly the added token its text ends with (none for the rest), as its last
             # id. Checked for the whole batch at once: the last id of every segment that ends with an added token's
             # text is added, and the batch holds no other added id.
-            # (On the id lists, in Python: a batch is a few short segments, where numpy's per-call cost dominates.)
             is_added = self._added_set.__contains__
             expected = 0
             for ids_of, ends_added in zip(id_lists, missing.values(), strict=True):
                 if ends_added:
-                    if not is_added(ids_of[-1]):
+                    if not is_added(int(ids_of[-1])):
                         return self.encode(text), None  # a segment that does not split as expected: no shortcut
                     expected += 1
-            if sum(map(is_added, every)) != expected:
+            short = [ids_of for ids_of in id_lists if not isinstance(ids_of, np.ndarray)]
+            every = list(itertools.chain.from_iterable(short))
+            added_seen = sum(map(is_added, every))
+            if len(short) < len(id_lists):
+                added = np.fromiter(self._added_set, dtype=np.int64, count=len(self._added_set))
+                added_seen += sum(int(np.isin(a, added).sum()) for a in id_lists if isinstance(a, np.ndarray))
+            if added_seen != expected:
                 return self.encode(text), None
-            for key, ids in zip(new, np.split(flat, ends[:-1]), strict=True):
-                cache[key] = ids
+            flat = np.array(every, dtype=np.int32)
+            at = 0
+            for key, ids_of in zip(new, id_lists, strict=True):
+                if isinstance(ids_of, np.ndarray):
+                    cache[key] = ids_of  # the encoder's own array, not copied beside it
+                else:
+                    cache[key] = flat[at : at + len(ids_of)]
+                    at += len(ids_of)
+            del id_lists, short, every
             if shared is not None:
                 for key in new:
                     shared.put(key, cache[key])
         if not keys:
             return np.zeros(0, dtype=np.int32), None
         arrays = [cache[k] for k in keys]
-        ids = np.concatenate(arrays)
+        if len(arrays) == 1:  # one segment (a long text): its cached ids, read-only, not a copy of them
+            ids = arrays[0].view()
+            ids.flags.writeable = False
+        else:
+            ids = np.concatenate(arrays)
+            at = 0
+            for key, part in zip(keys, arrays, strict=True):
+                n = part.shape[0]
+                if part.nbytes >= _REBIND_BYTES and cache.get(key) is part:
+                    view = ids[at : at + n]
+                    view.flags.writeable = False
+                    cache[key] = view  # the copy just made, not a second array of the same ids
+                at += n
+            ids.flags.writeable = False
         if _MARKER_CHARS.search(text) is not None:
             return ids, None  # marker characters: only :meth:`_marks` tells the template's tokens from content's
         token_ends = np.cumsum(np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays)))
