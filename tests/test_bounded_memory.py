@@ -397,8 +397,9 @@ def test_a_conversion_process_returns_freed_large_arrays_and_writes_parquet_from
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss in KiB, glibc's mallopt")
 def test_a_two_megabyte_byte_level_record_costs_the_console_script_under_forty_bytes_per_byte(tmp_path: Path) -> None:
     """benchmarks/memory.py at one small size, embedded (byte-level) tokenizer: the peak RSS of a conversion with a
-    2 MB record, against one without it, in fresh processes. Measured 28 bytes per record byte (pyarrow's floor for
-    one token per byte is ~24: docs/performance.md); 59 before freed memory was given back."""
+    2 MB record, against one without it, in fresh processes. Measured 21.5 bytes per record byte, most of it the
+    run-wide memos keeping a record this small (docs/performance.md); 28 when pyarrow wrote the row's pages, 59
+    before freed memory was given back."""
     from benchmarks.memory import peak_rss, write_input
 
     size = 2_000_000
