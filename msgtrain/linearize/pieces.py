@@ -139,18 +139,29 @@ def piece_bounds(text: str, piece_chars: int, added: re.Pattern[str]) -> list[in
 def encode_in_pieces(
     batch: Callable[[list[str]], Sequence[Sequence[int]]], text: str, piece_chars: int, added: re.Pattern[str]
 ) -> np.ndarray:
-    """The ids of ``text``, encoded a few pieces at a time by ``batch`` (texts → id lists), as int32."""
+    """The ids of ``text``, encoded a few pieces at a time by ``batch`` (texts → id lists), as int32.
+
+    The ids go into one array grown in place (``ndarray.resize``, a ``realloc``: with the command line's allocator
+    settings a long array is its own mapping, moved without a copy), sized by the ids per character so far, and cut
+    to its length at the end: concatenating the pieces' arrays held the record's ids twice."""
     bounds = piece_bounds(text, piece_chars, added)
-    out: list[np.ndarray] = []
-    start = 0
+    out = np.zeros(0, dtype=np.int32)
+    n = start = 0
     for i in range(0, len(bounds), 4):
         group = bounds[i : i + 4]
         texts = []
         for end in group:
             texts.append(text[start:end])
             start = end
-        out += [np.asarray(ids, dtype=np.int32) for ids in batch(texts)]
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
+        for ids in batch(texts):
+            m = len(ids)
+            if n + m > out.shape[0]:
+                # the ids per character so far, over the whole text, and an eighth more
+                out.resize(max(n + m, (n + m) * len(text) // max(start, 1) * 9 // 8 + 1024), refcheck=False)
+            out[n : n + m] = ids
+            n += m
+    out.resize(n, refcheck=False)
+    return out
 
 
 def pieces_agree(batch: Callable[[list[str]], Sequence[Sequence[int]]], added: re.Pattern[str]) -> bool:

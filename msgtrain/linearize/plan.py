@@ -59,7 +59,15 @@ from msgtrain.linearize.completion import (
 )
 from msgtrain.linearize.engine_ids import ENGINE_IDS_MISMATCH, MismatchPolicy, engine_ids_disagree
 from msgtrain.linearize.render import Renderer, alarm_handler
-from msgtrain.linearize.tokenizer import VERIFY_MARKS, Encoded, TokenizerBundle, in_table, unmark
+from msgtrain.linearize.tokenizer import (
+    REBIND_BYTES,
+    VERIFY_MARKS,
+    Encoded,
+    SegmentKey,
+    TokenizerBundle,
+    in_table,
+    unmark,
+)
 from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
 from msgtrain.model.completeness import (
     CONTEXT_INCOMPLETE,
@@ -319,7 +327,7 @@ class _GraphLinearizer:
         self._by_len: list[tuple[int, int, str]] = []  # (full length, turn index, node id) of kept turns, sorted
         # Segment ids of this conversation's renderings (see TokenizerBundle.encode_segments), shared between its
         # turns; the renderer's bounded cache shares them between the conversations it serves.
-        self.segments: dict[tuple[bool, str], np.ndarray] | None = {} if renderer.segments is not None else None
+        self.segments: dict[SegmentKey, np.ndarray] | None = {} if renderer.segments is not None else None
         # Node ids that are content hashes: renderings of this graph may be shared with the run's other graphs.
         self.shared_ids = getattr(graph, "content_ids", False)
         self._graph_media: list[str] | None = None  # modalities in the graph the template cannot render
@@ -462,9 +470,19 @@ class _GraphLinearizer:
                 prompt_text = self.r.render(
                     ctx, t.env, add_generation_prompt=True, marked=marked, created=created, shared_ids=self.shared_ids
                 )
+            # A rendered prompt's ids are read from its encoding, which _prompt_in_joint may rebind to the joint
+            # encoding's first ids: no frame keeps the prompt's own array alive beside the joint's.
+            held = prompt if prompt_enc is None else None
+            del prompt
             completion, full_text, full_enc = self._rendered_completion(
-                t, prompt, prompt_text, prompt_enc, anc, marked, created, flags
+                t, held, prompt_text, prompt_enc, anc, marked, created, flags
             )
+            if prompt_enc is not None:
+                prompt = prompt_enc.ids
+            else:
+                assert held is not None
+                prompt = held
+            del held
         if completion.shape[0] == 0:
             raise _Drop(DropReason.NO_TRAINABLE_TOKENS, "the completion has no tokens")
         logged_prompt = None if prompt_engine or prompt_text is None else self._logged_prompt(t, prompt_text)
@@ -534,7 +552,7 @@ class _GraphLinearizer:
     def _rendered_completion(
         self,
         t: Turn,
-        prompt: np.ndarray,
+        prompt: np.ndarray | None,
         prompt_text: str,
         prompt_enc: Encoded | None,
         anc: TurnTokens | None,
@@ -543,10 +561,10 @@ class _GraphLinearizer:
         flags: list[str],
     ) -> tuple[np.ndarray, str, Encoded | None]:
         """(completion ids, prompt text + completion text, the joint encoding when there is one) of a turn without
-        logged ids: the rule of :mod:`msgtrain.linearize.completion`, then the self-check (:meth:`_mismatch`). A
-        recovered completion that holds another message (a template whose history moves context) is recovered
-        again by the engine-mode rule (:func:`moved_context_span`); one that still fails is dropped as
-        ``completion_mismatch``."""
+        logged ids (``prompt``: the prompt's ids, None when they are ``prompt_enc``'s): the rule of
+        :mod:`msgtrain.linearize.completion`, then the self-check (:meth:`_mismatch`). A recovered completion that
+        holds another message (a template whose history moves context) is recovered again by the engine-mode rule
+        (:func:`moved_context_span`); one that still fails is dropped as ``completion_mismatch``."""
         text = self.r.render(
             t.path, t.env, add_generation_prompt=False, marked=marked, created=created, shared_ids=self.shared_ids
         )
@@ -660,7 +678,7 @@ class _GraphLinearizer:
     def _span_tokens(
         self,
         t: Turn,
-        prompt: np.ndarray,
+        prompt: np.ndarray | None,
         prompt_text: str,
         prompt_enc: Encoded | None,
         anc: TurnTokens | None,
@@ -672,7 +690,11 @@ class _GraphLinearizer:
         flags: list[str],
     ) -> tuple[np.ndarray, str, Encoded | None, str]:
         """(completion ids, completion text, joint encoding or None, the completion's plain text) of the span
-        ``text[start:end]``: trimmed at its stop token, or ended with the stop token the model sampled."""
+        ``text[start:end]``: trimmed at its stop token, or ended with the stop token the model sampled. ``prompt``:
+        the prompt's ids, None when they are ``prompt_enc``'s."""
+        if prompt is None:
+            assert prompt_enc is not None
+            prompt = prompt_enc.ids
         full_enc = None
         if start == len(prompt_text) and end == len(text):
             base = prompt_enc or self._encode(prompt_text, marked, [anc.full_enc if anc else None])
@@ -680,6 +702,8 @@ class _GraphLinearizer:
             joint = full_enc.ids
             if _is_prefix(prompt, joint):
                 raw = joint[prompt.shape[0] :]
+                if self._prompt_in_joint(prompt_enc, prompt, joint):
+                    prompt = joint[: prompt.shape[0]]  # the prompt's own array is dropped here
             else:
                 # The boundary between prompt and completion tokenizes differently when joined: the policy
                 # generated after the prompt ids, so its completion is the completion text tokenized on its own.
@@ -713,6 +737,36 @@ class _GraphLinearizer:
                 if with_stop.shape[0] and self._is_stop(with_stop[-1:]).all():
                     completion, comp_text = with_stop, core + stop
         return completion, comp_text, full_enc, flag_text
+
+    def _prompt_in_joint(self, prompt_enc: Encoded | None, prompt: np.ndarray, joint: np.ndarray) -> bool:
+        """Hold a long prompt's ids as the first ids of its joint encoding, which they equal, not as an array of their
+        own: the prompt's encoding, and this conversation's cached segments that are views of its ids, are rebound
+        to views of ``joint`` at the same offsets (a long record's ids were held twice, prompt and joint, at the
+        linearizing peak). A prompt encoding the run-wide memo holds is left as it is (its entry would keep the
+        longer joint ids alive past the memo's bound); so is a segment outside the prompt's ids. True when rebound."""
+        if prompt_enc is None or prompt_enc.ids is not prompt or prompt.nbytes < REBIND_BYTES:
+            return False
+        if joint.dtype != prompt.dtype or not (prompt.flags.c_contiguous and joint.flags.c_contiguous):
+            return False
+        if self.tok.encodings.holds(prompt_enc):
+            return False
+        n, size = prompt.shape[0], prompt.itemsize
+        start = prompt.__array_interface__["data"][0]
+        root = prompt if prompt.base is None else prompt.base
+        views = {}
+        for key, ids in (self.segments or {}).items():
+            if (ids is root or ids.base is root) and ids.dtype == prompt.dtype and ids.flags.c_contiguous:
+                at, rem = divmod(ids.__array_interface__["data"][0] - start, size)
+                if rem == 0 and at >= 0 and at + ids.shape[0] <= n:
+                    view = joint[at : at + ids.shape[0]]
+                    view.flags.writeable = False
+                    views[key] = view
+        if self.segments is not None:
+            self.segments.update(views)
+        ids = joint[:n]
+        ids.flags.writeable = False
+        prompt_enc.ids = ids
+        return True
 
     def _encode_after(self, prompt_text: str, text: str, marked: bool) -> np.ndarray:
         """``text`` tokenized on its own as what follows ``prompt_text``."""

@@ -296,7 +296,27 @@ def _check_marks(fast: tuple[np.ndarray, np.ndarray], slow: tuple[np.ndarray, np
 
 # A segment's ids this large, cached while an encoding is made of it and others, are then held as a view of that
 # encoding's copy of them (a long message is held once in its conversation's cache and its rendering's encoding).
-_REBIND_BYTES = 1 << 20
+REBIND_BYTES = 1 << 20
+
+# A segment this long is keyed in the segment caches by a digest of its text (blake2b of its UTF-8, a block at a time,
+# and its length), not by the text: a long message is then not held once more, as a key, beside its renderings.
+_DIGEST_CHARS = 1 << 16
+_DIGEST_BLOCK = 1 << 20
+
+SegmentKey = tuple[bool, str | bytes]  # (starts the input, the segment's text or, when long, its digest)
+
+
+def segment_key(first: bool, text: str, start: int, end: int) -> SegmentKey:
+    """The cache key of the segment ``text[start:end]``: its text, or past :data:`_DIGEST_CHARS` characters its
+    digest (bytes, so never equal to a text key; UTF-8 with lone surrogates passed through is one-to-one, so equal
+    digests mean equal texts but for a blake2b collision)."""
+    if end - start < _DIGEST_CHARS:
+        return first, text[start:end]
+    h = hashlib.blake2b(digest_size=32)
+    for i in range(start, end, _DIGEST_BLOCK):
+        h.update(text[i : min(i + _DIGEST_BLOCK, end)].encode("utf-8", "surrogatepass"))
+    h.update((end - start).to_bytes(8, "little"))
+    return first, h.digest()
 
 
 @dataclass
@@ -333,8 +353,8 @@ class SegmentCache:
 
     def __init__(self, max_bytes: int = SEGMENT_CACHE_BYTES):
         self.max_bytes = max_bytes
-        self._ids: OrderedDict[tuple[bool, str], np.ndarray] = OrderedDict()
-        self._sizes: dict[tuple[bool, str], int] = {}
+        self._ids: OrderedDict[SegmentKey, np.ndarray] = OrderedDict()
+        self._sizes: dict[SegmentKey, int] = {}
         self.bytes = 0
         self.hits = 0
         self.stored_chars = 0
@@ -343,14 +363,15 @@ class SegmentCache:
     def __len__(self) -> int:
         return len(self._ids)
 
-    def get(self, key: tuple[bool, str]) -> np.ndarray | None:
+    def get(self, key: SegmentKey) -> np.ndarray | None:
         ids = self._ids.get(key)
         if ids is not None:
             self._ids.move_to_end(key)
             self.hits += 1
         return ids
 
-    def put(self, key: tuple[bool, str], ids: np.ndarray) -> None:
+    def put(self, key: SegmentKey, ids: np.ndarray, chars: int | None = None) -> None:
+        """Keep ``ids`` under ``key``; ``chars``: the segment's length in characters when the key is a digest."""
         if key in self._ids:
             return
         size = sys.getsizeof(key[1]) + ids.nbytes + _ENTRY_OVERHEAD
@@ -359,7 +380,7 @@ class SegmentCache:
         self._ids[key] = ids
         self._sizes[key] = size
         self.bytes += size
-        self.stored_chars += len(key[1])
+        self.stored_chars += len(key[1]) if chars is None else chars
         while self.bytes > self.max_bytes:
             old, _ = self._ids.popitem(last=False)
             self.bytes -= self._sizes.pop(old)
@@ -404,6 +425,10 @@ class EncodedCache:
         self._items.clear()
         self._sizes.clear()
         self.bytes = 0
+
+    def holds(self, enc: Encoded) -> bool:
+        """Whether ``enc`` itself is an entry (not looked up: the order of use is left as it is)."""
+        return self._items.get(enc.text) is enc
 
     def put(self, enc: Encoded) -> None:
         size = sys.getsizeof(enc.text) + enc.ids.nbytes + enc.char_marks.nbytes + enc.tok_marks.nbytes
@@ -864,7 +889,7 @@ class TokenizerBundle:
     def encode_segments(
         self,
         text: str,
-        cache: dict[tuple[bool, str], np.ndarray],
+        cache: dict[SegmentKey, np.ndarray],
         at_start: bool,
         shared: SegmentCache | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
@@ -897,9 +922,10 @@ class TokenizerBundle:
             cuts.append(len(text))
             plain_ends.append(len(text))
         line = LINE_START if self._cuts_lines() else None
-        keys: list[tuple[bool, str]] = []
+        keys: list[SegmentKey] = []
         last_parts: list[int] = []  # per segment, the index in ``keys`` of its last part
-        missing: dict[tuple[bool, str], bool] = {}  # new part -> whether it ends with an added token's text
+        # new part -> (whether it ends with an added token's text, where it starts and ends in ``text``)
+        missing: dict[SegmentKey, tuple[bool, int, int]] = {}
         start = 0
         for i, end in enumerate(cuts):
             ends_added = i < matched
@@ -908,17 +934,21 @@ class TokenizerBundle:
             # line after a reasoning block): the same message text then has the same part whatever the template
             # wrote before it (Qwen3 renders the latest reply after its reasoning and older ones without).
             m = line.search(text, start, plain_ends[i]) if line is not None else None
-            parts: tuple[tuple[tuple[bool, str], bool], ...]
-            if m is None:
-                parts = (((first, text[start:end]), ends_added),)
-            else:
-                parts = (((first, text[start : m.end()]), False), ((False, text[m.end() : end]), ends_added))
-            for key, key_ends_added in parts:
+            spans = (
+                ((first, start, end, ends_added),)
+                if m is None
+                else (
+                    (first, start, m.end(), False),
+                    (False, m.end(), end, ends_added),
+                )
+            )
+            for part_first, lo, hi, key_ends_added in spans:
+                key = segment_key(part_first, text, lo, hi)
                 keys.append(key)
                 if key not in cache:
                     ids = shared.get(key) if shared is not None else None
                     if ids is None:
-                        missing[key] = key_ends_added
+                        missing[key] = (key_ends_added, lo, hi)
                     else:
                         cache[key] = ids
             last_parts.append(len(keys) - 1)
@@ -926,13 +956,13 @@ class TokenizerBundle:
         if missing:
             new = list(missing)
             self.encode_calls += 1
-            self.encoded_chars += sum(len(k[1]) for k in new)
+            self.encoded_chars += sum(hi - lo for _, lo, hi in missing.values())
             self._unsplit()
             # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on. A short segment's
             # ids come as Python ints, checked as they are (a batch is a few short segments, where numpy's per-call
             # cost dominates); a long text encoded in pieces comes as one int32 array, checked and kept as it is (its
             # ids as a Python list would cost 8 to 36 bytes each, beside the array).
-            id_lists = self._id_lists([k[1] for k in new])
+            id_lists = self._id_lists([text[lo:hi] for _, lo, hi in missing.values()])
             lengths = list(map(len, id_lists))
             total = sum(lengths)
             self.encoded_tokens += total
@@ -943,7 +973,7 @@ class TokenizerBundle:
             # text is added, and the batch holds no other added id.
             is_added = self._added_set.__contains__
             expected = 0
-            for ids_of, ends_added in zip(id_lists, missing.values(), strict=True):
+            for ids_of, (ends_added, _, _) in zip(id_lists, missing.values(), strict=True):
                 if ends_added:
                     if not is_added(int(ids_of[-1])):
                         return self.encode(text), None  # a segment that does not split as expected: no shortcut
@@ -966,8 +996,8 @@ class TokenizerBundle:
                     at += len(ids_of)
             del id_lists, short, every
             if shared is not None:
-                for key in new:
-                    shared.put(key, cache[key])
+                for key, (_, lo, hi) in missing.items():
+                    shared.put(key, cache[key], hi - lo)
         if not keys:
             return np.zeros(0, dtype=np.int32), None
         arrays = [cache[k] for k in keys]
@@ -979,7 +1009,7 @@ class TokenizerBundle:
             at = 0
             for key, part in zip(keys, arrays, strict=True):
                 n = part.shape[0]
-                if part.nbytes >= _REBIND_BYTES and cache.get(key) is part:
+                if part.nbytes >= REBIND_BYTES and cache.get(key) is part:
                     view = ids[at : at + n]
                     view.flags.writeable = False
                     cache[key] = view  # the copy just made, not a second array of the same ids
@@ -996,7 +1026,7 @@ class TokenizerBundle:
         self,
         text: str,
         marked: bool = False,
-        segments: dict[tuple[bool, str], np.ndarray] | None = None,
+        segments: dict[SegmentKey, np.ndarray] | None = None,
         shared: SegmentCache | None = None,
     ) -> Encoded:
         marks = None
@@ -1017,7 +1047,7 @@ class TokenizerBundle:
         text: str,
         marked: bool = False,
         lcp: int | None = None,
-        segments: dict[tuple[bool, str], np.ndarray] | None = None,
+        segments: dict[SegmentKey, np.ndarray] | None = None,
         shared: SegmentCache | None = None,
     ) -> Encoded:
         """Encode ``text`` reusing ``base``'s ids up to the last added-token boundary of their common prefix.

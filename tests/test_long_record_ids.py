@@ -1,0 +1,112 @@
+"""A long record's ids and text held fewer times while linearizing, with the same ids: a long segment is keyed in the
+segment caches by a digest of its text (no copy of it as a key), a long prompt's ids become the first ids of its
+joint encoding (one array, not two), and a long text's pieces are encoded into one array grown in place. The oracle
+is the tokenizer's own encoding of the whole text (``backend.encode``) and the chat template's own rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from msgtrain import MessageGraph
+from msgtrain.linearize import linearize_graph, load_tokenizer
+from msgtrain.linearize.plan import _GraphLinearizer
+from msgtrain.linearize.tokenizer import _DIGEST_CHARS, REBIND_BYTES, SegmentCache, segment_key
+
+
+@pytest.fixture(scope="module")
+def demo() -> Any:
+    return load_tokenizer(None, None)
+
+
+def _prose(n: int, seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    words = ["the", "quick", "brown", "fox", "naïve", "日本語", "it's", "42", "\n", "-", "(x)"]
+    out = " ".join(rng.choice(words, size=n // 4))
+    return out[:n]
+
+
+def _whole(tok: Any, text: str) -> list[int]:
+    return list(tok.backend.encode(text, add_special_tokens=False).ids)
+
+
+def test_a_long_segment_is_keyed_by_a_digest_and_still_gives_the_whole_texts_ids(demo: Any) -> None:
+    body = _prose(3 * _DIGEST_CHARS, 1)
+    text = f"<|im_start|>user\n{body}<|im_end|>\n<|im_start|>assistant\n"
+    cache: dict[Any, np.ndarray] = {}
+    shared = SegmentCache()
+    ids, _ = demo.encode_segments(text, cache, True, shared)
+    assert ids.tolist() == _whole(demo, text)
+    long_keys = [k for k in cache if isinstance(k[1], bytes)]
+    assert len(long_keys) == 1 and len(long_keys[0][1]) == 32
+    assert all(len(k[1]) < _DIGEST_CHARS for k in cache if isinstance(k[1], str))
+    assert shared.stored_chars == sum(len(k[1]) for k in cache if isinstance(k[1], str)) + len(body) + len("<|im_end|>")
+    # The same text again: every segment from the cache, no encoding.
+    calls = demo.encode_calls
+    again, _ = demo.encode_segments(text, cache, True, shared)
+    assert demo.encode_calls == calls and again.tolist() == ids.tolist()
+    # A text of the same length that differs in one character near its end is another key, with its own ids.
+    other_body = body[:-5] + ("Z" if body[-5] != "Z" else "Y") + body[-4:]
+    other = text.replace(body, other_body)
+    other_ids, _ = demo.encode_segments(other, cache, True, shared)
+    assert other_ids.tolist() == _whole(demo, other) != ids.tolist()
+    assert demo.encode_calls == calls + 1
+
+
+def test_segment_keys_of_long_texts_are_one_to_one_and_apart_from_text_keys() -> None:
+    a = "x" * _DIGEST_CHARS
+    assert segment_key(True, a, 0, _DIGEST_CHARS - 1) == (True, a[:-1])  # short: the text itself
+    assert segment_key(True, a, 0, len(a)) == segment_key(True, "y" + a, 1, len(a) + 1)  # where it sits: no matter
+    assert segment_key(True, a, 0, len(a)) != segment_key(False, a, 0, len(a))
+    assert segment_key(True, a + "x", 0, len(a) + 1) != segment_key(True, a, 0, len(a))
+    # cut into blocks at any character: surrogates and multi-byte characters give the digest of the whole
+    b = ("é\ud800日" * (_DIGEST_CHARS // 2))[: 2 * _DIGEST_CHARS + 1]
+    assert segment_key(False, b, 0, len(b)) != segment_key(False, b[:-1] + "x", 0, len(b))
+
+
+@pytest.mark.parametrize("memo_bytes", [1 << 20, 128 << 20])
+def test_a_long_prompt_is_held_as_the_first_ids_of_its_joint_encoding(
+    demo: Any, monkeypatch: pytest.MonkeyPatch, memo_bytes: int
+) -> None:
+    """Past the memo of encodings' bound (1 MiB: an entry over 64 KiB is not kept, as a 10 MB record is not at the
+    run's 128 MiB) the prompt's encoding is rebound to the joint's first ids; one the memo holds is left as it is.
+    The ids are the template's either way."""
+    body = _prose(400_000, 2)
+    demo.clear_run_memos()
+    monkeypatch.setattr(demo.encodings, "max_bytes", memo_bytes)
+    seen: list[tuple[bool, np.ndarray, Any]] = []
+    original = _GraphLinearizer._prompt_in_joint
+
+    def spy(self: _GraphLinearizer, prompt_enc: Any, prompt: np.ndarray, joint: np.ndarray) -> bool:
+        done = original(self, prompt_enc, prompt, joint)
+        seen.append((done, joint, prompt_enc))
+        return done
+
+    monkeypatch.setattr(_GraphLinearizer, "_prompt_in_joint", spy)
+    g = MessageGraph()
+    g.append({"role": "user", "content": body})
+    g.append({"role": "assistant", "content": "a short reply"})
+    g.append({"role": "user", "content": "and once more"})
+    g.append({"role": "assistant", "content": "done"})
+    (sample,) = linearize_graph(g, demo).samples
+    messages = [
+        {"role": m, "content": c}
+        for m, c in zip(["user", "assistant"] * 2, [body, "a short reply", "and once more", "done"], strict=True)
+    ]
+    rendered = demo.hf.apply_chat_template(messages, tokenize=False)
+    assert rendered.endswith("<|im_end|>\n")  # the sample ends at the last reply's end-of-turn token
+    assert sample.input_ids.tolist() == _whole(demo, rendered[:-1])
+    first_prompt = demo.hf.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+    n = len(_whole(demo, first_prompt))
+    assert n * 4 > REBIND_BYTES and n > 4 * (1 << 16)  # long, past any block of ids compared at a time
+    assert sample.loss_mask[:n].sum() == 0 and sample.loss_mask[n] == 1
+    done, joint, prompt_enc = seen[0]
+    assert prompt_enc.ids.shape[0] == n and prompt_enc.ids.tolist() == _whole(demo, first_prompt)
+    if memo_bytes < 128 << 20:
+        assert done and np.shares_memory(prompt_enc.ids, joint)
+        assert prompt_enc.ids.base is joint or prompt_enc.ids.base is joint.base
+    else:
+        assert demo.encodings.holds(prompt_enc) and not done and not np.shares_memory(prompt_enc.ids, joint)
+    demo.clear_run_memos()
