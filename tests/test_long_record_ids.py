@@ -108,5 +108,32 @@ def test_a_long_prompt_is_held_as_the_first_ids_of_its_joint_encoding(
         assert done and np.shares_memory(prompt_enc.ids, joint)
         assert prompt_enc.ids.base is joint or prompt_enc.ids.base is joint.base
     else:
-        assert demo.encodings.holds(prompt_enc) and not done and not np.shares_memory(prompt_enc.ids, joint)
+        assert demo.encodings.holds(prompt_enc) and not done
     demo.clear_run_memos()
+
+
+def test_an_encoding_extends_a_long_base_in_the_room_after_it_and_only_one_encoding_does(demo: Any) -> None:
+    """The joint rendering after a long prompt writes its new ids after the prompt's in one buffer; a second
+    rendering from the same prompt (another branch), or one whose text after the last control token differs from
+    the prompt's, gets an array of its own; every encoding keeps the ids of its whole text."""
+    body = _prose(400_000, 3)
+    prompt = f"<|im_start|>user\n{body}<|im_end|>\n<|im_start|>assistant\n"
+    cache: dict[Any, np.ndarray] = {}
+    base = demo.encode_full(prompt, False, cache, SegmentCache())
+    assert base.ids.tolist() == _whole(demo, prompt)
+    one = prompt + "the first reply<|im_end|>\n"
+    two = prompt + "another reply<|im_end|>\n"
+    other = prompt[: -len("assistant\n")] + "user\nnot this<|im_end|>\n"
+    first = demo.encode_from(base, one, segments=cache)
+    assert first.ids.tolist() == _whole(demo, one) and np.shares_memory(first.ids, base.ids)
+    second = demo.encode_from(base, two, segments=cache)
+    assert second.ids.tolist() == _whole(demo, two) and not np.shares_memory(second.ids, base.ids)
+    assert first.ids.tolist() == _whole(demo, one) and base.ids.tolist() == _whole(demo, prompt)  # not overwritten
+    third = demo.encode_from(first, one + "<|im_start|>user\nmore<|im_end|>\n", segments=cache)
+    assert third.ids.tolist() == _whole(demo, one + "<|im_start|>user\nmore<|im_end|>\n")
+    assert np.shares_memory(third.ids, base.ids)  # the next turn extends the first reply's encoding
+    cache2: dict[Any, np.ndarray] = {}
+    fresh = demo.encode_full(prompt, False, cache2, SegmentCache())
+    drifted = demo.encode_from(fresh, other, segments=cache2)
+    assert drifted.ids.tolist() == _whole(demo, other) and not np.shares_memory(drifted.ids, fresh.ids)
+    assert fresh.ids.tolist() == _whole(demo, prompt)

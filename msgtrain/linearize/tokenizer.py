@@ -27,6 +27,8 @@ import json
 import os
 import re
 import sys
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -302,6 +304,52 @@ REBIND_BYTES = 1 << 20
 # and its length), not by the text: a long message is then not held once more, as a key, beside its renderings.
 _DIGEST_CHARS = 1 << 16
 _DIGEST_BLOCK = 1 << 20
+
+# A long encoding's ids are made in a buffer with room after them (address space only: pages nothing writes are
+# never resident), so an encoding that extends it (the joint rendering after its prompt, the next turn after that)
+# writes its new ids there rather than copying the whole prefix into an array of its own. Per buffer, the end of the
+# ids some encoding holds: only an encoding that ends there may extend it, so no two write the same room.
+_ROOM_ENDS: dict[int, int] = {}
+_ROOM_LOCK = threading.Lock()
+
+
+def _with_room(n: int) -> np.ndarray:
+    """An int32 buffer for ``n`` ids and a quarter more (and 64 K), its first ``n`` claimed."""
+    buf = np.empty(n + n // 4 + (1 << 16), dtype=np.int32)
+    key = id(buf)
+    with _ROOM_LOCK:
+        _ROOM_ENDS[key] = n
+    weakref.finalize(buf, _ROOM_ENDS.pop, key, None)
+    return buf
+
+
+def _extended(base: np.ndarray, t: int, rest: np.ndarray) -> np.ndarray | None:
+    """``base[:t]`` + ``rest`` as a read-only view of ``base``'s buffer, the ids past ``base`` written in its room,
+    when ``base`` ends where the buffer's claimed ids end, ``rest`` starts with ``base[t:]`` and fits; else None."""
+    buf = base.base
+    if not isinstance(buf, np.ndarray) or id(buf) not in _ROOM_ENDS or rest.dtype != np.int32:
+        return None
+    n = base.shape[0]
+    m = t + rest.shape[0]
+    if base.dtype != np.int32 or not base.flags.c_contiguous or m <= n:
+        return None
+    start, rem = divmod(base.ctypes.data - buf.ctypes.data, base.itemsize)
+    if rem or start + m > buf.shape[0]:
+        return None
+    block = 1 << 16
+    if not all(
+        np.array_equal(base[i : min(i + block, n)], rest[i - t : min(i + block, n) - t]) for i in range(t, n, block)
+    ):
+        return None
+    with _ROOM_LOCK:
+        if _ROOM_ENDS.get(id(buf)) != start + n:
+            return None
+        _ROOM_ENDS[id(buf)] = start + m
+    buf[start + n : start + m] = rest[n - t :]
+    out = buf[start : start + m]
+    out.flags.writeable = False
+    return out
+
 
 SegmentKey = tuple[bool, str | bytes]  # (starts the input, the segment's text or, when long, its digest)
 
@@ -1005,7 +1053,11 @@ class TokenizerBundle:
             ids = arrays[0].view()
             ids.flags.writeable = False
         else:
-            ids = np.concatenate(arrays)
+            total = sum(a.shape[0] for a in arrays)
+            if total * 4 >= REBIND_BYTES and all(a.dtype == np.int32 for a in arrays):
+                ids = np.concatenate(arrays, out=_with_room(total)[:total])  # room for an encoding extending it
+            else:
+                ids = np.concatenate(arrays)
             at = 0
             for key, part in zip(keys, arrays, strict=True):
                 n = part.shape[0]
@@ -1079,7 +1131,9 @@ class TokenizerBundle:
                 _check_marks((marks[0] + c, marks[1] + t), (cm, tm))
         else:
             cm, tm = marks[0] + c, marks[1] + t
-        ids = np.concatenate([base.ids[:t], rest_ids])
+        ids = _extended(base.ids, t, rest_ids)
+        if ids is None:
+            ids = np.concatenate([base.ids[:t], rest_ids])
         return Encoded(text, ids, np.concatenate([base.char_marks[:k], cm]), np.concatenate([base.tok_marks[:k], tm]))
 
     @property
