@@ -74,7 +74,9 @@ def _reading(pid: int, logs: Path) -> bool:
 def test_a_signal_stops_every_worker_within_two_seconds_with_one_line(
     tmp_path: Path, workers: int, sig: signal.Signals
 ) -> None:
-    logs = _busy_logs(tmp_path, workers, 500)
+    # three files a worker: one that finishes its first file before the others have opened theirs (a loaded machine
+    # starts them apart) opens the next, so the moment every worker is converting one comes before the run ends
+    logs = _busy_logs(tmp_path, 3 * workers, 500)
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(out), "-q", "-j", str(workers)],
