@@ -52,7 +52,8 @@ def row_index(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), np.diff(offsets))
 
 
-SUM_BLOCK = 1 << 20  # values summed at a time by per_row_sum: its temporaries stay bounded, whatever the rows hold
+# Values summed at a time by per_row_sum: its temporaries (the block cast to int64, its running sum) stay ~1 MiB.
+SUM_BLOCK = 1 << 16
 
 
 def per_row_sum(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

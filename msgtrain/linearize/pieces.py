@@ -40,7 +40,9 @@ from typing import Any
 
 import numpy as np
 
-PIECE_CHARS = 1 << 16  # a text longer than this is encoded about this many characters at a time
+# A text longer than this is encoded about this many characters at a time, four pieces to a call of the library:
+# what the library holds per token in flight (~130 bytes for a byte-level vocabulary) stays ~8 MiB.
+PIECE_CHARS = 1 << 14
 
 # GPT-2's pattern (ByteLevel's own), Qwen2/3's, and Llama 3's / cl100k's, as tokenizer.json spells them.
 _QWEN_TAIL = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
