@@ -24,7 +24,7 @@ from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import REGISTRY  # noqa: F401 - fills the registry
 from msgtrain.linearize import linearize_graph
 from msgtrain.linearize.render import VERIFY_REPLAY, Renderer, render_cache
-from msgtrain.linearize.tokenizer import SegmentCache
+from msgtrain.linearize.tokenizer import LARGEST_ENTRY, SegmentCache
 from tests.conftest import load_named_tokenizer, shared_path
 
 REAL = (
@@ -203,18 +203,19 @@ def test_the_segment_cache_stays_within_its_byte_budget() -> None:
     one = SegmentCache(max_bytes=1 << 30)
     one.put((False, "segment 00"), np.array([0], dtype=np.int32))
     entry = one.bytes  # what one such entry costs: its text, its ids and the overhead
-    cache = SegmentCache(max_bytes=20 * entry)
+    cache = SegmentCache(max_bytes=40 * entry)
     for i in range(50):
         cache.put((False, f"segment {i:02d}"), np.array([i], dtype=np.int32))
         assert cache.bytes <= cache.max_bytes
-    assert len(cache) == 20 and cache.evicted == 30
-    assert cache.get((False, "segment 29")) is None  # evicted, least recently used first
-    assert cache.get((False, "segment 30")) is not None
+    assert len(cache) == 40 and cache.evicted == 10
+    assert cache.get((False, "segment 09")) is None  # evicted, least recently used first
+    assert cache.get((False, "segment 10")) is not None
     cache.put((False, "segment 50"), np.array([50], dtype=np.int32))
-    assert cache.get((False, "segment 30")) is not None  # just used: kept
-    assert cache.get((False, "segment 31")) is None  # the least recently used went
-    cache.put((False, "x" * (cache.max_bytes // 8)), np.zeros(1, dtype=np.int32))  # over a sixteenth: never kept
-    assert cache.get((False, "x" * (cache.max_bytes // 8))) is None
+    assert cache.get((False, "segment 10")) is not None  # just used: kept
+    assert cache.get((False, "segment 11")) is None  # the least recently used went
+    big = "x" * (cache.max_bytes // LARGEST_ENTRY)  # with its ids and overhead, over 1/LARGEST_ENTRY: never kept
+    cache.put((False, big), np.zeros(1, dtype=np.int32))
+    assert cache.get((False, big)) is None
 
 
 def test_an_added_token_that_strips_the_whitespace_after_it_turns_segment_reuse_off() -> None:

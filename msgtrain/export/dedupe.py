@@ -57,7 +57,7 @@ def turn_digests(table: pa.Table) -> list[list[bytes]]:
         digests = []
         for span in row_spans:
             start, end = int(span["start"]), int(span["end"])
-            h.update(ids[lo + done : lo + end].tobytes())
+            h.update(ids[lo + done : lo + end].data)  # the slice's buffer: a long turn's ids are not copied
             done = end
             turn = h.copy()
             turn.update(start.to_bytes(8, "little"))

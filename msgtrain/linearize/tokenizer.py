@@ -381,6 +381,11 @@ class Encoded:
 # their objects' overhead. 128 MiB keeps a day's distinct system prompts, tool schemas and histories of a busy agent;
 # beyond it the least recently used go first, so memory stays flat however many logs a run reads.
 SEGMENT_CACHE_BYTES = 128 << 20
+# A memo entry over 1/LARGEST_ENTRY of its memo's bound is never kept (4 MiB of the 128 MiB memos; a sixteenth
+# before): a 1 MB message with a byte-level vocabulary (1 MB of text, 4 MB of ids) was kept in two memos for the
+# rest of the run, ~10 MiB of a 1 MB record's ~20 MiB over the base. An entry under it (a Qwen3 text up to ~2 MB,
+# any usual system prompt or history) is kept as before.
+LARGEST_ENTRY = 32
 # What one entry costs besides its text and ids: the key tuple, the dict entry and the ndarray object.
 _ENTRY_OVERHEAD = 200
 
@@ -394,9 +399,9 @@ class SegmentCache:
     segment's ids depend only on its text and on whether it starts the input (both are the key; see
     :meth:`TokenizerBundle.encode_segments` for why nothing else can matter), so the cache cannot change any
     output, and the encoder sees each distinct segment once while it stays cached. The bound counts the text
-    (``sys.getsizeof``), the ids and a fixed overhead per entry; an entry over a sixteenth of the bound is never
-    kept. ``stored_chars`` (characters of the segments put) and ``evicted`` let a benchmark tell encoder work
-    from distinct text: with nothing evicted, the segments stored are the distinct segments seen.
+    (``sys.getsizeof``), the ids and a fixed overhead per entry; an entry over 1/:data:`LARGEST_ENTRY` of the
+    bound is never kept. ``stored_chars`` (characters of the segments put) and ``evicted`` let a benchmark tell
+    encoder work from distinct text: with nothing evicted, the segments stored are the distinct segments seen.
     """
 
     def __init__(self, max_bytes: int = SEGMENT_CACHE_BYTES):
@@ -423,7 +428,7 @@ class SegmentCache:
         if key in self._ids:
             return
         size = sys.getsizeof(key[1]) + ids.nbytes + _ENTRY_OVERHEAD
-        if size > self.max_bytes // 16:
+        if size > self.max_bytes // LARGEST_ENTRY:
             return
         self._ids[key] = ids
         self._sizes[key] = size
@@ -446,11 +451,11 @@ ENCODED_CACHE_BYTES = 128 << 20
 
 class EncodedCache:
     """Encodings of whole rendered texts (ids and checkpoints), kept for the run by the tokenizer that made them,
-    least recently used first out past ``max_bytes`` (text, arrays and a fixed overhead per entry); an entry over a
-    sixteenth of the bound is never kept. Keyed by the text alone: an encoding is a function of its text (its ids
-    are ``encode(text)``, its checkpoints are found in the text), so a rendering seen again (the same context in a
-    copied log, the prompt of every rollout of a group) is not encoded again. Its arrays are read-only: they are
-    shared by every turn that gets them."""
+    least recently used first out past ``max_bytes`` (text, arrays and a fixed overhead per entry); an entry over
+    1/:data:`LARGEST_ENTRY` of the bound is never kept. Keyed by the text alone: an encoding is a function of its
+    text (its ids are ``encode(text)``, its checkpoints are found in the text), so a rendering seen again (the same
+    context in a copied log, the prompt of every rollout of a group) is not encoded again. Its arrays are read-only:
+    they are shared by every turn that gets them."""
 
     def __init__(self, max_bytes: int = ENCODED_CACHE_BYTES):
         self.max_bytes = max_bytes
@@ -481,7 +486,7 @@ class EncodedCache:
     def put(self, enc: Encoded) -> None:
         size = sys.getsizeof(enc.text) + enc.ids.nbytes + enc.char_marks.nbytes + enc.tok_marks.nbytes
         size += _ENTRY_OVERHEAD * 3
-        if enc.text in self._items or size > self.max_bytes // 16:
+        if enc.text in self._items or size > self.max_bytes // LARGEST_ENTRY:
             return
         for array in (enc.ids, enc.char_marks, enc.tok_marks):
             array.flags.writeable = False
