@@ -744,3 +744,13 @@ def test_atif_logprobs_that_do_not_align_with_the_completion_ids_are_refused(tmp
     _, stats, rejects = convert_file(path, SETTINGS)
     assert stats.turns_trained == 0 and stats.turns_lost == 1
     assert json.loads(rejects[0])["reason"] == "bad_engine_ids"
+
+
+def test_a_step_whose_source_is_not_a_string_is_not_taken_for_an_atif_step() -> None:
+    """A record with an integer step_id and a dict or list ``source`` (not an ATIF step: its source is a role name)
+    is read as anything else is, never a TypeError from looking the source up among the roles."""
+    from msgtrain.ingest.common.message_like import unwrapped
+
+    for source in ({"kind": "agent"}, ["agent"]):
+        record = {"step_id": 1, "source": source, "message": "hello"}
+        assert unwrapped(record) == record

@@ -181,13 +181,13 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     info = obj.get("info")
     if isinstance(info, dict) and isinstance(info.get("role"), str) and isinstance(obj.get("parts"), list):
         return _opencode_message(info, obj["parts"])
-    if isinstance(obj.get("step_id"), int) and obj.get("source") in _ATIF_ROLES and "message" in obj:
+    source = obj.get("source")
+    if isinstance(obj.get("step_id"), int) and isinstance(source, str) and source in _ATIF_ROLES and "message" in obj:
         return _atif_message(obj)
     backend = obj.get("role_at_backend")
     message = obj.get("message")
     if isinstance(backend, str) and isinstance(message, dict) and "content" in message:
         return _memory_record_message(backend, message)
-    message = obj.get("message")
     if isinstance(message, dict) and ("finish_reason" in obj or obj.get("type") in _GENERATION_TYPES):
         inner = _unwrap(message)
         if isinstance(inner.get("role"), str) or inner.get("type") in _LANGCHAIN_TYPES:
