@@ -127,7 +127,8 @@ class MessageNormaliser:
         decides how one result answering several parallel calls is read (:meth:`_parallel_results`)."""
         index, self.position = self.position, self.position + 1
         out = self._normalise(raw, where, index, results_follow)
-        inputs = unwrapped(raw).get(OBSERVATION_INPUTS) if isinstance(raw, dict) else None
+        # only a step logged with an observation carries them: any other message is not unwrapped a second time
+        inputs = unwrapped(raw).get(OBSERVATION_INPUTS) if isinstance(raw, dict) and "observation" in raw else None
         if isinstance(inputs, list):  # what the harness sent after this message (an ATIF step's observation)
             out += [{"role": "user", "content": text} for text in inputs]
         return out
@@ -521,7 +522,7 @@ class MessageNormaliser:
         return out
 
     def _tool_message(self, obj: dict[str, Any], content: Any, where: str) -> list[dict[str, Any]]:
-        call_id = next((obj[k] for k in ("tool_call_id", "tool_use_id", "toolCallId", "id") if obj.get(k)), None)
+        call_id = next((obj[k] for k in (*_RESULT_IDS, "id") if obj.get(k)), None)
         name = obj.get("name")
         if isinstance(content, list) and content and all(isinstance(b, dict) for b in content):
             answers = [b.get("functionResponse") for b in content if isinstance(b.get("functionResponse"), dict)]

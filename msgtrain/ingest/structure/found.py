@@ -186,6 +186,8 @@ THREAD_KEYS = ("threads",)
 
 def session_threads(record: dict[str, Any], messages_key: str = "messages") -> tuple[str, list[dict[str, Any]]] | None:
     """(key, threads) of the older threads ``record`` keeps beside its message list (:data:`THREAD_KEYS`), or None."""
+    if not any(isinstance(record.get(key), list) for key in THREAD_KEYS):
+        return None  # the usual record: its messages are not looked at twice
     if not is_message_list(record.get(messages_key)):
         return None
     for key in THREAD_KEYS:

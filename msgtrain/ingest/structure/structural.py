@@ -212,8 +212,8 @@ def _sub_ref(ref: SourceRef, found_path: str, several: bool) -> SourceRef:
 _PAI = frozenset({"request", "response"})
 # a top-level key whose value opens as a list of [text, text] pairs
 _PAIR_HISTORY = re.compile(rb'^\s*\{.*?"[^"\\]+"\s*:\s*\[\s*\[\s*"(?:[^"\\]|\\.)*"\s*,\s*"', re.S)
-_ROLES = frozenset(ROLE_VOCABULARY)
-_FRAGMENT_TYPES = ("REQUEST", "RESPONSE")  # a ``sender`` naming one of them is a role (Claude.ai's export)
+_ROLES = frozenset(ROLE_VOCABULARY)  # a ``sender`` naming one of them is a role (Claude.ai's export)
+_FRAGMENT_TYPES = ("REQUEST", "RESPONSE")  # the typed fragments of a DeepSeek export's messages
 
 
 def _pair_in(shape: HeadShape, context: str, reply: str) -> bool:

@@ -40,7 +40,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for
-from msgtrain.ingest.core.base import MAX_RECORD_BYTES
+from msgtrain.ingest.core.base import MAX_RECORD_BYTES, read_head
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
@@ -116,7 +116,7 @@ class OpenHandsV1Reader:
                 # The response being assembled was sampled before this event: it keeps its context.
                 build.flush()
                 build.chain.taint = build.chain.taint or f"rejected {event_file.name}"
-                yield ReadReject(ref, e.located(str(event_file)), excerpt(event_file.read_bytes()[:4096]))
+                yield ReadReject(ref, e.located(str(event_file)), excerpt(read_head(event_file)))
         yield from build.finish()
 
 

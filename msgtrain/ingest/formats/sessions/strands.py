@@ -30,7 +30,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, graph_id_for
-from msgtrain.ingest.core.base import MAX_RECORD_BYTES
+from msgtrain.ingest.core.base import MAX_RECORD_BYTES, read_head
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
 from msgtrain.ingest.formats.api.bedrock import ConverseConverter
 from msgtrain.model.completeness import mark_context_incomplete
@@ -114,7 +114,7 @@ class StrandsReader:
             except MsgtrainError as e:
                 # what the model saw after an unreadable message is unknown: later replies are not trained
                 build.chain.taint = build.chain.taint or f"rejected {message_file.name}"
-                yield ReadReject(ref, e.located(str(message_file)), excerpt(message_file.read_bytes()[:4096]))
+                yield ReadReject(ref, e.located(str(message_file)), excerpt(read_head(message_file)))
         yield from build.finish()
 
 
