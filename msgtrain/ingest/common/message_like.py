@@ -129,6 +129,13 @@ def loss_flag_weight(message: dict[str, Any]) -> int | None:
     return (1 if loss else 0) if isinstance(loss, bool) else None
 
 
+def history_copy(message: dict[str, Any]) -> bool:
+    """Whether a message says it is a copy of an earlier run's message, re-sent as history (Agno's and phidata's
+    ``from_history``, set on the messages a run fetched from the session's earlier runs; a run stored with them
+    repeats each earlier reply): sampled in the run that wrote it, context here."""
+    return message.get("from_history") is True
+
+
 def canonical_role(value: Any, extra: dict[str, str] | None = None) -> str | None:
     """The canonical role of a logged role value (case and surrounding space ignored), or None if unknown.
 

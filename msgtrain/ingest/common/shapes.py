@@ -73,6 +73,7 @@ from msgtrain.ingest.common.message_like import (
     UNLOGGED_INPUT,
     attached_files,
     canonical_role,
+    history_copy,
     loss_flag_weight,
     role_of,
     unwrapped,
@@ -331,6 +332,8 @@ class MessageNormaliser:
         else:
             if loss_flag_weight(obj) is not None:
                 out["weight"] = loss_flag_weight(obj)
+        if history_copy(obj):
+            out["weight"] = 0  # re-sent as history: trained in the run that sampled it
         if out["content"] is None and isinstance(obj.get("refusal"), str):
             out["content"] = obj["refusal"]
         return out

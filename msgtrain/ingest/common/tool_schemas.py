@@ -25,6 +25,23 @@ from msgtrain.errors import ValidationError
 _FUNCTION_KEYS = ("name", "description", "parameters")
 
 
+# What a tool's schema holds and a record of one call of it does not; and what a record of a call holds.
+_SCHEMA_KEYS = frozenset(
+    {"parameters", "input_schema", "inputSchema", "function", "json_schema", "functionDeclarations", "description"}
+) | {"function_declarations"}
+_CALL_RECORD_KEYS = frozenset({"tool_call_id", "call_id", "tool_args", "result", "output"})
+
+
+def calls_not_schemas(raw: Any) -> bool:
+    """Whether a logged ``tools`` list records the calls a run made (Agno's ``RunOutput.tools``: ``tool_call_id``,
+    ``tool_name``, ``tool_args``, ``result``), not the schemas the model was sent: no tools for the context."""
+    return (
+        isinstance(raw, list)
+        and bool(raw)
+        and all(isinstance(t, dict) and t.keys() & _CALL_RECORD_KEYS and not t.keys() & _SCHEMA_KEYS for t in raw)
+    )
+
+
 def openai_tools(raw: Any, *, where: str = "tools") -> list[Any]:
     """Normalise a logged ``tools`` field (a list, one dict, or a JSON string of either)."""
     if raw is None or raw == "" or raw == []:

@@ -25,6 +25,7 @@ from typing import Any
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import Step, content_graph_id
 from msgtrain.ingest.common.message_like import names_ui_side
+from msgtrain.ingest.common.tool_schemas import calls_not_schemas
 from msgtrain.ingest.structure.found import Found
 from msgtrain.ingest.structure.mapping import Mapping
 from msgtrain.model.completeness import mark_context_incomplete
@@ -66,7 +67,10 @@ def context_here(value: dict[str, Any], path: str, inherited: dict[str, tuple[st
     base = next((k for k in _BASE_SYSTEM_KEYS if isinstance(value.get(k), str) and value[k].strip()), None)
     if base is not None:
         out["base_system"] = (f"{path}.{base}", value[base])
-    tools = next((k for k in TOOL_KEYS if isinstance(value.get(k), list) and value[k]), None)
+    tools = next(
+        (k for k in TOOL_KEYS if isinstance(value.get(k), list) and value[k] and not calls_not_schemas(value[k])),
+        None,
+    )
     if tools is not None:
         out["tools"] = (f"{path}.{tools}", value[tools])
     return out
@@ -100,7 +104,8 @@ def tools_in_settings(record: dict[str, Any]) -> str | None:
 
 
 def _tool_list(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    dicts = isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    return dicts and not calls_not_schemas(value)
 
 
 def under_system(graph: MessageGraph, system: str) -> MessageGraph:

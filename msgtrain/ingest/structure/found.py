@@ -201,6 +201,30 @@ def session_threads(record: dict[str, Any], messages_key: str = "messages") -> t
     return None
 
 
+def nested_runs(record: dict[str, Any], messages_key: str = "messages") -> list[str]:
+    """Keys of the lists beside ``record``'s message list whose items are runs of their own, each holding its own
+    message list that does not open with the record's (Agno's ``member_responses``: the runs of a team's members, each
+    sent its own system prompt and the task the leader gave it): each a conversation of its own, read after the
+    record's, never replies beside it that no one can place."""
+    own = record.get(messages_key)
+    if not any(isinstance(v, list) and v and isinstance(v[0], dict) and messages_key in v[0] for v in record.values()):
+        return []  # the usual record: no list of records that hold messages
+    if not isinstance(own, list) or not is_message_list(own):
+        return []
+    return [
+        key
+        for key, items in record.items()
+        if key != messages_key
+        and key not in THREAD_KEYS
+        and isinstance(items, list)
+        and items
+        and all(
+            isinstance(t, dict) and is_message_list(t.get(messages_key)) and not is_prefix(own, t[messages_key])
+            for t in items
+        )
+    ]
+
+
 # Keys of a list of numbers that scores, item for item, the conversations of a list beside it (Atropos's scored
 # groups: ``scores`` beside ``messages``, one score per rollout; a group's ``rewards``).
 SCORE_LIST_KEYS = ("scores", "rewards")

@@ -35,6 +35,7 @@ from msgtrain.ingest.common.message_like import (
 )
 from msgtrain.ingest.common.rendered_prompts import TRIMMING_FAMILIES, rendered_family, split_rendered_conversation
 from msgtrain.ingest.common.shapes import parse_transcript
+from msgtrain.ingest.common.tool_schemas import calls_not_schemas
 from msgtrain.ingest.core.base import SourceRef
 from msgtrain.ingest.structure.context import (
     SYSTEM_KEYS,
@@ -55,6 +56,7 @@ from msgtrain.ingest.structure.found import (
     group_history,
     is_prefix,
     link_keys,
+    nested_runs,
     pair_history_key,
     parallel_scores,
     sample_text,
@@ -211,6 +213,9 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         value |= {"messages": forked}
     if threads is not None:  # older threads kept beside the messages: read after the session's own, each alone
         value = {k: v for k, v in value.items() if k != threads[0]}
+    runs = {k: value[k] for k in nested_runs(value)}
+    if runs:  # runs of their own kept beside the messages (a team's members): read after the record's, each alone
+        value = {k: v for k, v in value.items() if k not in runs}
     text_record = rendered_text_record(value, path)
     if text_record is not None:  # one whole conversation as the text a chat template rendered
         search.found.append(inheriting(text_record, inherited) if isinstance(text_record, Found) else text_record)
@@ -234,7 +239,11 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
             if isinstance(hit, Found):
                 hit.threaded = True
             _locate_threads(threads, trees[1:] if trees else [None] * len(threads[1]), path, depth, search, inherited)
+        for key, items in runs.items():
+            for i, item in enumerate(items):
+                _locate(item, f"{path}.{key}[{i}]", depth + 1, search, inherited)
         return
+    value |= runs
     scored = candidates(value, path) if copy is None else []
     if scored:
         search.found.extend(scored)
@@ -414,7 +423,7 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
             columns["system"] = key
             break
     for key in TOOL_KEYS:
-        if record.get(key):
+        if record.get(key) and not calls_not_schemas(record[key]):
             columns["tools"] = key
             break
     if "tools" not in columns and (beside := tools_in_settings(record)) is not None:

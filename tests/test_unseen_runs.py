@@ -1,0 +1,108 @@
+"""A sweep of agent frameworks' own logs no other test reads, each hand-written in the shape its writer produces
+(tests/fixtures/unseen/PROVENANCE.md, "Runs" section): each file's books against a count made by hand, the context
+each trained reply sits after (its system prompt the one of its own run), and no reply trained twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.graph import MessageGraph
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+FIXTURES = Path(__file__).parent / "fixtures" / "unseen"
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _books(path: Path) -> tuple[int, int, int]:
+    """(trained, dropped, lost) of converting ``path``."""
+    _, stats, _ = convert_file(path, SETTINGS)
+    return stats.turns_trained, sum(stats.turns_dropped.values()), stats.turns_lost
+
+
+def _graphs(path: Path) -> list[MessageGraph]:
+    return [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
+
+
+def _said(message: Any) -> tuple[str, Any]:
+    """(role, text) of a message; a call's (role, [(name, arguments)]); a result's (role, (name, result))."""
+    calls = getattr(message, "calls", None)
+    if calls:
+        return message.role, [(c.option_name, c.arguments) for c in calls]
+    result = getattr(message, "result", None)
+    if result is not None:
+        return message.role, (result.option_name, result.result)
+    return message.role, message.text
+
+
+def _contexts(path: Path) -> list[list[tuple[str, Any]]]:
+    """The path to each sampled reply, the reply last, in file order."""
+    return [
+        [_said(n.message) for n in graph.path(node.id)]
+        for graph in _graphs(path)
+        for node in graph.nodes.values()
+        if node.origin.value == "sampled"
+    ]
+
+
+AGNO = FIXTURES / "agno-sessions.json"
+
+
+def test_a_run_that_stored_its_history_trains_only_its_own_replies_after_its_own_system_prompt() -> None:
+    # Agno's sessions (store_history_messages, the default before 2.5): each run stores every message it sent,
+    # the earlier runs' copied in with from_history: true after the run's own system prompt (which writes the current
+    # time, so it differs run to run). Before: run 1's call and answer were trained again in run 2, after run 2's
+    # system prompt (5 of 3 replies); after: each reply once, in the run that sampled it.
+    contexts = _contexts(AGNO)
+    weather = [c for c in contexts if c[0][1].startswith("You are a weather assistant.")]
+    assert [c[-1] for c in weather] == [
+        ("assistant", [("get_weather", {"city": "Paris"})]),
+        ("assistant", "It is 18 C and cloudy in Paris."),
+        ("assistant", "Tomorrow Paris will be sunny, 21 C."),
+    ]
+    assert "10:00:00" in weather[0][0][1] and "10:00:00" in weather[1][0][1]
+    tomorrow = weather[2]
+    assert "10:05:00" in tomorrow[0][1]  # the run's own system prompt, not the first run's
+    assert [role for role, _ in tomorrow] == ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
+    (run2,) = [g for g in _graphs(AGNO) if "runs[1]" in g.graph_id]
+    copies = [n for n in run2.nodes.values() if n.message.role == "assistant" and n.origin.value != "sampled"]
+    assert [n.origin.value for n in copies] == ["carried", "carried"]
+
+
+def test_a_runs_record_of_its_tool_calls_is_not_taken_for_the_tools_it_was_sent() -> None:
+    # RunOutput.tools lists the calls the run made (tool_call_id, tool_name, tool_args, result), not schemas: the
+    # run's graph holds no tools and says the log lacks them, instead of a "tool" that is a call record
+    for graph in _graphs(AGNO):
+        assert graph.env.tools == ()
+    (run1,) = [g for g in _graphs(AGNO) if g.graph_id.startswith("agno-sessions.json#0 $.runs[0]")]
+    assert run1.metadata["context_incomplete"]["missing"] == ["tools"]
+
+
+def test_each_team_member_run_is_a_conversation_of_its_own_after_its_own_system_prompt() -> None:
+    # A team run keeps its members' runs under member_responses, each with its own messages (the member's system
+    # prompt, the task the leader delegated). Before: refused as replies beside the conversation (3 lost); after:
+    # the leader's call and answer after the leader's prompt, the member's answer after its own.
+    contexts = _contexts(AGNO)
+    team = [c for c in contexts if c[0][1].startswith(("You coordinate a team.", "You are the News Agent."))]
+    assert [c[-1] for c in team] == [
+        ("assistant", [("delegate_task_to_member", {"member_id": "news", "task": "Find fusion news."})]),
+        ("assistant", "Fusion: a new record at JET."),
+        ("assistant", "JET set a fusion energy record."),
+    ]
+    assert team[2] == [
+        ("system", "You are the News Agent. Find news."),
+        ("user", "Find fusion news."),
+        ("assistant", "JET set a fusion energy record."),
+    ]
+    assert team[1][3] == ("tool", ("delegate_task_to_member", "JET set a fusion energy record."))
+
+
+def test_the_agno_sessions_books_count_each_reply_once_and_the_copies_as_not_trained() -> None:
+    assert detect_format(AGNO).name == "structural"
+    # 6 replies sampled (3 weather, 2 leader, 1 member); the 2 copies re-sent as history are in the books, untrained
+    assert _books(AGNO) == (6, 2, 0)
