@@ -4,6 +4,7 @@ each trained reply sits after (its system prompt the one of its own run), and no
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,33 @@ def test_the_agno_sessions_books_count_each_reply_once_and_the_copies_as_not_tra
     assert detect_format(AGNO).name == "structural"
     # 6 replies sampled (3 weather, 2 leader, 1 member); the 2 copies re-sent as history are in the books, untrained
     assert _books(AGNO) == (6, 2, 0)
+
+
+CONTINUE = FIXTURES / "continue-session.json"
+
+
+def test_a_prompt_sent_with_its_context_items_is_a_gap_not_the_typed_text_alone() -> None:
+    # Continue's session file (history[] of {message, contextItems, promptLogs, toolCallStates}): a prompt's
+    # contextItems (an @-mentioned file) were rendered into the message it sent, which holds the typed text only.
+    # Before: the answer after the second prompt was trained after "what does a.py hold?" alone (4 of 4); after: the
+    # three replies before it are trained, the one after it is kept as context and counted (3 trained, 1 dropped).
+    contexts = _contexts(CONTINUE)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("edit_existing_file", {"filepath": "a.py"})]),
+        ("assistant", [("run_terminal_command", {"command": "ls"})]),
+        ("assistant", "Done: a.py only."),
+    ]
+    assert [role for role, _ in contexts[2]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert contexts[2][4] == ("tool", ("run_terminal_command", "a.py"))
+    assert _books(CONTINUE) == (3, 1, 0)
+
+
+def test_context_items_without_content_leave_the_prompt_as_it_was_sent(tmp_path: Path) -> None:
+    session = json.loads(CONTINUE.read_text(encoding="utf-8"))
+    for item in session["history"]:
+        for context in item["contextItems"]:
+            context["content"] = ""
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps(session), encoding="utf-8")
+    assert _books(path) == (4, 0, 0)
+    assert _contexts(path)[-1][-2:] == [("user", "what does a.py hold?"), ("assistant", "It sets bar to 1.")]

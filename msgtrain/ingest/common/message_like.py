@@ -108,8 +108,9 @@ CALL_KEYS = ("tool_calls", "function_call", "functionCall", "toolCalls")
 
 def attached_files(message: dict[str, Any]) -> int:
     """How many files a chat UI's export says came with a message beside its text (Claude.ai's ``attachments``
-    whose ``extracted_content`` it sent and ``files`` it uploaded; LibreChat's and Open WebUI's ``files``): what the
-    model was sent from them, and where, the message does not hold. 0 for none."""
+    whose ``extracted_content`` it sent and ``files`` it uploaded; LibreChat's and Open WebUI's ``files``; Continue's
+    ``contextItems`` with content): what the model was sent from them, and where, the message does not hold. 0 for
+    none."""
     attachments = message.get("attachments")
     pasted = (
         [a for a in attachments if isinstance(a, dict) and a.get("extracted_content")]
@@ -118,7 +119,14 @@ def attached_files(message: dict[str, Any]) -> int:
     )
     files = message.get("files")
     uploaded = [f for f in files if isinstance(f, dict) and f] if isinstance(files, list) else []
-    return len(pasted) + len(uploaded)
+    items = message.get(CONTEXT_ITEMS)
+    context = [i for i in items if isinstance(i, dict) and i.get("content")] if isinstance(items, list) else []
+    return len(pasted) + len(uploaded) + len(context)
+
+
+# The context items a chat wrapper keeps beside a prompt (Continue's ``history[].contextItems``: files, code and
+# search results attached to it, rendered into the message when it was sent; the message holds the typed text only).
+CONTEXT_ITEMS = "contextItems"
 
 
 def loss_flag_weight(message: dict[str, Any]) -> int | None:
@@ -444,8 +452,18 @@ def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
     if len(keys) != 1:
         return None
     key = keys.pop()
-    messages = [item[int(key)] if isinstance(item, list) else item[key] for item in value]
+    messages = [item[int(key)] if isinstance(item, list) else _with_context_items(item, key) for item in value]
     return (key, messages) if is_message_list(messages) else None
+
+
+def _with_context_items(wrapper: dict[str, Any], key: str) -> Any:
+    """The message ``wrapper[key]``, with the context items the wrapper keeps beside it (:data:`CONTEXT_ITEMS`): what
+    it was sent with, which the normaliser then cannot leave out of its context unsaid."""
+    message = wrapper[key]
+    items = wrapper.get(CONTEXT_ITEMS)
+    if isinstance(message, dict) and isinstance(items, list) and items:
+        return message | {CONTEXT_ITEMS: items}
+    return message
 
 
 # The inputs a message's step logged after it (an ATIF step's observation when the step called no tool): the user

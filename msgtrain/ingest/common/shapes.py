@@ -451,7 +451,7 @@ class MessageNormaliser:
         if attached:
             raise ValidationError(
                 f"the {role} message came with {attached} attached file(s) the model was sent beside its text, and "
-                "the log keeps neither their content nor how it was laid out",
+                "the log does not keep what of them was sent or how it was laid out in the message",
                 where=where,
                 code="unsupported_content",
                 hint="the replies before it are trained; the ones after it saw the files and are kept as context only",
