@@ -70,35 +70,68 @@ def rendered_template_text(text: str) -> str | None:
 CONTENT_HINT = "content is text, or a list of text / image parts (OpenAI, Anthropic or Gemini shapes)"
 
 
+_NOT_JSON = object()
+_JSON_OPENING = re.compile(r"\s*[\[{]")  # matched in place: no copy of a long text to look at its first character
+
+
+def _json_text(content: str) -> Any:
+    """The value of text that is a JSON object or array, else ``_NOT_JSON`` (parsed only when it opens like one)."""
+    if _JSON_OPENING.match(content) is None:
+        return _NOT_JSON
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
 def json_call(content: Any) -> bool:
     """Text that is the JSON of a call (``{"name", "arguments"}``, or a list of them), as ShareGPT writes one."""
-    if not isinstance(content, str) or not content.lstrip().startswith(("{", "[")):
+    # a call names its function under "name": text without that key is never parsed (a long JSON answer, say)
+    if not isinstance(content, str) or '"name"' not in content:
         return False
-    try:
-        value = json.loads(content)
-    except (ValueError, RecursionError):
-        return False
+    value = _json_text(content)
     calls = value if isinstance(value, list) else [value]
     return bool(calls) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls)
+
+
+def bare_calls(value: Any) -> list[dict[str, Any]] | None:
+    """A value that is nothing but calls: a non-empty list of ``{"name", "arguments"}`` objects (no other key, the
+    arguments an object), or the JSON text of one (xLAM / APIGen function-calling rows: ``answers`` beside ``tools``);
+    None for any other value. The calls are the normaliser's to read (``tool_calls`` of an assistant message)."""
+    items = _json_text(value) if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        return None
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or set(item) - {"name", "arguments"}:
+            return None
+        if not isinstance(item.get("arguments", {}), dict):
+            return None
+    return items
 
 
 # Markup a model writes a tool call in, in its own text, where the log keeps no structured call: Hermes and Qwen2.5 /
 # Qwen3 (``<tool_call>{"name", "arguments"}</tool_call>``: NousResearch hermes-function-calling-v1, hermes-agent's
 # ShareGPT trajectories), glaive-function-calling (``<functioncall> {...}``), Llama 3.1 (``<function=name>{...}``,
 # ``<|python_tag|>``) and Mistral (``[TOOL_CALLS]``).
-_TEXT_CALL_MARKUP = re.compile(r"<tool_call>|<functioncall>|<function=[\w.-]+>|<\|python_tag\|>|\[TOOL_CALLS\]")
+_TEXT_CALL_MARKUP = re.compile(r"<(?:tool_call>|function(?:call>|=[\w.-]+>)|\|python_tag\|>)")
+_MISTRAL_CALLS = "[TOOL_CALLS]"
+# Every reply is looked at: the markup is searched for in one pass of a pattern that opens with one fixed character
+# (the regex engine skips to each ``<``; an alternation opening with several would try each at every position, seven
+# times slower) and a substring search, and text is parsed as JSON only when it names a ``"name"``.
 
 
 def text_calls(content: Any) -> bool:
     """Whether a reply's text writes a tool call (the markup above, or text that is the JSON of calls,
     :func:`json_call`): the reply is the call the model sampled, written as text, and a tool message after it may
-    answer it."""
+    answer it. Only that: the reply is trained as the text it is either way, and a reply that merely quotes markup
+    (in prose, in a code block) changes nothing unless an id-less tool message follows it, which then answers it
+    (:meth:`~msgtrain.ingest.common.shapes.MessageNormaliser.normalise`)."""
     if isinstance(content, list):
         texts = [p.get("text") if isinstance(p, dict) else p for p in content]
         content = "".join(t for t in texts if isinstance(t, str))
     if not isinstance(content, str):
         return False
-    return _TEXT_CALL_MARKUP.search(content) is not None or json_call(content)
+    return _MISTRAL_CALLS in content or _TEXT_CALL_MARKUP.search(content) is not None or json_call(content)
 
 
 def first_present(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:

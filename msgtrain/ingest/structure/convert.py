@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.content_parts import bare_calls
 from msgtrain.ingest.common.conversation_files import (
     Step,
     append_steps,
@@ -128,8 +129,9 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         if text_samples(completion):
             completion = [sample_text(v) for v in completion]
         completion = _logged_reply_text(completion, rendered)
-        if m.field_of(holder, "tools") is not None:
-            completion = _calls_reply(completion) or completion
+        calls = bare_calls(completion) if m.field_of(holder, "tools") is not None else None
+        if calls is not None:  # the calls it makes and nothing else, beside the tools it was offered
+            completion = {"role": "assistant", "content": None, "tool_calls": calls}
         if text_samples(completion) and len(completion) > 1:  # n samples of one context: sibling replies
             branches = _text_branches(builder, completion, f"{at}.{m.columns['completion']}", meta)
         else:
@@ -309,34 +311,6 @@ def _logged_reply_text(value: Any, rendered: RenderedPrompt | None) -> Any:
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return [rendered.reply_text(v) for v in value]
     return value
-
-
-def _calls_reply(value: Any) -> dict[str, Any] | None:
-    """A reply logged as the calls it makes and nothing else, beside the tools it was offered: a list of ``{"name",
-    "arguments"}`` objects, or its JSON text (xLAM / APIGen function-calling rows: ``answers`` beside ``tools``), as
-    the assistant message that makes them; None for any other value."""
-    items = value
-    if isinstance(value, str) and value.lstrip().startswith("["):
-        try:
-            items = json.loads(value)
-        except ValueError:
-            return None
-    if not isinstance(items, list) or not items:
-        return None
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or set(item) - {"name", "arguments"}:
-            return None
-        if not isinstance(item.get("arguments", {}), dict):
-            return None
-    calls = [
-        {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": item["name"], "arguments": json.dumps(item.get("arguments", {}), ensure_ascii=False)},
-        }
-        for i, item in enumerate(items)
-    ]
-    return {"role": "assistant", "content": None, "tool_calls": calls}
 
 
 def _add_replies(builder: StepBuilder, value: Any, where: str, metadata: dict[str, Any] | None) -> Gap | None:

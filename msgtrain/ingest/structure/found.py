@@ -255,15 +255,26 @@ def group_history(rollouts: list[list[Any]]) -> int:
     if len(rollouts) < 2:
         return 0
     lasts = [max((i for i, m in enumerate(r) if assistant_like(m)), default=0) for r in rollouts]
+    first, others = rollouts[0], rollouts[1:]
     shared = 0
-
-    def same(i: int) -> bool:
-        first = json.dumps(rollouts[0][i], sort_keys=True, default=str)
-        return all(json.dumps(r[i], sort_keys=True, default=str) == first for r in rollouts)
-
-    while shared < min(lasts) and same(shared):
+    while shared < min(lasts) and all(same_value(first[shared], r[shared]) for r in others):
         shared += 1
-    return sum(assistant_like(m) for m in rollouts[0][:shared])
+    return sum(assistant_like(m) for m in first[:shared])
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two logged values are the same, kind for kind: ``1``, ``1.0`` and ``true`` differ (as their JSON texts
+    do), and so do a date a YAML log holds and the text of that date; the order of an object's keys does not matter.
+    Compared in place, stopping at the first difference: nothing is serialised."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b) or (a != a and b != b)  # NaN is the same NaN, as its JSON text is
 
 
 # A chat history saved as [user text, reply text] pairs (text-generation-webui's ``internal`` / ``visible``, Gradio

@@ -330,17 +330,23 @@ def scripted_opening(steps: list[Step]) -> list[Step]:
 
 def scripted_openings(graph: MessageGraph) -> None:
     """:func:`scripted_opening` on every branch of a message tree: a sampled reply with nothing but system messages
-    above it, logged without what only a model call reports, is the application's text (``injected``)."""
+    above it, logged without what only a model call reports, is the application's text (``injected``). One walk down
+    from the roots, through system messages only (below any other message no reply opens its branch): linear in the
+    nodes it passes, never a path per reply."""
     from dataclasses import replace
 
-    for nid, node in list(graph.nodes.items()):
-        if node.origin is not Origin.SAMPLED or node.message.role != "assistant":
-            continue
-        above = graph.path(nid)[:-1]
-        generation = graph.generations.get(nid)
-        if all(n.message.role == "system" for n in above) and not _call_evidence(Step(node.message, None, generation)):
-            graph.nodes[nid] = replace(node, origin=Origin.INJECTED)
-            graph.generations.pop(nid, None)
+    stack = list(graph.children.get(None, ()))
+    while stack:
+        nid = stack.pop()
+        node = graph.nodes[nid]
+        role = node.message.role
+        if role == "system":
+            stack.extend(graph.children.get(nid, ()))
+        elif role == "assistant" and node.origin is Origin.SAMPLED:
+            generation = graph.generations.get(nid)
+            if not _call_evidence(Step(node.message, None, generation)):
+                graph.nodes[nid] = replace(node, origin=Origin.INJECTED)
+                graph.generations.pop(nid, None)
 
 
 def _call_evidence(step: Step) -> bool:
