@@ -137,3 +137,32 @@ def test_context_items_without_content_leave_the_prompt_as_it_was_sent(tmp_path:
     path.write_text(json.dumps(session), encoding="utf-8")
     assert _books(path) == (4, 0, 0)
     assert _contexts(path)[-1][-2:] == [("user", "what does a.py hold?"), ("assistant", "It sets bar to 1.")]
+
+
+BRAINTRUST = FIXTURES / "braintrust-spans.jsonl"
+
+
+def test_llm_spans_that_log_their_tools_in_metadata_train_each_call_once_with_those_tools() -> None:
+    # Braintrust's logs export (a wrapped OpenAI client: each llm span's input the messages, output the choices,
+    # metadata the model, provider and tools; a task span over them, a tool span beside them). Before: 3 of 3 trained
+    # but with no tools (they were in metadata; the graph flagged as missing them); after: the calls' tools.
+    contexts = _contexts(BRAINTRUST)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("reset_password", {"user": "bob"})]),
+        ("assistant", "Done, check your email."),
+        ("assistant", "You're welcome."),
+    ]
+    assert contexts[-1][0] == ("system", "You are a support bot.")
+    assert [role for role, _ in contexts[-1]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    (graph,) = _graphs(BRAINTRUST)
+    assert [t["function"]["name"] for t in graph.env.tools] == ["reset_password"]
+    assert "context_incomplete" not in graph.metadata
+    assert _books(BRAINTRUST) == (3, 0, 0)

@@ -93,8 +93,10 @@ def system_in_settings(record: dict[str, Any]) -> str | None:
 
 def tools_in_settings(record: dict[str, Any]) -> str | None:
     """The path of the tools kept in an object beside the messages that describes the agent or its settings (an ATIF
-    trajectory's ``agent.tool_definitions`` beside its ``steps``): a non-empty list of tool objects."""
-    for key in ("agent", *_SETTINGS_KEYS):
+    trajectory's ``agent.tool_definitions`` beside its ``steps``), or in the metadata a tracing SDK logs a call's
+    parameters other than its messages in (Braintrust's wrapped clients: ``input`` the messages, ``metadata`` the
+    model, tools and sampling settings): a non-empty list of tool objects."""
+    for key in ("agent", *_SETTINGS_KEYS, "metadata"):
         value = record.get(key)
         if isinstance(value, dict):
             hit = next((k for k in TOOL_KEYS if _tool_list(value.get(k))), None)
