@@ -166,3 +166,34 @@ def test_llm_spans_that_log_their_tools_in_metadata_train_each_call_once_with_th
     assert [t["function"]["name"] for t in graph.env.tools] == ["reset_password"]
     assert "context_incomplete" not in graph.metadata
     assert _books(BRAINTRUST) == (3, 0, 0)
+
+
+RLLM = FIXTURES / "rllm-steps.jsonl"
+
+
+def test_steps_that_each_log_the_whole_conversation_so_far_train_each_reply_once() -> None:
+    # rLLM's trajectory steps (Step: chat_completions, the agent's whole message list after the step's reply, beside
+    # model_response, observation, reward, mc_return): step 2's list re-sends step 1's. Before: step 1's reply was
+    # trained again in step 2's row (3 of 2; each row has its reward, so the run's duplicate check does not judge
+    # it); after: each reply once, in its own step's row, the copy context there.
+    contexts = _contexts(RLLM)
+    assert [c[-1] for c in contexts] == [("assistant", "<think>divide</think>\nx=3"), ("assistant", "x=2")]
+    assert contexts[1] == [
+        ("system", "Solve step by step."),
+        ("user", "Find x: 2x=4"),
+        ("assistant", "<think>divide</think>\nx=3"),
+        ("user", "Your answer is wrong. Try again."),
+        ("assistant", "x=2"),
+    ]
+    step2 = next(g for g in _graphs(RLLM) if "steps[1]" in g.graph_id)
+    copy = next(n for n in step2.nodes.values() if n.message.text == "<think>divide</think>\nx=3")
+    assert copy.origin.value == "carried"
+    assert _books(RLLM) == (2, 0, 0)
+
+
+def test_conversations_of_a_list_that_do_not_re_send_each_other_are_each_trained(tmp_path: Path) -> None:
+    row = json.loads(RLLM.read_text(encoding="utf-8"))
+    row["steps"][1]["chat_completions"][2] = {"role": "assistant", "content": "x=5"}  # not step 1's reply
+    path = tmp_path / "steps.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert [c[-1][1] for c in _contexts(path)] == ["<think>divide</think>\nx=3", "x=5", "x=2"]

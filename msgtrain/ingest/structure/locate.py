@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,7 @@ from msgtrain.ingest.structure.found import (
     nested_runs,
     pair_history_key,
     parallel_scores,
+    same_value,
     sample_text,
     session_threads,
     text_samples,
@@ -197,9 +199,11 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
             search.found.append(inheriting(found, inherited))
             return
         if depth < MAX_SEARCH_DEPTH:
+            start = len(search.found)
             for i, item in enumerate(value):
                 if isinstance(item, dict | list):
                     _locate(item, f"{path}[{i}]", depth + 1, search, inherited)
+            _cumulative_steps(search.found[start:], path)
         return
     if not isinstance(value, dict):
         return
@@ -277,6 +281,25 @@ def _locate_threads(
             if isinstance(item, Found):
                 item.threaded = True
                 item.forked = tree is not None
+
+
+def _cumulative_steps(found: list[Found | Ambiguity], path: str) -> None:
+    """Conversations found one in each item of the list at ``path`` whose message lists each re-send the one before it
+    and more (an agent's steps, each logging the whole conversation so far: rLLM's ``steps[].chat_completions``):
+    the replies a step's list holds that the step before it already held are that step's history, sampled by the
+    earlier step (:attr:`Found.history_replies`), never trained twice."""
+    lists: list[tuple[Found, list[Any]]] = []
+    for i, item in enumerate(found):
+        if not (isinstance(item, Found) and item.path.startswith(f"{path}[{i}]")):
+            return  # not one conversation per item, in order
+        messages = item.mapping.field_of(item.holder, "messages")
+        if item.mapping.layout != "messages" or item.forked or item.node_map or not isinstance(messages, list):
+            return
+        lists.append((item, messages))
+    for (_, before), (item, messages) in itertools.pairwise(lists):
+        # compared in place, stopping at the first difference (a list of unrelated conversations costs little)
+        if len(before) < len(messages) and all(same_value(a, b) for a, b in zip(before, messages, strict=False)):
+            item.history_replies = max(item.history_replies, sum(assistant_like(m) for m in before))
 
 
 def _score_items(found: list[Found | Ambiguity], path: str, scores: list[float] | None) -> None:
