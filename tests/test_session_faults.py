@@ -385,7 +385,7 @@ def test_a_fault_in_a_directory_log_costs_only_the_failing_record_file(
         doc = real(path)
         return _Poison(doc, lambda: True) if isinstance(doc, dict) and MARK in doc else doc
 
-    monkeypatch.setattr("msgtrain.ingest.formats.sessions.openhands_v1.load_json_document", load)
+    monkeypatch.setattr("msgtrain.ingest.common.session_common.load_json_document", load)
     samples, stats, rejects = convert_file(folder, SETTINGS)
     (reject,) = [json.loads(r) for r in rejects if json.loads(r)["reason"] == "reader_error"]
     assert reject["file"] == str(poisoned) and reject["message"] == "_Boom: poisoned record touched"
@@ -393,6 +393,25 @@ def test_a_fault_in_a_directory_log_costs_only_the_failing_record_file(
     assert [(s.input_ids.tobytes(), s.loss_mask.tobytes()) for s in samples] == [
         (s.input_ids.tobytes(), s.loss_mask.tobytes()) for s in expected
     ]
+
+
+@pytest.mark.parametrize("example", ["strands/session_demo", "openhands_v1/conv0001"])
+def test_a_folder_log_holds_each_record_file_to_the_record_limit(example: str) -> None:
+    # --max-record-mb bounds a folder's record files as it bounds any record: each one over it is its own reject
+    from msgtrain.ingest.boundary import read_events
+    from msgtrain.ingest.core.base import ReadReject
+    from msgtrain.ingest.registry import get_reader
+
+    folder = ROOT / "sample_logs" / example
+    reader = get_reader(example.split("/")[0])
+    sizes = {p.name: p.stat().st_size for p in folder.rglob("*.json") if p.name not in ("agent.json", "session.json")}
+    limit = sorted(sizes.values())[len(sizes) // 2]
+    with base.record_limit(limit):
+        events = list(read_events(reader, folder))
+    too_large = {
+        Path(e.source.file).name for e in events if isinstance(e, ReadReject) and e.error.code == "record_too_large"
+    }
+    assert too_large == {name for name, size in sizes.items() if size > limit} != set()
 
 
 def test_one_bad_item_of_a_message_per_line_log_costs_its_own_line_not_the_conversation(tmp_path: Path) -> None:

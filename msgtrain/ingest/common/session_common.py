@@ -19,12 +19,20 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.common.head_shape import HeadShape
-from msgtrain.ingest.core.base import ReadSkip, SourceRef
+from msgtrain.ingest.core.base import (
+    ReadReject,
+    ReadSkip,
+    SourceRef,
+    excerpt,
+    load_json_document,
+    read_head,
+)
 from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import AnyMessage, Generation
 
@@ -127,6 +135,31 @@ class Chain:
         anchor = self.path[keep - 1] if keep else None
         self.graph.record_edge(EdgeKind.REWIND, old, (), anchor)
         self.path = self.path[:keep]
+
+
+def folder_records(
+    state: Path,
+    read_state: Callable[[Any], None],
+    files: Iterable[Path],
+    read_record: Callable[[Any, str], None],
+    rejected: Callable[[str], None],
+) -> Iterator[ReadReject]:
+    """The records of a log kept as a folder of one JSON document per record (OpenHands V1's events, Strands'
+    messages), read in the order of ``files``: the ``state`` document first (``read_state``), then each file
+    (``read_record(document, file name)``). A file that cannot be read (one over the record limit,
+    ``--max-record-mb``, is not: :func:`~msgtrain.ingest.core.base.load_json_document`) or that its reader refuses is
+    a reject with an excerpt of its head; ``rejected(file name)`` is told first, so the reader keeps the turns after
+    it out of training (their context held it)."""
+    try:
+        read_state(load_json_document(state))
+    except MsgtrainError as e:
+        yield ReadReject(SourceRef(str(state), "file"), e.located(str(state)), "")
+    for file in files:
+        try:
+            read_record(load_json_document(file), file.name)
+        except MsgtrainError as e:
+            rejected(file.name)
+            yield ReadReject(SourceRef(str(file), "file"), e.located(str(file)), excerpt(read_head(file)))
 
 
 def text_of_blocks(content: Any) -> str | None:

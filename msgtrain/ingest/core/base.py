@@ -122,18 +122,14 @@ def record_limit(max_bytes: int | None) -> Iterator[None]:
     """In the body, ``max_bytes`` (``--max-record-mb``) is the largest record every reader holds and the largest
     HTTP body a cassette decodes: one budget, so that what one record may cost a worker follows from one number.
     Readers read the limits at call time; None leaves them as they are."""
-    import sys
-
     from msgtrain.ingest.core import events, http_bodies
 
     global MAX_RECORD_BYTES
     if max_bytes is None:
         yield
         return
-    # Readers that took the limit by name at import hold a copy of their own.
-    holders: list[Any] = [
-        m for m in (events, sys.modules.get("msgtrain.ingest.formats.sessions.openhands_v1")) if m is not None
-    ]
+    # Modules that took the limit by name at import hold a copy of their own.
+    holders: list[Any] = [events]
     before = (MAX_RECORD_BYTES, http_bodies.MAX_BODY_BYTES, [m.MAX_RECORD_BYTES for m in holders])
     MAX_RECORD_BYTES = http_bodies.MAX_BODY_BYTES = max_bytes
     for m in holders:

@@ -38,10 +38,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, graph_id_for
-from msgtrain.ingest.core.base import MAX_RECORD_BYTES, read_head
-from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
+from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, as_list, folder_records, graph_id_for
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, SourceRef
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -100,23 +99,9 @@ class OpenHandsV1Reader:
                 hint="pass the conversation folder (persistence_dir/<conversation id>)",
             )
         build = _Build(path)
-        state_file = path / "base_state.json"
-        try:
-            build.base_state(load_json_document(state_file))
-        except MsgtrainError as e:
-            yield ReadReject(SourceRef(str(state_file), "file"), e.located(str(state_file)), "")
-        for event_file in _event_files(path):
-            ref = SourceRef(str(event_file), "file")
-            try:
-                if event_file.stat().st_size > MAX_RECORD_BYTES:
-                    raise ValidationError("event file is too large", code="record_too_large")
-                event = load_json_document(event_file)
-                build.event(event, event_file.name)
-            except MsgtrainError as e:
-                # The response being assembled was sampled before this event: it keeps its context.
-                build.flush()
-                build.chain.taint = build.chain.taint or f"rejected {event_file.name}"
-                yield ReadReject(ref, e.located(str(event_file)), excerpt(read_head(event_file)))
+        yield from folder_records(
+            path / "base_state.json", build.base_state, _event_files(path), build.event, build.rejected
+        )
         yield from build.finish()
 
 
@@ -268,6 +253,12 @@ class _Build:
             ),
             Origin.CONTEXT,
         )
+
+    def rejected(self, name: str) -> None:
+        """An event file that could not be read: the response being assembled was sampled before it and keeps its
+        context; what the model saw after it is unknown, so later responses are not trained."""
+        self.flush()
+        self.chain.taint = self.chain.taint or f"rejected {name}"
 
     def finish(self) -> Iterator[ReadEvent]:
         self.flush()

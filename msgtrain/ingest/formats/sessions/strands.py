@@ -28,10 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, graph_id_for
-from msgtrain.ingest.core.base import MAX_RECORD_BYTES, read_head
-from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt, load_json_document
+from msgtrain.errors import ValidationError
+from msgtrain.ingest.common.session_common import Chain, SkipTally, as_dict, folder_records, graph_id_for
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, SourceRef
 from msgtrain.ingest.formats.api.bedrock import ConverseConverter
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import MessageGraph, Origin
@@ -100,21 +99,7 @@ class StrandsReader:
 
     def _agent(self, path: Path) -> Iterator[ReadEvent]:
         build = _Build(path)
-        agent_file = path / "agent.json"
-        try:
-            build.agent(load_json_document(agent_file))
-        except MsgtrainError as e:
-            yield ReadReject(SourceRef(str(agent_file), "file"), e.located(str(agent_file)), "")
-        for message_file in _message_files(path):
-            ref = SourceRef(str(message_file), "file")
-            try:
-                if message_file.stat().st_size > MAX_RECORD_BYTES:
-                    raise ValidationError("message file is too large", code="record_too_large")
-                build.message(load_json_document(message_file), message_file.name)
-            except MsgtrainError as e:
-                # what the model saw after an unreadable message is unknown: later replies are not trained
-                build.chain.taint = build.chain.taint or f"rejected {message_file.name}"
-                yield ReadReject(ref, e.located(str(message_file)), excerpt(read_head(message_file)))
+        yield from folder_records(path / "agent.json", build.agent, _message_files(path), build.message, build.rejected)
         yield from build.finish()
 
 
@@ -155,6 +140,11 @@ class _Build:
         for message in messages:
             origin = Origin.CARRIED if redacted is not None and message.role == "assistant" else None
             self.chain.append(message, origin)
+
+    def rejected(self, name: str) -> None:
+        """A message file that could not be read: what the model saw after it is unknown, so later replies are not
+        trained."""
+        self.chain.taint = self.chain.taint or f"rejected {name}"
 
     def finish(self) -> Iterator[ReadEvent]:
         if self.graph.nodes:
