@@ -192,3 +192,90 @@ def test_a_reply_that_quotes_a_call_stays_its_text_and_only_an_idless_tool_messa
     with pytest.raises(ValidationError) as e:
         normalise_messages([user, quoted, {"role": "tool", "tool_call_id": "c1", "content": "3 hits"}], "$")
     assert e.value.code == "unpaired_result"
+
+
+# Converse messages as the Converse API defines them (ToolResultBlock: content of ToolResultContentBlocks, status;
+# ReasoningContentBlock: reasoningText or redactedContent), read by the Converse reader and, kept outside a request
+# (Strands' sessions, AgentCore memory), by the structural reader's normaliser: the two readings are one.
+_ASK = {"role": "user", "content": [{"text": "Weather in Paris and Oslo?"}]}
+
+
+def _calls(*ids: str) -> dict[str, Any]:
+    uses = [{"toolUse": {"toolUseId": i, "name": "weather", "input": {"city": i}}} for i in ids]
+    return {"role": "assistant", "content": uses}
+
+
+_CONVERSE_CASES: dict[str, list[Any]] = {
+    "one json block is its value": [
+        _ASK,
+        _calls("t1"),
+        {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"json": {"temp": 21}}]}}]},
+    ],
+    "text and json blocks are their texts joined": [
+        _ASK,
+        _calls("t1"),
+        {
+            "role": "user",
+            "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "Paris:"}, {"json": {"temp": 21}}]}}],
+        },
+    ],
+    "status error is an error result": [
+        _ASK,
+        _calls("t1"),
+        {
+            "role": "user",
+            "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "timeout"}], "status": "error"}}],
+        },
+    ],
+    "redactedContent is redacted reasoning": [
+        _ASK,
+        {
+            "role": "assistant",
+            "content": [{"reasoningContent": {"redactedContent": "ZW5jcnlwdGVk"}}, {"text": "Paris is sunny."}],
+        },
+    ],
+}
+_CONVERSE_EXPECTED = {
+    "one json block is its value": ("result", '{"temp": 21}', False),
+    "text and json blocks are their texts joined": ("result", 'Paris:\n{"temp": 21}', False),
+    "status error is an error result": ("result", "timeout", True),
+    "redactedContent is redacted reasoning": ("reasoning", "ZW5jcnlwdGVk", True),
+}
+
+
+def _seen(messages: list[Any]) -> list[Any]:
+    """What the model was shown and what the books keep of each message: role, text, results, reasoning parts."""
+    from msgtrain.model.message import OptionCallMessage, OptionResultMessage, ReasoningPart
+    from msgtrain.model.openai import result_text
+
+    out: list[Any] = []
+    for m in messages:
+        if isinstance(m, OptionResultMessage):
+            out.append(("result", m.result.invocation_id, result_text(m.result), m.result.is_error))
+            continue
+        parts = [(p.text, p.signature, p.redacted) if isinstance(p, ReasoningPart) else p.text for p in m.parts]
+        calls = (
+            [(c.invocation_id, c.option_name, c.arguments) for c in m.calls] if isinstance(m, OptionCallMessage) else []
+        )
+        out.append((m.role, parts, calls))
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(_CONVERSE_CASES))
+def test_the_converse_reader_and_the_normaliser_read_a_converse_block_alike(case: str) -> None:
+    from msgtrain.ingest.common.shapes import normalise_messages
+    from msgtrain.ingest.formats.api.bedrock import ConverseConverter
+    from msgtrain.model.openai import from_openai_messages
+
+    messages = _CONVERSE_CASES[case]
+    converter = ConverseConverter()
+    converse = [m for i, data in enumerate(messages) for m in converter.message(data, i)]
+    normalised, _ = normalise_messages(messages, "$.messages")
+    structural = from_openai_messages(normalised)
+    assert _seen(structural) == _seen(converse)
+    kind, value, flag = _CONVERSE_EXPECTED[case]
+    last = _seen(converse)[-1]
+    if kind == "result":
+        assert last == ("result", "t1", value, flag)
+    else:  # the reply is its text, beside reasoning whose text the provider keeps encrypted (never trained)
+        assert last == ("assistant", [("", value, flag), "Paris is sunny."], [])

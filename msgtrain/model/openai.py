@@ -38,6 +38,11 @@ KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # msgtrain's key on a tool message answering a call the reply before it wrote as text (Hermes' ``<tool_call>`` in its
 # content, no structured call logged): the tool's text, a tool-role message with no call to pair it with
 TEXT_CALL_RESULT = "answers_text_call"
+# msgtrain's keys for what an OpenAI dict has no field for: a tool message whose result the log marks as a failure
+# (Anthropic's ``is_error``, a Converse result's ``status: error``), and a reasoning part the provider keeps encrypted
+# (Anthropic's ``redacted_thinking``, Converse's ``redactedContent``: no text, its payload as the part's signature)
+RESULT_ERROR = "is_error"
+REDACTED_REASONING = "redacted"
 _MEDIA_KEYS = {"image_url": "image", "input_audio": "audio", "video_url": "video", "file": "document"}
 # Every content part type this module reads (a refusal part is read as text by the chat reader).
 CONTENT_PART_TYPES = frozenset(
@@ -78,6 +83,11 @@ def _content_parts(content: Any, where: str) -> list[Part]:
             if not isinstance(url, str) or not url:
                 raise ValidationError(f"content[{j}] {kind} part has no url", where=where, code="bad_content")
             parts.append(MediaPart(modality=modality, url=url))
+        elif kind in ("reasoning", "thinking") and item.get(REDACTED_REASONING) is True:
+            signature = item.get("signature")
+            parts.append(
+                ReasoningPart(text="", signature=signature if isinstance(signature, str) else None, redacted=True)
+            )
         elif kind in ("reasoning", "thinking"):
             parts.append(ReasoningPart(text=_thought_text(item.get("text") or item.get("thinking") or "", j, where)))
         else:
@@ -173,8 +183,11 @@ def from_openai_message(
         )
         if "result" in data:  # a result logged as a JSON value (msgtrain's key, not OpenAI's): kept as the value
             result = data["result"]
+        payload = OptionResultPayload(
+            invocation_id=str(call_id), option_name=option_name, result=result, is_error=data.get(RESULT_ERROR) is True
+        )
         return OptionResultMessage(
-            result=OptionResultPayload(invocation_id=str(call_id), option_name=option_name, result=result),
+            result=payload,
             policy=RUNTIME_POLICY,
             role_hint_for_llm="tool",
             name=name,

@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -434,11 +435,15 @@ def block_text(content: Any, where: str) -> str:
 
 
 def converse_block(item: Any) -> Any:
-    """A Bedrock Converse content block (untyped: one key naming it) as the typed block it stands for, as Converse
-    messages are kept outside a Converse request (Strands Agents' sessions, AgentCore memory): ``toolUse``
-    (``toolUseId``, ``name``, ``input``) → a ``tool_use`` block, ``toolResult`` (``toolUseId``, ``content`` of
-    ``text`` / ``json`` blocks) → a ``tool_result`` block, ``reasoningContent.reasoningText`` → a ``thinking`` block.
-    Anything else as it is."""
+    """A Bedrock Converse content block (untyped: one key naming it) as the typed block it stands for: the one reading
+    of Converse blocks, by the Converse reader (:mod:`msgtrain.ingest.formats.api.bedrock`) and the normaliser alike
+    (Converse messages kept outside a request: Strands Agents' sessions, AgentCore memory). As the Converse API
+    defines them: ``toolUse`` (``toolUseId``, ``name``, ``input``) → a ``tool_use`` block; ``toolResult``
+    (``toolUseId``, ``content`` of ``ToolResultContentBlock`` s, ``status``) → a ``tool_result`` block of its content
+    (:func:`converse_result_content`), ``is_error`` when its status is ``error``; ``reasoningContent``
+    (``ReasoningContentBlock``: ``reasoningText`` with its ``signature``, or ``redactedContent``, reasoning the
+    provider encrypted) → a ``thinking`` block, or a ``redacted_thinking`` block holding the encrypted bytes (base64)
+    as its ``data``. Anything else (text, media, cache markers) as it is."""
     if not isinstance(item, dict) or "type" in item or len(item) != 1:
         return item
     ((key, value),) = item.items()
@@ -452,19 +457,41 @@ def converse_block(item: Any) -> Any:
             "input": value.get("input"),
         }
     if key == "toolResult":
-        blocks = value.get("content")
-        if isinstance(blocks, list):
-            blocks = [
-                {"type": "text", "text": json.dumps(b["json"], ensure_ascii=False)}
-                if isinstance(b, dict) and set(b) == {"json"}
-                else b
-                for b in blocks
-            ]
-        return {"type": "tool_result", "tool_use_id": value.get("toolUseId"), "content": blocks}
-    text = value.get("reasoningText") if key == "reasoningContent" else None
-    if isinstance(text, dict) and isinstance(text.get("text"), str):
-        return {"type": "thinking", "thinking": text["text"], "signature": text.get("signature")}
+        return {
+            "type": "tool_result",
+            "tool_use_id": value.get("toolUseId"),
+            "content": converse_result_content(value.get("content")),
+            "is_error": value.get("status") == "error",
+        }
+    if key != "reasoningContent":
+        return item
+    text = value.get("reasoningText")
+    if isinstance(text, dict):
+        return {"type": "thinking", "thinking": str(text.get("text", "")), "signature": text.get("signature")}
+    redacted = value.get("redactedContent")
+    if redacted is not None:
+        payload = base64.b64encode(redacted).decode("ascii") if isinstance(redacted, bytes) else str(redacted)
+        return {"type": "redacted_thinking", "data": payload}
     return item
+
+
+def converse_result_content(blocks: Any) -> Any:
+    """A Converse tool result's content (``ToolResultContentBlock`` s): one ``json`` block is its JSON value; ``text``
+    and ``json`` blocks are their texts (a JSON value's compact text) joined by newlines, as results of text blocks
+    are; any other (media) is kept as the list of blocks."""
+    if not isinstance(blocks, list):
+        return blocks
+    if len(blocks) == 1 and isinstance(blocks[0], dict) and set(blocks[0]) == {"json"}:
+        return blocks[0]["json"]
+    texts = [
+        b["text"]
+        if isinstance(b, dict) and isinstance(b.get("text"), str)
+        else json.dumps(b["json"], ensure_ascii=False)
+        if isinstance(b, dict) and set(b) == {"json"}
+        else None
+        for b in blocks
+    ]
+    return "\n".join(t for t in texts if t is not None) if all(t is not None for t in texts) else blocks
 
 
 def block_result(content: Any) -> Any:

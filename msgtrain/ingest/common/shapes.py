@@ -80,7 +80,7 @@ from msgtrain.ingest.common.message_like import (
 )
 from msgtrain.ingest.common.pydantic_ai_messages import INSTRUCTIONS_MARK, is_pydantic_ai_message, pydantic_ai_messages
 from msgtrain.ingest.common.turn_pieces import is_turn_piece, piece_message
-from msgtrain.model.openai import TEXT_CALL_RESULT
+from msgtrain.model.openai import REDACTED_REASONING, RESULT_ERROR, TEXT_CALL_RESULT
 
 _RESULT_IDS = ("tool_call_id", "tool_use_id", "toolCallId")
 
@@ -371,9 +371,12 @@ class MessageNormaliser:
                 calls.append(self._call(call, where, len(calls), self.position - 1))
             elif kind in REASONING_BLOCKS or (item.get("thought") is True and isinstance(item.get("text"), str)):
                 reasoning.append(reasoning_text(item, j, where))
-            elif kind in REDACTED_BLOCKS:
-                raise ValidationError(
-                    f"content[{j}] is redacted reasoning", where=where, code="unsupported_block", hint=CONTENT_HINT
+            elif kind in REDACTED_BLOCKS:  # reasoning the provider keeps encrypted: kept, its payload the signature
+                data = item.get("data")
+                parts.append(
+                    {"type": "reasoning", "text": "", REDACTED_REASONING: True, "signature": data}
+                    if isinstance(data, str)
+                    else {"type": "reasoning", "text": "", REDACTED_REASONING: True}
                 )
             else:
                 parts.append(content_part(item, j, where))
@@ -482,7 +485,8 @@ class MessageNormaliser:
                     call_id, named = item.get("tool_use_id") or item.get("id"), item.get("name")
                     named = named if isinstance(named, str) else None
                     value = item["content"] if "content" in item else item.get("output")
-                    out.extend(self._result(call_id, named, block_result(value), where))
+                    failed = item.get("is_error") is True  # Anthropic's, and a Converse result's status: error
+                    out.extend(self._result(call_id, named, block_result(value), where, failed=failed))
                 else:
                     assert isinstance(answer, dict)
                     out.extend(self._result(answer.get("id"), answer.get("name"), answer.get("response"), where))
@@ -537,11 +541,13 @@ class MessageNormaliser:
             content = f"Error: {error['message']}"  # Inspect AI's ToolCallError: the text Inspect sends in its place
         return self._result(call_id, name if isinstance(name, str) else None, block_result(content), where)
 
-    def _result(self, call_id: Any, name: str | None, value: Any, where: str) -> list[dict[str, Any]]:
+    def _result(
+        self, call_id: Any, name: str | None, value: Any, where: str, *, failed: bool = False
+    ) -> list[dict[str, Any]]:
         """The result as an OpenAI tool message answering the open call it pairs with (none: a result of the user
         side's call, :meth:`_user_calls`). It carries a ``name`` only where the log gave the result one: the call's
         name is known from the call, and a template that renders a result's name must not be shown one the log
-        never sent."""
+        never sent. A result the log marks as a failure (``failed``) says so (:data:`RESULT_ERROR`)."""
         pos = self._answered(call_id, name, where)
         found_id, _ = self.open_calls.pop(pos)
         if found_id in self.user_calls:
@@ -549,9 +555,11 @@ class MessageNormaliser:
             self.user_tool_messages += 1
             return []
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        out = {"role": "tool", "tool_call_id": found_id, "content": text}
+        out: dict[str, Any] = {"role": "tool", "tool_call_id": found_id, "content": text}
         if name:
             out["name"] = name
+        if failed:
+            out[RESULT_ERROR] = True
         return [out]
 
     def _parallel_results(

@@ -5,12 +5,14 @@ A Converse request is ``{messages, system, toolConfig, inferenceConfig, ...}``; 
 :mod:`msgtrain.ingest.formats.api.streams`). The request is the context, the response's message the one turn sampled in
 exactly that context; :func:`converse_call` builds the :class:`Call` the call-log readers add to a graph.
 
-Content blocks: ``text`` → text; ``toolUse`` (``toolUseId``, ``name``, ``input``) → a call; ``toolResult``
-(``toolUseId``, ``content`` of ``text`` / ``json`` / media blocks, ``status: error``) → a result paired by id;
-``reasoningContent`` → reasoning (``reasoningText.text`` with its ``signature``; ``redactedContent`` → redacted
-reasoning, its bytes as the signature); ``image`` / ``document`` / ``video`` with inline ``bytes`` → ``data:``
-URIs, with an ``s3Location`` → that URI. ``cachePoint`` blocks are cache markers, not content: skipped.
-``system`` is a list of ``text`` blocks (``cachePoint`` / ``guardContent`` markers skipped);
+Content blocks (read by :func:`~msgtrain.ingest.common.content_parts.converse_block`, the reading the structural
+reader's normaliser shares): ``text`` → text; ``toolUse`` (``toolUseId``, ``name``, ``input``) → a call; ``toolResult``
+(``toolUseId``, ``content`` of ``text`` / ``json`` / media blocks, ``status``) → a result paired by id (one ``json``
+block its value, ``text`` and ``json`` blocks their texts joined by newlines, media kept as JSON; ``status: error`` an
+error result); ``reasoningContent`` → reasoning (``reasoningText.text`` with its ``signature``; ``redactedContent`` →
+redacted reasoning, its bytes as the signature, never trained); ``image`` / ``document`` / ``video`` with inline
+``bytes`` → ``data:`` URIs, with an ``s3Location`` → that URI. ``cachePoint`` blocks are cache markers, not content:
+skipped. ``system`` is a list of ``text`` blocks (``cachePoint`` / ``guardContent`` markers skipped);
 ``toolConfig.tools[].toolSpec`` (``name``, ``description``, ``inputSchema.json``) is the tool environment.
 Other blocks reject the call (``unsupported_block``) rather than being dropped.
 
@@ -26,7 +28,8 @@ from urllib.parse import unquote
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.call_log import Call
-from msgtrain.ingest.common.conversation_files import Step, as_text, paired_result, user_turn
+from msgtrain.ingest.common.content_parts import converse_block
+from msgtrain.ingest.common.conversation_files import Step, paired_result, user_turn
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
@@ -101,19 +104,19 @@ class ConverseConverter:
         parts: list[Part] = []
         calls: list[OptionCallPayload] = []
         for j, block in enumerate(blocks):
-            block = _block(block, j, where)
-            use = block.get("toolUse")
-            if isinstance(use, dict):
-                call_id, name = use.get("toolUseId"), use.get("name")
+            block = converse_block(_block(block, j, where))
+            kind = block.get("type")
+            if kind == "tool_use":
+                call_id, name = block.get("id"), block.get("name")
                 if not call_id or not name:
                     raise ValidationError(
                         f"content[{j}] toolUse needs a toolUseId and a name", where=where, code="bad_tool_call"
                     )
-                raw = use.get("input")
+                raw = block.get("input")
                 arguments = raw if isinstance(raw, dict) else {"value": raw}
                 calls.append(OptionCallPayload(invocation_id=str(call_id), option_name=str(name), arguments=arguments))
                 self.call_names[str(call_id)] = str(name)
-            elif isinstance(block.get("toolResult"), dict):
+            elif kind == "tool_result":
                 raise ValidationError(
                     f"content[{j}] is a server-side tool result inside an assistant turn",
                     where=where,
@@ -131,19 +134,17 @@ class ConverseConverter:
     def _user(self, blocks: list[Any], where: str) -> list[AnyMessage]:
         pieces: list[Part | OptionResultMessage] = []
         for j, block in enumerate(blocks):
-            block = _block(block, j, where)
-            result = block.get("toolResult")
-            if isinstance(result, dict):
-                pieces.append(self._result(result, j, where))
+            block = converse_block(_block(block, j, where))
+            if block.get("type") == "tool_result":
+                pieces.append(self._result(block, j, where))
             elif not set(block) & _MARKERS:
                 pieces.append(_part(block, j, where))
         return user_turn(pieces)
 
     def _result(self, result: dict[str, Any], j: int, where: str) -> OptionResultMessage:
-        value, failed = _result_value(result.get("content")), result.get("status") == "error"
-        return paired_result(
-            self.call_names, result.get("toolUseId"), value, failed, block=f"content[{j}] toolResult", where=where
-        )
+        value = result["content"] if result["content"] is not None else ""
+        call_id, failed = result.get("tool_use_id"), result["is_error"]
+        return paired_result(self.call_names, call_id, value, failed, block=f"content[{j}] toolResult", where=where)
 
 
 def _block(block: Any, j: int, where: str) -> dict[str, Any]:
@@ -153,17 +154,13 @@ def _block(block: Any, j: int, where: str) -> dict[str, Any]:
 
 
 def _part(block: dict[str, Any], j: int, where: str) -> Part:
+    """A text, reasoning or media block (reasoning as :func:`converse_block` types it)."""
     if isinstance(block.get("text"), str):
         return TextPart(text=block["text"])
-    reasoning = block.get("reasoningContent")
-    if isinstance(reasoning, dict):
-        text = reasoning.get("reasoningText")
-        if isinstance(text, dict):
-            return ReasoningPart(text=str(text.get("text", "")), signature=text.get("signature"))
-        redacted = reasoning.get("redactedContent")
-        if redacted is not None:
-            payload = base64.b64encode(redacted).decode("ascii") if isinstance(redacted, bytes) else str(redacted)
-            return ReasoningPart(text="", signature=payload, redacted=True)
+    if block.get("type") == "thinking":
+        return ReasoningPart(text=block["thinking"], signature=block.get("signature"))
+    if block.get("type") == "redacted_thinking":
+        return ReasoningPart(text="", signature=block["data"], redacted=True)
     for key, modality in _MEDIA.items():
         media = block.get(key)
         if isinstance(media, dict):
@@ -200,17 +197,6 @@ def _media(media: dict[str, Any], modality: Modality, key: str, j: int, where: s
         where=where,
         code="bad_content",
     )
-
-
-def _result_value(content: Any) -> Any:
-    """Tool-result content: all-text blocks joined, a single ``json`` block as its value, else kept as JSON."""
-    if not isinstance(content, list):
-        return as_text(content)
-    if all(isinstance(b, dict) and isinstance(b.get("text"), str) for b in content):
-        return "\n".join(b["text"] for b in content)
-    if len(content) == 1 and isinstance(content[0], dict) and "json" in content[0]:
-        return content[0]["json"]
-    return content
 
 
 def converse_tools(tool_config: Any) -> list[dict[str, Any]]:
