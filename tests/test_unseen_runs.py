@@ -197,3 +197,39 @@ def test_conversations_of_a_list_that_do_not_re_send_each_other_are_each_trained
     path = tmp_path / "steps.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     assert [c[-1][1] for c in _contexts(path)] == ["<think>divide</think>\nx=3", "x=5", "x=2"]
+
+
+AMP = Path(__file__).parent.parent / "sample_logs" / "amp" / "T-0e5a.json"
+
+
+def test_an_amp_thread_trains_each_response_after_the_runs_it_was_sent_and_stops_at_a_rejected_run() -> None:
+    # Amp's thread file (Anthropic blocks; tool_result blocks keyed by toolUseID holding the tool's run). Before: read
+    # by the anthropic reader, the first run's result answered no call (unpaired_result): 1 of 5 trained; the
+    # structural reader, forced, trains all 5, the last after a run the user rejected (what Amp sent for it is not
+    # logged). After: 4 trained, each after the results before it; the fifth carried, saying why.
+    assert detect_format(AMP).name == "amp"
+    contexts = _contexts(AMP)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("Bash", {"cmd": "ls tests | wc -l"})]),
+        ("assistant", [("Read", {"path": "tests/test_a.py"})]),
+        ("assistant", "tests/ holds 3 files; test_a.py alone has 2 tests."),
+        ("assistant", [("Bash", {"cmd": "rm -rf build"})]),
+    ]
+    assert contexts[2][2] == ("tool", ("Bash", '{"output":"3\\n","exitCode":0}'))
+    assert contexts[2][4] == ("tool", ("Read", "def test_one(): pass\ndef test_two(): pass"))
+    (graph,) = _graphs(AMP)
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
+    (last,) = [n for n in graph.nodes.values() if n.message.text == "Understood, I left the build folder alone."]
+    assert last.origin.value == "carried"
+    assert "rejected-by-user" in last.message.metadata["why_not_trained"]
+    assert _books(AMP) == (4, 1, 0)
+
+
+def test_an_amp_compaction_ends_what_the_thread_holds_of_the_context(tmp_path: Path) -> None:
+    thread = json.loads(AMP.read_text(encoding="utf-8"))
+    summary = {"type": "summary", "summary": {"type": "message", "summary": "Counted the tests."}}
+    thread["messages"][6:6] = [{"role": "info", "messageId": 99, "content": [summary]}]
+    path = tmp_path / "T-1.json"
+    path.write_text(json.dumps(thread), encoding="utf-8")
+    assert _books(path) == (3, 2, 0)
+    assert [c[-1][1] for c in _contexts(path)][-1] == "tests/ holds 3 files; test_a.py alone has 2 tests."

@@ -84,6 +84,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/go_agent/thread_state.json",
     ),
     (
+        "amp",
+        "Amp threads (T-*.json: messages of Anthropic-shaped blocks, tool_result runs keyed by toolUseID)",
+        "sample_logs/amp/T-0e5a.json",
+    ),
+    (
         "anthropic",
         "Anthropic Messages: message lists with system, or request/response pairs (content blocks; streamed responses as event lists)",
         "sample_logs/anthropic/request_response.jsonl",
@@ -213,6 +218,7 @@ READERS: tuple[Row, ...] = (
     ('lionagi', 'msgtrain.ingest.formats.sessions.lionagi', (), (('lionagi.', '"sender"'), ()), None),
     ('marsys', 'msgtrain.ingest.formats.sessions.marsys', (), (('"agent_call"', '"agent_response"', '"error"', '"message_id"'), ()), None),
     ('go_agent', 'msgtrain.ingest.formats.sessions.go_agent', (), (('"args"', '"thread_id"'), ()), None),
+    ('amp', 'msgtrain.ingest.formats.sessions.amp', (), (('"messageId"',), ()), None),
     ('anthropic', 'msgtrain.ingest.formats.api.anthropic', (), (('"redacted_thinking"', '"request"', '"response"', '"system"', '"thinking"', '"tool_result"', '"tool_use"'), ()), None),
     ('openai_responses', 'msgtrain.ingest.formats.api.openai_responses', (), (('"custom_tool_call"', '"custom_tool_call_output"', '"function_call"', '"function_call_output"', '"input_audio"', '"input_file"', '"input_image"', '"input_text"', '"output_text"', '"reasoning"', '"request"', '"response"'), ()), None),
     ('calls', 'msgtrain.ingest.formats.api.calls', (), None, None),

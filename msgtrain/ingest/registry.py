@@ -54,6 +54,7 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "sessions.lionagi",
     _FORMATS + "sessions.marsys",
     _FORMATS + "sessions.go_agent",
+    _FORMATS + "sessions.amp",  # Anthropic-shaped blocks with Amp's tool_result runs: before anthropic
     _FORMATS + "api.anthropic",
     _FORMATS + "api.openai_responses",
     _FORMATS + "api.calls",
