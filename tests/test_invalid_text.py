@@ -207,3 +207,88 @@ def test_the_c_speed_check_never_clears_a_value_the_walk_would_reject() -> None:
 
     check()
     assert seen["flagged"] > 20 and seen["clean"] > 20, seen  # both branches really ran
+
+
+def _messages_with(text: str) -> dict[str, Any]:
+    """One message (or environment) per place a string can be in a graph, each holding ``text`` there."""
+    from msgtrain.model.message import (
+        Generation,
+        MediaPart,
+        OptionCallMessage,
+        OptionCallPayload,
+        OptionResultMessage,
+        OptionResultPayload,
+        PartsMessage,
+        ReasoningPart,
+        TextPart,
+    )
+
+    def call(**kw: Any) -> OptionCallMessage:
+        return OptionCallMessage(calls=(OptionCallPayload(**{"invocation_id": "c", "option_name": "f", **kw}),))
+
+    def result(**kw: Any) -> OptionResultMessage:
+        payload = {"invocation_id": "c", "option_name": "f", **kw.pop("payload", {})}
+        return OptionResultMessage(result=OptionResultPayload(**payload), **kw)
+
+    return {
+        "text": PartsMessage(parts=(TextPart(text=text),)),
+        "reasoning": PartsMessage(parts=(ReasoningPart(text="r", signature=text),)),
+        "media": PartsMessage(parts=(MediaPart(modality="image", url=text),)),
+        "name": PartsMessage(name=text),
+        "policy": PartsMessage(policy=text),
+        "metadata value": PartsMessage(metadata={"k": [text]}),
+        "metadata key": PartsMessage(metadata={text: 1}),
+        "generation": PartsMessage(role_hint_for_llm="assistant", generation=Generation(model=text)),
+        "generation sampling key": PartsMessage(generation=Generation(sampling={text: 1})),
+        "argument value": call(arguments={"k": {"n": text}}),
+        "argument key": call(arguments={text: 1}),
+        "raw arguments": call(raw_arguments=text),
+        "call id": call(invocation_id=text),
+        "result": result(payload={"result": [text]}),
+        "error message": result(payload={"error_message": text}),
+        "subgraph": result(subgraph={"nodes": [text]}),
+        "subgraph key": result(subgraph={text: 1}),
+    }
+
+
+@pytest.mark.parametrize("where", sorted(_messages_with("x")))
+def test_the_graph_check_finds_a_lone_surrogate_in_every_field_a_message_hashed_or_not(where: str) -> None:
+    """The graph check does not encode again a message's canonical JSON, which its node id already encoded: what that
+    JSON leaves out or writes otherwise (metadata, engine facts, a sub-agent's graph, the keys of a call's arguments,
+    which pydantic's JSON mode writes with U+FFFD) must still be looked at, for every kind of message."""
+    from msgtrain.ingest.core.base import ReadGraph, SourceRef
+    from msgtrain.ingest.core.text_check import graph_reject
+    from msgtrain.model.graph import MessageGraph
+    from msgtrain.model.message import PartsMessage
+
+    clean, bad = _messages_with("plain é text")[where], _messages_with(BAD)[where]
+    for message, rejected in ((clean, False), (bad, True)):
+        graph = MessageGraph(graph_id="g")
+        graph.append(PartsMessage(role_hint_for_llm="user"))
+        graph.append(message)
+        reject = graph_reject(ReadGraph(graph, SourceRef("f.jsonl", "line 1")))
+        assert (reject is not None) == rejected, (where, reject)
+        if reject is not None:
+            assert reject.error.code == "invalid_text" and "message[1]" in reject.error.message, reject.error.message
+
+
+def test_the_graph_check_finds_a_lone_surrogate_in_tools_and_in_a_node_it_did_not_hash() -> None:
+    """An environment's tools are judged by the JSON its id was hashed from; a node whose message is not the one its
+    id was hashed from (a graph loaded from a log, a node replaced) is looked at in full."""
+    from dataclasses import replace
+
+    from msgtrain.ingest.core.base import ReadGraph, SourceRef
+    from msgtrain.ingest.core.text_check import graph_reject
+    from msgtrain.model.graph import MessageGraph
+    from msgtrain.model.message import text_message
+
+    tools = [{"type": "function", "function": {"name": "t", "description": BAD, "parameters": {}}}]
+    graph = MessageGraph([text_message("user", "hi")], graph_id="g", tools=tools)
+    reject = graph_reject(ReadGraph(graph, SourceRef("f.jsonl", "line 1")))
+    assert reject is not None and "tools" in reject.error.message, reject
+
+    graph = MessageGraph([text_message("user", "hi")], graph_id="g")
+    nid = graph.head[0]
+    graph.nodes[nid] = replace(graph.nodes[nid], message=text_message("user", BAD))
+    reject = graph_reject(ReadGraph(graph, SourceRef("f.jsonl", "line 1")))
+    assert reject is not None and "message[0]" in reject.error.message, reject

@@ -793,3 +793,24 @@ def test_a_result_logged_before_its_call_is_not_a_pair() -> None:
     projection = to_openai_messages([text_message("user", "go"), _result("a"), _call("a")])
     assert projection.messages == [{"role": "user", "content": "go"}]
     assert (projection.skipped_calls, projection.skipped_results) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        text_message("user", "hi"),
+        OptionCallMessage(calls=(OptionCallPayload(invocation_id="c", option_name="f"),)),
+        OptionResultMessage(result=OptionResultPayload(invocation_id="c", option_name="f")),
+    ],
+    ids=lambda m: m.kind,
+)
+def test_every_field_of_a_message_is_in_its_canonical_json_or_named_as_left_out(message: Any) -> None:
+    """The text check trusts a message's canonical JSON (hashed into its node id) for every field it holds, and looks
+    at ``OUTSIDE_IDENTITY`` on its own: a new field must be in one or the other, and the JSON text is the one
+    ``json.dumps`` writes with sorted keys."""
+    from msgtrain.model.message import OUTSIDE_IDENTITY
+
+    identity = message.identity()
+    assert set(type(message).model_fields) == set(identity) | (set(OUTSIDE_IDENTITY) & set(type(message).model_fields))
+    assert not set(identity) & set(OUTSIDE_IDENTITY)
+    assert message.canonical_json() == json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -82,6 +82,17 @@ def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` holds no lone UTF-16 surrogate (it encodes as UTF-8): ASCII text is known at once."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def record_json(record: dict[str, Any]) -> str:
     """One log line: the record's own fields in sorted order, its content (messages, tool schemas, kwargs) in the
     order it was given. Templates render tool schemas and arguments with ``tojson`` in their key order, so sorting
@@ -100,15 +111,26 @@ class Env:
     def make(cls, tools: Iterable[Any] | None = None, template_kwargs: dict[str, Any] | None = None) -> Env:
         return cls(tuple(tools or ()), tuple(sorted((template_kwargs or {}).items())))
 
-    @cached_property
+    @property
     def id(self) -> str:
-        # Cached: readers ask for it once per message, and hashing a large tool list each time was measurable.
+        return self._identity[0]
+
+    @property
+    def text_is_unicode(self) -> bool:
+        """Whether every string of the tools and template kwargs (keys too) is valid Unicode: found while the id is
+        hashed, from the same JSON text (the fault boundary rejects a graph holding a lone surrogate)."""
+        return self._identity[1]
+
+    @cached_property
+    def _identity(self) -> tuple[str, bool]:
+        # Cached: readers ask for the id once per message, and hashing a large tool list each time was measurable.
         data = {"kwargs": dict(self.template_kwargs), "tools": list(self.tools)}  # top level in sorted order
         sorted_form = canonical(data)
         given = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
         # Version-1 ids hash the sorted form. Schemas whose keys are not in sorted order hash their given order
         # too, so two environments that differ only in key order (and so render differently) get distinct ids.
-        return _hash("env", sorted_form if given == sorted_form else sorted_form + "\n" + given)
+        env_id = _hash("env", sorted_form if given == sorted_form else sorted_form + "\n" + given)
+        return env_id, is_unicode(given)
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -147,7 +169,24 @@ class ParallelEdge:
 
 
 def node_id(parent: str | None, env_id: str, message: AnyMessage) -> str:
-    return _hash(parent if parent is not None else f"env:{env_id}", message.canonical_json())
+    return identity_hash(parent, env_id, message)[0]
+
+
+def identity_hash(parent: str | None, env_id: str, message: AnyMessage) -> tuple[str, bool]:
+    """(the node id of ``message`` under ``parent``, whether its canonical JSON is valid Unicode): the id hashes
+    that text's UTF-8 bytes (a lone surrogate as ``surrogatepass`` writes it), so encoding it says at no extra cost
+    whether the message's identity holds a lone surrogate."""
+    text = message.canonical_json()
+    try:
+        data, valid = text.encode("utf-8"), True
+    except UnicodeEncodeError:
+        data, valid = text.encode("utf-8", "surrogatepass"), False
+    h = hashlib.blake2b(digest_size=12)
+    h.update((parent if parent is not None else f"env:{env_id}").encode("utf-8", "surrogatepass"))
+    h.update(b"\x00")
+    h.update(data)
+    h.update(b"\x00")
+    return h.hexdigest(), valid
 
 
 def _coerce(message: AnyMessage | dict[str, Any], policy: str, call_names: dict[str, str] | None = None) -> AnyMessage:
@@ -225,6 +264,10 @@ class MessageGraph:
     # stands for one path of messages anywhere, and work keyed by it may be shared between graphs. A graph loaded
     # with the ids its log holds (``graphlog``) says False.
     content_ids: bool
+    # node id -> the message whose canonical JSON (hashed into that id when the node was added) is valid Unicode:
+    # the fault boundary's text check (msgtrain.ingest.core.text_check) does not encode those texts a second time.
+    # A node whose message is not the one recorded (loaded from a log, replaced) is checked in full.
+    unicode_identities: dict[str, AnyMessage]
     _log: IO[str] | None
     _call_names: dict[str, str]
 
@@ -249,6 +292,7 @@ class MessageGraph:
         self.generations = {}
         self.head = []
         self.content_ids = True
+        self.unicode_identities = {}
         self.env = Env.make(tools, template_kwargs)
         self.envs[self.env.id] = self.env
         self._log = None
@@ -270,7 +314,7 @@ class MessageGraph:
         env_id: str,
         generation: Generation | None = None,
     ) -> str:
-        nid = node_id(parent, env_id, message)
+        nid, valid = identity_hash(parent, env_id, message)
         if isinstance(message, OptionCallMessage):
             # Tool-result dicts often omit the tool name; resolve it from the call it answers.
             self._call_names.update({c.invocation_id: c.option_name for c in message.calls})
@@ -279,6 +323,8 @@ class MessageGraph:
             depth = 0 if parent is None else self.nodes[parent].depth + 1
             node = Node(nid, parent, env_id, message, origin, depth)
             self.nodes[nid] = node
+            if valid:
+                self.unicode_identities[nid] = message
             self.children.setdefault(parent, []).append(nid)
             self._write_node(node)
         elif origin is Origin.SAMPLED and existing.origin is not Origin.SAMPLED:

@@ -20,6 +20,8 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
@@ -29,6 +31,29 @@ DEFAULT_POLICY = "policy"
 
 Role = Literal["system", "user", "assistant", "tool"]
 Modality = Literal["image", "audio", "video", "document"]
+
+
+# Fields a message's canonical JSON (:meth:`_MessageBase.identity`, what its node id hashes) leaves out: engine
+# facts, metadata, its step and a result's sub-agent graph.
+OUTSIDE_IDENTITY = ("generation", "metadata", "step_num", "subgraph")
+
+
+# json's C encoder as ``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` builds it, built
+# once: ``json.dumps`` builds an encoder on every call, which costs more than encoding a small message. Without
+# circular-reference markers: it encodes what ``model_dump`` made (plain, acyclic data) and nothing else.
+_CANONICAL_ENCODER: Callable[[Any, int], list[str]] | None = (
+    c_make_encoder(None, json.JSONEncoder().default, encode_basestring, None, ":", ",", True, False, True)
+    if c_make_encoder is not None
+    else None
+)
+
+
+def canonical_text(data: Any) -> str:
+    """``json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, the same text, for what a
+    message's ``model_dump`` makes (acyclic plain data): the text a node id hashes."""
+    if _CANONICAL_ENCODER is None:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "".join(_CANONICAL_ENCODER(data, 0))
 
 
 class Frozen(BaseModel):
@@ -173,7 +198,7 @@ class _MessageBase(Frozen):
         return self.model_dump(mode="json", exclude={"generation", "metadata", "step_num"})
 
     def canonical_json(self) -> str:
-        return json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return canonical_text(self.identity())
 
     @property
     def text(self) -> str:
@@ -243,6 +268,19 @@ Message = Annotated[PartsMessage | OptionCallMessage | OptionResultMessage, Fiel
 AnyMessage = PartsMessage | OptionCallMessage | OptionResultMessage
 
 MESSAGE_ADAPTER: TypeAdapter[AnyMessage] = TypeAdapter(Message)
+
+
+def identity_blind_spots(message: AnyMessage) -> list[Any]:
+    """What of ``message`` its canonical JSON does not show as it is: the fields it leaves out
+    (:data:`OUTSIDE_IDENTITY`), and the keys of its calls' arguments (``model_dump``'s JSON mode writes a key of a
+    ``dict[str, ...]`` field with U+FFFD for a lone surrogate; strings elsewhere, and keys inside ``Any`` values, it
+    keeps or refuses). Whatever judges a message's text by its canonical JSON looks at these on their own
+    (``msgtrain.ingest.core.text_check``)."""
+    fields = message.__dict__  # not getattr: a field the kind lacks would cost pydantic's __getattr__
+    spots: list[Any] = [value for name in OUTSIDE_IDENTITY if (value := fields.get(name))]  # empty: no text
+    if isinstance(message, OptionCallMessage):
+        spots.extend(list(call.arguments) for call in message.calls)
+    return spots
 
 
 def parse_message(data: Any) -> AnyMessage:

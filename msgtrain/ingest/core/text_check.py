@@ -14,7 +14,11 @@ Invariants:
 - Cost: one C-speed serialization of the graph's values (``json.dumps`` without ASCII escapes, then a UTF-8 encode,
   which fails exactly when some string holds a surrogate); only a graph that fails it, or holds a value JSON cannot
   take, is walked in Python to name the field. The walk skips homogeneous number sequences (token ids, logprobs) in
-  C and clears an ASCII string by ``str.isascii``.
+  C and clears an ASCII string by ``str.isascii``. What the graph already encoded is not serialized again: a
+  message's canonical JSON, encoded as UTF-8 when its node id was hashed
+  (:attr:`~msgtrain.model.graph.MessageGraph.unicode_identities`; only what it does not show as it is,
+  :func:`~msgtrain.model.message.identity_blind_spots`, is serialized), and an environment's tools and template
+  arguments, encoded when its id was hashed (:attr:`~msgtrain.model.graph.Env.text_is_unicode`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pydantic import BaseModel
 
 from msgtrain.errors import MsgtrainError, ParseError
 from msgtrain.ingest.core.events import ReadGraph, ReadReject, excerpt
+from msgtrain.model.message import identity_blind_spots
 
 INVALID_TEXT_HINT = (
     "the log has a \\uD800-\\uDFFF escape without its pair (a writer that cut a string between the two halves of"
@@ -152,12 +157,34 @@ def _graph_values(event: ReadGraph) -> Iterator[tuple[str, Any]]:
     yield "extras", event.extras
 
 
+def _graph_surely_clean(event: ReadGraph) -> bool:
+    """:func:`surely_clean` of every value :func:`_graph_values` names, without serializing again what the graph
+    encoded already (module docstring): a message whose node id hashed its canonical JSON as valid Unicode adds only
+    what that JSON does not show as it is, an environment found valid when its id was hashed adds nothing."""
+    g = event.graph
+    checked = getattr(g, "unicode_identities", None) or {}
+    values: list[Any] = [event.source.file, g.graph_id, g.policy, g.metadata]
+    for node in g.nodes.values():
+        message = node.message
+        values.append(node.id)
+        if checked.get(node.id) is message:
+            values.extend(identity_blind_spots(message))
+        else:
+            values.append(message)
+    values.append(g.generations)
+    for env in g.envs.values():
+        if not env.text_is_unicode:
+            return False
+    values.append(event.extras)
+    return surely_clean(values)
+
+
 def graph_reject(event: ReadGraph) -> ReadReject | None:
     """The ``invalid_text`` reject of a graph holding a lone surrogate (see :mod:`msgtrain.ingest.core.text_check`)."""
     try:
-        named = list(_graph_values(event))
-        if surely_clean([value for _, value in named]):
+        if _graph_surely_clean(event):
             return None
+        named = list(_graph_values(event))
         found = lone_surrogate_field(iter(named))
     except Exception:  # the check is a guard, not a new way to fail: an odd value is judged further down
         return None
