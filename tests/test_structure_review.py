@@ -279,3 +279,18 @@ def test_the_converse_reader_and_the_normaliser_read_a_converse_block_alike(case
         assert last == ("result", "t1", value, flag)
     else:  # the reply is its text, beside reasoning whose text the provider keeps encrypted (never trained)
         assert last == ("assistant", [("", value, flag), "Paris is sunny."], [])
+
+
+def test_a_message_list_is_a_prefix_of_another_value_for_value_whatever_its_values() -> None:
+    from datetime import date
+
+    from msgtrain.ingest.structure.found import is_prefix
+
+    long: list[dict[str, Any]] = [
+        {"role": "user", "content": date(2025, 1, 2)},
+        {"role": "assistant", "content": [{"text": "ok"}]},
+    ]
+    assert is_prefix(long[:1], long) and is_prefix([dict(m) for m in long], long)  # a YAML date compared, not dumped
+    assert not is_prefix([{"role": "user", "content": "2025-01-02"}], long)
+    assert not is_prefix([{"role": "assistant", "content": date(2025, 1, 2)}], long)
+    assert not is_prefix(long + long[:1], long)

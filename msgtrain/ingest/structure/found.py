@@ -13,7 +13,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -311,11 +310,13 @@ def pair_history_key(record: dict[str, Any]) -> str | None:
 def is_prefix(short: list[Any], long: list[Any]) -> bool:
     """``short`` says what the start of ``long`` says (same roles and contents, in order)."""
 
-    def said(message: Any) -> tuple[Any, str]:
+    def said(message: Any) -> tuple[Any, Any]:
         hit = role_of(message)
-        return (hit[1] if hit else None), json.dumps(message.get(content_key_of(message) or ""), sort_keys=True)
+        return (hit[1] if hit else None), message.get(content_key_of(message) or "")
 
-    return len(short) <= len(long) and [said(m) for m in short] == [said(m) for m in long[: len(short)]]
+    return len(short) <= len(long) and all(
+        a[0] == b[0] and same_value(a[1], b[1]) for a, b in zip(map(said, short), map(said, long), strict=False)
+    )
 
 
 def text_samples(value: Any) -> bool:
