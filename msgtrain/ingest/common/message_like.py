@@ -6,7 +6,13 @@ message may sit in, and the recognisers and estimates built on them.
   where no role is named) and a content-like key (:data:`CONTENT_KEYS`: ``content``, ``value``, ``text``,
   ``parts``, ...), or a tool call instead of content. A wrapper is read through the message it holds: LangChain's
   ``{"type": "human" | "ai" | ..., "data": {...}}`` and ``dumpd`` forms, an OpenAI choice, a LangChain
-  ``ChatGeneration``, an opencode ``{info, parts}`` message, a Google ADK event's ``content``.
+  ``ChatGeneration``, an opencode ``{info, parts}`` message, a Google ADK event's ``content``, an ATIF step
+  (Harbor's trajectories), a CAMEL memory record (``role_at_backend``), a system message keeping its text under
+  ``system_prompt`` (nebius' SWE-agent trajectories). Those are one format's each, yet they are read here, not in a
+  format module or a shipped mapping: the structural reader's search, the books' estimates and the normaliser meet
+  them message by message inside any record, below the format readers (the ingest layers point down only), and a
+  mapping names columns, keys and role values, never a message rewritten (an ATIF step's calls joined with its
+  observation's results, CAMEL's call and result from ``func_name`` / ``args`` / ``result``).
 - **Roles**, normalised through one vocabulary (:data:`ROLE_VOCABULARY`): ``human``/``user`` → user;
   ``gpt``/``model``/``bot``/``ai``/``assistant``... → assistant; ``system`` (and ``developer``, kept as such);
   ``function``/``tool``/``observation``/``ipython`` → tool result; ShareGPT's ``function_call`` → an assistant
