@@ -233,3 +233,28 @@ def test_an_amp_compaction_ends_what_the_thread_holds_of_the_context(tmp_path: P
     path.write_text(json.dumps(thread), encoding="utf-8")
     assert _books(path) == (3, 2, 0)
     assert [c[-1][1] for c in _contexts(path)][-1] == "tests/ holds 3 files; test_a.py alone has 2 tests."
+
+
+LITELLM_SPEND = FIXTURES / "litellm-spend-logs.json"
+
+
+def test_spend_log_rows_train_the_response_their_json_text_holds_and_skip_rows_without_prompts() -> None:
+    # LiteLLM's proxy spend logs (LiteLLM_SpendLogs rows: messages and response as the JSON text of the request's
+    # messages and of the ChatCompletion; "{}" for both where the proxy does not store prompts). Before: each reply
+    # trained was the response's whole JSON text, and the third row trained "{}" after a user message "{}" (3 of
+    # 2, none right); after: the call and the answer, each after its own messages, and the third row skipped.
+    contexts = _contexts(LITELLM_SPEND)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("get_time", {"city": "Tokyo"})]),
+        ("assistant", "It is 21:04 in Tokyo."),
+    ]
+    assert contexts[1][0] == ("system", "You answer with the time.")
+    assert contexts[1][3] == ("tool", ("get_time", "21:04"))
+    assert _books(LITELLM_SPEND) == (2, 0, 0)
+
+
+def test_a_completion_that_is_json_text_of_something_else_stays_the_reply_it_is(tmp_path: Path) -> None:
+    row = {"messages": [{"role": "user", "content": "Answer in JSON."}], "response": '{"answer": 4}'}
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([row]), encoding="utf-8")
+    assert _contexts(path) == [[("user", "Answer in JSON."), ("assistant", '{"answer": 4}')]]

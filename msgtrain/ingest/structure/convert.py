@@ -125,7 +125,7 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         rendered = _prompt_steps(builder, m.field_of(holder, "prompt"), f"{at}.{m.columns['prompt']}")
         start = len(builder.steps)
         meta = _reply_metadata({"label": label} if label is not None else None, rendered)
-        completion = m.field_of(holder, "completion")
+        completion = _json_response(m.field_of(holder, "completion"))
         if text_samples(completion):
             completion = [sample_text(v) for v in completion]
         completion = _logged_reply_text(completion, rendered)
@@ -293,6 +293,19 @@ def _json_chat(value: Any) -> list[Any] | None:
     except (ValueError, RecursionError):
         return None
     return decoded if is_message_list(decoded) else None
+
+
+def _json_response(value: Any) -> Any:
+    """A completion logged as the JSON text of a response body (LiteLLM's spend logs exported from their table:
+    ``response`` the ChatCompletion's JSON, beside ``messages``): that body, read as a response is
+    (:func:`~msgtrain.ingest.structure.found.choice_messages`); any other text is the reply it is."""
+    if not isinstance(value, str) or not value.lstrip().startswith("{"):
+        return value
+    try:
+        decoded = json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+    return decoded if isinstance(decoded, dict) and choice_messages(decoded) is not None else value
 
 
 def _reply_metadata(metadata: dict[str, Any] | None, rendered: RenderedPrompt | None) -> dict[str, Any] | None:

@@ -906,7 +906,15 @@ def _replies(value: Any) -> bool:
         return True
     if text_samples(value):
         return True
-    return isinstance(value, str) or is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
+    if isinstance(value, str):
+        return not _empty_json(value)
+    return is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
+
+
+def _empty_json(text: str) -> bool:
+    """Whether a text is the JSON of an empty value: a JSON column left empty (LiteLLM's spend logs write ``"{}"`` for
+    the messages and the response of a request whose prompts they do not store), not a text anyone sent or sampled."""
+    return text.strip() in ("{}", "[]", "null", '""')
 
 
 def _system_text(record: dict[str, Any], key: str) -> bool:
@@ -919,7 +927,7 @@ def _prompt_like(value: Any) -> bool:
     """A context: text or a message list. An empty one is not (the context is elsewhere, e.g. CAMEL's
     ``{"instruction", "instances": [{"input": "", "output"}]}``: reading ``input`` as the prompt would train the
     output after a context the policy never saw)."""
-    return (isinstance(value, str) and value.strip() != "") or is_message_list(value)
+    return (isinstance(value, str) and value.strip() != "" and not _empty_json(value)) or is_message_list(value)
 
 
 def _assistant_count(value: Any, budget: list[int] | None = None) -> int:
