@@ -258,3 +258,45 @@ def test_a_completion_that_is_json_text_of_something_else_stays_the_reply_it_is(
     path = tmp_path / "rows.json"
     path.write_text(json.dumps([row]), encoding="utf-8")
     assert _contexts(path) == [[("user", "Answer in JSON."), ("assistant", '{"answer": 4}')]]
+
+
+LLAMA_INDEX = FIXTURES / "llamaindex-chat-store.json"
+
+
+def test_a_chat_store_trains_each_chat_after_its_blocks_and_the_calls_kept_in_additional_kwargs() -> None:
+    # LlamaIndex's SimpleChatStore as persist() writes it (one JSON string holding the store's JSON text; store keyed
+    # by chat; ChatMessage {role, additional_kwargs, blocks}, the OpenAI tool calls and the answered call's id in
+    # additional_kwargs). Before: unrecognised (no content key); after: each chat a conversation of its own, the call
+    # and the answer after the tool's result.
+    contexts = _contexts(LLAMA_INDEX)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("multiply", {"a": 2, "b": 21})]),
+        ("assistant", "2*21 = 42."),
+        ("assistant", "Hi!"),
+    ]
+    assert contexts[1] == [
+        ("system", "You are a math agent."),
+        ("user", "What is 2*21?"),
+        ("assistant", [("multiply", {"a": 2, "b": 21})]),
+        ("tool", ("multiply", "42")),
+        ("assistant", "2*21 = 42."),
+    ]
+    assert contexts[2] == [("user", "Say hi."), ("assistant", "Hi!")]
+    assert _books(LLAMA_INDEX) == (3, 0, 0)
+
+
+def test_a_chat_message_of_before_blocks_keeps_its_calls_in_additional_kwargs_too(tmp_path: Path) -> None:
+    # ChatMessage before LlamaIndex 0.12: {role, content, additional_kwargs}. Before: the reply read as an empty text
+    # and the tool message answering no call, the file refused (2 lost); after: as the blocks form.
+    store = json.loads(json.loads(LLAMA_INDEX.read_text(encoding="utf-8")))
+    chat = [
+        {
+            "role": m["role"],
+            "content": "".join(b["text"] for b in m["blocks"]) or None,
+            "additional_kwargs": m["additional_kwargs"],
+        }
+        for m in store["store"]["user1"]
+    ]
+    path = tmp_path / "chat_store.json"
+    path.write_text(json.dumps({"store": {"chat_history": chat}, "class_name": "SimpleChatStore"}), encoding="utf-8")
+    assert _contexts(path) == _contexts(LLAMA_INDEX)[:2]

@@ -213,6 +213,8 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
         inner = _unwrap(message)
         if isinstance(inner.get("role"), str) or inner.get("type") in _LANGCHAIN_TYPES:
             return inner
+    if isinstance(obj.get("additional_kwargs"), dict) and isinstance(obj.get("role"), str) and "type" not in obj:
+        return _llama_index_message(obj)
     event = _event_message(obj)
     if event is not None:
         return event
@@ -224,6 +226,40 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
         return fragmented
     stepped = _stepped_content(obj)
     return stepped if stepped is not None else obj
+
+
+def _llama_index_message(obj: dict[str, Any]) -> dict[str, Any]:
+    """A LlamaIndex ``ChatMessage`` (``{"role", "additional_kwargs", "blocks"}``; ``content`` before 0.12) as the
+    OpenAI message it stands for: its blocks as parts (``block_type`` text, thinking as reasoning, ``tool_call``
+    blocks as calls, an image by its URL; any other block kept for the normaliser to refuse), and what its LLM
+    integrations keep in ``additional_kwargs``: OpenAI's ``tool_calls``, a tool message's ``tool_call_id`` and ``name``
+    (a chat store's messages, an agent's memory). A message without blocks keeps its content."""
+    kwargs = obj["additional_kwargs"]
+    out: dict[str, Any] = {k: v for k, v in obj.items() if k not in ("additional_kwargs", "blocks")}
+    blocks = obj.get("blocks")
+    if isinstance(blocks, list):
+        parts: list[Any] = []
+        calls: list[Any] = []
+        for block in blocks:
+            kind = block.get("block_type") if isinstance(block, dict) else None
+            if kind == "text":
+                parts.append({"type": "text", "text": block.get("text", "")})
+            elif kind == "thinking" and isinstance(block.get("content"), str):
+                out["reasoning_content"] = block["content"]
+            elif kind == "tool_call":
+                fn = {"name": block.get("tool_name"), "arguments": block.get("tool_kwargs", {})}
+                calls.append({"id": block.get("tool_call_id"), "type": "function", "function": fn})
+            elif kind == "image" and isinstance(block.get("url"), str):
+                parts.append({"type": "image_url", "image_url": {"url": block["url"]}})
+            else:
+                parts.append(block)
+        out["content"] = parts
+        if calls:
+            out["tool_calls"] = calls
+    for key in ("tool_calls", "tool_call_id", "name"):
+        if kwargs.get(key) is not None and key not in out:
+            out[key] = kwargs[key]
+    return out
 
 
 # The fragments of a DeepSeek chat message (its data export's ``mapping`` nodes, its web API's ``chat_messages``):

@@ -536,6 +536,8 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
         if "system" not in columns and isinstance(record.get("prompt"), str) and record["prompt"].strip():
             columns["system"] = "prompt"  # a chat UI's conversation: its system prompt beside its messages
         return Found(path, record, Mapping("messages", columns))
+    if _conversations_by_key(record, lists):
+        return None  # each list is a conversation of its own: the search finds each under its key
     if len(lists) > 1:
         shown = ", ".join(f"{path}.{k}" for k in lists)
         count = max(_assistant_count(record[k]) for k in lists)
@@ -889,6 +891,30 @@ def _longest_holding_the_others(record: dict[str, Any], lists: list[str]) -> str
         return None
     longest = max(lists, key=lambda k: len(record[k]))
     return longest if all(is_prefix(record[key], record[longest]) for key in lists) else None
+
+
+# The names logs give the message lists of one conversation's record (the pairs' sides, a history, views of it):
+# lists under them are parts of one record, never conversations keyed by id.
+_FIELD_NAMES = frozenset(
+    {k.partition(".")[0] for pair in (*PAIR_KEYS, *PREFERENCE_KEYS) for k in pair}
+    | {"messages", "history", "context", "conversation", "conversations", "chat", "dialog", "turns", "traj"}
+    | {"trajectory", "transcript", "steps", "memory", "display_messages", "ui_messages", "uiMessages"}
+)
+
+
+def _conversations_by_key(record: dict[str, Any], lists: list[str]) -> bool:
+    """Whether ``record`` is a map of conversations keyed by their ids (LlamaIndex's chat store: ``store`` keyed by
+    chat, each a message list): every value a message list, each opening with another user message, so none is a
+    view or a copy of another."""
+    if len(lists) < 2 or len(lists) != len(record):
+        return False
+    if record.keys() & _FIELD_NAMES:
+        return False  # fields of one record (an input beside its history), not ids
+    openings = set()
+    for key in lists:
+        first = next((m for m in record[key] if (hit := role_of(m)) and canonical_role(hit[1]) == "user"), None)
+        openings.add(said(first) if first is not None else None)
+    return None not in openings and len(openings) == len(lists)
 
 
 def _suffixed_pairs(record: dict[str, Any]) -> list[tuple[str, str]]:

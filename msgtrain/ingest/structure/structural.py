@@ -275,6 +275,8 @@ class StructuralReader:
             role_like = key in ROLE_KEYS or key in ROLE_FLAGS or (key == "sender" and shape.any_value(p, _ROLES))
             if role_like and listed and any(f"{stem}.{c}" in shape.paths for c in CONTENT_KEYS):
                 return True
+            if role_like and listed and shape.has(f"{stem}.blocks", f"{stem}.additional_kwargs"):
+                return True  # LlamaIndex ChatMessages: their content in typed blocks
             owner = p.removesuffix(".parts[].part_kind")
             if owner != p and (owner == "" or owner.endswith("[]")) and shape.any_value(f"{owner}.kind", _PAI):
                 return True  # pydantic-ai ModelMessages: kind request / response, parts with a part_kind

@@ -322,6 +322,8 @@ class AnthropicReader:
             return True
         if shape.has(".request.messages") and shape.any_value(".response[].type", {"message_start"}):
             return True  # a streamed call logged as its list of events
+        if shape.has(".messages[].messageId"):
+            return False  # a saved thread numbering its messages (Amp's), not an API body: the amp reader's
         for prefix in ("", ".messages[]", ".request.messages[]"):
             if shape.any_value(f"{prefix}.content[].type", ANTHROPIC_ONLY_BLOCKS):
                 return True
