@@ -300,3 +300,21 @@ def test_a_chat_message_of_before_blocks_keeps_its_calls_in_additional_kwargs_to
     path = tmp_path / "chat_store.json"
     path.write_text(json.dumps({"store": {"chat_history": chat}, "class_name": "SimpleChatStore"}), encoding="utf-8")
     assert _contexts(path) == _contexts(LLAMA_INDEX)[:2]
+
+
+MASTRA = FIXTURES / "mastra-messages.json"
+
+
+def test_stored_messages_keeping_ui_parts_under_content_train_each_step_after_its_results() -> None:
+    # Mastra's memory messages (MastraMessageV2: content {format: 2, parts: AI SDK 4 UI parts, content,
+    # toolInvocations}): the assistant's parts hold a tool-invocation (its call and result) then the text. Before:
+    # the file refused (content an object), 0 of 3 trained; after: the call, the answer after its result, the next one.
+    contexts = _contexts(MASTRA)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("weatherTool", {"city": "Oslo"})]),
+        ("assistant", "It is 3 C in Oslo."),
+        ("assistant", "I only know today's weather."),
+    ]
+    assert contexts[1][2] == ("tool", ("weatherTool", '{"temp": 3}'))
+    assert [role for role, _ in contexts[2]] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert _books(MASTRA) == (3, 0, 0)

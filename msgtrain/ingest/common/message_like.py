@@ -215,6 +215,11 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
             return inner
     if isinstance(obj.get("additional_kwargs"), dict) and isinstance(obj.get("role"), str) and "type" not in obj:
         return _llama_index_message(obj)
+    content = obj.get("content")
+    if isinstance(content, dict) and isinstance(content.get("parts"), list) and isinstance(content.get("format"), int):
+        # Mastra's stored messages (MastraMessageV2): an AI SDK UI message's parts under content, beside the format
+        # number (content.content and content.toolInvocations repeat what the parts hold)
+        return {**{k: v for k, v in obj.items() if k != "content"}, "parts": content["parts"]}
     event = _event_message(obj)
     if event is not None:
         return event
