@@ -26,7 +26,7 @@ from msgtrain.export.pack import PACKED_SCHEMA, Packer, best_fit_decreasing, pac
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, check_sample, samples_to_table
 from msgtrain.export.split import SplitAssigner, assign_splits, graph_fraction, parse_split_spec, split_table
 from msgtrain.export.targets import TARGETS, TargetOptions, get_target
-from msgtrain.export.writer import DatasetWriter
+from msgtrain.export.writer import PLAIN_COLUMNS, DatasetWriter
 from msgtrain.run.config import (
     OUTPUT_SETTINGS,
     RUN_SETTINGS,
@@ -546,6 +546,35 @@ def test_parquet_files_use_zstd_and_the_configured_row_groups_and_shards(tmp_pat
         groups.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
         assert meta.row_group(0).column(0).compression == "ZSTD"
     assert groups == [[4, 4, 2], [4, 4, 2], [3]]
+
+
+def test_token_columns_are_written_without_a_dictionary_and_the_others_with_one(tmp_path: Path) -> None:
+    # Token ids and positions are plain (a dictionary hides their repeats from zstd); every other column, nested
+    # leaves included, keeps dictionary encoding; values read back as written.
+    samples = fixed_samples(12)
+    writer = DatasetWriter(tmp_path, target="canonical")
+    table = samples_to_table(samples)
+    writer.write("train", table)
+    writer.close()
+    path = tmp_path / "data" / "train-00000-of-00001.parquet"
+    meta = pq.read_metadata(path)
+    plain = {}
+    for c in range(meta.num_columns):
+        column = meta.row_group(0).column(c)
+        plain[column.path_in_schema] = "RLE_DICTIONARY" not in column.encodings
+        assert column.compression == "ZSTD"
+    assert plain.pop("input_ids.list.element") is True
+    assert plain["loss_mask.list.element"] is False and plain["turn_spans.list.element.start"] is False
+    assert not any(plain.values()), plain
+    back = pq.read_table(path)
+    assert back["input_ids"].to_pylist() == table["input_ids"].to_pylist()
+
+
+def test_every_plain_column_is_a_list_of_integers_of_some_target() -> None:
+    # A misspelt name would silently keep the dictionary.
+    for name in PLAIN_COLUMNS:
+        types = [t.schema.field(name).type for t in TARGETS.values() if name in t.schema.names]
+        assert types and all(pa.types.is_list(t) and pa.types.is_integer(t.value_type) for t in types), name
 
 
 def test_row_groups_are_also_bounded_by_tokens(tmp_path: Path) -> None:

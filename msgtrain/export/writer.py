@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections import Counter
@@ -89,6 +90,51 @@ def _feature(t: pa.DataType) -> dict[str, Any]:
     return {"dtype": _VALUE_DTYPES[t], "_type": "Value"}
 
 
+# Columns of token ids and token positions, written without dictionary encoding. Their values are wide (a vocabulary,
+# a context's positions) and their rows repeat long runs of one another (a conversation's history in each of its
+# samples): the dictionary's indices, bit-packed at ~17 bits, hide those runs from zstd and take longer to build
+# than the plain values take to write. Columns of few distinct values (masks, labels that are mostly -100, turn
+# numbers, strings) keep it: it makes them smaller. Measured in docs/performance.md (Writing the dataset).
+PLAIN_COLUMNS = frozenset(
+    {
+        "input_ids",
+        "position_ids",
+        "parent_index",
+        "subtree_end",
+        "prompt_ids",
+        "chosen_ids",
+        "rejected_ids",
+        "completion_ids",
+    }
+)
+# Data pages of 4 MiB (pyarrow's default is 1 MiB) compressed at zstd level 3 (its default 1): each page is
+# compressed alone, and level 3's larger window over a larger page finds the repeated contexts level 1 misses.
+DATA_PAGE_SIZE = 4 << 20
+ZSTD_LEVEL = 3
+
+
+def parquet_options(schema: pa.Schema, compression: str) -> dict[str, Any]:
+    """The options of ``pyarrow.parquet.ParquetWriter`` the export writes ``schema`` with (``compression``: the
+    codec; a level is given for zstd only)."""
+    return {
+        "compression": compression,
+        "compression_level": ZSTD_LEVEL if compression.lower() == "zstd" else None,
+        "use_dictionary": [p for p in _leaf_paths(schema) if p.split(".")[0] not in PLAIN_COLUMNS],
+        "write_statistics": True,
+        "data_page_size": DATA_PAGE_SIZE,
+    }
+
+
+@functools.lru_cache(maxsize=16)
+def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """The Parquet column paths of ``schema``'s leaves (``input_ids.list.element``), as pyarrow names them: the
+    names its per-column options take (a top-level name does not reach a nested leaf)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    meta = pq.read_metadata(pa.BufferReader(sink.getvalue()))
+    return tuple(meta.schema.column(i).path for i in range(meta.num_columns))
+
+
 def _features_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
     """The ``huggingface`` schema metadata ``datasets`` writes and reads back as exact features."""
     return {b"huggingface": json.dumps({"info": {"features": hf_features(schema)}}, sort_keys=True).encode()}
@@ -147,9 +193,7 @@ class _ParquetSink:
     def _start_shard(self) -> _ParquetShard:
         path = self.root / DATA_DIR / f"{self.split}-{len(self.shards):05d}.parquet.partial"
         writer = _open_output(
-            lambda: pq.ParquetWriter(
-                path, self.schema, compression=self.compression, use_dictionary=True, write_statistics=True
-            ),
+            lambda: pq.ParquetWriter(path, self.schema, **parquet_options(self.schema, self.compression)),
             path,
         )
         self._open = _ParquetShard(path, writer)
