@@ -318,3 +318,48 @@ def test_stored_messages_keeping_ui_parts_under_content_train_each_step_after_it
     assert contexts[1][2] == ("tool", ("weatherTool", '{"temp": 3}'))
     assert [role for role, _ in contexts[2]] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
     assert _books(MASTRA) == (3, 0, 0)
+
+
+ZED = FIXTURES / "zed-thread.json"
+ZED_V02 = FIXTURES / "zed-thread-v02.json"
+
+
+def test_a_thread_of_tagged_messages_trains_each_agent_call_after_its_results() -> None:
+    # Zed's agent thread (DbThread 0.3.0, the JSON of threads.data: messages as Rust enum variants {"User": ...} /
+    # {"Agent": ...}, parts {"Text"} / {"Thinking"} / {"ToolUse"} / {"Mention"}, each Agent message one model call
+    # with its calls' results under tool_results). Before: unrecognised; after: the call and the answer after its
+    # result, the thread marked for the system prompt and tools Zed builds per request. The second prompt mentions a
+    # file whose content Zed sent beside the text: the reply after it is counted, never trained without it.
+    contexts = _contexts(ZED)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("terminal", {"command": "pytest -q"})]),
+        ("assistant", "All 3 tests pass."),
+    ]
+    assert contexts[1][:3] == [
+        ("user", "run the tests in [@README.md](file:///srv/proj/README.md)"),
+        ("assistant", [("terminal", {"command": "pytest -q"})]),
+        ("tool", ("terminal", "3 passed")),
+    ]
+    (graph,) = _graphs(ZED)
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
+    assert _books(ZED) == (2, 1, 0)
+
+
+def test_a_thread_of_segmented_messages_sends_each_prompt_after_the_context_loaded_for_it() -> None:
+    # Zed's threads before 0.3 (SerializedMessage: role, segments, tool_uses beside tool_results, context). Before:
+    # read as a chat list whose first reply held nothing (empty_reply), the file refused (0 of 3); after: 3 of 3,
+    # the last after the prompt with the context Zed loaded for it first.
+    contexts = _contexts(ZED_V02)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("terminal", {"command": "pytest -q"})]),
+        ("assistant", "All 3 tests pass."),
+        ("assistant", "It sets x to 1."),
+    ]
+    (graph,) = _graphs(ZED_V02)
+    prompt = next(n.message for n in graph.nodes.values() if "what is in a.py?" in n.message.text)
+    assert [p.text for p in prompt.parts] == [
+        "<context>\n<files>\n```a.py\nx = 1\n```\n</files>\n</context>",
+        "what is in a.py?",
+    ]
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
+    assert _books(ZED_V02) == (3, 0, 0)

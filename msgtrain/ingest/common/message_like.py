@@ -213,6 +213,12 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
         inner = _unwrap(message)
         if isinstance(inner.get("role"), str) or inner.get("type") in _LANGCHAIN_TYPES:
             return inner
+    if len(obj) == 1 and next(iter(obj)) in TAGGED_ROLES:
+        tagged = _tagged_message(obj)
+        if tagged is not None:
+            return tagged
+    if isinstance(obj.get("segments"), list) and isinstance(obj.get("role"), str) and "content" not in obj:
+        return _segmented_message(obj)
     if isinstance(obj.get("additional_kwargs"), dict) and isinstance(obj.get("role"), str) and "type" not in obj:
         return _llama_index_message(obj)
     content = obj.get("content")
@@ -231,6 +237,112 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
         return fragmented
     stepped = _stepped_content(obj)
     return stepped if stepped is not None else obj
+
+
+# Rust's serde writes an enum's variant as an object of one key naming it (externally tagged): a thread's messages
+# ``{"User": {...}}`` / ``{"Agent": {...}}`` and their parts ``{"Text": ...}`` / ``{"ToolUse": {...}}`` (Zed's agent
+# threads, ``threads.data`` as the agent crate serialises a ``DbThread``).
+TAGGED_ROLES = {"User": "user", "Agent": "assistant", "Assistant": "assistant", "System": "system"}
+# Why such a thread (:func:`thread_without_request`) lacks the system prompt and the tools: built for each request.
+THREAD_WITHOUT_REQUEST = "an editor's agent thread (Zed's) keeps neither the system prompt nor the tools it sent"
+
+
+def thread_without_request(messages: Any) -> bool:
+    """Whether a message list is a thread as an editor's agent stores it, messages that are Rust enum variants
+    (:data:`TAGGED_ROLES`) or typed ``segments`` beside their ``tool_uses`` (Zed's agent threads): the system prompt
+    and the tool schemas it sent with each request are built at the time and not stored."""
+    return isinstance(messages, list) and any(
+        isinstance(m, dict)
+        and ((len(m) == 1 and next(iter(m)) in TAGGED_ROLES) or ("segments" in m and "tool_uses" in m))
+        for m in messages
+    )
+
+
+def _tagged_text(value: Any) -> Any:
+    """A tagged text (``{"Text": ...}``, or a list of such parts) as its text; anything else as it is."""
+    if isinstance(value, dict) and set(value) == {"Text"}:
+        return value["Text"]
+    if isinstance(value, list) and value and all(isinstance(v, dict) and set(v) == {"Text"} for v in value):
+        return "".join(str(v["Text"]) for v in value)
+    return value
+
+
+def _tagged_message(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """An externally tagged message (:data:`TAGGED_ROLES`) as the message it stands for: ``Text`` parts as text,
+    ``Thinking`` as reasoning, each ``ToolUse`` a call holding the result the message keeps for it under
+    ``tool_results`` (by call id: Zed sends them after the reply, as the next user message), as an AI SDK UI
+    message's ``dynamic-tool`` part does; any other part (a ``Mention`` whose file content was sent with the text, an
+    image) left as it is, for the normaliser to refuse; a mention without content adds nothing to what was sent. None
+    when the variant holds no content list."""
+    ((tag, body),) = obj.items()
+    if not isinstance(body, dict) or not isinstance(body.get("content"), list):
+        return None
+    results = body.get("tool_results")
+    if isinstance(results, list):
+        results = {r.get("tool_use_id"): r for r in results if isinstance(r, dict)}
+    parts: list[Any] = []
+    for item in body["content"]:
+        kind, value = next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (None, item)
+        if kind == "Text" and isinstance(value, str):
+            parts.append({"type": "text", "text": value})
+        elif kind == "Mention" and isinstance(value, dict) and not value.get("content"):
+            continue  # a mention sends its content beside the text (which holds its link): here none
+        elif kind == "Thinking" and isinstance(value, dict) and isinstance(value.get("text"), str):
+            parts.append({"type": "reasoning", "text": value["text"]})
+        elif kind == "ToolUse" and isinstance(value, dict):
+            call = {
+                "type": "dynamic-tool",
+                "toolCallId": value.get("id"),
+                "toolName": value.get("name"),
+                "input": value.get("input", {}),
+                "state": "input-available",
+            }
+            result = results.get(value.get("id")) if isinstance(results, dict) else None
+            if isinstance(result, dict):
+                call |= {"state": "output-available", "output": _tagged_text(result.get("content"))}
+            parts.append(call)
+        else:
+            parts.append(item)
+    return {"role": TAGGED_ROLES[tag], "content": parts}
+
+
+def _segmented_message(obj: dict[str, Any]) -> dict[str, Any]:
+    """A message that keeps its text in typed ``segments`` and its calls in ``tool_uses`` beside their
+    ``tool_results`` (Zed's agent threads before 0.3: ``SerializedMessage``) as the message it stands for: the
+    ``context`` loaded for it (the files and rules it was sent with) first, as Zed puts it in the request, then the
+    segments (text, thinking as reasoning; a redacted one kept for the normaliser to refuse), each call holding its
+    result as an AI SDK UI message's ``dynamic-tool`` part does."""
+    parts: list[Any] = []
+    if isinstance(obj.get("context"), str) and obj["context"]:
+        parts.append({"type": "text", "text": obj["context"]})
+    for segment in obj["segments"]:
+        kind = segment.get("type") if isinstance(segment, dict) else None
+        if kind == "text" and isinstance(segment.get("text"), str):
+            if segment["text"]:
+                parts.append({"type": "text", "text": segment["text"]})
+        elif kind == "thinking" and isinstance(segment.get("text"), str):
+            parts.append({"type": "reasoning", "text": segment["text"]})
+        else:
+            parts.append(segment)
+    results = {r.get("tool_use_id"): r for r in obj.get("tool_results") or () if isinstance(r, dict)}
+    for use in obj.get("tool_uses") or ():
+        if not isinstance(use, dict):
+            parts.append(use)
+            continue
+        call = {
+            "type": "dynamic-tool",
+            "toolCallId": use.get("id"),
+            "toolName": use.get("name"),
+            "input": use.get("input", {}),
+            "state": "input-available",
+        }
+        result = results.pop(use.get("id"), None)
+        if result is not None:
+            call |= {"state": "output-available", "output": _tagged_text(result.get("content"))}
+        parts.append(call)
+    parts.extend({"type": "tool-result", "toolCallId": k, "output": r.get("content")} for k, r in results.items())
+    keep = ("role", "id")
+    return {**{k: obj[k] for k in keep if k in obj}, "content": parts}
 
 
 def _llama_index_message(obj: dict[str, Any]) -> dict[str, Any]:

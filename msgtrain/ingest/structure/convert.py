@@ -33,11 +33,13 @@ from msgtrain.ingest.common.conversation_files import (
 )
 from msgtrain.ingest.common.media_columns import MediaColumns, media_beside, media_beside_error
 from msgtrain.ingest.common.message_like import (
+    THREAD_WITHOUT_REQUEST,
     is_message_list,
     message_like_count,
     named_agents,
     named_agents_error,
     said,
+    thread_without_request,
 )
 from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
@@ -182,7 +184,8 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
     mark_calls_without_tools(graph, UNLOGGED_TOOLS)
     if m.layout == "messages":
         mark_ui_export(graph, m.field_of(holder, "messages"))
-        unlogged = unlogged_context(m.field_of(holder, "messages"))
+        listed = m.field_of(holder, "messages")
+        unlogged = unlogged_context(listed) or (THREAD_WITHOUT_REQUEST if thread_without_request(listed) else None)
         if unlogged is not None and not any(s.message.role == "system" for s in steps):
             mark_context_incomplete(graph, ["system_prompt", "tools"], unlogged)
     if found.unlogged_system and not any(s.message.role == "system" for s in steps):

@@ -96,6 +96,7 @@ from msgtrain.ingest.common.message_like import (
     ROLE_FLAGS,
     ROLE_KEYS,
     ROLE_VOCABULARY,
+    TAGGED_ROLES,
     content_key_of,
     is_message_list,
     message_like_count,
@@ -277,6 +278,9 @@ class StructuralReader:
                 return True
             if role_like and listed and shape.has(f"{stem}.blocks", f"{stem}.additional_kwargs"):
                 return True  # LlamaIndex ChatMessages: their content in typed blocks
+            owner, _, tag = stem.rpartition(".")
+            if key == "content" and tag in TAGGED_ROLES and owner.endswith("[]"):
+                return True  # messages as Rust enum variants ({"User": {"content": [...]}}: Zed's threads)
             owner = p.removesuffix(".parts[].part_kind")
             if owner != p and (owner == "" or owner.endswith("[]")) and shape.any_value(f"{owner}.kind", _PAI):
                 return True  # pydantic-ai ModelMessages: kind request / response, parts with a part_kind
