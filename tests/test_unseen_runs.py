@@ -363,3 +363,34 @@ def test_a_thread_of_segmented_messages_sends_each_prompt_after_the_context_load
     ]
     assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
     assert _books(ZED_V02) == (3, 0, 0)
+
+
+LANGFUSE = FIXTURES / "langfuse-trace.json"
+
+
+def test_a_trace_of_generations_trains_each_call_once_whatever_the_trace_logs_as_its_own_input() -> None:
+    # A Langfuse trace as its API returns it (TraceWithFullDetails: the traced function's args and return value as
+    # the trace's input / output, its OpenAI calls as GENERATION observations of input messages and output message).
+    # Before: the observations' outputs were taken for a list of wrapped messages without their inputs, the file
+    # refused (no_prompt, 2 lost); after: the two calls, the second after the first's history.
+    contexts = _contexts(LANGFUSE)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", "November, for the autumn leaves."),
+        ("assistant", "Early April."),
+    ]
+    assert contexts[1][0] == ("system", "You are a concise travel assistant.")
+    assert _books(LANGFUSE) == (2, 0, 0)
+
+
+def test_a_trace_whose_output_is_its_last_calls_text_is_that_calls_summary(tmp_path: Path) -> None:
+    # the trace's input a prompt text and its output the text of the last call's message, a span of the agent beside
+    # the calls: the trace's pair is a summary of the calls below (before: compared with the message itself, it was
+    # not, and the file was refused for replies beside its pair, 2 lost)
+    trace = json.loads(LANGFUSE.read_text(encoding="utf-8"))
+    trace["input"] = "And for cherry blossoms?"
+    span = {"id": "obs-s", "traceId": "trace-1", "type": "SPAN", "name": "agent", "input": {"q": 1}, "output": {"a": 2}}
+    trace["observations"].insert(0, span)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace), encoding="utf-8")
+    assert [c[-1][1] for c in _contexts(path)] == ["November, for the autumn leaves.", "Early April."]
+    assert _books(path) == (2, 0, 0)

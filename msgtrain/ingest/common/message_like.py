@@ -603,6 +603,8 @@ def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
             inner = [str(i) for i, v in enumerate(item) if is_message_like(v)]
         elif isinstance(item, dict) and not is_message_like(item):
             inner = [k for k, v in item.items() if is_message_like(v)]
+            if any(isinstance(v, list) and k not in inner and is_message_list(v) for k, v in item.items()):
+                return None  # a call: the messages it sent beside the reply (a trace's generations), not a wrapper
         else:
             return None
         if len(inner) != 1:

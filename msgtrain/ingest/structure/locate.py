@@ -1012,7 +1012,7 @@ def _sums_up_calls_below(record: dict[str, Any], hit: Found) -> bool:
     :func:`msgtrain.ingest.structure.structural_calls.summaries_kept_as_context`)."""
     if hit.mapping.layout != "prompt_completion":
         return False
-    reply = dig(hit.holder, hit.mapping.columns["completion"])
+    reply = _reply_said(dig(hit.holder, hit.mapping.columns["completion"]))
     for key, value in record.items():
         if key in hit.mapping.columns.values() or not isinstance(value, list) or is_message_list(value):
             continue
@@ -1022,6 +1022,13 @@ def _sums_up_calls_below(record: dict[str, Any], hit: Found) -> bool:
             below = record_layout(item, "$")
             if not isinstance(below, Found) or below.mapping.layout != "prompt_completion":
                 continue
-            if dig(below.holder, below.mapping.columns["completion"]) == reply:
+            if _reply_said(dig(below.holder, below.mapping.columns["completion"])) == reply:
                 return True
     return False
+
+
+def _reply_said(value: Any) -> str:
+    """What a logged reply says, however it is logged (a text, the message, a response body's first choice): a
+    trace's output is often the text its last call's message holds."""
+    choices = choice_messages(value) if isinstance(value, dict) else None
+    return said(choices[0] if choices else value)
