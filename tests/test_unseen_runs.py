@@ -394,3 +394,42 @@ def test_a_trace_whose_output_is_its_last_calls_text_is_that_calls_summary(tmp_p
     path.write_text(json.dumps(trace), encoding="utf-8")
     assert [c[-1][1] for c in _contexts(path)] == ["November, for the autumn leaves.", "Early April."]
     assert _books(path) == (2, 0, 0)
+
+
+AUTOGEN_TEAM = FIXTURES / "autogen-team-state.json"
+
+
+def test_a_team_state_reads_each_agent_from_its_own_context_and_skips_the_managers_transcript() -> None:
+    # AutoGen 0.4 team.save_state(): the group chat manager's message_thread (every agent's turns, one list) beside
+    # each AssistantAgent's llm_context. Before: both agents trained from their contexts, and the thread refused as
+    # multi_agent (its 2 turns counted lost a second time, the reject telling to save the agents' states, which the
+    # file holds); after: the same 2 turns trained, the thread skipped as their transcript.
+    contexts = _contexts(AUTOGEN_TEAM)
+    assert sorted(contexts) == sorted(
+        [
+            [
+                ("system", "You are a poet. Write haikus."),
+                ("user", "Write a haiku about rain."),
+                ("assistant", "Soft rain on the roof"),
+            ],
+            [("user", "Write a haiku about rain."), ("user", "Soft rain on the roof"), ("assistant", "APPROVE")],
+        ]
+    )
+    _, stats, _ = convert_file(AUTOGEN_TEAM, SETTINGS)
+    assert (stats.turns_trained, stats.turns_lost) == (2, 0)
+    events = list(read_events(detect_format(AUTOGEN_TEAM), AUTOGEN_TEAM))
+    assert [e.reason for e in events if type(e).__name__ == "ReadSkip"] == [
+        "team_transcript: each agent's turns in it are read from that agent's own model context"
+    ]
+
+
+def test_a_chat_list_with_a_turn_no_context_holds_is_still_refused(tmp_path: Path) -> None:
+    state = json.loads(AUTOGEN_TEAM.read_text(encoding="utf-8"))
+    thread = state["agent_states"]["RoundRobinGroupChatManager_8f3c"]["message_thread"]
+    thread.append(
+        {"source": "poet", "models_usage": None, "metadata": {}, "content": "A second haiku", "type": "TextMessage"}
+    )
+    path = tmp_path / "team_state.json"
+    path.write_text(json.dumps(state), encoding="utf-8")
+    codes = [e.error.code for e in read_events(detect_format(path), path) if type(e).__name__ == "ReadReject"]
+    assert codes == ["multi_agent"]

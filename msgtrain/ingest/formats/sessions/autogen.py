@@ -13,7 +13,9 @@ What is read (one JSON document; each conversation found in it is one record and
   ``source: "user"`` are the user's, the others the agent's. ``ToolCallSummaryMessage`` is the agent's summary of
   results it returns without a model call: not a turn, and not in its model context. A list in which several
   agents speak is rejected (``multi_agent``): each agent saw its own context, which the list does not hold; save
-  each agent's state instead.
+  each agent's state instead. A team's saved state holds both: its manager's ``message_thread`` beside each agent's
+  model context; a chat list whose every agent turn one of the document's model contexts holds is skipped
+  (``team_transcript``), those turns read from the contexts.
 
 Context completeness: an AssistantAgent keeps its system message and tool schemas apart from its model context and
 sends them with every call: a context without a ``SystemMessage`` is marked context-incomplete (``system_prompt``),
@@ -56,6 +58,7 @@ CHAT_TYPES = frozenset(
     {"TextMessage", "ToolCallRequestEvent", "ToolCallExecutionEvent", "ToolCallSummaryMessage", "ThoughtEvent"}
 )
 _NOT_IN_CONTEXT = frozenset({"ToolCallSummaryMessage", "ModelClientStreamingChunkEvent", "MemoryQueryEvent"})
+_TURN_TYPES = frozenset({"TextMessage", "ToolCallRequestEvent"})  # a chat list's model turns: a reply, its calls
 
 
 class AutogenReader:
@@ -84,10 +87,33 @@ class AutogenReader:
         if calls:  # model calls logged with their result: read as a call log (msgtrain.ingest.common.call_log)
             ref = SourceRef(str(path), "file")
             yield RecordTask(ref, partial(_call_events, path, calls), records=len(calls), raw=None)
+        sampled = {_said(m) for _, kind, items, _ in found if kind == "llm" for m in items if _sampled_in(m)}
         for where, kind, items, reply in found:
             if reply is None:
                 ref = SourceRef(str(path), where or "file")
+                if kind == "chat" and _transcript_of(items, sampled):
+                    yield ReadSkip(ref, TEAM_TRANSCRIPT)
+                    continue
                 yield RecordTask(ref, partial(_events, path, ref, kind, items), raw=items)
+
+
+# Why a team's chat list beside its agents' model contexts is not read: a transcript of turns those contexts hold.
+TEAM_TRANSCRIPT = "team_transcript: each agent's turns in it are read from that agent's own model context"
+
+
+def _sampled_in(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("type") == "AssistantMessage"
+
+
+def _said(message: dict[str, Any]) -> str:
+    return json.dumps(message.get("content"), sort_keys=True, default=str)
+
+
+def _transcript_of(items: list[Any], sampled: set[str]) -> bool:
+    """Whether a chat list (a team manager's ``message_thread``) is a transcript of turns the model contexts of the
+    same document hold: every agent turn in it (text or calls) says what one of their ``AssistantMessage`` says."""
+    turns = [m for m in items if isinstance(m, dict) and m.get("source") != "user" and m.get("type") in _TURN_TYPES]
+    return bool(turns) and all(_said(m) in sampled for m in turns)
 
 
 def _conversations(value: Any, where: str, reply: Any = None) -> Iterator[tuple[str, str, list[Any], Any]]:
