@@ -33,7 +33,14 @@ Which calls are one conversation (:class:`CallLogGroups`, the rule every request
 - Ambiguity: two conversations may both hold a call that a later call continues (they opened with the very same
   call, reply included). Nothing in the log tells them apart; the later call joins the one that logged such a call
   last (a log appends a conversation's calls in order). Either choice trains the same replies in the same contexts.
-- Calls are taken in file order: a call logged before the call it continues starts its own conversation.
+- The system messages aside: a call that re-sends an earlier call's other messages and its reply under another
+  system prompt (one that writes the time, a memory block the agent rewrote, Responses ``instructions`` sent anew)
+  continues it too, when no call is continued as logged. Each reply stays trained after the system prompt its own
+  call sent (the two prompts are two branches of one graph), and the copies under the new prompt are the same turns,
+  never counted twice.
+- Calls are taken in file order, and a call logged after a call that continues it (an export sorted newest first:
+  Helicone's, Langfuse's) joins that call's conversation: the earlier call's messages and reply are a prefix of what
+  the later-logged call re-sent (its system messages aside, as above).
 - A reader whose client rewrites the replies it re-sends (smolagents renders each output into the next call's
   messages, joined with what follows it) says so (``rewritten_replies``): there a call whose context starts with an
   earlier call's context, then an assistant message, continues that call when no call is continued as logged (the
@@ -138,7 +145,7 @@ def _env_used(graph: MessageGraph, env_id: str) -> bool:
 
 
 class Continuations:
-    """Which conversation each call of a log joins, by the rule of the module docstring (calls taken in order):
+    """Which conversation each call of a log joins, by the rule of the module docstring (calls taken in file order):
     :meth:`conversation` names it, :meth:`added` records the call once its conversation holds it. Readers that keep
     their own :class:`CallLogGraph` per conversation use it as :class:`CallLogGroups` does."""
 
@@ -147,13 +154,22 @@ class Continuations:
         self._ends: dict[str, str] = {}
         # with ``rewritten_replies``: the digest of each call's context -> the conversation holding it
         self._contexts: dict[str, str] | None = {} if rewritten_replies else None
+        # the same, over the messages other than system ones (the dialogue): a call whose system prompt changed
+        self._dialogue_ends: dict[str, str] = {}
+        # the digest of each prefix of a call's context (and of its dialogue) -> the first conversation re-sending it:
+        # a call logged after a call that continues it (an export sorted newest first) joins that call's conversation
+        self._sent: dict[str, str] = {}
+        self._dialogue_sent: dict[str, str] = {}
         self._opened: set[str] = set()
-        self._last: tuple[list[AnyMessage], list[str]] = ([], [])  # the last call's context and its prefix digests
+        # the last call's context, its prefix digests and its dialogue's prefix digests (one per message: a system
+        # message repeats the digest before it)
+        self._last: tuple[list[AnyMessage], list[str], list[str]] = ([], [], [])
+        self._fresh = 0  # how many leading digests of the last chain were the call before's
 
     def conversation(self, call: Call) -> str:
         """The conversation ``call`` continues, else a new one named by its opening call (an ordinal where several
         conversations open alike)."""
-        chain = self._chain([step.message for step in call.context])
+        chain, dialogue = self._chain([step.message for step in call.context])
         tip = chain[-1] if chain else ""
         whole = [_extend(tip, step.message) for step in call.samples]
         again = next((self._ends[d] for d in whole if d in self._ends), None)
@@ -162,6 +178,24 @@ class Continuations:
         continued = next((self._ends[d] for d in reversed(chain) if d in self._ends), None)
         if continued is not None:
             return continued
+        # the dialogue and a reply of an earlier call re-sent under other system messages (a system prompt that
+        # writes the time, a memory block the agent edited): the same conversation, whose replies stay trained
+        # after the system prompt their own calls sent
+        continued = next((self._dialogue_ends[d] for d in reversed(dialogue) if d in self._dialogue_ends), None)
+        if continued is not None:
+            return continued
+        # a call that a call logged before it continues (its messages and reply re-sent there)
+        dialogue_tip = dialogue[-1] if dialogue else ""
+        continuing = next((self._sent[d] for d in whole if d in self._sent), None) or next(
+            (
+                self._dialogue_sent[d]
+                for s in call.samples
+                if (d := _extend(dialogue_tip, s.message)) in self._dialogue_sent
+            ),
+            None,
+        )
+        if continuing is not None:
+            return continuing
         if self._contexts is not None:  # an earlier call's messages, then its reply as the client rewrote it
             messages = call.context
             continued = next(
@@ -184,28 +218,43 @@ class Continuations:
         """Record that conversation ``key`` holds ``call``: later calls that re-send its messages and a reply of it
         continue that conversation."""
         self._opened.add(key)
-        chain = self._chain([step.message for step in call.context])
+        chain, dialogue = self._chain([step.message for step in call.context])
         tip = chain[-1] if chain else ""
         if self._contexts is not None and chain:
             self._contexts[tip] = key
+        dialogue_tip = dialogue[-1] if dialogue else ""
         for step in call.samples:
             self._ends[_extend(tip, step.message)] = key
+            self._dialogue_ends.setdefault(_extend(dialogue_tip, step.message), key)
+        # the prefixes the call before sent were registered then
+        messages, _, dialogue_digests = self._last
+        for digest in chain[self._fresh :]:
+            self._sent.setdefault(digest, key)
+        for message, digest in zip(messages[self._fresh :], dialogue_digests[self._fresh :], strict=True):
+            if message.role != "system":
+                self._dialogue_sent.setdefault(digest, key)
 
-    def _chain(self, messages: list[AnyMessage]) -> list[str]:
-        """The digest of each prefix of ``messages`` (turn identities, :func:`turn_identity`). The leading messages
-        that are those of the last call (the very objects, as a reader that reuses parsed history passes them, or
-        equal ones) keep their digests: a call costs what is new in it."""
-        last, digests = self._last
+    def _chain(self, messages: list[AnyMessage]) -> tuple[list[str], list[str]]:
+        """The digest of each prefix of ``messages`` (turn identities, :func:`turn_identity`), and of each prefix's
+        dialogue (its messages other than system ones; only prefixes that end in such a message are keys, so a
+        system message adds none). The leading messages that are those of the last call (the very objects, as a
+        reader that reuses parsed history passes them, or equal ones) keep their digests: a call costs what is new
+        in it."""
+        last, digests, dialogue_digests = self._last
         n = 0
         for new, old in zip(messages, last, strict=False):
             if new is not old and new != old:
                 break
             n += 1
-        chain = digests[:n]
+        if n < len(messages) or n < len(last):  # not the same call again (conversation, then added)
+            self._fresh = n
+        chain, dialogue = digests[:n], dialogue_digests[:n]
         for message in messages[n:]:
             chain.append(_extend(chain[-1] if chain else "", message))
-        self._last = (messages, chain)
-        return chain
+            before = dialogue[-1] if dialogue else ""
+            dialogue.append(before if message.role == "system" else _extend(before, message))
+        self._last = (messages, chain, dialogue)
+        return chain, [d for d, m in zip(dialogue, messages, strict=True) if m.role != "system"]
 
 
 class CallLogGroups:

@@ -135,7 +135,13 @@ from msgtrain.ingest.structure.locate import (
 )
 from msgtrain.ingest.structure.mapping import BARE_LIST, NEEDED, Mapping
 from msgtrain.ingest.structure.mapping_paths import mapping_units, unit_prefix
-from msgtrain.ingest.structure.structural_calls import continuation_groups, read_call_items, read_calls
+from msgtrain.ingest.structure.structural_calls import (
+    continuation_groups,
+    logged_dialogue,
+    logged_opening,
+    read_call_items,
+    read_calls,
+)
 from msgtrain.ingest.structure.trees import lone_message, message_lines, message_run
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -601,19 +607,24 @@ def _call_log_file(
     this); a file whose records are independent conversations streams record by record."""
     head = list(itertools.islice(stream, CALL_LOG_SAMPLE))
     stream = itertools.chain(head, stream)
-    # earlier calls' prompts by their first message: a call that continues one re-sends it, the first one included
+    # earlier calls' dialogues by their first message: a call that continues one re-sends it, the first one included
+    # (its system prompt may have changed since); an export sorted newest first logs the continuing call before
     earlier: dict[str, list[list[Any]]] = {}
     for _, value, _ in head:
         one = None if isinstance(value, MsgtrainError) else _one_call(value, mapping)
         prompt = one.mapping.field_of(one.holder, "prompt") if one is not None else None
         if not isinstance(prompt, list) or not prompt:
             continue
-        opening = json.dumps(prompt[:1], sort_keys=True, ensure_ascii=False, default=str)
-        same = earlier.setdefault(opening, [])
-        if any(len(a) < len(prompt) and prompt[: len(a)] == a for a in same):
+        dialogue = logged_dialogue(prompt)
+        same = earlier.setdefault(logged_opening(prompt), [])
+        if any(_prefix(a, dialogue) or _prefix(dialogue, a) for a in same):
             return stream, True
-        same.append(prompt)
+        same.append(dialogue)
     return stream, False
+
+
+def _prefix(shorter: list[Any], longer: list[Any]) -> bool:
+    return 0 < len(shorter) < len(longer) and longer[: len(shorter)] == shorter
 
 
 def _is_call(found: Found | Ambiguity) -> bool:

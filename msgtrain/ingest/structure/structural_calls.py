@@ -29,6 +29,7 @@ from typing import Any
 from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.common.call_log import Call, CallLogGraph, Continuations, turn_identity
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id
+from msgtrain.ingest.common.message_like import canonical_role, role_of
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
@@ -148,11 +149,29 @@ def summaries_kept_as_context(items: Sequence[tuple[Call, dict[str, Any]]]) -> l
 
 def continuation_groups(prompts: Sequence[list[Any]]) -> list[list[int]]:
     """Records (by position) grouped so that no group parts calls that may be one conversation: by their first
-    logged message (a call that continues another re-sends all of it, the first message included). Which calls of a
-    group are one conversation is the call log's rule (:class:`~msgtrain.ingest.common.call_log.Continuations`,
-    in :func:`read_call_items`). Compared as logged, before any parsing."""
+    logged message other than a system one (a call that continues another re-sends all of its dialogue, the first
+    message included, under the system prompt of its own time). Which calls of a group are one conversation is the
+    call log's rule (:class:`~msgtrain.ingest.common.call_log.Continuations`, in :func:`read_call_items`). Compared
+    as logged, before any parsing."""
     groups: dict[str, list[int]] = {}
     for i, prompt in enumerate(prompts):
-        opening = json.dumps(prompt[:1], sort_keys=True, ensure_ascii=False, default=str)
-        groups.setdefault(opening, []).append(i)
+        groups.setdefault(logged_opening(prompt), []).append(i)
     return list(groups.values())
+
+
+def logged_dialogue(prompt: list[Any]) -> list[Any]:
+    """A logged message list without its system (and developer) messages, as logged: what a call that continues
+    another re-sends of it whatever system prompt each call was sent."""
+    out = []
+    for message in prompt:
+        role = role_of(message)
+        if role is None or canonical_role(role[1]) not in ("system", "developer"):
+            out.append(message)
+    return out
+
+
+def logged_opening(prompt: list[Any]) -> str:
+    """The first message of a logged message list's dialogue (:func:`logged_dialogue`; the first message where all
+    are system messages), as canonical JSON."""
+    first = next(iter(logged_dialogue(prompt)), None)
+    return json.dumps([first] if first is not None else prompt[:1], sort_keys=True, ensure_ascii=False, default=str)

@@ -1,0 +1,178 @@
+"""Per-call logs of proxies, gateways and API clients no other test reads, each hand-written in the shape its writer
+produces (tests/fixtures/unseen/PROVENANCE.md, "Per-call logs"): each call re-sends the whole history, under the
+system prompt of its own time; each file's books against a count made by hand, the context each trained reply sits
+after (the system prompt its own call sent), no reply trained twice, and the history copies neither trained nor
+counted as turns lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.graph import MessageGraph
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+FIXTURES = Path(__file__).parent / "fixtures" / "unseen"
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _books(path: Path) -> tuple[int, int, int]:
+    """(trained, dropped, lost) of converting ``path``."""
+    _, stats, _ = convert_file(path, SETTINGS)
+    return stats.turns_trained, sum(stats.turns_dropped.values()), stats.turns_lost
+
+
+def _graphs(path: Path) -> list[MessageGraph]:
+    return [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
+
+
+def _said(message: Any) -> tuple[str, Any]:
+    """(role, text) of a message; a call's (role, [(name, arguments)]); a result's (role, (name, result))."""
+    calls = getattr(message, "calls", None)
+    if calls:
+        return message.role, [(c.option_name, c.arguments) for c in calls]
+    result = getattr(message, "result", None)
+    if result is not None:
+        return message.role, (result.option_name, result.result)
+    return message.role, message.text
+
+
+def _trained(path: Path) -> list[list[tuple[str, Any]]]:
+    """The path to each sampled reply, the reply last."""
+    return [
+        [_said(n.message) for n in graph.path(node.id)]
+        for graph in _graphs(path)
+        for node in graph.nodes.values()
+        if node.origin.value == "sampled"
+    ]
+
+
+HELICONE = FIXTURES / "helicone-export.jsonl"
+
+
+def test_an_export_sorted_newest_first_is_one_conversation_each_reply_after_its_own_calls_system_prompt() -> None:
+    # Helicone's export (request_body / response_body beside the request's metadata, sorted by created_at
+    # descending): the last call, whose system prompt writes a later time, comes first. Before: three conversations,
+    # one per call, each holding a copy of the history before it; after: one, each reply trained once, after the
+    # system prompt its own call sent (the first two at 10:00, the third at 10:05).
+    (graph,) = _graphs(HELICONE)
+    assert detect_format(HELICONE).name == "structural"
+    contexts = sorted(_trained(HELICONE), key=len)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("lookup_order", {"order_id": "1042"})]),
+        ("assistant", "Order 1042 has shipped and should arrive on August 5."),
+        ("assistant", "No, a shipped order's address can no longer be changed."),
+    ]
+    assert ["10:00" in c[0][1] for c in contexts] == [True, True, False]
+    assert "10:05" in contexts[2][0][1]
+    assert [role for role, _ in contexts[2]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert [t["function"]["name"] for t in graph.env.tools] == ["lookup_order"]
+    copies = [n for n in graph.nodes.values() if n.message.role == "assistant" and n.origin.value != "sampled"]
+    assert [n.origin.value for n in copies] == ["carried", "carried"]
+    assert _books(HELICONE) == (3, 0, 0)
+
+
+ANTHROPIC = FIXTURES / "anthropic-memory-calls.jsonl"
+
+
+def test_a_system_block_rewritten_between_calls_keeps_the_calls_one_conversation() -> None:
+    # Anthropic Messages calls whose system is a list of blocks, the second a memory block (cache_control) the agent
+    # rewrote before its third call. Before: the third call started a conversation of its own whose copies of the
+    # first two replies were counted as dropped turns (3 trained, 2 dropped); after: one conversation, 3 trained,
+    # the copies neither trained again nor counted.
+    assert len(_graphs(ANTHROPIC)) == 1
+    contexts = sorted(_trained(ANTHROPIC), key=len)
+    assert [c[-1][1] for c in contexts] == [
+        [("read_file", {"path": "setup.py"})],
+        "It installs the package demo and its one dependency, requests.",
+        "Use install_requires=['requests==2.32.*'].",
+    ]
+    assert ["<memory>(empty)</memory>" in c[0][1] for c in contexts] == [True, True, False]
+    assert "<memory>setup.py: package demo, depends on requests</memory>" in contexts[2][0][1]
+    assert _books(ANTHROPIC) == (3, 0, 0)
+
+
+RESPONSES = FIXTURES / "responses-chain-instructions.jsonl"
+
+
+def test_a_responses_chain_whose_instructions_change_trains_each_call_after_its_own_instructions() -> None:
+    # OpenAI Responses calls chained by previous_response_id, each sending only its new items; the third sends other
+    # instructions (they are not carried over by the chain). Before: 3 trained, the two copies under the new
+    # instructions counted as dropped; after: 3 trained, one conversation, nothing dropped.
+    assert len(_graphs(RESPONSES)) == 1
+    contexts = sorted(_trained(RESPONSES), key=len)
+    assert [c[0] for c in contexts] == [
+        ("system", "You are a travel assistant. The user is in Paris."),
+        ("system", "You are a travel assistant. The user is in Paris."),
+        ("system", "You are a travel assistant. The user is in Lyon."),
+    ]
+    assert contexts[2][1:] == [
+        ("user", "Do I need an umbrella?"),
+        ("assistant", [("get_weather", {"city": "Paris"})]),
+        ("tool", ("get_weather", '{"rain": true}')),
+        ("assistant", "Yes, it is raining in Paris."),
+        ("user", "I just arrived in Lyon. And here?"),
+        ("assistant", [("get_weather", {"city": "Lyon"})]),
+    ]
+    assert _books(RESPONSES) == (3, 0, 0)
+
+
+def _chat_call(system: str, turns: list[str], reply: str) -> dict[str, Any]:
+    roles = ["user", "assistant"] * len(turns)
+    messages = [{"role": "system", "content": system}] + [
+        {"role": r, "content": t} for r, t in zip(roles, turns, strict=False)
+    ]
+    choice = {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
+    return {"request": {"model": "m", "messages": messages}, "response": {"id": reply, "choices": [choice]}}
+
+
+def test_calls_logged_in_any_order_join_the_conversation_that_re_sends_them(tmp_path: Path) -> None:
+    # The same three calls (the last under an updated system prompt) in file order and newest first: one
+    # conversation either way, each reply trained once after its own call's context, no copy counted as a turn.
+    calls = [
+        _chat_call("v1", ["hi"], "Hello!"),
+        _chat_call("v1", ["hi", "Hello!", "2+2?"], "4."),
+        _chat_call("v2", ["hi", "Hello!", "2+2?", "4.", "3+3?"], "6."),
+    ]
+    for name, ordered in (("oldest_first.jsonl", calls), ("newest_first.jsonl", calls[::-1])):
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(c) + "\n" for c in ordered), encoding="utf-8")
+        assert detect_format(path).name == "calls"
+        assert len(_graphs(path)) == 1
+        contexts = sorted(_trained(path), key=len)
+        assert [(c[0][1], c[-1][1], len(c)) for c in contexts] == [
+            ("v1", "Hello!", 3),
+            ("v1", "4.", 5),
+            ("v2", "6.", 7),
+        ]
+        assert _books(path) == (3, 0, 0)
+
+
+def test_two_sessions_that_only_open_alike_stay_apart_whatever_their_system_prompts(tmp_path: Path) -> None:
+    # The rule is a re-sent reply, never a shared opening: a second session starting with the same user message but
+    # another reply is a conversation of its own, in any order.
+    calls = [
+        _chat_call("v1", ["hi"], "Hello!"),
+        _chat_call("v2", ["hi"], "Hey there."),
+        _chat_call("v2", ["hi", "Hey there.", "bye"], "Goodbye."),
+    ]
+    for ordered in (calls, calls[::-1]):
+        path = tmp_path / "calls.jsonl"
+        path.write_text("".join(json.dumps(c) + "\n" for c in ordered), encoding="utf-8")
+        graphs = _graphs(path)
+        assert sorted(len(g.nodes) for g in graphs) == [3, 5]
+        assert _books(path) == (3, 0, 0)
