@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
@@ -258,6 +260,18 @@ def test_a_completion_that_is_json_text_of_something_else_stays_the_reply_it_is(
     path = tmp_path / "rows.json"
     path.write_text(json.dumps([row]), encoding="utf-8")
     assert _contexts(path) == [[("user", "Answer in JSON."), ("assistant", '{"answer": 4}')]]
+
+
+@pytest.mark.parametrize("answer", ["[]", "{}", "null"])
+def test_a_sampled_answer_that_is_the_json_of_an_empty_value_is_trained(tmp_path: Path, answer: str) -> None:
+    # "[]" is what a model answers when no entity / no tool fits (JSON extraction rows, xLAM-style answers); only an
+    # empty-JSON *prompt* is a column left empty. Before the fix such a reply vanished from the books (not trained,
+    # not counted).
+    row = {"prompt": "List the people named in: 'The sky is blue.' Answer as a JSON array.", "completion": answer}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _contexts(path) == [[("user", row["prompt"]), ("assistant", answer)]]
+    assert _books(path) == (1, 0, 0)
 
 
 LLAMA_INDEX = FIXTURES / "llamaindex-chat-store.json"

@@ -932,14 +932,14 @@ def _replies(value: Any) -> bool:
         return True
     if text_samples(value):
         return True
-    if isinstance(value, str):
-        return not _empty_json(value)
-    return is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
+    return isinstance(value, str) or is_message_list(value) or (isinstance(value, dict) and is_message_like(value))
 
 
 def _empty_json(text: str) -> bool:
     """Whether a text is the JSON of an empty value: a JSON column left empty (LiteLLM's spend logs write ``"{}"`` for
-    the messages and the response of a request whose prompts they do not store), not a text anyone sent or sampled."""
+    the messages and the response of a request whose prompts they do not store), not a prompt anyone sent. Only a context
+    is judged so: a *reply* of ``"[]"`` or ``"{}"`` is what a model answers when nothing fits (extraction rows, tool
+    choice rows), and is trained as the text it is."""
     return text.strip() in ("{}", "[]", "null", '""')
 
 
