@@ -299,6 +299,24 @@ def test_a_chat_store_trains_each_chat_after_its_blocks_and_the_calls_kept_in_ad
     assert _books(LLAMA_INDEX) == (3, 0, 0)
 
 
+def _li(role: str, text: str, kind: str = "text") -> dict[str, Any]:
+    block = {"block_type": kind, ("content" if kind == "thinking" else "text"): text}
+    return {"role": role, "additional_kwargs": {}, "blocks": [block]}
+
+
+def test_chats_of_a_store_alike_in_roles_are_each_trained_not_taken_for_one_chats_prefix(tmp_path: Path) -> None:
+    # Before: contents under ``blocks`` compared as "nothing", so a chat whose roles open another's was dropped as
+    # its prefix, neither trained nor counted (2 of 4 replies).
+    store = {
+        "chatA": [_li("user", "hi"), _li("assistant", "Hello!"), _li("user", "A joke?"), _li("assistant", "Why...")],
+        "chatB": [_li("user", "hello"), _li("assistant", "Hi there!")],
+    }
+    path = tmp_path / "chat_store.json"
+    path.write_text(json.dumps({"store": store, "class_name": "SimpleChatStore"}), encoding="utf-8")
+    assert sorted(c[-1][1] for c in _contexts(path)) == ["Hello!", "Hi there!", "Why..."]
+    assert _books(path) == (3, 0, 0)
+
+
 def test_a_chat_message_of_before_blocks_keeps_its_calls_in_additional_kwargs_too(tmp_path: Path) -> None:
     # ChatMessage before LlamaIndex 0.12: {role, content, additional_kwargs}. Before: the reply read as an empty text
     # and the tool message answering no call, the file refused (2 lost); after: as the blocks form.

@@ -361,8 +361,10 @@ def _llama_index_message(obj: dict[str, Any]) -> dict[str, Any]:
             kind = block.get("block_type") if isinstance(block, dict) else None
             if kind == "text":
                 parts.append({"type": "text", "text": block.get("text", "")})
-            elif kind == "thinking" and isinstance(block.get("content"), str):
-                out["reasoning_content"] = block["content"]
+            elif kind == "thinking" and isinstance(block.get("content"), str | None):
+                # ThinkingBlock.content is optional; several blocks are one reasoning, in order
+                thought = block.get("content") or ""
+                out["reasoning_content"] = "\n".join(t for t in (out.get("reasoning_content"), thought) if t)
             elif kind == "tool_call":
                 fn = {"name": block.get("tool_name"), "arguments": block.get("tool_kwargs", {})}
                 calls.append({"id": block.get("tool_call_id"), "type": "function", "function": fn})

@@ -22,6 +22,7 @@ from msgtrain.ingest.common.message_like import (
     is_message_like,
     is_message_list,
     role_of,
+    unwrapped,
 )
 from msgtrain.ingest.core.base import SourceRef
 from msgtrain.ingest.structure.mapping import Mapping
@@ -312,7 +313,12 @@ def is_prefix(short: list[Any], long: list[Any]) -> bool:
 
     def said(message: Any) -> tuple[Any, Any]:
         hit = role_of(message)
-        return (hit[1] if hit else None), message.get(content_key_of(message) or "")
+        # the content of the message a wrapper holds (LlamaIndex's blocks, LangChain's data, ...): the key names the
+        # unwrapped message's content; without one, the whole message is what it says, never "nothing" (two chats
+        # alike in roles alone are not one chat's prefix)
+        inner = unwrapped(message)
+        key = content_key_of(inner)
+        return (hit[1] if hit else None), (inner.get(key) if key is not None else inner)
 
     return len(short) <= len(long) and all(
         a[0] == b[0] and same_value(a[1], b[1]) for a, b in zip(map(said, short), map(said, long), strict=False)

@@ -937,9 +937,9 @@ def _replies(value: Any) -> bool:
 
 def _empty_json(text: str) -> bool:
     """Whether a text is the JSON of an empty value: a JSON column left empty (LiteLLM's spend logs write ``"{}"`` for
-    the messages and the response of a request whose prompts they do not store), not a prompt anyone sent. Only a context
-    is judged so: a *reply* of ``"[]"`` or ``"{}"`` is what a model answers when nothing fits (extraction rows, tool
-    choice rows), and is trained as the text it is."""
+    the messages and the response of a request whose prompts they do not store), not a prompt anyone sent. Only a
+    context is judged so: a *reply* of ``"[]"`` or ``"{}"`` is what a model answers when nothing fits (extraction
+    rows, tool choice rows), and is trained as the text it is."""
     return text.strip() in ("{}", "[]", "null", '""')
 
 
