@@ -237,6 +237,37 @@ def test_an_amp_compaction_ends_what_the_thread_holds_of_the_context(tmp_path: P
     assert [c[-1][1] for c in _contexts(path)][-1] == "tests/ holds 3 files; test_a.py alone has 2 tests."
 
 
+@pytest.mark.parametrize(
+    ("info", "ends"),
+    [
+        ({"type": "manual_bash_invocation", "args": {"cmd": "git status"}, "hidden": False}, True),
+        ({"type": "text", "text": "Always answer in French."}, True),
+        ({"type": "manual_bash_invocation", "args": {"cmd": "git status"}, "hidden": True}, False),
+        ({"type": "text", "text": "  "}, False),
+    ],
+)
+def test_an_amp_info_message_the_model_is_sent_ends_what_the_thread_holds(
+    tmp_path: Path, info: dict[str, Any], ends: bool
+) -> None:
+    # A command the user ran (manual_bash_invocation) or a note is sent with the next request in a form Amp builds
+    # and does not log. Before: dropped, and the replies after it trained in a context without it.
+    thread = json.loads(AMP.read_text(encoding="utf-8"))
+    thread["messages"][6:6] = [{"role": "info", "messageId": 99, "content": [info]}]
+    path = tmp_path / "T-1.json"
+    path.write_text(json.dumps(thread), encoding="utf-8")
+    assert _books(path) == ((3, 2, 0) if ends else (4, 1, 0))
+
+
+def test_an_unfinished_amp_response_ends_what_the_thread_holds(tmp_path: Path) -> None:
+    # The module's promise: a response that did not complete ends the known context. Before: only that reply was
+    # carried, and the ones after it were trained after the partial response.
+    thread = json.loads(AMP.read_text(encoding="utf-8"))
+    thread["messages"][5]["state"] = {"type": "cancelled"}
+    path = tmp_path / "T-1.json"
+    path.write_text(json.dumps(thread), encoding="utf-8")
+    assert _books(path) == (2, 3, 0)
+
+
 LITELLM_SPEND = FIXTURES / "litellm-spend-logs.json"
 
 

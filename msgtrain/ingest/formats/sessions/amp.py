@@ -10,14 +10,17 @@ A thread is one JSON document ``{"v", "id": "T-...", "created", "title", "messag
   from it and does not log;
 - ``assistant``: ``thinking`` / ``redacted_thinking``, ``text`` and ``tool_use`` blocks (one model response each),
   ``state.type`` ``complete`` for a finished response, ``usage.model`` the model that wrote it;
-- ``info``: what Amp shows beside the conversation; a ``summary`` block is the summary the thread was compacted to.
+- ``info``: what Amp shows beside the conversation; a ``summary`` block is the summary the thread was compacted to; a
+  ``manual_bash_invocation`` (a command the user ran, not ``hidden``) or a non-empty ``text`` is sent to the model with
+  the next request, in a form Amp builds and does not log.
 
 Mapping: each ``assistant`` message is one sampled call after the messages before it; a done run's result is the
 tool result the model was sent (a text as it is, a JSON value as the JSON text ``JSON.stringify`` writes); user text
 and images as they are. Safe readings: a thread logs neither the system prompt nor the tool schemas Amp sent (the
 graph is marked ``context_incomplete`` for both); a result the log does not hold (a run that did not end ``done``), a
-compaction summary (what the model was sent after it is not in the thread) and a response that did not complete
-(``state.type`` other than ``complete``) each end what is known of the context: the replies from there on are kept
+compaction summary (what the model was sent after it is not in the thread), an info message Amp sends (a command's
+run, a note) and a response that did not complete (``state.type`` other than ``complete``) each end what is known of
+the context: the replies from there on are kept
 as ``carried`` context, never trained, each saying why. A thread forked from another repeats its messages: the run's
 duplicate check trains each of them once.
 """
@@ -100,7 +103,12 @@ def amp_steps(messages: list[Any]) -> list[Step]:
                 unknown = (
                     unknown or "the thread was compacted to a summary here: what the model was sent after is not in it"
                 )
-            continue  # shown beside the conversation, never sent as it is
+            elif any(_sent_info(b) for b in blocks):
+                unknown = unknown or (
+                    f"{where} holds what Amp sends the model with the next request (a command the user ran, or a "
+                    "note), in a form the log does not hold"
+                )
+            continue  # shown beside the conversation; what of it is sent, Amp builds and does not log
         if role == "user":
             sent: list[Any] = []
             for j, block in enumerate(blocks):
@@ -129,7 +137,22 @@ def amp_steps(messages: list[Any]) -> list[Step]:
                     origin = Origin.CARRIED
                 message = message.model_copy(update={"metadata": metadata})
             steps.append(Step(message, origin, index=i))
+        if interrupted:
+            unknown = unknown or (
+                f"the response at {where} did not complete (state {state.get('type')!r}): what the model was sent "
+                "after it is not in the thread"
+            )
     return steps
+
+
+def _sent_info(block: Any) -> bool:
+    """An info block Amp sends the model (a shell command the user ran and its output, a non-empty note), as opposed
+    to one only shown beside the thread (a hidden invocation, an empty text)."""
+    if not isinstance(block, dict):
+        return False
+    if block.get("type") == "manual_bash_invocation":
+        return not block.get("hidden", False)
+    return block.get("type") == "text" and bool(str(block.get("text") or "").strip())
 
 
 class AmpReader:
