@@ -496,3 +496,19 @@ def test_a_chat_list_with_a_turn_no_context_holds_is_still_refused(tmp_path: Pat
     path.write_text(json.dumps(state), encoding="utf-8")
     codes = [e.error.code for e in read_events(detect_format(path), path) if type(e).__name__ == "ReadReject"]
     assert codes == ["multi_agent"]
+
+
+def test_cumulative_lists_beside_a_scores_list_train_each_reply_once(tmp_path: Path) -> None:
+    # A scores list beside message lists that each re-send the one before it: the scored group's shared history (none
+    # here: the rollouts part after the prompt) no longer overwrites the replies the earlier list already held.
+    # Before: A1 trained in both rows (3 of 2).
+    s, u, a1 = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "A1"},
+    )
+    u2, a2 = {"role": "user", "content": "More"}, {"role": "assistant", "content": "A2"}
+    row = {"id": "t", "messages": [[s, u, a1], [s, u, a1, u2, a2]], "scores": [0.0, 1.0]}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert sorted(c[-1][1] for c in _contexts(path)) == ["A1", "A2"]

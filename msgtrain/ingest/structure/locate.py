@@ -319,7 +319,8 @@ def _score_items(found: list[Found | Ambiguity], path: str, scores: list[float] 
     if len(rollouts) == len(scored) and all(isinstance(r, list) for r in rollouts):
         given = group_history([r for r in rollouts if isinstance(r, list)])
         for item in scored:
-            item.history_replies = given
+            # lists that each re-send the one before it keep what _cumulative_steps found
+            item.history_replies = max(item.history_replies, given)
 
 
 # Keys of a record that holds one whole conversation as the text a chat template rendered (a ``text`` column of
