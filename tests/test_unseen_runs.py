@@ -170,6 +170,23 @@ def test_llm_spans_that_log_their_tools_in_metadata_train_each_call_once_with_th
     assert _books(BRAINTRUST) == (3, 0, 0)
 
 
+@pytest.mark.parametrize("listed", [[{"name": "calculator", "invocations": 0}], [{"name": "search", "enabled": False}]])
+def test_a_metadata_list_of_named_objects_that_are_not_schemas_is_not_the_tools_sent(
+    tmp_path: Path, listed: list[dict[str, Any]]
+) -> None:
+    # metadata is a bag of anything: a list of {name, invocations} counts uses, {name, enabled} is a toggle. Before:
+    # taken for the tools the model was sent and rendered into every context as a schema.
+    row = {
+        "input": [{"role": "user", "content": "2+2?"}],
+        "output": [{"role": "assistant", "content": "4"}],
+        "metadata": {"model": "m", "tools": listed},
+    }
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    (graph,) = _graphs(path)
+    assert graph.env.tools == ()
+
+
 RLLM = FIXTURES / "rllm-steps.jsonl"
 
 

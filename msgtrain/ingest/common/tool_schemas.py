@@ -42,6 +42,23 @@ def calls_not_schemas(raw: Any) -> bool:
     )
 
 
+def schemas_as_such(raw: Any) -> bool:
+    """Whether every item of a non-empty list is a tool schema by its own keys (a function's parameters, input schema,
+    declarations, description, or a provider tool's ``type``), not merely a dict with a name: the test for a
+    ``tools`` list found in a bag of anything, such as a trace's ``metadata`` (``{"name", "invocations"}`` counts
+    uses; ``{"name", "enabled"}`` is a toggle)."""
+    return (
+        isinstance(raw, list)
+        and bool(raw)
+        and all(
+            isinstance(t, dict)
+            and bool(t.keys() & _SCHEMA_KEYS or isinstance(t.get("type"), str))
+            and not t.keys() & _CALL_RECORD_KEYS
+            for t in raw
+        )
+    )
+
+
 def openai_tools(raw: Any, *, where: str = "tools") -> list[Any]:
     """Normalise a logged ``tools`` field (a list, one dict, or a JSON string of either)."""
     if raw is None or raw == "" or raw == []:

@@ -25,7 +25,7 @@ from typing import Any
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import Step, content_graph_id
 from msgtrain.ingest.common.message_like import names_ui_side
-from msgtrain.ingest.common.tool_schemas import calls_not_schemas
+from msgtrain.ingest.common.tool_schemas import calls_not_schemas, schemas_as_such
 from msgtrain.ingest.structure.found import Found
 from msgtrain.ingest.structure.mapping import Mapping
 from msgtrain.model.completeness import mark_context_incomplete
@@ -95,11 +95,13 @@ def tools_in_settings(record: dict[str, Any]) -> str | None:
     """The path of the tools kept in an object beside the messages that describes the agent or its settings (an ATIF
     trajectory's ``agent.tool_definitions`` beside its ``steps``), or in the metadata a tracing SDK logs a call's
     parameters other than its messages in (Braintrust's wrapped clients: ``input`` the messages, ``metadata`` the
-    model, tools and sampling settings): a non-empty list of tool objects."""
+    model, tools and sampling settings): a non-empty list of tool objects; in the metadata, a bag of anything, only
+    objects that are schemas by their own keys (:func:`schemas_as_such`)."""
     for key in ("agent", *_SETTINGS_KEYS, "metadata"):
         value = record.get(key)
         if isinstance(value, dict):
-            hit = next((k for k in TOOL_KEYS if _tool_list(value.get(k))), None)
+            test = schemas_as_such if key == "metadata" else _tool_list
+            hit = next((k for k in TOOL_KEYS if test(value.get(k))), None)
             if hit is not None:
                 return f"{key}.{hit}"
     return None
