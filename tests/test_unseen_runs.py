@@ -529,3 +529,30 @@ def test_cumulative_lists_beside_a_scores_list_train_each_reply_once(tmp_path: P
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     assert sorted(c[-1][1] for c in _contexts(path)) == ["A1", "A2"]
+
+
+def test_a_follow_up_kept_beside_the_messages_is_not_read_as_a_run_of_its_own(tmp_path: Path) -> None:
+    # A list beside the messages whose items neither name their run or agent nor open with their own system prompt
+    # (a continuation: its list opens at the next user turn) was sampled after a history it does not hold. Before:
+    # its reply trained after "Make it cheaper." alone, with no system prompt; after: not trained, counted.
+    record = {
+        "messages": [
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": "A trip to Rome?"},
+            {"role": "assistant", "content": "Three days in Rome: 900 EUR."},
+        ],
+        "continuations": [
+            {
+                "id": "c1",
+                "messages": [
+                    {"role": "user", "content": "Make it cheaper."},
+                    {"role": "assistant", "content": "Two days: 600 EUR."},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "followup.json"
+    path.write_text(json.dumps({"data": [record]}), encoding="utf-8")
+    assert "Two days: 600 EUR." not in [c[-1][1] for c in _contexts(path)]
+    trained, _, lost = _books(path)
+    assert trained + lost >= 2  # every reply in the books

@@ -219,10 +219,27 @@ def nested_runs(record: dict[str, Any], messages_key: str = "messages") -> list[
         and isinstance(items, list)
         and items
         and all(
-            isinstance(t, dict) and is_message_list(t.get(messages_key)) and not is_prefix(own, t[messages_key])
+            isinstance(t, dict)
+            and is_message_list(t.get(messages_key))
+            and not is_prefix(own, t[messages_key])
+            and _own_run(t, t[messages_key])
             for t in items
         )
     ]
+
+
+# Keys by which an item names the run or the agent it is (Agno's RunOutput: run_id, agent_id, agent_name)
+_RUN_NAMES = ("run_id", "agent_id", "agent_name", "member_id")
+
+
+def _own_run(item: dict[str, Any], messages: list[Any]) -> bool:
+    """Positive evidence that an item beside a record's messages is a run of its own, sent what its list holds: it
+    names its run or agent, or its list opens with its own system prompt. A follow-up kept beside the messages (its
+    list opens at the next user turn) has neither: its replies were sampled after a history it does not hold."""
+    if any(isinstance(item.get(k), str) and item[k] for k in _RUN_NAMES):
+        return True
+    hit = role_of(messages[0])
+    return hit is not None and canonical_role(hit[1]) == "system"
 
 
 # Keys of a list of numbers that scores, item for item, the conversations of a list beside it (Atropos's scored
