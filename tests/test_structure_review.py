@@ -294,3 +294,10 @@ def test_a_message_list_is_a_prefix_of_another_value_for_value_whatever_its_valu
     assert not is_prefix([{"role": "user", "content": "2025-01-02"}], long)
     assert not is_prefix([{"role": "assistant", "content": date(2025, 1, 2)}], long)
     assert not is_prefix(long + long[:1], long)
+
+
+def test_a_converse_reasoning_text_of_null_is_empty_reasoning_not_the_text_none() -> None:
+    from msgtrain.ingest.common.content_parts import converse_block
+
+    block = {"reasoningContent": {"reasoningText": {"text": None, "signature": "sig"}}}
+    assert converse_block(block) == {"type": "thinking", "thinking": "", "signature": "sig"}

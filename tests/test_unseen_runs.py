@@ -400,6 +400,19 @@ def test_stored_messages_keeping_ui_parts_under_content_train_each_step_after_it
     assert _books(MASTRA) == (3, 0, 0)
 
 
+def test_a_stored_message_with_attachments_is_a_gap_like_an_attached_file(tmp_path: Path) -> None:
+    # AI SDK 4 keeps the files sent with a message in content.experimental_attachments, not in its parts. Before:
+    # dropped, and the replies about the picture trained without it; after: the reply after it kept as context and
+    # counted, the one before trained.
+    messages = json.loads(MASTRA.read_text(encoding="utf-8"))
+    attachment = {"name": "sky.png", "contentType": "image/png", "url": "https://example.com/sky.png"}
+    messages[2]["content"]["experimental_attachments"] = [attachment]
+    path = tmp_path / "messages.json"
+    path.write_text(json.dumps(messages), encoding="utf-8")
+    assert [c[-1][1] for c in _contexts(path)] == [[("weatherTool", {"city": "Oslo"})], "It is 3 C in Oslo."]
+    assert _books(path)[0] == 2 and sum(_books(path)) == 3
+
+
 ZED = FIXTURES / "zed-thread.json"
 ZED_V02 = FIXTURES / "zed-thread-v02.json"
 

@@ -467,7 +467,9 @@ def converse_block(item: Any) -> Any:
         return item
     text = value.get("reasoningText")
     if isinstance(text, dict):
-        return {"type": "thinking", "thinking": str(text.get("text", "")), "signature": text.get("signature")}
+        thought = text.get("text")
+        thinking = thought if isinstance(thought, str) else ""  # a null text is no reasoning, not the text "None"
+        return {"type": "thinking", "thinking": thinking, "signature": text.get("signature")}
     redacted = value.get("redactedContent")
     if redacted is not None:
         payload = base64.b64encode(redacted).decode("ascii") if isinstance(redacted, bytes) else str(redacted)

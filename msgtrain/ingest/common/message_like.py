@@ -115,8 +115,8 @@ CALL_KEYS = ("tool_calls", "function_call", "functionCall", "toolCalls")
 def attached_files(message: dict[str, Any]) -> int:
     """How many files a chat UI's export says came with a message beside its text (Claude.ai's ``attachments``
     whose ``extracted_content`` it sent and ``files`` it uploaded; LibreChat's and Open WebUI's ``files``; Continue's
-    ``contextItems`` with content): what the model was sent from them, and where, the message does not hold. 0 for
-    none."""
+    ``contextItems`` with content; Mastra's ``experimental_attachments``, read as ``files``): what the model was sent
+    from them, and where, the message does not hold. 0 for none."""
     attachments = message.get("attachments")
     pasted = (
         [a for a in attachments if isinstance(a, dict) and a.get("extracted_content")]
@@ -224,8 +224,13 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     content = obj.get("content")
     if isinstance(content, dict) and isinstance(content.get("parts"), list) and isinstance(content.get("format"), int):
         # Mastra's stored messages (MastraMessageV2): an AI SDK UI message's parts under content, beside the format
-        # number (content.content and content.toolInvocations repeat what the parts hold)
-        return {**{k: v for k, v in obj.items() if k != "content"}, "parts": content["parts"]}
+        # number (content.content and content.toolInvocations repeat what the parts hold); the files sent with it
+        # (content.experimental_attachments, not in the parts) are what the message came with (attached_files)
+        unwrapped_message = {**{k: v for k, v in obj.items() if k != "content"}, "parts": content["parts"]}
+        attachments = content.get("experimental_attachments")
+        if isinstance(attachments, list) and attachments:
+            unwrapped_message["files"] = attachments
+        return unwrapped_message
     event = _event_message(obj)
     if event is not None:
         return event
