@@ -569,3 +569,31 @@ def test_a_follow_up_kept_beside_the_messages_is_not_read_as_a_run_of_its_own(tm
     assert "Two days: 600 EUR." not in [c[-1][1] for c in _contexts(path)]
     trained, _, lost = _books(path)
     assert trained + lost >= 2  # every reply in the books
+
+
+JSON_TEXT_COLUMNS = FIXTURES / "json-text-columns.jsonl"
+
+
+def test_a_row_keeping_its_messages_and_tools_as_json_text_trains_the_conversation_they_hold() -> None:
+    # A dataset row whose messages and tools columns are JSON text (Parquet datasets of agent trajectories keep them
+    # so, e.g. Agent-Ark/Toucan-1.5M's messages / tools strings beside question and subset_name). Before:
+    # unrecognised (no message list in the row); after: the call and the answer after its result, with the tools.
+    contexts = _contexts(JSON_TEXT_COLUMNS)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("weather", {"city": "Rome"})]),
+        ("assistant", "20 C in Rome."),
+    ]
+    assert contexts[1][0] == ("system", "You can call tools.")
+    (graph,) = _graphs(JSON_TEXT_COLUMNS)
+    assert [t["function"]["name"] for t in graph.env.tools] == ["weather"]
+    assert _books(JSON_TEXT_COLUMNS) == (2, 0, 0)
+
+
+def test_a_text_field_that_merely_opens_like_a_list_stays_text(tmp_path: Path) -> None:
+    row = {
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+        "note": "[x] done",
+    }
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _contexts(path) == [[("user", "hi"), ("assistant", "hello")]]

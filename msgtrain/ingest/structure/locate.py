@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,6 +208,9 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         return
     if not isinstance(value, dict):
         return
+    decoded = _json_text_lists(value)
+    if decoded:  # message lists a table kept as JSON text (a dataset's columns): read as the lists they are
+        value = value | decoded
     threads = session_threads(value)
     thread_lists = [t["messages"] for t in threads[1]] if threads else []
     trees = forks_trees(value, [value.get("messages"), *thread_lists])
@@ -281,6 +285,23 @@ def _locate_threads(
             if isinstance(item, Found):
                 item.threaded = True
                 item.forked = tree is not None
+
+
+def _json_text_lists(record: dict[str, Any]) -> dict[str, list[Any]]:
+    """The fields of ``record`` that hold the JSON text of a message list (a dataset's ``messages`` column kept as a
+    string, as Toucan's and others' Parquet files keep it beside ``tools``), decoded; only texts that open a list are
+    parsed."""
+    out: dict[str, list[Any]] = {}
+    for key, text in record.items():
+        if not isinstance(text, str) or not text.startswith("[") or not text[1:].lstrip().startswith("{"):
+            continue  # a list of objects, or no message list (numbers, a text that opens with a bracket)
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            continue
+        if is_message_list(value):
+            out[key] = value
+    return out
 
 
 def _cumulative_steps(found: list[Found | Ambiguity], path: str) -> None:

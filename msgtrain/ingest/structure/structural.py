@@ -254,6 +254,10 @@ def _scored_samples_in(shape: HeadShape) -> bool:
     return False
 
 
+# A string field opening the JSON text of a message list: ``"[{\"role\": ...`` (the quotes escaped in the field).
+_JSON_TEXT_MESSAGES = re.compile(rb'"\[\s*\{\s*\\"(?:role|from)\\"\s*:')
+
+
 class StructuralReader:
     name = "structural"
     description = (
@@ -276,6 +280,8 @@ class StructuralReader:
         shape = head_shape(_head_in_string(head))
         if shape.layout == "other":
             return False
+        if _JSON_TEXT_MESSAGES.search(head):
+            return True  # a field holding the JSON text of a message list (a dataset's messages column)
         for p in shape.paths:
             stem, _, key = p.rpartition(".")
             listed = stem.endswith("[]") or stem == "" or stem.rpartition(".")[0].endswith("[]")  # items, wrapped
