@@ -36,6 +36,7 @@ Modality = Literal["image", "audio", "video", "document"]
 # Fields a message's canonical JSON (:meth:`_MessageBase.identity`, what its node id hashes) leaves out: engine
 # facts, metadata, its step and a result's sub-agent graph.
 OUTSIDE_IDENTITY = ("generation", "metadata", "step_num", "subgraph")
+_IDENTITY_EXCLUDED = set(OUTSIDE_IDENTITY)  # (pydantic takes a set; never changed)
 
 
 # json's C encoder as ``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` builds it, built
@@ -194,8 +195,11 @@ class _MessageBase(Frozen):
         raise NotImplementedError
 
     def identity(self) -> dict[str, Any]:
-        """The canonical content that defines this message: everything but engine facts and metadata."""
-        return self.model_dump(mode="json", exclude={"generation", "metadata", "step_num"})
+        """The canonical content that defines this message: everything but :data:`OUTSIDE_IDENTITY` (engine facts,
+        metadata, the step, a result's sub-agent graph). The serializer is called as ``model_dump`` calls it, without
+        the wrapper's per-call argument handling (one call per message read)."""
+        data: dict[str, Any] = self.__pydantic_serializer__.to_python(self, mode="json", exclude=_IDENTITY_EXCLUDED)
+        return data
 
     def canonical_json(self) -> str:
         return canonical_text(self.identity())
@@ -251,17 +255,13 @@ class OptionResultMessage(_MessageBase):
 
     kind: Literal["option_result"] = "option_result"
     result: OptionResultPayload
+    # Not in the identity (OUTSIDE_IDENTITY): the nested graph is provenance, not context the policy read; only the
+    # result text reached it.
     subgraph: dict[str, Any] | None = None
 
     @property
     def role(self) -> Role:
         return "tool"
-
-    def identity(self) -> dict[str, Any]:
-        data = super().identity()
-        # The nested graph is provenance, not context the policy read: only the result text reached it.
-        data.pop("subgraph", None)
-        return data
 
 
 Message = Annotated[PartsMessage | OptionCallMessage | OptionResultMessage, Field(discriminator="kind")]
