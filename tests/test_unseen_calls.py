@@ -176,3 +176,49 @@ def test_two_sessions_that_only_open_alike_stay_apart_whatever_their_system_prom
         graphs = _graphs(path)
         assert sorted(len(g.nodes) for g in graphs) == [3, 5]
         assert _books(path) == (3, 0, 0)
+
+
+PORTKEY = FIXTURES / "portkey-logs.jsonl"
+
+
+def test_bodies_logged_as_json_text_are_read_as_the_bodies_with_their_system_blocks_and_tools() -> None:
+    # Portkey's logs (request {url, method, headers, body}, response {status, headers, body, response_time},
+    # metadata), the bodies as JSON text as its log API takes them: Anthropic Messages calls whose system is a block
+    # with cache_control, rewritten (another docs version) before the third call. Before: no reader recognised the
+    # file (3 replies lost); and read as objects, the request's system blocks were left out of every context. After:
+    # 3 trained, each after the system prompt and tools its own call sent.
+    assert detect_format(PORTKEY).name == "structural"
+    (graph,) = _graphs(PORTKEY)
+    contexts = sorted(_trained(PORTKEY), key=len)
+    assert [c[0] for c in contexts] == [
+        ("system", "You answer questions about Acme Cloud. Docs version 2024.3."),
+        ("system", "You answer questions about Acme Cloud. Docs version 2024.3."),
+        ("system", "You answer questions about Acme Cloud. Docs version 2024.4."),
+    ]
+    assert contexts[1][1:] == [
+        ("user", "How do I rotate an API key?"),
+        ("assistant", [("search_docs", {"query": "rotate API key"})]),
+        ("tool", ("search_docs", "Settings > API keys > Rotate. The old key stays valid for 24 hours.")),
+        ("assistant", "Open Settings > API keys and press Rotate; the old key keeps working for 24 hours."),
+    ]
+    assert [t["function"]["name"] for t in graph.env.tools] == ["search_docs"]
+    assert _books(PORTKEY) == (3, 0, 0)
+
+
+def test_a_json_text_that_is_no_body_stays_the_text_it_was(tmp_path: Path) -> None:
+    # A tool result whose text is JSON holding a role is what the model was sent: never decoded.
+    result = json.dumps({"role": "user", "content": "admin"})
+    call = _chat_call("v1", ["who am I?"], "You are an admin.")
+    call["request"]["messages"][1:1] = [
+        {"role": "user", "content": "check"},
+        {"role": "assistant", "content": None, "tool_calls": [_tool_call()]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+    ]
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps({"log": {"request": json.dumps(call["request"]), "response": call["response"]}}) + "\n")
+    (context,) = _trained(path)
+    assert context[3] == ("tool", ("whoami", result))
+
+
+def _tool_call() -> dict[str, Any]:
+    return {"id": "c1", "type": "function", "function": {"name": "whoami", "arguments": "{}"}}

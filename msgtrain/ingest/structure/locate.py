@@ -109,6 +109,11 @@ _REQUEST_RESULT_PAIRS = (
     ("inputs.messages", "output"),
     ("input.messages", "output"),  # Langfuse observations as LiteLLM's callback sends them (batch[].body)
     ("request.body.messages", "response.body"),
+    # a request beside the response it got, as the readers of per-call logs read them, where a log keeps the bodies
+    # as JSON text (Cloudflare AI Gateway's and Portkey's logs: read as the bodies, msgtrain.ingest.common.json_bodies)
+    ("request.messages", "response"),
+    ("request.contents", "response"),
+    ("request.body.contents", "response.body"),
     # promptfoo eval results (results.results[]): the prompt sent (text, or a chat as JSON text) and the output
     ("prompt.raw", "response.output"),
     # Gemini requests beside their GenerateContentResponse (google-genai's contents + config): Google ADK's session
@@ -134,6 +139,7 @@ _REQUEST_SYSTEM_KEYS = (
     "system_instruction",
     "systemInstruction",
     "instructions",  # an OpenAI Responses request's
+    "system",  # an Anthropic Messages request's (text, or text blocks with their cache_control)
 )
 # A judge's pass / fail of a reply, nested in its record (promptfoo's gradingResult): a label like KTO's.
 _NESTED_LABEL_KEYS = ("gradingResult.pass",)

@@ -89,6 +89,7 @@ import yaml
 from msgtrain.errors import MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.conversation_files import iter_raw_records
 from msgtrain.ingest.common.head_shape import HeadShape, head_shape
+from msgtrain.ingest.common.json_bodies import decoded_bodies
 from msgtrain.ingest.common.message_like import (
     CALL_KEYS,
     CONTENT_KEYS,
@@ -154,7 +155,7 @@ def file_records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
         yield SourceRef(str(path), "file"), _load_yaml(path), None
         return
     for rec in iter_raw_records(path):
-        value = json_in_string(rec.value)
+        value = decoded_bodies(json_in_string(rec.value))
         if rec.ref.record == "file" and isinstance(value, list) and not is_message_list(value):
             for i, item in enumerate(value):
                 yield SourceRef(str(path), f"item {i}"), item, item
@@ -194,6 +195,25 @@ def _head_in_string(head: bytes) -> bytes:
             except ValueError:
                 continue
     return inner.encode("utf-8") if isinstance(inner, str) else head
+
+
+def _head_bodies(head: bytes) -> bytes:
+    """The head with the bodies its records keep as JSON text decoded (:func:`decoded_bodies`), for detection: the
+    whole lines of a JSON-lines head, or a whole JSON document, re-written; the head as it is when it holds no such
+    text (no escaped object opening in a string) or does not parse."""
+    if b'"{\\"' not in head:
+        return head
+    lines = head.split(b"\n")
+    if len(lines) > 1 and not head.endswith(b"\n"):
+        lines = lines[:-1]  # the last line, cut by the end of the head
+    try:
+        values = [json.loads(line) for line in lines if line.strip()]
+    except (ValueError, RecursionError):
+        return head
+    decoded = [decoded_bodies(v) for v in values]
+    if all(d is v for d, v in zip(decoded, values, strict=True)):
+        return head
+    return b"\n".join(json.dumps(d, ensure_ascii=False).encode("utf-8") for d in decoded) + b"\n"
 
 
 def _load_yaml(path: Path) -> Any:
@@ -277,7 +297,7 @@ class StructuralReader:
             except OSError:
                 return False
             return value is not None and not isinstance(value, MsgtrainError) and message_like_count(value)[0] > 0
-        shape = head_shape(_head_in_string(head))
+        shape = head_shape(_head_bodies(_head_in_string(head)))
         if shape.layout == "other":
             return False
         if _JSON_TEXT_MESSAGES.search(head):
