@@ -597,3 +597,43 @@ def test_a_text_field_that_merely_opens_like_a_list_stays_text(tmp_path: Path) -
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     assert _contexts(path) == [[("user", "hi"), ("assistant", "hello")]]
+
+
+SPLIT_CALLS = FIXTURES / "split-call-events.jsonl"
+
+
+def test_a_call_logged_as_a_request_record_then_a_response_record_is_one_call() -> None:
+    # An agent's own JSONL event log (llm_request with messages and tools, llm_response with the ChatCompletion,
+    # sharing request_id; tool_result events between). Before: the responses refused (no_prompt: no messages in
+    # their record), the call trained only as history of the second request, the answer lost (1 of 2); after: each
+    # response joined to its request, 2 of 2, the answer after the call's result, with the tools.
+    contexts = _contexts(SPLIT_CALLS)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("sh", {"cmd": "ls"})]),
+        ("assistant", "One file: a.txt."),
+    ]
+    assert contexts[1][3] == ("tool", ("sh", "a.txt"))
+    (graph,) = _graphs(SPLIT_CALLS)
+    assert [t["function"]["name"] for t in graph.env.tools] == ["sh"]
+    assert _books(SPLIT_CALLS) == (2, 0, 0)
+
+
+def test_interleaved_halves_are_joined_by_the_id_they_share(tmp_path: Path) -> None:
+    # two calls in flight: each response joins the request whose request_id it names, not the one just before it
+    lines = [json.loads(line) for line in SPLIT_CALLS.read_text(encoding="utf-8").splitlines()]
+    request1, response1, result, request2, response2 = lines
+    other = {**request1, "request_id": "r9", "messages": [{"role": "user", "content": "Unrelated?"}]}
+    yes = {"index": 0, "message": {"role": "assistant", "content": "Yes."}, "finish_reason": "stop"}
+    reply9 = {"event": "llm_response", "request_id": "r9", "response": {**response1["response"], "choices": [yes]}}
+    path = tmp_path / "events.jsonl"
+    order = [request1, other, reply9, response1, result, request2, response2]
+    path.write_text("".join(json.dumps(x) + "\n" for x in order), encoding="utf-8")
+    assert detect_format(path).name == "structural"
+    replies = [c for c in _contexts(path) if c[-1][1] in ("Yes.", "One file: a.txt.")]
+    assert sorted(c[-2:] for c in replies) == sorted(
+        [
+            [("user", "Unrelated?"), ("assistant", "Yes.")],
+            [("tool", ("sh", "a.txt")), ("assistant", "One file: a.txt.")],
+        ]
+    )
+    assert _books(path) == (3, 0, 0)

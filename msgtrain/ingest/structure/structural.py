@@ -140,6 +140,7 @@ from msgtrain.ingest.structure.structural_calls import (
     continuation_groups,
     logged_dialogue,
     logged_opening,
+    paired_halves,
     read_call_items,
     read_calls,
 )
@@ -393,6 +394,8 @@ class StructuralReader:
             if is_message_list(first[1]) and link_keys(items) is not None:  # a JSON array of message rows, a tree
                 yield from message_lines(path, ((ref, v, v) for ref, v in items))
                 return
+        if self.mapping is None:
+            stream = paired_halves(stream)  # calls logged as a request record, then a response record
         stream, chained = _call_log_file(stream, self.mapping)
         calls: list[tuple[SourceRef, Found, list[Any]]] = []
         texts: list[tuple[SourceRef, Any, Any, Found]] = []  # text prompt / reply records of a call log

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError
 from msgtrain.ingest.common.call_log import Call, CallLogGraph, Continuations, turn_identity
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id
-from msgtrain.ingest.common.message_like import canonical_role, role_of
+from msgtrain.ingest.common.message_like import canonical_role, is_message_list, role_of
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt
+from msgtrain.ingest.structure.found import choice_messages
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 
@@ -175,3 +176,60 @@ def logged_opening(prompt: list[Any]) -> str:
     are system messages), as canonical JSON."""
     first = next(iter(logged_dialogue(prompt)), None)
     return json.dumps([first] if first is not None else prompt[:1], sort_keys=True, ensure_ascii=False, default=str)
+
+
+# Keys a call's two halves share when a log writes them as two records: the request's id, its trace span.
+_HALF_IDS = ("request_id", "requestId", "call_id", "callId", "id", "span_id", "generation_id", "llm_call_id")
+# Where a record of a request's half keeps its messages, and where a response's half keeps the body it got.
+_REQUEST_KEYS = ("messages", "input", "prompt")
+_RESPONSE_KEYS = ("response", "output", "completion", "result", "body")
+# How many requests may wait for their responses at once (calls in flight, interleaved in the log).
+_IN_FLIGHT = 64
+
+
+def paired_halves(stream: Iterator[tuple[SourceRef, Any, Any]]) -> Iterator[tuple[SourceRef, Any, Any]]:
+    """The records of a log that writes each call in two records, its request (a message list and no reply) then its
+    response (a response body and no message list), each response merged into the request it answers: the one that
+    shares the value of an id key with it (:data:`_HALF_IDS`), or, neither naming one, the oldest waiting. The merged
+    record is the request's, the response's body under ``response`` beside its messages: one call, read as any call
+    is. Records that are neither half, requests never answered and responses that answer none pass as they are (a
+    request when its response comes, or when the file ends; a response whose request is not there is the reply
+    without its context it always was)."""
+    waiting: list[tuple[SourceRef, dict[str, Any], Any]] = []
+    for ref, value, raw in stream:
+        body = _response_half(value)
+        match = next((w for w in waiting if _same_call(w[1], value)), None) if body is not None else None
+        if match is not None:
+            waiting.remove(match)
+            yield match[0], {**match[1], "response": body}, match[2]
+        elif _request_half(value):
+            waiting.append((ref, value, raw))
+            if len(waiting) > _IN_FLIGHT:  # the oldest request waited long enough: as it is
+                yield waiting.pop(0)
+        else:
+            yield ref, value, raw
+    yield from waiting
+
+
+def _request_half(value: Any) -> bool:
+    if not isinstance(value, dict) or any(k in value for k in _RESPONSE_KEYS):
+        return False
+    return any(is_message_list(value.get(k)) for k in _REQUEST_KEYS)
+
+
+def _response_half(value: Any) -> Any:
+    """The response body a record of a call's second half holds (an OpenAI or Gemini body with its choices, at the
+    top or under one of :data:`_RESPONSE_KEYS`), or None."""
+    if not isinstance(value, dict) or any(is_message_list(value.get(k)) for k in _REQUEST_KEYS):
+        return None
+    for body in (value, *(value.get(k) for k in _RESPONSE_KEYS)):
+        if isinstance(body, dict) and choice_messages(body) is not None:
+            return body
+    return None
+
+
+def _same_call(request: dict[str, Any], response: dict[str, Any]) -> bool:
+    shared = [k for k in _HALF_IDS if k in request and k in response]
+    if not shared:
+        return not any(k in request for k in _HALF_IDS) or not any(k in response for k in _HALF_IDS)
+    return all(request[k] == response[k] for k in shared)
