@@ -13,7 +13,7 @@ import pytest
 from msgtrain import MessageGraph
 from msgtrain.linearize import linearize_graph, load_tokenizer
 from msgtrain.linearize.plan import _GraphLinearizer
-from msgtrain.linearize.tokenizer import _DIGEST_CHARS, REBIND_BYTES, SegmentCache, segment_key
+from msgtrain.linearize.tokenizer import _DIGEST_CHARS, LARGEST_ENTRY, REBIND_BYTES, SegmentCache, segment_key
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,23 @@ def test_an_encoding_extends_a_long_base_in_the_room_after_it_and_only_one_encod
     drifted = demo.encode_from(fresh, other, segments=cache2)
     assert drifted.ids.tolist() == _whole(demo, other) and not np.shares_memory(drifted.ids, fresh.ids)
     assert fresh.ids.tolist() == _whole(demo, prompt)
+
+
+def test_the_run_wide_cache_keeps_a_long_segment_as_its_encodings_view_charged_the_encoding(demo: Any) -> None:
+    """A long message's ids are held once: the run-wide segment cache keeps the view of the prompt's ids its
+    conversation keeps (it kept the encoder's own array beside them for the rest of the run), charged the whole
+    buffer that view keeps alive, so that one over the cache's bound per entry is not kept at all."""
+    body = _prose(300_000, 4)
+    text = f"<|im_start|>user\n{body}<|im_end|>\n<|im_start|>assistant\n"
+    shared = SegmentCache()
+    ids, _ = demo.encode_segments(text, {}, True, shared)
+    assert ids.tolist() == _whole(demo, text)
+    (key,) = [k for k in shared._ids if isinstance(k[1], bytes)]
+    kept = shared.get(key)
+    assert kept is not None and kept.nbytes >= REBIND_BYTES and np.shares_memory(kept, ids)
+    held = ids.base.nbytes
+    assert held > kept.nbytes and shared.bytes >= held
+    # A bound per entry between the segment's own ids and the buffer they are a view of: not kept.
+    small = SegmentCache(max_bytes=LARGEST_ENTRY * (kept.nbytes + held) // 2)
+    again, _ = demo.encode_segments(text, {}, True, small)
+    assert again.tolist() == ids.tolist() and key not in small._ids

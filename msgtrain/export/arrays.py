@@ -30,7 +30,13 @@ def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def offsets_of(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Row offsets into the flat values of a list column, as int64 starting at 0 (length ``rows + 1``)."""
+    """Row offsets into the flat values of a list column, as int64 starting at 0 (length ``rows + 1``). A column of
+    several chunks is read a chunk at a time (combining them would copy its values)."""
+    if isinstance(column, pa.ChunkedArray) and column.num_chunks > 1:
+        lengths = np.concatenate([np.diff(offsets_of(chunk)) for chunk in column.chunks])
+        offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return offsets
     array = as_array(column)
     offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
     return offsets - offsets[0]

@@ -108,20 +108,30 @@ class PageWriter:
         if self._file is None:
             self._file = open(self.path, "wb")  # noqa: SIM115 - held open across row groups, closed by splice
         for name in names:
-            column = table.column(name)
-            array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-            self.chunks.append(self._column(group, name, array, _Levels.of(table.schema.field(name))))
+            column = table.column(name)  # read a chunk at a time, never combined (a copy of a long row)
+            self.chunks.append(self._column(group, name, column.chunks, _Levels.of(table.schema.field(name))))
 
-    def _column(self, group: int, name: str, array: pa.ListArray, levels_of: _Levels) -> _Chunk:
+    def _column(self, group: int, name: str, chunks: list[pa.ListArray], levels_of: _Levels) -> _Chunk:
         assert self._file is not None
-        kind = str(array.type.value_type)
+        kind = str(chunks[0].type.value_type)
         start = self._file.tell()
         compressed = uncompressed = levels = nulls = 0
         low: Any = None
         high: Any = None
         codec = _CODECS[self.compression.lower()]
-        for rep, dfn, values in _pages(array, levels_of):
-            plain = values.astype(_PLAIN_DTYPE[kind], copy=False)
+        itemsize = np.dtype(_PLAIN_DTYPE[kind]).itemsize
+        for rep, dfn, pieces in _pages(chunks, levels_of):
+            # The page's body (its levels, then its values as PLAIN) made in one buffer, the values copied into it
+            # once: a copy of the page's values, their bytes and the body besides were 3 MiB at a time.
+            head = rep.encoded() + dfn.encoded()
+            count = sum(piece.shape[0] for piece in pieces)
+            body = np.empty(len(head) + count * itemsize, dtype=np.uint8)
+            body[: len(head)] = np.frombuffer(head, dtype=np.uint8)
+            plain = body[len(head) :].view(_PLAIN_DTYPE[kind])
+            at = 0
+            for piece in pieces:
+                plain[at : at + piece.shape[0]] = piece
+                at += piece.shape[0]
             if plain.shape[0]:
                 lo, hi = plain.min(), plain.max()
                 if kind in ("float", "double"):
@@ -130,22 +140,23 @@ class PageWriter:
                 if lo is not None:
                     low = lo if low is None else min(low, lo)
                     high = hi if high is None else max(high, hi)
-            body = _levels(rep, 1) + _levels(dfn, 2) + plain.tobytes()
-            packed = body if codec == 0 else pa.compress(body, codec=self.compression, asbytes=True)
+            del plain
+            packed = body.data if codec == 0 else pa.compress(body, codec=self.compression, asbytes=True)
             header = _write_struct(
                 [
                     [1, _I32, _DATA_PAGE],
                     [2, _I32, len(body)],
                     [3, _I32, len(packed)],
-                    [5, _STRUCT, [[1, _I32, rep.shape[0]], [2, _I32, _PLAIN], [3, _I32, _RLE], [4, _I32, _RLE]]],
+                    [5, _STRUCT, [[1, _I32, rep.total], [2, _I32, _PLAIN], [3, _I32, _RLE], [4, _I32, _RLE]]],
                 ]
             )
             self._file.write(header)
             self._file.write(packed)
             compressed += len(header) + len(packed)
             uncompressed += len(header) + len(body)
-            levels += rep.shape[0]
-            nulls += int(np.count_nonzero(dfn < levels_of.value))
+            del body, packed
+            levels += rep.total
+            nulls += dfn.below(levels_of.value)
         dtype = np.dtype(_PLAIN_DTYPE[kind])
         if low is not None and kind in ("float", "double") and low == 0 and high == 0:
             low, high = -0.0, 0.0  # Parquet's rule for zeros of either sign
@@ -185,70 +196,92 @@ class _Levels:
         return _Levels(0, empty, null_value, null_value + (1 if f.type.value_field.nullable else 0))
 
 
-def _pages(array: pa.ListArray, lv: _Levels) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(repetition levels, definition levels, non-null values) of each data page of a list column, in order.
+def _pages(chunks: list[pa.ListArray], lv: _Levels) -> Iterator[tuple[_Runs, _Runs, list[np.ndarray]]]:
+    """(repetition levels, definition levels, non-null values in pieces) of each data page of a list column given
+    as its chunks, in order: the same pages however its rows are chunked. Levels are kept as runs, never as an
+    array of one byte per level.
 
     Repetition is 0 at a row's first level and 1 after; definition levels as :class:`_Levels` says. A page ends
     after :data:`PAGE_LEVELS` levels, inside a row if need be."""
-    offsets = array.offsets.to_numpy()
-    values = array.values
-    valid_rows = np.ones(len(array), dtype=bool) if array.null_count == 0 else array.is_valid().to_numpy(False)
-    reps: list[np.ndarray] = []
-    dfns: list[np.ndarray] = []
+    reps, dfns = _Runs(), _Runs()
     vals: list[np.ndarray] = []
-    held = 0
 
-    def page() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        out = (np.concatenate(reps), np.concatenate(dfns), np.concatenate(vals))
-        for held_parts in (reps, dfns, vals):
-            held_parts.clear()
+    def page() -> tuple[_Runs, _Runs, list[np.ndarray]]:
+        nonlocal reps, dfns, vals
+        out = (reps, dfns, vals)
+        reps, dfns, vals = _Runs(), _Runs(), []
         return out
 
-    for row in range(len(array)):
-        lo, hi = int(offsets[row]), int(offsets[row + 1])
-        if not valid_rows[row] or lo == hi:  # a null row's offsets may span values that are not its own
-            reps.append(np.zeros(1, dtype=np.int8))
-            dfns.append(np.full(1, lv.empty if valid_rows[row] else lv.null_row, dtype=np.int8))
-            vals.append(np.zeros(0, dtype=values.type.to_pandas_dtype()))
-            held += 1
-            hi = lo
-        a = lo
-        while a < hi:
-            b = min(hi, a + PAGE_LEVELS - held)
-            part = values.slice(a, b - a)
-            rep = np.ones(b - a, dtype=np.int8)
-            if a == lo:
-                rep[0] = 0
-            reps.append(rep)
-            if part.null_count:
-                dfns.append(np.where(part.is_valid().to_numpy(False), lv.value, lv.null_value).astype(np.int8))
-                vals.append(part.drop_null().to_numpy(zero_copy_only=False))
-            else:
-                dfns.append(np.full(b - a, lv.value, dtype=np.int8))
-                vals.append(part.to_numpy(zero_copy_only=False))
-            held += b - a
-            a = b
-            if held >= PAGE_LEVELS:
+    for array in chunks:
+        offsets = array.offsets.to_numpy()
+        values = array.values
+        valid_rows = np.ones(len(array), dtype=bool) if array.null_count == 0 else array.is_valid().to_numpy(False)
+        for row in range(len(array)):
+            lo, hi = int(offsets[row]), int(offsets[row + 1])
+            if not valid_rows[row] or lo == hi:  # a null row's offsets may span values that are not its own
+                reps.add(0, 1)
+                dfns.add(lv.empty if valid_rows[row] else lv.null_row, 1)
+                hi = lo
+            a = lo
+            while a < hi:
+                b = min(hi, a + PAGE_LEVELS - reps.total)
+                part = values.slice(a, b - a)
+                reps.add(0 if a == lo else 1, 1)
+                reps.add(1, b - a - 1)
+                if part.null_count == 0:
+                    dfns.add(lv.value, b - a)
+                    vals.append(part.to_numpy(zero_copy_only=False))
+                elif part.null_count == b - a:
+                    dfns.add(lv.null_value, b - a)
+                else:
+                    valid = part.is_valid().to_numpy(False)
+                    dfns.add_levels(np.where(valid, np.int8(lv.value), np.int8(lv.null_value)))
+                    vals.append(part.drop_null().to_numpy(zero_copy_only=False))
+                a = b
+                if reps.total >= PAGE_LEVELS:
+                    yield page()
+            if reps.total >= PAGE_LEVELS:
                 yield page()
-                held = 0
-        if held >= PAGE_LEVELS:
-            yield page()
-            held = 0
-    if held:
+    if reps.total:
         yield page()
 
 
-def _levels(levels: np.ndarray, width_bits: int) -> bytes:
-    """``levels`` in Parquet's RLE / bit-packing hybrid, as RLE runs only, after their 4-byte length."""
-    del width_bits  # levels up to 3 take one byte per run value whatever their bit width
-    ends = np.flatnonzero(np.diff(levels)) + 1
-    starts = np.concatenate(([0], ends))
-    lengths = np.diff(np.concatenate((starts, [levels.shape[0]])))
-    out = bytearray()
-    for s, n in zip(starts.tolist(), lengths.tolist(), strict=True):
-        out += _uvarint(n << 1)
-        out.append(int(levels[s]))
-    return struct.pack("<I", len(out)) + bytes(out)
+class _Runs:
+    """A page's repetition or definition levels as runs of one value: what Parquet's RLE / bit-packing hybrid
+    writes of them, here as RLE runs only (levels up to 3 take one byte per run value whatever their bit width)."""
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+        self.counts: list[int] = []
+        self.total = 0
+
+    def add(self, value: int, count: int) -> None:
+        if count <= 0:
+            return
+        if self.values and self.values[-1] == value:
+            self.counts[-1] += count
+        else:
+            self.values.append(value)
+            self.counts.append(count)
+        self.total += count
+
+    def add_levels(self, levels: np.ndarray) -> None:
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(levels)) + 1))
+        lengths = np.diff(np.concatenate((starts, [levels.shape[0]])))
+        for start, count in zip(starts.tolist(), lengths.tolist(), strict=True):
+            self.add(int(levels[start]), count)
+
+    def below(self, level: int) -> int:
+        """How many levels are under ``level``."""
+        return sum(n for v, n in zip(self.values, self.counts, strict=True) if v < level)
+
+    def encoded(self) -> bytes:
+        """The runs in Parquet's RLE encoding, after their 4-byte length."""
+        out = bytearray()
+        for value, count in zip(self.values, self.counts, strict=True):
+            out += _uvarint(count << 1)
+            out.append(value)
+        return struct.pack("<I", len(out)) + bytes(out)
 
 
 # ------------------------------------------------------------------------------------------------- the footer

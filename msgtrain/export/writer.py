@@ -173,16 +173,20 @@ class _ParquetSink:
             if group is None:
                 return
             shard = self._open or self._start_shard()
-            table = group.combine_chunks().cast(self.schema)
+            table = group.cast(self.schema)
             long = parquet_pages.long_list_columns(table, self.compression)
             if long:
                 # pyarrow would write each long row of these columns as one page, 15-24 bytes per value at once
                 # (msgtrain/export/parquet_pages.py): msgtrain writes their pages, spliced in at the shard's close.
+                # They are read chunk by chunk (a long row is a chunk of its own, see samples_to_table): combined
+                # first, the long row's values were copied whole.
                 if shard.long_rows is None:
                     side = shard.partial.with_name(shard.partial.name + ".pages")
                     shard.long_rows = parquet_pages.PageWriter(side, self.compression)
                 shard.long_rows.write(shard.groups, table, long)
                 table = parquet_pages.emptied(table, long)
+            # One chunk per column: pyarrow's bytes then do not depend on how the rows arrived.
+            table = table.combine_chunks()
             shard.writer.write_table(table, row_group_size=group.num_rows)
             del table
             shard.rows += group.num_rows

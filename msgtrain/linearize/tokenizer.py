@@ -423,11 +423,12 @@ class SegmentCache:
             self.hits += 1
         return ids
 
-    def put(self, key: SegmentKey, ids: np.ndarray, chars: int | None = None) -> None:
-        """Keep ``ids`` under ``key``; ``chars``: the segment's length in characters when the key is a digest."""
+    def put(self, key: SegmentKey, ids: np.ndarray, chars: int | None = None, held: int | None = None) -> None:
+        """Keep ``ids`` under ``key``; ``chars``: the segment's length in characters when the key is a digest;
+        ``held``: the bytes the entry keeps alive when more than its ids' (a view of a longer encoding's ids)."""
         if key in self._ids:
             return
-        size = sys.getsizeof(key[1]) + ids.nbytes + _ENTRY_OVERHEAD
+        size = sys.getsizeof(key[1]) + (ids.nbytes if held is None else held) + _ENTRY_OVERHEAD
         if size > self.max_bytes // LARGEST_ENTRY:
             return
         self._ids[key] = ids
@@ -1048,12 +1049,10 @@ class TokenizerBundle:
                     cache[key] = flat[at : at + len(ids_of)]
                     at += len(ids_of)
             del id_lists, short, every
-            if shared is not None:
-                for key, (_, lo, hi) in missing.items():
-                    shared.put(key, cache[key], hi - lo)
         if not keys:
             return np.zeros(0, dtype=np.int32), None
         arrays = [cache[k] for k in keys]
+        rebound: dict[SegmentKey, int] = {}  # long segments held as views of ``ids``: the bytes they keep alive
         if len(arrays) == 1:  # one segment (a long text): its cached ids, read-only, not a copy of them
             ids = arrays[0].view()
             ids.flags.writeable = False
@@ -1070,8 +1069,15 @@ class TokenizerBundle:
                     view = ids[at : at + n]
                     view.flags.writeable = False
                     cache[key] = view  # the copy just made, not a second array of the same ids
+                    rebound[key] = ids.base.nbytes if isinstance(ids.base, np.ndarray) else ids.nbytes
                 at += n
             ids.flags.writeable = False
+        if shared is not None:
+            # After the rebinding: the run-wide cache keeps a long segment as the view its conversation keeps,
+            # charged the whole encoding it keeps alive (its own array beside it was a second copy of a long
+            # message's ids for the rest of the run; one over the cache's entry bound is not kept).
+            for key, (_, lo, hi) in missing.items():
+                shared.put(key, cache[key], hi - lo, rebound.get(key))
         if _MARKER_CHARS.search(text) is not None:
             return ids, None  # marker characters: only :meth:`_marks` tells the template's tokens from content's
         token_ends = np.cumsum(np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays)))

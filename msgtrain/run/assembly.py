@@ -158,6 +158,14 @@ def _group_counts(table: pa.Table, column: str) -> dict[str, Counter[str]]:
     }
 
 
+def part_tables(table: pa.Table) -> list[pa.Table]:
+    """A part's rows as tables of one record batch each, in order: a long row is a batch of its own
+    (:func:`~msgtrain.export.schema.samples_to_table`), read from the part's memory map as it is, where a table of
+    several batches is copied whole by whatever combines its chunks (the digests of its turns, its accounting)."""
+    batches = table.to_batches()
+    return [pa.Table.from_batches([b]) for b in batches] if len(batches) > 1 else [table]
+
+
 def policed_tables(
     cfg: ConvertConfig,
     groups: Iterable[Group],
@@ -180,7 +188,7 @@ def policed_tables(
         if len(group) == 1:
             if rejects is not None:
                 rejects.write(read[0][2])
-            tables: Iterable[pa.Table] = [read[0][1]]
+            tables: Iterable[pa.Table] = part_tables(read[0][1])
         else:  # the chunks of one file, put back in the order converting the whole file gives
             if rejects is not None:
                 rejects.writelines(merge_chunk_rejects([text for _, _, text in read]))
@@ -363,7 +371,7 @@ def digest_groups(cfg: ConvertConfig, parts: PartsStore, groups: list[Group]) ->
         for group in groups:
             read = read_group(group)
             if len(group) == 1:
-                tables: Iterable[pa.Table] = [read[0][1]]
+                tables: Iterable[pa.Table] = part_tables(read[0][1])
             else:
                 tables = merge_chunk_tables([t for _, t, _ in read], cfg.row_group_size)
             out.append((group[0], [d for table in tables for d in turn_digests(table)]))

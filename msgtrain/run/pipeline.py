@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from msgtrain.errors import ConfigError
+from msgtrain.run.allocators import give_back_free_memory
 from msgtrain.run.assemble import assemble
 from msgtrain.run.assembly import check_accounting
 from msgtrain.run.config import ConvertConfig, ProgressHook
@@ -63,6 +64,10 @@ def convert(cfg: ConvertConfig, progress: ProgressHook | None = None) -> dict[st
     with output.held(), executor.session(), tempfile.TemporaryDirectory(prefix="msgtrain-shared-") as shared:
         plan = plan_run(cfg, output, executor, progress, shared)
         execute(plan, executor, cfg, progress)
+        # The run's memos (segment ids, encodings, renderings) served the conversion; the assembly encodes nothing,
+        # and what they hold (up to their caps, 320 MiB) would stay beside the dataset being written.
+        plan.tok.clear_run_memos()
+        give_back_free_memory()
         with output.staging() as staged:
             data, published = assemble(cfg, plan, output, executor, staged, progress)
             output.publish(staged, data)
