@@ -24,10 +24,11 @@ import yaml
 
 from msgtrain.errors import FormatError, ValidationError
 from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.common import streams
 from msgtrain.ingest.core import http_bodies
 from msgtrain.ingest.core.base import ReadGraph, ReadReject, ReadSkip
 from msgtrain.ingest.detect import detect_format
-from msgtrain.ingest.formats.api import anthropic, bedrock, calls, cassettes, openai_responses, streams
+from msgtrain.ingest.formats.api import anthropic, bedrock, calls, cassettes, openai_responses
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage, OptionResultMessage, PartsMessage, ReasoningPart, TextPart
 

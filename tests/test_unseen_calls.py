@@ -222,3 +222,44 @@ def test_a_json_text_that_is_no_body_stays_the_text_it_was(tmp_path: Path) -> No
 
 def _tool_call() -> dict[str, Any]:
     return {"id": "c1", "type": "function", "function": {"name": "whoami", "arguments": "{}"}}
+
+
+PORTKEY_STREAM = FIXTURES / "portkey-stream-logs.jsonl"
+
+
+def test_a_streamed_response_logged_as_its_sse_text_is_the_reply_the_stream_assembles() -> None:
+    # Portkey logs of two streamed chat calls (stream_options.include_usage): the response body is the Server-Sent
+    # Events text received, the first streaming a tool call whose arguments come in two pieces. Before: the SSE text
+    # itself was trained as each reply (2 "trained", the real call counted dropped); after: the call and the answer
+    # as the OpenAI SDK assembles them, each with its finish reason and usage.
+    (graph,) = _graphs(PORTKEY_STREAM)
+    contexts = sorted(_trained(PORTKEY_STREAM), key=len)
+    assert [c[-1] for c in contexts] == [
+        ("assistant", [("get_stock", {"sku": "SKU-778"})]),
+        ("assistant", "Yes, 12 SKU-778 drills are in stock."),
+    ]
+    assert contexts[1][:4] == [
+        ("system", "You are the inventory assistant of a hardware store."),
+        ("user", "Do we still have SKU-778 drills?"),
+        ("assistant", [("get_stock", {"sku": "SKU-778"})]),
+        ("tool", ("get_stock", "12")),
+    ]
+    replies = [n for n in graph.nodes.values() if n.origin.value == "sampled"]
+    assert sorted(graph.generations[n.id].finish_reason for n in replies) == ["stop", "tool_calls"]
+    assert _books(PORTKEY_STREAM) == (2, 0, 0)
+
+
+def test_a_logged_stream_that_failed_is_a_reject_not_a_reply(tmp_path: Path) -> None:
+    # An Anthropic stream that ended in an error event produced nothing to train on: the record is rejected.
+    events = [
+        {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": []}},
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    ]
+    text = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    request = {"model": "claude", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps({"request": {"body": request}, "response": {"body": text}}) + "\n", encoding="utf-8")
+    assert _trained(path) == []
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert stats.turns_trained == 0
+    assert stats.records_rejected == {"error_response": 1}

@@ -1,20 +1,24 @@
-"""Request and response bodies a log keeps as JSON text: the objects they stand for.
+"""Request and response bodies a log keeps as JSON text, or as the stream it received: the objects they stand for.
 
 Gateways and proxies log a call's bodies as they went over the wire: Portkey's log API takes ``request.body`` and
 ``response.body`` as ``JSON.stringify`` of the bodies, Cloudflare's AI Gateway hands them back as text, a table
-export writes an object column as its JSON. Such a field is the body it holds, so the structural reader reads it as
-that object: the messages, the reply and the tools in it are then found where they would be had the body been
-logged as an object.
+export writes an object column as its JSON. A streamed call's response is logged as the Server-Sent Events text
+received, or as the list of chunks. Such a field is the body it holds, so the structural reader reads it as that
+object (a stream reassembled as its provider's SDK does, :mod:`msgtrain.ingest.common.streams`): the messages, the
+reply and the tools in it are then found where they would be had the body been logged as an object, and a stream's
+text is never taken for the reply.
 
 Invariants:
 - Only a field of an object that is not itself a message is decoded, never a message's content: a tool result or a
   user's text that happens to be JSON stays the text the model was sent.
 - Only the JSON text of an object that holds messages (a request's message list, a response's choices or
   candidates, an assistant message) is decoded; any other text (a JSON column of settings, ``"{}"`` where a proxy
-  stored no prompt) stays as logged.
-- Bounded: objects are walked :data:`MAX_DEPTH` levels down, through objects only (a list is a list of records or
-  messages, whose items are read as they are), and a text is parsed only when it opens as an object and names a role
-  or a reply's container.
+  stored no prompt) stays as logged. Only a stream whose events are one provider's (OpenAI chat chunks, Anthropic
+  or Responses events, Gemini chunks) is reassembled; a stream that reports an error fails its record
+  (``error_response``: the call produced nothing to train on).
+- Bounded: objects are walked :data:`MAX_DEPTH` levels down, through objects and lists of records (a HAR
+  capture's ``log.entries``; a list whose first item is a message is a conversation, left as it is), and a text is
+  parsed only when it opens as an object and names a role or a reply's container, or opens as a stream's event.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ import json
 from typing import Any
 
 from msgtrain.ingest.common.message_like import is_message_like, message_like_count
+from msgtrain.ingest.common.streams import assemble, is_chunk_list, stream_events
+from msgtrain.ingest.core.http_bodies import is_sse
 
-MAX_DEPTH = 4  # record -> request -> body: a body is found a few objects down, never deeper
+MAX_DEPTH = 6  # record -> log -> entries[] -> request -> postData -> text: a few containers down, as the search
 # what the JSON text of a body holding messages names (a role; a response's choices or candidates)
 _MARKERS = ('"role"', '"choices"', '"candidates"')
 
@@ -36,7 +42,14 @@ def decoded_bodies(value: Any, depth: int = 0) -> Any:
         return value
     out: dict[str, Any] | None = None
     for key, field in value.items():
-        new = _body(field) if isinstance(field, str) else decoded_bodies(field, depth + 1)
+        if isinstance(field, str):
+            new = _body(field)
+        elif isinstance(field, list):
+            new = _stream(field, f"{key}")
+            if new is field and field and isinstance(field[0], dict) and not is_message_like(field[0]):
+                new = _records(field, depth + 1)
+        else:
+            new = decoded_bodies(field, depth + 1)
         if new is not field:
             out = dict(value) if out is None else out
             out[key] = new
@@ -44,7 +57,14 @@ def decoded_bodies(value: Any, depth: int = 0) -> Any:
 
 
 def _body(text: str) -> Any:
-    """The object a JSON text holding messages stands for, else the text."""
+    """The object a JSON text holding messages stands for, or the body a streamed one's events make, else the
+    text."""
+    if text.startswith(("data:", "event:")) and is_sse(text):
+        try:
+            events = stream_events(text)
+        except ValueError:  # not a stream of JSON events: the text it is
+            return text
+        return _stream(events, "SSE text")
     if not text.lstrip().startswith("{") or not any(m in text for m in _MARKERS):
         return text
     try:
@@ -54,3 +74,18 @@ def _body(text: str) -> Any:
     if not isinstance(decoded, dict) or message_like_count(decoded)[0] == 0:
         return text
     return decoded
+
+
+def _stream(events: list[Any], where: str) -> Any:
+    """The response body a provider's stream events make (:func:`~msgtrain.ingest.common.streams.assemble`), or
+    ``events`` as they are when they are not one provider's stream."""
+    kind = next((k for k in ("openai_chat", "anthropic", "openai_responses") if is_chunk_list(k, events)), None)
+    if kind is None and events and all(isinstance(e, dict) and "candidates" in e for e in events):
+        kind = "gemini"  # streamGenerateContent: each chunk a GenerateContentResponse
+    return assemble(kind, events, where) if kind is not None else events
+
+
+def _records(items: list[Any], depth: int) -> list[Any]:
+    """A list of records with their bodies decoded (:func:`decoded_bodies`); ``items`` itself when none is."""
+    out = [decoded_bodies(item, depth) for item in items]
+    return out if any(a is not b for a, b in zip(out, items, strict=True)) else items

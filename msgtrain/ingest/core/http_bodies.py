@@ -5,7 +5,7 @@ Recorders store what went over the wire. A body may be compressed (``Content-Enc
 (``text/event-stream``: ``event:`` / ``data:`` lines, blank-line separated) or the AWS event stream
 (``application/vnd.amazon.eventstream``: length-prefixed binary messages with CRC32 checksums, what Bedrock's
 ``converse-stream`` and ``invoke-with-response-stream`` return). This module undoes both; it knows nothing of
-providers (that is :mod:`msgtrain.ingest.formats.api.streams`).
+providers (that is :mod:`msgtrain.ingest.common.streams`).
 
 Invariants:
 - Decoding never guesses silently: an encoding the header names is applied when its magic bytes are there

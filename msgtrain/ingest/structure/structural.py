@@ -156,7 +156,11 @@ def file_records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
         yield SourceRef(str(path), "file"), _load_yaml(path), None
         return
     for rec in iter_raw_records(path):
-        value = decoded_bodies(json_in_string(rec.value))
+        value = json_in_string(rec.value)
+        try:
+            value = decoded_bodies(value)
+        except MsgtrainError as e:  # a logged stream that failed: the call produced nothing (a reject, counted)
+            value = e.located(str(rec.ref))
         if rec.ref.record == "file" and isinstance(value, list) and not is_message_list(value):
             for i, item in enumerate(value):
                 yield SourceRef(str(path), f"item {i}"), item, item
@@ -202,15 +206,18 @@ def _head_bodies(head: bytes) -> bytes:
     """The head with the bodies its records keep as JSON text decoded (:func:`decoded_bodies`), for detection: the
     whole lines of a JSON-lines head, or a whole JSON document, re-written; the head as it is when it holds no such
     text (no escaped object opening in a string) or does not parse."""
-    if b'"{\\"' not in head:
+    if b'"{\\"' not in head and b'"data: {' not in head:
         return head
-    lines = head.split(b"\n")
-    if len(lines) > 1 and not head.endswith(b"\n"):
-        lines = lines[:-1]  # the last line, cut by the end of the head
     try:
-        values = [json.loads(line) for line in lines if line.strip()]
+        values = [json.loads(head)]  # one whole document (a HAR capture)
     except (ValueError, RecursionError):
-        return head
+        lines = head.split(b"\n")
+        if len(lines) > 1 and not head.endswith(b"\n"):
+            lines = lines[:-1]  # the last line, cut by the end of the head
+        try:
+            values = [json.loads(line) for line in lines if line.strip()]
+        except (ValueError, RecursionError):
+            return head
     decoded = [decoded_bodies(v) for v in values]
     if all(d is v for d, v in zip(decoded, values, strict=True)):
         return head

@@ -8,7 +8,7 @@ Reads:
   of a file form one graph (:mod:`msgtrain.ingest.common.call_log`): the response is sampled in its request's
   context, history assistant turns that no recorded response produced are carried context. A streamed call may
   log its response as the list of stream events (``message_start`` … ``message_stop``); it is reassembled as the
-  Anthropic SDK accumulates it (:mod:`msgtrain.ingest.formats.api.streams`).
+  Anthropic SDK accumulates it (:mod:`msgtrain.ingest.common.streams`).
 
 Content blocks: ``text`` → text; ``image`` / ``document`` (``base64`` → ``data:`` URI, ``url``, ``file`` id,
 plain ``text`` source → ``data:text/plain`` URI) → media references; ``thinking`` → reasoning with its
@@ -46,10 +46,10 @@ from msgtrain.ingest.common.conversation_files import (
     vote_layout,
 )
 from msgtrain.ingest.common.head_shape import HeadShape
+from msgtrain.ingest.common.streams import response_body
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadItem, ReadReject, excerpt, head_shape, quoted
-from msgtrain.ingest.formats.api.streams import response_body
 from msgtrain.model.graph import Env, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,

@@ -2,7 +2,7 @@
 
 A Converse request is ``{messages, system, toolConfig, inferenceConfig, ...}``; the response is ``{output:
 {message}, stopReason, usage}`` (a ``converse-stream`` body is first reassembled by
-:mod:`msgtrain.ingest.formats.api.streams`). The request is the context, the response's message the one turn sampled in
+:mod:`msgtrain.ingest.common.streams`). The request is the context, the response's message the one turn sampled in
 exactly that context; :func:`converse_call` builds the :class:`Call` the call-log readers add to a graph.
 
 Content blocks (read by :func:`~msgtrain.ingest.common.content_parts.converse_block`, the reading the structural

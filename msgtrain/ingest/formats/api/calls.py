@@ -5,7 +5,7 @@ The request is an OpenAI ``/v1/chat/completions`` body (``model``, ``messages``,
 ``reasoning_content``/``reasoning``; vLLM's ``prompt_token_ids``, ``choices[].token_ids``,
 ``choices[].logprobs.content[].logprob`` when the engine returned them). A streamed call may log its response as
 the list of ``chat.completion.chunk`` objects received; it is reassembled as the OpenAI SDK accumulates it
-(:mod:`msgtrain.ingest.formats.api.streams`).
+(:mod:`msgtrain.ingest.common.streams`).
 
 Invariants:
 - Calls are rebuilt into message graphs: calls whose messages share a prefix share nodes (content addressing);
@@ -33,9 +33,9 @@ from typing import Any
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGroups, call_chunk_keys, conversation_key, session_of
 from msgtrain.ingest.common.conversation_files import Step
+from msgtrain.ingest.common.streams import is_chunk_list, response_body
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import ReadEvent, ReadReject, SourceRef, excerpt, head_objects, iter_json_lines
-from msgtrain.ingest.formats.api.streams import is_chunk_list, response_body
 from msgtrain.ingest.formats.api.text_completions import is_text_completion, text_completion_call
 from msgtrain.model.graph import Env
 from msgtrain.model.message import AnyMessage

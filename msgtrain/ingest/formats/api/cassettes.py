@@ -19,7 +19,7 @@ with ``text``, ``thought``, ``functionCall``, ``functionResponse`` — camelCase
 ``/api/chat`` (:mod:`msgtrain.ingest.formats.api.ollama`).
 
 Streamed responses (SSE text, a Gemini JSON array, AWS event-stream bytes) are reassembled into the body the same
-call returns without streaming, by the provider SDK's accumulation rules (:mod:`msgtrain.ingest.formats.api.streams`).
+call returns without streaming, by the provider SDK's accumulation rules (:mod:`msgtrain.ingest.common.streams`).
 
 Safe readings:
 - Gemini function calls without an ``id`` get ``gemini_call_<content index>_<part index>``: the position in
@@ -46,17 +46,18 @@ from typing import Any
 import yaml
 
 from msgtrain.errors import FormatError, MsgtrainError, ParseError, ValidationError
+from msgtrain.ingest.common import streams
 from msgtrain.ingest.common.call_log import Call, CallLogGraph
 from msgtrain.ingest.common.chat_messages import chat_steps
 from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.common.message_like import assistant_turns_in
+from msgtrain.ingest.common.streams import StreamFailed
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core import base
 from msgtrain.ingest.core.http_bodies import decode_content, header, is_sse, recorded_bytes
 from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
-from msgtrain.ingest.formats.api import anthropic, bedrock, cohere, ollama, openai_responses, streams
-from msgtrain.ingest.formats.api.streams import StreamFailed
+from msgtrain.ingest.formats.api import anthropic, bedrock, cohere, ollama, openai_responses
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -217,7 +218,7 @@ def _load(path: Path) -> list[Any]:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A generation endpoint: the provider ``kind`` (a :mod:`msgtrain.ingest.formats.api.streams` kind) and whether the
+    """A generation endpoint: the provider ``kind`` (a :mod:`msgtrain.ingest.common.streams` kind) and whether the
     URI itself says the response is streamed (otherwise the body says: an SSE text or a JSON array)."""
 
     kind: str
@@ -318,7 +319,7 @@ def _json_body(part: dict[str, Any], where: str) -> Any:
 
 def _response_body(response: dict[str, Any], endpoint: Endpoint) -> Any:
     """The response as the non-streamed body: streamed bodies reassembled
-    (:mod:`msgtrain.ingest.formats.api.streams`)."""
+    (:mod:`msgtrain.ingest.common.streams`)."""
     if endpoint.kind.startswith("cohere"):
         return cohere.response_body(endpoint.kind, _json_body(response, "response"))
     if endpoint.kind == "ollama_chat":

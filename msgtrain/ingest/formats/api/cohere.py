@@ -33,8 +33,8 @@ from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.call_log import Call
 from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.common.message_like import canonical_role
+from msgtrain.ingest.common.streams import StreamFailed, stream_events
 from msgtrain.ingest.common.tool_schemas import openai_tools
-from msgtrain.ingest.formats.api.streams import StreamFailed, stream_events
 from msgtrain.model.graph import Env
 from msgtrain.model.message import DEFAULT_POLICY, Generation, OptionCallMessage
 from msgtrain.model.openai import from_openai_message

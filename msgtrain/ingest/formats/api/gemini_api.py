@@ -3,7 +3,7 @@
 What is read:
 - **Call logs** (JSONL, or a JSON array, of ``{"request": GenerateContentRequest, "response":
   GenerateContentResponse}``; a streamed response logged as its list of chunks is reassembled as the SDK does,
-  :mod:`msgtrain.ingest.formats.api.streams`): each record is one call, read as a cassette's Gemini call is
+  :mod:`msgtrain.ingest.common.streams`): each record is one call, read as a cassette's Gemini call is
   (:func:`msgtrain.ingest.formats.api.cassettes.gemini_call`: ``systemInstruction``, ``contents[].parts``, ``tools``
   ``functionDeclarations``, each candidate a sample). Calls are joined into conversations by a session id when the
   record has one, else a call joins the earlier call whose contents and reply it re-sends
@@ -35,6 +35,7 @@ from msgtrain.ingest.common.conversation_files import (
     iter_call_records,
     iter_raw_records,
 )
+from msgtrain.ingest.common.streams import assemble
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.formats import (
     Marks,
@@ -49,7 +50,6 @@ from msgtrain.ingest.formats import (
     quoted,
 )
 from msgtrain.ingest.formats.api.cassettes import gemini_call
-from msgtrain.ingest.formats.api.streams import assemble
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import OptionCallMessage

@@ -8,7 +8,7 @@ Reads:
   context, the response's ``output`` is the one sampled turn; ``previous_response_id`` continues from that
   response's node. A streamed call may log its response as the list of stream events; the
   ``response.completed`` event's response is used, else it is rebuilt from the deltas
-  (:mod:`msgtrain.ingest.formats.api.streams`).
+  (:mod:`msgtrain.ingest.common.streams`).
 
 Items: ``message`` (``input_text`` / ``output_text`` / ``refusal`` text, ``input_image`` / ``input_file`` /
 ``input_audio`` media references), ``function_call`` and ``custom_tool_call`` (paired by ``call_id``,
@@ -46,10 +46,10 @@ from msgtrain.ingest.common.conversation_files import (
     read_conversation_file,
     vote_layout,
 )
+from msgtrain.ingest.common.streams import is_chunk_list, response_body
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadItem, ReadReject, excerpt, head_shape, quoted
-from msgtrain.ingest.formats.api.streams import is_chunk_list, response_body
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
     DEFAULT_POLICY,
