@@ -637,3 +637,28 @@ def test_interleaved_halves_are_joined_by_the_id_they_share(tmp_path: Path) -> N
         ]
     )
     assert _books(path) == (3, 0, 0)
+
+
+def test_a_completion_whose_text_is_a_whole_dialogue_is_the_text_the_model_sampled(tmp_path: Path) -> None:
+    # Asked to write a sample chat as JSON, the model sampled the JSON text. Before: decoded, and the last assistant
+    # message inside it trained after a user message the model never saw.
+    dialogue = [
+        {"role": "user", "content": "Hi, I need a refund."},
+        {"role": "assistant", "content": "Sure, what is your order number?"},
+    ]
+    row = {"prompt": "Write a two-turn support chat as a JSON list of messages.", "completion": json.dumps(dialogue)}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _contexts(path) == [[("user", row["prompt"]), ("assistant", row["completion"])]]
+
+
+def test_a_conversational_completion_kept_as_json_text_is_read_as_the_messages_it_holds(tmp_path: Path) -> None:
+    # TRL's conversational prompt-completion rows with both columns kept as JSON text: the completion holds the
+    # model's own message, read as that message.
+    row = {
+        "prompt": json.dumps([{"role": "user", "content": "2+2?"}]),
+        "completion": json.dumps([{"role": "assistant", "content": "4"}]),
+    }
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _contexts(path) == [[("user", "2+2?"), ("assistant", "4")]]

@@ -296,7 +296,10 @@ def _locate_threads(
 def _json_text_lists(record: dict[str, Any]) -> dict[str, list[Any]]:
     """The fields of ``record`` that hold the JSON text of a message list (a dataset's ``messages`` column kept as a
     string, as Toucan's and others' Parquet files keep it beside ``tools``), decoded; only texts that open a list are
-    parsed."""
+    parsed. A reply's field (a pair's completion side) is decoded only into what a reply can be, the model's own
+    messages (a conversational completion column: assistant turns and the results between them): a completion whose
+    text is a whole dialogue, a user's turns included, is the text the model sampled (asked to write a sample chat
+    as JSON), never a conversation to train inside."""
     out: dict[str, list[Any]] = {}
     for key, text in record.items():
         if not isinstance(text, str) or not text.startswith("[") or not text[1:].lstrip().startswith("{"):
@@ -305,9 +308,19 @@ def _json_text_lists(record: dict[str, Any]) -> dict[str, list[Any]]:
             value = json.loads(text)
         except (ValueError, RecursionError):
             continue
-        if is_message_list(value):
+        if is_message_list(value) and (key not in _REPLY_FIELDS or not any(_sent_to_model(m) for m in value)):
             out[key] = value
     return out
+
+
+# The fields a pair keeps its reply in (the completion side of PAIR_KEYS and ALPACA_PAIRS)
+_REPLY_FIELDS = frozenset(reply.partition(".")[0] for _, reply in (*PAIR_KEYS, *ALPACA_PAIRS))
+
+
+def _sent_to_model(message: Any) -> bool:
+    """A message someone sent the model (a user's or the system's), not one it wrote or a tool's result."""
+    hit = role_of(message)
+    return hit is not None and canonical_role(hit[1]) in ("user", "system")
 
 
 def _cumulative_steps(found: list[Found | Ambiguity], path: str) -> None:
