@@ -662,3 +662,15 @@ def test_a_conversational_completion_kept_as_json_text_is_read_as_the_messages_i
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     assert _contexts(path) == [[("user", "2+2?"), ("assistant", "4")]]
+
+
+def test_a_resume_in_a_tagged_thread_is_a_gap_not_an_unreadable_item(tmp_path: Path) -> None:
+    # serde writes Zed's unit variant Message::Resume as the bare string "Resume" (the user asked the agent to go on;
+    # Zed sends a message for it the thread does not hold). Before: the thread unreadable, 0 of 3 trained; after:
+    # the replies before it trained, the ones after it kept as context and counted.
+    thread = json.loads(ZED.read_text(encoding="utf-8"))
+    thread["messages"].insert(2, "Resume")  # after the first reply, before the second
+    path = tmp_path / "thread.json"
+    path.write_text(json.dumps(thread), encoding="utf-8")
+    assert [c[-1] for c in _contexts(path)] == [("assistant", [("terminal", {"command": "pytest -q"})])]
+    assert _books(path) == (1, 2, 0)

@@ -248,6 +248,8 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
 # ``{"User": {...}}`` / ``{"Agent": {...}}`` and their parts ``{"Text": ...}`` / ``{"ToolUse": {...}}`` (Zed's agent
 # threads, ``threads.data`` as the agent crate serialises a ``DbThread``).
 TAGGED_ROLES = {"User": "user", "Agent": "assistant", "Assistant": "assistant", "System": "system"}
+# Unit variants of a tagged thread's messages, written as bare strings (Zed's ``Message::Resume``)
+TAGGED_UNIT_VARIANTS = frozenset({"Resume"})
 # Why such a thread (:func:`thread_without_request`) lacks the system prompt and the tools: built for each request.
 THREAD_WITHOUT_REQUEST = "an editor's agent thread (Zed's) keeps neither the system prompt nor the tools it sent"
 

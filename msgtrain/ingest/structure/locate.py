@@ -25,6 +25,8 @@ from typing import Any
 
 from msgtrain.ingest.common.message_like import (
     PREFERENCE_KEYS,
+    TAGGED_UNIT_VARIANTS,
+    UNLOGGED_INPUT,
     canonical_role,
     is_message_like,
     is_message_list,
@@ -33,6 +35,7 @@ from msgtrain.ingest.common.message_like import (
     named_agents_error,
     role_of,
     said,
+    thread_without_request,
     wrapped_messages,
 )
 from msgtrain.ingest.common.rendered_prompts import TRIMMING_FAMILIES, rendered_family, split_rendered_conversation
@@ -217,6 +220,9 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
     decoded = _json_text_lists(value)
     if decoded:  # message lists a table kept as JSON text (a dataset's columns): read as the lists they are
         value = value | decoded
+    units = _unit_variant_threads(value)
+    if units:  # a tagged thread's unit variants (Zed's "Resume"): gaps, not items no layout reads
+        value = value | units
     threads = session_threads(value)
     thread_lists = [t["messages"] for t in threads[1]] if threads else []
     trees = forks_trees(value, [value.get("messages"), *thread_lists])
@@ -310,6 +316,23 @@ def _json_text_lists(record: dict[str, Any]) -> dict[str, list[Any]]:
             continue
         if is_message_list(value) and (key not in _REPLY_FIELDS or not any(_sent_to_model(m) for m in value)):
             out[key] = value
+    return out
+
+
+def _unit_variant_threads(record: dict[str, Any]) -> dict[str, list[Any]]:
+    """The lists of ``record`` that are externally tagged threads (:func:`thread_without_request`) holding unit
+    variants, which serde writes as bare strings (Zed's ``Message::Resume``: the user asked the agent to go on after
+    its tool-use limit, and Zed sends a message for it the thread does not hold), with each such string a gap: a
+    user message whose text the log does not hold (:data:`UNLOGGED_INPUT`), so the replies after it are context."""
+    out: dict[str, list[Any]] = {}
+    for key, items in record.items():
+        if isinstance(items, list) and any(isinstance(m, str) for m in items) and thread_without_request(items):
+            out[key] = [
+                {"role": "user", "content": "", UNLOGGED_INPUT: f"a thread's {m!r} message"}
+                if isinstance(m, str) and m in TAGGED_UNIT_VARIANTS
+                else m
+                for m in items
+            ]
     return out
 
 
