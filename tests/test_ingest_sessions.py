@@ -584,6 +584,10 @@ def _codex_count(path: Path) -> tuple[int, list[int], list[int]]:
     responses: list[list[str]] = []  # item types of each model response
     open_response = False
     branches = 1
+    # prompts the UI logged (user_message events) and the user items the model was sent, since the last response;
+    # once a prompt is logged only as the event, no later response is in a context the rollout holds
+    events = items = 0
+    unlogged = False
     for line in path.read_text().splitlines():
         rec = json.loads(line)
         p = rec["payload"]
@@ -593,13 +597,22 @@ def _codex_count(path: Path) -> tuple[int, list[int], list[int]]:
         )
         if model_item:
             if not open_response:
-                responses.append([])
+                unlogged = unlogged or events > items
+                events = items = 0
+                responses.append(["unlogged"] if unlogged else [])
             responses[-1].append(p["type"])
             open_response = True
         elif rec["type"] != "event_msg" or (p["type"] == "token_count" and p.get("info")):
             open_response = False
+        elif p["type"] in ("task_started", "task_complete", "turn_aborted", "user_message"):
+            open_response = False
+        if rec["type"] == "event_msg" and p["type"] == "user_message":
+            events += 1
+        text = str((p.get("content") or [{}])[0].get("text", "")) if p.get("type") == "message" else ""
+        items += p.get("role") == "user" and not text.startswith(("<environment_context>", "# AGENTS.md", "<user_"))
         branches += rec["type"] == "compacted"
-    trained = [r for r in responses if "web_search_call" not in r]
+        unlogged = unlogged and rec["type"] != "compacted"
+    trained = [r for r in responses if "web_search_call" not in r and "unlogged" not in r]
     return 1, [branches], [len(trained)]
 
 
@@ -667,7 +680,8 @@ REAL_FILES: dict[str, tuple[str, Any, tuple[int, list[int], list[int]]]] = {
     "codex_codemie/rollout-2026-05-11T13-28-45-019e1695-0522-7c83-8b39-0dd379793f80.jsonl": (
         "codex",
         _codex_count,
-        (1, [1], [18]),
+        # its prompts are logged only as user_message events: not one reply is in a context the file holds
+        (1, [1], [0]),
     ),
     "codex_codemie/turn-1.jsonl": ("codex", _codex_count, (1, [1], [1])),
     "codex_codemie/turn-2.jsonl": ("codex", _codex_count, (1, [1], [2])),

@@ -12,6 +12,9 @@ What is read (this follows how Codex itself rebuilds a thread's history from its
   are context (``developer`` keeps its role as metadata). A ``token_count`` event with usage closes the response
   it follows (its usage is kept in the message metadata) and counts as part of the graph.
 - ``turn_context``: the model and reasoning effort of the turn, recorded on each response's ``Generation``.
+- A response ends at a turn's edge (``task_started``, ``task_complete``, ``turn_aborted``, ``user_message`` events),
+  with or without a ``token_count`` after it. A prompt logged only as its ``user_message`` event, not as the item
+  Codex sent, leaves the replies after it ``carried`` until a replacement history is the whole context again.
 - ``compacted``: history is replaced by ``replacement_history`` (after the root system message). The old branch is
   kept and a ``compaction`` parallel edge records the replacement; assistant messages in the replacement are
   ``carried`` (they were sampled in the full history) and the opaque ``compaction`` item (an encrypted summary
@@ -92,6 +95,8 @@ _HOSTED_ITEMS = {"web_search_call", "image_generation_call"}  # executed by the 
 _OUTPUT_ITEMS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output", "tool_search_output"}
 # Items Codex records but never sends to the model.
 _NOT_SENT_ITEMS = {"ghost_snapshot"}
+# UI events at a turn's edges: no model response continues across one.
+_TURN_EDGES = {"task_started", "task_complete", "turn_aborted", "user_message"}
 # User messages Codex injects as context; a rollback counts only real user turns.
 _CONTEXTUAL_PREFIXES = (
     "<environment_context>",
@@ -157,6 +162,10 @@ class _RolloutBuild:
         self.model: str | None = None
         self.effort: str | None = None
         self.session: dict[str, Any] = {}
+        # User turns since the last model response: as the UI event (``event_msg`` ``user_message``) and as the
+        # history item the model was sent. An event without its item means the model's input is not logged.
+        self.user_events: list[str] = []
+        self.user_items = 0
 
     # ------------------------------------------------------------------ plumbing
     def _chain(self, ref: str) -> Chain:
@@ -229,6 +238,8 @@ class _RolloutBuild:
     def _response_item(self, item: dict[str, Any], ref: str) -> None:
         itype = item.get("type")
         if itype in _MODEL_ITEMS or (itype == "message" and item.get("role") == "assistant"):
+            if not self.pending:
+                self._check_user_input()
             self.pending.append((item, ref))
             return
         if itype in _NOT_SENT_ITEMS:
@@ -237,7 +248,9 @@ class _RolloutBuild:
         self.flush()
         chain = self._chain(ref)
         if itype == "message":
-            chain.append(_input_message(item), Origin.CONTEXT)
+            message = _input_message(item)
+            self.user_items += _is_user_turn(message)
+            chain.append(message, Origin.CONTEXT)
         elif itype in _OUTPUT_ITEMS:
             chain.append(self._result(item), Origin.CONTEXT)
         elif itype == "compaction":
@@ -260,7 +273,26 @@ class _RolloutBuild:
             self._rollback(payload["num_turns"])
             self.records += 1
             return
+        if etype in _TURN_EDGES:
+            # A response never spans a turn's edge: without a token_count event after it (rollouts that keep only
+            # some records), the next turn's reply would be read as more of the same response.
+            self.flush()
+        if etype == "user_message":
+            self.user_events.append(ref)
         self.skips.add("non_message_record:event_msg", ref)
+
+    def _check_user_input(self) -> None:
+        """Before a model response: every user turn the UI logged must be in the history as the item Codex sent.
+
+        Codex records what the user typed twice, as the ``user`` message item of the history it sends and as a
+        ``user_message`` event for the UI, and rebuilds history from the items alone. A turn logged only as the
+        event (a rollout cut down to some records) was sent in a form the rollout does not hold: the replies from
+        there on were sampled in a context it does not hold.
+        """
+        if len(self.user_events) > self.user_items:
+            missing = self.user_events[self.user_items]
+            self.taint(f"user turn at {missing} logged only as a user_message event, not as the item sent")
+        self.user_events, self.user_items = [], 0
 
     def _rollback(self, num_turns: int) -> None:
         assert self.chain is not None and self.graph is not None
@@ -297,6 +329,7 @@ class _RolloutBuild:
                 new.append((self._assistant(group)[0], Origin.CARRIED))
             chain.replace(self.system_nodes, new)
             chain.taint = None  # the replacement history is the complete new context
+            self.user_events, self.user_items = [], 0
         else:
             users = [
                 (self.graph.nodes[nid].message, Origin.CONTEXT)

@@ -1,0 +1,73 @@
+"""Coding-agent session logs in shapes msgtrain's readers had not met: small hand-made files modeled on the tools'
+own sources (tests/fixtures/unseen/PROVENANCE.md), each counted by hand: which replies were sampled, in which
+context, and why the others are not trained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.events import ReadGraph, ReadSkip
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.graph import MessageGraph, Node
+from msgtrain.model.message import TextPart
+from msgtrain.run.parts import LinearizeSettings, convert_file
+
+FIXTURES = Path(__file__).parent / "fixtures" / "unseen"
+SETTINGS = LinearizeSettings(
+    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
+)
+
+
+def _books(path: Path) -> tuple[int, int, int, int]:
+    """(turns found, trained, dropped, lost) of converting ``path``."""
+    _, stats, _ = convert_file(path, SETTINGS)
+    return stats.turns_found, stats.turns_trained, sum(stats.turns_dropped.values()), stats.turns_lost
+
+
+def _read(path: Path) -> tuple[list[MessageGraph], int]:
+    """The graphs of ``path`` and the number of records its events account for."""
+    events = list(read_events(detect_format(path), path))
+    graphs = [e.graph for e in events if isinstance(e, ReadGraph)]
+    records = sum(e.records for e in events if isinstance(e, ReadGraph))
+    records += sum(e.count for e in events if isinstance(e, ReadSkip))
+    return graphs, records
+
+
+def _text(node: Node) -> str:
+    result = getattr(node.message, "result", None)
+    if result is not None:
+        return str(result.result)
+    return " ".join(p.text for p in getattr(node.message, "parts", ()) if isinstance(p, TextPart) and p.text)
+
+
+def _replies(graph: MessageGraph) -> list[tuple[str, str, list[str]]]:
+    """(origin, reply text, [role:text of each message before it]) of every assistant message, in file order."""
+    return [
+        (n.origin.value, _text(n), [f"{c.message.role}:{_text(c)}" for c in graph.path(n.id)[:-1]])
+        for n in graph.nodes.values()
+        if n.is_assistant
+    ]
+
+
+def test_a_codex_turn_logged_only_as_its_ui_event_is_not_trained_and_no_reply_spans_two_turns() -> None:
+    path = FIXTURES / "codex-user-event-only.jsonl"
+    (graph,), records = _read(path)
+    assert records == len(path.read_text(encoding="utf-8").splitlines())
+    base = "system:You are Codex, a coding agent. Work in the user's repository."
+    dev = "system:<permissions instructions>\nsandbox_mode is read-only.\n</permissions instructions>"
+    assert _replies(graph) == [
+        # turn 1: the call, then the answer after its result, each after the instructions and the prompt sent
+        ("sampled", "", [base, dev, "user:How many notes are there?"]),
+        ("sampled", "There are 12 notes.", [base, dev, "user:How many notes are there?", "assistant:", "tool:12\n"]),
+        # turn 2: the rollout holds the user_message event alone, not the item Codex sent; its reply is its own
+        # message (not more of turn 1's answer) and is not trained
+        (
+            "carried",
+            "The newest is 2026-11-19.md.",
+            [base, dev, "user:How many notes are there?", "assistant:", "tool:12\n", "assistant:There are 12 notes."],
+        ),
+        # after the compaction the replacement history is the whole context again
+        ("sampled", "You're welcome.", [base, "user:How many notes are there?", "user:", "user:Thanks!"]),
+    ]
+    assert _books(path) == (4, 3, 1, 0)
