@@ -263,3 +263,24 @@ def test_a_logged_stream_that_failed_is_a_reject_not_a_reply(tmp_path: Path) -> 
     _, stats, _ = convert_file(path, SETTINGS)
     assert stats.turns_trained == 0
     assert stats.records_rejected == {"error_response": 1}
+
+
+def test_a_responses_chain_logged_newest_first_is_read_as_the_calls_were_made(tmp_path: Path) -> None:
+    # The Responses chain of responses-chain-instructions.jsonl, newest first: each call waits for the response it
+    # continues. Before: the two later calls were rejected (their previous_response_id "not recorded earlier") and
+    # their replies were not even counted lost (1 trained, 0 lost); after: as in file order, 3 trained.
+    lines = RESPONSES.read_text(encoding="utf-8").splitlines()
+    path = tmp_path / "newest_first.jsonl"
+    path.write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
+    assert _trained(path) == _trained(RESPONSES)
+    assert _books(path) == (3, 0, 0)
+
+
+def test_a_responses_call_whose_previous_response_is_not_logged_counts_its_reply_lost(tmp_path: Path) -> None:
+    lines = RESPONSES.read_text(encoding="utf-8").splitlines()
+    path = tmp_path / "without_first.jsonl"
+    path.write_text("\n".join(lines[1:]) + "\n", encoding="utf-8")
+    assert _trained(path) == []
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert stats.records_rejected == {"missing_context": 2}
+    assert stats.turns_lost == 2

@@ -49,7 +49,7 @@ from msgtrain.ingest.common.conversation_files import (
 from msgtrain.ingest.common.streams import is_chunk_list, response_body
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
-from msgtrain.ingest.formats import Marks, ReadEvent, ReadItem, ReadReject, excerpt, head_shape, quoted
+from msgtrain.ingest.formats import Marks, ReadEvent, ReadItem, ReadReject, SourceRef, excerpt, head_shape, quoted
 from msgtrain.model.graph import Env
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -399,29 +399,66 @@ class OpenAIResponsesReader:
         return Converted(graph, {k: v for k, v in conv.container.items() if k != "tools"})
 
     def _read_calls(self, path: Path, records: Iterator[RawRecord]) -> Iterator[ReadEvent]:
+        """Calls in file order; a call continuing a response the file logs further down (an export sorted newest
+        first) waits for it, and is read once that response is; a call whose response never comes is a
+        ``missing_context`` reject, its reply counted lost."""
         groups = CallLogGroups(path, metadata={"source_format": self.name})
         by_response: dict[str, str] = {}
+        waiting: dict[str, list[tuple[SourceRef, Any, Any]]] = {}  # previous_response_id -> calls continuing it
         for ref, value, raw in iter_call_records(path, records):
             if isinstance(value, MsgtrainError):
                 yield ReadReject(ref, value, excerpt(raw))
                 continue
-            try:
-                parts = _call_parts(value) if isinstance(value, dict) else None
-                if parts is None:
-                    raise ValidationError(
-                        "record is not a request/response pair",
-                        code="not_a_call",
-                        hint='each record is {"request": {...}, "response": {...}}',
-                    )
-                request, response = parts[0], response_body("openai_responses", parts[1])
-                call = responses_call(request, response, groups.history, by_response)
-                added = groups.add(call, ref, session_of(value, request))
-            except MsgtrainError as e:
-                yield ReadReject(ref, e.located(str(ref)), excerpt(raw))
-                continue
-            if isinstance(response.get("id"), str) and added:
-                by_response[response["id"]] = added[-1]
+            queue = [(ref, value, raw)]
+            while queue:
+                ref, value, raw = queue.pop(0)
+                previous = _previous_response(value)
+                if previous is not None and previous not in by_response:
+                    waiting.setdefault(previous, []).append((ref, value, raw))
+                    continue
+                try:
+                    parts = _call_parts(value) if isinstance(value, dict) else None
+                    if parts is None:
+                        raise ValidationError(
+                            "record is not a request/response pair",
+                            code="not_a_call",
+                            hint='each record is {"request": {...}, "response": {...}}',
+                        )
+                    request, response = parts[0], response_body("openai_responses", parts[1])
+                    call = responses_call(request, response, groups.history, by_response)
+                    added = groups.add(call, ref, session_of(value, request))
+                except MsgtrainError as e:
+                    yield ReadReject(ref, e.located(str(ref)), excerpt(raw), turns=_replies(value))
+                    continue
+                if isinstance(response.get("id"), str) and added:
+                    by_response[response["id"]] = added[-1]
+                    queue.extend(waiting.pop(response["id"], []))
+        for previous, calls in waiting.items():
+            for ref, value, raw in calls:
+                error = ValidationError(
+                    f"previous_response_id {previous!r} is not a response recorded in this file",
+                    where=str(ref),
+                    code="missing_context",
+                    hint="the context of this call lives in a response that was not logged; log the whole chain",
+                )
+                yield ReadReject(ref, error, excerpt(raw), turns=_replies(value))
         yield from groups.events()
+
+
+def _previous_response(record: Any) -> str | None:
+    """The response a logged call continues (its request's ``previous_response_id``), if any."""
+    parts = _call_parts(record) if isinstance(record, dict) else None
+    previous = parts[0].get("previous_response_id") if parts is not None else None
+    return str(previous) if previous else None
+
+
+def _replies(record: Any) -> int:
+    """The replies a rejected call record held (1 when its response has output items), for the books."""
+    parts = _call_parts(record) if isinstance(record, dict) else None
+    response = parts[1] if parts is not None else None
+    if isinstance(response, list):  # a stream's events: one response
+        return 1 if response else 0
+    return 1 if isinstance(response, dict) and response.get("output") else 0
 
 
 def _calls_layout(first: Any) -> bool:
@@ -507,7 +544,7 @@ def responses_call(
         found = history_of(node) if node is not None else None
         if found is None:
             raise ValidationError(
-                f"previous_response_id {previous!r} is not a response recorded earlier in this file",
+                f"previous_response_id {previous!r} is not a response recorded in this file",
                 where="request",
                 code="missing_context",
                 hint="the context of this call lives in a response that was not logged; log the whole chain",
