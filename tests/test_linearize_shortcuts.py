@@ -71,6 +71,72 @@ def test_the_run_wide_segment_cache_and_untraced_short_contexts_change_nothing(t
     assert tok.segment_cache.hits > hits  # the tau-bench conversations share their system prompt and tools
 
 
+def _untraced(tok: Any) -> Renderer:
+    """A renderer that renders every context in full: no trace, nothing replayed."""
+    renderer = Renderer(tok)
+    renderer.min_traced = renderer.min_traced_paired = 1 << 30
+    return renderer
+
+
+def _turns_and_full_renderings(graphs: list[Any], tok: Any, renderer: Renderer) -> tuple[int, int]:
+    turns = sum(len(linearize_graph(g, tok, renderer=renderer).turns) for g in graphs)
+    return turns, renderer.renders - renderer.incremental_renders
+
+
+@pytest.mark.parametrize("template", ["qwen3", "qwen2.5"])
+def test_a_turn_is_rendered_in_full_less_than_once_and_nothing_changes(template: str) -> None:
+    """The linearizer renders each turn twice (its context with the generation prompt, then with the turn): with a
+    template that reads the flag after its loops alone, the second replays the first's iterations and the next
+    turn's first replays the second's, so whole renderings fall from about two per turn to under one (what is left:
+    a conversation's first, and Qwen3's after each user message, whose pass over the whole list finds another last
+    query). The samples stay the same."""
+    tok = load_named_tokenizer(template)
+    graphs = [g for rel in REAL for g in _graphs(rel)]
+    render_cache(tok).clear()  # every rendering is made, not served by the run-wide memo of an earlier test
+    reference = _untraced(tok)
+    assert _samples(graphs, tok, reference) == _samples(graphs, tok, Renderer(tok))
+    render_cache(tok).clear()
+    turns, before = _turns_and_full_renderings(graphs, tok, _untraced(tok))
+    render_cache(tok).clear()
+    renderer = Renderer(tok)
+    _, after = _turns_and_full_renderings(graphs, tok, renderer)
+    assert before >= 1.7 * turns
+    assert after <= 1.2 * turns, (after, turns)
+    assert renderer.incremental_renders > turns / 2
+
+
+def test_a_template_that_reads_the_flag_in_its_loop_is_never_replayed_across_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A template whose loop reads ``add_generation_prompt`` renders every message differently with the generation
+    prompt (the prompt is no prefix of the rendering with the turn): were a turn's two renderings to replay each
+    other, its samples would differ from full renderings'. Checked without the test suite's verification of every
+    replay (which would turn such a replay into a render error), so the renderer's own decision is under test."""
+    from msgtrain.linearize import load_tokenizer
+    from msgtrain.linearize import render as render_module
+
+    monkeypatch.setattr(render_module, "VERIFY_REPLAY", False)
+    source = tmp_path / "flag_in_loop.jinja"
+    source.write_text(
+        "{%- for m in messages %}<|{{ m.role }}|>{{ m.content }}{% if add_generation_prompt %} (shown){% endif %}"
+        "{% for c in m.tool_calls or [] %}[{{ c.function.name }}]{% endfor %}<|end|>{% endfor %}"
+        "{%- if add_generation_prompt %}<|assistant|>{% endif %}",
+        encoding="utf-8",
+    )
+    tok = load_tokenizer(None, str(source))
+    graphs = _graphs(REAL[0])[:4]
+    render_cache(tok).clear()
+    reference = _samples(graphs, tok, _untraced(tok))
+    render_cache(tok).clear()
+    renderer = Renderer(tok)
+    assert _samples(graphs, tok, renderer) == reference
+    assert renderer.traced_renders > 0 and renderer.incremental_renders > 0  # replayed, within each flag
+    # The same conversations with the template's proof taken for granted: replayed across the flag, they change.
+    monkeypatch.setattr("msgtrain.linearize.template.generation_prompt_after_loops", lambda source: True)
+    render_cache(tok).clear()
+    assert _samples(graphs, tok, Renderer(tok)) != reference
+
+
 @pytest.mark.parametrize("template", ["qwen3", "qwen2.5"])
 def test_encoder_work_follows_distinct_text_not_files(template: str) -> None:
     """Two files holding the same conversations (``convert`` makes one renderer per file): the second encodes
