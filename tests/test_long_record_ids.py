@@ -157,3 +157,31 @@ def test_the_run_wide_cache_keeps_a_long_segment_as_its_encodings_view_charged_t
     small = SegmentCache(max_bytes=LARGEST_ENTRY * (kept.nbytes + held) // 2)
     again, _ = demo.encode_segments(text, {}, True, small)
     assert again.tolist() == ids.tolist() and key not in small._ids
+
+
+def test_a_long_message_just_encoded_becomes_its_prompts_buffer_and_its_ids_are_held_once(demo: Any) -> None:
+    """A prompt of a few short segments and one long message: the message's ids, as the encoder grew them, are grown
+    in place into the prompt's buffer (moved up past the system prompt's ids) instead of copied into a new one, so
+    encoding the prompt holds its ids about once. Measured with tracemalloc: 1.6 times the prompt's ids (the rest is
+    the message's text as its own string and the encoder's pieces); 2.4 when they were copied."""
+    import tracemalloc
+
+    body = _prose(300_000, 5)
+    text = f"<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\n{body}<|im_end|>\n<|im_start|>assistant\n"
+    cache: dict[Any, np.ndarray] = {}
+    demo.encode_segments("<|im_start|>system\nwarm up<|im_end|>\n", {}, True, SegmentCache())
+    tracemalloc.start()
+    try:
+        prompt = demo.encode_full(text, False, cache, SegmentCache())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    ids = prompt.ids
+    assert ids.tolist() == _whole(demo, text)
+    (key,) = [k for k in cache if isinstance(k[1], bytes)]
+    assert cache[key].base is ids.base and np.shares_memory(cache[key], ids)  # the message: a view of the prompt
+    assert peak < 2 * ids.nbytes, peak / ids.nbytes
+    # The room after the prompt's ids is its buffer's: the joint rendering extends it in place.
+    joint = demo.encode_from(prompt, text + "ok<|im_end|>\n", segments=cache)
+    assert joint.ids.tolist() == _whole(demo, text + "ok<|im_end|>\n") and np.shares_memory(joint.ids, ids)
+    assert ids.tolist() == _whole(demo, text)

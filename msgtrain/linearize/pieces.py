@@ -163,8 +163,11 @@ def encode_in_pieces(
         for ids in batch(texts):
             m = len(ids)
             if n + m > out.shape[0]:
-                # the ids per character so far, over the whole text, and an eighth more
+                # the ids per character so far, over the whole text, and an eighth more; read-only while it grows,
+                # so that numpy leaves the new room unwritten (zeroed, it was resident until cut off at the end)
+                out.flags.writeable = False
                 out.resize(max(n + m, (n + m) * len(text) // max(start, 1) * 9 // 8 + 1024), refcheck=False)
+                out.flags.writeable = True
             out[n : n + m] = ids
             n += m
     out.resize(n, refcheck=False)

@@ -351,6 +351,56 @@ def _extended(base: np.ndarray, t: int, rest: np.ndarray) -> np.ndarray | None:
     return out
 
 
+def _grown_around(parts: list[np.ndarray], fresh: list[np.ndarray]) -> np.ndarray | None:
+    """``parts`` concatenated in a buffer with room (as :func:`_with_room` makes it) that is the one long part's own
+    array grown in place, when exactly one part is long (:data:`REBIND_BYTES` or more), was just encoded (in
+    ``fresh``: the encoder's own array, owned, nothing views it) and appears once: its ids are moved up past the
+    parts before it and the others written around them, so the long message's ids are never held twice (its
+    array and the buffer they were copied into, 8 bytes per token at the linearizing peak). Else None.
+
+    The growth is a ``realloc`` (a long array is its own mapping: moved without a copy) of a read-only array, so
+    numpy leaves the new room unwritten (pages nothing writes are never resident), as :func:`_with_room`'s."""
+    longs = [i for i, a in enumerate(parts) if a.nbytes >= REBIND_BYTES]
+    if len(longs) != 1:
+        return None
+    i = longs[0]
+    part = parts[i]
+    if not any(part is f for f in fresh) or sum(a is part for a in parts) != 1:
+        return None
+    if part.base is not None or not (part.flags.owndata and part.flags.c_contiguous and part.flags.writeable):
+        return None
+    n = part.shape[0]
+    before = sum(a.shape[0] for a in parts[:i])
+    total = before + n + sum(a.shape[0] for a in parts[i + 1 :])
+    part.flags.writeable = False
+    part.resize(total + total // 4 + (1 << 16), refcheck=False)
+    part.flags.writeable = True
+    if before:
+        block = 1 << 16
+        for end in range(n, 0, -block):  # from the end: a block moved never overwrites one still to move
+            start = max(end - block, 0)
+            part[before + start : before + end] = part[start:end]
+    at = 0
+    for a in parts:
+        if a is not part:
+            part[at : at + a.shape[0]] = a
+            at += a.shape[0]
+        else:
+            at += n
+    key = id(part)
+    with _ROOM_LOCK:
+        _ROOM_ENDS[key] = total
+    weakref.finalize(part, _ROOM_ENDS.pop, key, None)
+    return part[:total]
+
+
+def _count_in(ids: np.ndarray, values: np.ndarray) -> int:
+    """How many of ``ids`` are among ``values``, a block at a time (``np.isin`` of a whole long array held a mask and
+    its temporaries as long as the array)."""
+    block = 1 << 16
+    return sum(int(np.count_nonzero(np.isin(ids[i : i + block], values))) for i in range(0, ids.shape[0], block))
+
+
 SegmentKey = tuple[bool, str | bytes]  # (starts the input, the segment's text or, when long, its digest)
 
 
@@ -1038,7 +1088,7 @@ class TokenizerBundle:
             added_seen = sum(map(is_added, every))
             if len(short) < len(id_lists):
                 added = np.fromiter(self._added_set, dtype=np.int64, count=len(self._added_set))
-                added_seen += sum(int(np.isin(a, added).sum()) for a in id_lists if isinstance(a, np.ndarray))
+                added_seen += sum(_count_in(a, added) for a in id_lists if isinstance(a, np.ndarray))
             if added_seen != expected:
                 return self.encode(text), None
             flat = np.array(every, dtype=np.int32)
@@ -1049,24 +1099,27 @@ class TokenizerBundle:
                 else:
                     cache[key] = flat[at : at + len(ids_of)]
                     at += len(ids_of)
+            fresh = [ids_of for ids_of in id_lists if isinstance(ids_of, np.ndarray)]
             del id_lists, short, every
         if not keys:
             return np.zeros(0, dtype=np.int32), None
         arrays = [cache[k] for k in keys]
+        lengths = [a.shape[0] for a in arrays]
         rebound: dict[SegmentKey, int] = {}  # long segments held as views of ``ids``: the bytes they keep alive
         if len(arrays) == 1:  # one segment (a long text): its cached ids, read-only, not a copy of them
             ids = arrays[0].view()
             ids.flags.writeable = False
         else:
-            total = sum(a.shape[0] for a in arrays)
+            total = sum(lengths)
             if total * 4 >= REBIND_BYTES and all(a.dtype == np.int32 for a in arrays):
-                ids = np.concatenate(arrays, out=_with_room(total)[:total])  # room for an encoding extending it
+                # room for an encoding extending it; a long segment just encoded becomes that buffer itself
+                grown = _grown_around(arrays, fresh) if missing else None
+                ids = grown if grown is not None else np.concatenate(arrays, out=_with_room(total)[:total])
             else:
                 ids = np.concatenate(arrays)
             at = 0
-            for key, part in zip(keys, arrays, strict=True):
-                n = part.shape[0]
-                if part.nbytes >= REBIND_BYTES and cache.get(key) is part:
+            for key, part, n in zip(keys, arrays, lengths, strict=True):
+                if n * part.itemsize >= REBIND_BYTES and cache.get(key) is part:
                     view = ids[at : at + n]
                     view.flags.writeable = False
                     cache[key] = view  # the copy just made, not a second array of the same ids
@@ -1081,7 +1134,7 @@ class TokenizerBundle:
                 shared.put(key, cache[key], hi - lo, rebound.get(key))
         if _MARKER_CHARS.search(text) is not None:
             return ids, None  # marker characters: only :meth:`_marks` tells the template's tokens from content's
-        token_ends = np.cumsum(np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays)))
+        token_ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
         if len(last_parts) != len(keys):
             token_ends = token_ends[last_parts]
         return ids, (np.asarray(cuts[:matched], dtype=np.int64), token_ends[:matched])
