@@ -71,3 +71,27 @@ def test_a_codex_turn_logged_only_as_its_ui_event_is_not_trained_and_no_reply_sp
         ("sampled", "You're welcome.", [base, "user:How many notes are there?", "user:", "user:Thanks!"]),
     ]
     assert _books(path) == (4, 3, 1, 0)
+
+
+def test_a_claude_code_reply_below_an_attachment_the_model_was_sent_is_not_trained() -> None:
+    path = FIXTURES / "claude-code-attachments.jsonl"
+    (graph,), records = _read(path)
+    assert records == len(path.read_text(encoding="utf-8").splitlines())
+    assert _replies(graph) == [
+        ("sampled", "", ["user:Run the tests."]),
+        # the hook's error notice between the result and the reply was shown to the user only
+        ("sampled", "One test fails: test_div.", ["user:Run the tests.", "assistant:", "tool:1 failed"]),
+        # the CLAUDE.md the prompt brought in was sent with it, as text the log does not hold
+        (
+            "carried",
+            "I will fix calc.div, not the test.",
+            [
+                "user:Run the tests.",
+                "assistant:",
+                "tool:1 failed",
+                "assistant:One test fails: test_div.",
+                "user:Fix it.",
+            ],
+        ),
+    ]
+    assert _books(path) == (3, 2, 1, 0)

@@ -22,6 +22,9 @@ A transcript is a real message graph: every record has a ``uuid`` and a ``parent
 - **Not sampled here**: an assistant message whose context is incomplete (its parent is not in the file, as in
   the compaction agent's file, or below a rejected record) is ``carried``; ``<synthetic>`` messages written by
   Claude Code itself and responses that embed server-tool results are ``injected``/``carried``.
+- **Attachments** (``attachment`` records, Claude Code 2) hold what Claude Code adds to the next request in a form it
+  renders itself (files and CLAUDE.md a prompt brought in, queued prompts, hook context, reminders): a gap in the
+  chain, so the replies below one are ``carried``; only the kinds the user alone sees are passed over.
 - Records without conversation content (progress, system, file-history-snapshot, summary, queue-operation, …)
   are skipped with reason ``non_message_record:<type>``; a progress or system record inside the parent chain is
   transparent (its children hang from its parent).
@@ -99,6 +102,19 @@ _RECORD_TYPES = {
     "queue-operation",
 }
 _SYNTHETIC_MODEL = "<synthetic>"
+# ``attachment`` records (Claude Code 2): what Claude Code adds to the next request beside the conversation (a file
+# or CLAUDE.md a prompt brought in, a prompt queued while the model worked, hook context, reminders), sent as
+# messages it renders itself and does not log. Such a record is a gap: the replies below it are ``carried``. Only
+# the kinds it shows the user alone (hook notices and errors, permission decisions) are passed over.
+_UNSENT_ATTACHMENTS = {
+    "hook_non_blocking_error",
+    "hook_error_during_execution",
+    "hook_cancelled",
+    "hook_system_message",
+    "hook_permission_decision",
+    "command_permissions",
+}
+_SENT = "_sent_unlogged"  # on a transparent record: the model was sent what it held, in a form the log lacks
 # Assistant blocks that the API itself produced around a server-side tool: the response then contains text the
 # model did not sample (the tool's result), so it cannot be trained as one sampled message.
 _SERVER_RESULT_BLOCKS = {"web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result"}
@@ -264,11 +280,16 @@ def _classify(obj: Any, ref: str, raw: bytes | str, earlier: list[_Rec]) -> _Rec
         return _Rec(ref, uuid or f"boundary:{ref}", None, "boundary", group, obj, raw)
     if rtype == "system" and obj.get("subtype") == "chat_compression" and compressed_history(obj) is not None:
         # Qwen Code: the history the model is sent from here on is the record's own compressed history.
-        data = {**obj, "logicalParentUuid": obj.get("parentUuid")}
-        return _Rec(ref, uuid or f"boundary:{ref}", None, "boundary", group, data, raw)
+        compressed = {**obj, "logicalParentUuid": obj.get("parentUuid")}
+        return _Rec(ref, uuid or f"boundary:{ref}", None, "boundary", group, compressed, raw)
     if uuid is not None:
         parent = obj.get("parentUuid") if isinstance(obj.get("parentUuid"), str) else None
-        return _Rec(ref, uuid, parent, "transparent", group, {"type": rtype}, b"")
+        data: dict[str, Any] = {"type": rtype}
+        if rtype == "attachment":
+            kind = as_dict(obj.get("attachment")).get("type")
+            if kind not in _UNSENT_ATTACHMENTS:
+                data[_SENT] = f"attachment {kind}" if isinstance(kind, str) else "attachment"
+        return _Rec(ref, uuid, parent, "transparent", group, data, b"")
     return f"non_message_record:{rtype}"
 
 
@@ -439,10 +460,28 @@ class _GraphBuild:
                     return inp["subagent_type"]
         return named
 
+    def _sent_between(self, parent: str | None) -> bool:
+        """Whether a record passed over on the way up from ``parent`` to the nearest message held what the model
+        was sent (an attachment): the context below it is not in the log."""
+        seen: set[str] = set()
+        while parent is not None and parent not in seen:
+            rec = self.by_uuid.get(parent)
+            if rec is None or rec.kind != "transparent":
+                return False
+            if rec.data.get(_SENT):
+                return True
+            seen.add(parent)
+            parent = rec.parent
+        return False
+
     def _parent_of(self, rec: _Rec) -> tuple[str | None, bool, _Rec | None]:
         """(parent node id, parent context incomplete?, compaction boundary above it or None). A reply with no
         message above it was sampled after a prompt the log does not hold (``claude -p "..."`` streams do not echo
-        it): its context is incomplete."""
+        it): its context is incomplete; so is one below a record that held what the model was sent."""
+        parent_id, incomplete, boundary = self._parent_of_message(rec)
+        return parent_id, incomplete or self._sent_between(rec.parent), boundary
+
+    def _parent_of_message(self, rec: _Rec) -> tuple[str | None, bool, _Rec | None]:
         kind, parent = self._resolve(rec.parent)
         if kind == "root":
             return None, rec.data.get("type") == "assistant", None
