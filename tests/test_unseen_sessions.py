@@ -95,3 +95,33 @@ def test_a_claude_code_reply_below_an_attachment_the_model_was_sent_is_not_train
         ),
     ]
     assert _books(path) == (3, 2, 1, 0)
+
+
+def test_a_codex_fork_that_inherits_its_history_by_reference_trains_only_after_a_compaction_restores_it() -> None:
+    path = FIXTURES / "codex-fork-history-base.jsonl"
+    (graph,), records = _read(path)
+    assert records == len(path.read_text(encoding="utf-8").splitlines())
+    base = "system:You are Codex, a coding agent."
+    assert _replies(graph) == [
+        # the fork's first reply was sampled after the parent rollout's first seven records, not in this file
+        ("carried", "Added an LRU cache around load().", [base, "user:Now try it with a cache instead."]),
+        # the replacement history is the whole context again
+        (
+            "sampled",
+            "Yes, functools.lru_cache locks.",
+            [base, "user:Now try it with a cache instead.", "user:", "user:Is it thread-safe?"],
+        ),
+        # a message from another agent, in a record kind the reader does not know, came before this reply
+        (
+            "carried",
+            "The cache keeps 128 entries.",
+            [
+                base,
+                "user:Now try it with a cache instead.",
+                "user:",
+                "user:Is it thread-safe?",
+                "assistant:Yes, functools.lru_cache locks.",
+            ],
+        ),
+    ]
+    assert _books(path) == (3, 1, 2, 0)

@@ -25,6 +25,11 @@ What is read (this follows how Codex itself rebuilds a thread's history from its
   ``thread_rolled_back`` (the user dropped the last N turns: a rewind, what follows is a new branch) and the
   ``token_count`` records described above.
 
+- A fork that names the rollout it continues (``session_meta`` ``history_base``, Codex 0.154 on) holds none of the
+  history it inherited: its replies are ``carried`` until a replacement history is the whole context again. A rollout
+  line of a type this reader does not know (``inter_agent_communication``, ``world_state``) taints what follows as an
+  unknown item does; ``token_usage_record`` lines (usage accounting) are skipped.
+
 Safe readings:
 - Reasoning is encrypted (``encrypted_content``): it is kept as a redacted reasoning part with the ciphertext as
   its signature; reasoning *summaries* are metadata, never reasoning text, because they were written by a
@@ -82,6 +87,8 @@ from msgtrain.model.openai import parse_arguments
 
 POLICY = "codex"
 _ROLLOUT_TYPES = {"session_meta", "response_item", "turn_context", "event_msg", "compacted"}
+# Rollout records that only account for a response (token usage), never part of the model's input.
+_ACCOUNTING_TYPES = {"token_usage_record"}
 _MODEL_ITEMS = {
     "reasoning",
     "function_call",
@@ -212,8 +219,14 @@ class _RolloutBuild:
             self._compacted(payload, ref)
         elif rtype == "event_msg":
             self._event(payload, ref)
-        else:
+        elif rtype in _ACCOUNTING_TYPES:
             self.skips.add(f"non_message_record:{rtype}", ref)
+        else:
+            # A record kind this reader does not know (messages between agents, a world state) may have been part
+            # of what the model was sent next: what follows is not exact.
+            self.flush()
+            self.skips.add(f"unsupported_rollout_record:{rtype}", ref)
+            self.taint(f"unsupported record {rtype} at {ref}")
 
     def _session_meta(self, payload: dict[str, Any], ref: str) -> None:
         first = self.chain is None
@@ -234,6 +247,12 @@ class _RolloutBuild:
                 Origin.CONTEXT,
             )
             self.system_nodes = 1
+        base = payload.get("history_base")
+        if first and base is not None:
+            # A fork (Codex 0.154 on) holds none of the history it inherited: the model was sent another rollout's
+            # first records before this file's, so no reply here is in a context this file holds.
+            source = as_dict(base).get("thread_id")
+            self.taint(f"history inherited from rollout {source or '?'} (session_meta history_base) is not in the file")
 
     def _response_item(self, item: dict[str, Any], ref: str) -> None:
         itype = item.get("type")
