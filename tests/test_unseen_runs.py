@@ -674,3 +674,37 @@ def test_a_resume_in_a_tagged_thread_is_a_gap_not_an_unreadable_item(tmp_path: P
     path.write_text(json.dumps(thread), encoding="utf-8")
     assert [c[-1] for c in _contexts(path)] == [("assistant", [("terminal", {"command": "pytest -q"})])]
     assert _books(path) == (1, 2, 0)
+
+
+REPLY_BESIDE = FIXTURES / "reply-beside-messages.jsonl"
+
+
+def test_a_reply_kept_beside_its_messages_under_any_reply_name_is_trained_after_them() -> None:
+    # One call a line, the reply beside the messages under keys no list of known pairs holds (context / reply beside
+    # a reference "gold", chat_history / response, messages / model_output). Before: 1 of 3 (the first row's reply
+    # never read: its context a conversation with nothing to train, only a warning; the third refused); after: each
+    # reply after its own messages, the second call continuing the first, the reference never trained.
+    contexts = _contexts(REPLY_BESIDE)
+    assert sorted(c[-1][1] for c in contexts) == [
+        "Order 1234 ships tomorrow.",
+        "Sorry! Can you share the order number?",
+        "Yes, within 30 days.",
+    ]
+    answer = next(c for c in contexts if c[-1][1] == "Order 1234 ships tomorrow.")
+    assert [role for role, _ in answer] == ["system", "user", "assistant", "user", "assistant"]
+    assert _books(REPLY_BESIDE) == (3, 0, 0)
+
+
+def test_a_reference_or_an_unnamed_text_beside_the_messages_is_never_taken_for_the_reply(tmp_path: Path) -> None:
+    rows = [
+        {"messages": [{"role": "user", "content": "2+2?"}], "expected_answer": "4"},
+        {"messages": [{"role": "user", "content": "3+3?"}], "note": "6"},
+        {"messages": [{"role": "user", "content": "4+4?"}], "reply": "8", "answer": "8"},  # two: which one?
+    ]
+    lost = []
+    for i, row in enumerate(rows):
+        path = tmp_path / f"row{i}.jsonl"
+        path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+        assert _contexts(path) == []
+        lost.append(convert_file(path, SETTINGS)[1].turns_lost)
+    assert lost == [0, 0, 1]  # two replies under reply names: refused and counted, never one picked

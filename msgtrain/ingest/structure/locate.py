@@ -550,7 +550,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
     if history is not None:  # a chat history of [user, reply] pairs, the whole conversation (text-generation-webui)
         return Found(path, record, Mapping("alpaca", columns | {"history": history}))
     tool_run = _runs_a_tool(record)
-    for prompt_key, completion_key in (*PAIR_KEYS, *_suffixed_pairs(record), *_REQUEST_RESULT_PAIRS):
+    replied = _reply_beside(record, lists)
+    pairs = (*PAIR_KEYS, *_suffixed_pairs(record), *_REQUEST_RESULT_PAIRS, *(replied if len(replied) == 1 else ()))
+    for prompt_key, completion_key in pairs:
         if tool_run:
             break  # a tool's arguments and result, not a model's prompt and reply
         prompt, completion = dig(record, prompt_key), dig(record, completion_key)
@@ -573,6 +575,9 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
             # a judge's system prompt is in the judge_prompts file, not in its judgment lines
             unlogged = (prompt_key, completion_key) in _UNLOGGED_SYSTEM_PAIRS
             return Found(path, record, Mapping("prompt_completion", columns), unlogged_system=unlogged)
+    if len(replied) > 1:
+        keys = ", ".join(f"{path}.{k}" for _, k in replied)
+        return Ambiguity(path, f"replies to the messages beside them under several keys ({keys}): which one?", 1)
     longest = _longest_holding_the_others(record, lists)
     if longest is not None and named_agents(record[longest]):
         return _agents_ambiguity(f"{path}.{longest}", named_agents(record[longest]), record[longest])
@@ -979,6 +984,48 @@ def _conversations_by_key(record: dict[str, Any], lists: list[str]) -> bool:
         first = next((m for m in record[key] if (hit := role_of(m)) and canonical_role(hit[1]) == "user"), None)
         openings.add(said(first) if first is not None else None)
     return None not in openings and len(openings) == len(lists)
+
+
+# What a field holding the reply to a record's messages is named, whatever the words around it (``reply``,
+# ``next_turn``, ``output_text``, ``model_answer``): a reply, never a reference to score one by.
+_REPLY_NAME = re.compile(r"(?:^|_)(?:reply|response|answer|output|completion|generation|prediction|next_turn)s?(?:_|$)")
+_REFERENCE_NAME = re.compile(
+    r"(?:^|_)(?:gold|golden|reference|expected|target|label|ground_truth|gt|ideal|true|correct|final)(?:_|$)"
+)
+
+
+def _reply_beside(record: dict[str, Any], lists: list[str]) -> list[tuple[str, str]]:
+    """(prompt key, reply key) when ``record`` holds one message list that awaits a reply (its last message is not
+    the assistant's) and one field beside it that is that reply: a response body, an assistant message, or a text
+    whose key names a reply (:data:`_REPLY_NAME`, not a reference's name). A record that keeps its reply under a key
+    no list of known pairs holds (``context`` / ``reply``, ``chat_history`` / ``response``) is that call, never a
+    conversation with nothing to train and its reply unread; a text the messages already hold (an agent run's final
+    answer beside its steps) is no reply. Every such pair: several are ambiguous."""
+    if len(lists) != 1 or not assistant_waits(record[lists[0]]):
+        return []
+    candidates = []
+    for key, value in record.items():
+        if key == lists[0] or not isinstance(key, str):
+            continue
+        named = key.lower().replace("-", "_")
+        if _REFERENCE_NAME.search(named):
+            continue
+        body = isinstance(value, dict) and (choice_messages(value) is not None or assistant_like(value))
+        text = isinstance(value, str) and value.strip() != "" and _REPLY_NAME.search(named) is not None
+        if body or text:
+            candidates.append(key)
+    logged = [said(m) for m in record[lists[0]]]  # as JSON: a text is looked for as JSON writes it in them
+
+    def summed_up(value: Any) -> bool:  # a text the messages already say (a run's answer, its last tool's output)
+        return isinstance(value, str) and any(json.dumps(value.strip(), ensure_ascii=False)[1:-1] in t for t in logged)
+
+    return [(lists[0], key) for key in candidates if not summed_up(record[key])]
+
+
+def assistant_waits(messages: list[Any]) -> bool:
+    """Whether a message list ends with a message the assistant has yet to answer (a user's, a tool's result)."""
+    last = role_of(messages[-1]) if messages else None
+    return last is not None and canonical_role(last[1]) in ("user", "tool")
 
 
 def _suffixed_pairs(record: dict[str, Any]) -> list[tuple[str, str]]:
