@@ -125,3 +125,21 @@ def test_a_codex_fork_that_inherits_its_history_by_reference_trains_only_after_a
         ),
     ]
     assert _books(path) == (3, 1, 2, 0)
+
+
+def test_a_claude_code_reply_after_a_microcompaction_is_not_trained_with_the_results_it_cleared() -> None:
+    path = FIXTURES / "claude-code-microcompact.jsonl"
+    (graph,), records = _read(path)
+    assert records == len(path.read_text(encoding="utf-8").splitlines())
+    read = ["user:What does build.sh do?", "assistant:", "tool:#!/bin/sh\nhugo --minify"]
+    assert _replies(graph) == [
+        ("sampled", "", ["user:What does build.sh do?"]),  # thinking and the call: one response
+        ("sampled", "It runs hugo with --minify.", read),
+        # the model was sent toolu_a's result cleared, not the text above
+        (
+            "carried",
+            "I have not read deploy.sh yet.",
+            [*read, "assistant:It runs hugo with --minify.", "user:And deploy.sh?"],
+        ),
+    ]
+    assert _books(path) == (3, 2, 1, 0)

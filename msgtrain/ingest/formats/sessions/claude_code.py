@@ -24,7 +24,9 @@ A transcript is a real message graph: every record has a ``uuid`` and a ``parent
   Claude Code itself and responses that embed server-tool results are ``injected``/``carried``.
 - **Attachments** (``attachment`` records, Claude Code 2) hold what Claude Code adds to the next request in a form it
   renders itself (files and CLAUDE.md a prompt brought in, queued prompts, hook context, reminders): a gap in the
-  chain, so the replies below one are ``carried``; only the kinds the user alone sees are passed over.
+  chain, so the replies below one are ``carried``; only the kinds the user alone sees are passed over. So is a
+  ``system`` / ``microcompact_boundary`` record: the tool results it names were cleared from every later request,
+  in a form the transcript does not hold.
 - Records without conversation content (progress, system, file-history-snapshot, summary, queue-operation, …)
   are skipped with reason ``non_message_record:<type>``; a progress or system record inside the parent chain is
   transparent (its children hang from its parent).
@@ -114,7 +116,9 @@ _UNSENT_ATTACHMENTS = {
     "hook_permission_decision",
     "command_permissions",
 }
-_SENT = "_sent_unlogged"  # on a transparent record: the model was sent what it held, in a form the log lacks
+# On a transparent record: from here on the model's requests differ from what the log holds (it was sent what an
+# attachment held, in a form the log lacks; or a microcompaction cleared earlier tool results from its context).
+_GAP = "_context_gap"
 # Assistant blocks that the API itself produced around a server-side tool: the response then contains text the
 # model did not sample (the tool's result), so it cannot be trained as one sampled message.
 _SERVER_RESULT_BLOCKS = {"web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result"}
@@ -288,7 +292,9 @@ def _classify(obj: Any, ref: str, raw: bytes | str, earlier: list[_Rec]) -> _Rec
         if rtype == "attachment":
             kind = as_dict(obj.get("attachment")).get("type")
             if kind not in _UNSENT_ATTACHMENTS:
-                data[_SENT] = f"attachment {kind}" if isinstance(kind, str) else "attachment"
+                data[_GAP] = f"attachment {kind}" if isinstance(kind, str) else "attachment"
+        if rtype == "system" and obj.get("subtype") == "microcompact_boundary":
+            data[_GAP] = "microcompact_boundary"  # the results it names were cleared from every later request
         return _Rec(ref, uuid, parent, "transparent", group, data, b"")
     return f"non_message_record:{rtype}"
 
@@ -461,14 +467,14 @@ class _GraphBuild:
         return named
 
     def _sent_between(self, parent: str | None) -> bool:
-        """Whether a record passed over on the way up from ``parent`` to the nearest message held what the model
-        was sent (an attachment): the context below it is not in the log."""
+        """Whether a record passed over on the way up from ``parent`` to the nearest message is a gap (an
+        attachment the model was sent, a microcompaction): the context below it is not in the log."""
         seen: set[str] = set()
         while parent is not None and parent not in seen:
             rec = self.by_uuid.get(parent)
             if rec is None or rec.kind != "transparent":
                 return False
-            if rec.data.get(_SENT):
+            if rec.data.get(_GAP):
                 return True
             seen.add(parent)
             parent = rec.parent
