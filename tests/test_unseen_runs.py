@@ -128,6 +128,9 @@ def test_a_prompt_sent_with_its_context_items_is_a_gap_not_the_typed_text_alone(
     assert [role for role, _ in contexts[2]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     assert contexts[2][4] == ("tool", ("run_terminal_command", "a.py"))
     assert _books(CONTINUE) == (3, 1, 0)
+    # the session keeps neither the system message nor the tools Continue sent with each request
+    (graph,) = _graphs(CONTINUE)
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
 
 
 def test_context_items_without_content_leave_the_prompt_as_it_was_sent(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgtrain.ingest.common.message_like import (
+    CONTEXT_ITEMS,
     PREFERENCE_KEYS,
     TAGGED_UNIT_VARIANTS,
     UNLOGGED_INPUT,
@@ -206,6 +207,9 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         if wrapped is not None:  # each item holds its message under one key, beside its own bookkeeping
             key, messages = wrapped
             found = Found(f"{path}[].{key}", {"messages": messages}, Mapping("messages", {"messages": "messages"}))
+            # a chat extension's session (Continue's history items: each message beside the context items attached
+            # to it) keeps what the user typed and the replies, never the system message its requests were built with
+            found.unlogged_system = any(isinstance(item, dict) and CONTEXT_ITEMS in item for item in value)
             search.found.append(inheriting(found, inherited))
             return
         if depth < MAX_SEARCH_DEPTH:
