@@ -534,3 +534,70 @@ def test_a_fault_in_a_generator_reading_an_array_past_the_limit_counts_every_ite
     (reject,) = [e for e in events if isinstance(e, ReadReject)]
     assert reject.error.code == "reader_error" and reject.count == 4
     assert sum(records_of(e) for e in events) == 10
+
+
+def test_a_value_parsed_from_json_text_writes_back_in_at_most_the_growth_bound_times_its_bytes() -> None:
+    """The driver does not measure a record of a JSON file small enough (``RecordTask.size_bound``): that rests on a
+    value's compact JSON being at most ``PARSED_TEXT_GROWTH`` times the text it was parsed from, a UTF-16 file's UTF-8
+    copy (1.5 times its size) included. Numbers are the one way back that grows: every short literal is tried."""
+    import itertools
+
+    from msgtrain.ingest.core.base import PARSED_TEXT_GROWTH
+
+    ratio = 0.0
+    for n in range(1, 6):
+        for chars in itertools.product("0159.eE+-", repeat=n):  # (longer literals: a float's text is <= 24 chars)
+            text = "".join(chars)
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            ratio = max(ratio, len(json.dumps(value)) / len(text))
+    assert ratio == 4.5  # 1e15 comes back as 1000000000000000.0
+    assert ratio * 1.5 <= PARSED_TEXT_GROWTH
+    for text in ['"\\/"', '"\\u00e9"', '"\\ud83d\\ude00"', '"\\u0001"', '"\\n"', '"é"', '{ "a" : [ 1 , true ] }']:
+        assert len(json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))) <= len(text.encode())
+
+
+def test_a_record_of_a_small_json_file_is_not_serialized_to_be_measured_and_a_large_one_still_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The structural reader bounds what it parses from a JSON file by the file's size: within the limit, the driver
+    does not dump the record to measure it; beyond it, an oversized record is still one ``record_too_large`` reject
+    and the others convert."""
+    from types import SimpleNamespace
+
+    import msgtrain.ingest.core.base as base
+    import msgtrain.ingest.faults as faults
+    from msgtrain.ingest.structure.structural import READER
+
+    def item(i: int, text: str = "ok") -> dict[str, Any]:
+        return {"id": i, "turns": [{"role": "user", "text": f"hi {i}"}, {"role": "assistant", "text": text}]}
+
+    path = tmp_path / "chats.json"
+    path.write_text(json.dumps([item(0), item(1)]), encoding="utf-8")
+    measured: list[Any] = []
+
+    def counting_dumps(value: Any, **kw: Any) -> str:
+        measured.append(value)
+        return json.dumps(value, **kw)
+
+    monkeypatch.setattr(faults, "json", SimpleNamespace(dumps=counting_dumps))  # the driver's measuring dump
+    events = list(read_events(READER, path))
+    assert [type(e).__name__ for e in events] == ["ReadGraph", "ReadGraph"] and measured == []
+
+    # A document within the limit (read whole) whose item writes back longer than the limit: numbers written 1e15
+    # come back as 1000000000000000.0. The file is over an eighth of the limit: the driver measures, and rejects it.
+    monkeypatch.setattr(base, "MAX_RECORD_BYTES", 4096)
+    scored = {**item(1), "scores": "SCORES"}
+    text = json.dumps([item(0), scored, item(2)]).replace('"SCORES"', "[" + ",".join(["1e15"] * 500) + "]")
+    path.write_text(text, encoding="utf-8")
+    assert base.MAX_RECORD_BYTES / 8 < len(text) < base.MAX_RECORD_BYTES
+    events = list(read_events(READER, path))
+    assert [(type(e).__name__, e.source.record) for e in events] == [
+        ("ReadGraph", "item 0"),
+        ("ReadReject", "item 1"),
+        ("ReadGraph", "item 2"),
+    ]
+    reject = events[1]
+    assert isinstance(reject, ReadReject) and reject.error.code == "record_too_large" and len(measured) == 3

@@ -119,9 +119,12 @@ def _oversized(task: RecordTask) -> ReadReject | None:
 
     JSONL lines are bounded as they are read (:func:`iter_json_lines`); a record inside a JSON document (an item of
     a list, a simulation of a results file) is bounded here, before any reader works on it, so the same limit holds
-    whatever container the record came in. The size is that of its compact JSON text (C speed, linear).
+    whatever container the record came in. The size is that of its compact JSON text (C speed, linear), measured
+    unless the reader bounds it within the limit (``RecordTask.size_bound``: a record of a small JSON file).
     """
     if task.raw is None or task.source.record.startswith("line ") or not isinstance(task.raw, dict | list):
+        return None
+    if task.size_bound is not None and task.size_bound <= base.MAX_RECORD_BYTES:
         return None
     try:
         size = len(json.dumps(task.raw, ensure_ascii=False, separators=(",", ":"), default=str))

@@ -87,12 +87,25 @@ class RecordTask:
 
     ``parse()`` returns the events of exactly ``records`` input records (a graph, a reject, a skip...). If it
     raises, those records become one ``reader_error`` reject at ``source`` with an excerpt of ``raw``.
+
+    ``size_bound``: an upper bound of the length of ``raw``'s compact JSON text, when the reader knows one; the
+    driver then does not serialize a record bounded within the record limit to measure it (see
+    :data:`PARSED_TEXT_GROWTH`).
     """
 
     source: SourceRef
     parse: Callable[[], Iterable[ReadEvent]]
     records: int = 1
     raw: Any = None
+    size_bound: int | None = None
+
+
+# How much longer than the JSON text it was parsed from a value's compact JSON (``json.dumps`` without ASCII escapes)
+# can be, times a file's size: a number comes back as Python writes it, at most 4.5 times longer (``1e15`` is
+# ``1000000000000000.0``); strings, literals and structure never grow (escapes come back as short or shorter, blanks
+# go); a file with a byte-order mark is read through a UTF-8 copy at most 1.5 times its size (UTF-16 text). So a
+# value parsed from a JSON file of n bytes writes at most 8 n characters.
+PARSED_TEXT_GROWTH = 8
 
 
 # What a reader's ``read`` yields: events, or record tasks the driver runs inside the boundary.

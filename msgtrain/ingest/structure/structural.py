@@ -80,6 +80,7 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,7 @@ from msgtrain.ingest.common.message_like import (
 )
 from msgtrain.ingest.core.base import (
     HEAD_BYTES,
+    PARSED_TEXT_GROWTH,
     ReadEvent,
     ReadItem,
     ReadReject,
@@ -166,6 +168,18 @@ def file_records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
                 yield SourceRef(str(path), f"item {i}"), item, item
             continue
         yield rec.ref, value, rec.raw if rec.raw is not None else value
+
+
+def _parsed_size_bound(path: Path) -> int | None:
+    """An upper bound of the compact JSON text of any value :func:`file_records` parses from a JSON / JSONL file (its
+    size times :data:`~msgtrain.ingest.core.events.PARSED_TEXT_GROWTH`: every record is parsed from the file's own
+    text, a string's JSON text from a part of it); None for YAML, whose aliases repeat nodes."""
+    if path.suffix.lower() in YAML_SUFFIXES:
+        return None
+    try:
+        return PARSED_TEXT_GROWTH * path.stat().st_size
+    except OSError:
+        return None
 
 
 def json_in_string(value: Any) -> Any:
@@ -404,6 +418,7 @@ class StructuralReader:
         if self.mapping is None:
             stream = paired_halves(stream)  # calls logged as a request record, then a response record
         stream, chained = _call_log_file(stream, self.mapping)
+        bound = _parsed_size_bound(path)
         calls: list[tuple[SourceRef, Found, list[Any]]] = []
         texts: list[tuple[SourceRef, Any, Any, Found]] = []  # text prompt / reply records of a call log
         for ref, value, raw in stream:
@@ -418,7 +433,8 @@ class StructuralReader:
             if text is not None:  # kept until the file ends: it may be a summary of calls (below)
                 texts.append((ref, value, raw, text))
                 continue
-            yield from self._record(path, ref, value, raw)
+            for item in self._record(path, ref, value, raw):
+                yield replace(item, size_bound=bound) if bound is not None and isinstance(item, RecordTask) else item
         said = [_call_texts(found) for _, found, _ in calls]
         for ref, value, raw, text in texts:
             if _summary_of_calls(text, said):
