@@ -143,3 +143,18 @@ def test_a_claude_code_reply_after_a_microcompaction_is_not_trained_with_the_res
         ),
     ]
     assert _books(path) == (3, 2, 1, 0)
+
+
+def test_the_acknowledgement_gemini_cli_seeds_a_saved_chat_with_is_context_not_a_turn() -> None:
+    ack = "assistant:Got it. Thanks for the context!"
+    for name in ("gemini-cli-checkpoint.json", "gemini-cli-tool-checkpoint.json"):
+        path = FIXTURES / name
+        (graph,), _ = _read(path)
+        seeded, call, answer = _replies(graph)
+        # the environment context and the CLI's fixed reply to it: the model was sent both, sampled neither
+        assert seeded[:2] == ("injected", ack.removeprefix("assistant:")), name
+        assert [c[:31] for c in seeded[2]] == ["user:This is the Gemini CLI. We"], name
+        assert call[:2] == ("sampled", "") and call[2][1:] == [ack, "user:List the files."], name
+        assert answer[:2] == ("sampled", "There are two files: build.sh and README.md."), name
+        assert answer[2][1:4] == [ack, "user:List the files.", "assistant:"] and len(answer[2]) == 5, name
+        assert _books(path) == (2, 2, 0, 0), name

@@ -66,6 +66,7 @@ from msgtrain.model.message import (
     OptionResultPayload,
     Part,
     PartsMessage,
+    TextPart,
 )
 
 
@@ -386,6 +387,28 @@ def paired_result(
         policy=RUNTIME_POLICY,
         role_hint_for_llm="tool",
     )
+
+
+# The reply a client writes itself into the history it seeds every chat with, after a context message of its own and
+# before the user's first prompt: Gemini CLI (and Qwen Code, its fork, and their sub-agents) opens each chat with its
+# environment context as a user content and this as the model's. Its saved histories (`/chat save` checkpoints, the
+# client history of a tool checkpoint) hold the pair.
+SEEDED_ACKNOWLEDGEMENTS = frozenset({"Got it. Thanks for the context!"})
+
+
+def seeded_acknowledgement(steps: Sequence[Step]) -> int | None:
+    """The index of the acknowledgement a client seeded the conversation with (:data:`SEEDED_ACKNOWLEDGEMENTS`,
+    right after the first input, a user message, behind any system message), or None: context, never a turn."""
+    i = 0
+    while i < len(steps) and steps[i].message.role == "system":
+        i += 1
+    if i + 1 >= len(steps) or steps[i].message.role != "user" or steps[i + 1].message.role != "assistant":
+        return None
+    reply = steps[i + 1].message
+    if isinstance(reply, OptionCallMessage) or not isinstance(reply, PartsMessage):
+        return None
+    texts = [p.text for p in reply.parts if isinstance(p, TextPart)]
+    return i + 1 if len(texts) == len(reply.parts) and "".join(texts).strip() in SEEDED_ACKNOWLEDGEMENTS else None
 
 
 def logged_reply(message: AnyMessage, raw: Any, wrapper: Any = None) -> tuple[AnyMessage, Generation | None]:

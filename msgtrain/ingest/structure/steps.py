@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
-from msgtrain.ingest.common.conversation_files import Step, logged_reply
+from msgtrain.ingest.common.conversation_files import Step, logged_reply, seeded_acknowledgement
 from msgtrain.ingest.common.media_columns import MEDIA_COLUMNS
 from msgtrain.ingest.common.message_like import SHAPED_ROLES, canonical_role, message_like_count, role_of, unwrapped
 from msgtrain.ingest.common.shapes import MessageNormaliser
@@ -315,7 +315,9 @@ def scripted_opening(steps: list[Step]) -> list[Step]:
     it is the application's own text (a character card's greeting, an agent's boot message, a harness's fixed opener:
     tau2's "Hi! How can I help you today?", Letta's first ``send_message``), never a turn the model sampled. A reply
     logged with what only a model call reports (its usage, its finish reason) was sampled all the same, after the system
-    prompt alone, and stays a turn. The tool results of such an opening are context as any result is."""
+    prompt alone, and stays a turn. The tool results of such an opening are context as any result is. So is the reply
+    a client seeds a chat with after its own context message (Gemini CLI's "Got it. Thanks for the context!",
+    :func:`~msgtrain.ingest.common.conversation_files.seeded_acknowledgement`)."""
     out = list(steps)
     for i, step in enumerate(out):
         role = step.message.role
@@ -325,6 +327,9 @@ def scripted_opening(steps: list[Step]) -> list[Step]:
             break  # an input: replies from here on answer it
         if step.origin is None and not _call_evidence(step):
             out[i] = Step(step.message, Origin.INJECTED, None, step.index)
+    seeded = seeded_acknowledgement(out)  # the client's own reply to the context it seeds a chat with
+    if seeded is not None and out[seeded].origin is None and not _call_evidence(out[seeded]):
+        out[seeded] = Step(out[seeded].message, Origin.INJECTED, None, out[seeded].index)
     return out
 
 

@@ -21,6 +21,7 @@ and is marked context-incomplete (``tools``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -34,6 +35,7 @@ from msgtrain.ingest.common.conversation_files import (
     base_graph_id,
     iter_call_records,
     iter_raw_records,
+    seeded_acknowledgement,
 )
 from msgtrain.ingest.common.streams import assemble
 from msgtrain.ingest.common.tool_schemas import openai_tools
@@ -168,6 +170,9 @@ def _history_events(path: Path, ref: SourceRef, doc: Any) -> list[ReadEvent]:
             continue
         try:
             call = gemini_call({**request, "contents": contents[:k]}, {"candidates": [{"content": content}]})
+            if seeded_acknowledgement([*call.context, *call.samples]) == len(call.context):
+                # Gemini CLI's own reply to the environment context it opens every chat with: context, not a turn
+                call.samples = [dataclasses.replace(s, origin=Origin.INJECTED) for s in call.samples]
             calls = calls or any(isinstance(s.message, OptionCallMessage) for s in call.samples)
             last = log.add(call)[-1]
         except MsgtrainError as e:
