@@ -284,3 +284,61 @@ def test_a_responses_call_whose_previous_response_is_not_logged_counts_its_reply
     _, stats, _ = convert_file(path, SETTINGS)
     assert stats.records_rejected == {"missing_context": 2}
     assert stats.turns_lost == 2
+
+
+def _vllm_calls() -> list[dict[str, Any]]:
+    """Two calls to a vLLM server (return_token_ids, logprobs), the second with n=2: request and response bodies."""
+    system = {"role": "system", "content": "Answer with a number."}
+    first = [system, {"role": "user", "content": "2+2?"}]
+    second = [*first, {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"}]
+
+    def choice(i: int, text: str, ids: list[int]) -> dict[str, Any]:
+        logprobs = {"content": [{"token": f"t{t}", "logprob": -0.25 * (k + 1)} for k, t in enumerate(ids)]}
+        message = {"role": "assistant", "content": text}
+        return {"index": i, "message": message, "finish_reason": "stop", "token_ids": ids, "logprobs": logprobs}
+
+    def response(prompt: list[int], *choices: dict[str, Any]) -> dict[str, Any]:
+        return {"id": "cmpl", "object": "chat.completion", "model": "Qwen/Qwen3-8B", "prompt_token_ids": prompt,
+                "choices": list(choices)}  # fmt: skip
+
+    return [
+        {"request": {"model": "Qwen/Qwen3-8B", "messages": first}, "response": response([1, 2], choice(0, "4", [19]))},
+        {
+            "request": {"model": "Qwen/Qwen3-8B", "messages": second, "n": 2},
+            "response": response([1, 2, 19, 3], choice(0, "6", [21]), choice(1, "six", [22, 23])),
+        },
+    ]
+
+
+def _samples(path: Path) -> list[tuple[Any, ...]]:
+    """Each sampled reply with its parent's text and its engine facts, sorted."""
+    out = []
+    for graph in _graphs(path):
+        for node in graph.nodes.values():
+            if node.origin.value == "sampled":
+                g = graph.generations[node.id]
+                parent = graph.nodes[node.parent].message.text
+                out.append((parent, node.message.text, g.token_ids, g.prompt_token_ids, g.logprobs, g.model))
+    return sorted(out)
+
+
+def test_a_proxys_vllm_log_keeps_the_engine_ids_and_n_choices_as_the_calls_reader_does(tmp_path: Path) -> None:
+    # The same vLLM calls logged by a proxy under its own keys (request_body / response_body) and in the calls
+    # format: the structural reading keeps the engine's ids, the prompt's ids, the logprobs and the model, and reads
+    # n=2 choices as two sibling samples of one context, exactly as the calls reader does. Before: the ids were
+    # dropped (the reply rendered from its text) and the n=2 call was refused (its 2 replies lost).
+    calls = _vllm_calls()
+    oracle = tmp_path / "calls.jsonl"
+    oracle.write_text("".join(json.dumps(c) + "\n" for c in calls), encoding="utf-8")
+    proxy = tmp_path / "proxy.jsonl"
+    rows = [{"request_body": c["request"], "response_body": c["response"], "latency_ms": 90} for c in calls]
+    proxy.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert detect_format(oracle).name == "calls" and detect_format(proxy).name == "structural"
+    assert _samples(proxy) == _samples(oracle)
+    assert [s[:3] for s in _samples(proxy)] == [
+        ("2+2?", "4", (19,)),
+        ("3+3?", "6", (21,)),
+        ("3+3?", "six", (22, 23)),
+    ]
+    assert _samples(proxy)[2][4] == (-0.25, -0.5)
+    assert _books(proxy) == _books(oracle)

@@ -344,15 +344,43 @@ def _add_replies(builder: StepBuilder, value: Any, where: str, metadata: dict[st
                 hint="log one choice per record, or use the calls format ({request, response})",
             )
         key, inner = next((k, i) for k, i in SAMPLE_LISTS if isinstance(value.get(k), list))
-        # Why the engine stopped is logged on the choice, beside its message: it goes with the message.
-        finish = logged_finish(value[key][0])
+        # Why the engine stopped is logged on the choice, beside its message: it goes with the message, as do the
+        # engine's ids (vLLM's choice token_ids, the response's prompt_token_ids) and the choice's logprobs.
+        choice = value[key][0]
+        finish = logged_finish(choice)
+        engine = _choice_engine_ids(choice, value)
         value, where = choices[0], f"{where}.{key}[0].{inner}"
-        if finish is not None and isinstance(value, dict):
-            value = {**value, "finish_reason": finish}
+        if isinstance(value, dict):
+            value = {**engine, **value, **({"finish_reason": finish} if finish is not None else {})}
     items = value if isinstance(value, list) else [value]
     for i, item in enumerate(items):
         builder.add(item, f"{where}[{i}]" if isinstance(value, list) else where, metadata=metadata)
     return None
+
+
+def _choice_engine_ids(choice: Any, response: dict[str, Any]) -> dict[str, Any]:
+    """The engine facts a response logged for its one choice, under the names a logged reply carries them
+    (:func:`~msgtrain.ingest.common.conversation_files.logged_engine_ids`): the choice's ``token_ids``, the
+    response's (or the choice's) ``prompt_token_ids``, and the choice's per-token logprobs when there is one per id
+    (logprobs without ids, or not aligned with them, cannot be placed on tokens: left out, as the calls reader
+    does)."""
+    if not isinstance(choice, dict):
+        return {}
+    # the response's model and usage, as a reply logged with them carries them (a message's own win)
+    out: dict[str, Any] = {k: response[k] for k in ("model", "usage") if isinstance(response.get(k), str | dict)}
+    prompt = response.get("prompt_token_ids", choice.get("prompt_token_ids"))
+    if prompt is not None:
+        out["prompt_token_ids"] = prompt
+    ids = choice.get("token_ids")
+    if ids is None:
+        return out
+    out["completion_token_ids"] = ids
+    content = choice["logprobs"].get("content") if isinstance(choice.get("logprobs"), dict) else None
+    if isinstance(content, list) and isinstance(ids, list) and len(content) == len(ids):
+        logprobs = [e.get("logprob") if isinstance(e, dict) else None for e in content]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in logprobs):
+            out["logprobs"] = logprobs
+    return out
 
 
 def _label(m: Mapping, holder: dict[str, Any], at: str) -> bool | None:

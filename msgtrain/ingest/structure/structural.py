@@ -139,6 +139,7 @@ from msgtrain.ingest.structure.locate import (
 from msgtrain.ingest.structure.mapping import BARE_LIST, NEEDED, Mapping
 from msgtrain.ingest.structure.mapping_paths import mapping_units, unit_prefix
 from msgtrain.ingest.structure.structural_calls import (
+    choice_calls,
     continuation_groups,
     logged_dialogue,
     logged_opening,
@@ -544,6 +545,9 @@ class StructuralReader:
                     hint="say which with a mapping (--map); `msgtrain formats --explain FILE` prints one to edit",
                 )
                 yield ReadReject(sub, err.located(str(sub)), excerpt(raw), turns=item.assistant_messages)
+                continue
+            if len(choice_calls(item)) > 1:  # n > 1 choices of one call: sibling samples (structural_calls)
+                yield RecordTask(sub, partial(read_calls, path, sub, [item], raw, convert_found), records=1, raw=raw)
                 continue
             yield RecordTask(sub, _task(path, sub, item, raw), records=1, raw=raw)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ from msgtrain.ingest.common.call_log import Call, CallLogGraph, Continuations, t
 from msgtrain.ingest.common.conversation_files import Step, base_graph_id
 from msgtrain.ingest.common.message_like import canonical_role, is_message_list, role_of
 from msgtrain.ingest.core.base import ReadEvent, ReadGraph, ReadReject, SourceRef, excerpt
-from msgtrain.ingest.structure.found import choice_messages
+from msgtrain.ingest.structure.found import SAMPLE_LISTS, Found, choice_messages
+from msgtrain.ingest.structure.mapping import dig
 from msgtrain.model.completeness import UNLOGGED_TOOLS, mark_calls_without_tools
 from msgtrain.model.graph import MessageGraph, Origin
 
@@ -78,15 +80,16 @@ def read_call_items(
     base = base_graph_id(path, ref)
     read_calls_: list[tuple[Call, dict[str, Any]]] = []
     for sub, item in found:
+        samples = choice_calls(item)
         try:
-            read = convert(path, sub, item)
+            # n > 1 choices of one call: each its own call of the same context, siblings once joined
+            read = [e for sample in samples for e in convert(path, sub, sample)]
             graphs = [e for e in read if isinstance(e, ReadGraph)]
             events.extend(e for e in read if not isinstance(e, ReadGraph))
             read_calls_.extend((call, event.extras) for event in graphs for call in calls_of(event.graph))
         except MsgtrainError as e:
-            events.append(
-                ReadReject(sub, e.located(str(sub)), excerpt(raw if raw is not None else item.holder), turns=1)
-            )
+            holder = raw if raw is not None else item.holder
+            events.append(ReadReject(sub, e.located(str(sub)), excerpt(holder), turns=len(samples)))
     for call, extra in summaries_kept_as_context(read_calls_):
         # a call joins the conversation whose messages and reply it re-sends, as every call log's calls do
         # (msgtrain.ingest.common.call_log): calls that only open alike stay apart
@@ -233,3 +236,32 @@ def _same_call(request: dict[str, Any], response: dict[str, Any]) -> bool:
     if not shared:
         return not any(k in request for k in _HALF_IDS) or not any(k in response for k in _HALF_IDS)
     return all(request[k] == response[k] for k in shared)
+
+
+def choice_calls(found: Any) -> list[Any]:
+    """A call whose response holds n > 1 choices (OpenAI's ``n``, Gemini's ``candidateCount``) as n calls of the
+    same context, each holding one of them (its ``index`` kept); ``[found]`` for any other find. Joined as a call log
+    is, the n replies are sibling samples of that context, as the per-call readers make them."""
+    completion = found.mapping.columns.get("completion") if isinstance(found, Found) else None
+    value = dig(found.holder, completion) if completion else None
+    if not completion or not isinstance(value, dict) or choice_messages(value) is None:
+        return [found]
+    key = next(k for k, _ in SAMPLE_LISTS if isinstance(value.get(k), list))
+    if len(value[key]) < 2:
+        return [found]
+    return [
+        replace(found, holder=_with_value(found.holder, completion.split("."), {**value, key: [choice]}))
+        for choice in value[key]
+    ]
+
+
+def _with_value(holder: Any, path: list[str], value: Any) -> Any:
+    """``holder`` with the value at ``path`` (keys, or indices of lists) replaced, the containers on the way
+    copied."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(holder, list):
+        i = int(head)
+        return [*holder[:i], _with_value(holder[i], rest, value), *holder[i + 1 :]]
+    return {**holder, head: _with_value(holder[head], rest, value)}
