@@ -711,3 +711,23 @@ def test_a_reference_or_an_unnamed_text_beside_the_messages_is_never_taken_for_t
         assert _contexts(path) == []
         lost.append(convert_file(path, SETTINGS)[1].turns_lost)
     assert lost == [0, 0, 1]  # two replies under reply names: refused and counted, never one picked
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        json.dumps({"conversation": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello!"}]}),
+        json.dumps({"messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello!"}]}),
+        'data: {"msg": "hello"}\n\ndata: [DONE]\n\n',
+    ],
+)
+def test_a_completion_whose_text_is_json_or_sse_of_no_response_body_is_the_text_sampled(
+    tmp_path: Path, completion: str
+) -> None:
+    # Before: an object holding a dialogue was decoded and its last reply trained after a user message the model
+    # never saw (the prompt lost); an SSE-looking text of no provider's stream became a list of events and the row
+    # vanished from the books.
+    row = {"prompt": "Write it as asked.", "completion": completion}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _contexts(path) == [[("user", "Write it as asked."), ("assistant", completion)]]

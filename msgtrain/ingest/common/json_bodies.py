@@ -11,11 +11,12 @@ text is never taken for the reply.
 Invariants:
 - Only a field of an object that is not itself a message is decoded, never a message's content: a tool result or a
   user's text that happens to be JSON stays the text the model was sent.
-- Only the JSON text of an object that holds messages (a request's message list, a response's choices or
-  candidates, an assistant message) is decoded; any other text (a JSON column of settings, ``"{}"`` where a proxy
+- Only the JSON text of a body that holds messages (a request's message list, a response's choices or candidates,
+  an assistant message) is decoded, and in a field that holds a reply (a pair's completion) only a response's: a
+  model asked for a sample chat as JSON sampled that text; any other text (a JSON column of settings, ``"{}"`` where a proxy
   stored no prompt) stays as logged. Only a stream whose events are one provider's (OpenAI chat chunks, Anthropic
   or Responses events, Gemini chunks) is reassembled; a stream that reports an error fails its record
-  (``error_response``: the call produced nothing to train on).
+  (``error_response``: the call produced nothing to train on); events of no provider's stream stay the text.
 - Bounded: objects are walked :data:`MAX_DEPTH` levels down, through objects and lists of records (a HAR
   capture's ``log.entries``; a list whose first item is a message is a conversation, left as it is), and a text is
   parsed only when it opens as an object and names a role or a reply's container, or opens as a stream's event.
@@ -43,7 +44,7 @@ def decoded_bodies(value: Any, depth: int = 0) -> Any:
     out: dict[str, Any] | None = None
     for key, field in value.items():
         if isinstance(field, str):
-            new = _body(field)
+            new = _body(field, reply=key in REPLY_FIELDS)
         elif isinstance(field, list):
             new = _stream(field, f"{key}")
             if new is field and field and isinstance(field[0], dict) and not is_message_like(field[0]):
@@ -56,24 +57,46 @@ def decoded_bodies(value: Any, depth: int = 0) -> Any:
     return out if out is not None else value
 
 
-def _body(text: str) -> Any:
-    """The object a JSON text holding messages stands for, or the body a streamed one's events make, else the
-    text."""
+# The fields a record keeps a sampled reply in (a pair's completion side, a preference's sides): such a field's JSON
+# text is decoded only as a response body, never as an object holding a conversation (what a model asked for a sample
+# chat as JSON wrote).
+REPLY_FIELDS = frozenset(
+    {"completion", "response", "output", "answer", "answers", "prediction", "generation", "sampled", "judgment"}
+    | {"output_response", "actual_message", "chosen", "rejected", "target", "label"}
+)
+# Where a request body keeps its messages (OpenAI chat, Gemini, Responses, Anthropic): what makes an object one
+_REQUEST_LISTS = ("messages", "contents", "input")
+
+
+def _body(text: str, *, reply: bool = False) -> Any:
+    """The object a JSON text holding messages stands for (a request or a response body; only a response body for
+    a reply's field, ``reply``), or the body a provider's stream makes of its events, else the text."""
     if text.startswith(("data:", "event:")) and is_sse(text):
         try:
             events = stream_events(text)
         except ValueError:  # not a stream of JSON events: the text it is
             return text
-        return _stream(events, "SSE text")
+        body = _stream(events, "SSE text")
+        return text if body is events else body  # events of no provider's stream: a text that looks like one
     if not text.lstrip().startswith("{") or not any(m in text for m in _MARKERS):
         return text
     try:
         decoded = json.loads(text)
     except (ValueError, RecursionError):
         return text
-    if not isinstance(decoded, dict) or message_like_count(decoded)[0] == 0:
+    if not isinstance(decoded, dict) or message_like_count(decoded)[0] == 0 or not _a_body(decoded, reply):
         return text
     return decoded
+
+
+def _a_body(obj: dict[str, Any], reply: bool) -> bool:
+    """Whether a decoded object is a call's body: a response's (choices, candidates, a Responses output list, the
+    assistant message itself) or, outside a reply's field, a request's (its message list under a request's key)."""
+    if isinstance(obj.get("choices"), list) or isinstance(obj.get("candidates"), list):
+        return True
+    if isinstance(obj.get("output"), list) or (is_message_like(obj) and obj.get("role") in ("assistant", "model")):
+        return True
+    return not reply and any(isinstance(obj.get(k), list) for k in _REQUEST_LISTS)
 
 
 def _stream(events: list[Any], where: str) -> Any:
