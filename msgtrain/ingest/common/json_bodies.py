@@ -11,11 +11,11 @@ text is never taken for the reply.
 Invariants:
 - Only a field of an object that is not itself a message is decoded, never a message's content: a tool result or a
   user's text that happens to be JSON stays the text the model was sent.
-- Only the JSON text of a body that holds messages (a request's message list, a response's choices or candidates,
-  an assistant message) is decoded, and in a field that holds a reply (a pair's completion) only a response's: a
-  model asked for a sample chat as JSON sampled that text; any other text (a JSON column of settings, ``"{}"`` where a proxy
-  stored no prompt) stays as logged. Only a stream whose events are one provider's (OpenAI chat chunks, Anthropic
-  or Responses events, Gemini chunks) is reassembled; a stream that reports an error fails its record
+- Only the JSON text of a body that holds messages (a request's message list, a response's choices or candidates, an
+  assistant message) is decoded, and in a field that holds a reply (a pair's completion) only a response's: a model
+  asked for a sample chat as JSON sampled that text; any other text (a JSON column of settings, ``"{}"`` where a proxy
+  stored no prompt) stays as logged. Only a stream whose events are one provider's (OpenAI chat chunks, Anthropic or
+  Responses events, Gemini chunks) is reassembled; a stream that reports an error fails its record
   (``error_response``: the call produced nothing to train on); events of no provider's stream stay the text.
 - Bounded: objects are walked :data:`MAX_DEPTH` levels down, through objects and lists of records (a HAR
   capture's ``log.entries``; a list whose first item is a message is a conversation, left as it is), and a text is
