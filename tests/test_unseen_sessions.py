@@ -4,7 +4,10 @@ context, and why the others are not trained."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.core.events import ReadGraph, ReadSkip
@@ -95,6 +98,23 @@ def test_a_claude_code_reply_below_an_attachment_the_model_was_sent_is_not_train
         ),
     ]
     assert _books(path) == (3, 2, 1, 0)
+
+
+@pytest.mark.parametrize("kind", ["todo", "already_read_file", "task_progress"])
+def test_a_claude_code_attachment_its_api_conversion_sends_nothing_for_is_passed_over(
+    tmp_path: Path, kind: str
+) -> None:
+    # Claude Code's normalizeAttachmentForAPI returns no message for these kinds (the todo list, a file already read,
+    # task progress shown to the user). Before: a gap, and the replies below it carried (1 of 3 trained).
+    lines = (FIXTURES / "claude-code-attachments.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    for record in records:
+        if record.get("type") == "attachment":
+            record["attachment"] = {"type": kind, "content": []}
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (graph,), _ = _read(path)
+    assert [origin for origin, _, _ in _replies(graph)] == ["sampled", "sampled", "sampled"]
 
 
 def test_a_codex_fork_that_inherits_its_history_by_reference_trains_only_after_a_compaction_restores_it() -> None:

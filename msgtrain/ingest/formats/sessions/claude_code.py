@@ -107,7 +107,8 @@ _SYNTHETIC_MODEL = "<synthetic>"
 # ``attachment`` records (Claude Code 2): what Claude Code adds to the next request beside the conversation (a file
 # or CLAUDE.md a prompt brought in, a prompt queued while the model worked, hook context, reminders), sent as
 # messages it renders itself and does not log. Such a record is a gap: the replies below it are ``carried``. Only
-# the kinds it shows the user alone (hook notices and errors, permission decisions) are passed over.
+# the kinds its conversion for the API (normalizeAttachmentForAPI) sends nothing for are passed over: hook notices and
+# errors, permission decisions, a file already read, the todo list and task progress it shows the user, ...
 _UNSENT_ATTACHMENTS = {
     "hook_non_blocking_error",
     "hook_error_during_execution",
@@ -115,6 +116,14 @@ _UNSENT_ATTACHMENTS = {
     "hook_system_message",
     "hook_permission_decision",
     "command_permissions",
+    "already_read_file",
+    "edited_image_file",
+    "structured_output",
+    "context_efficiency",
+    "autocheckpointing",
+    "background_task_status",
+    "todo",
+    "task_progress",
 }
 # On a transparent record: from here on the model's requests differ from what the log holds (it was sent what an
 # attachment held, in a form the log lacks; or a microcompaction cleared earlier tool results from its context).
