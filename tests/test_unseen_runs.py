@@ -642,6 +642,27 @@ def test_interleaved_halves_are_joined_by_the_id_they_share(tmp_path: Path) -> N
     assert _books(path) == (3, 0, 0)
 
 
+def test_a_file_of_conversations_that_shows_no_halves_is_not_held_back() -> None:
+    # An ordinary file of message rows (each request-like, none answered by a response record): before, 65 records
+    # were read before the first was passed on (up to 64 parsed records held); now a bounded few.
+    from msgtrain.ingest.core.events import SourceRef
+    from msgtrain.ingest.structure.structural_calls import paired_halves
+
+    consumed = 0
+
+    def rows() -> Any:
+        nonlocal consumed
+        for i in range(200):
+            consumed += 1
+            row = {"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}
+            yield SourceRef("rows.jsonl", f"line {i + 1}"), row, b""
+
+    out = paired_halves(rows())
+    next(out)
+    assert consumed <= 17
+    assert len(list(out)) == 199
+
+
 def test_a_completion_whose_text_is_a_whole_dialogue_is_the_text_the_model_sampled(tmp_path: Path) -> None:
     # Asked to write a sample chat as JSON, the model sampled the JSON text. Before: decoded, and the last assistant
     # message inside it trained after a user message the model never saw.

@@ -188,6 +188,8 @@ _REQUEST_KEYS = ("messages", "input", "prompt")
 _RESPONSE_KEYS = ("response", "output", "completion", "result", "body")
 # How many requests may wait for their responses at once (calls in flight, interleaved in the log).
 _IN_FLIGHT = 64
+# How many may wait before the file has shown a response half (a file of conversations, each a request-like record)
+_BEFORE_HALVES = 16
 
 
 def paired_halves(stream: Iterator[tuple[SourceRef, Any, Any]]) -> Iterator[tuple[SourceRef, Any, Any]]:
@@ -199,17 +201,22 @@ def paired_halves(stream: Iterator[tuple[SourceRef, Any, Any]]) -> Iterator[tupl
     request when its response comes, or when the file ends; a response whose request is not there is the reply
     without its context it always was)."""
     waiting: list[tuple[SourceRef, dict[str, Any], Any]] = []
+    split = False  # a response half was seen: the file writes calls in halves
     for ref, value, raw in stream:
         body = _response_half(value)
         match = next((w for w in waiting if _same_call(w[1], value)), None) if body is not None else None
         if match is not None:
+            split = True
             waiting.remove(match)
             yield match[0], {**match[1], "response": body}, match[2]
         elif _request_half(value):
             waiting.append((ref, value, raw))
-            if len(waiting) > _IN_FLIGHT:  # the oldest request waited long enough: as it is
+            # the oldest request waited long enough (as it is): in a file that has shown halves, for as many calls
+            # as may be in flight; before that, for a few (an ordinary file of conversations is not held back)
+            if len(waiting) > (_IN_FLIGHT if split else _BEFORE_HALVES):
                 yield waiting.pop(0)
         else:
+            split = split or body is not None
             yield ref, value, raw
     yield from waiting
 
