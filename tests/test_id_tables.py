@@ -8,13 +8,12 @@ import random
 import numpy as np
 
 from msgtrain.export.schema import _all_unknown, unknown_logprobs
-from msgtrain.linearize.tokenizer import in_table
+from msgtrain.linearize.tokenizer import in_table, membership_table
 
 
 def test_in_table_is_membership_with_ids_outside_the_table_not_members() -> None:
     rng = random.Random(38)
-    table = np.zeros(1000, dtype=bool)
-    table[[0, 5, 999]] = True
+    table = membership_table([0, 5, 999], 1000)
     edges = [-(2**31), -5, -1, 0, 5, 998, 999, 1000, 2**20, 2**31 - 1]
     for _ in range(2000):
         dtype = rng.choice([np.int32, np.int64, np.uint32])
@@ -22,9 +21,13 @@ def test_in_table_is_membership_with_ids_outside_the_table_not_members() -> None
         ids = np.array([rng.choice([*pool, rng.randrange(0, 1200)]) for _ in range(rng.randrange(0, 12))], dtype=dtype)
         if ids.shape[0] > 1 and rng.random() < 0.3:
             ids = ids[::2]  # a strided view
-        want = [0 <= i < 1000 and bool(table[i]) for i in ids.tolist()]
+        want = [i in (0, 5, 999) for i in ids.tolist()]
         got = in_table(table, ids)
         assert got.dtype == np.bool_ and got.tolist() == want, ids
+    # A long array (looked up otherwise than a short one), with ids inside only and with some outside.
+    ids = np.array([rng.choice([0, 5, 6, 999]) for _ in range(70_000)], dtype=np.int32)
+    for long in (ids, np.concatenate([ids, np.array([-1, 1000, 2**31 - 1], dtype=np.int32)])):
+        assert in_table(table, long).tolist() == [i in (0, 5, 999) for i in long.tolist()]
 
 
 def test_unknown_logprobs_are_a_read_only_view_of_nan_of_the_asked_length() -> None:

@@ -66,6 +66,7 @@ from msgtrain.linearize.tokenizer import (
     SegmentKey,
     TokenizerBundle,
     in_table,
+    membership_table,
     unmark,
 )
 from msgtrain.linearize.turns import Turn, collect_turns, turn_policy
@@ -301,8 +302,7 @@ def _stop_facts(tok: TokenizerBundle) -> tuple[np.ndarray, np.ndarray, int]:
     hit = _STOP_FACTS.get(tok)
     if hit is None:
         stop = np.array(sorted(tok.stop_ids), dtype=np.int64)
-        table = np.zeros(int(stop.max()) + 1 if stop.shape[0] else 0, dtype=bool)
-        table[stop] = True
+        table = membership_table(stop, int(stop.max()) + 1 if stop.shape[0] else 0)
         hit = _STOP_FACTS[tok] = (stop, table, len(tok.base))
     return hit
 
@@ -363,34 +363,38 @@ class _GraphLinearizer:
         lcp = best_len if best is not None else None
         return self.tok.encode_from(best, text, marked, lcp=lcp, segments=self.segments, shared=self.r.segments)
 
-    def _trim_completion(self, raw: np.ndarray, prompt: np.ndarray | None = None) -> np.ndarray:
+    def _trim_completion(self, raw: np.ndarray, prompt: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Up to and including the first stop token after which only template trailer follows: whitespace, or
         (part of) the generation header ``prompt`` ends with, its ids after its last occurrence of that stop token
         (a template that renders the generation prompt even without ``add_generation_prompt``, as Command R7B's
-        does, writes it after the message too; the policy stopped before it)."""
-        if raw.shape[0] == 0:
-            return raw
+        does, writes it after the message too; the policy stopped before it). With which of its ids are stop ids."""
         is_stop = self._is_stop(raw)
-        for p in np.flatnonzero(is_stop):
-            rest = raw[p + 1 :][~is_stop[p + 1 :]]
-            # Usually the trailer is one newline token: known whitespace ids decide without decoding.
+        if raw.shape[0] == 0:
+            return raw, is_stop
+        stop_ids = self.tok.stop_ids
+        for p in np.flatnonzero(is_stop).tolist():
+            after = raw[p + 1 :]
+            # Usually the trailer is one newline token: known whitespace ids decide without decoding (a short
+            # trailer is looked at as Python ints, where numpy's calls would cost more than the work).
+            rest: np.ndarray | list[int] = (
+                [i for i in after.tolist() if i not in stop_ids] if after.shape[0] <= 8 else after[~is_stop[p + 1 :]]
+            )
             if (
-                rest.shape[0] == 0
-                or (rest.shape[0] <= 8 and all(int(i) in self.tok.whitespace_ids for i in rest))
-                or self.tok.decode(rest.tolist()).strip() == ""
+                len(rest) == 0
+                or (len(rest) <= 8 and all(int(i) in self.tok.whitespace_ids for i in rest))
+                or self.tok.decode(rest).strip() == ""
             ):
-                return raw[: p + 1]
+                return raw[: p + 1], is_stop[: p + 1]
             if prompt is not None:
-                after = raw[p + 1 :]
                 last = np.flatnonzero(prompt == raw[p])
                 header = prompt[last[-1] + 1 :] if last.shape[0] else prompt[:0]
                 if after.shape[0] <= header.shape[0] and np.array_equal(after, header[: after.shape[0]]):
-                    return raw[: p + 1]
+                    return raw[: p + 1], is_stop[: p + 1]
         # No stop token (a template whose turns end in plain text): drop trailing whitespace only.
         end = raw.shape[0]
         while end > 0 and self.tok.decode([int(raw[end - 1])]).strip() == "":
             end -= 1
-        return raw[:end]
+        return raw[:end], is_stop[:end]
 
     def _is_stop(self, ids: np.ndarray) -> np.ndarray:
         """``np.isin(ids, self.stop)`` by a table lookup."""
@@ -651,7 +655,7 @@ class _GraphLinearizer:
         """Why a rendered completion is not the message it claims to be, or None: it holds the header that opens
         another turn (the generation prompt's opening control token), or another message's text. Cheap: one
         table lookup over the ids, and a substring test per earlier message no longer than the completion."""
-        body = completion[:-1] if completion.shape[0] and self._is_stop(completion[-1:]).all() else completion
+        body = completion[:-1] if completion.shape[0] and int(completion[-1]) in self.tok.stop_ids else completion
         openers = self.r.turn_openers()
         if openers.shape[0] and body.shape[0] and bool(np.isin(body, openers).any()):
             opener = next(int(i) for i in body if int(i) in set(openers.tolist()))
@@ -713,18 +717,17 @@ class _GraphLinearizer:
             # The template renders the message differently in history: its completion is recovered from the
             # difference and tokenized on its own, after the prompt ids.
             raw = self._encode_after(prompt_text, text[start:end], marked)
-        completion = self._trim_completion(raw, prompt)
+        completion, stops = self._trim_completion(raw, prompt)
         comp_text = text[start:end]
         flag_text = unmark(comp_text)[0]
         # Declared stop ids are stop ids: the table finds the few candidates, the set decides.
-        body = completion[:-1]
-        declared = [int(p) for p in np.flatnonzero(self._is_stop(body)) if int(body[p]) in self.tok.declared_stop_ids]
+        declared = [p for p in np.flatnonzero(stops[:-1]).tolist() if int(completion[p]) in self.tok.declared_stop_ids]
         if declared:
             # The template renders one sampled message as several turns (Nemotron Nano v2 writes the tool calls in
             # an assistant turn of their own after the text's EOS): generation stopped at the first declared stop.
             completion = completion[: declared[0] + 1]
             flag_text = self.tok.decode(completion.tolist())
-        if not self._is_stop(completion).any():
+        elif not stops.any():
             # No end-of-turn token in the rendering: the model stopped on the token the template writes before
             # what follows the message (GLM's next role header), when that token stops generation; else, the
             # template marking no end at all (Command R+'s tool-call turns), on its EOS.
@@ -981,7 +984,7 @@ class _GraphLinearizer:
         """Drop a turn whose rendered completion lost its tool calls or its text (flagged by
         :func:`~msgtrain.linearize.completion.dropped_by_template`), unless ``train_dropped``: its tokens are not
         what the model sampled (a tool-call turn trained as a bare end token teaches it to answer with nothing)."""
-        if self.opts.train_dropped:
+        if self.opts.train_dropped or not tt.flags:
             return
         for reason, what in (
             (DropReason.TEMPLATE_DROPPED_TOOL_CALLS, "its tool calls"),

@@ -66,6 +66,15 @@ MARK_START = "\ue000"
 MARK_END = "\ue001"
 MARK_ESC = "\ue002"
 _MARKER_CHARS = re.compile("[\ue000-\ue002]")
+
+
+def has_markers(text: str) -> bool:
+    """Whether ``text`` holds a marker character (``_MARKER_CHARS``): three substring tests, which pass over a text of
+    narrower characters at once and scan any other with ``memchr``, where the regular expression looked at every
+    character (170 us for a 20 K character rendering)."""
+    return MARK_START in text or MARK_END in text or MARK_ESC in text
+
+
 # One item of marked text: an escaped character, a marked pair (content's added-token text), or a lone marker (a
 # template cut a pair or an escape: the marker is dropped, the text is kept).
 _MARKUP = re.compile("\ue002(.)|\ue000([^\ue000-\ue002]*)\ue001|[\ue000-\ue002]", re.S)
@@ -96,7 +105,7 @@ def restore_escaped_marks(text: str) -> str:
 
 def unmark(text: str) -> tuple[str, bool]:
     """The text a marked rendering stands for, and whether it held a marked pair (content's added-token text)."""
-    if _MARKER_CHARS.search(text) is None:
+    if not has_markers(text):
         return text, False
     pairs = False
 
@@ -296,6 +305,10 @@ def _check_marks(fast: tuple[np.ndarray, np.ndarray], slow: tuple[np.ndarray, np
         raise AssertionError(f"segment checkpoints {fast} differ from the text's {slow}")
 
 
+# At most this many characters start the added tokens for :meth:`TokenizerBundle.has_added_text` to look for them
+# before it runs the pattern.
+_FEW_FIRSTS = 8
+
 # A segment's ids this large, cached while an encoding is made of it and others, are then held as a view of that
 # encoding's copy of them (a long message is held once in its conversation's cache and its rendering's encoding).
 REBIND_BYTES = 1 << 20
@@ -394,11 +407,11 @@ def _grown_around(parts: list[np.ndarray], fresh: list[np.ndarray]) -> np.ndarra
     return part[:total]
 
 
-def _count_in(ids: np.ndarray, values: np.ndarray) -> int:
-    """How many of ``ids`` are among ``values``, a block at a time (``np.isin`` of a whole long array held a mask and
-    its temporaries as long as the array)."""
+def _count_in(ids: np.ndarray, table: np.ndarray) -> int:
+    """How many of ``ids`` are members of ``table`` (:func:`in_table`), a block at a time (a whole long array's
+    lookup held a mask as long as the array)."""
     block = 1 << 16
-    return sum(int(np.count_nonzero(np.isin(ids[i : i + block], values))) for i in range(0, ids.shape[0], block))
+    return sum(int(np.count_nonzero(in_table(table, ids[i : i + block]))) for i in range(0, ids.shape[0], block))
 
 
 SegmentKey = tuple[bool, str | bytes]  # (starts the input, the segment's text or, when long, its digest)
@@ -549,19 +562,33 @@ class EncodedCache:
             self.bytes -= self._sizes.pop(old)
 
 
-_UNSIGNED: dict[np.dtype[Any], np.dtype[Any]] = {
-    np.dtype(np.int32): np.dtype(np.uint32),
-    np.dtype(np.int64): np.dtype(np.uint64),
-}
-_MAX = np.maximum.reduce
+_INT32 = np.dtype(np.int32)
+_UINT32 = np.dtype(np.uint32)
+_UNSIGNED: dict[np.dtype[Any], np.dtype[Any]] = {_INT32: _UINT32, np.dtype(np.int64): np.dtype(np.uint64)}
+# At most this many ids are looked up by one ``take``, which copies its indices to intp first (8 bytes per id: a
+# long encoding's ids twice over); longer arrays are indexed, which converts them a buffer at a time.
+_TAKE_IDS = 1 << 16
+
+
+def membership_table(ids: Iterable[int], size: int) -> np.ndarray:
+    """A boolean table for :func:`in_table`: True at each of ``ids`` (every one below ``size``), False elsewhere,
+    with one False entry past ``size`` that ids beyond the table are clipped to."""
+    table = np.zeros(size + 1, dtype=bool)
+    table[np.fromiter(ids, dtype=np.int64)] = True
+    return table
 
 
 def in_table(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """``table[ids]`` for a boolean membership table indexed by token id (``np.isin`` by lookup: a handful of ids
-    tested against every completion, every turn); ids outside the table are not members."""
+    """``table[ids]`` for a table made by :func:`membership_table` (``np.isin`` by lookup: a handful of ids tested
+    against every completion, every turn); ids outside the table are not members.
+
+    Up to :data:`_TAKE_IDS` int32 ids (every encoding's) in one call: seen unsigned, a negative id is larger than any
+    table, and ``take`` clips an id past the table to its last entry, which is False. Otherwise every id inside the
+    table is told by one reduction, and the rest are bounded first."""
+    if ids.dtype is _INT32 and ids.shape[0] <= _TAKE_IDS:
+        return table.take(ids.view(_UINT32), mode="clip")
     unsigned = _UNSIGNED.get(ids.dtype)
-    # The usual case, every id inside, in one reduction: seen unsigned, a negative id is larger than any table.
-    if ids.shape[0] == 0 or (unsigned is not None and int(_MAX(ids.view(unsigned))) < table.shape[0]):
+    if ids.shape[0] == 0 or (unsigned is not None and int(ids.view(unsigned).max()) < table.shape[0]):
         return table[ids]
     inside = (ids >= 0) & (ids < table.shape[0])
     out = np.zeros(ids.shape[0], dtype=bool)
@@ -591,11 +618,14 @@ class TokenizerBundle:
         self.added_strings = sorted(added, key=len, reverse=True)
         self.added_ids = np.array(sorted(added.values()), dtype=np.int64)
         # ids -> "is an added token" by one gather (np.isin sorts on every call)
-        self._is_added = np.zeros(max(len(hf), int(self.added_ids.max(initial=0)) + 1), dtype=bool)
-        self._is_added[self.added_ids] = True
+        self._is_added = membership_table(self.added_ids, max(len(hf), int(self.added_ids.max(initial=0)) + 1))
         self._added_set = frozenset(int(i) for i in self.added_ids)
         self.special_ids = {int(i) for i in hf.all_special_ids}
         self._added_re = re.compile("|".join(map(re.escape, self.added_strings)) or "(?!)")
+        # The characters added tokens start with, when they are a few (every Qwen, Llama 3 or ChatML token starts
+        # with "<"): a text holding none of them holds no added token, told by substring tests, not the pattern.
+        firsts = sorted({t[0] for t in self.added_strings if t})
+        self._added_firsts: tuple[str, ...] | None = tuple(firsts) if len(firsts) <= _FEW_FIRSTS else None
         self.stop_ids = self._stop_ids()
         self.whitespace_ids = self._whitespace_ids()
         self.boundary_reuse = self._check_boundary_split()
@@ -897,7 +927,15 @@ class TokenizerBundle:
             self.backend.encode_special_tokens = False
 
     def has_added_text(self, text: str) -> bool:
+        if self._added_firsts is not None and not any(c in text for c in self._added_firsts):
+            return False
         return self._added_re.search(text) is not None
+
+    def _added_matches(self, text: str) -> list[re.Match[str]]:
+        """Every added token's text in ``text``, as :attr:`added_pattern` finds them."""
+        if self._added_firsts is not None and not any(c in text for c in self._added_firsts):
+            return []
+        return list(self._added_re.finditer(text))
 
     def encode(self, text: str) -> np.ndarray:
         self.encode_calls += 1
@@ -959,7 +997,7 @@ class TokenizerBundle:
         """The template's own control tokens in a marked rendering: added-token text outside marked pairs, up to the
         first lone start marker (a template that cut a pair leaves one; a later text may close it, so nothing
         after it is a safe boundary)."""
-        if _MARKER_CHARS.search(text) is None:
+        if not has_markers(text):
             return list(self._added_re.finditer(text))
         owned: list[tuple[int, int]] = []  # marked pairs, in order
         limit = len(text)
@@ -987,7 +1025,7 @@ class TokenizerBundle:
             # Added-token text that did not become an added id (or vice versa): no safe checkpoints here.
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         # Without marker characters both lists are every added-token match: the text is searched once.
-        owned = every if _MARKER_CHARS.search(text) is None else self._control_matches(text)
+        owned = every if not has_markers(text) else self._control_matches(text)
         ends = np.fromiter((m.end() for m in owned), dtype=np.int64, count=len(owned))
         return ends + char_offset, pos[: ends.shape[0]] + tok_offset
 
@@ -997,6 +1035,7 @@ class TokenizerBundle:
         cache: dict[SegmentKey, np.ndarray],
         at_start: bool,
         shared: SegmentCache | None = None,
+        offsets: tuple[int, int] = (0, 0),
     ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
         """``encode(text)``, a segment at a time through ``cache``, new segments in one batched call; with the text's
         (char_end, token_end) checkpoints after each added token when the segments give them (else None: then
@@ -1016,10 +1055,11 @@ class TokenizerBundle:
         break: a message's text then costs one encoding however the template introduces it. The cache lives as
         long as its owner wants (the linearizer keeps one per conversation, whose renderings repeat segments: a
         template that re-renders history, a prompt and the same prompt with the turn); ``shared`` (the run-wide
-        :attr:`segment_cache`) is looked up for what ``cache`` lacks and learns every segment encoded here."""
+        :attr:`segment_cache`) is looked up for what ``cache`` lacks and learns every segment encoded here. ``offsets``:
+        (characters, tokens) added to the checkpoints (``text`` continues an encoding that long)."""
         if not self.boundary_reuse:
             return self.encode(text), None
-        found = list(self._added_re.finditer(text))
+        found = self._added_matches(text)
         matched = len(found)  # the first ``matched`` segments end with an added token
         cuts = [m.end() for m in found]
         plain_ends = [m.start() for m in found]  # where each segment's text before its added token ends
@@ -1028,9 +1068,11 @@ class TokenizerBundle:
             plain_ends.append(len(text))
         line = LINE_START if self._cuts_lines() else None
         keys: list[SegmentKey] = []
+        parts: list[np.ndarray | None] = []  # per key, its ids (None until a new part is encoded)
         last_parts: list[int] = []  # per segment, the index in ``keys`` of its last part
         # new part -> (whether it ends with an added token's text, where it starts and ends in ``text``)
         missing: dict[SegmentKey, tuple[bool, int, int]] = {}
+        known = shared.get if shared is not None else None
         start = 0
         for i, end in enumerate(cuts):
             ends_added = i < matched
@@ -1048,63 +1090,30 @@ class TokenizerBundle:
                 )
             )
             for part_first, lo, hi, key_ends_added in spans:
-                key = segment_key(part_first, text, lo, hi)
+                key = (part_first, text[lo:hi]) if hi - lo < _DIGEST_CHARS else segment_key(part_first, text, lo, hi)
                 keys.append(key)
-                if key not in cache:
-                    ids = shared.get(key) if shared is not None else None
-                    if ids is None:
-                        missing[key] = (key_ends_added, lo, hi)
-                    else:
+                ids = cache.get(key)
+                if ids is None and known is not None:
+                    ids = known(key)
+                    if ids is not None:
                         cache[key] = ids
+                if ids is None:
+                    missing[key] = (key_ends_added, lo, hi)
+                parts.append(ids)
             last_parts.append(len(keys) - 1)
             start = end
+        fresh: list[np.ndarray] = []  # the long parts just encoded (the encoder's own arrays)
         if missing:
-            new = list(missing)
-            self.encode_calls += 1
-            self.encoded_chars += sum(hi - lo for _, lo, hi in missing.values())
-            self._unsplit()
-            # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on. A short segment's
-            # ids come as Python ints, checked as they are (a batch is a few short segments, where numpy's per-call
-            # cost dominates); a long text encoded in pieces comes as one int32 array, checked and kept as it is (its
-            # ids as a Python list would cost 8 to 36 bytes each, beside the array).
-            id_lists = self._id_lists([text[lo:hi] for _, lo, hi in missing.values()])
-            lengths = list(map(len, id_lists))
-            total = sum(lengths)
-            self.encoded_tokens += total
-            if 0 in lengths:
-                return self.encode(text), None  # an empty segment encoding: no shortcut here
-            # Each new segment must hold exactly the added token its text ends with (none for the rest), as its last
-            # id. Checked for the whole batch at once: the last id of every segment that ends with an added token's
-            # text is added, and the batch holds no other added id.
-            is_added = self._added_set.__contains__
-            expected = 0
-            for ids_of, (ends_added, _, _) in zip(id_lists, missing.values(), strict=True):
-                if ends_added:
-                    if not is_added(int(ids_of[-1])):
-                        return self.encode(text), None  # a segment that does not split as expected: no shortcut
-                    expected += 1
-            short = [ids_of for ids_of in id_lists if not isinstance(ids_of, np.ndarray)]
-            every = list(itertools.chain.from_iterable(short))
-            added_seen = sum(map(is_added, every))
-            if len(short) < len(id_lists):
-                added = np.fromiter(self._added_set, dtype=np.int64, count=len(self._added_set))
-                added_seen += sum(_count_in(a, added) for a in id_lists if isinstance(a, np.ndarray))
-            if added_seen != expected:
+            encoded = self._encode_missing(text, missing, cache)
+            if encoded is None:
                 return self.encode(text), None
-            flat = np.array(every, dtype=np.int32)
-            at = 0
-            for key, ids_of in zip(new, id_lists, strict=True):
-                if isinstance(ids_of, np.ndarray):
-                    cache[key] = ids_of  # the encoder's own array, not copied beside it
-                else:
-                    cache[key] = flat[at : at + len(ids_of)]
-                    at += len(ids_of)
-            fresh = [ids_of for ids_of in id_lists if isinstance(ids_of, np.ndarray)]
-            del id_lists, short, every
-        if not keys:
+            fresh = encoded
+            parts = [cache[k] if ids is None else ids for k, ids in zip(keys, parts, strict=True)]
+        arrays = [ids for ids in parts if ids is not None]  # every one, by now
+        del parts
+        if not arrays:
             return np.zeros(0, dtype=np.int32), None
-        arrays = [cache[k] for k in keys]
-        lengths = [a.shape[0] for a in arrays]
+        lengths = [a.shape[0] for a in arrays]  # before a long part grows in place into the whole encoding
         rebound: dict[SegmentKey, int] = {}  # long segments held as views of ``ids``: the bytes they keep alive
         if len(arrays) == 1:  # one segment (a long text): its cached ids, read-only, not a copy of them
             ids = arrays[0].view()
@@ -1113,18 +1122,19 @@ class TokenizerBundle:
             total = sum(lengths)
             if total * 4 >= REBIND_BYTES and all(a.dtype == np.int32 for a in arrays):
                 # room for an encoding extending it; a long segment just encoded becomes that buffer itself
-                grown = _grown_around(arrays, fresh) if missing else None
+                grown = _grown_around(arrays, fresh) if fresh else None
                 ids = grown if grown is not None else np.concatenate(arrays, out=_with_room(total)[:total])
             else:
                 ids = np.concatenate(arrays)
-            at = 0
-            for key, part, n in zip(keys, arrays, lengths, strict=True):
-                if n * part.itemsize >= REBIND_BYTES and cache.get(key) is part:
-                    view = ids[at : at + n]
-                    view.flags.writeable = False
-                    cache[key] = view  # the copy just made, not a second array of the same ids
-                    rebound[key] = ids.base.nbytes if isinstance(ids.base, np.ndarray) else ids.nbytes
-                at += n
+            if ids.nbytes >= REBIND_BYTES:  # else no part is as large
+                at = 0
+                for key, part, n in zip(keys, arrays, lengths, strict=True):
+                    if n * part.itemsize >= REBIND_BYTES and cache.get(key) is part:
+                        view = ids[at : at + n]
+                        view.flags.writeable = False
+                        cache[key] = view  # the copy just made, not a second array of the same ids
+                        rebound[key] = ids.base.nbytes if isinstance(ids.base, np.ndarray) else ids.nbytes
+                    at += n
             ids.flags.writeable = False
         if shared is not None:
             # After the rebinding: the run-wide cache keeps a long segment as the view its conversation keeps,
@@ -1132,12 +1142,66 @@ class TokenizerBundle:
             # message's ids for the rest of the run; one over the cache's entry bound is not kept).
             for key, (_, lo, hi) in missing.items():
                 shared.put(key, cache[key], hi - lo, rebound.get(key))
-        if _MARKER_CHARS.search(text) is not None:
+        if has_markers(text):
             return ids, None  # marker characters: only :meth:`_marks` tells the template's tokens from content's
-        token_ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+        # A handful of checkpoints: summed in Python, not by numpy calls whose overhead is most of their cost.
+        token_ends = list(itertools.accumulate(lengths))
         if len(last_parts) != len(keys):
-            token_ends = token_ends[last_parts]
-        return ids, (np.asarray(cuts[:matched], dtype=np.int64), token_ends[:matched])
+            token_ends = [token_ends[i] for i in last_parts]
+        chars, tokens = offsets
+        return ids, (
+            np.array([c + chars for c in cuts[:matched]], dtype=np.int64),
+            np.array([t + tokens for t in token_ends[:matched]], dtype=np.int64),
+        )
+
+    def _encode_missing(
+        self,
+        text: str,
+        missing: dict[SegmentKey, tuple[bool, int, int]],
+        cache: dict[SegmentKey, np.ndarray],
+    ) -> list[np.ndarray] | None:
+        """Encode the parts of ``text`` :meth:`encode_segments` found in no cache (key -> whether it ends with an
+        added token's text, its start and end) in one batched call, into ``cache``, and give the long ones' arrays
+        (the encoder's own, kept as they are); None (nothing kept) when they do not split as expected: then the text
+        is encoded whole."""
+        spans = list(missing.values())
+        self.encode_calls += 1
+        self.encoded_chars += sum(hi - lo for _, lo, hi in spans)
+        self._unsplit()
+        # The fast batch encoder (tokenizers >= 0.21) skips offsets, which ids do not depend on. A short segment's ids
+        # come as Python ints, gathered into one int32 array whose views are the segments' ids; a long text encoded in
+        # pieces comes as one int32 array, kept as it is (its ids as a Python list would cost 8 to 36 bytes each,
+        # beside the array).
+        id_lists = self._id_lists([text[lo:hi] for _, lo, hi in spans])
+        lengths = list(map(len, id_lists))
+        self.encoded_tokens += sum(lengths)
+        if 0 in lengths:
+            return None  # an empty segment encoding: no shortcut here
+        # Each new segment must hold exactly the added token its text ends with (none for the rest), as its last id.
+        # Checked for the whole batch at once: the last id of every segment that ends with an added token's text is
+        # added, and the batch holds no other added id.
+        is_added = self._added_set.__contains__
+        expected = 0
+        for ids_of, (ends_added, _, _) in zip(id_lists, spans, strict=True):
+            if ends_added:
+                if not is_added(int(ids_of[-1])):
+                    return None  # a segment that does not split as expected: no shortcut
+                expected += 1
+        short = [ids_of for ids_of in id_lists if not isinstance(ids_of, np.ndarray)]
+        flat = np.fromiter(itertools.chain.from_iterable(short), dtype=np.int32, count=sum(map(len, short)))
+        added_seen = int(np.count_nonzero(self.is_added(flat)))
+        if len(short) < len(id_lists):
+            added_seen += sum(_count_in(a, self._is_added) for a in id_lists if isinstance(a, np.ndarray))
+        if added_seen != expected:
+            return None
+        at = 0
+        for key, ids_of in zip(missing, id_lists, strict=True):
+            if isinstance(ids_of, np.ndarray):
+                cache[key] = ids_of  # the encoder's own array, not copied beside it
+            else:
+                cache[key] = flat[at : at + len(ids_of)]
+                at += len(ids_of)
+        return [ids_of for ids_of in id_lists if isinstance(ids_of, np.ndarray)]
 
     def encode_full(
         self,
@@ -1178,7 +1242,7 @@ class TokenizerBundle:
             return self.encode_full(text, marked, segments, shared)
         if lcp is None:
             lcp = common_prefix_len(base.text, text)
-        k = int(np.searchsorted(base.char_marks, lcp, side="right"))
+        k = bisect.bisect_right(base.char_marks, lcp)  # np.searchsorted's dispatch cost more than the search
         if k == 0:
             return self.encode_full(text, marked, segments, shared)
         c, t = int(base.char_marks[k - 1]), int(base.tok_marks[k - 1])
@@ -1189,13 +1253,13 @@ class TokenizerBundle:
         elif segments is None:
             rest_ids = self.encode(rest)
         else:
-            rest_ids, marks = self.encode_segments(rest, segments, False, shared)
+            rest_ids, marks = self.encode_segments(rest, segments, False, shared, (c, t))
         if marks is None or VERIFY_MARKS:
             cm, tm = self._marks(rest, rest_ids, c, t)
             if marks is not None:
-                _check_marks((marks[0] + c, marks[1] + t), (cm, tm))
+                _check_marks(marks, (cm, tm))
         else:
-            cm, tm = marks[0] + c, marks[1] + t
+            cm, tm = marks
         ids = _extended(base.ids, t, rest_ids)
         if ids is None:
             ids = np.concatenate([base.ids[:t], rest_ids])
@@ -1265,7 +1329,7 @@ class TokenizerBundle:
         control token that precedes ``text`` (``text`` continues an encoding cut after it), None when ``text``
         begins the input.
         """
-        if _MARKER_CHARS.search(text) is None:
+        if not has_markers(text):
             return self.encode(text)
         out: list[np.ndarray] = []
         buf: list[str] = []  # stretches encoded as usual, joined (each after a control token or at the start)
@@ -1295,7 +1359,7 @@ class TokenizerBundle:
 
     def _control_matches_all(self, text: str) -> list[re.Match[str]]:
         """Every template control token of a marked rendering (lone markers only break the text, not this)."""
-        if _MARKER_CHARS.search(text) is None:
+        if not has_markers(text):
             return list(self._added_re.finditer(text))
         owned = [(m.start(), m.end()) for m in _MARKUP.finditer(text) if m.group(2) is not None]
         starts = [a for a, _ in owned]
@@ -1311,7 +1375,7 @@ class TokenizerBundle:
         characters escaped and, with ``wrap``, added-token text wrapped in MARK_START/MARK_END so
         :meth:`encode_marked` keeps it plain text."""
         if isinstance(value, str):
-            if _MARKER_CHARS.search(value) is not None:
+            if has_markers(value):
                 value = _MARKER_CHARS.sub(lambda m: MARK_ESC + m.group(0), value)
             if wrap:
                 value = self._added_re.sub(lambda m: f"{MARK_START}{m.group(0)}{MARK_END}", value)
