@@ -178,3 +178,28 @@ def test_the_acknowledgement_gemini_cli_seeds_a_saved_chat_with_is_context_not_a
         assert answer[:2] == ("sampled", "There are two files: build.sh and README.md."), name
         assert answer[2][1:4] == [ack, "user:List the files.", "assistant:"] and len(answer[2]) == 5, name
         assert _books(path) == (2, 2, 0, 0), name
+
+
+def test_a_copilot_reply_after_a_compaction_is_not_trained_with_the_history_the_compaction_replaced() -> None:
+    path = FIXTURES / "copilot-cli-compaction.jsonl"
+    (graph,), records = _read(path)
+    assert records == len(path.read_text(encoding="utf-8").splitlines())
+    system = "system:You are the GitHub Copilot CLI, a terminal assistant."
+    asked = [system, "user:<current_datetime>2026-11-24T10:00:03Z</current_datetime>\n\nSummarise README.md"]
+    assert _replies(graph) == [
+        ("sampled", "", asked),
+        ("sampled", "README.md describes a small REST API.", [*asked, "assistant:", "tool:# API\nA small REST API."]),
+        # the compaction's summary replaced the first turn in what Copilot sent; the log holds the turn, not the summary
+        (
+            "carried",
+            "I would need to read the code to tell.",
+            [
+                *asked,
+                "assistant:",
+                "tool:# API\nA small REST API.",
+                "assistant:README.md describes a small REST API.",
+                "user:<current_datetime>2026-11-24T10:00:14Z</current_datetime>\n\nWhich framework?",
+            ],
+        ),
+    ]
+    assert _books(path) == (3, 2, 1, 0)

@@ -22,6 +22,9 @@ other ``session.*`` events and streaming/ephemeral events (``assistant.reasoning
 ``non_message_record:<type>``.
 
 What the log cannot tell, and the safe readings chosen:
+- ``session.compaction_complete`` (unless it failed), ``session.truncation`` and ``session.snapshot_rewind``: the
+  history Copilot sends from there on is not the one its events logged (a summary for the turns a compaction
+  removed, a history cut to the window, a rewind): the branch is tainted and later responses are ``carried``.
 - The tool definitions sent with each request are not in the file (only their token count): the graph has none,
   as for the other agent logs.
 - Whether ``result.content`` is exactly what reached the model (Copilot may truncate long outputs): it is the
@@ -105,6 +108,11 @@ class CopilotCliReader:
         yield from build.finish()
 
 
+# Events after which the history Copilot sends is not the one its events logged: a compaction (its summary replaces
+# the turns it removed), a truncation to the context window, a rewind to an earlier snapshot.
+_HISTORY_CHANGES = {"session.compaction_complete", "session.truncation", "session.snapshot_rewind"}
+
+
 class _Build:
     def __init__(self, path: Path):
         self.path = path
@@ -139,7 +147,12 @@ class _Build:
             for key in ("modelMetrics", "currentModel", "totalPremiumRequests", "codeChanges"):
                 if data.get(key) is not None:
                     self.meta[key] = data[key]
-        if etype == "system.message":
+        if etype in _HISTORY_CHANGES and data.get("success") is not False:
+            # Copilot rewrote the history it sends (a summary for the turns it dropped, a truncated or rewound
+            # history) in a form the log does not hold: what follows was sampled in a context the graph lacks.
+            self.chain.taint = self.chain.taint or f"{etype} at {ref}"
+            self.skips.add(f"non_message_record:{etype}", ref)
+        elif etype == "system.message":
             self._system(data, ref)
         elif etype == "user.message":
             self._user(data)
