@@ -5,6 +5,7 @@ is the tokenizer's own encoding of the whole text (``backend.encode``) and the c
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -185,3 +186,21 @@ def test_a_long_message_just_encoded_becomes_its_prompts_buffer_and_its_ids_are_
     joint = demo.encode_from(prompt, text + "ok<|im_end|>\n", segments=cache)
     assert joint.ids.tolist() == _whole(demo, text + "ok<|im_end|>\n") and np.shares_memory(joint.ids, ids)
     assert ids.tolist() == _whole(demo, text)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm")
+def test_a_long_array_grows_in_place_keeping_its_ids_and_leaving_its_room_unresident() -> None:
+    from msgtrain.linearize.pieces import grow_unwritten
+    from msgtrain.run.allocators import MMAP_THRESHOLD
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    a = np.arange(4 << 20, dtype=np.int32)  # 16 MiB: its own mapping (over glibc's default threshold and ours)
+    assert a.nbytes > 8 * MMAP_THRESHOLD
+    before = rss()
+    grow_unwritten(a, 8 << 20)
+    assert a.shape == (8 << 20,) and a.flags.writeable and a.flags.owndata
+    assert np.array_equal(a[: 4 << 20], np.arange(4 << 20, dtype=np.int32))
+    assert rss() - before < 4 << 20  # the 16 MiB of room not written (numpy zeroes it in a writeable array)

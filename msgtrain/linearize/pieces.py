@@ -142,6 +142,20 @@ def piece_bounds(text: str, piece_chars: int, added: re.Pattern[str]) -> list[in
     return [*cuts, len(text)]
 
 
+def grow_unwritten(array: np.ndarray, n: int) -> None:
+    """Grow ``array`` (owned, nothing views it) to ``n`` items in place (``ndarray.resize``, a ``realloc``: a long
+    array is its own mapping, moved without a copy), leaving the new room unwritten: numpy zeroes it only in a
+    writeable array, and pages nothing writes are never resident (zeroed, the room of a long array was resident until
+    it was used or cut off). A numpy that refuses to resize a read-only array grows it writeable, zeroed."""
+    array.flags.writeable = False
+    try:
+        array.resize(n, refcheck=False)
+    except ValueError:
+        array.flags.writeable = True
+        array.resize(n, refcheck=False)
+    array.flags.writeable = True
+
+
 def encode_in_pieces(
     batch: Callable[[list[str]], Sequence[Sequence[int]]], text: str, piece_chars: int, added: re.Pattern[str]
 ) -> np.ndarray:
@@ -163,11 +177,8 @@ def encode_in_pieces(
         for ids in batch(texts):
             m = len(ids)
             if n + m > out.shape[0]:
-                # the ids per character so far, over the whole text, and an eighth more; read-only while it grows,
-                # so that numpy leaves the new room unwritten (zeroed, it was resident until cut off at the end)
-                out.flags.writeable = False
-                out.resize(max(n + m, (n + m) * len(text) // max(start, 1) * 9 // 8 + 1024), refcheck=False)
-                out.flags.writeable = True
+                # the ids per character so far, over the whole text, and an eighth more
+                grow_unwritten(out, max(n + m, (n + m) * len(text) // max(start, 1) * 9 // 8 + 1024))
             out[n : n + m] = ids
             n += m
     out.resize(n, refcheck=False)

@@ -44,6 +44,7 @@ from msgtrain.linearize.pieces import (
     PIECE_CHARS,
     encode_in_pieces,
     fast_batch,
+    grow_unwritten,
     lines_agree,
     pieces_agree,
     pipeline_spec,
@@ -371,8 +372,8 @@ def _grown_around(parts: list[np.ndarray], fresh: list[np.ndarray]) -> np.ndarra
     parts before it and the others written around them, so the long message's ids are never held twice (its
     array and the buffer they were copied into, 8 bytes per token at the linearizing peak). Else None.
 
-    The growth is a ``realloc`` (a long array is its own mapping: moved without a copy) of a read-only array, so
-    numpy leaves the new room unwritten (pages nothing writes are never resident), as :func:`_with_room`'s."""
+    The growth (:func:`~msgtrain.linearize.pieces.grow_unwritten`) moves no ids and leaves the room unwritten (pages
+    nothing writes are never resident), as :func:`_with_room`'s."""
     longs = [i for i, a in enumerate(parts) if a.nbytes >= REBIND_BYTES]
     if len(longs) != 1:
         return None
@@ -385,9 +386,7 @@ def _grown_around(parts: list[np.ndarray], fresh: list[np.ndarray]) -> np.ndarra
     n = part.shape[0]
     before = sum(a.shape[0] for a in parts[:i])
     total = before + n + sum(a.shape[0] for a in parts[i + 1 :])
-    part.flags.writeable = False
-    part.resize(total + total // 4 + (1 << 16), refcheck=False)
-    part.flags.writeable = True
+    grow_unwritten(part, total + total // 4 + (1 << 16))
     if before:
         block = 1 << 16
         for end in range(n, 0, -block):  # from the end: a block moved never overwrites one still to move
