@@ -342,3 +342,35 @@ def test_a_proxys_vllm_log_keeps_the_engine_ids_and_n_choices_as_the_calls_reade
     ]
     assert _samples(proxy)[2][4] == (-0.25, -0.5)
     assert _books(proxy) == _books(oracle)
+
+
+HELICONE_GEMINI = FIXTURES / "helicone-gemini.jsonl"
+
+
+def test_a_gateways_gemini_calls_are_read_with_their_system_instruction_and_function_declarations() -> None:
+    # Helicone's export of Gemini generateContent calls (request_body: contents, systemInstruction as a Content of
+    # text parts, tools as functionDeclarations; response_body: a GenerateContentResponse), the system instruction
+    # writing the date of its rates, a day later for the third call. Before: every call refused (3 lost: the
+    # contents were not paired with the response); after: 3 trained after their own system instruction and tools.
+    (graph,) = _graphs(HELICONE_GEMINI)
+    contexts = sorted(_trained(HELICONE_GEMINI), key=len)
+    assert [c[0][1][-11:-1] for c in contexts] == ["2025-03-01", "2025-03-01", "2025-03-02"]
+    assert contexts[2][1:] == [
+        ("user", "How much is 100 USD in EUR?"),
+        ("assistant", [("convert_currency", {"amount": 100, "to": "EUR"})]),
+        ("tool", ("convert_currency", '{"result": 92.4}')),
+        ("assistant", "100 USD is about 92.40 EUR."),
+        ("user", "And tomorrow?"),
+        ("assistant", "I only have today's rate; check again tomorrow."),
+    ]
+    assert [t["function"]["name"] for t in graph.env.tools] == ["convert_currency"]
+    assert _books(HELICONE_GEMINI) == (3, 0, 0)
+
+
+def test_a_gateways_responses_calls_pair_their_input_items_with_the_output(tmp_path: Path) -> None:
+    # Responses calls through a gateway, each sending its whole input (store: false): the output items are the reply
+    call = {"model": "gpt-4.1", "instructions": "Be brief.", "input": [{"role": "user", "content": "hi"}]}
+    output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello!"}]}]
+    path = tmp_path / "gateway.jsonl"
+    path.write_text(json.dumps({"request_body": call, "response_body": {"id": "r", "output": output}}) + "\n")
+    assert _trained(path) == [[("system", "Be brief."), ("user", "hi"), ("assistant", "Hello!")]]

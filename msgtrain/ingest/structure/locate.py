@@ -107,17 +107,22 @@ _REQUEST_RESULT_PAIRS = (
     # A LangSmith LLM run: its one prompt's messages and the generations they got (batches of one; a batch of more
     # leaves the other prompts beside the pair, which rejects the run as holding replies it does not read).
     ("inputs.messages.0", "outputs.generations.0"),
-    # Gateways' and tracers' request/response logs: Helicone's request_body / response_body, W&B Weave calls'
-    # inputs / output, bodies under request.body / response.body.
-    ("request_body.messages", "response_body"),
-    ("inputs.messages", "output"),
-    ("input.messages", "output"),  # Langfuse observations as LiteLLM's callback sends them (batch[].body)
-    ("request.body.messages", "response.body"),
-    # a request beside the response it got, as the readers of per-call logs read them, where a log keeps the bodies
-    # as JSON text (Cloudflare AI Gateway's and Portkey's logs: read as the bodies, msgtrain.ingest.common.json_bodies)
+    # Gateways' and tracers' request/response logs: Helicone's request_body / response_body, bodies under
+    # request.body / response.body (Portkey), a request beside its response (Cloudflare AI Gateway; bodies kept as JSON
+    # text are read as the bodies, msgtrain.ingest.common.json_bodies), whichever API the body is (chat messages,
+    # Gemini contents, Responses input items beside the response's output)
+    *(
+        pair
+        for request, response in (("request_body", "response_body"), ("request.body", "response.body"))
+        for pair in ((f"{request}.messages", response), (f"{request}.contents", response))
+    ),
+    ("request_body.input", "response_body.output"),
+    ("request.body.input", "response.body.output"),
     ("request.messages", "response"),
     ("request.contents", "response"),
-    ("request.body.contents", "response.body"),
+    # W&B Weave calls' inputs / output; Langfuse observations as LiteLLM's callback sends them (batch[].body)
+    ("inputs.messages", "output"),
+    ("input.messages", "output"),
     # promptfoo eval results (results.results[]): the prompt sent (text, or a chat as JSON text) and the output
     ("prompt.raw", "response.output"),
     # Gemini requests beside their GenerateContentResponse (google-genai's contents + config): Google ADK's session
@@ -142,6 +147,8 @@ _REQUEST_SYSTEM_KEYS = (
     "config.systemInstruction.parts",
     "system_instruction",
     "systemInstruction",
+    "system_instruction.parts",  # a Gemini REST request's Content of text parts
+    "systemInstruction.parts",
     "instructions",  # an OpenAI Responses request's
     "system",  # an Anthropic Messages request's (text, or text blocks with their cache_control)
 )
