@@ -752,3 +752,17 @@ def test_a_completion_whose_text_is_json_or_sse_of_no_response_body_is_the_text_
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     assert _contexts(path) == [[("user", "Write it as asked."), ("assistant", completion)]]
+
+
+INTERLEAVED_SESSIONS = FIXTURES / "interleaved-session-lines.jsonl"
+
+
+def test_message_lines_of_interleaved_sessions_are_one_conversation_per_session() -> None:
+    # one message a line, each naming its session_id, two sessions interleaved as a server logs them. Before: one
+    # conversation of all lines, session A's reply trained after session B's system prompt and prompt too, B's after
+    # A's reply; after: each reply after its own session's messages only.
+    assert _contexts(INTERLEAVED_SESSIONS) == [
+        [("system", "Sys A"), ("user", "Hi A"), ("assistant", "Hello A")],
+        [("system", "Sys B"), ("user", "Hi B"), ("assistant", "Hello B")],
+    ]
+    assert _books(INTERLEAVED_SESSIONS) == (2, 0, 0)

@@ -147,7 +147,7 @@ from msgtrain.ingest.structure.structural_calls import (
     read_call_items,
     read_calls,
 )
-from msgtrain.ingest.structure.trees import lone_message, message_lines, message_run
+from msgtrain.ingest.structure.trees import lone_message, message_lines, session_runs
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -464,7 +464,7 @@ class StructuralReader:
             holds = isinstance(value, list) or (isinstance(value, dict) and self.mapping.names_a_conversation_in(value))
             if holds:
                 if run:
-                    yield message_run(path, run, cut)
+                    yield from session_runs(path, run, cut)
                 run, cut, rejected_before = [], None, False
             elif run:
                 cut = len(run) if cut is None else cut
@@ -475,7 +475,7 @@ class StructuralReader:
             else:
                 yield from self._record(path, ref, value, raw)
         if run:
-            yield message_run(path, run, cut)
+            yield from session_runs(path, run, cut)
 
     def _record(self, path: Path, ref: SourceRef, value: Any, raw: Any) -> Iterator[ReadItem]:
         if self.mapping is not None:

@@ -235,7 +235,7 @@ def message_lines(path: Path, stream: Iterator[tuple[SourceRef, Any, Any]]) -> I
         return
     keys = link_keys(lines)
     if keys is None:
-        yield message_run(path, lines, cut)
+        yield from session_runs(path, lines, cut)
         return
     known = {str(v[keys[0]]) for _, v in lines}
     children: dict[str | None, Lines] = {}
@@ -278,6 +278,38 @@ GENERATION_MARKS = ("gen_started",)
 HIDDEN_FLAGS = ("is_system",)
 # Alternative replies kept with the one shown (SillyTavern's ``swipes``): each was sampled in the same context.
 SWIPE_KEYS = ("swipes",)
+
+
+# Keys by which each line of a message-per-line log names the conversation it belongs to (a server logging all its
+# sessions' messages to one file, interleaved as they came).
+SESSION_KEYS = (
+    "session_id",
+    "sessionId",
+    "conversation_id",
+    "conversationId",
+    "thread_id",
+    "threadId",
+    "chat_id",
+    "chatId",
+    "dialog_id",
+)
+
+
+def session_runs(path: Path, lines: Lines, cut: int | None) -> Iterator[RecordTask]:
+    """Records that are each one message, one conversation per session their lines name (:data:`SESSION_KEYS`: every
+    line names one, and not all the same one), in the order each first appears, each line's place in its session as
+    in the file; else one conversation of them all (:func:`message_run`). ``cut`` (the lines read before the first
+    one that could not be) holds in each session for the lines after it."""
+    key = next((k for k in SESSION_KEYS if all(isinstance(v.get(k), str | int) for _, v in lines)), None)
+    sessions: dict[Any, list[int]] = {}
+    for i, (_, v) in enumerate(lines):
+        sessions.setdefault(v[key] if key is not None else None, []).append(i)
+    if key is None or len(sessions) < 2:
+        yield message_run(path, lines, cut)
+        return
+    for indexes in sessions.values():
+        after = next((j for j, i in enumerate(indexes) if cut is not None and i >= cut), None)
+        yield message_run(path, [lines[i] for i in indexes], after)
 
 
 def message_run(path: Path, lines: Lines, cut: int | None) -> RecordTask:
