@@ -203,3 +203,20 @@ def test_a_copilot_reply_after_a_compaction_is_not_trained_with_the_history_the_
         ),
     ]
     assert _books(path) == (3, 2, 1, 0)
+
+
+def test_a_codex_rollout_without_base_instructions_is_marked_for_its_system_prompt_though_it_logs_developer_messages(
+    tmp_path: Path,
+) -> None:
+    from msgtrain.model.completeness import missing_context
+
+    lines = (FIXTURES / "codex-user-event-only.jsonl").read_text(encoding="utf-8").splitlines()
+    meta = json.loads(lines[0])
+    del meta["payload"]["base_instructions"]
+    path = tmp_path / "rollout-no-instructions.jsonl"
+    path.write_text("\n".join([json.dumps(meta), *lines[1:]]) + "\n", encoding="utf-8")
+    (graph,), _ = _read(path)
+    assert _replies(graph)[0][2][0].startswith("system:<permissions instructions>")  # a developer message heads it
+    assert "system_prompt" in missing_context(graph)
+    (logged,), _ = _read(FIXTURES / "codex-user-event-only.jsonl")
+    assert "system_prompt" not in missing_context(logged)

@@ -67,7 +67,7 @@ from msgtrain.ingest.formats import (
     read_head,
 )
 from msgtrain.ingest.formats.sessions.codex_exec import is_exec_stream, reject_exec_stream
-from msgtrain.model.completeness import mark_unlogged_context
+from msgtrain.model.completeness import mark_context_incomplete, mark_unlogged_context
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     RUNTIME_POLICY,
@@ -487,6 +487,11 @@ class _RolloutBuild:
             mark_unlogged_context(
                 self.graph, "Codex rollouts log no tool schemas (and base instructions only at times)"
             )
+            if not self.system_nodes:
+                # Developer messages are not the instructions Codex sends with every request (its request's
+                # ``instructions``): without base_instructions the system prompt is missing, whatever else is logged.
+                why = "the rollout's session_meta logs no base_instructions: the instructions Codex sent are not in it"
+                mark_context_incomplete(self.graph, ["system_prompt"], why)
             yield ReadGraph(self.graph, SourceRef(str(self.path), self.first_ref), records=self.records)
         elif self.records:
             self.skips.add("empty_session", self.first_ref, self.records)
