@@ -220,3 +220,20 @@ def test_a_codex_rollout_without_base_instructions_is_marked_for_its_system_prom
     assert "system_prompt" in missing_context(graph)
     (logged,), _ = _read(FIXTURES / "codex-user-event-only.jsonl")
     assert "system_prompt" not in missing_context(logged)
+
+
+def test_a_codex_rollout_that_logs_its_context_messages_as_user_events_too_trains_every_reply(tmp_path: Path) -> None:
+    # Older Codex logged the context messages it adds as user_message events as well, with their kind.
+    lines = [json.loads(line) for line in (FIXTURES / "codex-user-event-only.jsonl").read_text().splitlines()]
+    ctx = "<environment_context>\n  <cwd>/home/dev/notes</cwd>\n</environment_context>"
+    env_item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": ctx}]}
+    env_event = {"type": "user_message", "message": ctx, "kind": "environment_context"}
+    stamp = lines[2]["timestamp"]
+    extra = [
+        {"timestamp": stamp, "type": t, "payload": p}
+        for t, p in (("response_item", env_item), ("event_msg", env_event))
+    ]
+    path = tmp_path / "rollout-old-events.jsonl"
+    path.write_text("".join(json.dumps(o) + "\n" for o in [*lines[:3], *extra, *lines[3:12]]), encoding="utf-8")
+    (graph,), _ = _read(path)
+    assert [origin for origin, _, _ in _replies(graph)] == ["sampled", "sampled"]

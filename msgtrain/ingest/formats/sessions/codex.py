@@ -296,7 +296,7 @@ class _RolloutBuild:
             # A response never spans a turn's edge: without a token_count event after it (rollouts that keep only
             # some records), the next turn's reply would be read as more of the same response.
             self.flush()
-        if etype == "user_message":
+        if etype == "user_message" and _typed_by_user(payload):
             self.user_events.append(ref)
         self.skips.add("non_message_record:event_msg", ref)
 
@@ -548,6 +548,15 @@ def _compaction_item(item: dict[str, Any]) -> PartsMessage:
         policy="user",
         metadata={"codex_item": "compaction"},
     )
+
+
+def _typed_by_user(event: dict[str, Any]) -> bool:
+    """Whether a ``user_message`` event is a prompt the user typed: older Codex also logged the context messages
+    it adds (``kind`` ``user_instructions`` / ``environment_context``) as such events."""
+    if event.get("kind") not in (None, "plain", "user"):
+        return False
+    message = event.get("message")
+    return not (isinstance(message, str) and message.lstrip().startswith(_CONTEXTUAL_PREFIXES))
 
 
 def _is_user_turn(message: AnyMessage) -> bool:
