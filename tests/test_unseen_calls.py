@@ -374,3 +374,30 @@ def test_a_gateways_responses_calls_pair_their_input_items_with_the_output(tmp_p
     path = tmp_path / "gateway.jsonl"
     path.write_text(json.dumps({"request_body": call, "response_body": {"id": "r", "output": output}}) + "\n")
     assert _trained(path) == [[("system", "Be brief."), ("user", "hi"), ("assistant", "Hello!")]]
+
+
+CAPTURE = FIXTURES / "devtools-capture.har"
+
+
+def test_an_http_archives_exchanges_are_calls_streamed_or_base64_bodies_alike() -> None:
+    # A browser's devtools export (HAR 1.2) of a web app: a script fetched, then two chat calls, the first streamed
+    # (its content.text the SSE received), the second's content base64-encoded. Before: no reader recognised the
+    # file (not even looked at: no log suffix); after: each exchange a record, the script a skip, the two replies
+    # trained after the messages their own requests sent.
+    assert detect_format(CAPTURE).name == "structural"
+    assert _trained(CAPTURE) == [
+        [
+            ("system", "You are a concise writing assistant."),
+            ("user", "Suggest a title for a post about tide pools."),
+            ("assistant", "Life Between the Tides"),
+        ],
+        [
+            ("system", "You are a concise writing assistant."),
+            ("user", "Suggest a title for a post about tide pools."),
+            ("assistant", "Life Between the Tides"),
+            ("user", "Shorter."),
+            ("assistant", "Tide Pools"),
+        ],
+    ]
+    _, stats, _ = convert_file(CAPTURE, SETTINGS)
+    assert (stats.turns_trained, stats.turns_lost, dict(stats.records_skipped)) == (2, 0, {"no_conversation": 1})

@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -112,3 +113,30 @@ def _records(items: list[Any], depth: int) -> list[Any]:
     """A list of records with their bodies decoded (:func:`decoded_bodies`); ``items`` itself when none is."""
     out = [decoded_bodies(item, depth) for item in items]
     return out if any(a is not b for a, b in zip(out, items, strict=True)) else items
+
+
+def archive_entries(document: Any) -> list[Any] | None:
+    """The exchanges of an HTTP archive (HAR 1.2, as browsers' devtools, mitmproxy and Charles save a capture:
+    ``{"log": {"entries": [{request, response}, ...]}}``), each with its response's ``content.text`` decoded from
+    base64 where the archive says so, or None for any other document. A request's ``postData.text`` and a response's
+    ``content.text`` are then bodies as :func:`decoded_bodies` reads them."""
+    log = document.get("log") if isinstance(document, dict) else None
+    entries = log.get("entries") if isinstance(log, dict) else None
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("request"), dict) and isinstance(e.get("response"), dict)
+        for e in entries
+    ):
+        return None
+    return [_plain_content(e) for e in entries]
+
+
+def _plain_content(entry: dict[str, Any]) -> dict[str, Any]:
+    content = entry["response"].get("content")
+    if not isinstance(content, dict) or content.get("encoding") != "base64" or not isinstance(content.get("text"), str):
+        return entry
+    try:
+        text = base64.b64decode(content["text"], validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return entry  # not base64 text: as logged (read as text, never as a reply's body)
+    plain = {k: v for k, v in content.items() if k != "encoding"} | {"text": text}
+    return {**entry, "response": {**entry["response"], "content": plain}}

@@ -120,6 +120,10 @@ _REQUEST_RESULT_PAIRS = (
     ("request.body.input", "response.body.output"),
     ("request.messages", "response"),
     ("request.contents", "response"),
+    # an HTTP archive's exchange (HAR: the request's postData.text, the response's content.text, JSON or SSE text)
+    ("request.postData.text.messages", "response.content.text"),
+    ("request.postData.text.contents", "response.content.text"),
+    ("request.postData.text.input", "response.content.text.output"),
     # W&B Weave calls' inputs / output; Langfuse observations as LiteLLM's callback sends them (batch[].body)
     ("inputs.messages", "output"),
     ("input.messages", "output"),

@@ -90,7 +90,7 @@ import yaml
 from msgtrain.errors import MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.conversation_files import iter_raw_records
 from msgtrain.ingest.common.head_shape import HeadShape, head_shape
-from msgtrain.ingest.common.json_bodies import decoded_bodies
+from msgtrain.ingest.common.json_bodies import archive_entries, decoded_bodies
 from msgtrain.ingest.common.message_like import (
     CALL_KEYS,
     CONTENT_KEYS,
@@ -160,6 +160,15 @@ def file_records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
         return
     for rec in iter_raw_records(path):
         value = json_in_string(rec.value)
+        entries = archive_entries(value) if rec.ref.record == "file" else None
+        if entries is not None:  # an HTTP archive: each exchange a record, as the items of an array are
+            for i, entry in enumerate(entries):
+                ref = SourceRef(str(path), f"entry {i}")
+                try:
+                    yield ref, decoded_bodies(entry), entry
+                except MsgtrainError as e:
+                    yield ref, e.located(str(ref)), entry
+            continue
         try:
             value = decoded_bodies(value)
         except MsgtrainError as e:  # a logged stream that failed: the call produced nothing (a reject, counted)
@@ -224,8 +233,11 @@ def _head_bodies(head: bytes) -> bytes:
     if b'"{\\"' not in head and b'"data: {' not in head:
         return head
     try:
-        values = [json.loads(head)]  # one whole document (a HAR capture)
+        values = [json.loads(head)]  # one whole document (a HAR capture: its entries)
+        values = archive_entries(values[0]) or values
     except (ValueError, RecursionError):
+        values = _head_entries(head) or []
+    if not values:
         lines = head.split(b"\n")
         if len(lines) > 1 and not head.endswith(b"\n"):
             lines = lines[:-1]  # the last line, cut by the end of the head
@@ -237,6 +249,28 @@ def _head_bodies(head: bytes) -> bytes:
     if all(d is v for d, v in zip(decoded, values, strict=True)):
         return head
     return b"\n".join(json.dumps(d, ensure_ascii=False).encode("utf-8") for d in decoded) + b"\n"
+
+
+_ENTRIES = re.compile(r'^\s*\{\s*"log"\s*:.*?"entries"\s*:\s*\[', re.S)
+
+
+def _head_entries(head: bytes) -> list[Any] | None:
+    """The whole exchanges at the start of an HTTP archive's head (:func:`archive_entries`), for detection when the
+    head cuts the archive short; None for any other head."""
+    text = head.decode("utf-8", "replace")
+    opening = _ENTRIES.match(text)
+    if opening is None:
+        return None
+    decoder, entries, at = json.JSONDecoder(), [], opening.end()
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        try:
+            entry, at = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            break
+        entries.append(entry)
+    return archive_entries({"log": {"entries": entries}}) if entries else None
 
 
 def _load_yaml(path: Path) -> Any:
