@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 
 from msgtrain.ingest.common.message_like import is_message_like, message_like_count
@@ -140,3 +141,50 @@ def _plain_content(entry: dict[str, Any]) -> dict[str, Any]:
         return entry  # not base64 text: as logged (read as text, never as a reply's body)
     plain = {k: v for k, v in content.items() if k != "encoding"} | {"text": text}
     return {**entry, "response": {**entry["response"], "content": plain}}
+
+
+def head_with_bodies(head: bytes) -> bytes:
+    """The head with the bodies its records keep as JSON text decoded (:func:`decoded_bodies`), for detection: the
+    whole lines of a JSON-lines head, or a whole JSON document, re-written; the head as it is when it holds no such
+    text (no escaped object opening in a string) or does not parse."""
+    if b'"{\\"' not in head and b'"data: {' not in head:
+        return head
+    try:
+        values = [json.loads(head)]  # one whole document (a HAR capture: its entries)
+        values = archive_entries(values[0]) or values
+    except (ValueError, RecursionError):
+        values = _head_entries(head) or []
+    if not values:
+        lines = head.split(b"\n")
+        if len(lines) > 1 and not head.endswith(b"\n"):
+            lines = lines[:-1]  # the last line, cut by the end of the head
+        try:
+            values = [json.loads(line) for line in lines if line.strip()]
+        except (ValueError, RecursionError):
+            return head
+    decoded = [decoded_bodies(v) for v in values]
+    if all(d is v for d, v in zip(decoded, values, strict=True)):
+        return head
+    return b"\n".join(json.dumps(d, ensure_ascii=False).encode("utf-8") for d in decoded) + b"\n"
+
+
+_ENTRIES = re.compile(r'^\s*\{\s*"log"\s*:.*?"entries"\s*:\s*\[', re.S)
+
+
+def _head_entries(head: bytes) -> list[Any] | None:
+    """The whole exchanges at the start of an HTTP archive's head (:func:`archive_entries`), for detection when the
+    head cuts the archive short; None for any other head."""
+    text = head.decode("utf-8", "replace")
+    opening = _ENTRIES.match(text)
+    if opening is None:
+        return None
+    decoder, entries, at = json.JSONDecoder(), [], opening.end()
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        try:
+            entry, at = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            break
+        entries.append(entry)
+    return archive_entries({"log": {"entries": entries}}) if entries else None

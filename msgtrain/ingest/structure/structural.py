@@ -90,7 +90,7 @@ import yaml
 from msgtrain.errors import MsgtrainError, ParseError, ValidationError
 from msgtrain.ingest.common.conversation_files import iter_raw_records
 from msgtrain.ingest.common.head_shape import HeadShape, head_shape
-from msgtrain.ingest.common.json_bodies import archive_entries, decoded_bodies
+from msgtrain.ingest.common.json_bodies import archive_entries, decoded_bodies, head_with_bodies
 from msgtrain.ingest.common.message_like import (
     CALL_KEYS,
     CONTENT_KEYS,
@@ -226,53 +226,6 @@ def _head_in_string(head: bytes) -> bytes:
     return inner.encode("utf-8") if isinstance(inner, str) else head
 
 
-def _head_bodies(head: bytes) -> bytes:
-    """The head with the bodies its records keep as JSON text decoded (:func:`decoded_bodies`), for detection: the
-    whole lines of a JSON-lines head, or a whole JSON document, re-written; the head as it is when it holds no such
-    text (no escaped object opening in a string) or does not parse."""
-    if b'"{\\"' not in head and b'"data: {' not in head:
-        return head
-    try:
-        values = [json.loads(head)]  # one whole document (a HAR capture: its entries)
-        values = archive_entries(values[0]) or values
-    except (ValueError, RecursionError):
-        values = _head_entries(head) or []
-    if not values:
-        lines = head.split(b"\n")
-        if len(lines) > 1 and not head.endswith(b"\n"):
-            lines = lines[:-1]  # the last line, cut by the end of the head
-        try:
-            values = [json.loads(line) for line in lines if line.strip()]
-        except (ValueError, RecursionError):
-            return head
-    decoded = [decoded_bodies(v) for v in values]
-    if all(d is v for d, v in zip(decoded, values, strict=True)):
-        return head
-    return b"\n".join(json.dumps(d, ensure_ascii=False).encode("utf-8") for d in decoded) + b"\n"
-
-
-_ENTRIES = re.compile(r'^\s*\{\s*"log"\s*:.*?"entries"\s*:\s*\[', re.S)
-
-
-def _head_entries(head: bytes) -> list[Any] | None:
-    """The whole exchanges at the start of an HTTP archive's head (:func:`archive_entries`), for detection when the
-    head cuts the archive short; None for any other head."""
-    text = head.decode("utf-8", "replace")
-    opening = _ENTRIES.match(text)
-    if opening is None:
-        return None
-    decoder, entries, at = json.JSONDecoder(), [], opening.end()
-    while True:
-        while at < len(text) and text[at] in " \t\r\n,":
-            at += 1
-        try:
-            entry, at = decoder.raw_decode(text, at)
-        except (ValueError, RecursionError):
-            break
-        entries.append(entry)
-    return archive_entries({"log": {"entries": entries}}) if entries else None
-
-
 def _load_yaml(path: Path) -> Any:
     from msgtrain.ingest.core.base import check_whole_file, open_input
     from msgtrain.ingest.core.yaml_documents import load_yaml_bounded
@@ -354,7 +307,7 @@ class StructuralReader:
             except OSError:
                 return False
             return value is not None and not isinstance(value, MsgtrainError) and message_like_count(value)[0] > 0
-        shape = head_shape(_head_bodies(_head_in_string(head)))
+        shape = head_shape(head_with_bodies(_head_in_string(head)))
         if shape.layout == "other":
             return False
         if _JSON_TEXT_MESSAGES.search(head):
