@@ -401,3 +401,34 @@ def test_an_http_archives_exchanges_are_calls_streamed_or_base64_bodies_alike() 
     ]
     _, stats, _ = convert_file(CAPTURE, SETTINGS)
     assert (stats.turns_trained, stats.turns_lost, dict(stats.records_skipped)) == (2, 0, {"no_conversation": 1})
+
+
+LANGFUSE = FIXTURES / "langfuse-observations.json"
+LANGSMITH = FIXTURES / "langsmith-runs.jsonl"
+FLIGHTS = [
+    ("system", "You book flights for Acme Travel customers."),
+    ("user", "Find me a flight from SFO to JFK on May 3."),
+    ("assistant", [("search_flights", {"origin": "SFO", "destination": "JFK", "date": "2025-05-03"})]),
+    ("tool", ("search_flights", '[{"flight": "AC 742", "departs": "08:10"}]')),
+    ("assistant", "AC 742 leaves SFO at 08:10 on May 3. Shall I book it?"),
+]
+
+
+def test_langfuse_generations_that_sent_tools_are_calls_not_a_list_of_outputs() -> None:
+    # Langfuse's observations API page ({data, meta}): a generation that sent tools logs its input as
+    # {messages, tools}. Before: the page was read as one conversation of the generations' outputs, refused (2 lost);
+    # after: each generation a call, trained after its own messages, with the tools it sent.
+    (graph,) = _graphs(LANGFUSE)
+    assert sorted(_trained(LANGFUSE), key=len) == [FLIGHTS[:3], FLIGHTS]
+    assert [t["function"]["name"] for t in graph.env.tools] == ["search_flights"]
+    assert _books(LANGFUSE) == (2, 0, 0)
+
+
+def test_langsmith_llm_runs_carry_the_tools_they_were_invoked_with() -> None:
+    # LangSmith runs (a chain run, two llm runs of lc-serialised messages): the tools bound to the chat model are in
+    # extra.invocation_params. Before: trained without tools, flagged as lacking them; after: the run's tools.
+    (graph,) = _graphs(LANGSMITH)
+    assert sorted(_trained(LANGSMITH), key=len) == [FLIGHTS[:3], FLIGHTS]
+    assert [t["function"]["name"] for t in graph.env.tools] == ["search_flights"]
+    assert "context_incomplete" not in graph.metadata
+    assert _books(LANGSMITH) == (2, 0, 0)

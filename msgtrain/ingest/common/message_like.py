@@ -612,7 +612,7 @@ def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
             inner = [str(i) for i, v in enumerate(item) if is_message_like(v)]
         elif isinstance(item, dict) and not is_message_like(item):
             inner = [k for k, v in item.items() if is_message_like(v)]
-            if any(isinstance(v, list) and k not in inner and is_message_list(v) for k, v in item.items()):
+            if any(k not in inner and _sent_messages(v) for k, v in item.items()):
                 return None  # a call: the messages it sent beside the reply (a trace's generations), not a wrapper
         else:
             return None
@@ -624,6 +624,14 @@ def wrapped_messages(value: Any) -> tuple[str, list[Any]] | None:
     key = keys.pop()
     messages = [item[int(key)] if isinstance(item, list) else _with_context_items(item, key) for item in value]
     return (key, messages) if is_message_list(messages) else None
+
+
+def _sent_messages(value: Any) -> bool:
+    """Whether a field beside a reply holds the messages a call sent: a message list, or a request body holding one
+    (Langfuse's generation ``input`` is ``{"messages", "tools"}`` when the call sent tools)."""
+    if isinstance(value, list):
+        return is_message_list(value)
+    return isinstance(value, dict) and any(isinstance(v, list) and is_message_list(v) for v in value.values())
 
 
 def _with_context_items(wrapper: dict[str, Any], key: str) -> Any:

@@ -142,6 +142,9 @@ _REQUEST_RESULT_PAIRS = (
     # ``system_prompt`` beside it, when set, as the system message)
     ("origin_prompt.data.0", "choices"),
 )
+# Where a traced call keeps the tools it was invoked with, away from its messages (a LangSmith LLM run's
+# ``extra.invocation_params``, as LangChain's chat models report their bound tools).
+_INVOCATION_TOOLS = ("extra.invocation_params.tools", "invocation_params.tools")
 # Where a logged request keeps its system prompt beside its messages, relative to the request (google-genai's
 # GenerateContentConfig: a string, or a Content of text parts).
 _REQUEST_SYSTEM_KEYS = (
@@ -576,6 +579,7 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
             request = prompt_key.rpartition(".")[0]
             where = (f"{request}.{k}" for k in (*TOOL_KEYS, *(f"config.{t}" for t in TOOL_KEYS)))
             tools = next((k for k in where if request and dig(record, k)), None)
+            tools = tools or next((k for k in _INVOCATION_TOOLS if dig(record, k)), None)
             if tools is not None and "tools" not in columns:
                 columns["tools"] = tools  # the tools the logged request sent, beside its messages (or its config)
             system = next(
