@@ -77,6 +77,12 @@ TEMPLATES: dict[str, str] = {
     "dumps_messages": HEAD + "{%- for m in messages %}{{ m.content }}{% endfor %}{{ messages | tojson }}" + GEN,
     "whole_list_filters": HEAD + "{%- for m in messages %}{{ m.content }}{% if messages|selectattr('role', "
     "'equalto', 'user')|list|length > 2 %}!{% endif %}{% endfor %}" + GEN,
+    # a top-level variable a loop filter reads: a cell of the compiled root, not one of its plain locals
+    "cell_variable": HEAD + "{%- set last_idx = messages|length - 1 %}{%- for m in messages %}{% set i = loop.index0 %}"
+    "<{{ m.role }}>{% for c in [m.content] if i == last_idx %}[LAST]{% endfor %}{{ m.content }}{% endfor %}" + GEN,
+    # a variable of a ``with`` around the main loop (an ``l_1_*`` local)
+    "with_scope": HEAD + "{%- with last = messages|length - 1 %}{%- for m in messages %}<{{ m.role }}>"
+    "{% if loop.index0 == last %}[LAST]{% endif %}{{ m.content }}{% endfor %}{%- endwith %}" + GEN,
 }
 REPLAYABLE = {"lookaround", "namespace", "last_user", "no_loop_var", "nextitem"}
 ROLES = ("system", "user", "assistant", "tool")
@@ -303,3 +309,13 @@ def test_a_turns_second_rendering_replays_the_first(name: str) -> None:
     # pass over the whole list before the loop finds another state once a reply follows (``last_user``).
     expected = {"nextitem": len(msgs) - 2, "last_user": 0}.get(name, len(msgs) - 1)
     assert trace.replayed == expected, trace.replayed
+
+
+@pytest.mark.parametrize("name", ["cell_variable", "with_scope"])
+def test_variables_the_loop_reads_from_a_cell_or_an_enclosing_scope_are_compared_before_a_replay(name: str) -> None:
+    # A turn's pair of renderings ([u, a, u] with the generation prompt, then [u, a, u, a]): the last index differs,
+    # so the first rendering's iterations must not be replayed into the second. Before: the variable was not
+    # compared (a cell; an ``l_1_*`` local) and both user and assistant turns were marked last.
+    msgs = [{"role": r, "content": c} for r, c in zip(["user", "assistant"] * 2, "abcd", strict=True)]
+    _, texts = _render_pairs(TEMPLATES[name], [msgs], shared=True)
+    assert texts == _full_pairs(TEMPLATES[name], [msgs])

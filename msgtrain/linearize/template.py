@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
 import sys
 import threading
 import types
@@ -454,17 +455,16 @@ class _Recorder:
     def main_loop_starts(self, frame_locals: dict[str, Any]) -> int:
         """Called when the main loop is set up: decides where it starts. A replay needs the same output before
         the loop and the same variables and namespace contents (compared by value) as its reference."""
-        # Jinja names the template's top-level variables ``l_0_*``; a loop body's own ``set`` is local to it, so
-        # these cannot change during the loop.
+        # Every variable the root frame holds when the loop starts: Jinja's ``l_<depth>_*`` locals, the top-level
+        # ``set``s (``l_0_*``, cells included: a variable a loop filter, a macro or a call block reads is a cell, in
+        # ``f_locals`` but not in ``co_varnames``) and those of a ``with`` or an outer ``for`` around the loop
+        # (``l_1_*``...). A loop body's own ``set`` is local to it, so these cannot change during the loop.
         # ``add_generation_prompt`` is left out: a trace of the other flag is only a reference when the template
         # reads the flag after its loops alone (:func:`generation_prompt_after_loops`).
-        names = _TOP_NAMES.get(self.root_code)
-        if names is None:
-            names = _TOP_NAMES[self.root_code] = tuple(
-                k for k in self.root_code.co_varnames if k.startswith("l_0_") and k != _FLAG_LOCAL
-            )
         freeze = self._freeze
-        self.loop_state = {k: freeze(frame_locals[k]) for k in names if k in frame_locals}
+        self.loop_state = {
+            k: freeze(v) for k, v in frame_locals.items() if _JINJA_LOCAL.match(k) is not None and k != _FLAG_LOCAL
+        }
         j, ref = self.skip_to, self.ref
         if j and ref is not None:
             pre = "".join(self.chunks)
@@ -534,7 +534,7 @@ class _Recorder:
 _MESSAGES = ("msgtrain:messages",)
 _FLAG_LOCAL = "l_0_add_generation_prompt"  # how jinja names the flag in the root code
 # The root code's top-level variables (its locals named ``l_0_*``) but the flag, per compiled template.
-_TOP_NAMES: dict[Any, tuple[str, ...]] = {}
+_JINJA_LOCAL = re.compile(r"l_\d+_")
 _PLAIN_VALUES = frozenset({str, int, float, bool, type(None), list, dict, tuple})
 
 _active = threading.local()
