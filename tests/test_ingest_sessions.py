@@ -485,7 +485,9 @@ def test_otel_n_outputs_are_sibling_samples_and_tool_definitions_are_the_environ
     graphs, _, skips = read_all(otel.READER, SAMPLES / "otel/trace.json")
     weather = graphs[0].graph
     assert weather.graph_id == "otel:5b8efff798038103d269b633813fc60c"
-    assert [t["name"] for t in weather.env.tools] == ["get_weather"]
+    # the conventions' flat {type, name, parameters} as the OpenAI function tool the request sent (what templates read)
+    assert weather.env.tools[0]["function"]["parameters"]["properties"] == {"city": {"type": "string"}}
+    assert [t["function"]["name"] for t in weather.env.tools] == ["get_weather"]
     leaves = [weather.nodes[n] for n in weather.leaves()]
     assert {n.parent for n in leaves} == {leaves[0].parent}
     gen = weather.generation(leaves[0].id)

@@ -432,3 +432,46 @@ def test_langsmith_llm_runs_carry_the_tools_they_were_invoked_with() -> None:
     assert [t["function"]["name"] for t in graph.env.tools] == ["search_flights"]
     assert "context_incomplete" not in graph.metadata
     assert _books(LANGSMITH) == (2, 0, 0)
+
+
+OTLP_LOGS = FIXTURES / "otlp-genai-logs.json"
+
+
+def test_genai_events_exported_as_otlp_log_records_are_the_calls_they_describe() -> None:
+    # An OTLP/JSON logs export (resourceLogs) of gen_ai.client.inference.operation.details events: each record the
+    # system instructions, input and output messages and tool definitions of one call; the third call's
+    # instructions say the customer is a member. Before: one no_conversation skip, its 3 replies silently lost;
+    # after: 3 trained, each after its own instructions, with the tools.
+    assert detect_format(OTLP_LOGS).name == "otel"
+    (graph,) = _graphs(OTLP_LOGS)
+    contexts = sorted(_trained(OTLP_LOGS), key=len)
+    assert ["member" in c[0][1] for c in contexts] == [False, False, True]
+    assert [c[-1][1] for c in contexts] == [
+        [("lookup_policy", {"product": "headphones"})],
+        "Yes, within 14 days, with a 10% restocking fee.",
+        "Members pay no restocking fee.",
+    ]
+    assert [t["function"]["name"] for t in graph.env.tools] == ["lookup_policy"]
+    assert _books(OTLP_LOGS) == (3, 0, 0)
+
+
+def test_older_genai_message_events_as_log_records_are_read_as_their_spans_events(tmp_path: Path) -> None:
+    # The message events of the earlier conventions (gen_ai.user.message, gen_ai.choice; the message in the body),
+    # emitted as log records naming their span: one call per span.
+    def event(name: str, span: str, body: dict[str, Any]) -> dict[str, Any]:
+        values = [{"key": k, "value": {"stringValue": v}} for k, v in body.items()]
+        return {"eventName": name, "traceId": "t1", "spanId": span, "body": {"kvlistValue": {"values": values}}}
+
+    records = [
+        event("gen_ai.system.message", "s1", {"content": "Be brief."}),
+        event("gen_ai.user.message", "s1", {"content": "hi"}),
+        event("gen_ai.choice", "s1", {"finish_reason": "stop"}) | {"body": {"kvlistValue": {"values": [
+            {"key": "message", "value": {"kvlistValue": {"values": [
+                {"key": "role", "value": {"stringValue": "assistant"}},
+                {"key": "content", "value": {"stringValue": "Hello!"}},
+            ]}}},
+        ]}}},
+    ]  # fmt: skip
+    path = tmp_path / "logs.json"
+    path.write_text(json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}), encoding="utf-8")
+    assert _trained(path) == [[("system", "Be brief."), ("user", "hi"), ("assistant", "Hello!")]]

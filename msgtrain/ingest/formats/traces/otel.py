@@ -3,7 +3,8 @@
 Accepted layouts: a JSON document ``{"spans": [...]}`` (any-agent's ``AgentTrace``, SDK ``ReadableSpan.to_json``
 span objects), a JSON list of such spans, an OTLP/JSON export ``{"resourceSpans": [{"scopeSpans": [{"spans":
 [...]}]}]}`` (attributes as ``[{key, value}]``), JSONL with one span or one OTLP export per line, one span object, or
-spans' attribute maps alone. Messages the older conventions log as span events (``gen_ai.content.prompt`` /
+spans' attribute maps alone; and an OTLP/JSON logs export (``resourceLogs``) of GenAI events, read as the spans they
+describe (:func:`_log_spans`). Messages the older conventions log as span events (``gen_ai.content.prompt`` /
 ``gen_ai.content.completion``, ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice``) are read as
 the span's input and output messages; a span's own attributes win over its events.
 
@@ -46,6 +47,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import SkipTally, as_dict, as_list, graph_id_for, has_any, synthetic_call_id
+from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.base import HEAD_BYTES, first_json_value, open_input
 from msgtrain.ingest.formats import (
     Marks,
@@ -133,7 +135,11 @@ class OtelGenAiReader:
         if shape.layout == "object":
             one_span = shape.has(".attributes") and has_any(shape, ".context.trace_id", ".traceId", ".trace_id")
             return one_span or has_any(
-                shape, ".spans[].attributes", ".resourceSpans[].scopeSpans", ".data.spans[].attributes"
+                shape,
+                ".spans[].attributes",
+                ".resourceSpans[].scopeSpans",
+                ".data.spans[].attributes",
+                ".resourceLogs[].scopeLogs",
             )
         if shape.layout in ("array", "jsonl"):
             return has_any(shape, ".attributes", ".attributes.openinference.span.kind") and has_any(
@@ -174,6 +180,10 @@ def _iter_spans(path: Path) -> Iterator[_Span | ReadReject]:
 
 
 def _spans_of(doc: Any, ref: str, path: Path) -> Iterator[_Span | ReadReject]:
+    if isinstance(doc, dict) and isinstance(doc.get("resourceLogs"), list):
+        for k, span in enumerate(_log_spans(doc["resourceLogs"])):
+            yield _span_or_reject(span, f"{ref} log {k}", path)
+        return
     if isinstance(doc, dict) and isinstance(doc.get("resourceSpans"), list):
         k = 0
         for rs in doc["resourceSpans"]:
@@ -196,6 +206,38 @@ def _spans_of(doc: Any, ref: str, path: Path) -> Iterator[_Span | ReadReject]:
         return
     for k, span in enumerate(items):
         yield _span_or_reject(span, ref if len(items) == 1 and ref != "file" else f"span {k}", path)
+
+
+def _log_spans(resource_logs: list[Any]) -> list[dict[str, Any]]:
+    """The spans an OTLP/JSON logs export stands for (GenAI events emitted as log records, in file order): a record
+    holding a call's messages as attributes (``gen_ai.client.inference.operation.details``) is a span of its own; the
+    message events of the older conventions (``gen_ai.user.message``, ``gen_ai.choice``, ...: the body the message)
+    are the events of the span they name (trace and span id), read as a span's events are; any other record is a
+    span of its own, which holds no conversation (skipped as such)."""
+    spans: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for resource in resource_logs:
+        for scope in as_dict(resource).get("scopeLogs") or []:
+            for k, record in enumerate(as_dict(scope).get("logRecords") or []):
+                record = as_dict(record)
+                attrs: list[Any] = record["attributes"] if isinstance(record.get("attributes"), list) else []
+                names = {a.get("key"): _otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}
+                name = record.get("eventName") or names.get("event.name")
+                trace, span = record.get("traceId"), record.get("spanId")
+                if (name in _MESSAGE_EVENTS or name == "gen_ai.choice") and trace and span:
+                    owner = spans.setdefault((trace, span), {"traceId": trace, "spanId": span, "events": []})
+                    owner.setdefault("startTimeUnixNano", record.get("timeUnixNano", 0))
+                    owner["events"].append({"name": name, "attributes": attrs, "body": _otlp_value(record.get("body"))})
+                    continue
+                key = (
+                    (trace, span) if trace and span and (trace, span) not in spans else (trace, f"log-{len(spans)}-{k}")
+                )
+                spans[key] = {
+                    "traceId": trace or "log-records",
+                    "spanId": key[1] or f"log-{len(spans)}",
+                    "attributes": attrs,
+                    "startTimeUnixNano": record.get("timeUnixNano", 0),
+                }
+    return list(spans.values())
 
 
 def _span_or_reject(span: Any, ref: str, path: Path) -> _Span | ReadReject:
@@ -328,6 +370,9 @@ def _otlp_value(value: Any) -> Any:
         return int(value["intValue"])
     if "arrayValue" in value:
         return [_otlp_value(v) for v in (value["arrayValue"] or {}).get("values") or []]
+    if "kvlistValue" in value:  # a log record's body: {"values": [{key, value}]}
+        pairs = (value["kvlistValue"] or {}).get("values") or []
+        return {a.get("key"): _otlp_value(a.get("value")) for a in pairs if isinstance(a, dict)}
     return None
 
 
@@ -456,7 +501,8 @@ class _TraceBuild:
             None,
         )
         self.graph = MessageGraph(
-            tools=tools if isinstance(tools, list) else None,
+            # as chat templates read them: the conventions' flat {type, name, parameters} as OpenAI function tools
+            tools=openai_tools(tools, where="gen_ai.tool.definitions") if isinstance(tools, list) else None,
             graph_id=graph_id_for("otel", trace_id, path),
             policy=agent or DEFAULT_POLICY_NAME,
             metadata={"format": "otel", "trace_id": trace_id, **({"agent": agent} if agent else {})},
