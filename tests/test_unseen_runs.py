@@ -723,7 +723,7 @@ def test_a_reference_or_an_unnamed_text_beside_the_messages_is_never_taken_for_t
     rows = [
         {"messages": [{"role": "user", "content": "2+2?"}], "expected_answer": "4"},
         {"messages": [{"role": "user", "content": "3+3?"}], "note": "6"},
-        {"messages": [{"role": "user", "content": "4+4?"}], "reply": "8", "answer": "8"},  # two: which one?
+        {"messages": [{"role": "user", "content": "4+4?"}], "reply": "8", "generation": "8"},  # two: which one?
     ]
     lost = []
     for i, row in enumerate(rows):
@@ -766,3 +766,31 @@ def test_message_lines_of_interleaved_sessions_are_one_conversation_per_session(
         [("system", "Sys B"), ("user", "Hi B"), ("assistant", "Hello B")],
     ]
     assert _books(INTERLEAVED_SESSIONS) == (2, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {
+            "prompt": [
+                {"role": "system", "content": "Think step by step, then give the answer in \\boxed{}."},
+                {"role": "user", "content": "Natalia sold 48 clips in April and half as many in May. How many in all?"},
+            ],
+            "answer": "72",
+            "task": "gsm8k",
+        },
+        {"messages": [{"role": "user", "content": "What is 2+2?"}], "answer": "4", "source": "eval-set"},
+    ],
+)
+def test_a_prompt_datasets_reference_answer_is_not_trained_as_a_reply(tmp_path: Path, row: dict[str, Any]) -> None:
+    # GRPO / verifiers prompt rows keep the reference beside the prompt; no model sampled it. Before: trained.
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _contexts(path) == []
+
+
+def test_an_answer_beside_a_prompt_in_a_logged_call_is_its_reply(tmp_path: Path) -> None:
+    row = {"messages": [{"role": "user", "content": "What is 2+2?"}], "answer": "4", "model": "m", "usage": {}}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert _contexts(path) == [[("user", "What is 2+2?"), ("assistant", "4")]]

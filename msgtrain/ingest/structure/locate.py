@@ -1013,6 +1013,16 @@ _REFERENCE_NAME = re.compile(
 )
 
 
+# A bare ``answer`` / ``solution`` beside a prompt is the reference of an RL or eval prompt dataset (TRL's GRPO and
+# verifiers rows ``{"prompt": [...], "answer": ...}``, GSM8K / MATH in chat form) unless the record shows a model wrote
+# it: the keys a logged call keeps beside its reply.
+_BARE_ANSWER = re.compile(r"answers?|solutions?")
+_MODEL_EVIDENCE = frozenset(
+    {"model", "model_name", "model_id", "usage", "finish_reason", "stop_reason", "logprobs", "sampling_params"}
+    | {"generation_config", "temperature"}
+)
+
+
 def _reply_beside(record: dict[str, Any], lists: list[str]) -> list[tuple[str, str]]:
     """(prompt key, reply key) when ``record`` holds one message list that awaits a reply (its last message is not
     the assistant's) and one field beside it that is that reply: a response body, an assistant message, or a text
@@ -1031,6 +1041,8 @@ def _reply_beside(record: dict[str, Any], lists: list[str]) -> list[tuple[str, s
             continue
         body = isinstance(value, dict) and (choice_messages(value) is not None or assistant_like(value))
         text = isinstance(value, str) and value.strip() != "" and _REPLY_NAME.search(named) is not None
+        if text and _BARE_ANSWER.fullmatch(named) and not record.keys() & _MODEL_EVIDENCE:
+            continue  # a prompt dataset's reference answer (GRPO / verifiers rows, GSM8K): no model wrote it
         if body or text:
             candidates.append(key)
     logged = [said(m) for m in record[lists[0]]]  # as JSON: a text is looked for as JSON writes it in them
