@@ -475,3 +475,25 @@ def test_older_genai_message_events_as_log_records_are_read_as_their_spans_event
     path = tmp_path / "logs.json"
     path.write_text(json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}), encoding="utf-8")
     assert _trained(path) == [[("system", "Be brief."), ("user", "hi"), ("assistant", "Hello!")]]
+
+
+def test_a_responses_call_continuing_a_previous_response_is_never_trained_after_its_new_items_alone(
+    tmp_path: Path,
+) -> None:
+    # The chain of responses-chain-instructions.jsonl under a gateway's keys (request_body / response_body), which
+    # only the openai_responses reader chains by previous_response_id. Before: the third call's reply was trained
+    # after its instructions and its one new user message, a context the model never saw; after: it is kept as
+    # context and counted (context_unknown), the second call (a tool output whose call is in the previous response)
+    # rejected and counted, only the first call trained.
+    rows = [json.loads(line) for line in RESPONSES.read_text(encoding="utf-8").splitlines()]
+    path = tmp_path / "gateway.jsonl"
+    lines = [json.dumps({"request_body": r["request"], "response_body": r["response"]}) for r in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert _trained(path) == [
+        [
+            ("system", "You are a travel assistant. The user is in Paris."),
+            ("user", "Do I need an umbrella?"),
+            ("assistant", [("get_weather", {"city": "Paris"})]),
+        ]
+    ]
+    assert _books(path) == (1, 1, 1)

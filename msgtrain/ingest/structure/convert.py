@@ -144,6 +144,9 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
                 f"the completion at {at}.{m.columns['completion']} holds no assistant message",
                 code="ambiguous_structure",
             )
+        previous = dig(holder, m.columns["prompt"].rpartition(".")[0] + ".previous_response_id")
+        if isinstance(previous, str) and previous and not branches:
+            builder.steps[start:] = [_unknown_context(s, previous) for s in builder.steps[start:]]
     elif m.layout == "alpaca":
         _alpaca(builder, holder, m, at)
         mark_last_reply(builder.steps, label)
@@ -327,6 +330,20 @@ def _logged_reply_text(value: Any, rendered: RenderedPrompt | None) -> Any:
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return [rendered.reply_text(v) for v in value]
     return value
+
+
+def _unknown_context(step: Step, previous: str) -> Step:
+    """A reply of a Responses call that continues ``previous_response_id`` (the history is the earlier response's,
+    which the API holds and this record does not): kept as context and counted, never trained after the new input
+    alone (the openai_responses reader rebuilds such chains from ``{request, response}`` records)."""
+    if step.message.role != "assistant":
+        return step
+    why = (
+        f"its call continues the response {previous!r} (previous_response_id), whose history this record does not "
+        "hold: the context the model saw is unknown here"
+    )
+    message = step.message.model_copy(update={"metadata": {**step.message.metadata, "why_not_trained": why}})
+    return Step(message, Origin.CARRIED, step.generation, step.index)
 
 
 def _add_replies(builder: StepBuilder, value: Any, where: str, metadata: dict[str, Any] | None) -> Gap | None:
