@@ -604,9 +604,11 @@ def _codex_count(path: Path) -> tuple[int, list[int], list[int]]:
                 responses.append(["unlogged"] if unlogged else [])
             responses[-1].append(p["type"])
             open_response = True
-        elif rec["type"] != "event_msg" or (p["type"] == "token_count" and p.get("info")):
-            open_response = False
-        elif p["type"] in ("task_started", "task_complete", "turn_aborted", "user_message"):
+        elif (
+            rec["type"] != "event_msg"
+            or (p["type"] == "token_count" and p.get("info"))
+            or p["type"] in ("task_started", "task_complete", "turn_aborted", "user_message")
+        ):
             open_response = False
         if rec["type"] == "event_msg" and p["type"] == "user_message":
             events += 1
