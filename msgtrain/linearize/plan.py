@@ -65,6 +65,7 @@ from msgtrain.linearize.tokenizer import (
     Encoded,
     SegmentKey,
     TokenizerBundle,
+    common_prefix_len,
     in_table,
     membership_table,
     unmark,
@@ -355,9 +356,11 @@ class _GraphLinearizer:
         best: Encoded | None = None
         best_len = -1
         for b in bases:
-            if b is None:
+            # A base no longer than the best common prefix so far cannot share a longer one (the ancestor's joint
+            # encoding is usually among the recent ones too, and a turn's prompt is a prefix of its joint text).
+            if b is None or len(b.text) <= best_len:
                 continue
-            n = len(b.text) if text.startswith(b.text) else _lcp(b.text, text)
+            n = len(b.text) if text.startswith(b.text) else common_prefix_len(b.text, text)
             if n > best_len:
                 best, best_len = b, n
         lcp = best_len if best is not None else None
@@ -1132,12 +1135,6 @@ class _Drop(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-def _lcp(a: str, b: str) -> int:
-    from msgtrain.linearize.tokenizer import common_prefix_len
-
-    return common_prefix_len(a, b)
 
 
 def linearize_graph(

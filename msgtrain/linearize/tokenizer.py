@@ -926,15 +926,10 @@ class TokenizerBundle:
             self.backend.encode_special_tokens = False
 
     def has_added_text(self, text: str) -> bool:
-        if self._added_firsts is not None and not any(c in text for c in self._added_firsts):
+        firsts = self._added_firsts
+        if firsts is not None and (firsts[0] not in text if len(firsts) == 1 else not any(c in text for c in firsts)):
             return False
         return self._added_re.search(text) is not None
-
-    def _added_matches(self, text: str) -> list[re.Match[str]]:
-        """Every added token's text in ``text``, as :attr:`added_pattern` finds them."""
-        if self._added_firsts is not None and not any(c in text for c in self._added_firsts):
-            return []
-        return list(self._added_re.finditer(text))
 
     def encode(self, text: str) -> np.ndarray:
         self.encode_calls += 1
@@ -1058,7 +1053,7 @@ class TokenizerBundle:
         (characters, tokens) added to the checkpoints (``text`` continues an encoding that long)."""
         if not self.boundary_reuse:
             return self.encode(text), None
-        found = self._added_matches(text)
+        found = list(self._added_re.finditer(text))
         matched = len(found)  # the first ``matched`` segments end with an added token
         cuts = [m.end() for m in found]
         plain_ends = [m.start() for m in found]  # where each segment's text before its added token ends
