@@ -173,7 +173,14 @@ def test_llm_spans_that_log_their_tools_in_metadata_train_each_call_once_with_th
     assert _books(BRAINTRUST) == (3, 0, 0)
 
 
-@pytest.mark.parametrize("listed", [[{"name": "calculator", "invocations": 0}], [{"name": "search", "enabled": False}]])
+@pytest.mark.parametrize(
+    "listed",
+    [
+        [{"name": "calculator", "invocations": 0}],
+        [{"name": "search", "enabled": False}],
+        [{"name": "retries", "type": "counter"}],
+    ],
+)
 def test_a_metadata_list_of_named_objects_that_are_not_schemas_is_not_the_tools_sent(
     tmp_path: Path, listed: list[dict[str, Any]]
 ) -> None:

@@ -18,6 +18,7 @@ Invariant: a schema is never invented or dropped. Provider built-in tools that a
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from msgtrain.errors import ValidationError
@@ -52,11 +53,23 @@ def schemas_as_such(raw: Any) -> bool:
         and bool(raw)
         and all(
             isinstance(t, dict)
-            and bool(t.keys() & _SCHEMA_KEYS or isinstance(t.get("type"), str))
+            and bool(t.keys() & _SCHEMA_KEYS or _provider_tool_type(t.get("type")))
             and not t.keys() & _CALL_RECORD_KEYS
             for t in raw
         )
     )
+
+
+# Tool types providers define without a schema of the caller's (OpenAI's hosted tools; Anthropic's versioned ones,
+# ``web_search_20250305``, ``bash_20250124``...)
+_HOSTED_TOOL_TYPES = frozenset(
+    {"function", "custom", "web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation"}
+    | {"computer_use_preview", "mcp", "local_shell", "google_search", "code_execution", "url_context"}
+)
+
+
+def _provider_tool_type(kind: Any) -> bool:
+    return isinstance(kind, str) and (kind in _HOSTED_TOOL_TYPES or re.fullmatch(r"[a-z_]+_\d{8}", kind) is not None)
 
 
 def openai_tools(raw: Any, *, where: str = "tools") -> list[Any]:

@@ -337,6 +337,11 @@ def _json_text_lists(record: dict[str, Any]) -> dict[str, list[Any]]:
     return out
 
 
+def _sent_tools(value: Any) -> bool:
+    """A non-empty tools value that is not a record of the calls a run made (:func:`calls_not_schemas`)."""
+    return bool(value) and not calls_not_schemas(value)
+
+
 def _unit_variant_threads(record: dict[str, Any]) -> dict[str, list[Any]]:
     """The lists of ``record`` that are externally tagged threads (:func:`thread_without_request`) holding unit
     variants, which serde writes as bare strings (Zed's ``Message::Resume``: the user asked the agent to go on after
@@ -578,8 +583,8 @@ def record_layout(record: dict[str, Any], path: str) -> Found | Ambiguity | None
             columns |= {"prompt": prompt_key, "completion": completion_key}
             request = prompt_key.rpartition(".")[0]
             where = (f"{request}.{k}" for k in (*TOOL_KEYS, *(f"config.{t}" for t in TOOL_KEYS)))
-            tools = next((k for k in where if request and dig(record, k)), None)
-            tools = tools or next((k for k in _INVOCATION_TOOLS if dig(record, k)), None)
+            tools = next((k for k in where if request and _sent_tools(dig(record, k))), None)
+            tools = tools or next((k for k in _INVOCATION_TOOLS if _sent_tools(dig(record, k))), None)
             if tools is not None and "tools" not in columns:
                 columns["tools"] = tools  # the tools the logged request sent, beside its messages (or its config)
             system = next(
