@@ -128,8 +128,7 @@ class ProcResult:
     report: dict[str, Any]
     convert_cpu: float = 0.0  # CPU seconds (user + system) of the same span, worker processes included
     # The tokenizer's run counters (one worker: the conversion runs in the timed process; None with a pool): encoder
-    # calls and input characters, characters of the segments the run-wide cache stored and evicted, renderings (and
-    # of them those that were incremental).
+    # calls and input characters, characters of the segments the run-wide cache stored and evicted, renderings.
     work: dict[str, int] | None = None
 
 
@@ -297,7 +296,6 @@ def _work(tok: Any) -> dict[str, int]:
         "stored_chars": cache.stored_chars,
         "evicted": cache.evicted,
         "renders": tok.renders,
-        "incremental_renders": tok.incremental_renders,
     }
 
 

@@ -346,19 +346,17 @@ class Row:
     cpu_ratio: float  # the median of the pair-by-pair CPU ratios
     # msgtrain's work (one worker; None with a pool, whose counters stay in the workers): characters the encoder was
     # given ÷ characters of the distinct segments the run-wide cache stored (exact while nothing was evicted), and
-    # chat template renderings per sampled turn: whole ones, and incremental ones (replaying an earlier rendering's
-    # first loop iterations, msgtrain.linearize.template)
+    # chat template renderings per sampled turn
     encode_ratio: float | None = None
     renders_per_turn: float | None = None
     evicted: int | None = None
-    incremental_per_turn: float | None = None
 
 
 def render(rows: list[Row]) -> str:
     head = (
         "| template | conversations | workers | msgtrain s | TRL s | msgtrain / TRL | ms/conv msgtrain | ms/conv TRL "
         "| msgtrain tokens (trained) | TRL tokens (trained) | CPU s msgtrain / TRL (ratio) | pairs "
-        "| encoder chars ÷ distinct | renderings / turn (incremental) |\n"
+        "| encoder chars ÷ distinct | renderings / turn |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
@@ -368,7 +366,7 @@ def render(rows: list[Row]) -> str:
             f"| {1000 * r.msgtrain_s / r.conversations:.2f} | {1000 * r.trl_s / r.conversations:.2f} "
             f"| {r.msgtrain_tokens:,} ({r.msgtrain_trained:,}) | {r.trl_tokens:,} ({r.trl_trained:,}) "
             f"| {r.msgtrain_cpu:.2f} / {r.trl_cpu:.2f} ({r.cpu_ratio:.2f}) | {r.runs} "
-            f"| {_num(r.encode_ratio)} | {_num(r.renders_per_turn)} ({_num(r.incremental_per_turn)}) |"
+            f"| {_num(r.encode_ratio)} | {_num(r.renders_per_turn)} |"
         )
     return "\n".join(lines)
 
@@ -377,20 +375,17 @@ def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
-def _work(m: Any) -> tuple[float | None, float | None, int | None, float | None]:
-    """(encoder characters ÷ distinct segment characters, whole renderings per sampled turn, segments evicted,
-    incremental renderings per sampled turn) of one msgtrain run, or Nones when its counters stayed in pool
-    workers."""
+def _work(m: Any) -> tuple[float | None, float | None, int | None]:
+    """(encoder characters ÷ distinct segment characters, renderings per sampled turn, segments evicted) of one
+    msgtrain run, or Nones when its counters stayed in pool workers."""
     work = m.work
     if not work:
-        return None, None, None, None
-    turns = max(m.report["turns"]["found"], 1)
-    incremental = work.get("incremental_renders", 0)
+        return None, None, None
+    turns = m.report["turns"]["found"]
     return (
         work["encoded_chars"] / max(work["stored_chars"], 1),
-        (work["renders"] - incremental) / turns,
+        work["renders"] / max(turns, 1),
         work["evicted"],
-        incremental / turns,
     )
 
 
@@ -478,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                     statistics.median(p[1]["cpu"] for p in pairs),
                     statistics.median(p[0].convert_cpu / p[1]["cpu"] for p in pairs),
                 )
-                row.encode_ratio, row.renders_per_turn, row.evicted, row.incremental_per_turn = _work(m)
+                row.encode_ratio, row.renders_per_turn, row.evicted = _work(m)
                 rows.append(row)
                 each = ", ".join(
                     f"{p[0].convert_seconds / p[1]['seconds']:.2f} (cpu {p[0].convert_cpu / p[1]['cpu']:.2f})"
@@ -490,8 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"wall {row.trl_wall:.1f}, imports {t['import']:.1f}), ratio {row.ratio:.2f} "
                     f"(pairs: {each}; "
                     f"load {os.getloadavg()[0]:.1f}); encoder chars ÷ distinct {_num(row.encode_ratio)} "
-                    f"(evicted {row.evicted}), renderings / turn {_num(row.renders_per_turn)} "
-                    f"(and incremental {_num(row.incremental_per_turn)})",
+                    f"(evicted {row.evicted}), renderings / turn {_num(row.renders_per_turn)}",
                     flush=True,
                 )
     print()

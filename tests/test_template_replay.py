@@ -17,13 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msgtrain.linearize.template import (
-    RenderTrace,
-    compile_chat_template,
-    compile_traced_template,
-    generation_prompt_after_loops,
-    render_traced,
-)
+from msgtrain.linearize.template import RenderTrace, compile_chat_template, compile_traced_template, render_traced
 
 transformers_templates = pytest.importorskip("transformers.utils.chat_template_utils")
 
@@ -80,7 +74,7 @@ TEMPLATES: dict[str, str] = {
     # a top-level variable a loop filter reads: a cell of the compiled root, not one of its plain locals
     "cell_variable": HEAD + "{%- set last_idx = messages|length - 1 %}{%- for m in messages %}{% set i = loop.index0 %}"
     "<{{ m.role }}>{% for c in [m.content] if i == last_idx %}[LAST]{% endfor %}{{ m.content }}{% endfor %}" + GEN,
-    # a variable of a ``with`` around the main loop (an ``l_1_*`` local)
+    # a variable of a ``with`` around the main loop (an ``l_1_*`` local): compared before a replay like the others
     "with_scope": HEAD + "{%- with last = messages|length - 1 %}{%- for m in messages %}<{{ m.role }}>"
     "{% if loop.index0 == last %}[LAST]{% endif %}{{ m.content }}{% endfor %}{%- endwith %}" + GEN,
 }
@@ -168,7 +162,7 @@ def test_replay_keeps_work_per_rendering_constant_on_a_real_template() -> None:
     for k in range(2, len(msgs) + 1):
         variables = {"tools": None, "documents": None, "add_generation_prompt": True, **tok.hf.special_tokens_map}
         text, ref = render_traced(traced, msgs[:k], ids[:k], ref, variables)
-        executed.append(ref.iterations - ref.replayed)
+        executed.append(len(ref.starts) - ref.replayed)
     assert text == transformers_templates._compile_jinja_template(tok.chat_template).render(messages=msgs, **variables)
     # Each rendering runs the template's loop only over the last few messages, however long the list is.
     assert max(executed[10:]) <= 3, executed
@@ -200,122 +194,3 @@ def test_a_printed_date_is_never_replayed_from_another_day(where: str) -> None:
     finally:
         for env, fn in zip(envs, saved, strict=True):
             env.globals["strftime_now"] = fn
-
-
-# Templates that read the generation flag before their loops end: the rendering with the generation prompt is then no
-# prefix of the one with the turn, anywhere, so neither may replay the other.
-FLAG_READERS: dict[str, str] = {
-    "flag_in_loop": "{%- for m in messages %}<{{ m.role }}>{{ m.content }}{% if add_generation_prompt %}*{% endif %}"
-    "{% endfor %}" + GEN,
-    "flag_before_loop": "{%- set g = add_generation_prompt %}{%- for m in messages %}{{ m.content }}"
-    "{% if g %}*{% endif %}{% endfor %}" + GEN,
-    "flag_in_macro": "{%- macro tag(x) %}{{ x }}{% if add_generation_prompt %}*{% endif %}{% endmacro %}"
-    "{%- for m in messages %}{{ tag(m.content) }}{% endfor %}" + GEN,
-    "flag_in_block": "{%- for m in messages %}{{ m.content }}{% block b %}{% endblock %}{% endfor %}" + GEN,
-    "flag_inside_if_with_loop": "{%- if messages %}{% for m in messages %}{{ m.content }}{% endfor %}"
-    "{% if add_generation_prompt %}<gen>{% endif %}{% endif %}",
-}
-
-
-@pytest.mark.parametrize("name", sorted(TEMPLATES))
-def test_templates_that_read_the_flag_after_their_loops_are_admitted(name: str) -> None:
-    assert generation_prompt_after_loops(TEMPLATES[name])
-
-
-@pytest.mark.parametrize("name", sorted(FLAG_READERS))
-def test_templates_that_may_read_the_flag_earlier_are_not(name: str) -> None:
-    assert not generation_prompt_after_loops(FLAG_READERS[name])
-
-
-@pytest.mark.parametrize("template", ["qwen2.5", "qwen3"])
-def test_the_real_templates_of_the_benchmark_are_admitted(template: str) -> None:
-    from tests.conftest import load_named_tokenizer
-
-    assert generation_prompt_after_loops(load_named_tokenizer(template).chat_template)
-
-
-def _render_pairs(source: str, lists: list[list[dict[str, Any]]], shared: bool) -> tuple[int, list[str]]:
-    """Each list rendered as the linearizer renders a turn: its context with the generation prompt, then the whole
-    list without it; one trace slot for both flags when ``shared`` (else one per flag), replaying what it allows.
-    Returns (iterations replayed, every text)."""
-    traced = compile_traced_template(source)
-    assert traced is not None
-    slots: dict[Any, RenderTrace] = {}
-    replayed, texts = 0, []
-    for msgs in lists:
-        for part, gen in ((msgs[:-1], True), (msgs, False)):
-            if not part:
-                continue
-            key = None if shared else gen
-            variables = {"tools": None, "documents": None, "add_generation_prompt": gen}
-            text, slots[key] = render_traced(traced, part, _ids(part), slots.get(key), variables)
-            replayed += slots[key].replayed
-            texts.append(text)
-    return replayed, texts
-
-
-def _full_pairs(source: str, lists: list[list[dict[str, Any]]]) -> list[str]:
-    reference = transformers_templates._compile_jinja_template(source)
-    return [
-        reference.render(messages=part, tools=None, documents=None, add_generation_prompt=gen)
-        for msgs in lists
-        for part, gen in ((msgs[:-1], True), (msgs, False))
-        if part
-    ]
-
-
-@pytest.mark.parametrize("name", sorted([*TEMPLATES, *FLAG_READERS]))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_a_turns_two_renderings_replay_each_other_only_where_the_template_proves_it(name: str, data: Any) -> None:
-    source = {**TEMPLATES, **FLAG_READERS}[name]
-    if compile_traced_template(source) is None:
-        return
-    lists = data.draw(st.composite(lambda draw: _chain(draw))())
-    _, texts = _render_pairs(source, lists, generation_prompt_after_loops(source))
-    assert texts == _full_pairs(source, lists)
-
-
-def test_sharing_a_trace_across_the_flag_without_the_proof_would_render_wrongly() -> None:
-    """The proof is what keeps this right: a template whose loop reads the flag breaks the prefix property (its
-    rendering with the generation prompt marks every message), and replaying one flag's iterations into the other's
-    rendering gives a text no full rendering gives."""
-    source = FLAG_READERS["flag_in_loop"]
-    roles = ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
-    msgs = [{"role": r, "content": f"m{i}"} for i, r in enumerate(roles)]
-    lists = [msgs[:k] for k in range(2, len(msgs) + 1)]
-    replayed, texts = _render_pairs(source, lists, shared=True)
-    assert replayed > 0 and texts != _full_pairs(source, lists)
-    replayed, texts = _render_pairs(source, lists, shared=generation_prompt_after_loops(source))
-    assert texts == _full_pairs(source, lists)
-    # Per flag, the flag's own renderings of growing lists still replay each other.
-    assert replayed > 0
-
-
-@pytest.mark.parametrize("name", sorted(REPLAYABLE))
-def test_a_turns_second_rendering_replays_the_first(name: str) -> None:
-    """The rendering without the generation prompt takes every iteration the one with it ran, when the last
-    message's iteration did not look past it (the loop's own step to the end of the list is no look at the length)."""
-    source = TEMPLATES[name]
-    roles = ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
-    msgs = [{"role": r, "content": f"m{i}"} for i, r in enumerate(roles)]
-    traced = compile_traced_template(source)
-    assert traced is not None
-    variables = {"tools": None, "documents": None}
-    _, ref = render_traced(traced, msgs[:-1], _ids(msgs[:-1]), None, {**variables, "add_generation_prompt": True})
-    text, trace = render_traced(traced, msgs, _ids(msgs), ref, {**variables, "add_generation_prompt": False})
-    assert text == _full_pairs(source, [msgs])[1]
-    # Every iteration of the first rendering, but the last when it looked ahead (``loop.nextitem``); none where the
-    # pass over the whole list before the loop finds another state once a reply follows (``last_user``).
-    expected = {"nextitem": len(msgs) - 2, "last_user": 0}.get(name, len(msgs) - 1)
-    assert trace.replayed == expected, trace.replayed
-
-
-@pytest.mark.parametrize("name", ["cell_variable", "with_scope"])
-def test_variables_the_loop_reads_from_a_cell_or_an_enclosing_scope_are_compared_before_a_replay(name: str) -> None:
-    # A turn's pair of renderings ([u, a, u] with the generation prompt, then [u, a, u, a]): the last index differs,
-    # so the first rendering's iterations must not be replayed into the second. Before: the variable was not
-    # compared (a cell; an ``l_1_*`` local) and both user and assistant turns were marked last.
-    msgs = [{"role": r, "content": c} for r, c in zip(["user", "assistant"] * 2, "abcd", strict=True)]
-    _, texts = _render_pairs(TEMPLATES[name], [msgs], shared=True)
-    assert texts == _full_pairs(TEMPLATES[name], [msgs])

@@ -128,7 +128,6 @@ class MistralBundle(TokenizerBundle):
         self.encoded_chars = 0
         self.encoded_tokens = 0
         self.renders = 0
-        self.incremental_renders = 0
         self.segment_cache = SegmentCache(0)  # it encodes messages, never segments of a rendering
         self.encodings = EncodedCache(0)
 

@@ -40,11 +40,6 @@ MAX_TRACES = 16
 # iterations saves (measured on real tool-calling logs with the Qwen2.5 and Qwen3 templates). Longer contexts are
 # traced, so work per rendering stays bounded however long the conversation grows.
 MIN_TRACED_MESSAGES = 16
-# Unless the template lets a turn's two renderings (its context with the generation prompt, then the context and the
-# turn without it) replay each other (:func:`msgtrain.linearize.template.generation_prompt_after_loops`): then every
-# context of at least this many messages is traced, so that the second rendering of each turn, and the next turn's
-# first, replay the messages the one before rendered.
-MIN_TRACED_PAIRED = 3
 # MSGTRAIN_REPLAY=0 renders every context in full; MSGTRAIN_VERIFY_REPLAY=1 renders in full as well and fails on any
 # difference, and renders again what the run-wide memo holds (the test suite runs with it).
 REPLAY = os.environ.get("MSGTRAIN_REPLAY", "1") != "0"
@@ -213,21 +208,17 @@ class Renderer:
         self._marked_kwargs: dict[tuple[str, bool], dict[str, Any]] = {}
         self._recent_paths: dict[bool, list[tuple[list[dict[str, Any]], list[str]]]] = {False: [], True: []}
         # The latest traced rendering per (generation flag, env, marked): the next rendering of a longer path
-        # replays its loop iterations over the messages they share (msgtrain.linearize.template). The flag is None
-        # for a template whose renderings with and without the generation prompt may replay each other.
-        self._traces: OrderedDict[tuple[bool | None, str, bool], RenderTrace] = OrderedDict()
+        # replays its loop iterations over the messages they share (msgtrain.linearize.template).
+        self._traces: OrderedDict[tuple[bool, str, bool], RenderTrace] = OrderedDict()
         # Segment ids shared by every conversation of the run: the tokenizer's cache (None: every text is encoded
         # whole, the reference the shortcuts are tested against).
         self.segments: SegmentCache | None = tok.segment_cache
         # Renderings shared by every conversation of the run whose node ids are content hashes (None: none shared).
         self.shared_renders: RenderCache | None = render_cache(tok)
         self.min_traced = MIN_TRACED_MESSAGES
-        self.min_traced_paired = MIN_TRACED_PAIRED
-        self._shares: dict[str, bool] = {}  # template text -> generation_prompt_after_loops
         self._openers: np.ndarray | None = None
         self.renders = 0
         self.traced_renders = 0  # renderings that recorded a trace (and could replay)
-        self.incremental_renders = 0  # traced renderings that replayed their first iterations from an earlier one
         self.iterations_run = 0  # the template's loop iterations over messages actually executed
         self.iterations_replayed = 0
 
@@ -450,12 +441,10 @@ class Renderer:
         add_generation_prompt: bool,
         marked: bool,
     ) -> str:
-        """Traced (replaying what it can) for long contexts, and for all but the shortest when both generation flags
-        share traces; else in full."""
-        n = len(msgs)
+        """Traced (replaying what it can) for long contexts, else in full."""
         traced = (
             self._render_traced(ids, msgs, tools, env, add_generation_prompt, marked)
-            if REPLAY and (n >= self.min_traced or (n >= self.min_traced_paired and self._flags_share(tools)))
+            if REPLAY and len(msgs) >= self.min_traced
             else None
         )
         if traced is None:
@@ -463,21 +452,6 @@ class Renderer:
             self.iterations_run += len(msgs)
             return text
         return traced
-
-    def _flags_share(self, tools: list[Any]) -> bool:
-        """Whether renderings with and without the generation prompt may replay each other's traces (a property of
-        the template: :func:`msgtrain.linearize.template.generation_prompt_after_loops`)."""
-        source = self.tok.template_for(tools)
-        shares = self._shares.get(source)
-        if shares is None:
-            try:
-                from msgtrain.linearize.template import generation_prompt_after_loops
-
-                shares = generation_prompt_after_loops(source)
-            except Exception:  # no jinja compile helper in this transformers, a template jinja cannot parse
-                shares = False
-            self._shares[source] = shares
-        return shares
 
     def _kwargs(self, env: Env, marked: bool) -> dict[str, Any]:
         """The env's template kwargs (log strings too: a marked rendering gets them marked)."""
@@ -511,8 +485,7 @@ class Renderer:
     ) -> str | None:
         # Not keyed by date: a template that prints it does so before the loop (compared before any replay) or in
         # an iteration (which is then never replayed).
-        # One trace per env for both generation flags when the template reads the flag after its loops alone.
-        key = (None if self._flags_share(tools) else add_generation_prompt, env.id, marked)
+        key = (add_generation_prompt, env.id, marked)
         ref = self._traces.pop(key, None)
         out = self.tok.render_traced(
             msgs,
@@ -529,11 +502,8 @@ class Renderer:
         if len(self._traces) > MAX_TRACES:
             self._traces.popitem(last=False)
         self.traced_renders += 1
-        if trace.replayed:
-            self.incremental_renders += 1
-            self.tok.incremental_renders += 1
         self.iterations_replayed += trace.replayed
-        self.iterations_run += trace.iterations - trace.replayed
+        self.iterations_run += len(trace.starts) - trace.replayed
         if (
             VERIFY_REPLAY
             and trace.replayed

@@ -161,37 +161,25 @@ def _memo_tojson(tojson: Any) -> Any:
     return cached
 
 
-def _flat_context(template: Any, variables: dict[str, Any]) -> Any | None:
-    """The context ``template.render(**variables)`` would render in, built from a flat copy of the template's
-    globals (None: another jinja's layout, render its own way).
+def render_template(template: Any, variables: dict[str, Any]) -> str:
+    """``template.render(**variables)``, with the render context built from a flat copy of the template's globals.
 
     jinja's ``Template.render`` builds each context from ``template.globals``, a ``ChainMap`` over the
     environment's globals, iterated twice per rendering (a quarter of a short rendering's fixed cost). The flat copy
     is kept on the template and made again whenever any global changes (``_pinned_date`` in the renderer patches
-    ``strftime_now`` for a rendering; a traced template's globals are a view over the plain template's), so every
-    rendering sees exactly the globals ``render`` would give it.
+    ``strftime_now`` for a rendering), so every rendering sees exactly the globals ``render`` would give it.
     """
     from jinja2.runtime import new_context
 
     env = template.environment
     maps = getattr(template.globals, "maps", None)
     if not isinstance(maps, list) or len(maps) != 2 or maps[1] is not env.globals:
-        return None
-    key = tuple(map(id, maps[0].values()))
-    for m in env.globals.maps if isinstance(env.globals, ChainMap) else (env.globals,):
-        key += tuple(map(id, m.values()))
+        return str(template.render(**variables))  # another jinja's layout: its own way
+    key = tuple(map(id, maps[0].values())) + tuple(map(id, env.globals.values()))
     cached = template.__dict__.get("_msgtrain_flat_globals")
     if cached is None or cached[0] != key:
         cached = template.__dict__["_msgtrain_flat_globals"] = (key, dict(template.globals))
-    return new_context(env, template.name, template.blocks, variables, False, cached[1], None)
-
-
-def render_template(template: Any, variables: dict[str, Any]) -> str:
-    """``template.render(**variables)`` in the context of :func:`_flat_context`."""
-    ctx = _flat_context(template, variables)
-    if ctx is None:
-        return str(template.render(**variables))  # another jinja's layout: its own way
-    env = template.environment
+    ctx = new_context(env, template.name, template.blocks, variables, False, cached[1], None)
     try:
         return str(env.concat(template.root_render_func(ctx)))
     except Exception:
@@ -335,15 +323,13 @@ class _Messages:
 @dataclass
 class RenderTrace:
     """What one traced rendering showed: its text and, per iteration ``i`` of the loop over ``messages``, where
-    its output started, the highest message index it looked at (its own message, and any it looked ahead at), and
-    the namespace state it began with; when the loop's own step found the end of the list (``loop_end``), one more
-    entry of each (where the loop's output ends, the state it leaves), as if an iteration began there.
-    ``blocked`` is the latest iteration a replay may start at: the first one that looked at the length or did
-    something that cannot be replayed, or the one before a namespace snapshot that cannot be restored (``_NEVER``:
-    no limit). ``loop_state`` is what the loop could read when it started (the template's top-level variables but
-    the generation flag, namespaces by content; None: never replay from this trace); ``starts[0]`` is where the
-    output before the loop ends. ``ids`` names the rendered messages, so a later list knows how many first messages
-    it shares."""
+    its output started, the highest message index it looked at (the loop's step to ``i + 1`` included), and the
+    namespace state it began with. ``blocked`` is the latest iteration a replay may start at: the first one that
+    looked at the length or did something that cannot be replayed, or the one before a namespace snapshot that
+    cannot be restored (``_NEVER``: no limit). ``loop_state`` is what the loop could read when it started (the
+    template's top-level variables, namespaces by content; None: never replay from this trace); ``starts[0]`` is
+    where the output before the loop ends. ``ids`` names the rendered messages, so a later list knows how many
+    first messages it shares."""
 
     ids: list[str]
     text: str
@@ -354,12 +340,6 @@ class RenderTrace:
     blocked: int
     loop_state: dict[str, Any] | None
     replayed: int = 0  # iterations this rendering took from its reference (for tests and counters)
-    loop_end: bool = False
-
-    @property
-    def iterations(self) -> int:
-        """The main loop's iterations (run or replayed)."""
-        return len(self.starts) - self.loop_end
 
     def replay_limit(self, shared: int) -> int:
         """How many first iterations a list sharing the first ``shared`` messages may take from this trace (if the
@@ -402,8 +382,7 @@ class _Recorder:
         self.skip_to = skip_to
         self.chunks: list[str] = []
         self.splice_at = -1
-        self._done = 0  # chunks counted in _done_len
-        self._done_len = 0  # their characters, plus what a replay spliced in before the later ones
+        self.out_len = 0
         self.cur = _PRE
         self.main_started = False
         self.loop_state: dict[str, Any] | None = None
@@ -413,17 +392,6 @@ class _Recorder:
         self.snaps: list[tuple[dict[str, Any], ...]] = []
         self.blocked = _NEVER
         self.stateless = True
-        self.stepping = False  # the main loop is stepping to its next message (not an iteration looking ahead)
-        self.loop_end = False
-
-    def position(self) -> int:
-        """Where the output stands: the rendering's chunks are appended to ``chunks`` as the template yields them,
-        before it runs on, so their lengths (plus a replay's spliced text) are the offset of what it prints next."""
-        chunks = self.chunks
-        if len(chunks) > self._done:
-            self._done_len += sum(map(len, chunks[self._done :]))
-            self._done = len(chunks)
-        return self._done_len
 
     def observe(self, index: int) -> None:
         cur = self.cur
@@ -438,8 +406,6 @@ class _Recorder:
         """A value the loop can read, as it is now: namespaces by creation order and content (the loop mutates
         them later; a replay restores them by creation order), macros by code and what their closures hold, the
         messages proxy as a marker."""
-        if type(value) in _PLAIN_VALUES:
-            return value
         if value is self.proxy:
             return _MESSAGES
         if depth > 8:
@@ -456,15 +422,9 @@ class _Recorder:
         """Called when the main loop is set up: decides where it starts. A replay needs the same output before
         the loop and the same variables and namespace contents (compared by value) as its reference."""
         # Every variable the root frame holds when the loop starts: Jinja's ``l_<depth>_*`` locals, the top-level
-        # ``set``s (``l_0_*``, cells included: a variable a loop filter, a macro or a call block reads is a cell, in
-        # ``f_locals`` but not in ``co_varnames``) and those of a ``with`` or an outer ``for`` around the loop
+        # ``set``s (``l_0_*``, cells included) and those of a ``with`` or an outer ``for`` around the loop
         # (``l_1_*``...). A loop body's own ``set`` is local to it, so these cannot change during the loop.
-        # ``add_generation_prompt`` is left out: a trace of the other flag is only a reference when the template
-        # reads the flag after its loops alone (:func:`generation_prompt_after_loops`).
-        freeze = self._freeze
-        self.loop_state = {
-            k: freeze(v) for k, v in frame_locals.items() if _JINJA_LOCAL.match(k) is not None and k != _FLAG_LOCAL
-        }
+        self.loop_state = {k: self._freeze(v) for k, v in frame_locals.items() if _JINJA_LOCAL.match(k) is not None}
         j, ref = self.skip_to, self.ref
         if j and ref is not None:
             pre = "".join(self.chunks)
@@ -488,7 +448,7 @@ class _Recorder:
                 attrs.clear()
                 attrs.update(saved)
             self.splice_at = len(self.chunks)
-            self._done_len = self.position() + ref.starts[j] - ref.starts[0]
+            self.out_len += ref.starts[j] - ref.starts[0]
         return j
 
     def _snapshot(self, index: int) -> tuple[dict[str, Any], ...]:
@@ -504,20 +464,13 @@ class _Recorder:
     def begin(self, index: int) -> None:
         """The main loop steps into iteration ``index``."""
         self.cur = index
-        self.starts.append(self.position())
+        self.starts.append(self.out_len)
         self.seen.append(index)
         self.snaps.append(self._snapshot(index) if self.blocked == _NEVER else ())
 
     def end(self) -> None:
-        """The main loop found no next message. Found by an iteration looking ahead (``loop.last``,
-        ``loop.nextitem``), that iteration looked at the end of the list; found by the loop's own step to its next
-        message, no iteration did: the loop is over, and where its output ends and the namespace state it leaves are
-        recorded like the start of one more iteration, so a longer list may replay every iteration of this one."""
-        if not self.stepping:
-            self.observe_all()
-        elif self.cur != _POST:
-            self.loop_end = True
-            self.begin(len(self.starts))
+        """The main loop found no next message: it looked at the end of the list."""
+        self.observe_all()
         self.cur = _POST
 
     def made_namespace(self, ns: Any) -> Any:
@@ -532,10 +485,8 @@ class _Recorder:
 
 
 _MESSAGES = ("msgtrain:messages",)
-_FLAG_LOCAL = "l_0_add_generation_prompt"  # how jinja names the flag in the root code
-# The root code's top-level variables (its locals named ``l_0_*``) but the flag, per compiled template.
+
 _JINJA_LOCAL = re.compile(r"l_\d+_")
-_PLAIN_VALUES = frozenset({str, int, float, bool, type(None), list, dict, tuple})
 
 _active = threading.local()
 
@@ -558,59 +509,53 @@ class _MainIter:
 
     def __next__(self) -> Any:
         i = self._i
-        rec = self._rec
-        if i >= len(rec.items):
-            rec.end()
+        if i >= len(self._rec.items):
+            self._rec.end()
             raise StopIteration
-        if not rec.stepping:  # iteration i - 1 looks ahead; the loop's own step hands message i to iteration i
-            rec.observe(i)
+        self._rec.observe(i)
         self._i = i + 1
-        return rec.items[i]
-
-
-def _loop_context(iterable: Any, undefined: Any, recurse: Any = None, depth0: int = 0) -> LoopContext:
-    """``LoopContext`` for the traced template: the first loop the root code runs over ``messages`` is the main
-    loop (a :class:`_TrackedLoop`); every other loop is a plain ``LoopContext``."""
-    rec = _recorder()
-    if (
-        rec is not None
-        and iterable is rec.proxy
-        and not rec.main_started
-        and recurse is None
-        and sys._getframe(1).f_code is rec.root_code
-    ):
-        return _TrackedLoop(rec, sys._getframe(1).f_locals, undefined, depth0)
-    return LoopContext(iterable, undefined, recurse, depth0)
+        return self._rec.items[i]
 
 
 class _TrackedLoop(LoopContext):
-    """The main loop: tracked, possibly started at a replayed iteration."""
+    """``LoopContext`` for the traced template: the first loop the root code runs over ``messages`` is the main
+    loop (tracked, possibly started at a replayed iteration); every other loop is a plain ``LoopContext``."""
 
-    def __init__(self, rec: _Recorder, frame_locals: dict[str, Any], undefined: Any, depth0: int) -> None:
-        rec.main_started = True
-        start = rec.main_loop_starts(frame_locals)
-        self._rec = rec
-        self._iterable = rec.proxy  # loop.length asks the proxy: a look at the length
-        self._iterator = _MainIter(rec, start)
-        self._undefined = undefined
-        self._recurse = None
-        self.depth0 = depth0
-        if start:
-            self.index0 = start - 1
-            self._current = rec.items[start - 1]  # loop.previtem of the first real iteration
+    _rec: _Recorder | None = None
+
+    def __init__(self, iterable: Any, undefined: Any, recurse: Any = None, depth0: int = 0) -> None:
+        rec = _recorder()
+        if (
+            rec is not None
+            and iterable is rec.proxy
+            and not rec.main_started
+            and recurse is None
+            and sys._getframe(1).f_code is rec.root_code
+        ):
+            rec.main_started = True
+            start = rec.main_loop_starts(sys._getframe(1).f_locals)
+            self._rec = rec
+            self._iterable = iterable  # loop.length asks the proxy: a look at the length
+            self._iterator = _MainIter(rec, start)
+            self._undefined = undefined
+            self._recurse = recurse
+            self.depth0 = depth0
+            if start:
+                self.index0 = start - 1
+                self._current = rec.items[start - 1]  # loop.previtem of the first real iteration
+            return
+        super().__init__(iterable, undefined, recurse, depth0)
 
     def __next__(self) -> Any:
         rec = self._rec
-        rec.stepping = True
-        try:
-            out = super().__next__()  # StopIteration: _MainIter already recorded the end
-        finally:
-            rec.stepping = False
-        rec.begin(self.index0)
+        out = super().__next__()  # StopIteration: _MainIter already recorded the end
+        if rec is not None:
+            rec.begin(self.index0)
         return out
 
     def changed(self, *value: Any) -> bool:
-        self._rec.observe_all()  # its state is not restored by a replay
+        if self._rec is not None:
+            self._rec.observe_all()  # its state is not restored by a replay
         return bool(super().changed(*value))
 
 
@@ -626,55 +571,18 @@ def _stateful_global(fn: Any) -> Any:
 
 
 class _LoopEverywhere(NodeTransformer):
-    """Makes every ``for`` that may be the main loop a ``LoopContext`` loop (Jinja iterates directly when the body
-    never names ``loop``), by adding a statement that names ``loop`` and discards it: output and behaviour are
-    unchanged. A loop in a macro or a call block runs in a function of its own, never the root code's: left as is."""
+    """Makes every ``for`` a ``LoopContext`` loop (Jinja iterates directly when the body never names ``loop``),
+    by adding a statement that reads ``loop.index0`` and discards it: output and behaviour are unchanged."""
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
-        node.body.append(nodes.ExprStmt(nodes.Name("loop", "load")))
-        return node
-
-    def visit_Macro(self, node: nodes.Macro) -> nodes.Node:
-        return node
-
-    def visit_CallBlock(self, node: nodes.CallBlock) -> nodes.Node:
+        node.body.append(nodes.ExprStmt(nodes.Getattr(nodes.Name("loop", "load"), "index0", "load")))
         return node
 
 
 def _buffers_a_loop(ast: nodes.Template) -> bool:
     blocks = [*ast.find_all(nodes.AssignBlock), *ast.find_all(nodes.FilterBlock)]
     return any(block.find(nodes.For) is not None for block in blocks)
-
-
-def _reads(node: nodes.Node, name: str) -> bool:
-    return any(n.name == name and n.ctx == "load" for n in node.find_all(nodes.Name))
-
-
-@functools.lru_cache(maxsize=16)
-def generation_prompt_after_loops(source: str) -> bool:
-    """Whether the template reads ``add_generation_prompt`` only after every loop it has (the proof, once per
-    template, that a rendering with the generation prompt and one without may replay each other's traces).
-
-    Read from the template's syntax tree: every ``add_generation_prompt`` it names is in a top-level statement
-    that comes after the last top-level statement holding a ``for`` (the main loop over ``messages`` is one of
-    those: the tracer only takes a loop of the root code), and none is in a macro, a call block or a block (code
-    that could run earlier, wherever it is written). A template names a variable only by its name (the sandbox
-    gives it no other way to reach the render context), so then the code before the main loop and every iteration
-    of it run alike with either value of the flag: only the code after the loops, which a replay always runs,
-    differs. Any other template (Llama 3.1-style ``{% if loop.last and add_generation_prompt %}`` inside the loop)
-    is traced per flag, as before."""
-    ast = compile_chat_template(source).environment.parse(source)
-    if any(True for _ in ast.find_all(nodes.Block)):
-        return False
-    body = ast.body
-    last = max((i for i, st in enumerate(body) if isinstance(st, nodes.For) or st.find(nodes.For)), default=-1)
-    for i, st in enumerate(body):
-        if not _reads(st, "add_generation_prompt"):
-            continue
-        if i <= last or any(_reads(m, "add_generation_prompt") for m in st.find_all((nodes.Macro, nodes.CallBlock))):
-            return False
-    return True
 
 
 @functools.lru_cache(maxsize=16)
@@ -712,7 +620,7 @@ def compile_traced_template(source: str) -> Any | None:
     template = traced_env.template_class.from_code(
         traced_env, traced_env.compile(ast), traced_env.make_globals(None), None
     )
-    template.root_render_func.__globals__["LoopContext"] = _loop_context
+    template.root_render_func.__globals__["LoopContext"] = _TrackedLoop
     return template
 
 
@@ -744,11 +652,9 @@ def render_traced(
     previous = _recorder()
     _active.rec = rec
     try:
-        ctx = _flat_context(template, {"messages": rec.proxy, **variables})
-        # list.extend appends each chunk as the template yields it, before the template runs on (Recorder.position)
-        rec.chunks.extend(
-            template.generate(messages=rec.proxy, **variables) if ctx is None else template.root_render_func(ctx)
-        )
+        for chunk in template.generate(messages=rec.proxy, **variables):
+            rec.chunks.append(chunk)
+            rec.out_len += len(chunk)
     except Exception:
         # The proxy is not a list: code that needs a real one (``messages | tojson``) fails where a full rendering
         # would not. Render untraced with the real list (a genuine template error raises again there) and leave a
@@ -783,6 +689,5 @@ def render_traced(
         blocked=rec.blocked,
         loop_state=rec.loop_state if rec.stateless else None,
         replayed=skip_to,
-        loop_end=rec.loop_end,
     )
     return text, trace

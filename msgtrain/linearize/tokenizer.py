@@ -635,7 +635,6 @@ class TokenizerBundle:
         self.encoded_chars = 0
         self.encoded_tokens = 0
         self.renders = 0  # chat template renderings of every Renderer on this tokenizer (a run's count, for benchmarks)
-        self.incremental_renders = 0  # of those, renderings that replayed an earlier one's first loop iterations
         # Segment ids for the whole run (every file and conversation this process converts with this tokenizer).
         self.segment_cache = SegmentCache()
         self.encodings = EncodedCache()  # whole renderings' encodings, for the run likewise
