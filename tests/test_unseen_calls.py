@@ -10,48 +10,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msgtrain.ingest.boundary import read_events
-from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
-from msgtrain.model.graph import MessageGraph
-from msgtrain.run.parts import LinearizeSettings, convert_file
-
-FIXTURES = Path(__file__).parent / "fixtures" / "unseen"
-SETTINGS = LinearizeSettings(
-    tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
-)
-
-
-def _books(path: Path) -> tuple[int, int, int]:
-    """(trained, dropped, lost) of converting ``path``."""
-    _, stats, _ = convert_file(path, SETTINGS)
-    return stats.turns_trained, sum(stats.turns_dropped.values()), stats.turns_lost
-
-
-def _graphs(path: Path) -> list[MessageGraph]:
-    return [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
-
-
-def _said(message: Any) -> tuple[str, Any]:
-    """(role, text) of a message; a call's (role, [(name, arguments)]); a result's (role, (name, result))."""
-    calls = getattr(message, "calls", None)
-    if calls:
-        return message.role, [(c.option_name, c.arguments) for c in calls]
-    result = getattr(message, "result", None)
-    if result is not None:
-        return message.role, (result.option_name, result.result)
-    return message.role, message.text
-
-
-def _trained(path: Path) -> list[list[tuple[str, Any]]]:
-    """The path to each sampled reply, the reply last."""
-    return [
-        [_said(n.message) for n in graph.path(node.id)]
-        for graph in _graphs(path)
-        for node in graph.nodes.values()
-        if node.origin.value == "sampled"
-    ]
-
+from msgtrain.run.parts import convert_file
+from tests.unseen_books import FIXTURES, SETTINGS
+from tests.unseen_books import books as _books
+from tests.unseen_books import contexts as _trained
+from tests.unseen_books import graphs as _graphs
 
 HELICONE = FIXTURES / "helicone-export.jsonl"
 

@@ -16,12 +16,14 @@ from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.structure.mapping import mapping_text
-from msgtrain.model.graph import MessageGraph
 from msgtrain.model.message import OptionCallMessage, OptionResultMessage, PartsMessage
 from msgtrain.run.parts import LinearizeSettings, convert_file
 from msgtrain.tools.explain_cmd import explain_file
+from tests.unseen_books import FIXTURES
+from tests.unseen_books import contexts as _contexts
+from tests.unseen_books import graphs as _graphs
+from tests.unseen_books import said as _said
 
-FIXTURES = Path(__file__).parent / "fixtures" / "unseen"
 SETTINGS = LinearizeSettings(
     tokenizer=None, chat_template=None, policies=(), render_date="2025-01-01", input_format=None
 )
@@ -31,31 +33,6 @@ def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int
     """(turns found, trained, dropped, lost) of converting ``path``."""
     _, stats, _ = convert_file(path, settings)
     return stats.turns_found, stats.turns_trained, sum(stats.turns_dropped.values()), stats.turns_lost
-
-
-def _graphs(path: Path) -> list[MessageGraph]:
-    return [e.graph for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
-
-
-def _said(message: Any) -> tuple[str, Any]:
-    """(role, text) of a message; a call's (role, [(name, arguments)]); a result's (role, (name, result))."""
-    calls = getattr(message, "calls", None)
-    if calls:
-        return message.role, [(c.option_name, c.arguments) for c in calls]
-    result = getattr(message, "result", None)
-    if result is not None:
-        return message.role, (result.option_name, result.result)
-    return message.role, message.text
-
-
-def _contexts(path: Path) -> list[list[tuple[str, Any]]]:
-    """The path to each sampled reply, the reply last, in file order."""
-    return [
-        [_said(n.message) for n in graph.path(node.id)]
-        for graph in _graphs(path)
-        for node in graph.nodes.values()
-        if node.origin.value == "sampled"
-    ]
 
 
 def test_a_function_calling_row_trains_its_answers_as_the_calls_after_the_query() -> None:
