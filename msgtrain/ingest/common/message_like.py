@@ -265,6 +265,18 @@ def thread_without_request(messages: Any) -> bool:
     )
 
 
+def _dynamic_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A call as an AI SDK UI message's ``dynamic-tool`` part, its result not yet known (the part the normaliser splits
+    into the reply's call and, once ``state`` is ``output-available``, the result after it)."""
+    return {
+        "type": "dynamic-tool",
+        "toolCallId": call_id,
+        "toolName": name,
+        "input": arguments,
+        "state": "input-available",
+    }
+
+
 def _tagged_text(value: Any) -> Any:
     """A tagged text (``{"Text": ...}``, or a list of such parts) as its text; anything else as it is."""
     if isinstance(value, dict) and set(value) == {"Text"}:
@@ -297,13 +309,7 @@ def _tagged_message(obj: dict[str, Any]) -> dict[str, Any] | None:
         elif kind == "Thinking" and isinstance(value, dict) and isinstance(value.get("text"), str):
             parts.append({"type": "reasoning", "text": value["text"]})
         elif kind == "ToolUse" and isinstance(value, dict):
-            call = {
-                "type": "dynamic-tool",
-                "toolCallId": value.get("id"),
-                "toolName": value.get("name"),
-                "input": value.get("input", {}),
-                "state": "input-available",
-            }
+            call = _dynamic_call(value.get("id"), value.get("name"), value.get("input", {}))
             result = results.get(value.get("id")) if isinstance(results, dict) else None
             if isinstance(result, dict):
                 call |= {"state": "output-available", "output": _tagged_text(result.get("content"))}
@@ -336,13 +342,7 @@ def _segmented_message(obj: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(use, dict):
             parts.append(use)
             continue
-        call = {
-            "type": "dynamic-tool",
-            "toolCallId": use.get("id"),
-            "toolName": use.get("name"),
-            "input": use.get("input", {}),
-            "state": "input-available",
-        }
+        call = _dynamic_call(use.get("id"), use.get("name"), use.get("input", {}))
         result = results.pop(use.get("id"), None)
         if result is not None:
             call |= {"state": "output-available", "output": _tagged_text(result.get("content"))}
@@ -495,13 +495,7 @@ def _tool_steps(held: list[list[dict[str, Any]]]) -> list[dict[str, Any]] | None
             if not isinstance(request, dict):
                 out.append(part)
                 continue
-            call = {
-                "type": "dynamic-tool",
-                "toolCallId": request.get("id"),
-                "toolName": request.get("name"),
-                "input": request.get("arguments", {}),
-                "state": "input-available",
-            }
+            call = _dynamic_call(request.get("id"), request.get("name"), request.get("arguments", {}))
             calls.append(call)
             out.append(call)
     return out
