@@ -278,11 +278,17 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         with contextlib.suppress(Exception):
             process.kill()
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + 1.0
     for process in processes:
         with contextlib.suppress(Exception):
             process.join(max(0.0, deadline - time.monotonic()))
+    # The pool's manager thread closes its wake-up pipe once it sees the workers gone; the interpreter's exit hook
+    # writes to that pipe, and racing the close it printed a traceback (EBADF) under the one line an interrupt says.
+    if manager is not None:
+        with contextlib.suppress(Exception):
+            manager.join(max(0.0, deadline - time.monotonic()))
 
 
 def _convert_to_part(job: Job, settings: LinearizeSettings, part_store: PartsStore) -> dict[str, Any]:
