@@ -6,6 +6,9 @@ Invariants (the details are in :mod:`msgtrain.ingest.core.base`'s docstring):
 - :func:`read_events` never raises for anything a reader does (only ``KeyboardInterrupt`` and the like pass):
   whatever escapes a reader costs the record it comes from (:mod:`msgtrain.ingest.isolate`), and a graph holding
   text that is not Unicode is an ``invalid_text`` reject (:mod:`msgtrain.ingest.core.text_check`).
+- Every graph read is checked for a reported prompt size that shrank along a branch, whatever its reader: the replies
+  from there on were sampled in a history the log does not show and are kept as context
+  (:func:`msgtrain.model.completeness.carry_replies_after_shrunk_prompt`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from msgtrain.ingest.core.text_check import graph_reject
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.faults import _read_streaming, fault_reject, unreadable_file_error
 from msgtrain.ingest.isolate import read_document_isolating, read_folder_isolating, read_isolating, retry_keys
+from msgtrain.model.completeness import carry_replies_after_shrunk_prompt
 
 
 def open_reader(path: Path, forced: Reader | None = None) -> Reader | ReadReject:
@@ -112,4 +116,5 @@ def _read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
             if invalid is not None:
                 yield invalid
                 continue
+            carry_replies_after_shrunk_prompt(event.graph)
         yield event

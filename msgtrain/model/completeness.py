@@ -21,9 +21,10 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
-from msgtrain.model.graph import MessageGraph
+from msgtrain.model.graph import MessageGraph, Origin
 
 CONTEXT_INCOMPLETE = "context_incomplete"
 # ``files``: the file contents and repository map an agent adds to each request (aider's chat files and repo map):
@@ -197,3 +198,64 @@ def same_model(tokenizer_name: str, model: str | None) -> bool:
 
 
 _MIN_NAME = 6
+
+
+# ------------------------------------------------------------------------------------- a prompt that shrank
+
+# A later reply's reported prompt smaller than an earlier one's by more than this (tokens, share of the earlier size:
+# whichever is larger) says the history sent was cut: a count that only wobbles (a date, a counted generation prompt)
+# stays within it.
+SHRINK_TOLERANCE = (16, 0.02)
+SHRUNK_PROMPT = "prompt_shrank"  # graph metadata: {node id: why}, for inspect and the tests
+_SHRUNK_WHY = (
+    "the API reported a prompt of {now} tokens for this reply, {fewer} fewer than for an earlier reply of the same "
+    "model whose context this one's extends ({before}): the history sent was cut or compacted and the log does not "
+    "say how, so this reply and the ones after it were sampled in a context the log does not hold"
+)
+
+
+def carry_replies_after_shrunk_prompt(graph: MessageGraph) -> int:
+    """Keep as context (``carried``, with ``why_not_trained``) every sampled reply whose context the log shows
+    wrongly because the prompt its API reported (:func:`reported_prompt_tokens`) is smaller than an earlier reply's
+    on its path: a reply's context extends every earlier reply's context plus that reply, so its prompt cannot be
+    smaller unless what was sent was cut (a sliding window, a truncation, an unlogged compaction, tool results the
+    API cleared). That reply and every later reply below it are then in a context the log does not hold.
+
+    Compared only where the earlier prompt is contained in the later one whatever the serving side did: the same
+    model (one tokenizer) and environment (the same tools), and not across a user message when reasoning that
+    APIs and chat templates drop once a new user turn starts (Anthropic's earlier thinking, Qwen3's
+    ``reasoning_content``) was in the earlier prompt. A log that records its cut (a compaction summary, a rewind)
+    puts the later replies on another branch, where no comparison is made. Returns how many replies it carried."""
+    carried = 0
+    # per node: (the largest comparable earlier prompts {(model, env): (tokens, node)} safe across user turns, those
+    # of the open tool loop, whether the open loop holds reasoning, the taint)
+    State = tuple[dict[tuple[str | None, str], int], dict[tuple[str | None, str], int], bool, str | None]
+    states: dict[str | None, State] = {None: ({}, {}, False, None)}
+    for nid, node in list(graph.nodes.items()):
+        safe, loop, reasoning, taint = states[node.parent]
+        message = node.message
+        if message.role == "user":
+            loop, reasoning = {}, False
+        elif node.is_assistant:
+            reported = reported_prompt_tokens(message.metadata)
+            if reported is not None and taint is None:
+                generation = graph.generation(nid) or message.generation
+                key = (generation.model if generation is not None else None, node.env_id)
+                before = max(safe.get(key, 0), loop.get(key, 0))
+                tokens, share = SHRINK_TOLERANCE
+                if before - reported > max(tokens, share * before):
+                    taint = _SHRUNK_WHY.format(now=reported, fewer=before - reported, before=before)
+                elif reported > before:
+                    if reasoning:
+                        loop = {**loop, key: reported}
+                    else:
+                        safe = {**safe, key: max(safe.get(key, 0), reported)}
+            if taint is not None and node.origin is Origin.SAMPLED:
+                update = {"metadata": {**message.metadata, "why_not_trained": taint}}
+                graph.nodes[nid] = replace(node, origin=Origin.CARRIED, message=message.model_copy(update=update))
+                graph.metadata.setdefault(SHRUNK_PROMPT, {})[nid] = taint
+                carried += 1
+            if any(getattr(p, "kind", None) == "reasoning" for p in getattr(message, "parts", ())):
+                reasoning = True
+        states[nid] = (safe, loop, reasoning, taint)
+    return carried
