@@ -231,7 +231,11 @@ def carry_replies_after_shrunk_prompt(graph: MessageGraph) -> int:
     # of the open tool loop, whether the open loop holds reasoning, the taint)
     State = tuple[dict[tuple[str | None, str], int], dict[tuple[str | None, str], int], bool, str | None]
     states: dict[str | None, State] = {None: ({}, {}, False, None)}
-    for nid, node in list(graph.nodes.items()):
+    # parents before children whatever order the nodes were added in (a reader may add a branch's nodes late)
+    for node in sorted(graph.nodes.values(), key=lambda n: n.depth):
+        nid = node.id
+        if node.parent not in states:
+            continue  # a node whose parent is not in the graph: no path to compare along
         safe, loop, reasoning, taint = states[node.parent]
         message = node.message
         if message.role == "user":
