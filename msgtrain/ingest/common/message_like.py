@@ -183,6 +183,15 @@ def unwrapped(obj: Any) -> Any:
 
 
 def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
+    """The message a wrapper holds (:func:`_unwrap_wrapper`), ``obj`` itself for anything else. Every wrapper that
+    function reads is told by a key of :data:`_WRAPPER_KEYS` or by ``content`` holding an object; a message with
+    neither (most messages, asked about several times each) is decided by one set operation."""
+    if _WRAPPER_KEYS.isdisjoint(obj) and not isinstance(obj.get("content"), dict):
+        return obj
+    return _unwrap_wrapper(obj)
+
+
+def _unwrap_wrapper(obj: dict[str, Any]) -> dict[str, Any]:
     """LangChain ``{"type": "ai", "data": {...}}`` → the data dict (which repeats the type); LangChain's ``dumpd``
     form ``{"lc": 1, "type": "constructor", "id": [..., "AIMessage"], "kwargs": {...}}`` (LangSmith run inputs,
     LangGraph checkpoints) → the kwargs, typed by the class; an OpenAI ``choice`` logged in a message list
@@ -855,3 +864,27 @@ def said(message: Any) -> str:
         key = content_key_of(inner)
         inner = inner.get(key) if key is not None else inner
     return json.dumps(inner, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# The keys that tell a wrapper :func:`_unwrap_wrapper` reads (besides ``content`` holding an object: Mastra's stored
+# messages, an ADK event): LangChain's ``data`` and ``dumpd`` ``kwargs``, opencode's ``info``, an ATIF ``step_id``,
+# CAMEL's ``role_at_backend``, a choice's or generation's ``message``, a tagged variant's key, Zed's ``segments``,
+# LlamaIndex's ``additional_kwargs``, a ``system_prompt``, DeepSeek's ``fragments``, the :data:`STEP_KEYS`. A wrapper
+# read there that needs a key not listed here would never be seen: ``tests/test_read_fast_paths.py`` checks the
+# two agree over random and real messages.
+_WRAPPER_KEYS = frozenset(
+    {
+        "data",
+        "kwargs",
+        "info",
+        "step_id",
+        "role_at_backend",
+        "message",
+        "segments",
+        "additional_kwargs",
+        "system_prompt",
+        "fragments",
+        *STEP_KEYS,
+        *TAGGED_ROLES,
+    }
+)

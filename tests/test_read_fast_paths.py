@@ -1,0 +1,167 @@
+"""The read path's shortcuts agree with the readings they shortcut.
+
+Reading a log asks the same questions of every message many times (is it a wrapper, what is its role); the shortcuts
+that answer the common case at once must give what the full reading gives, for any object: checked over seeded random
+objects built from the keys the readings look at, and over every object of every sample, fixture and real log.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtrain.ingest.common import message_like
+from msgtrain.ingest.common.message_like import _unwrap, _unwrap_wrapper
+from tests.conftest import SHARED
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Keys and values the readings of a message look at (wrappers' keys, role and content keys, typed values), so random
+# objects hit every branch, not only the plain message.
+_KEYS = sorted(
+    {
+        *message_like._WRAPPER_KEYS,
+        *message_like.ROLE_KEYS,
+        *message_like.CONTENT_KEYS,
+        *message_like.CALL_KEYS,
+        *message_like.ROLE_FLAGS,
+        "type",
+        "lc",
+        "id",
+        "source",
+        "finish_reason",
+        "format",
+        "tool_results",
+        "tool_uses",
+        "context",
+        "blocks",
+        "observation",
+        "tool_calls",
+        "reasoning_content",
+        "metrics",
+        "model_name",
+        "sender",
+        "kind",
+    }
+)
+# One object of each shape a wrapper reading looks for (from the wrappers' docstrings), mutated at random below.
+_SEEDS: list[dict[str, Any]] = [
+    {"role": "user", "content": "hi"},
+    {"from": "gpt", "value": "ok"},
+    {"type": "ai", "data": {"content": "x", "type": "ai"}},
+    {"lc": 1, "type": "constructor", "id": ["langchain", "AIMessageChunk"], "kwargs": {"content": "x"}},
+    {"lc": 1, "type": "constructor", "id": ["x", "ChatMessage"], "kwargs": {"content": "x", "role": "user"}},
+    {"info": {"role": "assistant", "modelID": "m", "tokens": {"input": 1, "cache": {"read": 1}}}, "parts": []},
+    {"step_id": 1, "source": "agent", "message": "m", "tool_calls": [{"tool_call_id": "c", "function_name": "f"}]},
+    {"step_id": 2, "source": "system", "message": "m"},
+    {"role_at_backend": "assistant", "message": {"content": "x", "func_name": "f", "args": {}}},
+    {"finish_reason": "stop", "index": 0, "message": {"role": "assistant", "content": "x"}},
+    {"type": "ChatGeneration", "text": "x", "message": {"type": "ai", "data": {"content": "x"}}},
+    {"User": {"content": [{"Text": "x"}, {"ToolUse": {"id": "1", "name": "f"}}], "tool_results": []}},
+    {"role": "assistant", "segments": [{"type": "text", "text": "x"}], "tool_uses": [{"id": "1"}]},
+    {"role": "assistant", "additional_kwargs": {"tool_calls": []}, "blocks": [{"block_type": "text", "text": "x"}]},
+    {"role": "user", "content": {"format": 2, "parts": [{"type": "text", "text": "x"}]}},
+    {"author": "agent", "content": {"role": "model", "parts": [{"text": "x"}]}},
+    {"role": "system", "system_prompt": "p", "text": None},
+    {"fragments": [{"type": "REQUEST", "content": "x"}, {"type": "THINK", "content": "y"}]},
+    {"role": "assistant", "steps": [{"content": [{"type": "text", "text": "x"}]}, {"status": 1}]},
+]
+_VALUES: list[Any] = ["user", "assistant", "ai", "agent", "constructor", "", 0, 1, 2, True, None, [], {}, ["a"]]
+
+
+def _mutated(rng: random.Random, obj: Any, depth: int = 0) -> Any:
+    """``obj`` with a few random edits: keys dropped or added (from the keys the readings look at), values replaced
+    by other types, nested objects edited in turn."""
+    if isinstance(obj, list):
+        return [_mutated(rng, v, depth + 1) if rng.random() < 0.5 else v for v in obj]
+    if not isinstance(obj, dict):
+        return rng.choice(_VALUES) if rng.random() < 0.2 else obj
+    out = dict(obj)
+    for _ in range(rng.randint(0, 3)):
+        edit = rng.random()
+        if edit < 0.3 and out:
+            del out[rng.choice(sorted(out))]
+        elif edit < 0.6:
+            out[rng.choice(_KEYS)] = rng.choice([*_VALUES, rng.choice(_SEEDS)])
+        elif out:
+            key = rng.choice(sorted(out))
+            out[key] = _mutated(rng, out[key], depth + 1) if depth < 3 else rng.choice(_VALUES)
+    return out
+
+
+def _full(obj: dict[str, Any]) -> tuple[str, Any]:
+    """What the full reading gives: the message (the object itself or another), or the error it raises."""
+    try:
+        out = _unwrap_wrapper(obj)
+    except Exception as e:
+        return "raises", type(e)
+    return ("same", None) if out is obj else ("other", out)
+
+
+def _fast(obj: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        out = _unwrap(obj)
+    except Exception as e:
+        return "raises", type(e)
+    return ("same", None) if out is obj else ("other", out)
+
+
+def test_unwrap_shortcut_agrees_with_the_full_reading_on_random_objects() -> None:
+    rng = random.Random(38)
+    for _ in range(4000):
+        obj = _mutated(rng, rng.choice(_SEEDS))
+        if isinstance(obj, dict):
+            assert _fast(obj) == _full(obj), obj
+
+
+def _dicts(value: Any) -> Iterator[dict[str, Any]]:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            yield item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _json_values(path: Path) -> Iterator[Any]:
+    """The JSON a log file holds: the document, or each line of a JSONL file (other files: nothing)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    try:
+        yield json.loads(text)
+        return
+    except ValueError:
+        pass
+    for line in text.splitlines():
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
+def _log_files() -> list[Path]:
+    roots = [ROOT / "sample_logs", ROOT / "tests" / "fixtures", SHARED / "real_logs"]
+    return sorted(p for root in roots if root.is_dir() for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("root", ["sample_logs", "tests/fixtures", "../shared/real_logs"])
+def test_unwrap_shortcut_agrees_with_the_full_reading_on_every_logged_object(root: str) -> None:
+    base = (SHARED / "real_logs") if root.startswith("../shared") else ROOT / root
+    if not base.is_dir():
+        pytest.skip(f"{root} not present")
+    seen = 0
+    for path in sorted(p for p in base.rglob("*") if p.is_file()):
+        for value in _json_values(path):
+            for obj in _dicts(value):
+                seen += 1
+                assert _fast(obj) == _full(obj), f"{path}: {json.dumps(obj, default=str)[:300]}"
+    assert seen > 1000
