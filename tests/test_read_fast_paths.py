@@ -165,3 +165,139 @@ def test_unwrap_shortcut_agrees_with_the_full_reading_on_every_logged_object(roo
                 seen += 1
                 assert _fast(obj) == _full(obj), f"{path}: {json.dumps(obj, default=str)[:300]}"
     assert seen > 1000
+
+
+# ---------------------------------------------------------------- a message's identity text, written field by field
+
+_TEXTS = [
+    "",
+    "a",
+    'quote " and \\ slash',
+    "line\nbreak\ttab\x01",
+    "é ü 中文",
+    "emoji \U0001f600",
+    "lone \ud800",
+    "\udc00",
+]
+
+
+def _text(rng: random.Random) -> str:
+    return "".join(rng.choice(_TEXTS) for _ in range(rng.randint(0, 3)))
+
+
+def _maybe(rng: random.Random, value: Any) -> Any:
+    return value if rng.random() < 0.5 else None
+
+
+def _json_value(rng: random.Random, depth: int = 0) -> Any:
+    pick = rng.randrange(9 if depth < 3 else 6)
+    scalars: list[Any] = [_text(rng), rng.randint(-5, 5), rng.choice([0.5, float("nan"), float("inf"), -0.0])]
+    scalars += [rng.random() < 0.5, None, (1, "t")]
+    if pick < 6:
+        return scalars[pick]
+    if pick < 8:
+        return {_text(rng) or "k": _json_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    return [_json_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+
+
+def _random_message(rng: random.Random) -> Any:
+    from msgtrain.model.message import (
+        Generation,
+        MediaPart,
+        OptionCallMessage,
+        OptionCallPayload,
+        OptionResultMessage,
+        OptionResultPayload,
+        PartsMessage,
+        ReasoningPart,
+        TextPart,
+    )
+
+    def part() -> Any:
+        kind = rng.randrange(3)
+        if kind == 0:
+            return TextPart(text=_text(rng))
+        if kind == 1:
+            return ReasoningPart(text=_text(rng), signature=_maybe(rng, _text(rng)), redacted=rng.random() < 0.3)
+        modality = rng.choice(["image", "audio", "video", "document"])
+        fields = {k: _maybe(rng, _text(rng)) for k in ("mime", "prompt_hint", "id")}
+        return MediaPart(modality=modality, url=_text(rng) or "u", **fields)
+
+    common: dict[str, Any] = {
+        "policy": rng.choice(["policy", "runtime", "user", _text(rng)]),
+        "role_hint_for_llm": rng.choice([None, "system", "user", "assistant", "tool"]),
+        "name": _maybe(rng, _text(rng)),
+        "step_num": _maybe(rng, rng.randint(0, 9)),
+        "metadata": {"usage": {"prompt_tokens": 3}} if rng.random() < 0.3 else {},
+        "generation": Generation(model="m", token_ids=(1, 2)) if rng.random() < 0.2 else None,
+    }
+    parts = tuple(part() for _ in range(rng.randint(0, 3)))
+    kind = rng.randrange(3)
+    if kind == 0:
+        return PartsMessage(parts=parts, **common)
+    if kind == 1:
+        calls = tuple(
+            OptionCallPayload(
+                invocation_id=f"c{k}{_text(rng)}",
+                option_name=_text(rng) or "f",
+                arguments={_text(rng) or "a": _json_value(rng) for _ in range(rng.randint(0, 3))},
+                raw_arguments=_maybe(rng, _text(rng)),
+            )
+            for k in range(rng.randint(1, 3))
+        )
+        return OptionCallMessage(parts=parts, calls=calls, **common)
+    result = _text(rng) if rng.random() < 0.6 else _json_value(rng)
+    payload = OptionResultPayload(
+        invocation_id=_text(rng),
+        option_name=_text(rng),
+        result=result,
+        is_error=rng.random() < 0.3,
+        error_type=_maybe(rng, _text(rng)),
+        error_message=_maybe(rng, _text(rng)),
+        retryable=rng.choice([None, True, False]),
+    )
+    return OptionResultMessage(result=payload, subgraph={"x": 1} if rng.random() < 0.2 else None, **common)
+
+
+def _outcome(make: Any) -> tuple[str, Any]:
+    """The text ``make`` gives, or the error it raises (pydantic refuses some keys inside a value of any type)."""
+    try:
+        return "text", make()
+    except Exception as e:
+        return "raises", type(e)
+
+
+def _agree(message: Any) -> bool:
+    from msgtrain.model.message import canonical_text, identity_text
+
+    return _outcome(lambda: identity_text(message)) == _outcome(lambda: canonical_text(message.identity()))
+
+
+def test_identity_text_agrees_with_the_serialized_identity_on_random_messages() -> None:
+    rng = random.Random(38)
+    for _ in range(3000):
+        message = _random_message(rng)
+        assert _agree(message), repr(message)
+
+
+@pytest.mark.parametrize("root", ["sample_logs", "tests/fixtures/unseen", "../shared/real_logs"])
+def test_identity_text_agrees_with_the_serialized_identity_on_every_message_read(root: str) -> None:
+    from msgtrain.ingest.boundary import open_reader, read_events
+    from msgtrain.ingest.core.base import ReadGraph, ReadReject
+    from msgtrain.run.plan import discover_inputs
+
+    base = (SHARED / "real_logs") if root.startswith("../shared") else ROOT / root
+    if not base.is_dir():
+        pytest.skip(f"{root} not present")
+    files, _ = discover_inputs([str(base)])
+    seen = 0
+    for path in files:
+        reader = open_reader(path)
+        if isinstance(reader, ReadReject):
+            continue
+        for event in read_events(reader, path):
+            if isinstance(event, ReadGraph):
+                for node in event.graph.nodes.values():
+                    seen += 1
+                    assert _agree(node.message), f"{path} {node.id}"
+    assert seen > 100

@@ -202,7 +202,8 @@ class _MessageBase(Frozen):
         return data
 
     def canonical_json(self) -> str:
-        return canonical_text(self.identity())
+        """``canonical_text(self.identity())``: the text a node id hashes (:func:`identity_text`)."""
+        return identity_text(self)
 
     @property
     def text(self) -> str:
@@ -268,6 +269,64 @@ Message = Annotated[PartsMessage | OptionCallMessage | OptionResultMessage, Fiel
 AnyMessage = PartsMessage | OptionCallMessage | OptionResultMessage
 
 MESSAGE_ADAPTER: TypeAdapter[AnyMessage] = TypeAdapter(Message)
+
+
+def identity_text(message: _MessageBase) -> str:
+    """``canonical_text(message.identity())``, the same text, written field by field for the fields whose JSON is
+    known without pydantic's serializer: strings, booleans and None, the text, reasoning and media parts, a result that
+    is text; a call's arguments and a result of any other value are serialized as :meth:`_MessageBase.identity` does
+    (``tests/test_read_fast_paths.py`` checks the two agree over random messages and every message of the logs).
+    Reading a log hashes every message once, and the serializer's generic walk was the larger part of that."""
+    fields = message.__dict__
+    kind = fields["kind"]
+    parts = fields.get("parts", ())
+    if type(message) not in _MESSAGE_KINDS or any(type(p) not in _PART_JSON for p in parts):
+        return canonical_text(message.identity())  # a subclass may add fields: the general path
+    name = f'"kind":"{kind}","name":{_string(fields["name"])}'
+    policy = f'"policy":{_ENCODE(fields["policy"])}'
+    role = f'"role_hint_for_llm":{_string(fields["role_hint_for_llm"])}'
+    if kind == "option_result":
+        return f'{{{name},{policy},"result":{_result_json(fields["result"])},{role}}}'
+    texts = ",".join([_PART_JSON[type(p)](p.__dict__) for p in parts])
+    if kind == "parts":
+        return f'{{{name},"parts":[{texts}],{policy},{role}}}'
+    calls = ",".join([canonical_text(c.__pydantic_serializer__.to_python(c, mode="json")) for c in fields["calls"]])
+    return f'{{"calls":[{calls}],{name},"parts":[{texts}],{policy},{role}}}'
+
+
+def _string(value: str | None) -> str:
+    return "null" if value is None else _ENCODE(value)
+
+
+def _result_json(payload: OptionResultPayload) -> str:
+    f = payload.__dict__
+    if type(payload) is not OptionResultPayload or not isinstance(f["result"], str):
+        return canonical_text(payload.__pydantic_serializer__.to_python(payload, mode="json"))
+    retryable = f["retryable"]
+    return (
+        f'{{"error_message":{_string(f["error_message"])},"error_type":{_string(f["error_type"])},'
+        f'"invocation_id":{_ENCODE(f["invocation_id"])},"is_error":{"true" if f["is_error"] else "false"},'
+        f'"kind":"option_result","option_name":{_ENCODE(f["option_name"])},"result":{_ENCODE(f["result"])},'
+        f'"retryable":{"null" if retryable is None else "true" if retryable else "false"}}}'
+    )
+
+
+# json's C string encoder, the one the canonical encoder writes strings with (ensure_ascii off)
+_ENCODE: Callable[[str], str] = encode_basestring
+_PART_JSON: dict[type, Callable[[dict[str, Any]], str]] = {
+    TextPart: lambda f: f'{{"kind":"text","text":{_ENCODE(f["text"])}}}',
+    ReasoningPart: lambda f: (
+        f'{{"kind":"reasoning","redacted":{"true" if f["redacted"] else "false"},'
+        f'"signature":{_string(f["signature"])},"text":{_ENCODE(f["text"])}}}'
+    ),
+    MediaPart: lambda f: (
+        f'{{"id":{_string(f["id"])},"kind":"media","mime":{_string(f["mime"])},"modality":{_ENCODE(f["modality"])},'
+        f'"prompt_hint":{_string(f["prompt_hint"])},"url":{_ENCODE(f["url"])}}}'
+    ),
+}
+
+
+_MESSAGE_KINDS = frozenset({PartsMessage, OptionCallMessage, OptionResultMessage})
 
 
 def identity_blind_spots(message: AnyMessage) -> list[Any]:
