@@ -55,6 +55,10 @@ MULTI_FILE_CASES: dict[str, tuple[str, tuple[str, ...], Callable[[Rows], bool]]]
     ),
     # a session folder: session.json + agents/agent_<id>/agent.json and messages/message_<n>.json, one per message
     "strands": ("sample_logs/strands", (), lambda rows: "strands" in {row["policy"] for row in rows.values()}),
+    # a storage folder: session/<project>/<id>.json, message/<session>/<id>.json, part/<message>/<id>.json
+    "opencode": ("sample_logs/opencode", (), lambda rows: "opencode" in {row["policy"] for row in rows.values()}),
+    # a task folder: api_conversation_history.json + ui_messages.json (each request's tokens), task_metadata.json
+    "cline_task": ("sample_logs/cline_task", (), lambda rows: "cline" in {row["policy"] for row in rows.values()}),
     # an output file's replies have their context only in the input file beside it (found by listing the folder)
     "batch": ("sample_logs/batch", (), bool),
     # answers have their questions only in question.jsonl one folder up

@@ -4,7 +4,13 @@ The fixtures are hand-made in the shapes of tests/fixtures/unseen/PROVENANCE.md;
 
 from __future__ import annotations
 
-from msgtrain.model.completeness import SHRUNK_PROMPT, carry_replies_after_shrunk_prompt
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+from msgtrain.ingest.detect import detect_format
+from msgtrain.model.completeness import SHRUNK_PROMPT, carry_replies_after_shrunk_prompt, reported_prompt_tokens
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     Generation,
@@ -18,6 +24,8 @@ from msgtrain.model.message import (
     text_message,
 )
 from msgtrain.run.parts import convert_file
+from msgtrain.run.plan import discover_inputs
+from tests.conftest import ROOT
 from tests.unseen_books import FIXTURES, SETTINGS, contexts, graphs
 
 
@@ -96,3 +104,165 @@ def test_a_prompt_that_shrinks_within_one_model_taints_the_rest_of_its_branch_on
     assert carry_replies_after_shrunk_prompt(graph) == 2
     assert _origins(graph) == ["sampled", "sampled", "sampled", "carried", "carried", "sampled"]
     assert all(n.origin is Origin.CARRIED for n in graph.nodes.values() if "why_not_trained" in n.message.metadata)
+
+
+def test_an_opencode_storage_folder_is_read_as_sessions_of_joined_message_and_part_files() -> None:
+    # session/<project>/<id>.json, message/<session>/<id>.json, part/<message>/<id>.json (sst/opencode message-v2.ts):
+    # before, each file was read alone (43 rejects, nothing trained)
+    path = FIXTURES / "opencode-storage"
+    _, stats, _ = convert_file(path, SETTINGS)
+    # two calls of the first turn, two of the retried one, the summary, two after the compaction, the sub-agent's
+    # reply; the reply the user aborted is kept as context, not trained
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (8, {"interrupted": 1}, 0)
+    assert stats.records_read == 56 and not stats.records_rejected
+    assert dict(stats.records_skipped) == {
+        "opencode_messages_without_session": 1,
+        "opencode_migration": 1,
+        "opencode_project": 1,
+        "opencode_todo": 1,
+    }
+    trained = contexts(path)
+    first = trained[0]
+    # the prompt with the file contents OpenCode read for the @-mention (synthetic text parts), then the first call
+    assert first[0][0] == "user" and "00002|     cart = load('fixtures/cart.json')" in first[0][1]
+    assert first[1] == ("assistant", [("glob", {"pattern": "**/cart.json"})])
+    # the failed request (an APIError) is in no later request: the two prompts follow each other
+    retried = trained[2]
+    assert retried[-3:-1] == [("user", "Fix it."), ("user", "Try again, please.")]
+    # the summary is sampled after the whole history and the compaction prompt; the requests after it hold only
+    # that prompt, the summary and what follows
+    summary = trained[4]
+    assert len(summary) == 11 and summary[-2] == ("user", "What did we do so far?")
+    after = trained[5]
+    assert [m[0] for m in after] == ["user", "assistant", "user", "assistant"]
+    assert after[0] == ("user", "What did we do so far?") and after[1] == summary[-1]
+    assert after[3] == ("assistant", [("bash", {"command": "ruff check"})])
+    sessions = graphs(path)
+    assert [g.metadata.get("parentID") for g in sessions] == [None, "ses_5a1b2c3d4e0001"]
+    assert all(g.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"] for g in sessions)
+
+
+def test_a_cline_task_folder_keeps_the_replies_after_clines_context_truncation_out_of_training() -> None:
+    # api_conversation_history.json (the whole history, kept on disk) beside ui_messages.json, whose messages carry
+    # the range Cline's context manager removed from the requests (conversationHistoryDeletedRange, stamped from the
+    # fifth request's setup on) and each request's tokens: before, the history was read alone by the Anthropic reader
+    # (six replies trained, two of them in a history they were not sent) and the two other files were rejects
+    path = FIXTURES / "cline-task" / "1765000000000"
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (4, {"context_unknown": 2}, 0)
+    assert stats.records_read == 3 and not stats.records_rejected
+    assert dict(stats.records_skipped) == {"cline_task_metadata": 1}
+    # each after the whole history before it (a result's turn is its tool result, then Cline's environment details)
+    trained = contexts(path)
+    assert [len(c) for c in trained] == [2, 5, 8, 10]
+    roles = ["user"] + ["assistant", "tool", "user"] * 2 + ["assistant", "user", "assistant"]
+    assert [m[0] for m in trained[3]] == roles
+    (graph,) = graphs(path)
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
+    replies = [n for n in graph.nodes.values() if n.is_assistant]
+    # a request's tokens (tokensIn + cacheWrites + cacheReads) are the reported prompt of the reply it produced
+    assert [reported_prompt_tokens(n.message.metadata) for n in replies] == [11820, 12410, 12903, 13377, 13950, 14420]
+    assert [n.origin.value for n in replies[4:]] == ["carried", "carried"]
+    assert "removed messages 2..5" in replies[4].message.metadata["why_not_trained"]
+
+
+def test_a_cline_task_whose_context_manager_edited_earlier_messages_trains_only_the_replies_before_the_edit(
+    tmp_path: Path,
+) -> None:
+    # context_history.json: [message index, [edit type, [[block index, [[timestamp, type, update, metadata]]]]]],
+    # an edit (a file read replaced by a note) applied to the requests after its timestamp: the third request
+    # (sent at +30 s) held the edited message, the log holds it unedited
+    folder = tmp_path / "1765000000000"
+    shutil.copytree(ROOT / "sample_logs" / "cline_task" / "1765000000000", folder)
+    note = "[[NOTE] This file read has been removed to save space in the context window. Refer to the latest file read]"
+    edits = [[2, [2, [[0, [[1765000025000, "text", [note], []]]]]]]]
+    (folder / "context_history.json").write_text(json.dumps(edits), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (2, {"context_unknown": 1}, 0)
+    assert stats.records_read == 4 and not stats.records_rejected
+
+
+def test_a_list_of_anthropic_messages_says_it_lacks_the_system_prompt_a_request_body_would_hold() -> None:
+    # Anthropic messages never hold the system prompt (a request field): a saved list of them cannot say none was sent
+    (graph,) = graphs(FIXTURES / "cline-text-results.json")
+    assert "system_prompt" in graph.metadata["context_incomplete"]["missing"]
+
+
+def test_aiders_llm_history_trains_each_reply_after_exactly_the_request_aider_logged() -> None:
+    # .aider.llm.history (log_llm_history + format_messages): "TO LLM <time>", "-------" before each message, every
+    # content line prefixed with its role; "LLM RESPONSE <time>" and the reply. Before, the file (no log suffix) was
+    # passed over, and read alone it was no format
+    path = FIXTURES / "aider-llm-history" / ".aider.llm.history"
+    assert detect_format(path).name == "aider_llm"
+    _, stats, _ = convert_file(path, SETTINGS)
+    # the edit, the weak model's commit message, the test after the retried prompt; aider's canned "Ok." replies in
+    # the requests' history are context (no logged call produced them); a request the user interrupted is skipped
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (3, {"context_unknown": 3}, 0)
+    assert dict(stats.records_skipped) == {"aider_request_without_reply": 1} and not stats.records_rejected
+    trained = contexts(path)
+    first = next(c for c in trained if c[0][1].startswith("Act as an expert") and len(c) == 7)
+    assert first[0] == (
+        "system",
+        "Act as an expert software developer.\nAlways use best practices when coding.\n\n"
+        "Once you understand the request you MUST describe each change with a *SEARCH/REPLACE block*.",
+    )
+    assert [m[0] for m in first] == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assert first[-1][1].endswith("if i.price is not None)\n>>>>>>> REPLACE\n```")
+    assert any(c[-1] == ("assistant", "fix: skip items without a price in total()") and len(c) == 3 for c in trained)
+    last = max(trained, key=len)
+    assert last[-2] == ("user", "Also add a test for it. Use pytest.") and last[6] == first[-1]
+
+
+def test_aiders_llm_history_is_found_in_a_folder_without_a_log_suffix(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "aider-llm-history" / ".aider.llm.history", tmp_path / ".aider.llm.history")
+    shutil.copy(FIXTURES / "aider-llm-history" / ".aider.llm.history", tmp_path / "llm-history.txt")
+    files, ignored = discover_inputs([tmp_path])
+    assert sorted(Path(f).name for f in files) == [".aider.llm.history", "llm-history.txt"] and not ignored
+
+
+def _opencode_database(folder: Path, db: Path) -> None:
+    """``folder`` migrated into an ``opencode.db`` as OpenCode 1.2's json-migration.ts does: ids from the file
+    names, ``data`` each message's and part's JSON without its ids."""
+    con = sqlite3.connect(db)
+    con.executescript(
+        "CREATE TABLE project (id TEXT PRIMARY KEY, worktree TEXT, time_created INTEGER);"
+        "CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT, parent_id TEXT, slug TEXT, directory TEXT,"
+        " title TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);"
+        "CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, time_updated INTEGER,"
+        " data TEXT NOT NULL);"
+        "CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, time_created INTEGER,"
+        " time_updated INTEGER, data TEXT NOT NULL);"
+    )
+    for file in sorted((folder / "session").glob("*/*.json")):
+        s = json.loads(file.read_text(encoding="utf-8"))
+        row = (file.stem, file.parent.name, s.get("parentID"), "", s["directory"], s["title"], s["version"], 1, 1)
+        con.execute("INSERT INTO session VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+    for file in sorted((folder / "message").glob("*/*.json")):
+        m = json.loads(file.read_text(encoding="utf-8"))
+        sid = m.pop("sessionID")
+        if not (folder / "session" / "4f2a9c" / f"{sid}.json").is_file():
+            continue  # the migration leaves out messages of sessions it has not
+        m.pop("id")
+        created = m["time"]["created"]
+        con.execute("INSERT INTO message VALUES (?, ?, ?, ?, ?)", (file.stem, sid, created, created, json.dumps(m)))
+        for part_file in sorted((folder / "part" / file.stem).glob("*.json")):
+            p = json.loads(part_file.read_text(encoding="utf-8"))
+            for key in ("id", "messageID", "sessionID"):
+                p.pop(key)
+            con.execute("INSERT INTO part VALUES (?, ?, ?, 1, 1, ?)", (part_file.stem, file.stem, sid, json.dumps(p)))
+    con.commit()
+    con.close()
+
+
+def test_opencodes_database_trains_what_its_storage_folder_trains(tmp_path: Path) -> None:
+    # OpenCode 1.2 on keeps the same records in opencode.db (tables session, message and part, each row's JSON in
+    # data); its migration of the fixture folder is read by the same rules: the same replies in the same contexts
+    folder = FIXTURES / "opencode-storage"
+    db = tmp_path / "opencode.db"
+    _opencode_database(folder, db)
+    assert detect_format(db).name == "opencode"
+    _, stats, _ = convert_file(db, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (8, {"interrupted": 1}, 0)
+    # the folder's session, message and part records (52), no more: the migration leaves the orphan out
+    assert stats.records_read == 2 + 14 + 36 and not stats.records_rejected
+    assert contexts(db) == contexts(folder)

@@ -139,6 +139,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/aider/.aider.chat.history.md",
     ),
     (
+        "aider_llm",
+        "aider's LLM history (.aider.llm.history): every request as sent and its reply",
+        "sample_logs/aider_llm/.aider.llm.history",
+    ),
+    (
         "copilot_cli",
         "GitHub Copilot CLI sessions (JSONL events: session.start, user/assistant.message, tool.execution_*)",
         "sample_logs/copilot_cli/session.jsonl",
@@ -182,6 +187,16 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "strands",
         "Strands Agents session folders: agents/agent_<id>/agent.json + messages/message_<n>.json",
         "sample_logs/strands/session_demo",
+    ),
+    (
+        "opencode",
+        "OpenCode storage folders: session/<project>/<id>.json, message/<session>/, part/<message>/",
+        "sample_logs/opencode/storage",
+    ),
+    (
+        "cline_task",
+        "Cline / Roo Code / Kilo Code task folders: api_conversation_history.json + ui_messages.json",
+        "sample_logs/cline_task/1765000000000",
     ),
     (
         "otel",
@@ -229,6 +244,7 @@ READERS: tuple[Row, ...] = (
     ('claude_code', 'msgtrain.ingest.formats.sessions.claude_code', ('partners',), (('"init"', '"leafUuid"', '"loglines"', '"parentUuid"', '"sessionId"', '"session_id"', '"snapshot"'), ()), ((), ('*/subagents/*',))),
     ('codex', 'msgtrain.ingest.formats.sessions.codex', (), (('"payload"', '"thread.started"'), ()), None),
     ('aider', 'msgtrain.ingest.formats.sessions.aider', ('reads_text', 'explain'), (('# aider chat started at',), ('*.aider.chat.history.md', '*/.aider.conf.yml', '*/.aider.input.history', '*/.aider.model.metadata.json', '*/.aider.model.settings.yml')), None),
+    ('aider_llm', 'msgtrain.ingest.formats.sessions.aider_llm', ('reads_text',), (('to llm ',), ('*/.aider.llm.history',)), None),
     ('copilot_cli', 'msgtrain.ingest.formats.sessions.copilot_cli', (), (('"assistant.message"', '"session.start"', '"tool.execution_complete"', '"user.message"'), ()), None),
     ('gemini_cli', 'msgtrain.ingest.formats.sessions.gemini_cli', (), (('"$set"', '"sessionId"', '"session_id"', '"thoughts"', '"toolCalls"'), ()), None),
     ('swe_agent', 'msgtrain.ingest.formats.sessions.swe_agent', (), (('"history"',), ()), None),
@@ -238,6 +254,8 @@ READERS: tuple[Row, ...] = (
     ('openhands', 'msgtrain.ingest.formats.sessions.openhands', (), (('"action"', '"observation"'), ()), None),
     ('openhands_v1', 'msgtrain.ingest.formats.sessions.openhands_v1', ('detect_directory',), ((), ()), None),
     ('strands', 'msgtrain.ingest.formats.sessions.strands', ('detect_directory',), ((), ()), None),
+    ('opencode', 'msgtrain.ingest.formats.sessions.opencode', ('detect_directory',), ((), ()), None),
+    ('cline_task', 'msgtrain.ingest.formats.sessions.cline_task', ('detect_directory',), ((), ()), None),
     ('otel', 'msgtrain.ingest.formats.traces.otel', (), (('gen_ai.', 'openinference.span.kind', 'llm.input_messages', '"input_messages"', 'mlflow.spanType'), ()), None),
     ('sharegpt', 'msgtrain.ingest.mappings:sharegpt', (), (('"from"', '"value"'), ()), None),
     ('openai_chat', 'msgtrain.ingest.mappings:openai_chat', ('explain',), (('"role"',), ()), None),

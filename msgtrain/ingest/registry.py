@@ -66,6 +66,7 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "sessions.claude_code",
     _FORMATS + "sessions.codex",
     _FORMATS + "sessions.aider",  # markdown, never JSON: claims nothing another reader would
+    _FORMATS + "sessions.aider_llm",  # aider's text log of requests, never JSON: claims nothing another reader would
     _FORMATS + "sessions.copilot_cli",
     _FORMATS + "sessions.gemini_cli",
     _FORMATS + "sessions.swe_agent",
@@ -75,6 +76,8 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "sessions.openhands",
     _FORMATS + "sessions.openhands_v1",
     _FORMATS + "sessions.strands",  # a folder of Converse message files, never a file of its own
+    _FORMATS + "sessions.opencode",  # a storage folder of session, message and part files, never a file of its own
+    _FORMATS + "sessions.cline_task",  # a task folder of history files, never a file of its own
     _FORMATS + "traces.otel",
     # The generic conversation lists last (shipped mappings): ShareGPT turns, then any list of OpenAI-role messages.
     _SHIPPED + "sharegpt",

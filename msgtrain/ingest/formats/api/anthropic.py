@@ -50,6 +50,7 @@ from msgtrain.ingest.common.streams import response_body
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.core.chunks import ChunkKey, KeyFunction
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadItem, ReadReject, excerpt, head_shape, quoted
+from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import Env, Origin
 from msgtrain.model.message import (
     DEFAULT_POLICY,
@@ -69,6 +70,19 @@ from msgtrain.model.message import (
 ANTHROPIC_ONLY_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "stop_sequences", "thinking")
 _SUPPORTED = "text, image, document, thinking, redacted_thinking, tool_use, tool_result, compaction"
+NO_SYSTEM_FIELD = (
+    "a list of Anthropic messages, not a request body: the system prompt is a field of the request, which this log "
+    "does not hold"
+)
+
+
+_REQUEST_FIELDS = ("model", "max_tokens", "tools", "tool_choice", "temperature", "stop_sequences", "thinking")
+
+
+def _request_fields(container: dict[str, Any]) -> bool:
+    """Whether a conversation's container holds a Messages request's fields beside the messages (its model, its
+    tools...): then it is the request, and a missing ``system`` means none was sent."""
+    return any(key in container for key in _REQUEST_FIELDS)
 
 
 def _is_message(value: Any) -> bool:
@@ -366,6 +380,10 @@ class AnthropicReader:
             tools=tools,
             metadata={"source_format": self.name},
         )
+        if system is None and not _request_fields(conv.container):
+            # Anthropic messages never hold the system prompt: only a request body (it names its model) says none was
+            # sent; a saved message list (a Cline task history, a chat export) cannot
+            mark_context_incomplete(graph, ["system_prompt"], NO_SYSTEM_FIELD)
         extras = {k: v for k, v in conv.container.items() if k not in ("system", "tools")}
         return Converted(graph, extras)
 

@@ -1,0 +1,215 @@
+"""Cline task folders (and those of its forks Roo Code and Kilo Code, which keep the same files): one folder per task
+under the extension's storage (``.../saoudrizwan.claude-dev/tasks/<task id>/``) holding
+
+- ``api_conversation_history.json``: the Anthropic messages Cline keeps as the conversation (no system prompt: Cline
+  builds it per request; newer versions add ``ts``, ``modelInfo`` and ``metrics.tokens`` to each message);
+- ``ui_messages.json``: what the extension showed (``ClineMessage``: ``{ts, type: ask | say, say, text,
+  conversationHistoryIndex, conversationHistoryDeletedRange}``); each request is a ``say: "api_req_started"``
+  whose ``text`` is the JSON of its ``{request, tokensIn, tokensOut, cacheWrites, cacheReads, cost}``, stamped with
+  ``conversationHistoryIndex``, the index of the history's last message when it was sent;
+- ``context_history.json`` (newer versions): the edits Cline's context manager makes to earlier messages in later
+  requests (a truncation notice, file reads replaced by a note), each stamped with the time it applies from;
+- ``task_metadata.json`` and other state files, which hold no conversation.
+
+The folder is the unit (``detect_directory``: both history files): input discovery hands it over once. Each file is
+one record (the history one graph, ``cline:<task id>``, policy ``cline``; the others read beside it or skipped as
+``cline_<file>``).
+
+What is read: the history as the Anthropic reader reads a message list (every assistant message a reply sampled after
+the messages before it); a request's reported prompt size (``tokensIn + cacheWrites + cacheReads``) goes to the reply
+it produced (the history's message after its ``conversationHistoryIndex``) unless the message logs its own
+``metrics``, so a prompt that shrank is seen (*Context completeness*).
+
+Not trained, and said so: Cline keeps the whole history on disk but sends less once the context window fills: from
+the request its context manager first removed a range of the history (``conversationHistoryDeletedRange`` on the UI
+messages) or first edited an earlier message (``context_history.json``), the replies are ``carried`` with the reason
+(``context_unknown``): what each later request held is Cline's rebuild, not the log. Every graph is
+``context_incomplete`` (``system_prompt``, ``tools``): Cline's system prompt (which holds its tools' descriptions in
+the versions that call tools as XML) is not stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from msgtrain.errors import MsgtrainError, ValidationError
+from msgtrain.ingest.common.conversation_files import Step, build_linear_graph
+from msgtrain.ingest.common.session_common import as_dict, graph_id_for
+from msgtrain.ingest.formats import (
+    Marks,
+    ReadEvent,
+    ReadGraph,
+    ReadReject,
+    ReadSkip,
+    SourceRef,
+    excerpt,
+    load_json_document,
+    read_head,
+)
+from msgtrain.ingest.formats.api.anthropic import AnthropicConverter
+from msgtrain.model.completeness import mark_context_incomplete, reported_prompt_tokens
+from msgtrain.model.graph import Origin
+
+POLICY = "cline"
+HISTORY = "api_conversation_history.json"
+UI = "ui_messages.json"
+CONTEXT_EDITS = "context_history.json"
+UNLOGGED = "Cline stores the conversation, not the system prompt (with its tools) it builds for each request"
+
+
+class ClineTaskReader:
+    name = "cline_task"
+    description = "Cline / Roo Code / Kilo Code task folders: api_conversation_history.json + ui_messages.json"
+    example = "sample_logs/cline_task/1765000000000"
+
+    # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
+    marks = Marks()
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        # The unit is the task folder; its history file alone is the Anthropic reader's.
+        del path, head
+        return False
+
+    def detect_directory(self, path: Path) -> bool:
+        # Two stat calls: discovery asks this of every folder it walks.
+        return (path / HISTORY).is_file() and (path / UI).is_file()
+
+    def read(self, path: Path) -> Iterator[ReadEvent]:
+        if not path.is_dir() or not self.detect_directory(path):
+            raise ValidationError(
+                f"a Cline task is a folder with {HISTORY} and {UI}",
+                where=str(path),
+                code="bad_document",
+                hint="pass the task folder (tasks/<task id>) or a folder above it",
+            )
+        ui, ui_reject = _load(path / UI)
+        edits, edits_reject = _load(path / CONTEXT_EDITS) if (path / CONTEXT_EDITS).is_file() else (None, None)
+        for reject in (ui_reject, edits_reject):
+            if reject is not None:
+                yield reject
+        beside = (ui_reject is None) + ((path / CONTEXT_EDITS).is_file() and edits_reject is None)
+        history, reject = _load(path / HISTORY)
+        if reject is None:
+            try:
+                cut = _first_cut(ui, edits, ui_reject or edits_reject)
+                yield _graph(path, history, _requests(ui), cut, records=1 + beside)
+                beside = 0
+            except MsgtrainError as e:
+                where = path / HISTORY
+                reject = ReadReject(SourceRef(str(where), "file"), e.located(str(where)), excerpt(read_head(where)))
+        if reject is not None:
+            yield reject
+        if beside:
+            yield ReadSkip(SourceRef(str(path / UI), "file"), "cline_state_without_history", beside)
+        for other in sorted(p for p in path.iterdir() if p.name not in (HISTORY, UI, CONTEXT_EDITS)):
+            count = sum(1 for p in other.rglob("*") if p.is_file()) if other.is_dir() else 1
+            if count:
+                yield ReadSkip(SourceRef(str(other), "file"), f"cline_{other.stem}", count)
+
+
+def _load(path: Path) -> tuple[Any, ReadReject | None]:
+    try:
+        return load_json_document(path), None
+    except MsgtrainError as e:
+        return None, ReadReject(SourceRef(str(path), "file"), e.located(str(path)), excerpt(read_head(path)))
+
+
+def _requests(ui: Any) -> dict[int, tuple[dict[str, Any], int | None]]:
+    """By the history index of the reply each request produced: its reported usage and its time."""
+    found: dict[int, tuple[dict[str, Any], int | None]] = {}
+    for message in ui if isinstance(ui, list) else []:
+        message = as_dict(message)
+        index = message.get("conversationHistoryIndex")
+        if message.get("say") != "api_req_started" or not isinstance(index, int):
+            continue
+        try:
+            info = as_dict(json.loads(message.get("text") or "{}"))
+        except ValueError:
+            continue
+        counts = [info.get(k) for k in ("tokensIn", "cacheWrites", "cacheReads")]
+        usage = {"tokensIn": sum(c for c in counts if isinstance(c, int | float) and not isinstance(c, bool))}
+        if isinstance(info.get("tokensOut"), int | float):
+            usage["tokensOut"] = info["tokensOut"]
+        ts = message.get("ts") if isinstance(message.get("ts"), int) else None
+        found[index + 1] = (usage, ts)  # a retried request: the last one produced the reply
+    return found
+
+
+def _first_cut(ui: Any, edits: Any, unreadable: ReadReject | None) -> tuple[int, str] | None:
+    """(the history index of the first reply sent a history Cline cut or edited, why), or None."""
+    if unreadable is not None:
+        return 0, f"{Path(unreadable.source.file).name} could not be read: what each request held is unknown"
+    cuts: list[tuple[int, str]] = []
+    last_request: int | None = None
+    for message in ui if isinstance(ui, list) else []:
+        message = as_dict(message)
+        index = message.get("conversationHistoryIndex")
+        if message.get("say") == "api_req_started" and isinstance(index, int):
+            last_request = index
+        deleted = message.get("conversationHistoryDeletedRange")
+        if isinstance(deleted, list) and len(deleted) == 2:
+            at = (last_request if last_request is not None else index if isinstance(index, int) else 0) + 1
+            cuts.append((at, f"Cline removed messages {deleted[0]}..{deleted[1]} of the history from this request on"))
+            break
+    first_edit = _first_edit_time(edits)
+    if first_edit is not None:
+        for message in ui if isinstance(ui, list) else []:
+            message = as_dict(message)
+            index, ts = message.get("conversationHistoryIndex"), message.get("ts")
+            if message.get("say") != "api_req_started" or not isinstance(index, int) or not isinstance(ts, int):
+                continue
+            if ts > first_edit:
+                cuts.append((index + 1, f"Cline edited earlier messages in the requests after {first_edit}"))
+                break
+    return min(cuts) if cuts else None
+
+
+def _first_edit_time(edits: Any) -> int | None:
+    """The earliest time of an edit in ``context_history.json`` (``[message index, [edit type, [[block index,
+    [[timestamp, update type, update, metadata], ...]]]]]``), or None when it holds none."""
+    times: list[int] = []
+    for entry in edits if isinstance(edits, list) else []:
+        try:
+            for _, updates in entry[1][1]:
+                times.extend(u[0] for u in updates if isinstance(u[0], int))
+        except (TypeError, IndexError, ValueError):
+            times.append(0)  # an edit whose time cannot be read: from the first request on
+    return min(times) if times else None
+
+
+def _graph(
+    folder: Path,
+    history: Any,
+    requests: dict[int, tuple[dict[str, Any], int | None]],
+    cut: tuple[int, str] | None,
+    records: int,
+) -> ReadGraph:
+    if not isinstance(history, list):
+        raise ValidationError(f"{HISTORY} is not a list of messages", code="bad_document")
+    converter = AnthropicConverter(policy=POLICY)
+    steps: list[Step] = []
+    for step in converter.messages(history):
+        message, origin = step.message, step.origin
+        if message.role == "assistant" and step.index is not None:
+            metadata = dict(message.metadata)
+            if step.index in requests and reported_prompt_tokens(metadata) is None:
+                metadata["usage"] = requests[step.index][0]
+            if cut is not None and step.index >= cut[0] and origin in (None, Origin.SAMPLED):
+                metadata["why_not_trained"] = cut[1]
+                origin = Origin.CARRIED
+            message = message.model_copy(update={"metadata": metadata})
+        steps.append(Step(message, origin, step.generation, step.index))
+    graph = build_linear_graph(
+        steps,
+        base_id=graph_id_for("cline", folder.name, folder),
+        metadata={"source_format": "cline_task", "task_id": folder.name},
+        policy=POLICY,
+    )
+    mark_context_incomplete(graph, ["system_prompt", "tools"], UNLOGGED)
+    return ReadGraph(graph, SourceRef(str(folder / HISTORY), "file"), records=records)
+
+
+READER = ClineTaskReader()
