@@ -266,3 +266,18 @@ def test_opencodes_database_trains_what_its_storage_folder_trains(tmp_path: Path
     # the folder's session, message and part records (52), no more: the migration leaves the orphan out
     assert stats.records_read == 2 + 14 + 36 and not stats.records_rejected
     assert contexts(db) == contexts(folder)
+
+
+def test_opencode_replies_after_it_cleared_old_tool_results_are_context_until_a_compaction(tmp_path: Path) -> None:
+    # OpenCode's prune marks a completed tool part state.time.compacted and sends it as "[Old tool result content
+    # cleared]" from then on: the retried turn (created after) and the summary saw the cleared text, which the log
+    # does not rebuild; after the compaction the requests no longer hold that result, and are exact again
+    folder = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode-storage", folder)
+    glob = next(p for p in (folder / "part" / "msg_0002").glob("*.json") if '"glob"' in p.read_text(encoding="utf-8"))
+    part = json.loads(glob.read_text(encoding="utf-8"))
+    part["state"]["time"]["compacted"] = 1765000030000
+    glob.write_text(json.dumps(part), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (5, {"context_unknown": 3, "interrupted": 1})
+    assert [len(c) for c in contexts(folder)] == [2, 4, 4, 6, 2]

@@ -291,6 +291,9 @@ class _Session:
             for nid in nodes[start:]
         ]
         self.chain.replace(0, kept, EdgeKind.COMPACTION)
+        # what made the earlier requests unknown (a record that could not be read, cleared tool results) is in none
+        # of the requests from here on
+        self.chain.taint, self.pruned_at = None, None
 
 
 def _folder_session(root: Path, sid: str, file: Path) -> Iterator[ReadEvent]:
