@@ -116,5 +116,9 @@ def _read_events(reader: Reader, path: Path) -> Iterator[ReadEvent]:
             if invalid is not None:
                 yield invalid
                 continue
-            carry_replies_after_shrunk_prompt(event.graph)
+            try:
+                carry_replies_after_shrunk_prompt(event.graph)
+            except Exception as e:  # a check of what was read: a failure costs this graph, never the run
+                yield fault_reject(event.source, e, "the prompt-size check", "", count=event.records)
+                continue
         yield event

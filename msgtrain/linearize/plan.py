@@ -75,7 +75,7 @@ from msgtrain.model.completeness import (
     CONTEXT_INCOMPLETE,
     RENDERED_PROMPT,
     missing_context,
-    reported_prompt_tokens,
+    reported_prompt_range,
     reported_reasoning_tokens,
     same_model,
 )
@@ -1004,14 +1004,15 @@ class _GraphLinearizer:
         """Whether the prompt size the reply's API reported contradicts the prompt built here: checked only when
         the tokenizer is the model's own (:func:`same_model`), beyond :data:`USAGE_TOLERANCE` (a template's
         generation prompt or a BOS the API counts otherwise)."""
-        reported = reported_prompt_tokens(t.node.message.metadata)
-        if reported is None:
+        found = reported_prompt_range(t.node.message.metadata)
+        if found is None:
             return False
         model = (t.generation.model if t.generation is not None else None) or t.policy
         if not same_model(self.tok.name, model):
             return False
+        low, high = found  # a usage that leaves the cache's share open contradicts only outside both readings
         tokens, share = USAGE_TOLERANCE
-        return abs(prompt_tokens - reported) > max(tokens, share * reported)
+        return prompt_tokens < low - max(tokens, share * low) or prompt_tokens > high + max(tokens, share * high)
 
     def _count_carried_replies(self, turns: list[Turn]) -> None:
         """Put in the books every reply the graph holds only as ``carried`` context: once per distinct reply, and

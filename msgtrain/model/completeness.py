@@ -14,12 +14,13 @@ Invariants:
 - A transcript whose assistant calls tools natively but that holds no tool schema lacks them for certain (an API
   takes native tool calls only after the tools were declared): :func:`mark_calls_without_tools`. A logged request
   is never marked so: what it sent is what the model saw.
-- A reply's API-reported prompt size (:func:`reported_prompt_tokens`) is compared with the prompt msgtrain builds
+- A reply's API-reported prompt size (:func:`reported_prompt_range`) is compared with the prompt msgtrain builds
   when the tokenizer is the model's own (:func:`same_model`): a disagreement flags the sample ``usage_mismatch``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
@@ -84,9 +85,11 @@ def missing_context(graph: MessageGraph) -> list[str]:
 # ------------------------------------------------------------------------------------------- reported prompt size
 
 # A reply's ``metadata["usage"]`` as its API reported it: the keys that give the prompt's size in tokens, per
-# provider. Anthropic (and Inspect, which follows it) count cached prompt tokens apart from ``input_tokens``:
-# those are added. OpenAI's ``cached_tokens`` / Codex's ``cached_input_tokens`` are a part of the prompt count
-# already, so they are not.
+# provider, and the keys of cached prompt tokens. Whether those cached tokens are a part of the prompt count or counted
+# apart from it depends on who wrote the usage, not on the key: Anthropic's API counts them apart from
+# ``input_tokens``; OpenAI's ``prompt_tokens`` (and LiteLLM's, whatever the provider) holds them; Inspect follows
+# its provider; OpenTelemetry's ``gen_ai.usage.input_tokens`` holds them by the conventions, not in every
+# instrumentation. :func:`reported_prompt_range` therefore gives a range, exact only where the usage itself says which.
 _PROMPT_KEYS = (
     "prompt_tokens",
     "input_tokens",
@@ -96,7 +99,7 @@ _PROMPT_KEYS = (
     "inputTokens",
     "input",
 )
-_CACHED_APART = (
+_CACHED_KEYS = (
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
     "input_tokens_cache_read",
@@ -104,20 +107,50 @@ _CACHED_APART = (
     "cacheReads",
     "cacheWrites",
 )
+_OUTPUT_KEYS = ("completion_tokens", "output_tokens", "candidatesTokenCount", "outputTokens", "tokensOut", "output")
+_TOTAL_KEYS = ("total_tokens", "totalTokens", "totalTokenCount", "total")
+# Keys only Anthropic's own Messages API usage carries beside its cache counts (the nested cache breakdown, the
+# service tier, server tool use): a usage holding one counts its cache apart.
+_ANTHROPIC_USAGE = ("cache_creation", "service_tier", "server_tool_use")
 
 
-def reported_prompt_tokens(metadata: dict[str, Any]) -> int | None:
-    """The prompt size (tokens) the API reported for the call that produced a reply, or None when not logged."""
+def _count(usage: dict[str, Any], key: str) -> float | None:
+    value = usage.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return value
+    return None
+
+
+def reported_prompt_range(metadata: dict[str, Any]) -> tuple[int, int] | None:
+    """The prompt size (tokens) the API reported for the call that produced a reply, as ``(low, high)``, or None
+    when not logged (or not a finite positive count).
+
+    ``low == high`` unless the usage counts cached prompt tokens under keys whose meaning it does not settle: then
+    ``low`` reads them as a part of the prompt count and ``high`` as counted apart. The usage settles it when
+    its count is OpenAI's ``prompt_tokens`` (cache included), when it carries Anthropic's own usage keys (cache apart),
+    or when its total equals the prompt plus the output with or without the cache. A check that must not misfire
+    compares ranges, never one end of them."""
     usage = metadata.get("usage")
     if not isinstance(usage, dict):
         return None
     for key in _PROMPT_KEYS:
-        value = usage.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            extra = sum(
-                v for k in _CACHED_APART if isinstance(v := usage.get(k), int | float) and not isinstance(v, bool)
-            )
-            return int(value + extra)
+        value = _count(usage, key)
+        if value is None or value <= 0:
+            continue
+        cached = sum(c for k in _CACHED_KEYS if (c := _count(usage, k)) is not None)
+        low, high = int(value), int(value + cached)
+        if cached == 0 or key == "prompt_tokens":
+            return low, low
+        if any(k in usage for k in _ANTHROPIC_USAGE):
+            return high, high
+        total = next((t for k in _TOTAL_KEYS if (t := _count(usage, k)) is not None), None)
+        output = next((o for k in _OUTPUT_KEYS if (o := _count(usage, k)) is not None), None)
+        if total is not None and output is not None:
+            if total == value + cached + output:
+                return high, high
+            if total == value + output:
+                return low, low
+        return low, high
     return None
 
 
@@ -149,7 +182,7 @@ def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     - model: ``model``, ``model_name``, ``modelId``, Cline's ``modelInfo.modelId``, LangChain's
       ``response_metadata.model_name``.
 
-    Only a usage that names a prompt size (:func:`reported_prompt_tokens`) is returned."""
+    Only a usage that names a prompt size (:func:`reported_prompt_range`) is returned."""
     if not isinstance(raw, dict):
         return None, None
     meta: dict[str, Any] = raw["response_metadata"] if isinstance(raw.get("response_metadata"), dict) else {}
@@ -167,7 +200,7 @@ def logged_call_facts(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     tokens = metrics.get("tokens") if isinstance(metrics, dict) else None
     if isinstance(tokens, dict) and isinstance(tokens.get("prompt"), int | float):
         candidates.append({"prompt_tokens": tokens["prompt"]})
-    usage = next((u for u in candidates if isinstance(u, dict) and reported_prompt_tokens({"usage": u})), None)
+    usage = next((u for u in candidates if isinstance(u, dict) and reported_prompt_range({"usage": u})), None)
     info: dict[str, Any] = raw["modelInfo"] if isinstance(raw.get("modelInfo"), dict) else {}
     names = (
         raw.get("model"),
@@ -216,10 +249,12 @@ _SHRUNK_WHY = (
 
 def carry_replies_after_shrunk_prompt(graph: MessageGraph) -> int:
     """Keep as context (``carried``, with ``why_not_trained``) every sampled reply whose context the log shows
-    wrongly because the prompt its API reported (:func:`reported_prompt_tokens`) is smaller than an earlier reply's
-    on its path: a reply's context extends every earlier reply's context plus that reply, so its prompt cannot be
-    smaller unless what was sent was cut (a sliding window, a truncation, an unlogged compaction, tool results the
-    API cleared). That reply and every later reply below it are then in a context the log does not hold.
+    wrongly because the prompt its API reported is smaller than an earlier reply's on its path
+    (:func:`reported_prompt_range`: where the usage leaves the cache's share open, even its largest reading must be
+    below the earlier smallest): a reply's context extends every earlier reply's context plus that reply, so its
+    prompt cannot be smaller unless what was sent was cut (a sliding window, a truncation, an unlogged compaction,
+    tool results the API cleared). That reply and every later reply below it are then in a context the log does not
+    hold.
 
     Compared only where the earlier prompt is contained in the later one whatever the serving side did: the same
     model (one tokenizer) and environment (the same tools), and not across a user message when reasoning that
@@ -241,19 +276,20 @@ def carry_replies_after_shrunk_prompt(graph: MessageGraph) -> int:
         if message.role == "user":
             loop, reasoning = {}, False
         elif node.is_assistant:
-            reported = reported_prompt_tokens(message.metadata)
-            if reported is not None and taint is None:
+            found = reported_prompt_range(message.metadata)
+            if found is not None and taint is None:
+                low, reported = found  # shrunk only if even the largest reading is below the earlier smallest
                 generation = graph.generation(nid) or message.generation
                 key = (generation.model if generation is not None else None, node.env_id)
                 before = max(safe.get(key, 0), loop.get(key, 0))
                 tokens, share = SHRINK_TOLERANCE
                 if before - reported > max(tokens, share * before):
                     taint = _SHRUNK_WHY.format(now=reported, fewer=before - reported, before=before)
-                elif reported > before:
+                elif low > before:
                     if reasoning:
-                        loop = {**loop, key: reported}
+                        loop = {**loop, key: low}
                     else:
-                        safe = {**safe, key: max(safe.get(key, 0), reported)}
+                        safe = {**safe, key: max(safe.get(key, 0), low)}
             if taint is not None and node.origin is Origin.SAMPLED:
                 update = {"metadata": {**message.metadata, "why_not_trained": taint}}
                 graph.nodes[nid] = replace(node, origin=Origin.CARRIED, message=message.model_copy(update=update))
