@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from msgtrain.ingest.detect import detect_format
-from msgtrain.model.completeness import SHRUNK_PROMPT, carry_replies_after_shrunk_prompt, reported_prompt_tokens
+from msgtrain.model.completeness import SHRUNK_PROMPT, carry_replies_after_shrunk_prompt, reported_prompt_range
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
     Generation,
@@ -161,7 +161,8 @@ def test_a_cline_task_folder_keeps_the_replies_after_clines_context_truncation_o
     assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
     replies = [n for n in graph.nodes.values() if n.is_assistant]
     # a request's tokens (tokensIn + cacheWrites + cacheReads) are the reported prompt of the reply it produced
-    assert [reported_prompt_tokens(n.message.metadata) for n in replies] == [11820, 12410, 12903, 13377, 13950, 14420]
+    prompts = [reported_prompt_range(n.message.metadata) for n in replies]
+    assert prompts == [(t, t) for t in (11820, 12410, 12903, 13377, 13950, 14420)]
     assert [n.origin.value for n in replies[4:]] == ["carried", "carried"]
     assert "removed messages 2..5" in replies[4].message.metadata["why_not_trained"]
 
@@ -281,3 +282,28 @@ def test_opencode_replies_after_it_cleared_old_tool_results_are_context_until_a_
     _, stats, _ = convert_file(folder, SETTINGS)
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (5, {"context_unknown": 3, "interrupted": 1})
     assert [len(c) for c in contexts(folder)] == [2, 4, 4, 6, 2]
+
+
+def test_a_crush_database_trains_each_call_in_the_history_its_agent_sent(tmp_path: Path) -> None:
+    # crush.db (sessions + messages whose parts are [{type, data}]), built from the hand-made SQL of its migrations;
+    # before, the database was no format
+    db = tmp_path / "crush.db"
+    con = sqlite3.connect(db)
+    con.executescript((FIXTURES / "crush-sessions.sql").read_text(encoding="utf-8"))
+    con.close()
+    assert detect_format(db).name == "crush"
+    _, stats, _ = convert_file(db, SETTINGS)
+    # the grep call and the diagnosis, the edit and its report after the summary, the sub-agent's answer; the
+    # canceled reply is context, the summary was sampled after a prompt the database does not keep
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (
+        5,
+        {"interrupted": 1, "context_unknown": 1},
+        0,
+    )
+    assert stats.records_read == 2 + 15 and dict(stats.records_skipped) == {"crush_messages_without_session": 1}
+    trained = contexts(db)
+    assert trained[0][-1] == ("assistant", [("grep", {"pattern": "for order in", "path": "app"})])
+    # after the summary, requests open with it as a user message: the history before it is in none of them
+    edit = next(c for c in trained if c[-1][0] == "assistant" and c[-1][1] and c[-1][1][0][0] == "edit")
+    assert edit[0][0] == "user" and edit[0][1].startswith("Summary: the orders page ran")
+    assert [m[0] for m in edit] == ["user", "user", "assistant"]

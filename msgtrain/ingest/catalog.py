@@ -109,6 +109,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/ag2/logs.db",
     ),
     (
+        "crush",
+        "Crush / Go OpenCode SQLite databases: sessions + messages whose parts are [{type, data}]",
+        "sample_logs/crush/crush.db",
+    ),
+    (
         "gemini_api",
         "Gemini API generateContent {request, response} logs and saved Content[] histories (role model)",
         "sample_logs/gemini_api/calls.jsonl",
@@ -238,6 +243,7 @@ READERS: tuple[Row, ...] = (
     ('openai_responses', 'msgtrain.ingest.formats.api.openai_responses', (), (('"custom_tool_call"', '"custom_tool_call_output"', '"function_call"', '"function_call_output"', '"input_audio"', '"input_file"', '"input_image"', '"input_text"', '"output_text"', '"reasoning"', '"request"', '"response"'), ()), None),
     ('calls', 'msgtrain.ingest.formats.api.calls', (), None, None),
     ('ag2_sqlite', 'msgtrain.ingest.formats.sessions.ag2_logs', (), ((), ()), None),
+    ('crush', 'msgtrain.ingest.formats.sessions.crush', (), ((), ()), None),
     ('gemini_api', 'msgtrain.ingest.formats.api.gemini_api', (), (('"parts"',), ()), None),
     ('smolagents', 'msgtrain.ingest.formats.sessions.smolagents', (), (('"model_input_messages"',), ()), None),
     ('autogen', 'msgtrain.ingest.formats.sessions.autogen', (), (('"AssistantMessage"', '"TextMessage"', '"ToolCallRequestEvent"', '"UserMessage"'), ()), None),

@@ -59,6 +59,7 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "api.openai_responses",
     _FORMATS + "api.calls",
     _FORMATS + "sessions.ag2_logs",  # a SQLite database, never JSON: claims nothing another reader would
+    _FORMATS + "sessions.crush",  # a SQLite database, never JSON: claims nothing another reader would
     _FORMATS + "api.gemini_api",
     _FORMATS + "sessions.smolagents",
     _FORMATS + "sessions.autogen",

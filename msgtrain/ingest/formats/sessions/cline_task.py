@@ -50,7 +50,7 @@ from msgtrain.ingest.formats import (
     read_head,
 )
 from msgtrain.ingest.formats.api.anthropic import AnthropicConverter
-from msgtrain.model.completeness import mark_context_incomplete, reported_prompt_tokens
+from msgtrain.model.completeness import mark_context_incomplete, reported_prompt_range
 from msgtrain.model.graph import Origin
 
 POLICY = "cline"
@@ -195,7 +195,7 @@ def _graph(
         message, origin = step.message, step.origin
         if message.role == "assistant" and step.index is not None:
             metadata = dict(message.metadata)
-            if step.index in requests and reported_prompt_tokens(metadata) is None:
+            if step.index in requests and reported_prompt_range(metadata) is None:
                 metadata["usage"] = requests[step.index][0]
             if cut is not None and step.index >= cut[0] and origin in (None, Origin.SAMPLED):
                 metadata["why_not_trained"] = cut[1]

@@ -428,13 +428,11 @@ def _step_blocks(
         elif kind == "step-finish":
             tokens = as_dict(part.get("tokens"))
             cache = as_dict(tokens.get("cache"))
-            if isinstance(tokens.get("input"), int | float):
-                usage = {
-                    "input_tokens": tokens["input"],
-                    "output_tokens": tokens.get("output"),
-                    "cache_read_input_tokens": cache.get("read", 0),
-                    "cache_creation_input_tokens": cache.get("write", 0),
-                }
+            counts = [tokens.get("input"), cache.get("read", 0), cache.get("write", 0)]
+            if all(isinstance(c, int | float) and not isinstance(c, bool) for c in counts):
+                # OpenCode's input excludes the cache it counts apart (getUsage): the prompt is the three together,
+                # written as OpenAI's prompt_tokens, which holds its cache
+                usage = {"prompt_tokens": sum(counts), "completion_tokens": tokens.get("output")}
     return reply, results, usage
 
 
