@@ -301,3 +301,75 @@ def test_identity_text_agrees_with_the_serialized_identity_on_every_message_read
                     seen += 1
                     assert _agree(node.message), f"{path} {node.id}"
     assert seen > 100
+
+
+# ---------------------------------------------------------------- messages assembled from pieces already checked
+
+
+def _random_openai_dict(rng: random.Random) -> dict[str, Any]:
+    role = rng.choice(["system", "developer", "user", "assistant", "assistant", "tool", "function", "bot"])
+    out: dict[str, Any] = {"role": role}
+    content_kind = rng.randrange(5)
+    if content_kind == 0:
+        out["content"] = _text(rng)
+    elif content_kind == 1:
+        kinds = ["text", "input_text", "image_url", "reasoning", "thinking", "audio"]
+        parts: list[Any] = []
+        for _ in range(rng.randint(0, 3)):
+            kind = rng.choice(kinds)
+            if kind == "image_url":
+                parts.append({"type": kind, "image_url": {"url": _text(rng) or "u"}})
+            elif kind in ("reasoning", "thinking"):
+                parts.append({"type": kind, "text": rng.choice([_text(rng), ["a", "b"], 3])})
+            else:
+                parts.append({"type": kind, "text": _text(rng)})
+        out["content"] = parts + ([_text(rng)] if rng.random() < 0.3 else [])
+    elif content_kind == 2:
+        out["content"] = None
+    if rng.random() < 0.5:
+        out["name"] = rng.choice([_text(rng) or "n", 7, None])
+    if rng.random() < 0.3:
+        out["reasoning_content"] = _text(rng)
+    if role == "assistant" and rng.random() < 0.5:
+        ids = [rng.choice(["a", "b", "c"]) for _ in range(rng.randint(1, 3))]
+        out["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": "f", "arguments": rng.choice(['{"x": 1}', "{bad", {}])}}
+            for i in ids
+        ]
+    if role in ("tool", "function"):
+        out["tool_call_id"] = rng.choice(["a", "", None])
+        if rng.random() < 0.3:
+            out["result"] = _json_value(rng)
+        if rng.random() < 0.2:
+            out["answers_text_call"] = True
+        if rng.random() < 0.2:
+            out["is_error"] = True
+    return out
+
+
+def _built_both_ways(data: dict[str, Any], policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """``from_openai_message`` as it assembles its messages, and with every model validated instead."""
+    from msgtrain.model import openai
+
+    def outcome() -> Any:
+        try:
+            m = openai.from_openai_message(dict(data), call_names={"a": "f"}, policy=policy)
+        except Exception as e:
+            return ("raises", type(e), str(e))
+        parts = [(type(p), p.__pydantic_fields_set__, repr(p)) for p in getattr(m, "parts", ())]
+        return (type(m), m, repr(m), m.model_dump(), _outcome(m.canonical_json), m.__pydantic_fields_set__, parts)
+
+    fast = outcome()
+    with monkeypatch.context() as patched:
+        patched.setattr(openai, "assembled", lambda cls, fields: cls(**fields))
+        slow = outcome()
+    return [fast, slow]
+
+
+def test_messages_assembled_from_checked_pieces_equal_validated_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(38)
+    for _ in range(2000):
+        data = _random_openai_dict(rng)
+        policy = rng.choice(["policy", "policy", 5])
+        fast, slow = _built_both_ways(data, policy, monkeypatch)
+        assert fast == slow, data

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from msgtrain.errors import ValidationError
 from msgtrain.model.message import (
@@ -32,6 +32,7 @@ from msgtrain.model.message import (
     PartsMessage,
     ReasoningPart,
     TextPart,
+    assembled,
 )
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -54,7 +55,7 @@ def _content_parts(content: Any, where: str) -> list[Part]:
     if content is None:
         return []
     if isinstance(content, str):
-        return [TextPart(text=content)] if content != "" else []
+        return [_text_part(content)] if content != "" else []
     if not isinstance(content, list):
         raise ValidationError(
             f"content must be a string, a list of parts or null, got {type(content).__name__}",
@@ -65,13 +66,13 @@ def _content_parts(content: Any, where: str) -> list[Part]:
     parts: list[Part] = []
     for j, item in enumerate(content):
         if isinstance(item, str):
-            parts.append(TextPart(text=item))
+            parts.append(_text_part(item))
             continue
         if not isinstance(item, dict):
             raise ValidationError(f"content[{j}] is not an object", where=where, code="bad_content")
         kind = item.get("type")
         if kind in ("text", "input_text", "output_text"):
-            parts.append(TextPart(text=str(item.get("text", ""))))
+            parts.append(_text_part(str(item.get("text", ""))))
         elif kind in _MEDIA_KEYS or kind in ("image", "input_image"):
             modality = _MEDIA_KEYS.get(str(kind), "image")
             ref = item.get(kind) if kind in _MEDIA_KEYS else item
@@ -89,7 +90,8 @@ def _content_parts(content: Any, where: str) -> list[Part]:
                 ReasoningPart(text="", signature=signature if isinstance(signature, str) else None, redacted=True)
             )
         elif kind in ("reasoning", "thinking"):
-            parts.append(ReasoningPart(text=_thought_text(item.get("text") or item.get("thinking") or "", j, where)))
+            text = _thought_text(item.get("text") or item.get("thinking") or "", j, where)
+            parts.append(assembled(ReasoningPart, {"text": text}) if type(text) is str else ReasoningPart(text=text))
         else:
             raise ValidationError(
                 f"content[{j}] has unknown part type {kind!r}",
@@ -159,7 +161,8 @@ def from_openai_message(
     name = data.get("name") if isinstance(data.get("name"), str) else None
     parts = _content_parts(data.get("content"), where)
     if role in ("tool", "function") and data.get(TEXT_CALL_RESULT) is True:
-        return PartsMessage(parts=tuple(parts), role_hint_for_llm="tool", policy=RUNTIME_POLICY, name=name)
+        fields = {"parts": tuple(parts), "role_hint_for_llm": "tool", "policy": RUNTIME_POLICY, "name": name}
+        return _message(PartsMessage, fields)
     if role in ("tool", "function"):
         call_id = data.get("tool_call_id") or (data.get("name") if role == "function" else None)
         if not call_id:
@@ -186,11 +189,9 @@ def from_openai_message(
         payload = OptionResultPayload(
             invocation_id=str(call_id), option_name=option_name, result=result, is_error=data.get(RESULT_ERROR) is True
         )
-        return OptionResultMessage(
-            result=payload,
-            policy=RUNTIME_POLICY,
-            role_hint_for_llm="tool",
-            name=name,
+        return _message(
+            OptionResultMessage,
+            {"result": payload, "policy": RUNTIME_POLICY, "role_hint_for_llm": "tool", "name": name},
         )
     metadata: dict[str, Any] = {}
     if role == "developer":
@@ -199,7 +200,10 @@ def from_openai_message(
     if reasoning is None and isinstance(data.get("reasoning"), str):
         reasoning = data.get("reasoning")
     if role == "assistant" and isinstance(reasoning, str) and reasoning != "":
-        parts = [ReasoningPart(text=reasoning), *parts]
+        parts = [
+            assembled(ReasoningPart, {"text": reasoning}) if type(reasoning) is str else ReasoningPart(text=reasoning),
+            *parts,
+        ]
     chat_role = "system" if role == "developer" else role
     raw_calls = data.get("tool_calls") or []
     if role == "assistant" and raw_calls:
@@ -222,21 +226,29 @@ def from_openai_message(
                     invocation_id=str(call_id), option_name=str(call_name), arguments=args, raw_arguments=raw
                 )
             )
-        return OptionCallMessage(
-            parts=tuple(parts),
-            calls=tuple(calls),
-            policy=policy,
-            role_hint_for_llm="assistant",
-            name=name,
-            metadata=metadata,
-        )
-    return PartsMessage(
-        parts=tuple(parts),
-        role_hint_for_llm=chat_role,
-        policy=policy if chat_role == "assistant" else ("user" if chat_role == "user" else "system"),
-        name=name,
-        metadata=metadata,
-    )
+        fields = {"parts": tuple(parts), "calls": tuple(calls), "policy": policy, "role_hint_for_llm": "assistant"}
+        if len({c.invocation_id for c in calls}) != len(calls):  # the model's own check names them
+            return OptionCallMessage(**fields, name=name, metadata=metadata)
+        return _message(OptionCallMessage, {**fields, "name": name, "metadata": metadata})
+    policy = policy if chat_role == "assistant" else ("user" if chat_role == "user" else "system")
+    fields = {"parts": tuple(parts), "role_hint_for_llm": chat_role, "policy": policy, "name": name}
+    return _message(PartsMessage, {**fields, "metadata": metadata})
+
+
+_Kind = TypeVar("_Kind", PartsMessage, OptionCallMessage, OptionResultMessage)
+
+
+def _text_part(text: str) -> TextPart:
+    return assembled(TextPart, {"text": text}) if type(text) is str else TextPart(text=text)
+
+
+def _message(cls: type[_Kind], fields: dict[str, Any]) -> _Kind:
+    """A message of fields this module built (parts, payloads, a fresh metadata dict, a role of :data:`KNOWN_ROLES`):
+    assembled without validating them again, but for a policy or a name that is not a ``str`` (from a caller), which
+    the model validates (and refuses) as it always did."""
+    if type(fields["policy"]) is str and (fields["name"] is None or type(fields["name"]) is str):
+        return assembled(cls, fields)
+    return cls(**fields)
 
 
 def check_reply_present(data: dict[str, Any], where: str, *, engine_ids: bool = False) -> None:
