@@ -307,3 +307,16 @@ def test_a_crush_database_trains_each_call_in_the_history_its_agent_sent(tmp_pat
     edit = next(c for c in trained if c[-1][0] == "assistant" and c[-1][1] and c[-1][1][0][0] == "edit")
     assert edit[0][0] == "user" and edit[0][1].startswith("Summary: the orders page ran")
     assert [m[0] for m in edit] == ["user", "user", "assistant"]
+
+
+def test_a_history_roo_condensed_in_place_trains_neither_its_summary_nor_the_replies_after_it() -> None:
+    # Roo Code / Kilo Code condense without deleting: the replaced messages stay, tagged condenseParent, and the
+    # summary (isSummary, condenseId) sits before the kept tail. Before, the summary was trained as a reply and the
+    # replies after it in the whole history, which the requests after the condense did not hold
+    path = FIXTURES / "roo-condensed-history.json"
+    _, stats, _ = convert_file(path, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (2, {"context_unknown": 2}, 0)
+    assert [c[-1][1][0][0] for c in contexts(path)] == ["read_file", "write_to_file"]
+    (graph,) = graphs(path)
+    summary = next(n for n in graph.nodes.values() if n.message.text.startswith("## Summary"))
+    assert summary.origin.value == "injected"

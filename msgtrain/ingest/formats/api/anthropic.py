@@ -185,14 +185,32 @@ class AnthropicConverter:
         )
 
     def messages(self, messages: list[Any]) -> list[Step]:
-        """A plain message list: assistants sampled, compaction summaries injected."""
+        """A plain message list: assistants sampled, compaction summaries injected. A history its agent condensed
+        without deleting (Roo Code / Kilo Code: a summary ``isSummary`` or truncation marker ``isTruncationMarker``
+        among the messages, the ones it replaced tagged ``condenseParent`` / ``truncationParent`` and left in place)
+        holds the summary as a message another call wrote (``injected``), and every reply after it is ``carried``:
+        which of the tagged messages each later request still held is the agent's rebuild, not the list."""
         steps: list[Step] = []
+        condensed: str | None = None
         for i, data in enumerate(messages):
             converted, compaction = self.message(data, i)
-            origin = Origin.INJECTED if compaction else None
+            marker = isinstance(data, dict) and (
+                data.get("isSummary") is True or data.get("isTruncationMarker") is True
+            )
+            origin = Origin.INJECTED if compaction or marker else None
             for m in converted:
                 m, generation = logged_reply(m, data)
-                steps.append(Step(m, origin=origin if m.role == "assistant" else None, generation=generation, index=i))
+                step_origin = origin if m.role == "assistant" else None
+                if condensed is not None and m.role == "assistant" and step_origin is None:
+                    m = m.model_copy(update={"metadata": {**m.metadata, "why_not_trained": condensed}})
+                    step_origin = Origin.CARRIED
+                steps.append(Step(m, origin=step_origin, generation=generation, index=i))
+            if marker and condensed is None:
+                kind = "a summary" if data.get("isSummary") is True else "a truncation marker"
+                condensed = (
+                    f"the agent condensed the history at message {i} ({kind}; the messages it replaced are kept, "
+                    "tagged): which of them each later request held is not rebuilt"
+                )
         return steps
 
     def response(self, body: Any, request: dict[str, Any], where: str = "response") -> Step | None:
