@@ -160,9 +160,10 @@ def test_a_cline_task_folder_keeps_the_replies_after_clines_context_truncation_o
     (graph,) = graphs(path)
     assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
     replies = [n for n in graph.nodes.values() if n.is_assistant]
-    # a request's tokens (tokensIn + cacheWrites + cacheReads) are the reported prompt of the reply it produced
+    # a request's tokens are the reported prompt of the reply it produced: tokensIn alone, or with the cache counts
+    # (whether tokensIn holds them is the provider's)
     prompts = [reported_prompt_range(n.message.metadata) for n in replies]
-    assert prompts == [(t, t) for t in (11820, 12410, 12903, 13377, 13950, 14420)]
+    assert prompts == [(3, t) for t in (11820, 12410, 12903, 13377, 13950, 14420)]
     assert [n.origin.value for n in replies[4:]] == ["carried", "carried"]
     assert "removed messages 2..5" in replies[4].message.metadata["why_not_trained"]
 
@@ -320,3 +321,20 @@ def test_a_history_roo_condensed_in_place_trains_neither_its_summary_nor_the_rep
     (graph,) = graphs(path)
     summary = next(n for n in graph.nodes.values() if n.message.text.startswith("## Summary"))
     assert summary.origin.value == "injected"
+
+
+def test_a_cline_request_whose_cache_missed_is_not_read_as_a_cut_history(tmp_path: Path) -> None:
+    # with an OpenAI-compatible provider tokensIn holds the cached tokens and cacheReads repeats them: a request that
+    # hit the cache (12,410 in, 12,000 of them cached) then one that missed it (12,903 in, none cached) is a history
+    # that grew; summed, the second looked 11,507 tokens smaller than the first, and its reply was not trained
+    folder = tmp_path / "1765000000000"
+    shutil.copytree(ROOT / "sample_logs" / "cline_task" / "1765000000000", folder)
+    ui = json.loads((folder / "ui_messages.json").read_text(encoding="utf-8"))
+    requests = [m for m in ui if m.get("say") == "api_req_started"]
+    for message, counts in zip(requests[1:], [(12410, 0, 12000), (12903, 0, 0)], strict=True):
+        info = json.loads(message["text"])
+        info["tokensIn"], info["cacheWrites"], info["cacheReads"] = counts
+        message["text"] = json.dumps(info)
+    (folder / "ui_messages.json").write_text(json.dumps(ui), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (3, {})

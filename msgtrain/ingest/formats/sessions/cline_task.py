@@ -16,9 +16,10 @@ one record (the history one graph, ``cline:<task id>``, policy ``cline``; the ot
 ``cline_<file>``).
 
 What is read: the history as the Anthropic reader reads a message list (every assistant message a reply sampled after
-the messages before it); a request's reported prompt size (``tokensIn + cacheWrites + cacheReads``) goes to the reply
-it produced (the history's message after its ``conversationHistoryIndex``) unless the message logs its own
-``metrics``, so a prompt that shrank is seen (*Context completeness*).
+the messages before it); a request's reported prompt size (``tokensIn``, ``cacheWrites``, ``cacheReads``) goes to
+the reply it produced (the history's message after its ``conversationHistoryIndex``) unless the message logs its own
+``metrics``, so a prompt that shrank is seen (*Context completeness*); whether ``tokensIn`` holds the cached tokens
+depends on the provider, so it is a range from ``tokensIn`` to the sum.
 
 Not trained, and said so: Cline keeps the whole history on disk but sends less once the context window fills: from
 the request its context manager first removed a range of the history (``conversationHistoryDeletedRange`` on the UI
@@ -129,10 +130,13 @@ def _requests(ui: Any) -> dict[int, tuple[dict[str, Any], int | None]]:
             info = as_dict(json.loads(message.get("text") or "{}"))
         except ValueError:
             continue
-        counts = [info.get(k) for k in ("tokensIn", "cacheWrites", "cacheReads")]
-        usage = {"tokensIn": sum(c for c in counts if isinstance(c, int | float) and not isinstance(c, bool))}
-        if isinstance(info.get("tokensOut"), int | float):
-            usage["tokensOut"] = info["tokensOut"]
+        # as Cline logged them: whether tokensIn holds the cached tokens depends on the provider (Anthropic's counts
+        # them apart, OpenAI's prompt_tokens holds them), so the reported prompt is a range where the cache is logged
+        usage = {
+            k: info[k]
+            for k in ("tokensIn", "tokensOut", "cacheWrites", "cacheReads")
+            if isinstance(info.get(k), int | float) and not isinstance(info.get(k), bool)
+        }
         ts = message.get("ts") if isinstance(message.get("ts"), int) else None
         found[index + 1] = (usage, ts)  # a retried request: the last one produced the reply
     return found
