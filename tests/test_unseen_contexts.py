@@ -338,3 +338,14 @@ def test_a_cline_request_whose_cache_missed_is_not_read_as_a_cut_history(tmp_pat
     (folder / "ui_messages.json").write_text(json.dumps(ui), encoding="utf-8")
     _, stats, _ = convert_file(folder, SETTINGS)
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (3, {})
+
+
+def test_a_task_folder_of_claude_dev_before_cline_2_is_read_with_its_claude_messages_json(tmp_path: Path) -> None:
+    # Cline renames claude_messages.json to ui_messages.json when it opens an older task; one never opened again
+    # keeps the old name (before, the folder was not a unit: the UI file a reject, the history read alone)
+    folder = tmp_path / "1765000000000"
+    shutil.copytree(FIXTURES / "cline-task" / "1765000000000", folder)
+    (folder / "ui_messages.json").rename(folder / "claude_messages.json")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (4, {"context_unknown": 2})
+    assert stats.records_read == 3 and not stats.records_rejected

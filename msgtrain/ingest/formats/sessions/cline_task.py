@@ -3,10 +3,11 @@ under the extension's storage (``.../saoudrizwan.claude-dev/tasks/<task id>/``) 
 
 - ``api_conversation_history.json``: the Anthropic messages Cline keeps as the conversation (no system prompt: Cline
   builds it per request; newer versions add ``ts``, ``modelInfo`` and ``metrics.tokens`` to each message);
-- ``ui_messages.json``: what the extension showed (``ClineMessage``: ``{ts, type: ask | say, say, text,
-  conversationHistoryIndex, conversationHistoryDeletedRange}``); each request is a ``say: "api_req_started"``
-  whose ``text`` is the JSON of its ``{request, tokensIn, tokensOut, cacheWrites, cacheReads, cost}``, stamped with
-  ``conversationHistoryIndex``, the index of the history's last message when it was sent;
+- ``ui_messages.json`` (``claude_messages.json`` before Cline 2): what the extension showed (``ClineMessage``:
+  ``{ts, type: ask | say, say, text, conversationHistoryIndex, conversationHistoryDeletedRange}``); each request is a
+  ``say: "api_req_started"`` whose ``text`` is the JSON of its ``{request, tokensIn, tokensOut, cacheWrites,
+  cacheReads, cost}``, stamped with ``conversationHistoryIndex``, the index of the history's last message when it
+  was sent;
 - ``context_history.json`` (newer versions): the edits Cline's context manager makes to earlier messages in later
   requests (a truncation notice, file reads replaced by a note), each stamped with the time it applies from;
 - ``task_metadata.json`` and other state files, which hold no conversation.
@@ -57,6 +58,7 @@ from msgtrain.model.graph import Origin
 POLICY = "cline"
 HISTORY = "api_conversation_history.json"
 UI = "ui_messages.json"
+OLD_UI = "claude_messages.json"  # its name before Cline 2 (Claude Dev), until the task is opened again
 CONTEXT_EDITS = "context_history.json"
 UNLOGGED = "Cline stores the conversation, not the system prompt (with its tools) it builds for each request"
 
@@ -76,7 +78,7 @@ class ClineTaskReader:
 
     def detect_directory(self, path: Path) -> bool:
         # Two stat calls: discovery asks this of every folder it walks.
-        return (path / HISTORY).is_file() and (path / UI).is_file()
+        return (path / HISTORY).is_file() and ((path / UI).is_file() or (path / OLD_UI).is_file())
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         if not path.is_dir() or not self.detect_directory(path):
@@ -86,7 +88,8 @@ class ClineTaskReader:
                 code="bad_document",
                 hint="pass the task folder (tasks/<task id>) or a folder above it",
             )
-        ui, ui_reject = _load(path / UI)
+        ui_file = path / UI if (path / UI).is_file() else path / OLD_UI
+        ui, ui_reject = _load(ui_file)
         edits, edits_reject = _load(path / CONTEXT_EDITS) if (path / CONTEXT_EDITS).is_file() else (None, None)
         for reject in (ui_reject, edits_reject):
             if reject is not None:
@@ -104,8 +107,8 @@ class ClineTaskReader:
         if reject is not None:
             yield reject
         if beside:
-            yield ReadSkip(SourceRef(str(path / UI), "file"), "cline_state_without_history", beside)
-        for other in sorted(p for p in path.iterdir() if p.name not in (HISTORY, UI, CONTEXT_EDITS)):
+            yield ReadSkip(SourceRef(str(ui_file), "file"), "cline_state_without_history", beside)
+        for other in sorted(p for p in path.iterdir() if p.name not in (HISTORY, ui_file.name, CONTEXT_EDITS)):
             count = sum(1 for p in other.rglob("*") if p.is_file()) if other.is_dir() else 1
             if count:
                 yield ReadSkip(SourceRef(str(other), "file"), f"cline_{other.stem}", count)
