@@ -349,3 +349,20 @@ def test_a_task_folder_of_claude_dev_before_cline_2_is_read_with_its_claude_mess
     _, stats, _ = convert_file(folder, SETTINGS)
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (4, {"context_unknown": 2})
     assert stats.records_read == 3 and not stats.records_rejected
+
+
+def test_a_crush_summary_is_known_by_its_message_flag_in_later_schemas(tmp_path: Path) -> None:
+    # later migrations mark the summary on the message (is_summary_message) and number messages (seq)
+    db = tmp_path / "crush.db"
+    con = sqlite3.connect(db)
+    con.executescript((FIXTURES / "crush-sessions.sql").read_text(encoding="utf-8"))
+    con.executescript(
+        "ALTER TABLE messages ADD COLUMN is_summary_message INTEGER NOT NULL DEFAULT 0;"
+        "ALTER TABLE messages ADD COLUMN seq INTEGER;"
+        "UPDATE messages SET is_summary_message = 1 WHERE id = 'm-08';"
+        "UPDATE messages SET seq = CAST(substr(id, 3) AS INTEGER);"
+        "UPDATE sessions SET summary_message_id = NULL;"
+    )
+    con.close()
+    _, stats, _ = convert_file(db, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (5, {"interrupted": 1, "context_unknown": 1})

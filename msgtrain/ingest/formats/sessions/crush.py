@@ -1,7 +1,8 @@
 """Crush (charmbracelet/crush) and the Go OpenCode it grew from (opencode-ai/opencode): the SQLite database each keeps
 its sessions in (``.crush/crush.db``, ``.opencode/opencode.db``): tables ``sessions`` (``id``, ``parent_session_id``,
 ``title``, ``summary_message_id`` from 2025 on, ...) and ``messages`` (``id``, ``session_id``, ``role`` user /
-assistant / tool, ``parts`` the JSON of ``[{type, data}]``, ``model``, ``created_at``), internal/db/migrations.
+assistant / tool, ``parts`` the JSON of ``[{type, data}]``, ``model``, ``created_at``; later ``provider``,
+``is_summary_message``, ``seq``), internal/db/migrations.
 
 A part is ``text`` ``{text}``, ``reasoning`` ``{thinking, signature}``, ``tool_call`` ``{id, name, input (JSON text),
 finished}``, ``tool_result`` ``{tool_call_id, name, content, is_error}``, ``binary`` ``{path, mime_type, data}``,
@@ -9,13 +10,13 @@ finished}``, ``tool_result`` ``{tool_call_id, name, content, is_error}``, ``bina
 ``crush:<session id>``, policy ``crush``; each row of ``sessions`` and ``messages`` is one record.
 
 What a request held is rebuilt as the agent builds it (internal/llm/agent/agent.go): the session's messages in
-``created_at`` order (then as stored); an assistant message is one model call, sampled after everything before it
-(its reasoning, text and tool calls; one with none of them is left out, as the agent leaves it out), a ``tool``
-message the results of the calls before it. An assistant message that did not finish (``finish`` reason
-``canceled`` or ``error``) is the history later requests hold, ``carried`` (``interrupted`` when canceled). After a
-summary (``sessions.summary_message_id``), requests start with that message sent as a user message: a new branch from
-the root (a ``compaction`` edge); the summary itself was sampled after a prompt the database does not keep, so it is
-``carried``.
+``seq`` order where they are numbered, else ``created_at`` order (then as stored); an assistant message is one model
+call, sampled after everything before it (its reasoning, text and tool calls; one with none of them is left out, as
+the agent leaves it out), a ``tool`` message the results of the calls before it. An assistant message that did not
+finish (``finish`` reason ``canceled`` or ``error``) is the history later requests hold, ``carried`` (``interrupted``
+when canceled). After a summary (``sessions.summary_message_id``, or a message ``is_summary_message``), requests
+start with that message sent as a user message: a new branch from the root (a ``compaction`` edge); the summary
+itself was sampled after a prompt the database does not keep, so it is ``carried``.
 
 Every graph is ``context_incomplete`` (``system_prompt``, ``tools``): neither is stored. A message whose parts cannot
 be read is a reject; the replies after it in its session are ``carried``.
@@ -75,7 +76,9 @@ class CrushReader:
                 db.row_factory = sqlite3.Row
                 order = "created_at, rowid" if "created_at" in _columns(db, "sessions") else "rowid"
                 sessions = db.execute(f"SELECT * FROM sessions ORDER BY {order}").fetchall()
-                order = "created_at, rowid" if "created_at" in _columns(db, "messages") else "rowid"
+                columns = _columns(db, "messages")
+                order = "created_at, rowid" if "created_at" in columns else "rowid"
+                order = "seq, rowid" if "seq" in columns else order
                 for session in sessions:
                     rows = db.execute(
                         f"SELECT * FROM messages WHERE session_id = ? ORDER BY {order}", (session["id"],)
@@ -134,7 +137,8 @@ class _Session:
             raise ValidationError("parts is not a list", where=where, code="bad_record")
         role = row["role"]
         blocks, finish = _blocks([as_dict(p) for p in parts], role, where)
-        summary = self.summary_id is not None and row["id"] == self.summary_id
+        flagged = "is_summary_message" in row.keys() and bool(row["is_summary_message"])  # noqa: SIM118 - a Row
+        summary = flagged or (self.summary_id is not None and row["id"] == self.summary_id)
         if role == "assistant":
             if not blocks:
                 return  # the agent sends no message without calls, text or reasoning
