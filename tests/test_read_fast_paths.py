@@ -373,3 +373,21 @@ def test_messages_assembled_from_checked_pieces_equal_validated_ones(monkeypatch
         policy = rng.choice(["policy", "policy", 5])
         fast, slow = _built_both_ways(data, policy, monkeypatch)
         assert fast == slow, data
+
+
+# ---------------------------------------------------------------- an environment's JSON, from the C encoder directly
+
+
+def test_compact_json_is_json_dumps_text_and_errors() -> None:
+    from msgtrain.model.graph import _compact
+
+    def dumps(value: Any, sort_keys: bool) -> Any:
+        return _outcome(lambda: json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False))
+
+    circular: list[Any] = []
+    circular.append(circular)
+    odd = [circular, {"x": object()}, {1: 2, "a": 1}, {(1, 2): 3}, "top \ud800 text", 2.5, None]
+    rng = random.Random(38)
+    for value in [*odd, *(_json_value(rng) for _ in range(2000))]:
+        for sort_keys in (True, False):
+            assert _outcome(lambda v=value, s=sort_keys: _compact(v, sort_keys=s)) == dumps(value, sort_keys), value

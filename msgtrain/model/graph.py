@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import IO, Any, overload
 
@@ -79,7 +80,24 @@ def _hash(*chunks: str) -> str:
 
 
 def canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, the same text (:func:`_compact`)"""
+    return _compact(obj, sort_keys=True)
+
+
+def _compact(obj: Any, *, sort_keys: bool) -> str:
+    """``json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)``, the same text and errors
+    (a circular reference, a value JSON has no form for), from json's C encoder called directly: ``json.dumps`` builds a
+    ``JSONEncoder`` and walks its Python layers on every call, which cost as much as encoding a small tool list (the
+    environment of every graph read is hashed in both forms)."""
+    if c_make_encoder is None:
+        return json.dumps(obj, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
+    if isinstance(obj, str):
+        return encode_basestring(obj)
+    encode = c_make_encoder({}, _DEFAULT, encode_basestring, None, ":", ",", sort_keys, False, True)
+    return "".join(encode(obj, 0))
+
+
+_DEFAULT = json.JSONEncoder().default  # raises TypeError for a value JSON has no form for, as json.dumps does
 
 
 def is_unicode(text: str) -> bool:
@@ -126,7 +144,7 @@ class Env:
         # Cached: readers ask for the id once per message, and hashing a large tool list each time was measurable.
         data = {"kwargs": dict(self.template_kwargs), "tools": list(self.tools)}  # top level in sorted order
         sorted_form = canonical(data)
-        given = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        given = _compact(data, sort_keys=False)
         # Version-1 ids hash the sorted form. Schemas whose keys are not in sorted order hash their given order
         # too, so two environments that differ only in key order (and so render differently) get distinct ids.
         env_id = _hash("env", sorted_form if given == sorted_form else sorted_form + "\n" + given)

@@ -83,6 +83,7 @@ from msgtrain.ingest.common.turn_pieces import is_turn_piece, piece_message
 from msgtrain.model.openai import REDACTED_REASONING, RESULT_ERROR, TEXT_CALL_RESULT
 
 _RESULT_IDS = ("tool_call_id", "tool_use_id", "toolCallId")
+_NO_ROLE = object()  # a message that logs no role (asking whether it is a result is no error)
 
 
 @dataclass
@@ -138,11 +139,8 @@ class MessageNormaliser:
         """Whether the logged message ``raw`` is a tool result by its role (what ``results_follow`` asks)."""
         if not isinstance(raw, dict):
             return False
-        try:
-            logged = self._logged_role(unwrapped(raw), "")
-        except ValidationError:
-            return False
-        return canonical_role(logged, self.roles) == "tool"
+        logged = self._role_value(unwrapped(raw))
+        return logged is not _NO_ROLE and canonical_role(logged, self.roles) == "tool"
 
     def _normalise(self, raw: Any, where: str, index: int, results_follow: bool | None) -> list[dict[str, Any]]:
         if not isinstance(raw, dict):
@@ -270,22 +268,29 @@ class MessageNormaliser:
         return out
 
     def _logged_role(self, obj: dict[str, Any], where: str) -> Any:
+        value = self._role_value(obj)
+        if value is not _NO_ROLE:
+            return value
+        if self.role_key:
+            raise ValidationError(f"message has no {self.role_key!r}", where=where, code="bad_message")
+        raise ValidationError(
+            "message has no role-like key",
+            where=where,
+            code="bad_message",
+            hint=f"messages need one of {', '.join(ROLE_KEYS)}",
+        )
+
+    def _role_value(self, obj: dict[str, Any]) -> Any:
+        """The role value ``obj`` logs (under the forced key, or the first role-like one), or :data:`_NO_ROLE`."""
         if self.role_key:
             value = obj.get(self.role_key)
             if value is None:
-                raise ValidationError(f"message has no {self.role_key!r}", where=where, code="bad_message")
+                return _NO_ROLE
             if self.role_key in ROLE_FLAGS and isinstance(value, bool):
                 return ROLE_FLAGS[self.role_key][0 if value else 1]
             return value
         hit = role_of(obj)
-        if hit is None:
-            raise ValidationError(
-                "message has no role-like key",
-                where=where,
-                code="bad_message",
-                hint=f"messages need one of {', '.join(ROLE_KEYS)}",
-            )
-        return hit[1]
+        return _NO_ROLE if hit is None else hit[1]
 
     # ---------------------------------------------------------------- assistant turns
 

@@ -69,7 +69,7 @@ def _lmc_message(obj: dict[str, Any]) -> bool:
 def is_turn_piece(obj: Any) -> bool:
     """Whether ``obj`` is a typed entry of one of the dialects above: a Responses call, output or reasoning item, a
     Responses ``message`` item, or an Open Interpreter message."""
-    if not isinstance(obj, dict):
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):  # every dialect types its entries
         return False
     if _responses_item(obj) or _lmc_message(obj):
         return True

@@ -86,7 +86,7 @@ class StepBuilder:
         """One logged message; ``then`` is the message logged after it in the same list (None: none, or not
         known), which says whether more tool results follow a result (:meth:`MessageNormaliser.normalise`)."""
         self._lmc_empty_result(raw, where)
-        follow = None if then is None else self.norm.is_result(then)
+        follow = None if then is None else False if then is _END else self.norm.is_result(then)
         normalised = self.norm.normalise(raw, where, results_follow=follow)
         if not normalised and self.norm.thought and self.piece_turn and self._reasoning_after_call():
             return  # reasoning logged after its reply's call: that reply's (see _reasoning_after_call)
