@@ -196,8 +196,18 @@ def _json_value(rng: random.Random, depth: int = 0) -> Any:
     if pick < 6:
         return scalars[pick]
     if pick < 8:
-        return {_text(rng) or "k": _json_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+        keys: list[Any] = [_text(rng) or "k", 1, 9, 10, None, 2.5, True]  # pydantic writes some keys otherwise
+        return {rng.choice(keys): _json_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
     return [_json_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+
+
+def _argument(rng: random.Random) -> Any:
+    """A call argument: flat (a scalar, a list of scalars) as most are, or any value."""
+    scalars = [_text(rng), rng.randint(-5, 5), rng.choice([0.5, float("nan"), 1e300]), True, None]
+    pick = rng.randrange(3)
+    return (
+        rng.choice(scalars) if pick == 0 else rng.sample(scalars, rng.randint(0, 3)) if pick == 1 else _json_value(rng)
+    )
 
 
 def _random_message(rng: random.Random) -> Any:
@@ -240,7 +250,7 @@ def _random_message(rng: random.Random) -> Any:
             OptionCallPayload(
                 invocation_id=f"c{k}{_text(rng)}",
                 option_name=_text(rng) or "f",
-                arguments={_text(rng) or "a": _json_value(rng) for _ in range(rng.randint(0, 3))},
+                arguments={_text(rng) or "a": _argument(rng) for _ in range(rng.randint(0, 3))},
                 raw_arguments=_maybe(rng, _text(rng)),
             )
             for k in range(rng.randint(1, 3))
@@ -391,3 +401,24 @@ def test_compact_json_is_json_dumps_text_and_errors() -> None:
     for value in [*odd, *(_json_value(rng) for _ in range(2000))]:
         for sort_keys in (True, False):
             assert _outcome(lambda v=value, s=sort_keys: _compact(v, sort_keys=s)) == dumps(value, sort_keys), value
+
+
+# ---------------------------------------------------------------- a prompt's template markers, looked for in place
+
+
+def test_rendered_template_text_is_found_in_place_as_in_a_stripped_copy() -> None:
+    from msgtrain.ingest.common import content_parts
+    from msgtrain.ingest.common.content_parts import rendered_template_text
+
+    openings, endings = content_parts._RENDERED_OPENINGS, content_parts._RENDERED_ASSISTANT_OPENINGS
+
+    def stripped(text: str) -> str | None:
+        head, tail = text.lstrip(), text.rstrip(" ")
+        hit = next((m for m in openings if head.startswith(m)), None)
+        return hit or next((m for m in endings if tail.endswith(m) or tail.endswith(m.strip())), None)
+
+    pieces = [*openings, *endings, *(m.strip() for m in endings), " ", "\n", "\t", "\u3000", "text", "<|", ""]
+    rng = random.Random(38)
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 5)))
+        assert rendered_template_text(text) == stripped(text), repr(text)

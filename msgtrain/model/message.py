@@ -330,12 +330,62 @@ def identity_text(message: _MessageBase) -> str:
     texts = ",".join([_PART_JSON[type(p)](p.__dict__) for p in parts])
     if kind == "parts":
         return f'{{{name},"parts":[{texts}],{policy},{role}}}'
-    calls = ",".join([canonical_text(c.__pydantic_serializer__.to_python(c, mode="json")) for c in fields["calls"]])
+    calls = ",".join([_call_json(c) for c in fields["calls"]])
     return f'{{"calls":[{calls}],{name},"parts":[{texts}],{policy},{role}}}'
 
 
 def _string(value: str | None) -> str:
     return "null" if value is None else _ENCODE(value)
+
+
+def _call_json(call: OptionCallPayload) -> str:
+    """A call's identity JSON: written here when its arguments are flat (each value a scalar, or a list of scalars:
+    JSON writes those as pydantic's JSON mode gives them, the keys being ``str``), else by the serializer."""
+    f = call.__dict__
+    arguments = f["arguments"]
+    text = _flat_json(arguments) if type(call) is OptionCallPayload else None
+    if text is None:
+        return canonical_text(call.__pydantic_serializer__.to_python(call, mode="json"))
+    return (
+        f'{{"arguments":{text},"invocation_id":{_ENCODE(f["invocation_id"])},"kind":"option_call",'
+        f'"option_name":{_ENCODE(f["option_name"])},"raw_arguments":{_string(f["raw_arguments"])}}}'
+    )
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat_json(arguments: dict[str, Any]) -> str | None:
+    """The sorted JSON of ``arguments`` whose keys are ``str`` (the field's type) and whose values are scalars or lists
+    of scalars, or None for anything else: a nested object's keys may be of any type, which pydantic writes otherwise;
+    a float that is not finite (pydantic writes null), a lone surrogate in a key (pydantic replaces it)."""
+    for value in arguments.values():
+        kind = type(value)
+        if kind not in _SCALARS and (kind is not list or any(type(v) not in _SCALARS for v in value)):
+            return None
+    try:
+        text = "".join(_FLAT_ENCODER(arguments, 0)) if _FLAT_ENCODER is not None else None
+    except ValueError:  # NaN or an infinity
+        return None
+    if text is None or not (text.isascii() or _is_unicode(text)):
+        return None
+    return text
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# the canonical encoder refusing NaN and infinities (allow_nan off), for :func:`_flat_json`
+_FLAT_ENCODER: Callable[[Any, int], list[str]] | None = (
+    c_make_encoder(None, json.JSONEncoder().default, encode_basestring, None, ":", ",", True, False, False)
+    if c_make_encoder is not None
+    else None
+)
 
 
 def _result_json(payload: OptionResultPayload) -> str:

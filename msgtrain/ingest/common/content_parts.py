@@ -60,12 +60,23 @@ _RENDERED_ASSISTANT_OPENINGS = (
     "<|start|>assistant",
 )
 
+_RENDERED_ENDINGS = (*_RENDERED_ASSISTANT_OPENINGS, *(m.strip() for m in _RENDERED_ASSISTANT_OPENINGS))
+
 
 def rendered_template_text(text: str) -> str | None:
-    """The chat-template control text a prompt starts or ends with (see above), or None for ordinary text."""
-    head, tail = text.lstrip(), text.rstrip(" ")
-    hit = next((m for m in _RENDERED_OPENINGS if head.startswith(m)), None)
-    return hit or next((m for m in _RENDERED_ASSISTANT_OPENINGS if tail.endswith(m) or tail.endswith(m.strip())), None)
+    """The chat-template control text a prompt starts or ends with (see above), or None for ordinary text. Looked
+    for in place (``startswith`` / ``endswith`` of the text with its leading whitespace and trailing spaces left out),
+    never in a stripped copy of a long prompt: every input message read is asked."""
+    start, end = 0, len(text)
+    while start < end and text[start].isspace():
+        start += 1
+    while end and text[end - 1] == " ":
+        end -= 1
+    if text.startswith(_RENDERED_OPENINGS, start):
+        return next(m for m in _RENDERED_OPENINGS if text.startswith(m, start))
+    if text.endswith(_RENDERED_ENDINGS, 0, end):
+        return next(m for m in _RENDERED_ASSISTANT_OPENINGS if text.endswith((m, m.strip()), 0, end))
+    return None
 
 
 CONTENT_HINT = "content is text, or a list of text / image parts (OpenAI, Anthropic or Gemini shapes)"
