@@ -55,6 +55,8 @@ MULTI_FILE_CASES: dict[str, tuple[str, tuple[str, ...], Callable[[Rows], bool]]]
     ),
     # a session folder: session.json + agents/agent_<id>/agent.json and messages/message_<n>.json, one per message
     "strands": ("sample_logs/strands", (), lambda rows: "strands" in {row["policy"] for row in rows.values()}),
+    # a transcript's replies that the LLM history beside it holds are trained there (the sample has none beside it)
+    "aider": ("sample_logs/aider", (), bool),
     # a storage folder: session/<project>/<id>.json, message/<session>/<id>.json, part/<message>/<id>.json
     "opencode": ("sample_logs/opencode", (), lambda rows: "opencode" in {row["policy"] for row in rows.values()}),
     # a task folder: api_conversation_history.json + ui_messages.json (each request's tokens), task_metadata.json

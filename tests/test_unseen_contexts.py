@@ -366,3 +366,13 @@ def test_a_crush_summary_is_known_by_its_message_flag_in_later_schemas(tmp_path:
     con.close()
     _, stats, _ = convert_file(db, SETTINGS)
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (5, {"interrupted": 1, "context_unknown": 1})
+
+
+def test_a_transcript_beside_aiders_llm_history_trains_none_of_the_replies_the_history_trains() -> None:
+    # both files in one repository: the LLM history trains each reply in the request aider logged; the transcript's
+    # copies of them (no system prompt, no files) are kept as context, counted apart, never a second training
+    folder = FIXTURES / "aider-llm-history"
+    _, history, _ = convert_file(folder / ".aider.llm.history", SETTINGS)
+    _, transcript, _ = convert_file(folder / ".aider.chat.history.md", SETTINGS)
+    assert history.turns_trained == 3
+    assert (transcript.turns_trained, dict(transcript.turns_dropped), transcript.history_copies) == (0, {}, 2)

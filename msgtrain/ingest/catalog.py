@@ -249,7 +249,7 @@ READERS: tuple[Row, ...] = (
     ('autogen', 'msgtrain.ingest.formats.sessions.autogen', (), (('"AssistantMessage"', '"TextMessage"', '"ToolCallRequestEvent"', '"UserMessage"'), ()), None),
     ('claude_code', 'msgtrain.ingest.formats.sessions.claude_code', ('partners',), (('"init"', '"leafUuid"', '"loglines"', '"parentUuid"', '"sessionId"', '"session_id"', '"snapshot"'), ()), ((), ('*/subagents/*',))),
     ('codex', 'msgtrain.ingest.formats.sessions.codex', (), (('"payload"', '"thread.started"'), ()), None),
-    ('aider', 'msgtrain.ingest.formats.sessions.aider', ('reads_text', 'explain'), (('# aider chat started at',), ('*.aider.chat.history.md', '*/.aider.conf.yml', '*/.aider.input.history', '*/.aider.model.metadata.json', '*/.aider.model.settings.yml')), None),
+    ('aider', 'msgtrain.ingest.formats.sessions.aider', ('reads_text', 'partners', 'explain'), (('# aider chat started at',), ('*.aider.chat.history.md', '*/.aider.conf.yml', '*/.aider.input.history', '*/.aider.model.metadata.json', '*/.aider.model.settings.yml')), ((), ('*.aider.chat.history.md',))),
     ('aider_llm', 'msgtrain.ingest.formats.sessions.aider_llm', ('reads_text',), (('to llm ',), ('*/.aider.llm.history',)), None),
     ('copilot_cli', 'msgtrain.ingest.formats.sessions.copilot_cli', (), (('"assistant.message"', '"session.start"', '"tool.execution_complete"', '"user.message"'), ()), None),
     ('gemini_cli', 'msgtrain.ingest.formats.sessions.gemini_cli', (), (('"$set"', '"sessionId"', '"session_id"', '"thoughts"', '"toolCalls"'), ()), None),

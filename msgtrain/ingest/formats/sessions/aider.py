@@ -73,16 +73,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from msgtrain.ingest.common.session_common import Chain, graph_id_for
 from msgtrain.ingest.core.base import bounded_lines, open_input
+from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef
 from msgtrain.model.completeness import mark_context_incomplete
-from msgtrain.model.graph import MessageGraph, Origin
+from msgtrain.model.graph import HISTORY_COPY, MessageGraph, Origin
 from msgtrain.model.message import Generation, Part, PartsMessage, ReasoningPart, TextPart
 
 POLICY = "aider"
@@ -218,15 +219,26 @@ class AiderReader:
             " (force it with --input-format aider)"
         )
 
+    # The LLM history aider writes beside its transcript when asked (``--llm-history-file .aider.llm.history``).
+    partner_marks = Marks(names=(f"*{TRANSCRIPT_NAME}",))
+
+    def partners(self, location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
+        """The LLM history beside a transcript (present or not: the part is keyed by its absence too), whose replies
+        the ``aider_llm`` reader trains in the requests aider logged."""
+        del beside
+        return [location.parent / LLM_HISTORY_NAME] if location.name.lower().endswith(TRANSCRIPT_NAME) else []
+
     def read(self, path: Path) -> Iterator[ReadItem]:
         if path.name in COMPANIONS:
             yield ReadSkip(SourceRef(str(path), "file"), COMPANIONS[path.name])
             return
+        logged = _logged_replies(path)
         found = False
         for index, session in enumerate(read_sessions(path)):
             found = True
             ref = SourceRef(str(path), f"line {session.line}")
-            yield RecordTask(ref, partial(_session_events, path, index, session, ref), raw=_session_excerpt(session))
+            task = partial(_session_events, path, index, session, ref, logged)
+            yield RecordTask(ref, task, raw=_session_excerpt(session))
         if not found:  # no session header and no prompt: one record, skipped (a forced read rejects it)
             yield ReadSkip(SourceRef(str(path), "file"), "no_aider_session")
 
@@ -728,14 +740,65 @@ def _generation(model: str | None) -> Generation | None:
     return Generation(model=model) if model else None
 
 
-def _session_events(path: Path, index: int, session: Session, ref: SourceRef) -> Iterator[ReadEvent]:
+def _session_events(
+    path: Path, index: int, session: Session, ref: SourceRef, logged: frozenset[str] = frozenset()
+) -> Iterator[ReadEvent]:
     builder = _SessionBuilder(path, index, session)
     graph = builder.build()
     if graph is None:
         # Said apart: prompts that got no reply (failed requests, a refusal, ^C) are not a session with no chat.
         yield ReadSkip(ref, "aider_session_without_replies" if builder.chat else "aider_session_without_chat")
         return
+    _leave_logged_replies(graph, logged)
     yield ReadGraph(graph, ref)
+
+
+# ------------------------------------------------------------------------------------------ the LLM history beside
+LLM_HISTORY_NAME = ".aider.llm.history"
+_RESPONSE = re.compile(r"^LLM RESPONSE \d{4}-\d\d-\d\dT")
+_REQUEST = re.compile(r"^TO LLM \d{4}-\d\d-\d\dT")
+LOGGED_WHY = (
+    "trained from the LLM history beside the transcript (.aider.llm.history), in the request aider logged: here it is "
+    "a copy in a context without the system prompt and files"
+)
+
+
+def _logged_replies(path: Path) -> frozenset[str]:
+    """The replies of the LLM history beside a transcript (``LLM RESPONSE`` blocks, their ``ASSISTANT `` prefixes
+    removed, stripped as the transcript strips a reply), reached through the storage interface; empty when there is
+    none."""
+    files = input_files()
+    replies: set[str] = set()
+    for partner in READER.partners(files.location(path), files):
+        f = files.open_sibling(path, partner)
+        if f is None:
+            continue
+        with f:
+            lines: list[str] | None = None
+            for raw in bounded_lines(f):
+                line = raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
+                if _RESPONSE.match(line) or _REQUEST.match(line):
+                    if lines is not None:
+                        replies.add("\n".join(lines).strip())
+                    lines = [] if _RESPONSE.match(line) else None
+                elif lines is not None:
+                    lines.append(line.removeprefix("ASSISTANT").removeprefix(" "))
+            if lines is not None:
+                replies.add("\n".join(lines).strip())
+    replies.discard("")
+    return frozenset(replies)
+
+
+def _leave_logged_replies(graph: MessageGraph, logged: frozenset[str]) -> None:
+    """A sampled reply the LLM history beside the transcript also holds is trained there, in its exact request: here it
+    is kept as context, a copy counted apart (``history_copy``), never a second training of the same turn."""
+    if not logged:
+        return
+    for nid, node in list(graph.nodes.items()):
+        if node.origin is Origin.SAMPLED and node.is_assistant and node.message.text.strip() in logged:
+            metadata = {**node.message.metadata, "why_not_trained": LOGGED_WHY, HISTORY_COPY: True}
+            message = node.message.model_copy(update={"metadata": metadata})
+            graph.nodes[nid] = replace(node, origin=Origin.CARRIED, message=message)
 
 
 READER = AiderReader()
