@@ -549,8 +549,9 @@ def test_parquet_files_use_zstd_and_the_configured_row_groups_and_shards(tmp_pat
 
 
 def test_token_columns_are_written_without_a_dictionary_and_the_others_with_one(tmp_path: Path) -> None:
-    # Token ids and positions are plain (a dictionary hides their repeats from zstd); every other column, nested
-    # leaves included, keeps dictionary encoding; values read back as written.
+    # Token ids and positions are plain (a dictionary hides their repeats from zstd), and so are logprobs (floats,
+    # msgtrain's pages: msgtrain/export/parquet_pages.py); every other column, nested leaves included, keeps
+    # dictionary encoding (the masks' pages are msgtrain's too: a dictionary and runs); values read back as written.
     samples = fixed_samples(12)
     writer = DatasetWriter(tmp_path, target="canonical")
     table = samples_to_table(samples)
@@ -564,10 +565,12 @@ def test_token_columns_are_written_without_a_dictionary_and_the_others_with_one(
         plain[column.path_in_schema] = "RLE_DICTIONARY" not in column.encodings
         assert column.compression == "ZSTD"
     assert plain.pop("input_ids.list.element") is True
+    assert plain.pop("logprobs.list.element") is True
     assert plain["loss_mask.list.element"] is False and plain["turn_spans.list.element.start"] is False
     assert not any(plain.values()), plain
     back = pq.read_table(path)
     assert back["input_ids"].to_pylist() == table["input_ids"].to_pylist()
+    assert back["logprobs"].to_pylist() == table["logprobs"].to_pylist()
 
 
 def test_every_plain_column_is_a_list_of_integers_of_some_target() -> None:

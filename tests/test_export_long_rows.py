@@ -6,6 +6,7 @@ Oracle: pyarrow's own writing of the same rows (the path every other row group t
 
 from __future__ import annotations
 
+import itertools
 import struct
 import subprocess
 import sys
@@ -75,13 +76,16 @@ def _statistics(path: Path) -> list[tuple[object, ...]]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_long_rows_read_back_as_pyarrow_writes_them_and_other_row_groups_are_its_bytes(
+def test_list_columns_of_numbers_read_back_as_pyarrow_writes_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
     table = _table(seed)
+    monkeypatch.setattr(parquet_pages, "own_columns", lambda *_: [])  # the oracle: pyarrow writes every column
     plain = _write(tmp_path / "pyarrow", table)
+    monkeypatch.undo()
     monkeypatch.setattr(parquet_pages, "LONG_ROW_VALUES", 1000)
     monkeypatch.setattr(parquet_pages, "PAGE_LEVELS", 700)  # pages end inside rows and between them
+    monkeypatch.setattr(parquet_pages, "LONG_ROW_PAGE_LEVELS", 500)
     spliced = _write(tmp_path / "spliced", table)
     again = _write(tmp_path / "again", table)
     # Rows that arrive as chunks (a long row is one of its own in a part, samples_to_table) give the same bytes.
@@ -97,15 +101,79 @@ def test_long_rows_read_back_as_pyarrow_writes_them_and_other_row_groups_are_its
         assert _statistics(ours) == _statistics(theirs)
         meta, ref = pq.ParquetFile(ours).metadata, pq.ParquetFile(theirs).metadata
         for g in range(meta.num_row_groups):
-            rows = pq.ParquetFile(ours).read_row_group(g, columns=["input_ids"])["input_ids"]
-            ids = meta.row_group(g).column(1)
-            if max(pc.list_value_length(rows).fill_null(0).to_pylist()) > 1000:
+            columns = {meta.row_group(g).column(c).path_in_schema.split(".")[0]: c for c in range(meta.num_columns)}
+            ids, mask = meta.row_group(g).column(columns["input_ids"]), meta.row_group(g).column(columns["loss_mask"])
+            assert ids.encodings == ("PLAIN", "RLE") and ids.dictionary_page_offset is None
+            if mask.statistics.has_min_max:  # int8 values: a dictionary of their range, indices as runs
+                assert mask.encodings == ("PLAIN", "RLE", "RLE_DICTIONARY") and mask.dictionary_page_offset
+            else:  # no value at all: nothing to index
+                assert mask.encodings == ("PLAIN", "RLE") and mask.dictionary_page_offset is None
+            rows = pq.ParquetFile(ours).read_row_group(g, columns=["positions"])["positions"]
+            positions = meta.row_group(g).column(columns["positions"])
+            if max(pc.list_value_length(rows).to_pylist()) > 1000:  # other integers are msgtrain's in a long row
                 long_groups += 1
-                assert ids.encodings == ("PLAIN", "RLE") and ids.dictionary_page_offset is None
-            else:  # a row group without a long row is pyarrow's own
-                assert ids.encodings == ref.row_group(g).column(1).encodings
-                assert ids.total_compressed_size == ref.row_group(g).column(1).total_compressed_size
+                assert positions.encodings == ("PLAIN", "RLE") and positions.dictionary_page_offset is None
+            else:  # and pyarrow's otherwise
+                reference = ref.row_group(g).column(columns["positions"])
+                assert positions.encodings == reference.encodings
+                assert positions.total_compressed_size == reference.total_compressed_size
     assert long_groups  # the case under test happened
+
+
+def _random_table(rng: np.random.Generator) -> pa.Table:
+    """Rows of the shapes the export meets and some it does not: empty and null rows, null values, runs of one
+    mask value and masks of any int8, all-null and partly null logprobs, lengths around the page size."""
+    n = int(rng.integers(1, 40))
+    lengths = [int(rng.choice([0, 1, 2, 7, 99, 100, 101, 250])) for _ in range(n)]
+    null_rows = rng.random(n) < 0.1
+    ids = [None if null_rows[i] else rng.integers(0, 150_000, k) for i, k in enumerate(lengths)]
+    runs = [np.repeat(rng.integers(-3, 2, 4), k // 4 + 1)[:k] for k in lengths]
+    masks = [r if rng.random() < 0.5 else rng.integers(-128, 128, r.shape[0]) for r in runs]
+    logprobs = []
+    for k in lengths:
+        lp = -rng.exponential(size=k).astype(np.float32)
+        lp[rng.random(k) < rng.choice([0.0, 0.3, 1.0])] = np.nan
+        logprobs.append(lp)
+    return pa.table(
+        {
+            "sample_id": [f"s{i}" for i in range(n)],
+            "input_ids": _list(ids, pa.int32()),
+            "loss_mask": _list(masks, pa.int8()),
+            "logprobs": _list(logprobs, pa.float32(), nan_is_null=True),
+            "reward": _list([rng.random(k % 3) for k in lengths], pa.float64()),
+        }
+    )
+
+
+def test_msgtrains_pages_of_random_rows_in_random_chunks_read_back_as_pyarrow_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Property over seeded random tables cut into random chunks, with pages of 100 levels (pages that end inside
+    rows, after empty and null rows, on a null value) and runs found 7 levels at a time: the values, nulls, types
+    and statistics pyarrow reads back are those of pyarrow's own file of the rows, and the bytes do not depend on
+    the chunks."""
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        table = _random_table(rng)
+        with monkeypatch.context() as m:
+            m.setattr(parquet_pages, "own_columns", lambda *_: [])
+            theirs = _write(tmp_path / f"pyarrow-{seed}", table)
+        monkeypatch.setattr(parquet_pages, "PAGE_LEVELS", 100)
+        monkeypatch.setattr(parquet_pages, "LONG_ROW_VALUES", 200)  # rows of 250: pages of their own, of 60
+        monkeypatch.setattr(parquet_pages, "LONG_ROW_PAGE_LEVELS", 60)
+        monkeypatch.setattr(parquet_pages, "_BLOCK", 7)  # runs found a few levels at a time, across pieces
+        ours = _write(tmp_path / f"ours-{seed}", table)
+        cuts = sorted({int(c) for c in rng.integers(0, table.num_rows + 1, 4)} | {0, table.num_rows})
+        pieces = [table.slice(a, b - a) for a, b in itertools.pairwise(cuts)]
+        chunked = _write(tmp_path / f"chunked-{seed}", pa.concat_tables(pieces))
+        monkeypatch.undo()
+        assert [p.read_bytes() for p in chunked] == [p.read_bytes() for p in ours], seed
+        for mine, reference in zip(ours, theirs, strict=True):
+            back, expected = pq.read_table(mine), pq.read_table(reference)
+            assert back.schema == expected.schema and back.equals(expected), seed
+            assert _statistics(mine) == _statistics(reference), seed
+            meta = pq.ParquetFile(mine).metadata
+            assert all(meta.row_group(g).column(1).encodings == ("PLAIN", "RLE") for g in range(meta.num_row_groups))
 
 
 def test_a_long_rows_pages_are_made_one_at_a_time_from_its_own_values(tmp_path: Path) -> None:
@@ -115,7 +183,7 @@ def test_a_long_rows_pages_are_made_one_at_a_time_from_its_own_values(tmp_path: 
     bytes and joined to its levels, each a copy, beside its levels as arrays of a byte per value."""
     import tracemalloc
 
-    n = 6 * parquet_pages.PAGE_LEVELS
+    n = 6 * parquet_pages.LONG_ROW_PAGE_LEVELS
     short = pa.array([[1, 2, 3]] * 5, type=pa.list_(pa.int32()))
     row = pa.ListArray.from_arrays(pa.array([0, n], type=pa.int32()), pa.array(np.arange(n, dtype=np.int32) % 97))
     table = pa.table({"input_ids": pa.chunked_array([short, row])})
@@ -129,7 +197,27 @@ def test_a_long_rows_pages_are_made_one_at_a_time_from_its_own_values(tmp_path: 
         writer.discard()
     (chunk,) = writer.chunks
     assert chunk.levels == 5 * 3 + n and chunk.nulls == 0
-    assert peak < 2.5 * parquet_pages.PAGE_LEVELS * 4, peak
+    assert peak < 2.5 * parquet_pages.LONG_ROW_PAGE_LEVELS * 4, peak
+
+
+def test_runs_are_written_as_parquets_rle_runs_whatever_their_length() -> None:
+    """Oracle: the RLE run of Parquet's encodings spec, a ULEB128 header ``count << 1`` then the value's byte, written
+    one run at a time (counts to 2**31 - 1, a page's longest; runs of none left out; few runs and many)."""
+
+    def uleb128(n: int) -> bytes:
+        out = bytearray()
+        while n >= 0x80:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        return bytes([*out, n])
+
+    rng = np.random.default_rng(7)
+    for n in [0, 1, 3, 16, 17, 200]:
+        counts = rng.choice([0, 1, 63, 64, 8191, 8192, 1 << 20, (1 << 31) - 1], size=n).astype(np.int64)
+        values = rng.integers(0, 4, n).astype(np.uint8)
+        runs = zip(values.tolist(), counts.tolist(), strict=True)
+        expected = b"".join(uleb128(c << 1) + bytes([v]) for v, c in runs if c)
+        assert parquet_pages._rle(values, counts) == expected, n
 
 
 def test_a_footer_read_and_written_back_is_the_same_bytes(tmp_path: Path) -> None:

@@ -146,7 +146,7 @@ class _ParquetShard:
     writer: pq.ParquetWriter
     rows: int = 0
     groups: int = 0
-    long_rows: parquet_pages.PageWriter | None = None  # the pages of its row groups' long rows, when it has any
+    pages: parquet_pages.PageWriter | None = None  # the pages of its row groups' columns msgtrain writes
 
 
 class _ParquetSink:
@@ -174,17 +174,18 @@ class _ParquetSink:
                 return
             shard = self._open or self._start_shard()
             table = group.cast(self.schema)
-            long = parquet_pages.long_list_columns(table, self.compression)
-            if long:
-                # pyarrow would write each long row of these columns as one page, 15-24 bytes per value at once
-                # (msgtrain/export/parquet_pages.py): msgtrain writes their pages, spliced in at the shard's close.
-                # They are read chunk by chunk (a long row is a chunk of its own, see samples_to_table): combined
-                # first, the long row's values were copied whole.
-                if shard.long_rows is None:
+            own = parquet_pages.own_columns(table, self.compression, PLAIN_COLUMNS)
+            if own:
+                # pyarrow spends ~9 ns per value of a list column on its levels and writes a long row as one page,
+                # 15-24 bytes per value at once (msgtrain/export/parquet_pages.py): msgtrain writes the pages of
+                # the token-aligned columns, spliced in at the shard's close. They are read chunk by chunk (a long
+                # row is a chunk of its own, see samples_to_table): combined first, a long row's values were copied.
+                if shard.pages is None:
                     side = shard.partial.with_name(shard.partial.name + ".pages")
-                    shard.long_rows = parquet_pages.PageWriter(side, self.compression)
-                shard.long_rows.write(shard.groups, table, long)
-                table = parquet_pages.emptied(table, long)
+                    level = parquet_options(self.schema, self.compression)["compression_level"]
+                    shard.pages = parquet_pages.PageWriter(side, self.compression, level)
+                shard.pages.write(shard.groups, table, own)
+                table = parquet_pages.emptied(table, own)
             # One chunk per column: pyarrow's bytes then do not depend on how the rows arrived.
             table = table.combine_chunks()
             shard.writer.write_table(table, row_group_size=group.num_rows)
@@ -206,8 +207,8 @@ class _ParquetSink:
     def _finish_shard(self) -> None:
         assert self._open is not None
         self._open.writer.close()
-        if self._open.long_rows is not None:
-            parquet_pages.splice(self._open.partial, self._open.long_rows)
+        if self._open.pages is not None:
+            parquet_pages.splice(self._open.partial, self._open.pages)
         self.shards.append((self._open.partial, self._open.rows))
         self._open = None
 
