@@ -422,3 +422,35 @@ def test_rendered_template_text_is_found_in_place_as_in_a_stripped_copy() -> Non
     for _ in range(5000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 5)))
         assert rendered_template_text(text) == stripped(text), repr(text)
+
+
+# ---------------------------------------------------------------- a head's marks, looked up among its quoted texts
+
+
+def test_a_quoted_mark_is_among_the_quoted_texts_exactly_when_it_is_in_the_text() -> None:
+    from msgtrain.ingest.core.marks import quoted_texts
+
+    pieces = ['"', "role", "content", '"role"', "\\", "x", '""', " ", "é"]
+    marks = ['"role"', '"content"', '"x"', '""', '"rolex"', '" "']
+    rng = random.Random(38)
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        quoted = quoted_texts(text)
+        for mark in marks:
+            assert (mark in text) == (mark[1:-1] in quoted), (text, mark)
+
+
+@pytest.mark.parametrize("root", ["sample_logs", "tests/fixtures", "../shared/real_logs"])
+def test_candidates_found_among_quoted_texts_are_those_found_by_scanning(root: str) -> None:
+    from msgtrain.ingest.core.base import read_head
+    from msgtrain.ingest.core.marks import head_text, quoted_texts
+    from msgtrain.ingest.registry import entries
+
+    base = (SHARED / "real_logs") if root.startswith("../shared") else ROOT / root
+    if not base.is_dir():
+        pytest.skip(f"{root} not present")
+    for path in sorted(p for p in base.rglob("*") if p.is_file()):
+        text = head_text(read_head(path))
+        quoted = quoted_texts(text) if text is not None else None
+        for entry in entries():
+            assert entry.admits(path, text, quoted) == entry.admits(path, text), (path, entry.name)

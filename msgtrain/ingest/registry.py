@@ -33,7 +33,7 @@ from msgtrain.errors import FormatError
 from msgtrain.ingest import catalog
 from msgtrain.ingest.core.base import Reader
 from msgtrain.ingest.core.files import Beside
-from msgtrain.ingest.core.marks import Marks, head_text
+from msgtrain.ingest.core.marks import Marks, Quoted, head_text, quoted_texts
 
 _FORMATS = "msgtrain.ingest.formats."
 _SHIPPED = "msgtrain.ingest.mappings:"  # a shipped mapping (msgtrain.ingest.structure.shipped.PREFIX)
@@ -104,9 +104,10 @@ class Entry:
     def load(self) -> Reader:
         return load_reader(self.module)
 
-    def admits(self, path: Path, text: str | None) -> bool:
-        """Whether the reader may detect the file at ``path`` whose head is ``text`` (:func:`head_text`)."""
-        return self.marks is None or self.marks.admits(path, text)
+    def admits(self, path: Path, text: str | None, quoted: Quoted | None = None) -> bool:
+        """Whether the reader may detect the file at ``path`` whose head is ``text`` (:func:`head_text`; ``quoted``:
+        :func:`quoted_texts` of it, see :meth:`Marks.admits`)."""
+        return self.marks is None or self.marks.admits(path, text, quoted)
 
 
 def load_reader(module: str) -> Reader:
@@ -183,7 +184,8 @@ def candidates(path: Path, head: bytes) -> list[Entry]:
     in registry order, not imported yet. Detection asks only these: every other reader's ``detect`` refuses the file
     and each of its records (a record is a part of the head)."""
     text = head_text(head)
-    return [e for e in entries() if e.admits(path, text)]
+    quoted = quoted_texts(text) if text is not None else None
+    return [e for e in entries() if e.admits(path, text, quoted)]
 
 
 def directory_reader(path: Path) -> Reader | None:

@@ -284,7 +284,11 @@ def assembled(cls: type[_Model], fields: dict[str, Any]) -> _Model:
     (:func:`msgtrain.model.openai.from_openai_message`, once per message read), never for values read from outside.
     A kind with a validator of its own (an option call's calls) is checked by its caller first."""
     defaults, factories = _DEFAULTS[cls]
-    values = {**defaults, **{name: make() for name, make in factories}, **fields}
+    values = defaults.copy()  # every field, in the model's order
+    values.update(fields)
+    for name, make in factories:
+        if name not in fields:
+            values[name] = make()
     obj = _NEW(cls)
     _SET(obj, "__dict__", values)
     _SET(obj, "__pydantic_fields_set__", set(fields))

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import cached_property
 from pathlib import PurePath
 
 # A JSON string escape: the six one-character ones, or \uXXXX.
@@ -38,14 +39,27 @@ class Marks:
     texts: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
 
-    def admits(self, path: PurePath, text: str | None) -> bool:
+    def admits(self, path: PurePath, text: str | None, quoted: Quoted | None = None) -> bool:
         """Whether a file at ``path`` whose head is ``text`` (:func:`head_text`; None: not plain text) may be one the
-        reader detects."""
+        reader detects. ``quoted``: :func:`quoted_texts` of ``text``, where a mark that is a quoted text is looked up
+        (the same answer as looking for it in ``text``, without scanning the head once per mark)."""
         if text is None:
             return True
-        if any(t.lower() in text for t in self.texts):
-            return True
+        for mark, inner in self._lowered:
+            if inner is not None and quoted is not None:
+                if inner in quoted:
+                    return True
+            elif mark in text:
+                return True
         return self.matches_name(path)
+
+    @cached_property
+    def _lowered(self) -> tuple[tuple[str, str | None], ...]:
+        """Each text mark lowercased, with what its quotes hold when it is ``"..."`` with no quote inside."""
+        marks = (t.lower() for t in self.texts)
+        return tuple(
+            (m, m[1:-1] if len(m) >= 2 and m[0] == m[-1] == '"' and '"' not in m[1:-1] else None) for m in marks
+        )
 
     def matches_name(self, path: PurePath) -> bool:
         if not self.names:
@@ -71,6 +85,16 @@ def head_text(head: bytes) -> str | None:
     if "\\" in text:
         text += "\n" + _ESCAPE.sub(_unescape, text)
     return text.lower()
+
+
+Quoted = frozenset[str]
+
+
+def quoted_texts(text: str) -> Quoted:
+    """What each pair of consecutive ``"`` in ``text`` encloses. A mark ``"x"`` (``x`` holding no ``"``) is in
+    ``text`` exactly when ``x`` is one of these: where the mark is, its first quote is followed by ``x`` and then by
+    the next quote of the text, and where ``x`` lies between consecutive quotes, the mark is there."""
+    return frozenset(text.split('"')[1:-1])
 
 
 def _unescape(m: re.Match[str]) -> str:
