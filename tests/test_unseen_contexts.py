@@ -376,3 +376,16 @@ def test_a_transcript_beside_aiders_llm_history_trains_none_of_the_replies_the_h
     _, transcript, _ = convert_file(folder / ".aider.chat.history.md", SETTINGS)
     assert history.turns_trained == 3
     assert (transcript.turns_trained, dict(transcript.turns_dropped), transcript.history_copies) == (0, {}, 2)
+
+
+def test_an_unreadable_opencode_part_is_a_reject_and_the_replies_after_it_wait_for_a_compaction(tmp_path: Path) -> None:
+    # a part file cut short: its reply and every later request held a part the log lost, until the compaction's new
+    # branch, which holds none of it
+    folder = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode-storage", folder)
+    glob = next(p for p in (folder / "part" / "msg_0002").glob("*.json") if '"glob"' in p.read_text(encoding="utf-8"))
+    glob.write_text(glob.read_text(encoding="utf-8")[:40], encoding="utf-8")
+    _, stats, rejects = convert_file(folder, SETTINGS)
+    assert [json.loads(r)["file"] for r in rejects] == [str(glob)]
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (3, {"context_unknown": 5, "interrupted": 1})
+    assert stats.records_read == 56 and sum(stats.records_rejected.values()) == 1
