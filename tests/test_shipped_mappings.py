@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,7 @@ def _present(name: str) -> list[tuple[str, str]]:
 
 
 def _digests(pairs: list[tuple[str, str]], tree: Path) -> dict[str, Any]:
+    """DIGESTS of the files run by the package in ``tree`` (a checkout of another commit), in a process of its own."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     code = (
         f"import msgtrain, sys\nassert msgtrain.__file__.startswith({str(tree)!r}), msgtrain.__file__\n{DIGESTS}{MAIN}"
@@ -168,6 +170,26 @@ def _digests(pairs: list[tuple[str, str]], tree: Path) -> dict[str, Any]:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+Digests = Callable[[str, str], dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def digests_now() -> Digests:
+    """``digests(name, file)``: DIGESTS of a file read by the code under test, in this process, computed once per
+    module: the test of a moved reader compares them with its checkout's and the test of each file with EVENTS (a
+    conversion of each file, not one in a subprocess and another here)."""
+    here: dict[str, Any] = {}
+    exec(DIGESTS, here)
+    done: dict[str, dict[str, Any]] = {}
+
+    def digests(name: str, file: str) -> dict[str, Any]:
+        if file not in done:
+            done[file] = here["main"]([(name, file)])[file]
+        return done[file]
+
+    return digests
 
 
 def _checkout(commit: str, into: Path) -> Path:
@@ -183,14 +205,17 @@ def _checkout(commit: str, into: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", sorted(MOVED))
-def test_a_moved_readers_files_read_into_the_same_rows_by_its_shipped_mapping(name: str, tmp_path: Path) -> None:
+def test_a_moved_readers_files_read_into_the_same_rows_by_its_shipped_mapping(
+    name: str, tmp_path: Path, digests_now: Digests
+) -> None:
     module, commit = MOVED[name]
     assert not (ROOT / module).exists(), f"{module} is still there: the reader did not move"
     old_tree = _checkout(commit, tmp_path / "before")
     assert (old_tree / module).exists(), f"{commit} does not hold {module}"
     pairs = _present(name)
     assert pairs, f"none of {name}'s files is here"
-    before, now = _digests(pairs, old_tree), _digests(pairs, ROOT)
+    before = _digests(pairs, old_tree)
+    now = {file: digests_now(reader, file) for reader, file in pairs}
     recorded = {
         f: {k: before[str(_where(f))][k] for k in ("events", "samples")} for f in FILES[name] if _where(f).exists()
     }
@@ -228,14 +253,14 @@ def test_the_formats_command_lists_a_shipped_mapping_like_a_reader(capsys: pytes
 
 
 @pytest.mark.parametrize("file", sorted(EVENTS))
-def test_a_shipped_mapping_reads_its_formats_files_into_the_events_the_reader_gave(file: str) -> None:
+def test_a_shipped_mapping_reads_its_formats_files_into_the_events_the_reader_gave(
+    file: str, digests_now: Digests
+) -> None:
     path = _where(file)
     if not path.exists():
         pytest.skip(f"{file} not present (../shared ships beside the checkout in CI)")
     name = next(n for n, files in FILES.items() if file in files)
-    here: dict[str, Any] = {}
-    exec(DIGESTS, here)  # in this process: the code under test, as the subprocess runs it
-    got = here["main"]([(name, str(path))])[str(path)]
+    got = digests_now(name, str(path))  # in this process: the code under test, as the checkouts' subprocess runs it
     assert {k: got[k] for k in ("events", "samples")} == EVENTS[file], (
         f"{file}: the shipped {name} mapping reads it otherwise than the reader did"
     )
