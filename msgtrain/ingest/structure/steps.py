@@ -92,12 +92,16 @@ class StepBuilder:
             return  # reasoning logged after its reply's call: that reply's (see _reasoning_after_call)
         # What is logged beside the message (usage, model) belongs to one reply: a message that stands for several
         # (a UI message's steps) cannot say which.
-        beside = unwrapped(raw) if sum(d["role"] == "assistant" for d in normalised) <= 1 else None
+        alone = len(normalised) <= 1 or sum(d["role"] == "assistant" for d in normalised) <= 1
+        beside = unwrapped(raw) if alone else None
         for data in normalised:
             weight = data.pop("weight", None)
             if data["role"] == "assistant" and weight != 0:
                 check_reply_present(data, where)
-            msg = _located(lambda d=data: from_openai_message(d, call_names=self.call_names), where)
+            try:
+                msg = from_openai_message(data, call_names=self.call_names)
+            except MsgtrainError as e:  # the model's errors say ``message``; the user needs the JSON path
+                raise type(e)(e.message, where=where, hint=e.hint, code=e.code) from e
             if isinstance(msg, OptionCallMessage):
                 self.call_names.update({c.invocation_id: c.option_name for c in msg.calls})
             origin: Origin | None = None
@@ -114,7 +118,7 @@ class StepBuilder:
                 continue
             if msg.role == "assistant":
                 self._check_results_logged(where)
-            self.steps.append(Step(msg, origin=origin, generation=generation, index=len(self.steps)))
+            self.steps.append(Step(msg, origin, generation, len(self.steps)))
             self.piece_turn = msg.role == "assistant" and assistant_piece(unwrapped(raw))
 
     def _lmc_empty_result(self, raw: Any, where: str) -> None:
@@ -186,11 +190,13 @@ class StepBuilder:
         """Append a shaped-role message read as text (smolagents' ``tool-call`` / ``tool-response``) to the message
         before it when both are text of the same role: smolagents' model classes send consecutive messages of one
         role as one, their texts joined by a newline, so the two were one turn of the model's context."""
-        hit = role_of(raw)
-        if hit is None or not isinstance(hit[1], str) or hit[1].strip().lower() not in SHAPED_ROLES or not self.steps:
+        if not self.steps:
             return False
         prev = self.steps[-1].message
         if not (isinstance(prev, PartsMessage) and isinstance(msg, PartsMessage) and prev.role == msg.role):
+            return False
+        hit = role_of(raw)  # asked last: most messages are no text after text of their own role
+        if hit is None or not isinstance(hit[1], str) or hit[1].strip().lower() not in SHAPED_ROLES:
             return False
         if not (
             prev.parts and isinstance(prev.parts[-1], TextPart) and msg.parts and isinstance(msg.parts[0], TextPart)
@@ -269,13 +275,6 @@ class StepBuilder:
             items = list(raw or [])
             for i, item in enumerate(items):
                 self.add(item, f"{where}[{i}]", trained=trained, then=items[i + 1] if i + 1 < len(items) else _END)
-
-
-def _located(make: Any, where: str) -> Any:
-    try:
-        return make()
-    except MsgtrainError as e:  # the model's errors say ``message``; the user needs the JSON path
-        raise type(e)(e.message, where=where, hint=e.hint, code=e.code) from e
 
 
 def hang_below_gap(
