@@ -194,3 +194,23 @@ def test_a_printed_date_is_never_replayed_from_another_day(where: str) -> None:
     finally:
         for env, fn in zip(envs, saved, strict=True):
             env.globals["strftime_now"] = fn
+
+
+def test_a_pinned_date_reaches_a_traced_template_whose_template_was_compiled_again() -> None:
+    # The renderer pins the date on compile_chat_template(source)'s environment. That cache holds 16 templates: in a
+    # process that compiled others since, the template is compiled again, and the traced one must read the new
+    # environment (it read the old one, cached apart: today's date in gpt-oss and SmolLM3 renderings of 16 messages
+    # and more, after earlier conversions in the same process).
+    source = "{{ strftime_now('%d') }}|{%- for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}" + GEN
+    assert compile_traced_template(source) is not None
+    compile_chat_template.cache_clear()  # as when other templates pushed it out
+    env = compile_chat_template(source).environment
+    saved = env.globals["strftime_now"]
+    env.globals["strftime_now"] = lambda fmt: "pinned"
+    try:
+        msgs = [{"role": "user", "content": "m0"}]
+        variables = {"tools": None, "documents": None, "add_generation_prompt": True}
+        text, _ = render_traced(compile_traced_template(source), msgs, _ids(msgs), None, variables)
+    finally:
+        env.globals["strftime_now"] = saved
+    assert text.startswith("pinned|"), text

@@ -585,10 +585,24 @@ def _buffers_a_loop(ast: nodes.Template) -> bool:
     return any(block.find(nodes.For) is not None for block in blocks)
 
 
-@functools.lru_cache(maxsize=16)
+_NOT_MADE = object()
+
+
 def compile_traced_template(source: str) -> Any | None:
-    """The template compiled for traced rendering, or None when it cannot be replayed safely."""
+    """The template compiled for traced rendering, or None when it cannot be replayed safely.
+
+    Kept on the plain compiled template (:func:`compile_chat_template`), whose environment's globals it reads (the
+    render date ``_pinned_date`` patches there): once that template leaves its cache and is compiled again, the
+    date is pinned on the new one, and a traced template cached apart would still read the old one's (today's date
+    in a clock-reading template, after a process had compiled 16 other templates)."""
     plain = compile_chat_template(source)
+    traced = plain.__dict__.get("_msgtrain_traced", _NOT_MADE)
+    if traced is _NOT_MADE:
+        traced = plain.__dict__["_msgtrain_traced"] = _compile_traced(plain, source)
+    return traced
+
+
+def _compile_traced(plain: Any, source: str) -> Any | None:
     env = plain.environment
     ast = env.parse(source)
     if _buffers_a_loop(ast):
