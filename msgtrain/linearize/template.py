@@ -161,25 +161,38 @@ def _memo_tojson(tojson: Any) -> Any:
     return cached
 
 
-def render_template(template: Any, variables: dict[str, Any]) -> str:
-    """``template.render(**variables)``, with the render context built from a flat copy of the template's globals.
+def _flat_context(template: Any, variables: dict[str, Any]) -> Any | None:
+    """The context ``template.render(**variables)`` renders in, built from a flat copy of the template's globals
+    (None: another jinja's layout; render its own way).
 
     jinja's ``Template.render`` builds each context from ``template.globals``, a ``ChainMap`` over the
     environment's globals, iterated twice per rendering (a quarter of a short rendering's fixed cost). The flat copy
     is kept on the template and made again whenever any global changes (``_pinned_date`` in the renderer patches
-    ``strftime_now`` for a rendering), so every rendering sees exactly the globals ``render`` would give it.
+    ``strftime_now`` for a rendering; a traced template's globals are a view over the plain template's), so every
+    rendering sees exactly the globals ``render`` would give it. (A global the copy does not hold is one a map
+    before it shadows: whatever it is, the copy is the same.)
     """
     from jinja2.runtime import new_context
 
     env = template.environment
     maps = getattr(template.globals, "maps", None)
     if not isinstance(maps, list) or len(maps) != 2 or maps[1] is not env.globals:
-        return str(template.render(**variables))  # another jinja's layout: its own way
-    key = tuple(map(id, maps[0].values())) + tuple(map(id, env.globals.values()))
+        return None
+    key = tuple(map(id, maps[0].values()))
+    for m in env.globals.maps if isinstance(env.globals, ChainMap) else (env.globals,):
+        key += tuple(map(id, m.values()))
     cached = template.__dict__.get("_msgtrain_flat_globals")
     if cached is None or cached[0] != key:
         cached = template.__dict__["_msgtrain_flat_globals"] = (key, dict(template.globals))
-    ctx = new_context(env, template.name, template.blocks, variables, False, cached[1], None)
+    return new_context(env, template.name, template.blocks, variables, False, cached[1], None)
+
+
+def render_template(template: Any, variables: dict[str, Any]) -> str:
+    """``template.render(**variables)`` in the context of :func:`_flat_context`."""
+    ctx = _flat_context(template, variables)
+    if ctx is None:
+        return str(template.render(**variables))  # another jinja's layout: its own way
+    env = template.environment
     try:
         return str(env.concat(template.root_render_func(ctx)))
     except Exception:
@@ -374,10 +387,13 @@ def _cell(cell: Any) -> Any:
 
 
 class _Recorder:
-    def __init__(self, items: list[Any], root_code: Any, ref: RenderTrace | None, skip_to: int):
+    def __init__(
+        self, items: list[Any], root_code: Any, root_locals: tuple[str, ...], ref: RenderTrace | None, skip_to: int
+    ):
         self.items = items
         self.proxy = _Messages(items, self)
         self.root_code = root_code
+        self.root_locals = root_locals  # the names of the root code's locals (and cells) that are Jinja's variables
         self.ref = ref
         self.skip_to = skip_to
         self.chunks: list[str] = []
@@ -387,6 +403,7 @@ class _Recorder:
         self.main_started = False
         self.loop_state: dict[str, Any] | None = None
         self.namespaces: list[Any] = []
+        self.namespace_attrs: list[dict[str, Any]] = []
         self.starts: list[int] = []
         self.seen: list[int] = []
         self.snaps: list[tuple[dict[str, Any], ...]] = []
@@ -424,7 +441,9 @@ class _Recorder:
         # Every variable the root frame holds when the loop starts: Jinja's ``l_<depth>_*`` locals, the top-level
         # ``set``s (``l_0_*``, cells included) and those of a ``with`` or an outer ``for`` around the loop
         # (``l_1_*``...). A loop body's own ``set`` is local to it, so these cannot change during the loop.
-        self.loop_state = {k: self._freeze(v) for k, v in frame_locals.items() if _JINJA_LOCAL.match(k) is not None}
+        names = self.root_locals
+        freeze = self._freeze
+        self.loop_state = {k: freeze(frame_locals[k]) for k in names if k in frame_locals}
         j, ref = self.skip_to, self.ref
         if j and ref is not None:
             pre = "".join(self.chunks)
@@ -443,8 +462,7 @@ class _Recorder:
             self.starts = ref.starts[:j]
             self.seen = ref.seen[:j]
             self.snaps = ref.snaps[:j]
-            for ns, saved in zip(self.namespaces, ref.snaps[j], strict=True):
-                attrs = ns._Namespace__attrs
+            for attrs, saved in zip(self.namespace_attrs, ref.snaps[j], strict=True):
                 attrs.clear()
                 attrs.update(saved)
             self.splice_at = len(self.chunks)
@@ -454,7 +472,7 @@ class _Recorder:
     def _snapshot(self, index: int) -> tuple[dict[str, Any], ...]:
         if not self.namespaces:
             return ()
-        snap = tuple(dict(ns._Namespace__attrs) for ns in self.namespaces)
+        snap = tuple([attrs.copy() for attrs in self.namespace_attrs])
         if any(isinstance(v, Namespace) for d in snap for v in d.values()):
             # A namespace held by a namespace: restoring this snapshot would hand over the other rendering's inner
             # namespace, so no replay may start here or later.
@@ -476,6 +494,7 @@ class _Recorder:
     def made_namespace(self, ns: Any) -> Any:
         if self.cur == _PRE:
             self.namespaces.append(ns)
+            self.namespace_attrs.append(ns._Namespace__attrs)  # its own dict for life (a lookup through jinja's code)
         return ns
 
     def stateful(self) -> None:
@@ -487,7 +506,6 @@ class _Recorder:
 _MESSAGES = ("msgtrain:messages",)
 
 _JINJA_LOCAL = re.compile(r"l_\d+_")
-
 _active = threading.local()
 
 
@@ -662,11 +680,19 @@ def render_traced(
                     hi = mid
             shared = lo
     skip_to = ref.replay_limit(shared) if ref is not None else 0
-    rec = _Recorder(items, template.root_render_func.__code__, ref, skip_to)
+    code = template.root_render_func.__code__
+    names = template.__dict__.get("_msgtrain_root_locals")
+    if names is None:
+        names = template.__dict__["_msgtrain_root_locals"] = tuple(
+            k for k in (*code.co_varnames, *code.co_cellvars, *code.co_freevars) if _JINJA_LOCAL.match(k) is not None
+        )
+    rec = _Recorder(items, code, names, ref, skip_to)
     previous = _recorder()
     _active.rec = rec
     try:
-        for chunk in template.generate(messages=rec.proxy, **variables):
+        ctx = _flat_context(template, {"messages": rec.proxy, **variables})
+        chunks = template.generate(messages=rec.proxy, **variables) if ctx is None else template.root_render_func(ctx)
+        for chunk in chunks:
             rec.chunks.append(chunk)
             rec.out_len += len(chunk)
     except Exception:
