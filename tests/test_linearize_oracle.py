@@ -277,6 +277,39 @@ def test_reasoning_stripping_template_cuts_with_reason_template_rerender() -> No
     assert res.cuts == {"template_rerender": 1}
 
 
+def test_a_rerendered_history_is_told_from_token_drift_by_its_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whether a later prompt starts with a turn's F text (token drift) or not (the template re-rendered it) needs the
+    # text of the turn's completion ids only when the texts leave it open: Qwen3's history drops the reasoning that
+    # starts each rendered reply, so the prompt leaves the F text right after its prompt text. Every answer given
+    # without the decoding is checked against the decoding itself.
+    from msgtrain.linearize.plan import _GraphLinearizer
+
+    tok = load_named_tokenizer("qwen3")
+    real_end, real_starts = _GraphLinearizer._completion_text_end, _GraphLinearizer._starts_with_f_text
+    decoded: list[int] = []
+    answers: list[bool] = []
+
+    def counted(self: Any, tt: Any) -> int:
+        decoded.append(1)
+        return real_end(self, tt)
+
+    def checked(self: Any, text: str, anc: Any) -> bool:
+        got = real_starts(self, text, anc)
+        assert got == text.startswith(anc.full_text[: real_end(self, anc)])
+        answers.append(got)
+        return got
+
+    monkeypatch.setattr(_GraphLinearizer, "_completion_text_end", counted)
+    monkeypatch.setattr(_GraphLinearizer, "_starts_with_f_text", checked)
+    g = MessageGraph(graph_id="think-3")
+    for k in range(3):
+        g.append({"role": "user", "content": f"{k}+{k}?"})
+        g.append({"role": "assistant", "content": str(2 * k), "reasoning_content": f"add {k} and {k}"})
+    res = linearize_graph(g, tok)
+    assert [s.cut_reason for s in res.samples] == ["start", "template_rerender", "template_rerender"]
+    assert answers == [False, False] and not decoded
+
+
 def test_an_edit_before_a_sampled_turn_cuts_with_reason_edit_and_keeps_both_versions() -> None:
     tok = load_named_tokenizer("demo")
     g = MessageGraph(graph_id="edit")

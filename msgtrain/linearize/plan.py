@@ -880,10 +880,12 @@ class _GraphLinearizer:
         if anc is not None:
             if anc.prompt_engine or anc.completion_engine or tt.prompt_engine:
                 return CutReason.LOGGED_IDS_DIFFER
-            if tt.prompt_text is not None and anc.full_text is not None:
-                anc_text = anc.full_text[: self._completion_text_end(anc)]
-                if tt.prompt_text.startswith(anc_text):
-                    return CutReason.TOKEN_DRIFT
+            if (
+                tt.prompt_text is not None
+                and anc.full_text is not None
+                and self._starts_with_f_text(tt.prompt_text, anc)
+            ):
+                return CutReason.TOKEN_DRIFT
             return CutReason.TEMPLATE_RERENDER
         # No earlier turn on this path: did this path leave a branch where turns were sampled?
         for node in below:
@@ -897,6 +899,22 @@ class _GraphLinearizer:
                     if node.parent is not None:  # two unrelated roots are two conversations, not an edit
                         return CutReason.EDIT
         return CutReason.START
+
+    def _starts_with_f_text(self, text: str, anc: TurnTokens) -> bool:
+        """Whether ``text`` starts with ``anc``'s F text (its prompt text and the text of its completion ids). Decoded
+        only when the texts themselves leave it open: a text holding the whole rendering does; one that leaves the
+        prompt text, or its first character after it, does not, when the completion ends with an added token (its
+        text, never empty, is in the decoding). A template that re-renders history (Qwen3 drops the reasoning block
+        that starts the reply) is then told apart without decoding a completion per sample."""
+        full, prompt = anc.full_text, anc.prompt_text
+        assert full is not None and prompt is not None
+        if text.startswith(full):
+            return True
+        n = len(prompt)
+        ends_added = len(full) > n and anc.completion.shape[0] and bool(self.tok.is_added(anc.completion[-1:])[0])
+        if ends_added and (text[n : n + 1] != full[n : n + 1] or not text.startswith(prompt)):
+            return False
+        return text.startswith(full[: self._completion_text_end(anc)])
 
     def _completion_text_end(self, tt: TurnTokens) -> int:
         assert tt.full_text is not None and tt.prompt_text is not None
