@@ -42,12 +42,12 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import xxhash
 
 from msgtrain.errors import OutputError
 from msgtrain.export.schema import CANONICAL_SCHEMA, Sample, samples_to_table
@@ -312,14 +312,16 @@ def _write_part_table(
     return final
 
 
-def _file_hash(path: Path, new: Callable[[], Any] = partial(hashlib.blake2b, digest_size=16)) -> str:
-    # file_digest reads into one buffer it reuses (a new bytes object per block cost 10 % more CPU on 144 MB).
+def _file_hash(path: Path, new: Callable[[], Any] = xxhash.xxh3_128) -> str:
+    """The checksum of a part's file: XXH3-128 (~20 GB/s; blake2b's 0.9 GB/s was 0.2 s of CPU over the Qwen3
+    benchmark's 144 MB of parts). A checksum tells a part a disk or a hand changed, no adversary: a hash made for
+    that. file_digest reads into one buffer it reuses (a new bytes object per block cost 10 % more CPU)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, new).hexdigest()
 
 
 def _bytes_hash(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return xxhash.xxh3_128_hexdigest(data)
 
 
 def verify_part(part: Path) -> bool:
