@@ -389,3 +389,35 @@ def test_an_unreadable_opencode_part_is_a_reject_and_the_replies_after_it_wait_f
     assert [json.loads(r)["file"] for r in rejects] == [str(glob)]
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (3, {"context_unknown": 5, "interrupted": 1})
     assert stats.records_read == 56 and sum(stats.records_rejected.values()) == 1
+
+
+def test_an_opencode_compaction_that_keeps_a_tail_puts_it_after_the_summary(tmp_path: Path) -> None:
+    # tail_start_id: the requests after the summary hold the compaction prompt, the summary, the kept tail (from that
+    # message to the prompt) and what follows (filterCompacted's order); before, those replies were not trained
+    folder = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode-storage", folder)
+    marker = next((folder / "part" / "msg_0007").glob("*.json"))
+    part = json.loads(marker.read_text(encoding="utf-8"))
+    part["tail_start_id"] = "msg_0005"
+    marker.write_text(json.dumps(part), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (8, {"interrupted": 1})
+    after = next(c for c in contexts(folder) if c[-1] == ("assistant", [("bash", {"command": "ruff check"})]))
+    assert [m[1] if isinstance(m[1], str) else m[0] for m in after][:3] == [
+        "What did we do so far?",
+        "We found that test_cart loaded a missing fixture and pointed it at tests/data/cart.json.",
+        "Try again, please.",
+    ]
+    assert [m[0] for m in after[3:]] == ["assistant", "tool", "assistant", "user", "assistant"]
+
+
+def test_a_carried_reply_reports_the_prompt_of_the_context_it_was_sampled_in_not_of_its_branch() -> None:
+    # a compaction's new branch re-creates the summary and a kept tail as context: their reported prompts are those
+    # of the long history they were sampled after, so a reply after them is compared with sampled replies only
+    graph = MessageGraph(graph_id="g")
+    graph.append(text_message("user", "What did we do so far?"))
+    graph.append(_reply("We fixed the fixture path.", 10400), origin=Origin.CARRIED)
+    graph.append(text_message("user", "Now run the linter."))
+    graph.append(_reply("The linter passes.", 2300))
+    assert carry_replies_after_shrunk_prompt(graph) == 0
+    assert _origins(graph) == ["carried", "sampled"]

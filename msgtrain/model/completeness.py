@@ -260,7 +260,9 @@ def carry_replies_after_shrunk_prompt(graph: MessageGraph) -> int:
     model (one tokenizer) and environment (the same tools), and not across a user message when reasoning that
     APIs and chat templates drop once a new user turn starts (Anthropic's earlier thinking, Qwen3's
     ``reasoning_content``) was in the earlier prompt. A log that records its cut (a compaction summary, a rewind)
-    puts the later replies on another branch, where no comparison is made. Returns how many replies it carried."""
+    puts the later replies on another branch, where no comparison is made; a reply carried onto such a branch (a
+    summary, a kept tail) reported the prompt of the context it was sampled in, so only sampled replies' prompts are
+    compared. Returns how many replies it carried."""
     carried = 0
     # per node: (the largest comparable earlier prompts {(model, env): (tokens, node)} safe across user turns, those
     # of the open tool loop, whether the open loop holds reasoning, the taint)
@@ -276,7 +278,8 @@ def carry_replies_after_shrunk_prompt(graph: MessageGraph) -> int:
         if message.role == "user":
             loop, reasoning = {}, False
         elif node.is_assistant:
-            found = reported_prompt_range(message.metadata)
+            # only a reply sampled here reported this path's prompt: a carried copy's usage is its first context's
+            found = reported_prompt_range(message.metadata) if node.origin is Origin.SAMPLED else None
             if found is not None and taint is None:
                 low, reported = found  # shrunk only if even the largest reading is below the earlier smallest
                 generation = graph.generation(nid) or message.generation

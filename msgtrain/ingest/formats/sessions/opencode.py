@@ -36,9 +36,10 @@ builds it (``MessageV2.toModelMessages`` and ``filterCompacted``, packages/openc
 - Compaction: the reply to a user message holding a ``compaction`` part (an assistant ``summary``) is sampled after
   the whole history and that prompt; the requests after it hold only that prompt, the summary and what follows
   (``filterCompacted``): a new branch from the root (a ``compaction`` edge), the summary ``carried`` on it. A
-  compaction that keeps a tail of the history (``tail_start_id``) and tool results OpenCode cleared from later
-  requests (``state.time.compacted``: sent as "[Old tool result content cleared]" once pruned) are not rebuilt:
-  the replies after them are ``carried`` with the reason (``context_unknown``).
+  compaction that keeps a tail (``tail_start_id``) puts that tail, from its first message to the compaction prompt,
+  after the summary (``filterCompacted``'s order), its replies ``carried``. Tool results OpenCode cleared from later
+  requests (``state.time.compacted``: sent as "[Old tool result content cleared]" once pruned) are not rebuilt: the
+  replies after them are ``carried`` with the reason (``context_unknown``), until a compaction.
 
 Every graph is ``context_incomplete`` (``system_prompt`` and ``tools``): OpenCode builds the system prompt (its
 agent's prompt, the environment, AGENTS.md) and the tool schemas per request and stores neither. A message or part
@@ -160,12 +161,16 @@ class _Session:
         self.rejects: list[ReadReject] = []
         self.meta: dict[str, Any] = {"format": "opencode", "session_id": sid}
         self.summary_for: set[str] = set()  # user messages holding a compaction part
+        self.tail_of: dict[str, str] = {}  # a compaction prompt's id → the first message of the tail it keeps
+        self.owner: list[str | None] = []  # the OpenCode message of each node of the chain's path
+        self.current: str | None = None  # the message being read
+        self.taint_is_prune = False  # the chain is tainted only by results OpenCode cleared
         self.pruned_at: float | None = None  # when OpenCode first cleared a tool result from later requests
 
     def record(self, value: Any, ref: SourceRef, error: MsgtrainError | None, raw: Any = None) -> Any:
         """A record read (its value), or None once its reject is kept: the replies after it are not trained."""
         if error is not None:
-            self.chain.taint = self.chain.taint or f"{ref} could not be read"
+            self.chain.taint, self.taint_is_prune = self.chain.taint or f"{ref} could not be read", False
             self.rejects.append(ReadReject(ref, error.located(str(ref)), excerpt(raw)))
             return None
         self.records += 1
@@ -184,7 +189,7 @@ class _Session:
             try:
                 self._message(as_dict(info), [p for p in parts if p is not None], str(ref))
             except MsgtrainError as e:
-                self.chain.taint = self.chain.taint or f"{ref} could not be read"
+                self.chain.taint, self.taint_is_prune = self.chain.taint or f"{ref} could not be read", False
                 self.rejects.append(ReadReject(ref, e.located(str(ref)), excerpt(info)))
         yield from self.rejects
         if any(n.is_assistant for n in self.graph.nodes.values()):
@@ -195,6 +200,7 @@ class _Session:
             yield ReadSkip(self.source, "opencode_session_without_replies", self.records)
 
     def _message(self, info: dict[str, Any], parts: list[Any], where: str) -> None:
+        self.current = info.get("id") if isinstance(info.get("id"), str) else None
         role = info.get("role")
         parts = [p for p in parts if isinstance(p, dict)]
         if role == "user":
@@ -221,20 +227,17 @@ class _Session:
                     blocks.append(block)
             elif kind == "compaction":
                 blocks.append({"type": "text", "text": COMPACTION_PROMPT})
-                if isinstance(part.get("tail_start_id"), str):
-                    self.chain.taint = self.chain.taint or (
-                        f"{where}: the compaction kept a tail of the history (tail_start_id): which messages the "
-                        "requests after it held is not rebuilt"
-                    )
-                elif isinstance(info.get("id"), str):
+                if isinstance(info.get("id"), str):
                     self.summary_for.add(info["id"])
+                    if isinstance(part.get("tail_start_id"), str):
+                        self.tail_of[info["id"]] = part["tail_start_id"]
             elif kind == "subtask":
                 blocks.append({"type": "text", "text": SUBTASK_PROMPT})
         if not blocks:
             return  # OpenCode sends no message without parts
         messages, _ = self.converter.message({"role": "user", "content": blocks}, 0)
         for message in messages:
-            self.chain.append(message)
+            self._append(message, None, None)
 
     def _assistant(self, info: dict[str, Any], parts: list[dict[str, Any]], where: str) -> None:
         error = as_dict(info.get("error"))
@@ -243,12 +246,13 @@ class _Session:
             return  # a failed request: OpenCode leaves the message out of every later request
         created = as_dict(info.get("time")).get("created")
         if self.pruned_at is not None and isinstance(created, int | float) and created >= self.pruned_at:
+            self.taint_is_prune = self.taint_is_prune or self.chain.taint is None
             self.chain.taint = self.chain.taint or (
                 f"{where}: OpenCode cleared earlier tool results from the requests after "
                 f"{self.pruned_at:.0f} (state.time.compacted): which results each request held is not rebuilt"
             )
         if info.get("summary") is True and info.get("parentID") not in self.summary_for:
-            self.chain.taint = self.chain.taint or f"{where}: a summary without its compaction prompt"
+            self.chain.taint, self.taint_is_prune = self.chain.taint or f"{where}: a summary without its prompt", False
         model = info.get("modelID") if isinstance(info.get("modelID"), str) else None
         generation = Generation(model=model) if model else None
         summary = info.get("summary") is True and info.get("parentID") in self.summary_for and not error
@@ -271,29 +275,51 @@ class _Session:
             if results:
                 messages, _ = self.converter.message({"role": "user", "content": results}, 0)
                 for message in messages:
-                    self.chain.append(message)
+                    self._append(message, None, None)
             pruned = _pruned_at(step)
             if pruned is not None:
                 self.pruned_at = pruned if self.pruned_at is None else min(self.pruned_at, pruned)
         if summary and self.chain.path:
-            self._restart_after_summary()
+            self._restart_after_summary(str(info["parentID"]), where)
 
     def _append(self, message: AnyMessage, origin: Origin | None, generation: Generation | None) -> None:
         self.chain.append(message, origin, generation)
+        self.owner.append(self.current)
 
-    def _restart_after_summary(self) -> None:
-        """After a compaction's summary, requests hold only the compaction prompt and the summary (and what follows):
-        a new branch from the root, the summary carried on it."""
+    def _restart_after_summary(self, marker: str, where: str) -> None:
+        """After a compaction's summary, requests hold the compaction prompt, the summary, the tail of the history the
+        compaction kept (``tail_start_id``: from that message to the prompt) and what follows (``filterCompacted``): a
+        new branch from the root, the summary and the tail's replies carried on it."""
         nodes = self.chain.path
-        start = max(i for i, nid in enumerate(nodes) if self.graph.nodes[nid].message.role == "user")
+        if marker not in self.owner:
+            return
+        start = self.owner.index(marker)
+        picked = list(range(start, len(nodes)))
+        tail = self.tail_of.get(marker)
+        clear = True
+        if tail is not None:
+            if tail in self.owner[:start]:
+                picked += list(range(self.owner.index(tail), start))
+                clear = self.taint_is_prune  # the tail is recent: no result in it was cleared
+            else:
+                clear = False
+                self.chain.taint = self.chain.taint or (
+                    f"{where}: the compaction kept a tail from message {tail}, which is not in the session"
+                )
         kept = [
-            (self.graph.nodes[nid].message, Origin.CARRIED if self.graph.nodes[nid].is_assistant else Origin.CONTEXT)
-            for nid in nodes[start:]
+            (
+                self.graph.nodes[nodes[i]].message,
+                Origin.CARRIED if self.graph.nodes[nodes[i]].is_assistant else Origin.CONTEXT,
+            )
+            for i in picked
         ]
+        owners = [self.owner[i] for i in picked]
         self.chain.replace(0, kept, EdgeKind.COMPACTION)
-        # what made the earlier requests unknown (a record that could not be read, cleared tool results) is in none
-        # of the requests from here on
-        self.chain.taint, self.pruned_at = None, None
+        self.owner = owners
+        if clear:
+            # what made the earlier requests unknown (a record that could not be read, cleared tool results) is in
+            # none of the requests from here on
+            self.chain.taint, self.pruned_at, self.taint_is_prune = None, None, False
 
 
 def _folder_session(root: Path, sid: str, file: Path) -> Iterator[ReadEvent]:
