@@ -421,3 +421,20 @@ def test_a_carried_reply_reports_the_prompt_of_the_context_it_was_sampled_in_not
     graph.append(_reply("The linter passes.", 2300))
     assert carry_replies_after_shrunk_prompt(graph) == 0
     assert _origins(graph) == ["carried", "sampled"]
+
+
+def test_a_cline_range_first_stamped_on_a_request_cuts_from_the_request_before_it(tmp_path: Path) -> None:
+    # the range Cline stamps is the one in force when a UI message is made; the request that cut the history changed
+    # it in its setup, after its own api_req_started: a range first seen on a request's api_req_started (no message
+    # of the request before it stamped) was set by the request before
+    folder = tmp_path / "1765000000000"
+    shutil.copytree(FIXTURES / "cline-task" / "1765000000000", folder)
+    ui = json.loads((folder / "ui_messages.json").read_text(encoding="utf-8"))
+    requests = [i for i, m in enumerate(ui) if m.get("say") == "api_req_started"]
+    for i, message in enumerate(ui):
+        message.pop("conversationHistoryDeletedRange", None)
+        if i >= requests[5]:
+            message["conversationHistoryDeletedRange"] = [2, 5]
+    (folder / "ui_messages.json").write_text(json.dumps(ui), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (4, {"context_unknown": 2})

@@ -154,13 +154,15 @@ def _first_cut(ui: Any, edits: Any, unreadable: ReadReject | None) -> tuple[int,
     for message in ui if isinstance(ui, list) else []:
         message = as_dict(message)
         index = message.get("conversationHistoryIndex")
-        if message.get("say") == "api_req_started" and isinstance(index, int):
-            last_request = index
         deleted = message.get("conversationHistoryDeletedRange")
         if isinstance(deleted, list) and len(deleted) == 2:
-            at = (last_request if last_request is not None else index if isinstance(index, int) else 0) + 1
+            # the range is stamped from the setup of the request that cut the history on: the request before this
+            # message (before this request itself, when the stamp first shows on a request)
+            at = (last_request if last_request is not None else index if isinstance(index, int) else -1) + 1
             cuts.append((at, f"Cline removed messages {deleted[0]}..{deleted[1]} of the history from this request on"))
             break
+        if message.get("say") == "api_req_started" and isinstance(index, int):
+            last_request = index
     first_edit = _first_edit_time(edits)
     if first_edit is not None:
         for message in ui if isinstance(ui, list) else []:
