@@ -263,6 +263,8 @@ def carry_replies_after_shrunk_prompt(graph: MessageGraph) -> int:
     puts the later replies on another branch, where no comparison is made; a reply carried onto such a branch (a
     summary, a kept tail) reported the prompt of the context it was sampled in, so only sampled replies' prompts are
     compared. Returns how many replies it carried."""
+    if not any(isinstance(node.message.metadata.get("usage"), dict) for node in graph.nodes.values()):
+        return 0  # no reply reports a prompt size (most logs): nothing to compare, no walk in depth order
     carried = 0
     # per node: (the largest comparable earlier prompts {(model, env): (tokens, node)} safe across user turns, those
     # of the open tool loop, whether the open loop holds reasoning, the taint)
