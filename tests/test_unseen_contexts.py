@@ -438,3 +438,46 @@ def test_a_cline_range_first_stamped_on_a_request_cuts_from_the_request_before_i
     (folder / "ui_messages.json").write_text(json.dumps(ui), encoding="utf-8")
     _, stats, _ = convert_file(folder, SETTINGS)
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (4, {"context_unknown": 2})
+
+
+def test_an_unreadable_opencode_summary_keeps_the_replies_after_its_compaction_out_of_training(tmp_path: Path) -> None:
+    # the summary's text part cut short: every request after the compaction held that summary, which the log lost;
+    # before, the compaction cleared the taint of a record it keeps, and those replies were trained without it
+    folder = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode-storage", folder)
+    text = next(p for p in (folder / "part" / "msg_0008").glob("*.json") if '"text"' in p.read_text(encoding="utf-8"))
+    text.write_text(text.read_text(encoding="utf-8")[:40], encoding="utf-8")
+    _, stats, rejects = convert_file(folder, SETTINGS)
+    assert [json.loads(r)["file"] for r in rejects] == [str(text)]
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (5, {"context_unknown": 2, "interrupted": 1})
+    trained = contexts(folder)
+    assert not any(m == ("user", "What did we do so far?") for c in trained for m in c)
+    assert [len(c) for c in trained] == [2, 4, 7, 9, 2]  # the four before the compaction, the sub-agent's answer
+
+
+def test_a_failed_opencode_turn_trains_its_finished_calls_on_a_branch_later_requests_do_not_hold(
+    tmp_path: Path,
+) -> None:
+    # a turn whose second call failed mid-stream (an error on the message, no step-finish after the call's text):
+    # OpenCode leaves the turn out of later requests; its first call was sampled in an exact context and is trained
+    # there, the failing call's partial text is counted; before, both were gone without a count
+    folder = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode-storage", folder)
+    info = folder / "message" / "ses_5a1b2c3d4e0001" / "msg_0002.json"
+    message = json.loads(info.read_text(encoding="utf-8"))
+    message["error"] = {"name": "APIError", "data": {"message": "Overloaded", "isRetryable": True}}
+    info.write_text(json.dumps(message), encoding="utf-8")
+    finishes = sorted(
+        p for p in (folder / "part" / "msg_0002").glob("*.json") if '"step-finish"' in p.read_text(encoding="utf-8")
+    )
+    finishes[-1].unlink()
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (7, {"interrupted": 2}, 0)
+    trained = contexts(folder)
+    assert trained[0] == [
+        ("user", trained[0][0][1]),
+        ("assistant", [("glob", {"pattern": "**/cart.json"})]),
+    ]
+    # the next turn's requests hold the user's messages without the failed turn
+    edit = next(c for c in trained if c[-1][1] and isinstance(c[-1][1], list) and c[-1][1][0][0] == "edit")
+    assert [m[0] for m in edit] == ["user", "user", "user", "assistant"]

@@ -31,8 +31,10 @@ builds it (``MessageV2.toModelMessages`` and ``filterCompacted``, packages/openc
   + ``cache.read`` + ``cache.write``) is the prompt size its API reported (``usage``), and the message's
   ``modelID`` the model. A message without step parts is one reply.
 - An assistant message that failed (``error``, except an abort after some of its parts) is left out of later
-  requests, as OpenCode leaves it out: its parts are not put in the graph. An aborted reply is kept as the history
-  later requests hold, ``carried`` and ``interrupted`` (cut short, never trained).
+  requests, as OpenCode leaves it out: its calls go on a branch of their own from the history before it, the finished
+  ones (a ``step-finish``) trained there, the failing one's partial content ``carried`` and ``interrupted``. An
+  aborted reply is kept as the history later requests hold, ``carried`` and ``interrupted`` (cut short, never
+  trained).
 - Compaction: the reply to a user message holding a ``compaction`` part (an assistant ``summary``) is sampled after
   the whole history and that prompt; the requests after it hold only that prompt, the summary and what follows
   (``filterCompacted``): a new branch from the root (a ``compaction`` edge), the summary ``carried`` on it. A
@@ -164,13 +166,16 @@ class _Session:
         self.tail_of: dict[str, str] = {}  # a compaction prompt's id → the first message of the tail it keeps
         self.owner: list[str | None] = []  # the OpenCode message of each node of the chain's path
         self.current: str | None = None  # the message being read
-        self.taint_is_prune = False  # the chain is tainted only by results OpenCode cleared
         self.pruned_at: float | None = None  # when OpenCode first cleared a tool result from later requests
+        self.position: dict[str, int] = {}  # each message's place in the session (its records are read just before it)
+        self.unread_at: int | None = None  # the place of the first message since the last clearing a record of which
+        # could not be read: a compaction clears that taint only when the message is older than what it keeps
+        self.seen_rejects = 0
 
     def record(self, value: Any, ref: SourceRef, error: MsgtrainError | None, raw: Any = None) -> Any:
         """A record read (its value), or None once its reject is kept: the replies after it are not trained."""
         if error is not None:
-            self.chain.taint, self.taint_is_prune = self.chain.taint or f"{ref} could not be read", False
+            self.chain.taint = self.chain.taint or f"{ref} could not be read"
             self.rejects.append(ReadReject(ref, error.located(str(ref)), excerpt(raw)))
             return None
         self.records += 1
@@ -183,14 +188,19 @@ class _Session:
             for key in ("title", "parentID", "version"):
                 if isinstance(session.get(key), str):
                     self.meta[key] = session[key]
-        for ref, info, parts in messages:
-            if info is None:
-                continue
+        for index, (ref, info, parts) in enumerate(messages):
+            if len(self.rejects) > self.seen_rejects and self.unread_at is None:
+                self.unread_at = index  # a record of this message (its info or a part) could not be read
             try:
-                self._message(as_dict(info), [p for p in parts if p is not None], str(ref))
+                if info is None:
+                    continue
+                self._message(as_dict(info), [p for p in parts if p is not None], str(ref), index)
             except MsgtrainError as e:
-                self.chain.taint, self.taint_is_prune = self.chain.taint or f"{ref} could not be read", False
+                self.chain.taint = self.chain.taint or f"{ref} could not be read"
+                self.unread_at = index if self.unread_at is None else self.unread_at
                 self.rejects.append(ReadReject(ref, e.located(str(ref)), excerpt(info)))
+            finally:
+                self.seen_rejects = len(self.rejects)
         yield from self.rejects
         if any(n.is_assistant for n in self.graph.nodes.values()):
             mark_context_incomplete(self.graph, ["system_prompt", "tools"], UNLOGGED)
@@ -199,8 +209,10 @@ class _Session:
         elif self.records:
             yield ReadSkip(self.source, "opencode_session_without_replies", self.records)
 
-    def _message(self, info: dict[str, Any], parts: list[Any], where: str) -> None:
+    def _message(self, info: dict[str, Any], parts: list[Any], where: str, index: int) -> None:
         self.current = info.get("id") if isinstance(info.get("id"), str) else None
+        if self.current is not None:
+            self.position.setdefault(self.current, index)
         role = info.get("role")
         parts = [p for p in parts if isinstance(p, dict)]
         if role == "user":
@@ -242,17 +254,19 @@ class _Session:
     def _assistant(self, info: dict[str, Any], parts: list[dict[str, Any]], where: str) -> None:
         error = as_dict(info.get("error"))
         aborted = error.get("name") == "MessageAbortedError"
-        if error and not (aborted and any(p.get("type") not in ("step-start", "reasoning") for p in parts)):
-            return  # a failed request: OpenCode leaves the message out of every later request
+        # A failed turn (an error, except an abort after some of its parts) is left out of every later request, as
+        # OpenCode leaves it out; the calls it made before the failing one were sampled in an exact context all the
+        # same: they go on a branch of their own, which the next message does not continue
+        failed = bool(error) and not (aborted and any(p.get("type") not in ("step-start", "reasoning") for p in parts))
+        keep = len(self.chain.path)
         created = as_dict(info.get("time")).get("created")
         if self.pruned_at is not None and isinstance(created, int | float) and created >= self.pruned_at:
-            self.taint_is_prune = self.taint_is_prune or self.chain.taint is None
             self.chain.taint = self.chain.taint or (
                 f"{where}: OpenCode cleared earlier tool results from the requests after "
                 f"{self.pruned_at:.0f} (state.time.compacted): which results each request held is not rebuilt"
             )
         if info.get("summary") is True and info.get("parentID") not in self.summary_for:
-            self.chain.taint, self.taint_is_prune = self.chain.taint or f"{where}: a summary without its prompt", False
+            self.chain.taint = self.chain.taint or f"{where}: a summary without its prompt"
         model = info.get("modelID") if isinstance(info.get("modelID"), str) else None
         generation = Generation(model=model) if model else None
         summary = info.get("summary") is True and info.get("parentID") in self.summary_for and not error
@@ -263,6 +277,7 @@ class _Session:
                 continue
             converted, _ = self.converter.message({"role": "assistant", "content": reply}, 0)
             last = n == len(steps) - 1
+            finished = any(p.get("type") == "step-finish" for p in step)
             for message in converted:
                 metadata = dict(message.metadata)
                 if usage:
@@ -271,14 +286,24 @@ class _Session:
                 if aborted and last:
                     metadata |= {"interrupted": True, "why_not_trained": "the user aborted this reply before it ended"}
                     origin = Origin.CARRIED
+                elif failed and not finished:
+                    # the failing call: what it streamed before the error (no step-finish) is not a whole reply
+                    name = error.get("name") if isinstance(error.get("name"), str) else "an error"
+                    why = f"the call failed ({name}) before it ended; OpenCode left the turn out of later requests"
+                    metadata |= {"interrupted": True, "why_not_trained": why}
+                    origin = Origin.CARRIED
                 self._append(message.model_copy(update={"metadata": metadata}), origin, generation)
             if results:
                 messages, _ = self.converter.message({"role": "user", "content": results}, 0)
                 for message in messages:
                     self._append(message, None, None)
             pruned = _pruned_at(step)
-            if pruned is not None:
+            if pruned is not None and not failed:
                 self.pruned_at = pruned if self.pruned_at is None else min(self.pruned_at, pruned)
+        if failed:
+            self.chain.rewind(keep)
+            del self.owner[keep:]
+            return
         if summary and self.chain.path:
             self._restart_after_summary(str(info["parentID"]), where)
 
@@ -296,11 +321,12 @@ class _Session:
         start = self.owner.index(marker)
         picked = list(range(start, len(nodes)))
         tail = self.tail_of.get(marker)
+        first = self.position.get(marker, 0)  # the place of the oldest message the requests from here on hold
         clear = True
         if tail is not None:
             if tail in self.owner[:start]:
                 picked += list(range(self.owner.index(tail), start))
-                clear = self.taint_is_prune  # the tail is recent: no result in it was cleared
+                first = self.position.get(tail, 0)  # the tail is recent: no result in it was cleared
             else:
                 clear = False
                 self.chain.taint = self.chain.taint or (
@@ -316,10 +342,14 @@ class _Session:
         owners = [self.owner[i] for i in picked]
         self.chain.replace(0, kept, EdgeKind.COMPACTION)
         self.owner = owners
+        if self.unread_at is not None and self.unread_at >= first:
+            # a record that could not be read belongs to a message the requests from here on still hold (the
+            # compaction prompt, the summary, the kept tail): they stay unknown
+            clear = False
         if clear:
             # what made the earlier requests unknown (a record that could not be read, cleared tool results) is in
             # none of the requests from here on
-            self.chain.taint, self.pruned_at, self.taint_is_prune = None, None, False
+            self.chain.taint, self.pruned_at, self.unread_at = None, None, None
 
 
 def _folder_session(root: Path, sid: str, file: Path) -> Iterator[ReadEvent]:
