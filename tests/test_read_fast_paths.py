@@ -454,3 +454,32 @@ def test_candidates_found_among_quoted_texts_are_those_found_by_scanning(root: s
         quoted = quoted_texts(text) if text is not None else None
         for entry in entries():
             assert entry.admits(path, text, quoted) == entry.admits(path, text), (path, entry.name)
+
+
+# ---------------------------------------------------------------- a format vote, stopped once decided
+
+
+def test_a_vote_stopped_once_decided_elects_the_reader_a_full_count_elects() -> None:
+    from msgtrain.ingest.detect import _vote_decided
+
+    def full(accepts: list[list[bool]]) -> int | None:
+        votes = [sum(row[i] for row in accepts) for i in range(len(accepts[0]))] if accepts else []
+        best = max(votes, default=0)
+        return None if best == 0 or best * 2 < len(accepts) else votes.index(best)
+
+    def stopped(accepts: list[list[bool]]) -> int | None:
+        votes = [0] * (len(accepts[0]) if accepts else 0)
+        for k, row in enumerate(accepts):
+            votes = [v + a for v, a in zip(votes, row, strict=True)]
+            decided, winner = _vote_decided(votes, len(accepts) - k - 1, len(accepts))
+            if decided:
+                return winner
+        best = max(votes, default=0)
+        return None if best == 0 or best * 2 < len(accepts) else votes.index(best)
+
+    rng = random.Random(38)
+    for _ in range(20000):
+        readers, records = rng.randint(0, 4), rng.randint(2, 9)
+        bias = [rng.random() for _ in range(readers)]
+        accepts = [[rng.random() < b for b in bias] for _ in range(records)]
+        assert stopped(accepts) == full(accepts), accepts

@@ -197,13 +197,32 @@ def _majority_reader(path: Path, head: bytes, readers: list[Reader] | None = Non
     if readers is None:
         readers = specific_readers()
     votes = [0] * len(readers)
-    for record in records:
+    for k, record in enumerate(records):
         for i, reader in enumerate(readers):
             votes[i] += _accepts(reader, path, record)
+        decided, winner = _vote_decided(votes, len(records) - k - 1, len(records))
+        if decided:  # the records left cannot change the outcome: they are not shown to every detector
+            return readers[winner] if winner is not None else None
     best = max(votes, default=0)
     if best == 0 or best * 2 < len(records):
         return None
     return readers[votes.index(best)]
+
+
+def _vote_decided(votes: list[int], left: int, total: int) -> tuple[bool, int | None]:
+    """Whether a vote whose ``left`` records are not counted yet is decided, and for whom (None: no reader can take
+    half of the ``total`` records): the leader (the first with most votes) wins when it holds half of them already
+    and no other reader can pass it with every record left (nor tie it, for a reader before it in registry order)."""
+    best = max(votes, default=0)
+    if (best + left) * 2 < total:
+        return True, None
+    if best == 0 or best * 2 < total:
+        return False, None
+    lead = votes.index(best)
+    for j, v in enumerate(votes):
+        if j != lead and (v + left > best or (v + left == best and j < lead)):
+            return False, None
+    return True, lead
 
 
 def _mostly_messages(records: list[bytes]) -> bool:

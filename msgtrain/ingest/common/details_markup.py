@@ -72,7 +72,7 @@ class DetailsStep:
 def details_steps(content: str, where: str) -> list[DetailsStep] | None:
     """The model calls an assistant ``content`` string with Open WebUI markup stands for, or None when it holds
     none (see the module docstring); raises :class:`ValidationError` where the markup cannot be read back."""
-    if _SIGNATURE.search(content) is None:
+    if '<details type="' not in content or _SIGNATURE.search(content) is None:  # the text search first: C speed
         return None
     steps = [DetailsStep()]
     pos = 0
