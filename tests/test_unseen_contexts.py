@@ -481,3 +481,57 @@ def test_a_failed_opencode_turn_trains_its_finished_calls_on_a_branch_later_requ
     # the next turn's requests hold the user's messages without the failed turn
     edit = next(c for c in trained if c[-1][1] and isinstance(c[-1][1], list) and c[-1][1][0][0] == "edit")
     assert [m[0] for m in edit] == ["user", "user", "user", "assistant"]
+
+
+def test_aiders_llm_history_trains_no_reply_aider_did_not_keep_whole() -> None:
+    # aider logs a response in send()'s finally: also a reply the user stopped (^C), one cut at the output limit, a
+    # failed call (no line) and one that failed mid-stream; before, each was trained as a finished reply (the failed
+    # call as an empty answer), with an end of turn the model never sampled
+    path = FIXTURES / "aider-llm-cut-replies" / ".aider.llm.history"
+    _, stats, _ = convert_file(path, SETTINGS)
+    # trained: "Yes." and the one-line explanation; interrupted: the ^C reply, the reply cut at the limit, the reply
+    # whose request was sent again; context: aider's canned answer to ^C, the continuation after the prefill, and
+    # the whole reply aider kept from the two
+    assert (stats.turns_trained, dict(stats.turns_dropped), stats.turns_lost) == (
+        2,
+        {"interrupted": 3, "context_unknown": 3},
+        0,
+    )
+    assert dict(stats.records_skipped) == {"aider_empty_response": 1} and not stats.records_rejected
+    trained = contexts(path)
+    assert [c[-1] for c in trained] == [("assistant", "Yes."), ("assistant", "It sums the prices of the items.")]
+    assert trained[0][2:5] == [
+        ("assistant", "The module defines total(), which sums the"),
+        ("user", "^C KeyboardInterrupt"),
+        ("assistant", "I see that you interrupted my previous reply."),
+    ]
+    assert trained[1][-3][1] == "cart.py\n```\ndef total(items):\n    return sum(i.price for i in items)\n```"
+
+
+def test_aiders_reasoning_wrapper_is_reasoning_in_the_llm_history_and_its_transcript_copy_is_known(
+    tmp_path: Path,
+) -> None:
+    # a reasoning model: aider logs the API's reasoning in its own <thinking-content-...> tag before the answer (in
+    # the LLM history and the transcript alike) and strips it from later requests; before, the history trained the
+    # tag and the reasoning as answer text, and the transcript's copy (its answer alone) was trained a second time
+    folder = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "aider-llm-history", folder)
+    tag = "thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b"
+    history = folder / ".aider.llm.history"
+    text = history.read_text(encoding="utf-8")
+    first = text.index("LLM RESPONSE")
+    first = text.index("\n", first) + 1
+    wrapped = f"ASSISTANT <{tag}>\nASSISTANT \nASSISTANT Items may have price None; filter them.\nASSISTANT \n"
+    history.write_text(text[:first] + wrapped + f"ASSISTANT </{tag}>\nASSISTANT \n" + text[first:], encoding="utf-8")
+    transcript = folder / ".aider.chat.history.md"
+    text = transcript.read_text(encoding="utf-8")
+    at = text.index("src/cart.py\n```")
+    reasoning = f"<{tag}>\n\nItems may have price None; filter them.\n\n</{tag}>\n\n"
+    transcript.write_text(text[:at] + reasoning + text[at:], encoding="utf-8")
+    (graph, *_) = graphs(history)
+    replies = [n.message for n in graph.nodes.values() if n.origin is Origin.SAMPLED]
+    assert [type(p).__name__ for p in replies[0].parts] == ["ReasoningPart", "TextPart"]
+    assert replies[0].parts[0].text == "Items may have price None; filter them."
+    assert replies[0].text.startswith("src/cart.py\n```") and tag not in replies[0].text
+    _, copies, _ = convert_file(transcript, SETTINGS)
+    assert (copies.turns_trained, copies.history_copies) == (0, 2)

@@ -82,9 +82,10 @@ from msgtrain.ingest.common.session_common import Chain, graph_id_for
 from msgtrain.ingest.core.base import bounded_lines, open_input
 from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef
+from msgtrain.ingest.formats.sessions.aider_llm import reasoning_and_answer
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import HISTORY_COPY, MessageGraph, Origin
-from msgtrain.model.message import Generation, Part, PartsMessage, ReasoningPart, TextPart
+from msgtrain.model.message import Generation, Part, PartsMessage, TextPart
 
 POLICY = "aider"
 TRANSCRIPT_NAME = ".aider.chat.history.md"
@@ -136,9 +137,6 @@ ADDED_FILES = "I added these files to the chat: {fnames}\nLet me know if there a
 # a prompt in this form), or "...? y" before.
 ANSWERED = re.compile(r"\(Y\)es/\(N\)o.*\[[^\]]*\]:\s*\S*\s*$")
 QUESTION = re.compile(rf"{ANSWERED.pattern}|\? (?:y|n|yes|no)\s*$", re.IGNORECASE)
-REASONING = re.compile(
-    r"\A<(?P<tag>thinking-content-[0-9a-f]+|think|thinking|reasoning)>\s*(?P<text>.*?)\s*</(?P=tag)>\s*", re.S
-)
 UNLOGGED_CONTEXT = (
     "aider sends a system prompt, examples, the repository map and the files in the chat, which its transcript does"
     " not hold (nor the command output and web pages it adds to its history, nor its summaries)"
@@ -398,16 +396,7 @@ def prompt_text(block: Block) -> str:
 
 def reply_parts(block: Block) -> tuple[Part, ...]:
     """A reply's reasoning (when aider logged it in tags) and its answer."""
-    text = "\n".join(block.lines).strip()
-    match = REASONING.match(text)
-    parts: list[Part] = []
-    if match:
-        if match.group("text"):
-            parts.append(ReasoningPart(text=match.group("text")))
-        text = text[match.end() :].strip()
-    if text or not parts:
-        parts.append(TextPart(text=text))
-    return tuple(parts)
+    return reasoning_and_answer("\n".join(block.lines).strip())
 
 
 def _session_excerpt(session: Session) -> str:
@@ -779,14 +768,19 @@ def _logged_replies(path: Path) -> frozenset[str]:
                 line = raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
                 if _RESPONSE.match(line) or _REQUEST.match(line):
                     if lines is not None:
-                        replies.add("\n".join(lines).strip())
+                        replies.add(_answer("\n".join(lines)))
                     lines = [] if _RESPONSE.match(line) else None
                 elif lines is not None:
                     lines.append(line.removeprefix("ASSISTANT").removeprefix(" "))
             if lines is not None:
-                replies.add("\n".join(lines).strip())
+                replies.add(_answer("\n".join(lines)))
     replies.discard("")
     return frozenset(replies)
+
+
+def _answer(reply: str) -> str:
+    """A logged reply's answer, its reasoning wrapper removed (the transcript's reply text is its answer alone)."""
+    return "".join(p.text for p in reasoning_and_answer(reply.strip()) if isinstance(p, TextPart)).strip()
 
 
 def _leave_logged_replies(graph: MessageGraph, logged: frozenset[str]) -> None:

@@ -18,6 +18,22 @@ Safe readings: the log keeps lines, not line breaks: a message's last line break
 sent as a list of parts (an image beside the text) is logged as its parts' keys and values, which do not give back
 what was sent: such a request is a reject (``aider_list_content``).
 
+Replies aider did not keep whole: aider writes ``LLM RESPONSE`` in the ``finally:`` of ``Coder.send``, so every
+call leaves one, also a call that did not end as a reply (aider/coders/base_coder.py ``send`` / ``send_message``):
+
+- a call that failed before any content (an API error aider retries) leaves a response with no line: no reply was
+  sampled, a skipped record (``aider_empty_response``), never an empty reply trained;
+- a reply the user stopped (^C) is its partial text; the next request re-sends it followed by the user message
+  ``^C KeyboardInterrupt``: kept ``carried`` and ``interrupted`` (cut short, no end of turn sampled);
+- a reply cut at the output limit (``FinishReasonLength``) is its partial text, which aider sends again as an assistant
+  prefill at the end of the next request (``prefix: True``): ``carried`` and ``interrupted``; the reply to a request
+  that ends in such a prefill continues it, so no template renders its context: ``carried``, context unknown;
+- a reply whose request the next request repeats unchanged was not kept (a call that failed mid-stream, retried):
+  ``carried`` and ``interrupted``.
+Reasoning the model streamed in the API's reasoning field is in the response wrapped in aider's own tag
+(``<thinking-content-...>``, aider/reasoning_tags.py), which aider strips before the next request: it is read as the
+reply's reasoning, never as answer text.
+
 Accounting: a request and its reply are one record (a call); a request no reply follows (interrupted, failed) is a
 skipped record (``aider_request_without_reply``), a reply no request precedes a reject.
 """
@@ -26,15 +42,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 from msgtrain.errors import ValidationError
-from msgtrain.ingest.common.call_log import Call, CallLogGroups
+from msgtrain.ingest.common.call_log import Call, CallLogGroups, turn_identity
 from msgtrain.ingest.common.conversation_files import Step
 from msgtrain.ingest.core.base import bounded_lines, open_input
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadReject, ReadSkip, SourceRef, excerpt
-from msgtrain.model.graph import Env
-from msgtrain.model.message import PartsMessage, TextPart
+from msgtrain.model.graph import Env, Origin
+from msgtrain.model.message import Part, PartsMessage, ReasoningPart, TextPart
 
 POLICY = "aider"
 HISTORY_NAME = ".aider.llm.history"
@@ -42,6 +59,15 @@ HEADER = re.compile(r"^(?P<kind>TO LLM|LLM RESPONSE) (?P<when>\d{4}-\d\d-\d\dT\d
 ROLES = {"SYSTEM": "system", "USER": "user", "ASSISTANT": "assistant"}
 SEPARATOR = "-------"
 _LIST_CONTENT = re.compile(r"^(type: |text: |Image_url URL: )")
+# Reasoning before the answer: aider's own wrapper of the API's reasoning field, or a model's own tag
+REASONING = re.compile(
+    r"\A<(?P<tag>thinking-content-[0-9a-f]+|think|thinking|reasoning)>\s*(?P<text>.*?)\s*</(?P=tag)>\s*", re.S
+)
+INTERRUPT = "^C KeyboardInterrupt"  # the user message aider adds after a reply the user stopped
+INTERRUPTED_WHY = "the user stopped this reply (^C) before it ended"
+LIMIT_WHY = "the reply stopped at the output token limit: aider sent it again as an assistant prefill to continue"
+PREFILL_WHY = "continues the assistant prefill aider sent after the output limit: no chat template renders that context"
+RETRIED_WHY = "aider sent this reply's request again unchanged (a call that failed mid-stream, retried): not kept"
 
 
 class AiderLlmHistoryReader:
@@ -63,27 +89,88 @@ class AiderLlmHistoryReader:
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         groups = CallLogGroups(path, metadata={"source_format": self.name})
-        pending: tuple[SourceRef, list[str]] | None = None
+        # a request read, its messages (or why they cannot be read); a call read, kept until the next request says
+        # whether aider kept its reply
+        pending: tuple[SourceRef, list[str], list[Step] | ValidationError] | None = None
+        held: tuple[SourceRef, list[Step], PartsMessage, list[str]] | None = None
         for ref, kind, lines in _blocks(path):
             if kind == "TO LLM":
                 if pending is not None:
                     yield ReadSkip(pending[0], "aider_request_without_reply")
-                pending = (ref, lines)
+                try:
+                    messages: list[Step] | ValidationError = _messages(lines, ref)
+                except ValidationError as e:
+                    messages = e
+                if held is not None:
+                    yield from _add(groups, held, messages if isinstance(messages, list) else None)
+                    held = None
+                pending = (ref, lines, messages)
                 continue
             if pending is None:
                 err = ValidationError("a reply no request precedes", where=str(ref), code="aider_reply_without_request")
                 yield ReadReject(ref, err, excerpt("\n".join(lines)))
                 continue
-            request_ref, request = pending
+            request_ref, request, parsed = pending
             pending = None
+            if isinstance(parsed, ValidationError):
+                yield ReadReject(request_ref, parsed, excerpt("\n".join(request)))
+                continue
+            if not any(line.strip() for line in lines):
+                # format_content of an empty partial_response_content: the call ended before any content
+                yield ReadSkip(request_ref, "aider_empty_response")
+                continue
             try:
-                call = Call(_messages(request, request_ref), [Step(_reply(lines, ref))], Env())
-                groups.add(call, request_ref, policy=POLICY)
+                held = (request_ref, parsed, _reply(lines, ref), request)
             except ValidationError as e:
                 yield ReadReject(request_ref, e, excerpt("\n".join(request)))
         if pending is not None:
             yield ReadSkip(pending[0], "aider_request_without_reply")
+        if held is not None:
+            yield from _add(groups, held, None)
         yield from groups.events()
+
+
+def _add(
+    groups: CallLogGroups, held: tuple[SourceRef, list[Step], PartsMessage, list[str]], after: list[Step] | None
+) -> Iterator[ReadEvent]:
+    """Add a call, its reply kept as context when the request after it (``after``) shows aider did not keep it whole."""
+    ref, messages, reply, request = held
+    why = _not_kept(messages, reply, after)
+    step = Step(reply)
+    if why is not None:
+        metadata = {**reply.metadata, "why_not_trained": why}
+        if why != PREFILL_WHY:
+            metadata["interrupted"] = True
+        step = Step(reply.model_copy(update={"metadata": metadata}), origin=Origin.CARRIED)
+    try:
+        groups.add(Call(messages, [step], Env()), ref, policy=POLICY)
+    except ValidationError as e:
+        yield ReadReject(ref, e, excerpt("\n".join(request)))
+
+
+def _not_kept(messages: list[Step], reply: PartsMessage, after: list[Step] | None) -> str | None:
+    """Why a reply is not one aider kept whole (module docstring), from its request and the next request; None when
+    nothing says so."""
+    if messages[-1].message.role == "assistant":
+        return PREFILL_WHY
+    if after is None:
+        return None
+    sent = [turn_identity(s.message) for s in messages]
+    again = [turn_identity(s.message) for s in after]
+    if again == sent:
+        return RETRIED_WHY
+    if again[:-1] == sent and after[-1].message.role == "assistant":
+        return LIMIT_WHY
+    answer = reply.text.strip()
+    for one, two in pairwise(after):
+        if (
+            one.message.role == "assistant"
+            and one.message.text.strip() == answer
+            and two.message.role == "user"
+            and two.message.text == INTERRUPT
+        ):
+            return INTERRUPTED_WHY
+    return None
 
 
 def _blocks(path: Path) -> Iterator[tuple[SourceRef, str, list[str]]]:
@@ -161,7 +248,20 @@ def _reply(lines: list[str], ref: SourceRef) -> PartsMessage:
     while lines and not lines[-1].strip():
         lines = lines[:-1]
     text = _content(lines, "ASSISTANT", str(ref))
-    return PartsMessage(parts=(TextPart(text=text),), role_hint_for_llm="assistant", policy=POLICY)
+    return PartsMessage(parts=reasoning_and_answer(text), role_hint_for_llm="assistant", policy=POLICY)
+
+
+def reasoning_and_answer(text: str) -> tuple[Part, ...]:
+    """A reply's reasoning (when aider wrapped it in tags before the answer) and its answer, stripped as aider strips
+    it (``remove_reasoning_content``); a reply without reasoning is its text as logged."""
+    match = REASONING.match(text.strip())
+    if not match:
+        return (TextPart(text=text),)
+    parts: list[Part] = [ReasoningPart(text=match.group("text"))] if match.group("text") else []
+    answer = text.strip()[match.end() :].strip()
+    if answer or not parts:
+        parts.append(TextPart(text=answer))
+    return tuple(parts)
 
 
 READER = AiderLlmHistoryReader()
