@@ -288,6 +288,12 @@ ADDED_TOKENS = {
         ],
     }
 }
+# The bundles of TEMPLATES, built once per test process and kept for the session. msgtrain keeps only the few
+# tokenizers used last (msgtrain.linearize.loading.KEPT), and a test worker runs many files that each use several of
+# these: each file loaded them again (the snapshot restored and the bundle built, and transformers' own tokenizer,
+# which the oracles render with, loaded anew: about a second for qwen3's or gpt-oss's vocabulary each time). Bundles
+# are immutable once built (msgtrain.linearize.loading), so the tests share one as they share msgtrain's cached one;
+# the six hold about 200 MB of a worker.
 _BUILT: dict[str, object] = {}
 
 FIXTURE_TEMPLATES = ROOT / "tests" / "fixtures" / "templates"
@@ -551,8 +557,13 @@ def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
     if name in GGUF_FAMILIES:
         return _without_snapshot(require_family_folder(name))
     folder, template = TEMPLATES[name]
+    # shared_path on every call, not only the first: it skips where ../shared is absent and lists the calling test
+    # among the users of ../shared (MSGTRAIN_TEST_SHARED_USERS), whichever test built the bundle
+    folder_path, template_path = shared_path(folder), shared_path(template) if template else None
     if name not in ADDED_TOKENS:
-        return load_tokenizer(str(shared_path(folder)), str(shared_path(template)) if template else None)
+        if name not in _BUILT:
+            _BUILT[name] = load_tokenizer(str(folder_path), str(template_path) if template_path else None)
+        return _BUILT[name]
     if name not in _BUILT:
         import json
 
@@ -560,11 +571,12 @@ def load_named_tokenizer(name: str):  # type: ignore[no-untyped-def]
 
         from msgtrain.linearize.tokenizer import TokenizerBundle, auto_tokenizer
 
-        hf = auto_tokenizer(str(shared_path(folder)))
+        hf = auto_tokenizer(str(folder_path))
         extra = ADDED_TOKENS[name]
         hf.add_tokens([AddedToken(t, special=True, normalized=False) for t in extra["additional"]], special_tokens=True)
         hf.add_special_tokens({"bos_token": extra["bos_token"], "eos_token": extra["eos_token"]})
-        hf.chat_template = json.loads(shared_path(template).read_text(encoding="utf-8"))["chat_template"]
+        assert template_path is not None
+        hf.chat_template = json.loads(template_path.read_text(encoding="utf-8"))["chat_template"]
         _BUILT[name] = TokenizerBundle(hf, f"{folder}+{name}")
     return _BUILT[name]
 
