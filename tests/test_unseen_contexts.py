@@ -535,3 +535,41 @@ def test_aiders_reasoning_wrapper_is_reasoning_in_the_llm_history_and_its_transc
     assert replies[0].text.startswith("src/cart.py\n```") and tag not in replies[0].text
     _, copies, _ = convert_file(transcript, SETTINGS)
     assert (copies.turns_trained, copies.history_copies) == (0, 2)
+
+
+def test_an_earlier_crush_summary_restarts_the_requests_where_no_column_flags_it(tmp_path: Path) -> None:
+    # a session summarized twice in a schema without is_summary_message (Go OpenCode's opencode.db, Crush before the
+    # column): summary_message_id names only the latest summary; the earlier one is the assistant message Summarize
+    # appended after the agent's last reply. Before, it was trained after the whole history, and the replies between
+    # the two summaries were trained in the whole history while the agent sent [the first summary as user, ...]
+    db = tmp_path / "opencode.db"
+    con = sqlite3.connect(db)
+    con.executescript((FIXTURES / "crush-sessions.sql").read_text(encoding="utf-8"))
+    row = "INSERT INTO messages VALUES ('{}', '8c1e2f30-0001', '{}', '{}', {}, {}, {}, NULL);"
+    text = '[{{"type":"text","data":{{"text":"{}"}}}},{{"type":"finish","data":{{"reason":"end_turn","time":0}}}}]'
+    con.executescript(
+        row.format("m-07a", "assistant", text.format("Switching to select_related."), "'m-1'", 1765000111, 1765000111)
+        + row.format(
+            "m-13",
+            "assistant",
+            text.format("Summary 2: the orders query joins customers."),
+            "'m-1'",
+            1765000300,
+            1765000300,
+        )
+        + row.format("m-14", "user", '[{"type":"text","data":{"text":"Add a test."}}]', "NULL", 1765000310, 1765000310)
+        + row.format("m-15", "assistant", text.format("Added tests/test_orders.py."), "'m-1'", 1765000311, 1765000311)
+        + "UPDATE sessions SET summary_message_id = 'm-13' WHERE id = '8c1e2f30-0001';"
+    )
+    con.close()
+    _, stats, _ = convert_file(db, SETTINGS)
+    # trained: the grep call, the diagnosis, the reply to "Go on", the edit and its report, the test, the sub-agent's
+    # answer; the canceled reply and both summaries are context
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (7, {"interrupted": 1, "context_unknown": 2})
+    trained = contexts(db)
+    edit = next(c for c in trained if c[-1][0] == "assistant" and c[-1][1] and c[-1][1][0][0] == "edit")
+    assert [m[0] for m in edit] == ["user", "user", "assistant"]
+    assert edit[0][1].startswith("Summary: the orders page ran")
+    last = next(c for c in trained if c[-1] == ("assistant", "Added tests/test_orders.py."))
+    assert last[:2] == [("user", "Summary 2: the orders query joins customers."), ("user", "Add a test.")]
+    assert not any(c[-1][1] and str(c[-1][1]).startswith("Summary") for c in trained)

@@ -16,7 +16,11 @@ the agent leaves it out), a ``tool`` message the results of the calls before it.
 finish (``finish`` reason ``canceled`` or ``error``) is the history later requests hold, ``carried`` (``interrupted``
 when canceled). After a summary (``sessions.summary_message_id``, or a message ``is_summary_message``), requests
 start with that message sent as a user message: a new branch from the root (a ``compaction`` edge); the summary
-itself was sampled after a prompt the database does not keep, so it is ``carried``.
+itself was sampled after a prompt the database does not keep, so it is ``carried``. A schema without
+``is_summary_message`` names only the latest summary (``summary_message_id``, overwritten by each): in a session that
+has one, an earlier summary is an assistant message right after an assistant message (the agent's own messages always
+answer a user or tool message; ``Summarize`` appends its reply to the session as it stands), and requests restart
+there too.
 
 Every graph is ``context_incomplete`` (``system_prompt``, ``tools``): neither is stored. A message whose parts cannot
 be read is a reject; the replies after it in its session are ``carried``.
@@ -108,8 +112,16 @@ class _Session:
                 self.meta[column] = row[column]
         self.records = 1
         self.rejects: list[ReadReject] = []
+        # Where no column flags a summary, sessions.summary_message_id names only the latest one (each summary
+        # overwrites it): an earlier one is known by its shape, an assistant message right after an assistant message
+        # (in the agent's own flow an assistant message answers a user or tool message; Summarize appends its reply
+        # to the session as it stands)
+        self.infer_summaries = self.summary_id is not None
+        self.last_role: Any = None
 
     def events(self, rows: list[sqlite3.Row]) -> Iterator[ReadEvent]:
+        if rows and "is_summary_message" in rows[0].keys():  # noqa: SIM118 - a sqlite3.Row's "in" looks at its values
+            self.infer_summaries = False
         for row in rows:
             self.records += 1
             ref = SourceRef(str(self.path), f"message {row['id']}")
@@ -119,6 +131,7 @@ class _Session:
                 self.chain.taint = self.chain.taint or f"{ref} could not be read"
                 self.rejects.append(ReadReject(ref, e.located(str(ref)), excerpt(row["parts"])))
                 self.records -= 1
+            self.last_role = row["role"]
         yield from self.rejects
         source = SourceRef(str(self.path), f"session {self.sid}")
         if any(n.is_assistant for n in self.graph.nodes.values()):
@@ -139,6 +152,7 @@ class _Session:
         blocks, finish = _blocks([as_dict(p) for p in parts], role, where)
         flagged = "is_summary_message" in row.keys() and bool(row["is_summary_message"])  # noqa: SIM118 - a Row
         summary = flagged or (self.summary_id is not None and row["id"] == self.summary_id)
+        summary = summary or (self.infer_summaries and role == "assistant" and self.last_role == "assistant")
         if role == "assistant":
             if not blocks:
                 return  # the agent sends no message without calls, text or reasoning
