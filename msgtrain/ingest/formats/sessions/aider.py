@@ -78,11 +78,11 @@ from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from msgtrain.ingest.common.reasoning_tags import reasoning_and_answer
 from msgtrain.ingest.common.session_common import Chain, graph_id_for
 from msgtrain.ingest.core.base import bounded_lines, open_input
 from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadItem, ReadSkip, RecordTask, SourceRef
-from msgtrain.ingest.formats.sessions.aider_llm import reasoning_and_answer
 from msgtrain.model.completeness import mark_context_incomplete
 from msgtrain.model.graph import HISTORY_COPY, MessageGraph, Origin
 from msgtrain.model.message import Generation, Part, PartsMessage, TextPart

@@ -48,10 +48,11 @@ from pathlib import Path
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.call_log import Call, CallLogGroups, turn_identity
 from msgtrain.ingest.common.conversation_files import Step
+from msgtrain.ingest.common.reasoning_tags import reasoning_and_answer
 from msgtrain.ingest.core.base import bounded_lines, open_input
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.model.graph import Env, Origin
-from msgtrain.model.message import Part, PartsMessage, ReasoningPart, TextPart
+from msgtrain.model.message import PartsMessage, TextPart
 
 POLICY = "aider"
 HISTORY_NAME = ".aider.llm.history"
@@ -59,10 +60,6 @@ HEADER = re.compile(r"^(?P<kind>TO LLM|LLM RESPONSE) (?P<when>\d{4}-\d\d-\d\dT\d
 ROLES = {"SYSTEM": "system", "USER": "user", "ASSISTANT": "assistant"}
 SEPARATOR = "-------"
 _LIST_CONTENT = re.compile(r"^(type: |text: |Image_url URL: )")
-# Reasoning before the answer: aider's own wrapper of the API's reasoning field, or a model's own tag
-REASONING = re.compile(
-    r"\A<(?P<tag>thinking-content-[0-9a-f]+|think|thinking|reasoning)>\s*(?P<text>.*?)\s*</(?P=tag)>\s*", re.S
-)
 INTERRUPT = "^C KeyboardInterrupt"  # the user message aider adds after a reply the user stopped
 INTERRUPTED_WHY = "the user stopped this reply (^C) before it ended"
 LIMIT_WHY = "the reply stopped at the output token limit: aider sent it again as an assistant prefill to continue"
@@ -249,19 +246,6 @@ def _reply(lines: list[str], ref: SourceRef) -> PartsMessage:
         lines = lines[:-1]
     text = _content(lines, "ASSISTANT", str(ref))
     return PartsMessage(parts=reasoning_and_answer(text), role_hint_for_llm="assistant", policy=POLICY)
-
-
-def reasoning_and_answer(text: str) -> tuple[Part, ...]:
-    """A reply's reasoning (when aider wrapped it in tags before the answer) and its answer, stripped as aider strips
-    it (``remove_reasoning_content``); a reply without reasoning is its text as logged."""
-    match = REASONING.match(text.strip())
-    if not match:
-        return (TextPart(text=text),)
-    parts: list[Part] = [ReasoningPart(text=match.group("text"))] if match.group("text") else []
-    answer = text.strip()[match.end() :].strip()
-    if answer or not parts:
-        parts.append(TextPart(text=answer))
-    return tuple(parts)
 
 
 READER = AiderLlmHistoryReader()
