@@ -660,7 +660,7 @@ class _GraphLinearizer:
         table lookup over the ids, and a substring test per earlier message no longer than the completion."""
         body = completion[:-1] if completion.shape[0] and int(completion[-1]) in self.tok.stop_ids else completion
         openers = self.r.turn_openers()
-        if openers.shape[0] and body.shape[0] and bool(np.isin(body, openers).any()):
+        if openers.shape[0] and body.shape[0] and bool(in_table(self.r.turn_openers_table(), body).any()):
             opener = next(int(i) for i in body if int(i) in set(openers.tolist()))
             return (
                 f"the completion holds {self.tok.decode([opener])!r}, which opens another turn: the template renders "

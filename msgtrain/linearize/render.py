@@ -30,7 +30,13 @@ import numpy as np
 from msgtrain.errors import RenderError
 from msgtrain.linearize.content_format import joined_text, resolve_content_format
 from msgtrain.linearize.template import RenderTrace
-from msgtrain.linearize.tokenizer import SegmentCache, TokenizerBundle, common_prefix_len, restore_escaped_marks
+from msgtrain.linearize.tokenizer import (
+    SegmentCache,
+    TokenizerBundle,
+    common_prefix_len,
+    membership_table,
+    restore_escaped_marks,
+)
 from msgtrain.model.graph import Env, Node
 from msgtrain.model.openai import to_openai_message
 
@@ -217,6 +223,7 @@ class Renderer:
         self.shared_renders: RenderCache | None = render_cache(tok)
         self.min_traced = MIN_TRACED_MESSAGES
         self._openers: np.ndarray | None = None
+        self._openers_table: np.ndarray | None = None
         self.renders = 0
         self.traced_renders = 0  # renderings that recorded a trace (and could replay)
         self.iterations_run = 0  # the template's loop iterations over messages actually executed
@@ -265,6 +272,13 @@ class Renderer:
             ids = {self.tok.hf.added_tokens_encoder.get(t) for t in found} - {None} - set(self.tok.stop_ids)
             self._openers = np.array(sorted(i for i in ids if i is not None), dtype=np.int64)
         return self._openers
+
+    def turn_openers_table(self) -> np.ndarray:
+        """:meth:`turn_openers` as a membership table (:func:`~msgtrain.linearize.tokenizer.in_table`), made once."""
+        if self._openers_table is None:
+            openers = self.turn_openers()
+            self._openers_table = membership_table(openers.tolist(), int(openers.max()) + 1 if openers.shape[0] else 0)
+        return self._openers_table
 
     def message_dict(self, node: Node) -> dict[str, Any]:
         d = self._dicts.get(node.id)
