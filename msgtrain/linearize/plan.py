@@ -197,7 +197,8 @@ def _joint_view(prompt: np.ndarray, completion: np.ndarray, joint_enc: Encoded |
     if joint_enc is not None:
         joint = joint_enc.ids
         n, m = prompt.shape[0], completion.shape[0]
-        at = joint.__array_interface__["data"][0] + n * joint.itemsize
+        base = joint.__array_interface__["data"][0]
+        at = base + n * joint.itemsize
         if (
             m
             and n + m <= joint.shape[0]
@@ -205,7 +206,15 @@ def _joint_view(prompt: np.ndarray, completion: np.ndarray, joint_enc: Encoded |
             and completion.flags.c_contiguous
             and joint.flags.c_contiguous
             and completion.__array_interface__["data"][0] == at
-            and _is_prefix(prompt, joint)
+            # a prompt held as the joint encoding's first ids (rebound, _prompt_in_joint) is its prefix already
+            and (
+                (
+                    prompt.dtype == joint.dtype
+                    and prompt.flags.c_contiguous
+                    and prompt.__array_interface__["data"][0] == base
+                )
+                or _is_prefix(prompt, joint)
+            )
         ):
             return joint[: n + m]
     return None
