@@ -573,3 +573,31 @@ def test_an_earlier_crush_summary_restarts_the_requests_where_no_column_flags_it
     last = next(c for c in trained if c[-1] == ("assistant", "Added tests/test_orders.py."))
     assert last[:2] == [("user", "Summary 2: the orders query joins customers."), ("user", "Add a test.")]
     assert not any(c[-1][1] and str(c[-1][1]).startswith("Summary") for c in trained)
+
+
+def test_a_reply_cut_at_the_output_limit_is_context_in_opencode_and_crush(tmp_path: Path) -> None:
+    # OpenCode's step-finish reason (the AI SDK's finishReason "length") and Crush's finish "max_tokens": the model
+    # did not end the reply, so no end of turn was sampled; the reply stays in later requests. Before, both were
+    # trained as finished replies
+    folder = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode-storage", folder)
+    finishes = sorted(
+        p for p in (folder / "part" / "msg_0002").glob("*.json") if '"step-finish"' in p.read_text(encoding="utf-8")
+    )
+    part = json.loads(finishes[-1].read_text(encoding="utf-8"))
+    part["reason"] = "length"
+    finishes[-1].write_text(json.dumps(part), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (7, {"interrupted": 2})
+    cut = "The fixture lives in tests/data/, but the test loads fixtures/cart.json."
+    trained = contexts(folder)
+    assert cut not in [c[-1][1] for c in trained]
+    assert any(("assistant", cut) in c for c in trained)  # later requests hold it
+    db = tmp_path / "crush.db"
+    con = sqlite3.connect(db)
+    con.executescript((FIXTURES / "crush-sessions.sql").read_text(encoding="utf-8"))
+    con.execute("UPDATE messages SET parts = replace(parts, '\"end_turn\"', '\"max_tokens\"') WHERE id = 'm-04'")
+    con.commit()
+    con.close()
+    _, stats, _ = convert_file(db, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (4, {"interrupted": 2, "context_unknown": 1})

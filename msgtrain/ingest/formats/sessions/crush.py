@@ -13,10 +13,11 @@ What a request held is rebuilt as the agent builds it (internal/llm/agent/agent.
 ``seq`` order where they are numbered, else ``created_at`` order (then as stored); an assistant message is one model
 call, sampled after everything before it (its reasoning, text and tool calls; one with none of them is left out, as
 the agent leaves it out), a ``tool`` message the results of the calls before it. An assistant message that did not
-finish (``finish`` reason ``canceled`` or ``error``) is the history later requests hold, ``carried`` (``interrupted``
-when canceled). After a summary (``sessions.summary_message_id``, or a message ``is_summary_message``), requests
-start with that message sent as a user message: a new branch from the root (a ``compaction`` edge); the summary
-itself was sampled after a prompt the database does not keep, so it is ``carried``. A schema without
+finish (``finish`` reason ``canceled``, ``error``, or ``max_tokens``: stopped at the output limit) is the history later
+requests hold, ``carried`` (``interrupted`` when canceled or cut at the limit). After a summary
+(``sessions.summary_message_id``, or a message ``is_summary_message``), requests start with that message sent as a
+user message: a new branch from the root (a ``compaction`` edge); the summary itself was sampled after a prompt the
+database does not keep, so it is ``carried``. A schema without
 ``is_summary_message`` names only the latest summary (``summary_message_id``, overwritten by each): in a session that
 has one, an earlier summary is an assistant message right after an assistant message (the agent's own messages always
 answer a user or tool message; ``Summarize`` appends its reply to the session as it stands), and requests restart
@@ -164,8 +165,10 @@ class _Session:
                 if summary:
                     metadata["why_not_trained"] = "a summary sampled after a prompt the database does not keep"
                     origin = Origin.CARRIED
-                elif finish in ("canceled", "error"):
-                    metadata |= {"interrupted": finish == "canceled", "why_not_trained": f"the reply ended {finish}"}
+                elif finish in ("canceled", "error", "max_tokens"):
+                    # canceled by the user, failed, or stopped at the output limit: the reply's end was never sampled
+                    interrupted = finish != "error"
+                    metadata |= {"interrupted": interrupted, "why_not_trained": f"the reply ended {finish}"}
                     origin = Origin.CARRIED
                 generation = Generation(model=model) if model else None
                 self.chain.append(message.model_copy(update={"metadata": metadata}), origin, generation)

@@ -29,7 +29,9 @@ builds it (``MessageV2.toModelMessages`` and ``filterCompacted``, packages/openc
   results of its calls (a completed call's ``output``, an error's ``error``, a call left pending or running
   "[Tool execution was interrupted]"), as the AI SDK splits the turn. A step's ``step-finish`` ``tokens`` (``input``
   + ``cache.read`` + ``cache.write``) is the prompt size its API reported (``usage``), and the message's
-  ``modelID`` the model. A message without step parts is one reply.
+  ``modelID`` the model. A message without step parts is one reply. A step whose ``step-finish`` ``reason`` says the
+  model did not end it (``length``: the output limit; ``content-filter``; ``error``) is history later requests hold,
+  ``carried`` and ``interrupted``: its end was never sampled.
 - An assistant message that failed (``error``, except an abort after some of its parts) is left out of later
   requests, as OpenCode leaves it out: its calls go on a branch of their own from the history before it, the finished
   ones (a ``step-finish``) trained there, the failing one's partial content ``carried`` and ``interrupted``. An
@@ -85,6 +87,8 @@ _CONVERSATION_KINDS = ("session", "message", "part")
 SQLITE_HEADER = b"SQLite format 3\x00"
 # The tables of opencode.db that hold the conversation, each with the columns read (drizzle's session.sql.ts).
 _TABLES = {"session": {"id"}, "message": {"id", "session_id", "data"}, "part": {"id", "message_id", "data"}}
+# A step's finish reasons (the AI SDK's finishReason) that say the model did not end the reply itself
+_CUT_REASONS = frozenset({"length", "content-filter", "error"})
 _SESSION_FILE = re.compile(r"^ses_[A-Za-z0-9]+\.json$")
 
 
@@ -278,6 +282,7 @@ class _Session:
             converted, _ = self.converter.message({"role": "assistant", "content": reply}, 0)
             last = n == len(steps) - 1
             finished = any(p.get("type") == "step-finish" for p in step)
+            reason = next((p.get("reason") for p in step if p.get("type") == "step-finish"), None)
             for message in converted:
                 metadata = dict(message.metadata)
                 if usage:
@@ -285,6 +290,12 @@ class _Session:
                 origin = None
                 if aborted and last:
                     metadata |= {"interrupted": True, "why_not_trained": "the user aborted this reply before it ended"}
+                    origin = Origin.CARRIED
+                elif reason in _CUT_REASONS:
+                    # the AI SDK's finish reason: the call stopped before the model ended its reply (the output
+                    # limit, a content filter, an error): its end was never sampled
+                    why = f"the call stopped before the reply ended (finish reason {reason!r})"
+                    metadata |= {"interrupted": True, "why_not_trained": why}
                     origin = Origin.CARRIED
                 elif failed and not finished:
                     # the failing call: what it streamed before the error (no step-finish) is not a whole reply
