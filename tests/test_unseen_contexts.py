@@ -601,3 +601,22 @@ def test_a_reply_cut_at_the_output_limit_is_context_in_opencode_and_crush(tmp_pa
     con.close()
     _, stats, _ = convert_file(db, SETTINGS)
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (4, {"interrupted": 2, "context_unknown": 1})
+
+
+def test_a_cline_reply_cline_stopped_reading_is_context_not_a_finished_reply(tmp_path: Path) -> None:
+    # Task.abortStream keeps the partial text with Cline's notice after it ("\n\n[Response interrupted by user]"),
+    # and the task resumes with a user message; before, the partial reply and the notice were trained with an end of
+    # turn the model never sampled
+    folder = tmp_path / "1765000000000"
+    shutil.copytree(ROOT / "sample_logs" / "cline_task" / "1765000000000", folder)
+    file = folder / "api_conversation_history.json"
+    history = json.loads(file.read_text(encoding="utf-8"))
+    partial = "I'll read the scr\n\n[Response interrupted by user]"
+    history[1]["content"] = [{"type": "text", "text": partial}]
+    history[2]["content"] = [{"type": "text", "text": "[TASK RESUMPTION] This task was interrupted just now."}]
+    file.write_text(json.dumps(history), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (2, {"interrupted": 1})
+    trained = contexts(folder)
+    assert all(c[-1][1] != partial for c in trained)
+    assert trained[0][1] == ("assistant", partial)  # later requests hold it as Cline stored it

@@ -22,7 +22,11 @@ the reply it produced (the history's message after its ``conversationHistoryInde
 ``metrics``, so a prompt that shrank is seen (*Context completeness*); whether ``tokensIn`` holds the cached tokens
 depends on the provider, so it is a range from ``tokensIn`` to the sum.
 
-Not trained, and said so: Cline keeps the whole history on disk but sends less once the context window fills: from
+Not trained, and said so: a reply Cline stopped reading (the user's cancel, an API error mid-stream, a rejected tool,
+a second tool in one message) holds the partial text and Cline's notice after it (``[Response interrupted by user]``,
+``... by API Error]``, ``... by user feedback]``, ``... by a tool use result. ...]``): ``carried`` and
+``interrupted``, as later requests hold it. Cline keeps the whole history on disk but sends less once the context
+window fills: from
 the request its context manager first removed a range of the history (``conversationHistoryDeletedRange`` on the UI
 messages) or first edited an earlier message (``context_history.json``), the replies are ``carried`` with the reason
 (``context_unknown``): what each later request held is Cline's rebuild, not the log. Every graph is
@@ -33,6 +37,7 @@ the versions that call tools as XML) is not stored.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +66,11 @@ UI = "ui_messages.json"
 OLD_UI = "claude_messages.json"  # its name before Cline 2 (Claude Dev), until the task is opened again
 CONTEXT_EDITS = "context_history.json"
 UNLOGGED = "Cline stores the conversation, not the system prompt (with its tools) it builds for each request"
+# What Cline (and Roo Code, Kilo Code) appends to a reply it stopped reading (Task.abortStream: the user's cancel, an
+# API error mid-stream; the stream loop: a rejected tool, a second tool after the one a message may hold)
+INTERRUPTED = re.compile(
+    r"\n\n\[Response interrupted by (user|API Error|user feedback|a tool use result\.[^\]\n]*)\]\s*$", re.M
+)
 
 
 class ClineTaskReader:
@@ -208,6 +218,12 @@ def _graph(
                 metadata["usage"] = requests[step.index][0]
             if cut is not None and step.index >= cut[0] and origin in (None, Origin.SAMPLED):
                 metadata["why_not_trained"] = cut[1]
+                origin = Origin.CARRIED
+            elif origin in (None, Origin.SAMPLED) and (marked := INTERRUPTED.search(message.text)):
+                # Cline cut the stream and wrote its own notice after the partial text: neither the notice nor an
+                # end of turn was sampled; later requests hold the message as it is
+                why = f"Cline stopped reading this reply: [Response interrupted by {marked.group(1)}]"
+                metadata |= {"interrupted": True, "why_not_trained": why}
                 origin = Origin.CARRIED
             message = message.model_copy(update={"metadata": metadata})
         steps.append(Step(message, origin, step.generation, step.index))
