@@ -620,3 +620,30 @@ def test_a_cline_reply_cline_stopped_reading_is_context_not_a_finished_reply(tmp
     trained = contexts(folder)
     assert all(c[-1][1] != partial for c in trained)
     assert trained[0][1] == ("assistant", partial)  # later requests hold it as Cline stored it
+
+
+def test_a_reply_whose_stream_never_ended_is_context_in_opencode_and_crush(tmp_path: Path) -> None:
+    # OpenCode writes a step-finish part, Crush / Go OpenCode a finish part, whenever a call's stream ends (or is
+    # canceled or fails); a reply without one was cut while it streamed (the agent stopped). Before, it was trained
+    # as a finished reply
+    folder = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode-storage", folder)
+    finishes = sorted(
+        p for p in (folder / "part" / "msg_0002").glob("*.json") if '"step-finish"' in p.read_text(encoding="utf-8")
+    )
+    finishes[-1].unlink()
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (7, {"interrupted": 2})
+    cut = "The fixture lives in tests/data/, but the test loads fixtures/cart.json."
+    trained = contexts(folder)
+    assert cut not in [c[-1][1] for c in trained] and any(("assistant", cut) in c for c in trained)
+    db = tmp_path / "crush.db"
+    con = sqlite3.connect(db)
+    con.executescript((FIXTURES / "crush-sessions.sql").read_text(encoding="utf-8"))
+    parts = json.loads(con.execute("SELECT parts FROM messages WHERE id = 'm-04'").fetchone()[0])
+    kept = json.dumps([p for p in parts if p["type"] != "finish"])
+    con.execute("UPDATE messages SET parts = ? WHERE id = 'm-04'", (kept,))
+    con.commit()
+    con.close()
+    _, stats, _ = convert_file(db, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (4, {"interrupted": 2, "context_unknown": 1})

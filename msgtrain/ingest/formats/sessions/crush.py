@@ -14,7 +14,8 @@ What a request held is rebuilt as the agent builds it (internal/llm/agent/agent.
 call, sampled after everything before it (its reasoning, text and tool calls; one with none of them is left out, as
 the agent leaves it out), a ``tool`` message the results of the calls before it. An assistant message that did not
 finish (``finish`` reason ``canceled``, ``error``, or ``max_tokens``: stopped at the output limit) is the history later
-requests hold, ``carried`` (``interrupted`` when canceled or cut at the limit). After a summary
+requests hold, ``carried`` (``interrupted`` when canceled or cut at the limit), as is one with no ``finish`` part (the
+agent adds one whenever a stream ends: it stopped while this one streamed). After a summary
 (``sessions.summary_message_id``, or a message ``is_summary_message``), requests start with that message sent as a
 user message: a new branch from the root (a ``compaction`` edge); the summary itself was sampled after a prompt the
 database does not keep, so it is ``carried``. A schema without
@@ -169,6 +170,12 @@ class _Session:
                     # canceled by the user, failed, or stopped at the output limit: the reply's end was never sampled
                     interrupted = finish != "error"
                     metadata |= {"interrupted": interrupted, "why_not_trained": f"the reply ended {finish}"}
+                    origin = Origin.CARRIED
+                elif finish is None:
+                    # the agent adds a finish part when the stream ends (or is canceled): a message without one was
+                    # cut while it streamed (the agent stopped), its end never sampled
+                    why = "the message has no finish part: the agent stopped before the reply ended"
+                    metadata |= {"interrupted": True, "why_not_trained": why}
                     origin = Origin.CARRIED
                 generation = Generation(model=model) if model else None
                 self.chain.append(message.model_copy(update={"metadata": metadata}), origin, generation)

@@ -31,7 +31,8 @@ builds it (``MessageV2.toModelMessages`` and ``filterCompacted``, packages/openc
   + ``cache.read`` + ``cache.write``) is the prompt size its API reported (``usage``), and the message's
   ``modelID`` the model. A message without step parts is one reply. A step whose ``step-finish`` ``reason`` says the
   model did not end it (``length``: the output limit; ``content-filter``; ``error``) is history later requests hold,
-  ``carried`` and ``interrupted``: its end was never sampled.
+  ``carried`` and ``interrupted``: its end was never sampled; so is a step that has a ``step-start`` and no
+  ``step-finish`` (OpenCode stopped while it streamed).
 - An assistant message that failed (``error``, except an abort after some of its parts) is left out of later
   requests, as OpenCode leaves it out: its calls go on a branch of their own from the history before it, the finished
   ones (a ``step-finish``) trained there, the failing one's partial content ``carried`` and ``interrupted``. An
@@ -301,6 +302,11 @@ class _Session:
                     # the failing call: what it streamed before the error (no step-finish) is not a whole reply
                     name = error.get("name") if isinstance(error.get("name"), str) else "an error"
                     why = f"the call failed ({name}) before it ended; OpenCode left the turn out of later requests"
+                    metadata |= {"interrupted": True, "why_not_trained": why}
+                    origin = Origin.CARRIED
+                elif not finished and step[0].get("type") == "step-start":
+                    # a call OpenCode started and never saw end (stopped while streaming): its reply is partial
+                    why = "the call has no step-finish: OpenCode stopped before the reply ended"
                     metadata |= {"interrupted": True, "why_not_trained": why}
                     origin = Origin.CARRIED
                 self._append(message.model_copy(update={"metadata": metadata}), origin, generation)
