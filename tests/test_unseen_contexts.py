@@ -647,3 +647,22 @@ def test_a_reply_whose_stream_never_ended_is_context_in_opencode_and_crush(tmp_p
     con.close()
     _, stats, _ = convert_file(db, SETTINGS)
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (4, {"interrupted": 2, "context_unknown": 1})
+
+
+def test_clines_stand_in_for_a_call_that_returned_nothing_is_not_trained(tmp_path: Path) -> None:
+    # a call that returned no text and no tool use: Cline stores "Failure: I did not provide a response." as the
+    # assistant message and asks again ("You did not use a tool"); before, that text was trained as the model's reply
+    folder = tmp_path / "1765000000000"
+    shutil.copytree(ROOT / "sample_logs" / "cline_task" / "1765000000000", folder)
+    file = folder / "api_conversation_history.json"
+    history = json.loads(file.read_text(encoding="utf-8"))
+    stand_in = [
+        {"role": "assistant", "content": [{"type": "text", "text": "Failure: I did not provide a response."}]},
+        {"role": "user", "content": [{"type": "text", "text": "[ERROR] You did not use a tool."}]},
+    ]
+    file.write_text(json.dumps(history[:1] + stand_in + history[1:]), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (3, {"context_unknown": 1})
+    trained = contexts(folder)
+    assert all(c[-1][1] != "Failure: I did not provide a response." for c in trained)
+    assert trained[0][1] == ("assistant", "Failure: I did not provide a response.")

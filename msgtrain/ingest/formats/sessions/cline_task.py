@@ -22,16 +22,16 @@ the reply it produced (the history's message after its ``conversationHistoryInde
 ``metrics``, so a prompt that shrank is seen (*Context completeness*); whether ``tokensIn`` holds the cached tokens
 depends on the provider, so it is a range from ``tokensIn`` to the sum.
 
-Not trained, and said so: a reply Cline stopped reading (the user's cancel, an API error mid-stream, a rejected tool,
-a second tool in one message) holds the partial text and Cline's notice after it (``[Response interrupted by user]``,
-``... by API Error]``, ``... by user feedback]``, ``... by a tool use result. ...]``): ``carried`` and
-``interrupted``, as later requests hold it. Cline keeps the whole history on disk but sends less once the context
-window fills: from
-the request its context manager first removed a range of the history (``conversationHistoryDeletedRange`` on the UI
-messages) or first edited an earlier message (``context_history.json``), the replies are ``carried`` with the reason
-(``context_unknown``): what each later request held is Cline's rebuild, not the log. Every graph is
-``context_incomplete`` (``system_prompt``, ``tools``): Cline's system prompt (which holds its tools' descriptions in
-the versions that call tools as XML) is not stored.
+Not trained, and said so: a reply Cline stopped reading (the user's cancel, an API error mid-stream, a rejected tool, a
+second tool in one message) holds the partial text and Cline's notice after it (``[Response interrupted by user]``,
+``... by API Error]``, ``... by user feedback]``, ``... by a tool use result. ...]``): ``carried`` and ``interrupted``,
+as later requests hold it; Cline's stand-in for a call that returned nothing ("Failure: I did not provide a response.")
+is ``carried`` too (the model did not write it). Cline keeps the whole history on disk but sends less once the context
+window fills: from the request its context manager first removed a range of the history
+(``conversationHistoryDeletedRange`` on the UI messages) or first edited an earlier message (``context_history.json``),
+the replies are ``carried`` with the reason (``context_unknown``): what each later request held is Cline's rebuild, not
+the log. Every graph is ``context_incomplete`` (``system_prompt``, ``tools``): Cline's system prompt (which holds its
+tools' descriptions in the versions that call tools as XML) is not stored.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ CONTEXT_EDITS = "context_history.json"
 UNLOGGED = "Cline stores the conversation, not the system prompt (with its tools) it builds for each request"
 # What Cline (and Roo Code, Kilo Code) appends to a reply it stopped reading (Task.abortStream: the user's cancel, an
 # API error mid-stream; the stream loop: a rejected tool, a second tool after the one a message may hold)
+# What Cline (and its forks) store as the reply when a call returned no text and no tool use: its own text, no reply
+NO_RESPONSE = "Failure: I did not provide a response."
 INTERRUPTED = re.compile(
     r"\n\n\[Response interrupted by (user|API Error|user feedback|a tool use result\.[^\]\n]*)\]\s*$", re.M
 )
@@ -218,6 +220,11 @@ def _graph(
                 metadata["usage"] = requests[step.index][0]
             if cut is not None and step.index >= cut[0] and origin in (None, Origin.SAMPLED):
                 metadata["why_not_trained"] = cut[1]
+                origin = Origin.CARRIED
+            elif origin in (None, Origin.SAMPLED) and message.text == NO_RESPONSE and not getattr(message, "calls", ()):
+                # the model gave nothing: Cline stored this stand-in, which later requests hold
+                why = "Cline's stand-in for a call that returned no reply: the model did not write it"
+                metadata["why_not_trained"] = why
                 origin = Origin.CARRIED
             elif origin in (None, Origin.SAMPLED) and (marked := INTERRUPTED.search(message.text)):
                 # Cline cut the stream and wrote its own notice after the partial text: neither the notice nor an
