@@ -666,3 +666,22 @@ def test_clines_stand_in_for_a_call_that_returned_nothing_is_not_trained(tmp_pat
     trained = contexts(folder)
     assert all(c[-1][1] != "Failure: I did not provide a response." for c in trained)
     assert trained[0][1] == ("assistant", "Failure: I did not provide a response.")
+
+
+def test_an_opencode_turn_aborted_after_its_last_call_ended_trains_that_call(tmp_path: Path) -> None:
+    # the user aborted the turn after its call's stream had ended (a step-finish written): the reply was sampled
+    # whole; only a call cut while it streamed (no step-finish) is interrupted
+    folder = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode-storage", folder)
+    finish = {
+        "id": "prt_0099z",
+        "sessionID": "ses_5a1b2c3d4e0001",
+        "messageID": "msg_0012",
+        "type": "step-finish",
+        "reason": "stop",
+        "cost": 0,
+        "tokens": {"input": 9000, "output": 5, "reasoning": 0, "cache": {"read": 0, "write": 0}},
+    }
+    (folder / "part" / "msg_0012" / "prt_0099z.json").write_text(json.dumps(finish), encoding="utf-8")
+    _, stats, _ = convert_file(folder, SETTINGS)
+    assert (stats.turns_trained, dict(stats.turns_dropped)) == (9, {})

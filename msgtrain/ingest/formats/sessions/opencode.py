@@ -37,7 +37,7 @@ builds it (``MessageV2.toModelMessages`` and ``filterCompacted``, packages/openc
   requests, as OpenCode leaves it out: its calls go on a branch of their own from the history before it, the finished
   ones (a ``step-finish``) trained there, the failing one's partial content ``carried`` and ``interrupted``. An
   aborted reply is kept as the history later requests hold, ``carried`` and ``interrupted`` (cut short, never
-  trained).
+  trained), unless its call had ended before the abort (a ``step-finish``).
 - Compaction: the reply to a user message holding a ``compaction`` part (an assistant ``summary``) is sampled after
   the whole history and that prompt; the requests after it hold only that prompt, the summary and what follows
   (``filterCompacted``): a new branch from the root (a ``compaction`` edge), the summary ``carried`` on it. A
@@ -289,7 +289,7 @@ class _Session:
                 if usage:
                     metadata["usage"] = usage
                 origin = None
-                if aborted and last:
+                if aborted and last and not finished:
                     metadata |= {"interrupted": True, "why_not_trained": "the user aborted this reply before it ended"}
                     origin = Origin.CARRIED
                 elif reason in _CUT_REASONS:
