@@ -177,7 +177,28 @@ def file_records(path: Path) -> Iterator[tuple[SourceRef, Any, Any]]:
             for i, item in enumerate(value):
                 yield SourceRef(str(path), f"item {i}"), item, item
             continue
+        rows = table_rows(value) if rec.ref.record == "file" else None
+        if rows is not None:  # a table saved as columns and rows: each row a record, as the items of an array are
+            for i, row in enumerate(rows):
+                yield SourceRef(str(path), f"row {i}"), row, row
+            continue
         yield rec.ref, value, rec.raw if rec.raw is not None else value
+
+
+def table_rows(value: Any) -> list[dict[str, Any]] | None:
+    """The rows of a table saved as a header and rows (a W&B ``Table``'s JSON, ``{"_type": "table", "columns",
+    "data"}``, as TRL's trainers log sampled completions; pandas' ``to_json(orient="split")``), each a record keyed by
+    the columns; None for anything else: the columns distinct strings, every row a list as long as they are."""
+    if not isinstance(value, dict):
+        return None
+    columns, data = value.get("columns"), value.get("data")
+    if not (isinstance(columns, list) and columns and all(isinstance(c, str) for c in columns)):
+        return None
+    if len(set(columns)) != len(columns) or not (isinstance(data, list) and data):
+        return None
+    if not all(isinstance(row, list) and len(row) == len(columns) for row in data):
+        return None
+    return [dict(zip(columns, row, strict=True)) for row in data]
 
 
 def _parsed_size_bound(path: Path) -> int | None:

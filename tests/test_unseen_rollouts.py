@@ -1,0 +1,91 @@
+"""RL trainers' rollout dumps no other test reads (tests/fixtures/unseen/PROVENANCE.md, "Rollouts" section),
+hand-written in the shapes their writers produce: each file's books against a count made by hand, the context each
+trained reply sits after, and the reward each rollout keeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from msgtrain.ingest.boundary import read_events
+from msgtrain.ingest.core.base import ReadGraph
+from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.structure.structural import table_rows
+from tests.unseen_books import FIXTURES, books, contexts
+
+MATH = "You are a careful math tutor. Think, then answer in \\boxed{}."
+HELPFUL = "You are a helpful assistant."
+
+
+def _extras(path: Path) -> list[dict]:
+    return [e.extras for e in read_events(detect_format(path), path) if isinstance(e, ReadGraph)]
+
+
+def test_an_atropos_group_trains_each_rollout_once_after_the_shared_prompt_with_its_own_score() -> None:
+    # Atropos process mode (--env.data_path_to_save_groups): one ScoredDataGroup a line, `messages` a list of the
+    # group's rollouts (each a whole message list) beside `tokens` / `masks` / `scores` lists in the same order
+    path = FIXTURES / "atropos-groups.jsonl"
+    assert detect_format(path).name == "structural"
+    assert books(path) == (4, 0, 0)
+    prompt = [("system", MATH), ("user", "What is 7 times 6?")]
+    prime = [("system", MATH), ("user", "Name a prime above 10.")]
+    assert contexts(path) == [
+        [*prompt, ("assistant", "7 x 6 = 42, so \\boxed{42}.")],
+        [*prompt, ("assistant", "I think it is \\boxed{36}.")],
+        [*prime, ("assistant", "\\boxed{11}")],
+        [*prime, ("assistant", "\\boxed{13}")],
+    ]
+    extras = _extras(path)
+    assert [x["reward"] for x in extras] == [1.0, -1.0, 1.0, 1.0]
+    groups = [x["rollout_group"] for x in extras]
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+
+
+def test_a_verl_generations_dump_trains_each_output_after_the_prompt_its_decoded_input_renders() -> None:
+    # verl's trainer.rollout_data_dir / validation_data_dir: `{step}.jsonl`, one sample a line, `input` the prompt
+    # ids decoded with special tokens skipped (ChatML role lines left bare), `output` the response, `score` the reward
+    path = FIXTURES / "verl-generations.jsonl"
+    assert detect_format(path).name == "structural"
+    assert books(path) == (2, 0, 0)
+    prompt = [("system", HELPFUL), ("user", "Compute 3+4. Put the answer after ####.")]
+    assert contexts(path) == [
+        [*prompt, ("assistant", "3+4=7\n#### 7")],
+        [*prompt, ("assistant", "It is 8.\n#### 8")],
+    ]
+    assert [x["reward"] for x in _extras(path)] == [1.0, 0.0]
+
+
+def test_a_completions_table_trains_each_row_after_the_rendered_prompt_of_its_row() -> None:
+    # a W&B Table's JSON (TRL's GRPO / RLOO log_completions: columns step, prompt (the chat template's text),
+    # completion, one per reward function, advantage). Before: the file was one record holding no conversation
+    # (no_conversation), its rows lost.
+    path = FIXTURES / "trl-completions.table.json"
+    assert detect_format(path).name == "structural"
+    assert books(path) == (4, 0, 0)
+    cat = [("system", HELPFUL), ("user", "Spell 'cat' backwards.")]
+    dog = [("system", HELPFUL), ("user", "Spell 'dog' backwards.")]
+    assert contexts(path) == [
+        [*cat, ("assistant", "tac")],
+        [*cat, ("assistant", "tca")],
+        [*dog, ("assistant", "god")],
+        [*dog, ("assistant", "god")],
+    ]
+    assert [x["advantage"] for x in _extras(path)] == [0.5, -0.5, 0.0, 0.0]
+
+
+def test_a_split_oriented_frame_is_read_row_by_row(tmp_path: Path) -> None:
+    # pandas' to_json(orient="split"): the same header-and-rows layout, beside an index
+    frame = {"columns": ["prompt", "completion"], "index": [0, 1], "data": [["Hi?", "Hello."], ["Bye?", "Bye."]]}
+    path = tmp_path / "frame.json"
+    path.write_text(json.dumps(frame), encoding="utf-8")
+    assert contexts(path) == [[("user", "Hi?"), ("assistant", "Hello.")], [("user", "Bye?"), ("assistant", "Bye.")]]
+
+
+def test_only_a_header_of_distinct_names_over_rows_as_long_is_a_table() -> None:
+    assert table_rows({"columns": ["a", "b"], "data": [[1, 2]]}) == [{"a": 1, "b": 2}]
+    assert table_rows({"columns": ["a", "b"], "data": [[1, 2], [3]]}) is None  # a row of another length
+    assert table_rows({"columns": ["a", "a"], "data": [[1, 2]]}) is None  # names that repeat
+    assert table_rows({"columns": ["a", 2], "data": [[1, 2]]}) is None
+    assert table_rows({"columns": ["a"], "data": []}) is None
+    assert table_rows({"columns": [{"name": "a"}], "data": [[1]]}) is None  # a schema, not a header
+    assert table_rows([["a"], [1]]) is None
