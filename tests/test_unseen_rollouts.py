@@ -89,3 +89,49 @@ def test_only_a_header_of_distinct_names_over_rows_as_long_is_a_table() -> None:
     assert table_rows({"columns": ["a"], "data": []}) is None
     assert table_rows({"columns": [{"name": "a"}], "data": [[1]]}) is None  # a schema, not a header
     assert table_rows([["a"], [1]]) is None
+
+
+NEMO_GAME = [
+    ("system", "Play the guessing game. Guess with <guess>N</guess>."),
+    ("user", "I picked a number from 1 to 4."),
+]
+
+
+def test_a_nemo_rl_training_data_log_trains_each_reply_after_the_rendered_messages_before_it() -> None:
+    # NeMo RL's train_data_step{N}.jsonl: one sample a line, `content` the texts of its messages as the chat template
+    # rendered each (the prompt's with the assistant's opening, each reply's with its end token), in order, beside
+    # `rewards` (the sample's number), `generation_logprobs`, `prev_logprobs`, `input_lengths`. Before: no key held a
+    # message list or a text, and every sample was skipped as no conversation.
+    path = FIXTURES / "nemo-rl-train-data-step.jsonl"
+    assert detect_format(path).name == "structural"
+    assert books(path) == (4, 0, 0)
+    prompt = [
+        ("system", "Solve the problem and put the final answer in \\boxed{}."),
+        ("user", "What is 15 divided by 3?"),
+    ]
+    assert contexts(path) == [
+        [*prompt, ("assistant", "15 / 3 = 5, so the answer is \\boxed{5}.")],
+        [*prompt, ("assistant", "It is \\boxed{3}.")],
+        [*NEMO_GAME, ("assistant", "<guess>2</guess>")],
+        [*NEMO_GAME, ("assistant", "<guess>2</guess>"), ("user", "Higher."), ("assistant", "<guess>3</guess>")],
+    ]
+    assert [x["reward"] for x in _extras(path)] == [1.0, 0.0, 1.0]
+
+
+def test_a_sample_whose_observation_was_written_without_the_templates_markup_is_refused_with_the_reason() -> None:
+    # line 4: the environment's answer logged as raw text between two replies: where the first reply ends and what
+    # the second was sampled after are not what the markup says, so the sample is refused, not trained nor dropped
+    path = FIXTURES / "nemo-rl-train-data-step.jsonl"
+    events = list(read_events(detect_format(path), path))
+    refused = [e for e in events if not isinstance(e, ReadGraph)]
+    assert len(refused) == 1
+    assert "texts, joined, at $.content hold chatml" in str(refused[0])
+
+
+def test_texts_that_are_each_a_whole_conversation_stay_each_a_rollout(tmp_path: Path) -> None:
+    # the same list shape holding whole rendered rollouts (an RL group's) is not one conversation joined
+    one = "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>"
+    two = "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\nHey.<|im_end|>"
+    path = tmp_path / "group.jsonl"
+    path.write_text(json.dumps({"content": [one, two], "rewards": [1.0, 0.0]}) + "\n", encoding="utf-8")
+    assert contexts(path) == [[("user", "Hi?"), ("assistant", "Hello.")], [("user", "Hi?"), ("assistant", "Hey.")]]

@@ -167,7 +167,8 @@ ALPACA_PAIRS = (
     ("question", "response"),
     ("query", "response"),
 )
-_REWARD_KEYS = ("reward", "score")
+# (``rewards`` a number: one sample's row of a trainer's batch log, NeMo RL's ``train_data_step{N}.jsonl``)
+_REWARD_KEYS = ("reward", "rewards", "score")
 # A string beside a list of replies that the user sent as the prompt they answer (the Responses API's and the OpenAI
 # Agents SDK's ``input``, which may be a string: the one user message).
 _STRING_PROMPT_KEYS = ("input",)
@@ -422,17 +423,22 @@ def rendered_text_record(record: dict[str, Any], path: str) -> Found | Ambiguity
     prompt with no reply, a reply cut before its end token, tool turns, two families mixed) is refused with the
     reason; any other text (a document, not turns) is no conversation (None)."""
     key = next((k for k in TEXT_RECORD_KEYS if isinstance(record.get(k), str)), None)
+    if key is None:
+        pieces = [k for k, v in record.items() if _rendered_pieces(v)]
+        key = pieces[0] if len(pieces) == 1 else None
     if key is None or any(isinstance(v, list) and any(isinstance(i, dict | list) for i in v) for v in record.values()):
         return None  # records or lists beside the text (messages, completions, rollouts): the text is not the record's
-    text = record[key]
+    text = record[key] if isinstance(record[key], str) else "".join(record[key])
     # the newline a template writes after each turn's end token (ChatML's ``<|im_end|>\n``) may close the text too
     split = split_rendered_conversation(text) or split_rendered_conversation(text.rstrip("\n"))
     if split is None:
         family = rendered_family(text)
         if family is None:
             return None
+        what = "the text at" if isinstance(record[key], str) else "the texts, joined, at"
+        holds = "holds" if isinstance(record[key], str) else "hold"
         why = (
-            f"the text at {path}.{key} holds {family} chat-template markup that does not parse into whole turns ending "
+            f"{what} {path}.{key} {holds} {family} chat-template markup that does not parse into whole turns ending "
             "with a closed reply (a prompt with no reply, a reply cut before its end token, tool turns, or two "
             "families mixed): which text the model sampled, and after what, is not certain"
         )
@@ -444,7 +450,23 @@ def rendered_text_record(record: dict[str, Any], path: str) -> Found | Ambiguity
         {"role": "assistant", "content": content.strip() if prompt.family in TRIMMING_FAMILIES else content},
     ]
     holder = {**{k: v for k, v in record.items() if k != key}, "messages": messages}
-    return Found(path, holder, Mapping("messages", {"messages": "messages"}), rendered=True)
+    found = Found(path, holder, Mapping("messages", {"messages": "messages"}), rendered=True)
+    found.reward = next((v for k in _REWARD_KEYS if _number(v := record.get(k))), None)
+    return found
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _rendered_pieces(value: Any) -> bool:
+    """Whether ``value`` is one rendered conversation kept as the texts of its messages, in order (NeMo RL's
+    ``train_data_step{N}.jsonl``: ``content``, each message's text as its chat template rendered it, the reply's with
+    its end token): two or more texts that together hold a family's markup, not each a whole conversation (an RL
+    group's rollouts, :func:`rendered_transcripts`). Read as their concatenation, as a ``text`` record is."""
+    if not (isinstance(value, list) and len(value) > 1 and all(isinstance(v, str) for v in value)):
+        return False
+    return rendered_family("".join(value)) is not None and not all(split_rendered_conversation(v) for v in value)
 
 
 def rendered_transcripts(value: list[Any], path: str) -> list[Found]:
