@@ -1085,6 +1085,8 @@ class _GraphLinearizer:
         has_child = {p for p in self.parent.values() if p is not None}
         trained: dict[str, str] = {}
         reward = extras.get("reward")
+        reward = float(reward) if isinstance(reward, int | float) and not isinstance(reward, bool) else None
+        graph_id = self.g.graph_id
         metadata = {k: v for k, v in extras.items() if k != "reward"}
         # A graph that lacks part of what its model was sent trains samples that are not exact: each says so.
         graph_flags = {CONTEXT_INCOMPLETE} if missing_context(self.g) else set()
@@ -1121,11 +1123,12 @@ class _GraphLinearizer:
             engine = (leaf.prompt.shape[0] if leaf.prompt_engine else 0) + (
                 leaf.completion.shape[0] if leaf.completion_engine else 0
             )
-            sid = _h(self.g.graph_id, nid, *todo)
+            sid = _h(graph_id, nid, *todo)
+            reason = cut.value
             behaviour = sample_behaviour([self.tt[c].turn.generation for c in todo])
             sample = Sample(
                 sample_id=sid,
-                graph_id=self.g.graph_id,
+                graph_id=graph_id,
                 source=source,
                 policy=leaf.turn.policy,
                 input_ids=ids,
@@ -1135,20 +1138,21 @@ class _GraphLinearizer:
                 turn_spans=spans,
                 turn_group_ids=[self.tt[c].turn.group_id for c in todo],
                 group_id=leaf.turn.group_id,
-                cut_reason=cut.value,
+                cut_reason=reason,
                 engine_tokens=engine,
-                reward=float(reward) if isinstance(reward, int | float) and not isinstance(reward, bool) else None,
+                reward=reward,
                 flags=sorted(flags),
                 metadata=metadata if behaviour is None else {**metadata, "behaviour": behaviour},
             )
             res.samples.append(sample)
             if cut is not CutReason.START:
-                res.cuts[cut.value] += 1
-            res.flags.update(flags)
+                res.cuts[reason] += 1
+            if flags:  # Counter.update of an empty set still costs its type checks
+                res.flags.update(flags)
             for c in todo:
                 trained[c] = sid
                 ct = self.tt[c]
-                res.turns.append(TurnOutcome(c, self.g.graph_id, ct.turn.policy, "trained", None, sid))
+                res.turns.append(TurnOutcome(c, graph_id, ct.turn.policy, "trained", None, sid))
 
 
 def _reply_key(message: AnyMessage) -> str:
