@@ -134,11 +134,13 @@ def _random_table(rng: np.random.Generator) -> pa.Table:
         lp = -rng.exponential(size=k).astype(np.float32)
         lp[rng.random(k) < rng.choice([0.0, 0.3, 1.0])] = np.nan
         logprobs.append(lp)
+    mask = _list(masks, pa.int8())
     return pa.table(
         {
             "sample_id": [f"s{i}" for i in range(n)],
             "input_ids": _list(ids, pa.int32()),
-            "loss_mask": _list(masks, pa.int8()),
+            "loss_mask": mask,
+            "assistant_masks": mask,  # the same arrays (the canonical target's copy): its pages are copied
             "logprobs": _list(logprobs, pa.float32(), nan_is_null=True),
             "reward": _list([rng.random(k % 3) for k in lengths], pa.float64()),
         }

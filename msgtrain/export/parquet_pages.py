@@ -28,6 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 from collections.abc import Iterable, Iterator
@@ -340,12 +341,32 @@ class PageWriter:
     def write(self, group: int, table: pa.Table, names: list[str]) -> None:
         """Encode the columns ``names`` of ``table``, the shard's row group ``group``."""
         if self._file is None:
-            self._file = open(self.path, "wb")  # noqa: SIM115 - held open across row groups, closed by splice
+            self._file = open(self.path, "w+b")  # noqa: SIM115 - held open across row groups, closed by splice
             if _CODECS[self.compression.lower()]:
                 self._codec = pa.Codec(self.compression, compression_level=self.level)
+        written: dict[tuple[Any, ...], _Chunk] = {}
         for name in names:
             column = table.column(name)  # read a chunk at a time, never combined (a copy of a long row)
-            self.chunks.append(self._column(group, name, column.chunks, _Levels.of(table.schema.field(name))))
+            f = table.schema.field(name)
+            # A column of the same arrays as one written before (the canonical target's assistant_masks is its
+            # loss_mask) is the same pages: copied, not encoded again.
+            same = (str(f.type), f.nullable, f.type.value_field.nullable, *map(_identity, column.chunks))
+            if same in written:
+                self.chunks.append(self._copy(written[same], name))
+                continue
+            written[same] = self._column(group, name, column.chunks, _Levels.of(f))
+            self.chunks.append(written[same])
+
+    def _copy(self, chunk: _Chunk, name: str) -> _Chunk:
+        """``chunk``'s pages written again, as column ``name``'s."""
+        assert self._file is not None
+        end = self._file.tell()
+        for at in range(chunk.start, chunk.start + chunk.compressed, 1 << 20):
+            self._file.seek(at)
+            block = self._file.read(min(1 << 20, chunk.start + chunk.compressed - at))
+            self._file.seek(0, os.SEEK_END)
+            self._file.write(block)
+        return dataclasses.replace(chunk, name=name, start=end, data_start=end + chunk.data_start - chunk.start)
 
     def _put(self, kind: int, header: list[Any], body: np.ndarray) -> tuple[int, int]:
         """Write a page of type ``kind`` (its header's other fields ``header``, its body compressed); return its
@@ -434,6 +455,12 @@ class PageWriter:
             self._file.close()
             self._file = None
         self.path.unlink(missing_ok=True)
+
+
+def _identity(array: pa.Array) -> tuple[Any, ...]:
+    """What makes two list arrays the same values: the same buffers, at the same offsets and lengths."""
+    buffers = tuple((b.address, b.size) if b is not None else None for b in array.buffers())
+    return (array.offset, len(array), array.values.offset, len(array.values), buffers)
 
 
 def _bounds(plain: np.ndarray, low: Any, high: Any) -> tuple[Any, Any]:
