@@ -264,10 +264,9 @@ def logprobs_complete(table: pa.Table) -> np.ndarray:
     """Per canonical row: it trains tokens and every trained token has an engine logprob."""
     lp_offsets = arrays.offsets_of(table["logprobs"])
     flat = pc.list_flatten(arrays.as_array(table["logprobs"]))
-    if flat.null_count == len(flat):  # no logprob anywhere (the usual case): nothing to count per token
-        with_logprob = np.zeros(lp_offsets.shape[0] - 1, dtype=np.int64)
-    else:
-        with_logprob = arrays.per_row_sum(pc.is_valid(flat).to_numpy(zero_copy_only=False), lp_offsets)
+    if flat.null_count == len(flat):  # no logprob anywhere (the usual case): no row is complete, nothing to count
+        return np.zeros(lp_offsets.shape[0] - 1, dtype=bool)
+    with_logprob = arrays.per_row_sum(pc.is_valid(flat).to_numpy(zero_copy_only=False), lp_offsets)
     trained = arrays.per_row_sum(arrays.flat_values(table["loss_mask"], np.int8), arrays.offsets_of(table["loss_mask"]))
     return np.asarray((with_logprob == trained) & (trained > 0), dtype=bool)
 
