@@ -11,7 +11,7 @@ from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.structure.structural import table_rows
-from tests.unseen_books import FIXTURES, books, contexts
+from tests.unseen_books import FIXTURES, books, contexts, graphs
 
 MATH = "You are a careful math tutor. Think, then answer in \\boxed{}."
 HELPFUL = "You are a helpful assistant."
@@ -135,3 +135,64 @@ def test_texts_that_are_each_a_whole_conversation_stay_each_a_rollout(tmp_path: 
     path = tmp_path / "group.jsonl"
     path.write_text(json.dumps({"content": [one, two], "rewards": [1.0, 0.0]}) + "\n", encoding="utf-8")
     assert contexts(path) == [[("user", "Hi?"), ("assistant", "Hello.")], [("user", "Hi?"), ("assistant", "Hey.")]]
+
+
+PERU = [
+    ("system", HELPFUL),
+    ("user", "What is the capital of Peru? Answer in <answer></answer>."),
+]
+
+
+def test_a_skyrl_eval_dump_keeps_why_the_engine_stopped_each_output() -> None:
+    # SkyRL's dumped eval results: one sample a line, `input_prompt` the prompt ids decoded (the template's markup
+    # kept), `output_response` the response decoded with its end token, `score`, `stop_reason` beside. Before: the
+    # second output, stopped at the token limit (stop_reason "length", no end token), was trained with an end of turn
+    # the model never sampled.
+    path = FIXTURES / "skyrl-eval-dump.jsonl"
+    assert detect_format(path).name == "structural"
+    assert books(path) == (2, 0, 0)
+    assert contexts(path) == [
+        [*PERU, ("assistant", "<answer>Lima</answer>")],
+        [*PERU, ("assistant", "Let me think about the capitals of South America one by one")],
+    ]
+    finishes = [
+        generation.finish_reason if (generation := graph.generation(n.id)) is not None else None
+        for graph in graphs(path)
+        for n in graph.nodes.values()
+        if n.origin.value == "sampled"
+    ]
+    assert finishes == ["stop", "length"]
+    assert [x["reward"] for x in _extras(path)] == [1.0, 0.0]
+
+
+def test_a_finish_reason_beside_a_plain_completion_is_the_replys(tmp_path: Path) -> None:
+    rows = [{"prompt": "Count to ten.", "completion": "One, two, three", "finish_reason": "length"}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    ((generation,),) = [
+        [g.generation(n.id) for n in g.nodes.values() if n.origin.value == "sampled"] for g in graphs(path)
+    ]
+    assert generation is not None and generation.stopped_at_limit
+
+
+def test_a_tau_bench_result_trains_each_agent_turn_and_says_its_tools_were_not_logged() -> None:
+    # tau-bench's results file (a list of {task_id, reward, info, traj, trial}, `traj` the agent's OpenAI messages,
+    # the wiki as the system message): three replies, each after the messages before it; the file holds no tool
+    # schemas, which the model was sent, so the graph says its context lacks them
+    path = FIXTURES / "tau-bench-results.json"
+    assert books(path) == (3, 0, 0)
+    head = [
+        ("system", "# Airline policy\nYou are an airline agent. Verify the user before changes."),
+        ("user", "Hi, I want to cancel reservation ABC123."),
+        ("assistant", [("get_reservation_details", {"reservation_id": "ABC123"})]),
+    ]
+    result = ("tool", ("get_reservation_details", '{"reservation_id": "ABC123", "status": "confirmed"}'))
+    ask = ("assistant", "I found ABC123. Shall I cancel it? (yes/no)")
+    assert contexts(path) == [
+        head,
+        [*head, result, ask],
+        [*head, result, ask, ("user", "yes"), ("assistant", "It is cancelled.")],
+    ]
+    (graph,) = graphs(path)
+    assert graph.metadata["context_incomplete"]["missing"] == ["tools"]
+    assert [x["reward"] for x in _extras(path)] == [1.0]

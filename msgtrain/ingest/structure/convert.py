@@ -138,6 +138,9 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
             branches = _text_branches(builder, completion, f"{at}.{m.columns['completion']}", meta)
         else:
             completion = completion[0] if text_samples(completion) else completion
+            finish = logged_finish(holder) if isinstance(completion, str) else None
+            if finish is not None:  # why the engine stopped its one text, logged beside it (SkyRL's stop_reason)
+                completion = {"role": "assistant", "content": completion, "finish_reason": finish}
             gap = _add_replies(builder, completion, f"{at}.{m.columns['completion']}", meta)
         if not branches and not any(s.message.role == "assistant" for s in builder.steps[start:]):
             raise ValidationError(
