@@ -196,3 +196,44 @@ def test_a_tau_bench_result_trains_each_agent_turn_and_says_its_tools_were_not_l
     (graph,) = graphs(path)
     assert graph.metadata["context_incomplete"]["missing"] == ["tools"]
     assert [x["reward"] for x in _extras(path)] == [1.0]
+
+
+CALC = [("system", "You are a math agent. Use the calc tool."), ("user", "What is 12*13?")]
+CALL = ("assistant", '<tool_call>\n{"name": "calc", "arguments": {"expr": "12*13"}}\n</tool_call>')
+RESPONSE = ("user", "<tool_response>\n156\n</tool_response>")
+
+
+def test_a_multi_turn_output_decoded_whole_trains_its_last_reply_after_the_responses_it_holds() -> None:
+    # verl's agent loop: the dumped `output` is the response ids decoded whole, the tool response the engine was
+    # handed between the two replies inside it (role lines bare, special tokens skipped). Before: the whole output,
+    # the tool response included, was trained as one reply the model sampled. Now the last reply is trained after
+    # the turns the output holds; the earlier reply is context (injected), not trained as text it never sampled.
+    path = FIXTURES / "verl-agent-loop.jsonl"
+    assert books(path) == (1, 0, 0)
+    assert contexts(path) == [[*CALC, CALL, RESPONSE, ("assistant", "The answer is 156.")]]
+    (graph,) = graphs(path)
+    assert [n.origin.value for n in graph.nodes.values()] == ["context", "context", "injected", "context", "sampled"]
+
+
+def test_a_multi_turn_output_with_its_control_tokens_is_split_the_same_way(tmp_path: Path) -> None:
+    # SkyRL's output_response of a multi-turn rollout keeps the template's control tokens between the turns
+    prompt = (
+        "<|im_start|>system\nYou are a math agent. Use the calc tool.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 12*13?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    output = (
+        '<tool_call>\n{"name": "calc", "arguments": {"expr": "12*13"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\n156\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\nThe answer is 156.<|im_end|>"
+    )
+    path = tmp_path / "dump.jsonl"
+    row = {"input_prompt": prompt, "output_response": output, "score": 1.0, "stop_reason": "stop"}
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert contexts(path) == [[*CALC, CALL, RESPONSE, ("assistant", "The answer is 156.")]]
+
+
+def test_a_reply_that_only_mentions_a_role_line_stays_the_reply_it_is(tmp_path: Path) -> None:
+    prompt = "system\nYou are terse.\nuser\nWrite the word assistant on its own line.\nassistant\n"
+    path = tmp_path / "dump.jsonl"
+    path.write_text(json.dumps({"input": prompt, "output": "Here:\nassistant\nDone."}) + "\n", encoding="utf-8")
+    assert contexts(path)[0][-1] == ("assistant", "Here:\nassistant\nDone.")

@@ -317,6 +317,33 @@ _OPENINGS = {
 TRIMMING_FAMILIES = frozenset({"inst"})
 
 
+def continued_conversation(prompt: Any, completion: Any) -> tuple[str, str] | None:
+    """A completion that carries its rendered prompt on past turns of other roles (a multi-turn rollout decoded whole:
+    verl's agent loop and SkyRL keep the tool responses the engine was handed between the replies inside the
+    response): the prompt extended through the completion's last assistant opening of the prompt's family, and the
+    reply after that opening. The earlier replies become the extended prompt's assistant messages (context, not
+    trained), the responses between them its other turns. None unless the prompt is a rendered prompt, the
+    completion holds the family's assistant opening, and the extended prompt parses as the same family with more
+    turns (a reply that merely mentions the opening does not)."""
+    if not (isinstance(prompt, str) and isinstance(completion, str)):
+        return None
+    rendered = parse_rendered_prompt(prompt)
+    if rendered is None:
+        return None
+    opening = _OPENINGS.get(rendered.family) or (_DECODED_OPENING if rendered.family == "chatml_decoded" else None)
+    cut = completion.rfind(opening) if opening is not None else -1
+    if opening is None or cut < 0:
+        return None
+    cut += len(opening)
+    longer = parse_rendered_prompt(prompt + completion[:cut])
+    if longer is None or longer.family != rendered.family or len(longer.messages) <= len(rendered.messages):
+        return None
+    return prompt + completion[:cut], completion[cut:]
+
+
+_DECODED_OPENING = "\nassistant\n"  # ChatML decoded with its special tokens skipped: the role line alone
+
+
 def split_rendered_conversation(text: Any) -> tuple[RenderedPrompt, str] | None:
     """A whole conversation a chat template rendered, its last reply included and closed by the family's end token
     (RL tools log rollouts so: Atropos's ``messages``), as the rendered prompt the reply was sampled after and the

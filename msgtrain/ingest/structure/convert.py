@@ -41,7 +41,12 @@ from msgtrain.ingest.common.message_like import (
     said,
     thread_without_request,
 )
-from msgtrain.ingest.common.rendered_prompts import RENDERED_PROMPT_KEY, RenderedPrompt, parse_rendered_prompt
+from msgtrain.ingest.common.rendered_prompts import (
+    RENDERED_PROMPT_KEY,
+    RenderedPrompt,
+    continued_conversation,
+    parse_rendered_prompt,
+)
 from msgtrain.ingest.common.shapes import MessageNormaliser, parse_transcript
 from msgtrain.ingest.common.tool_schemas import openai_tools
 from msgtrain.ingest.common.turn_pieces import unlogged_context
@@ -124,10 +129,13 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         mark_last_reply(builder.steps, label)
     elif m.layout == "prompt_completion":
         _check_no_media_beside(holder, m.columns["prompt"], at)
-        rendered = _prompt_steps(builder, m.field_of(holder, "prompt"), f"{at}.{m.columns['prompt']}")
+        prompt, completion = m.field_of(holder, "prompt"), _json_response(m.field_of(holder, "completion"))
+        continued = continued_conversation(prompt, completion)
+        if continued is not None:  # the replies and the responses between them decoded as one completion
+            prompt, completion = continued
+        rendered = _prompt_steps(builder, prompt, f"{at}.{m.columns['prompt']}")
         start = len(builder.steps)
         meta = _reply_metadata({"label": label} if label is not None else None, rendered)
-        completion = _json_response(m.field_of(holder, "completion"))
         if text_samples(completion):
             completion = [sample_text(v) for v in completion]
         completion = _logged_reply_text(completion, rendered)
