@@ -206,13 +206,13 @@ RESPONSE = ("user", "<tool_response>\n156\n</tool_response>")
 def test_a_multi_turn_output_decoded_whole_trains_its_last_reply_after_the_responses_it_holds() -> None:
     # verl's agent loop: the dumped `output` is the response ids decoded whole, the tool response the engine was
     # handed between the two replies inside it (role lines bare, special tokens skipped). Before: the whole output,
-    # the tool response included, was trained as one reply the model sampled. Now the last reply is trained after
-    # the turns the output holds; the earlier reply is context (injected), not trained as text it never sampled.
+    # the tool response included, was trained as one reply the model sampled. Now each reply is trained after the
+    # turns before it, the tool response between them context.
     path = FIXTURES / "verl-agent-loop.jsonl"
-    assert books(path) == (1, 0, 0)
-    assert contexts(path) == [[*CALC, CALL, RESPONSE, ("assistant", "The answer is 156.")]]
+    assert books(path) == (2, 0, 0)
+    assert contexts(path) == [[*CALC, CALL], [*CALC, CALL, RESPONSE, ("assistant", "The answer is 156.")]]
     (graph,) = graphs(path)
-    assert [n.origin.value for n in graph.nodes.values()] == ["context", "context", "injected", "context", "sampled"]
+    assert [n.origin.value for n in graph.nodes.values()] == ["context", "context", "sampled", "context", "sampled"]
 
 
 def test_a_multi_turn_output_with_its_control_tokens_is_split_the_same_way(tmp_path: Path) -> None:
@@ -229,7 +229,7 @@ def test_a_multi_turn_output_with_its_control_tokens_is_split_the_same_way(tmp_p
     path = tmp_path / "dump.jsonl"
     row = {"input_prompt": prompt, "output_response": output, "score": 1.0, "stop_reason": "stop"}
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
-    assert contexts(path) == [[*CALC, CALL, RESPONSE, ("assistant", "The answer is 156.")]]
+    assert contexts(path) == [[*CALC, CALL], [*CALC, CALL, RESPONSE, ("assistant", "The answer is 156.")]]
 
 
 def test_a_reply_that_only_mentions_a_role_line_stays_the_reply_it_is(tmp_path: Path) -> None:

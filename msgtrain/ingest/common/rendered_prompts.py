@@ -317,11 +317,11 @@ _OPENINGS = {
 TRIMMING_FAMILIES = frozenset({"inst"})
 
 
-def continued_conversation(prompt: Any, completion: Any) -> tuple[str, str] | None:
+def continued_conversation(prompt: Any, completion: Any) -> tuple[RenderedPrompt, str] | None:
     """A completion that carries its rendered prompt on past turns of other roles (a multi-turn rollout decoded whole:
     verl's agent loop and SkyRL keep the tool responses the engine was handed between the replies inside the
-    response): the prompt extended through the completion's last assistant opening of the prompt's family, and the
-    reply after that opening. The earlier replies become the extended prompt's assistant messages (context, not
+    response): the prompt extended through the completion's last assistant opening of the prompt's family, parsed,
+    and the reply after that opening. The earlier replies become the extended prompt's assistant messages (context, not
     trained), the responses between them its other turns. None unless the prompt is a rendered prompt, the
     completion holds the family's assistant opening, and the extended prompt parses as the same family with more
     turns (a reply that merely mentions the opening does not)."""
@@ -338,7 +338,7 @@ def continued_conversation(prompt: Any, completion: Any) -> tuple[str, str] | No
     longer = parse_rendered_prompt(prompt + completion[:cut])
     if longer is None or longer.family != rendered.family or len(longer.messages) <= len(rendered.messages):
         return None
-    return prompt + completion[:cut], completion[cut:]
+    return longer, completion[cut:]
 
 
 _DECODED_OPENING = "\nassistant\n"  # ChatML decoded with its special tokens skipped: the role line alone

@@ -131,10 +131,15 @@ def convert_found(path: Path, ref: SourceRef, found: Found) -> list[ReadEvent]:
         _check_no_media_beside(holder, m.columns["prompt"], at)
         prompt, completion = m.field_of(holder, "prompt"), _json_response(m.field_of(holder, "completion"))
         continued = continued_conversation(prompt, completion)
-        if continued is not None:  # the replies and the responses between them decoded as one completion
-            prompt, completion = continued
         rendered = _prompt_steps(builder, prompt, f"{at}.{m.columns['prompt']}")
         start = len(builder.steps)
+        if continued is not None and rendered is not None:  # replies and the responses between them, decoded as one
+            # the earlier replies were sampled after the prompt and the turns before them: trained as such, the
+            # responses between them context; the last reply keeps the text it was sampled after (all of it)
+            between, completion = continued
+            said = f"{at}.{m.columns['completion']}"
+            builder.add_list(between.messages[len(rendered.messages) :], said, trained=True)
+            rendered = between
         meta = _reply_metadata({"label": label} if label is not None else None, rendered)
         if text_samples(completion):
             completion = [sample_text(v) for v in completion]
