@@ -237,3 +237,29 @@ def test_a_reply_that_only_mentions_a_role_line_stays_the_reply_it_is(tmp_path: 
     path = tmp_path / "dump.jsonl"
     path.write_text(json.dumps({"input": prompt, "output": "Here:\nassistant\nDone."}) + "\n", encoding="utf-8")
     assert contexts(path)[0][-1] == ("assistant", "Here:\nassistant\nDone.")
+
+
+def test_an_agentgym_trajectory_trains_the_turns_marked_for_loss_and_carries_the_fixed_acknowledgement() -> None:
+    # AgentGym / AgentInstruct trajectories: `conversations` of {from, loss, value}; the instruction prompt's fixed
+    # "OK." from gpt is `loss: false` (written by the data builder, not sampled), each agent step `loss: true`
+    path = FIXTURES / "agentgym-traj.jsonl"
+    assert books(path) == (2, 1, 0)
+    head = [
+        ("user", "You are an agent in a shop. Reply with one action per turn: search[...] or click[...]."),
+        ("assistant", "OK."),
+        ("user", "Instruction: find a red mug under 10 dollars.\n[Search]"),
+        ("assistant", "Thought: search first.\nAction: search[red mug]"),
+    ]
+    assert contexts(path) == [
+        head,
+        [*head, ("user", "[Back to Search] [B01] Red mug $8"), ("assistant", "Thought: B01 fits.\nAction: click[B01]")],
+    ]
+    (graph,) = graphs(path)
+    assert [n.origin.value for n in graph.nodes.values()] == [
+        "context",
+        "carried",
+        "context",
+        "sampled",
+        "context",
+        "sampled",
+    ]
