@@ -65,8 +65,12 @@ CLINE_HISTORY = [
 def test_a_saved_message_list_is_one_conversation_and_its_blocks_choose_the_reader(tmp_path: Path) -> None:
     # Voted message by message, OpenAI chat (which takes any user / assistant message) outvoted the reader of the
     # Anthropic blocks a few messages hold, and the whole file was rejected at its first tool_use.
+    # (the Cline reader takes a Cline history: the Anthropic blocks, with Cline's own rules; any other saved list of
+    # Anthropic messages is the Anthropic reader's)
     path = _write(tmp_path / "logs" / "api_conversation_history.json", CLINE_HISTORY)
-    assert detect_format(path).name == "anthropic"
+    assert detect_format(path).name == "cline_task"
+    plain = json.loads(json.dumps(CLINE_HISTORY).replace("environment_details", "workspace"))
+    assert detect_format(_write(tmp_path / "saved" / "history.json", plain)).name == "anthropic"
     code, _, report = convert(tmp_path, path)
     assert code == 0 and report["records"]["rejected"] == 0
     assert report["turns"]["found"] == report["turns"]["trained"] == 2

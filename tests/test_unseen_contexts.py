@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from msgtrain.ingest.detect import detect_format
+from msgtrain.ingest.formats.sessions.cline_task import HISTORY
 from msgtrain.model.completeness import SHRUNK_PROMPT, carry_replies_after_shrunk_prompt, reported_prompt_range
 from msgtrain.model.graph import MessageGraph, Origin
 from msgtrain.model.message import (
@@ -685,3 +686,55 @@ def test_an_opencode_turn_aborted_after_its_last_call_ended_trains_that_call(tmp
     (folder / "part" / "msg_0012" / "prt_0099z.json").write_text(json.dumps(finish), encoding="utf-8")
     _, stats, _ = convert_file(folder, SETTINGS)
     assert (stats.turns_trained, dict(stats.turns_dropped)) == (9, {})
+
+
+def test_a_cline_history_file_named_on_its_own_is_read_by_its_task_folders_rules(tmp_path: Path) -> None:
+    # The history file alone (a user passes it, or shares it under another name): before, the Anthropic reader read
+    # it and trained Cline's interruption notice with the partial text as a finished reply
+    history = json.loads((ROOT / "sample_logs" / "cline_task" / "1765000000000" / HISTORY).read_text(encoding="utf-8"))
+    partial = "I'll read the scr\n\n[Response interrupted by user]"
+    history[1]["content"] = [{"type": "text", "text": partial}]
+    history[2]["content"] = [{"type": "text", "text": "[TASK RESUMPTION] This task was interrupted just now."}]
+    alone = tmp_path / "task-history.json"
+    alone.write_text(json.dumps(history, indent=1), encoding="utf-8")
+    assert detect_format(alone).name == "cline_task"
+    _, stats, rejects = convert_file(alone, SETTINGS)
+    assert not rejects and (stats.turns_trained, dict(stats.turns_dropped)) == (2, {"interrupted": 1})
+    assert all(c[-1][1] != partial for c in contexts(alone))
+    (graph,) = graphs(alone)
+    assert set(graph.metadata["context_incomplete"]["missing"]) == {"system_prompt", "tools"}
+
+
+def test_a_cline_history_file_named_inside_its_task_folder_uses_the_folders_ui_messages(tmp_path: Path) -> None:
+    # named inside its task folder, the file is read with the UI messages beside it (the truncation they record),
+    # and the same turns as the folder are trained; the files beside it are not records of this input
+    folder = tmp_path / "1765000000000"
+    shutil.copytree(FIXTURES / "cline-task" / "1765000000000", folder)
+    _, whole, _ = convert_file(folder, SETTINGS)
+    _, alone, rejects = convert_file(folder / HISTORY, SETTINGS)
+    assert not rejects and (alone.turns_trained, dict(alone.turns_dropped)) == (4, {"context_unknown": 2})
+    assert (alone.turns_trained, alone.turns_dropped) == (whole.turns_trained, whole.turns_dropped)
+    assert contexts(folder / HISTORY) == contexts(folder)
+    assert not alone.records_skipped
+
+
+def test_a_list_of_call_records_holding_clines_blocks_is_not_a_cline_history(tmp_path: Path) -> None:
+    # per-call records a proxy logged for Cline hold its <environment_details> too, but they are not its history
+    calls = [
+        {
+            "request": {
+                "model": "m-1",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": f"<task>\nStep {i}\n</task>\n<environment_details>\n</environment_details>",
+                    }
+                ],
+            },
+            "response": {"choices": [{"message": {"role": "assistant", "content": f"Done {i}."}}]},
+        }
+        for i in range(3)
+    ]
+    path = tmp_path / "calls.json"
+    path.write_text(json.dumps(calls), encoding="utf-8")
+    assert detect_format(path).name != "cline_task"

@@ -102,7 +102,7 @@ def _books(path: Path, settings: LinearizeSettings = SETTINGS) -> tuple[int, int
 @pytest.mark.parametrize(("name", "replies"), HAND_COUNTS)
 def test_every_reply_of_an_unseen_projects_export_is_trained_once(name: str, replies: int) -> None:
     path = FIXTURES / name
-    owners = {"autogen": "autogen", "jan": "openai_chat", "areal": "openai_chat", "cline": "anthropic"}
+    owners = {"autogen": "autogen", "jan": "openai_chat", "areal": "openai_chat", "cline": "cline_task"}
     owner = owners.get(name.split("-")[0], "structural")
     assert detect_format(path).name == owner
     dropped = NOT_TRAINED.get(name, 0)

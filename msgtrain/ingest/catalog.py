@@ -89,6 +89,11 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/amp/T-0e5a.json",
     ),
     (
+        "cline_task",
+        "Cline / Roo Code / Kilo Code task folders: api_conversation_history.json + ui_messages.json",
+        "sample_logs/cline_task/1765000000000",
+    ),
+    (
         "anthropic",
         "Anthropic Messages: message lists with system, or request/response pairs (content blocks; streamed responses as event lists)",
         "sample_logs/anthropic/request_response.jsonl",
@@ -199,11 +204,6 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
         "sample_logs/opencode/storage",
     ),
     (
-        "cline_task",
-        "Cline / Roo Code / Kilo Code task folders: api_conversation_history.json + ui_messages.json",
-        "sample_logs/cline_task/1765000000000",
-    ),
-    (
         "otel",
         "OpenTelemetry GenAI spans (gen_ai.input/output.messages, tool spans; JSON, OTLP/JSON or JSONL)",
         "sample_logs/otel/trace.json",
@@ -239,6 +239,7 @@ READERS: tuple[Row, ...] = (
     ('marsys', 'msgtrain.ingest.formats.sessions.marsys', (), (('"agent_call"', '"agent_response"', '"error"', '"message_id"'), ()), None),
     ('go_agent', 'msgtrain.ingest.formats.sessions.go_agent', (), (('"args"', '"thread_id"'), ()), None),
     ('amp', 'msgtrain.ingest.formats.sessions.amp', (), (('"messageId"',), ()), None),
+    ('cline_task', 'msgtrain.ingest.formats.sessions.cline_task', ('detect_directory',), (('<environment_details>',), ('*/api_conversation_history.json',)), None),
     ('anthropic', 'msgtrain.ingest.formats.api.anthropic', (), (('"redacted_thinking"', '"request"', '"response"', '"system"', '"thinking"', '"tool_result"', '"tool_use"'), ()), None),
     ('openai_responses', 'msgtrain.ingest.formats.api.openai_responses', (), (('"custom_tool_call"', '"custom_tool_call_output"', '"function_call"', '"function_call_output"', '"input_audio"', '"input_file"', '"input_image"', '"input_text"', '"output_text"', '"reasoning"', '"request"', '"response"'), ()), None),
     ('calls', 'msgtrain.ingest.formats.api.calls', (), None, None),
@@ -261,7 +262,6 @@ READERS: tuple[Row, ...] = (
     ('openhands_v1', 'msgtrain.ingest.formats.sessions.openhands_v1', ('detect_directory',), ((), ()), None),
     ('strands', 'msgtrain.ingest.formats.sessions.strands', ('detect_directory',), ((), ()), None),
     ('opencode', 'msgtrain.ingest.formats.sessions.opencode', ('detect_directory',), ((), ()), None),
-    ('cline_task', 'msgtrain.ingest.formats.sessions.cline_task', ('detect_directory',), ((), ()), None),
     ('otel', 'msgtrain.ingest.formats.traces.otel', (), (('gen_ai.', 'openinference.span.kind', 'llm.input_messages', '"input_messages"', 'mlflow.spanType'), ()), None),
     ('sharegpt', 'msgtrain.ingest.mappings:sharegpt', (), (('"from"', '"value"'), ()), None),
     ('openai_chat', 'msgtrain.ingest.mappings:openai_chat', ('explain',), (('"role"',), ()), None),

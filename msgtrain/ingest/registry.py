@@ -55,6 +55,8 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "sessions.marsys",
     _FORMATS + "sessions.go_agent",
     _FORMATS + "sessions.amp",  # Anthropic-shaped blocks with Amp's tool_result runs: before anthropic
+    _FORMATS
+    + "sessions.cline_task",  # a task folder, or a history of Anthropic messages with its blocks: before anthropic
     _FORMATS + "api.anthropic",
     _FORMATS + "api.openai_responses",
     _FORMATS + "api.calls",
@@ -78,7 +80,6 @@ MODULES: tuple[str, ...] = (
     _FORMATS + "sessions.openhands_v1",
     _FORMATS + "sessions.strands",  # a folder of Converse message files, never a file of its own
     _FORMATS + "sessions.opencode",  # a storage folder of session, message and part files, never a file of its own
-    _FORMATS + "sessions.cline_task",  # a task folder of history files, never a file of its own
     _FORMATS + "traces.otel",
     # The generic conversation lists last (shipped mappings): ShareGPT turns, then any list of OpenAI-role messages.
     _SHIPPED + "sharegpt",

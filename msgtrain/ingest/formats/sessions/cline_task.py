@@ -14,7 +14,10 @@ under the extension's storage (``.../saoudrizwan.claude-dev/tasks/<task id>/``) 
 
 The folder is the unit (``detect_directory``: both history files): input discovery hands it over once. Each file is
 one record (the history one graph, ``cline:<task id>``, policy ``cline``; the others read beside it or skipped as
-``cline_<file>``).
+``cline_<file>``). A history file named on its own (``api_conversation_history.json``, or a JSON list of Anthropic
+messages under any name whose head holds the ``<environment_details>`` block these agents append to every user
+turn) is read by the same rules, with the task folder's UI messages and context edits where it sits in one: the
+Anthropic reader would train Cline's interruption notices and stand-ins.
 
 What is read: the history as the Anthropic reader reads a message list (every assistant message a reply sampled after
 the messages before it); a request's reported prompt size (``tokensIn``, ``cacheWrites``, ``cacheReads``) goes to
@@ -65,11 +68,14 @@ HISTORY = "api_conversation_history.json"
 UI = "ui_messages.json"
 OLD_UI = "claude_messages.json"  # its name before Cline 2 (Claude Dev), until the task is opened again
 CONTEXT_EDITS = "context_history.json"
+# The block Cline (and Roo Code, Kilo Code) append to the user's content of every request it sends
+ENVIRONMENT_DETAILS = "<environment_details>"
 UNLOGGED = "Cline stores the conversation, not the system prompt (with its tools) it builds for each request"
 # What Cline (and Roo Code, Kilo Code) appends to a reply it stopped reading (Task.abortStream: the user's cancel, an
 # API error mid-stream; the stream loop: a rejected tool, a second tool after the one a message may hold)
 # What Cline (and its forks) store as the reply when a call returned no text and no tool use: its own text, no reply
 NO_RESPONSE = "Failure: I did not provide a response."
+_USER_FIRST = re.compile(r'\{\s*"role"\s*:\s*"user"')
 INTERRUPTED = re.compile(
     r"\n\n\[Response interrupted by (user|API Error|user feedback|a tool use result\.[^\]\n]*)\]\s*$", re.M
 )
@@ -81,19 +87,30 @@ class ClineTaskReader:
     example = "sample_logs/cline_task/1765000000000"
 
     # What detect needs to see in a file (msgtrain.ingest.core.marks): detection imports only readers it admits.
-    marks = Marks()
+    marks = Marks(texts=(ENVIRONMENT_DETAILS,), names=(f"*/{HISTORY}",))
 
     def detect(self, path: Path, head: bytes) -> bool:
-        # The unit is the task folder; its history file alone is the Anthropic reader's.
-        del path, head
-        return False
+        # A history file given on its own (or under another name): a JSON list of Anthropic messages whose user
+        # messages carry the <environment_details> block every Cline / Roo / Kilo request appends to the user's turn
+        start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+        if not start.startswith(b"[") or not (path.name == HISTORY or ENVIRONMENT_DETAILS.encode() in head):
+            return False
+        text = start[1:].decode("utf-8", "ignore").lstrip()
+        try:
+            first, _ = json.JSONDecoder().raw_decode(text)
+        except ValueError:  # a first message longer than the head: its opening must say it is the user's
+            return _USER_FIRST.match(text) is not None
+        return isinstance(first, dict) and first.get("role") == "user" and "content" in first
 
     def detect_directory(self, path: Path) -> bool:
         # Two stat calls: discovery asks this of every folder it walks.
         return (path / HISTORY).is_file() and ((path / UI).is_file() or (path / OLD_UI).is_file())
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
-        if not path.is_dir() or not self.detect_directory(path):
+        if path.is_file():
+            yield from _read_history_file(path)
+            return
+        if not self.detect_directory(path):
             raise ValidationError(
                 f"a Cline task is a folder with {HISTORY} and {UI}",
                 where=str(path),
@@ -111,7 +128,7 @@ class ClineTaskReader:
         if reject is None:
             try:
                 cut = _first_cut(ui, edits, ui_reject or edits_reject)
-                yield _graph(path, history, _requests(ui), cut, records=1 + beside)
+                yield _graph(path / HISTORY, history, _requests(ui), cut, records=1 + beside, key=path.name)
                 beside = 0
             except MsgtrainError as e:
                 where = path / HISTORY
@@ -124,6 +141,29 @@ class ClineTaskReader:
             count = sum(1 for p in other.rglob("*") if p.is_file()) if other.is_dir() else 1
             if count:
                 yield ReadSkip(SourceRef(str(other), "file"), f"cline_{other.stem}", count)
+
+
+def _read_history_file(path: Path) -> Iterator[ReadEvent]:
+    """A history file named on its own: read with the rules of its task folder, and with the UI messages and context
+    edits beside it when it sits in one (they say which requests were cut and what each request's prompt size was;
+    one of them unreadable makes every reply's context unknown, as in the folder). The files beside it are not
+    records of this input: no events for them."""
+    history, reject = _load(path)
+    if reject is not None:
+        yield reject
+        return
+    folder = path.parent
+    requests: dict[int, tuple[dict[str, Any], int | None]] = {}
+    cut: tuple[int, str] | None = None
+    if path.name == HISTORY and READER.detect_directory(folder):
+        ui, ui_reject = _load(folder / UI if (folder / UI).is_file() else folder / OLD_UI)
+        edits, edits_reject = _load(folder / CONTEXT_EDITS) if (folder / CONTEXT_EDITS).is_file() else (None, None)
+        requests, cut = _requests(ui), _first_cut(ui, edits, ui_reject or edits_reject)
+    key = folder.name if path.name == HISTORY else path.stem
+    try:
+        yield _graph(path, history, requests, cut, records=1, key=key)
+    except MsgtrainError as e:
+        yield ReadReject(SourceRef(str(path), "file"), e.located(str(path)), excerpt(read_head(path)))
 
 
 def _load(path: Path) -> tuple[Any, ReadReject | None]:
@@ -202,11 +242,12 @@ def _first_edit_time(edits: Any) -> int | None:
 
 
 def _graph(
-    folder: Path,
+    history_file: Path,
     history: Any,
     requests: dict[int, tuple[dict[str, Any], int | None]],
     cut: tuple[int, str] | None,
     records: int,
+    key: str,
 ) -> ReadGraph:
     if not isinstance(history, list):
         raise ValidationError(f"{HISTORY} is not a list of messages", code="bad_document")
@@ -236,12 +277,12 @@ def _graph(
         steps.append(Step(message, origin, step.generation, step.index))
     graph = build_linear_graph(
         steps,
-        base_id=graph_id_for("cline", folder.name, folder),
-        metadata={"source_format": "cline_task", "task_id": folder.name},
+        base_id=graph_id_for("cline", key, history_file),
+        metadata={"source_format": "cline_task", "task_id": key},
         policy=POLICY,
     )
     mark_context_incomplete(graph, ["system_prompt", "tools"], UNLOGGED)
-    return ReadGraph(graph, SourceRef(str(folder / HISTORY), "file"), records=records)
+    return ReadGraph(graph, SourceRef(str(history_file), "file"), records=records)
 
 
 READER = ClineTaskReader()
