@@ -11,7 +11,8 @@ from msgtrain.ingest.boundary import read_events
 from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.structure.structural import table_rows
-from tests.unseen_books import FIXTURES, books, contexts, graphs
+from msgtrain.run.parts import convert_file
+from tests.unseen_books import FIXTURES, SETTINGS, books, contexts, graphs
 
 MATH = "You are a careful math tutor. Think, then answer in \\boxed{}."
 HELPFUL = "You are a helpful assistant."
@@ -135,6 +136,29 @@ def test_texts_that_are_each_a_whole_conversation_stay_each_a_rollout(tmp_path: 
     path = tmp_path / "group.jsonl"
     path.write_text(json.dumps({"content": [one, two], "rewards": [1.0, 0.0]}) + "\n", encoding="utf-8")
     assert contexts(path) == [[("user", "Hi?"), ("assistant", "Hello.")], [("user", "Hi?"), ("assistant", "Hey.")]]
+
+    # as apply_chat_template writes them: each closed by the newline after its end token (Qwen's ChatML); joined, they
+    # read as one dialogue with the second rollout after the first
+    group = {"step": 3, "rollouts": [one + "\n", two + "\n"], "rewards": 1.0}
+    path.write_text(json.dumps(group) + "\n", encoding="utf-8")
+    assert contexts(path) == [[("user", "Hi?"), ("assistant", "Hello.")], [("user", "Hi?"), ("assistant", "Hey.")]]
+
+
+def test_a_group_of_rendered_rollouts_with_one_cut_is_refused_not_joined(tmp_path: Path) -> None:
+    # two whole rollouts and one cut before its end token (the length limit): not a dialogue of pieces; which text the
+    # cut one sampled is not certain, so the record is a reject that says so, counted with its three rollouts
+    one = "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+    two = "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\nHey.<|im_end|>\n"
+    cut = "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\nWell, let me th"
+    path = tmp_path / "group.jsonl"
+    lines = [
+        {"step": 3, "rollouts": [one, two], "rewards": 1.0},
+        {"step": 3, "rollouts": [one, two, cut], "rewards": 1.0},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    _, stats, rejects = convert_file(path, SETTINGS)
+    assert stats.turns_trained == 2 and len(rejects) == 1
+    assert "2 of the 3 texts at $.rollouts" in json.loads(rejects[0])["message"]
 
 
 PERU = [

@@ -218,6 +218,15 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
         if transcripts:  # whole conversations a chat template rendered (an RL group's rollouts): each one call
             search.found.extend(transcripts)
             return
+        whole = _partial_group(value)
+        if whole:  # rollouts of a group, some of them not whole: counted, never joined into one dialogue
+            why = (
+                f"{whole} of the {len(value)} texts at {path} are each a whole conversation a chat template rendered "
+                "(an RL group's rollouts), the others do not parse into whole turns (a rollout cut before its end "
+                "token?): which text the model sampled for those is not certain"
+            )
+            search.found.append(Ambiguity(path, why, len(value)))
+            return
         wrapped = wrapped_messages(value)
         if wrapped is not None:  # each item holds its message under one key, beside its own bookkeeping
             key, messages = wrapped
@@ -429,8 +438,7 @@ def rendered_text_record(record: dict[str, Any], path: str) -> Found | Ambiguity
     if key is None or any(isinstance(v, list) and any(isinstance(i, dict | list) for i in v) for v in record.values()):
         return None  # records or lists beside the text (messages, completions, rollouts): the text is not the record's
     text = record[key] if isinstance(record[key], str) else "".join(record[key])
-    # the newline a template writes after each turn's end token (ChatML's ``<|im_end|>\n``) may close the text too
-    split = split_rendered_conversation(text) or split_rendered_conversation(text.rstrip("\n"))
+    split = _whole_rendered(text)
     if split is None:
         family = rendered_family(text)
         if family is None:
@@ -463,10 +471,27 @@ def _rendered_pieces(value: Any) -> bool:
     """Whether ``value`` is one rendered conversation kept as the texts of its messages, in order (NeMo RL's
     ``train_data_step{N}.jsonl``: ``content``, each message's text as its chat template rendered it, the reply's with
     its end token): two or more texts that together hold a family's markup, not each a whole conversation (an RL
-    group's rollouts, :func:`rendered_transcripts`). Read as their concatenation, as a ``text`` record is."""
+    group's rollouts, :func:`rendered_transcripts`: two of them whole are a group, even when another one is cut).
+    Read as their concatenation, as a ``text`` record is."""
     if not (isinstance(value, list) and len(value) > 1 and all(isinstance(v, str) for v in value)):
         return False
-    return rendered_family("".join(value)) is not None and not all(split_rendered_conversation(v) for v in value)
+    # two texts that are each a whole conversation are rollouts of a group (one of them cut is still not a dialogue)
+    return rendered_family("".join(value)) is not None and sum(1 for v in value if _whole_rendered(v)) < 2
+
+
+def _partial_group(value: list[Any]) -> int:
+    """How many texts of ``value`` (a list of texts holding a family's markup) are whole rendered conversations, when
+    two or more are but not all: an RL group's rollouts with some of them cut; else 0."""
+    if len(value) < 3 or not all(isinstance(v, str) for v in value) or rendered_family("".join(value)) is None:
+        return 0
+    whole = sum(1 for v in value if _whole_rendered(v))
+    return whole if 2 <= whole < len(value) else 0
+
+
+def _whole_rendered(text: str) -> Any:
+    """``text`` as one whole rendered conversation (prompt, reply), or None; the newline a template writes after each
+    turn's end token (ChatML's ``<|im_end|>\n``) may close it, as in :func:`rendered_text_record`."""
+    return split_rendered_conversation(text) or split_rendered_conversation(text.rstrip("\n"))
 
 
 def rendered_transcripts(value: list[Any], path: str) -> list[Found]:
@@ -478,7 +503,7 @@ def rendered_transcripts(value: list[Any], path: str) -> list[Found]:
         return []
     out = []
     for i, text in enumerate(value):
-        split = split_rendered_conversation(text)
+        split = _whole_rendered(text)
         if split is None:
             return []
         holder = {"prompt": split[0].text, "completion": split[1]}
