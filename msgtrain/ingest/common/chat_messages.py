@@ -7,7 +7,8 @@
   tool call logged without an id gets ``call_<message>_<k>``, and a result without the id of its call answers the
   oldest waiting call of its name, else the oldest waiting call.
 - A ``refusal`` (field or content part) is the assistant's visible text; an assistant message of ``"weight": 0``
-  is carried context, never trained.
+  (``"loss_weight": 0``, axolotl's ``"training": false``, AgentGym's ``"loss": false``) is carried context, never
+  trained.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from msgtrain.errors import ValidationError
 from msgtrain.ingest.common.conversation_files import Step, logged_reply
+from msgtrain.ingest.common.message_like import message_weight
 from msgtrain.model.graph import Origin
 from msgtrain.model.message import DEFAULT_POLICY, OptionCallMessage
 from msgtrain.model.openai import check_reply_present, from_openai_message
@@ -35,12 +37,13 @@ def chat_steps(messages: list[Any], *, policy: str = DEFAULT_POLICY) -> list[Ste
                 hint='each message is an object like {"role": "user", "content": "..."}',
             )
         data = _normalise(raw, i, legacy_calls)
-        if data.get("role") == "assistant" and raw.get("weight") != 0:
+        unweighted = message_weight(raw) == 0  # kept as context: OpenAI's weight 0, axolotl's training false, ...
+        if data.get("role") == "assistant" and not unweighted:
             check_reply_present(data, f"message[{i}]")
         msg = from_openai_message(data, index=i, call_names=names, policy=policy)
         if isinstance(msg, OptionCallMessage):
             names.update({c.invocation_id: c.option_name for c in msg.calls})
-        origin = Origin.CARRIED if msg.role == "assistant" and raw.get("weight") == 0 else None
+        origin = Origin.CARRIED if msg.role == "assistant" and unweighted else None
         msg, generation = logged_reply(msg, raw)
         steps.append(Step(msg, origin=origin, generation=generation, index=i))
     return steps

@@ -136,11 +136,25 @@ CONTEXT_ITEMS = "contextItems"
 
 
 def loss_flag_weight(message: dict[str, Any]) -> int | None:
-    """The weight a boolean ``loss`` flag gives a message (AgentGym / AgentTuning trajectories: ``false`` on the
+    """The weight a boolean flag gives a message: AgentGym / AgentTuning trajectories' ``loss`` (``false`` on the
     scripted turns a task opens with, ``"Ok."`` after the instructions and few-shot replies, ``true`` on the replies
-    the agent generated): 0 or 1, or None when the message has no such flag."""
-    loss = message.get("loss")
-    return (1 if loss else 0) if isinstance(loss, bool) else None
+    the agent generated), axolotl's ``training`` (its ``message_field_training``: ``false`` on a turn kept as context
+    whatever its role); 0 or 1, or None when the message has no such flag."""
+    for key in ("loss", "training"):
+        flag = message.get(key)
+        if isinstance(flag, bool):
+            return 1 if flag else 0
+    return None
+
+
+def message_weight(message: dict[str, Any]) -> Any:
+    """A message's own word on whether it is trained, or None when it says nothing: OpenAI fine-tuning's and
+    axolotl's ``weight``, LLaMA-Factory v1's ``loss_weight`` (a null one, as ShareGPT exports write on every turn, says
+    nothing), else a boolean flag (``loss_flag_weight``)."""
+    for key in ("weight", "loss_weight"):
+        if message.get(key) is not None:
+            return message[key]
+    return loss_flag_weight(message)
 
 
 def history_copy(message: dict[str, Any]) -> bool:

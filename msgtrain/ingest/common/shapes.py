@@ -74,7 +74,7 @@ from msgtrain.ingest.common.message_like import (
     attached_files,
     canonical_role,
     history_copy,
-    loss_flag_weight,
+    message_weight,
     role_of,
     unwrapped,
 )
@@ -330,13 +330,8 @@ class MessageNormaliser:
             out["tool_calls"] = calls
         if isinstance(obj.get("name"), str):
             out["name"] = obj["name"]
-        for key in ("weight", "loss_weight"):  # OpenAI fine-tuning / axolotl; LLaMA-Factory v1
-            if key in obj:
-                out["weight"] = obj[key]
-                break
-        else:
-            if loss_flag_weight(obj) is not None:
-                out["weight"] = loss_flag_weight(obj)
+        if message_weight(obj) is not None:
+            out["weight"] = message_weight(obj)
         if history_copy(obj):
             out["weight"] = 0  # re-sent as history: trained in the run that sampled it
         if out["content"] is None and isinstance(obj.get("refusal"), str):

@@ -1,0 +1,167 @@
+"""Post-training datasets and agent-trajectory datasets on the Hub no other test reads (tests/fixtures/unseen/
+PROVENANCE.md, "Datasets" section), hand-written in the shapes their rows have (texts ours): each file's books
+against a count made by hand, and the context each trained reply sits after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from msgtrain.ingest.detect import detect_format
+from tests.unseen_books import FIXTURES, books, contexts, graphs
+
+
+def test_an_axolotl_turn_marked_training_false_is_context_not_a_trained_reply() -> None:
+    # axolotl `type: chat_template` rows with `message_field_training: training`: a boolean per message that
+    # overrides roles_to_train. Before, the openai_chat reader trained the `"training": false` reply too (2 trained).
+    path = FIXTURES / "axolotl-training-flags.jsonl"
+    assert detect_format(path).name == "openai_chat"
+    assert books(path) == (1, 1, 0)
+    assert contexts(path) == [
+        [
+            ("system", "Answer as a ship's cook."),
+            ("user", "What is for dinner?"),
+            ("assistant", "Fish stew, as always."),
+            ("user", "Again?"),
+            ("assistant", "The sea gives what it gives."),
+        ]
+    ]
+
+
+def test_a_sharegpt_turn_marked_training_false_is_context_not_a_trained_reply() -> None:
+    # the same flag on ShareGPT turns (`field_messages: conversations`, `message_field_role: from`); the last reply,
+    # flagged false, is not trained either. Before: all three replies trained.
+    path = FIXTURES / "axolotl-sharegpt-training-flags.jsonl"
+    assert detect_format(path).name == "sharegpt"
+    assert books(path) == (1, 2, 0)
+    assert contexts(path) == [
+        [
+            ("system", "Answer as a lighthouse keeper."),
+            ("user", "Any ships tonight?"),
+            ("assistant", "Two, both far out."),
+            ("user", "Is the lamp lit?"),
+            ("assistant", "Since dusk."),
+        ]
+    ]
+
+
+def test_an_openhermes_system_prompt_column_heads_the_conversation_it_sits_beside() -> None:
+    # teknium/OpenHermes-2.5 rows: `conversations` of {from, value, weight: null} beside a `system_prompt` column
+    # (set, empty or null) and a dozen metadata columns. Before, a set system_prompt was lost: the reply was trained
+    # after no system message. An empty or null one adds nothing; a system turn of its own stays.
+    path = FIXTURES / "openhermes-system-column.jsonl"
+    assert detect_format(path).name == "sharegpt"
+    assert books(path) == (3, 0, 0)
+    assert contexts(path) == [
+        [("system", "Answer in one word."), ("user", "Name a planet with rings."), ("assistant", "Saturn.")],
+        [
+            ("system", "You are a patient teacher."),
+            ("user", "Why is the sky blue?"),
+            ("assistant", "Air scatters blue light more than red."),
+        ],
+        [("user", "Two plus two?"), ("assistant", "Four.")],
+    ]
+
+
+def test_a_swe_smith_trajectory_of_json_text_trains_each_action_once_after_its_observations() -> None:
+    # SWE-bench/SWE-smith-trajectories rows: `messages` a JSON string of SWE-agent history items (content a list of
+    # text parts, `agent`, `message_type`, `thought` / `action` beside `tool_calls`, tool results naming their calls
+    # by `tool_call_ids`), beside `instance_id`, `resolved`, `model`, `traj_id`, `patch`; no tool schemas.
+    path = FIXTURES / "swe-smith-trajectories.jsonl"
+    assert books(path) == (3, 0, 0)
+    system = ("system", "You solve issues in a repository with the tools given.")
+    issue = ("user", "<issue>mean() of an empty list raises.</issue> Fix it.")
+    grep = ("assistant", [("bash", {"command": "grep -n 'def mean' stats.py"})])
+    found = ("tool", ("bash", "OBSERVATION:\n3:def mean(xs): return sum(xs) / len(xs)"))
+    edit = ("assistant", [("bash", {"command": "sed -i 's/return sum/return 0.0 if not xs else sum/' stats.py"})])
+    ran = ("tool", ("bash", "Your command ran successfully and did not produce any output."))
+    assert contexts(path) == [
+        [system, issue, grep],
+        [system, issue, grep, found, edit],
+        [system, issue, grep, found, edit, ran, ("assistant", [("submit", {})])],
+    ]
+    (graph,) = graphs(path)
+    replies = [n.message for n in graph.nodes.values() if n.origin.value == "sampled"]
+    assert [m.parts[0].text for m in replies] == [
+        "First I read the function.",
+        "I guard the empty case.",
+        "Done; submitting.",
+    ]
+    assert graph.metadata["context_incomplete"]["missing"] == ["tools"]
+
+
+def test_slimorca_turn_weights_train_the_weighted_reply_after_its_system_turn() -> None:
+    # Open-Orca/SlimOrca rows: `conversations` of {from, value, weight}, the system turn's weight null, the human's 0.0,
+    # gpt's 1.0: each row one trained reply, after its own system prompt
+    path = FIXTURES / "slimorca-weights.jsonl"
+    assert books(path) == (2, 0, 0)
+    assert contexts(path) == [
+        [
+            ("system", "You are an AI assistant. Think step by step and justify your answer."),
+            ("user", "Is 91 a prime number?"),
+            ("assistant", "No: 91 = 7 x 13."),
+        ],
+        [
+            ("system", "You are a helpful assistant who answers briefly."),
+            ("user", "Translate 'cat' to French."),
+            ("assistant", "Chat."),
+        ],
+    ]
+
+
+def test_an_apigen_mt_conversation_trains_its_calls_and_replies_after_the_policy_and_tools() -> None:
+    # Salesforce/APIGen-MT-5k rows: `conversations` of {from: human | gpt | function_call | observation, value}, the
+    # calls JSON text, `tools` a JSON string, `system` the domain policy: four replies, two of them calls
+    path = FIXTURES / "apigen-mt-conversations.jsonl"
+    assert books(path) == (4, 0, 0)
+    policy = (
+        "system",
+        "# Retail agent policy\nYou help users with their orders. Confirm before any action that changes an order.",
+    )
+    ask = ("user", "Please cancel my order #W100, I ordered it by mistake.")
+    look = ("assistant", [("get_order_details", {"order_id": "#W100"})])
+    pending = ("tool", ("get_order_details", '{"order_id": "#W100", "status": "pending"}'))
+    confirm = ("assistant", "Order #W100 is pending. Shall I cancel it for the reason 'ordered by mistake'?")
+    cancel = ("assistant", [("cancel_pending_order", {"order_id": "#W100", "reason": "ordered by mistake"})])
+    cancelled = ("tool", ("cancel_pending_order", '{"order_id": "#W100", "status": "cancelled"}'))
+    assert contexts(path) == [
+        [policy, ask, look],
+        [policy, ask, look, pending, confirm],
+        [policy, ask, look, pending, confirm, ("user", "Yes."), cancel],
+        [
+            policy,
+            ask,
+            look,
+            pending,
+            confirm,
+            ("user", "Yes."),
+            cancel,
+            cancelled,
+            ("assistant", "Done: order #W100 is cancelled."),
+        ],
+    ]
+    (graph,) = graphs(path)
+    assert [t["function"]["name"] for t in graph.env.tools] == ["get_order_details", "cancel_pending_order"]
+
+
+def test_a_magpie_row_trains_its_conversation_once_not_its_first_turn_again_from_the_instruction_columns() -> None:
+    # Magpie-Align multi-turn rows: `instruction` / `response` (the first turn) beside `conversations` (all turns),
+    # with the generator's configs (`pre_query_template`) and labels: two replies, each trained once
+    path = FIXTURES / "magpie-multi-turn.jsonl"
+    assert books(path) == (2, 0, 0)
+    first = [("user", "How many legs does a spider have?"), ("assistant", "Eight.")]
+    assert contexts(path) == [first, [*first, ("user", "And an ant?"), ("assistant", "Six.")]]
+
+
+def test_each_dataset_fixture_is_listed_in_the_provenance_file() -> None:
+    listed = (FIXTURES / "PROVENANCE.md").read_text(encoding="utf-8")
+    for name in (
+        "axolotl-training-flags.jsonl",
+        "axolotl-sharegpt-training-flags.jsonl",
+        "openhermes-system-column.jsonl",
+        "swe-smith-trajectories.jsonl",
+        "slimorca-weights.jsonl",
+        "apigen-mt-conversations.jsonl",
+        "magpie-multi-turn.jsonl",
+    ):
+        assert f"`{name}`" in listed, name
+    assert Path(__file__).name in listed
