@@ -738,3 +738,26 @@ def test_a_list_of_call_records_holding_clines_blocks_is_not_a_cline_history(tmp
     path = tmp_path / "calls.json"
     path.write_text(json.dumps(calls), encoding="utf-8")
     assert detect_format(path).name != "cline_task"
+
+
+def test_a_cline_history_file_named_on_its_own_is_converted_again_when_its_ui_messages_change(tmp_path: Path) -> None:
+    # the UI messages beside the history are its partners: the part of a run is keyed by them, so a truncation
+    # recorded after a first run is read by --resume (before, the part built without it was reused, and the replies
+    # after Cline's truncation stayed trained in the whole history)
+    from msgtrain.cli import main
+
+    folder = tmp_path / "1765000000000"
+    shutil.copytree(ROOT / "sample_logs" / "cline_task" / "1765000000000", folder)
+    out = tmp_path / "out"
+    args = ["convert", str(folder / HISTORY), "-o", str(out), "-q"]
+    assert main(args) == 0
+    first = json.loads((out / "report.json").read_text(encoding="utf-8"))["turns"]
+    ui = json.loads((folder / "ui_messages.json").read_text(encoding="utf-8"))
+    requests = [i for i, m in enumerate(ui) if m.get("say") == "api_req_started"]
+    for message in ui[requests[-1] + 1 :]:  # the last request's setup removed a range: its reply is after a cut
+        message["conversationHistoryDeletedRange"] = [1, 2]
+    (folder / "ui_messages.json").write_text(json.dumps(ui), encoding="utf-8")
+    assert main([*args, "--resume"]) == 0
+    again = json.loads((out / "report.json").read_text(encoding="utf-8"))["turns"]
+    assert first["dropped_by_reason"] == {} and again["dropped_by_reason"] == {"context_unknown": 1}
+    assert again["trained"] == first["trained"] - 1

@@ -239,7 +239,7 @@ READERS: tuple[Row, ...] = (
     ('marsys', 'msgtrain.ingest.formats.sessions.marsys', (), (('"agent_call"', '"agent_response"', '"error"', '"message_id"'), ()), None),
     ('go_agent', 'msgtrain.ingest.formats.sessions.go_agent', (), (('"args"', '"thread_id"'), ()), None),
     ('amp', 'msgtrain.ingest.formats.sessions.amp', (), (('"messageId"',), ()), None),
-    ('cline_task', 'msgtrain.ingest.formats.sessions.cline_task', ('detect_directory',), (('<environment_details>',), ('*/api_conversation_history.json',)), None),
+    ('cline_task', 'msgtrain.ingest.formats.sessions.cline_task', ('detect_directory', 'partners'), (('<environment_details>',), ('*/api_conversation_history.json',)), ((), ('*/api_conversation_history.json',))),
     ('anthropic', 'msgtrain.ingest.formats.api.anthropic', (), (('"redacted_thinking"', '"request"', '"response"', '"system"', '"thinking"', '"tool_result"', '"tool_use"'), ()), None),
     ('openai_responses', 'msgtrain.ingest.formats.api.openai_responses', (), (('"custom_tool_call"', '"custom_tool_call_output"', '"function_call"', '"function_call_output"', '"input_audio"', '"input_file"', '"input_image"', '"input_text"', '"output_text"', '"reasoning"', '"request"', '"response"'), ()), None),
     ('calls', 'msgtrain.ingest.formats.api.calls', (), None, None),

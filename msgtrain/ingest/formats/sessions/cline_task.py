@@ -42,12 +42,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.conversation_files import Step, build_linear_graph
 from msgtrain.ingest.common.session_common import as_dict, graph_id_for
+from msgtrain.ingest.core import base
+from msgtrain.ingest.core.files import Beside, input_files
 from msgtrain.ingest.formats import (
     Marks,
     ReadEvent,
@@ -102,6 +104,17 @@ class ClineTaskReader:
             return _USER_FIRST.match(text) is not None
         return isinstance(first, dict) and first.get("role") == "user" and "content" in first
 
+    # A history file named on its own joins the task folder's files beside it (present or not: the part is keyed by
+    # their absence too), reached through the storage interface like every partner
+    partner_marks = Marks(names=(f"*/{HISTORY}",))
+
+    def partners(self, location: PurePosixPath, beside: Beside) -> list[PurePosixPath]:
+        """The UI messages (either name) and context edits beside a file named ``api_conversation_history.json``."""
+        del beside
+        if location.name != HISTORY:
+            return []
+        return [location.parent / UI, location.parent / OLD_UI, location.parent / CONTEXT_EDITS]
+
     def detect_directory(self, path: Path) -> bool:
         # Two stat calls: discovery asks this of every folder it walks.
         return (path / HISTORY).is_file() and ((path / UI).is_file() or (path / OLD_UI).is_file())
@@ -145,25 +158,45 @@ class ClineTaskReader:
 
 def _read_history_file(path: Path) -> Iterator[ReadEvent]:
     """A history file named on its own: read with the rules of its task folder, and with the UI messages and context
-    edits beside it when it sits in one (they say which requests were cut and what each request's prompt size was;
-    one of them unreadable makes every reply's context unknown, as in the folder). The files beside it are not
-    records of this input: no events for them."""
+    edits beside it when it sits in one (its partners: they say which requests were cut and what each request's
+    prompt size was; one of them unreadable makes every reply's context unknown, as in the folder). The files beside
+    it are not records of this input: no events for them."""
     history, reject = _load(path)
     if reject is not None:
         yield reject
         return
-    folder = path.parent
+    files = input_files()
+    beside: dict[str, tuple[Any, ReadReject | None]] = {}
+    for partner in READER.partners(files.location(path), files):
+        f = files.open_sibling(path, partner)
+        if f is not None:
+            with f:
+                beside[partner.name] = _load_sibling(path, partner.name, f)
     requests: dict[int, tuple[dict[str, Any], int | None]] = {}
     cut: tuple[int, str] | None = None
-    if path.name == HISTORY and READER.detect_directory(folder):
-        ui, ui_reject = _load(folder / UI if (folder / UI).is_file() else folder / OLD_UI)
-        edits, edits_reject = _load(folder / CONTEXT_EDITS) if (folder / CONTEXT_EDITS).is_file() else (None, None)
-        requests, cut = _requests(ui), _first_cut(ui, edits, ui_reject or edits_reject)
-    key = folder.name if path.name == HISTORY else path.stem
+    ui = beside.get(UI) or beside.get(OLD_UI)
+    if ui is not None:
+        edits = beside.get(CONTEXT_EDITS, (None, None))
+        requests, cut = _requests(ui[0]), _first_cut(ui[0], edits[0], ui[1] or edits[1])
+    key = path.parent.name if path.name == HISTORY else path.stem
     try:
         yield _graph(path, history, requests, cut, records=1, key=key)
     except MsgtrainError as e:
         yield ReadReject(SourceRef(str(path), "file"), e.located(str(path)), excerpt(read_head(path)))
+
+
+def _load_sibling(path: Path, name: str, f: BinaryIO) -> tuple[Any, ReadReject | None]:
+    """A partner's JSON document (read whole, bounded as a whole-file document is), or the reject saying why not."""
+    where = str(path.parent / name)
+    try:
+        raw = f.read(base.MAX_RECORD_BYTES + 1)
+        base.check_whole_file(len(raw), where)
+        return json.loads(raw), None
+    except MsgtrainError as e:
+        return None, ReadReject(SourceRef(where, "file"), e.located(where))
+    except (ValueError, OSError) as e:
+        err = ValidationError(f"not a JSON document: {e}", where=where, code="bad_json")
+        return None, ReadReject(SourceRef(where, "file"), err)
 
 
 def _load(path: Path) -> tuple[Any, ReadReject | None]:
