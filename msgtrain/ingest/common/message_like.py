@@ -263,6 +263,9 @@ def _unwrap_wrapper(obj: dict[str, Any]) -> dict[str, Any]:
     fragmented = _fragments_message(obj)
     if fragmented is not None:
         return fragmented
+    typed = _typed_contents_message(obj)
+    if typed is not None:
+        return typed
     stepped = _stepped_content(obj)
     return stepped if stepped is not None else obj
 
@@ -442,6 +445,55 @@ def _fragments_message(obj: dict[str, Any]) -> dict[str, Any] | None:
             parts.append({"type": f"fragment:{kind}", "content": text})
     rest = {k: v for k, v in obj.items() if k != "fragments"}
     return {**rest, "role": role if role is not None else sides.pop(), "content": parts}
+
+
+# The item of a typed ``contents`` list (Microsoft Agent Framework's ``ChatMessage.to_dict``) that holds the call's
+# token counts, not anything the message said: passed over.
+_CONTENTS_USAGE = "usage"
+
+
+def _typed_contents_message(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A message whose role is a serialised enum object (``{"type": "role", "value": "assistant"}``) and whose
+    content is a ``contents`` list of typed items (Microsoft Agent Framework's ``ChatMessage.to_dict``, the messages
+    of a serialised ``AgentThread``'s ``chat_message_store_state``: ``text``, ``text_reasoning``, ``function_call``
+    ``{call_id, name, arguments}``, ``function_result`` ``{call_id, result}``, ``usage``), as a message of parts:
+    calls and results in the agent-SDK shape, the speaking agent's ``author_name`` its name (a thread several agents
+    wrote is seen as such), the usage item passed over. None for anything else (a content key of its own, a plain
+    role string)."""
+    role = obj.get("role")
+    contents = obj.get("contents")
+    if not isinstance(contents, list) or any(k in obj for k in CONTENT_KEYS):
+        return None
+    value = role.get("value") if isinstance(role, dict) else None
+    if not isinstance(value, str) or canonical_role(value) is None:
+        return None
+    if not all(isinstance(c, dict) and isinstance(c.get("type"), str) for c in contents):
+        return None
+    parts: list[dict[str, Any]] = []
+    for item in contents:
+        kind = item["type"]
+        if kind == "text":
+            parts.append({"type": "text", "text": item.get("text")})
+        elif kind == "text_reasoning":
+            parts.append({"type": "reasoning", "text": item.get("text")})
+        elif kind == "function_call":
+            parts.append(
+                {
+                    "type": "tool-call",
+                    "toolCallId": item.get("call_id"),
+                    "toolName": item.get("name"),
+                    "input": item.get("arguments"),
+                }
+            )
+        elif kind == "function_result":
+            parts.append({"type": "tool-result", "toolCallId": item.get("call_id"), "output": item.get("result")})
+        elif kind != _CONTENTS_USAGE:
+            parts.append({"type": f"agent_framework:{kind}"})  # not read: rejected by the part reader, named
+    rest = {k: v for k, v in obj.items() if k not in ("role", "contents", "author_name")}
+    out: dict[str, Any] = {**rest, "role": value, "content": parts}
+    if isinstance(obj.get("author_name"), str) and canonical_role(value) == "assistant":
+        out["name"] = obj["author_name"]
+    return out
 
 
 def _system_prompt_text(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -898,6 +950,7 @@ _WRAPPER_KEYS = frozenset(
         "additional_kwargs",
         "system_prompt",
         "fragments",
+        "contents",
         *STEP_KEYS,
         *TAGGED_ROLES,
     }

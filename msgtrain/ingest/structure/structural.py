@@ -341,6 +341,8 @@ class StructuralReader:
                 return True
             if role_like and listed and shape.has(f"{stem}.blocks", f"{stem}.additional_kwargs"):
                 return True  # LlamaIndex ChatMessages: their content in typed blocks
+            if key == "role" and listed and shape.has(f"{stem}.role.value") and shape.has(f"{stem}.contents"):
+                return True  # Agent Framework ChatMessages: a role enum object, typed contents
             owner, _, tag = stem.rpartition(".")
             if key == "content" and tag in TAGGED_ROLES and owner.endswith("[]"):
                 return True  # messages as Rust enum variants ({"User": {"content": [...]}}: Zed's threads)

@@ -1,0 +1,69 @@
+"""A second sweep of agent frameworks' saved state, chat apps' exports and eval logs no other test reads, each
+hand-written in the shape its writer produces (tests/fixtures/unseen/PROVENANCE.md, "Frameworks, second sweep"):
+each file's books against a count made by hand, the context each trained reply sits after, no reply trained twice."""
+
+from __future__ import annotations
+
+from msgtrain.ingest.detect import detect_format
+from tests.unseen_books import FIXTURES, books, contexts, graphs
+
+AGENT_FRAMEWORK = FIXTURES / "agent-framework-thread.json"
+
+
+def test_an_agent_framework_thread_trains_each_reply_after_the_messages_before_it() -> None:
+    # Microsoft Agent Framework's serialised AgentThread: the store's messages as ChatMessage.to_dict writes them,
+    # the role an enum object ({"type": "role", "value": ...}), the content a `contents` list of typed items
+    # (function_call / function_result by call_id, a usage item). Before: no reader recognised the file (0 trained,
+    # 1 reject); after: the call, the answer after its result, the second answer, each once.
+    assert detect_format(AGENT_FRAMEWORK).name == "structural"
+    assert books(AGENT_FRAMEWORK) == (3, 0, 0)
+    question = ("user", "What is the weather in Oslo?")
+    call = ("assistant", [("get_weather", {"city": "Oslo"})])
+    result = ("tool", ("get_weather", "Cloudy, 4 C"))
+    answer = ("assistant", "It is cloudy in Oslo, about 4 C.")
+    assert contexts(AGENT_FRAMEWORK) == [
+        [question, call],
+        [question, call, result, answer],
+        [question, call, result, answer, ("user", "And tomorrow?"), ("assistant", "Tomorrow looks sunny.")],
+    ]
+    (graph,) = graphs(AGENT_FRAMEWORK)
+    # the agent's instructions and tools are the agent's, not the thread's: the log says it lacks the tools
+    assert graph.metadata["context_incomplete"]["missing"] == ["tools"]
+    names = {n.message.name for n in graph.nodes.values() if n.message.role == "assistant"}
+    assert names == {"WeatherAgent"}  # the usage item is no text of the answer
+    assert all("usage" not in str(n.message.text) for n in graph.nodes.values())
+
+
+AGENTS_INPUT_LIST = FIXTURES / "openai-agents-input-list.json"
+
+
+def test_an_agents_sdk_input_list_trains_each_reply_after_the_items_before_it_its_summary_untrained() -> None:
+    # The OpenAI Agents SDK's RunResult.to_input_list() saved as JSON (Responses input items: easy user messages, a
+    # reasoning item with a summary, a handoff call and its output, a tool call, output_text messages). A guard: read
+    # right before this sweep. The summariser's summary is kept beside the call it preceded, never trained.
+    assert detect_format(AGENTS_INPUT_LIST).name == "openai_responses"
+    assert books(AGENTS_INPUT_LIST) == (4, 0, 0)
+    ask = ("user", "Book me a table for two tonight.")
+    handoff = ("assistant", [("transfer_to_booking_agent", {})])
+    handed = ("tool", ("transfer_to_booking_agent", '{"assistant": "Booking Agent"}'))
+    reserve = ("assistant", [("reserve_table", {"party": 2, "time": "19:00"})])
+    done = ("assistant", "Done: a table for two at 19:00, booking A12.")
+    assert contexts(AGENTS_INPUT_LIST) == [
+        [ask, handoff],
+        [ask, handoff, handed, reserve],
+        [ask, handoff, handed, reserve, ("tool", ("reserve_table", "confirmed #A12")), done],
+        [
+            ask,
+            handoff,
+            handed,
+            reserve,
+            ("tool", ("reserve_table", "confirmed #A12")),
+            done,
+            ("user", "Thanks!"),
+            ("assistant", "You are welcome."),
+        ],
+    ]
+    (graph,) = graphs(AGENTS_INPUT_LIST)
+    first = next(n for n in graph.nodes.values() if n.message.role == "assistant")
+    (reasoning,) = first.message.parts
+    assert reasoning.redacted and reasoning.text.startswith("The user wants a booking")
