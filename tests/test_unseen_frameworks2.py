@@ -5,7 +5,7 @@ each file's books against a count made by hand, the context each trained reply s
 from __future__ import annotations
 
 from msgtrain.ingest.detect import detect_format
-from tests.unseen_books import FIXTURES, books, contexts, graphs
+from tests.unseen_books import FIXTURES, books, contexts, graphs, said
 
 AGENT_FRAMEWORK = FIXTURES / "agent-framework-thread.json"
 
@@ -67,3 +67,24 @@ def test_an_agents_sdk_input_list_trains_each_reply_after_the_items_before_it_it
     first = next(n for n in graph.nodes.values() if n.message.role == "assistant")
     (reasoning,) = first.message.parts
     assert reasoning.redacted and reasoning.text.startswith("The user wants a booking")
+
+
+LOBECHAT = FIXTURES / "lobechat-export.json"
+
+
+def test_a_chat_export_of_every_sessions_messages_in_one_list_gives_each_its_own_sessions_system_prompt() -> None:
+    # LobeChat's export: state.messages holds the messages of every session (interleaved, each naming its
+    # sessionId), state.sessions each agent's config.systemRole. Before: each conversation was trained after no
+    # system prompt (the poem the model wrote under "You write four-line poems." trained as if sent bare); after:
+    # each after its own session's prompt, the other session's never.
+    poem = "Rain taps the glass,\nsoft and slow,\nthe gutters hum,\nthe rivers grow."
+    assert contexts(LOBECHAT)[0] == [
+        ("system", "You write four-line poems."),
+        ("user", "A poem about rain."),
+        ("assistant", poem),
+    ]
+    heads = sorted([said(n.message) for n in g.path(g.leaves()[0])][:2] for g in graphs(LOBECHAT))
+    assert heads == [
+        [("system", "You answer with sources."), ("user", "What causes tides?")],
+        [("system", "You write four-line poems."), ("user", "A poem about rain.")],
+    ]

@@ -264,6 +264,19 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
     runs = {k: value[k] for k in nested_runs(value)}
     if runs:  # runs of their own kept beside the messages (a team's members): read after the record's, each alone
         value = {k: v for k, v in value.items() if k not in runs}
+    owned = owned_conversations(value)
+    if owned is not None:  # one list of every session's messages, each naming its session, a prompt per session
+        here = context_here(value, path, inherited)
+        for owner_at, system, sub in owned:
+            hit = record_layout(sub, path)
+            if isinstance(hit, Found):
+                context = {k: v for k, v in here.items() if k != "system"}
+                if system is not None:
+                    context["system"] = (f"{path}.{owner_at}", system)
+                search.found.append(inheriting(hit, context))
+            elif hit is not None:
+                search.found.append(hit)
+        return
     text_record = rendered_text_record(value, path)
     if text_record is not None:  # one whole conversation as the text a chat template rendered
         search.found.append(inheriting(text_record, inherited) if isinstance(text_record, Found) else text_record)
@@ -303,6 +316,66 @@ def _locate(value: Any, path: str, depth: int, search: _Search, inherited: dict[
                 start = len(search.found)
                 _locate(item, f"{path}.{key}", depth + 1, search, here)
                 _score_items(search.found[start:], f"{path}.{key}", parallel_scores(value, key))
+
+
+# Keys by which a message row names the session (conversation, agent) it belongs to, beside its own id and links.
+_LINK_KEYS = frozenset({"id", "parentId", "parent_id", "parent", "parentMessageId"})
+
+
+def owned_conversations(record: dict[str, Any]) -> list[tuple[str, str | None, dict[str, Any]]] | None:
+    """A chat app's export that keeps every session's messages in one list, each naming its session by an id
+    (LobeChat's ``state.messages[].sessionId``), beside a list of the sessions, one of which at least holds the
+    system prompt its requests were sent with (``config.systemRole``, or another of ``SYSTEM_KEYS`` in the session
+    or its settings object): the record split by session, each part with the messages of one session (in file order)
+    and that session's prompt (or None: the session had none), as ``(where the prompt is, prompt, record)``. None
+    for anything else. Read whole, every session's conversation was read with no system prompt."""
+    lists = [k for k, v in record.items() if isinstance(v, list) and v and is_message_list(v)]
+    if len(lists) != 1:
+        return None
+    key = lists[0]
+    messages = record[key]
+    for owners_key, owners in record.items():
+        if owners_key == key or not isinstance(owners, list) or not owners:
+            continue
+        ids = {o["id"]: i for i, o in enumerate(owners) if isinstance(o, dict) and isinstance(o.get("id"), str)}
+        if len(ids) != len(owners):
+            continue
+        prompts = {i: _owner_prompt(o) for i, o in enumerate(owners)}
+        if not any(prompts.values()):
+            continue
+        first = messages[0] if isinstance(messages[0], dict) else {}
+        for fk in first:
+            if fk in _LINK_KEYS or not all(isinstance(m, dict) and m.get(fk) in ids for m in messages):
+                continue
+            out: list[tuple[str, str | None, dict[str, Any]]] = []
+            for owner_id in dict.fromkeys(m[fk] for m in messages):
+                i = ids[owner_id]
+                at, prompt = prompts[i] or ("", None)
+                sub = {**record, key: [m for m in messages if m[fk] == owner_id]}
+                sub.pop(owners_key)
+                out.append((f"{owners_key}[{i}]{at}", prompt, sub))
+            return out
+    return None
+
+
+def _owner_prompt(owner: Any) -> tuple[str, str] | None:
+    """(path in ``owner``, text) of the system prompt a session object holds in its own keys or its settings."""
+    if not isinstance(owner, dict):
+        return None
+    hit = next((k for k in OWNER_SYSTEM_KEYS if isinstance(owner.get(k), str) and owner[k].strip()), None)
+    if hit is not None:
+        return f".{hit}", owner[hit]
+    for settings in ("config", "settings", "options"):
+        inner = owner.get(settings)
+        if isinstance(inner, dict):
+            hit = next((k for k in OWNER_SYSTEM_KEYS if isinstance(inner.get(k), str) and inner[k].strip()), None)
+            if hit is not None:
+                return f".{settings}.{hit}", inner[hit]
+    return None
+
+
+# A session's system prompt: the record-level keys, and LobeChat's agent ``systemRole``.
+OWNER_SYSTEM_KEYS = (*SYSTEM_KEYS, "systemRole")
 
 
 def _locate_threads(
