@@ -23,7 +23,15 @@ from msgtrain.ingest.core.base import ReadGraph
 from msgtrain.ingest.detect import detect_format
 from msgtrain.ingest.registry import REGISTRY  # noqa: F401 - fills the registry
 from msgtrain.linearize import linearize_graph
-from msgtrain.linearize.render import VERIFY_REPLAY, Renderer, render_cache
+from msgtrain.linearize.render import (
+    REPLAY_PAYS,
+    TRACE_PAUSE,
+    TRACE_PROBE,
+    VERIFY_REPLAY,
+    Renderer,
+    TraceVerdict,
+    render_cache,
+)
 from msgtrain.linearize.tokenizer import LARGEST_ENTRY, SegmentCache
 from tests.conftest import load_named_tokenizer, shared_path
 
@@ -64,6 +72,7 @@ def test_the_run_wide_segment_cache_and_untraced_short_contexts_change_nothing(t
     for g in graphs:
         alone = _uncached(tok)
         alone.min_traced = 0
+        alone.trace_verdict = None
         reference.extend(_samples([g], tok, alone))
     tok.segment_cache.clear()
     hits = tok.segment_cache.hits
@@ -358,3 +367,51 @@ def test_dict_lookups_are_compiled_inline_with_the_sandbox_answers(template: str
     held = {k for m in messages for k in m}
     assert not [(t, k) for t, k in looked_up if t == "dict" and k in held]  # every such lookup was inline
     assert looked_up  # the rest (loop variables, absent keys, methods) still asks the sandbox
+
+
+def test_a_template_that_replays_little_is_rendered_untraced_and_the_output_is_the_same() -> None:
+    # Qwen3's pass over the whole list before its loop changes the loop's starting state at every user message, so
+    # its traced renderings of tau-bench replay about a third of their iterations: tracing costs more than it saves
+    # (msgtrain.linearize.render.TraceVerdict). The samples equal those of every long context traced.
+    tok = load_named_tokenizer("qwen3")
+    graphs = [g for rel in REAL for g in _graphs(rel)]
+    tok.clear_run_memos()
+    every = Renderer(tok)
+    every.trace_verdict = None
+    reference = _samples(graphs, tok, every)
+    tok.clear_run_memos()
+    judged = Renderer(tok)
+    judged.trace_verdict = TraceVerdict()
+    assert _samples(graphs, tok, judged) == reference
+    assert judged.trace_verdict.verdicts >= 1
+    assert judged.traced_renders < every.traced_renders // 2
+    assert judged.iterations_run > every.iterations_run
+
+
+def test_a_template_that_replays_most_iterations_stays_traced() -> None:
+    from benchmarks import corpus as gen
+
+    tok = load_named_tokenizer("qwen2.5")
+    conv = gen.make_conversation(gen.synthetic_pool(), 128, seed=128, reasoning=False, session="verdict")
+    tok.clear_run_memos()
+    renderer = Renderer(tok)
+    renderer.trace_verdict = TraceVerdict()
+    res = linearize_graph(gen.conversation_graph(conv, model="policy"), tok, renderer=renderer)
+    assert not res.drops
+    assert renderer.traced_renders >= TRACE_PROBE  # enough for a verdict
+    assert renderer.trace_verdict.verdicts == 0
+    assert renderer.iterations_replayed > 0.9 * renderer.iterations_run
+
+
+def test_trace_verdict_pauses_after_a_probe_that_replayed_little_then_probes_again() -> None:
+    v = TraceVerdict()
+    for _ in range(TRACE_PROBE):
+        assert v.trace_next()
+        v.record(replayed=5, run=5)
+    assert REPLAY_PAYS > 0.5  # half the iterations replayed: below the bar
+    assert v.verdicts == 1
+    assert not any(v.trace_next() for _ in range(TRACE_PAUSE * TRACE_PROBE))
+    for _ in range(TRACE_PROBE):
+        assert v.trace_next()
+        v.record(replayed=9, run=1)
+    assert v.verdicts == 1 and v.trace_next()

@@ -164,6 +164,7 @@ def _template_iterations(template: str, source: str, tmp_path: Path, control_tok
         tok.clear_run_memos()  # each conversation's own renderings, none from the run's memo
         renderer = Renderer(tok)
         renderer.min_traced = 0  # the replay itself is under test: short contexts too
+        renderer.trace_verdict = None
         res = linearize_graph(_graphs(conv, source, tmp_path), tok, renderer=renderer)
         assert not res.drops
         assert renderer.traced_renders == renderer.renders  # every rendering (marked ones too) was traced
