@@ -88,3 +88,19 @@ def test_a_chat_export_of_every_sessions_messages_in_one_list_gives_each_its_own
         [("system", "You answer with sources."), ("user", "What causes tides?")],
         [("system", "You write four-line poems."), ("user", "A poem about rain.")],
     ]
+
+
+def test_a_chat_exports_plugin_calls_are_the_calls_it_sent_not_an_empty_reply() -> None:
+    # LobeChat keeps an assistant message's calls under `tools` ({id, identifier, apiName, arguments, type}) and
+    # sends each as the function `identifier____apiName____type`. Before: the calling reply was trained as an empty
+    # text and the reply after its result dropped (the result answered no call): 2 trained, 1 dropped; after: the
+    # call after the question, the answer after the result, each once.
+    assert books(LOBECHAT) == (3, 0, 0)
+    name = "lobe-web-browsing____search____builtin"
+    system, ask = ("system", "You answer with sources."), ("user", "What causes tides?")
+    call = ("assistant", [(name, {"query": "cause of tides"})])
+    result = ("tool", (name, '[{"title": "Tides", "content": "The Moon\'s gravity pulls the oceans."}]'))
+    assert contexts(LOBECHAT)[1:] == [
+        [system, ask, call],
+        [system, ask, call, result, ("assistant", "Mostly the Moon's gravity, with the Sun's adding to it.")],
+    ]

@@ -266,6 +266,9 @@ def _unwrap_wrapper(obj: dict[str, Any]) -> dict[str, Any]:
     typed = _typed_contents_message(obj)
     if typed is not None:
         return typed
+    plugin_calls = _plugin_calls_message(obj)
+    if plugin_calls is not None:
+        return plugin_calls
     stepped = _stepped_content(obj)
     return stepped if stepped is not None else obj
 
@@ -494,6 +497,37 @@ def _typed_contents_message(obj: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(obj.get("author_name"), str) and canonical_role(value) == "assistant":
         out["name"] = obj["author_name"]
     return out
+
+
+# LobeChat's separator between a plugin's identifier, its API's name and its type in the function name it sends.
+_PLUGIN_SEPARATOR = "____"
+# OpenAI's limit on a function's name: LobeChat sends a longer one hashed, a name the log does not keep.
+_MAX_FUNCTION_NAME = 64
+
+
+def _plugin_calls_message(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """An assistant message that keeps its calls as plugin calls under ``tools`` (LobeChat's ``ChatMessage.tools``:
+    ``[{id, identifier, apiName, arguments, type}]``) as one with OpenAI ``tool_calls``, each named as LobeChat named
+    the function it sent (``genToolCallingName``: the identifier, the API's name and, for a type other than
+    ``default``, the type, joined by ``____``). A name of 64 characters or more was sent hashed, which the log does
+    not keep: such a message is left as it is (its calls unread, its reply not trained as text). None for anything
+    else (a list of tool schemas, calls in their own key)."""
+    tools = obj.get("tools")
+    if not isinstance(tools, list) or not tools or any(k in obj for k in CALL_KEYS):
+        return None
+    if not all(isinstance(t, dict) and {"id", "identifier", "apiName", "arguments"} <= t.keys() for t in tools):
+        return None
+    calls = []
+    for tool in tools:
+        kind = tool.get("type")
+        name = f"{tool['identifier']}{_PLUGIN_SEPARATOR}{tool['apiName']}"
+        if isinstance(kind, str) and kind and kind != "default":
+            name += f"{_PLUGIN_SEPARATOR}{kind}"
+        if len(name) >= _MAX_FUNCTION_NAME:
+            return None
+        calls.append({"id": tool["id"], "type": "function", "function": {"name": name, "arguments": tool["arguments"]}})
+    rest = {k: v for k, v in obj.items() if k != "tools"}
+    return {**rest, "tool_calls": calls}
 
 
 def _system_prompt_text(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -951,6 +985,7 @@ _WRAPPER_KEYS = frozenset(
         "system_prompt",
         "fragments",
         "contents",
+        "tools",
         *STEP_KEYS,
         *TAGGED_ROLES,
     }
