@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from msgtrain.ingest.common.content_parts import pythonic_calls
 from msgtrain.ingest.detect import detect_format
 from tests.unseen_books import FIXTURES, books, contexts, graphs
 
@@ -152,6 +155,53 @@ def test_a_magpie_row_trains_its_conversation_once_not_its_first_turn_again_from
     assert contexts(path) == [first, [*first, ("user", "And an ant?"), ("assistant", "Six.")]]
 
 
+def test_a_toolace_row_of_pythonic_calls_trains_each_reply_once_after_its_tool_results() -> None:
+    # Team-ACE/ToolACE rows: `system` the instructions with the tools as JSON text, `conversations` of {from: user |
+    # assistant | tool, value}, the calls written as a Python list (`[name(key=value), ...]`), the tool turn a JSON
+    # list of {name, results}. Before, the tool turn answered no call (a reply of text), so each row trained up to it
+    # and kept the replies after it as context (2 of 5, 3 context_unknown); now each reply once, the results context.
+    path = FIXTURES / "toolace-pythonic-calls.jsonl"
+    assert detect_format(path).name == "sharegpt"
+    assert books(path) == (5, 0, 0)
+    tides = [
+        ("user", "When is high tide in Brest tomorrow, 2025-03-02?"),
+        ("assistant", '[tide_times(harbour="Brest", date="2025-03-02")]'),
+        ("tool", '[{"name": "tide_times", "results": {"high": ["06:10", "18:32"], "low": ["00:02", "12:20"]}}]'),
+        ("assistant", "High tide in Brest on 2025-03-02 is at 06:10 and 18:32."),
+    ]
+    sun = [
+        ("user", "Sunrise in Bergen and Cork?"),
+        ("assistant", '[sunrise(place="Bergen"), sunrise(place="Cork")]'),
+        (
+            "tool",
+            '[{"name": "sunrise", "results": {"time": "08:31"}}, {"name": "sunrise", "results": {"time": "07:58"}}]',
+        ),
+        ("assistant", "Bergen at 08:31, Cork at 07:58."),
+        ("user", "Thanks!"),
+        ("assistant", "You're welcome."),
+    ]
+    found = contexts(path)
+    assert [c[1:] for c in found] == [tides[:2], tides, sun[:2], sun[:4], sun]
+    assert {c[0][0] for c in found} == {"system"}
+    assert all(c[0][1].startswith("You are an expert in composing functions.") for c in found)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[f(1)]",  # a positional argument: not the keyword form
+        "[f(x=y)]",  # an argument that is a name, not a literal
+        "[f(**kwargs)]",
+        "See [f(x=1)]",  # prose around it
+        "[f(x=1)] and more",
+        "[a (b)]",
+    ],
+)
+def test_text_that_only_resembles_a_pythonic_call_list_is_not_taken_for_calls(text: str) -> None:
+    assert not pythonic_calls(text)
+    assert pythonic_calls('[f(x=1, y=[1, "a"], z=None), g.h()]')
+
+
 def test_each_dataset_fixture_is_listed_in_the_provenance_file() -> None:
     listed = (FIXTURES / "PROVENANCE.md").read_text(encoding="utf-8")
     for name in (
@@ -162,6 +212,7 @@ def test_each_dataset_fixture_is_listed_in_the_provenance_file() -> None:
         "slimorca-weights.jsonl",
         "apigen-mt-conversations.jsonl",
         "magpie-multi-turn.jsonl",
+        "toolace-pythonic-calls.jsonl",
     ):
         assert f"`{name}`" in listed, name
     assert Path(__file__).name in listed

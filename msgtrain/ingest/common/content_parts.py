@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import re
@@ -106,6 +107,38 @@ def json_call(content: Any) -> bool:
     return bool(calls) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls)
 
 
+# Pythonic calls: the reply is a Python list of calls by keyword, ``[get_weather(city="Paris"), now()]``, as Llama 3.2's
+# pythonic tool format, ToolACE and the Berkeley Function-Calling Leaderboard's prompts write them. Looked at only
+# when the text opens with ``[name(`` and closes with ``)]``; the arguments must be literals.
+_PYTHONIC_HEAD = re.compile(r"\[\s*[A-Za-z_][\w.]*\(")
+
+
+def pythonic_calls(content: Any) -> bool:
+    """Text that is nothing but a Python list of calls whose arguments are keyword literals."""
+    if not isinstance(content, str):
+        return False
+    text = content.strip()
+    if not (text.endswith(")]") and _PYTHONIC_HEAD.match(text)):
+        return False
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    if not isinstance(tree, ast.List) or not tree.elts:
+        return False
+    for call in tree.elts:
+        if not isinstance(call, ast.Call) or call.args or not isinstance(call.func, ast.Name | ast.Attribute):
+            return False
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                return False
+            try:
+                ast.literal_eval(keyword.value)
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                return False
+    return True
+
+
 def bare_calls(value: Any) -> list[dict[str, Any]] | None:
     """A value that is nothing but calls: a non-empty list of ``{"name", "arguments"}`` objects (no other key, the
     arguments an object), or the JSON text of one (xLAM / APIGen function-calling rows: ``answers`` beside ``tools``);
@@ -124,7 +157,7 @@ def bare_calls(value: Any) -> list[dict[str, Any]] | None:
 # Markup a model writes a tool call in, in its own text, where the log keeps no structured call: Hermes and Qwen2.5 /
 # Qwen3 (``<tool_call>{"name", "arguments"}</tool_call>``: NousResearch hermes-function-calling-v1, hermes-agent's
 # ShareGPT trajectories), glaive-function-calling (``<functioncall> {...}``), Llama 3.1 (``<function=name>{...}``,
-# ``<|python_tag|>``) and Mistral (``[TOOL_CALLS]``).
+# ``<|python_tag|>``), Mistral (``[TOOL_CALLS]``) and pythonic lists of calls (:func:`pythonic_calls`).
 _TEXT_CALL_MARKUP = re.compile(r"<(?:tool_call>|function(?:call>|=[\w.-]+>)|\|python_tag\|>)")
 _MISTRAL_CALLS = "[TOOL_CALLS]"
 # Every reply is looked at: the markup is searched for in one pass of a pattern that opens with one fixed character
@@ -133,17 +166,23 @@ _MISTRAL_CALLS = "[TOOL_CALLS]"
 
 
 def text_calls(content: Any) -> bool:
-    """Whether a reply's text writes a tool call (the markup above, or text that is the JSON of calls,
-    :func:`json_call`): the reply is the call the model sampled, written as text, and a tool message after it may
-    answer it. Only that: the reply is trained as the text it is either way, and a reply that merely quotes markup
-    (in prose, in a code block) changes nothing unless an id-less tool message follows it, which then answers it
+    """Whether a reply's text writes a tool call (the markup above, text that is the JSON of calls,
+    :func:`json_call`, or a pythonic list of calls, :func:`pythonic_calls`): the reply is the call the model
+    sampled, written as text, and a tool message after it may answer it. Only that: the reply is trained as the
+    text it is either way, and a reply that merely quotes markup (in prose, in a code block) changes nothing unless
+    an id-less tool message follows it, which then answers it
     (:meth:`~msgtrain.ingest.common.shapes.MessageNormaliser.normalise`)."""
     if isinstance(content, list):
         texts = [p.get("text") if isinstance(p, dict) else p for p in content]
         content = "".join(t for t in texts if isinstance(t, str))
     if not isinstance(content, str):
         return False
-    return _MISTRAL_CALLS in content or _TEXT_CALL_MARKUP.search(content) is not None or json_call(content)
+    return (
+        _MISTRAL_CALLS in content
+        or _TEXT_CALL_MARKUP.search(content) is not None
+        or json_call(content)
+        or pythonic_calls(content)
+    )
 
 
 def first_present(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
