@@ -104,3 +104,21 @@ def test_a_chat_exports_plugin_calls_are_the_calls_it_sent_not_an_empty_reply() 
         [system, ask, call],
         [system, ask, call, result, ("assistant", "Mostly the Moon's gravity, with the Sun's adding to it.")],
     ]
+
+
+OPEN_WEBUI = FIXTURES / "openwebui-chat-params.json"
+
+
+def test_an_open_webui_chat_trains_each_reply_after_the_system_prompt_of_its_params() -> None:
+    # Open WebUI's export: a chat's own system prompt in chat.params.system (sent as the system message), the whole
+    # tree in chat.history.messages (a regenerated first reply kept), the branch shown in chat.messages. Before: every
+    # reply was trained after no system prompt; after: each after "Answer only in haiku.", the regenerated reply and
+    # the one kept each once, the shown branch's copies not again.
+    assert books(OPEN_WEBUI) == (3, 0, 0)
+    system, sea = ("system", "Answer only in haiku."), ("user", "Describe the sea.")
+    dunes = ("assistant", "Salt wind on the dunes")
+    assert contexts(OPEN_WEBUI) == [
+        [system, sea, ("assistant", "Grey waves fold and break")],
+        [system, sea, dunes],
+        [system, sea, dunes, ("user", "Now the mountains."), ("assistant", "Stone shoulders in snow")],
+    ]

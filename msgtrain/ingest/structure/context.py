@@ -76,8 +76,9 @@ def context_here(value: dict[str, Any], path: str, inherited: dict[str, tuple[st
     return out
 
 
-# Objects beside a conversation that hold its settings, the system prompt among them (LibreChat's ``options``).
-_SETTINGS_KEYS = ("options", "settings", "config", "preset", "conversation_settings")
+# Objects beside a conversation that hold its settings, the system prompt among them (LibreChat's ``options``; Open
+# WebUI's ``chat.params``, whose ``system`` it sends as the system message).
+_SETTINGS_KEYS = ("options", "settings", "config", "preset", "conversation_settings", "params")
 
 
 def system_in_settings(record: dict[str, Any]) -> str | None:
