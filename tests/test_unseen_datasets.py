@@ -186,6 +186,50 @@ def test_a_toolace_row_of_pythonic_calls_trains_each_reply_once_after_its_tool_r
     assert all(c[0][1].startswith("You are an expert in composing functions.") for c in found)
 
 
+def test_a_nemotron_post_training_row_trains_its_output_once_after_its_input_under_its_system_prompt() -> None:
+    # nvidia/Llama-Nemotron-Post-Training-Dataset rows: `input` the prompt's messages (an earlier reply among them is
+    # context given, not sampled here), `output` the reply, `system_prompt` the reasoning switch, labels beside
+    path = FIXTURES / "nemotron-post-training.jsonl"
+    assert books(path) == (2, 0, 0)
+    assert contexts(path) == [
+        [
+            ("system", "detailed thinking on"),
+            ("user", "What is 12 squared?"),
+            ("assistant", "<think>\n12 times 12 is 144.\n</think>\n\n144"),
+        ],
+        [
+            ("system", "detailed thinking off"),
+            ("user", "Greet me."),
+            ("assistant", "Hello!"),
+            ("user", "Once more, in French."),
+            ("assistant", "Bonjour !"),
+        ],
+    ]
+
+
+def test_a_swe_rebench_openhands_trajectory_trains_its_calls_with_the_tools_of_its_json_column() -> None:
+    # nebius/SWE-rebench-openhands-trajectories rows: `trajectory` OpenAI messages (every key on every message, null
+    # where unused), `tools` the schemas as JSON text, `resolved`, `exit_status`, `model_patch` beside
+    path = FIXTURES / "swe-rebench-openhands.jsonl"
+    assert books(path) == (2, 0, 0)
+    head = [
+        ("system", "You are a software agent working in /workspace."),
+        ("user", "<uploaded_files>/workspace/calc</uploaded_files>\nThe parser rejects negative numbers."),
+        ("assistant", [("execute_bash", {"command": "grep -rn 'def parse' /workspace/calc"})]),
+    ]
+    assert contexts(path) == [
+        head,
+        [
+            *head,
+            ("tool", ("execute_bash", "/workspace/calc/parse.py:4:def parse(s):")),
+            ("assistant", [("finish", {"message": "Negative numbers parse now."})]),
+        ],
+    ]
+    (graph,) = graphs(path)
+    assert [t["function"]["name"] for t in graph.env.tools] == ["execute_bash", "finish"]
+    assert "context_incomplete" not in graph.metadata
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -213,6 +257,8 @@ def test_each_dataset_fixture_is_listed_in_the_provenance_file() -> None:
         "apigen-mt-conversations.jsonl",
         "magpie-multi-turn.jsonl",
         "toolace-pythonic-calls.jsonl",
+        "nemotron-post-training.jsonl",
+        "swe-rebench-openhands.jsonl",
     ):
         assert f"`{name}`" in listed, name
     assert Path(__file__).name in listed
