@@ -122,3 +122,23 @@ def test_an_open_webui_chat_trains_each_reply_after_the_system_prompt_of_its_par
         [system, sea, dunes],
         [system, sea, dunes, ("user", "Now the mountains."), ("assistant", "Stone shoulders in snow")],
     ]
+
+
+HAYSTACK = FIXTURES / "haystack-reasoning.json"
+
+
+def test_haystack_messages_with_a_reasoning_part_are_read_with_their_reasoning() -> None:
+    # Haystack 2.18's ChatMessage.to_dict: untyped parts {"text"}, {"tool_call"}, {"tool_call_result"} and, for a
+    # reasoning model's reply, {"reasoning": {"reasoning_text", "extra"}}. Before: the whole conversation was
+    # rejected for the reasoning part (0 trained, 2 lost); after: the call and the answer each once, the call's
+    # reasoning kept with it.
+    assert books(HAYSTACK) == (2, 0, 0)
+    system, ask = ("system", "You are a math tutor."), ("user", "What is 17 * 3?")
+    call = ("assistant", [("calculator", {"expression": "17*3"})])
+    assert contexts(HAYSTACK) == [
+        [system, ask, call],
+        [system, ask, call, ("tool", ("calculator", "51")), ("assistant", "17 * 3 = 51.")],
+    ]
+    (graph,) = graphs(HAYSTACK)
+    caller = next(n for n in graph.nodes.values() if n.message.role == "assistant")
+    assert [p.text for p in caller.message.parts] == ["Use the calculator to be safe."]

@@ -484,6 +484,18 @@ def block_text(content: Any, where: str) -> str:
     raise ValidationError("reasoning that is not text", where=where, code="bad_content", hint=CONTENT_HINT)
 
 
+def haystack_reasoning(item: Any) -> Any:
+    """Haystack's reasoning part (``ReasoningContent`` in ``ChatMessage.to_dict``, untyped like its text and call
+    parts: ``{"reasoning": {"reasoning_text", "extra"}}``) as a ``thinking`` block of its text; anything else as it
+    is."""
+    if not isinstance(item, dict) or "type" in item or len(item) != 1:
+        return item
+    value = item.get("reasoning")
+    if not isinstance(value, dict) or not isinstance(value.get("reasoning_text"), str):
+        return item
+    return {"type": "thinking", "thinking": value["reasoning_text"]}
+
+
 def converse_block(item: Any) -> Any:
     """A Bedrock Converse content block (untyped: one key naming it) as the typed block it stands for: the one reading
     of Converse blocks, by the Converse reader (:mod:`msgtrain.ingest.formats.api.bedrock`) and the normaliser alike

@@ -49,6 +49,7 @@ from msgtrain.ingest.common.content_parts import (
     first_present,
     goose_call,
     goose_result,
+    haystack_reasoning,
     is_ui_steps,
     json_call,
     kernel_items,
@@ -355,7 +356,7 @@ class MessageNormaliser:
                 continue
             if not isinstance(item, dict):
                 raise ValidationError(f"content[{j}] is not an object", where=where, code="bad_content")
-            item = converse_block(item)
+            item = haystack_reasoning(converse_block(item))
             kind = item.get("type")
             gemini_call = item.get("functionCall", item.get("function_call"))
             if kind == "tool_use" or isinstance(gemini_call, dict):
