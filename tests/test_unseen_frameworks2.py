@@ -142,3 +142,19 @@ def test_haystack_messages_with_a_reasoning_part_are_read_with_their_reasoning()
     (graph,) = graphs(HAYSTACK)
     caller = next(n for n in graph.nodes.values() if n.message.role == "assistant")
     assert [p.text for p in caller.message.parts] == ["Use the calculator to be safe."]
+
+
+AGENTS_SPANS = FIXTURES / "openai-agents-trace-spans.jsonl"
+
+
+def test_agents_sdk_generation_spans_are_calls_each_reply_trained_once_after_its_own_input() -> None:
+    # The OpenAI Agents SDK's spans as a tracing processor exports them (span.export(): object "trace.span",
+    # span_data typed agent / generation / function). A guard: read right before this sweep. The second generation
+    # re-sends the first call as history: it is trained once, in the first call's context.
+    assert books(AGENTS_SPANS) == (2, 0, 0)
+    system, ask = ("system", "You report the weather."), ("user", "Weather in Rome?")
+    call = ("assistant", [("get_weather", {"city": "Rome"})])
+    assert contexts(AGENTS_SPANS) == [
+        [system, ask, call],
+        [system, ask, call, ("tool", ("get_weather", "Sunny, 22 C")), ("assistant", "Sunny in Rome, 22 C.")],
+    ]
