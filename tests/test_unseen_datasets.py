@@ -47,6 +47,17 @@ def test_a_sharegpt_turn_marked_training_false_is_context_not_a_trained_reply() 
     ]
 
 
+def test_an_axolotl_reply_masked_in_part_by_train_detail_is_not_trained_whole() -> None:
+    # axolotl's `message_field_training_detail: train_detail`: spans {begin_offset, end_offset, train} of a turn's
+    # text; a reply with a span marked false is trained in part by axolotl, which one trained turn cannot be, so it is
+    # context (never its masked text trained); a reply whose spans are all true is trained. Before: both trained.
+    path = FIXTURES / "axolotl-train-detail.jsonl"
+    assert books(path) == (1, 1, 0)
+    assert contexts(path) == [
+        [("user", "Name two fruits."), ("assistant", "Apple and pear."), ("user", "One more."), ("assistant", "Plum.")]
+    ]
+
+
 def test_an_openhermes_system_prompt_column_heads_the_conversation_it_sits_beside() -> None:
     # teknium/OpenHermes-2.5 rows: `conversations` of {from, value, weight: null} beside a `system_prompt` column
     # (set, empty or null) and a dozen metadata columns. Before, a set system_prompt was lost: the reply was trained
@@ -251,6 +262,7 @@ def test_each_dataset_fixture_is_listed_in_the_provenance_file() -> None:
     for name in (
         "axolotl-training-flags.jsonl",
         "axolotl-sharegpt-training-flags.jsonl",
+        "axolotl-train-detail.jsonl",
         "openhermes-system-column.jsonl",
         "swe-smith-trajectories.jsonl",
         "slimorca-weights.jsonl",

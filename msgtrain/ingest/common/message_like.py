@@ -150,10 +150,15 @@ def loss_flag_weight(message: dict[str, Any]) -> int | None:
 def message_weight(message: dict[str, Any]) -> Any:
     """A message's own word on whether it is trained, or None when it says nothing: OpenAI fine-tuning's and
     axolotl's ``weight``, LLaMA-Factory v1's ``loss_weight`` (a null one, as ShareGPT exports write on every turn, says
-    nothing), else a boolean flag (``loss_flag_weight``)."""
+    nothing), else a boolean flag (``loss_flag_weight``). A reply axolotl's ``train_detail`` masks in part (a span
+    ``{"begin_offset", "end_offset", "train": false}``) is not trained whole, so it is 0: context, never its masked
+    text trained."""
     for key in ("weight", "loss_weight"):
         if message.get(key) is not None:
             return message[key]
+    detail = message.get("train_detail")
+    if isinstance(detail, list) and any(isinstance(span, dict) and span.get("train") is False for span in detail):
+        return 0
     return loss_flag_weight(message)
 
 
