@@ -158,3 +158,14 @@ def test_agents_sdk_generation_spans_are_calls_each_reply_trained_once_after_its
         [system, ask, call],
         [system, ask, call, ("tool", ("get_weather", "Sunny, 22 C")), ("assistant", "Sunny in Rome, 22 C.")],
     ]
+
+
+DEEPEVAL = FIXTURES / "deepeval-test-run.json"
+
+
+def test_a_deepeval_test_run_is_refused_and_books_each_actual_output_as_lost() -> None:
+    # DeepEval's test run file: testCases each an app's actualOutput beside the input, its retrievalContext and the
+    # metrics' verdicts, never the prompt the app built (its template is a hyperparameter, the context it filled in
+    # a list): no context to train a reply in. Before: refused with 0 replies in the books; after: refused with
+    # both actual outputs counted lost (the expected outputs are references, not replies).
+    assert books(DEEPEVAL) == (0, 0, 2)

@@ -744,19 +744,28 @@ def _session_header(value: Any) -> bool:
 
 
 # Top-level fields that name a generated reply in eval and dataset rows (output, response_1, model_answer,
-# generated_text, NeMo Gym's policy_response, ...): what a file nothing could read still held, when it holds no
-# message-like object.
+# generated_text, NeMo Gym's policy_response, DeepEval's actual_output / actualOutput, ...): what a file nothing could
+# read still held, when it holds no message-like object.
 _REPLY_FIELD = re.compile(
-    r"^(?:(?:model|policy|assistant|agent|llm)_)?"
+    r"^(?:(?:model|policy|assistant|agent|llm|actual)_?)?"
     r"(?:output|response|completion|answer|prediction|generation|reply|generated_text|sampled|judgment)"
     r"(?:_?(?:\d+|[ab]))?s?$"
 )
 
 
-def _reply_fields(value: Any) -> int:
-    """Generated replies a record holds as text under reply-like fields (:data:`_REPLY_FIELD`)."""
+def _reply_fields(value: Any, depth: int = 0) -> int:
+    """Generated replies a record holds as text under reply-like fields (:data:`_REPLY_FIELD`); a record with none
+    of its own, those of the rows it lists (a test run's ``testCases``: DeepEval's test run file), one level down."""
     if not isinstance(value, dict):
         return 0
+    own = _own_reply_fields(value)
+    if own or depth:
+        return own
+    rows = (row for item in value.values() if isinstance(item, list) for row in item if isinstance(row, dict))
+    return sum(_reply_fields(row, depth + 1) for row in rows)
+
+
+def _own_reply_fields(value: dict[str, Any]) -> int:
     count = 0
     for key, item in value.items():
         if not isinstance(key, str) or _REPLY_FIELD.match(key.lower()) is None:
