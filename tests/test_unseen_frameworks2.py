@@ -4,6 +4,9 @@ each file's books against a count made by hand, the context each trained reply s
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from msgtrain.ingest.detect import detect_format
 from tests.unseen_books import FIXTURES, books, contexts, graphs, said
 
@@ -169,3 +172,19 @@ def test_a_deepeval_test_run_is_refused_and_books_each_actual_output_as_lost() -
     # a list): no context to train a reply in. Before: refused with 0 replies in the books; after: refused with
     # both actual outputs counted lost (the expected outputs are references, not replies).
     assert books(DEEPEVAL) == (0, 0, 2)
+
+
+def test_message_rows_holding_lists_beside_sessions_with_prompts_are_read_not_faulted(tmp_path: Path) -> None:
+    # the session join compares each message field with the sessions' ids: a field holding a list (the content
+    # parts, tags) is no id. Before the guard: the comparison raised on an unhashable value.
+    record = {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Hi."}], "tags": ["a"]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hello."}], "tags": ["b"]},
+        ],
+        "sessions": [{"id": "s1", "config": {"systemRole": "Be brief."}}],
+    }
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    assert books(path) == (1, 0, 0)
+    assert contexts(path) == [[("user", "Hi."), ("assistant", "Hello.")]]

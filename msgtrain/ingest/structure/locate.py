@@ -345,7 +345,7 @@ def owned_conversations(record: dict[str, Any]) -> list[tuple[str, str | None, d
             continue
         first = messages[0] if isinstance(messages[0], dict) else {}
         for fk in first:
-            if fk in _LINK_KEYS or not all(isinstance(m, dict) and m.get(fk) in ids for m in messages):
+            if fk in _LINK_KEYS or not all(isinstance(m, dict) and _names(m.get(fk), ids) for m in messages):
                 continue
             out: list[tuple[str, str | None, dict[str, Any]]] = []
             for owner_id in dict.fromkeys(m[fk] for m in messages):
@@ -356,6 +356,11 @@ def owned_conversations(record: dict[str, Any]) -> list[tuple[str, str | None, d
                 out.append((f"{owners_key}[{i}]{at}", prompt, sub))
             return out
     return None
+
+
+def _names(value: Any, ids: dict[str, int]) -> bool:
+    """Whether ``value`` is the id of one of the sessions (a string among ``ids``)."""
+    return isinstance(value, str) and value in ids
 
 
 def _owner_prompt(owner: Any) -> tuple[str, str] | None:
