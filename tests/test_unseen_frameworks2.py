@@ -188,3 +188,13 @@ def test_message_rows_holding_lists_beside_sessions_with_prompts_are_read_not_fa
     path.write_text(json.dumps(record), encoding="utf-8")
     assert books(path) == (1, 0, 0)
     assert contexts(path) == [[("user", "Hi."), ("assistant", "Hello.")]]
+
+
+CHERRY = FIXTURES / "cherry-studio-backup.json"
+
+
+def test_a_backup_keeping_message_texts_in_a_table_of_blocks_is_refused_counting_its_replies() -> None:
+    # Cherry Studio's backup: indexedDB.topics[].messages name the blocks their texts are kept in
+    # (indexedDB.message_blocks, by id), the assistant's prompt is inside the JSON text of the persisted store. No
+    # reader joins them: refused. Before: refused with 0 replies in the books; after: its one reply counted lost.
+    assert books(CHERRY) == (0, 0, 1)

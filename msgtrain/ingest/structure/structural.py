@@ -99,6 +99,7 @@ from msgtrain.ingest.common.message_like import (
     ROLE_KEYS,
     ROLE_VOCABULARY,
     TAGGED_ROLES,
+    canonical_role,
     content_key_of,
     is_message_list,
     message_like_count,
@@ -777,6 +778,28 @@ def _own_reply_fields(value: dict[str, Any]) -> int:
     return count
 
 
+def _assistant_rows(value: Any) -> int:
+    """Objects a record holds that say an assistant spoke (a role key naming it) but keep what it said elsewhere
+    (Cherry Studio's backup: each message names the ``blocks`` its text is kept in, in another table), counted with
+    a bounded walk: replies a file nothing could read still held."""
+    stack, seen, count = [value], 0, 0
+    while stack and seen < _MAX_ROW_WALK:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, dict | list))
+        elif isinstance(item, dict):
+            role = item.get("role")
+            if isinstance(role, str) and canonical_role(role) == "assistant":
+                count += 1
+                continue
+            stack.extend(v for v in item.values() if isinstance(v, dict | list))
+    return count
+
+
+_MAX_ROW_WALK = 100_000
+
+
 def file_assistant_turns(path: Path) -> int:
     """An estimate of the assistant turns a whole file holds (for the books of a file nothing could read): its
     assistant-like messages, record by record, else its replies under reply-like fields (``output``,
@@ -788,6 +811,10 @@ def file_assistant_turns(path: Path) -> int:
         if path.is_dir() or path.stat().st_size > MAX_COUNT_BYTES:
             return 0
         values = [value for _, value, _ in file_records(path) if not isinstance(value, Exception)]
-        return sum(assistant_turns_in(v) for v in values) or sum(map(_reply_fields, values))
+        return (
+            sum(assistant_turns_in(v) for v in values)
+            or sum(map(_reply_fields, values))
+            or sum(map(_assistant_rows, values))
+        )
     except Exception:  # an estimate for the books never becomes a fault of its own
         return 0
