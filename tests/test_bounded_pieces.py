@@ -117,6 +117,36 @@ def test_tokenizers_whose_words_may_cross_a_space_are_encoded_whole() -> None:
     assert not splits_at_spaces(json.dumps({"model": dropout, "pre_tokenizer": byte_level, "normalizer": None}))
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "line"),
+    [
+        # o200k's run of punctuation may end in line breaks and slashes: "!\n/" is one word, across the line start
+        ("gpt-oss", "Done!\n/usr/bin", "Done!\n"),
+        # SentencePiece without a word-splitting pre-tokenizer: a line break and the word after it may merge
+        ("phi-3-mini-instruct", "hi\nthere", "hi\n"),
+    ],
+)
+def test_tokenizers_whose_words_may_cross_a_line_start_encode_each_segment_whole(
+    name: str, text: str, line: str
+) -> None:
+    """The segment cut after a line break (LINE_START) is made only where it is proven: gpt-oss's and Phi-3's ids
+    cross it (cut there, these texts would get other ids), so their segments are encoded whole, with the whole
+    text's ids, over the seeded random texts too."""
+    bundle = load_tokenizer(str(shared_path("tokenizers", name)), None)
+
+    def enc(s: str) -> list[int]:
+        return list(bundle.backend.encode(s, add_special_tokens=False).ids)
+
+    assert LINE_START.search(text) and LINE_START.search(text).end() == len(line)  # type: ignore[union-attr]
+    assert enc(line) + enc(text[len(line) :]) != enc(text)
+    assert not bundle._cuts_lines()
+    rng = np.random.default_rng(38)
+    cache = SegmentCache()
+    for _ in range(200):
+        sample = "".join(rng.choice([*ATOMS, text], size=int(rng.integers(1, 60))))
+        assert bundle.encode_segments(sample, {}, True, cache)[0].tolist() == enc(sample), sample
+
+
 PEAK = """
 import resource, sys
 from msgtrain.linearize import load_tokenizer
