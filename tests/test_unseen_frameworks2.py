@@ -198,3 +198,24 @@ def test_a_backup_keeping_message_texts_in_a_table_of_blocks_is_refused_counting
     # (indexedDB.message_blocks, by id), the assistant's prompt is inside the JSON text of the persisted store. No
     # reader joins them: refused. Before: refused with 0 replies in the books; after: its one reply counted lost.
     assert books(CHERRY) == (0, 0, 1)
+
+
+LIBRECHAT_AGENT = FIXTURES / "librechat-agent-parts.json"
+
+
+def test_a_librechat_agent_message_splits_into_its_calls_results_and_the_reply_after_them() -> None:
+    # LibreChat's export of an agents-endpoint chat: the agent's message keeps every step in its content parts
+    # ({"type": "think"}, {"type": "tool_call", "tool_call": {id, name, args, output}}, {"type": "text"}), with no
+    # step boundary. Before: the tool_call part was refused and nothing trained (1 reply lost); after: the call with
+    # its reasoning after the prompt, the text after the call's output (the model read it first), each once; the
+    # export is marked for the agent's instructions and tools it never holds.
+    assert books(LIBRECHAT_AGENT) == (2, 0, 0)
+    ask, call = ("user", "Price of ACME?"), ("assistant", [("stock_quote", {"ticker": "ACME"})])
+    assert contexts(LIBRECHAT_AGENT) == [
+        [ask, call],
+        [ask, call, ("tool", ("stock_quote", "ACME 12.40")), ("assistant", "ACME trades at 12.40.")],
+    ]
+    (graph,) = graphs(LIBRECHAT_AGENT)
+    assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
+    caller = next(n for n in graph.nodes.values() if n.message.role == "assistant")
+    assert [p.text for p in caller.message.parts] == ["I should look the price up."]

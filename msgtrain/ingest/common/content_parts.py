@@ -297,21 +297,42 @@ NO_OUTPUT = object()
 
 def is_ui_steps(parts: Any) -> bool:
     """An AI SDK UI message's parts (``useChat`` messages): a step boundary or a tool part (``tool-<name>``,
-    ``dynamic-tool``, AI SDK 4's ``tool-invocation``), which hold a call and its result in the assistant message."""
+    ``dynamic-tool``, AI SDK 4's ``tool-invocation``, LibreChat's ``tool_call``), which hold a call and its result in
+    the assistant message."""
     return isinstance(parts, list) and any(
         isinstance(p, dict)
         and isinstance(p.get("type"), str)
-        and (p["type"] in ("step-start", "dynamic-tool", "tool-invocation", "tool") or p["type"].startswith("tool-"))
-        and p["type"] not in ("tool-call", "tool-result")
+        and (
+            (
+                (
+                    p["type"] in ("step-start", "dynamic-tool", "tool-invocation", "tool")
+                    or p["type"].startswith("tool-")
+                )
+                and p["type"] not in ("tool-call", "tool-result")
+            )
+            or _librechat_tool(p) is not None
+        )
         for p in parts
     )
+
+
+def _librechat_tool(item: dict[str, Any]) -> dict[str, Any] | None:
+    """LibreChat's tool call part of an agent's message (``{"type": "tool_call", "tool_call": {id, name, args,
+    output, progress}}``: the call and, once run, its output), or None."""
+    call = item.get("tool_call")
+    return call if item.get("type") == "tool_call" and isinstance(call, dict) and "name" in call else None
 
 
 def ui_tool(item: dict[str, Any]) -> tuple[Any, Any, Any, Any] | None:
     """(call id, tool name, input, output or ``NO_OUTPUT``) of a UI tool part, or None for any other part. AI SDK
     5: ``tool-<name>`` / ``dynamic-tool`` with ``toolCallId``, ``input``, ``state`` and ``output`` (``errorText``
-    when the call failed); AI SDK 4: ``tool-invocation`` holding ``toolInvocation`` (``args``, ``result``)."""
+    when the call failed); AI SDK 4: ``tool-invocation`` holding ``toolInvocation`` (``args``, ``result``);
+    LibreChat's ``tool_call`` part (``args``, ``output``)."""
     kind = str(item.get("type", ""))
+    librechat = _librechat_tool(item)
+    if librechat is not None:  # LibreChat: the output once the call ran
+        output = librechat["output"] if librechat.get("output") is not None else NO_OUTPUT
+        return librechat.get("id"), librechat.get("name"), librechat.get("args"), output
     if kind == "tool" and isinstance(item.get("state"), dict):  # opencode: callID, tool, state {status, input, ...}
         state = item["state"]
         output = state.get("output") if state.get("status") == "completed" else NO_OUTPUT

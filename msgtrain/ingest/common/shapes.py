@@ -389,10 +389,18 @@ class MessageNormaliser:
         the UI's own, not model output."""
         out: list[dict[str, Any]] = []
         steps: list[list[dict[str, Any]]] = [[]]
+        # without step boundaries (LibreChat's agent messages), text or reasoning after a call that ran is the next
+        # call's: the model read the output first
+        marked = any(isinstance(item, dict) and item.get("type") == "step-start" for item in parts)
+        ran = False
         for item in parts:
             if isinstance(item, dict) and item.get("type") == "step-start":
                 steps.append([])
             elif isinstance(item, dict) and not str(item.get("type", "")).startswith(UI_ONLY_PARTS):
+                tool = ui_tool(item)
+                if not marked and tool is None and ran:
+                    steps.append([])
+                ran = tool is not None and tool[3] is not NO_OUTPUT
                 steps[-1].append(item)
         for j, step in enumerate(s for s in steps if s):
             content: list[Any] = []
