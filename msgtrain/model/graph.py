@@ -80,7 +80,8 @@ def _hash(*chunks: str) -> str:
 
 
 def canonical(obj: Any) -> str:
-    """``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, the same text (:func:`_compact`)"""
+    """``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, the same text
+    (:func:`_compact`)"""
     return _compact(obj, sort_keys=True)
 
 
