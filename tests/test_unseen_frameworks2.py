@@ -219,3 +219,24 @@ def test_a_librechat_agent_message_splits_into_its_calls_results_and_the_reply_a
     assert graph.metadata["context_incomplete"]["missing"] == ["system_prompt", "tools"]
     caller = next(n for n in graph.nodes.values() if n.message.role == "assistant")
     assert [p.text for p in caller.message.parts] == ["I should look the price up."]
+
+
+BIG_AGI = FIXTURES / "bigagi-conversation.json"
+
+
+def test_a_big_agi_conversation_reads_the_parts_of_its_fragments() -> None:
+    # big-AGI's conversation (DConversation: messages of {id, role, fragments, generator, tokenCount}; each fragment
+    # {ft: "content", part: {pt: "text", text}} or a reasoning annotation {pt: "ma", aType: "reasoning", aText};
+    # ft "void" placeholders the UI showed). Before: the first reply was refused as empty and the conversation with
+    # it (0 trained, the replies not even counted); after: both replies, each once, after the system message the
+    # persona wrote.
+    assert books(BIG_AGI) == (2, 0, 0)
+    system, ask = ("system", "You are a careful developer."), ("user", "Regex for a 4-digit year?")
+    first = ("assistant", "Use ^\\d{4}$.")
+    assert contexts(BIG_AGI) == [
+        [system, ask, first],
+        [system, ask, first, ("user", "And for 19xx only?"), ("assistant", "Use ^19\\d{2}$.")],
+    ]
+    (graph,) = graphs(BIG_AGI)
+    reply = next(n for n in graph.nodes.values() if n.message.role == "assistant")
+    assert [p.kind for p in reply.message.parts] == ["reasoning", "text"]

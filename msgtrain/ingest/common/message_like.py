@@ -268,6 +268,9 @@ def _unwrap_wrapper(obj: dict[str, Any]) -> dict[str, Any]:
     fragmented = _fragments_message(obj)
     if fragmented is not None:
         return fragmented
+    parted = _part_fragments_message(obj)
+    if parted is not None:
+        return parted
     typed = _typed_contents_message(obj)
     if typed is not None:
         return typed
@@ -533,6 +536,35 @@ def _plugin_calls_message(obj: dict[str, Any]) -> dict[str, Any] | None:
         calls.append({"id": tool["id"], "type": "function", "function": {"name": name, "arguments": tool["arguments"]}})
     rest = {k: v for k, v in obj.items() if k != "tools"}
     return {**rest, "tool_calls": calls}
+
+
+def _part_fragments_message(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A message whose content is ``fragments`` each holding a typed ``part`` (big-AGI's ``DMessage``: ``{ft:
+    "content", part: {pt: "text", text}}``, a model annotation ``{pt: "ma", aType: "reasoning", aText}``; ``ft:
+    "void"`` fragments are the UI's placeholders and annotations, never sent), as a message of parts; any other part
+    (tool invocations and responses, attachments) is named, so the part reader refuses it, counted. None for
+    anything else (a content key of its own)."""
+    fragments = obj.get("fragments")
+    if not isinstance(fragments, list) or not fragments or any(k in obj for k in CONTENT_KEYS):
+        return None
+    if not all(isinstance(f, dict) and isinstance(f.get("ft"), str) for f in fragments):
+        return None
+    parts: list[dict[str, Any]] = []
+    for fragment in fragments:
+        part = fragment.get("part")
+        if fragment["ft"] == "void":
+            continue
+        kind = part.get("pt") if isinstance(part, dict) else None
+        if fragment["ft"] != "content" or not isinstance(part, dict):
+            parts.append({"type": f"fragment:{fragment['ft']}"})
+        elif kind == "text":
+            parts.append({"type": "text", "text": part.get("text")})
+        elif kind == "ma" and part.get("aType") == "reasoning":
+            parts.append({"type": "reasoning", "text": part.get("aText")})
+        else:
+            parts.append({"type": f"fragment:{kind}"})
+    rest = {k: v for k, v in obj.items() if k != "fragments"}
+    return {**rest, "content": parts}
 
 
 def _system_prompt_text(obj: dict[str, Any]) -> dict[str, Any] | None:
