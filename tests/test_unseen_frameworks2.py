@@ -240,3 +240,13 @@ def test_a_big_agi_conversation_reads_the_parts_of_its_fragments() -> None:
     (graph,) = graphs(BIG_AGI)
     reply = next(n for n in graph.nodes.values() if n.message.role == "assistant")
     assert [p.kind for p in reply.message.parts] == ["reasoning", "text"]
+
+
+def test_an_agent_framework_thread_two_agents_wrote_is_refused_not_trained_in_one_view(tmp_path: Path) -> None:
+    # a group chat's thread: the assistant messages' author_name names two agents, each of which saw the other's
+    # messages as it chose to; which is the policy is not in the log. Refused, its replies counted.
+    thread = json.loads(AGENT_FRAMEWORK.read_text(encoding="utf-8"))
+    thread["chat_message_store_state"]["messages"][5]["author_name"] = "PlannerAgent"
+    path = tmp_path / "thread.json"
+    path.write_text(json.dumps(thread), encoding="utf-8")
+    assert books(path) == (0, 0, 3)
