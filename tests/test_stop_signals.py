@@ -76,7 +76,7 @@ def test_a_signal_stops_every_worker_within_two_seconds_with_one_line(
 ) -> None:
     # three files a worker: one that finishes its first file before the others have opened theirs (a loaded machine
     # starts them apart) opens the next, so the moment every worker is converting one comes before the run ends
-    logs = _busy_logs(tmp_path, 3 * workers, 500)
+    logs = _busy_logs(tmp_path, 3 * workers, 1200)
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "msgtrain.cli", "convert", str(logs), "-o", str(out), "-q", "-j", str(workers)],
@@ -87,15 +87,17 @@ def test_a_signal_stops_every_worker_within_two_seconds_with_one_line(
         preexec_fn=as_a_terminal_job,
     )
     seen: set[int] = set()
+    started: set[int] = set()
     deadline = time.monotonic() + 120
-    # Wait until every worker has started converting (past its imports, one of the files open; each takes seconds to
-    # convert): the signal must find them busy.
+    # Wait until every worker has started converting (past its imports, seen with one of the files open; a file is
+    # read in a moment and linearized for seconds after it is closed, and each worker has three): the signal must
+    # find them busy.
     while time.monotonic() < deadline and proc.poll() is None:
         seen |= _descendants(proc.pid)
-        busy = [p for p in seen if _alive(p) and _reading(p, logs)]
-        if len(busy) >= workers:
+        started |= {p for p in seen if _alive(p) and _reading(p, logs)}
+        if len({p for p in started if _alive(p)}) >= workers:
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     seen |= _descendants(proc.pid)
     assert proc.poll() is None, "the run finished before the signal: make the input larger"
     names = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in seen if _alive(p)}
