@@ -109,6 +109,37 @@ def test_a_chat_exports_plugin_calls_are_the_calls_it_sent_not_an_empty_reply() 
     ]
 
 
+def test_a_chat_export_sessions_topics_are_each_a_conversation_under_the_sessions_system_prompt(tmp_path: Path) -> None:
+    # a LobeChat session holds many topics, each its own conversation (its first message has no parent, every
+    # message names its topicId); grouped by session alone, two topics were one list of two roots: the session was
+    # rejected and both poems' replies counted lost
+    export = json.loads(LOBECHAT.read_text(encoding="utf-8"))
+    state = export["state"]
+    state["topics"].append({"id": "tpc_c", "sessionId": "ses_poet", "title": "Sun"})
+    asked = {"id": "msg_q1", "role": "user", "content": "A poem about the sun.", "sessionId": "ses_poet"}
+    state["messages"] += [
+        {**asked, "topicId": "tpc_c", "parentId": None},
+        {
+            **asked,
+            "id": "msg_q2",
+            "role": "assistant",
+            "content": "The sun climbs high.",
+            "topicId": "tpc_c",
+            "parentId": "msg_q1",
+        },
+    ]
+    path = tmp_path / "lobechat.json"
+    path.write_text(json.dumps(export), encoding="utf-8")
+    assert books(path) == (4, 0, 0)
+    poet = ("system", "You write four-line poems.")
+    trained = contexts(path)
+    assert [poet, ("user", "A poem about the sun."), ("assistant", "The sun climbs high.")] in trained
+    assert [c[:2] for c in trained if c[0] == poet] == [
+        [poet, ("user", "A poem about rain.")],
+        [poet, ("user", "A poem about the sun.")],
+    ]
+
+
 OPEN_WEBUI = FIXTURES / "openwebui-chat-params.json"
 
 

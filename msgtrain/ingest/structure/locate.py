@@ -347,14 +347,42 @@ def owned_conversations(record: dict[str, Any]) -> list[tuple[str, str | None, d
         for fk in first:
             if fk in _LINK_KEYS or not all(isinstance(m, dict) and _names(m.get(fk), ids) for m in messages):
                 continue
+            # a session holds several conversations (LobeChat's topics: each message names its topic, or none for
+            # the session's default one): each is a part of its own, with its session's prompt
+            topic = _topic_key(record, messages, (key, owners_key), fk)
             out: list[tuple[str, str | None, dict[str, Any]]] = []
-            for owner_id in dict.fromkeys(m[fk] for m in messages):
+            for owner_id, topic_id in dict.fromkeys((m[fk], m.get(topic) if topic else None) for m in messages):
                 i = ids[owner_id]
                 at, prompt = prompts[i] or ("", None)
-                sub = {**record, key: [m for m in messages if m[fk] == owner_id]}
+                part = [m for m in messages if m[fk] == owner_id and (topic is None or m.get(topic) == topic_id)]
+                sub = {**record, key: part}
                 sub.pop(owners_key)
                 out.append((f"{owners_key}[{i}]{at}", prompt, sub))
             return out
+    return None
+
+
+def _topic_key(record: dict[str, Any], messages: list[Any], taken: tuple[str, ...], owner_key: str) -> str | None:
+    """The field by which the messages also name an entry of another list of the record (its ``id``), or name none
+    (null: the owner's default conversation): LobeChat's ``topicId`` against ``state.topics``. None when there is
+    no such field."""
+    lists = [
+        {o["id"] for o in v if isinstance(o, dict) and isinstance(o.get("id"), str)}
+        for k, v in record.items()
+        if k not in taken and isinstance(v, list) and v
+    ]
+    first = messages[0] if isinstance(messages[0], dict) else {}
+    for name in first:
+        if name in _LINK_KEYS or name == owner_key:
+            continue
+        values = [m.get(name) for m in messages]
+        for ids in lists:
+            if (
+                ids
+                and any(v is not None for v in values)
+                and all(v is None or (isinstance(v, str) and v in ids) for v in values)
+            ):
+                return name
     return None
 
 
