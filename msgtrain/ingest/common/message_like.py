@@ -30,6 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from msgtrain.errors import ValidationError
@@ -259,26 +260,11 @@ def _unwrap_wrapper(obj: dict[str, Any]) -> dict[str, Any]:
         if isinstance(attachments, list) and attachments:
             unwrapped_message["files"] = attachments
         return unwrapped_message
-    event = _event_message(obj)
-    if event is not None:
-        return event
-    prompt = _system_prompt_text(obj)
-    if prompt is not None:
-        return prompt
-    fragmented = _fragments_message(obj)
-    if fragmented is not None:
-        return fragmented
-    parted = _part_fragments_message(obj)
-    if parted is not None:
-        return parted
-    typed = _typed_contents_message(obj)
-    if typed is not None:
-        return typed
-    plugin_calls = _plugin_calls_message(obj)
-    if plugin_calls is not None:
-        return plugin_calls
-    stepped = _stepped_content(obj)
-    return stepped if stepped is not None else obj
+    for shape in _MESSAGE_SHAPES:  # the first that reads the object as a message (event, fragments, typed, ...)
+        found = shape(obj)
+        if found is not None:
+            return found
+    return obj
 
 
 # Rust's serde writes an enum's variant as an object of one key naming it (externally tagged): a thread's messages
@@ -1026,4 +1012,17 @@ _WRAPPER_KEYS = frozenset(
         *STEP_KEYS,
         *TAGGED_ROLES,
     }
+)
+
+
+# The message shapes a wrapper-less object is tried as, in order (the first that reads it wins): an event holding a
+# message, a system prompt's text, fragments, part fragments, typed contents, plugin calls, stepped content.
+_MESSAGE_SHAPES: tuple[Callable[[dict[str, Any]], dict[str, Any] | None], ...] = (
+    _event_message,
+    _system_prompt_text,
+    _fragments_message,
+    _part_fragments_message,
+    _typed_contents_message,
+    _plugin_calls_message,
+    _stepped_content,
 )
