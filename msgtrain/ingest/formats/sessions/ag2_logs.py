@@ -21,26 +21,23 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.call_log import CallLogGroups
+from msgtrain.ingest.common.sqlite_db import SQLITE_HEADER, connect_read_only
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadReject, SourceRef, excerpt
 from msgtrain.ingest.formats.api.calls import READER as CALLS
 
-SQLITE_HEADER = b"SQLite format 3\x00"
 TABLE = "chat_completions"
 _COLUMNS = ("id", "request", "response", "source_name", "session_id")
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-
-
 def _has_table(path: Path) -> bool:
     try:
-        with _connect(path) as db:
+        with closing(connect_read_only(path)) as db:
             row = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)).fetchone()
             columns = {r[1] for r in db.execute(f"PRAGMA table_info({TABLE})")} if row else set()
     except sqlite3.Error:
@@ -63,7 +60,7 @@ class AG2SqliteReader:
         groups = CallLogGroups(path)
         seen: dict[str | None, Any] = {}
         try:
-            with _connect(path) as db:
+            with closing(connect_read_only(path)) as db:
                 rows = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} ORDER BY id").fetchall()
         except sqlite3.Error as e:
             raise ValidationError(f"cannot read the {TABLE} table: {e}", where=str(path), code="bad_database") from e

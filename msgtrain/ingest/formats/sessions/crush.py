@@ -39,6 +39,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, as_dict, graph_id_for
+from msgtrain.ingest.common.sqlite_db import SQLITE_HEADER, connect_read_only
 from msgtrain.ingest.formats import Marks, ReadEvent, ReadGraph, ReadReject, ReadSkip, SourceRef, excerpt
 from msgtrain.ingest.formats.api.anthropic import AnthropicConverter
 from msgtrain.model.completeness import mark_context_incomplete
@@ -46,13 +47,8 @@ from msgtrain.model.graph import EdgeKind, MessageGraph, Origin
 from msgtrain.model.message import Generation
 
 POLICY = "crush"
-SQLITE_HEADER = b"SQLite format 3\x00"
 UNLOGGED = "Crush stores the conversation, not the system prompt and tool schemas it sends with each request"
 _TABLES = {"sessions": {"id", "title"}, "messages": {"id", "session_id", "role", "parts"}}
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
@@ -71,14 +67,14 @@ class CrushReader:
         if not head.startswith(SQLITE_HEADER):
             return False
         try:
-            with closing(_connect(path)) as db:
+            with closing(connect_read_only(path)) as db:
                 return all(columns <= _columns(db, table) for table, columns in _TABLES.items())
         except sqlite3.Error:
             return False
 
     def read(self, path: Path) -> Iterator[ReadEvent]:
         try:
-            with closing(_connect(path)) as db:
+            with closing(connect_read_only(path)) as db:
                 db.row_factory = sqlite3.Row
                 order = "created_at, rowid" if "created_at" in _columns(db, "sessions") else "rowid"
                 sessions = db.execute(f"SELECT * FROM sessions ORDER BY {order}").fetchall()

@@ -63,6 +63,7 @@ from typing import Any
 
 from msgtrain.errors import MsgtrainError, ValidationError
 from msgtrain.ingest.common.session_common import Chain, as_dict, graph_id_for
+from msgtrain.ingest.common.sqlite_db import SQLITE_HEADER, connect_read_only
 from msgtrain.ingest.formats import (
     Marks,
     ReadEvent,
@@ -85,7 +86,6 @@ COMPACTION_PROMPT = "What did we do so far?"  # what a compaction part is sent a
 SUBTASK_PROMPT = "The following tool was executed by the user"
 INTERRUPTED_CALL = "[Tool execution was interrupted]"
 _CONVERSATION_KINDS = ("session", "message", "part")
-SQLITE_HEADER = b"SQLite format 3\x00"
 # The tables of opencode.db that hold the conversation, each with the columns read (drizzle's session.sql.ts).
 _TABLES = {"session": {"id"}, "message": {"id", "session_id", "data"}, "part": {"id", "message_id", "data"}}
 # A step's finish reasons (the AI SDK's finishReason) that say the model did not end the reply itself
@@ -388,13 +388,9 @@ def _folder_session(root: Path, sid: str, file: Path) -> Iterator[ReadEvent]:
     yield from build.events(session, messages())
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-
-
 def _database_tables(path: Path) -> bool:
     try:
-        with closing(_connect(path)) as db:
+        with closing(connect_read_only(path)) as db:
             for table, columns in _TABLES.items():
                 if not columns <= {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
                     return False
@@ -408,7 +404,7 @@ def _database(path: Path) -> Iterator[ReadEvent]:
     ``data`` is its info without ``id`` / ``sessionID`` (the row's columns), a part's likewise; messages in
     ``time_created``, then id, order, parts by id, as ``MessageV2`` reads them."""
     try:
-        with closing(_connect(path)) as db:
+        with closing(connect_read_only(path)) as db:
             db.row_factory = sqlite3.Row
             sessions = db.execute("SELECT * FROM session ORDER BY id").fetchall()
             order = "time_created, id" if "time_created" in _columns(db, "message") else "id"
